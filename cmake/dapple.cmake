@@ -1,0 +1,27 @@
+# dapple_cc_library(NAME SRCS ... DEPS ...): one static library per folder.
+function(dapple_cc_library name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${A_DEPS})
+endfunction()
+
+# dapple_cc_test(NAME SRCS ... DEPS ... [LABELS ...] [TIMEOUT s]): a GoogleTest binary
+# whose tests are registered with ctest one by one. Every test has a ctest timeout, so a
+# hang fails instead of stalling CI.
+function(dapple_cc_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 120)
+  endif()
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  add_executable(${name} ${A_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gmock GTest::gtest_main)
+  gtest_discover_tests(${name}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+               ENVIRONMENT "DAPPLE_BUILD_DIR=${PROJECT_BINARY_DIR};DAPPLE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

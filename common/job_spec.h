@@ -1,0 +1,35 @@
+// Job specs: YAML text <-> v1::JobSpec, and the validation every submit goes through.
+#ifndef DAPPLE_COMMON_JOB_SPEC_H_
+#define DAPPLE_COMMON_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dapple/v1/job.pb.h"
+
+namespace dapple {
+
+// Parses the YAML job spec of design.md into a JobSpec, filling defaults, then validates it
+// (ValidateJobSpec). `source` names the text in messages (a file name, or "<spec>").
+// Errors (all kInvalidArgument, one line each):
+//   syntax:  "job.yaml:4:7: YAML syntax error: <what>" (line and column 1-based)
+//   unknown or misplaced keys, wrong value types: "job.yaml:3:1: unknown field 'trainig' in
+//   the job spec; known: name, model, data, training, parallel"
+//   any rule of ValidateJobSpec.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view source);
+
+// Checks every field; the message names the field, its value and the rule, e.g.
+// "training.global_batch 256 is not divisible by training.micro_batch 48".
+// Returns kInvalidArgument on the first violation, OkStatus otherwise.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// M = global_batch / micro_batch (D = 1). Requires a validated spec.
+int64_t MicroBatches(const v1::JobSpec& spec);
+
+// The spec back as YAML (for `dapplectl get -o yaml` and logs).
+std::string JobSpecToYaml(const v1::JobSpec& spec);
+
+}  // namespace dapple
+
+#endif  // DAPPLE_COMMON_JOB_SPEC_H_

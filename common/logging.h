@@ -1,0 +1,23 @@
+// Process-wide logging on spdlog. One line per event, to stderr, with the role and pid.
+// Thread safety: every function may be called from any thread.
+#ifndef DAPPLE_COMMON_LOGGING_H_
+#define DAPPLE_COMMON_LOGGING_H_
+
+#include <string>
+
+#include "spdlog/spdlog.h"
+
+namespace dapple {
+
+// Names this process in every log line (e.g. "coordinator", "worker w-2"). Call once at start.
+// `level` is one of trace, debug, info, warn, error (unknown values mean info).
+void InitLogging(const std::string& role, const std::string& level = "info");
+
+}  // namespace dapple
+
+#define DAPPLE_LOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)
+#define DAPPLE_LOG_INFO(...) SPDLOG_INFO(__VA_ARGS__)
+#define DAPPLE_LOG_WARN(...) SPDLOG_WARN(__VA_ARGS__)
+#define DAPPLE_LOG_ERROR(...) SPDLOG_ERROR(__VA_ARGS__)
+
+#endif  // DAPPLE_COMMON_LOGGING_H_

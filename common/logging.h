@@ -5,7 +5,18 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "spdlog/spdlog.h"
+
+#if !ABSL_USES_STD_STRING_VIEW
+// Debian's Abseil has its own string_view type; let log lines format it like a string.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  auto format(absl::string_view s, fmt::format_context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+#endif
 
 namespace dapple {
 

@@ -1,0 +1,32 @@
+// Step arithmetic shared by the coordinator (progress, ETA) and the workers (data order).
+// A step consumes one global batch; the remainder of an epoch that does not fill a global batch
+// is dropped, so every step has exactly global_batch samples.
+#ifndef DAPPLE_COMMON_STEPS_H_
+#define DAPPLE_COMMON_STEPS_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "dapple/v1/job.pb.h"
+
+namespace dapple {
+
+// Training samples of the dataset a spec names (fashion-mnist: 60000).
+inline constexpr int64_t kFashionMnistTrainSize = 60000;
+inline constexpr int64_t kFashionMnistTestSize = 10000;
+
+inline int64_t StepsPerEpoch(const v1::JobSpec& spec) {
+  const int64_t b = spec.training().global_batch();
+  return b > 0 ? kFashionMnistTrainSize / b : 0;
+}
+
+// epochs * StepsPerEpoch, capped by training.max_steps when that is > 0.
+inline int64_t TotalSteps(const v1::JobSpec& spec) {
+  int64_t total = spec.training().epochs() * StepsPerEpoch(spec);
+  if (spec.training().max_steps() > 0) total = std::min(total, spec.training().max_steps());
+  return total;
+}
+
+}  // namespace dapple
+
+#endif  // DAPPLE_COMMON_STEPS_H_

@@ -1,0 +1,177 @@
+"""A local dapple cluster for integration tests: a real dapple-coordinator and real
+dapple-worker processes on 127.0.0.1, driven through the real dapplectl binary.
+
+Every wait has a deadline; every process started is killed on close(), so a failing test never
+leaves processes behind or hangs the suite.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+BUILD_DIR = os.environ.get("DAPPLE_BUILD_DIR") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build")
+SOURCE_DIR = os.environ.get("DAPPLE_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+COORDINATOR = os.path.join(BUILD_DIR, "coordinator", "dapple-coordinator")
+WORKER = os.path.join(BUILD_DIR, "worker", "dapple-worker")
+DAPPLECTL = os.path.join(BUILD_DIR, "dapplectl", "dapplectl")
+REFERENCE = os.path.join(BUILD_DIR, "tests", "dapple-reference")
+
+
+class Cluster:
+    def __init__(self, workers=2, worker_timeout_ms=3000, heartbeat_ms=100, dump=False):
+        self.dir = tempfile.mkdtemp(prefix="dapple-it-")
+        self.db = os.path.join(self.dir, "dapple.db")
+        self.worker_timeout_ms = worker_timeout_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.dump_dir = os.path.join(self.dir, "dump") if dump else None
+        if self.dump_dir:
+            os.makedirs(self.dump_dir)
+        self.coordinator = None
+        self.workers = []
+        self.address = None
+        self.start_coordinator()
+        for _ in range(workers):
+            self.add_worker()
+
+    # -- processes -------------------------------------------------------------------------
+    def start_coordinator(self):
+        port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        log = open(os.path.join(self.dir, "coordinator.log"), "ab")
+        self.coordinator = subprocess.Popen(
+            [COORDINATOR, "--listen", "127.0.0.1:0", "--port-file", port_file, "--db", self.db,
+             "--heartbeat-interval-ms", str(self.heartbeat_ms),
+             "--worker-timeout-ms", str(self.worker_timeout_ms)],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                port = int(open(port_file).read().strip())
+                self.address = "127.0.0.1:%d" % port
+                return
+            if self.coordinator.poll() is not None:
+                raise RuntimeError("coordinator exited: " + self.log("coordinator"))
+            time.sleep(0.05)
+        raise RuntimeError("coordinator did not write its port in 20 s")
+
+    def stop_coordinator(self):
+        self.coordinator.send_signal(signal.SIGTERM)
+        self.coordinator.wait(timeout=20)
+
+    def add_worker(self, name=None):
+        i = len(self.workers) + 1
+        name = name or "it-w%d" % i
+        cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60"]
+        if self.dump_dir:
+            cmd += ["--dump-dir", self.dump_dir]
+        log = open(os.path.join(self.dir, "worker-%s.log" % name), "ab")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        self.workers.append((name, p))
+        return name, p
+
+    def wait_workers(self, count, state="IDLE", timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ws = self.workers_json()
+            if sum(1 for w in ws if w.get("state", "").endswith(state)) >= count:
+                return ws
+            time.sleep(0.1)
+        raise AssertionError("fewer than %d workers %s after %d s: %s" % (count, state, timeout, self.workers_json()))
+
+    def close(self):
+        for _, p in self.workers:
+            if p.poll() is None:
+                p.kill()
+        if self.coordinator and self.coordinator.poll() is None:
+            self.coordinator.kill()
+        for _, p in self.workers:
+            p.wait(timeout=10)
+        if self.coordinator:
+            self.coordinator.wait(timeout=10)
+        if os.environ.get("DAPPLE_KEEP_TEST_DIRS"):
+            print("kept", self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log(self, name):
+        path = os.path.join(self.dir, name + ".log" if not name.startswith("worker") else name + ".log")
+        try:
+            return open(path, errors="replace").read()[-4000:]
+        except OSError:
+            return ""
+
+    def all_logs(self):
+        out = []
+        for f in sorted(os.listdir(self.dir)):
+            if f.endswith(".log"):
+                out.append("---- %s\n%s" % (f, open(os.path.join(self.dir, f), errors="replace").read()[-3000:]))
+        return "\n".join(out)
+
+    # -- dapplectl -------------------------------------------------------------------------
+    def ctl(self, *args, timeout=60, check=True):
+        """Runs dapplectl; returns (exit code, stdout, stderr)."""
+        env = dict(os.environ, DAPPLE_COORDINATOR=self.address)
+        r = subprocess.run([DAPPLECTL] + list(args), env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError("dapplectl %s -> %d\nstdout: %s\nstderr: %s" % (
+                " ".join(args), r.returncode, r.stdout, r.stderr))
+        return r.returncode, r.stdout, r.stderr
+
+    def submit_text(self, yaml_text, name="job.yaml", check=True):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(yaml_text)
+        return self.ctl("submit", path, "-o", "json", check=check)
+
+    def submit(self, yaml_text, name="job.yaml"):
+        _, out, _ = self.submit_text(yaml_text, name)
+        return json.loads(out)["id"]
+
+    def get(self, job):
+        _, out, _ = self.ctl("get", job, "-o", "json")
+        return json.loads(out)
+
+    def workers_json(self):
+        _, out, _ = self.ctl("workers", "-o", "json")
+        return json.loads(out).get("workers", [])
+
+    def wait_state(self, job, states, timeout):
+        deadline = time.time() + timeout
+        j = None
+        while time.time() < deadline:
+            j = self.get(job)
+            if j["state"] in states:
+                return j
+            time.sleep(0.1)
+        raise AssertionError("job %s not in %s after %d s: %s\n%s" % (job, states, timeout, j, self.all_logs()))
+
+
+def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple", epochs=1,
+              max_steps=0, lr=0.05, momentum=0.9, optimizer="sgd", seed=3, planner="balanced",
+              data_path="/usr/share/datasets/fashion-mnist"):
+    lines = ["name: %s" % name, "model:", "  input_shape: [1, 28, 28]", "  layers:"]
+    for t, out in layers:
+        lines.append("    - {type: %s%s}" % (t, ", out: %d" % out if out else ""))
+    lines += ["data: {dataset: fashion-mnist, path: %s}" % data_path,
+              "training:",
+              "  global_batch: %d" % global_batch,
+              "  micro_batch: %d" % micro_batch,
+              "  epochs: %d" % epochs,
+              "  max_steps: %d" % max_steps,
+              "  optimizer: {type: %s, lr: %g%s}" % (optimizer, lr, ", momentum: %g" % momentum if optimizer == "sgd" else ""),
+              "  seed: %d" % seed,
+              "parallel:",
+              "  schedule: %s" % schedule,
+              "  planner: %s" % planner,
+              "  stages: %d" % stages,
+              "  devices: %d" % stages]
+    return "\n".join(lines) + "\n"
+
+
+SMALL_MLP = [("flatten", 0), ("linear", 64), ("relu", 0), ("linear", 32), ("gelu", 0), ("linear", 10)]

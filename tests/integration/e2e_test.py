@@ -1,0 +1,164 @@
+"""End to end through dapplectl: a real coordinator and real workers on 127.0.0.1.
+
+Covers: a job that succeeds; a job cancelled mid-run whose workers are free again; a worker
+killed mid-run failing its job with a message naming it, within a bounded time; a coordinator
+restart that keeps every job; bad input with one-line errors and distinct exit codes.
+"""
+import json
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cluster  # noqa: E402
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def short_job(name, steps=30, schedule="dapple", **kw):
+    return cluster.spec_yaml(name, cluster.SMALL_MLP, 128, 32, 2, schedule=schedule,
+                             max_steps=steps, **kw)
+
+
+def long_job(name):
+    return cluster.spec_yaml(name, cluster.SMALL_MLP, 64, 16, 2, epochs=50)
+
+
+class EndToEndTest(unittest.TestCase):
+    def setUp(self):
+        self.c = cluster.Cluster(workers=2)
+        self.c.wait_workers(2)
+
+    def tearDown(self):
+        if hasattr(self, "_outcome") and any(e for _, e in getattr(self._outcome, "errors", [])):
+            print(self.c.all_logs())
+        self.c.close()
+
+    def wait_running_steps(self, job, steps=3, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            j = self.c.get(job)
+            if j["state"] == "RUNNING" and int(j.get("metrics", {}).get("step", 0)) >= steps:
+                return j
+            self.assertNotIn(j["state"], TERMINAL, j.get("message"))
+            time.sleep(0.1)
+        self.fail("job %s did not reach step %d" % (job, steps))
+
+    def test_submit_watch_get(self):
+        path = os.path.join(self.c.dir, "job.yaml")
+        open(path, "w").write(short_job("e2e-ok", steps=60))
+        rc, out, err = self.c.ctl("submit", path, "--watch", timeout=180, check=False)
+        self.assertEqual(rc, 0, out + err + self.c.all_logs())
+        jobs = json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]
+        self.assertEqual(len(jobs), 1)
+        j = self.c.get(jobs[0]["id"])
+        self.assertEqual(j["state"], "SUCCEEDED")
+        self.assertEqual(int(j["metrics"]["step"]), 60)
+        self.assertGreater(j["metrics"]["samples_per_second"], 0)
+        # 60 steps of 128 samples already learn most of Fashion-MNIST's easy classes.
+        self.assertGreater(j["metrics"]["test_accuracy"], 0.6)
+        self.assertEqual(len(j["step_losses"]), 60)
+        self.assertLess(j["step_losses"][-1], j["step_losses"][0])
+        self.assertEqual([w["state"] for w in self.c.workers_json()].count("IDLE"), 2)
+
+    def test_cancel_frees_workers(self):
+        job = self.c.submit(long_job("e2e-cancel"))
+        self.wait_running_steps(job)
+        rc, out, _ = self.c.ctl("cancel", job)
+        self.assertIn(job, out)
+        j = self.c.wait_state(job, TERMINAL, timeout=10)
+        self.assertEqual(j["state"], "CANCELLED")
+        rc, _, _ = self.c.ctl("watch", job, check=False)
+        self.assertEqual(rc, 5)
+        self.c.wait_workers(2, "IDLE", timeout=15)
+        # Cancelling again is refused with a clear message and exit code 1.
+        rc, _, err = self.c.ctl("cancel", job, check=False)
+        self.assertEqual(rc, 1)
+        self.assertIn("CANCELLED", err)
+        # The freed workers run the next job.
+        job2 = self.c.submit(short_job("e2e-after-cancel", steps=10))
+        j2 = self.c.wait_state(job2, TERMINAL, timeout=60)
+        self.assertEqual(j2["state"], "SUCCEEDED", j2.get("message"))
+
+    def test_dead_worker_fails_job_naming_it(self):
+        job = self.c.submit(long_job("e2e-dead"))
+        self.wait_running_steps(job)
+        j = self.c.get(job)
+        victim = j["plan"]["stages"][1]["worker_ids"][0]
+        for name, p in self.c.workers:
+            if name == victim:
+                p.send_signal(signal.SIGKILL)
+        t0 = time.time()
+        j = self.c.wait_state(job, TERMINAL, timeout=30)
+        self.assertEqual(j["state"], "FAILED")
+        self.assertIn(victim, j["message"])
+        self.assertIn("stage 1", j["message"])
+        # Bounded: the heartbeat timeout (3 s here) plus scheduling slack.
+        self.assertLess(time.time() - t0, 20)
+        # The surviving worker is aborted and becomes free again.
+        self.c.wait_workers(1, "IDLE", timeout=20)
+
+    def test_restart_keeps_jobs(self):
+        ok = self.c.submit(short_job("e2e-before-restart", steps=5))
+        self.c.wait_state(ok, TERMINAL, timeout=60)
+        bad = self.c.submit(short_job("e2e-nodata", steps=5, data_path="/nonexistent/fmnist"))
+        self.c.wait_state(bad, TERMINAL, timeout=60)
+        before = {j["id"]: j for j in json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]}
+        self.c.stop_coordinator()
+        self.c.start_coordinator()
+        after = {j["id"]: j for j in json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]}
+        self.assertEqual(sorted(before), sorted(after))
+        for k in before:
+            self.assertEqual(before[k]["state"], after[k]["state"])
+            self.assertEqual(before[k].get("message"), after[k].get("message"))
+        self.assertEqual(after[ok]["state"], "SUCCEEDED")
+        self.assertEqual(after[ok]["metrics"].get("test_accuracy"),
+                         before[ok]["metrics"].get("test_accuracy"))
+        # Missing dataset files: the job fails with a message naming the file.
+        self.assertEqual(after[bad]["state"], "FAILED")
+        self.assertIn("/nonexistent/fmnist", after[bad]["message"])
+        self.assertIn("train-images-idx3-ubyte.gz", after[bad]["message"])
+        # Workers re-register with the restarted coordinator and take new jobs; ids continue.
+        self.c.wait_workers(2, "IDLE", timeout=20)
+        new = self.c.submit(short_job("e2e-after-restart", steps=5))
+        self.assertNotIn(new, before)
+        self.assertEqual(self.c.wait_state(new, TERMINAL, timeout=60)["state"], "SUCCEEDED")
+
+    def test_bad_input(self):
+        c = self.c
+        cases = [
+            ("malformed.yaml", "name: x\nmodel:\n  layers: [ {type: linear, out: 3}\n  input_shape: [1]\n",
+             [r":\d+:\d+:", "YAML"]),
+            ("unknown_layer.yaml", short_job("bad-layer").replace("type: gelu", "type: conv9"),
+             ["conv9", "layers[4]"]),
+            ("indivisible.yaml", short_job("bad-batch").replace("micro_batch: 32", "micro_batch: 48"),
+             ["128", "48", "divisible"]),
+            ("too_many_stages.yaml",
+             short_job("bad-stages").replace("stages: 2", "stages: 8").replace("devices: 2", "devices: 8"),
+             ["8", "6 layers"]),
+        ]
+        for name, text, patterns in cases:
+            with self.subTest(name=name):
+                rc, out, err = c.submit_text(text, name, check=False)
+                self.assertEqual(rc, 1, out + err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertTrue(err.startswith("dapplectl: "), err)
+                for p in patterns:
+                    self.assertRegex(err, p)
+        # Nothing was stored, and the coordinator is still up.
+        self.assertEqual(json.loads(c.ctl("list", "-o", "json")[1]).get("jobs", []), [])
+        # Usage error and unreachable coordinator have their own exit codes.
+        rc, _, _ = c.ctl("frobnicate", check=False)
+        self.assertEqual(rc, 2)
+        r = __import__("subprocess").run(
+            [cluster.DAPPLECTL, "--coordinator", "127.0.0.1:1", "--timeout", "2", "list"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("127.0.0.1:1", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

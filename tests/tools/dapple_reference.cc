@@ -1,0 +1,59 @@
+// dapple-reference: trains a job spec in ONE process without pipelining (the single-device
+// reference of the parity harness) and writes what the harness compares:
+//   <out>/reference.losses   one mean loss per step, "%.9g" per line
+//   <out>/reference.params   all parameters (worker/runtime/param_io.h format)
+// Usage: dapple-reference JOB.yaml STEPS OUT_DIR
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/job_spec.h"
+#include "kernels/cpu/blas.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/runtime/param_io.h"
+#include "worker/runtime/reference_trainer.h"
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: dapple-reference JOB.yaml STEPS OUT_DIR\n";
+    return 2;
+  }
+  dapple::kernels::SetComputeThreads(1);
+  std::ifstream f(argv[1]);
+  if (!f) {
+    std::cerr << "dapple-reference: cannot read " << argv[1] << "\n";
+    return 1;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto spec = dapple::ParseJobSpec(ss.str(), argv[1]);
+  if (!spec.ok()) {
+    std::cerr << "dapple-reference: " << spec.status().message() << "\n";
+    return 1;
+  }
+  auto train = dapple::worker::LoadFashionMnist(spec->data().path(), dapple::worker::Split::kTrain);
+  if (!train.ok()) {
+    std::cerr << "dapple-reference: " << train.status().message() << "\n";
+    return 1;
+  }
+  auto trainer = dapple::worker::ReferenceTrainer::Create(*spec, &*train);
+  if (!trainer.ok()) {
+    std::cerr << "dapple-reference: " << trainer.status().message() << "\n";
+    return 1;
+  }
+  const long steps = std::stol(argv[2]);
+  const std::string out = argv[3];
+  std::ofstream losses(out + "/reference.losses");
+  for (long s = 0; s < steps; ++s) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.9g\n", (*trainer)->Step(s));
+    losses << buf;
+  }
+  auto st = dapple::worker::SaveParams(out + "/reference.params", (*trainer)->Params());
+  if (!st.ok()) {
+    std::cerr << "dapple-reference: " << st.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

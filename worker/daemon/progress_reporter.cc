@@ -1,0 +1,75 @@
+#include "worker/daemon/progress_reporter.h"
+
+#include <chrono>
+
+#include "common/logging.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dapple::worker {
+
+ProgressReporter::ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort)
+    : stub_(stub), abort_(abort), thread_([this] { Loop(); }) {}
+
+ProgressReporter::~ProgressReporter() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void ProgressReporter::Report(v1::ProgressReport report) {
+  absl::MutexLock l(&mu_);
+  queue_.push_back(std::move(report));
+}
+
+bool ProgressReporter::Flush(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() && !in_flight_;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&drained), timeout);
+}
+
+void ProgressReporter::Loop() {
+  int failures = 0;
+  while (true) {
+    v1::ProgressReport report;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      report = queue_.front();
+      in_flight_ = true;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ProgressAck ack;
+    grpc::Status s = stub_->ReportProgress(&ctx, report, &ack);
+    absl::MutexLock l(&mu_);
+    in_flight_ = false;
+    if (s.ok()) {
+      queue_.pop_front();
+      failures = 0;
+      if (ack.abort()) abort_->store(true);
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+               s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+               s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      // The coordinator no longer knows the job or this worker: nothing to retry.
+      DAPPLE_LOG_WARN("progress report for {} refused: {}", report.job_id(), s.error_message());
+      queue_.pop_front();
+      abort_->store(true);
+    } else {
+      if (++failures == 1) {
+        DAPPLE_LOG_WARN("progress report failed ({}), retrying", s.error_message());
+      }
+      // Back off without holding up Flush's deadline logic.
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(200));
+    }
+  }
+}
+
+}  // namespace dapple::worker

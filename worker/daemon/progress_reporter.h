@@ -1,0 +1,44 @@
+// Sends a rank's progress reports to the coordinator from its own thread, so the interpreter
+// loop never waits on the coordinator. Reports are delivered in order; a report that cannot be
+// delivered is retried until Flush's deadline.
+//
+// Thread safety: Report, Flush and aborted() may be called from any thread.
+#ifndef DAPPLE_WORKER_DAEMON_PROGRESS_REPORTER_H_
+#define DAPPLE_WORKER_DAEMON_PROGRESS_REPORTER_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dapple/v1/worker.grpc.pb.h"
+
+namespace dapple::worker {
+
+class ProgressReporter {
+ public:
+  // `stub` must outlive the reporter. When an ack says abort, `*abort` is set to true.
+  ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort);
+  ~ProgressReporter();  // stops the thread; undelivered reports are dropped
+
+  void Report(v1::ProgressReport report);
+  // Waits until every queued report was delivered or `timeout` passed; false on timeout.
+  bool Flush(absl::Duration timeout);
+
+ private:
+  void Loop();
+
+  v1::WorkerControl::Stub* stub_;
+  std::atomic<bool>* abort_;
+  absl::Mutex mu_;
+  std::deque<v1::ProgressReport> queue_ ABSL_GUARDED_BY(mu_);
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_DAEMON_PROGRESS_REPORTER_H_

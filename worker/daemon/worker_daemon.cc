@@ -1,0 +1,360 @@
+#include "worker/daemon/worker_daemon.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/steps.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/comm/ucx_transport.h"
+#include "worker/daemon/progress_reporter.h"
+#include "worker/runtime/param_io.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace dapple::worker {
+namespace {
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
+                                       args);
+  stub_ = v1::WorkerControl::NewStub(channel_);
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  abort_.store(true);
+  ReapJob(/*wait=*/true);
+}
+
+void WorkerDaemon::Stop() {
+  absl::MutexLock l(&mu_);
+  stop_ = true;
+  abort_.store(true);
+}
+
+absl::Status WorkerDaemon::Register() {
+  v1::RegisterWorkerRequest req;
+  req.set_hostname(Hostname());
+  req.set_pid(getpid());
+  req.set_name(options_.name);
+  for (const auto& d : options_.devices) req.add_devices(d);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  v1::RegisterWorkerResponse resp;
+  grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
+                                               options_.coordinator, ": ", s.error_message()));
+  }
+  absl::MutexLock l(&mu_);
+  worker_id_ = resp.worker_id();
+  if (resp.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
+  }
+  DAPPLE_LOG_INFO("registered as {} with {}", worker_id_, options_.coordinator);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Run() {
+  bool warned = false;
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stop_) break;
+    }
+    ReapJob(/*wait=*/false);
+    std::string id;
+    {
+      absl::MutexLock l(&mu_);
+      id = worker_id_;
+    }
+    if (id.empty()) {
+      absl::Status s = Register();
+      if (!s.ok() && !warned) {
+        DAPPLE_LOG_WARN("{} (retrying)", s.message());
+        warned = true;
+      }
+      if (s.ok()) warned = false;
+    } else {
+      HeartbeatOnce();
+    }
+    absl::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), heartbeat_interval_);
+  }
+  abort_.store(true);
+  ReapJob(/*wait=*/true);
+  DAPPLE_LOG_INFO("stopped");
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::HeartbeatOnce() {
+  v1::HeartbeatRequest req;
+  {
+    absl::MutexLock l(&mu_);
+    req.set_worker_id(worker_id_);
+    req.set_running_job_id(job_id_);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  v1::HeartbeatResponse resp;
+  grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+  if (!s.ok()) {
+    DAPPLE_LOG_DEBUG("heartbeat failed: {}", s.error_message());
+    return;
+  }
+  if (resp.unknown_worker()) {
+    DAPPLE_LOG_WARN("the coordinator does not know {}: registering again", req.worker_id());
+    absl::MutexLock l(&mu_);
+    worker_id_.clear();
+    // Its jobs are gone from the coordinator's view; stop what this worker runs for them.
+    if (!job_id_.empty()) abort_.store(true);
+    return;
+  }
+  for (const std::string& job : resp.abort_job_ids()) {
+    absl::MutexLock l(&mu_);
+    if (job == job_id_) {
+      DAPPLE_LOG_INFO("coordinator aborts {}", job);
+      abort_.store(true);
+    }
+  }
+  if (resp.has_assignment()) StartJob(resp.assignment());
+}
+
+void WorkerDaemon::ReapJob(bool wait) {
+  bool finished;
+  {
+    absl::MutexLock l(&mu_);
+    finished = job_finished_;
+  }
+  if (!job_thread_.joinable() || (!finished && !wait)) return;
+  job_thread_.join();
+  absl::MutexLock l(&mu_);
+  job_id_.clear();
+  job_finished_ = false;
+}
+
+void WorkerDaemon::StartJob(const v1::StageAssignment& assignment) {
+  ReapJob(/*wait=*/false);
+  {
+    absl::MutexLock l(&mu_);
+    if (!job_id_.empty()) {
+      DAPPLE_LOG_ERROR("assignment for {} while {} still runs: ignored", assignment.job_id(),
+                       job_id_);
+      return;
+    }
+    job_id_ = assignment.job_id();
+    job_finished_ = false;
+  }
+  abort_.store(false);
+  job_thread_ = std::thread([this, assignment] { RunJob(assignment); });
+}
+
+void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
+  std::string worker_id;
+  {
+    absl::MutexLock l(&mu_);
+    worker_id = worker_id_;
+  }
+  DAPPLE_LOG_INFO("{}: starting stage {} of {}", assignment.job_id(), assignment.stage(),
+                  assignment.num_stages());
+  ProgressReporter reporter(stub_.get(), &abort_);
+  absl::Status s;
+  try {
+    s = TrainJob(assignment, &reporter);
+  } catch (const std::exception& e) {
+    s = absl::InternalError(absl::StrCat("exception: ", e.what()));
+  }
+  v1::ProgressReport final;
+  final.set_worker_id(worker_id);
+  final.set_job_id(assignment.job_id());
+  final.set_stage(assignment.stage());
+  final.set_replica(assignment.replica());
+  if (s.ok()) {
+    final.set_kind(v1::PROGRESS_DONE);
+    DAPPLE_LOG_INFO("{}: stage {} done", assignment.job_id(), assignment.stage());
+  } else if (abort_.load() || s.code() == absl::StatusCode::kAborted) {
+    final.set_kind(v1::PROGRESS_ABORTED);
+    final.set_message(std::string(s.message()));
+    DAPPLE_LOG_INFO("{}: stage {} aborted: {}", assignment.job_id(), assignment.stage(),
+                    s.message());
+  } else {
+    final.set_kind(v1::PROGRESS_FAILED);
+    final.set_message(std::string(s.message()));
+    DAPPLE_LOG_ERROR("{}: stage {} failed: {}", assignment.job_id(), assignment.stage(),
+                     s.message());
+  }
+  reporter.Report(final);
+  if (!reporter.Flush(absl::Seconds(10))) {
+    DAPPLE_LOG_WARN("{}: could not deliver the final report", assignment.job_id());
+  }
+  absl::MutexLock l(&mu_);
+  job_finished_ = true;
+}
+
+absl::StatusOr<WorkerDaemon::DataCache> WorkerDaemon::LoadData(const std::string& path) {
+  auto it = data_cache_.find(path);
+  if (it != data_cache_.end()) return it->second;
+  DataCache c;
+  DAPPLE_ASSIGN_OR_RETURN(Dataset train, LoadFashionMnist(path, Split::kTrain));
+  DAPPLE_ASSIGN_OR_RETURN(Dataset test, LoadFashionMnist(path, Split::kTest));
+  c.train = std::make_shared<const Dataset>(std::move(train));
+  c.test = std::make_shared<const Dataset>(std::move(test));
+  data_cache_[path] = c;
+  return c;
+}
+
+absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReporter* reporter) {
+  const std::string& job = a.job_id();
+  const int stage = a.stage();
+  const int num_stages = a.num_stages();
+  std::string worker_id;
+  {
+    absl::MutexLock l(&mu_);
+    worker_id = worker_id_;
+  }
+  auto data_or = LoadData(a.spec().data().path());
+  if (!data_or.ok()) {
+    return absl::Status(data_or.status().code(),
+                        absl::StrCat("data.path: ", data_or.status().message()));
+  }
+  DataCache data = *data_or;
+
+  std::unique_ptr<UcxTransport> transport;
+  if (num_stages > 1) {
+    Transport::Options topts;
+    topts.timeout = options_.transport_timeout;
+    topts.abort = &abort_;
+    DAPPLE_ASSIGN_OR_RETURN(transport, UcxTransport::Create(stage, topts));
+    v1::PublishEndpointRequest pub;
+    pub.set_job_id(job);
+    pub.set_worker_id(worker_id);
+    pub.set_stage(stage);
+    pub.set_replica(a.replica());
+    pub.set_ucx_address(transport->LocalAddress());
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
+      v1::PublishEndpointResponse resp;
+      grpc::Status s = stub_->PublishEndpoint(&ctx, pub, &resp);
+      if (!s.ok()) {
+        return absl::UnavailableError(absl::StrCat("rendezvous: ", s.error_message()));
+      }
+    }
+    // Wait for every rank's address, then connect to the neighbours.
+    const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+    v1::GetPeersResponse peers;
+    while (true) {
+      if (abort_.load()) return absl::AbortedError("aborted during rendezvous");
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+      v1::GetPeersRequest req;
+      req.set_job_id(job);
+      grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
+      if (s.ok() && peers.job_ended()) return absl::AbortedError("job ended during rendezvous");
+      if (s.ok() && peers.complete()) break;
+      if (absl::Now() > deadline) {
+        std::string missing;
+        for (int st = 0; st < num_stages; ++st) {
+          bool found = false;
+          for (const auto& p : peers.peers()) found |= p.stage() == st;
+          if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", st);
+        }
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "rendezvous: stages [%s] did not publish their address within %s", missing,
+            absl::FormatDuration(options_.rendezvous_timeout)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (const v1::PeerEndpoint& p : peers.peers()) {
+      if (p.stage() == stage - 1 || p.stage() == stage + 1) {
+        DAPPLE_RETURN_IF_ERROR(transport->Connect(p.stage(), p.ucx_address()));
+      }
+    }
+  }
+
+  DAPPLE_ASSIGN_OR_RETURN(
+      std::unique_ptr<StageRuntime> rt,
+      StageRuntime::Create(a, data.train.get(), data.test.get(), transport.get()));
+  const int64_t total = TotalSteps(a.spec());
+  const int64_t per_epoch = StepsPerEpoch(a.spec());
+  const bool last = stage == num_stages - 1;
+  auto base_report = [&](v1::ProgressKind kind) {
+    v1::ProgressReport r;
+    r.set_worker_id(worker_id);
+    r.set_job_id(job);
+    r.set_stage(stage);
+    r.set_replica(a.replica());
+    r.set_kind(kind);
+    return r;
+  };
+  for (int64_t step = a.first_step(); step < total; ++step) {
+    if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
+    DAPPLE_ASSIGN_OR_RETURN(StepResult r, rt->RunStep(step));
+    const int epoch = static_cast<int>(step / per_epoch) + 1;
+    if (last) {
+      v1::ProgressReport rep = base_report(v1::PROGRESS_STEP);
+      rep.set_step(step + 1);
+      rep.set_epoch(epoch);
+      rep.set_loss(r.loss);
+      rep.set_step_seconds(r.seconds);
+      reporter->Report(std::move(rep));
+    }
+    if ((step + 1) % per_epoch == 0 || step + 1 == total) {
+      DAPPLE_ASSIGN_OR_RETURN(EvalResult e, rt->Evaluate(epoch));
+      if (e.has_metrics) {
+        v1::ProgressReport rep = base_report(v1::PROGRESS_EVAL);
+        rep.set_step(step + 1);
+        rep.set_epoch(epoch);
+        rep.set_test_accuracy(e.accuracy);
+        rep.set_test_loss(e.loss);
+        reporter->Report(std::move(rep));
+        DAPPLE_LOG_INFO("{}: epoch {} test accuracy {:.4f} loss {:.4f}", job, epoch, e.accuracy,
+                        e.loss);
+      }
+    }
+  }
+  if (transport != nullptr) {
+    // Closing handshake: a rank hears FIN from a neighbour only after that neighbour finished
+    // all its work, so no endpoint is closed while a message to or from it is still on the way.
+    static const char kFin = 1;
+    char fin_in = 0;
+    const uint64_t tag = MessageTag(MessageKind::kFinish, 0, 0);
+    for (int peer : {stage - 1, stage + 1}) {
+      if (peer >= 0 && peer < num_stages) {
+        DAPPLE_RETURN_IF_ERROR(transport->Send(peer, tag, &kFin, 1));
+      }
+    }
+    for (int peer : {stage - 1, stage + 1}) {
+      if (peer >= 0 && peer < num_stages) {
+        DAPPLE_RETURN_IF_ERROR(transport->Recv(peer, tag, &fin_in, 1));
+      }
+    }
+    DAPPLE_RETURN_IF_ERROR(transport->WaitSends());
+  }
+  if (!options_.dump_dir.empty()) {
+    DAPPLE_RETURN_IF_ERROR(SaveParams(
+        absl::StrFormat("%s/%s.stage%d.params", options_.dump_dir, job, stage), rt->Params()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,82 @@
+#include "worker/runtime/reference_trainer.h"
+
+#include <algorithm>
+
+#include "common/model_info.h"
+#include "common/status.h"
+#include "common/steps.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/model.h"
+
+namespace dapple::worker {
+
+using kernels::Tensor;
+
+absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
+    const v1::JobSpec& spec, const Dataset* train) {
+  auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
+  t->spec_ = spec;
+  t->train_ = train;
+  const int num_layers = spec.model().layers_size();
+  DAPPLE_ASSIGN_OR_RETURN(t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1,
+                                                           spec.training().seed()));
+  t->params_ = kernels::CollectParams(t->layers_);
+  DAPPLE_ASSIGN_OR_RETURN(t->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
+  t->input_shape_.assign(spec.model().input_shape().begin(), spec.model().input_shape().end());
+  return t;
+}
+
+std::vector<kernels::Param*> ReferenceTrainer::Params() { return params_; }
+
+double ReferenceTrainer::Step(int64_t step) {
+  const int64_t b = spec_.training().global_batch();
+  const int64_t spe = StepsPerEpoch(spec_);
+  const int64_t epoch = step / spe;
+  if (epoch != order_epoch_) {
+    order_ = EpochOrder(train_->size, spec_.training().seed(), epoch);
+    order_epoch_ = epoch;
+  }
+  const int64_t* idx = order_.data() + (step % spe) * b;
+  std::vector<Tensor> acts(layers_.size() + 1);
+  std::vector<int64_t> shape{b};
+  shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
+  acts[0].Resize(shape);
+  std::vector<int32_t> labels(b);
+  GatherBatch(*train_, idx, b, acts[0].data.data(), labels.data());
+  for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(acts[k], &acts[k + 1]);
+  Tensor dy, dx;
+  const double loss_sum = kernels::SoftmaxCrossEntropy(
+      acts.back(), labels.data(), 1.0f / static_cast<float>(b), &dy, nullptr);
+  for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+    layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr);
+    std::swap(dy, dx);
+  }
+  optimizer_->Step(params_);
+  kernels::ZeroGrads(params_);
+  return loss_sum / static_cast<double>(b);
+}
+
+void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accuracy) {
+  const int64_t chunk = 1000;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<Tensor> acts(layers_.size() + 1);
+  std::vector<int64_t> idx;
+  for (int64_t begin = 0; begin < test.size; begin += chunk) {
+    const int64_t n = std::min(chunk, test.size - begin);
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
+    acts[0].Resize(shape);
+    idx.resize(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = begin + i;
+    GatherBatch(test, idx.data(), n, acts[0].data.data(), nullptr);
+    for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(acts[k], &acts[k + 1]);
+    int64_t ok = 0;
+    loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), test.labels.data() + begin, &ok);
+    correct += ok;
+  }
+  *loss = loss_sum / static_cast<double>(test.size);
+  *accuracy = static_cast<double>(correct) / static_cast<double>(test.size);
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,45 @@
+// The single-device reference: the whole model in one process, one forward and one backward on
+// the whole global batch per step, no micro-batches and no pipeline. The parity harness compares
+// every synchronous schedule against it (same seed, same global batch, same sample order).
+#ifndef DAPPLE_WORKER_RUNTIME_REFERENCE_TRAINER_H_
+#define DAPPLE_WORKER_RUNTIME_REFERENCE_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/job.pb.h"
+#include "kernels/cpu/layer.h"
+#include "kernels/cpu/optimizer.h"
+#include "worker/data/fashion_mnist.h"
+
+namespace dapple::worker {
+
+class ReferenceTrainer {
+ public:
+  // kInvalidArgument for a spec whose model cannot be built. `train` must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<ReferenceTrainer>> Create(const v1::JobSpec& spec,
+                                                                  const Dataset* train);
+  // Runs global step `step` (0-based) and returns its mean loss over the global batch.
+  double Step(int64_t step);
+  // Mean loss and accuracy over `test` (forward only).
+  void Evaluate(const Dataset& test, double* loss, double* accuracy);
+  // Every parameter of the model in layer order ("layer<i>.weight" / "layer<i>.bias").
+  std::vector<kernels::Param*> Params();
+
+ private:
+  ReferenceTrainer() = default;
+  v1::JobSpec spec_;
+  const Dataset* train_ = nullptr;
+  std::vector<std::unique_ptr<kernels::Layer>> layers_;
+  std::vector<kernels::Param*> params_;
+  std::unique_ptr<kernels::Optimizer> optimizer_;
+  std::vector<int64_t> input_shape_;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_REFERENCE_TRAINER_H_

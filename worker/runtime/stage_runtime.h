@@ -1,0 +1,132 @@
+// The pipeline runtime of one rank: a stage's layers, its optimizer and the ONE interpreter loop
+// that runs the rank program (design.md, "Schedules are data").
+//
+// Data: stage 0 reads the input images of each micro-batch itself and the last stage reads the
+// labels itself (the sample order is a pure function of seed and epoch), so only activations
+// (forward) and their gradients (backward) travel between stages.
+//
+// Buffers and blocking: a micro-batch's stashed activations live in a slot taken at its first
+// action (RECV_ACT, or FORWARD on stage 0) and given back after its BACKWARD, so the number of
+// live slots is the schedule's in-flight count (min(P - i, M) under dapple, M under gpipe).
+// Outgoing activations and gradients are copied into per-micro-batch send buffers that stay
+// untouched until OPTIMIZER_STEP, where the rank waits for all its sends (Transport rules).
+//
+// Gradients accumulate over the M micro-batches with the loss scaled by 1 / global_batch, and
+// the optimizer steps once per global batch: training equals one device on the whole batch up to
+// floating-point summation order.
+//
+// Thread safety: one thread drives a StageRuntime.
+#ifndef DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
+#define DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/plan.pb.h"
+#include "kernels/cpu/layer.h"
+#include "kernels/cpu/optimizer.h"
+#include "worker/comm/transport.h"
+#include "worker/data/fashion_mnist.h"
+
+namespace dapple::worker {
+
+struct StepResult {
+  bool has_loss = false;  // true on the last stage
+  double loss = 0;        // mean loss over the global batch
+  double seconds = 0;     // wall time of the step on this rank
+  int peak_in_flight = 0; // most micro-batches stashed at once during the step
+};
+
+struct EvalResult {
+  bool has_metrics = false;  // true on the last stage
+  double loss = 0;           // mean loss over the test set
+  double accuracy = 0;       // fraction of correct argmax predictions, in [0, 1]
+  int64_t samples = 0;
+};
+
+class StageRuntime {
+ public:
+  // Builds the layers of `assignment`'s stage (plan.stages[stage]) and the optimizer.
+  // `train` / `test` must outlive the runtime; `transport` too, and may be null only when P == 1.
+  // Peers are addressed by stage index (one replica per stage). kInvalidArgument for a plan that
+  // does not fit the spec.
+  static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
+      const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+      Transport* transport);
+
+  // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
+  // Errors: whatever the transport returns (kAborted, kUnavailable naming the peer,
+  // kDeadlineExceeded), kInternal for a program the runtime cannot run, each prefixed with the
+  // action ("stage 1 action 1RECV_ACT3: ...").
+  absl::StatusOr<StepResult> RunStep(int64_t step);
+
+  // Forward-only pass over the whole test set in chunks of kEvalChunk samples, through all
+  // stages. `eval_index` distinguishes evaluations on the wire (use the epoch).
+  absl::StatusOr<EvalResult> Evaluate(int64_t eval_index);
+
+  // This stage's parameters, in layer order (names "layer<i>.weight" / "layer<i>.bias").
+  std::vector<kernels::Param*> Params();
+
+  static constexpr int64_t kEvalChunk = 1000;
+
+ private:
+  struct Slot {
+    std::vector<kernels::Tensor> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    kernels::Tensor dlogits;            // last stage: dL/dlogits of this micro-batch
+    double loss_sum = 0;                // last stage
+  };
+
+  StageRuntime() = default;
+  absl::Status RunAction(const v1::Action& action, int64_t step);
+  Slot& SlotFor(int micro_batch);
+  void ReleaseSlot(int micro_batch);
+  void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
+  void ForwardLayers(std::vector<kernels::Tensor>* acts);
+
+  v1::StageAssignment assignment_;
+  const Dataset* train_ = nullptr;
+  const Dataset* test_ = nullptr;
+  Transport* transport_ = nullptr;
+  int stage_ = 0;
+  int num_stages_ = 1;
+  int num_micro_batches_ = 1;
+  int64_t micro_batch_size_ = 0;
+  int64_t global_batch_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
+  std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
+  std::vector<std::unique_ptr<kernels::Layer>> layers_;
+  std::vector<kernels::Param*> params_;
+  std::unique_ptr<kernels::Optimizer> optimizer_;
+
+  // Per-step state.
+  std::vector<Slot> slots_;
+  std::vector<int> free_slots_;
+  std::vector<int> slot_of_;             // micro-batch -> slot, -1 when none
+  int live_slots_ = 0;
+  int peak_live_slots_ = 0;
+  std::vector<kernels::Tensor> act_send_;   // per micro-batch
+  std::vector<kernels::Tensor> grad_send_;  // per micro-batch
+  std::vector<kernels::Tensor> grad_recv_;  // per micro-batch
+  double step_loss_sum_ = 0;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;             // sample order of order_epoch_
+  std::vector<int64_t> index_scratch_;
+  std::vector<int32_t> label_scratch_;
+};
+
+// Tags of the messages between stages (the transport adds the sender's rank).
+enum class MessageKind : uint64_t {
+  kActivation = 1,
+  kGradient = 2,
+  kEvalActivation = 3,
+  kFinish = 4,  // closing handshake between neighbours (worker_daemon.cc)
+};
+uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_

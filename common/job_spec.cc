@@ -1,1 +1,1057 @@
-// placeholder: being written
+#include "common/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/model_info.h"
+#include "common/status.h"
+
+namespace dapple {
+namespace {
+
+constexpr size_t kMaxNameLength = 63;
+constexpr absl::string_view kFashionMnist = "fashion-mnist";
+constexpr int64_t kFashionMnistTrainSamples = 60000;
+constexpr int64_t kFashionMnistClasses = 10;
+constexpr char kDefaultLoss[] = "softmax_cross_entropy";
+constexpr char kDefaultDataPath[] = "/usr/share/datasets/fashion-mnist";
+constexpr char kDefaultSchedule[] = "dapple";
+constexpr char kDefaultPlanner[] = "balanced";
+constexpr char kManualPlanner[] = "manual";
+constexpr double kDefaultBeta1 = 0.9;
+constexpr double kDefaultBeta2 = 0.999;
+constexpr double kDefaultEps = 1e-8;
+
+using Names = absl::Span<const absl::string_view>;
+
+constexpr absl::string_view kKnownDatasets[] = {kFashionMnist};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple"};
+// Designed (design.md) but not built yet: reported as such rather than as unknown.
+constexpr absl::string_view kLaterSchedules[] = {"pipedream", "pipesgd"};
+constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform", "manual"};
+constexpr absl::string_view kLaterPlanners[] = {"dapple", "pipedream", "dp"};
+constexpr absl::string_view kKnownOptimizers[] = {"sgd", "adamw"};
+
+bool Contains(Names list, absl::string_view value) {
+  for (absl::string_view item : list) {
+    if (item == value) return true;
+  }
+  return false;
+}
+
+// Shortest text that reads back to the same double (so messages say 0.05, not 0.050000000000000003,
+// and JobSpecToYaml round-trips exactly).
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return absl::StrFormat("%.17g", value);
+  return std::string(buffer, end);
+}
+
+std::string FormatShape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Messages are one line even when they quote user text with control characters in it.
+std::string OneLine(absl::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (unsigned char c : message) {
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation. Each rule reports the YAML field it is about, so ParseJobSpec can point at its line.
+
+struct Violation {
+  std::string field;  // YAML path, e.g. "training.micro_batch" or "parallel.stages[1]"
+  std::string message;
+};
+using Check = std::optional<Violation>;
+
+Violation At(std::string field, std::string message) {
+  return Violation{std::move(field), std::move(message)};
+}
+
+Check CheckName(const v1::JobSpec& spec) {
+  const std::string& name = spec.name();
+  if (name.empty()) return At("name", "name must not be empty");
+  if (name.size() > kMaxNameLength) {
+    return At("name", absl::StrFormat("name '%s' has %d characters; at most %d are allowed", name,
+                                      name.size(), kMaxNameLength));
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    if (!ok) {
+      return At("name", absl::StrFormat("name '%s' has the character '%c' at position %d; use only "
+                                        "lowercase letters, digits, '-', '_' and '.'",
+                                        name, c, i));
+    }
+  }
+  return std::nullopt;
+}
+
+Check CheckData(const v1::JobSpec& spec) {
+  const v1::DataSpec& data = spec.data();
+  if (!Contains(kKnownDatasets, data.dataset())) {
+    return At("data.dataset", absl::StrFormat("data.dataset '%s' is unknown; known datasets: %s",
+                                              data.dataset(), absl::StrJoin(kKnownDatasets, ", ")));
+  }
+  if (data.path().empty()) {
+    return At("data.path", "data.path must not be empty: it names the folder with the dataset");
+  }
+  return std::nullopt;
+}
+
+// The YAML field an InferLayers message is about: its leading "model.layers[3]" or similar.
+std::string FieldOfModelMessage(const std::string& message) {
+  size_t end = 0;
+  while (end < message.size()) {
+    const char c = message[end];
+    const bool path_char = absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '[' || c == ']';
+    if (!path_char) break;
+    ++end;
+  }
+  std::string field = message.substr(0, end);
+  while (!field.empty() && field.back() == '.') field.pop_back();
+  return field.rfind("model", 0) == 0 ? field : "model";
+}
+
+Check CheckModel(const v1::JobSpec& spec) {
+  const v1::ModelSpec& model = spec.model();
+  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(model);
+  if (!layers.ok()) {
+    const std::string message(layers.status().message());
+    return At(FieldOfModelMessage(message), message);
+  }
+  if (model.loss() != kDefaultLoss) {
+    return At("model.loss", absl::StrFormat("model.loss '%s' is not supported; supported: %s",
+                                            model.loss(), kDefaultLoss));
+  }
+  if (spec.data().dataset() == kFashionMnist) {
+    const std::vector<int64_t> shape(model.input_shape().begin(), model.input_shape().end());
+    const bool image_shape = shape == std::vector<int64_t>{1, 28, 28} ||
+                             shape == std::vector<int64_t>{28, 28} ||
+                             shape == std::vector<int64_t>{784};
+    if (!image_shape) {
+      int64_t elements = 1;
+      for (int64_t d : shape) elements *= d;
+      return At("model.input_shape",
+                absl::StrFormat("model.input_shape %s (%d elements) does not fit fashion-mnist's "
+                                "28x28 images (784 elements): use [1, 28, 28], [28, 28] or [784]",
+                                FormatShape(shape), elements));
+    }
+    if (!layers->empty()) {
+      const std::vector<int64_t>& out = layers->back().output_shape;
+      if (out != std::vector<int64_t>{kFashionMnistClasses}) {
+        const std::string what = out.size() == 1 ? absl::StrFormat("%d features", out[0])
+                                                 : absl::StrFormat("shape %s", FormatShape(out));
+        return At(absl::StrFormat("model.layers[%d]", layers->size() - 1),
+                  absl::StrFormat("model output has %s but fashion-mnist has %d classes: the last "
+                                  "layer must output [%d]",
+                                  what, kFashionMnistClasses, kFashionMnistClasses));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Check CheckUnitInterval(const std::string& field, double value) {
+  if (!(value >= 0 && value < 1)) {
+    return At(field, absl::StrFormat("%s %s must be in [0, 1)", field, FormatDouble(value)));
+  }
+  return std::nullopt;
+}
+
+Check CheckOptimizer(const v1::OptimizerSpec& opt) {
+  if (!Contains(kKnownOptimizers, opt.type())) {
+    return At("training.optimizer.type",
+              absl::StrFormat("training.optimizer.type '%s' is unknown; known: %s", opt.type(),
+                              absl::StrJoin(kKnownOptimizers, ", ")));
+  }
+  if (!(opt.lr() > 0 && std::isfinite(opt.lr()))) {
+    return At(
+        "training.optimizer.lr",
+        absl::StrFormat("training.optimizer.lr %s must be > 0 and finite", FormatDouble(opt.lr())));
+  }
+  if (Check c = CheckUnitInterval("training.optimizer.momentum", opt.momentum())) return c;
+  if (!(opt.weight_decay() >= 0 && std::isfinite(opt.weight_decay()))) {
+    return At("training.optimizer.weight_decay",
+              absl::StrFormat("training.optimizer.weight_decay %s must be >= 0 and finite",
+                              FormatDouble(opt.weight_decay())));
+  }
+  if (Check c = CheckUnitInterval("training.optimizer.beta1", opt.beta1())) return c;
+  if (Check c = CheckUnitInterval("training.optimizer.beta2", opt.beta2())) return c;
+  // eps only enters AdamW's update; a hand-built sgd spec may leave it 0.
+  const bool eps_ok =
+      std::isfinite(opt.eps()) && (opt.type() == "adamw" ? opt.eps() > 0 : opt.eps() >= 0);
+  if (!eps_ok) {
+    return At("training.optimizer.eps",
+              absl::StrFormat("training.optimizer.eps %s must be > 0 and finite",
+                              FormatDouble(opt.eps())));
+  }
+  return std::nullopt;
+}
+
+Check CheckTraining(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
+  if (t.global_batch() < 1) {
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d must be >= 1", t.global_batch()));
+  }
+  if (spec.data().dataset() == kFashionMnist && t.global_batch() > kFashionMnistTrainSamples) {
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d must be <= %d, the number of training "
+                              "samples of fashion-mnist",
+                              t.global_batch(), kFashionMnistTrainSamples));
+  }
+  if (t.micro_batch() < 1) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.micro_batch %d must be >= 1", t.micro_batch()));
+  }
+  if (t.micro_batch() > t.global_batch()) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.micro_batch %d must be <= training.global_batch %d",
+                              t.micro_batch(), t.global_batch()));
+  }
+  if (t.global_batch() % t.micro_batch() != 0) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.global_batch %d is not divisible by training.micro_batch "
+                              "%d",
+                              t.global_batch(), t.micro_batch()));
+  }
+  if (t.epochs() < 1) {
+    return At("training.epochs", absl::StrFormat("training.epochs %d must be >= 1", t.epochs()));
+  }
+  if (t.max_steps() < 0) {
+    return At("training.max_steps",
+              absl::StrFormat("training.max_steps %d must be >= 0 (0 = no limit)", t.max_steps()));
+  }
+  return CheckOptimizer(t.optimizer());
+}
+
+std::string RangeText(const v1::StageRange& r) {
+  return absl::StrFormat("[%d, %d]", r.first_layer(), r.last_layer());
+}
+
+// "1 layer", "6 layers".
+std::string Layers(int count) { return absl::StrCat(count, count == 1 ? " layer" : " layers"); }
+
+// Explicit stages must partition the layers [0, num_layers) in order.
+Check CheckStageRanges(const v1::ParallelSpec& p, int num_layers) {
+  for (int i = 0; i < p.stage_ranges_size(); ++i) {
+    const v1::StageRange& r = p.stage_ranges(i);
+    const std::string field = absl::StrFormat("parallel.stages[%d]", i);
+    if (r.first_layer() < 0 || r.last_layer() < 0) {
+      return At(field, absl::StrFormat("%s %s: layer indices must be >= 0", field, RangeText(r)));
+    }
+    if (r.first_layer() > r.last_layer()) {
+      return At(field, absl::StrFormat("%s %s is empty: first_layer %d > last_layer %d", field,
+                                       RangeText(r), r.first_layer(), r.last_layer()));
+    }
+    if (r.last_layer() >= num_layers) {
+      return At(field, absl::StrFormat("%s %s goes past the last layer %d of the model (%s)", field,
+                                       RangeText(r), num_layers - 1, Layers(num_layers)));
+    }
+    const int expected_first = i == 0 ? 0 : p.stage_ranges(i - 1).last_layer() + 1;
+    if (r.first_layer() > expected_first) {
+      const std::string after = i == 0 ? ""
+                                       : absl::StrFormat(" and after parallel.stages[%d] %s", i - 1,
+                                                         RangeText(p.stage_ranges(i - 1)));
+      return At(field, absl::StrFormat("layer %d is missing: it is in no stage (before %s %s%s); "
+                                       "stages must cover every layer exactly once",
+                                       expected_first, field, RangeText(r), after));
+    }
+    if (r.first_layer() < expected_first) {
+      const v1::StageRange& prev = p.stage_ranges(i - 1);
+      if (r.first_layer() < prev.first_layer()) {
+        return At(field, absl::StrFormat("%s %s comes after parallel.stages[%d] %s: stages must be "
+                                         "listed in layer order",
+                                         field, RangeText(r), i - 1, RangeText(prev)));
+      }
+      return At(field,
+                absl::StrFormat("layer %d is duplicated: it is in both parallel.stages[%d] "
+                                "%s and %s %s; stages must cover every layer exactly once",
+                                r.first_layer(), i - 1, RangeText(prev), field, RangeText(r)));
+    }
+  }
+  const v1::StageRange& last = p.stage_ranges(p.stage_ranges_size() - 1);
+  if (last.last_layer() < num_layers - 1) {
+    return At(absl::StrFormat("parallel.stages[%d]", p.stage_ranges_size() - 1),
+              absl::StrFormat("layer %d is missing: the last stage parallel.stages[%d] %s ends "
+                              "before the model's last layer %d; stages must cover every layer "
+                              "exactly once",
+                              last.last_layer() + 1, p.stage_ranges_size() - 1, RangeText(last),
+                              num_layers - 1));
+  }
+  return std::nullopt;
+}
+
+Check CheckParallel(const v1::JobSpec& spec) {
+  const v1::ParallelSpec& p = spec.parallel();
+  const int num_layers = spec.model().layers_size();
+  if (!Contains(kAvailableSchedules, p.schedule())) {
+    const bool later = Contains(kLaterSchedules, p.schedule());
+    return At("parallel.schedule",
+              absl::StrFormat("parallel.schedule '%s' is %s; available: %s", p.schedule(),
+                              later ? "not available in this version" : "unknown",
+                              absl::StrJoin(kAvailableSchedules, ", ")));
+  }
+  if (!Contains(kAvailablePlanners, p.planner())) {
+    const bool later = Contains(kLaterPlanners, p.planner());
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner '%s' is %s; available: %s", p.planner(),
+                              later ? "not available in this version" : "unknown",
+                              absl::StrJoin(kAvailablePlanners, ", ")));
+  }
+  if (p.stages() < 0) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d must be >= 0 (0 = auto)", p.stages()));
+  }
+  const bool manual = p.planner() == kManualPlanner;
+  const bool explicit_ranges = p.stage_ranges_size() > 0;
+  if (manual && !explicit_ranges) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner manual needs parallel.stages as a list of "
+                              "[first_layer, last_layer] ranges, got %s",
+                              p.stages() == 0 ? std::string("auto") : absl::StrCat(p.stages())));
+  }
+  if (explicit_ranges && !manual) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.stages is an explicit list of ranges, which only "
+                              "parallel.planner manual takes, got parallel.planner %s",
+                              p.planner()));
+  }
+  if (explicit_ranges && p.stages() != 0 && p.stages() != p.stage_ranges_size()) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d does not match the %d explicit stage ranges",
+                              p.stages(), p.stage_ranges_size()));
+  }
+  const int stages = explicit_ranges ? p.stage_ranges_size() : p.stages();
+  if (!explicit_ranges && stages > num_layers) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d is more than the %s of the model: each stage "
+                              "needs at least one layer",
+                              stages, Layers(num_layers)));
+  }
+  if (explicit_ranges) {
+    if (Check c = CheckStageRanges(p, num_layers)) return c;
+  }
+  if (p.devices() < 1) {
+    return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
+  }
+  if (stages == 0) {
+    if (p.devices() > num_layers) {
+      return At("parallel.devices",
+                absl::StrFormat("parallel.devices %d with parallel.stages auto would make %d "
+                                "stages, more than the %s of the model: each stage needs at "
+                                "least one layer",
+                                p.devices(), p.devices(), Layers(num_layers)));
+    }
+    return std::nullopt;
+  }
+  if (p.devices() != stages) {
+    if (p.devices() > stages && p.devices() % stages == 0) {
+      return At("parallel.devices",
+                absl::StrFormat("parallel.devices %d with %d stages would need %d replicas per "
+                                "stage; stage replication is not available in this version: set "
+                                "devices to %d",
+                                p.devices(), stages, p.devices() / stages, stages));
+    }
+    if (p.devices() < stages) {
+      return At("parallel.devices",
+                absl::StrFormat("parallel.devices %d is fewer than the %d stages: each stage needs "
+                                "its own device: set devices to %d",
+                                p.devices(), stages, stages));
+    }
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d does not match the %d stages: devices must "
+                              "equal the number of stages (stage replication is not available in "
+                              "this version): set devices to %d",
+                              p.devices(), stages, stages));
+  }
+  return std::nullopt;
+}
+
+Check Validate(const v1::JobSpec& spec) {
+  if (Check c = CheckName(spec)) return c;
+  if (Check c = CheckData(spec)) return c;
+  if (Check c = CheckModel(spec)) return c;
+  if (Check c = CheckTraining(spec)) return c;
+  return CheckParallel(spec);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing.
+
+constexpr absl::string_view kRootKeys[] = {"name", "model", "data", "training", "parallel"};
+constexpr absl::string_view kModelKeys[] = {"input_shape", "layers", "loss"};
+constexpr absl::string_view kLayerKeys[] = {"type", "out"};
+constexpr absl::string_view kDataKeys[] = {"dataset", "path"};
+constexpr absl::string_view kTrainingKeys[] = {"global_batch", "micro_batch", "epochs",
+                                               "optimizer",    "seed",        "max_steps"};
+constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
+                                                "beta1", "beta2", "eps"};
+constexpr absl::string_view kParallelKeys[] = {"schedule", "planner", "stages", "devices"};
+
+// One key: value pair of a YAML map.
+struct Field {
+  YAML::Node key;
+  YAML::Node value;
+};
+
+// Plain (unquoted, untagged) scalars are the only ones read as numbers.
+bool IsPlain(const YAML::Node& node) { return node.Tag() == "?"; }
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return IsPlain(node) ? absl::StrCat("'", node.Scalar(), "'")
+                           : absl::StrCat("the string '", node.Scalar(), "'");
+    case YAML::NodeType::Undefined:
+      return "nothing";
+  }
+  return "something else";
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Parse(const YAML::Node& root, v1::JobSpec& spec);
+
+  // "<source>:line:col: message" at the line of `field` (or its closest recorded parent).
+  absl::Status ErrorAtField(const std::string& field, const std::string& message) const {
+    std::string path = field;
+    while (!path.empty()) {
+      auto it = marks_.find(path);
+      if (it != marks_.end()) return Error(it->second, message);
+      const size_t cut = path.find_last_of(".[");
+      path = cut == std::string::npos ? "" : path.substr(0, cut);
+    }
+    return Error(YAML::Mark::null_mark(), message);
+  }
+
+ private:
+  using Fields = std::map<std::string, Field>;
+
+  absl::Status Error(const YAML::Mark& mark, const std::string& message) const {
+    if (mark.is_null()) {
+      return absl::InvalidArgumentError(OneLine(absl::StrCat(source_, ": ", message)));
+    }
+    return absl::InvalidArgumentError(
+        OneLine(absl::StrFormat("%s:%d:%d: %s", source_, mark.line + 1, mark.column + 1, message)));
+  }
+
+  // Where a value is: a null value has no position of its own, so use its key's.
+  static YAML::Mark MarkOf(const Field& f) {
+    return f.value.IsNull() || f.value.Mark().is_null() ? f.key.Mark() : f.value.Mark();
+  }
+
+  static std::string Join(const std::string& parent, const std::string& key) {
+    return parent.empty() ? key : absl::StrCat(parent, ".", key);
+  }
+
+  absl::StatusOr<Fields> ReadMap(const YAML::Node& node, const YAML::Mark& where,
+                                 const std::string& path, Names known, const std::string& example) {
+    const std::string name = path.empty() ? "the job spec" : path;
+    // A section whose fields are all commented out is empty, not wrong; required fields in it
+    // are still reported as missing.
+    if (node.IsNull() && !path.empty()) return Fields();
+    if (!node.IsMap()) {
+      return Error(where,
+                   absl::StrFormat("%s must be a map%s, got %s", name, example, Describe(node)));
+    }
+    Fields fields;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node& key = it->first;
+      if (!key.IsScalar()) {
+        return Error(key.Mark(), absl::StrFormat("the keys of %s must be plain names, got %s", name,
+                                                 Describe(key)));
+      }
+      const std::string& text = key.Scalar();
+      if (!Contains(known, text)) {
+        std::string message = absl::StrFormat("unknown field '%s' in %s; known: %s", text, name,
+                                              absl::StrJoin(known, ", "));
+        for (absl::string_view candidate : known) {
+          if (EditDistance(text, candidate) <= 2 && text.size() > 2) {
+            absl::StrAppend(&message, "; did you mean '", candidate, "'?");
+            break;
+          }
+        }
+        return Error(key.Mark(), message);
+      }
+      if (fields.count(text) > 0) {
+        return Error(key.Mark(), absl::StrFormat("duplicate field '%s' in %s (first at line %d)",
+                                                 text, name, fields[text].key.Mark().line + 1));
+      }
+      fields[text] = Field{key, it->second};
+      marks_[Join(path, text)] = MarkOf(fields[text]);
+    }
+    return fields;
+  }
+
+  static const Field* Find(const Fields& fields, const std::string& key) {
+    auto it = fields.find(key);
+    return it == fields.end() ? nullptr : &it->second;
+  }
+
+  absl::Status Missing(const YAML::Mark& parent_mark, const std::string& path) const {
+    return Error(parent_mark, absl::StrFormat("missing required field '%s'", path));
+  }
+
+  absl::StatusOr<std::string> String(const Field& f, const std::string& path) const {
+    if (!f.value.IsScalar()) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("%s must be a string, got %s", path, Describe(f.value)));
+    }
+    return f.value.Scalar();
+  }
+
+  absl::StatusOr<int64_t> Int(const Field& f, const std::string& path, int64_t min,
+                              int64_t max) const {
+    int64_t value = 0;
+    const bool plain = f.value.IsScalar() && IsPlain(f.value);
+    if (!plain || !absl::SimpleAtoi(f.value.Scalar(), &value)) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("%s must be an integer, got %s", path, Describe(f.value)));
+    }
+    if (value < min || value > max) {
+      return Error(MarkOf(f), absl::StrFormat("%s must be an integer in [%d, %d], got %d", path,
+                                              min, max, value));
+    }
+    return value;
+  }
+  absl::StatusOr<int64_t> Int64(const Field& f, const std::string& path) const {
+    return Int(f, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  }
+  absl::StatusOr<int32_t> Int32(const Field& f, const std::string& path) const {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t value, Int(f, path, std::numeric_limits<int32_t>::min(),
+                                               std::numeric_limits<int32_t>::max()));
+    return static_cast<int32_t>(value);
+  }
+
+  absl::StatusOr<uint64_t> Uint64(const Field& f, const std::string& path) const {
+    uint64_t value = 0;
+    const bool plain = f.value.IsScalar() && IsPlain(f.value);
+    if (!plain || !absl::SimpleAtoi(f.value.Scalar(), &value)) {
+      return Error(MarkOf(f), absl::StrFormat("%s must be a non-negative integer, got %s", path,
+                                              Describe(f.value)));
+    }
+    return value;
+  }
+
+  absl::StatusOr<double> Double(const Field& f, const std::string& path) const {
+    const bool plain = f.value.IsScalar() && IsPlain(f.value);
+    const std::string text = plain ? f.value.Scalar() : "";
+    // YAML 1.2 spells infinity and NaN .inf and .nan; accept them so that validation, not
+    // parsing, says what is wrong with such a value.
+    const std::string lower = absl::AsciiStrToLower(text);
+    if (lower == ".inf" || lower == "+.inf") return std::numeric_limits<double>::infinity();
+    if (lower == "-.inf") return -std::numeric_limits<double>::infinity();
+    if (lower == ".nan") return std::numeric_limits<double>::quiet_NaN();
+    double value = 0;
+    if (!plain || !absl::SimpleAtod(text, &value)) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("%s must be a number, got %s", path, Describe(f.value)));
+    }
+    return value;
+  }
+
+  absl::Status ParseModel(const Field& section, v1::ModelSpec& model);
+  absl::Status ParseData(const Field& section, v1::DataSpec& data);
+  absl::Status ParseTraining(const Field& section, v1::TrainingSpec& training);
+  absl::Status ParseOptimizer(const Field& section, v1::OptimizerSpec& opt);
+  absl::Status ParseParallel(const Field* section, v1::ParallelSpec& parallel);
+  absl::Status ParseStages(const Field& f, v1::ParallelSpec& parallel);
+
+  std::string source_;
+  std::map<std::string, YAML::Mark> marks_;  // YAML path -> position of its value
+};
+
+absl::Status Parser::Parse(const YAML::Node& root, v1::JobSpec& spec) {
+  if (!root.IsDefined() || root.IsNull()) {
+    return Error(YAML::Mark::null_mark(),
+                 "the job spec is empty; expected a map with name, model, data, training and "
+                 "parallel");
+  }
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
+                          ReadMap(root, root.Mark(), "", kRootKeys,
+                                  " of fields (name, model, data, training, parallel)"));
+  const Field* name = Find(fields, "name");
+  if (name == nullptr) return Missing(YAML::Mark::null_mark(), "name");
+  DAPPLE_ASSIGN_OR_RETURN(*spec.mutable_name(), String(*name, "name"));
+
+  const Field* model = Find(fields, "model");
+  if (model == nullptr) return Missing(YAML::Mark::null_mark(), "model");
+  DAPPLE_RETURN_IF_ERROR(ParseModel(*model, *spec.mutable_model()));
+
+  v1::DataSpec& data = *spec.mutable_data();
+  data.set_dataset(std::string(kFashionMnist));
+  data.set_path(kDefaultDataPath);
+  if (const Field* f = Find(fields, "data")) DAPPLE_RETURN_IF_ERROR(ParseData(*f, data));
+
+  const Field* training = Find(fields, "training");
+  if (training == nullptr) return Missing(YAML::Mark::null_mark(), "training");
+  DAPPLE_RETURN_IF_ERROR(ParseTraining(*training, *spec.mutable_training()));
+
+  return ParseParallel(Find(fields, "parallel"), *spec.mutable_parallel());
+}
+
+absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields, ReadMap(section.value, MarkOf(section), "model",
+                                                 kModelKeys, " with input_shape, layers and loss"));
+  const Field* shape = Find(fields, "input_shape");
+  if (shape == nullptr) return Missing(MarkOf(section), "model.input_shape");
+  if (!shape->value.IsSequence()) {
+    return Error(MarkOf(*shape),
+                 absl::StrFormat("model.input_shape must be a list of integers like [1, 28, 28], "
+                                 "got %s",
+                                 Describe(shape->value)));
+  }
+  for (size_t i = 0; i < shape->value.size(); ++i) {
+    const Field dim{shape->key, shape->value[i]};
+    DAPPLE_ASSIGN_OR_RETURN(int64_t d, Int64(dim, absl::StrFormat("model.input_shape[%d]", i)));
+    model.add_input_shape(d);
+  }
+
+  const Field* layers = Find(fields, "layers");
+  if (layers == nullptr) return Missing(MarkOf(section), "model.layers");
+  if (!layers->value.IsSequence()) {
+    return Error(MarkOf(*layers),
+                 absl::StrFormat("model.layers must be a list of layers like - {type: linear, "
+                                 "out: 10}, got %s",
+                                 Describe(layers->value)));
+  }
+  for (size_t i = 0; i < layers->value.size(); ++i) {
+    const std::string path = absl::StrFormat("model.layers[%d]", i);
+    const Field item{layers->key, layers->value[i]};
+    marks_[path] = MarkOf(item);
+    DAPPLE_ASSIGN_OR_RETURN(Fields layer_fields, ReadMap(item.value, MarkOf(item), path, kLayerKeys,
+                                                         " like {type: linear, out: 10}"));
+    v1::LayerSpec& layer = *model.add_layers();
+    const Field* type = Find(layer_fields, "type");
+    if (type == nullptr) return Missing(MarkOf(item), path + ".type");
+    DAPPLE_ASSIGN_OR_RETURN(*layer.mutable_type(), String(*type, path + ".type"));
+    if (const Field* out = Find(layer_fields, "out")) {
+      DAPPLE_ASSIGN_OR_RETURN(int64_t value, Int64(*out, path + ".out"));
+      layer.set_out(value);
+    }
+  }
+
+  model.set_loss(kDefaultLoss);
+  if (const Field* loss = Find(fields, "loss")) {
+    DAPPLE_ASSIGN_OR_RETURN(*model.mutable_loss(), String(*loss, "model.loss"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseData(const Field& section, v1::DataSpec& data) {
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields, ReadMap(section.value, MarkOf(section), "data", kDataKeys,
+                                                 " like {dataset: fashion-mnist, path: /data}"));
+  if (const Field* f = Find(fields, "dataset")) {
+    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_dataset(), String(*f, "data.dataset"));
+  }
+  if (const Field* f = Find(fields, "path")) {
+    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_path(), String(*f, "data.path"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& training) {
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
+                          ReadMap(section.value, MarkOf(section), "training", kTrainingKeys,
+                                  " with global_batch, optimizer, ..."));
+  const Field* global = Find(fields, "global_batch");
+  if (global == nullptr) return Missing(MarkOf(section), "training.global_batch");
+  DAPPLE_ASSIGN_OR_RETURN(int64_t global_batch, Int64(*global, "training.global_batch"));
+  training.set_global_batch(global_batch);
+  training.set_micro_batch(global_batch);
+  if (const Field* f = Find(fields, "micro_batch")) {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.micro_batch"));
+    training.set_micro_batch(v);
+  }
+  training.set_epochs(1);
+  if (const Field* f = Find(fields, "epochs")) {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.epochs"));
+    training.set_epochs(v);
+  }
+  if (const Field* f = Find(fields, "seed")) {
+    DAPPLE_ASSIGN_OR_RETURN(uint64_t v, Uint64(*f, "training.seed"));
+    training.set_seed(v);
+  }
+  if (const Field* f = Find(fields, "max_steps")) {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.max_steps"));
+    training.set_max_steps(v);
+  }
+  const Field* opt = Find(fields, "optimizer");
+  if (opt == nullptr) return Missing(MarkOf(section), "training.optimizer");
+  return ParseOptimizer(*opt, *training.mutable_optimizer());
+}
+
+absl::Status Parser::ParseOptimizer(const Field& section, v1::OptimizerSpec& opt) {
+  DAPPLE_ASSIGN_OR_RETURN(
+      Fields fields, ReadMap(section.value, MarkOf(section), "training.optimizer", kOptimizerKeys,
+                             " like {type: sgd, lr: 0.05, momentum: 0.9}"));
+  opt.set_type("sgd");
+  if (const Field* f = Find(fields, "type")) {
+    DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(), String(*f, "training.optimizer.type"));
+  }
+  const Field* lr = Find(fields, "lr");
+  if (lr == nullptr) return Missing(MarkOf(section), "training.optimizer.lr");
+  DAPPLE_ASSIGN_OR_RETURN(double lr_value, Double(*lr, "training.optimizer.lr"));
+  opt.set_lr(lr_value);
+  struct Optional {
+    const char* key;
+    double fallback;
+    void (v1::OptimizerSpec::*set)(double);
+  };
+  const Optional optionals[] = {
+      {"momentum", 0.0, &v1::OptimizerSpec::set_momentum},
+      {"weight_decay", 0.0, &v1::OptimizerSpec::set_weight_decay},
+      {"beta1", kDefaultBeta1, &v1::OptimizerSpec::set_beta1},
+      {"beta2", kDefaultBeta2, &v1::OptimizerSpec::set_beta2},
+      {"eps", kDefaultEps, &v1::OptimizerSpec::set_eps},
+  };
+  for (const Optional& o : optionals) {
+    double value = o.fallback;
+    if (const Field* f = Find(fields, o.key)) {
+      DAPPLE_ASSIGN_OR_RETURN(value, Double(*f, absl::StrCat("training.optimizer.", o.key)));
+    }
+    (opt.*o.set)(value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseStages(const Field& f, v1::ParallelSpec& parallel) {
+  if (f.value.IsScalar() && IsPlain(f.value) && f.value.Scalar() == "auto") {
+    parallel.set_stages(0);
+    return absl::OkStatus();
+  }
+  if (!f.value.IsSequence()) {
+    if (!f.value.IsScalar() || !IsPlain(f.value)) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("parallel.stages must be auto, an integer or a list of "
+                                   "[first_layer, last_layer] ranges, got %s",
+                                   Describe(f.value)));
+    }
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(f.value.Scalar(), &value) ||
+        value < std::numeric_limits<int32_t>::min() ||
+        value > std::numeric_limits<int32_t>::max()) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("parallel.stages must be auto, an integer or a list of "
+                                   "[first_layer, last_layer] ranges, got %s",
+                                   Describe(f.value)));
+    }
+    parallel.set_stages(static_cast<int32_t>(value));
+    return absl::OkStatus();
+  }
+  if (f.value.size() == 0) {
+    return Error(MarkOf(f),
+                 "parallel.stages is an empty list: give at least one "
+                 "[first_layer, last_layer] range, or auto");
+  }
+  for (size_t i = 0; i < f.value.size(); ++i) {
+    const std::string path = absl::StrFormat("parallel.stages[%d]", i);
+    const Field item{f.key, f.value[i]};
+    marks_[path] = MarkOf(item);
+    if (!item.value.IsSequence() || item.value.size() != 2) {
+      return Error(MarkOf(item),
+                   absl::StrFormat("%s must be a [first_layer, last_layer] pair, got %s", path,
+                                   Describe(item.value)));
+    }
+    DAPPLE_ASSIGN_OR_RETURN(int32_t first, Int32(Field{f.key, item.value[0]}, path + "[0]"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t last, Int32(Field{f.key, item.value[1]}, path + "[1]"));
+    v1::StageRange& range = *parallel.add_stage_ranges();
+    range.set_first_layer(first);
+    range.set_last_layer(last);
+  }
+  parallel.set_stages(parallel.stage_ranges_size());
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& parallel) {
+  Fields fields;
+  if (section != nullptr) {
+    DAPPLE_ASSIGN_OR_RETURN(fields,
+                            ReadMap(section->value, MarkOf(*section), "parallel", kParallelKeys,
+                                    " like {schedule: dapple, stages: 2, devices: 2}"));
+  }
+  parallel.set_schedule(kDefaultSchedule);
+  if (const Field* f = Find(fields, "schedule")) {
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_schedule(), String(*f, "parallel.schedule"));
+  }
+  parallel.set_stages(0);
+  if (const Field* f = Find(fields, "stages")) DAPPLE_RETURN_IF_ERROR(ParseStages(*f, parallel));
+  parallel.set_planner(parallel.stage_ranges_size() > 0 ? kManualPlanner : kDefaultPlanner);
+  if (const Field* f = Find(fields, "planner")) {
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_planner(), String(*f, "parallel.planner"));
+  }
+  // An explicit stage count fixes the devices (one per stage); auto takes them from devices.
+  parallel.set_devices(parallel.stages() > 0 ? parallel.stages() : 1);
+  if (const Field* f = Find(fields, "devices")) {
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.devices"));
+    parallel.set_devices(v);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emitting.
+
+// A string as a YAML scalar that our parser reads back unchanged.
+std::string YamlString(const std::string& s) {
+  bool plain = !s.empty();
+  for (size_t i = 0; i < s.size() && plain; ++i) {
+    const char c = s[i];
+    const bool word = absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '/';
+    plain = word || (i > 0 && (c == '-' || c == '+'));
+  }
+  const std::string lower = absl::AsciiStrToLower(s);
+  if (lower == "null" || lower == "~") plain = false;
+  if (plain) return s;
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string YamlDouble(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  return FormatDouble(v);
+}
+
+struct Bracket {
+  int line = 0;  // 0-based, like yaml-cpp's marks
+  int column = 0;
+  char symbol = 0;
+  bool closed = false;
+};
+
+// The innermost '[' or '{' that is open at byte `pos` and never closed before the end of the
+// text, skipping quoted strings and comments. A heuristic for error messages only: yaml-cpp
+// reports an unclosed bracket where parsing finally fails, often lines later.
+std::optional<Bracket> NeverClosedBracket(absl::string_view text, size_t pos) {
+  std::vector<Bracket> brackets;
+  std::vector<size_t> open;    // indices into brackets
+  std::vector<size_t> at_pos;  // `open` as it was at `pos`
+  bool seen_pos = false;
+  int line = 0, column = 0;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i == pos) {
+      at_pos = open;
+      seen_pos = true;
+    }
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) {
+    } else if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      open.push_back(brackets.size());
+      brackets.push_back(Bracket{line, column, c});
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      brackets[open.back()].closed = true;
+      open.pop_back();
+    }
+    ++column;
+  }
+  if (!seen_pos) at_pos = open;
+  for (auto it = at_pos.rbegin(); it != at_pos.rend(); ++it) {
+    if (!brackets[*it].closed) return brackets[*it];
+  }
+  return std::nullopt;
+}
+
+// Reads the single YAML document of `yaml`; syntax errors become kInvalidArgument with 1-based
+// positions.
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: YAML syntax error: %s", name, e.msg));
+    }
+    // Point at a bracket that is never closed, where the fix goes, rather than where yaml-cpp
+    // gave up.
+    if (std::optional<Bracket> open = NeverClosedBracket(yaml, e.mark.pos)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d:%d: YAML syntax error: this '%c' is never closed (yaml-cpp stopped at %d:%d: %s)",
+          name, open->line + 1, open->column + 1, open->symbol, e.mark.line + 1, e.mark.column + 1,
+          e.msg));
+    }
+    return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: YAML syntax error: %s", name,
+                                                      e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (documents.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec must be one YAML document, found %d (separated by ---)", name,
+        documents[1].Mark().line + 1, documents[1].Mark().column + 1, documents.size()));
+  }
+  return documents.empty() ? YAML::Node() : documents[0];
+}
+
+absl::StatusOr<v1::JobSpec> ParseAndValidate(absl::string_view yaml, const std::string& name) {
+  Parser parser(name);
+  v1::JobSpec spec;
+  try {
+    DAPPLE_ASSIGN_OR_RETURN(YAML::Node root, LoadDocument(yaml, name));
+    DAPPLE_RETURN_IF_ERROR(parser.Parse(root, spec));
+  } catch (const std::exception& e) {
+    // yaml-cpp throws on misuse of nodes; none is expected after a successful load, but nothing
+    // may escape this boundary.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: cannot read the job spec: %s", name, e.what()));
+  }
+  if (Check violation = Validate(spec)) {
+    return parser.ErrorAtField(violation->field, violation->message);
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view source) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseAndValidate(yaml, source.empty() ? std::string("<spec>") : std::string(source));
+  if (!spec.ok()) return absl::InvalidArgumentError(OneLine(spec.status().message()));
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (Check violation = Validate(spec)) {
+    return absl::InvalidArgumentError(OneLine(violation->message));
+  }
+  return absl::OkStatus();
+}
+
+int64_t MicroBatches(const v1::JobSpec& spec) {
+  const int64_t micro = spec.training().micro_batch();
+  return micro > 0 ? spec.training().global_batch() / micro : 0;
+}
+
+std::string JobSpecToYaml(const v1::JobSpec& spec) {
+  std::string out;
+  absl::StrAppend(&out, "name: ", YamlString(spec.name()), "\n");
+
+  const v1::ModelSpec& model = spec.model();
+  absl::StrAppend(&out, "model:\n  input_shape: ", FormatShape(model.input_shape()), "\n");
+  if (model.layers().empty()) {
+    absl::StrAppend(&out, "  layers: []\n");
+  } else {
+    absl::StrAppend(&out, "  layers:\n");
+    for (const v1::LayerSpec& layer : model.layers()) {
+      absl::StrAppend(&out, "    - {type: ", YamlString(layer.type()));
+      if (layer.out() != 0) absl::StrAppend(&out, ", out: ", layer.out());
+      absl::StrAppend(&out, "}\n");
+    }
+  }
+  absl::StrAppend(&out, "  loss: ", YamlString(model.loss()), "\n");
+
+  absl::StrAppend(&out, "data:\n  dataset: ", YamlString(spec.data().dataset()),
+                  "\n  path: ", YamlString(spec.data().path()), "\n");
+
+  const v1::TrainingSpec& t = spec.training();
+  const v1::OptimizerSpec& opt = t.optimizer();
+  absl::StrAppend(&out, "training:\n  global_batch: ", t.global_batch(),
+                  "\n  micro_batch: ", t.micro_batch(), "\n  epochs: ", t.epochs(), "\n");
+  absl::StrAppend(&out, "  optimizer: {type: ", YamlString(opt.type()),
+                  ", lr: ", YamlDouble(opt.lr()), ", momentum: ", YamlDouble(opt.momentum()),
+                  ", weight_decay: ", YamlDouble(opt.weight_decay()),
+                  ", beta1: ", YamlDouble(opt.beta1()), ", beta2: ", YamlDouble(opt.beta2()),
+                  ", eps: ", YamlDouble(opt.eps()), "}\n");
+  absl::StrAppend(&out, "  seed: ", t.seed(), "\n  max_steps: ", t.max_steps(), "\n");
+
+  const v1::ParallelSpec& p = spec.parallel();
+  absl::StrAppend(&out, "parallel:\n  schedule: ", YamlString(p.schedule()),
+                  "\n  planner: ", YamlString(p.planner()), "\n  stages: ");
+  if (p.stage_ranges_size() > 0) {
+    std::vector<std::string> ranges;
+    for (const v1::StageRange& r : p.stage_ranges()) ranges.push_back(RangeText(r));
+    absl::StrAppend(&out, "[", absl::StrJoin(ranges, ", "), "]\n");
+  } else if (p.stages() == 0) {
+    absl::StrAppend(&out, "auto\n");
+  } else {
+    absl::StrAppend(&out, p.stages(), "\n");
+  }
+  absl::StrAppend(&out, "  devices: ", p.devices(), "\n");
+  return out;
+}
+
+}  // namespace dapple

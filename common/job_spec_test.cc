@@ -1,1 +1,843 @@
-// placeholder: being written
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace dapple {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+// The example of the job spec format, line for line (line numbers matter to the tests).
+constexpr char kExample[] = R"(name: fmnist-mlp
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 10}
+  loss: softmax_cross_entropy
+data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+training:
+  global_batch: 256
+  micro_batch: 32
+  epochs: 3
+  optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+  seed: 42
+  max_steps: 0          # optional: stop after this many steps (0 = no limit)
+parallel:
+  schedule: dapple      # gpipe | dapple
+  planner: balanced     # balanced | uniform | manual
+  stages: 2             # auto | integer | list of [first_layer, last_layer] ranges
+  devices: 2
+)";
+
+// Only the required fields.
+constexpr char kMinimal[] = R"(name: tiny
+model:
+  input_shape: [784]
+  layers:
+    - {type: linear, out: 10}
+training:
+  global_batch: 64
+  optimizer: {lr: 0.1}
+)";
+
+v1::JobSpec FromText(const std::string& text) {
+  v1::JobSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec)) << text;
+  return spec;
+}
+
+// `text` with the single occurrence of `from` replaced by `to`.
+std::string Edit(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the spec";
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << "'" << from << "' is ambiguous";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+v1::JobSpec Example() {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kExample, "job.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+// Asserts `status` is kInvalidArgument with a one-line message containing every part.
+void ExpectInvalid(const absl::Status& status, const std::vector<std::string>& parts) {
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  const std::string message(status.message());
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+  for (const std::string& part : parts) EXPECT_THAT(message, HasSubstr(part));
+}
+
+void ExpectParseError(const std::string& yaml, const std::string& expected) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  EXPECT_EQ(std::string(spec.status().message()), expected);
+}
+
+// ------------------------------------------------------------------------------------ parsing
+
+TEST(ParseJobSpecTest, ExampleParsesToTheExpectedProto) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kExample, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::JobSpec expected = FromText(R"pb(
+    name: "fmnist-mlp"
+    model {
+      input_shape: [ 1, 28, 28 ]
+      layers { type: "flatten" }
+      layers { type: "linear" out: 1024 }
+      layers { type: "relu" }
+      layers { type: "linear" out: 10 }
+      loss: "softmax_cross_entropy"
+    }
+    data { dataset: "fashion-mnist" path: "/usr/share/datasets/fashion-mnist" }
+    training {
+      global_batch: 256
+      micro_batch: 32
+      epochs: 3
+      optimizer {
+        type: "sgd"
+        lr: 0.05
+        momentum: 0.9
+        weight_decay: 0
+        beta1: 0.9
+        beta2: 0.999
+        eps: 1e-8
+      }
+      seed: 42
+      max_steps: 0
+    }
+    parallel { schedule: "dapple" planner: "balanced" stages: 2 devices: 2 }
+  )pb");
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, expected)) << spec->DebugString();
+  EXPECT_EQ(MicroBatches(*spec), 8);
+}
+
+TEST(ParseJobSpecTest, FillsDefaults) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kMinimal, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::JobSpec expected = FromText(R"pb(
+    name: "tiny"
+    model {
+      input_shape: [ 784 ]
+      layers { type: "linear" out: 10 }
+      loss: "softmax_cross_entropy"
+    }
+    data { dataset: "fashion-mnist" path: "/usr/share/datasets/fashion-mnist" }
+    training {
+      global_batch: 64
+      micro_batch: 64
+      epochs: 1
+      optimizer {
+        type: "sgd"
+        lr: 0.1
+        momentum: 0
+        weight_decay: 0
+        beta1: 0.9
+        beta2: 0.999
+        eps: 1e-8
+      }
+      seed: 0
+      max_steps: 0
+    }
+    parallel { schedule: "dapple" planner: "balanced" stages: 0 devices: 1 }
+  )pb");
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, expected)) << spec->DebugString();
+  EXPECT_EQ(MicroBatches(*spec), 1);
+}
+
+TEST(ParseJobSpecTest, AutoStagesKeepsZeroAndTakesDevices) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(kExample, "stages: 2 ", "stages: auto"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().stages(), 0);
+  EXPECT_EQ(spec->parallel().devices(), 2);
+  EXPECT_EQ(spec->parallel().planner(), "balanced");
+}
+
+TEST(ParseJobSpecTest, IntegerStagesGiveDevicesByDefault) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(Edit(kExample, "stages: 2 ", "stages: 3 "), "  devices: 2\n", ""), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().stages(), 3);
+  EXPECT_EQ(spec->parallel().devices(), 3);
+}
+
+TEST(ParseJobSpecTest, StageListImpliesManualPlanner) {
+  std::string yaml = Edit(kExample, "  planner: balanced     # balanced | uniform | manual\n", "");
+  yaml = Edit(yaml, "stages: 2 ", "stages: [[0, 1], [2, 2], [3, 3]]");
+  yaml = Edit(yaml, "  devices: 2\n", "");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::ParallelSpec want;
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(R"pb(
+                                                      schedule: "dapple"
+                                                      planner: "manual"
+                                                      stages: 3
+                                                      stage_ranges { first_layer: 0 last_layer: 1 }
+                                                      stage_ranges { first_layer: 2 last_layer: 2 }
+                                                      stage_ranges { first_layer: 3 last_layer: 3 }
+                                                      devices: 3
+                                                    )pb",
+                                                    &want));
+  EXPECT_TRUE(MessageDifferencer::Equals(spec->parallel(), want)) << spec->DebugString();
+  // Block-style ranges read the same.
+  absl::StatusOr<v1::JobSpec> block =
+      ParseJobSpec(Edit(yaml, "stages: [[0, 1], [2, 2], [3, 3]]",
+                        "stages:\n    - [0, 1]\n    - [2, 2]\n    - [3, 3]"),
+                   "job.yaml");
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(block->parallel(), want)) << block->DebugString();
+}
+
+TEST(ParseJobSpecTest, AdamwAndExplicitOptimizerFields) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}",
+           "{type: adamw, lr: 3e-4, weight_decay: 0.01, beta1: 0.8, beta2: 0.99, eps: 1e-6}"),
+      "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::OptimizerSpec& opt = spec->training().optimizer();
+  EXPECT_EQ(opt.type(), "adamw");
+  EXPECT_EQ(opt.lr(), 3e-4);
+  EXPECT_EQ(opt.momentum(), 0);
+  EXPECT_EQ(opt.weight_decay(), 0.01);
+  EXPECT_EQ(opt.beta1(), 0.8);
+  EXPECT_EQ(opt.beta2(), 0.99);
+  EXPECT_EQ(opt.eps(), 1e-6);
+}
+
+TEST(ParseJobSpecTest, LargeSeedAndNegativeSeed) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(kExample, "seed: 42", "seed: 18446744073709551615"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().seed(), std::numeric_limits<uint64_t>::max());
+  ExpectParseError(Edit(kExample, "seed: 42", "seed: -1"),
+                   "job.yaml:16:9: training.seed must be a non-negative integer, got '-1'");
+}
+
+// --------------------------------------------------------------------- syntax and structure
+
+TEST(ParseJobSpecTest, SyntaxErrorPointsAtTheUnclosedBracket) {
+  // Line 5 opens a flow map that is never closed; yaml-cpp only fails on line 7.
+  ExpectParseError(Edit(kExample, "    - {type: flatten}", "    - {type: flatten"),
+                   "job.yaml:5:7: YAML syntax error: this '{' is never closed (yaml-cpp stopped at "
+                   "7:5: illegal block entry)");
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: [1, 28, 28"),
+                   "job.yaml:3:16: YAML syntax error: this '[' is never closed (yaml-cpp stopped "
+                   "at 4:9: end of sequence flow not found)");
+  // At the end of the text.
+  ExpectParseError("name: x\nmodel:\n  input_shape: [1, 28, 28\n",
+                   "job.yaml:3:16: YAML syntax error: this '[' is never closed (yaml-cpp stopped "
+                   "at 4:1: end of sequence flow not found)");
+  // Brackets inside quotes and comments do not count.
+  ExpectParseError("name: \"[x\"  # {\nmodel: [1,\n",
+                   "job.yaml:2:8: YAML syntax error: this '[' is never closed (yaml-cpp stopped "
+                   "at 3:1: end of sequence flow not found)");
+}
+
+TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
+  // A tab in indentation: yaml-cpp's own position (1-based here).
+  ExpectParseError("name: x\n\tmodel: y\n",
+                   "job.yaml:2:1: YAML syntax error: illegal tab when looking for indentation");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec("name: x\nmodel:\n  a: 1\n   b: 2\n", "j.yaml");
+  ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value"});
+}
+
+TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
+  ExpectParseError(Edit(kExample, "training:", "trainig:"),
+                   "job.yaml:11:1: unknown field 'trainig' in the job spec; known: name, model, "
+                   "data, training, parallel; did you mean 'training'?");
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lrate: 0.05"),
+                   "job.yaml:15:26: unknown field 'lrate' in training.optimizer; known: type, lr, "
+                   "momentum, weight_decay, beta1, beta2, eps");
+  ExpectParseError(Edit(kExample, "{type: relu}", "{type: relu, outs: 3}"),
+                   "job.yaml:7:20: unknown field 'outs' in model.layers[2]; known: type, out; did "
+                   "you mean 'out'?");
+  ExpectParseError(Edit(kExample, "  devices: 2", "  device: 2"),
+                   "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
+                   "stages, devices; did you mean 'devices'?");
+}
+
+TEST(ParseJobSpecTest, DuplicateField) {
+  ExpectParseError(Edit(kExample, "  epochs: 3\n", "  epochs: 3\n  epochs: 4\n"),
+                   "job.yaml:15:3: duplicate field 'epochs' in training (first at line 14)");
+}
+
+TEST(ParseJobSpecTest, WrongTypesNameFieldValueAndExpectedType) {
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: abc"),
+                   "job.yaml:12:17: training.global_batch must be an integer, got 'abc'");
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: \"256\""),
+                   "job.yaml:12:17: training.global_batch must be an integer, got the string "
+                   "'256'");
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: 25.6"),
+                   "job.yaml:12:17: training.global_batch must be an integer, got '25.6'");
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: fast"),
+                   "job.yaml:15:30: training.optimizer.lr must be a number, got 'fast'");
+  ExpectParseError(Edit(kExample, "micro_batch: 32", "micro_batch:"),
+                   "job.yaml:13:3: training.micro_batch must be an integer, got an empty value");
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: 784"),
+                   "job.yaml:3:16: model.input_shape must be a list of integers like [1, 28, 28], "
+                   "got '784'");
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: [1, 28, x]"),
+                   "job.yaml:3:24: model.input_shape[2] must be an integer, got 'x'");
+  ExpectParseError(Edit(kExample, "    - {type: relu}", "    - relu"),
+                   "job.yaml:7:7: model.layers[2] must be a map like {type: linear, out: 10}, got "
+                   "'relu'");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: big}"),
+                   "job.yaml:6:27: model.layers[1].out must be an integer, got 'big'");
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: [a, b]"),
+                   "job.yaml:1:7: name must be a string, got a list");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: many"),
+                   "job.yaml:21:11: parallel.stages must be auto, an integer or a list of "
+                   "[first_layer, last_layer] ranges, got 'many'");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: [[0, 1], [2]]"),
+                   "job.yaml:21:20: parallel.stages[1] must be a [first_layer, last_layer] pair, "
+                   "got a list");
+  ExpectParseError(Edit(kExample, "devices: 2", "devices: 2.5"),
+                   "job.yaml:22:12: parallel.devices must be an integer, got '2.5'");
+  ExpectParseError(Edit(kExample, "devices: 2", "devices: 9999999999"),
+                   "job.yaml:22:12: parallel.devices must be an integer in [-2147483648, "
+                   "2147483647], got 9999999999");
+  ExpectParseError(
+      Edit(kExample, "data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}",
+           "data: fashion-mnist"),
+      "job.yaml:10:7: data must be a map like {dataset: fashion-mnist, path: /data}, "
+      "got 'fashion-mnist'");
+}
+
+TEST(ParseJobSpecTest, MissingRequiredFields) {
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp\n", ""),
+                   "job.yaml: missing required field 'name'");
+  ExpectParseError(Edit(kExample, "  input_shape: [1, 28, 28]\n", ""),
+                   "job.yaml:3:3: missing required field 'model.input_shape'");
+  ExpectParseError(Edit(kExample,
+                        "  layers:\n    - {type: flatten}\n    - {type: linear, out: 1024}\n"
+                        "    - {type: relu}\n    - {type: linear, out: 10}\n",
+                        ""),
+                   "job.yaml:3:3: missing required field 'model.layers'");
+  ExpectParseError(Edit(kExample, "  global_batch: 256\n", ""),
+                   "job.yaml:12:3: missing required field 'training.global_batch'");
+  ExpectParseError(Edit(kExample, "lr: 0.05, ", ""),
+                   "job.yaml:15:14: missing required field 'training.optimizer.lr'");
+  ExpectParseError(Edit(kExample, "{type: relu}", "{out: 3}"),
+                   "job.yaml:7:7: missing required field 'model.layers[2].type'");
+  ExpectParseError("name: x\nmodel: {input_shape: [784], layers: [{type: linear, out: 10}]}\n",
+                   "job.yaml: missing required field 'training'");
+}
+
+TEST(ParseJobSpecTest, EmptyAndNonMapDocuments) {
+  ExpectParseError("",
+                   "job.yaml: the job spec is empty; expected a map with name, model, data, "
+                   "training and parallel");
+  ExpectParseError("# only a comment\n",
+                   "job.yaml: the job spec is empty; expected a map with name, model, data, "
+                   "training and parallel");
+  ExpectParseError("- name: x\n",
+                   "job.yaml:1:1: the job spec must be a map of fields (name, model, data, "
+                   "training, parallel), got a list");
+  ExpectParseError("just text",
+                   "job.yaml:1:1: the job spec must be a map of fields (name, model, "
+                   "data, training, parallel), got 'just text'");
+}
+
+TEST(ParseJobSpecTest, OnlyOneDocument) {
+  ExpectParseError(std::string(kExample) + "---\nname: second\n",
+                   "job.yaml:24:1: the job spec must be one YAML document, found 2 (separated by "
+                   "---)");
+}
+
+TEST(ParseJobSpecTest, EmptySectionsTakeDefaultsButRequiredFieldsAreStillMissing) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(std::string(kMinimal) + "data:\n  # path: /somewhere\nparallel:\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(spec->parallel().schedule(), "dapple");
+  ExpectParseError(Edit(kMinimal, "  optimizer: {lr: 0.1}\n", "  optimizer:\n"),
+                   "job.yaml:8:3: missing required field 'training.optimizer.lr'");
+}
+
+TEST(ParseJobSpecTest, EmptySourceNameIsReplaced) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec("- 1\n", "");
+  ExpectInvalid(spec.status(), {"<spec>:1:1: "});
+}
+
+TEST(ParseJobSpecTest, ValidationErrorsPointAtTheField) {
+  ExpectParseError(Edit(kExample, "micro_batch: 32", "micro_batch: 48"),
+                   "job.yaml:13:16: training.global_batch 256 is not divisible by "
+                   "training.micro_batch 48");
+  ExpectParseError(Edit(kExample, "{type: relu}", "{type: conv9}"),
+                   "job.yaml:7:7: model.layers[2]: unknown layer type 'conv9'; known: flatten, "
+                   "linear, relu, gelu");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 0}"),
+                   "job.yaml:6:27: model.layers[1].out 0 must be > 0");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 8 "),
+                   "job.yaml:21:11: parallel.stages 8 is more than the 4 layers of the model: "
+                   "each stage needs at least one layer");
+  ExpectParseError(Edit(Edit(kExample, "planner: balanced", "planner: manual"), "stages: 2 ",
+                        "stages: [[0, 1], [3, 3]]"),
+                   "job.yaml:21:20: layer 2 is missing: it is in no stage (before "
+                   "parallel.stages[1] [3, 3] and after parallel.stages[0] [0, 1]); stages must "
+                   "cover every layer exactly once");
+  ExpectParseError(Edit(kExample, "  loss: softmax_cross_entropy\n", "  loss: mse\n"),
+                   "job.yaml:9:9: model.loss 'mse' is not supported; supported: "
+                   "softmax_cross_entropy");
+}
+
+TEST(ParseJobSpecTest, NothingThrowsOnOddInput) {
+  const char* inputs[] = {
+      "name: x\nmodel: {input_shape: [784], layers: [{type: linear, out: 10}]}\n"
+      "training: {global_batch: 1, optimizer: {lr: 1}}\n? [a, b]\n: c\n",
+      "name: &a x\nmodel: *a\n",
+      "name: x\nmodel: !!binary aGVsbG8=\n",
+      "{{{{{{{{",
+      "name: x\n---\nname: y\n",
+      "name: \"\\xZZ\"\n",
+      "\xff\xfe\x00",
+  };
+  for (const char* input : inputs) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(input, "odd.yaml");
+    ExpectInvalid(spec.status(), {"odd.yaml"});
+  }
+}
+
+// ---------------------------------------------------------------------------------- validation
+
+TEST(ValidateJobSpecTest, ExampleAndVariantsAreValid) {
+  v1::JobSpec spec = Example();
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.mutable_parallel()->set_schedule("gpipe");
+  spec.mutable_parallel()->set_planner("uniform");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_model()->clear_input_shape();
+  spec.mutable_model()->add_input_shape(28);
+  spec.mutable_model()->add_input_shape(28);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_training()->set_global_batch(60000);
+  spec.mutable_training()->set_micro_batch(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(ValidateJobSpecTest, Name) {
+  v1::JobSpec spec = Example();
+  spec.set_name("");
+  ExpectInvalid(ValidateJobSpec(spec), {"name must not be empty"});
+  spec.set_name(std::string(64, 'a'));
+  ExpectInvalid(ValidateJobSpec(spec), {"name '", "has 64 characters", "at most 63"});
+  spec.set_name(std::string(63, 'a'));
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_name("Fmnist");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'Fmnist'", "'F' at position 0", "lowercase"});
+  spec.set_name("my job");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'my job'", "' ' at position 2"});
+  spec.set_name("a-b_c.9");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_name("two\nlines");  // the message stays on one line
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'two\\x0alines'", "'\\x0a' at position 3"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: \"a\\tb\""), "job.yaml").status(),
+      {"job.yaml:1:7: name 'a\\x09b' has the character '\\x09' at position 1"});
+}
+
+TEST(ValidateJobSpecTest, ModelLayersGoThroughInferLayers) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->mutable_layers(1)->set_type("conv9");
+  ExpectInvalid(ValidateJobSpec(spec), {"model.layers[1]", "unknown layer type 'conv9'"});
+  spec = Example();
+  spec.mutable_model()->clear_layers();
+  ExpectInvalid(ValidateJobSpec(spec), {"model.layers", "empty"});
+}
+
+TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->clear_input_shape();
+  for (int d : {3, 32, 32}) spec.mutable_model()->add_input_shape(d);
+  ExpectInvalid(ValidateJobSpec(spec), {"model.input_shape [3, 32, 32]", "3072 elements", "784",
+                                        "[1, 28, 28], [28, 28] or [784]"});
+  spec = Example();
+  spec.mutable_model()->mutable_layers(3)->set_out(12);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model output has 12 features but fashion-mnist has 10 classes"});
+  spec = Example();
+  spec.mutable_model()->mutable_layers()->RemoveLast();
+  spec.mutable_model()->mutable_layers()->RemoveLast();
+  spec.mutable_model()->mutable_layers()->RemoveLast();  // only flatten: output [784]
+  spec.mutable_parallel()->set_stages(1);
+  spec.mutable_parallel()->set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"model output has 784 features", "10 classes"});
+}
+
+TEST(ValidateJobSpecTest, Loss) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->set_loss("mse");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model.loss 'mse'", "not supported", "supported: softmax_cross_entropy"});
+}
+
+TEST(ValidateJobSpecTest, Data) {
+  v1::JobSpec spec = Example();
+  spec.mutable_data()->set_dataset("cifar10");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"data.dataset 'cifar10' is unknown", "known datasets: fashion-mnist"});
+  spec = Example();
+  spec.mutable_data()->set_path("");
+  ExpectInvalid(ValidateJobSpec(spec), {"data.path", "must not be empty"});
+}
+
+TEST(ValidateJobSpecTest, Batches) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_global_batch(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 0 must be >= 1"});
+  spec.mutable_training()->set_global_batch(60001);
+  spec.mutable_training()->set_micro_batch(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 60001 must be <= 60000",
+                                        "training samples of fashion-mnist"});
+  spec = Example();
+  spec.mutable_training()->set_micro_batch(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.micro_batch 0 must be >= 1"});
+  spec.mutable_training()->set_micro_batch(512);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.micro_batch 512 must be <= training.global_batch 256"});
+  spec.mutable_training()->set_micro_batch(48);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.global_batch 256 is not divisible by training.micro_batch 48"});
+}
+
+TEST(ValidateJobSpecTest, EpochsAndMaxSteps) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_epochs(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 0 must be >= 1"});
+  spec = Example();
+  spec.mutable_training()->set_max_steps(-1);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.max_steps -1 must be >= 0"});
+  spec.mutable_training()->set_max_steps(5);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+}
+
+TEST(ValidateJobSpecTest, Optimizer) {
+  const auto with = [](auto mutate) {
+    v1::JobSpec spec = Example();
+    mutate(*spec.mutable_training()->mutable_optimizer());
+    return ValidateJobSpec(spec);
+  };
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_type("adam"); }),
+                {"training.optimizer.type 'adam' is unknown", "known: sgd, adamw"});
+  for (double lr : {0.0, -0.1, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    ExpectInvalid(with([lr](v1::OptimizerSpec& o) { o.set_lr(lr); }),
+                  {"training.optimizer.lr", "must be > 0 and finite"});
+  }
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_lr(-0.1); }),
+                {"training.optimizer.lr -0.1 must be > 0 and finite"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_lr(std::nan("")); }),
+                {"training.optimizer.lr nan must be"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_momentum(1); }),
+                {"training.optimizer.momentum 1 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_momentum(-0.5); }),
+                {"training.optimizer.momentum -0.5 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_weight_decay(-0.01); }),
+                {"training.optimizer.weight_decay -0.01 must be >= 0"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_beta1(1); }),
+                {"training.optimizer.beta1 1 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_beta2(1.5); }),
+                {"training.optimizer.beta2 1.5 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) {
+                  o.set_type("adamw");
+                  o.set_eps(0);
+                }),
+                {"training.optimizer.eps 0 must be > 0"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_eps(-1e-8); }),
+                {"training.optimizer.eps -1e-08 must be > 0"});
+  EXPECT_TRUE(with([](v1::OptimizerSpec& o) { o.set_type("adamw"); }).ok());
+  // A hand-built sgd spec need not set AdamW's eps.
+  EXPECT_TRUE(with([](v1::OptimizerSpec& o) { o.set_eps(0); }).ok());
+}
+
+TEST(ValidateJobSpecTest, Schedule) {
+  v1::JobSpec spec = Example();
+  for (const char* later : {"pipedream", "pipesgd"}) {
+    spec.mutable_parallel()->set_schedule(later);
+    ExpectInvalid(ValidateJobSpec(spec),
+                  {std::string("parallel.schedule '") + later +
+                   "' is not available in this version; available: gpipe, dapple"});
+  }
+  spec.mutable_parallel()->set_schedule("zerobubble");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.schedule 'zerobubble' is unknown; available: gpipe, dapple"});
+}
+
+TEST(ValidateJobSpecTest, Planner) {
+  v1::JobSpec spec = Example();
+  for (const char* later : {"dapple", "pipedream", "dp"}) {
+    spec.mutable_parallel()->set_planner(later);
+    ExpectInvalid(ValidateJobSpec(spec),
+                  {std::string("parallel.planner '") + later +
+                   "' is not available in this version; available: balanced, uniform, manual"});
+  }
+  spec.mutable_parallel()->set_planner("greedy");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.planner 'greedy' is unknown"});
+  spec.mutable_parallel()->set_planner("manual");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner manual needs parallel.stages as a list", "got 2"});
+}
+
+TEST(ValidateJobSpecTest, StageListNeedsManualPlanner) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(kExample, "stages: 2 ", "stages: [[0, 1], [2, 3]]"), "job.yaml");
+  ExpectInvalid(spec.status(), {"job.yaml:20:12: ", "parallel.stages is an explicit list",
+                                "parallel.planner manual", "got parallel.planner balanced"});
+}
+
+// The example (4 layers) with explicit stages.
+v1::JobSpec Manual(const std::vector<std::pair<int, int>>& ranges) {
+  v1::JobSpec spec = Example();
+  v1::ParallelSpec& p = *spec.mutable_parallel();
+  p.set_planner("manual");
+  p.set_stages(static_cast<int>(ranges.size()));
+  p.set_devices(static_cast<int>(ranges.size()));
+  for (const auto& [first, last] : ranges) {
+    v1::StageRange& r = *p.add_stage_ranges();
+    r.set_first_layer(first);
+    r.set_last_layer(last);
+  }
+  return spec;
+}
+
+TEST(ValidateJobSpecTest, StageCount) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_stages(-1);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages -1 must be >= 0"});
+  spec.mutable_parallel()->set_stages(8);
+  spec.mutable_parallel()->set_devices(8);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 8 is more than the 4 layers of the model: each stage needs at "
+                 "least one layer"});
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto", "8 stages",
+                                        "more than the 4 layers"});
+  spec.mutable_parallel()->set_stages(4);
+  spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec = Manual({{0, 0}});
+  spec.mutable_model()->mutable_layers()->DeleteSubrange(0, 3);  // only linear 784 -> 10
+  spec.mutable_model()->clear_input_shape();
+  spec.mutable_model()->add_input_shape(784);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_planner("balanced");
+  spec.mutable_parallel()->clear_stage_ranges();
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages 2 is more than the 1 layer of the model"});
+}
+
+TEST(ValidateJobSpecTest, StageRanges) {
+  EXPECT_TRUE(ValidateJobSpec(Manual({{0, 3}})).ok());
+  EXPECT_TRUE(ValidateJobSpec(Manual({{0, 0}, {1, 2}, {3, 3}})).ok());
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {3, 2}})),
+                {"parallel.stages[1] [3, 2] is empty", "first_layer 3 > last_layer 2"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {3, 3}})),
+                {"layer 2 is missing", "parallel.stages[1] [3, 3]", "exactly once"});
+  ExpectInvalid(ValidateJobSpec(Manual({{1, 3}})),
+                {"layer 0 is missing", "parallel.stages[0] [1, 3]"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 2}, {2, 3}})),
+                {"layer 2 is duplicated", "parallel.stages[0] [0, 2]", "parallel.stages[1] [2, 3]",
+                 "exactly once"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 3}, {0, 0}})),
+                {"parallel.stages[2] [0, 0] comes after parallel.stages[1] [2, 3]", "layer order"});
+  ExpectInvalid(ValidateJobSpec(Manual({{2, 3}, {0, 1}})), {"layer 0 is missing"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 2}})),
+                {"layer 3 is missing", "parallel.stages[1] [2, 2]", "last layer 3"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 5}})),
+                {"parallel.stages[1] [2, 5] goes past the last layer 3"});
+  ExpectInvalid(ValidateJobSpec(Manual({{-1, 1}, {2, 3}})),
+                {"parallel.stages[0] [-1, 1]", "must be >= 0"});
+  v1::JobSpec spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_stages(3);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 3 does not match the 2 explicit stage ranges"});
+  spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_planner("balanced");
+  ExpectInvalid(ValidateJobSpec(spec), {"explicit list", "parallel.planner manual"});
+}
+
+TEST(ValidateJobSpecTest, Devices) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_devices(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 0 must be >= 1"});
+  spec.mutable_parallel()->set_devices(4);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 4 with 2 stages would need 2 replicas per stage; stage "
+                 "replication is not available in this version: set devices to 2"});
+  spec.mutable_parallel()->set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 1 is fewer than the 2 stages", "set devices to 2"});
+  spec.mutable_parallel()->set_devices(3);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 3 does not match the 2 stages",
+                                        "stage replication is not available", "set devices to 2"});
+  spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_devices(6);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 6 with 2 stages would need 3 replicas"});
+}
+
+// ---------------------------------------------------------------------------------- round trip
+
+void ExpectRoundTrip(const v1::JobSpec& spec) {
+  const std::string yaml = JobSpecToYaml(spec);
+  absl::StatusOr<v1::JobSpec> back = ParseJobSpec(yaml, "canonical.yaml");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, spec)) << "YAML:\n"
+                                                       << yaml << "\nwant:\n"
+                                                       << spec.DebugString() << "got:\n"
+                                                       << back->DebugString();
+}
+
+TEST(JobSpecToYamlTest, CanonicalFormOfTheExample) {
+  EXPECT_EQ(JobSpecToYaml(Example()), R"(name: fmnist-mlp
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 10}
+  loss: softmax_cross_entropy
+data:
+  dataset: fashion-mnist
+  path: /usr/share/datasets/fashion-mnist
+training:
+  global_batch: 256
+  micro_batch: 32
+  epochs: 3
+  optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0, beta1: 0.9, beta2: 0.999, eps: 1e-08}
+  seed: 42
+  max_steps: 0
+parallel:
+  schedule: dapple
+  planner: balanced
+  stages: 2
+  devices: 2
+)");
+}
+
+TEST(JobSpecToYamlTest, RoundTrips) {
+  ExpectRoundTrip(Example());
+  absl::StatusOr<v1::JobSpec> minimal = ParseJobSpec(kMinimal, "job.yaml");
+  ASSERT_TRUE(minimal.ok()) << minimal.status();
+  ExpectRoundTrip(*minimal);  // stages auto
+
+  v1::JobSpec spec = Manual({{0, 0}, {1, 2}, {3, 3}});
+  v1::OptimizerSpec& opt = *spec.mutable_training()->mutable_optimizer();
+  opt.set_type("adamw");
+  opt.set_lr(0.1 + 0.2);  // not a short decimal: must survive exactly
+  opt.set_weight_decay(1.0 / 3.0);
+  opt.set_eps(1e-12);
+  spec.mutable_training()->set_seed(std::numeric_limits<uint64_t>::max());
+  spec.mutable_training()->set_max_steps(100);
+  spec.mutable_model()->mutable_layers(2)->set_type("gelu");
+  spec.mutable_data()->set_path("/data/fashion mnist: \"v2\" #1\\x\t");
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  ExpectRoundTrip(spec);
+
+  spec.mutable_data()->set_path("null");
+  ExpectRoundTrip(spec);
+  spec.mutable_data()->set_path("-rel/path");
+  ExpectRoundTrip(spec);
+  spec.set_name("123");
+  ExpectRoundTrip(spec);
+}
+
+// -------------------------------------------------------------------------------- bad examples
+
+// The repository root: $DAPPLE_SOURCE_DIR (set by ctest), else found from this file's path or
+// by walking up from the test binary (build folders sit inside the repository).
+std::string SourceDir() {
+  namespace fs = std::filesystem;
+  const auto has_examples = [](const fs::path& dir) {
+    std::error_code ec;
+    return fs::exists(dir / "examples" / "bad", ec);
+  };
+  if (const char* dir = std::getenv("DAPPLE_SOURCE_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  const fs::path from_file = fs::path(__FILE__).parent_path().parent_path();
+  if (has_examples(from_file)) return from_file.string();
+  std::error_code ec;
+  for (fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path(); !ec && !dir.empty();
+       dir = dir.parent_path()) {
+    if (has_examples(dir)) return dir.string();
+    if (dir == dir.root_path()) break;
+  }
+  return from_file.string();
+}
+
+struct BadExample {
+  const char* file;
+  const char* error;
+};
+
+TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
+  const BadExample cases[] = {
+      {"malformed.yaml",
+       "examples/bad/malformed.yaml:6:7: YAML syntax error: this '{' is never closed (yaml-cpp "
+       "stopped at 8:5: illegal block entry)"},
+      {"unknown_layer.yaml",
+       "examples/bad/unknown_layer.yaml:7:7: model.layers[1]: unknown layer type 'conv2d'; "
+       "known: flatten, linear, relu, gelu"},
+      {"indivisible_batch.yaml",
+       "examples/bad/indivisible_batch.yaml:12:16: training.global_batch 256 is not divisible by "
+       "training.micro_batch 48"},
+      {"too_many_stages.yaml",
+       "examples/bad/too_many_stages.yaml:20:11: parallel.stages 8 is more than the 6 layers of "
+       "the model: each stage needs at least one layer"},
+      {"misspelled_field.yaml",
+       "examples/bad/misspelled_field.yaml:8:1: unknown field 'trainig' in the job spec; known: "
+       "name, model, data, training, parallel; did you mean 'training'?"},
+  };
+  for (const BadExample& c : cases) {
+    SCOPED_TRACE(c.file);
+    const std::string path = SourceDir() + "/examples/bad/" + c.file;
+    std::ifstream in(path);
+    ASSERT_TRUE(in.good()) << "cannot read " << path;
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, std::string("examples/bad/") + c.file);
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+    EXPECT_EQ(std::string(spec.status().message()), std::string(c.error));
+  }
+}
+
+// The job specs under examples/ are meant to run as they are: each must parse and validate.
+TEST(GoodExamplesTest, EveryExampleSpecIsValid) {
+  namespace fs = std::filesystem;
+  int checked = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(SourceDir() + "/examples")) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, entry.path().filename().string());
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (spec.ok()) ExpectRoundTrip(*spec);
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}
+
+}  // namespace
+}  // namespace dapple

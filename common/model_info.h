@@ -4,6 +4,7 @@
 #define DAPPLE_COMMON_MODEL_INFO_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"

@@ -1,1 +1,150 @@
-// placeholder: being written
+#include "common/model_info.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple {
+namespace {
+
+using ::testing::ElementsAre;
+
+v1::ModelSpec MakeModel(const std::vector<int64_t>& input_shape,
+                        const std::vector<std::pair<std::string, int64_t>>& layers) {
+  v1::ModelSpec m;
+  for (int64_t d : input_shape) m.add_input_shape(d);
+  for (const auto& [type, out] : layers) {
+    v1::LayerSpec* l = m.add_layers();
+    l->set_type(type);
+    l->set_out(out);
+  }
+  m.set_loss("softmax_cross_entropy");
+  return m;
+}
+
+// flatten, linear 32, relu, linear 16, relu, linear 10 on [1, 4, 4].
+v1::ModelSpec SmallMlp() {
+  return MakeModel(
+      {1, 4, 4},
+      {{"flatten", 0}, {"linear", 32}, {"relu", 0}, {"linear", 16}, {"relu", 0}, {"linear", 10}});
+}
+
+void ExpectInvalid(const v1::ModelSpec& m, const std::string& message) {
+  absl::StatusOr<std::vector<LayerInfo>> infos = InferLayers(m);
+  ASSERT_FALSE(infos.ok());
+  EXPECT_EQ(infos.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(infos.status().message(), message);
+}
+
+TEST(NumElementsTest, ProductAndEmpty) {
+  EXPECT_EQ(NumElements({}), 1);
+  EXPECT_EQ(NumElements({1, 28, 28}), 784);
+  EXPECT_EQ(NumElements({3, 0}), 0);
+}
+
+TEST(InferLayersTest, SmallMlpShapesParamsFlops) {
+  absl::StatusOr<std::vector<LayerInfo>> infos = InferLayers(SmallMlp());
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_EQ(infos->size(), 6u);
+  const std::vector<LayerInfo>& l = *infos;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(l[i].index, i);
+
+  EXPECT_EQ(l[0].type, "flatten");
+  EXPECT_THAT(l[0].input_shape, ElementsAre(1, 4, 4));
+  EXPECT_THAT(l[0].output_shape, ElementsAre(16));
+  EXPECT_EQ(l[0].param_count, 0);
+  EXPECT_EQ(l[0].forward_flops, 0);
+  EXPECT_EQ(l[0].backward_flops, 0);
+  EXPECT_EQ(l[0].output_bytes, 16 * 4);
+
+  EXPECT_EQ(l[1].type, "linear");
+  EXPECT_THAT(l[1].input_shape, ElementsAre(16));
+  EXPECT_THAT(l[1].output_shape, ElementsAre(32));
+  EXPECT_EQ(l[1].param_count, 16 * 32 + 32);  // 544
+  EXPECT_EQ(l[1].forward_flops, 2.0 * 16 * 32);
+  EXPECT_EQ(l[1].backward_flops, 4.0 * 16 * 32);
+  EXPECT_EQ(l[1].output_bytes, 32 * 4);
+
+  EXPECT_EQ(l[2].type, "relu");
+  EXPECT_THAT(l[2].input_shape, ElementsAre(32));
+  EXPECT_THAT(l[2].output_shape, ElementsAre(32));
+  EXPECT_EQ(l[2].param_count, 0);
+  EXPECT_EQ(l[2].forward_flops, 32);
+  EXPECT_EQ(l[2].backward_flops, 32);
+  EXPECT_EQ(l[2].output_bytes, 32 * 4);
+
+  EXPECT_THAT(l[3].output_shape, ElementsAre(16));
+  EXPECT_EQ(l[3].param_count, 32 * 16 + 16);  // 528
+  EXPECT_EQ(l[3].forward_flops, 2.0 * 32 * 16);
+  EXPECT_EQ(l[3].backward_flops, 4.0 * 32 * 16);
+
+  EXPECT_THAT(l[4].output_shape, ElementsAre(16));
+  EXPECT_EQ(l[4].forward_flops, 16);
+
+  EXPECT_EQ(l[5].type, "linear");
+  EXPECT_THAT(l[5].input_shape, ElementsAre(16));
+  EXPECT_THAT(l[5].output_shape, ElementsAre(10));
+  EXPECT_EQ(l[5].param_count, 16 * 10 + 10);  // 170
+  EXPECT_EQ(l[5].forward_flops, 2.0 * 16 * 10);
+  EXPECT_EQ(l[5].backward_flops, 4.0 * 16 * 10);
+  EXPECT_EQ(l[5].output_bytes, 10 * 4);
+
+  int64_t total = 0;
+  for (const LayerInfo& info : l) total += info.param_count;
+  EXPECT_EQ(total, 544 + 528 + 170);
+}
+
+TEST(InferLayersTest, GeluPreservesShapeAndCostsPerElement) {
+  absl::StatusOr<std::vector<LayerInfo>> infos =
+      InferLayers(MakeModel({2, 3}, {{"gelu", 0}, {"flatten", 0}, {"linear", 4}}));
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_THAT((*infos)[0].output_shape, ElementsAre(2, 3));
+  EXPECT_GT((*infos)[0].forward_flops, 0);
+  EXPECT_GT((*infos)[0].backward_flops, 0);
+  EXPECT_EQ((*infos)[0].output_bytes, 6 * 4);
+  EXPECT_THAT((*infos)[1].output_shape, ElementsAre(6));
+  EXPECT_EQ((*infos)[2].param_count, 6 * 4 + 4);
+}
+
+TEST(InferLayersTest, UnknownType) {
+  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 0}, {"conv9", 0}}),
+                "model.layers[3]: unknown layer type 'conv9'; known: flatten, linear, relu, gelu");
+  ExpectInvalid(MakeModel({4}, {{"", 0}}),
+                "model.layers[0]: unknown layer type ''; known: flatten, linear, relu, gelu");
+}
+
+TEST(InferLayersTest, LinearNeedsFlatInput) {
+  ExpectInvalid(MakeModel({1, 28, 28}, {{"relu", 0}, {"linear", 10}}),
+                "model.layers[1] (linear) needs a flat input, got [1, 28, 28]: add a flatten layer "
+                "before it");
+}
+
+TEST(InferLayersTest, LinearOutMustBePositive) {
+  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"relu", 0}, {"linear", 0}}),
+                "model.layers[2].out 0 must be > 0");
+  ExpectInvalid(MakeModel({16}, {{"linear", -3}}), "model.layers[0].out -3 must be > 0");
+}
+
+TEST(InferLayersTest, LinearTooLarge) {
+  ExpectInvalid(MakeModel({1 << 20}, {{"linear", int64_t{1} << 21}}),
+                "model.layers[0].out 2097152 gives more than 2^40 parameters for 1048576 inputs");
+}
+
+TEST(InferLayersTest, EmptyModelOrInputShape) {
+  ExpectInvalid(MakeModel({1, 4, 4}, {}),
+                "model.layers is empty: a model needs at least one layer");
+  ExpectInvalid(MakeModel({}, {{"relu", 0}}),
+                "model.input_shape is empty: give the per-sample shape, e.g. [1, 28, 28]");
+}
+
+TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
+  ExpectInvalid(MakeModel({1, 0, 4}, {{"flatten", 0}}), "model.input_shape[1] 0 must be > 0");
+  ExpectInvalid(MakeModel({-2}, {{"relu", 0}}), "model.input_shape[0] -2 must be > 0");
+  ExpectInvalid(MakeModel({1 << 20, 1 << 20, 2}, {{"flatten", 0}}),
+                "model.input_shape [1048576, 1048576, 2] has more than 2^40 elements per sample");
+}
+
+}  // namespace
+}  // namespace dapple

@@ -1,6 +1,11 @@
 // Pure schedule generators: (P, M, stage) -> the compute actions of one training step.
 // Compute actions are FORWARD, BACKWARD and a final OPTIMIZER_STEP; communication is added by
-// lowering.h, never here.
+// lowering.h, never here. Every function here is pure and thread-safe.
+//
+// Preconditions of the Generate* functions (unchecked; BuildPrograms in lowering.h validates):
+// num_stages P >= 1, 0 <= stage < P, num_micro_batches M >= 1. Every result holds each
+// micro-batch's FORWARD and BACKWARD exactly once (backward after forward), then one
+// OPTIMIZER_STEP with micro_batch -1, all with `stage` as their stage.
 #ifndef DAPPLE_COMMON_SCHEDULE_GENERATORS_H_
 #define DAPPLE_COMMON_SCHEDULE_GENERATORS_H_
 

@@ -1,1 +1,74 @@
-// placeholder: being written
+#include "kernels/cpu/activations.h"
+
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/cpu/check.h"
+
+namespace dapple::kernels {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+void CheckSameShape(const char* layer, const Tensor& expected, const Tensor& dy) {
+  DAPPLE_KERNEL_CHECK(dy.shape == expected.shape, layer, " expects dy ",
+                      ShapeToString(expected.shape), ", got ", ShapeToString(dy.shape));
+}
+
+}  // namespace
+
+void ReluLayer::Forward(const Tensor& x, Tensor* y) {
+  y->Resize(x.shape);
+  const size_t n = x.data.size();
+  // `x < 0 ? 0 : x` rather than max(): a NaN passes through (as torch.relu), so a diverging
+  // run shows up in the loss instead of being silently zeroed here.
+  for (size_t i = 0; i < n; ++i) y->data[i] = x.data[i] < 0.0f ? 0.0f : x.data[i];
+}
+
+void ReluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+  CheckSameShape("relu", x, dy);
+  if (dx == nullptr) return;
+  dx->Resize(x.shape);
+  const size_t n = x.data.size();
+  for (size_t i = 0; i < n; ++i) dx->data[i] = x.data[i] <= 0.0f ? 0.0f : dy.data[i];
+}
+
+void GeluLayer::Forward(const Tensor& x, Tensor* y) {
+  y->Resize(x.shape);
+  const size_t n = x.data.size();
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x.data[i];
+    y->data[i] = 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
+  }
+}
+
+void GeluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+  CheckSameShape("gelu", x, dy);
+  if (dx == nullptr) return;
+  dx->Resize(x.shape);
+  const size_t n = x.data.size();
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x.data[i];
+    const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+    dx->data[i] = dy.data[i] * (cdf + v * pdf);
+  }
+}
+
+void FlattenLayer::Forward(const Tensor& x, Tensor* y) {
+  DAPPLE_KERNEL_CHECK(!x.shape.empty(), "flatten expects x [N, ...], got an empty tensor");
+  y->shape = {x.rows(), x.cols()};
+  y->data = x.data;
+}
+
+void FlattenLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+  DAPPLE_KERNEL_CHECK(dy.shape.size() == 2 && dy.shape[0] == x.rows() && dy.shape[1] == x.cols(),
+                      "flatten expects dy [", x.rows(), ", ", x.cols(), "], got ",
+                      ShapeToString(dy.shape));
+  if (dx == nullptr) return;
+  dx->shape = x.shape;
+  dx->data = dy.data;
+}
+
+}  // namespace dapple::kernels

@@ -12,7 +12,10 @@ namespace dapple::kernels {
 // -log(softmax(logits)[label]) (a sum, so micro-batches add up to the global batch), computed
 // with the max-subtraction trick. Writes dlogits = (softmax(logits) - onehot(label)) * grad_scale
 // ([N, C], resized); pass grad_scale = 1 / global_batch for a mean loss over the global batch.
-// `correct` (may be null) receives how many rows have argmax == label.
+// `correct` (may be null) receives how many rows have argmax == label (ties: the first maximum).
+// A label outside [0, C) makes the returned sum NaN and that row's dlogits zero (the caller's data
+// reader validates labels; NaN makes a slip visible in the reported loss). logits must be rank 2
+// with C > 0 (else abort: a programming error). Thread safety: pure function.
 double SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float grad_scale,
                            Tensor* dlogits, int64_t* correct);
 

@@ -1,1 +1,155 @@
-// placeholder: being written
+#include "kernels/cpu/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/check.h"
+
+namespace dapple::kernels {
+namespace {
+
+constexpr double kDefaultBeta1 = 0.9;
+constexpr double kDefaultBeta2 = 0.999;
+constexpr double kDefaultEps = 1e-8;
+
+// Sizes per-parameter state on the first Step and checks later calls pass the same params.
+void EnsureState(const std::vector<Param*>& params, std::vector<std::vector<float>>* state,
+                 const char* optimizer) {
+  if (state->empty()) {
+    state->resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) (*state)[i].assign(params[i]->value.data.size(), 0);
+    return;
+  }
+  DAPPLE_KERNEL_CHECK(state->size() == params.size(), optimizer, " got ", params.size(),
+                      " params, its state has ", state->size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    DAPPLE_KERNEL_CHECK((*state)[i].size() == params[i]->value.data.size(), optimizer, " param ",
+                        params[i]->name, " changed size");
+  }
+}
+
+// torch.optim.SGD (dampening 0, nesterov off). The scalars are rounded to float once, as PyTorch
+// does when it applies a Python float to a float32 tensor.
+class Sgd : public Optimizer {
+ public:
+  Sgd(double lr, double momentum, double weight_decay)
+      : lr_(static_cast<float>(lr)),
+        momentum_(static_cast<float>(momentum)),
+        weight_decay_(static_cast<float>(weight_decay)) {}
+
+  void Step(const std::vector<Param*>& params) override {
+    EnsureState(params, &velocity_, "sgd");
+    for (size_t p = 0; p < params.size(); ++p) {
+      float* w = params[p]->value.data.data();
+      const float* g = params[p]->grad.data.data();
+      float* v = velocity_[p].data();
+      const size_t n = velocity_[p].size();
+      for (size_t i = 0; i < n; ++i) {
+        const float d = g[i] + weight_decay_ * w[i];
+        // v starts at zero, so the first step gives v = g' exactly, as PyTorch's clone.
+        v[i] = momentum_ * v[i] + d;
+        w[i] -= lr_ * v[i];
+      }
+    }
+  }
+
+ private:
+  float lr_;
+  float momentum_;
+  float weight_decay_;
+  std::vector<std::vector<float>> velocity_;
+};
+
+// torch.optim.AdamW (amsgrad off), following its single-tensor implementation: decoupled decay
+// first, then the moments, then w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+class AdamW : public Optimizer {
+ public:
+  AdamW(double lr, double beta1, double beta2, double eps, double weight_decay)
+      : lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {}
+
+  void Step(const std::vector<Param*>& params) override {
+    EnsureState(params, &m_, "adamw");
+    EnsureState(params, &v_, "adamw");
+    ++t_;
+    // The bias corrections in double, as PyTorch computes them on Python floats.
+    const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
+    const float decay = static_cast<float>(1.0 - lr_ * weight_decay_);
+    const float step_size = static_cast<float>(lr_ / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float b1 = static_cast<float>(beta1_);
+    const float b2 = static_cast<float>(beta2_);
+    const float one_minus_b1 = static_cast<float>(1.0 - beta1_);
+    const float one_minus_b2 = static_cast<float>(1.0 - beta2_);
+    const float eps = static_cast<float>(eps_);
+    for (size_t p = 0; p < params.size(); ++p) {
+      float* w = params[p]->value.data.data();
+      const float* g = params[p]->grad.data.data();
+      float* m = m_[p].data();
+      float* v = v_[p].data();
+      const size_t n = m_[p].size();
+      for (size_t i = 0; i < n; ++i) {
+        w[i] *= decay;
+        m[i] = b1 * m[i] + one_minus_b1 * g[i];
+        v[i] = b2 * v[i] + one_minus_b2 * g[i] * g[i];
+        w[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
+      }
+    }
+  }
+
+ private:
+  double lr_;
+  double beta1_;
+  double beta2_;
+  double eps_;
+  double weight_decay_;
+  int64_t t_ = 0;
+  std::vector<std::vector<float>> m_;
+  std::vector<std::vector<float>> v_;
+};
+
+absl::Status CheckInUnitInterval(const char* field, double value) {
+  if (!(value >= 0 && value < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.optimizer.", field, " ", value, " must be in [0, 1)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec& spec) {
+  if (spec.type() != "sgd" && spec.type() != "adamw") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.optimizer.type '", spec.type(), "' is unknown; known: sgd, adamw"));
+  }
+  if (!(spec.lr() > 0) || !std::isfinite(spec.lr())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.optimizer.lr ", spec.lr(), " must be > 0 and finite"));
+  }
+  if (!(spec.weight_decay() >= 0) || !std::isfinite(spec.weight_decay())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.optimizer.weight_decay ", spec.weight_decay(), " must be >= 0 and finite"));
+  }
+  if (spec.type() == "sgd") {
+    if (absl::Status s = CheckInUnitInterval("momentum", spec.momentum()); !s.ok()) return s;
+    return std::unique_ptr<Optimizer>(
+        std::make_unique<Sgd>(spec.lr(), spec.momentum(), spec.weight_decay()));
+  }
+  // Proto3 cannot tell an unset double from 0, so 0 means "PyTorch's default".
+  const double beta1 = spec.beta1() == 0 ? kDefaultBeta1 : spec.beta1();
+  const double beta2 = spec.beta2() == 0 ? kDefaultBeta2 : spec.beta2();
+  const double eps = spec.eps() == 0 ? kDefaultEps : spec.eps();
+  if (absl::Status s = CheckInUnitInterval("beta1", beta1); !s.ok()) return s;
+  if (absl::Status s = CheckInUnitInterval("beta2", beta2); !s.ok()) return s;
+  if (!(eps > 0) || !std::isfinite(eps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.optimizer.eps ", eps, " must be > 0 and finite"));
+  }
+  return std::unique_ptr<Optimizer>(
+      std::make_unique<AdamW>(spec.lr(), beta1, beta2, eps, spec.weight_decay()));
+}
+
+}  // namespace dapple::kernels

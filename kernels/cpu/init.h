@@ -1,0 +1,48 @@
+// Deterministic parameter initialisation.
+//
+// Every value is a pure function of (seed, layer index, which tensor, element index): a
+// counter-based generator (splitmix64, Steele, Lea & Flood, "Fast splittable pseudorandom number
+// generators", OOPSLA 2014) keyed by the first three and indexed by the fourth. So every process,
+// whatever range of layers it builds and in whatever order, produces bitwise the same weights, and
+// no generator state is shared between layers. Integer arithmetic up to the final single float
+// multiply, so the result does not depend on compiler flags (no FMA contraction is possible).
+//
+// Thread safety: pure functions.
+#ifndef DAPPLE_KERNELS_CPU_INIT_H_
+#define DAPPLE_KERNELS_CPU_INIT_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/tensor.h"
+
+namespace dapple::kernels {
+
+// Which tensor of a layer a stream belongs to. Values are part of the weight format: never
+// renumber them (checkpoints and cross-process parity rely on them).
+enum class InitTensor : uint32_t {
+  kWeight = 0,
+  kBias = 1,
+};
+
+// The splitmix64 output function (a bijective 64-bit mixer).
+uint64_t SplitMix64Mix(uint64_t z);
+
+// The i-th (0-based) output of the splitmix64 sequence whose state starts at `key`:
+// Mix(key + (i + 1) * 0x9E3779B97F4A7C15).
+uint64_t SplitMix64At(uint64_t key, uint64_t i);
+
+// The stream key for tensor `which` of layer `layer_index` (0-based, in ModelSpec.layers) of a
+// model initialised with `seed`.
+uint64_t InitStreamKey(uint64_t seed, int layer_index, InitTensor which);
+
+// The top 24 bits of `bits` as a float in [0, 1): k * 2^-24, k in [0, 2^24).
+float UnitFloat24(uint64_t bits);
+
+// Fills every element of `t` (already sized) with U(-bound, bound): element i gets
+// bound * (2 * UnitFloat24(SplitMix64At(key, i)) - 1), where 2u - 1 is exact in float, so the
+// only rounding is the multiply by `bound`. Values lie in [-bound, bound).
+void FillSymmetricUniform(uint64_t seed, int layer_index, InitTensor which, float bound, Tensor* t);
+
+}  // namespace dapple::kernels
+
+#endif  // DAPPLE_KERNELS_CPU_INIT_H_

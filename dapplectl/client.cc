@@ -1,0 +1,244 @@
+#include "dapplectl/client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "dapplectl/format.h"
+#include "grpc/support/log.h"
+
+namespace dapple::ctl {
+namespace {
+
+// Jobs carry per-step losses, and ListJobs returns every job: allow more than gRPC's 4 MiB.
+constexpr int kMaxReceiveBytes = 512 << 20;
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrFormat("%g s", absl::ToDoubleSeconds(d)); }
+
+absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+// Stream endings the watch recovers from by reconnecting: the connection or the coordinator
+// went away, not the request.
+bool IsRetryableStreamEnd(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:  // the stream ended without a terminal state
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::INTERNAL:  // RST_STREAM, a coordinator killed mid-frame
+    case grpc::StatusCode::UNKNOWN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void DropGrpcLog(gpr_log_func_args*) {}
+
+}  // namespace
+
+std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_message,
+                              absl::Duration timeout) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  if (absl::StrContains(m, "connection refused")) return "connection refused";
+  if (absl::StrContains(m, "dns resolution failed") || absl::StrContains(m, "name or service") ||
+      absl::StrContains(m, "resolve") || absl::StrContains(m, "name resolution")) {
+    return "cannot resolve the address";
+  }
+  if (absl::StrContains(m, "no route to host")) return "no route to host";
+  if (absl::StrContains(m, "network is unreachable")) return "network is unreachable";
+  if (absl::StrContains(m, "keepalive")) return "keepalive timeout";
+  if (absl::StrContains(m, "timed out")) return "connection timed out";
+  if (absl::StrContains(m, "socket closed") || absl::StrContains(m, "connection reset") ||
+      absl::StrContains(m, "broken pipe") || absl::StrContains(m, "end of file") ||
+      absl::StrContains(m, "goaway")) {
+    return "connection lost";
+  }
+  if (code == absl::StatusCode::kDeadlineExceeded) {
+    return absl::StrCat("no answer within ", Seconds(timeout));
+  }
+  if (grpc_message.empty()) return "unavailable";
+  return grpc_message;
+}
+
+absl::Duration WatchReconnectDelay(int empty_streams) {
+  if (empty_streams <= 0) return absl::ZeroDuration();
+  const absl::Duration delay = absl::Milliseconds(100) * (1 << std::min(empty_streams - 1, 10));
+  return std::min(delay, kMaxWatchReconnectDelay);
+}
+
+bool IsTransportMessage(const std::string& grpc_message) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  for (const char* needle :
+       {"failed to connect", "connection refused", "dns resolution failed", "name resolution",
+        "no route to host", "network is unreachable", "socket closed", "connection reset",
+        "broken pipe", "keepalive", "goaway", "end of file", "connection timed out"}) {
+    if (absl::StrContains(m, needle)) return true;
+  }
+  return false;
+}
+
+std::string UnreachableMessage(const std::string& address, const std::string& reason) {
+  return absl::StrCat("cannot reach the coordinator at ", address, " (", reason,
+                      "); start dapple-coordinator or set --coordinator / DAPPLE_COORDINATOR");
+}
+
+void QuietGrpcLogging() {
+  if (std::getenv("GRPC_VERBOSITY") != nullptr || std::getenv("GRPC_TRACE") != nullptr) return;
+  gpr_set_log_function(DropGrpcLog);
+}
+
+CoordinatorClient::CoordinatorClient(ClientOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
+  // A server-streaming watch sends no data after its request; without this gRPC stops
+  // pinging after two pings and keepalive would no longer notice a dead coordinator host.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  channel_ = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::Coordinator::NewStub(channel_);
+}
+
+absl::Status CoordinatorClient::Convert(const char* method, const grpc::Status& status) {
+  const absl::StatusCode code = ToAbsl(status.error_code());
+  const std::string& message = status.error_message();
+  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+    if (code == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the server at ", options_.address, " does not implement dapple.v1.Coordinator/", method,
+          " (is it a dapple-coordinator of the same version?)"));
+    }
+    if (message.empty()) {
+      return absl::Status(code,
+                          absl::StrCat(method, " failed with ", absl::StatusCodeToString(code)));
+    }
+    return absl::Status(code, message);
+  }
+  // The coordinator itself may answer UNAVAILABLE ("retry later"); only gRPC's transport
+  // messages, or a channel that never became ready, mean it could not be reached.
+  const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
+  if (connected && !IsTransportMessage(message)) {
+    if (code == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", options_.address,
+                                                      " did not answer ", method, " within ",
+                                                      Seconds(options_.timeout)));
+    }
+    return absl::UnavailableError(message.empty() ? "the coordinator is unavailable" : message);
+  }
+  return absl::Status(code, UnreachableMessage(options_.address,
+                                               UnreachableReason(code, message, options_.timeout)));
+}
+
+template <typename Request, typename Response, typename Call>
+absl::Status CoordinatorClient::Unary(const char* method, const Request& request,
+                                      Response* response, Call call, bool wait_for_ready) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.timeout));
+  // Fail-fast (the default) reports a refused connection at once, with gRPC's reason; the
+  // deadline bounds connecting to a silent address. wait_for_ready is for reconnecting.
+  context.set_wait_for_ready(wait_for_ready);
+  const grpc::Status status = (stub_.get()->*call)(&context, request, response);
+  if (status.ok()) return absl::OkStatus();
+  return Convert(method, status);
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
+                                                  const std::string& source_name) {
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(spec_yaml);
+  request.set_source_name(source_name);
+  v1::SubmitJobResponse response;
+  DAPPLE_RETURN_IF_ERROR(Unary("SubmitJob", request, &response, &v1::Coordinator::Stub::SubmitJob));
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Get(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  DAPPLE_RETURN_IF_ERROR(Unary("GetJob", request, &job, &v1::Coordinator::Stub::GetJob));
+  return job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List() {
+  v1::ListJobsResponse response;
+  DAPPLE_RETURN_IF_ERROR(
+      Unary("ListJobs", v1::ListJobsRequest(), &response, &v1::Coordinator::Stub::ListJobs));
+  return response;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& job_id) {
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  DAPPLE_RETURN_IF_ERROR(Unary("CancelJob", request, &job, &v1::Coordinator::Stub::CancelJob));
+  return job;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
+  v1::ListWorkersResponse response;
+  DAPPLE_RETURN_IF_ERROR(Unary("ListWorkers", v1::ListWorkersRequest(), &response,
+                               &v1::Coordinator::Stub::ListWorkers));
+  return response;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Watch(
+    const std::string& job_id, const std::function<void(const v1::Job&)>& on_snapshot) {
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::Job job;
+  DAPPLE_RETURN_IF_ERROR(Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob));
+  on_snapshot(job);
+
+  int empty_streams = 0;  // in a row
+  while (!IsTerminal(job.state())) {
+    grpc::ClientContext context;  // no deadline: a job may run for days
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub_->WatchJob(&context, request);
+    v1::JobEvent event;
+    bool got_any = false;
+    while (reader->Read(&event)) {
+      got_any = true;
+      job = std::move(*event.mutable_job());
+      on_snapshot(job);
+      if (IsTerminal(job.state())) {
+        // The coordinator ends the stream after this; do not depend on it.
+        context.TryCancel();
+        break;
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    if (IsTerminal(job.state())) break;
+    if (!IsRetryableStreamEnd(status)) return Convert("WatchJob", status);
+
+    // A live coordinator whose streams keep ending empty (a server that sends GOAWAY to
+    // frequent keepalive pings does so while a job sits PENDING) is not a reason to give up:
+    // the GetJob below still shows progress; only back off so this does not spin.
+    empty_streams = got_any ? 0 : empty_streams + 1;
+    if (empty_streams > 0) absl::SleepFor(WatchReconnectDelay(empty_streams));
+    // Reconnect: wait (up to the timeout) for the coordinator to come back, then re-read the
+    // job; snapshots are complete, so nothing is lost between streams.
+    const absl::Status s =
+        Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob, /*wait_for_ready=*/true);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("lost the watch on ", job_id, ": ", s.message()));
+    }
+    on_snapshot(job);
+  }
+  return job;
+}
+
+}  // namespace dapple::ctl

@@ -1,0 +1,113 @@
+// CoordinatorClient: dapplectl's gRPC calls to dapple.v1.Coordinator, with gRPC errors turned
+// into absl::Status whose code picks the exit code (exit_codes.h) and whose message is the one
+// line dapplectl prints after "dapplectl: ".
+//
+// Connecting: unary calls are fail-fast with a deadline of `timeout` (connecting included), so
+// a refused connection is reported at once with its reason and a silent address within
+// `timeout`. Errors, by code:
+//   kUnavailable / kDeadlineExceeded  the coordinator could not be reached ("cannot reach the
+//       coordinator at ADDR (connection refused); start dapple-coordinator or set
+//       --coordinator / DAPPLE_COORDINATOR"), or did not answer in time
+//   anything else                     the coordinator's own status and message, unchanged
+//       (kInvalidArgument for bad specs, kNotFound for unknown jobs, kFailedPrecondition ...)
+//
+// Thread safety: one thread at a time.
+#ifndef DAPPLE_DAPPLECTL_CLIENT_H_
+#define DAPPLE_DAPPLECTL_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dapple/v1/coordinator.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dapple::ctl {
+
+// Default address of the coordinator when neither --coordinator nor DAPPLE_COORDINATOR is set.
+inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7600";
+
+struct ClientOptions {
+  std::string address = kDefaultCoordinator;   // gRPC target, e.g. "127.0.0.1:7600"
+  absl::Duration timeout = absl::Seconds(10);  // deadline of each unary call, connecting included
+  // Keepalive pings while watching, so a coordinator host that vanished without closing the
+  // connection is detected; an answer must come within keepalive_timeout.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+};
+
+class CoordinatorClient {
+ public:
+  explicit CoordinatorClient(ClientOptions options);
+
+  // SubmitJob{spec_yaml, source_name}: the new job (state PENDING, usually).
+  absl::StatusOr<v1::Job> Submit(const std::string& spec_yaml, const std::string& source_name);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> List();
+  // The job after cancelling; kFailedPrecondition from the coordinator if it already ended.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+
+  // Follows the job until it reaches a terminal state and returns that last snapshot.
+  // `on_snapshot` is called (on this thread) with every snapshot: first the job as GetJob
+  // returns it (this call also checks, within `timeout`, that the coordinator is reachable and
+  // the job exists), then each JobEvent of WatchJob. There is no overall deadline; keepalive
+  // pings (keepalive_time, keepalive_timeout) break the stream if the coordinator's host
+  // vanishes. When the stream ends before a terminal state (coordinator restarted, connection
+  // lost, GOAWAY), the watch reconnects: GetJob waiting up to `timeout` for the coordinator
+  // (wait_for_ready), then a new WatchJob, after WatchReconnectDelay when streams keep ending
+  // without a snapshot. Errors: a failed reconnect ends the watch with kUnavailable or
+  // kDeadlineExceeded, "lost the watch on job-3: cannot reach the coordinator at ..."; the
+  // coordinator's own errors (kNotFound, ...) end it at once, unchanged.
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id,
+                                const std::function<void(const v1::Job&)>& on_snapshot);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  template <typename Request, typename Response, typename Call>
+  absl::Status Unary(const char* method, const Request& request, Response* response, Call call,
+                     bool wait_for_ready = false);
+
+  // Turns a failed call's status into dapplectl's error (see the file comment).
+  absl::Status Convert(const char* method, const grpc::Status& status);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+// Pure helpers, exposed for tests.
+
+// The short reason in "cannot reach the coordinator at ADDR (REASON)", from a failed call's
+// code and gRPC message: "connection refused", "cannot resolve the address", "no route to
+// host", "network is unreachable", "connection lost", "connection timed out", "keepalive
+// timeout", "no answer within 2 s" (kDeadlineExceeded), else the gRPC message itself.
+std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_message,
+                              absl::Duration timeout);
+
+// The longest pause between two WatchJob streams.
+inline constexpr absl::Duration kMaxWatchReconnectDelay = absl::Seconds(5);
+
+// Pause before the next WatchJob after `empty_streams` streams in a row ended without a
+// snapshot: 0 for 0, then 100 ms, 200 ms, 400 ms, ... up to kMaxWatchReconnectDelay.
+absl::Duration WatchReconnectDelay(int empty_streams);
+
+// True when a message from gRPC describes a connection problem rather than an error the
+// coordinator returned (e.g. "failed to connect to all addresses; ...", "Socket closed").
+bool IsTransportMessage(const std::string& grpc_message);
+
+// "cannot reach the coordinator at ADDR (REASON); start dapple-coordinator or set
+// --coordinator / DAPPLE_COORDINATOR".
+std::string UnreachableMessage(const std::string& address, const std::string& reason);
+
+// Silences gRPC's own log lines (dapplectl prints one line per error) unless the user set
+// GRPC_VERBOSITY or GRPC_TRACE. Call once, before the first channel.
+void QuietGrpcLogging();
+
+}  // namespace dapple::ctl
+
+#endif  // DAPPLE_DAPPLECTL_CLIENT_H_

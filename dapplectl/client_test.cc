@@ -1,0 +1,238 @@
+#include "dapplectl/client.h"
+
+#include <vector>
+
+#include "dapplectl/exit_codes.h"
+#include "dapplectl/fake_coordinator_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::ctl {
+namespace {
+
+using ::dapple::ctl::testing::FakeCoordinator;
+using ::dapple::ctl::testing::RefusingPort;
+using ::dapple::ctl::testing::Snapshot;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+ClientOptions Options(const std::string& address, absl::Duration timeout = absl::Seconds(5)) {
+  ClientOptions options;
+  options.address = address;
+  options.timeout = timeout;
+  return options;
+}
+
+TEST(UnreachableReasonTest, FromGrpcMessages) {
+  const absl::Duration t = absl::Seconds(2);
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable,
+                              "failed to connect to all addresses; last error: UNKNOWN: "
+                              "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection "
+                              "refused",
+                              t),
+            "connection refused");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable,
+                              "DNS resolution failed for nohost:7600: C-ares status is not "
+                              "ARES_SUCCESS",
+                              t),
+            "cannot resolve the address");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable, "Socket closed", t),
+            "connection lost");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable, "keepalive watchdog timeout", t),
+            "keepalive timeout");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded", t),
+            "no answer within 2 s");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kDeadlineExceeded, "", absl::Milliseconds(1500)),
+            "no answer within 1.5 s");
+  EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable, "something new", t), "something new");
+}
+
+TEST(UnreachableReasonTest, TransportMessages) {
+  EXPECT_TRUE(IsTransportMessage("failed to connect to all addresses; last error: ..."));
+  EXPECT_TRUE(IsTransportMessage("Socket closed"));
+  EXPECT_TRUE(IsTransportMessage("Connection reset by peer"));
+  EXPECT_FALSE(IsTransportMessage("coordinator is starting; retry"));
+  EXPECT_FALSE(IsTransportMessage("Deadline Exceeded"));
+}
+
+TEST(UnreachableReasonTest, Message) {
+  EXPECT_EQ(UnreachableMessage("127.0.0.1:7600", "connection refused"),
+            "cannot reach the coordinator at 127.0.0.1:7600 (connection refused); start "
+            "dapple-coordinator or set --coordinator / DAPPLE_COORDINATOR");
+}
+
+TEST(CoordinatorClientTest, RefusedConnectionIsReportedAtOnce) {
+  RefusingPort refusing;
+  ASSERT_NE(refusing.port(), 0);
+  CoordinatorClient client(Options(refusing.address(), absl::Seconds(5)));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::Job> job = client.Get("job-1");
+  // Fail-fast: well before the 5 s deadline.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(job.status().message(), UnreachableMessage(refusing.address(), "connection refused"));
+}
+
+TEST(CoordinatorClientTest, WatchOfAnUnreachableCoordinator) {
+  RefusingPort refusing;
+  ASSERT_NE(refusing.port(), 0);
+  CoordinatorClient client(Options(refusing.address(), absl::Seconds(5)));
+  int snapshots = 0;
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [&](const v1::Job&) { ++snapshots; });
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("(connection refused)"));
+  EXPECT_EQ(snapshots, 0);
+}
+
+TEST(CoordinatorClientTest, CoordinatorErrorsPassThroughUnchanged) {
+  FakeCoordinator fake;
+  CoordinatorClient client(Options(fake.address()));
+  absl::StatusOr<v1::Job> job = client.Submit("bad: [", "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(), "job.yaml:4:7: YAML syntax error: end of map not found");
+
+  job = client.Get("job-77");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job.status().message(), "job job-77 not found");
+}
+
+TEST(CoordinatorClientTest, SubmitSendsTextAndSourceName) {
+  FakeCoordinator fake;
+  CoordinatorClient client(Options(fake.address()));
+  absl::StatusOr<v1::Job> job = client.Submit("name: x\n", "specs/x.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id(), "job-1");
+  EXPECT_EQ(fake.last_submit().spec_yaml(), "name: x\n");
+  EXPECT_EQ(fake.last_submit().source_name(), "specs/x.yaml");
+}
+
+TEST(CoordinatorClientTest, UnavailableFromALiveCoordinatorKeepsItsMessage) {
+  FakeCoordinator fake;
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::UNAVAILABLE, "job store is being recovered"));
+  CoordinatorClient client(Options(fake.address()));
+  absl::StatusOr<v1::Job> job = client.Get("job-1");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(job.status().message(), "job store is being recovered");
+}
+
+TEST(CoordinatorClientTest, SlowAnswerHitsTheDeadline) {
+  FakeCoordinator fake;
+  fake.StallListWorkers();
+  CoordinatorClient client(Options(fake.address(), absl::Milliseconds(300)));
+  // Connect first so the deadline is the call's, not the connection's.
+  ASSERT_TRUE(client.List().ok());
+  absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
+  ASSERT_FALSE(workers.ok());
+  EXPECT_EQ(workers.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(workers.status().message(), absl::StrCat("the coordinator at ", fake.address(),
+                                                     " did not answer ListWorkers within 0.3 s"));
+}
+
+TEST(CoordinatorClientTest, WatchFollowsTheJobToItsEnd) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_PENDING, 0, 0));
+  fake.ScriptWatch("job-1", {{.events = {Snapshot("job-1", v1::JOB_STATE_PENDING, 0, 0),
+                                         Snapshot("job-1", v1::JOB_STATE_RUNNING, 5, 10),
+                                         Snapshot("job-1", v1::JOB_STATE_SUCCEEDED, 10, 10)}}});
+  CoordinatorClient client(Options(fake.address()));
+  std::vector<v1::JobState> states;
+  absl::StatusOr<v1::Job> job =
+      client.Watch("job-1", [&](const v1::Job& j) { states.push_back(j.state()); });
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job->metrics().step(), 10);
+  // GetJob's snapshot first, then the stream's.
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::JOB_STATE_PENDING, v1::JOB_STATE_PENDING,
+                                               v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED}));
+  EXPECT_EQ(fake.watch_calls(), 1);
+}
+
+TEST(CoordinatorClientTest, WatchOfAFinishedJobNeedsNoStream) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_FAILED, 3, 10));
+  CoordinatorClient client(Options(fake.address()));
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [](const v1::Job&) {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(fake.watch_calls(), 0);
+}
+
+TEST(CoordinatorClientTest, WatchReconnectsAfterABrokenStream) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 1, 10));
+  fake.ScriptWatch(
+      "job-1",
+      {{.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 2, 10)},
+        .end_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down")},
+       {.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 6, 10),
+                   Snapshot("job-1", v1::JOB_STATE_CANCELLED, 6, 10)}}});
+  CoordinatorClient client(Options(fake.address()));
+  std::vector<int64_t> steps;
+  absl::StatusOr<v1::Job> job =
+      client.Watch("job-1", [&](const v1::Job& j) { steps.push_back(j.metrics().step()); });
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(fake.watch_calls(), 2);
+  // GetJob, stream 1, GetJob on reconnecting, stream 2.
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 1, 6, 6}));
+}
+
+TEST(CoordinatorClientTest, WatchKeepsGoingWhileStreamsEndEmpty) {
+  // A live coordinator whose streams end without a snapshot (e.g. GOAWAY while PENDING): the
+  // watch re-reads the job between streams and backs off, until the job ends.
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_PENDING, 0, 0));
+  fake.ScriptWatch(
+      "job-1",
+      {{.events = {}, .end_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed")}});
+  fake.EndJobAfterWatchCalls("job-1", 3, v1::JOB_STATE_SUCCEEDED);
+  CoordinatorClient client(Options(fake.address()));
+  int snapshots = 0;
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [&](const v1::Job&) { ++snapshots; });
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(fake.watch_calls(), 3);
+  EXPECT_EQ(snapshots, 4);  // the first GetJob and one after each stream
+}
+
+TEST(CoordinatorClientTest, WatchEndsWhenTheCoordinatorDies) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 1, 10));
+  fake.ScriptWatch("job-1",
+                   {{.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 2, 10)},
+                     .end_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed")}});
+  CoordinatorClient client(Options(fake.address(), absl::Milliseconds(500)));
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [&](const v1::Job& j) {
+    if (j.metrics().step() == 2) fake.Stop();
+  });
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(ExitCodeForStatusCode(job.status().code()), kExitUnreachable);
+  EXPECT_THAT(std::string(job.status().message()),
+              StartsWith(absl::StrCat("lost the watch on job-1: cannot reach the coordinator at ",
+                                      fake.address(), " (")));
+}
+
+TEST(WatchReconnectDelayTest, DoublesUpToTheCap) {
+  EXPECT_EQ(WatchReconnectDelay(0), absl::ZeroDuration());
+  EXPECT_EQ(WatchReconnectDelay(1), absl::Milliseconds(100));
+  EXPECT_EQ(WatchReconnectDelay(2), absl::Milliseconds(200));
+  EXPECT_EQ(WatchReconnectDelay(3), absl::Milliseconds(400));
+  EXPECT_EQ(WatchReconnectDelay(7), absl::Seconds(5));
+  EXPECT_EQ(WatchReconnectDelay(1000), kMaxWatchReconnectDelay);
+}
+
+TEST(CoordinatorClientTest, WatchOfAnUnknownJob) {
+  FakeCoordinator fake;
+  CoordinatorClient client(Options(fake.address()));
+  absl::StatusOr<v1::Job> job = client.Watch("job-404", [](const v1::Job&) {});
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job.status().message(), "job job-404 not found");
+}
+
+}  // namespace
+}  // namespace dapple::ctl

@@ -1,0 +1,257 @@
+#include "dapplectl/commands.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "dapplectl/client.h"
+#include "dapplectl/exit_codes.h"
+#include "dapplectl/json_output.h"
+#include "dapplectl/views.h"
+#include "dapplectl/watch_printer.h"
+
+namespace dapple::ctl {
+namespace {
+
+enum class Format { kTable, kJson, kYaml };
+
+struct Flags {
+  std::string coordinator = kDefaultCoordinator;
+  std::string output = "table";
+  double timeout_seconds = 10;
+};
+
+// Prints "dapplectl: <message>" on one line and returns `exit_code`.
+int Fail(const Environment& env, int exit_code, const std::string& message) {
+  std::string line = absl::StrReplaceAll(message, {{"\r\n", " "}, {"\n", " "}});
+  absl::StripTrailingAsciiWhitespace(&line);
+  *env.err << "dapplectl: " << line << "\n" << std::flush;
+  return exit_code;
+}
+
+int FailStatus(const Environment& env, const absl::Status& status) {
+  return Fail(env, ExitCodeForStatusCode(status.code()), std::string(status.message()));
+}
+
+// The -o value for `command`, or nullopt after printing a usage error.
+std::optional<Format> OutputFormat(const Environment& env, const std::string& command,
+                                   const std::string& output, bool yaml_allowed) {
+  if (output == "table") return Format::kTable;
+  if (output == "json") return Format::kJson;
+  if (output == "yaml" && yaml_allowed) return Format::kYaml;
+  Fail(env, kExitUsage,
+       absl::StrCat(command, ": -o ", output, " is not supported; use table or json",
+                    yaml_allowed ? " or yaml" : ""));
+  return std::nullopt;
+}
+
+// Reads a whole file; the error names the file and the OS reason.
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
+  }
+  std::string data;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      close(fd);
+      return absl::NotFoundError(
+          absl::StrCat("cannot read job spec ", path, ": ", std::strerror(e)));
+    }
+    data.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return data;
+}
+
+int64_t NowUnixMs(const Environment& env) { return absl::ToUnixMillis(env.now()); }
+
+// Prints `message` in `format` (table text is produced by `table`).
+template <typename Message>
+int PrintMessage(const Environment& env, Format format, const Message& message,
+                 const std::function<std::string()>& table) {
+  if (format == Format::kTable) {
+    *env.out << table() << std::flush;
+    return kExitOk;
+  }
+  absl::StatusOr<std::string> text =
+      format == Format::kJson ? MessageToJson(message, /*pretty=*/true) : MessageToYaml(message);
+  if (!text.ok()) return FailStatus(env, text.status());
+  *env.out << *text << std::flush;
+  return kExitOk;
+}
+
+int Watch(const Environment& env, CoordinatorClient& client, const std::string& job_id,
+          Format format) {
+  WatchPrinter printer(env.out, {.json = format == Format::kJson,
+                                 .terminal = env.stdout_is_terminal,
+                                 .columns = env.terminal_columns,
+                                 .now = env.now});
+  absl::Status print_status;
+  absl::StatusOr<v1::Job> last = client.Watch(job_id, [&](const v1::Job& job) {
+    if (print_status.ok()) print_status = printer.OnSnapshot(job);
+  });
+  if (!last.ok()) {
+    printer.Finish(nullptr);
+    return FailStatus(env, last.status());
+  }
+  printer.Finish(&*last);
+  if (!print_status.ok()) return FailStatus(env, print_status);
+  return ExitCodeForJobState(last->state());
+}
+
+std::string Footer() {
+  return absl::StrCat(
+      "Environment:\n"
+      "  DAPPLE_COORDINATOR  coordinator address when --coordinator is not given\n"
+      "                      (default ",
+      kDefaultCoordinator, ")\n\n", ExitCodesHelp(),
+      "\nErrors are printed on stderr as one line starting \"dapplectl: \".\n"
+      "See docs/dapplectl.md for output formats and an example session.");
+}
+
+}  // namespace
+
+int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
+  Flags flags;
+  CLI::App app("dapplectl: submit, follow and cancel dapple training jobs.", "dapplectl");
+  app.require_subcommand(1);
+  // Global flags are accepted after the command too: `dapplectl get job-1 -o json`.
+  app.fallthrough();
+  app.footer(Footer());
+  app.add_option("--coordinator", flags.coordinator, "coordinator address HOST:PORT")
+      ->envname("DAPPLE_COORDINATOR")
+      ->capture_default_str();
+  app.add_option("-o,--output", flags.output,
+                 "output format: table, json (all commands) or yaml (get, list, cancel, "
+                 "workers, submit without --watch)")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
+      ->capture_default_str();
+  app.add_option("--timeout", flags.timeout_seconds,
+                 "deadline in seconds of each call, connecting included (watch: of connecting; "
+                 "the watch itself has none)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  std::string file;
+  bool submit_watch = false;
+  CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML); prints the job id");
+  submit->add_option("FILE", file, "job spec file")->required();
+  submit->add_flag("-w,--watch", submit_watch, "then follow the job like `watch`");
+
+  std::string job_id;
+  CLI::App* get = app.add_subcommand("get", "show one job: state, plan, metrics");
+  get->add_option("JOB", job_id, "job id, e.g. job-3")->required();
+  CLI::App* list = app.add_subcommand("list", "list all jobs");
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a pending or running job");
+  cancel->add_option("JOB", job_id, "job id")->required();
+  CLI::App* watch = app.add_subcommand(
+      "watch", "follow a job until it ends; exit code from its outcome (0, 4 FAILED, 5 CANCELLED)");
+  watch->add_option("JOB", job_id, "job id")->required();
+  CLI::App* workers = app.add_subcommand("workers", "list the registered workers");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --help-all are "errors" with exit code 0; every other parse error is a usage
+    // error (CLI11's own exit codes, 100-127, are not dapplectl's).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      return app.exit(e, *env.out, *env.err);
+    }
+    // CLI11 reports `dapplectl frobnicate` as "A subcommand is required"; name the word.
+    const std::vector<std::string> rest = app.remaining();
+    if (app.get_subcommands().empty() && !rest.empty() && !rest.front().empty() &&
+        rest.front()[0] != '-') {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("unknown command \"", rest.front(),
+                               "\"; commands: submit, get, list, cancel, watch, workers (see "
+                               "dapplectl --help)"));
+    }
+    return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
+  }
+
+  ClientOptions options;
+  options.address = flags.coordinator;
+  options.timeout = absl::Seconds(flags.timeout_seconds);
+
+  if (submit->parsed()) {
+    std::optional<Format> format =
+        OutputFormat(env, "submit", flags.output, /*yaml_allowed=*/!submit_watch);
+    if (!format) return kExitUsage;
+    absl::StatusOr<std::string> spec = ReadFile(file);
+    if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::Job> job = client.Submit(*spec, file);
+    if (!job.ok()) return FailStatus(env, job.status());
+    if (submit_watch && *format == Format::kJson) {
+      // One JSON object per line, like the snapshots that follow.
+      absl::StatusOr<std::string> line = MessageToJson(*job, /*pretty=*/false);
+      if (!line.ok()) return FailStatus(env, line.status());
+      *env.out << *line << "\n";
+    } else {
+      const int rc = PrintMessage(env, *format, *job, [&] { return RenderSubmitted(*job); });
+      if (rc != kExitOk) return rc;
+    }
+    if (!submit_watch) return kExitOk;
+    return Watch(env, client, job->id(), *format);
+  }
+  if (get->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "get", flags.output, true);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::Job> job = client.Get(job_id);
+    if (!job.ok()) return FailStatus(env, job.status());
+    return PrintMessage(env, *format, *job, [&] { return RenderJobDetails(*job, NowUnixMs(env)); });
+  }
+  if (list->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "list", flags.output, true);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::ListJobsResponse> jobs = client.List();
+    if (!jobs.ok()) return FailStatus(env, jobs.status());
+    return PrintMessage(env, *format, *jobs,
+                        [&] { return RenderJobList(jobs->jobs(), NowUnixMs(env)); });
+  }
+  if (cancel->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "cancel", flags.output, true);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::Job> job = client.Cancel(job_id);
+    if (!job.ok()) return FailStatus(env, job.status());
+    return PrintMessage(env, *format, *job, [&] { return RenderCancelled(*job); });
+  }
+  if (watch->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "watch", flags.output, false);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    return Watch(env, client, job_id, *format);
+  }
+  if (workers->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "workers", flags.output, true);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::ListWorkersResponse> response = client.ListWorkers();
+    if (!response.ok()) return FailStatus(env, response.status());
+    return PrintMessage(env, *format, *response,
+                        [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
+  }
+  return Fail(env, kExitUsage, "no command given (see dapplectl --help)");
+}
+
+}  // namespace dapple::ctl

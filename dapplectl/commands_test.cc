@@ -1,0 +1,291 @@
+#include "dapplectl/commands.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dapplectl/exit_codes.h"
+#include "dapplectl/fake_coordinator_test_util.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace dapple::ctl {
+namespace {
+
+using ::dapple::ctl::testing::FakeCoordinator;
+using ::dapple::ctl::testing::RefusingPort;
+using ::dapple::ctl::testing::Snapshot;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::StartsWith;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result RunCtl(std::vector<std::string> args, bool terminal = false) {
+  args.insert(args.begin(), "dapplectl");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  Environment env;
+  env.out = &out;
+  env.err = &err;
+  env.stdout_is_terminal = terminal;
+  env.terminal_columns = 200;
+  const int code = RunDapplectl(static_cast<int>(argv.size()), argv.data(), env);
+  return {code, out.str(), err.str()};
+}
+
+std::string WriteSpec(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { unsetenv("DAPPLE_COORDINATOR"); }
+  FakeCoordinator fake_;
+  std::string addr_ = fake_.address();
+};
+
+TEST_F(CommandsTest, SubmitPrintsTheNewJob) {
+  const std::string spec = WriteSpec("ok.yaml", "name: fmnist-mlp\n");
+  Result r = RunCtl({"--coordinator", addr_, "submit", spec});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "submitted job-1 (fmnist-mlp)\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(fake_.last_submit().source_name(), spec);
+  EXPECT_EQ(fake_.last_submit().spec_yaml(), "name: fmnist-mlp\n");
+}
+
+TEST_F(CommandsTest, SubmitJson) {
+  const std::string spec = WriteSpec("ok.yaml", "name: fmnist-mlp\n");
+  Result r = RunCtl({"submit", spec, "-o", "json", "--coordinator", addr_});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  google::protobuf::Struct job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &job).ok()) << r.out;
+  EXPECT_EQ(job.fields().at("id").string_value(), "job-1");
+  EXPECT_EQ(job.fields().at("state").string_value(), "PENDING");
+}
+
+TEST_F(CommandsTest, SubmitOfAnInvalidSpecPrintsTheCoordinatorsMessage) {
+  const std::string spec = WriteSpec("job.yaml", "bad: [\n");
+  Result r = RunCtl({"--coordinator", addr_, "submit", spec});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "dapplectl: " + spec + ":4:7: YAML syntax error: end of map not found\n");
+}
+
+TEST_F(CommandsTest, SubmitOfAMissingFileNamesIt) {
+  Result r = RunCtl({"--coordinator", addr_, "submit", "/nonexistent/dir/job.yaml"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err,
+            "dapplectl: cannot read job spec /nonexistent/dir/job.yaml: No such file or "
+            "directory\n");
+}
+
+TEST_F(CommandsTest, SubmitWatchEndsWithTheJobsOutcome) {
+  struct Case {
+    v1::JobState end;
+    int code;
+    const char* summary;
+  };
+  for (const Case& c : {Case{v1::JOB_STATE_SUCCEEDED, kExitOk, "job-1 SUCCEEDED: "},
+                        Case{v1::JOB_STATE_FAILED, kExitJobFailed, "job-1 FAILED: "},
+                        Case{v1::JOB_STATE_CANCELLED, kExitJobCancelled, "job-1 CANCELLED: "}}) {
+    FakeCoordinator fake;
+    fake.ScriptWatch("job-1", {{.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 4, 8),
+                                           Snapshot("job-1", c.end, 8, 8)}}});
+    const std::string spec = WriteSpec("ok.yaml", "name: fmnist-mlp\n");
+    Result r = RunCtl({"--coordinator", fake.address(), "submit", "--watch", spec});
+    EXPECT_EQ(r.code, c.code) << r.err;
+    EXPECT_THAT(r.out, StartsWith("submitted job-1 (fmnist-mlp)\njob-1 PENDING\n"
+                                  "job-1 RUNNING step 4/8 (50%) epoch 1/1 loss 0.2500 "));
+    EXPECT_THAT(r.out, EndsWith(std::string(c.summary) + "1000 samples/s, 8/8 steps in 0:01\n"));
+    EXPECT_EQ(r.err, "");
+  }
+}
+
+TEST_F(CommandsTest, WatchOnATerminal) {
+  fake_.AddJob(Snapshot("job-7", v1::JOB_STATE_RUNNING, 1, 4));
+  fake_.ScriptWatch("job-7", {{.events = {Snapshot("job-7", v1::JOB_STATE_RUNNING, 2, 4),
+                                          Snapshot("job-7", v1::JOB_STATE_SUCCEEDED, 4, 4)}}});
+  Result r = RunCtl({"--coordinator", addr_, "watch", "job-7"}, /*terminal=*/true);
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, StartsWith("\rjob-7 RUNNING [#####...............] step 1/4 "));
+  EXPECT_THAT(r.out, HasSubstr("\rjob-7 RUNNING [##########..........] step 2/4 "));
+  EXPECT_THAT(r.out, EndsWith("\r\033[Kjob-7 SUCCEEDED: 1000 samples/s, 4/4 steps in 0:00\n"));
+}
+
+TEST_F(CommandsTest, WatchJsonLines) {
+  fake_.AddJob(Snapshot("job-7", v1::JOB_STATE_RUNNING, 1, 4));
+  fake_.ScriptWatch("job-7", {{.events = {Snapshot("job-7", v1::JOB_STATE_FAILED, 2, 4)}}});
+  Result r = RunCtl({"--coordinator", addr_, "-o", "json", "watch", "job-7"});
+  EXPECT_EQ(r.code, kExitJobFailed) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<std::string> states;
+  while (std::getline(lines, line)) {
+    google::protobuf::Struct job;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &job).ok()) << line;
+    states.push_back(job.fields().at("state").string_value());
+  }
+  EXPECT_EQ(states, (std::vector<std::string>{"RUNNING", "FAILED"}));
+}
+
+TEST_F(CommandsTest, WatchOfAnUnknownJob) {
+  Result r = RunCtl({"--coordinator", addr_, "watch", "job-404"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err, "dapplectl: job job-404 not found\n");
+}
+
+TEST_F(CommandsTest, GetTableJsonAndYaml) {
+  v1::Job job = Snapshot("job-2", v1::JOB_STATE_SUCCEEDED, 8, 8);
+  job.mutable_metrics()->set_test_accuracy(0.875);
+  job.set_spec_yaml("name: fmnist-mlp\n");
+  fake_.AddJob(job);
+
+  Result table = RunCtl({"--coordinator", addr_, "get", "job-2"});
+  EXPECT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("STATE         SUCCEEDED\n"));
+  EXPECT_THAT(table.out, HasSubstr("TEST ACCURACY 87.50%\n"));
+
+  Result json = RunCtl({"--coordinator", addr_, "get", "job-2", "-o", "json"});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  EXPECT_EQ(parsed.fields().at("state").string_value(), "SUCCEEDED");
+  EXPECT_EQ(parsed.fields().at("spec_yaml").string_value(), "name: fmnist-mlp\n");
+  const auto& metrics = parsed.fields().at("metrics").struct_value().fields();
+  EXPECT_DOUBLE_EQ(metrics.at("test_accuracy").number_value(), 0.875);
+  EXPECT_DOUBLE_EQ(metrics.at("samples_per_second").number_value(), 1000);
+
+  Result yaml = RunCtl({"--coordinator", addr_, "--output=yaml", "get", "job-2"});
+  EXPECT_EQ(yaml.code, kExitOk) << yaml.err;
+  EXPECT_THAT(yaml.out, HasSubstr("state: SUCCEEDED\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("test_accuracy: 0.875\n"));
+}
+
+TEST_F(CommandsTest, GetOfAnUnknownJob) {
+  Result r = RunCtl({"--coordinator", addr_, "get", "job-9"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "dapplectl: job job-9 not found\n");
+}
+
+TEST_F(CommandsTest, ListTableAndJson) {
+  fake_.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 3, 10));
+  fake_.AddJob(Snapshot("job-2", v1::JOB_STATE_PENDING, 0, 0));
+  Result r = RunCtl({"--coordinator", addr_, "list"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, StartsWith("ID      NAME         STATE     STEP   LOSS     TEST ACC   AGE\n"
+                                "job-1   fmnist-mlp   RUNNING   3/10   0.3333   -          -\n"
+                                "job-2   fmnist-mlp   PENDING   -      -        -          -\n"));
+  Result json = RunCtl({"--coordinator", addr_, "list", "-o", "json"});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  ASSERT_EQ(parsed.fields().at("jobs").list_value().values_size(), 2);
+  EXPECT_EQ(parsed.fields()
+                .at("jobs")
+                .list_value()
+                .values(1)
+                .struct_value()
+                .fields()
+                .at("state")
+                .string_value(),
+            "PENDING");
+}
+
+TEST_F(CommandsTest, CancelAndCancelOfAFinishedJob) {
+  fake_.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 3, 10));
+  fake_.AddJob(Snapshot("job-2", v1::JOB_STATE_SUCCEEDED, 10, 10));
+  Result r = RunCtl({"--coordinator", addr_, "cancel", "job-1"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "cancelled job-1\n");
+  r = RunCtl({"--coordinator", addr_, "cancel", "job-2"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err, "dapplectl: job job-2 already ended (JOB_STATE_SUCCEEDED); nothing to cancel\n");
+}
+
+TEST_F(CommandsTest, Workers) {
+  v1::WorkerInfo w;
+  w.set_id("w-1");
+  w.set_hostname("node-a");
+  w.set_state(v1::WORKER_STATE_IDLE);
+  fake_.AddWorker(w);
+  Result r = RunCtl({"--coordinator", addr_, "workers"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("w-1   node-a"));
+  r = RunCtl({"--coordinator", addr_, "workers", "-o", "json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"state\": \"IDLE\""));
+}
+
+TEST_F(CommandsTest, CoordinatorFromTheEnvironment) {
+  setenv("DAPPLE_COORDINATOR", addr_.c_str(), 1);
+  Result r = RunCtl({"list"});
+  unsetenv("DAPPLE_COORDINATOR");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "no jobs\n");
+}
+
+TEST_F(CommandsTest, FlagBeatsTheEnvironment) {
+  RefusingPort refusing;
+  setenv("DAPPLE_COORDINATOR", refusing.address().c_str(), 1);
+  Result r = RunCtl({"--coordinator", addr_, "list"});
+  unsetenv("DAPPLE_COORDINATOR");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
+TEST_F(CommandsTest, UnreachableCoordinator) {
+  RefusingPort refusing;
+  Result r = RunCtl({"--coordinator", refusing.address(), "--timeout", "2", "list"});
+  EXPECT_EQ(r.code, kExitUnreachable);
+  EXPECT_EQ(r.err, "dapplectl: cannot reach the coordinator at " + refusing.address() +
+                       " (connection refused); start dapple-coordinator or set --coordinator / "
+                       "DAPPLE_COORDINATOR\n");
+}
+
+TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"--bogus"},
+                                             {"frobnicate"},
+                                             {"get"},
+                                             {"submit"},
+                                             {"list", "-o", "xml"},
+                                             {"watch", "job-1", "-o", "yaml"},
+                                             {"submit", "--watch", "x.yaml", "-o", "yaml"},
+                                             {"--timeout", "0", "list"},
+                                             {"--timeout", "soon", "list"}}) {
+    Result r = RunCtl(args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args) << r.err;
+    EXPECT_THAT(r.err, MatchesRegex("dapplectl: [^\n]+\n")) << ::testing::PrintToString(args);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CommandsTest, HelpListsCommandsAndExitCodes) {
+  Result r = RunCtl({"--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  for (const char* word : {"submit", "get", "list", "cancel", "watch", "workers", "--coordinator",
+                           "--timeout", "DAPPLE_COORDINATOR", "Exit codes:", "CANCELLED"}) {
+    EXPECT_THAT(r.out, HasSubstr(word));
+  }
+  r = RunCtl({"submit", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_THAT(r.out, HasSubstr("--watch"));
+}
+
+}  // namespace
+}  // namespace dapple::ctl

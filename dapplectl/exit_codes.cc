@@ -1,0 +1,66 @@
+#include "dapplectl/exit_codes.h"
+
+namespace dapple::ctl {
+
+int ExitCodeForStatusCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    // Both mean "no usable answer from the coordinator": the connection could not be made,
+    // broke, or the coordinator did not answer in time. Retrying later may help.
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnreachable;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnauthenticated:
+      return kExitRefused;
+    default:
+      // absl::StatusCode reserves values beyond the 17 gRPC codes; treat them as refusals.
+      return kExitRefused;
+  }
+}
+
+int ExitCodeForJobState(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return kExitOk;
+    case v1::JOB_STATE_FAILED:
+      return kExitJobFailed;
+    case v1::JOB_STATE_CANCELLED:
+      return kExitJobCancelled;
+    case v1::JOB_STATE_UNSPECIFIED:
+    case v1::JOB_STATE_PENDING:
+    case v1::JOB_STATE_PLANNING:
+    case v1::JOB_STATE_RUNNING:
+      return kExitUnreachable;
+    case v1::JobState_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::JobState_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
+  }
+  return kExitUnreachable;
+}
+
+const char* ExitCodesHelp() {
+  return "Exit codes:\n"
+         "  0  ok (watch, submit --watch: the job SUCCEEDED)\n"
+         "  1  the request was refused (invalid spec, unknown job, wrong job state) or the\n"
+         "     spec file could not be read; the coordinator's message is printed\n"
+         "  2  usage error (unknown command or flag, missing or bad argument)\n"
+         "  3  the coordinator could not be reached or stopped answering\n"
+         "  4  the job FAILED (watch, submit --watch)\n"
+         "  5  the job was CANCELLED (watch, submit --watch)\n";
+}
+
+}  // namespace dapple::ctl

@@ -1,0 +1,41 @@
+// dapplectl's process exit codes, in one place: main.cc returns them, --help and
+// docs/dapplectl.md list them, and scripts rely on them.
+//
+//   0  ok; for `watch` and `submit --watch`: the job SUCCEEDED
+//   1  the coordinator refused the request (invalid spec, unknown job, wrong job state, ...),
+//      or the job spec file could not be read
+//   2  usage error (unknown command or flag, missing or bad argument)
+//   3  the coordinator could not be reached, or stopped answering (UNAVAILABLE, DEADLINE_EXCEEDED)
+//   4  the watched job FAILED
+//   5  the watched job was CANCELLED
+#ifndef DAPPLE_DAPPLECTL_EXIT_CODES_H_
+#define DAPPLE_DAPPLECTL_EXIT_CODES_H_
+
+#include "absl/status/status.h"
+#include "dapple/v1/job.pb.h"
+
+namespace dapple::ctl {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRefused = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUnreachable = 3;
+inline constexpr int kExitJobFailed = 4;
+inline constexpr int kExitJobCancelled = 5;
+
+// The exit code for a call that ended with `code` (gRPC and absl codes share their numbers):
+// OK -> kExitOk; UNAVAILABLE, DEADLINE_EXCEEDED -> kExitUnreachable; every other code (the
+// coordinator answered, but with an error) -> kExitRefused.
+int ExitCodeForStatusCode(absl::StatusCode code);
+
+// The exit code for a watched job that ended in `state`: SUCCEEDED -> kExitOk,
+// FAILED -> kExitJobFailed, CANCELLED -> kExitJobCancelled. A non-terminal state (the stream
+// ended early) -> kExitUnreachable.
+int ExitCodeForJobState(v1::JobState state);
+
+// The block of text that --help prints after the commands: one line per exit code.
+const char* ExitCodesHelp();
+
+}  // namespace dapple::ctl
+
+#endif  // DAPPLE_DAPPLECTL_EXIT_CODES_H_

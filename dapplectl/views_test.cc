@@ -1,0 +1,148 @@
+#include "dapplectl/views.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int64_t kNowMs = 1'700'000'000'000;
+
+v1::Job SampleJob() {
+  v1::Job job;
+  job.set_id("job-3");
+  job.set_name("fmnist-mlp");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_spec_yaml("name: fmnist-mlp\nsecret_marker: 1\n");
+  job.set_created_unix_ms(kNowMs - 125'000);  // 2 minutes ago
+  job.add_step_losses(2.3026);
+  job.add_step_losses(1.98765);
+  v1::ParallelPlanSummary* plan = job.mutable_plan();
+  plan->set_planner("balanced");
+  plan->set_schedule("dapple");
+  plan->set_micro_batches(8);
+  plan->set_micro_batch_size(32);
+  plan->set_bubble_fraction(0.125);
+  v1::PlanStageSummary* s0 = plan->add_stages();
+  s0->set_first_layer(0);
+  s0->set_last_layer(2);
+  s0->set_replicas(1);
+  s0->add_worker_ids("w-1");
+  v1::PlanStageSummary* s1 = plan->add_stages();
+  s1->set_first_layer(3);
+  s1->set_last_layer(5);
+  s1->set_replicas(2);
+  s1->add_worker_ids("w-2");
+  s1->add_worker_ids("w-3");
+  v1::JobMetrics* m = job.mutable_metrics();
+  m->set_step(120);
+  m->set_total_steps(702);
+  m->set_epoch(1);
+  m->set_epochs(3);
+  m->set_loss(0.42131);
+  m->set_samples_per_second(1234.4);
+  m->set_test_accuracy(0.8712);
+  m->set_elapsed_seconds(42);
+  m->set_eta_seconds(204);
+  return job;
+}
+
+TEST(ViewsTest, SubmittedAndCancelled) {
+  v1::Job job = SampleJob();
+  EXPECT_EQ(RenderSubmitted(job), "submitted job-3 (fmnist-mlp)\n");
+  EXPECT_EQ(RenderCancelled(job), "cancelled job-3\n");
+  job.clear_name();
+  EXPECT_EQ(RenderSubmitted(job), "submitted job-3\n");
+}
+
+TEST(ViewsTest, JobListColumns) {
+  google::protobuf::RepeatedPtrField<v1::Job> jobs;
+  *jobs.Add() = SampleJob();
+  v1::Job* pending = jobs.Add();
+  pending->set_id("job-4");
+  pending->set_name("other");
+  pending->set_state(v1::JOB_STATE_PENDING);
+  pending->set_created_unix_ms(kNowMs - 5'000);
+  EXPECT_EQ(RenderJobList(jobs, kNowMs),
+            "ID      NAME         STATE     STEP      LOSS     TEST ACC   AGE\n"
+            "job-3   fmnist-mlp   RUNNING   120/702   0.4213   87.12%     2m\n"
+            "job-4   other        PENDING   -         -        -          5s\n");
+}
+
+TEST(ViewsTest, EmptyLists) {
+  EXPECT_EQ(RenderJobList({}, kNowMs), "no jobs\n");
+  EXPECT_EQ(RenderWorkerList({}, kNowMs), "no workers\n");
+}
+
+TEST(ViewsTest, JobDetailsShowPlanAndMetricsButNotSpecOrLosses) {
+  const std::string out = RenderJobDetails(SampleJob(), kNowMs);
+  EXPECT_THAT(out, HasSubstr("ID            job-3\n"));
+  EXPECT_THAT(out, HasSubstr("NAME          fmnist-mlp\n"));
+  EXPECT_THAT(out, HasSubstr("STATE         RUNNING\n"));
+  EXPECT_THAT(out, HasSubstr("MESSAGE       -\n"));
+  EXPECT_THAT(out, HasSubstr("AGE           2m\n"));
+  EXPECT_THAT(out, HasSubstr("PLAN          planner balanced, schedule dapple, 2 stages\n"));
+  EXPECT_THAT(out, HasSubstr("M             8\n"));
+  EXPECT_THAT(out, HasSubstr("MICRO-BATCH   32\n"));
+  EXPECT_THAT(out, HasSubstr("BUBBLE        12.50%\n"));
+  EXPECT_THAT(out, HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS\n"
+                             "  0       0-2      1          w-1\n"
+                             "  1       3-5      2          w-2,w-3\n"));
+  EXPECT_THAT(out, HasSubstr("STEP          120/702\n"));
+  EXPECT_THAT(out, HasSubstr("EPOCH         1/3\n"));
+  EXPECT_THAT(out, HasSubstr("LOSS          0.4213\n"));
+  EXPECT_THAT(out, HasSubstr("SAMPLES/S     1234\n"));
+  EXPECT_THAT(out, HasSubstr("TEST ACCURACY 87.12%\n"));
+  EXPECT_THAT(out, HasSubstr("TEST LOSS     -\n"));
+  EXPECT_THAT(out, HasSubstr("ELAPSED       0:42\n"));
+  EXPECT_THAT(out, HasSubstr("ETA           3:24\n"));
+  EXPECT_THAT(out, Not(HasSubstr("secret_marker")));  // spec_yaml
+  EXPECT_THAT(out, Not(HasSubstr("2.3026")));         // step_losses
+  EXPECT_THAT(out, Not(HasSubstr("1.9876")));
+}
+
+TEST(ViewsTest, JobDetailsOfAFailedUnplannedJob) {
+  v1::Job job;
+  job.set_id("job-9");
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_message("planning failed: 3 devices needed, 2 workers registered");
+  const std::string out = RenderJobDetails(job, kNowMs);
+  EXPECT_THAT(out, HasSubstr("STATE         FAILED\n"));
+  EXPECT_THAT(out, HasSubstr("MESSAGE       planning failed: 3 devices needed, 2 workers "
+                             "registered\n"));
+  EXPECT_THAT(out, HasSubstr("PLAN          - (not planned yet)\n"));
+  EXPECT_THAT(out, HasSubstr("AGE           -\n"));
+  EXPECT_THAT(out, Not(HasSubstr("ETA")));  // terminal: no ETA
+}
+
+TEST(ViewsTest, WorkerList) {
+  google::protobuf::RepeatedPtrField<v1::WorkerInfo> workers;
+  v1::WorkerInfo* busy = workers.Add();
+  busy->set_id("w-1");
+  busy->set_hostname("node-a");
+  busy->set_pid(4242);
+  busy->add_devices("cpu");
+  busy->set_state(v1::WORKER_STATE_BUSY);
+  busy->set_job_id("job-3");
+  busy->set_stage(1);
+  busy->set_last_heartbeat_unix_ms(kNowMs - 1'500);
+  v1::WorkerInfo* idle = workers.Add();
+  idle->set_id("w-2");
+  idle->set_hostname("node-b");
+  idle->set_pid(7);
+  idle->add_devices("cuda:0");
+  idle->add_devices("cuda:1");
+  idle->set_state(v1::WORKER_STATE_IDLE);
+  idle->set_job_id("stale");
+  idle->set_last_heartbeat_unix_ms(kNowMs - 61'000);
+  EXPECT_EQ(RenderWorkerList(workers, kNowMs),
+            "ID    HOSTNAME   PID    DEVICES         STATE   JOB     STAGE   HEARTBEAT\n"
+            "w-1   node-a     4242   cpu             BUSY    job-3   1       1s ago\n"
+            "w-2   node-b     7      cuda:0,cuda:1   IDLE    -       -       1m ago\n");
+}
+
+}  // namespace
+}  // namespace dapple::ctl

@@ -1,0 +1,85 @@
+// WorkerRegistry: the workers known to the coordinator and the worker lifecycle
+// (v1::WorkerState), changed only by WorkerRegistry::Transition.
+//
+//                        job assigned
+//   RegisterWorker ──▶ IDLE ◀──────────▶ BUSY
+//                       │ ▲   job done, or   │
+//                       │ │   ended and no   │
+//                       │ │   longer reported│
+//                       │ │ RegisterWorker   │
+//                       │ │ (same name)      │
+//                       ▼ │                  │
+//                       DEAD ◀───────────────┘
+//                 no heartbeat for worker_timeout_ms (a DEAD worker's Heartbeat is answered
+//                 with unknown_worker, so it registers again)
+//
+//   IDLE -> BUSY, BUSY -> IDLE, IDLE | BUSY -> DEAD, DEAD -> IDLE (re-registration only).
+//
+// Thread safety: thread-compatible. The coordinator service guards it with its own mutex,
+// because worker and job changes must happen together.
+#ifndef DAPPLE_COORDINATOR_CLUSTER_WORKER_REGISTRY_H_
+#define DAPPLE_COORDINATOR_CLUSTER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "dapple/v1/plan.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+struct WorkerRecord {
+  // id, hostname, pid, devices, state, job_id and stage (while BUSY), last_heartbeat_unix_ms.
+  v1::WorkerInfo info;
+  // running_job_id of the worker's last heartbeat ("" before its first one).
+  std::string reported_job_id;
+  // Set when the worker is given a stage; handed out (and cleared) by the next heartbeat.
+  std::optional<v1::StageAssignment> pending_assignment;
+};
+
+// "IDLE", "BUSY", "DEAD" ("UNSPECIFIED" / "STATE_<n>" otherwise).
+std::string WorkerStateName(v1::WorkerState state);
+
+class WorkerRegistry {
+ public:
+  // Registers a worker as IDLE with last heartbeat `now_unix_ms`. Its id is request.name when
+  // that is non-empty and no IDLE or BUSY worker has it (a DEAD worker of that name comes back
+  // to life as a new registration); otherwise the next free "w-N" (N = 1, 2, ...). A
+  // registration counts as the newest for registration order.
+  WorkerRecord& Register(const v1::RegisterWorkerRequest& request, int64_t now_unix_ms);
+
+  // nullptr when no worker ever registered with `id` (DEAD workers are found).
+  WorkerRecord* Find(const std::string& id);
+
+  // THE way a worker's state changes; logs one line with `reason`. To BUSY it records `job_id`
+  // and `stage` (job_id must be non-empty); leaving BUSY clears them and any undelivered
+  // assignment. kFailedPrecondition "worker w-2 is DEAD: cannot go to BUSY" for an edge not in
+  // the diagram (including from == to).
+  absl::Status Transition(WorkerRecord& worker, v1::WorkerState to, const std::string& reason,
+                          const std::string& job_id = "", int stage = 0);
+
+  // IDLE workers that report no running job, in registration order (oldest first).
+  std::vector<WorkerRecord*> Schedulable();
+
+  // IDLE and BUSY workers whose last heartbeat is at least `timeout_ms` old at `now_unix_ms`.
+  std::vector<WorkerRecord*> TimedOut(int64_t now_unix_ms, int64_t timeout_ms);
+
+  // Every worker ever registered (DEAD included), in registration order.
+  std::vector<v1::WorkerInfo> List() const;
+
+ private:
+  int64_t next_order_ = 1;
+  int64_t next_generated_ = 1;
+  std::map<int64_t, std::unique_ptr<WorkerRecord>> by_order_;  // registration order
+  absl::flat_hash_map<std::string, int64_t> order_of_;         // id -> key of by_order_
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_CLUSTER_WORKER_REGISTRY_H_

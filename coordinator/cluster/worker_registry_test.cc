@@ -1,0 +1,94 @@
+#include "coordinator/cluster/worker_registry.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+
+v1::RegisterWorkerRequest Request(const std::string& name = "") {
+  v1::RegisterWorkerRequest r;
+  r.set_hostname("host");
+  r.set_pid(42);
+  r.add_devices("cpu");
+  r.set_name(name);
+  return r;
+}
+
+std::vector<std::string> Ids(const std::vector<WorkerRecord*>& workers) {
+  std::vector<std::string> ids;
+  for (const WorkerRecord* w : workers) ids.push_back(w->info.id());
+  return ids;
+}
+
+TEST(WorkerRegistryTest, GeneratedAndRequestedIds) {
+  WorkerRegistry registry;
+  EXPECT_EQ(registry.Register(Request(), 0).info.id(), "w-1");
+  EXPECT_EQ(registry.Register(Request("gpu-a"), 0).info.id(), "gpu-a");
+  // A taken live name falls back to a generated id; a user name that looks generated is
+  // skipped by the generator.
+  EXPECT_EQ(registry.Register(Request("gpu-a"), 0).info.id(), "w-2");
+  EXPECT_EQ(registry.Register(Request("w-3"), 0).info.id(), "w-3");
+  EXPECT_EQ(registry.Register(Request(), 0).info.id(), "w-4");
+  const WorkerRecord* w1 = registry.Find("w-1");
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(w1->info.state(), v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(w1->info.hostname(), "host");
+  EXPECT_EQ(w1->info.pid(), 42);
+  EXPECT_THAT(w1->info.devices(), ElementsAre("cpu"));
+  EXPECT_EQ(registry.Find("w-9"), nullptr);
+}
+
+TEST(WorkerRegistryTest, TransitionsFollowTheLifecycle) {
+  WorkerRegistry registry;
+  WorkerRecord& w = registry.Register(Request(), 0);
+  EXPECT_EQ(registry.Transition(w, v1::WORKER_STATE_IDLE, "x").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(registry.Transition(w, v1::WORKER_STATE_BUSY, "no job").ok());
+  ASSERT_TRUE(registry.Transition(w, v1::WORKER_STATE_BUSY, "run", "job-1", 1).ok());
+  EXPECT_EQ(w.info.job_id(), "job-1");
+  EXPECT_EQ(w.info.stage(), 1);
+  w.pending_assignment = v1::StageAssignment();
+  ASSERT_TRUE(registry.Transition(w, v1::WORKER_STATE_IDLE, "done").ok());
+  EXPECT_EQ(w.info.job_id(), "");
+  EXPECT_FALSE(w.pending_assignment.has_value());
+  ASSERT_TRUE(registry.Transition(w, v1::WORKER_STATE_DEAD, "silent").ok());
+  absl::Status s = registry.Transition(w, v1::WORKER_STATE_BUSY, "x", "job-2");
+  EXPECT_EQ(s.message(), "worker w-1 is DEAD: cannot go to BUSY");
+}
+
+TEST(WorkerRegistryTest, TimedOutAndSchedulable) {
+  WorkerRegistry registry;
+  WorkerRecord& a = registry.Register(Request(), 1000);
+  WorkerRecord& b = registry.Register(Request(), 1000);
+  WorkerRecord& c = registry.Register(Request(), 1000);
+  b.info.set_last_heartbeat_unix_ms(3000);
+  EXPECT_TRUE(registry.TimedOut(5999, 5000).empty());
+  EXPECT_EQ(Ids(registry.TimedOut(6000, 5000)), (std::vector<std::string>{"w-1", "w-3"}));
+
+  ASSERT_TRUE(registry.Transition(a, v1::WORKER_STATE_BUSY, "run", "job-1").ok());
+  c.reported_job_id = "job-0";  // still reports an old job
+  EXPECT_EQ(Ids(registry.Schedulable()), (std::vector<std::string>{"w-2"}));
+  ASSERT_TRUE(registry.Transition(c, v1::WORKER_STATE_DEAD, "silent").ok());
+  EXPECT_EQ(Ids(registry.TimedOut(100000, 5000)), (std::vector<std::string>{"w-1", "w-2"}));
+}
+
+TEST(WorkerRegistryTest, ADeadNameCanRegisterAgainAndBecomesTheNewest) {
+  WorkerRegistry registry;
+  WorkerRecord& a = registry.Register(Request("a"), 0);
+  registry.Register(Request("b"), 0);
+  ASSERT_TRUE(registry.Transition(a, v1::WORKER_STATE_DEAD, "silent").ok());
+  WorkerRecord& again = registry.Register(Request("a"), 500);
+  EXPECT_EQ(again.info.id(), "a");
+  EXPECT_EQ(again.info.state(), v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(again.info.last_heartbeat_unix_ms(), 500);
+  std::vector<std::string> order;
+  for (const v1::WorkerInfo& info : registry.List()) order.push_back(info.id());
+  EXPECT_THAT(order, ElementsAre("b", "a"));
+  EXPECT_EQ(registry.Find("a"), &again);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,201 @@
+#include "coordinator/jobs/job_manager.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace dapple::coordinator {
+
+int64_t WallClockUnixMs() { return absl::ToUnixMillis(absl::Now()); }
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options) {
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.db_path));
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store->LoadAll());
+  std::unique_ptr<JobManager> manager(new JobManager(std::move(options), std::move(store)));
+  std::vector<std::string> interrupted;
+  {
+    absl::MutexLock lock(&manager->mu_);
+    const int64_t now = manager->options_.now_unix_ms();
+    for (v1::Job& job : jobs) {
+      const int64_t seq = JobStore::SequenceOf(job.id());
+      if (job.state() == v1::JOB_STATE_PLANNING || job.state() == v1::JOB_STATE_RUNNING) {
+        interrupted.push_back(job.id());
+      }
+      Entry& entry = manager->jobs_[seq];
+      entry.job = std::move(job);
+      entry.version = manager->next_version_++;
+      entry.last_write_unix_ms = now;
+      manager->next_seq_ = std::max(manager->next_seq_, seq + 1);
+    }
+  }
+  for (const std::string& id : interrupted) {
+    DAPPLE_RETURN_IF_ERROR(manager->Transition(id, v1::JOB_STATE_FAILED, kRestartMessage).status());
+  }
+  DAPPLE_LOG_INFO("job store {}: {} jobs loaded ({} interrupted by a restart)",
+                  manager->options_.db_path, jobs.size(), interrupted.size());
+  return manager;
+}
+
+JobManager::Entry* JobManager::FindLocked(const std::string& id) {
+  auto it = jobs_.find(JobStore::SequenceOf(id));
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const JobManager::Entry* JobManager::FindLocked(const std::string& id) const {
+  auto it = jobs_.find(JobStore::SequenceOf(id));
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::Status JobManager::WriteLocked(Entry& entry, int64_t now) {
+  DAPPLE_RETURN_IF_ERROR(store_->Put(entry.job));
+  entry.dirty = false;
+  entry.last_write_unix_ms = now;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& spec_yaml) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = options_.now_unix_ms();
+  Entry entry;
+  entry.job.set_id(absl::StrCat("job-", next_seq_));
+  entry.job.set_name(spec.name());
+  entry.job.set_state(v1::JOB_STATE_PENDING);
+  *entry.job.mutable_spec() = spec;
+  entry.job.set_spec_yaml(spec_yaml);
+  entry.job.set_created_unix_ms(now);
+  entry.job.set_updated_unix_ms(now);
+  entry.job.mutable_metrics()->set_epochs(static_cast<int32_t>(spec.training().epochs()));
+  DAPPLE_RETURN_IF_ERROR(WriteLocked(entry, now));
+  entry.version = next_version_++;
+  DAPPLE_LOG_INFO("job {} ({}) submitted: PENDING", entry.job.id(), entry.job.name());
+  v1::Job result = entry.job;
+  jobs_.emplace(next_seq_++, std::move(entry));
+  changed_.SignalAll();
+  return result;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  const Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return entry->job;
+}
+
+absl::StatusOr<JobManager::Snapshot> JobManager::GetSnapshot(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  const Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return Snapshot{entry->job, entry->version};
+}
+
+std::vector<v1::Job> JobManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> jobs;
+  jobs.reserve(jobs_.size());
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) jobs.push_back(it->second.job);
+  return jobs;
+}
+
+std::optional<std::string> JobManager::OldestPending() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [seq, entry] : jobs_) {
+    if (entry.job.state() == v1::JOB_STATE_PENDING) return entry.job.id();
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<v1::Job> JobManager::Transition(const std::string& id, v1::JobState to,
+                                               const std::string& message, const Mutator& mutate) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  const v1::JobState from = entry->job.state();
+  if (IsTerminal(from)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ", JobStateName(from)));
+  }
+  if (!IsAllowedTransition(from, to)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobStateName(from), ": cannot go to ", JobStateName(to)));
+  }
+  const int64_t now = options_.now_unix_ms();
+  // Written from a copy so that a failed write leaves the job exactly as it was.
+  Entry next = *entry;
+  if (mutate) mutate(&next.job);
+  next.job.set_state(to);
+  next.job.set_message(message);
+  next.job.set_updated_unix_ms(now);
+  DAPPLE_RETURN_IF_ERROR(WriteLocked(next, now));
+  next.version = next_version_++;
+  *entry = std::move(next);
+  if (message.empty()) {
+    DAPPLE_LOG_INFO("job {} {} -> {}", id, JobStateName(from), JobStateName(to));
+  } else {
+    DAPPLE_LOG_INFO("job {} {} -> {}: {}", id, JobStateName(from), JobStateName(to), message);
+  }
+  changed_.SignalAll();
+  return entry->job;
+}
+
+absl::Status JobManager::Update(const std::string& id, const Mutator& mutate) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (entry->job.state() != v1::JOB_STATE_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobStateName(entry->job.state()), ", not RUNNING"));
+  }
+  const int64_t now = options_.now_unix_ms();
+  mutate(&entry->job);
+  entry->job.set_updated_unix_ms(now);
+  entry->version = next_version_++;
+  entry->dirty = true;
+  if (now - entry->last_write_unix_ms >= options_.metrics_persist_interval_ms) {
+    absl::Status written = WriteLocked(*entry, now);
+    if (!written.ok()) DAPPLE_LOG_WARN("job {}: progress not saved yet: {}", id, written.message());
+  }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::FlushDirty(bool force) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = options_.now_unix_ms();
+  absl::Status first;
+  for (auto& [seq, entry] : jobs_) {
+    if (!entry.dirty) continue;
+    if (!force && now - entry.last_write_unix_ms < options_.metrics_persist_interval_ms) continue;
+    absl::Status written = WriteLocked(entry, now);
+    if (!written.ok() && first.ok()) first = written;
+  }
+  return first;
+}
+
+bool JobManager::AwaitChange(const std::string& id, int64_t version, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    const Entry* entry = FindLocked(id);
+    if (entry == nullptr || entry->version != version) return true;
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      // Timed out; a change may still have landed together with the deadline.
+      entry = FindLocked(id);
+      return !shutdown_ && (entry == nullptr || entry->version != version);
+    }
+  }
+  return false;
+}
+
+void JobManager::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  changed_.SignalAll();
+}
+
+bool JobManager::IsShutdown() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,140 @@
+// JobManager: the jobs of the coordinator, in memory and in the SQLite JobStore, with the
+// job lifecycle (job_lifecycle.h) enforced by ONE function, Transition, and watchers woken on
+// every change.
+//
+//                                      ┌─▶ SUCCEEDED
+//   PENDING ──▶ PLANNING ──▶ RUNNING ──┼─▶ FAILED
+//     │  │        │  │                 └─▶ CANCELLED
+//     │  │        │  └──────────────────▶ FAILED
+//     │  │        └─────────────────────▶ CANCELLED
+//     │  └──────────────────────────────▶ FAILED
+//     └─────────────────────────────────▶ CANCELLED
+//
+// Durability: every Create and Transition is written before it returns; Update (progress and
+// metrics) is written at most once per `metrics_persist_interval_ms` per job, and FlushDirty
+// writes what is left (the coordinator calls it from its periodic tick and at shutdown).
+//
+// Recovery (Open on an existing database): PLANNING and RUNNING jobs become FAILED with the
+// message kRestartMessage (their workers are no longer known); PENDING jobs stay PENDING;
+// terminal jobs keep their state, message and metrics. Ids continue the stored sequence.
+//
+// Thread safety: thread-safe. Internally one mutex; no callbacks run under it except the
+// Mutators passed in, which must not call back into the JobManager.
+#ifndef DAPPLE_COORDINATOR_JOBS_JOB_MANAGER_H_
+#define DAPPLE_COORDINATOR_JOBS_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/jobs/job_lifecycle.h"
+#include "coordinator/jobs/job_store.h"
+#include "dapple/v1/job.pb.h"
+
+namespace dapple::coordinator {
+
+inline constexpr char kRestartMessage[] = "coordinator restarted while the job was running";
+
+// Unix time in milliseconds from the wall clock.
+int64_t WallClockUnixMs();
+
+struct JobManagerOptions {
+  std::string db_path;                                     // SQLite file, created if missing
+  std::function<int64_t()> now_unix_ms = WallClockUnixMs;  // all timestamps come from here
+  int64_t metrics_persist_interval_ms = 1000;  // Update writes at most this often per job
+};
+
+class JobManager {
+ public:
+  // Changes a job's non-lifecycle fields (plan, metrics, worker ids, step losses).
+  using Mutator = std::function<void(v1::Job*)>;
+
+  struct Snapshot {
+    v1::Job job;
+    int64_t version = 0;  // grows on every change of this job
+  };
+
+  // Opens the store and recovers (see above). Errors: JobStore::Open's, kDataLoss for a corrupt
+  // row, and any write error of the recovery transitions.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options);
+
+  // Stores a new PENDING job "job-N" (N = 1 + the largest N ever stored) with `spec`, its YAML
+  // text and created/updated timestamps; returns it once written. kInternal on a write error
+  // (then nothing is stored and N is not consumed).
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& spec_yaml);
+
+  // kNotFound "no job <id>".
+  absl::StatusOr<v1::Job> Get(const std::string& id) const;
+  absl::StatusOr<Snapshot> GetSnapshot(const std::string& id) const;
+
+  // All jobs, newest first.
+  std::vector<v1::Job> List() const;
+
+  // The id of the oldest PENDING job, if any.
+  std::optional<std::string> OldestPending() const;
+
+  // THE way a job's state changes. Validates `from -> to` against the lifecycle, applies
+  // `mutate` (optional; it must not touch id, state, message or timestamps), sets state,
+  // message (kept as given; empty clears it) and updated_unix_ms, persists, logs one line and
+  // wakes watchers. Returns the job after the change.
+  // Errors: kNotFound "no job job-9"; kFailedPrecondition "job job-3 already SUCCEEDED" from a
+  // terminal state, "job job-3 is PENDING: cannot go to RUNNING" for another missing edge;
+  // kInternal on a write error (then nothing changes).
+  absl::StatusOr<v1::Job> Transition(const std::string& id, v1::JobState to,
+                                     const std::string& message, const Mutator& mutate = {});
+
+  // Applies `mutate` to a RUNNING job (progress, metrics), sets updated_unix_ms and wakes
+  // watchers; writes it when the job's last write is at least metrics_persist_interval_ms old,
+  // otherwise marks it dirty for FlushDirty. kNotFound; kFailedPrecondition "job job-3 is
+  // CANCELLED, not RUNNING". A failed write is logged and retried by the next flush.
+  absl::Status Update(const std::string& id, const Mutator& mutate);
+
+  // Writes dirty jobs whose last write is at least the interval old (all dirty jobs when
+  // `force`). Returns the first write error (the rest are still attempted).
+  absl::Status FlushDirty(bool force);
+
+  // Blocks until job `id` has a version other than `version` (true), `deadline` passes or
+  // Shutdown was called (false). An unknown id counts as changed.
+  bool AwaitChange(const std::string& id, int64_t version, absl::Time deadline) const;
+
+  // Wakes every AwaitChange; later ones return false at once. Other calls keep working.
+  void Shutdown();
+  bool IsShutdown() const;
+
+ private:
+  struct Entry {
+    v1::Job job;
+    int64_t version = 0;
+    bool dirty = false;
+    int64_t last_write_unix_ms = 0;
+  };
+
+  explicit JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store)
+      : options_(std::move(options)), store_(std::move(store)) {}
+
+  Entry* FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Entry* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const JobManagerOptions options_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar changed_;
+  std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // by sequence number N of "job-N"
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_JOBS_JOB_MANAGER_H_

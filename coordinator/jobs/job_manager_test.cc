@@ -1,0 +1,204 @@
+#include "coordinator/jobs/job_manager.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "coordinator/jobs/test_db.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<JobManager> Open() {
+    JobManagerOptions options;
+    options.db_path = path_;
+    options.now_unix_ms = [this] { return now_.load(); };
+    options.metrics_persist_interval_ms = 1000;
+    auto manager = JobManager::Open(options);
+    EXPECT_TRUE(manager.ok()) << manager.status();
+    return manager.ok() ? std::move(*manager) : nullptr;
+  }
+
+  static v1::JobSpec Spec(const std::string& name) {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.mutable_training()->set_epochs(3);
+    return spec;
+  }
+
+  std::string path_ = FreshDbPath();
+  std::atomic<int64_t> now_{1'700'000'000'000};
+};
+
+TEST_F(JobManagerTest, CreateStoresPendingJobsWithIncreasingIds) {
+  auto jobs = Open();
+  auto a = jobs->Create(Spec("a"), "name: a\n");
+  auto b = jobs->Create(Spec("b"), "name: b\n");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->id(), "job-1");
+  EXPECT_EQ(b->id(), "job-2");
+  EXPECT_EQ(a->state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(a->name(), "a");
+  EXPECT_EQ(a->spec_yaml(), "name: a\n");
+  EXPECT_EQ(a->created_unix_ms(), now_.load());
+  EXPECT_EQ(a->metrics().epochs(), 3);
+  std::vector<std::string> ids;
+  for (const v1::Job& j : jobs->List()) ids.push_back(j.id());
+  EXPECT_THAT(ids, ElementsAre("job-2", "job-1"));  // newest first
+  EXPECT_EQ(jobs->OldestPending(), "job-1");
+}
+
+TEST_F(JobManagerTest, TransitionFollowsTheLifecycle) {
+  auto jobs = Open();
+  ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());
+  // PENDING cannot jump to RUNNING or SUCCEEDED.
+  auto bad = jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(bad.status().message(), "job job-1 is PENDING: cannot go to RUNNING");
+  EXPECT_FALSE(jobs->Transition("job-1", v1::JOB_STATE_SUCCEEDED, "").ok());
+
+  now_ += 10;
+  ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+  now_ += 10;
+  auto running = jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "", [](v1::Job* j) {
+    j->add_worker_ids("w-1");
+    j->mutable_metrics()->set_total_steps(7);
+  });
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running->worker_ids(), ElementsAre("w-1"));
+  EXPECT_EQ(running->metrics().total_steps(), 7);
+  EXPECT_EQ(running->updated_unix_ms(), running->created_unix_ms() + 20);
+
+  auto done = jobs->Transition("job-1", v1::JOB_STATE_SUCCEEDED, "");
+  ASSERT_TRUE(done.ok());
+  // Terminal states are final.
+  for (v1::JobState to : {v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED, v1::JOB_STATE_PENDING,
+                          v1::JOB_STATE_RUNNING}) {
+    auto again = jobs->Transition("job-1", to, "x");
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(again.status().message(), "job job-1 already SUCCEEDED");
+  }
+  EXPECT_EQ(jobs->Get("job-1")->state(), v1::JOB_STATE_SUCCEEDED);
+
+  auto missing = jobs->Transition("job-9", v1::JOB_STATE_CANCELLED, "");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "no job job-9");
+  EXPECT_EQ(jobs->Get("job-9").status().message(), "no job job-9");
+}
+
+TEST_F(JobManagerTest, PendingAndPlanningCanFailOrBeCancelled) {
+  auto jobs = Open();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(jobs->Create(Spec("x"), "").ok());
+  EXPECT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_FAILED, "bad").ok());
+  EXPECT_TRUE(jobs->Transition("job-2", v1::JOB_STATE_CANCELLED, "user").ok());
+  ASSERT_TRUE(jobs->Transition("job-3", v1::JOB_STATE_PLANNING, "").ok());
+  EXPECT_TRUE(jobs->Transition("job-3", v1::JOB_STATE_FAILED, "plan").ok());
+  ASSERT_TRUE(jobs->Transition("job-4", v1::JOB_STATE_PLANNING, "").ok());
+  EXPECT_TRUE(jobs->Transition("job-4", v1::JOB_STATE_CANCELLED, "user").ok());
+  EXPECT_EQ(jobs->Get("job-1")->message(), "bad");
+  EXPECT_FALSE(jobs->OldestPending().has_value());
+}
+
+TEST_F(JobManagerTest, UpdateOnlyWhileRunningAndPersistsAtMostOncePerInterval) {
+  {
+    auto jobs = Open();
+    ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());
+    EXPECT_EQ(jobs->Update("job-1", [](v1::Job*) {}).code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
+    now_ += 1000;
+    ASSERT_TRUE(jobs->Update("job-1", [](v1::Job* j) { j->mutable_metrics()->set_step(1); }).ok());
+    now_ += 200;
+    ASSERT_TRUE(jobs->Update("job-1", [](v1::Job* j) { j->mutable_metrics()->set_step(2); }).ok());
+    EXPECT_EQ(jobs->Get("job-1")->metrics().step(), 2);
+    // Not written yet: a flush within the interval writes nothing...
+    ASSERT_TRUE(jobs->FlushDirty(false).ok());
+    {
+      auto peek = JobStore::Open(path_);
+      ASSERT_TRUE(peek.ok());
+      EXPECT_EQ((*peek)->LoadAll()->at(0).metrics().step(), 1);
+    }
+    // ...and one after it does.
+    now_ += 800;
+    ASSERT_TRUE(jobs->FlushDirty(false).ok());
+    auto peek = JobStore::Open(path_);
+    EXPECT_EQ((*peek)->LoadAll()->at(0).metrics().step(), 2);
+  }
+}
+
+TEST_F(JobManagerTest, ReopeningRecoversJobs) {
+  {
+    auto jobs = Open();
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(jobs->Create(Spec(absl::StrCat("j", i)), "").ok());
+    // job-1 SUCCEEDED with metrics, job-2 RUNNING, job-3 PLANNING, job-4 PENDING, job-5 FAILED.
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
+    ASSERT_TRUE(jobs->Update("job-1",
+                             [](v1::Job* j) {
+                               j->mutable_metrics()->set_step(9);
+                               j->mutable_metrics()->set_test_accuracy(0.8);
+                               j->add_step_losses(1.0);
+                             })
+                    .ok());
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_SUCCEEDED, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-2", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-2", v1::JOB_STATE_RUNNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-3", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-5", v1::JOB_STATE_FAILED, "spec was bad").ok());
+  }
+  now_ += 5000;
+  auto jobs = Open();
+  auto j1 = jobs->Get("job-1");
+  EXPECT_EQ(j1->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(j1->metrics().step(), 9);
+  EXPECT_DOUBLE_EQ(j1->metrics().test_accuracy(), 0.8);
+  EXPECT_THAT(j1->step_losses(), ElementsAre(1.0));
+  EXPECT_EQ(jobs->Get("job-2")->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(jobs->Get("job-2")->message(), kRestartMessage);
+  EXPECT_EQ(jobs->Get("job-2")->updated_unix_ms(), now_.load());
+  EXPECT_EQ(jobs->Get("job-3")->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(jobs->Get("job-3")->message(), kRestartMessage);
+  EXPECT_EQ(jobs->Get("job-4")->state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(jobs->Get("job-5")->message(), "spec was bad");
+  EXPECT_EQ(jobs->OldestPending(), "job-4");
+  auto next = jobs->Create(Spec("new"), "");
+  EXPECT_EQ(next->id(), "job-6");
+}
+
+TEST_F(JobManagerTest, AwaitChangeWakesOnChangeAndTimesOut) {
+  auto jobs = Open();
+  ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());
+  auto snap = jobs->GetSnapshot("job-1");
+  ASSERT_TRUE(snap.ok());
+  EXPECT_FALSE(jobs->AwaitChange("job-1", snap->version, absl::Now() + absl::Milliseconds(20)));
+
+  std::thread changer([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_CANCELLED, "x").ok());
+  });
+  EXPECT_TRUE(jobs->AwaitChange("job-1", snap->version, absl::Now() + absl::Seconds(10)));
+  changer.join();
+  EXPECT_GT(jobs->GetSnapshot("job-1")->version, snap->version);
+
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    jobs->Shutdown();
+  });
+  auto now = jobs->GetSnapshot("job-1");
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(jobs->AwaitChange("job-1", now->version, absl::Now() + absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  stopper.join();
+  EXPECT_TRUE(jobs->IsShutdown());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

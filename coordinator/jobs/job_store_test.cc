@@ -1,0 +1,94 @@
+#include "coordinator/jobs/job_store.h"
+
+#include <fstream>
+
+#include "coordinator/jobs/test_db.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::Job MakeJob(int n, v1::JobState state) {
+  v1::Job job;
+  job.set_id(absl::StrCat("job-", n));
+  job.set_name(absl::StrCat("name-", n));
+  job.set_state(state);
+  job.set_created_unix_ms(1000 + n);
+  job.set_updated_unix_ms(2000 + n);
+  job.mutable_metrics()->set_loss(0.5 * n);
+  job.add_step_losses(2.0);
+  job.add_step_losses(1.5);
+  return job;
+}
+
+TEST(JobStoreTest, PutThenLoadRoundTripsInSequenceOrder) {
+  const std::string path = FreshDbPath();
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob(10, v1::JOB_STATE_PENDING)).ok());
+    ASSERT_TRUE((*store)->Put(MakeJob(2, v1::JOB_STATE_RUNNING)).ok());
+    v1::Job replaced = MakeJob(2, v1::JOB_STATE_FAILED);
+    replaced.set_message("boom");
+    ASSERT_TRUE((*store)->Put(replaced).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id(), "job-2");
+  EXPECT_EQ((*jobs)[0].state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ((*jobs)[0].message(), "boom");
+  EXPECT_EQ((*jobs)[0].step_losses_size(), 2);
+  EXPECT_EQ((*jobs)[1].id(), "job-10");
+  EXPECT_DOUBLE_EQ((*jobs)[1].metrics().loss(), 5.0);
+  EXPECT_EQ((*jobs)[1].created_unix_ms(), 1010);
+}
+
+TEST(JobStoreTest, RejectsIdsNotOfTheJobForm) {
+  auto store = JobStore::Open(FreshDbPath());
+  ASSERT_TRUE(store.ok());
+  v1::Job job = MakeJob(1, v1::JOB_STATE_PENDING);
+  job.set_id("jobx");
+  absl::Status s = (*store)->Put(job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'jobx'"));
+}
+
+TEST(JobStoreTest, SequenceOf) {
+  EXPECT_EQ(JobStore::SequenceOf("job-1"), 1);
+  EXPECT_EQ(JobStore::SequenceOf("job-1234"), 1234);
+  EXPECT_EQ(JobStore::SequenceOf("job-0"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-01"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job--1"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("w-1"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-1x"), -1);
+}
+
+TEST(JobStoreTest, MissingDirectoryIsAClearError) {
+  auto store = JobStore::Open("/nonexistent-dapple-dir/sub/jobs.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(),
+              HasSubstr("cannot open job database '/nonexistent-dapple-dir/sub/jobs.db'"));
+}
+
+TEST(JobStoreTest, AFileThatIsNotADatabaseIsAClearError) {
+  const std::string path = FreshDbPath();
+  {
+    std::ofstream out(path);
+    out << "this is not a sqlite database, just some text that is long enough to matter\n";
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("not a database"));
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

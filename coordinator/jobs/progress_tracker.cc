@@ -1,0 +1,53 @@
+#include "coordinator/jobs/progress_tracker.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace dapple::coordinator {
+
+int64_t TotalSteps(const v1::JobSpec& spec) {
+  const int64_t global_batch = spec.training().global_batch();
+  if (global_batch <= 0) return 0;
+  int64_t total =
+      std::max<int64_t>(spec.training().epochs(), 0) * (kTrainSamplesPerEpoch / global_batch);
+  if (spec.training().max_steps() > 0) total = std::min(total, spec.training().max_steps());
+  return total;
+}
+
+double ProgressTracker::ElapsedSeconds(int64_t now_unix_ms) const {
+  return std::max<int64_t>(now_unix_ms - running_since_unix_ms_, 0) / 1000.0;
+}
+
+void ProgressTracker::OnStep(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job) {
+  if (report.step_seconds() > 0) {
+    recent_step_seconds_.push_back(report.step_seconds());
+    if (recent_step_seconds_.size() > kWindow) recent_step_seconds_.pop_front();
+  }
+  v1::JobMetrics* m = job->mutable_metrics();
+  m->set_elapsed_seconds(ElapsedSeconds(now_unix_ms));
+  double mean = 0;
+  for (double s : recent_step_seconds_) mean += s;
+  if (!recent_step_seconds_.empty()) mean /= static_cast<double>(recent_step_seconds_.size());
+  if (mean > 0) m->set_samples_per_second(static_cast<double>(global_batch_) / mean);
+
+  if (report.step() <= m->step()) return;  // a duplicate or late report: nothing new to show
+  m->set_step(report.step());
+  m->set_epoch(report.epoch());
+  m->set_loss(report.loss());
+  // step_losses[i] is step i + 1; a step whose report never came stays visible as NaN.
+  while (job->step_losses_size() < report.step() - 1) {
+    job->add_step_losses(std::numeric_limits<double>::quiet_NaN());
+  }
+  job->add_step_losses(report.loss());
+  const int64_t remaining = std::max<int64_t>(m->total_steps() - m->step(), 0);
+  m->set_eta_seconds(static_cast<double>(remaining) * mean);
+}
+
+void ProgressTracker::OnEval(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job) {
+  v1::JobMetrics* m = job->mutable_metrics();
+  m->set_test_accuracy(report.test_accuracy());
+  m->set_test_loss(report.test_loss());
+  m->set_elapsed_seconds(ElapsedSeconds(now_unix_ms));
+}
+
+}  // namespace dapple::coordinator

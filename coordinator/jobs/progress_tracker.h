@@ -1,0 +1,52 @@
+// Job metrics (v1::JobMetrics) derived from the progress reports of a running job's last stage.
+//
+// Thread safety: thread-compatible (the coordinator service calls it under its mutex).
+#ifndef DAPPLE_COORDINATOR_JOBS_PROGRESS_TRACKER_H_
+#define DAPPLE_COORDINATOR_JOBS_PROGRESS_TRACKER_H_
+
+#include <cstdint>
+#include <deque>
+
+#include "dapple/v1/job.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+// Training samples per epoch: the Fashion-MNIST training set, the only dataset of this version.
+inline constexpr int64_t kTrainSamplesPerEpoch = 60000;
+
+// epochs * floor(kTrainSamplesPerEpoch / global_batch), capped by training.max_steps when it is
+// > 0. 0 when global_batch <= 0.
+int64_t TotalSteps(const v1::JobSpec& spec);
+
+class ProgressTracker {
+ public:
+  // Step reports averaged for throughput and ETA.
+  static constexpr int kWindow = 20;
+
+  // `running_since_unix_ms`: when the job entered RUNNING (elapsed time counts from there).
+  ProgressTracker(int64_t global_batch, int64_t running_since_unix_ms)
+      : global_batch_(global_batch), running_since_unix_ms_(running_since_unix_ms) {}
+
+  // A PROGRESS_STEP report of the last stage that carries a loss. Sets metrics.step, epoch,
+  // loss, elapsed_seconds; samples_per_second = global_batch / mean step_seconds of the last
+  // kWindow reports; eta_seconds = (total_steps - step) * that mean; and appends the loss to
+  // job->step_losses so that step_losses[i] is step i + 1 (a skipped step is recorded as NaN,
+  // a repeated or older step only updates the window). Leaves metrics.total_steps as it is.
+  void OnStep(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
+
+  // A PROGRESS_EVAL report of the last stage: test_accuracy and test_loss.
+  void OnEval(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
+
+  // Seconds since the job entered RUNNING (never negative).
+  double ElapsedSeconds(int64_t now_unix_ms) const;
+
+ private:
+  int64_t global_batch_;
+  int64_t running_since_unix_ms_;
+  std::deque<double> recent_step_seconds_;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_JOBS_PROGRESS_TRACKER_H_

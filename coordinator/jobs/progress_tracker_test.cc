@@ -1,0 +1,89 @@
+#include "coordinator/jobs/progress_tracker.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+v1::JobSpec Spec(int64_t global_batch, int64_t epochs, int64_t max_steps) {
+  v1::JobSpec spec;
+  spec.mutable_training()->set_global_batch(global_batch);
+  spec.mutable_training()->set_epochs(epochs);
+  spec.mutable_training()->set_max_steps(max_steps);
+  return spec;
+}
+
+v1::ProgressReport Step(int64_t step, int epoch, double loss, double seconds) {
+  v1::ProgressReport r;
+  r.set_kind(v1::PROGRESS_STEP);
+  r.set_step(step);
+  r.set_epoch(epoch);
+  r.set_loss(loss);
+  r.set_step_seconds(seconds);
+  return r;
+}
+
+TEST(TotalStepsTest, EpochsTimesFullBatchesCappedByMaxSteps) {
+  EXPECT_EQ(TotalSteps(Spec(256, 3, 0)), 3 * 234);  // 60000 / 256 = 234.375
+  EXPECT_EQ(TotalSteps(Spec(256, 3, 100)), 100);
+  EXPECT_EQ(TotalSteps(Spec(256, 3, 1000)), 702);
+  EXPECT_EQ(TotalSteps(Spec(60000, 2, 0)), 2);
+  EXPECT_EQ(TotalSteps(Spec(0, 2, 0)), 0);
+}
+
+TEST(ProgressTrackerTest, StepsUpdateMetricsThroughputAndEta) {
+  v1::Job job;
+  job.mutable_metrics()->set_total_steps(10);
+  ProgressTracker tracker(/*global_batch=*/256, /*running_since_unix_ms=*/1000);
+  tracker.OnStep(Step(1, 1, 2.5, 0.5), 2000, &job);
+  EXPECT_EQ(job.metrics().step(), 1);
+  EXPECT_EQ(job.metrics().epoch(), 1);
+  EXPECT_DOUBLE_EQ(job.metrics().loss(), 2.5);
+  EXPECT_DOUBLE_EQ(job.metrics().samples_per_second(), 512);
+  EXPECT_DOUBLE_EQ(job.metrics().eta_seconds(), 9 * 0.5);
+  EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 1.0);
+
+  tracker.OnStep(Step(2, 1, 2.0, 0.25), 2500, &job);
+  EXPECT_DOUBLE_EQ(job.metrics().samples_per_second(), 256 / 0.375);
+  EXPECT_DOUBLE_EQ(job.metrics().eta_seconds(), 8 * 0.375);
+  ASSERT_EQ(job.step_losses_size(), 2);
+  EXPECT_DOUBLE_EQ(job.step_losses(1), 2.0);
+
+  // A duplicate does not append; a gap is visible as NaN.
+  tracker.OnStep(Step(2, 1, 9.0, 0.25), 2600, &job);
+  EXPECT_EQ(job.step_losses_size(), 2);
+  EXPECT_DOUBLE_EQ(job.metrics().loss(), 2.0);
+  tracker.OnStep(Step(4, 2, 1.0, 0.25), 2700, &job);
+  ASSERT_EQ(job.step_losses_size(), 4);
+  EXPECT_TRUE(std::isnan(job.step_losses(2)));
+  EXPECT_EQ(job.metrics().epoch(), 2);
+}
+
+TEST(ProgressTrackerTest, ThroughputUsesTheLastTwentySteps) {
+  v1::Job job;
+  job.mutable_metrics()->set_total_steps(100);
+  ProgressTracker tracker(100, 0);
+  for (int i = 1; i <= 10; ++i) tracker.OnStep(Step(i, 1, 1.0, 10.0), 0, &job);
+  for (int i = 11; i <= 30; ++i) tracker.OnStep(Step(i, 1, 1.0, 1.0), 0, &job);
+  EXPECT_DOUBLE_EQ(job.metrics().samples_per_second(), 100.0);
+  EXPECT_DOUBLE_EQ(job.metrics().eta_seconds(), 70.0);
+}
+
+TEST(ProgressTrackerTest, EvalSetsTestMetrics) {
+  v1::Job job;
+  ProgressTracker tracker(100, 0);
+  EXPECT_FALSE(job.metrics().has_test_accuracy());
+  v1::ProgressReport r;
+  r.set_kind(v1::PROGRESS_EVAL);
+  r.set_test_accuracy(0.85);
+  r.set_test_loss(0.4);
+  tracker.OnEval(r, 3000, &job);
+  EXPECT_DOUBLE_EQ(job.metrics().test_accuracy(), 0.85);
+  EXPECT_DOUBLE_EQ(job.metrics().test_loss(), 0.4);
+  EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 3.0);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,475 @@
+#include "coordinator/service/coordinator_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "coordinator/jobs/job_lifecycle.h"
+#include "coordinator/planner/planner.h"
+
+namespace dapple::coordinator {
+namespace {
+
+constexpr char kCancelledByUser[] = "cancelled by user";
+constexpr char kDefaultSource[] = "<spec>";
+// How often a blocked WatchJob looks at its client's cancellation flag.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
+    CoordinatorOptions options) {
+  JobManagerOptions job_options;
+  job_options.db_path = options.db_path;
+  job_options.now_unix_ms = options.now_unix_ms;
+  job_options.metrics_persist_interval_ms = options.metrics_persist_interval_ms;
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobManager> jobs,
+                          JobManager::Open(std::move(job_options)));
+  return std::unique_ptr<CoordinatorService>(
+      new CoordinatorService(std::move(options), std::move(jobs)));
+}
+
+CoordinatorService::~CoordinatorService() {
+  Shutdown();
+  // Handlers may have run after Shutdown (calls in flight while the server drained).
+  if (absl::Status s = jobs_->FlushDirty(/*force=*/true); !s.ok()) {
+    DAPPLE_LOG_ERROR("saving job progress at exit: {}", s.message());
+  }
+}
+
+void CoordinatorService::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CoordinatorService::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    wake_cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  jobs_->Shutdown();
+  if (absl::Status s = jobs_->FlushDirty(/*force=*/true); !s.ok()) {
+    DAPPLE_LOG_ERROR("saving job progress at shutdown: {}", s.message());
+  }
+}
+
+void CoordinatorService::WakeLocked() {
+  wake_ = true;
+  wake_cv_.Signal();
+}
+
+void CoordinatorService::Loop() {
+  const absl::Duration tick = absl::Milliseconds(options_.tick_interval_ms);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline = absl::Now() + tick;
+      while (!stop_ && !wake_) {
+        if (wake_cv_.WaitWithDeadline(&mu_, deadline)) break;
+      }
+      if (stop_) return;
+      wake_ = false;
+    }
+    Tick();
+  }
+}
+
+void CoordinatorService::Tick() {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = options_.now_unix_ms();
+  CheckHealthLocked(now);
+  if (absl::Status s = jobs_->FlushDirty(/*force=*/false); !s.ok()) {
+    DAPPLE_LOG_WARN("saving job progress: {}", s.message());
+  }
+  ScheduleLocked(now);
+}
+
+void CoordinatorService::CheckHealthLocked(int64_t now) {
+  for (WorkerRecord* worker : workers_.TimedOut(now, options_.worker_timeout_ms)) {
+    const double silent_s = (now - worker->info.last_heartbeat_unix_ms()) / 1000.0;
+    const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
+    const std::string job_id = worker->info.job_id();
+    const int stage = worker->info.stage();
+    (void)workers_.Transition(*worker, v1::WORKER_STATE_DEAD,
+                              absl::StrFormat("no heartbeat for %.1f s", silent_s));
+    if (busy && running_.contains(job_id)) {
+      absl::Status ended =
+          EndJobLocked(job_id, v1::JOB_STATE_FAILED,
+                       absl::StrFormat("worker %s (stage %d of job %s) stopped heartbeating "
+                                       "(no heartbeat for %.1f s)",
+                                       worker->info.id(), stage, job_id, silent_s),
+                       now)
+              .status();
+      if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
+    }
+  }
+}
+
+void CoordinatorService::ScheduleLocked(int64_t now) {
+  while (std::optional<std::string> id = jobs_->OldestPending()) {
+    absl::StatusOr<v1::Job> job = jobs_->Get(*id);
+    if (!job.ok()) return;
+    const std::vector<WorkerRecord*> free = workers_.Schedulable();
+    const int needed = std::max(1, job->spec().parallel().devices());
+    if (static_cast<int>(free.size()) < needed) return;  // FIFO: later jobs wait their turn
+    if (!StartJobLocked(*job, free, now)) return;
+  }
+}
+
+bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
+                                        int64_t now) {
+  const std::string& id = job.id();
+  if (absl::Status s = jobs_->Transition(id, v1::JOB_STATE_PLANNING, "").status(); !s.ok()) {
+    DAPPLE_LOG_ERROR("job {} cannot start planning: {}", id, s.message());
+    return false;
+  }
+  auto fail = [&](const std::string& message) {
+    absl::Status s = jobs_->Transition(id, v1::JOB_STATE_FAILED, message).status();
+    if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());
+    return true;
+  };
+  absl::StatusOr<v1::ParallelPlan> plan = MakePlan(job.spec());
+  if (!plan.ok()) return fail(std::string(plan.status().message()));
+  const int num_stages = plan->programs_size();
+  if (num_stages < 1 || num_stages > static_cast<int>(free.size()) ||
+      plan->summary().stages_size() != num_stages) {
+    return fail(absl::StrCat("the plan has ", num_stages, " stages but ", free.size(),
+                             " workers are free"));
+  }
+
+  v1::ParallelPlanSummary summary = plan->summary();
+  std::vector<std::string> worker_ids;
+  for (int s = 0; s < num_stages; ++s) {
+    worker_ids.push_back(free[s]->info.id());
+    summary.mutable_stages(s)->add_worker_ids(free[s]->info.id());
+  }
+  const int64_t total_steps = TotalSteps(job.spec());
+  absl::StatusOr<v1::Job> running =
+      jobs_->Transition(id, v1::JOB_STATE_RUNNING, "", [&](v1::Job* j) {
+        *j->mutable_plan() = summary;
+        j->clear_worker_ids();
+        for (const std::string& w : worker_ids) j->add_worker_ids(w);
+        j->mutable_metrics()->set_total_steps(total_steps);
+        j->mutable_metrics()->set_epochs(static_cast<int32_t>(j->spec().training().epochs()));
+      });
+  if (!running.ok()) {
+    return fail(absl::StrCat("could not start: ", running.status().message()));
+  }
+
+  for (int s = 0; s < num_stages; ++s) {
+    WorkerRecord& worker = *free[s];
+    (void)workers_.Transition(worker, v1::WORKER_STATE_BUSY,
+                              absl::StrCat("stage ", s, " of job ", id), id, s);
+    v1::StageAssignment assignment;
+    assignment.set_job_id(id);
+    *assignment.mutable_spec() = job.spec();
+    *assignment.mutable_plan() = summary;
+    assignment.set_stage(s);
+    assignment.set_replica(0);
+    assignment.set_num_stages(num_stages);
+    *assignment.mutable_program() = plan->programs(s);
+    assignment.set_first_step(0);
+    worker.pending_assignment = std::move(assignment);
+  }
+  rendezvous_.Open(id, num_stages, /*replicas=*/1);
+  running_.insert_or_assign(
+      id,
+      RunState{
+          num_stages, worker_ids, {}, ProgressTracker(job.spec().training().global_batch(), now)});
+  return true;
+}
+
+absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, v1::JobState to,
+                                                         const std::string& message, int64_t now) {
+  auto run = running_.find(id);
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Transition(id, to, message, [&](v1::Job* j) {
+    if (run != running_.end()) {
+      j->mutable_metrics()->set_elapsed_seconds(run->second.tracker.ElapsedSeconds(now));
+    }
+    if (to == v1::JOB_STATE_SUCCEEDED) j->mutable_metrics()->set_eta_seconds(0);
+  }));
+  if (run != running_.end()) {
+    for (const std::string& worker_id : run->second.worker_ids) {
+      WorkerRecord* worker = workers_.Find(worker_id);
+      if (worker == nullptr || worker->info.state() != v1::WORKER_STATE_BUSY ||
+          worker->info.job_id() != id) {
+        continue;
+      }
+      // A worker that never received its stage has nothing to stop; one that did stays BUSY
+      // until its heartbeat stops listing the job (Heartbeat sends the abort).
+      if (worker->pending_assignment.has_value()) {
+        FreeWorkerLocked(*worker, id, "its job ended before the assignment was delivered");
+      }
+    }
+    running_.erase(run);
+  }
+  rendezvous_.Close(id);
+  return job;
+}
+
+void CoordinatorService::FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id,
+                                          const std::string& reason) {
+  if (worker.info.state() != v1::WORKER_STATE_BUSY || worker.info.job_id() != job_id) return;
+  (void)workers_.Transition(worker, v1::WORKER_STATE_IDLE, reason);
+  WakeLocked();
+}
+
+absl::StatusOr<WorkerRecord*> CoordinatorService::LiveWorkerLocked(const std::string& id) {
+  WorkerRecord* worker = workers_.Find(id);
+  if (worker == nullptr || worker->info.state() == v1::WORKER_STATE_DEAD) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", id, ": register again"));
+  }
+  return worker;
+}
+
+absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
+                                                 const std::string& worker, int stage,
+                                                 int replica) {
+  auto run = running_.find(job_id);
+  if (run == running_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
+  }
+  const RunState& state = run->second;
+  if (stage < 0 || stage >= state.num_stages || replica != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, " has stages 0..", state.num_stages - 1,
+                     " and replica 0, got stage ", stage, " replica ", replica));
+  }
+  if (state.worker_ids[stage] != worker) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker, " is not stage ", stage,
+                                                      " of job ", job_id, " (",
+                                                      state.worker_ids[stage], " is)"));
+  }
+  return absl::OkStatus();
+}
+
+// --- Coordinator ---
+
+absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
+                                           v1::SubmitJobResponse* response) {
+  const std::string& source =
+      request.source_name().empty() ? std::string(kDefaultSource) : request.source_name();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(request.spec_yaml(), source);
+  if (!spec.ok()) {
+    DAPPLE_LOG_INFO("rejected job spec {}: {}", source, spec.status().message());
+    return absl::InvalidArgumentError(spec.status().message());
+  }
+  DAPPLE_ASSIGN_OR_RETURN(*response->mutable_job(), jobs_->Create(*spec, request.spec_yaml()));
+  absl::MutexLock lock(&mu_);
+  WakeLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Job* response) {
+  DAPPLE_ASSIGN_OR_RETURN(*response, jobs_->Get(request.job_id()));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::ListJobs(const v1::ListJobsRequest& request,
+                                          v1::ListJobsResponse* response) {
+  for (v1::Job& job : jobs_->List()) *response->add_jobs() = std::move(job);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request, v1::Job* response) {
+  absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(*response, EndJobLocked(request.job_id(), v1::JOB_STATE_CANCELLED,
+                                                  kCancelledByUser, options_.now_unix_ms()));
+  WakeLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::WatchJob(const v1::WatchJobRequest& request,
+                                          const JobEventSink& send,
+                                          const std::function<bool()>& cancelled) {
+  const std::string& id = request.job_id();
+  DAPPLE_ASSIGN_OR_RETURN(JobManager::Snapshot snapshot, jobs_->GetSnapshot(id));
+  const absl::Duration min_interval = absl::Milliseconds(options_.watch_min_interval_ms);
+  auto stopped = [&]() -> absl::Status {
+    if (cancelled()) return absl::CancelledError("watch cancelled by the client");
+    if (jobs_->IsShutdown()) return absl::UnavailableError("coordinator is shutting down");
+    return absl::OkStatus();
+  };
+  while (true) {
+    v1::JobEvent event;
+    *event.mutable_job() = std::move(snapshot.job);
+    if (!send(event)) return absl::OkStatus();
+    const absl::Time sent = absl::Now();
+    if (IsTerminal(event.job().state())) return absl::OkStatus();
+    do {
+      DAPPLE_RETURN_IF_ERROR(stopped());
+    } while (!jobs_->AwaitChange(id, snapshot.version, absl::Now() + kWatchPoll));
+    // Coalesce bursts (a step report per few ms) into one snapshot per interval.
+    for (absl::Time now = absl::Now(); now < sent + min_interval; now = absl::Now()) {
+      DAPPLE_RETURN_IF_ERROR(stopped());
+      absl::SleepFor(std::min(sent + min_interval - now, kWatchPoll));
+    }
+    DAPPLE_RETURN_IF_ERROR(stopped());
+    DAPPLE_ASSIGN_OR_RETURN(snapshot, jobs_->GetSnapshot(id));
+  }
+}
+
+absl::Status CoordinatorService::ListWorkers(const v1::ListWorkersRequest& request,
+                                             v1::ListWorkersResponse* response) {
+  absl::MutexLock lock(&mu_);
+  for (v1::WorkerInfo& info : workers_.List()) *response->add_workers() = std::move(info);
+  return absl::OkStatus();
+}
+
+// --- WorkerControl ---
+
+absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest& request,
+                                                v1::RegisterWorkerResponse* response) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord& worker = workers_.Register(request, options_.now_unix_ms());
+  response->set_worker_id(worker.info.id());
+  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  WakeLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
+                                           v1::HeartbeatResponse* response) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* worker = workers_.Find(request.worker_id());
+  if (worker == nullptr || worker->info.state() == v1::WORKER_STATE_DEAD) {
+    response->set_unknown_worker(true);
+    return absl::OkStatus();
+  }
+  worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
+  const std::string& reported = request.running_job_id();
+  const bool was_reporting = !worker->reported_job_id.empty();
+  worker->reported_job_id = reported;
+
+  const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
+  const std::string assigned = busy ? worker->info.job_id() : std::string();
+  const bool assigned_running = busy && running_.contains(assigned);
+  // A job the worker runs must stop unless it is running with this worker as one of its ranks:
+  // it failed or was cancelled, or this coordinator never gave it (e.g. before a restart). A
+  // rank that already reported DONE may still list its running job for a moment; it is left
+  // alone, so that it does not abort a job that can still succeed.
+  if (!reported.empty()) {
+    auto run = running_.find(reported);
+    const bool is_rank = run != running_.end() &&
+                         std::find(run->second.worker_ids.begin(), run->second.worker_ids.end(),
+                                   worker->info.id()) != run->second.worker_ids.end();
+    if (!is_rank) response->add_abort_job_ids(reported);
+  }
+  if (busy && !assigned_running && reported != assigned) {
+    FreeWorkerLocked(*worker, assigned, absl::StrCat("stopped running ended job ", assigned));
+  } else if (assigned_running && worker->pending_assignment.has_value() && reported.empty()) {
+    *response->mutable_assignment() = std::move(*worker->pending_assignment);
+    worker->pending_assignment.reset();
+    DAPPLE_LOG_INFO("worker {}: assignment delivered (stage {} of job {})", worker->info.id(),
+                    response->assignment().stage(), assigned);
+  }
+  if (was_reporting && reported.empty()) WakeLocked();  // it may be schedulable now
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::PublishEndpoint(const v1::PublishEndpointRequest& request,
+                                                 v1::PublishEndpointResponse* response) {
+  absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
+  worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  if (job.state() != v1::JOB_STATE_RUNNING) return absl::OkStatus();  // GetPeers says ended
+  DAPPLE_RETURN_IF_ERROR(
+      CheckRankLocked(job.id(), worker->info.id(), request.stage(), request.replica()));
+  return rendezvous_.Publish(request);
+}
+
+absl::Status CoordinatorService::GetPeers(const v1::GetPeersRequest& request,
+                                          v1::GetPeersResponse* response) {
+  absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  for (v1::PeerEndpoint& peer : rendezvous_.Peers(job.id())) {
+    *response->add_peers() = std::move(peer);
+  }
+  response->set_complete(rendezvous_.Complete(job.id()));
+  response->set_job_ended(job.state() != v1::JOB_STATE_RUNNING);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& request,
+                                                v1::ProgressAck* response) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = options_.now_unix_ms();
+  DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
+  worker->info.set_last_heartbeat_unix_ms(now);
+  const std::string& id = request.job_id();
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(id));
+  const bool final_report = request.kind() == v1::PROGRESS_DONE ||
+                            request.kind() == v1::PROGRESS_FAILED ||
+                            request.kind() == v1::PROGRESS_ABORTED;
+  if (request.kind() == v1::PROGRESS_KIND_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress report of worker ", worker->info.id(), " has no kind"));
+  }
+  if (job.state() != v1::JOB_STATE_RUNNING) {
+    if (final_report) FreeWorkerLocked(*worker, id, absl::StrCat("left ended job ", id));
+    response->set_abort(true);
+    return absl::OkStatus();
+  }
+  DAPPLE_RETURN_IF_ERROR(
+      CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
+  RunState& run = running_.at(id);
+  const bool last_stage = request.stage() == run.num_stages - 1;
+  const std::string rank =
+      absl::StrCat("stage ", request.stage(), " (worker ", worker->info.id(), ")");
+  switch (request.kind()) {
+    case v1::PROGRESS_STEP:
+      if (last_stage && request.has_loss()) {
+        DAPPLE_RETURN_IF_ERROR(
+            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnStep(request, now, j); }));
+      }
+      break;
+    case v1::PROGRESS_EVAL:
+      if (last_stage) {
+        DAPPLE_RETURN_IF_ERROR(
+            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnEval(request, now, j); }));
+      }
+      break;
+    case v1::PROGRESS_DONE:
+      run.done_stages.insert(request.stage());
+      FreeWorkerLocked(*worker, id,
+                       absl::StrCat("finished stage ", request.stage(), " of job ", id));
+      if (static_cast<int>(run.done_stages.size()) == run.num_stages) {
+        DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status());
+      }
+      break;
+    case v1::PROGRESS_FAILED:
+      FreeWorkerLocked(*worker, id, absl::StrCat("failed stage ", request.stage(), " of job ", id));
+      DAPPLE_RETURN_IF_ERROR(
+          EndJobLocked(id, v1::JOB_STATE_FAILED, absl::StrCat(rank, ": ", request.message()), now)
+              .status());
+      break;
+    case v1::PROGRESS_ABORTED:
+      // A rank that finished its part has nothing left to abort.
+      if (run.done_stages.contains(request.stage())) break;
+      // The job is still running, so nothing told this rank to stop: without it the job can
+      // never finish, so it fails rather than hangs.
+      FreeWorkerLocked(*worker, id,
+                       absl::StrCat("aborted stage ", request.stage(), " of job ", id));
+      DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_FAILED,
+                                          absl::StrCat(rank, " aborted: ", request.message()), now)
+                                 .status());
+      break;
+    case v1::PROGRESS_KIND_UNSPECIFIED:
+    case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ProgressKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return absl::InvalidArgumentError(absl::StrCat("progress report of worker ",
+                                                     worker->info.id(), " has kind ",
+                                                     static_cast<int>(request.kind())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dapple::coordinator

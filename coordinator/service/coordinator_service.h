@@ -1,0 +1,177 @@
+// CoordinatorService: the coordinator's logic behind both gRPC services (Coordinator for
+// dapplectl, WorkerControl for workers), with no gRPC in it: every handler takes the request
+// proto and fills the response proto, returning absl::Status. grpc_service.h adapts it.
+//
+// It owns the JobManager (job lifecycle + SQLite), the WorkerRegistry (worker lifecycle), the
+// Rendezvous tables and a background thread that every tick_interval_ms (or sooner when woken
+// by a submit, a registration or a freed worker) runs Tick(): health check, progress flush,
+// FIFO scheduling.
+//
+// Worker protocol (docs/coordinator.md):
+//   RegisterWorker -> id + heartbeat interval. Heartbeat every interval with running_job_id;
+//   the response carries a new StageAssignment once (only while the worker reports no running
+//   job), abort_job_ids for a job the worker reports that it must stop (ended, or not its
+//   job), or unknown_worker (never registered, or DEAD: register again).
+//   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
+//   ReportProgress: STEP / EVAL (last stage: metrics), DONE (all ranks: SUCCEEDED), FAILED
+//   (job FAILED naming stage and worker), ABORTED (worker IDLE).
+//
+// Errors by what the caller should do: kInvalidArgument (bad spec or request field),
+// kNotFound ("no job job-9", "unknown worker w-9: register again"), kFailedPrecondition
+// ("job job-3 already SUCCEEDED", a rank that is not the job's), kInternal (database write),
+// kUnavailable (WatchJob while shutting down).
+//
+// Thread safety: thread-safe; every handler may be called from any thread. Lock order: the
+// service mutex before the JobManager's.
+#ifndef DAPPLE_COORDINATOR_SERVICE_COORDINATOR_SERVICE_H_
+#define DAPPLE_COORDINATOR_SERVICE_COORDINATOR_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/cluster/rendezvous.h"
+#include "coordinator/cluster/worker_registry.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/progress_tracker.h"
+#include "dapple/v1/coordinator.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+struct CoordinatorOptions {
+  std::string db_path = "dapple.db";
+  int64_t heartbeat_interval_ms = 500;  // told to workers at registration
+  int64_t worker_timeout_ms = 5000;     // silence after which a worker is DEAD
+  int64_t tick_interval_ms = 100;       // background pass period
+  int64_t metrics_persist_interval_ms = 1000;
+  int64_t watch_min_interval_ms = 100;  // WatchJob sends at most one snapshot per interval
+  std::function<int64_t()> now_unix_ms = WallClockUnixMs;  // every timestamp and timeout
+};
+
+class CoordinatorService {
+ public:
+  // Receives WatchJob's snapshots; returns false when the client is gone.
+  using JobEventSink = std::function<bool(const v1::JobEvent&)>;
+
+  // Opens the job database (JobManager::Open: recovery of an existing one). Errors as there,
+  // e.g. kFailedPrecondition "cannot open job database '/x/y.db': unable to open database file".
+  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(CoordinatorOptions options);
+
+  // Shutdown(), then writes any unsaved progress.
+  ~CoordinatorService();
+  CoordinatorService(const CoordinatorService&) = delete;
+  CoordinatorService& operator=(const CoordinatorService&) = delete;
+
+  // Starts the background thread (no-op when started). Tests may instead call Tick().
+  void Start();
+
+  // Stops the background thread, ends every WatchJob (kUnavailable) and writes unsaved
+  // progress. Idempotent. Other handlers keep working (for calls still in flight).
+  void Shutdown();
+
+  // One background pass now: workers silent for worker_timeout_ms become DEAD (failing their
+  // running job), progress older than the persist interval is written, then pending jobs are
+  // started FIFO while enough schedulable workers exist.
+  void Tick();
+
+  // --- Coordinator (dapplectl) ---
+
+  // Parses and validates request.spec_yaml (ParseJobSpec, messages name request.source_name,
+  // "<spec>" when empty) and stores the job as PENDING. kInvalidArgument with the parser's
+  // message (nothing stored); kInternal when the write fails.
+  absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
+  absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);  // kNotFound
+  absl::Status ListJobs(const v1::ListJobsRequest& request,
+                        v1::ListJobsResponse* response);  // newest first
+  // PENDING / PLANNING / RUNNING -> CANCELLED "cancelled by user"; kFailedPrecondition
+  // "job job-3 already SUCCEEDED" for a terminal job; kNotFound "no job job-9".
+  absl::Status CancelJob(const v1::CancelJobRequest& request, v1::Job* response);
+  // Sends the current snapshot, then one per change (at most one per watch_min_interval_ms,
+  // the newest), and returns OK after sending a terminal state or when `send` returns false.
+  // kCancelled once `cancelled()` is true (polled every 100 ms), kUnavailable on Shutdown,
+  // kNotFound for an unknown job. Blocks the calling thread meanwhile.
+  absl::Status WatchJob(const v1::WatchJobRequest& request, const JobEventSink& send,
+                        const std::function<bool()>& cancelled);
+  absl::Status ListWorkers(const v1::ListWorkersRequest& request,
+                           v1::ListWorkersResponse* response);  // registration order
+
+  // --- WorkerControl (workers) ---
+
+  absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
+                              v1::RegisterWorkerResponse* response);
+  // Unknown or DEAD worker: OK with unknown_worker = true.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
+  // Stores the rank's endpoint while the job is RUNNING (ignored once it ended). kNotFound for
+  // an unknown worker or job; kFailedPrecondition when the worker is not that rank of the job;
+  // kInvalidArgument for a stage / replica outside the plan.
+  absl::Status PublishEndpoint(const v1::PublishEndpointRequest& request,
+                               v1::PublishEndpointResponse* response);
+  // kNotFound for an unknown job.
+  absl::Status GetPeers(const v1::GetPeersRequest& request, v1::GetPeersResponse* response);
+  // Applies a rank's report (see the protocol above). ack.abort is true when the job was
+  // already not RUNNING when the report arrived. kNotFound for an unknown worker or job;
+  // kFailedPrecondition when the worker is not that rank of the running job;
+  // kInvalidArgument for PROGRESS_KIND_UNSPECIFIED.
+  absl::Status ReportProgress(const v1::ProgressReport& request, v1::ProgressAck* response);
+
+ private:
+  // What the coordinator keeps in memory about a RUNNING job.
+  struct RunState {
+    int num_stages = 0;
+    std::vector<std::string> worker_ids;  // by stage (replica 0)
+    std::set<int> done_stages;
+    ProgressTracker tracker;
+  };
+
+  CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobManager> jobs)
+      : options_(std::move(options)), jobs_(std::move(jobs)) {}
+
+  void Loop();
+  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans and starts job `id` on the first workers of `free`; false when it could not even
+  // leave PENDING (then scheduling stops for this pass).
+  bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, drops
+  // undelivered assignments (those workers go IDLE) and its rendezvous. Workers that already
+  // run the job stay BUSY until they stop reporting it.
+  absl::StatusOr<v1::Job> EndJobLocked(const std::string& id, v1::JobState to,
+                                       const std::string& message, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live (not DEAD) worker `id`, or kNotFound "unknown worker <id>: register again".
+  absl::StatusOr<WorkerRecord*> LiveWorkerLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `worker` is rank (stage, replica) of running job `job_id`.
+  absl::Status CheckRankLocked(const std::string& job_id, const std::string& worker, int stage,
+                               int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
+
+  absl::Mutex mu_;
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar wake_cv_;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // started and joined by the owner's thread only
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_SERVICE_COORDINATOR_SERVICE_H_

@@ -1,0 +1,697 @@
+#include "coordinator/service/coordinator_service.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
+#include "coordinator/jobs/job_store.h"
+#include "coordinator/jobs/test_db.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kStart = 1'700'000'000'000;
+
+// The demo MLP with 2 stages and 3 steps; {P} and {STEPS} may be replaced.
+constexpr char kSpec[] = R"(name: demo
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 10}
+data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+training:
+  global_batch: 256
+  micro_batch: 32
+  epochs: 1
+  max_steps: 3
+  optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+parallel:
+  schedule: dapple
+  planner: balanced
+  stages: {P}
+  devices: {P}
+)";
+
+std::string Spec(int stages = 2) {
+  return absl::StrReplaceAll(kSpec, {{"{P}", absl::StrCat(stages)}});
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { svc_ = Open(); }
+
+  std::unique_ptr<CoordinatorService> Open() {
+    CoordinatorOptions options;
+    options.db_path = path_;
+    options.heartbeat_interval_ms = 500;
+    options.worker_timeout_ms = 5000;
+    options.watch_min_interval_ms = 10;
+    options.now_unix_ms = [this] { return now_.load(); };
+    auto svc = CoordinatorService::Create(options);
+    EXPECT_TRUE(svc.ok()) << svc.status();
+    return svc.ok() ? std::move(*svc) : nullptr;
+  }
+
+  std::string Register(const std::string& name = "") {
+    v1::RegisterWorkerRequest req;
+    req.set_hostname("localhost");
+    req.set_pid(100);
+    req.add_devices("cpu");
+    req.set_name(name);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_EQ(resp.heartbeat_interval_ms(), 500);
+    return resp.worker_id();
+  }
+
+  v1::HeartbeatResponse Heartbeat(const std::string& worker, const std::string& running = "") {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    req.set_running_job_id(running);
+    v1::HeartbeatResponse resp;
+    EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+    return resp;
+  }
+
+  absl::StatusOr<v1::ProgressAck> Report(
+      const std::string& worker, const std::string& job, int stage, v1::ProgressKind kind,
+      const std::function<void(v1::ProgressReport*)>& fill = {}) {
+    v1::ProgressReport req;
+    req.set_worker_id(worker);
+    req.set_job_id(job);
+    req.set_stage(stage);
+    req.set_kind(kind);
+    if (fill) fill(&req);
+    v1::ProgressAck ack;
+    absl::Status s = svc_->ReportProgress(req, &ack);
+    if (!s.ok()) return s;
+    return ack;
+  }
+
+  absl::StatusOr<v1::Job> Submit(const std::string& yaml, const std::string& source = "job.yaml") {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_source_name(source);
+    v1::SubmitJobResponse resp;
+    absl::Status s = svc_->SubmitJob(req, &resp);
+    if (!s.ok()) return s;
+    return resp.job();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_TRUE(svc_->GetJob(req, &job).ok()) << id;
+    return job;
+  }
+
+  absl::StatusOr<v1::Job> Cancel(const std::string& id) {
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    absl::Status s = svc_->CancelJob(req, &job);
+    if (!s.ok()) return s;
+    return job;
+  }
+
+  v1::WorkerInfo Worker(const std::string& id) {
+    v1::ListWorkersResponse resp;
+    EXPECT_TRUE(svc_->ListWorkers({}, &resp).ok());
+    for (const v1::WorkerInfo& w : resp.workers()) {
+      if (w.id() == id) return w;
+    }
+    ADD_FAILURE() << "no worker " << id;
+    return {};
+  }
+
+  // Submits the 2-stage demo with two fresh workers and starts it; both assignments delivered.
+  std::string StartTwoStageJob(std::string* w1, std::string* w2) {
+    *w1 = Register();
+    *w2 = Register();
+    auto job = Submit(Spec(2));
+    EXPECT_TRUE(job.ok()) << job.status();
+    svc_->Tick();
+    EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_RUNNING);
+    EXPECT_TRUE(Heartbeat(*w1).has_assignment());
+    EXPECT_TRUE(Heartbeat(*w2).has_assignment());
+    return job->id();
+  }
+
+  std::string path_ = FreshDbPath();
+  std::atomic<int64_t> now_{kStart};
+  std::unique_ptr<CoordinatorService> svc_;
+};
+
+TEST_F(CoordinatorServiceTest, InvalidSpecIsRejectedWithTheParsersMessageAndNotStored) {
+  for (const std::string& yaml :
+       {std::string("name: x\ntrainig: {}\n"), std::string("name: [unclosed\n"),
+        absl::StrReplaceAll(Spec(2), {{"micro_batch: 32", "micro_batch: 48"}})}) {
+    auto expected = ParseJobSpec(yaml, "bad.yaml");
+    ASSERT_FALSE(expected.ok());
+    auto job = Submit(yaml, "bad.yaml");
+    ASSERT_FALSE(job.ok());
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(job.status().message(), expected.status().message());
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  // Nothing stored means the next id is still job-1.
+  EXPECT_EQ(Submit(Spec())->id(), "job-1");
+}
+
+TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  EXPECT_EQ(w1, "w-1");
+  EXPECT_EQ(w2, "w-2");
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->id(), "job-1");
+  EXPECT_EQ(submitted->state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(submitted->spec().name(), "demo");
+
+  now_ += 100;
+  svc_->Tick();
+  v1::Job job = Get("job-1");
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.worker_ids(), ElementsAre("w-1", "w-2"));
+  ASSERT_EQ(job.plan().stages_size(), 2);
+  EXPECT_THAT(job.plan().stages(0).worker_ids(), ElementsAre("w-1"));
+  EXPECT_THAT(job.plan().stages(1).worker_ids(), ElementsAre("w-2"));
+  EXPECT_EQ(job.plan().stages(0).last_layer(), 2);
+  EXPECT_EQ(job.metrics().total_steps(), 3);  // min(1 * 234, max_steps 3)
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(Worker(w2).job_id(), "job-1");
+  EXPECT_EQ(Worker(w2).stage(), 1);
+
+  // The assignment comes exactly once, in the next heartbeat.
+  v1::HeartbeatResponse hb = Heartbeat(w2);
+  ASSERT_TRUE(hb.has_assignment());
+  const v1::StageAssignment& a = hb.assignment();
+  EXPECT_EQ(a.job_id(), "job-1");
+  EXPECT_EQ(a.stage(), 1);
+  EXPECT_EQ(a.replica(), 0);
+  EXPECT_EQ(a.num_stages(), 2);
+  EXPECT_EQ(a.first_step(), 0);
+  EXPECT_EQ(a.program().stage(), 1);
+  EXPECT_GT(a.program().actions_size(), 0);
+  EXPECT_EQ(a.spec().training().global_batch(), 256);
+  EXPECT_THAT(a.plan().stages(1).worker_ids(), ElementsAre("w-2"));
+  EXPECT_TRUE(hb.abort_job_ids().empty());
+  EXPECT_FALSE(Heartbeat(w2, "job-1").has_assignment());
+  EXPECT_TRUE(Heartbeat(w2, "job-1").abort_job_ids().empty());
+  v1::HeartbeatResponse hb1 = Heartbeat(w1);
+  ASSERT_TRUE(hb1.has_assignment());
+  EXPECT_EQ(hb1.assignment().stage(), 0);
+  EXPECT_FALSE(Heartbeat(w1, "job-1").has_assignment());
+
+  // Rendezvous.
+  for (auto [worker, stage] : {std::pair{w1, 0}, std::pair{w2, 1}}) {
+    v1::GetPeersRequest peers_req;
+    peers_req.set_job_id("job-1");
+    v1::GetPeersResponse peers;
+    ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+    EXPECT_FALSE(peers.complete());
+    EXPECT_FALSE(peers.job_ended());
+    v1::PublishEndpointRequest pub;
+    pub.set_job_id("job-1");
+    pub.set_worker_id(worker);
+    pub.set_stage(stage);
+    pub.set_ucx_address(absl::StrCat("addr-", stage));
+    v1::PublishEndpointResponse pub_resp;
+    ASSERT_TRUE(svc_->PublishEndpoint(pub, &pub_resp).ok());
+  }
+  {
+    v1::PublishEndpointRequest wrong;
+    wrong.set_job_id("job-1");
+    wrong.set_worker_id(w1);
+    wrong.set_stage(1);
+    v1::PublishEndpointResponse r;
+    absl::Status s = svc_->PublishEndpoint(wrong, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(), "worker w-1 is not stage 1 of job job-1 (w-2 is)");
+  }
+  v1::GetPeersRequest peers_req;
+  peers_req.set_job_id("job-1");
+  v1::GetPeersResponse peers;
+  ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+  EXPECT_TRUE(peers.complete());
+  ASSERT_EQ(peers.peers_size(), 2);
+  EXPECT_EQ(peers.peers(0).worker_id(), "w-1");
+  EXPECT_EQ(peers.peers(1).ucx_address(), "addr-1");
+
+  // Progress: stage 0's steps only show liveness; the last stage's carry the loss.
+  ASSERT_TRUE(Report(w1, "job-1", 0, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_step_seconds(0.5);
+              }).ok());
+  EXPECT_EQ(Get("job-1").metrics().step(), 0);
+  const double losses[] = {2.3, 1.7, 1.2};
+  for (int step = 1; step <= 3; ++step) {
+    now_ += 500;
+    auto ack = Report(w2, "job-1", 1, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
+      r->set_step(step);
+      r->set_epoch(1);
+      r->set_loss(losses[step - 1]);
+      r->set_step_seconds(0.5);
+    });
+    ASSERT_TRUE(ack.ok()) << ack.status();
+    EXPECT_FALSE(ack->abort());
+  }
+  job = Get("job-1");
+  EXPECT_EQ(job.metrics().step(), 3);
+  EXPECT_EQ(job.metrics().epoch(), 1);
+  EXPECT_DOUBLE_EQ(job.metrics().loss(), 1.2);
+  EXPECT_THAT(job.step_losses(), ElementsAre(2.3, 1.7, 1.2));
+  EXPECT_DOUBLE_EQ(job.metrics().samples_per_second(), 512.0);
+  EXPECT_DOUBLE_EQ(job.metrics().eta_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 1.5);
+  ASSERT_TRUE(Report(w2, "job-1", 1, v1::PROGRESS_EVAL, [](v1::ProgressReport* r) {
+                r->set_test_accuracy(0.81);
+                r->set_test_loss(0.52);
+              }).ok());
+  EXPECT_DOUBLE_EQ(Get("job-1").metrics().test_accuracy(), 0.81);
+
+  // DONE from every rank.
+  auto ack = Report(w1, "job-1", 0, v1::PROGRESS_DONE);
+  ASSERT_TRUE(ack.ok());
+  EXPECT_FALSE(ack->abort());
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+  // A finished rank that still lists the running job is not told to abort it, and a late
+  // ABORTED from it does not fail the job.
+  EXPECT_TRUE(Heartbeat(w1, "job-1").abort_job_ids().empty());
+  ASSERT_TRUE(Report(w1, "job-1", 0, v1::PROGRESS_ABORTED).ok());
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  now_ += 500;
+  ack = Report(w2, "job-1", 1, v1::PROGRESS_DONE);
+  ASSERT_TRUE(ack.ok());
+  EXPECT_FALSE(ack->abort());
+  job = Get("job-1");
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.message(), "");
+  EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 2.0);
+  EXPECT_EQ(job.updated_unix_ms(), now_.load());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(Worker(w2).job_id(), "");
+
+  // After the end: late reports are told to stop; the rendezvous says ended.
+  auto late = Report(w2, "job-1", 1, v1::PROGRESS_STEP);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->abort());
+  ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+  EXPECT_TRUE(peers.job_ended());
+  EXPECT_TRUE(Heartbeat(w2, "job-1").abort_job_ids().size() == 1);
+}
+
+TEST_F(CoordinatorServiceTest, FifoWaitsForEnoughIdleWorkers) {
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  ASSERT_TRUE(Submit(Spec(1)).ok());
+  const std::string w1 = Register();
+  svc_->Tick();
+  // job-2 would fit on one worker, but job-1 is older and goes first.
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);
+  const std::string w2 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);
+  const std::string w3 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get("job-2").worker_ids(), ElementsAre(w3));
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  ASSERT_EQ(list.jobs_size(), 2);
+  EXPECT_EQ(list.jobs(0).id(), "job-2");  // newest first
+}
+
+TEST_F(CoordinatorServiceTest, FailureReportFailsTheJobNamingStageAndWorker) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  auto ack = Report(w2, id, 1, v1::PROGRESS_FAILED,
+                    [](v1::ProgressReport* r) { r->set_message("loss is NaN at step 2"); });
+  ASSERT_TRUE(ack.ok());
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.message(), "stage 1 (worker w-2): loss is NaN at step 2");
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_IDLE);
+  // The other rank is told to stop and stays BUSY while it still runs the job.
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_TRUE(Heartbeat(w1, "").abort_job_ids().empty());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+}
+
+TEST_F(CoordinatorServiceTest, CancelMidRunAbortsWorkersUntilTheyStop) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  auto cancelled = Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled->message(), "cancelled by user");
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+  EXPECT_THAT(Heartbeat(w2, id).abort_job_ids(), ElementsAre(id));
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  // w-1 reports ABORTED; w-2 simply stops listing the job.
+  auto ack = Report(w1, id, 0, v1::PROGRESS_ABORTED);
+  ASSERT_TRUE(ack.ok());
+  EXPECT_TRUE(ack->abort());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+  Heartbeat(w2, "");
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_IDLE);
+
+  auto again = Cancel(id);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(), "job job-1 already CANCELLED");
+  auto missing = Cancel("job-9");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "no job job-9");
+}
+
+TEST_F(CoordinatorServiceTest, CancelBeforeDeliveryFreesWorkersAtOnce) {
+  const std::string w1 = Register();
+  ASSERT_TRUE(Submit(Spec(1)).ok());
+  ASSERT_TRUE(Submit(Spec(1)).ok());  // a second one to show the worker is reusable
+  svc_->Tick();
+  ASSERT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(Cancel("job-1").ok());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+  svc_->Tick();
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_assignment());
+  EXPECT_EQ(hb.assignment().job_id(), "job-2");
+}
+
+TEST_F(CoordinatorServiceTest, CancelPendingJob) {
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  auto job = Cancel("job-1");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED);
+  Register();
+  Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(CoordinatorServiceTest, ANewJobWaitsUntilTheWorkerStopsReportingAnOldOne) {
+  const std::string w1 = Register();
+  // The worker still runs something this coordinator does not know (e.g. from before a
+  // restart): it is told to stop it and gets nothing new meanwhile.
+  EXPECT_THAT(Heartbeat(w1, "job-77").abort_job_ids(), ElementsAre("job-77"));
+  ASSERT_TRUE(Submit(Spec(1)).ok());
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_FALSE(Heartbeat(w1, "job-77").has_assignment());
+  EXPECT_FALSE(Heartbeat(w1, "").has_assignment());
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(Heartbeat(w1, "").has_assignment());
+}
+
+TEST_F(CoordinatorServiceTest, AssignmentIsHeldWhileTheWorkerStillReportsAnEndedJob) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  // Both report DONE, but w-1's heartbeat still lists the job once more.
+  ASSERT_TRUE(Report(w1, id, 0, v1::PROGRESS_DONE).ok());
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_DONE).ok());
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  svc_->Tick();
+  ASSERT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  v1::HeartbeatResponse hb = Heartbeat(w1, id);
+  EXPECT_FALSE(hb.has_assignment());
+  EXPECT_THAT(hb.abort_job_ids(), ElementsAre(id));
+  hb = Heartbeat(w1, "");
+  ASSERT_TRUE(hb.has_assignment());
+  EXPECT_EQ(hb.assignment().job_id(), "job-2");
+}
+
+TEST_F(CoordinatorServiceTest, DeadWorkerFailsItsJobNamingWorkerAndStage) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);  // heartbeats at kStart
+  now_ += 4000;
+  Heartbeat(w1, id);
+  now_ += 999;
+  svc_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  now_ += 1;  // w-2 silent for exactly the timeout
+  svc_->Tick();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.message(),
+            "worker w-2 (stage 1 of job job-1) stopped heartbeating (no heartbeat for 5.0 s)");
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_DEAD);
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+
+  // The dead worker must register again.
+  EXPECT_TRUE(Heartbeat(w2, id).unknown_worker());
+  auto report = Report(w2, id, 1, v1::PROGRESS_STEP);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(report.status().message(), "unknown worker w-2: register again");
+  EXPECT_TRUE(Heartbeat("w-99").unknown_worker());
+  // An idle worker that goes silent just dies.
+  Heartbeat(w1, "");
+  now_ += 5000;
+  svc_->Tick();
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_DEAD);
+}
+
+TEST_F(CoordinatorServiceTest, RestartKeepsTerminalJobsFailsRunningOnesAndKeepsPending) {
+  std::string w1, w2;
+  const std::string done = StartTwoStageJob(&w1, &w2);
+  now_ += 1000;
+  ASSERT_TRUE(Report(w2, done, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_epoch(1);
+                r->set_loss(2.25);
+                r->set_step_seconds(0.25);
+              }).ok());
+  ASSERT_TRUE(Report(w2, done, 1, v1::PROGRESS_EVAL, [](v1::ProgressReport* r) {
+                r->set_test_accuracy(0.5);
+              }).ok());
+  ASSERT_TRUE(Report(w1, done, 0, v1::PROGRESS_DONE).ok());
+  ASSERT_TRUE(Report(w2, done, 1, v1::PROGRESS_DONE).ok());
+  Heartbeat(w1, "");
+  Heartbeat(w2, "");
+  ASSERT_TRUE(Submit(Spec(2)).ok());  // job-2: will be RUNNING
+  svc_->Tick();
+  ASSERT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  // A step report within the persist interval is saved at shutdown at the latest.
+  ASSERT_TRUE(Report(w2, "job-2", 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_loss(2.0);
+              }).ok());
+  ASSERT_TRUE(Submit(Spec(2)).ok());  // job-3: stays PENDING
+  const v1::Job before = Get(done);
+
+  svc_.reset();
+  now_ += 60000;
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  v1::Job after = Get(done);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+  EXPECT_THAT(after.step_losses(), ElementsAre(2.25));
+  EXPECT_DOUBLE_EQ(after.metrics().test_accuracy(), 0.5);
+  v1::Job interrupted = Get("job-2");
+  EXPECT_EQ(interrupted.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(interrupted.message(), "coordinator restarted while the job was running");
+  EXPECT_THAT(interrupted.step_losses(), ElementsAre(2.0));
+  EXPECT_EQ(Get("job-3").state(), v1::JOB_STATE_PENDING);
+
+  // The old workers are unknown to the new coordinator; once registered again, job-3 runs,
+  // and a worker still running job-2 is told to stop it.
+  EXPECT_TRUE(Heartbeat(w1, "job-2").unknown_worker());
+  const std::string n1 = Register("a");
+  const std::string n2 = Register("b");
+  EXPECT_THAT(Heartbeat(n1, "job-2").abort_job_ids(), ElementsAre("job-2"));
+  Heartbeat(n1, "");
+  svc_->Tick();
+  EXPECT_EQ(Get("job-3").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get("job-3").worker_ids(), ElementsAre("a", "b"));
+  auto next = Submit(Spec(2));
+  EXPECT_EQ(next->id(), "job-4");
+}
+
+TEST_F(CoordinatorServiceTest, PlannerFailureFailsTheJobWithItsMessage) {
+  // Submit validates everything the planner checks, so plant a stored PENDING job whose spec
+  // the planner rejects (as an older coordinator version might have accepted).
+  svc_.reset();
+  {
+    auto store = JobStore::Open(path_);
+    ASSERT_TRUE(store.ok());
+    v1::Job job;
+    job.set_id("job-1");
+    job.set_state(v1::JOB_STATE_PENDING);
+    ASSERT_TRUE(ParseJobSpec(Spec(2), "x").ok());
+    *job.mutable_spec() = *ParseJobSpec(Spec(2), "x");
+    job.mutable_spec()->mutable_parallel()->set_planner("magic");
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  svc_ = Open();
+  Register();
+  Register();
+  svc_->Tick();
+  v1::Job job = Get("job-1");
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.message(), "parallel.planner 'magic' is unknown; known: balanced, uniform, manual");
+  EXPECT_EQ(Worker("w-1").state(), v1::WORKER_STATE_IDLE);
+}
+
+TEST_F(CoordinatorServiceTest, ReportsAreCheckedAgainstThePlan) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  auto wrong = Report(w1, id, 1, v1::PROGRESS_STEP);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto outside = Report(w1, id, 5, v1::PROGRESS_STEP);
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Report(w1, "job-9", 0, v1::PROGRESS_STEP).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Report(w1, id, 0, v1::PROGRESS_KIND_UNSPECIFIED).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  // A rank that aborts on its own while the job runs fails the job instead of hanging it.
+  ASSERT_TRUE(Report(w1, id, 0, v1::PROGRESS_ABORTED, [](v1::ProgressReport* r) {
+                r->set_message("worker shutting down");
+              }).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Get(id).message(), "stage 0 (worker w-1) aborted: worker shutting down");
+}
+
+TEST_F(CoordinatorServiceTest, WatchJobStreamsChangesUntilTheTerminalState) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  absl::Mutex mu;
+  std::vector<v1::Job> events;
+  absl::Status result;
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    result = svc_->WatchJob(
+        req,
+        [&](const v1::JobEvent& e) {
+          absl::MutexLock lock(&mu);
+          events.push_back(e.job());
+          return true;
+        },
+        [] { return false; });
+    finished = true;
+  });
+  auto count = [&] {
+    absl::MutexLock lock(&mu);
+    return events.size();
+  };
+  auto wait_for = [&](size_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (count() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+    return count() >= n;
+  };
+  ASSERT_TRUE(wait_for(1));
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_loss(2.0);
+              }).ok());
+  ASSERT_TRUE(wait_for(2));
+  ASSERT_TRUE(Cancel(id).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!finished && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_TRUE(finished.load());
+  watcher.join();
+  EXPECT_TRUE(result.ok()) << result;
+  absl::MutexLock lock(&mu);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(events[1].metrics().step(), 1);
+  EXPECT_EQ(events.back().state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(CoordinatorServiceTest, WatchJobEndsOnClientCancelAndShutdown) {
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  v1::WatchJobRequest req;
+  req.set_job_id("job-1");
+  int sent = 0;
+  std::atomic<bool> gone{false};
+  std::thread client([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    gone = true;
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = svc_->WatchJob(
+      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [&] { return gone.load(); });
+  client.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(sent, 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    svc_->Shutdown();
+  });
+  s = svc_->WatchJob(
+      req, [](const v1::JobEvent&) { return true; }, [] { return false; });
+  stopper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+
+  req.set_job_id("job-9");
+  EXPECT_EQ(svc_->WatchJob(
+                    req, [](const v1::JobEvent&) { return true; }, [] { return false; })
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorkers) {
+  CoordinatorOptions options;
+  options.db_path = FreshDbPath();
+  options.worker_timeout_ms = 300;
+  options.tick_interval_ms = 20;
+  auto svc = CoordinatorService::Create(options);
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  (*svc)->Start();
+  v1::RegisterWorkerResponse reg;
+  ASSERT_TRUE((*svc)->RegisterWorker({}, &reg).ok());
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml(Spec(1));
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE((*svc)->SubmitJob(submit, &submitted).ok());
+  v1::GetJobRequest get;
+  get.set_job_id(submitted.job().id());
+  v1::Job job;
+  // Scheduled without any explicit Tick, then failed by the health check once the worker is
+  // silent for 300 ms.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool seen_running = false;
+  while (absl::Now() < deadline) {
+    ASSERT_TRUE((*svc)->GetJob(get, &job).ok());
+    seen_running |= job.state() == v1::JOB_STATE_RUNNING;
+    if (job.state() == v1::JOB_STATE_FAILED) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(seen_running);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("worker w-1 (stage 0 of job job-1) stopped heartbeating"));
+  (*svc)->Shutdown();
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,99 @@
+// gRPC adapters: Coordinator::Service and WorkerControl::Service that only convert and delegate
+// to CoordinatorService, and GrpcServer, which serves both on one port.
+#ifndef DAPPLE_COORDINATOR_SERVICE_GRPC_SERVICE_H_
+#define DAPPLE_COORDINATOR_SERVICE_GRPC_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/service/coordinator_service.h"
+#include "dapple/v1/coordinator.grpc.pb.h"
+#include "dapple/v1/worker.grpc.pb.h"
+
+namespace dapple::coordinator {
+
+// THE absl::Status -> grpc::Status conversion: same code (the enums agree numerically), same
+// message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class GrpcCoordinator final : public v1::Coordinator::Service {
+ public:
+  explicit GrpcCoordinator(CoordinatorService* service) : service_(service) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersResponse* response) override;
+
+ private:
+  CoordinatorService* service_;  // not owned
+};
+
+class GrpcWorkerControl final : public v1::WorkerControl::Service {
+ public:
+  explicit GrpcWorkerControl(CoordinatorService* service) : service_(service) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status PublishEndpoint(grpc::ServerContext* context,
+                               const v1::PublishEndpointRequest* request,
+                               v1::PublishEndpointResponse* response) override;
+  grpc::Status GetPeers(grpc::ServerContext* context, const v1::GetPeersRequest* request,
+                        v1::GetPeersResponse* response) override;
+  grpc::Status ReportProgress(grpc::ServerContext* context, const v1::ProgressReport* request,
+                              v1::ProgressAck* response) override;
+
+ private:
+  CoordinatorService* service_;  // not owned
+};
+
+// One gRPC server with both services. Thread safety: Shutdown and the accessors may be called
+// from any thread; Shutdown is idempotent.
+class GrpcServer {
+ public:
+  // Largest message accepted or sent (plans of big models, checkpoints later).
+  static constexpr int kMaxMessageBytes = 64 << 20;
+
+  // Listens on `address` ("host:port"; port 0 picks a free port) and serves `service`, which
+  // must outlive the server. kUnavailable "cannot listen on <address>" when binding fails.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
+                                                           CoordinatorService* service);
+
+  ~GrpcServer();
+
+  int port() const { return port_; }
+
+  // Stops accepting calls, lets running ones finish for up to `grace`, then cancels the rest
+  // (WatchJob notices within 100 ms) and returns when all handlers have returned.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  GrpcServer(CoordinatorService* service) : coordinator_(service), worker_control_(service) {}
+
+  GrpcCoordinator coordinator_;
+  GrpcWorkerControl worker_control_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_SERVICE_GRPC_SERVICE_H_

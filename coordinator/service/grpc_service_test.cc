@@ -1,0 +1,186 @@
+#include "coordinator/service/grpc_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "coordinator/jobs/test_db.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSpec[] = R"(name: grpc-demo
+model:
+  input_shape: [784]
+  layers:
+    - {type: linear, out: 8}
+    - {type: relu}
+    - {type: linear, out: 10}
+data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+training: {global_batch: 8, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
+parallel: {schedule: gpipe, planner: uniform, stages: 2, devices: 2}
+)";
+
+std::chrono::system_clock::time_point Deadline(int seconds = 10) {
+  return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
+}
+
+TEST(ToGrpcStatusTest, KeepsCodeAndMessage) {
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  grpc::Status s = ToGrpcStatus(absl::NotFoundError("no job job-9"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "no job job-9");
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("x")).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ToGrpcStatus(absl::FailedPreconditionError("x")).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+class GrpcServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.db_path = FreshDbPath();
+    options.tick_interval_ms = 20;
+    options.watch_min_interval_ms = 10;
+    auto svc = CoordinatorService::Create(options);
+    ASSERT_TRUE(svc.ok()) << svc.status();
+    service_ = std::move(*svc);
+    service_->Start();
+    auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ASSERT_GT(server_->port(), 0);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    coordinator_ = v1::Coordinator::NewStub(channel);
+    workers_ = v1::WorkerControl::NewStub(channel);
+  }
+
+  void TearDown() override {
+    if (service_) service_->Shutdown();
+    if (server_) server_->Shutdown(absl::Seconds(2));
+  }
+
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<v1::WorkerControl::Stub> workers_;
+};
+
+TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml(kSpec);
+  submit.set_source_name("demo.yaml");
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = coordinator_->SubmitJob(&ctx, submit, &submitted);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(submitted.job().id(), "job-1");
+  EXPECT_EQ(submitted.job().state(), v1::JOB_STATE_PENDING);
+
+  v1::GetJobRequest get;
+  get.set_job_id("job-1");
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(coordinator_->GetJob(&ctx, get, &job).ok());
+  }
+  EXPECT_EQ(job.name(), "grpc-demo");
+  EXPECT_EQ(job.spec_yaml(), kSpec);
+
+  // Watch: the first event is the PENDING snapshot; a cancel ends the stream with CANCELLED.
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(Deadline());
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-1");
+  auto reader = coordinator_->WatchJob(&watch_ctx, watch);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.job().state(), v1::JOB_STATE_PENDING);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id("job-1");
+    v1::Job cancelled;
+    ASSERT_TRUE(coordinator_->CancelJob(&ctx, cancel, &cancelled).ok());
+  }
+  v1::JobState last = event.job().state();
+  while (reader->Read(&event)) last = event.job().state();
+  EXPECT_EQ(last, v1::JOB_STATE_CANCELLED);
+  grpc::Status finished = reader->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+}
+
+TEST_F(GrpcServiceTest, ErrorsArriveWithTheirCodeAndMessage) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: x\ntrainig: {}\n");
+  submit.set_source_name("bad.yaml");
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  grpc::Status s = coordinator_->SubmitJob(&ctx, submit, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("bad.yaml"));
+  EXPECT_THAT(s.error_message(), HasSubstr("trainig"));
+
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(Deadline());
+  v1::GetJobRequest get;
+  get.set_job_id("job-9");
+  v1::Job job;
+  s = coordinator_->GetJob(&ctx2, get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "no job job-9");
+
+  // Both services share the port.
+  grpc::ClientContext ctx3;
+  ctx3.set_deadline(Deadline());
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("w-5");
+  v1::HeartbeatResponse hb_resp;
+  ASSERT_TRUE(workers_->Heartbeat(&ctx3, hb, &hb_resp).ok());
+  EXPECT_TRUE(hb_resp.unknown_worker());
+}
+
+TEST_F(GrpcServiceTest, ShutdownEndsAnOpenWatchPromptly) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml(kSpec);
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(coordinator_->SubmitJob(&ctx, submit, &submitted).ok());
+  }
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(Deadline());
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-1");
+  auto reader = coordinator_->WatchJob(&watch_ctx, watch);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+
+  const absl::Time start = absl::Now();
+  service_->Shutdown();
+  server_->Shutdown(absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  while (reader->Read(&event)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -21,6 +21,11 @@ DAPPLECTL = os.path.join(BUILD_DIR, "dapplectl", "dapplectl")
 REFERENCE = os.path.join(BUILD_DIR, "tests", "dapple-reference")
 
 
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 class Cluster:
     def __init__(self, workers=2, worker_timeout_ms=3000, heartbeat_ms=100, dump=False):
         self.dir = tempfile.mkdtemp(prefix="dapple-it-")
@@ -39,20 +44,22 @@ class Cluster:
 
     # -- processes -------------------------------------------------------------------------
     def start_coordinator(self):
+        """Starts the coordinator; a restart listens on the same port, so workers find it again."""
+        listen = self.address or "127.0.0.1:0"
         port_file = os.path.join(self.dir, "port")
         if os.path.exists(port_file):
             os.remove(port_file)
-        log = open(os.path.join(self.dir, "coordinator.log"), "ab")
-        self.coordinator = subprocess.Popen(
-            [COORDINATOR, "--listen", "127.0.0.1:0", "--port-file", port_file, "--db", self.db,
-             "--heartbeat-interval-ms", str(self.heartbeat_ms),
-             "--worker-timeout-ms", str(self.worker_timeout_ms)],
-            stdout=log, stderr=subprocess.STDOUT)
+        with open(os.path.join(self.dir, "coordinator.log"), "ab") as log:
+            self.coordinator = subprocess.Popen(
+                [COORDINATOR, "--listen", listen, "--port-file", port_file, "--db", self.db,
+                 "--heartbeat-interval-ms", str(self.heartbeat_ms),
+                 "--worker-timeout-ms", str(self.worker_timeout_ms)],
+                stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while time.time() < deadline:
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                port = int(open(port_file).read().strip())
-                self.address = "127.0.0.1:%d" % port
+            port = read(port_file).strip() if os.path.exists(port_file) else ""
+            if port:
+                self.address = "127.0.0.1:%d" % int(port)
                 return
             if self.coordinator.poll() is not None:
                 raise RuntimeError("coordinator exited: " + self.log("coordinator"))
@@ -69,8 +76,8 @@ class Cluster:
         cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60"]
         if self.dump_dir:
             cmd += ["--dump-dir", self.dump_dir]
-        log = open(os.path.join(self.dir, "worker-%s.log" % name), "ab")
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        with open(os.path.join(self.dir, "worker-%s.log" % name), "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.workers.append((name, p))
         return name, p
 
@@ -99,9 +106,8 @@ class Cluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self, name):
-        path = os.path.join(self.dir, name + ".log" if not name.startswith("worker") else name + ".log")
         try:
-            return open(path, errors="replace").read()[-4000:]
+            return read(os.path.join(self.dir, name + ".log"))[-4000:]
         except OSError:
             return ""
 
@@ -109,7 +115,7 @@ class Cluster:
         out = []
         for f in sorted(os.listdir(self.dir)):
             if f.endswith(".log"):
-                out.append("---- %s\n%s" % (f, open(os.path.join(self.dir, f), errors="replace").read()[-3000:]))
+                out.append("---- %s\n%s" % (f, read(os.path.join(self.dir, f))[-3000:]))
         return "\n".join(out)
 
     # -- dapplectl -------------------------------------------------------------------------

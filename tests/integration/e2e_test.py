@@ -49,7 +49,8 @@ class EndToEndTest(unittest.TestCase):
 
     def test_submit_watch_get(self):
         path = os.path.join(self.c.dir, "job.yaml")
-        open(path, "w").write(short_job("e2e-ok", steps=60))
+        with open(path, "w") as f:
+            f.write(short_job("e2e-ok", steps=60))
         rc, out, err = self.c.ctl("submit", path, "--watch", timeout=180, check=False)
         self.assertEqual(rc, 0, out + err + self.c.all_logs())
         jobs = json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]
@@ -133,7 +134,7 @@ class EndToEndTest(unittest.TestCase):
             ("malformed.yaml", "name: x\nmodel:\n  layers: [ {type: linear, out: 3}\n  input_shape: [1]\n",
              [r":\d+:\d+:", "YAML"]),
             ("unknown_layer.yaml", short_job("bad-layer").replace("type: gelu", "type: conv9"),
-             ["conv9", "layers[4]"]),
+             ["conv9", r"layers\[4\]"]),
             ("indivisible.yaml", short_job("bad-batch").replace("micro_batch: 32", "micro_batch: 48"),
              ["128", "48", "divisible"]),
             ("too_many_stages.yaml",

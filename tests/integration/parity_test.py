@@ -51,9 +51,11 @@ class ParityTest(unittest.TestCase):
         spec = cluster.spec_yaml("parity-ref", cluster.SMALL_MLP, GLOBAL_BATCH, GLOBAL_BATCH, 1,
                                  max_steps=STEPS)
         path = os.path.join(ref_dir, "ref.yaml")
-        open(path, "w").write(spec)
+        with open(path, "w") as f:
+            f.write(spec)
         subprocess.run([cluster.REFERENCE, path, str(STEPS), ref_dir], check=True, timeout=120)
-        cls.ref_losses = [float(x) for x in open(os.path.join(ref_dir, "reference.losses"))]
+        with open(os.path.join(ref_dir, "reference.losses")) as f:
+            cls.ref_losses = [float(x) for x in f]
         cls.ref_params = load_params(os.path.join(ref_dir, "reference.params"))
 
     @classmethod

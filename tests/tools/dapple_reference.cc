@@ -2,7 +2,9 @@
 // reference of the parity harness) and writes what the harness compares:
 //   <out>/reference.losses   one mean loss per step, "%.9g" per line
 //   <out>/reference.params   all parameters (worker/runtime/param_io.h format)
+// and prints "steps N seconds S samples_per_second X" (the single-device throughput).
 // Usage: dapple-reference JOB.yaml STEPS OUT_DIR
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -45,11 +47,17 @@ int main(int argc, char** argv) {
   const long steps = std::stol(argv[2]);
   const std::string out = argv[3];
   std::ofstream losses(out + "/reference.losses");
+  const auto t0 = std::chrono::steady_clock::now();
   for (long s = 0; s < steps; ++s) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.9g\n", (*trainer)->Step(s));
     losses << buf;
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // One line for bench/: the single-device training throughput.
+  std::printf("steps %ld seconds %.4f samples_per_second %.1f\n", steps, seconds,
+              steps * spec->training().global_batch() / seconds);
   auto st = dapple::worker::SaveParams(out + "/reference.params", (*trainer)->Params());
   if (!st.ok()) {
     std::cerr << "dapple-reference: " << st.message() << "\n";

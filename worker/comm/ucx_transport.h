@@ -1,6 +1,25 @@
 // Transport on UCX's tag API (UCP). Ranks exchange worker addresses out of band (through the
 // coordinator's rendezvous), then Connect() to each neighbour. UCX_TLS defaults to "tcp" when
 // the environment does not set it, so a dead peer is detected (UCP_ERR_HANDLING_MODE_PEER).
+// UCX_NET_DEVICES is left to UCX (all interfaces), so ranks on different hosts can connect.
+//
+// Wire tag: (sender rank << 48) | (tag & 0xFFFFFFFFFFFF), matched exactly on receive, so
+// messages of different peers or tags never mix. Ranks are therefore limited to [0, 65535].
+//
+// Blocking calls progress the worker, spin briefly when idle, then sleep on the worker's event
+// fd (at most 20 ms at a time), so an idle Recv costs almost no CPU and the abort flag and the
+// deadline are noticed within about 20 ms.
+//
+// Errors (on top of transport.h's rules):
+//  - Send/Recv to a rank without Connect(): kFailedPrecondition (does not fail the transport).
+//  - Recv whose message size differs from `bytes`: kInternal naming tag and both sizes.
+//  - A dead peer: kUnavailable "peer rank N failed: <UCX reason>". On tcp a killed process is
+//    noticed within milliseconds (its sockets close); UCX's reason is then "Endpoint timeout".
+//    Messages that arrived in full before the peer died are still delivered by Recv.
+//  - Any error from Send/Recv/WaitSends is sticky and force-closes all endpoints before the
+//    call returns, so UCX no longer touches any buffer handed to Send or Recv; the peers then
+//    see this rank as failed.
+// Not thread-safe (transport.h): one thread uses the object, including destruction.
 #ifndef DAPPLE_WORKER_COMM_UCX_TRANSPORT_H_
 #define DAPPLE_WORKER_COMM_UCX_TRANSPORT_H_
 
@@ -15,15 +34,20 @@ namespace dapple::worker {
 
 class UcxTransport : public Transport {
  public:
-  // kUnavailable when UCX cannot be initialised (message carries UCX's own).
+  // kUnavailable when UCX cannot be initialised (message carries UCX's own); kInvalidArgument
+  // for a rank outside [0, 65535].
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(int my_rank, Options options);
   ~UcxTransport() override;  // closes endpoints (forcefully: never waits on a dead peer)
 
   // This rank's UCP worker address: opaque bytes to publish to peers.
   const std::string& LocalAddress() const;
   // Creates the endpoint to `peer` from its published address. kInvalidArgument for a bad
-  // address, kUnavailable when UCX refuses it.
-  absl::Status Connect(int peer, const std::string& address);
+  // address (too short, another UCX address format, or rejected by UCX), for `peer` equal to
+  // this rank or outside [0, 65535]; kFailedPrecondition when `peer` is already connected;
+  // kUnavailable when UCX refuses it otherwise. Does not wait for the peer. UCX trusts the bytes
+  // past the header: pass only what a peer's LocalAddress() returned.
+  // `label` (optional) names the peer in error messages, e.g. "stage 1, worker w-2".
+  absl::Status Connect(int peer, const std::string& address, const std::string& label = "");
 
   absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) override;

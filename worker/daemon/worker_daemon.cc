@@ -286,7 +286,9 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     }
     for (const v1::PeerEndpoint& p : peers.peers()) {
       if (p.stage() == stage - 1 || p.stage() == stage + 1) {
-        DAPPLE_RETURN_IF_ERROR(transport->Connect(p.stage(), p.ucx_address()));
+        DAPPLE_RETURN_IF_ERROR(transport->Connect(
+            p.stage(), p.ucx_address(),
+            absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
       }
     }
   }

@@ -222,6 +222,83 @@ absl::StatusOr<WorkerDaemon::DataCache> WorkerDaemon::LoadData(const std::string
   return c;
 }
 
+absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
+    const v1::StageAssignment& a, const std::string& worker_id) {
+  const int stage = a.stage();
+  Transport::Options topts;
+  topts.timeout = options_.transport_timeout;
+  topts.abort = &abort_;
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport,
+                          UcxTransport::Create(stage, topts));
+  v1::PublishEndpointRequest pub;
+  pub.set_job_id(a.job_id());
+  pub.set_worker_id(worker_id);
+  pub.set_stage(stage);
+  pub.set_replica(a.replica());
+  pub.set_ucx_address(transport->LocalAddress());
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
+    v1::PublishEndpointResponse resp;
+    grpc::Status s = stub_->PublishEndpoint(&ctx, pub, &resp);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("rendezvous: ", s.error_message()));
+  }
+  // Poll (every 50 ms) until every rank has published; the coordinator holds no waiting calls.
+  const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+  v1::GetPeersResponse peers;
+  while (true) {
+    if (abort_.load()) return absl::AbortedError("aborted during rendezvous");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+    v1::GetPeersRequest req;
+    req.set_job_id(a.job_id());
+    grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
+    if (s.ok() && peers.job_ended()) return absl::AbortedError("job ended during rendezvous");
+    if (s.ok() && peers.complete()) break;
+    if (absl::Now() > deadline) {
+      std::string missing;
+      for (int st = 0; st < a.num_stages(); ++st) {
+        bool found = false;
+        for (const auto& p : peers.peers()) found |= p.stage() == st;
+        if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", st);
+      }
+      return absl::DeadlineExceededError(
+          absl::StrFormat("rendezvous: stages [%s] did not publish their address within %s",
+                          missing, absl::FormatDuration(options_.rendezvous_timeout)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const v1::PeerEndpoint& p : peers.peers()) {
+    if (p.stage() == stage - 1 || p.stage() == stage + 1) {
+      DAPPLE_RETURN_IF_ERROR(
+          transport->Connect(p.stage(), p.ucx_address(),
+                             absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
+    }
+  }
+  return transport;
+}
+
+absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport,
+                                               const v1::StageAssignment& a) {
+  // A rank hears FIN from a neighbour only after that neighbour finished all its work, so no
+  // endpoint is closed while a message to or from it is still on the way.
+  static const char kFin = 1;
+  char fin_in = 0;
+  const uint64_t tag = MessageTag(MessageKind::kFinish, 0, 0);
+  const int stage = a.stage();
+  for (int peer : {stage - 1, stage + 1}) {
+    if (peer >= 0 && peer < a.num_stages()) {
+      DAPPLE_RETURN_IF_ERROR(transport->Send(peer, tag, &kFin, 1));
+    }
+  }
+  for (int peer : {stage - 1, stage + 1}) {
+    if (peer >= 0 && peer < a.num_stages()) {
+      DAPPLE_RETURN_IF_ERROR(transport->Recv(peer, tag, &fin_in, 1));
+    }
+  }
+  return transport->WaitSends();
+}
+
 absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReporter* reporter) {
   const std::string& job = a.job_id();
   const int stage = a.stage();
@@ -240,57 +317,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
 
   std::unique_ptr<UcxTransport> transport;
   if (num_stages > 1) {
-    Transport::Options topts;
-    topts.timeout = options_.transport_timeout;
-    topts.abort = &abort_;
-    DAPPLE_ASSIGN_OR_RETURN(transport, UcxTransport::Create(stage, topts));
-    v1::PublishEndpointRequest pub;
-    pub.set_job_id(job);
-    pub.set_worker_id(worker_id);
-    pub.set_stage(stage);
-    pub.set_replica(a.replica());
-    pub.set_ucx_address(transport->LocalAddress());
-    {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
-      v1::PublishEndpointResponse resp;
-      grpc::Status s = stub_->PublishEndpoint(&ctx, pub, &resp);
-      if (!s.ok()) {
-        return absl::UnavailableError(absl::StrCat("rendezvous: ", s.error_message()));
-      }
-    }
-    // Wait for every rank's address, then connect to the neighbours.
-    const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
-    v1::GetPeersResponse peers;
-    while (true) {
-      if (abort_.load()) return absl::AbortedError("aborted during rendezvous");
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
-      v1::GetPeersRequest req;
-      req.set_job_id(job);
-      grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
-      if (s.ok() && peers.job_ended()) return absl::AbortedError("job ended during rendezvous");
-      if (s.ok() && peers.complete()) break;
-      if (absl::Now() > deadline) {
-        std::string missing;
-        for (int st = 0; st < num_stages; ++st) {
-          bool found = false;
-          for (const auto& p : peers.peers()) found |= p.stage() == st;
-          if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", st);
-        }
-        return absl::DeadlineExceededError(absl::StrFormat(
-            "rendezvous: stages [%s] did not publish their address within %s", missing,
-            absl::FormatDuration(options_.rendezvous_timeout)));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    for (const v1::PeerEndpoint& p : peers.peers()) {
-      if (p.stage() == stage - 1 || p.stage() == stage + 1) {
-        DAPPLE_RETURN_IF_ERROR(transport->Connect(
-            p.stage(), p.ucx_address(),
-            absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
-      }
-    }
+    DAPPLE_ASSIGN_OR_RETURN(transport, ConnectNeighbours(a, worker_id));
   }
 
   DAPPLE_ASSIGN_OR_RETURN(
@@ -334,24 +361,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       }
     }
   }
-  if (transport != nullptr) {
-    // Closing handshake: a rank hears FIN from a neighbour only after that neighbour finished
-    // all its work, so no endpoint is closed while a message to or from it is still on the way.
-    static const char kFin = 1;
-    char fin_in = 0;
-    const uint64_t tag = MessageTag(MessageKind::kFinish, 0, 0);
-    for (int peer : {stage - 1, stage + 1}) {
-      if (peer >= 0 && peer < num_stages) {
-        DAPPLE_RETURN_IF_ERROR(transport->Send(peer, tag, &kFin, 1));
-      }
-    }
-    for (int peer : {stage - 1, stage + 1}) {
-      if (peer >= 0 && peer < num_stages) {
-        DAPPLE_RETURN_IF_ERROR(transport->Recv(peer, tag, &fin_in, 1));
-      }
-    }
-    DAPPLE_RETURN_IF_ERROR(transport->WaitSends());
-  }
+  if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport.get(), a));
   if (!options_.dump_dir.empty()) {
     DAPPLE_RETURN_IF_ERROR(SaveParams(
         absl::StrFormat("%s/%s.stage%d.params", options_.dump_dir, job, stage), rt->Params()));

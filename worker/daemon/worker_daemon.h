@@ -23,6 +23,10 @@
 
 namespace dapple::worker {
 
+class ProgressReporter;
+class Transport;
+class UcxTransport;
+
 struct WorkerOptions {
   std::string coordinator = "127.0.0.1:7600";  // host:port
   std::string name;                            // optional stable worker name
@@ -51,8 +55,16 @@ class WorkerDaemon {
   void HeartbeatOnce();
   void StartJob(const v1::StageAssignment& assignment);
   void RunJob(v1::StageAssignment assignment);
-  absl::Status TrainJob(const v1::StageAssignment& assignment, class ProgressReporter* reporter);
+  absl::Status TrainJob(const v1::StageAssignment& assignment, ProgressReporter* reporter);
   absl::StatusOr<DataCache> LoadData(const std::string& path);
+  // Creates this rank's UCX transport, publishes its address through the coordinator's
+  // rendezvous, waits (bounded by rendezvous_timeout, abortable) for every rank's, and connects
+  // to the neighbouring stages.
+  absl::StatusOr<std::unique_ptr<UcxTransport>> ConnectNeighbours(
+      const v1::StageAssignment& assignment, const std::string& worker_id);
+  // The closing handshake with the neighbouring stages (FIN both ways), then WaitSends.
+  absl::Status CloseWithNeighbours(Transport* transport,
+                                   const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
 
   WorkerOptions options_;

@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -41,6 +42,23 @@ constexpr double kDefaultBeta1 = 0.9;
 constexpr double kDefaultBeta2 = 0.999;
 constexpr double kDefaultEps = 1e-8;
 
+// Upper bounds of the integer fields, so that every product the system derives from them fits its
+// type: total steps = epochs * floor(60000 / global_batch) <= 6e9 fits int64 and epochs fits
+// JobMetrics' int32; samples seen = steps * global_batch < 2^63; stage and device counts fit
+// int32 and any schedule's slot table (M * stages).
+constexpr int64_t kMaxEpochs = 100000;
+constexpr int64_t kMaxSteps = 1000000000;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
+constexpr int64_t kMaxStages = 4096;
+constexpr int64_t kMaxDevices = 4096;
+// Activations one step may hold: global_batch * (sum over layers of per-sample output floats).
+// 2^30 floats = 4 GiB of fp32, what a worker may need when a schedule keeps a whole step's
+// micro-batches in flight (GPipe).
+constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
+// Deeper YAML is refused before yaml-cpp, which recurses once per level, reads it. A job spec
+// needs 4 levels.
+constexpr int kMaxYamlDepth = 64;
+
 using Names = absl::Span<const absl::string_view>;
 
 constexpr absl::string_view kKnownDatasets[] = {kFashionMnist};
@@ -76,16 +94,54 @@ std::string FormatShape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Messages are one line even when they quote user text with control characters in it.
+// The UTF-8 character at text[pos]: its code point and byte length, or {-1, 1} for a byte that
+// does not start a well-formed sequence (stray continuation, overlong form, surrogate, > U+10FFFF,
+// truncated).
+struct Utf8Char {
+  int32_t code_point;
+  size_t length;
+};
+Utf8Char DecodeUtf8(absl::string_view text, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(pos);
+  if (lead < 0x80) return {lead, 1};
+  size_t length = 0;
+  int32_t cp = 0;
+  int32_t min = 0;
+  if ((lead & 0xe0) == 0xc0) {
+    length = 2, cp = lead & 0x1f, min = 0x80;
+  } else if ((lead & 0xf0) == 0xe0) {
+    length = 3, cp = lead & 0x0f, min = 0x800;
+  } else if ((lead & 0xf8) == 0xf0) {
+    length = 4, cp = lead & 0x07, min = 0x10000;
+  } else {
+    return {-1, 1};
+  }
+  if (pos + length > text.size()) return {-1, 1};
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(pos + i) & 0xc0) != 0x80) return {-1, 1};
+    cp = (cp << 6) | (byte(pos + i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return {-1, 1};
+  return {cp, length};
+}
+
+// Messages are one line of valid UTF-8 even when they quote user text: control characters (C0,
+// DEL, C1) and Unicode line separators become \xNN / \uNNNN, bytes that are not UTF-8 \xNN.
 std::string OneLine(absl::string_view message) {
   std::string out;
   out.reserve(message.size());
-  for (unsigned char c : message) {
-    if (c < 0x20 || c == 0x7f) {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+  for (size_t i = 0; i < message.size();) {
+    const Utf8Char c = DecodeUtf8(message, i);
+    if (c.code_point < 0 || c.code_point < 0x20 || c.code_point == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", static_cast<unsigned char>(message[i])));
+    } else if ((c.code_point >= 0x80 && c.code_point <= 0x9f) || c.code_point == 0x2028 ||
+               c.code_point == 0x2029) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", c.code_point));
     } else {
-      out += static_cast<char>(c);
+      out.append(message.data() + i, c.length);
     }
+    i += c.length;
   }
   return out;
 }
@@ -118,22 +174,29 @@ Violation At(std::string field, std::string message) {
   return Violation{std::move(field), std::move(message)};
 }
 
+// Positions and lengths count characters, not bytes: a name with 'ü' in it reports the 'ü' and
+// where it is as a reader counts. A byte that is not UTF-8 counts as one character.
 Check CheckName(const v1::JobSpec& spec) {
   const std::string& name = spec.name();
   if (name.empty()) return At("name", "name must not be empty");
-  if (name.size() > kMaxNameLength) {
-    return At("name", absl::StrFormat("name '%s' has %d characters; at most %d are allowed", name,
-                                      name.size(), kMaxNameLength));
-  }
-  for (size_t i = 0; i < name.size(); ++i) {
+  size_t characters = 0;
+  std::optional<std::pair<std::string, size_t>> bad;  // the first bad character and its position
+  for (size_t i = 0; i < name.size(); ++characters) {
+    const Utf8Char u = DecodeUtf8(name, i);
     const char c = name[i];
-    const bool ok =
-        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-    if (!ok) {
-      return At("name", absl::StrFormat("name '%s' has the character '%c' at position %d; use only "
-                                        "lowercase letters, digits, '-', '_' and '.'",
-                                        name, c, i));
-    }
+    const bool ok = u.length == 1 && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                                      c == '-' || c == '_' || c == '.');
+    if (!ok && !bad) bad.emplace(name.substr(i, u.length), characters);
+    i += u.length;
+  }
+  if (bad) {
+    return At("name", absl::StrFormat("name '%s' has the character '%s' at position %d; use only "
+                                      "lowercase letters, digits, '-', '_' and '.'",
+                                      name, bad->first, bad->second));
+  }
+  if (characters > kMaxNameLength) {
+    return At("name", absl::StrFormat("name '%s' has %d characters; at most %d are allowed", name,
+                                      characters, kMaxNameLength));
   }
   return std::nullopt;
 }
@@ -203,6 +266,13 @@ Check CheckModel(const v1::JobSpec& spec) {
   return std::nullopt;
 }
 
+Check CheckAtMost(const std::string& field, int64_t value, int64_t max) {
+  if (value > max) {
+    return At(field, absl::StrFormat("%s %d is more than the maximum %d", field, value, max));
+  }
+  return std::nullopt;
+}
+
 Check CheckUnitInterval(const std::string& field, double value) {
   if (!(value >= 0 && value < 1)) {
     return At(field, absl::StrFormat("%s %s must be in [0, 1)", field, FormatDouble(value)));
@@ -252,6 +322,7 @@ Check CheckTraining(const v1::JobSpec& spec) {
                               "samples of fashion-mnist",
                               t.global_batch(), kFashionMnistTrainSamples));
   }
+  if (Check c = CheckAtMost("training.global_batch", t.global_batch(), kMaxGlobalBatch)) return c;
   if (t.micro_batch() < 1) {
     return At("training.micro_batch",
               absl::StrFormat("training.micro_batch %d must be >= 1", t.micro_batch()));
@@ -270,10 +341,12 @@ Check CheckTraining(const v1::JobSpec& spec) {
   if (t.epochs() < 1) {
     return At("training.epochs", absl::StrFormat("training.epochs %d must be >= 1", t.epochs()));
   }
+  if (Check c = CheckAtMost("training.epochs", t.epochs(), kMaxEpochs)) return c;
   if (t.max_steps() < 0) {
     return At("training.max_steps",
               absl::StrFormat("training.max_steps %d must be >= 0 (0 = no limit)", t.max_steps()));
   }
+  if (Check c = CheckAtMost("training.max_steps", t.max_steps(), kMaxSteps)) return c;
   return CheckOptimizer(t.optimizer());
 }
 
@@ -355,6 +428,7 @@ Check CheckParallel(const v1::JobSpec& spec) {
     return At("parallel.stages",
               absl::StrFormat("parallel.stages %d must be >= 0 (0 = auto)", p.stages()));
   }
+  if (Check c = CheckAtMost("parallel.stages", p.stages(), kMaxStages)) return c;
   const bool manual = p.planner() == kManualPlanner;
   const bool explicit_ranges = p.stage_ranges_size() > 0;
   if (manual && !explicit_ranges) {
@@ -387,6 +461,7 @@ Check CheckParallel(const v1::JobSpec& spec) {
   if (p.devices() < 1) {
     return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
   }
+  if (Check c = CheckAtMost("parallel.devices", p.devices(), kMaxDevices)) return c;
   if (stages == 0) {
     if (p.devices() > num_layers) {
       return At("parallel.devices",
@@ -420,11 +495,31 @@ Check CheckParallel(const v1::JobSpec& spec) {
   return std::nullopt;
 }
 
+// Needs a valid model and batch sizes.
+Check CheckStepActivations(const v1::JobSpec& spec) {
+  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
+  if (!layers.ok()) return At("model", std::string(layers.status().message()));
+  int64_t per_sample = 0;  // <= 4096 layers * 2^24 floats each
+  for (const LayerInfo& layer : *layers) per_sample += NumElements(layer.output_shape);
+  const int64_t batch = spec.training().global_batch();  // <= 2^20
+  if (per_sample > kMaxStepActivations / batch) {
+    const double floats = static_cast<double>(per_sample) * static_cast<double>(batch);
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d times the model's %d activation floats "
+                              "per sample is %.0f floats (%.2f GiB of fp32) per step, more than "
+                              "the maximum 2^30 (4 GiB): use a smaller global_batch or narrower "
+                              "layers",
+                              batch, per_sample, floats, floats * sizeof(float) / (1 << 30)));
+  }
+  return std::nullopt;
+}
+
 Check Validate(const v1::JobSpec& spec) {
   if (Check c = CheckName(spec)) return c;
   if (Check c = CheckData(spec)) return c;
   if (Check c = CheckModel(spec)) return c;
   if (Check c = CheckTraining(spec)) return c;
+  if (Check c = CheckStepActivations(spec)) return c;
   return CheckParallel(spec);
 }
 
@@ -434,6 +529,7 @@ Check Validate(const v1::JobSpec& spec) {
 constexpr absl::string_view kRootKeys[] = {"name", "model", "data", "training", "parallel"};
 constexpr absl::string_view kModelKeys[] = {"input_shape", "layers", "loss"};
 constexpr absl::string_view kLayerKeys[] = {"type", "out"};
+constexpr absl::string_view kLayersWithoutOut[] = {"flatten", "relu", "gelu"};
 constexpr absl::string_view kDataKeys[] = {"dataset", "path"};
 constexpr absl::string_view kTrainingKeys[] = {"global_batch", "micro_batch", "epochs",
                                                "optimizer",    "seed",        "max_steps"};
@@ -449,6 +545,17 @@ struct Field {
 
 // Plain (unquoted, untagged) scalars are the only ones read as numbers.
 bool IsPlain(const YAML::Node& node) { return node.Tag() == "?"; }
+
+// Decimal integer syntax (what SimpleAtoi reads), whatever its size.
+bool IsIntegerText(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) text.remove_prefix(1);
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!absl::ascii_isdigit(c)) return false;
+  }
+  return true;
+}
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
@@ -565,6 +672,11 @@ class Parser {
                               int64_t max) const {
     int64_t value = 0;
     const bool plain = f.value.IsScalar() && IsPlain(f.value);
+    if (plain && IsIntegerText(f.value.Scalar()) && !absl::SimpleAtoi(f.value.Scalar(), &value)) {
+      // An integer, but past int64: say so rather than "must be an integer".
+      return Error(MarkOf(f), absl::StrFormat("%s must be an integer in [%d, %d], got %s", path,
+                                              min, max, f.value.Scalar()));
+    }
     if (!plain || !absl::SimpleAtoi(f.value.Scalar(), &value)) {
       return Error(MarkOf(f),
                    absl::StrFormat("%s must be an integer, got %s", path, Describe(f.value)));
@@ -587,7 +699,13 @@ class Parser {
   absl::StatusOr<uint64_t> Uint64(const Field& f, const std::string& path) const {
     uint64_t value = 0;
     const bool plain = f.value.IsScalar() && IsPlain(f.value);
-    if (!plain || !absl::SimpleAtoi(f.value.Scalar(), &value)) {
+    const std::string text = plain ? f.value.Scalar() : "";
+    if (IsIntegerText(text) && absl::StripAsciiWhitespace(text)[0] != '-' &&
+        !absl::SimpleAtoi(text, &value)) {
+      return Error(MarkOf(f), absl::StrFormat("%s must be an integer in [0, %d], got %s", path,
+                                              std::numeric_limits<uint64_t>::max(), text));
+    }
+    if (!plain || !absl::SimpleAtoi(text, &value)) {
       return Error(MarkOf(f), absl::StrFormat("%s must be a non-negative integer, got %s", path,
                                               Describe(f.value)));
     }
@@ -686,7 +804,18 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
     const Field* type = Find(layer_fields, "type");
     if (type == nullptr) return Missing(MarkOf(item), path + ".type");
     DAPPLE_ASSIGN_OR_RETURN(*layer.mutable_type(), String(*type, path + ".type"));
-    if (const Field* out = Find(layer_fields, "out")) {
+    const Field* out = Find(layer_fields, "out");
+    // An unknown type is reported as such by validation.
+    if (out != nullptr && Contains(kLayersWithoutOut, layer.type())) {
+      return Error(out->key.Mark(), absl::StrFormat("%s.out applies only to linear layers, not %s",
+                                                    path, layer.type()));
+    }
+    if (out == nullptr && layer.type() == "linear") {
+      return Error(MarkOf(item), absl::StrFormat("%s.out is required for linear layers, e.g. "
+                                                 "{type: linear, out: 10}",
+                                                 path));
+    }
+    if (out != nullptr) {
       DAPPLE_ASSIGN_OR_RETURN(int64_t value, Int64(*out, path + ".out"));
       layer.set_out(value);
     }
@@ -750,6 +879,19 @@ absl::Status Parser::ParseOptimizer(const Field& section, v1::OptimizerSpec& opt
   if (const Field* f = Find(fields, "type")) {
     DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(), String(*f, "training.optimizer.type"));
   }
+  // Keys another optimizer type takes are refused, not ignored: the user meant them to matter.
+  const struct {
+    const char* key;
+    const char* owner;
+  } owned[] = {{"momentum", "sgd"}, {"beta1", "adamw"}, {"beta2", "adamw"}, {"eps", "adamw"}};
+  for (const auto& o : owned) {
+    const Field* f = Find(fields, o.key);
+    if (f != nullptr && opt.type() != o.owner && Contains(kKnownOptimizers, opt.type())) {
+      return Error(f->key.Mark(),
+                   absl::StrFormat("training.optimizer.%s applies only to %s, not %s", o.key,
+                                   o.owner, opt.type()));
+    }
+  }
   const Field* lr = Find(fields, "lr");
   if (lr == nullptr) return Missing(MarkOf(section), "training.optimizer.lr");
   DAPPLE_ASSIGN_OR_RETURN(double lr_value, Double(*lr, "training.optimizer.lr"));
@@ -788,16 +930,14 @@ absl::Status Parser::ParseStages(const Field& f, v1::ParallelSpec& parallel) {
                                    "[first_layer, last_layer] ranges, got %s",
                                    Describe(f.value)));
     }
-    int64_t value = 0;
-    if (!absl::SimpleAtoi(f.value.Scalar(), &value) ||
-        value < std::numeric_limits<int32_t>::min() ||
-        value > std::numeric_limits<int32_t>::max()) {
+    if (!IsIntegerText(f.value.Scalar())) {
       return Error(MarkOf(f),
                    absl::StrFormat("parallel.stages must be auto, an integer or a list of "
                                    "[first_layer, last_layer] ranges, got %s",
                                    Describe(f.value)));
     }
-    parallel.set_stages(static_cast<int32_t>(value));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t value, Int32(f, "parallel.stages"));
+    parallel.set_stages(value);
     return absl::OkStatus();
   }
   if (f.value.size() == 0) {
@@ -938,12 +1078,120 @@ std::optional<Bracket> NeverClosedBracket(absl::string_view text, size_t pos) {
   return std::nullopt;
 }
 
+struct TooDeep {
+  int line = 0;  // 1-based
+  int column = 0;
+};
+
+// Where `text` first nests collections more than kMaxYamlDepth deep, or nullopt. yaml-cpp
+// recurses once per level (and gives up at 2000 with "bad file"), so this runs first, in one pass
+// with no recursion. It estimates the depth as block levels (the indentation stack, where each
+// compact "- " / "? " / ": " indicator opens a level) plus open flow brackets. A bracket or quote
+// counts only where a value starts (after line start, an indicator, ',' or a bracket), so text
+// inside plain scalars, quoted strings, comments and block scalars (| and >) is skipped.
+std::optional<TooDeep> FindTooDeep(absl::string_view text) {
+  std::vector<int> indents;  // columns of the open block levels
+  int flow = 0;
+  char quote = 0;
+  int block_scalar_parent = -1;  // while >= 0: lines indented more are block scalar content
+  int line = 0;
+  for (size_t start = 0; start <= text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == absl::string_view::npos) end = text.size();
+    const absl::string_view row = text.substr(start, end - start);
+    start = end + 1;
+    size_t i = 0;
+    bool value_start = true;  // the next character may start a node
+    int line_indent = indents.empty() ? 0 : indents.back();
+    if (quote == 0 && flow == 0) {
+      while (i < row.size() && row[i] == ' ') ++i;
+      const bool blank = i == row.size() || row[i] == '#' || row[i] == '\r';
+      if (block_scalar_parent >= 0) {
+        if (blank || static_cast<int>(i) > block_scalar_parent) continue;
+        block_scalar_parent = -1;
+      }
+      if (blank) continue;
+      while (!indents.empty() && indents.back() >= static_cast<int>(i)) indents.pop_back();
+      indents.push_back(static_cast<int>(i));
+      line_indent = static_cast<int>(i);
+      while (i + 1 < row.size() && (row[i] == '-' || row[i] == '?' || row[i] == ':') &&
+             (row[i + 1] == ' ' || row[i + 1] == '\t')) {
+        i += 2;
+        while (i < row.size() && (row[i] == ' ' || row[i] == '\t')) ++i;
+        indents.push_back(static_cast<int>(i));
+        if (static_cast<int>(indents.size()) > kMaxYamlDepth) {
+          return TooDeep{line + 1, static_cast<int>(i) + 1};
+        }
+      }
+      if (static_cast<int>(indents.size()) > kMaxYamlDepth) {
+        return TooDeep{line + 1, static_cast<int>(i) + 1};
+      }
+    }
+    for (; i < row.size(); ++i) {
+      const char c = row[i];
+      if (quote == '"') {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          quote = 0;
+        }
+        continue;
+      }
+      if (quote == '\'') {
+        if (c == '\'' && i + 1 < row.size() && row[i + 1] == '\'') {
+          ++i;
+        } else if (c == '\'') {
+          quote = 0;
+        }
+        continue;
+      }
+      if (c == ' ' || c == '\t' || c == '\r') continue;
+      if (c == '#' && (i == 0 || row[i - 1] == ' ' || row[i - 1] == '\t')) break;
+      // In flow context plain scalars cannot hold brackets, so every bracket counts there.
+      const bool starts = value_start;
+      value_start = false;
+      if ((c == '[' || c == '{') && (starts || flow > 0)) {
+        ++flow;
+        if (static_cast<int>(indents.size()) + flow > kMaxYamlDepth) {
+          return TooDeep{line + 1, static_cast<int>(i) + 1};
+        }
+        value_start = true;
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      } else if ((c == '"' || c == '\'') && starts) {
+        quote = c;
+      } else if (c == ',' && flow > 0) {
+        value_start = true;
+      } else if ((c == ':' || c == '-' || c == '?') &&
+                 (i + 1 == row.size() || row[i + 1] == ' ' || row[i + 1] == '\t')) {
+        value_start = true;
+      } else if ((c == '|' || c == '>') && starts && flow == 0) {
+        block_scalar_parent = line_indent;
+        break;
+      }
+    }
+    if (end == text.size()) break;
+  }
+  return std::nullopt;
+}
+
 // Reads the single YAML document of `yaml`; syntax errors become kInvalidArgument with 1-based
 // positions.
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
+  if (std::optional<TooDeep> deep = FindTooDeep(yaml)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4); refused "
+        "before parsing",
+        name, deep->line, deep->column, kMaxYamlDepth));
+  }
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::DeepRecursion& e) {
+    // Backstop for nesting FindTooDeep underestimates.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4)", name,
+        e.mark.line + 1, e.mark.column + 1, e.depth()));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) {
       return absl::InvalidArgumentError(absl::StrFormat("%s: YAML syntax error: %s", name, e.msg));
@@ -1031,11 +1279,16 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   const v1::OptimizerSpec& opt = t.optimizer();
   absl::StrAppend(&out, "training:\n  global_batch: ", t.global_batch(),
                   "\n  micro_batch: ", t.micro_batch(), "\n  epochs: ", t.epochs(), "\n");
+  // Only the fields of its type: ParseJobSpec refuses the others.
   absl::StrAppend(&out, "  optimizer: {type: ", YamlString(opt.type()),
-                  ", lr: ", YamlDouble(opt.lr()), ", momentum: ", YamlDouble(opt.momentum()),
-                  ", weight_decay: ", YamlDouble(opt.weight_decay()),
-                  ", beta1: ", YamlDouble(opt.beta1()), ", beta2: ", YamlDouble(opt.beta2()),
-                  ", eps: ", YamlDouble(opt.eps()), "}\n");
+                  ", lr: ", YamlDouble(opt.lr()));
+  if (opt.type() != "adamw") absl::StrAppend(&out, ", momentum: ", YamlDouble(opt.momentum()));
+  absl::StrAppend(&out, ", weight_decay: ", YamlDouble(opt.weight_decay()));
+  if (opt.type() != "sgd") {
+    absl::StrAppend(&out, ", beta1: ", YamlDouble(opt.beta1()),
+                    ", beta2: ", YamlDouble(opt.beta2()), ", eps: ", YamlDouble(opt.eps()));
+  }
+  absl::StrAppend(&out, "}\n");
   absl::StrAppend(&out, "  seed: ", t.seed(), "\n  max_steps: ", t.max_steps(), "\n");
 
   const v1::ParallelSpec& p = spec.parallel();

@@ -171,6 +171,18 @@ TEST(ParseJobSpecTest, AutoStagesKeepsZeroAndTakesDevices) {
   EXPECT_EQ(spec->parallel().planner(), "balanced");
 }
 
+TEST(ParseJobSpecTest, AutoOrZeroStagesWithoutDevicesIsOneStageOnOneDevice) {
+  for (const char* stages : {"stages: auto ", "stages: 0 "}) {
+    SCOPED_TRACE(stages);
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpec(Edit(Edit(kExample, "stages: 2 ", stages), "  devices: 2\n", ""), "job.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->parallel().stages(), 0);
+    EXPECT_EQ(spec->parallel().devices(), 1);
+    EXPECT_EQ(spec->parallel().planner(), "balanced");
+  }
+}
+
 TEST(ParseJobSpecTest, IntegerStagesGiveDevicesByDefault) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
       Edit(Edit(kExample, "stages: 2 ", "stages: 3 "), "  devices: 2\n", ""), "job.yaml");
@@ -410,6 +422,11 @@ TEST(ParseJobSpecTest, NothingThrowsOnOddInput) {
       "name: x\n---\nname: y\n",
       "name: \"\\xZZ\"\n",
       "\xff\xfe\x00",
+      "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+      "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
+      " - - - - - - - - - - - - - - - - - - - - - x",
+      "a: &x [*x, *x]\nb: *x\n",
+      "name: |\n  \xff\n",
   };
   for (const char* input : inputs) {
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(input, "odd.yaml");
@@ -725,7 +742,7 @@ training:
   global_batch: 256
   micro_batch: 32
   epochs: 3
-  optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0, beta1: 0.9, beta2: 0.999, eps: 1e-08}
+  optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0}
   seed: 42
   max_steps: 0
 parallel:
@@ -745,6 +762,7 @@ TEST(JobSpecToYamlTest, RoundTrips) {
   v1::JobSpec spec = Manual({{0, 0}, {1, 2}, {3, 3}});
   v1::OptimizerSpec& opt = *spec.mutable_training()->mutable_optimizer();
   opt.set_type("adamw");
+  opt.set_momentum(0);    // what ParseJobSpec gives adamw: YAML refuses momentum for it
   opt.set_lr(0.1 + 0.2);  // not a short decimal: must survive exactly
   opt.set_weight_decay(1.0 / 3.0);
   opt.set_eps(1e-12);
@@ -761,6 +779,255 @@ TEST(JobSpecToYamlTest, RoundTrips) {
   ExpectRoundTrip(spec);
   spec.set_name("123");
   ExpectRoundTrip(spec);
+}
+
+// ------------------------------------------------------------------------------ integer bounds
+
+TEST(BoundsTest, HugeIntegersAreRefusedWithTheMaximum) {
+  ExpectParseError(Edit(kExample, "epochs: 3", "epochs: 9223372036854775807"),
+                   "job.yaml:14:11: training.epochs 9223372036854775807 is more than the maximum "
+                   "100000");
+  ExpectParseError(Edit(kExample, "max_steps: 0 ", "max_steps: 1000000001 "),
+                   "job.yaml:17:14: training.max_steps 1000000001 is more than the maximum "
+                   "1000000000");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 100000000}"),
+                   "job.yaml:6:27: model.layers[1].out 100000000 is more than the maximum 2^24 "
+                   "(16777216) output elements per sample");
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: [1, 28, 99999999999]"),
+                   "job.yaml:3:16: model.input_shape [1, 28, 99999999999] has more than the "
+                   "maximum 2^24 (16777216) elements per sample");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 2147483647 "),
+                   "job.yaml:21:11: parallel.stages 2147483647 is more than the maximum 4096");
+  ExpectParseError(
+      Edit(Edit(kExample, "stages: 2 ", "stages: auto "), "devices: 2", "devices: 4097"),
+      "job.yaml:22:12: parallel.devices 4097 is more than the maximum 4096");
+}
+
+TEST(BoundsTest, TheMaximaThemselvesAreValidAndTheirProductsFit) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_epochs(100000);
+  spec.mutable_training()->set_max_steps(1000000000);
+  spec.mutable_training()->set_global_batch(1);
+  spec.mutable_training()->set_micro_batch(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // What the coordinator derives: total steps (epochs * steps per epoch) and the epoch counter.
+  const int64_t total_steps = spec.training().epochs() * (60000 / spec.training().global_batch());
+  EXPECT_EQ(total_steps, 6000000000);
+  EXPECT_LE(spec.training().epochs(), std::numeric_limits<int32_t>::max());
+  spec.mutable_training()->set_epochs(100001);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 100001 is more than the maximum 100000"});
+  spec.mutable_training()->set_epochs(std::numeric_limits<int64_t>::max());
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 9223372036854775807 is more than the "
+                                        "maximum 100000"});
+  spec = Example();
+  spec.mutable_training()->set_max_steps(std::numeric_limits<int64_t>::max());
+  ExpectInvalid(ValidateJobSpec(spec), {"training.max_steps 9223372036854775807 is more than the "
+                                        "maximum 1000000000"});
+  spec = Example();
+  spec.mutable_parallel()->set_stages(4097);
+  spec.mutable_parallel()->set_devices(4097);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages 4097 is more than the maximum 4096"});
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 4097 is more than the maximum 4096"});
+}
+
+TEST(BoundsTest, IntegersBeyondTheFieldTypeAreErrorsNotWraps) {
+  // int32 fields.
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 1099511627776 "),
+                   "job.yaml:21:11: parallel.stages must be an integer in [-2147483648, "
+                   "2147483647], got 1099511627776");
+  ExpectParseError(Edit(kExample, "devices: 2", "devices: 1099511627776"),
+                   "job.yaml:22:12: parallel.devices must be an integer in [-2147483648, "
+                   "2147483647], got 1099511627776");
+  ExpectParseError(Edit(Edit(kExample, "planner: balanced", "planner: manual"), "stages: 2 ",
+                        "stages: [[0, 1], [2, 1099511627776]] "),
+                   "job.yaml:21:24: parallel.stages[1][1] must be an integer in [-2147483648, "
+                   "2147483647], got 1099511627776");
+  ExpectParseError(Edit(Edit(kExample, "planner: balanced", "planner: manual"), "stages: 2 ",
+                        "stages: [[-4294967296, 1], [2, 3]] "),
+                   "job.yaml:21:13: parallel.stages[0][0] must be an integer in [-2147483648, "
+                   "2147483647], got -4294967296");
+  // int64 fields given more than int64 holds: named as out of range, not as "not an integer".
+  ExpectParseError(Edit(kExample, "epochs: 3", "epochs: 99999999999999999999"),
+                   "job.yaml:14:11: training.epochs must be an integer in [-9223372036854775808, "
+                   "9223372036854775807], got 99999999999999999999");
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: -99999999999999999999"),
+                   "job.yaml:12:17: training.global_batch must be an integer in "
+                   "[-9223372036854775808, 9223372036854775807], got -99999999999999999999");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 1e99}"),
+                   "job.yaml:6:27: model.layers[1].out must be an integer, got '1e99'");
+  ExpectParseError(Edit(kExample, "seed: 42", "seed: 18446744073709551616"),
+                   "job.yaml:16:9: training.seed must be an integer in [0, 18446744073709551615], "
+                   "got 18446744073709551616");
+}
+
+// ------------------------------------------------------------------------------- model size
+
+TEST(ModelSizeTest, ParametersAndActivationsAreBounded) {
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 1000000}"),
+                   "job.yaml:6:7: model.layers[1] (linear 784 -> 1000000) has 785000000 "
+                   "parameters, bringing the model to 785000000 (2.92 GiB of fp32 weights), more "
+                   "than the maximum 2^28 (268435456, 1 GiB)");
+  // 131866 activation floats per sample: fine for 256 samples a step, not for 60000.
+  const std::string wide =
+      Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 65536}");
+  EXPECT_TRUE(ParseJobSpec(wide, "job.yaml").ok()) << ParseJobSpec(wide, "job.yaml").status();
+  ExpectParseError(Edit(Edit(wide, "global_batch: 256", "global_batch: 60000"), "micro_batch: 32",
+                        "micro_batch: 600"),
+                   "job.yaml:12:17: training.global_batch 60000 times the model's 131866 "
+                   "activation floats per sample is 7911960000 floats (29.47 GiB of fp32) per "
+                   "step, more than the maximum 2^30 (4 GiB): use a smaller global_batch or "
+                   "narrower layers");
+}
+
+// ------------------------------------------------------------------------ keys that don't apply
+
+TEST(InapplicableKeysTest, OutOnlyForLinearAndRequiredThere) {
+  ExpectParseError(Edit(kExample, "    - {type: relu}", "    - {type: relu, out: 5}"),
+                   "job.yaml:7:20: model.layers[2].out applies only to linear layers, not relu");
+  ExpectParseError(Edit(kExample, "    - {type: flatten}", "    - {type: flatten, out: 0}"),
+                   "job.yaml:5:23: model.layers[0].out applies only to linear layers, not flatten");
+  ExpectParseError(Edit(kExample, "    - {type: relu}", "    - {out: 7, type: gelu}"),
+                   "job.yaml:7:8: model.layers[2].out applies only to linear layers, not gelu");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear}"),
+                   "job.yaml:6:7: model.layers[1].out is required for linear layers, e.g. "
+                   "{type: linear, out: 10}");
+  // An explicit 0 is a value, and a wrong one.
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 0}"),
+                   "job.yaml:6:27: model.layers[1].out 0 must be > 0");
+}
+
+TEST(InapplicableKeysTest, OptimizerKeysOfTheOtherType) {
+  ExpectParseError(Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}",
+                        "{type: adamw, lr: 0.05, momentum: 0.9}"),
+                   "job.yaml:15:38: training.optimizer.momentum applies only to sgd, not adamw");
+  for (const char* key : {"beta1", "beta2", "eps"}) {
+    SCOPED_TRACE(key);
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+        Edit(kExample, "momentum: 0.9}", std::string("momentum: 0.9, ") + key + ": 0.9}"),
+        "job.yaml");
+    ExpectInvalid(spec.status(), {"job.yaml:15:51: training.optimizer." + std::string(key) +
+                                  " applies only to adamw, not sgd"});
+  }
+  // The default type is sgd.
+  ExpectParseError(Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}", "{lr: 0.05, beta1: 0.9}"),
+                   "job.yaml:15:25: training.optimizer.beta1 applies only to adamw, not sgd");
+  // weight_decay applies to both.
+  EXPECT_TRUE(ParseJobSpec(Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}",
+                                "{type: adamw, lr: 0.05, weight_decay: 0.1, eps: 1e-6}"),
+                           "job.yaml")
+                  .ok());
+  // An unknown type is reported as unknown, not as keys that do not apply.
+  absl::StatusOr<v1::JobSpec> adam = ParseJobSpec(
+      Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}", "{type: adam, lr: 0.05, beta1: 0.9}"),
+      "job.yaml");
+  ExpectInvalid(adam.status(), {"training.optimizer.type 'adam' is unknown"});
+}
+
+TEST(InapplicableKeysTest, CanonicalYamlHasOnlyTheKeysOfTheTypeAndRoundTrips) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(kExample, "{type: sgd, lr: 0.05, momentum: 0.9}", "{type: adamw, lr: 0.001}"),
+      "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(JobSpecToYaml(*spec), HasSubstr("optimizer: {type: adamw, lr: 0.001, weight_decay: "
+                                              "0, beta1: 0.9, beta2: 0.999, eps: 1e-08}\n"));
+  ExpectRoundTrip(*spec);
+}
+
+// ------------------------------------------------------------------------------- UTF-8 names
+
+TEST(Utf8Test, NamesReportWholeCharactersAndCharacterPositions) {
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: fmnist-ü-😀"),
+                   "job.yaml:1:7: name 'fmnist-ü-😀' has the character 'ü' at position 7; use "
+                   "only lowercase letters, digits, '-', '_' and '.'");
+  v1::JobSpec spec = Example();
+  spec.set_name("ab😀");
+  ExpectInvalid(ValidateJobSpec(spec), {"has the character '😀' at position 2;"});
+  spec.set_name("日本語x");
+  ExpectInvalid(ValidateJobSpec(spec), {"has the character '日' at position 0;"});
+  // Bytes that are not UTF-8 are shown as \xNN and count as one character each.
+  spec.set_name(
+      "ab\xff\xfe"
+      "c");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'ab\\xff\\xfec' has the character '\\xff' at "
+                                        "position 2"});
+  spec.set_name("a\xc3");  // truncated 2-byte sequence
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xc3' at position 1"});
+  spec.set_name("a\xc0\xaf");  // overlong '/'
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xc0' at position 1"});
+  spec.set_name("a\xed\xa0\x80");  // a UTF-16 surrogate
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xed' at position 1"});
+  // C1 controls and Unicode line separators are escaped: the message stays one line.
+  spec.set_name(
+      "a\xc2\x85"
+      "b");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'a\\u0085b' has the character '\\u0085' at position "
+                                        "1"});
+  spec.set_name("a\xe2\x80\xa8");
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\u2028' at position 1"});
+}
+
+TEST(Utf8Test, EveryMessageIsValidUtf8) {
+  v1::JobSpec spec = Example();
+  spec.mutable_data()->set_dataset("mnist\xff");
+  ExpectInvalid(ValidateJobSpec(spec), {"data.dataset 'mnist\\xff' is unknown"});
+  ExpectParseError(Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
+                   "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
+                   "micro_batch, epochs, optimizer, seed, max_steps; did you mean 'epochs'?");
+}
+
+// ---------------------------------------------------------------------------------- nesting
+
+TEST(NestingTest, DeepNestingIsRefusedBeforeYamlCpp) {
+  ExpectParseError(std::string(100000, '['),
+                   "job.yaml:1:64: the job spec is nested more than 64 levels deep here (it "
+                   "needs 4); refused before parsing");
+  ExpectParseError("name: x\nmodel: " + std::string(100000, '{'),
+                   "job.yaml:2:71: the job spec is nested more than 64 levels deep here (it "
+                   "needs 4); refused before parsing");
+  std::string dashes;
+  for (int i = 0; i < 100000; ++i) dashes += "- ";
+  ExpectParseError(dashes + "x\n",
+                   "job.yaml:1:129: the job spec is nested more than 64 levels deep here (it "
+                   "needs 4); refused before parsing");
+  std::string maps;  // k: / k: / ... one more space of indentation each
+  for (int i = 0; i < 100; ++i) maps += std::string(i, ' ') + "k:\n";
+  ExpectParseError(maps,
+                   "job.yaml:65:65: the job spec is nested more than 64 levels deep here (it "
+                   "needs 4); refused before parsing");
+  // Flow brackets spread over lines count the same.
+  std::string lines;
+  for (int i = 0; i < 100; ++i) lines += "[\n";
+  ExpectParseError("model: " + lines,
+                   "job.yaml:64:1: the job spec is nested more than 64 levels deep here (it needs "
+                   "4); refused before parsing");
+}
+
+TEST(NestingTest, BracketsInScalarsAndCommentsAreNotNesting) {
+  const std::string brackets(200, '[');
+  // Quoted, plain and block scalars, and comments: each reaches validation.
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: \"" + brackets + "\""), "job.yaml")
+          .status(),
+      {"job.yaml:1:7: name '[[[", "has the character '[' at position 0"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: 'it''s " + brackets + "'"), "job.yaml")
+          .status(),
+      {"has the character ''' at position 2"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: a" + brackets), "job.yaml").status(),
+      {"has the character '[' at position 1"});
+  ExpectInvalid(ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: |\n  " + brackets + "\n  x"),
+                             "job.yaml")
+                    .status(),
+                {"has the character '[' at position 0"});
+  absl::StatusOr<v1::JobSpec> commented = ParseJobSpec(
+      Edit(kExample, "name: fmnist-mlp", "name: fmnist-mlp  # " + brackets), "job.yaml");
+  EXPECT_TRUE(commented.ok()) << commented.status();
+  // Nesting within the limit goes on to yaml-cpp and the usual messages.
+  ExpectInvalid(
+      ParseJobSpec("name: " + std::string(30, '[') + std::string(30, ']'), "job.yaml").status(),
+      {"job.yaml:1:7: name must be a string, got a list"});
 }
 
 // -------------------------------------------------------------------------------- bad examples
@@ -809,6 +1076,19 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
       {"misspelled_field.yaml",
        "examples/bad/misspelled_field.yaml:8:1: unknown field 'trainig' in the job spec; known: "
        "name, model, data, training, parallel; did you mean 'training'?"},
+      {"huge_epochs.yaml",
+       "examples/bad/huge_epochs.yaml:14:11: training.epochs 9223372036854775807 is more than "
+       "the maximum 100000"},
+      {"model_too_large.yaml",
+       "examples/bad/model_too_large.yaml:8:7: model.layers[1] (linear 784 -> 1000000) has "
+       "785000000 parameters, bringing the model to 785000000 (2.92 GiB of fp32 weights), more "
+       "than the maximum 2^28 (268435456, 1 GiB)"},
+      {"key_does_not_apply.yaml",
+       "examples/bad/key_does_not_apply.yaml:9:20: model.layers[2].out applies only to linear "
+       "layers, not relu"},
+      {"too_deep.yaml",
+       "examples/bad/too_deep.yaml:2:70: the job spec is nested more than 64 levels deep here (it "
+       "needs 4); refused before parsing"},
   };
   for (const BadExample& c : cases) {
     SCOPED_TRACE(c.file);

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace dapple {
@@ -20,9 +21,14 @@ constexpr double kReluBackwardFlopsPerElement = 1;
 constexpr double kGeluForwardFlopsPerElement = 20;
 constexpr double kGeluBackwardFlopsPerElement = 40;
 
-// Bounds any per-sample element count and per-layer parameter count (2^40 floats = 4 TiB), so
-// shape arithmetic never overflows int64 on absurd specs.
-constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Bounds that keep every size the system derives from a model (buffers, byte counts, FLOPs) far
+// from int64 overflow and a worker's memory: at most 2^24 floats (64 MiB) per sample for the input
+// and for any layer's output, and at most 2^28 parameters in all (1 GiB of fp32 weights; the
+// optimizer keeps up to three more copies), in at most 4096 layers.
+constexpr int64_t kMaxSampleElements = int64_t{1} << 24;
+constexpr int64_t kMaxParams = int64_t{1} << 28;
+constexpr int kMaxLayers = 4096;
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -48,20 +54,25 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.input_shape[", i, "] ", d, " must be > 0"));
     }
-    if (d > kMaxElements / input_elems) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.input_shape ",
-                       ShapeString({model.input_shape().begin(), model.input_shape().end()}),
-                       " has more than 2^40 elements per sample"));
+    if (d > kMaxSampleElements / input_elems) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.input_shape ",
+          ShapeString({model.input_shape().begin(), model.input_shape().end()}),
+          " has more than the maximum 2^24 (", kMaxSampleElements, ") elements per sample"));
     }
     input_elems *= d;
   }
   if (model.layers().empty()) {
     return absl::InvalidArgumentError("model.layers is empty: a model needs at least one layer");
   }
+  if (model.layers_size() > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("model.layers has ", model.layers_size(),
+                                                   " layers, more than the maximum ", kMaxLayers));
+  }
 
   std::vector<int64_t> shape(model.input_shape().begin(), model.input_shape().end());
   std::vector<LayerInfo> infos;
+  int64_t total_params = 0;
   infos.reserve(model.layers_size());
   for (int i = 0; i < model.layers_size(); ++i) {
     const v1::LayerSpec& spec = model.layers(i);
@@ -70,6 +81,14 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
     info.type = spec.type();
     info.input_shape = shape;
     const int64_t in_elems = NumElements(shape);
+    // An unknown type is reported below, as such.
+    const bool takes_no_out =
+        spec.type() == "flatten" || spec.type() == "relu" || spec.type() == "gelu";
+    if (takes_no_out && spec.out() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model.layers[", i,
+                                                     "].out applies only to linear layers, not ",
+                                                     spec.type(), " (got out ", spec.out(), ")"));
+    }
     if (spec.type() == "flatten") {
       info.output_shape = {in_elems};
     } else if (spec.type() == "linear") {
@@ -84,15 +103,25 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
       }
       const int64_t in = shape[0];
       const int64_t out = spec.out();
-      if (out > kMaxElements / (in + 1)) {
-        return absl::InvalidArgumentError(absl::StrCat("model.layers[", i, "].out ", out,
-                                                       " gives more than 2^40 parameters for ", in,
-                                                       " inputs"));
+      if (out > kMaxSampleElements) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.layers[", i, "].out ", out, " is more than the maximum 2^24 (",
+                         kMaxSampleElements, ") output elements per sample"));
       }
+      // in, out <= 2^24, so in * out + out cannot overflow.
       info.output_shape = {out};
       info.param_count = in * out + out;
       info.forward_flops = 2.0 * static_cast<double>(in) * static_cast<double>(out);
       info.backward_flops = 4.0 * static_cast<double>(in) * static_cast<double>(out);
+      if (total_params + info.param_count > kMaxParams) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model.layers[%d] (linear %d -> %d) has %d parameters, bringing the model to %d "
+            "(%.2f GiB of fp32 weights), more than the maximum 2^28 (%d, 1 GiB)",
+            i, in, out, info.param_count, total_params + info.param_count,
+            static_cast<double>(total_params + info.param_count) * sizeof(float) / kBytesPerGiB,
+            kMaxParams));
+      }
+      total_params += info.param_count;
     } else if (spec.type() == "relu") {
       info.output_shape = shape;
       info.forward_flops = kReluForwardFlopsPerElement * static_cast<double>(in_elems);

@@ -129,7 +129,56 @@ TEST(InferLayersTest, LinearOutMustBePositive) {
 
 TEST(InferLayersTest, LinearTooLarge) {
   ExpectInvalid(MakeModel({1 << 20}, {{"linear", int64_t{1} << 21}}),
-                "model.layers[0].out 2097152 gives more than 2^40 parameters for 1048576 inputs");
+                "model.layers[0] (linear 1048576 -> 2097152) has 2199025352704 parameters, "
+                "bringing the model to 2199025352704 (8192.01 GiB of fp32 weights), more than the "
+                "maximum 2^28 (268435456, 1 GiB)");
+}
+
+TEST(InferLayersTest, LinearOutAtMost2To24) {
+  ExpectInvalid(MakeModel({784}, {{"linear", 100000000}}),
+                "model.layers[0].out 100000000 is more than the maximum 2^24 (16777216) output "
+                "elements per sample");
+  ExpectInvalid(MakeModel({1}, {{"linear", (int64_t{1} << 24) + 1}}),
+                "model.layers[0].out 16777217 is more than the maximum 2^24 (16777216) output "
+                "elements per sample");
+  absl::StatusOr<std::vector<LayerInfo>> ok = InferLayers(MakeModel({1}, {{"linear", 1 << 24}}));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].output_bytes, int64_t{4} << 24);
+}
+
+TEST(InferLayersTest, TotalParametersAtMost2To28) {
+  // 16384 * 16383 + 16384 = 2^28 exactly: the largest model allowed.
+  absl::StatusOr<std::vector<LayerInfo>> ok = InferLayers(MakeModel({16383}, {{"linear", 16384}}));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].param_count, int64_t{1} << 28);
+  ExpectInvalid(MakeModel({16384}, {{"linear", 16384}}),
+                "model.layers[0] (linear 16384 -> 16384) has 268451840 parameters, bringing the "
+                "model to 268451840 (1.00 GiB of fp32 weights), more than the maximum 2^28 "
+                "(268435456, 1 GiB)");
+  // Each layer fits alone; the sum does not, and the message names the layer that crosses it.
+  ExpectInvalid(MakeModel({8192}, {{"linear", 16384}, {"relu", 0}, {"linear", 8192}}),
+                "model.layers[2] (linear 16384 -> 8192) has 134225920 parameters, bringing the "
+                "model to 268460032 (1.00 GiB of fp32 weights), more than the maximum 2^28 "
+                "(268435456, 1 GiB)");
+}
+
+TEST(InferLayersTest, OutOnlyForLinear) {
+  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 5}}),
+                "model.layers[2].out applies only to linear layers, not relu (got out 5)");
+  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 16}}),
+                "model.layers[0].out applies only to linear layers, not flatten (got out 16)");
+  ExpectInvalid(MakeModel({4}, {{"gelu", -1}}),
+                "model.layers[0].out applies only to linear layers, not gelu (got out -1)");
+  // An unknown type is reported as unknown, whatever its out.
+  ExpectInvalid(MakeModel({4}, {{"conv2d", 3}}),
+                "model.layers[0]: unknown layer type 'conv2d'; known: flatten, linear, relu, gelu");
+}
+
+TEST(InferLayersTest, AtMost4096Layers) {
+  std::vector<std::pair<std::string, int64_t>> layers(4096, {"relu", 0});
+  EXPECT_TRUE(InferLayers(MakeModel({4}, layers)).ok());
+  layers.push_back({"relu", 0});
+  ExpectInvalid(MakeModel({4}, layers), "model.layers has 4097 layers, more than the maximum 4096");
 }
 
 TEST(InferLayersTest, EmptyModelOrInputShape) {
@@ -143,7 +192,16 @@ TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
   ExpectInvalid(MakeModel({1, 0, 4}, {{"flatten", 0}}), "model.input_shape[1] 0 must be > 0");
   ExpectInvalid(MakeModel({-2}, {{"relu", 0}}), "model.input_shape[0] -2 must be > 0");
   ExpectInvalid(MakeModel({1 << 20, 1 << 20, 2}, {{"flatten", 0}}),
-                "model.input_shape [1048576, 1048576, 2] has more than 2^40 elements per sample");
+                "model.input_shape [1048576, 1048576, 2] has more than the maximum 2^24 "
+                "(16777216) elements per sample");
+  ExpectInvalid(MakeModel({4097, 4096}, {{"flatten", 0}}),
+                "model.input_shape [4097, 4096] has more than the maximum 2^24 (16777216) "
+                "elements per sample");
+  // Dims near int64's limit are refused before their product can overflow.
+  ExpectInvalid(MakeModel({int64_t{1} << 62, int64_t{1} << 62}, {{"flatten", 0}}),
+                "model.input_shape [4611686018427387904, 4611686018427387904] has more than the "
+                "maximum 2^24 (16777216) elements per sample");
+  EXPECT_TRUE(InferLayers(MakeModel({4096, 4096}, {{"flatten", 0}})).ok());
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dapplectl/exit_codes.h"
@@ -18,8 +21,11 @@
 namespace dapple::ctl {
 namespace {
 
+using ::dapple::ctl::testing::FakeCoordinator;
 using ::dapple::ctl::testing::RefusingPort;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 struct ProcessResult {
   int exit_code = -1;  // -1: killed at the deadline or did not start
@@ -45,6 +51,7 @@ std::string DapplectlPath() {
 // Runs `path args...` with `env_extra` added to the environment and DAPPLE_COORDINATOR
 // removed; kills it after `deadline`.
 ProcessResult RunProcess(const std::vector<std::string>& args,
+                         const std::vector<std::pair<std::string, std::string>>& env_extra = {},
                          std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
   ProcessResult result;
   const std::string path = DapplectlPath();
@@ -56,6 +63,7 @@ ProcessResult RunProcess(const std::vector<std::string>& args,
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     unsetenv("DAPPLE_COORDINATOR");
+    for (const auto& [name, value] : env_extra) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(path.c_str()));
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -146,6 +154,130 @@ TEST(DapplectlBinaryTest, SubmitOfAMissingFileExitsWithOneNamingIt) {
   const ProcessResult r = RunProcess({"--coordinator", refusing.address(), "submit", missing});
   EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
   EXPECT_EQ(r.err, "dapplectl: cannot read job spec " + missing + ": No such file or directory\n");
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// Files that are not UTF-8 text are refused before any connection, by name, line and column.
+TEST(DapplectlBinaryTest, SubmitOfTextThatIsNotUtf8ExitsWithOne) {
+  RefusingPort refusing;
+  const std::string latin1 =
+      WriteFile("latin1.yaml", "name: fmnist-mlp\nmodel:\n  # caf\xE9\n  layers: []\n");
+  ProcessResult r = RunProcess({"--coordinator", refusing.address(), "submit", latin1});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: " + latin1 + ": not UTF-8 text (invalid byte 0xE9 at line 3, column 8)\n");
+  EXPECT_EQ(r.out, "");
+
+  std::string garbage;
+  for (int i = 0; i < 4096; ++i) garbage += static_cast<char>((i * 2654435761u) >> 24);
+  const std::string binary = WriteFile("garbage.bin", garbage);
+  r = RunProcess({"--coordinator", refusing.address(), "submit", binary});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: " + binary + ": not UTF-8 text ("));
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("libprotobuf")));
+
+  const std::string zeros = WriteFile("zeros.yaml", std::string(64, '\0'));
+  r = RunProcess({"--coordinator", refusing.address(), "submit", zeros});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: " + zeros + ": not UTF-8 text (control byte 0x00 at line 1, column 1)\n");
+}
+
+TEST(DapplectlBinaryTest, SubmitOfAHugeFileExitsWithOne) {
+  RefusingPort refusing;
+  const std::string path = ::testing::TempDir() + "/huge.yaml";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 70 << 20), 0);  // sparse
+  close(fd);
+  const ProcessResult r = RunProcess({"--coordinator", refusing.address(), "submit", path});
+  unlink(path.c_str());
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err, "dapplectl: " + path + " is 70.0 MiB; a job spec may be at most 1 MiB\n");
+}
+
+// A file name that is not UTF-8 travels escaped; the coordinator's errors show it so.
+TEST(DapplectlBinaryTest, SubmitOfAFileWhoseNameIsNotUtf8) {
+  FakeCoordinator fake;
+  const std::string ok = WriteFile("caf\xE9.yaml", "name: fmnist-mlp\n");
+  ProcessResult r = RunProcess({"--coordinator", fake.address(), "submit", ok});
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "submitted job-1 (fmnist-mlp)\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(fake.last_submit().source_name(), ::testing::TempDir() + "/caf\\xE9.yaml");
+
+  const std::string bad = WriteFile("caf\xE9-bad.yaml", "bad: [\n");
+  r = RunProcess({"--coordinator", fake.address(), "submit", bad});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err, "dapplectl: " + ::testing::TempDir() +
+                       "/caf\\xE9-bad.yaml:4:7: YAML syntax error: end of map not found\n");
+
+  const std::string missing = ::testing::TempDir() + "/no-such-caf\xE9.yaml";
+  r = RunProcess({"--coordinator", fake.address(), "submit", missing});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err, "dapplectl: cannot read job spec " + ::testing::TempDir() +
+                       "/no-such-caf\\xE9.yaml: No such file or directory\n");
+}
+
+TEST(DapplectlBinaryTest, JobIdsThatAreNotUtf8AreSimplyUnknown) {
+  FakeCoordinator fake;
+  for (const char* command : {"get", "cancel", "watch"}) {
+    const ProcessResult r = RunProcess({"--coordinator", fake.address(), command, "job-\xE9"});
+    EXPECT_EQ(r.exit_code, kExitRefused) << command << ": " << r.err;
+    EXPECT_EQ(r.err, "dapplectl: job job-\\xE9 not found\n") << command;
+  }
+}
+
+TEST(DapplectlBinaryTest, InternalErrorsAreOneLineNamingTheCall) {
+  FakeCoordinator fake;
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::INTERNAL, "Failed to parse request"));
+  ProcessResult r = RunProcess({"--coordinator", fake.address(), "get", "job-1"});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err, "dapplectl: GetJob failed with INTERNAL: Failed to parse request\n");
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::UNKNOWN, "line one\nline two"));
+  r = RunProcess({"--coordinator", fake.address(), "watch", "job-1"});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err, "dapplectl: GetJob failed with UNKNOWN: line one line two\n");
+}
+
+TEST(DapplectlBinaryTest, CoordinatorMustBeHostPort) {
+  ProcessResult r = RunProcess({"--coordinator", "", "list"});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: --coordinator must be HOST:PORT (e.g. 127.0.0.1:7600), got \"\" "
+            "(empty)\n");
+  r = RunProcess({"--coordinator", "localhost:0", "list"});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: --coordinator must be HOST:PORT (e.g. 127.0.0.1:7600), got "
+            "\"localhost:0\" (port 0 is not in 1..65535)\n");
+  r = RunProcess({"list"}, {{"DAPPLE_COORDINATOR", "coordinator"}});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: DAPPLE_COORDINATOR must be HOST:PORT (e.g. 127.0.0.1:7600), got "
+            "\"coordinator\" (no port)\n");
+  r = RunProcess({"list"}, {{"DAPPLE_COORDINATOR", ""}});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: DAPPLE_COORDINATOR must be HOST:PORT"));
+}
+
+TEST(DapplectlBinaryTest, TimeoutMustBeAPositiveNumberOfSeconds) {
+  for (const char* bad : {"0", "-1", "abc", "nan", "inf"}) {
+    const ProcessResult r = RunProcess({"--timeout", bad, "list"});
+    EXPECT_EQ(r.exit_code, kExitUsage) << bad << ": " << r.err;
+    EXPECT_EQ(r.err,
+              std::string("dapplectl: --timeout must be a positive number of seconds, got \"") +
+                  bad + "\"\n");
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 TEST(DapplectlBinaryTest, HelpExitsWithZero) {

@@ -11,6 +11,9 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "dapplectl/format.h"
+#include "dapplectl/spec_file.h"
+#include "dapplectl/utf8_text.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
 
 namespace dapple::ctl {
@@ -92,6 +95,8 @@ std::string UnreachableMessage(const std::string& address, const std::string& re
                       "); start dapple-coordinator or set --coordinator / DAPPLE_COORDINATOR");
 }
 
+void QuietProtobufLogging() { google::protobuf::SetLogHandler(nullptr); }
+
 void QuietGrpcLogging() {
   if (std::getenv("GRPC_VERBOSITY") != nullptr || std::getenv("GRPC_TRACE") != nullptr) return;
   gpr_set_log_function(DropGrpcLog);
@@ -120,9 +125,14 @@ absl::Status CoordinatorClient::Convert(const char* method, const grpc::Status& 
           "the server at ", options_.address, " does not implement dapple.v1.Coordinator/", method,
           " (is it a dapple-coordinator of the same version?)"));
     }
-    if (message.empty()) {
-      return absl::Status(code,
-                          absl::StrCat(method, " failed with ", absl::StatusCodeToString(code)));
+    const std::string failed =
+        absl::StrCat(method, " failed with ", absl::StatusCodeToString(code));
+    if (message.empty()) return absl::Status(code, failed);
+    // These codes come from gRPC or the server's machinery (a message that did not parse, a
+    // limit, an exception) rather than from the coordinator's answer: name the call.
+    if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown ||
+        code == absl::StatusCode::kResourceExhausted) {
+      return absl::Status(code, absl::StrCat(failed, ": ", message));
     }
     return absl::Status(code, message);
   }
@@ -156,9 +166,11 @@ absl::Status CoordinatorClient::Unary(const char* method, const Request& request
 
 absl::StatusOr<v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
                                                   const std::string& source_name) {
+  // Checked here too, not only by `dapplectl submit`: protobuf cannot carry invalid UTF-8.
+  DAPPLE_RETURN_IF_ERROR(CheckSpecText(source_name, spec_yaml));
   v1::SubmitJobRequest request;
   request.set_spec_yaml(spec_yaml);
-  request.set_source_name(source_name);
+  request.set_source_name(EscapeInvalidUtf8(source_name));
   v1::SubmitJobResponse response;
   DAPPLE_RETURN_IF_ERROR(Unary("SubmitJob", request, &response, &v1::Coordinator::Stub::SubmitJob));
   return std::move(*response.mutable_job());
@@ -166,7 +178,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
 
 absl::StatusOr<v1::Job> CoordinatorClient::Get(const std::string& job_id) {
   v1::GetJobRequest request;
-  request.set_job_id(job_id);
+  request.set_job_id(EscapeInvalidUtf8(job_id));
   v1::Job job;
   DAPPLE_RETURN_IF_ERROR(Unary("GetJob", request, &job, &v1::Coordinator::Stub::GetJob));
   return job;
@@ -181,7 +193,7 @@ absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List() {
 
 absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& job_id) {
   v1::CancelJobRequest request;
-  request.set_job_id(job_id);
+  request.set_job_id(EscapeInvalidUtf8(job_id));
   v1::Job job;
   DAPPLE_RETURN_IF_ERROR(Unary("CancelJob", request, &job, &v1::Coordinator::Stub::CancelJob));
   return job;
@@ -197,7 +209,7 @@ absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
 absl::StatusOr<v1::Job> CoordinatorClient::Watch(
     const std::string& job_id, const std::function<void(const v1::Job&)>& on_snapshot) {
   v1::GetJobRequest get;
-  get.set_job_id(job_id);
+  get.set_job_id(EscapeInvalidUtf8(job_id));
   v1::Job job;
   DAPPLE_RETURN_IF_ERROR(Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob));
   on_snapshot(job);
@@ -206,7 +218,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
   while (!IsTerminal(job.state())) {
     grpc::ClientContext context;  // no deadline: a job may run for days
     v1::WatchJobRequest request;
-    request.set_job_id(job_id);
+    request.set_job_id(EscapeInvalidUtf8(job_id));
     std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub_->WatchJob(&context, request);
     v1::JobEvent event;
     bool got_any = false;
@@ -234,7 +246,8 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
     const absl::Status s =
         Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob, /*wait_for_ready=*/true);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("lost the watch on ", job_id, ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("lost the watch on ", EscapeInvalidUtf8(job_id),
+                                                 ": ", s.message()));
     }
     on_snapshot(job);
   }

@@ -8,8 +8,16 @@
 //   kUnavailable / kDeadlineExceeded  the coordinator could not be reached ("cannot reach the
 //       coordinator at ADDR (connection refused); start dapple-coordinator or set
 //       --coordinator / DAPPLE_COORDINATOR"), or did not answer in time
+//   kInternal / kUnknown / kResourceExhausted  from gRPC or the server's machinery rather
+//       than the coordinator's answer: the code, with the call named ("GetJob failed with
+//       INTERNAL: <message>", or "GetJob failed with INTERNAL" without a message)
+//   kUnimplemented                    "the server at ADDR does not implement ..."
 //   anything else                     the coordinator's own status and message, unchanged
 //       (kInvalidArgument for bad specs, kNotFound for unknown jobs, kFailedPrecondition ...)
+//
+// Protobuf string fields must be UTF-8: Submit refuses a spec that is not UTF-8 text before
+// sending it (CheckSpecText, spec_file.h), and names and job ids are sent with their invalid
+// bytes escaped (EscapeInvalidUtf8, utf8_text.h), so a job id "job-\xE9" is simply unknown.
 //
 // Thread safety: one thread at a time.
 #ifndef DAPPLE_DAPPLECTL_CLIENT_H_
@@ -43,7 +51,8 @@ class CoordinatorClient {
  public:
   explicit CoordinatorClient(ClientOptions options);
 
-  // SubmitJob{spec_yaml, source_name}: the new job (state PENDING, usually).
+  // SubmitJob{spec_yaml, source_name}: the new job (state PENDING, usually). kInvalidArgument,
+  // without sending, when CheckSpecText(source_name, spec_yaml) refuses the spec.
   absl::StatusOr<v1::Job> Submit(const std::string& spec_yaml, const std::string& source_name);
   absl::StatusOr<v1::Job> Get(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> List();
@@ -103,6 +112,10 @@ bool IsTransportMessage(const std::string& grpc_message);
 // "cannot reach the coordinator at ADDR (REASON); start dapple-coordinator or set
 // --coordinator / DAPPLE_COORDINATOR".
 std::string UnreachableMessage(const std::string& address, const std::string& reason);
+
+// Silences protobuf's log lines ("[libprotobuf ERROR ...] String field ... contains invalid
+// UTF-8"): dapplectl reports every problem itself, in one line. Call once, at start-up.
+void QuietProtobufLogging();
 
 // Silences gRPC's own log lines (dapplectl prints one line per error) unless the user set
 // GRPC_VERBOSITY or GRPC_TRACE. Call once, before the first channel.

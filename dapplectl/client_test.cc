@@ -109,6 +109,62 @@ TEST(CoordinatorClientTest, SubmitSendsTextAndSourceName) {
   EXPECT_EQ(fake.last_submit().source_name(), "specs/x.yaml");
 }
 
+TEST(CoordinatorClientTest, NothingThatIsNotUtf8IsSent) {
+  FakeCoordinator fake;
+  CoordinatorClient client(Options(fake.address()));
+  // A spec that is not UTF-8 is refused before sending (protobuf could not carry it).
+  absl::StatusOr<v1::Job> job = client.Submit("name: caf\xE9\n", "job.yaml");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(),
+            "job.yaml: not UTF-8 text (invalid byte 0xE9 at line 1, column 10)");
+  EXPECT_EQ(fake.last_submit().spec_yaml(), "");
+  // Names and job ids travel with their invalid bytes escaped.
+  job = client.Submit("name: x\n", "caf\xE9.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(fake.last_submit().source_name(), "caf\\xE9.yaml");
+  job = client.Get("job-\xE9");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job.status().message(), "job job-\\xE9 not found");
+  job = client.Cancel("job-\xFF");
+  EXPECT_EQ(job.status().message(), "job job-\\xFF not found");
+  job = client.Watch("job-\xC3", [](const v1::Job&) {});
+  EXPECT_EQ(job.status().message(), "job job-\\xC3 not found");
+}
+
+TEST(CoordinatorClientTest, InternalAndUnknownErrorsNameTheCall) {
+  FakeCoordinator fake;
+  CoordinatorClient client(Options(fake.address()));
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::INTERNAL, "Failed to parse request"));
+  absl::StatusOr<v1::Job> job = client.Get("job-1");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(job.status().message(), "GetJob failed with INTERNAL: Failed to parse request");
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::UNKNOWN, "Unexpected error in RPC handling"));
+  job = client.Get("job-1");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(job.status().message(), "GetJob failed with UNKNOWN: Unexpected error in RPC handling");
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               "Received message larger than max (5 vs. 4)"));
+  job = client.Get("job-1");
+  EXPECT_EQ(job.status().message(),
+            "GetJob failed with RESOURCE_EXHAUSTED: Received message larger than max (5 vs. 4)");
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::UNKNOWN, ""));
+  job = client.Get("job-1");
+  EXPECT_EQ(job.status().message(), "GetJob failed with UNKNOWN");
+}
+
+TEST(QuietProtobufLoggingTest, ProtobufLogsNothing) {
+  // What protobuf logs when a string field holds invalid UTF-8, as SubmitJob's did.
+  v1::SubmitJobRequest request;
+  request.set_source_name("caf\xE9.yaml");
+  QuietProtobufLogging();
+  ::testing::internal::CaptureStderr();
+  std::string wire;
+  request.SerializeToString(&wire);
+  v1::SubmitJobRequest parsed;
+  EXPECT_FALSE(parsed.ParseFromString(wire));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(CoordinatorClientTest, UnavailableFromALiveCoordinatorKeepsItsMessage) {
   FakeCoordinator fake;
   fake.FailGetJob(grpc::Status(grpc::StatusCode::UNAVAILABLE, "job store is being recovered"));

@@ -1,10 +1,6 @@
 #include "dapplectl/commands.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +12,9 @@
 #include "absl/strings/strip.h"
 #include "dapplectl/client.h"
 #include "dapplectl/exit_codes.h"
+#include "dapplectl/flag_values.h"
 #include "dapplectl/json_output.h"
+#include "dapplectl/spec_file.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
 
@@ -28,8 +26,10 @@ enum class Format { kTable, kJson, kYaml };
 struct Flags {
   std::string coordinator = kDefaultCoordinator;
   std::string output = "table";
-  double timeout_seconds = 10;
+  std::string timeout = "10";  // checked by ParsePositiveSeconds after parsing
 };
+
+constexpr char kCoordinatorEnv[] = "DAPPLE_COORDINATOR";
 
 // Prints "dapplectl: <message>" on one line and returns `exit_code`.
 int Fail(const Environment& env, int exit_code, const std::string& message) {
@@ -53,31 +53,6 @@ std::optional<Format> OutputFormat(const Environment& env, const std::string& co
        absl::StrCat(command, ": -o ", output, " is not supported; use table or json",
                     yaml_allowed ? " or yaml" : ""));
   return std::nullopt;
-}
-
-// Reads a whole file; the error names the file and the OS reason.
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
-  }
-  std::string data;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      close(fd);
-      return absl::NotFoundError(
-          absl::StrCat("cannot read job spec ", path, ": ", std::strerror(e)));
-    }
-    data.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return data;
 }
 
 int64_t NowUnixMs(const Environment& env) { return absl::ToUnixMillis(env.now()); }
@@ -135,18 +110,22 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   // Global flags are accepted after the command too: `dapplectl get job-1 -o json`.
   app.fallthrough();
   app.footer(Footer());
-  app.add_option("--coordinator", flags.coordinator, "coordinator address HOST:PORT")
-      ->envname("DAPPLE_COORDINATOR")
-      ->capture_default_str();
+  // DAPPLE_COORDINATOR is read below rather than with envname(), so that a bad value names
+  // the variable instead of the flag.
+  CLI::Option* coordinator =
+      app.add_option("--coordinator", flags.coordinator,
+                     "coordinator address (default: $DAPPLE_COORDINATOR, else " +
+                         std::string(kDefaultCoordinator) + ")")
+          ->type_name("HOST:PORT");
   app.add_option("-o,--output", flags.output,
                  "output format: table, json (all commands) or yaml (get, list, cancel, "
                  "workers, submit without --watch)")
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
-  app.add_option("--timeout", flags.timeout_seconds,
+  app.add_option("--timeout", flags.timeout,
                  "deadline in seconds of each call, connecting included (watch: of connecting; "
                  "the watch itself has none)")
-      ->check(CLI::PositiveNumber)
+      ->type_name("SECONDS")
       ->capture_default_str();
 
   std::string file;
@@ -186,15 +165,27 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
   }
 
+  // Flag values are checked before anything is read or sent: a bad one is a usage error.
+  const char* env_address = std::getenv(kCoordinatorEnv);
+  const bool from_env = coordinator->count() == 0 && env_address != nullptr;
+  if (from_env) flags.coordinator = env_address;
+  if (absl::Status s =
+          CheckCoordinatorAddress(from_env ? kCoordinatorEnv : "--coordinator", flags.coordinator);
+      !s.ok()) {
+    return Fail(env, kExitUsage, std::string(s.message()));
+  }
+  absl::StatusOr<absl::Duration> timeout = ParsePositiveSeconds("--timeout", flags.timeout);
+  if (!timeout.ok()) return Fail(env, kExitUsage, std::string(timeout.status().message()));
+
   ClientOptions options;
   options.address = flags.coordinator;
-  options.timeout = absl::Seconds(flags.timeout_seconds);
+  options.timeout = *timeout;
 
   if (submit->parsed()) {
     std::optional<Format> format =
         OutputFormat(env, "submit", flags.output, /*yaml_allowed=*/!submit_watch);
     if (!format) return kExitUsage;
-    absl::StatusOr<std::string> spec = ReadFile(file);
+    absl::StatusOr<std::string> spec = ReadSpecFile(file);
     if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
     CoordinatorClient client(options);
     absl::StatusOr<v1::Job> job = client.Submit(*spec, file);

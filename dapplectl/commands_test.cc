@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/fake_coordinator_test_util.h"
 #include "gmock/gmock.h"
@@ -273,6 +274,98 @@ TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
     EXPECT_THAT(r.err, MatchesRegex("dapplectl: [^\n]+\n")) << ::testing::PrintToString(args);
     EXPECT_EQ(r.out, "");
   }
+}
+
+TEST_F(CommandsTest, TimeoutMustBeAPositiveNumberOfSeconds) {
+  for (const char* bad : {"0", "-1", "abc", "nan", "inf", "-inf", "1e-400", ""}) {
+    Result r = RunCtl({"--coordinator", addr_, "--timeout", bad, "list"});
+    EXPECT_EQ(r.code, kExitUsage) << bad;
+    EXPECT_EQ(r.err,
+              absl::StrCat("dapplectl: --timeout must be a positive number of seconds, got \"", bad,
+                           "\"\n"));
+    EXPECT_EQ(r.out, "");
+  }
+  Result r = RunCtl({"--coordinator", addr_, "--timeout=1e300", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: --timeout must be at most 86400 seconds (one day), got \"1e300\"\n");
+  r = RunCtl({"--coordinator", addr_, "--timeout", "0.5", "list"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
+TEST_F(CommandsTest, CoordinatorMustBeHostPort) {
+  struct Case {
+    const char* value;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"", "empty"}, Case{"localhost", "no port"},
+                        Case{"localhost:0", "port 0 is not in 1..65535"},
+                        Case{"localhost:99999", "port 99999 is not in 1..65535"}}) {
+    Result r = RunCtl({"--coordinator", c.value, "list"});
+    EXPECT_EQ(r.code, kExitUsage) << c.value;
+    EXPECT_EQ(r.err, absl::StrCat("dapplectl: --coordinator must be HOST:PORT (e.g. "
+                                  "127.0.0.1:7600), got \"",
+                                  c.value, "\" (", c.reason, ")\n"));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CommandsTest, TheEnvironmentVariableIsCheckedByName) {
+  for (const char* bad : {"", "nohost", "h:70000"}) {
+    setenv("DAPPLE_COORDINATOR", bad, 1);
+    Result r = RunCtl({"list"});
+    unsetenv("DAPPLE_COORDINATOR");
+    EXPECT_EQ(r.code, kExitUsage) << bad;
+    EXPECT_THAT(r.err, StartsWith(absl::StrCat(
+                           "dapplectl: DAPPLE_COORDINATOR must be HOST:PORT (e.g. 127.0.0.1:7600), "
+                           "got \"",
+                           bad, "\" (")));
+  }
+  // The flag wins, so a bad variable does not matter when it is given.
+  setenv("DAPPLE_COORDINATOR", "", 1);
+  Result r = RunCtl({"--coordinator", addr_, "list"});
+  unsetenv("DAPPLE_COORDINATOR");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  // A good variable is used.
+  setenv("DAPPLE_COORDINATOR", addr_.c_str(), 1);
+  r = RunCtl({"list"});
+  unsetenv("DAPPLE_COORDINATOR");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
+TEST_F(CommandsTest, SubmitRefusesTextThatIsNotUtf8WithoutSending) {
+  const std::string spec = WriteSpec("latin1.yaml", "name: x\nmodel: y\n# caf\xE9\n");
+  Result r = RunCtl({"--coordinator", addr_, "submit", spec});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err,
+            "dapplectl: " + spec + ": not UTF-8 text (invalid byte 0xE9 at line 3, column 6)\n");
+  EXPECT_EQ(fake_.last_submit().spec_yaml(), "");  // nothing was sent
+}
+
+TEST_F(CommandsTest, SubmitSendsANonUtf8FileNameEscaped) {
+  const std::string spec = WriteSpec("caf\xE9.yaml", "name: fmnist-mlp\n");
+  const std::string escaped = ::testing::TempDir() + "/caf\\xE9.yaml";
+  Result r = RunCtl({"--coordinator", addr_, "submit", spec});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(fake_.last_submit().source_name(), escaped);
+  const std::string bad = WriteSpec("caf\xE9-bad.yaml", "bad: [\n");
+  r = RunCtl({"--coordinator", addr_, "submit", bad});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err, "dapplectl: " + ::testing::TempDir() +
+                       "/caf\\xE9-bad.yaml:4:7: YAML syntax error: end of map not found\n");
+}
+
+TEST_F(CommandsTest, InternalErrorsNameTheCall) {
+  fake_.FailGetJob(grpc::Status(grpc::StatusCode::INTERNAL, "boom"));
+  Result r = RunCtl({"--coordinator", addr_, "get", "job-1"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err, "dapplectl: GetJob failed with INTERNAL: boom\n");
+  fake_.FailGetJob(grpc::Status(grpc::StatusCode::UNKNOWN, "exception: bad_alloc"));
+  r = RunCtl({"--coordinator", addr_, "watch", "job-1"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err, "dapplectl: GetJob failed with UNKNOWN: exception: bad_alloc\n");
+  fake_.FailGetJob(grpc::Status(grpc::StatusCode::INTERNAL, ""));
+  r = RunCtl({"--coordinator", addr_, "get", "job-1"});
+  EXPECT_EQ(r.err, "dapplectl: GetJob failed with INTERNAL\n");
 }
 
 TEST_F(CommandsTest, HelpListsCommandsAndExitCodes) {

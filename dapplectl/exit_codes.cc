@@ -56,8 +56,9 @@ const char* ExitCodesHelp() {
   return "Exit codes:\n"
          "  0  ok (watch, submit --watch: the job SUCCEEDED)\n"
          "  1  the request was refused (invalid spec, unknown job, wrong job state) or the\n"
-         "     spec file could not be read; the coordinator's message is printed\n"
-         "  2  usage error (unknown command or flag, missing or bad argument)\n"
+         "     spec file could not be read, is over 1 MiB or is not UTF-8 text\n"
+         "  2  usage error (unknown command or flag, missing or bad argument, --coordinator\n"
+         "     or DAPPLE_COORDINATOR not HOST:PORT)\n"
          "  3  the coordinator could not be reached or stopped answering\n"
          "  4  the job FAILED (watch, submit --watch)\n"
          "  5  the job was CANCELLED (watch, submit --watch)\n";

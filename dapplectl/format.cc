@@ -71,4 +71,18 @@ std::string FormatSteps(int64_t step, int64_t total_steps) {
   return absl::StrCat(step);
 }
 
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 0) return "-";
+  if (bytes < 1024) return absl::StrCat(bytes, bytes == 1 ? " byte" : " bytes");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  // Switch units before rounding would print "1024.0 KiB".
+  while (unit < 3 && value >= 1023.95) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
 }  // namespace dapple::ctl

@@ -41,6 +41,10 @@ std::string FormatRate(double samples_per_second);
 // Steps as "done/total" ("120/702"), or just "120" when the total is not known (0).
 std::string FormatSteps(int64_t step, int64_t total_steps);
 
+// A size in bytes, binary units with one decimal from 1 KiB up: "1 byte", "512 bytes", "1.5 KiB",
+// "70.0 MiB", "2.0 GiB". Negative -> "-".
+std::string FormatBytes(int64_t bytes);
+
 }  // namespace dapple::ctl
 
 #endif  // DAPPLE_DAPPLECTL_FORMAT_H_

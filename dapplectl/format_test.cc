@@ -78,5 +78,18 @@ TEST(FormatTest, Numbers) {
   EXPECT_EQ(FormatSteps(120, 0), "120");
 }
 
+TEST(FormatTest, Bytes) {
+  EXPECT_EQ(FormatBytes(0), "0 bytes");
+  EXPECT_EQ(FormatBytes(1), "1 byte");
+  EXPECT_EQ(FormatBytes(1023), "1023 bytes");
+  EXPECT_EQ(FormatBytes(1024), "1.0 KiB");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes((1 << 20) - 1), "1.0 MiB");  // not "1024.0 KiB"
+  EXPECT_EQ(FormatBytes(int64_t{70} << 20), "70.0 MiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 30), "3.0 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{5} << 40), "5.0 TiB");
+  EXPECT_EQ(FormatBytes(-1), "-");
+}
+
 }  // namespace
 }  // namespace dapple::ctl

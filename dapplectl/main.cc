@@ -9,6 +9,7 @@
 
 int main(int argc, char** argv) {
   dapple::ctl::QuietGrpcLogging();
+  dapple::ctl::QuietProtobufLogging();
   dapple::ctl::Environment env;
   env.out = &std::cout;
   env.err = &std::cerr;

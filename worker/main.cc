@@ -1,5 +1,6 @@
 // dapple-worker: one stage replica's daemon. Registers with the coordinator, heartbeats, and runs
-// the stage assignments it receives. Exits 0 on SIGINT/SIGTERM.
+// the stage assignments it receives. SIGINT/SIGTERM: aborts a running job, deregisters, exits 0.
+// Exit codes: 0 after a signal, 2 for a bad flag (one line on stderr), 1 otherwise.
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -8,40 +9,55 @@
 #include "common/logging.h"
 #include "kernels/cpu/blas.h"
 #include "worker/daemon/worker_daemon.h"
+#include "worker/daemon/worker_options.h"
+
+namespace {
+
+int UsageError(const std::string& message) {
+  std::cerr << "dapple-worker: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dapple-worker: runs pipeline stages for a dapple-coordinator"};
   dapple::worker::WorkerOptions opts;
   if (const char* env = std::getenv("DAPPLE_COORDINATOR")) opts.coordinator = env;
   std::string log_level = "info";
-  int transport_timeout_s = 120;
+  // Seconds as plain integers: range checks with our own messages happen below.
+  int64_t transport_timeout_s = 120, rendezvous_timeout_s = 60;
   app.add_option("--coordinator", opts.coordinator,
-                 "coordinator address host:port (env DAPPLE_COORDINATOR)")
+                 "coordinator address HOST:PORT (env DAPPLE_COORDINATOR)")
       ->capture_default_str();
-  app.add_option("--name", opts.name, "stable worker name (default: assigned by the coordinator)");
+  app.add_option("--name", opts.name,
+                 "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
   app.add_option("--devices", opts.devices, "devices this worker offers (this build: cpu)")
       ->capture_default_str();
   app.add_option("--dump-dir", opts.dump_dir,
-                 "write <job>.stage<s>.params here after each successful job");
+                 "write <job>.stage<s>.params here after each successful job (must exist)");
   app.add_option("--transport-timeout-s", transport_timeout_s,
-                 "longest wait for one activation or gradient message")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+                 "longest wait for one activation or gradient message, 1..86400")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout-s", rendezvous_timeout_s,
+                 "longest wait for the other stages' addresses, 1..86400")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  for (const std::string& d : opts.devices) {
-    if (d != "cpu") {
-      std::cerr << "dapple-worker: device '" << d
-                << "' is not available in this build (CPU only); use --devices cpu\n";
-      return 2;
-    }
+    return UsageError(e.what());
   }
   opts.transport_timeout = absl::Seconds(transport_timeout_s);
+  opts.rendezvous_timeout = absl::Seconds(rendezvous_timeout_s);
+  if (absl::Status s = dapple::worker::ValidateLogLevel(log_level); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  if (absl::Status s = dapple::worker::ValidateWorkerOptions(opts); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
   dapple::InitLogging("worker", log_level);
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);
@@ -56,6 +72,7 @@ int main(int argc, char** argv) {
   std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
+    DAPPLE_LOG_INFO("signal {}: stopping", sig);
     daemon.Stop();
   });
   signals.detach();

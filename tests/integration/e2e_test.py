@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -154,11 +155,52 @@ class EndToEndTest(unittest.TestCase):
         # Usage error and unreachable coordinator have their own exit codes.
         rc, _, _ = c.ctl("frobnicate", check=False)
         self.assertEqual(rc, 2)
-        r = __import__("subprocess").run(
+        r = subprocess.run(
             [cluster.DAPPLECTL, "--coordinator", "127.0.0.1:1", "--timeout", "2", "list"],
             capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("127.0.0.1:1", r.stderr)
+
+    def test_diverging_job_fails(self):
+        job = self.c.submit(short_job("e2e-diverge", steps=20, lr=1e30))
+        j = self.c.wait_state(job, TERMINAL, timeout=60)
+        self.assertEqual(j["state"], "FAILED")
+        self.assertIn("diverged", j["message"])
+        self.c.wait_workers(2, "IDLE", timeout=15)
+
+    def test_worker_sigterm_fails_job_and_deregisters(self):
+        job = self.c.submit(long_job("e2e-sigterm"))
+        self.wait_running_steps(job)
+        victim = self.c.get(job)["plan"]["stages"][0]["worker_ids"][0]
+        for name, p in self.c.workers:
+            if name == victim:
+                p.send_signal(signal.SIGTERM)
+                self.assertEqual(p.wait(timeout=20), 0)
+        j = self.c.wait_state(job, TERMINAL, timeout=20)
+        self.assertEqual(j["state"], "FAILED")
+        self.assertIn(victim, j["message"])
+        # Deregistered at once: not listed as a worker that could take the next job.
+        names = [w.get("id") for w in self.c.workers_json() if w.get("state") != "DEAD"]
+        self.assertNotIn(victim, names)
+
+    def test_bad_daemon_flags_and_second_coordinator(self):
+        r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--dump-dir",
+                            "/nonexistent/x"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--dump-dir /nonexistent/x", r.stderr)
+        r = subprocess.run([cluster.WORKER, "--coordinator", "nonsense:xx"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        # A second coordinator may neither share the database nor the port of a running one.
+        r = subprocess.run([cluster.COORDINATOR, "--listen", "127.0.0.1:0", "--db", self.c.db],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("in use", r.stderr)
+        other_db = os.path.join(self.c.dir, "other.db")
+        r = subprocess.run([cluster.COORDINATOR, "--listen", self.c.address, "--db", other_db],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("in use", r.stderr)
 
 
 if __name__ == "__main__":

@@ -58,9 +58,10 @@ void ProgressReporter::Loop() {
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      // The coordinator no longer knows the job or this worker: nothing to retry.
-      DAPPLE_LOG_WARN("progress report for {} refused: {}", report.job_id(), s.error_message());
-      queue_.pop_front();
+      // The coordinator no longer knows the job or this worker: nothing queued can be delivered.
+      DAPPLE_LOG_WARN("progress reports for {} refused ({}); dropping {} queued", report.job_id(),
+                      s.error_message(), queue_.size());
+      queue_.clear();
       abort_->store(true);
     } else {
       if (++failures == 1) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
@@ -102,8 +103,26 @@ absl::Status WorkerDaemon::Run() {
   }
   abort_.store(true);
   ReapJob(/*wait=*/true);
+  Deregister();
   DAPPLE_LOG_INFO("stopped");
   return absl::OkStatus();
+}
+
+void WorkerDaemon::Deregister() {
+  std::string id;
+  {
+    absl::MutexLock l(&mu_);
+    id = worker_id_;
+  }
+  if (id.empty()) return;
+  // Tell the coordinator now rather than letting it wait out the heartbeat timeout; best effort.
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(id);
+  v1::DeregisterWorkerResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  grpc::Status s = stub_->DeregisterWorker(&ctx, req, &resp);
+  if (!s.ok()) DAPPLE_LOG_WARN("could not deregister {}: {}", id, s.error_message());
 }
 
 void WorkerDaemon::HeartbeatOnce() {
@@ -339,6 +358,12 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
     DAPPLE_ASSIGN_OR_RETURN(StepResult r, rt->RunStep(step));
     const int epoch = static_cast<int>(step / per_epoch) + 1;
+    if (last && !std::isfinite(r.loss)) {
+      // Training cannot recover from a non-finite loss; reporting success would hide it.
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "training diverged at step %d: loss %f (try a lower training.optimizer.lr)", step + 1,
+          r.loss));
+    }
     if (last) {
       v1::ProgressReport rep = base_report(v1::PROGRESS_STEP);
       rep.set_step(step + 1);

@@ -52,6 +52,7 @@ class WorkerDaemon {
   };
 
   absl::Status Register();
+  void Deregister();
   void HeartbeatOnce();
   void StartJob(const v1::StageAssignment& assignment);
   void RunJob(v1::StageAssignment assignment);

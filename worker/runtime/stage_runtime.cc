@@ -80,6 +80,9 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
         "stage %d covers layers [%d, %d] but the model has %d layers", stage,
         range.first_layer(), range.last_layer(), infos.size()));
   }
+  int64_t widest = NumElements(infos[0].input_shape);
+  for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
+  rt->eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
   rt->input_shape_ = infos[range.first_layer()].input_shape;
   rt->output_shape_ = infos[range.last_layer()].output_shape;
   DAPPLE_ASSIGN_OR_RETURN(rt->layers_, kernels::BuildLayers(spec.model(), range.first_layer(),
@@ -263,17 +266,19 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
   const Dataset& test = *test_;
-  const int64_t chunks = (test.size + kEvalChunk - 1) / kEvalChunk;
+  const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
   std::vector<Tensor> acts(layers_.size() + 1);
-  std::vector<Tensor> sent(first || !last ? chunks : 0);
+  // Sent chunks stay alive until WaitSends (Transport rules); chunks of a wide model are few MiB
+  // each at most kMaxEvalActivationFloats floats.
+  std::vector<Tensor> sent(last ? 0 : chunks);
   std::vector<int64_t> indices;
   std::vector<int32_t> labels;
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kEvalChunk;
-    const int64_t n = std::min(kEvalChunk, test.size - begin);
+    const int64_t begin = c * eval_chunk_;
+    const int64_t n = std::min(eval_chunk_, test.size - begin);
     acts[0].Resize(WithBatch(n, input_shape_));
     const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
     if (first) {

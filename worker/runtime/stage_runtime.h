@@ -62,14 +62,20 @@ class StageRuntime {
   // action ("stage 1 action 1RECV_ACT3: ...").
   absl::StatusOr<StepResult> RunStep(int64_t step);
 
-  // Forward-only pass over the whole test set in chunks of kEvalChunk samples, through all
-  // stages. `eval_index` distinguishes evaluations on the wire (use the epoch).
+  // Forward-only pass over the whole test set, through all stages, in chunks of EvalChunk()
+  // samples. `eval_index` distinguishes evaluations on the wire (use the epoch).
   absl::StatusOr<EvalResult> Evaluate(int64_t eval_index);
+
+  // Samples per evaluation chunk: kMaxEvalChunk, fewer for wide models so that no activation
+  // tensor exceeds kMaxEvalActivationFloats. A function of the whole model, so every stage
+  // splits the test set the same way.
+  int64_t EvalChunk() const { return eval_chunk_; }
 
   // This stage's parameters, in layer order (names "layer<i>.weight" / "layer<i>.bias").
   std::vector<kernels::Param*> Params();
 
-  static constexpr int64_t kEvalChunk = 1000;
+  static constexpr int64_t kMaxEvalChunk = 1000;
+  static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
 
  private:
   struct Slot {
@@ -95,6 +101,7 @@ class StageRuntime {
   int64_t micro_batch_size_ = 0;
   int64_t global_batch_ = 0;
   int64_t steps_per_epoch_ = 0;
+  int64_t eval_chunk_ = kMaxEvalChunk;
   uint64_t seed_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer

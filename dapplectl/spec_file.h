@@ -1,0 +1,36 @@
+// Reading a job spec file for `dapplectl submit`: the checks dapplectl makes before sending
+// it, so that a file the coordinator could never accept is reported by name, line and column
+// instead of as a gRPC error.
+#ifndef DAPPLE_DAPPLECTL_SPEC_FILE_H_
+#define DAPPLE_DAPPLECTL_SPEC_FILE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dapple::ctl {
+
+// The largest job spec dapplectl sends, in bytes. Specs are a page of YAML; the limit stops a
+// wrong file (a data set, a checkpoint) before it travels.
+inline constexpr int64_t kMaxSpecBytes = int64_t{1} << 20;
+
+// Checks `text`, the contents of the spec file `name` (as the user typed it; invalid UTF-8 in
+// it is escaped in messages), against what SubmitJob accepts. kInvalidArgument:
+//   "job.yaml is 70.0 MiB; a job spec may be at most 1 MiB"  (more than kMaxSpecBytes)
+//   "job.yaml: not UTF-8 text (invalid byte 0xE9 at line 3, column 5)"  (see FindTextFault;
+//       also "control byte 0x00 ..." for NUL and other control bytes)
+absl::Status CheckSpecText(absl::string_view name, absl::string_view text);
+
+// Reads the spec file at `path` and checks it with CheckSpecText. A regular file larger than
+// kMaxSpecBytes is refused from its size, without reading it; other files (pipes) are read up
+// to the limit ("job.yaml is more than 1 MiB; ..."). Errors: kNotFound "cannot read job spec
+// PATH: <strerror>" for a file that cannot be opened or read; kInvalidArgument from
+// CheckSpecText.
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path);
+
+}  // namespace dapple::ctl
+
+#endif  // DAPPLE_DAPPLECTL_SPEC_FILE_H_

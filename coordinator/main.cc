@@ -1,22 +1,28 @@
 // dapple-coordinator: the job queue, planner, worker registry and rendezvous of a dapple
 // cluster, serving the Coordinator (dapplectl) and WorkerControl (workers) gRPC services on one
 // port. See docs/coordinator.md.
+#include <grpc/support/log.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "coordinator/flags.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/grpc_service.h"
 
@@ -48,45 +54,91 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// Runtime failure (database, port): one line, exit 1.
+// gRPC's own error lines go through the dapple log. While the server binds they are held
+// back: a failed bind is reported once, by us, in one line naming the reason; after a
+// successful one they are written as warnings.
+std::mutex grpc_log_mu;
+bool grpc_log_held = false;
+std::vector<std::string> grpc_log_backlog;
+
+void ForwardGrpcLog(gpr_log_func_args* args) {
+  std::string line = absl::StrCat("grpc: ", args->message);
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  {
+    std::lock_guard<std::mutex> lock(grpc_log_mu);
+    if (grpc_log_held) {
+      grpc_log_backlog.push_back(std::move(line));
+      return;
+    }
+  }
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    DAPPLE_LOG_WARN("{}", line);
+  } else {
+    DAPPLE_LOG_DEBUG("{}", line);
+  }
+}
+
+// Holds gRPC's error lines back (true), or releases them: dropped or written as warnings.
+void HoldGrpcLog(bool hold, bool drop = false) {
+  std::vector<std::string> backlog;
+  {
+    std::lock_guard<std::mutex> lock(grpc_log_mu);
+    grpc_log_held = hold;
+    if (!hold) backlog.swap(grpc_log_backlog);
+  }
+  if (!drop) {
+    for (const std::string& line : backlog) DAPPLE_LOG_WARN("{}", line);
+  }
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "dapple-coordinator: " << status.message() << std::endl;
   return 1;
+}
+
+// A flag or usage error: one line, exit 2 (CLI11's own codes, 105 / 114 ..., would say
+// nothing to a script).
+constexpr int kUsageExit = 2;
+int UsageError(absl::string_view message) {
+  std::string line(message);
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  std::cerr << "dapple-coordinator: " << line << " (see --help)" << std::endl;
+  return kUsageExit;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dapple-coordinator: job queue, planner, worker registry and rendezvous"};
-  std::string listen = "0.0.0.0:7600";
-  std::string db = "dapple.db";
-  int64_t heartbeat_interval_ms = 500;
-  int64_t worker_timeout_ms = 5000;
-  std::string log_level = "info";
-  std::string port_file;
-  app.add_option("--listen", listen, "gRPC address host:port (port 0 picks a free port)")
+  dapple::coordinator::RawFlags raw;
+  // Numbers are taken as text: ValidateFlags checks them, with messages naming the rule
+  // (CLI11's range checks print "Value 0 not in range 0.000000 to 1.79769e+308").
+  app.add_option("--listen", raw.listen, "gRPC address HOST:PORT (port 0 picks a free port)")
       ->capture_default_str();
-  app.add_option("--db", db, "SQLite job database (created if missing)")->capture_default_str();
-  app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
-                 "heartbeat interval told to workers")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--db", raw.db, "SQLite job database (created if missing)")->capture_default_str();
+  app.add_option("--heartbeat-interval-ms", raw.heartbeat_interval_ms,
+                 "heartbeat interval told to workers (10..60000)")
       ->capture_default_str();
-  app.add_option("--worker-timeout-ms", worker_timeout_ms,
-                 "a worker silent this long is DEAD and fails its job")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--worker-timeout-ms", raw.worker_timeout_ms,
+                 "a worker silent this long is DEAD and fails its job (100..3600000, more than "
+                 "2x the heartbeat interval)")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+  app.add_option("--log-level", raw.log_level, "trace | debug | info | warn | error | off")
       ->capture_default_str();
-  app.add_option("--port-file", port_file, "write the bound port here (atomically) once listening");
-  CLI11_PARSE(app, argc, argv);
-
-  dapple::InitLogging("coordinator", log_level);
-  if (worker_timeout_ms <= heartbeat_interval_ms) {
-    DAPPLE_LOG_WARN(
-        "--worker-timeout-ms {} is not above --heartbeat-interval-ms {}: healthy "
-        "workers may be declared dead",
-        worker_timeout_ms, heartbeat_interval_ms);
+  app.add_option("--port-file", raw.port_file,
+                 "write the bound port here (atomically) once listening");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    return UsageError(e.what());
   }
+  absl::StatusOr<dapple::coordinator::Flags> flags = dapple::coordinator::ValidateFlags(raw);
+  if (!flags.ok()) return UsageError(flags.status().message());
+
+  dapple::InitLogging("coordinator", flags->log_level);
+  gpr_set_log_function(ForwardGrpcLog);
 
   // Signals are taken synchronously by sigwait below; every thread started from here on
   // inherits the mask, so none of them is interrupted.
@@ -97,21 +149,24 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   dapple::coordinator::CoordinatorOptions options;
-  options.db_path = db;
-  options.heartbeat_interval_ms = heartbeat_interval_ms;
-  options.worker_timeout_ms = worker_timeout_ms;
+  options.db_path = flags->db;
+  options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
+  options.worker_timeout_ms = flags->worker_timeout_ms;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();
 
-  auto server = dapple::coordinator::GrpcServer::Start(listen, service->get());
+  HoldGrpcLog(true);
+  auto server = dapple::coordinator::GrpcServer::Start(flags->listen, service->get());
+  HoldGrpcLog(false, /*drop=*/!server.ok());
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
-  if (!port_file.empty()) {
-    if (absl::Status s = WritePortFile(port_file, port); !s.ok()) return Fail(s);
+  if (!flags->port_file.empty()) {
+    if (absl::Status s = WritePortFile(flags->port_file, port); !s.ok()) return Fail(s);
   }
-  DAPPLE_LOG_INFO("listening on {}:{} (db {})", HostOf(listen), port, db);
-  std::cout << "dapple-coordinator listening on " << HostOf(listen) << ":" << port << std::endl;
+  DAPPLE_LOG_INFO("listening on {}:{} (db {})", HostOf(flags->listen), port, flags->db);
+  std::cout << "dapple-coordinator listening on " << HostOf(flags->listen) << ":" << port
+            << std::endl;
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -1,6 +1,9 @@
 // dapple-worker: one stage replica's daemon. Registers with the coordinator, heartbeats, and runs
 // the stage assignments it receives. SIGINT/SIGTERM: aborts a running job, deregisters, exits 0.
 // Exit codes: 0 after a signal, 2 for a bad flag (one line on stderr), 1 otherwise.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -12,6 +15,13 @@
 #include "worker/daemon/worker_options.h"
 
 namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  (void)!write(g_signal_pipe[1], &c, 1);  // async-signal-safe
+}
 
 int UsageError(const std::string& message) {
   std::cerr << "dapple-worker: " << message << "\n";
@@ -62,17 +72,20 @@ int main(int argc, char** argv) {
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);
 
-  // Signals are turned into Stop() by a dedicated thread, never inside a handler.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A signal may land on any thread (OpenBLAS starts its own before main), so the handler only
+  // writes to a pipe; a dedicated thread turns that into Stop().
+  if (pipe(g_signal_pipe) != 0) return 1;
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   dapple::worker::WorkerDaemon daemon(opts);
   std::thread signals([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    DAPPLE_LOG_INFO("signal {}: stopping", sig);
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    DAPPLE_LOG_INFO("signal {}: stopping", static_cast<int>(sig));
     daemon.Stop();
   });
   signals.detach();

@@ -119,6 +119,24 @@ absl::Status WorkerRegistry::Transition(WorkerRecord& worker, v1::WorkerState to
   return absl::OkStatus();
 }
 
+absl::Status WorkerRegistry::Remove(const std::string& id, const std::string& reason) {
+  auto it = order_of_.find(id);
+  if (it == order_of_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  const v1::WorkerState from = by_order_.at(it->second)->info.state();
+  by_order_.erase(it->second);
+  order_of_.erase(it);
+  DAPPLE_LOG_INFO("worker {} {} -> removed: {}", id, WorkerStateName(from), reason);
+  return absl::OkStatus();
+}
+
+int WorkerRegistry::CountLive() const {
+  int live = 0;
+  for (const auto& [order, record] : by_order_) {
+    if (record->info.state() != v1::WORKER_STATE_DEAD) ++live;
+  }
+  return live;
+}
+
 std::vector<WorkerRecord*> WorkerRegistry::Schedulable() {
   std::vector<WorkerRecord*> out;
   for (auto& [order, record] : by_order_) {

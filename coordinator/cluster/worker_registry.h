@@ -14,6 +14,7 @@
 //                 with unknown_worker, so it registers again)
 //
 //   IDLE -> BUSY, BUSY -> IDLE, IDLE | BUSY -> DEAD, DEAD -> IDLE (re-registration only).
+//   Any state -> removed (Remove: the worker deregistered because it is shutting down).
 //
 // Thread safety: thread-compatible. The coordinator service guards it with its own mutex,
 // because worker and job changes must happen together.
@@ -63,6 +64,13 @@ class WorkerRegistry {
   // the diagram (including from == to).
   absl::Status Transition(WorkerRecord& worker, v1::WorkerState to, const std::string& reason,
                           const std::string& job_id = "", int stage = 0);
+
+  // Forgets worker `id` (any state); logs one line with `reason`. Later Find(id) returns
+  // nullptr, and a generated id is never handed out again. kNotFound "unknown worker w-9".
+  absl::Status Remove(const std::string& id, const std::string& reason);
+
+  // Number of IDLE and BUSY workers.
+  int CountLive() const;
 
   // IDLE workers that report no running job, in registration order (oldest first).
   std::vector<WorkerRecord*> Schedulable();

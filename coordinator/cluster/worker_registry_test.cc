@@ -92,3 +92,30 @@ TEST(WorkerRegistryTest, ADeadNameCanRegisterAgainAndBecomesTheNewest) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST(WorkerRegistryTest, RemoveForgetsAWorkerInAnyState) {
+  WorkerRegistry registry;
+  WorkerRecord& w1 = registry.Register(Request(), 0);
+  registry.Register(Request(), 0);
+  ASSERT_TRUE(registry.Transition(w1, v1::WORKER_STATE_BUSY, "job", "job-1", 0).ok());
+  EXPECT_EQ(registry.CountLive(), 2);
+  ASSERT_TRUE(registry.Remove("w-1", "shutting down").ok());
+  EXPECT_EQ(registry.Find("w-1"), nullptr);
+  EXPECT_EQ(registry.CountLive(), 1);
+  ASSERT_EQ(registry.List().size(), 1u);
+  EXPECT_EQ(registry.List()[0].id(), "w-2");
+  absl::Status again = registry.Remove("w-1", "x");
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(again.message(), "unknown worker w-1");
+  // A DEAD worker can be removed too, and a generated id is not handed out again.
+  ASSERT_TRUE(registry.Transition(*registry.Find("w-2"), v1::WORKER_STATE_DEAD, "silent").ok());
+  EXPECT_EQ(registry.CountLive(), 0);
+  ASSERT_TRUE(registry.Remove("w-2", "shutting down").ok());
+  EXPECT_EQ(registry.Register(Request(), 0).info.id(), "w-3");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -12,9 +12,14 @@ namespace dapple::coordinator {
 int64_t WallClockUnixMs() { return absl::ToUnixMillis(absl::Now()); }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options) {
+  // The lock comes before anything is read, let alone recovered: a second coordinator must
+  // not fail the first one's running jobs.
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<DatabaseLock> lock,
+                          DatabaseLock::Acquire(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store->LoadAll());
-  std::unique_ptr<JobManager> manager(new JobManager(std::move(options), std::move(store)));
+  std::unique_ptr<JobManager> manager(
+      new JobManager(std::move(options), std::move(lock), std::move(store)));
   std::vector<std::string> interrupted;
   {
     absl::MutexLock lock(&manager->mu_);
@@ -107,6 +112,43 @@ std::optional<std::string> JobManager::OldestPending() const {
   return std::nullopt;
 }
 
+std::vector<std::string> JobManager::PendingIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [seq, entry] : jobs_) {
+    if (entry.job.state() == v1::JOB_STATE_PENDING) ids.push_back(entry.job.id());
+  }
+  return ids;
+}
+
+absl::Status JobManager::SetPendingMessage(const std::string& id, const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (entry->job.state() != v1::JOB_STATE_PENDING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobStateName(entry->job.state()), ", not PENDING"));
+  }
+  if (entry->job.message() == message) return absl::OkStatus();
+  const int64_t now = options_.now_unix_ms();
+  entry->job.set_message(message);
+  entry->job.set_updated_unix_ms(now);
+  ChangedLocked(*entry, now);
+  return absl::OkStatus();
+}
+
+void JobManager::ChangedLocked(Entry& entry, int64_t now) {
+  entry.version = next_version_++;
+  entry.dirty = true;
+  if (now - entry.last_write_unix_ms >= options_.metrics_persist_interval_ms) {
+    absl::Status written = WriteLocked(entry, now);
+    if (!written.ok()) {
+      DAPPLE_LOG_WARN("job {}: change not saved yet: {}", entry.job.id(), written.message());
+    }
+  }
+  changed_.SignalAll();
+}
+
 absl::StatusOr<v1::Job> JobManager::Transition(const std::string& id, v1::JobState to,
                                                const std::string& message, const Mutator& mutate) {
   absl::MutexLock lock(&mu_);
@@ -150,13 +192,7 @@ absl::Status JobManager::Update(const std::string& id, const Mutator& mutate) {
   const int64_t now = options_.now_unix_ms();
   mutate(&entry->job);
   entry->job.set_updated_unix_ms(now);
-  entry->version = next_version_++;
-  entry->dirty = true;
-  if (now - entry->last_write_unix_ms >= options_.metrics_persist_interval_ms) {
-    absl::Status written = WriteLocked(*entry, now);
-    if (!written.ok()) DAPPLE_LOG_WARN("job {}: progress not saved yet: {}", id, written.message());
-  }
-  changed_.SignalAll();
+  ChangedLocked(*entry, now);
   return absl::OkStatus();
 }
 

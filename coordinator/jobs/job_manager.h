@@ -14,6 +14,10 @@
 // metrics) is written at most once per `metrics_persist_interval_ms` per job, and FlushDirty
 // writes what is left (the coordinator calls it from its periodic tick and at shutdown).
 //
+// Exclusivity: Open first takes the database's DatabaseLock (db_lock.h) and holds it until the
+// JobManager is destroyed, so a second coordinator on the same file is refused before it
+// recovers (and so fails) anything.
+//
 // Recovery (Open on an existing database): PLANNING and RUNNING jobs become FAILED with the
 // message kRestartMessage (their workers are no longer known); PENDING jobs stay PENDING;
 // terminal jobs keep their state, message and metrics. Ids continue the stored sequence.
@@ -36,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/jobs/db_lock.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/jobs/job_store.h"
 #include "dapple/v1/job.pb.h"
@@ -63,8 +68,10 @@ class JobManager {
     int64_t version = 0;  // grows on every change of this job
   };
 
-  // Opens the store and recovers (see above). Errors: JobStore::Open's, kDataLoss for a corrupt
-  // row, and any write error of the recovery transitions.
+  // Locks the database, opens the store and recovers (see above). Errors: DatabaseLock's
+  // (kFailedPrecondition "database d.db is in use by another dapple-coordinator (pid 123)",
+  // kInvalidArgument for an empty path), JobStore::Open's, kDataLoss for a corrupt row, and
+  // any write error of the recovery transitions.
   static absl::StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options);
 
   // Stores a new PENDING job "job-N" (N = 1 + the largest N ever stored) with `spec`, its YAML
@@ -81,6 +88,15 @@ class JobManager {
 
   // The id of the oldest PENDING job, if any.
   std::optional<std::string> OldestPending() const;
+
+  // The ids of all PENDING jobs, oldest first.
+  std::vector<std::string> PendingIds() const;
+
+  // Sets the message of a PENDING job (why it waits). Nothing happens when it already has
+  // `message`; otherwise the version grows, watchers wake, and the write follows Update's
+  // throttle (at most once per metrics_persist_interval_ms, the rest by FlushDirty).
+  // kNotFound; kFailedPrecondition "job job-3 is RUNNING, not PENDING".
+  absl::Status SetPendingMessage(const std::string& id, const std::string& message);
 
   // THE way a job's state changes. Validates `from -> to` against the lifecycle, applies
   // `mutate` (optional; it must not touch id, state, message or timestamps), sets state,
@@ -118,16 +134,21 @@ class JobManager {
     int64_t last_write_unix_ms = 0;
   };
 
-  explicit JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store)
-      : options_(std::move(options)), store_(std::move(store)) {}
+  JobManager(JobManagerOptions options, std::unique_ptr<DatabaseLock> lock,
+             std::unique_ptr<JobStore> store)
+      : options_(std::move(options)), lock_(std::move(lock)), store_(std::move(store)) {}
 
   Entry* FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Entry* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks a changed entry dirty, writes it if the throttle allows and wakes watchers.
+  void ChangedLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobManagerOptions options_;
   mutable absl::Mutex mu_;
   mutable absl::CondVar changed_;
+  // Declared before store_ so that it is released only after the database is closed.
+  const std::unique_ptr<DatabaseLock> lock_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // by sequence number N of "job-N"
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;

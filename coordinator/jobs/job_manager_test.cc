@@ -202,3 +202,86 @@ TEST_F(JobManagerTest, AwaitChangeWakesOnChangeAndTimesOut) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST_F(JobManagerTest, ASecondManagerOnTheSameDatabaseIsRefusedBeforeRecovering) {
+  auto first = Open();
+  ASSERT_TRUE(first->Create(Spec("a"), "").ok());
+  ASSERT_TRUE(first->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+  ASSERT_TRUE(first->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
+
+  JobManagerOptions options;
+  options.db_path = path_;
+  auto second = JobManager::Open(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat("database ", path_, " is in use by another dapple-coordinator (pid ",
+                         getpid(), ")"));
+  // The first one's running job was not recovered (failed) by the second, on disk or here.
+  {
+    auto peek = JobStore::Open(path_);
+    ASSERT_TRUE(peek.ok());
+    EXPECT_EQ((*peek)->LoadAll()->at(0).state(), v1::JOB_STATE_RUNNING);
+  }
+  EXPECT_EQ(first->Get("job-1")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(first->Create(Spec("b"), "")->id(), "job-2");
+
+  // Released with the manager.
+  first.reset();
+  auto third = Open();
+  ASSERT_NE(third, nullptr);
+  EXPECT_EQ(third->Get("job-1")->state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(JobManagerTest, AnEmptyDatabasePathIsRefused) {
+  JobManagerOptions options;
+  options.db_path = "";
+  auto manager = JobManager::Open(options);
+  ASSERT_FALSE(manager.ok());
+  EXPECT_EQ(manager.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager.status().message(), "job database path is empty");
+}
+
+TEST_F(JobManagerTest, PendingMessageOnlyWhilePendingAndWrittenUnderTheThrottle) {
+  auto jobs = Open();
+  ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());
+  ASSERT_TRUE(jobs->Create(Spec("b"), "").ok());
+  EXPECT_THAT(jobs->PendingIds(), ElementsAre("job-1", "job-2"));
+  const int64_t v0 = jobs->GetSnapshot("job-1")->version;
+
+  // Within the interval of the Create write: in memory and to watchers, not on disk yet.
+  now_ += 100;
+  ASSERT_TRUE(jobs->SetPendingMessage("job-1", "waiting").ok());
+  const auto snap = jobs->GetSnapshot("job-1");
+  EXPECT_EQ(snap->job.message(), "waiting");
+  EXPECT_GT(snap->version, v0);
+  EXPECT_TRUE(jobs->AwaitChange("job-1", v0, absl::Now()));
+  {
+    auto peek = JobStore::Open(path_);
+    EXPECT_EQ((*peek)->LoadAll()->at(0).message(), "");
+  }
+  // The same message again is no change at all.
+  ASSERT_TRUE(jobs->SetPendingMessage("job-1", "waiting").ok());
+  EXPECT_EQ(jobs->GetSnapshot("job-1")->version, snap->version);
+  now_ += 900;
+  ASSERT_TRUE(jobs->FlushDirty(false).ok());
+  {
+    auto peek = JobStore::Open(path_);
+    EXPECT_EQ((*peek)->LoadAll()->at(0).message(), "waiting");
+  }
+
+  // Starting clears it; a job that is not PENDING takes none.
+  ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+  EXPECT_EQ(jobs->Get("job-1")->message(), "");
+  absl::Status s = jobs->SetPendingMessage("job-1", "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "job job-1 is PLANNING, not PENDING");
+  EXPECT_EQ(jobs->SetPendingMessage("job-9", "x").code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(jobs->PendingIds(), ElementsAre("job-2"));
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

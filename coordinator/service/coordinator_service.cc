@@ -20,6 +20,9 @@ constexpr char kDefaultSource[] = "<spec>";
 // How often a blocked WatchJob looks at its client's cancellation flag.
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
 
+// Workers a job needs to start: one per device of its spec.
+int WorkersNeeded(const v1::Job& job) { return std::max(1, job.spec().parallel().devices()); }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
@@ -115,12 +118,31 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
 void CoordinatorService::ScheduleLocked(int64_t now) {
   while (std::optional<std::string> id = jobs_->OldestPending()) {
     absl::StatusOr<v1::Job> job = jobs_->Get(*id);
-    if (!job.ok()) return;
+    if (!job.ok()) break;
     const std::vector<WorkerRecord*> free = workers_.Schedulable();
-    const int needed = std::max(1, job->spec().parallel().devices());
-    if (static_cast<int>(free.size()) < needed) return;  // FIFO: later jobs wait their turn
-    if (!StartJobLocked(*job, free, now)) return;
+    if (static_cast<int>(free.size()) < WorkersNeeded(*job)) break;  // FIFO: later jobs wait
+    if (!StartJobLocked(*job, free, now)) break;
   }
+  ExplainPendingLocked();
+}
+
+void CoordinatorService::ExplainPendingLocked() {
+  const std::vector<std::string> pending = jobs_->PendingIds();
+  if (pending.empty()) return;
+  const std::string& head = pending.front();
+  absl::StatusOr<v1::Job> job = jobs_->Get(head);
+  if (!job.ok()) return;
+  const int needed = WorkersNeeded(*job);
+  // SetPendingMessage does nothing for an unchanged message, so the steady state costs no
+  // writes and wakes no watcher.
+  auto set = [&](const std::string& id, const std::string& message) {
+    absl::Status s = jobs_->SetPendingMessage(id, message);
+    if (!s.ok()) DAPPLE_LOG_WARN("job {}: {}", id, s.message());
+  };
+  set(head, absl::StrCat("waiting for ", needed,
+                         needed == 1 ? " idle worker: " : " idle workers: ", workers_.CountLive(),
+                         " registered, ", workers_.Schedulable().size(), " idle"));
+  for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
 }
 
 bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
@@ -469,6 +491,30 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                                      worker->info.id(), " has kind ",
                                                      static_cast<int>(request.kind())));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequest& request,
+                                                  v1::DeregisterWorkerResponse* response) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* worker = workers_.Find(request.worker_id());
+  if (worker == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", request.worker_id()));
+  }
+  const std::string id = worker->info.id();
+  const std::string job_id = worker->info.job_id();
+  const int stage = worker->info.stage();
+  // The job ends first, while the worker is still known, so that EndJobLocked sees all ranks.
+  if (worker->info.state() == v1::WORKER_STATE_BUSY && running_.contains(job_id)) {
+    absl::Status ended =
+        EndJobLocked(job_id, v1::JOB_STATE_FAILED,
+                     absl::StrFormat("worker %s (stage %d of job %s) shut down", id, stage, job_id),
+                     options_.now_unix_ms())
+            .status();
+    if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
+  }
+  DAPPLE_RETURN_IF_ERROR(workers_.Remove(id, "deregistered: shutting down"));
+  WakeLocked();  // the pending jobs' explanations count it no more
   return absl::OkStatus();
 }
 

@@ -15,6 +15,13 @@
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
 //   ReportProgress: STEP / EVAL (last stage: metrics), DONE (all ranks: SUCCEEDED), FAILED
 //   (job FAILED naming stage and worker), ABORTED (worker IDLE).
+//   DeregisterWorker: the worker is shutting down; it is forgotten at once and its running job
+//   FAILS.
+//
+// Pending jobs say why they wait, in their message: the oldest "waiting for 3 idle workers:
+// 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing), the
+// others "queued behind job-N". Refreshed on every scheduling pass when the numbers change;
+// cleared when the job starts.
 //
 // Errors by what the caller should do: kInvalidArgument (bad spec or request field),
 // kNotFound ("no job job-9", "unknown worker w-9: register again"), kFailedPrecondition
@@ -63,8 +70,9 @@ class CoordinatorService {
   // Receives WatchJob's snapshots; returns false when the client is gone.
   using JobEventSink = std::function<bool(const v1::JobEvent&)>;
 
-  // Opens the job database (JobManager::Open: recovery of an existing one). Errors as there,
-  // e.g. kFailedPrecondition "cannot open job database '/x/y.db': unable to open database file".
+  // Locks and opens the job database (JobManager::Open: recovery of an existing one). Errors
+  // as there, e.g. kFailedPrecondition "cannot open job database '/x/y.db': unable to open
+  // database file", "database d.db is in use by another dapple-coordinator (pid 123)".
   static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(CoordinatorOptions options);
 
   // Shutdown(), then writes any unsaved progress.
@@ -81,7 +89,8 @@ class CoordinatorService {
 
   // One background pass now: workers silent for worker_timeout_ms become DEAD (failing their
   // running job), progress older than the persist interval is written, then pending jobs are
-  // started FIFO while enough schedulable workers exist.
+  // started FIFO while enough schedulable workers exist, and the PENDING jobs' messages say
+  // why they still wait.
   void Tick();
 
   // --- Coordinator (dapplectl) ---
@@ -123,6 +132,11 @@ class CoordinatorService {
   // kFailedPrecondition when the worker is not that rank of the running job;
   // kInvalidArgument for PROGRESS_KIND_UNSPECIFIED.
   absl::Status ReportProgress(const v1::ProgressReport& request, v1::ProgressAck* response);
+  // Forgets the worker at once (any state). When it is BUSY in a RUNNING job (the assignment
+  // delivered or not), the job FAILS with "worker w-2 (stage 1 of job job-3) shut down" and
+  // its other ranks are told to abort by their heartbeats. kNotFound "unknown worker w-9".
+  absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
+                                v1::DeregisterWorkerResponse* response);
 
  private:
   // What the coordinator keeps in memory about a RUNNING job.
@@ -140,6 +154,8 @@ class CoordinatorService {
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the messages of the PENDING jobs (see the class comment).
+  void ExplainPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans and starts job `id` on the first workers of `free`; false when it could not even
   // leave PENDING (then scheduling stops for this pass).
   bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)

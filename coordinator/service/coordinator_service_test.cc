@@ -695,3 +695,151 @@ TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorker
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
+  ASSERT_TRUE(Submit(Spec(3)).ok());  // job-1 needs 3
+  ASSERT_TRUE(Submit(Spec(1)).ok());  // job-2 fits one worker but is behind job-1
+  ASSERT_TRUE(Submit(Spec(1)).ok());  // job-3
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 0 registered, 0 idle");
+  EXPECT_EQ(Get("job-2").message(), "queued behind job-1");
+  EXPECT_EQ(Get("job-3").message(), "queued behind job-1");
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  EXPECT_EQ(list.jobs(2).message(), "waiting for 3 idle workers: 0 registered, 0 idle");
+
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 2 registered, 2 idle");
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);  // FIFO holds
+
+  // A busy worker counts as registered, not idle; a DEAD one not at all.
+  const std::string w3 = Register();
+  svc_->Tick();
+  ASSERT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get("job-1").message(), "");  // cleared when it starts
+  EXPECT_EQ(Get("job-2").message(), "waiting for 1 idle worker: 3 registered, 0 idle");
+  EXPECT_EQ(Get("job-3").message(), "queued behind job-2");
+
+  // Watchers see the explanation, then its clearing when the job starts.
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-2");
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    (void)svc_->WatchJob(
+        watch,
+        [&](const v1::JobEvent& e) {
+          absl::MutexLock lock(&mu);
+          seen.push_back(e.job().message());
+          return seen.size() < 2;
+        },
+        [&] { return stop.load(); });
+  });
+  auto seen_at_least = [&](size_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      {
+        absl::MutexLock lock(&mu);
+        if (seen.size() >= n) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  };
+  const bool first = seen_at_least(1);
+  Register();
+  svc_->Tick();
+  const bool second = seen_at_least(2);
+  stop = true;  // ends the watch within 100 ms should the second snapshot never come
+  watcher.join();
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(seen[0], "waiting for 1 idle worker: 3 registered, 0 idle");
+  EXPECT_EQ(seen[1], "");
+  EXPECT_EQ(Get("job-3").message(), "waiting for 1 idle worker: 4 registered, 0 idle");
+}
+
+TEST_F(CoordinatorServiceTest, PendingMessageWritesStayUnderTheThrottle) {
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  svc_->Tick();
+  // Registrations within the persist interval change the message in memory only.
+  Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").message(), "waiting for 2 idle workers: 1 registered, 1 idle");
+  svc_.reset();  // flushes at shutdown
+  {
+    auto store = JobStore::Open(path_);
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->LoadAll()->at(0).message(),
+              "waiting for 2 idle workers: 1 registered, 1 idle");
+  }
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  svc_->Tick();  // the old workers are gone after a restart
+  EXPECT_EQ(Get("job-1").message(), "waiting for 2 idle workers: 0 registered, 0 idle");
+}
+
+TEST_F(CoordinatorServiceTest, DeregisteringABusyWorkerFailsItsJobAtOnce) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(w2);
+  v1::DeregisterWorkerResponse resp;
+  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.message(), "worker w-2 (stage 1 of job job-1) shut down");
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(svc_->ListWorkers({}, &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).id(), w1);
+  // The other rank is told to stop; the gone worker is unknown from now on.
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+  EXPECT_TRUE(Heartbeat(w2, id).unknown_worker());
+  absl::Status again = svc_->DeregisterWorker(req, &resp);
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(again.message(), "unknown worker w-2");
+}
+
+TEST_F(CoordinatorServiceTest, DeregisteringBeforeDeliveryFailsTheJobAndFreesTheOthers) {
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  svc_->Tick();
+  ASSERT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  // Neither assignment delivered yet.
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(w1);
+  v1::DeregisterWorkerResponse resp;
+  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Get("job-1").message(), "worker w-1 (stage 0 of job job-1) shut down");
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_IDLE);
+  EXPECT_FALSE(Heartbeat(w2).has_assignment());
+}
+
+TEST_F(CoordinatorServiceTest, DeregisteringAnIdleWorkerIsNeverScheduledAgain) {
+  const std::string w1 = Register();
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(w1);
+  v1::DeregisterWorkerResponse resp;
+  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  ASSERT_TRUE(Submit(Spec(1)).ok());
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-1").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
+  req.set_worker_id("w-9");
+  absl::Status unknown = svc_->DeregisterWorker(req, &resp);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.message(), "unknown worker w-9");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

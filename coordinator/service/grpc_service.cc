@@ -1,12 +1,59 @@
 #include "coordinator/service/grpc_service.h"
 
+#include <errno.h>
+#include <netdb.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace dapple::coordinator {
+namespace {
+
+// Why binding `address` ("host:port", "[v6]:port") fails, found by binding a plain socket the
+// way gRPC does (SO_REUSEADDR, no SO_REUSEPORT): gRPC reports only that it failed. "" when the
+// probe binds (the failure was something else) or the address cannot be split.
+std::string BindFailureReason(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "";
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc));
+  }
+  std::string why;
+  for (addrinfo* a = found; a != nullptr && why.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = strerror(errno);
+      if (!why.empty()) why[0] = absl::ascii_tolower(why[0]);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
+}  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -75,6 +122,12 @@ grpc::Status GrpcWorkerControl::ReportProgress(grpc::ServerContext*,
   return ToGrpcStatus(service_->ReportProgress(*request, response));
 }
 
+grpc::Status GrpcWorkerControl::DeregisterWorker(grpc::ServerContext*,
+                                                 const v1::DeregisterWorkerRequest* request,
+                                                 v1::DeregisterWorkerResponse* response) {
+  return ToGrpcStatus(service_->DeregisterWorker(*request, response));
+}
+
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
                                                               CoordinatorService* service) {
   std::unique_ptr<GrpcServer> server(new GrpcServer(service));
@@ -88,9 +141,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   // 30 s; gRPC's defaults would answer those pings with GOAWAY ("too many pings").
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // gRPC sets SO_REUSEPORT by default, which lets a second coordinator bind a port the first
+  // listens on and split its clients between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    const std::string why = BindFailureReason(address);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, why.empty() ? "" : ": ", why));
   }
   return server;
 }

@@ -59,6 +59,9 @@ class GrpcWorkerControl final : public v1::WorkerControl::Service {
                         v1::GetPeersResponse* response) override;
   grpc::Status ReportProgress(grpc::ServerContext* context, const v1::ProgressReport* request,
                               v1::ProgressAck* response) override;
+  grpc::Status DeregisterWorker(grpc::ServerContext* context,
+                                const v1::DeregisterWorkerRequest* request,
+                                v1::DeregisterWorkerResponse* response) override;
 
  private:
   CoordinatorService* service_;  // not owned
@@ -72,7 +75,9 @@ class GrpcServer {
   static constexpr int kMaxMessageBytes = 64 << 20;
 
   // Listens on `address` ("host:port"; port 0 picks a free port) and serves `service`, which
-  // must outlive the server. kUnavailable "cannot listen on <address>" when binding fails.
+  // must outlive the server. Port reuse (SO_REUSEPORT) is off, so a port another process
+  // listens on is refused. kUnavailable "cannot listen on 127.0.0.1:7600: address already in
+  // use" when binding fails (the reason as the OS gives it, when a probe bind can tell).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            CoordinatorService* service);
 

@@ -184,3 +184,41 @@ TEST_F(GrpcServiceTest, ShutdownEndsAnOpenWatchPromptly) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST_F(GrpcServiceTest, APortInUseIsRefusedNamingTheReason) {
+  const std::string address = absl::StrCat("127.0.0.1:", server_->port());
+  auto second = GrpcServer::Start(address, service_.get());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat("cannot listen on ", address, ": address already in use"));
+}
+
+TEST_F(GrpcServiceTest, DeregisterWorkerThroughARealStub) {
+  v1::RegisterWorkerResponse registered;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(workers_->RegisterWorker(&ctx, {}, &registered).ok());
+  }
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(registered.worker_id());
+  v1::DeregisterWorkerResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = workers_->DeregisterWorker(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  grpc::Status again = workers_->DeregisterWorker(&ctx, req, &resp);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(again.error_message(), "unknown worker " + registered.worker_id());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,102 @@
+#include "coordinator/flags.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace dapple::coordinator {
+namespace {
+
+constexpr int kMaxPort = 65535;
+constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+bool AllDigits(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// Parses a decimal millisecond count of `flag` within [min, max].
+absl::StatusOr<int64_t> ParseMs(const std::string& flag, const std::string& text, int64_t min,
+                                int64_t max) {
+  int64_t value = 0;
+  absl::string_view digits(text);
+  const bool negative = !digits.empty() && digits[0] == '-';
+  if (negative) digits.remove_prefix(1);
+  if (!AllDigits(digits)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be an integer number of ms, got '", text, "'"));
+  }
+  // Digits beyond int64 are certainly out of range.
+  if (!absl::SimpleAtoi(text, &value)) {
+    return absl::InvalidArgumentError(
+        negative ? absl::StrCat(flag, " must be at least ", min, " (ms), got ", text)
+                 : absl::StrCat(flag, " must be at most ", max, " (ms), got ", text));
+  }
+  if (value < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be at least ", min, " (ms), got ", value));
+  }
+  if (value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be at most ", max, " (ms), got ", value));
+  }
+  return value;
+}
+
+// HOST:PORT: a non-empty host (an IPv6 one in brackets) and a decimal port 0..65535. gRPC
+// itself would wrap 99999 to another port silently.
+bool ValidListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  const absl::string_view host = absl::string_view(listen).substr(0, colon);
+  const absl::string_view port = absl::string_view(listen).substr(colon + 1);
+  if (host.empty() || !AllDigits(port) || port.size() > 5) return false;
+  int value = 0;
+  if (!absl::SimpleAtoi(port, &value) || value > kMaxPort) return false;
+  if (host.front() == '[') return host.size() > 2 && host.back() == ']';
+  // An unbracketed IPv6 address would have its last group taken as the port.
+  return host.find(':') == absl::string_view::npos && host.find(']') == absl::string_view::npos;
+}
+
+}  // namespace
+
+absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
+  Flags flags;
+  if (!ValidListen(raw.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen must be HOST:PORT with PORT in 0..",
+                                                   kMaxPort, ", got '", raw.listen, "'"));
+  }
+  flags.listen = raw.listen;
+  if (raw.db.empty()) return absl::InvalidArgumentError("--db must name a file");
+  flags.db = raw.db;
+  auto heartbeat = ParseMs("--heartbeat-interval-ms", raw.heartbeat_interval_ms,
+                           kMinHeartbeatIntervalMs, kMaxHeartbeatIntervalMs);
+  if (!heartbeat.ok()) return heartbeat.status();
+  flags.heartbeat_interval_ms = *heartbeat;
+  auto timeout = ParseMs("--worker-timeout-ms", raw.worker_timeout_ms, kMinWorkerTimeoutMs,
+                         kMaxWorkerTimeoutMs);
+  if (!timeout.ok()) return timeout.status();
+  flags.worker_timeout_ms = *timeout;
+  if (flags.worker_timeout_ms <= 2 * flags.heartbeat_interval_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker-timeout-ms must exceed 2x --heartbeat-interval-ms (2 x ",
+                     flags.heartbeat_interval_ms, " = ", 2 * flags.heartbeat_interval_ms,
+                     " ms), got ", flags.worker_timeout_ms));
+  }
+  bool known_level = false;
+  for (const char* level : kLogLevels) known_level = known_level || raw.log_level == level;
+  if (!known_level) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-level must be one of trace, debug, info, warn, error, off; got '",
+                     raw.log_level, "'"));
+  }
+  flags.log_level = raw.log_level;
+  flags.port_file = raw.port_file;
+  return flags;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,90 @@
+#include "coordinator/flags.h"
+
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+// The message of ValidateFlags for `raw`, "" when it is valid.
+std::string Error(const RawFlags& raw) {
+  auto flags = ValidateFlags(raw);
+  if (flags.ok()) return "";
+  EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(flags.status().message());
+}
+
+TEST(FlagsTest, DefaultsAreValid) {
+  auto flags = ValidateFlags(RawFlags{});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->listen, "0.0.0.0:7600");
+  EXPECT_EQ(flags->db, "dapple.db");
+  EXPECT_EQ(flags->heartbeat_interval_ms, 500);
+  EXPECT_EQ(flags->worker_timeout_ms, 5000);
+  EXPECT_EQ(flags->log_level, "info");
+}
+
+TEST(FlagsTest, NumbersHaveRangesWithClearMessages) {
+  RawFlags raw;
+  raw.worker_timeout_ms = "0";
+  EXPECT_EQ(Error(raw), "--worker-timeout-ms must be at least 100 (ms), got 0");
+  raw.worker_timeout_ms = "3600001";
+  EXPECT_EQ(Error(raw), "--worker-timeout-ms must be at most 3600000 (ms), got 3600001");
+  raw.worker_timeout_ms = "99999999999999999999999";
+  EXPECT_EQ(Error(raw),
+            "--worker-timeout-ms must be at most 3600000 (ms), got 99999999999999999999999");
+  raw.worker_timeout_ms = "5000";
+  raw.heartbeat_interval_ms = "-5";
+  EXPECT_EQ(Error(raw), "--heartbeat-interval-ms must be at least 10 (ms), got -5");
+  raw.heartbeat_interval_ms = "1.5";
+  EXPECT_EQ(Error(raw), "--heartbeat-interval-ms must be an integer number of ms, got '1.5'");
+  raw.heartbeat_interval_ms = "";
+  EXPECT_EQ(Error(raw), "--heartbeat-interval-ms must be an integer number of ms, got ''");
+  raw.heartbeat_interval_ms = "60001";
+  EXPECT_EQ(Error(raw), "--heartbeat-interval-ms must be at most 60000 (ms), got 60001");
+  raw.heartbeat_interval_ms = "10";
+  raw.worker_timeout_ms = "100";
+  EXPECT_EQ(Error(raw), "");  // both at their minimum, 100 > 2 x 10
+}
+
+TEST(FlagsTest, WorkerTimeoutMustExceedTwiceTheHeartbeatInterval) {
+  RawFlags raw;
+  raw.heartbeat_interval_ms = "500";
+  raw.worker_timeout_ms = "1000";
+  EXPECT_EQ(Error(raw),
+            "--worker-timeout-ms must exceed 2x --heartbeat-interval-ms (2 x 500 = 1000 ms), got "
+            "1000");
+  raw.worker_timeout_ms = "1001";
+  EXPECT_EQ(Error(raw), "");
+}
+
+TEST(FlagsTest, ListenIsHostColonPortWithAPortThatFits) {
+  RawFlags raw;
+  for (const char* good :
+       {"127.0.0.1:0", "0.0.0.0:65535", "localhost:7600", "[::]:7600", "[::1]:1"}) {
+    raw.listen = good;
+    EXPECT_EQ(Error(raw), "") << good;
+  }
+  for (const char* bad :
+       {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:", ":7600", "127.0.0.1:-1",
+        "127.0.0.1:http", "::1:7600", "[::]7600", "[]:7600", "127.0.0.1:000007600"}) {
+    raw.listen = bad;
+    EXPECT_EQ(Error(raw),
+              std::string("--listen must be HOST:PORT with PORT in 0..65535, got '") + bad + "'")
+        << bad;
+  }
+}
+
+TEST(FlagsTest, DbAndLogLevel) {
+  RawFlags raw;
+  raw.db = "";
+  EXPECT_EQ(Error(raw), "--db must name a file");
+  raw.db = "x.db";
+  raw.log_level = "loud";
+  EXPECT_EQ(Error(raw),
+            "--log-level must be one of trace, debug, info, warn, error, off; got 'loud'");
+  raw.log_level = "off";
+  EXPECT_EQ(Error(raw), "");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

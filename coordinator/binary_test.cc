@@ -1,10 +1,7 @@
 // Runs the built dapple-coordinator, as an operator would: exit codes and stderr lines for
 // flag errors, a port that is taken, and a database another coordinator holds.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/testing/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -29,93 +27,20 @@ using ::testing::StartsWith;
 
 constexpr auto kDeadline = std::chrono::seconds(20);
 
-// $DAPPLE_BUILD_DIR/coordinator/dapple-coordinator (set by ctest), else next to this binary.
-std::string CoordinatorPath() {
-  if (const char* dir = std::getenv("DAPPLE_BUILD_DIR"); dir != nullptr && *dir != '\0') {
-    const std::string path = std::string(dir) + "/coordinator/dapple-coordinator";
-    if (access(path.c_str(), X_OK) == 0) return path;
-  }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "./dapple-coordinator";
-  const std::string exe(self, static_cast<size_t>(n));
-  return exe.substr(0, exe.rfind('/')) + "/dapple-coordinator";
-}
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // read ends
-  int err = -1;
-};
+using Child = ::dapple::testing::RunningProcess;
+using Result = ::dapple::testing::ProcessResult;
 
 // Starts dapple-coordinator with `args` in directory `cwd`.
 Child Spawn(const std::vector<std::string>& args, const std::string& cwd) {
-  Child child;
-  const std::string path = CoordinatorPath();
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return child;
-  child.pid = fork();
-  if (child.pid == 0) {
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    if (chdir(cwd.c_str()) != 0) _exit(126);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(path.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(path.c_str(), argv.data());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  child.out = out_pipe[0];
-  child.err = err_pipe[0];
-  return child;
+  ::dapple::testing::ProcessOptions options;
+  options.deadline = kDeadline;
+  options.cwd = cwd;
+  return ::dapple::testing::StartProcess(
+      ::dapple::testing::BuiltBinaryPath("coordinator/dapple-coordinator"), args, options);
 }
-
-struct Result {
-  int exit_code = -1;  // -1: killed at the deadline
-  std::string out;
-  std::string err;
-};
 
 // Reads the child's output until it exits; SIGKILLs it at the deadline.
-Result Finish(Child child) {
-  Result result;
-  const auto start = std::chrono::steady_clock::now();
-  pollfd fds[2] = {{child.out, POLLIN, 0}, {child.err, POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    const auto left = kDeadline - (std::chrono::steady_clock::now() - start);
-    if (left <= std::chrono::milliseconds(0)) {
-      kill(child.pid, SIGKILL);
-      break;
-    }
-    const int ms =
-        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count());
-    if (poll(fds, 2, ms) < 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
-      char buf[4096];
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (const pollfd& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
-  int status = 0;
-  waitpid(child.pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+Result Finish(const Child& child) { return ::dapple::testing::FinishProcess(child); }
 
 Result RunCoordinator(const std::vector<std::string>& args, const std::string& cwd) {
   return Finish(Spawn(args, cwd));
@@ -130,7 +55,7 @@ class CoordinatorBinaryTest : public ::testing::Test {
   }
   void TearDown() override {
     for (Child& c : running_) {
-      kill(c.pid, SIGKILL);
+      if (c.pid > 0) kill(c.pid, SIGKILL);  // never kill(-1, ...): a failed start has pid -1
       Finish(c);
     }
     (void)!std::system(absl::StrCat("rm -rf '", dir_, "'").c_str());
@@ -156,7 +81,7 @@ class CoordinatorBinaryTest : public ::testing::Test {
 
   // SIGTERMs a coordinator started by StartCoordinator and returns its result.
   Result Stop(const Child& child) {
-    kill(child.pid, SIGTERM);
+    if (child.pid > 0) kill(child.pid, SIGTERM);
     for (size_t i = 0; i < running_.size(); ++i) {
       if (running_[i].pid == child.pid) running_.erase(running_.begin() + i);
     }

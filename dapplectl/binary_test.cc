@@ -1,8 +1,5 @@
 // Runs the built dapplectl executable, as a user would: exit codes and stderr lines.
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/testing/subprocess.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/fake_coordinator_test_util.h"
 #include "gmock/gmock.h"
@@ -27,89 +25,19 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-struct ProcessResult {
-  int exit_code = -1;  // -1: killed at the deadline or did not start
-  std::string out;
-  std::string err;
-  double seconds = 0;
-};
+using ::dapple::testing::ProcessResult;
 
-// The dapplectl binary: $DAPPLE_BUILD_DIR/dapplectl/dapplectl (set by ctest), else next to
-// this test binary.
-std::string DapplectlPath() {
-  if (const char* dir = std::getenv("DAPPLE_BUILD_DIR"); dir != nullptr && *dir != '\0') {
-    const std::string path = std::string(dir) + "/dapplectl/dapplectl";
-    if (access(path.c_str(), X_OK) == 0) return path;
-  }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "./dapplectl";
-  std::string dir(self, static_cast<size_t>(n));
-  return dir.substr(0, dir.rfind('/')) + "/dapplectl";
-}
-
-// Runs `path args...` with `env_extra` added to the environment and DAPPLE_COORDINATOR
-// removed; kills it after `deadline`.
+// Runs the built dapplectl with `args`, `env_extra` added to the environment and
+// DAPPLE_COORDINATOR removed; kills it after `deadline`.
 ProcessResult RunProcess(const std::vector<std::string>& args,
                          const std::vector<std::pair<std::string, std::string>>& env_extra = {},
                          std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
-  ProcessResult result;
-  const std::string path = DapplectlPath();
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    unsetenv("DAPPLE_COORDINATOR");
-    for (const auto& [name, value] : env_extra) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(path.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(path.c_str(), argv.data());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  int open_fds = 2;
-  bool killed = false;
-  while (open_fds > 0) {
-    const auto left = deadline - (std::chrono::steady_clock::now() - start);
-    if (left <= std::chrono::milliseconds(0)) {
-      kill(pid, SIGKILL);
-      killed = true;
-      break;
-    }
-    if (poll(fds, 2,
-             static_cast<int>(
-                 std::chrono::duration_cast<std::chrono::milliseconds>(left).count())) < 0) {
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
-      char buf[4096];
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (const pollfd& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!killed && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
+  ::dapple::testing::ProcessOptions options;
+  options.deadline = deadline;
+  options.unset_env = {"DAPPLE_COORDINATOR"};
+  options.set_env = env_extra;
+  return ::dapple::testing::RunProcess(::dapple::testing::BuiltBinaryPath("dapplectl/dapplectl"),
+                                       args, options);
 }
 
 TEST(DapplectlBinaryTest, UnreachableCoordinatorExitsWithThree) {

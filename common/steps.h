@@ -20,9 +20,11 @@ inline int64_t StepsPerEpoch(const v1::JobSpec& spec) {
   return b > 0 ? kFashionMnistTrainSize / b : 0;
 }
 
-// epochs * StepsPerEpoch, capped by training.max_steps when that is > 0.
+// epochs * StepsPerEpoch, capped by training.max_steps when that is > 0; 0 for a spec without
+// a positive global batch or epoch count. The coordinator's progress and every worker's loop use
+// this one function, so they agree on when a job ends.
 inline int64_t TotalSteps(const v1::JobSpec& spec) {
-  int64_t total = spec.training().epochs() * StepsPerEpoch(spec);
+  int64_t total = std::max<int64_t>(spec.training().epochs(), 0) * StepsPerEpoch(spec);
   if (spec.training().max_steps() > 0) total = std::min(total, spec.training().max_steps());
   return total;
 }

@@ -5,15 +5,6 @@
 
 namespace dapple::coordinator {
 
-int64_t TotalSteps(const v1::JobSpec& spec) {
-  const int64_t global_batch = spec.training().global_batch();
-  if (global_batch <= 0) return 0;
-  int64_t total =
-      std::max<int64_t>(spec.training().epochs(), 0) * (kTrainSamplesPerEpoch / global_batch);
-  if (spec.training().max_steps() > 0) total = std::min(total, spec.training().max_steps());
-  return total;
-}
-
 double ProgressTracker::ElapsedSeconds(int64_t now_unix_ms) const {
   return std::max<int64_t>(now_unix_ms - running_since_unix_ms_, 0) / 1000.0;
 }

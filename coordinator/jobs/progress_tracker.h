@@ -7,17 +7,11 @@
 #include <cstdint>
 #include <deque>
 
+#include "common/steps.h"  // TotalSteps: the same step count the workers run
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/worker.pb.h"
 
 namespace dapple::coordinator {
-
-// Training samples per epoch: the Fashion-MNIST training set, the only dataset of this version.
-inline constexpr int64_t kTrainSamplesPerEpoch = 60000;
-
-// epochs * floor(kTrainSamplesPerEpoch / global_batch), capped by training.max_steps when it is
-// > 0. 0 when global_batch <= 0.
-int64_t TotalSteps(const v1::JobSpec& spec);
 
 class ProgressTracker {
  public:

@@ -55,11 +55,12 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
-    TextTable stages({"STAGE", "LAYERS", "REPLICAS", "WORKERS"});
+    TextTable stages({"STAGE", "LAYERS", "REPLICAS", "WORKERS", "DEVICES"});
     for (int i = 0; i < plan.stages_size(); ++i) {
       const v1::PlanStageSummary& s = plan.stages(i);
       stages.AddRow({absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
-                     absl::StrCat(s.replicas()), OrDash(absl::StrJoin(s.worker_ids(), ","))});
+                     absl::StrCat(s.replicas()), OrDash(absl::StrJoin(s.worker_ids(), ",")),
+                     OrDash(absl::StrJoin(s.devices(), ","))});
     }
     out += stages.Render("  ");
   }

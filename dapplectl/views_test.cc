@@ -31,12 +31,15 @@ v1::Job SampleJob() {
   s0->set_last_layer(2);
   s0->set_replicas(1);
   s0->add_worker_ids("w-1");
+  s0->add_devices("cuda:0");
   v1::PlanStageSummary* s1 = plan->add_stages();
   s1->set_first_layer(3);
   s1->set_last_layer(5);
   s1->set_replicas(2);
   s1->add_worker_ids("w-2");
   s1->add_worker_ids("w-3");
+  s1->add_devices("cpu");
+  s1->add_devices("cpu");
   v1::JobMetrics* m = job.mutable_metrics();
   m->set_step(120);
   m->set_total_steps(702);
@@ -88,9 +91,9 @@ TEST(ViewsTest, JobDetailsShowPlanAndMetricsButNotSpecOrLosses) {
   EXPECT_THAT(out, HasSubstr("M             8\n"));
   EXPECT_THAT(out, HasSubstr("MICRO-BATCH   32\n"));
   EXPECT_THAT(out, HasSubstr("BUBBLE        12.50%\n"));
-  EXPECT_THAT(out, HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS\n"
-                             "  0       0-2      1          w-1\n"
-                             "  1       3-5      2          w-2,w-3\n"));
+  EXPECT_THAT(out, HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS   DEVICES\n"
+                             "  0       0-2      1          w-1       cuda:0\n"
+                             "  1       3-5      2          w-2,w-3   cpu,cpu\n"));
   EXPECT_THAT(out, HasSubstr("STEP          120/702\n"));
   EXPECT_THAT(out, HasSubstr("EPOCH         1/3\n"));
   EXPECT_THAT(out, HasSubstr("LOSS          0.4213\n"));

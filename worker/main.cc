@@ -1,6 +1,7 @@
 // dapple-worker: one stage replica's daemon. Registers with the coordinator, heartbeats, and runs
 // the stage assignments it receives. SIGINT/SIGTERM: aborts a running job, deregisters, exits 0.
-// Exit codes: 0 after a signal, 2 for a bad flag (one line on stderr), 1 otherwise.
+// Exit codes: 0 after a signal, 2 for a bad flag (one line on stderr), 1 otherwise (also one
+// line on stderr, e.g. --devices cuda:0 on a machine without a usable GPU).
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,10 +10,12 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "kernels/cpu/blas.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_options.h"
+#include "worker/device/device.h"
 
 namespace {
 
@@ -28,6 +31,32 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+// Turns --devices (or, without it, every CUDA device found, else cpu) into the devices this
+// machine can offer. Asks the CUDA runtime, so it runs after the flags are known to be valid.
+absl::Status ResolveDevices(bool devices_given, bool cpu_fallback,
+                            dapple::worker::WorkerOptions* opts) {
+  const dapple::worker::CudaProbe& probe = dapple::worker::ProbeCuda();
+  if (!devices_given) {
+    opts->devices = dapple::worker::DefaultDevices();
+    if (probe.count == 0) DAPPLE_LOG_INFO("no usable GPU, offering cpu: {}", probe.reason);
+  }
+  std::string warning;
+  absl::StatusOr<std::vector<std::string>> devices =
+      dapple::worker::ResolveDevices(opts->devices, cpu_fallback, &warning);
+  if (!devices.ok()) return devices.status();
+  if (!warning.empty()) DAPPLE_LOG_WARN("{}", warning);
+  opts->devices = *std::move(devices);
+  std::vector<std::string> described;
+  for (const std::string& d : opts->devices) {
+    absl::StatusOr<dapple::worker::DeviceId> id = dapple::worker::ParseDevice(d);
+    described.push_back(id.ok() && id->is_cuda() && id->index < probe.count
+                            ? d + " = " + probe.names[id->index]
+                            : d);
+  }
+  DAPPLE_LOG_INFO("offering {}", absl::StrJoin(described, ", "));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,10 +69,16 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", opts.coordinator,
                  "coordinator address HOST:PORT (env DAPPLE_COORDINATOR)")
       ->capture_default_str();
-  app.add_option("--name", opts.name,
-                 "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
-  app.add_option("--devices", opts.devices, "devices this worker offers (this build: cpu)")
-      ->capture_default_str();
+  app.add_option(
+      "--name", opts.name,
+      "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
+  app.add_option("--devices", opts.devices,
+                 "devices this worker offers: cpu, cuda:N (repeat or separate with commas; "
+                 "default: every CUDA device found, else cpu)")
+      ->delimiter(',');
+  bool cpu_fallback = false;
+  app.add_flag("--cpu-fallback", cpu_fallback,
+               "offer cpu instead of CUDA devices that cannot be used");
   app.add_option("--dump-dir", opts.dump_dir,
                  "write <job>.stage<s>.params here after each successful job (must exist)");
   app.add_option("--transport-timeout-s", transport_timeout_s,
@@ -69,6 +104,10 @@ int main(int argc, char** argv) {
     return UsageError(std::string(s.message()));
   }
   dapple::InitLogging("worker", log_level);
+  if (absl::Status s = ResolveDevices(app.count("--devices") > 0, cpu_fallback, &opts); !s.ok()) {
+    std::cerr << "dapple-worker: " << s.message() << "\n";
+    return 1;
+  }
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);
 

@@ -28,6 +28,8 @@ absl::Status Rendezvous::Publish(const v1::PublishEndpointRequest& request) {
   peer.set_replica(request.replica());
   peer.set_worker_id(request.worker_id());
   peer.set_ucx_address(request.ucx_address());
+  peer.set_nccl_id_forward(request.nccl_id_forward());
+  peer.set_nccl_id_backward(request.nccl_id_backward());
   return absl::OkStatus();
 }
 

@@ -171,6 +171,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   for (int s = 0; s < num_stages; ++s) {
     worker_ids.push_back(free[s]->info.id());
     summary.mutable_stages(s)->add_worker_ids(free[s]->info.id());
+    // A worker computes on the first device it offers (one rank per worker).
+    summary.mutable_stages(s)->add_devices(
+        free[s]->info.devices().empty() ? "cpu" : free[s]->info.devices(0));
+    summary.mutable_stages(s)->add_hostnames(free[s]->info.hostname());
   }
   const int64_t total_steps = TotalSteps(job.spec());
   absl::StatusOr<v1::Job> running =
@@ -198,6 +202,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     assignment.set_num_stages(num_stages);
     *assignment.mutable_program() = plan->programs(s);
     assignment.set_first_step(0);
+    assignment.set_device(summary.stages(s).devices(0));
     worker.pending_assignment = std::move(assignment);
   }
   rendezvous_.Open(id, num_stages, /*replicas=*/1);

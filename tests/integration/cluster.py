@@ -27,8 +27,10 @@ def read(path):
 
 
 class Cluster:
-    def __init__(self, workers=2, worker_timeout_ms=3000, heartbeat_ms=100, dump=False):
+    def __init__(self, workers=2, worker_timeout_ms=3000, heartbeat_ms=100, dump=False,
+                 worker_args=()):
         self.dir = tempfile.mkdtemp(prefix="dapple-it-")
+        self.worker_args = list(worker_args)  # extra flags for every worker, e.g. --devices
         self.db = os.path.join(self.dir, "dapple.db")
         self.worker_timeout_ms = worker_timeout_ms
         self.heartbeat_ms = heartbeat_ms
@@ -76,6 +78,7 @@ class Cluster:
         cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60"]
         if self.dump_dir:
             cmd += ["--dump-dir", self.dump_dir]
+        cmd += self.worker_args
         with open(os.path.join(self.dir, "worker-%s.log" % name), "ab") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.workers.append((name, p))

@@ -7,6 +7,7 @@ restart that keeps every job; bad input with one-line errors and distinct exit c
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +202,39 @@ class EndToEndTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("in use", r.stderr)
+
+    def test_gpu_worker_without_gpu(self):
+        """--devices cuda:0 where no GPU is usable: one clear line and exit 1, or with
+        --cpu-fallback a worker that offers cpu and trains."""
+        probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) \
+            if shutil.which("nvidia-smi") else None
+        if probe is not None and probe.returncode == 0 and "GPU" in probe.stdout:
+            self.skipTest("this machine has a GPU")
+        r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--devices", "cuda:0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("--devices cuda:0", lines[0])
+        self.assertIn("--cpu-fallback", lines[0])
+        r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--devices", "cuda:x"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cuda:x", r.stderr)
+        self.c.worker_args = ["--devices", "cuda:0", "--cpu-fallback"]
+        try:
+            self.c.add_worker("it-fallback")
+        finally:
+            self.c.worker_args = []
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            ws = {w["id"]: w for w in self.c.workers_json()}
+            if "it-fallback" in ws and "offering cpu instead" in self.c.log("worker-it-fallback"):
+                break
+            time.sleep(0.1)
+        self.assertIn("it-fallback", ws)
+        self.assertEqual(ws["it-fallback"].get("devices"), ["cpu"])
+        self.assertIn("offering cpu instead", self.c.log("worker-it-fallback"))
 
 
 if __name__ == "__main__":

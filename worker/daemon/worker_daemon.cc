@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/ucx_transport.h"
 #include "worker/daemon/progress_reporter.h"
+#include "worker/daemon/stage_links.h"
 #include "worker/runtime/param_io.h"
 #include "worker/runtime/stage_runtime.h"
 
@@ -36,8 +37,8 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options))
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
-                                       args);
+  channel_ =
+      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::WorkerControl::NewStub(channel_);
 }
 
@@ -242,7 +243,7 @@ absl::StatusOr<WorkerDaemon::DataCache> WorkerDaemon::LoadData(const std::string
 }
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
-    const v1::StageAssignment& a, const std::string& worker_id) {
+    const v1::StageAssignment& a, const std::string& worker_id, StageLinks* links) {
   const int stage = a.stage();
   Transport::Options topts;
   topts.timeout = options_.transport_timeout;
@@ -255,6 +256,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
   pub.set_stage(stage);
   pub.set_replica(a.replica());
   pub.set_ucx_address(transport->LocalAddress());
+  DAPPLE_RETURN_IF_ERROR(links->AddNcclIds(a, &pub));
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
@@ -294,11 +296,11 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
                              absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
     }
   }
+  DAPPLE_RETURN_IF_ERROR(links->Connect(a, peers, transport.get(), topts));
   return transport;
 }
 
-absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport,
-                                               const v1::StageAssignment& a) {
+absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::StageAssignment& a) {
   // A rank hears FIN from a neighbour only after that neighbour finished all its work, so no
   // endpoint is closed while a message to or from it is still on the way.
   static const char kFin = 1;
@@ -334,14 +336,20 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   }
   DataCache data = *data_or;
 
+  // Declared first so it is destroyed last: the GPU transports of `links` send through it.
   std::unique_ptr<UcxTransport> transport;
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<StageLinks> links, StageLinks::Open(a));
   if (num_stages > 1) {
-    DAPPLE_ASSIGN_OR_RETURN(transport, ConnectNeighbours(a, worker_id));
+    DAPPLE_ASSIGN_OR_RETURN(transport, ConnectNeighbours(a, worker_id, links.get()));
+    DAPPLE_LOG_INFO("{}: stage {} on {}; {}", job, stage, links->device(), links->description());
+  } else {
+    DAPPLE_LOG_INFO("{}: stage {} on {}", job, stage, links->device());
   }
 
   DAPPLE_ASSIGN_OR_RETURN(
       std::unique_ptr<StageRuntime> rt,
-      StageRuntime::Create(a, data.train.get(), data.test.get(), transport.get()));
+      StageRuntime::Create(a, data.train.get(), data.test.get(),
+                           num_stages > 1 ? links->transport() : nullptr, links->TakeBackend()));
   const int64_t total = TotalSteps(a.spec());
   const int64_t per_epoch = StepsPerEpoch(a.spec());
   const bool last = stage == num_stages - 1;
@@ -388,8 +396,9 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   }
   if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport.get(), a));
   if (!options_.dump_dir.empty()) {
-    DAPPLE_RETURN_IF_ERROR(SaveParams(
-        absl::StrFormat("%s/%s.stage%d.params", options_.dump_dir, job, stage), rt->Params()));
+    DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> params, rt->Params());
+    DAPPLE_RETURN_IF_ERROR(
+        SaveParams(absl::StrFormat("%s/%s.stage%d.params", options_.dump_dir, job, stage), params));
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@
 namespace dapple::worker {
 
 class ProgressReporter;
+class StageLinks;
 class Transport;
 class UcxTransport;
 
@@ -58,14 +59,13 @@ class WorkerDaemon {
   void RunJob(v1::StageAssignment assignment);
   absl::Status TrainJob(const v1::StageAssignment& assignment, ProgressReporter* reporter);
   absl::StatusOr<DataCache> LoadData(const std::string& path);
-  // Creates this rank's UCX transport, publishes its address through the coordinator's
-  // rendezvous, waits (bounded by rendezvous_timeout, abortable) for every rank's, and connects
-  // to the neighbouring stages.
+  // Creates this rank's UCX transport, publishes its address (and the NCCL ids `links` owns)
+  // through the coordinator's rendezvous, waits (bounded by rendezvous_timeout, abortable) for
+  // every rank's, connects UCX to the neighbouring stages and then `links`' device transports.
   absl::StatusOr<std::unique_ptr<UcxTransport>> ConnectNeighbours(
-      const v1::StageAssignment& assignment, const std::string& worker_id);
+      const v1::StageAssignment& assignment, const std::string& worker_id, StageLinks* links);
   // The closing handshake with the neighbouring stages (FIN both ways), then WaitSends.
-  absl::Status CloseWithNeighbours(Transport* transport,
-                                   const v1::StageAssignment& assignment);
+  absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
 
   WorkerOptions options_;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/device/device.h"
 
 namespace dapple::worker {
 namespace {
@@ -56,8 +57,8 @@ absl::Status CheckDumpDir(const std::string& dir) {
 
 absl::Status CheckSeconds(const char* flag, absl::Duration d) {
   if (d < absl::Seconds(1) || d > absl::Hours(24)) {
-    return Invalid(absl::StrFormat("%s %s must be between 1 s and 24 h", flag,
-                                   absl::FormatDuration(d)));
+    return Invalid(
+        absl::StrFormat("%s %s must be between 1 s and 24 h", flag, absl::FormatDuration(d)));
   }
   return absl::OkStatus();
 }
@@ -67,12 +68,13 @@ absl::Status CheckSeconds(const char* flag, absl::Duration d) {
 absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
   if (absl::Status s = CheckAddress(o.coordinator); !s.ok()) return s;
   if (absl::Status s = CheckName(o.name); !s.ok()) return s;
-  if (o.devices.empty()) return Invalid("--devices needs at least one device (this build: cpu)");
+  if (o.devices.empty()) {
+    return Invalid("--devices needs at least one device (cpu or cuda:N)");
+  }
   std::set<std::string> seen;
   for (const std::string& d : o.devices) {
-    if (d != "cpu") {
-      return Invalid(absl::StrFormat(
-          "--devices '%s' is not available in this build (CPU only); use --devices cpu", d));
+    if (absl::StatusOr<DeviceId> id = ParseDevice(d); !id.ok()) {
+      return Invalid(absl::StrCat("--devices ", id.status().message()));
     }
     if (!seen.insert(d).second) {
       return Invalid(absl::StrFormat("--devices lists '%s' twice", d));
@@ -89,8 +91,8 @@ absl::Status ValidateLogLevel(const std::string& level) {
   for (const char* l : {"trace", "debug", "info", "warn", "error"}) {
     if (level == l) return absl::OkStatus();
   }
-  return Invalid(absl::StrFormat(
-      "--log-level '%s' must be one of trace, debug, info, warn, error", level));
+  return Invalid(
+      absl::StrFormat("--log-level '%s' must be one of trace, debug, info, warn, error", level));
 }
 
 }  // namespace dapple::worker

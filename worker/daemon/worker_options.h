@@ -11,7 +11,9 @@ namespace dapple::worker {
 // kInvalidArgument naming the flag, the value and the rule:
 //  --coordinator  HOST:PORT with a non-empty host and PORT in 1..65535
 //  --name         empty (the coordinator picks one) or 1-63 of [a-z0-9-_.]
-//  --devices      at least one; each "cpu" (this build), no repeats
+//  --devices      at least one; each "cpu" or "cuda:N" (N in 0..1023, worker/device/device.h),
+//                 no repeats. Only the syntax: whether cuda:N exists on this machine is checked
+//                 after flag parsing by ResolveDevices (device.h), which --cpu-fallback relaxes.
 //  --dump-dir     empty, or an existing directory this process can create files in
 //  --transport-timeout-s, --rendezvous-timeout-s  between 1 s and 1 day
 absl::Status ValidateWorkerOptions(const WorkerOptions& options);

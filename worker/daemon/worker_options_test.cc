@@ -1,5 +1,8 @@
 #include "worker/daemon/worker_options.h"
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -50,10 +53,22 @@ TEST(WorkerOptionsTest, Devices) {
   WorkerOptions o = Good();
   o.devices = {"cpu", "cpu"};
   ExpectInvalid(o, "lists 'cpu' twice");
-  o.devices = {"cuda:0"};
-  ExpectInvalid(o, "'cuda:0' is not available in this build");
+  o.devices = {"cuda:1", "cpu", "cuda:1"};
+  ExpectInvalid(o, "lists 'cuda:1' twice");
+  for (const char* bad : {"gpu", "cuda", "cuda:01", "cuda:1024", "CUDA:0", "cuda:0 "}) {
+    o.devices = {"cpu", bad};
+    ExpectInvalid(o, "--devices '" + std::string(bad) +
+                         "' is not a device: use \"cpu\" or \"cuda:N\" with N in 0..1023");
+  }
   o.devices = {};
   ExpectInvalid(o, "at least one device");
+  // Only the syntax is checked here: whether a GPU exists is ResolveDevices' job (main), so
+  // these are valid on any machine.
+  for (const std::vector<std::string>& ok :
+       std::vector<std::vector<std::string>>{{"cuda:0"}, {"cpu", "cuda:0", "cuda:7"}}) {
+    o.devices = ok;
+    EXPECT_TRUE(ValidateWorkerOptions(o).ok()) << ok.size();
+  }
 }
 
 TEST(WorkerOptionsTest, DumpDirMustBeWritable) {

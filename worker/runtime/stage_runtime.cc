@@ -10,21 +10,9 @@
 #include "common/schedule/action.h"
 #include "common/status.h"
 #include "common/steps.h"
-#include "kernels/cpu/loss.h"
-#include "kernels/cpu/model.h"
 
 namespace dapple::worker {
 namespace {
-
-using kernels::Tensor;
-
-std::vector<int64_t> WithBatch(int64_t n, const std::vector<int64_t>& per_sample) {
-  std::vector<int64_t> s;
-  s.reserve(per_sample.size() + 1);
-  s.push_back(n);
-  s.insert(s.end(), per_sample.begin(), per_sample.end());
-  return s;
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -42,15 +30,15 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
-    Transport* transport) {
+    Transport* transport, std::unique_ptr<StageBackend> backend) {
   const v1::JobSpec& spec = assignment.spec();
   const int stage = assignment.stage();
   const int num_stages = assignment.num_stages();
   if (num_stages < 1 || stage < 0 || stage >= num_stages ||
       assignment.plan().stages_size() != num_stages) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "assignment for stage %d of %d does not match a plan of %d stages", stage, num_stages,
-        assignment.plan().stages_size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("assignment for stage %d of %d does not match a plan of %d stages", stage,
+                        num_stages, assignment.plan().stages_size()));
   }
   if (num_stages > 1 && transport == nullptr) {
     return absl::InvalidArgumentError("a pipeline of more than one stage needs a transport");
@@ -76,25 +64,22 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   if (range.first_layer() < 0 || range.last_layer() < range.first_layer() ||
       range.last_layer() >= static_cast<int>(infos.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "stage %d covers layers [%d, %d] but the model has %d layers", stage,
-        range.first_layer(), range.last_layer(), infos.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stage %d covers layers [%d, %d] but the model has %d layers", stage,
+                        range.first_layer(), range.last_layer(), infos.size()));
   }
   int64_t widest = NumElements(infos[0].input_shape);
   for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
   rt->eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
   rt->input_shape_ = infos[range.first_layer()].input_shape;
   rt->output_shape_ = infos[range.last_layer()].output_shape;
-  DAPPLE_ASSIGN_OR_RETURN(rt->layers_, kernels::BuildLayers(spec.model(), range.first_layer(),
-                                                            range.last_layer(), rt->seed_));
-  rt->params_ = kernels::CollectParams(rt->layers_);
-  DAPPLE_ASSIGN_OR_RETURN(rt->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
+  if (backend == nullptr) {
+    DAPPLE_ASSIGN_OR_RETURN(backend,
+                            MakeCpuStageBackend(spec, range.first_layer(), range.last_layer()));
+  }
+  rt->backend_ = std::move(backend);
 
-  const int m = rt->num_micro_batches_;
-  rt->slot_of_.assign(m, -1);
-  rt->act_send_.resize(m);
-  rt->grad_send_.resize(m);
-  rt->grad_recv_.resize(m);
+  rt->slot_of_.assign(rt->num_micro_batches_, -1);
   if (stage == 0 && train == nullptr) {
     return absl::InvalidArgumentError("stage 0 needs the training images");
   }
@@ -104,22 +89,28 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   return rt;
 }
 
-std::vector<kernels::Param*> StageRuntime::Params() { return params_; }
+absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
+  return backend_->HostParams();
+}
 
-StageRuntime::Slot& StageRuntime::SlotFor(int micro_batch) {
+int64_t StageRuntime::InputBytes(int64_t rows) const {
+  return rows * NumElements(input_shape_) * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t StageRuntime::OutputBytes(int64_t rows) const {
+  return rows * NumElements(output_shape_) * static_cast<int64_t>(sizeof(float));
+}
+
+int StageRuntime::SlotFor(int micro_batch) {
   int& idx = slot_of_[micro_batch];
   if (idx < 0) {
-    if (free_slots_.empty()) {
-      free_slots_.push_back(static_cast<int>(slots_.size()));
-      slots_.emplace_back();
-      slots_.back().acts.resize(layers_.size() + 1);
-    }
+    if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
     idx = free_slots_.back();
     free_slots_.pop_back();
     ++live_slots_;
     peak_live_slots_ = std::max(peak_live_slots_, live_slots_);
   }
-  return slots_[idx];
+  return idx;
 }
 
 void StageRuntime::ReleaseSlot(int micro_batch) {
@@ -136,13 +127,8 @@ void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<
     order_ = EpochOrder(train_->size, seed_, epoch);
     order_epoch_ = epoch;
   }
-  const int64_t begin =
-      (step % steps_per_epoch_) * global_batch_ + micro_batch * micro_batch_size_;
+  const int64_t begin = (step % steps_per_epoch_) * global_batch_ + micro_batch * micro_batch_size_;
   out->assign(order_.begin() + begin, order_.begin() + begin + micro_batch_size_);
-}
-
-void StageRuntime::ForwardLayers(std::vector<Tensor>* acts) {
-  for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward((*acts)[k], &(*acts)[k + 1]);
 }
 
 absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step) {
@@ -152,9 +138,9 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step) {
   for (const v1::Action& action : assignment_.program().actions()) {
     absl::Status s = RunAction(action, step);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("stage ", stage_, " step ", step + 1, " action ",
-                                                 schedule::ActionToString(action), ": ",
-                                                 s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("stage ", stage_, " step ", step + 1, " action ",
+                                       schedule::ActionToString(action), ": ", s.message()));
     }
   }
   if (live_slots_ != 0) {
@@ -178,82 +164,74 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   const int m = action.micro_batch();
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
+  const int64_t rows = micro_batch_size_;
   const bool needs_mb = action.kind() != v1::OPTIMIZER_STEP && action.kind() != v1::ALLREDUCE;
   if (needs_mb && (m < 0 || m >= num_micro_batches_)) {
-    return absl::InternalError(absl::StrFormat("micro-batch %d outside [0, %d)", m,
-                                               num_micro_batches_));
+    return absl::InternalError(
+        absl::StrFormat("micro-batch %d outside [0, %d)", m, num_micro_batches_));
   }
+  StageBackend& b = *backend_;
   switch (action.kind()) {
     case v1::FORWARD: {
-      Slot& slot = SlotFor(m);
+      const bool received = slot_of_[m] >= 0;
+      const int slot = SlotFor(m);
       if (first) {
         MicroBatchIndices(step, m, &index_scratch_);
-        slot.acts[0].Resize(WithBatch(micro_batch_size_, input_shape_));
-        GatherBatch(*train_, index_scratch_.data(), micro_batch_size_, slot.acts[0].data.data(),
-                    nullptr);
-      } else if (slot.acts[0].rows() != micro_batch_size_) {
+        DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
+        float* host = static_cast<float*>(in);
+        if (b.device_memory()) {
+          input_scratch_.resize(static_cast<size_t>(InputBytes(rows) / sizeof(float)));
+          host = input_scratch_.data();
+        }
+        GatherBatch(*train_, index_scratch_.data(), rows, host, nullptr);
+        DAPPLE_RETURN_IF_ERROR(b.LoadInput(slot, host, rows));
+      } else if (!received) {
         return absl::InternalError("FORWARD before its RECV_ACT");
       }
-      ForwardLayers(&slot.acts);
+      DAPPLE_RETURN_IF_ERROR(b.Forward(slot, rows));
       if (last) {
         MicroBatchIndices(step, m, &index_scratch_);
-        label_scratch_.resize(micro_batch_size_);
-        GatherBatch(*train_, index_scratch_.data(), micro_batch_size_, nullptr,
-                    label_scratch_.data());
-        slot.loss_sum = kernels::SoftmaxCrossEntropy(
-            slot.acts.back(), label_scratch_.data(),
-            1.0f / static_cast<float>(global_batch_), &slot.dlogits, nullptr);
-        step_loss_sum_ += slot.loss_sum;
-      } else {
-        act_send_[m] = slot.acts.back();
+        label_scratch_.resize(rows);
+        GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
+        DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
+                                                        1.0f / static_cast<float>(global_batch_),
+                                                        /*training=*/true, nullptr));
+        step_loss_sum_ += loss_sum;
       }
       return absl::OkStatus();
     }
     case v1::BACKWARD: {
       if (slot_of_[m] < 0) return absl::InternalError("BACKWARD without its FORWARD");
-      Slot& slot = slots_[slot_of_[m]];
-      Tensor* dy = last ? &slot.dlogits : &grad_recv_[m];
-      Tensor scratch;
-      for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
-        Tensor* dx = nullptr;
-        if (k > 0) {
-          dx = &scratch;
-        } else if (!first) {
-          dx = &grad_send_[m];
-        }
-        layers_[k]->Backward(slot.acts[k], slot.acts[k + 1], *dy, dx);
-        if (k > 0) {
-          std::swap(slot.dlogits, scratch);  // reuse the slot's buffer as the next dy
-          dy = &slot.dlogits;
-        }
-      }
+      DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of_[m], m, rows, last, /*need_dx=*/!first));
       ReleaseSlot(m);
       return absl::OkStatus();
     }
-    case v1::SEND_ACT:
-      return transport_->Send(stage_ + 1, MessageTag(MessageKind::kActivation, step, m),
-                              act_send_[m].data.data(), act_send_[m].bytes());
+    case v1::SEND_ACT: {
+      if (slot_of_[m] < 0) return absl::InternalError("SEND_ACT without its FORWARD");
+      DAPPLE_ASSIGN_OR_RETURN(const void* out, b.OutputForSend(slot_of_[m], m, rows));
+      return transport_->Send(stage_ + 1, MessageTag(MessageKind::kActivation, step, m), out,
+                              OutputBytes(rows));
+    }
     case v1::RECV_ACT: {
-      Slot& slot = SlotFor(m);
-      slot.acts[0].Resize(WithBatch(micro_batch_size_, input_shape_));
-      return transport_->Recv(stage_ - 1, MessageTag(MessageKind::kActivation, step, m),
-                              slot.acts[0].data.data(), slot.acts[0].bytes());
+      const int slot = SlotFor(m);
+      DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
+      return transport_->Recv(stage_ - 1, MessageTag(MessageKind::kActivation, step, m), in,
+                              InputBytes(rows));
     }
     case v1::SEND_GRAD:
       return transport_->Send(stage_ - 1, MessageTag(MessageKind::kGradient, step, m),
-                              grad_send_[m].data.data(), grad_send_[m].bytes());
-    case v1::RECV_GRAD:
-      grad_recv_[m].Resize(WithBatch(micro_batch_size_, output_shape_));
-      return transport_->Recv(stage_ + 1, MessageTag(MessageKind::kGradient, step, m),
-                              grad_recv_[m].data.data(), grad_recv_[m].bytes());
+                              b.GradForSend(m), InputBytes(rows));
+    case v1::RECV_GRAD: {
+      DAPPLE_ASSIGN_OR_RETURN(void* g, b.GradInput(m, rows));
+      return transport_->Recv(stage_ + 1, MessageTag(MessageKind::kGradient, step, m), g,
+                              OutputBytes(rows));
+    }
     case v1::ALLREDUCE:
       return absl::UnimplementedError("ALLREDUCE needs stage replicas, which this build lacks");
     case v1::OPTIMIZER_STEP:
       // The flush: every send of this step must be done before its buffers are reused.
       if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
-      optimizer_->Step(params_);
-      kernels::ZeroGrads(params_);
-      return absl::OkStatus();
+      return b.OptimizerStep();
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -267,41 +245,56 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const bool last = stage_ == num_stages_ - 1;
   const Dataset& test = *test_;
   const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
-  std::vector<Tensor> acts(layers_.size() + 1);
-  // Sent chunks stay alive until WaitSends (Transport rules); chunks of a wide model are few MiB
-  // each at most kMaxEvalActivationFloats floats.
-  std::vector<Tensor> sent(last ? 0 : chunks);
+  StageBackend& b = *backend_;
+  // Evaluation runs between steps, when no micro-batch holds a slot: it borrows slot 0. Sent
+  // chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
+  if (live_slots_ != 0) return absl::InternalError("evaluation during a step");
+  if (num_slots_ == 0) free_slots_.push_back(num_slots_++);
+  const int slot = 0;
   std::vector<int64_t> indices;
   std::vector<int32_t> labels;
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
+  auto with_chunk = [&](int64_t c, const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat("stage ", stage_, " evaluation chunk ", c, ": ", s.message()));
+  };
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * eval_chunk_;
     const int64_t n = std::min(eval_chunk_, test.size - begin);
-    acts[0].Resize(WithBatch(n, input_shape_));
     const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
+    absl::StatusOr<void*> in = b.Input(slot, n);
+    if (!in.ok()) return with_chunk(c, in.status());
     if (first) {
       indices.resize(n);
       for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
-      GatherBatch(test, indices.data(), n, acts[0].data.data(), nullptr);
-    } else {
-      absl::Status s = transport_->Recv(stage_ - 1, tag, acts[0].data.data(), acts[0].bytes());
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("stage ", stage_, " evaluation chunk ", c,
-                                                   ": ", s.message()));
+      float* host = static_cast<float*>(*in);
+      if (b.device_memory()) {
+        input_scratch_.resize(static_cast<size_t>(InputBytes(n) / sizeof(float)));
+        host = input_scratch_.data();
       }
+      GatherBatch(test, indices.data(), n, host, nullptr);
+      absl::Status s = b.LoadInput(slot, host, n);
+      if (!s.ok()) return with_chunk(c, s);
+    } else {
+      absl::Status s = transport_->Recv(stage_ - 1, tag, *in, InputBytes(n));
+      if (!s.ok()) return with_chunk(c, s);
     }
-    ForwardLayers(&acts);
+    absl::Status s = b.Forward(slot, n);
+    if (!s.ok()) return with_chunk(c, s);
     if (last) {
       labels.assign(test.labels.begin() + begin, test.labels.begin() + begin + n);
       int64_t ok = 0;
-      loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), labels.data(), &ok);
+      absl::StatusOr<double> sum = b.Loss(slot, labels.data(), n, 0.0f, /*training=*/false, &ok);
+      if (!sum.ok()) return with_chunk(c, sum.status());
+      loss_sum += *sum;
       correct += ok;
     } else {
-      sent[c] = acts.back();
-      absl::Status s = transport_->Send(stage_ + 1, tag, sent[c].data.data(), sent[c].bytes());
-      if (!s.ok()) return s;
+      absl::StatusOr<const void*> out = b.OutputForSend(slot, static_cast<int>(c), n);
+      if (!out.ok()) return with_chunk(c, out.status());
+      s = transport_->Send(stage_ + 1, tag, *out, OutputBytes(n));
+      if (!s.ok()) return with_chunk(c, s);
     }
   }
   if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());

@@ -26,17 +26,17 @@
 #include "absl/status/statusor.h"
 #include "dapple/v1/plan.pb.h"
 #include "kernels/cpu/layer.h"
-#include "kernels/cpu/optimizer.h"
 #include "worker/comm/transport.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/runtime/stage_backend.h"
 
 namespace dapple::worker {
 
 struct StepResult {
-  bool has_loss = false;  // true on the last stage
-  double loss = 0;        // mean loss over the global batch
-  double seconds = 0;     // wall time of the step on this rank
-  int peak_in_flight = 0; // most micro-batches stashed at once during the step
+  bool has_loss = false;   // true on the last stage
+  double loss = 0;         // mean loss over the global batch
+  double seconds = 0;      // wall time of the step on this rank
+  int peak_in_flight = 0;  // most micro-batches stashed at once during the step
 };
 
 struct EvalResult {
@@ -48,13 +48,15 @@ struct EvalResult {
 
 class StageRuntime {
  public:
-  // Builds the layers of `assignment`'s stage (plan.stages[stage]) and the optimizer.
-  // `train` / `test` must outlive the runtime; `transport` too, and may be null only when P == 1.
-  // Peers are addressed by stage index (one replica per stage). kInvalidArgument for a plan that
-  // does not fit the spec.
+  // Builds the layers of `assignment`'s stage (plan.stages[stage]) and the optimizer on
+  // `backend` (null: the CPU backend, stage_backend.h). `train` / `test` must outlive the
+  // runtime; `transport` too, and may be null only when P == 1. The transport must accept the
+  // backend's memory (host, or device for a CUDA backend: worker/comm/cuda). Peers are addressed
+  // by stage index (one replica per stage). kInvalidArgument for a plan that does not fit the
+  // spec.
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
-      Transport* transport);
+      Transport* transport, std::unique_ptr<StageBackend> backend = nullptr);
 
   // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
   // Errors: whatever the transport returns (kAborted, kUnavailable naming the peer,
@@ -71,25 +73,24 @@ class StageRuntime {
   // splits the test set the same way.
   int64_t EvalChunk() const { return eval_chunk_; }
 
-  // This stage's parameters, in layer order (names "layer<i>.weight" / "layer<i>.bias").
-  std::vector<kernels::Param*> Params();
+  // This stage's parameters on the host, in layer order (names "layer<i>.weight" /
+  // "layer<i>.bias"); copied back from the device first on a GPU backend. Pointers stay valid
+  // until the next call.
+  absl::StatusOr<std::vector<kernels::Param*>> Params();
+  StageBackend& backend() { return *backend_; }
 
   static constexpr int64_t kMaxEvalChunk = 1000;
   static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
 
  private:
-  struct Slot {
-    std::vector<kernels::Tensor> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
-    kernels::Tensor dlogits;            // last stage: dL/dlogits of this micro-batch
-    double loss_sum = 0;                // last stage
-  };
-
   StageRuntime() = default;
   absl::Status RunAction(const v1::Action& action, int64_t step);
-  Slot& SlotFor(int micro_batch);
+  // The backend slot of `micro_batch`, taken from the free list at its first action.
+  int SlotFor(int micro_batch);
   void ReleaseSlot(int micro_batch);
   void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
-  void ForwardLayers(std::vector<kernels::Tensor>* acts);
+  int64_t InputBytes(int64_t rows) const;
+  int64_t OutputBytes(int64_t rows) const;
 
   v1::StageAssignment assignment_;
   const Dataset* train_ = nullptr;
@@ -105,24 +106,20 @@ class StageRuntime {
   uint64_t seed_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
-  std::vector<std::unique_ptr<kernels::Layer>> layers_;
-  std::vector<kernels::Param*> params_;
-  std::unique_ptr<kernels::Optimizer> optimizer_;
+  std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.
-  std::vector<Slot> slots_;
+  int num_slots_ = 0;  // backend slots created so far
   std::vector<int> free_slots_;
-  std::vector<int> slot_of_;             // micro-batch -> slot, -1 when none
+  std::vector<int> slot_of_;  // micro-batch -> slot, -1 when none
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
-  std::vector<kernels::Tensor> act_send_;   // per micro-batch
-  std::vector<kernels::Tensor> grad_send_;  // per micro-batch
-  std::vector<kernels::Tensor> grad_recv_;  // per micro-batch
   double step_loss_sum_ = 0;
   int64_t order_epoch_ = -1;
-  std::vector<int64_t> order_;             // sample order of order_epoch_
+  std::vector<int64_t> order_;  // sample order of order_epoch_
   std::vector<int64_t> index_scratch_;
   std::vector<int32_t> label_scratch_;
+  std::vector<float> input_scratch_;  // stage 0 on a device backend: images on the host
 };
 
 // Tags of the messages between stages (the transport adds the sender's rank).

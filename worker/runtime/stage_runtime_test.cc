@@ -62,13 +62,13 @@ class LocalTransport : public Transport {
 };
 
 const Dataset& TrainSet() {
-  static const Dataset* d = new Dataset(
-      LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTrain).value());
+  static const Dataset* d =
+      new Dataset(LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTrain).value());
   return *d;
 }
 const Dataset& TestSet() {
-  static const Dataset* d = new Dataset(
-      LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTest).value());
+  static const Dataset* d =
+      new Dataset(LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTest).value());
   return *d;
 }
 
@@ -188,7 +188,9 @@ TEST_P(StageRuntimeParityTest, MatchesSingleDevice) {
   for (auto* p : ref->Params()) ref_params[p->name] = p->value.data;
   size_t seen = 0;
   for (int s = 0; s < c.stages; ++s) {
-    for (auto* p : runtimes[s]->Params()) {
+    auto params = runtimes[s]->Params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    for (auto* p : *params) {
       ASSERT_TRUE(ref_params.count(p->name)) << p->name;
       EXPECT_LE(RelativeL2(p->value.data, ref_params[p->name]), 1e-5) << p->name;
       ++seen;

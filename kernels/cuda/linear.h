@@ -1,0 +1,42 @@
+// Fully connected layer on the GPU: y = x W^T + b (torch.nn.Linear), the CUDA twin of
+// kernels/cpu/linear.h, on cuBLAS.
+//
+// Layouts (row-major, PyTorch's): x [n, in], W [out, in], b [out], y [n, out], dy [n, out],
+// dx [n, in], dW [out, in], db [out]. n, in, out > 0 (else kInvalidArgument).
+// fp32: plain fp32 GEMMs (CUBLAS_COMPUTE_32F, no TF32), so results match the CPU reference up to
+// summation order. bf16: bf16 inputs and outputs with fp32 accumulation; the parameter
+// gradients are accumulated in fp32 (mixed precision with fp32 master weights: the optimizer
+// updates fp32 weights and CastToBf16 refreshes the bf16 copy used here).
+// Stream-ordered (context.h). `dx` must not alias x, y, W or dy.
+// ctx.workspace, when set, also holds scratch between the kernels of one call (the bias
+// gradient's partial sums, the bf16 copy of b for the fused bf16 bias), so it must serve
+// ctx.stream alone; with it null the ops still work, with a bias kernel instead of the fused
+// bf16 bias epilogue and a less parallel bias gradient. The bf16 forward adds b rounded to bf16.
+#ifndef DAPPLE_KERNELS_CUDA_LINEAR_H_
+#define DAPPLE_KERNELS_CUDA_LINEAR_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/context.h"
+
+namespace dapple::kernels::cuda {
+
+// y = x W^T + b.
+absl::Status LinearForward(const KernelContext& ctx, const float* x, const float* w, const float* b,
+                           float* y, int64_t n, int64_t in, int64_t out);
+// dW += dy^T x; db += column sums of dy; dx = dy W when dx is not null.
+absl::Status LinearBackward(const KernelContext& ctx, const float* x, const float* w,
+                            const float* dy, float* dw, float* db, float* dx, int64_t n, int64_t in,
+                            int64_t out);
+
+// bf16 twins: x, w, y, dy, dx in bf16; b, dw, db in fp32.
+absl::Status LinearForwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
+                               const float* b, bf16* y, int64_t n, int64_t in, int64_t out);
+absl::Status LinearBackwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
+                                const bf16* dy, float* dw, float* db, bf16* dx, int64_t n,
+                                int64_t in, int64_t out);
+
+}  // namespace dapple::kernels::cuda
+
+#endif  // DAPPLE_KERNELS_CUDA_LINEAR_H_

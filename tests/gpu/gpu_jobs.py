@@ -1,0 +1,172 @@
+"""Jobs on a real GPU through the real coordinator, workers and dapplectl (tests/gpu/run.sh).
+
+1. The demo job (examples/fashion_mnist_mlp.yaml: 2 stages, DAPPLE 1F1B, M = 8) with both
+   workers on cuda:0 (the stages share the GPU and exchange through CUDA IPC): test accuracy
+   must reach 0.85.
+2. Synchronous parity GPU vs CPU across processes: the same short job on the two GPU workers and
+   in one CPU process (dapple-reference): per-step loss and final weights within 1e-5 relative.
+3. The same parity with one stage on the GPU and one on the CPU (host staging over UCX).
+4. A GPU worker killed (SIGKILL) mid-job: the job FAILS within 20 s with a message naming it,
+   and the surviving GPU worker is free again.
+
+Prints one line per result ("RESULT key value") for run.sh's table. Needs DAPPLE_BUILD_DIR (the
+bundle's build tree) and DAPPLE_DATA_DIR (Fashion-MNIST). Exit 0 when every check holds.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import cluster  # noqa: E402
+import parity_test  # noqa: E402  (load_params, relative_l2)
+
+DATA = os.environ.get("DAPPLE_DATA_DIR", "/usr/share/datasets/fashion-mnist")
+DEVICE = os.environ.get("DAPPLE_GPU_DEVICE", "cuda:0")
+RTOL = 1e-5
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+failures = []
+
+
+def result(key, value):
+    print("RESULT %s %s" % (key, value), flush=True)
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL: " + what, flush=True)
+
+
+def demo(c):
+    with open(os.path.join(HERE, "..", "..", "examples", "fashion_mnist_mlp.yaml")) as f:
+        spec = f.read()
+    spec = re.sub(r"path: [^}]*}", "path: %s}" % DATA, spec)
+    t0 = time.time()
+    job = c.submit(spec, "demo.yaml")
+    j = c.wait_state(job, TERMINAL, 400)
+    m = j.get("metrics", {})
+    result("demo_state", j["state"])
+    result("demo_seconds", "%.1f" % (time.time() - t0))
+    result("demo_steps", m.get("step", 0))
+    result("demo_test_accuracy", "%.4f" % m.get("test_accuracy", 0))
+    result("demo_samples_per_second", "%.0f" % m.get("samples_per_second", 0))
+    result("demo_devices", ",".join(d for s in j.get("plan", {}).get("stages", []) for d in s.get("devices", [])))
+    check(j["state"] == "SUCCEEDED", "demo job %s: %s" % (j["state"], j.get("message")))
+    check(m.get("test_accuracy", 0) >= 0.85, "demo test accuracy %s < 0.85" % m.get("test_accuracy"))
+
+
+def parity(c, label="parity"):
+    steps = 20
+    spec = cluster.spec_yaml("gpu-parity", cluster.SMALL_MLP, 64, 16, 2, max_steps=steps,
+                             data_path=DATA)
+    ref_dir = os.path.join(c.dir, "ref")
+    os.makedirs(ref_dir)
+    path = os.path.join(ref_dir, "ref.yaml")
+    with open(path, "w") as f:
+        f.write(cluster.spec_yaml("gpu-parity-ref", cluster.SMALL_MLP, 64, 64, 1,
+                                  max_steps=steps, data_path=DATA))
+    subprocess.run([cluster.REFERENCE, path, str(steps), ref_dir], check=True, timeout=300)
+    with open(os.path.join(ref_dir, "reference.losses")) as f:
+        ref_losses = [float(x) for x in f]
+    ref_params = parity_test.load_params(os.path.join(ref_dir, "reference.params"))
+
+    job = c.submit(spec, "parity.yaml")
+    j = c.wait_state(job, TERMINAL, 200)
+    check(j["state"] == "SUCCEEDED", "parity job %s: %s" % (j["state"], j.get("message")))
+    losses = j.get("step_losses", [])
+    worst_loss = max((abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)), default=float("inf"))
+    check(len(losses) == steps, "parity job reported %d losses, expected %d" % (len(losses), steps))
+    worst_param = 0.0
+    seen = 0
+    deadline = time.time() + 30
+    for stage in range(2):
+        p = os.path.join(c.dump_dir, "%s.stage%d.params" % (job, stage))
+        while not os.path.exists(p) and time.time() < deadline:
+            time.sleep(0.1)
+        for name, values in parity_test.load_params(p).items():
+            worst_param = max(worst_param, parity_test.relative_l2(values, ref_params[name]))
+            seen += 1
+    check(seen == len(ref_params), "parity: %d of %d parameters dumped" % (seen, len(ref_params)))
+    result("%s_devices" % label, ",".join(d for s in j.get("plan", {}).get("stages", []) for d in s.get("devices", [])))
+    result("%s_steps" % label, steps)
+    result("%s_worst_loss_rel" % label, "%.2e" % worst_loss)
+    result("%s_worst_weight_rel" % label, "%.2e" % worst_param)
+    check(worst_loss <= RTOL, "GPU vs CPU loss differs by %.2e relative (> %g)" % (worst_loss, RTOL))
+    check(worst_param <= RTOL, "GPU vs CPU weights differ by %.2e relative (> %g)" % (worst_param, RTOL))
+
+
+def dead_worker(c):
+    spec = cluster.spec_yaml("gpu-kill", cluster.SMALL_MLP, 256, 32, 2, epochs=50, data_path=DATA)
+    job = c.submit(spec, "kill.yaml")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        j = c.get(job)
+        if j["state"] == "RUNNING" and int(j.get("metrics", {}).get("step", 0)) >= 20:
+            break
+        time.sleep(0.05)
+    check(j["state"] == "RUNNING", "kill test: job not running: %s" % j.get("message"))
+    victim = j["plan"]["stages"][1]["worker_ids"][0]
+    proc = [p for name, p in c.workers if name == victim][0]
+    t0 = time.time()
+    proc.kill()
+    j = c.wait_state(job, TERMINAL, 30)
+    took = time.time() - t0
+    result("kill_state", j["state"])
+    result("kill_seconds_to_failed", "%.1f" % took)
+    result("kill_message", json.dumps(j.get("message", "")))
+    check(j["state"] == "FAILED", "kill test: job %s" % j["state"])
+    check(victim in j.get("message", ""), "kill test: message does not name %s" % victim)
+    check(took < 20, "kill test: %.1f s to FAILED" % took)
+    survivor = j["plan"]["stages"][0]["worker_ids"][0]
+    deadline = time.time() + 20
+    state = None
+    while time.time() < deadline:
+        state = {w["id"]: w.get("state") for w in c.workers_json()}.get(survivor)
+        if state and state.endswith("IDLE"):
+            break
+        time.sleep(0.1)
+    result("kill_survivor_state", state)
+    check(bool(state) and state.endswith("IDLE"), "kill test: survivor %s is %s" % (survivor, state))
+
+
+def run(c, tests):
+    for name, fn in tests:
+        try:
+            fn(c)
+        except Exception as e:  # keep going: the table should show every result
+            check(False, "%s: %s" % (name, e))
+
+
+def main():
+    c = cluster.Cluster(workers=2, dump=True, worker_args=["--devices", DEVICE])
+    try:
+        c.wait_workers(2)
+        run(c, (("parity", parity), ("demo", demo), ("dead worker", dead_worker)))
+    finally:
+        if failures:
+            print(c.all_logs()[-6000:])
+        c.close()
+    # One stage on the GPU, one on the CPU: the GPU side stages through pinned host memory.
+    c = cluster.Cluster(workers=0, dump=True)
+    try:
+        c.worker_args = ["--devices", DEVICE]
+        c.add_worker("gpu-w")
+        c.wait_workers(1)
+        c.worker_args = ["--devices", "cpu"]
+        c.add_worker("cpu-w")
+        c.wait_workers(2)
+        run(c, (("mixed parity", lambda c: parity(c, "mixed")),))
+    finally:
+        if failures:
+            print(c.all_logs()[-6000:])
+        c.close()
+    print("gpu_jobs: %s" % ("OK" if not failures else "FAILED: " + "; ".join(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+// StageBackend on kernels/cpu: the layers compute on host tensors in place of each slot.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/model_info.h"
+#include "common/status.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/model.h"
+#include "kernels/cpu/optimizer.h"
+#include "worker/runtime/stage_backend.h"
+
+namespace dapple::worker {
+namespace {
+
+using kernels::Tensor;
+
+std::vector<int64_t> WithBatch(int64_t n, const std::vector<int64_t>& per_sample) {
+  std::vector<int64_t> s;
+  s.reserve(per_sample.size() + 1);
+  s.push_back(n);
+  s.insert(s.end(), per_sample.begin(), per_sample.end());
+  return s;
+}
+
+class CpuStageBackend : public StageBackend {
+ public:
+  std::string device() const override { return "cpu"; }
+  bool device_memory() const override { return false; }
+
+  absl::StatusOr<void*> Input(int slot, int64_t rows) override {
+    Tensor& x = SlotAt(slot).acts[0];
+    x.Resize(WithBatch(rows, input_shape_));
+    return static_cast<void*>(x.data.data());
+  }
+
+  absl::Status LoadInput(int slot, const float* host, int64_t rows) override {
+    DAPPLE_ASSIGN_OR_RETURN(void* dst, Input(slot, rows));
+    // The runtime gathers straight into Input() on a host backend; copy only when it did not.
+    if (dst != host) {
+      std::memcpy(dst, host, static_cast<size_t>(rows * NumElements(input_shape_)) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Forward(int slot, int64_t rows) override {
+    Slot& s = SlotAt(slot);
+    if (s.acts[0].rows() != rows) {
+      return absl::InternalError(
+          absl::StrFormat("forward of %d rows on an input of %d rows", rows, s.acts[0].rows()));
+    }
+    for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(s.acts[k], &s.acts[k + 1]);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows, float grad_scale,
+                              bool training, int64_t* correct) override {
+    Slot& s = SlotAt(slot);
+    if (s.acts.back().rows() != rows) return absl::InternalError("loss before its forward");
+    if (!training) return kernels::SoftmaxCrossEntropyEval(s.acts.back(), labels, correct);
+    return kernels::SoftmaxCrossEntropy(s.acts.back(), labels, grad_scale, &s.dlogits, correct);
+  }
+
+  absl::StatusOr<const void*> OutputForSend(int slot, int send_id, int64_t rows) override {
+    if (send_id < 0) return absl::InternalError("negative send id");
+    if (send_id >= static_cast<int>(act_send_.size())) act_send_.resize(send_id + 1);
+    act_send_[send_id] = SlotAt(slot).acts.back();
+    return static_cast<const void*>(act_send_[send_id].data.data());
+  }
+
+  absl::StatusOr<void*> GradInput(int micro_batch, int64_t rows) override {
+    Tensor& g = GradAt(&grad_recv_, micro_batch);
+    g.Resize(WithBatch(rows, output_shape_));
+    return static_cast<void*>(g.data.data());
+  }
+
+  absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
+                        bool need_dx) override {
+    Slot& s = SlotAt(slot);
+    Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
+    if (dy->rows() != rows) return absl::InternalError("BACKWARD without its gradient");
+    Tensor scratch;
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+      Tensor* dx = nullptr;
+      if (k > 0) {
+        dx = &scratch;
+      } else if (need_dx) {
+        dx = &GradAt(&grad_send_, micro_batch);
+      }
+      layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx);
+      if (k > 0) {
+        std::swap(s.dlogits, scratch);  // reuse the slot's buffer as the next dy
+        dy = &s.dlogits;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const void* GradForSend(int micro_batch) const override {
+    return grad_send_.at(micro_batch).data.data();
+  }
+
+  absl::Status OptimizerStep() override {
+    optimizer_->Step(params_);
+    kernels::ZeroGrads(params_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
+
+  std::vector<int64_t> input_shape_;
+  std::vector<int64_t> output_shape_;
+  std::vector<std::unique_ptr<kernels::Layer>> layers_;
+  std::vector<kernels::Param*> params_;
+  std::unique_ptr<kernels::Optimizer> optimizer_;
+
+ private:
+  struct Slot {
+    std::vector<Tensor> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    Tensor dlogits;            // last stage: dL/dlogits; also the backward's dy buffer
+  };
+
+  Slot& SlotAt(int slot) {
+    if (slot >= static_cast<int>(slots_.size())) {
+      slots_.resize(slot + 1);
+      for (Slot& s : slots_) s.acts.resize(layers_.size() + 1);
+    }
+    return slots_[slot];
+  }
+
+  static Tensor& GradAt(std::vector<Tensor>* v, int micro_batch) {
+    if (micro_batch >= static_cast<int>(v->size())) v->resize(micro_batch + 1);
+    return (*v)[micro_batch];
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<Tensor> act_send_;   // per send id
+  std::vector<Tensor> grad_send_;  // per micro-batch
+  std::vector<Tensor> grad_recv_;  // per micro-batch
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobSpec& spec,
+                                                                  int first_layer, int last_layer) {
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
+  if (first_layer < 0 || last_layer < first_layer || last_layer >= static_cast<int>(infos.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "layers [%d, %d] outside a model of %d layers", first_layer, last_layer, infos.size()));
+  }
+  auto b = std::make_unique<CpuStageBackend>();
+  b->input_shape_ = infos[first_layer].input_shape;
+  b->output_shape_ = infos[last_layer].output_shape;
+  DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
+                                                           spec.training().seed()));
+  b->params_ = kernels::CollectParams(b->layers_);
+  DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
+  return std::unique_ptr<StageBackend>(std::move(b));
+}
+
+}  // namespace dapple::worker

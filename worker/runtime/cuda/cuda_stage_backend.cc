@@ -1,0 +1,365 @@
+#include "worker/runtime/cuda/cuda_stage_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model_info.h"
+#include "common/status.h"
+#include "kernels/cpu/model.h"
+#include "kernels/cpu/optimizer.h"
+#include "kernels/cuda/activations.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/loss.h"
+#include "kernels/cuda/optimizer.h"
+
+namespace dapple::worker {
+namespace {
+
+namespace kc = kernels::cuda;
+
+constexpr double kDefaultBeta1 = 0.9;  // kernels/cpu/optimizer.cc: 0 means PyTorch's default
+constexpr double kDefaultBeta2 = 0.999;
+constexpr double kDefaultEps = 1e-8;
+
+struct DeviceLayer {
+  std::string type;
+  int64_t in = 0;   // features per sample in
+  int64_t out = 0;  // features per sample out
+  int weight = -1;  // index into params (linear)
+  int bias = -1;
+};
+
+class CudaStageBackend : public StageBackend {
+ public:
+  explicit CudaStageBackend(CudaDevice* device) : dev_(device) {}
+
+  std::string device() const override { return absl::StrCat("cuda:", dev_->index()); }
+  bool device_memory() const override { return true; }
+
+  absl::StatusOr<void*> Input(int slot, int64_t rows) override {
+    DeviceBuffer& x = SlotAt(slot).acts[0];
+    DAPPLE_RETURN_IF_ERROR(Ensure(&x, Bytes(rows, in_features_)));
+    return x.data();
+  }
+
+  absl::Status LoadInput(int slot, const float* host, int64_t rows) override {
+    DAPPLE_ASSIGN_OR_RETURN(void* dst, Input(slot, rows));
+    // Pageable source: the copy has read `host` when cudaMemcpyAsync returns, so the runtime may
+    // reuse its scratch at once.
+    return kc::CudaStatus(
+        cudaMemcpyAsync(dst, host, Bytes(rows, in_features_), cudaMemcpyHostToDevice, stream()),
+        "copy input to the device");
+  }
+
+  absl::Status Forward(int slot, int64_t rows) override {
+    Slot& s = SlotAt(slot);
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      const DeviceLayer& l = layers_[k];
+      DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], Bytes(rows, l.out)));
+      const float* x = s.acts[k].as<float>();
+      float* y = s.acts[k + 1].as<float>();
+      if (l.type == "linear") {
+        DAPPLE_RETURN_IF_ERROR(kc::LinearForward(ctx(), x, dev_params_[l.weight].as<float>(),
+                                                 dev_params_[l.bias].as<float>(), y, rows, l.in,
+                                                 l.out));
+      } else if (l.type == "relu") {
+        DAPPLE_RETURN_IF_ERROR(kc::ReluForward(ctx(), x, y, rows * l.in));
+      } else if (l.type == "gelu") {
+        DAPPLE_RETURN_IF_ERROR(kc::GeluForward(ctx(), x, y, rows * l.in));
+      } else {  // flatten: the same bytes
+        DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+            cudaMemcpyAsync(y, x, Bytes(rows, l.in), cudaMemcpyDeviceToDevice, stream()),
+            "flatten"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows, float grad_scale,
+                              bool training, int64_t* correct) override {
+    Slot& s = SlotAt(slot);
+    const int64_t c = out_features_;
+    DAPPLE_RETURN_IF_ERROR(Ensure(&labels_, rows * sizeof(int32_t)));
+    DAPPLE_RETURN_IF_ERROR(Ensure(&row_loss_, rows * sizeof(double)));
+    DAPPLE_RETURN_IF_ERROR(Ensure(&row_correct_, rows * sizeof(int32_t)));
+    if (training) DAPPLE_RETURN_IF_ERROR(Ensure(&s.dlogits, Bytes(rows, c)));
+    DAPPLE_RETURN_IF_ERROR(
+        kc::CudaStatus(cudaMemcpyAsync(labels_.data(), labels, rows * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream()),
+                       "copy labels to the device"));
+    DAPPLE_RETURN_IF_ERROR(
+        kc::SoftmaxCrossEntropy(ctx(), s.acts.back().as<float>(), labels_.as<int32_t>(), rows, c,
+                                grad_scale, training ? s.dlogits.as<float>() : nullptr,
+                                row_loss_.as<double>(), row_correct_.as<int32_t>()));
+    host_loss_.resize(rows);
+    host_correct_.resize(rows);
+    DAPPLE_RETURN_IF_ERROR(
+        kc::CudaStatus(cudaMemcpyAsync(host_loss_.data(), row_loss_.data(), rows * sizeof(double),
+                                       cudaMemcpyDeviceToHost, stream()),
+                       "copy losses to the host"));
+    DAPPLE_RETURN_IF_ERROR(
+        kc::CudaStatus(cudaMemcpyAsync(host_correct_.data(), row_correct_.data(),
+                                       rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()),
+                       "copy predictions to the host"));
+    DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
+    // Summed on the host in row order: the CPU reference's order, so the loss matches it.
+    double total = 0;
+    int64_t right = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      total += host_loss_[r];
+      right += host_correct_[r];
+    }
+    if (correct != nullptr) *correct = right;
+    return total;
+  }
+
+  absl::StatusOr<const void*> OutputForSend(int slot, int send_id, int64_t rows) override {
+    if (send_id < 0) return absl::InternalError("negative send id");
+    if (send_id >= static_cast<int>(act_send_.size())) act_send_.resize(send_id + 1);
+    DeviceBuffer& dst = act_send_[send_id];
+    DAPPLE_RETURN_IF_ERROR(Ensure(&dst, Bytes(rows, out_features_)));
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+        cudaMemcpyAsync(dst.data(), SlotAt(slot).acts.back().data(), Bytes(rows, out_features_),
+                        cudaMemcpyDeviceToDevice, stream()),
+        "copy activations to their send buffer"));
+    return static_cast<const void*>(dst.data());
+  }
+
+  absl::StatusOr<void*> GradInput(int micro_batch, int64_t rows) override {
+    DeviceBuffer& g = At(&grad_recv_, micro_batch);
+    DAPPLE_RETURN_IF_ERROR(Ensure(&g, Bytes(rows, out_features_)));
+    return g.data();
+  }
+
+  absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
+                        bool need_dx) override {
+    Slot& s = SlotAt(slot);
+    const float* dy = last_stage ? s.dlogits.as<float>() : At(&grad_recv_, micro_batch).as<float>();
+    if (dy == nullptr) return absl::InternalError("BACKWARD without its gradient");
+    int next_scratch = 0;
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+      const DeviceLayer& l = layers_[k];
+      float* dx = nullptr;
+      if (k > 0) {
+        // Ping-pong between two scratch buffers: dy of this layer may be the other one.
+        DeviceBuffer& buf = scratch_[next_scratch];
+        next_scratch ^= 1;
+        DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
+        dx = buf.as<float>();
+      } else if (need_dx) {
+        DeviceBuffer& buf = At(&grad_send_, micro_batch);
+        DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
+        dx = buf.as<float>();
+      }
+      const float* x = s.acts[k].as<float>();
+      if (l.type == "linear") {
+        DAPPLE_RETURN_IF_ERROR(kc::LinearBackward(
+            ctx(), x, dev_params_[l.weight].as<float>(), dy, dev_grads_[l.weight].as<float>(),
+            dev_grads_[l.bias].as<float>(), dx, rows, l.in, l.out));
+      } else if (dx != nullptr) {
+        if (l.type == "relu") {
+          DAPPLE_RETURN_IF_ERROR(kc::ReluBackward(ctx(), x, dy, dx, rows * l.in));
+        } else if (l.type == "gelu") {
+          DAPPLE_RETURN_IF_ERROR(kc::GeluBackward(ctx(), x, dy, dx, rows * l.in));
+        } else {  // flatten
+          DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+              cudaMemcpyAsync(dx, dy, Bytes(rows, l.in), cudaMemcpyDeviceToDevice, stream()),
+              "flatten backward"));
+        }
+      }
+      dy = dx;
+    }
+    return absl::OkStatus();
+  }
+
+  const void* GradForSend(int micro_batch) const override {
+    return micro_batch < static_cast<int>(grad_send_.size()) ? grad_send_[micro_batch].data()
+                                                             : nullptr;
+  }
+
+  absl::Status OptimizerStep() override {
+    const v1::OptimizerSpec& o = optimizer_;
+    ++t_;
+    for (size_t i = 0; i < dev_params_.size(); ++i) {
+      const int64_t count = static_cast<int64_t>(host_params_[i]->value.data.size());
+      float* w = dev_params_[i].as<float>();
+      float* g = dev_grads_[i].as<float>();
+      if (o.type() == "sgd") {
+        DAPPLE_RETURN_IF_ERROR(
+            kc::SgdStep(ctx(), w, g, state1_[i].as<float>(), count, static_cast<float>(o.lr()),
+                        static_cast<float>(o.momentum()), static_cast<float>(o.weight_decay())));
+      } else {
+        DAPPLE_RETURN_IF_ERROR(kc::AdamWStep(
+            ctx(), w, g, state1_[i].as<float>(), state2_[i].as<float>(), count, o.lr(),
+            o.beta1() == 0 ? kDefaultBeta1 : o.beta1(), o.beta2() == 0 ? kDefaultBeta2 : o.beta2(),
+            o.eps() == 0 ? kDefaultEps : o.eps(), o.weight_decay(), t_));
+      }
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemsetAsync(g, 0, count * sizeof(float), stream()), "zero gradients"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override { return dev_->Synchronize(); }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
+    for (size_t i = 0; i < dev_params_.size(); ++i) {
+      kernels::Param* p = host_params_[i];
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemcpyAsync(p->value.data.data(), dev_params_[i].data(),
+                          p->value.data.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+          "copy weights to the host"));
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemcpyAsync(p->grad.data.data(), dev_grads_[i].data(),
+                          p->grad.data.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+          "copy gradients to the host"));
+    }
+    DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
+    return host_params_;
+  }
+
+  // Builds the device copy of `host_layers` (already initialised) and zeroed state.
+  absl::Status Init(const std::vector<LayerInfo>& infos, int first, int last,
+                    std::vector<std::unique_ptr<kernels::Layer>> host_layers,
+                    const v1::OptimizerSpec& optimizer) {
+    host_layers_ = std::move(host_layers);
+    host_params_ = kernels::CollectParams(host_layers_);
+    optimizer_ = optimizer;
+    in_features_ = NumElements(infos[first].input_shape);
+    out_features_ = NumElements(infos[last].output_shape);
+    int param = 0;
+    for (int i = first; i <= last; ++i) {
+      DeviceLayer l;
+      l.type = infos[i].type;
+      l.in = NumElements(infos[i].input_shape);
+      l.out = NumElements(infos[i].output_shape);
+      if (l.type == "linear") {
+        l.weight = param++;
+        l.bias = param++;
+      } else if (l.type != "relu" && l.type != "gelu" && l.type != "flatten") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.layers[", i, "]: type '", l.type, "' has no CUDA kernel"));
+      }
+      layers_.push_back(l);
+    }
+    if (param != static_cast<int>(host_params_.size())) {
+      return absl::InternalError("CPU and CUDA parameter lists differ");
+    }
+    const bool adam = optimizer.type() == "adamw";
+    for (kernels::Param* p : host_params_) {
+      const size_t bytes = p->value.data.size() * sizeof(float);
+      DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer w, dev_->Allocate(bytes));
+      DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer g, dev_->Allocate(bytes));
+      DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer s1, dev_->Allocate(bytes));
+      DeviceBuffer s2;
+      if (adam) {
+        DAPPLE_ASSIGN_OR_RETURN(s2, dev_->Allocate(bytes));
+      }
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemcpyAsync(w.data(), p->value.data.data(), bytes, cudaMemcpyHostToDevice, stream()),
+          "copy initial weights to the device"));
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemsetAsync(g.data(), 0, bytes, stream()), "zero gradients"));
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemsetAsync(s1.data(), 0, bytes, stream()), "zero optimizer state"));
+      if (adam) {
+        DAPPLE_RETURN_IF_ERROR(
+            kc::CudaStatus(cudaMemsetAsync(s2.data(), 0, bytes, stream()), "zero optimizer state"));
+      }
+      dev_params_.push_back(std::move(w));
+      dev_grads_.push_back(std::move(g));
+      state1_.push_back(std::move(s1));
+      state2_.push_back(std::move(s2));
+    }
+    return dev_->Synchronize();
+  }
+
+ private:
+  struct Slot {
+    std::vector<DeviceBuffer> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    DeviceBuffer dlogits;
+  };
+
+  static size_t Bytes(int64_t rows, int64_t features) {
+    return static_cast<size_t>(rows * features) * sizeof(float);
+  }
+  const kc::KernelContext& ctx() const { return dev_->ctx(); }
+  cudaStream_t stream() const { return dev_->compute_stream(); }
+
+  // Grow-only: a buffer is replaced only when too small. The old block goes back to the cache,
+  // and stream order keeps pending work on it before later users (caching_allocator.h).
+  absl::Status Ensure(DeviceBuffer* buf, size_t bytes) {
+    if (buf->bytes() >= bytes && !buf->empty()) return absl::OkStatus();
+    DAPPLE_ASSIGN_OR_RETURN(*buf, dev_->Allocate(std::max<size_t>(bytes, 256)));
+    return absl::OkStatus();
+  }
+
+  Slot& SlotAt(int slot) {
+    if (slot >= static_cast<int>(slots_.size())) {
+      slots_.resize(slot + 1);
+      for (Slot& s : slots_) s.acts.resize(layers_.size() + 1);
+    }
+    return slots_[slot];
+  }
+
+  static DeviceBuffer& At(std::vector<DeviceBuffer>* v, int i) {
+    if (i >= static_cast<int>(v->size())) v->resize(i + 1);
+    return (*v)[i];
+  }
+
+  CudaDevice* dev_;
+  std::vector<DeviceLayer> layers_;
+  int64_t in_features_ = 0;
+  int64_t out_features_ = 0;
+  std::vector<std::unique_ptr<kernels::Layer>> host_layers_;  // host mirror of the parameters
+  std::vector<kernels::Param*> host_params_;
+  std::vector<DeviceBuffer> dev_params_;
+  std::vector<DeviceBuffer> dev_grads_;
+  std::vector<DeviceBuffer> state1_;  // sgd velocity / adamw m
+  std::vector<DeviceBuffer> state2_;  // adamw v
+  v1::OptimizerSpec optimizer_;
+  int64_t t_ = 0;
+
+  std::vector<Slot> slots_;
+  std::vector<DeviceBuffer> act_send_;
+  std::vector<DeviceBuffer> grad_send_;
+  std::vector<DeviceBuffer> grad_recv_;
+  DeviceBuffer scratch_[2];
+  DeviceBuffer labels_;
+  DeviceBuffer row_loss_;
+  DeviceBuffer row_correct_;
+  std::vector<double> host_loss_;
+  std::vector<int32_t> host_correct_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::JobSpec& spec,
+                                                                   int first_layer, int last_layer,
+                                                                   CudaDevice* device) {
+  if (device == nullptr) return absl::InvalidArgumentError("no CUDA device");
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
+  if (first_layer < 0 || last_layer < first_layer || last_layer >= static_cast<int>(infos.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "layers [%d, %d] outside a model of %d layers", first_layer, last_layer, infos.size()));
+  }
+  // The CPU optimizer factory validates the spec (the same rules and messages on both backends).
+  DAPPLE_RETURN_IF_ERROR(kernels::MakeOptimizer(spec.training().optimizer()).status());
+  DAPPLE_ASSIGN_OR_RETURN(
+      std::vector<std::unique_ptr<kernels::Layer>> host_layers,
+      kernels::BuildLayers(spec.model(), first_layer, last_layer, spec.training().seed()));
+  auto b = std::make_unique<CudaStageBackend>(device);
+  DAPPLE_RETURN_IF_ERROR(
+      b->Init(infos, first_layer, last_layer, std::move(host_layers), spec.training().optimizer()));
+  return std::unique_ptr<StageBackend>(std::move(b));
+}
+
+}  // namespace dapple::worker

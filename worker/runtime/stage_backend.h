@@ -1,0 +1,84 @@
+// The math of one pipeline stage behind the runtime's interpreter: CPU (kernels/cpu, host memory)
+// or CUDA (kernels/cuda, device memory; worker/runtime/cuda). StageRuntime owns the schedule,
+// slots, data order and transport; a backend owns the layers, parameters, optimizer state and
+// every activation buffer, so the same interpreter loop drives either.
+//
+// Buffers: "slot" s holds one in-flight micro-batch (or one evaluation chunk): the stage input,
+// every layer's output and, on the last stage, dL/dlogits. Send buffers are separate, indexed by
+// a send id (the micro-batch, or the evaluation chunk), and stay untouched until the next call
+// that writes the same id, so they outlive the slot (Transport: a sent buffer must not change
+// until WaitSends). Pointers returned here are in the backend's memory (host for CPU, device for
+// CUDA; `device_memory()`), stay valid until the next call that resizes the same buffer, and
+// are what the runtime hands to a Transport that accepts that memory. Sizes are rows times the
+// per-sample features of the stage's input or output, as fp32.
+//
+// Ordering: a CUDA backend only enqueues work on its compute stream; a transport that accepts
+// device pointers orders its copies after that stream (worker/comm/cuda). Results that the host
+// reads (losses) are synchronised by the call that returns them.
+//
+// Errors: kInvalidArgument for a spec the backend cannot build; kResourceExhausted when memory
+// runs out (naming the device); kInternal for a failed kernel. Thread safety: one thread.
+#ifndef DAPPLE_WORKER_RUNTIME_STAGE_BACKEND_H_
+#define DAPPLE_WORKER_RUNTIME_STAGE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/job.pb.h"
+#include "kernels/cpu/layer.h"
+
+namespace dapple::worker {
+
+class StageBackend {
+ public:
+  virtual ~StageBackend() = default;
+
+  // "cpu", "cuda:0".
+  virtual std::string device() const = 0;
+  // True when the buffers below are device memory.
+  virtual bool device_memory() const = 0;
+
+  // Stage input of slot `slot` sized for `rows` samples; the runtime receives into it.
+  virtual absl::StatusOr<void*> Input(int slot, int64_t rows) = 0;
+  // Copies `rows` samples of host fp32 input into slot `slot`'s input (stage 0 reads images on
+  // the host). May return the host pointer of Input() untouched for a host backend.
+  virtual absl::Status LoadInput(int slot, const float* host, int64_t rows) = 0;
+  // Forward through every layer of the stage for the slot's `rows` samples.
+  virtual absl::Status Forward(int slot, int64_t rows) = 0;
+  // Last stage: softmax cross-entropy of the slot's logits against `labels` (host, `rows`
+  // values). Returns the loss SUM over the rows (double, row order) and keeps
+  // dL/dlogits * grad_scale in the slot for Backward. `correct` (may be null) gets the count of
+  // right argmax predictions. `training` false computes no gradient (evaluation).
+  virtual absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows,
+                                      float grad_scale, bool training, int64_t* correct) = 0;
+  // Copies the slot's stage output into send buffer `send_id` and returns it.
+  virtual absl::StatusOr<const void*> OutputForSend(int slot, int send_id, int64_t rows) = 0;
+  // Buffer for the gradient received for micro-batch `micro_batch` (dL/d output of the stage).
+  virtual absl::StatusOr<void*> GradInput(int micro_batch, int64_t rows) = 0;
+  // Backward through every layer for the slot's `rows` samples: dy is the slot's dlogits on the
+  // last stage, else GradInput(micro_batch). Accumulates parameter gradients; unless this is
+  // stage 0 (`need_dx` false), writes dL/d input into the gradient send buffer of
+  // `micro_batch`, returned by GradForSend.
+  virtual absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
+                                bool need_dx) = 0;
+  virtual const void* GradForSend(int micro_batch) const = 0;
+  // One optimizer update from the accumulated gradients, then zeroes them.
+  virtual absl::Status OptimizerStep() = 0;
+  // Waits for all enqueued work (a no-op on the CPU).
+  virtual absl::Status Synchronize() = 0;
+  // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device
+  // backend copies them back first. Pointers stay valid until the next call of HostParams.
+  virtual absl::StatusOr<std::vector<kernels::Param*>> HostParams() = 0;
+};
+
+// The CPU backend on kernels/cpu: layers [first_layer, last_layer] of `spec.model()` with the
+// deterministic initial weights of kernels/cpu/model.h and spec.training().optimizer().
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobSpec& spec,
+                                                                  int first_layer, int last_layer);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_STAGE_BACKEND_H_

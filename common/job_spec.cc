@@ -63,6 +63,8 @@ using Names = absl::Span<const absl::string_view>;
 
 constexpr absl::string_view kKnownDatasets[] = {kFashionMnist};
 constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple"};
+constexpr char kDefaultDeviceType[] = "any";
+constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda"};
 // Designed (design.md) but not built yet: reported as such rather than as unknown.
 constexpr absl::string_view kLaterSchedules[] = {"pipedream", "pipesgd"};
 constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform", "manual"};
@@ -417,6 +419,12 @@ Check CheckParallel(const v1::JobSpec& spec) {
                               later ? "not available in this version" : "unknown",
                               absl::StrJoin(kAvailableSchedules, ", ")));
   }
+  // Empty (a spec built in code, or stored before the field existed) means "any".
+  if (!p.device_type().empty() && !Contains(kDeviceTypes, p.device_type())) {
+    return At("parallel.device_type",
+              absl::StrFormat("parallel.device_type '%s' is unknown; known: %s", p.device_type(),
+                              absl::StrJoin(kDeviceTypes, ", ")));
+  }
   if (!Contains(kAvailablePlanners, p.planner())) {
     const bool later = Contains(kLaterPlanners, p.planner());
     return At("parallel.planner",
@@ -535,7 +543,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch", "micro_batch", "e
                                                "optimizer",    "seed",        "max_steps"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
-constexpr absl::string_view kParallelKeys[] = {"schedule", "planner", "stages", "devices"};
+constexpr absl::string_view kParallelKeys[] = {"schedule", "planner", "stages", "devices",
+                                               "device_type"};
 
 // One key: value pair of a YAML map.
 struct Field {
@@ -987,6 +996,10 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
     DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.devices"));
     parallel.set_devices(v);
   }
+  parallel.set_device_type(kDefaultDeviceType);
+  if (const Field* f = Find(fields, "device_type")) {
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(), String(*f, "parallel.device_type"));
+  }
   return absl::OkStatus();
 }
 
@@ -1304,6 +1317,8 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
     absl::StrAppend(&out, p.stages(), "\n");
   }
   absl::StrAppend(&out, "  devices: ", p.devices(), "\n");
+  absl::StrAppend(&out, "  device_type: ",
+                  YamlString(p.device_type().empty() ? kDefaultDeviceType : p.device_type()), "\n");
   return out;
 }
 

@@ -601,6 +601,30 @@ TEST(ValidateJobSpecTest, Schedule) {
                 {"parallel.schedule 'zerobubble' is unknown; available: gpipe, dapple"});
 }
 
+TEST(ValidateJobSpecTest, DeviceType) {
+  v1::JobSpec spec = Example();
+  for (const char* ok : {"any", "cpu", "cuda", ""}) {
+    spec.mutable_parallel()->set_device_type(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  spec.mutable_parallel()->set_device_type("gpu");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.device_type 'gpu' is unknown; known: any, cpu, cuda"});
+}
+
+TEST(ParseJobSpecTest, DeviceTypeDefaultsToAny) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kExample, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().device_type(), "any");
+  spec = ParseJobSpec(Edit(kExample, "devices: 2", "devices: 2\n  device_type: cuda"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().device_type(), "cuda");
+  spec = ParseJobSpec(Edit(kExample, "devices: 2", "devices: 2\n  device_type: tpu"), "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("parallel.device_type 'tpu' is unknown; known: any, cpu, cuda"));
+}
+
 TEST(ValidateJobSpecTest, Planner) {
   v1::JobSpec spec = Example();
   for (const char* later : {"dapple", "pipedream", "dp"}) {
@@ -750,6 +774,7 @@ parallel:
   planner: balanced
   stages: 2
   devices: 2
+  device_type: any
 )");
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -22,6 +23,28 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
 
 // Workers a job needs to start: one per device of its spec.
 int WorkersNeeded(const v1::Job& job) { return std::max(1, job.spec().parallel().devices()); }
+
+// parallel.device_type: "cpu" / "cuda" take only workers whose first device (the one a stage
+// computes on) is of that type; "any" (or empty) takes every worker.
+bool WorkerFits(const v1::Job& job, const WorkerRecord& worker) {
+  const std::string& type = job.spec().parallel().device_type();
+  if (type.empty() || type == "any") return true;
+  const std::string device = worker.info.devices().empty() ? "cpu" : worker.info.devices(0);
+  return type == "cuda" ? absl::StartsWith(device, "cuda:") : device == type;
+}
+
+std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers) {
+  workers.erase(std::remove_if(workers.begin(), workers.end(),
+                               [&](const WorkerRecord* w) { return !WorkerFits(job, *w); }),
+                workers.end());
+  return workers;
+}
+
+// " with cuda devices" for a typed job, "" for any.
+std::string DeviceTypeClause(const v1::Job& job) {
+  const std::string& type = job.spec().parallel().device_type();
+  return type.empty() || type == "any" ? "" : absl::StrCat(" with ", type, " devices");
+}
 
 }  // namespace
 
@@ -119,7 +142,7 @@ void CoordinatorService::ScheduleLocked(int64_t now) {
   while (std::optional<std::string> id = jobs_->OldestPending()) {
     absl::StatusOr<v1::Job> job = jobs_->Get(*id);
     if (!job.ok()) break;
-    const std::vector<WorkerRecord*> free = workers_.Schedulable();
+    const std::vector<WorkerRecord*> free = Fitting(*job, workers_.Schedulable());
     if (static_cast<int>(free.size()) < WorkersNeeded(*job)) break;  // FIFO: later jobs wait
     if (!StartJobLocked(*job, free, now)) break;
   }
@@ -139,9 +162,14 @@ void CoordinatorService::ExplainPendingLocked() {
     absl::Status s = jobs_->SetPendingMessage(id, message);
     if (!s.ok()) DAPPLE_LOG_WARN("job {}: {}", id, s.message());
   };
-  set(head, absl::StrCat("waiting for ", needed,
-                         needed == 1 ? " idle worker: " : " idle workers: ", workers_.CountLive(),
-                         " registered, ", workers_.Schedulable().size(), " idle"));
+  const std::string typed = DeviceTypeClause(*job);
+  std::string counts =
+      absl::StrCat(workers_.CountLive(), " registered, ", workers_.Schedulable().size(), " idle");
+  if (!typed.empty()) {
+    absl::StrAppend(&counts, ", ", Fitting(*job, workers_.Schedulable()).size(), " idle", typed);
+  }
+  set(head, absl::StrCat("waiting for ", needed, needed == 1 ? " idle worker" : " idle workers",
+                         typed, ": ", counts));
   for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
 }
 

@@ -66,11 +66,11 @@ class CoordinatorServiceTest : public ::testing::Test {
     return svc.ok() ? std::move(*svc) : nullptr;
   }
 
-  std::string Register(const std::string& name = "") {
+  std::string Register(const std::string& name = "", const std::string& device = "cpu") {
     v1::RegisterWorkerRequest req;
     req.set_hostname("localhost");
     req.set_pid(100);
-    req.add_devices("cpu");
+    req.add_devices(device);
     req.set_name(name);
     v1::RegisterWorkerResponse resp;
     EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
@@ -698,6 +698,35 @@ TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorker
 
 namespace dapple::coordinator {
 namespace {
+
+TEST_F(CoordinatorServiceTest, DeviceTypeChoosesWhichWorkersRunTheJob) {
+  ASSERT_TRUE(Submit(Spec(2) + "  device_type: cuda\n").ok());
+  Register("c1");
+  Register("c2");
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-1").message(),
+            "waiting for 2 idle workers with cuda devices: 2 registered, 2 idle, 0 idle with "
+            "cuda devices");
+  Register("g1", "cuda:0");
+  Register("g2", "cuda:1");
+  svc_->Tick();
+  const v1::Job job = Get("job-1");
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(job.worker_ids(), ElementsAre("g1", "g2"));
+  EXPECT_THAT(job.plan().stages(0).devices(), ElementsAre("cuda:0"));
+  EXPECT_THAT(job.plan().stages(1).devices(), ElementsAre("cuda:1"));
+  EXPECT_THAT(job.plan().stages(1).hostnames(), ElementsAre("localhost"));
+  EXPECT_EQ(Heartbeat("g2").assignment().device(), "cuda:1");
+
+  // A cpu job takes the CPU workers; an "any" job whatever is idle.
+  ASSERT_TRUE(Submit(Spec(1) + "  device_type: cpu\n").ok());
+  svc_->Tick();
+  EXPECT_THAT(Get("job-2").worker_ids(), ElementsAre("c1"));
+  ASSERT_TRUE(Submit(Spec(1)).ok());
+  svc_->Tick();
+  EXPECT_THAT(Get("job-3").worker_ids(), ElementsAre("c2"));
+}
 
 TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
   ASSERT_TRUE(Submit(Spec(3)).ok());  // job-1 needs 3

@@ -12,7 +12,7 @@
 #include "common/schedule/lowering.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/model.h"
-#include "worker/runtime/reference_trainer.h"
+#include "worker/runtime/testing/parity_testing.h"
 
 namespace dapple::worker {
 namespace {
@@ -61,55 +61,17 @@ class LocalTransport : public Transport {
   int rank_;
 };
 
-const Dataset& TrainSet() {
-  static const Dataset* d =
-      new Dataset(LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTrain).value());
-  return *d;
-}
-const Dataset& TestSet() {
-  static const Dataset* d =
-      new Dataset(LoadFashionMnist("/usr/share/datasets/fashion-mnist", Split::kTest).value());
-  return *d;
-}
+using parity::ParitySpec;
+using parity::SpecOptions;
+using parity::TestSet;
+using parity::TrainSet;
 
 v1::JobSpec SmallSpec(int global_batch, int micro_batch, const std::string& optimizer) {
-  v1::JobSpec spec;
-  spec.set_name("parity");
-  auto* model = spec.mutable_model();
-  for (int64_t d : {1, 28, 28}) model->add_input_shape(d);
-  auto add = [&](const std::string& type, int64_t out) {
-    auto* l = model->add_layers();
-    l->set_type(type);
-    l->set_out(out);
-  };
-  add("flatten", 0);
-  add("linear", 32);
-  add("relu", 0);
-  add("linear", 16);
-  add("gelu", 0);
-  add("linear", 10);
-  model->set_loss("softmax_cross_entropy");
-  spec.mutable_data()->set_dataset("fashion-mnist");
-  spec.mutable_data()->set_path("/usr/share/datasets/fashion-mnist");
-  auto* t = spec.mutable_training();
-  t->set_global_batch(global_batch);
-  t->set_micro_batch(micro_batch);
-  t->set_epochs(1);
-  t->set_seed(7);
-  t->mutable_optimizer()->set_type(optimizer);
-  t->mutable_optimizer()->set_lr(optimizer == "sgd" ? 0.1 : 0.01);
-  t->mutable_optimizer()->set_momentum(optimizer == "sgd" ? 0.9 : 0.0);
-  return spec;
-}
-
-// Relative difference of two tensors: ||a - b|| / ||b|| (L2).
-double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  SpecOptions o;
+  o.global_batch = global_batch;
+  o.micro_batch = micro_batch;
+  o.optimizer = optimizer;
+  return ParitySpec(o);
 }
 
 struct Case {
@@ -125,81 +87,19 @@ TEST_P(StageRuntimeParityTest, MatchesSingleDevice) {
   const Case c = GetParam();
   const int kGlobalBatch = 64, kSteps = 4;
   v1::JobSpec spec = SmallSpec(kGlobalBatch, kGlobalBatch / c.micro_batches, c.optimizer);
-
-  auto ref = ReferenceTrainer::Create(spec, &TrainSet()).value();
-  std::vector<double> ref_losses;
-  for (int s = 0; s < kSteps; ++s) ref_losses.push_back(ref->Step(s));
-
   auto programs = schedule::BuildPrograms(c.kind, c.stages, c.micro_batches).value();
-  v1::ParallelPlanSummary plan;
-  const int layers = spec.model().layers_size();
-  for (int s = 0; s < c.stages; ++s) {  // uniform split
-    auto* st = plan.add_stages();
-    st->set_first_layer(s * layers / c.stages);
-    st->set_last_layer((s + 1) * layers / c.stages - 1);
-    st->set_replicas(1);
-  }
+  v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), c.stages);
   Mailbox box;
-  std::vector<std::vector<double>> losses(c.stages);
-  std::vector<std::vector<kernels::Param*>> params(c.stages);
-  std::vector<std::unique_ptr<StageRuntime>> runtimes(c.stages);
   std::vector<std::unique_ptr<LocalTransport>> transports(c.stages);
-  std::vector<absl::Status> status(c.stages);
-  std::vector<double> eval_acc(c.stages, -1);
-  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<StageRuntime>> runtimes(c.stages);
   for (int s = 0; s < c.stages; ++s) {
-    v1::StageAssignment a;
-    a.set_job_id("job-test");
-    *a.mutable_spec() = spec;
-    *a.mutable_plan() = plan;
-    a.set_stage(s);
-    a.set_num_stages(c.stages);
-    *a.mutable_program() = programs[s];
     transports[s] = std::make_unique<LocalTransport>(&box, s);
-    runtimes[s] = StageRuntime::Create(a, &TrainSet(), &TestSet(), transports[s].get()).value();
+    runtimes[s] = StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &TrainSet(),
+                                       &TestSet(), transports[s].get())
+                      .value();
   }
-  for (int s = 0; s < c.stages; ++s) {
-    threads.emplace_back([&, s] {
-      for (int step = 0; step < kSteps; ++step) {
-        auto r = runtimes[s]->RunStep(step);
-        if (!r.ok()) {
-          status[s] = r.status();
-          return;
-        }
-        if (r->has_loss) losses[s].push_back(r->loss);
-      }
-      auto e = runtimes[s]->Evaluate(1);
-      if (!e.ok()) {
-        status[s] = e.status();
-        return;
-      }
-      if (e->has_metrics) eval_acc[s] = e->accuracy;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int s = 0; s < c.stages; ++s) ASSERT_TRUE(status[s].ok()) << status[s];
-
-  const auto& got = losses[c.stages - 1];
-  ASSERT_EQ(got.size(), ref_losses.size());
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(got[s], ref_losses[s], 1e-5 * std::abs(ref_losses[s])) << "step " << s + 1;
-  }
-  std::map<std::string, std::vector<float>> ref_params;
-  for (auto* p : ref->Params()) ref_params[p->name] = p->value.data;
-  size_t seen = 0;
-  for (int s = 0; s < c.stages; ++s) {
-    auto params = runtimes[s]->Params();
-    ASSERT_TRUE(params.ok()) << params.status();
-    for (auto* p : *params) {
-      ASSERT_TRUE(ref_params.count(p->name)) << p->name;
-      EXPECT_LE(RelativeL2(p->value.data, ref_params[p->name]), 1e-5) << p->name;
-      ++seen;
-    }
-  }
-  EXPECT_EQ(seen, ref_params.size());
-  double ref_loss, ref_acc;
-  ref->Evaluate(TestSet(), &ref_loss, &ref_acc);
-  EXPECT_NEAR(eval_acc[c.stages - 1], ref_acc, 1e-3);
+  parity::PipelineRun run = parity::RunPipeline(runtimes, kSteps);
+  parity::ExpectMatchesReference(spec, kSteps, runtimes, run);
 }
 
 std::vector<Case> AllCases() {

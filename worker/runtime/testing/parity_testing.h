@@ -1,0 +1,67 @@
+// The in-process parity harness shared by the runtime's tests (CPU stages in
+// worker/runtime/stage_runtime_test.cc, GPU stages in worker/runtime/cuda): build a small MLP job,
+// run every stage's StageRuntime on its own thread for some steps and one evaluation, and check
+// per-step loss and final weights against the single-device ReferenceTrainer within 1e-5
+// relative. For tests only (links GoogleTest).
+#ifndef DAPPLE_WORKER_RUNTIME_TESTING_PARITY_TESTING_H_
+#define DAPPLE_WORKER_RUNTIME_TESTING_PARITY_TESTING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dapple/v1/job.pb.h"
+#include "dapple/v1/plan.pb.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace dapple::worker::parity {
+
+// Fashion-MNIST from $DAPPLE_DATA_DIR, else Debian's folder; loaded once per process (aborts
+// when missing: a test machine without the dataset is misconfigured).
+std::string DataDir();
+const Dataset& TrainSet();
+const Dataset& TestSet();
+
+struct SpecOptions {
+  int64_t global_batch = 64;
+  int64_t micro_batch = 64;
+  std::string optimizer = "sgd";  // sgd: lr 0.1, momentum 0.9; adamw: lr 0.01
+  double weight_decay = 0;
+  int64_t hidden1 = 32;  // flatten, linear hidden1, relu, linear hidden2, gelu, linear 10
+  int64_t hidden2 = 16;
+  uint64_t seed = 7;
+};
+v1::JobSpec ParitySpec(const SpecOptions& options);
+
+// Stage s covers layers [s * L / P, (s + 1) * L / P - 1].
+v1::ParallelPlanSummary UniformPlan(int layers, int stages);
+
+// The assignment of `stage` for `spec` on `plan` with `program`.
+v1::StageAssignment Assignment(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan,
+                               int stage, const v1::RankProgram& program);
+
+// ||a - b|| / ||b|| (L2, in double).
+double RelativeL2(const std::vector<float>& a, const std::vector<float>& b);
+
+struct PipelineRun {
+  std::vector<double> losses;        // per step, from the last stage
+  std::vector<absl::Status> status;  // per stage
+  double eval_accuracy = -1;         // from the last stage
+};
+
+// Runs runtimes[s] on thread s for `steps` steps (0..steps-1), then Evaluate(1).
+PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtimes, int steps);
+
+// gtest EXPECTs: every stage OK, per-step loss within 1e-5 relative of the reference trainer on
+// `spec`, every parameter within 1e-5 relative L2, each parameter present once, and test
+// accuracy within 1e-3.
+void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
+                            const std::vector<std::unique_ptr<StageRuntime>>& runtimes,
+                            const PipelineRun& run);
+
+}  // namespace dapple::worker::parity
+
+#endif  // DAPPLE_WORKER_RUNTIME_TESTING_PARITY_TESTING_H_

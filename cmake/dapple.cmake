@@ -26,5 +26,8 @@ function(dapple_cc_test name)
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
                SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-               ENVIRONMENT "DAPPLE_BUILD_DIR=${PROJECT_BINARY_DIR};DAPPLE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+               # One variable only: gtest_discover_tests splits a value at ';', so a second
+               # one would be lost. Tests find the source root from DAPPLE_SOURCE_DIR when the
+               # caller exports it (scripts/test does), else from their own file path.
+               ENVIRONMENT "DAPPLE_BUILD_DIR=${PROJECT_BINARY_DIR}")
 endfunction()

@@ -958,10 +958,16 @@ absl::Status Parser::ParseStages(const Field& f, v1::ParallelSpec& parallel) {
     const std::string path = absl::StrFormat("parallel.stages[%d]", i);
     const Field item{f.key, f.value[i]};
     marks_[path] = MarkOf(item);
-    if (!item.value.IsSequence() || item.value.size() != 2) {
+    if (!item.value.IsSequence()) {
       return Error(MarkOf(item),
                    absl::StrFormat("%s must be a [first_layer, last_layer] pair, got %s", path,
                                    Describe(item.value)));
+    }
+    if (item.value.size() != 2) {
+      return Error(MarkOf(item),
+                   absl::StrFormat("%s must be a [first_layer, last_layer] pair, got a list of "
+                                   "%d value%s",
+                                   path, item.value.size(), item.value.size() == 1 ? "" : "s"));
     }
     DAPPLE_ASSIGN_OR_RETURN(int32_t first, Int32(Field{f.key, item.value[0]}, path + "[0]"));
     DAPPLE_ASSIGN_OR_RETURN(int32_t last, Int32(Field{f.key, item.value[1]}, path + "[1]"));

@@ -123,7 +123,7 @@ TEST(ParseJobSpecTest, ExampleParsesToTheExpectedProto) {
       seed: 42
       max_steps: 0
     }
-    parallel { schedule: "dapple" planner: "balanced" stages: 2 devices: 2 }
+    parallel { schedule: "dapple" planner: "balanced" stages: 2 devices: 2 device_type: "any" }
   )pb");
   EXPECT_TRUE(MessageDifferencer::Equals(*spec, expected)) << spec->DebugString();
   EXPECT_EQ(MicroBatches(*spec), 8);
@@ -156,7 +156,7 @@ TEST(ParseJobSpecTest, FillsDefaults) {
       seed: 0
       max_steps: 0
     }
-    parallel { schedule: "dapple" planner: "balanced" stages: 0 devices: 1 }
+    parallel { schedule: "dapple" planner: "balanced" stages: 0 devices: 1 device_type: "any" }
   )pb");
   EXPECT_TRUE(MessageDifferencer::Equals(*spec, expected)) << spec->DebugString();
   EXPECT_EQ(MicroBatches(*spec), 1);
@@ -207,6 +207,7 @@ TEST(ParseJobSpecTest, StageListImpliesManualPlanner) {
                                                       stage_ranges { first_layer: 2 last_layer: 2 }
                                                       stage_ranges { first_layer: 3 last_layer: 3 }
                                                       devices: 3
+                                                      device_type: "any"
                                                     )pb",
                                                     &want));
   EXPECT_TRUE(MessageDifferencer::Equals(spec->parallel(), want)) << spec->DebugString();
@@ -284,7 +285,7 @@ TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
                    "you mean 'out'?");
   ExpectParseError(Edit(kExample, "  devices: 2", "  device: 2"),
                    "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
-                   "stages, devices; did you mean 'devices'?");
+                   "stages, devices, device_type; did you mean 'devices'?");
 }
 
 TEST(ParseJobSpecTest, DuplicateField) {
@@ -321,7 +322,13 @@ TEST(ParseJobSpecTest, WrongTypesNameFieldValueAndExpectedType) {
                    "[first_layer, last_layer] ranges, got 'many'");
   ExpectParseError(Edit(kExample, "stages: 2 ", "stages: [[0, 1], [2]]"),
                    "job.yaml:21:20: parallel.stages[1] must be a [first_layer, last_layer] pair, "
-                   "got a list");
+                   "got a list of 1 value");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: [[0, 1, 2], [3, 3]]"),
+                   "job.yaml:21:12: parallel.stages[0] must be a [first_layer, last_layer] pair, "
+                   "got a list of 3 values");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: [[0, 1], 3]"),
+                   "job.yaml:21:20: parallel.stages[1] must be a [first_layer, last_layer] pair, "
+                   "got '3'");
   ExpectParseError(Edit(kExample, "devices: 2", "devices: 2.5"),
                    "job.yaml:22:12: parallel.devices must be an integer, got '2.5'");
   ExpectParseError(Edit(kExample, "devices: 2", "devices: 9999999999"),

@@ -16,7 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/testing/subprocess.h"
+#include "dapple/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -111,6 +113,12 @@ TEST_F(CoordinatorBinaryTest, FlagErrorsExit2WithOneLine) {
       {{"--no-such-flag"}, "no-such-flag"},
       {{"--worker-timeout-ms"}, "--worker-timeout-ms"},
       {{"stray"}, "stray"},
+      {{"--dead-worker-retention-s", "-5"},
+       "--dead-worker-retention-s must be at least 0 (s), got -5"},
+      // A folder as --port-file is refused before the job database is opened.
+      {{"--port-file", dir_}, "--port-file '" + dir_ + "' is a directory"},
+      {{"--port-file", dir_ + "/none/port"},
+       "cannot use folder '" + dir_ + "/none': No such file or directory"},
   };
   for (const Case& c : cases) {
     const std::string what = absl::StrJoin(c.args, " ");
@@ -129,6 +137,7 @@ TEST_F(CoordinatorBinaryTest, HelpExits0) {
   Result r = RunCoordinator({"--help"}, dir_);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("--worker-timeout-ms"));
+  EXPECT_THAT(r.out, HasSubstr("--dead-worker-retention-s"));
   EXPECT_EQ(r.err, "");
 }
 
@@ -161,6 +170,49 @@ TEST_F(CoordinatorBinaryTest, ASecondCoordinatorOnTheSameDatabaseExits1AndTheFir
   Child third;
   ASSERT_GT(StartCoordinator(db, &third), 0);
   EXPECT_EQ(Stop(third).exit_code, 0);
+}
+
+// SIGTERM with a `dapplectl watch` open: the stream must end UNAVAILABLE (clients reconnect on
+// it), not CANCELLED, and the coordinator must exit 0 well within its 2 s grace.
+TEST_F(CoordinatorBinaryTest, SigtermEndsAnOpenWatchWithUnavailable) {
+  Child coordinator;
+  const int port = StartCoordinator(dir_ + "/w.db", &coordinator);
+  ASSERT_GT(port, 0);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml(R"(name: watched
+model: {input_shape: [784], layers: [{type: linear, out: 10}]}
+data: {dataset: fashion-mnist, path: /nowhere}
+training: {global_batch: 4, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
+)");
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    grpc::Status s = stub->SubmitJob(&ctx, submit, &submitted);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+  v1::WatchJobRequest watch;
+  watch.set_job_id(submitted.job().id());
+  auto reader = stub->WatchJob(&watch_ctx, watch);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));  // PENDING: no worker
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(coordinator.pid, SIGTERM), 0);
+  while (reader->Read(&event)) {
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(s.error_message(), "coordinator is shutting down");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+  Result stopped = Stop(coordinator);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  // The grace is 2 s; with the watch ended first nothing waits for it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
 }
 
 }  // namespace

@@ -1,5 +1,11 @@
 #include "coordinator/flags.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,32 +25,38 @@ bool AllDigits(absl::string_view s) {
   return true;
 }
 
-// Parses a decimal millisecond count of `flag` within [min, max].
-absl::StatusOr<int64_t> ParseMs(const std::string& flag, const std::string& text, int64_t min,
-                                int64_t max) {
+// Parses a decimal count of `unit` ("ms", "s") for `flag` within [min, max].
+absl::StatusOr<int64_t> ParseCount(const std::string& flag, const std::string& text, int64_t min,
+                                   int64_t max, absl::string_view unit) {
+  const absl::string_view unit_name = unit == "s" ? "seconds" : unit;
   int64_t value = 0;
   absl::string_view digits(text);
   const bool negative = !digits.empty() && digits[0] == '-';
   if (negative) digits.remove_prefix(1);
   if (!AllDigits(digits)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be an integer number of ms, got '", text, "'"));
+        absl::StrCat(flag, " must be an integer number of ", unit_name, ", got '", text, "'"));
   }
   // Digits beyond int64 are certainly out of range.
   if (!absl::SimpleAtoi(text, &value)) {
     return absl::InvalidArgumentError(
-        negative ? absl::StrCat(flag, " must be at least ", min, " (ms), got ", text)
-                 : absl::StrCat(flag, " must be at most ", max, " (ms), got ", text));
+        negative ? absl::StrCat(flag, " must be at least ", min, " (", unit, "), got ", text)
+                 : absl::StrCat(flag, " must be at most ", max, " (", unit, "), got ", text));
   }
   if (value < min) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be at least ", min, " (ms), got ", value));
+        absl::StrCat(flag, " must be at least ", min, " (", unit, "), got ", value));
   }
   if (value > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be at most ", max, " (ms), got ", value));
+        absl::StrCat(flag, " must be at most ", max, " (", unit, "), got ", value));
   }
   return value;
+}
+
+absl::StatusOr<int64_t> ParseMs(const std::string& flag, const std::string& text, int64_t min,
+                                int64_t max) {
+  return ParseCount(flag, text, min, max, "ms");
 }
 
 // HOST:PORT: a non-empty host (an IPv6 one in brackets) and a decimal port 0..65535. gRPC
@@ -63,6 +75,32 @@ bool ValidListen(const std::string& listen) {
 }
 
 }  // namespace
+
+absl::Status CheckPortFile(const std::string& path) {
+  const auto fail = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("--port-file '", path, "'", what));
+  };
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    const bool slash = !path.empty() && path.back() == '/';
+    return fail(absl::StrCat(" is a directory; name a file in it, e.g. '", path, slash ? "" : "/",
+                             "port'"));
+  }
+  // The temporary file goes next to `path`, then is renamed over it: both need the folder.
+  const size_t slash = path.rfind('/');
+  const std::string folder =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (stat(folder.c_str(), &st) != 0) {
+    return fail(absl::StrCat(": cannot use folder '", folder, "': ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return fail(absl::StrCat(": cannot use folder '", folder, "': ", std::strerror(ENOTDIR)));
+  }
+  if (access(folder.c_str(), W_OK | X_OK) != 0) {
+    return fail(absl::StrCat(": cannot create files in '", folder, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
   Flags flags;
@@ -87,6 +125,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
                      flags.heartbeat_interval_ms, " = ", 2 * flags.heartbeat_interval_ms,
                      " ms), got ", flags.worker_timeout_ms));
   }
+  auto retention = ParseCount("--dead-worker-retention-s", raw.dead_worker_retention_s,
+                              kMinDeadWorkerRetentionS, kMaxDeadWorkerRetentionS, "s");
+  if (!retention.ok()) return retention.status();
+  flags.dead_worker_retention_s = *retention;
   bool known_level = false;
   for (const char* level : kLogLevels) known_level = known_level || raw.log_level == level;
   if (!known_level) {
@@ -95,6 +137,9 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
                      raw.log_level, "'"));
   }
   flags.log_level = raw.log_level;
+  if (!raw.port_file.empty()) {
+    if (absl::Status s = CheckPortFile(raw.port_file); !s.ok()) return s;
+  }
   flags.port_file = raw.port_file;
   return flags;
 }

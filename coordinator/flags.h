@@ -18,6 +18,10 @@ inline constexpr int64_t kMaxHeartbeatIntervalMs = 60'000;
 // one late heartbeat does not kill a healthy worker.
 inline constexpr int64_t kMinWorkerTimeoutMs = 100;
 inline constexpr int64_t kMaxWorkerTimeoutMs = 3'600'000;
+// How long a DEAD worker stays listed before the coordinator forgets it, s (0: at the next
+// background pass after it died).
+inline constexpr int64_t kMinDeadWorkerRetentionS = 0;
+inline constexpr int64_t kMaxDeadWorkerRetentionS = 604'800;  // one week
 
 // The flags as typed (defaults as in docs/coordinator.md).
 struct RawFlags {
@@ -25,6 +29,7 @@ struct RawFlags {
   std::string db = "dapple.db";
   std::string heartbeat_interval_ms = "500";
   std::string worker_timeout_ms = "5000";
+  std::string dead_worker_retention_s = "600";
   std::string log_level = "info";
   std::string port_file;  // empty: none
 };
@@ -34,8 +39,9 @@ struct Flags {
   std::string db;      // non-empty
   int64_t heartbeat_interval_ms = 0;
   int64_t worker_timeout_ms = 0;
+  int64_t dead_worker_retention_s = 0;
   std::string log_level;  // trace | debug | info | warn | error | off
-  std::string port_file;
+  std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -44,8 +50,18 @@ struct Flags {
 // "--worker-timeout-ms must exceed 2x --heartbeat-interval-ms (2 x 500 = 1000 ms), got 900",
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
 // "--db must name a file", "--log-level must be one of trace, debug, info, warn, error, off;
-// got 'loud'".
+// got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
+// CheckPortFile's messages. Looks at the file system for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
+
+// Whether the coordinator will be able to write its port to `path` (through a temporary file
+// in the same folder and a rename): `path` is not a folder, and its folder exists and lets us
+// create files. Checked before the job database is opened, so a bad path costs nothing.
+// kInvalidArgument, one line naming the flag, the path and the system's reason:
+//   "--port-file '/tmp/d' is a directory; name a file in it, e.g. '/tmp/d/port'"
+//   "--port-file '/no/such/port': cannot use folder '/no/such': No such file or directory"
+//   "--port-file '/ro/port': cannot create files in '/ro': Permission denied"
+absl::Status CheckPortFile(const std::string& path);
 
 }  // namespace dapple::coordinator
 

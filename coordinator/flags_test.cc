@@ -1,5 +1,12 @@
 #include "coordinator/flags.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -21,6 +28,81 @@ TEST(FlagsTest, DefaultsAreValid) {
   EXPECT_EQ(flags->heartbeat_interval_ms, 500);
   EXPECT_EQ(flags->worker_timeout_ms, 5000);
   EXPECT_EQ(flags->log_level, "info");
+  EXPECT_EQ(flags->dead_worker_retention_s, 600);
+  EXPECT_EQ(flags->port_file, "");
+}
+
+TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {
+  RawFlags raw;
+  raw.dead_worker_retention_s = "0";
+  auto flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->dead_worker_retention_s, 0);
+  raw.dead_worker_retention_s = "604800";
+  EXPECT_EQ(Error(raw), "");
+  raw.dead_worker_retention_s = "604801";
+  EXPECT_EQ(Error(raw), "--dead-worker-retention-s must be at most 604800 (s), got 604801");
+  raw.dead_worker_retention_s = "-1";
+  EXPECT_EQ(Error(raw), "--dead-worker-retention-s must be at least 0 (s), got -1");
+  raw.dead_worker_retention_s = "10m";
+  EXPECT_EQ(Error(raw),
+            "--dead-worker-retention-s must be an integer number of seconds, got '10m'");
+  raw.dead_worker_retention_s = "";
+  EXPECT_EQ(Error(raw), "--dead-worker-retention-s must be an integer number of seconds, got ''");
+}
+
+class PortFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "/dapple-flags-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    chmod(dir_.c_str(), 0700);
+    (void)!std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  std::string dir_;
+};
+
+TEST_F(PortFileTest, AFileInAWritableFolderIsAccepted) {
+  RawFlags raw;
+  raw.port_file = dir_ + "/port";
+  EXPECT_EQ(Error(raw), "");
+  std::ofstream(dir_ + "/port") << "1\n";  // an old one is replaced
+  EXPECT_EQ(Error(raw), "");
+  // A bare name is in the working folder.
+  EXPECT_TRUE(CheckPortFile("port-file-in-cwd").ok());
+}
+
+TEST_F(PortFileTest, AFolderIsRefusedUpFront) {
+  RawFlags raw;
+  raw.port_file = dir_;
+  EXPECT_EQ(Error(raw), "--port-file '" + dir_ + "' is a directory; name a file in it, e.g. '" +
+                            dir_ + "/port'");
+  raw.port_file = dir_ + "/";
+  EXPECT_EQ(Error(raw), "--port-file '" + dir_ + "/' is a directory; name a file in it, e.g. '" +
+                            dir_ + "/port'");
+}
+
+TEST_F(PortFileTest, AMissingOrUnwritableFolderIsRefusedWithTheReason) {
+  RawFlags raw;
+  raw.port_file = dir_ + "/no/such/port";
+  EXPECT_EQ(Error(raw), "--port-file '" + raw.port_file + "': cannot use folder '" + dir_ +
+                            "/no/such': No such file or directory");
+  std::ofstream(dir_ + "/file") << "x";
+  raw.port_file = dir_ + "/file/port";
+  EXPECT_EQ(Error(raw), "--port-file '" + raw.port_file + "': cannot use folder '" + dir_ +
+                            "/file': Not a directory");
+}
+
+TEST_F(PortFileTest, AFolderWithoutWritePermissionIsRefused) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may write in any folder: no permission to refuse";
+  ASSERT_EQ(chmod(dir_.c_str(), 0500), 0);
+  RawFlags raw;
+  raw.port_file = dir_ + "/port";
+  EXPECT_EQ(Error(raw), "--port-file '" + raw.port_file + "': cannot create files in '" + dir_ +
+                            "': Permission denied");
 }
 
 TEST(FlagsTest, NumbersHaveRangesWithClearMessages) {

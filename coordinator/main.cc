@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -32,18 +34,28 @@ namespace {
 constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
 
 // Writes `port` to `path` through a temporary file and rename, so readers never see a
-// partial file.
+// partial file. ValidateFlags checked the folder up front; this still names the system's
+// reason should it fail anyway (the folder changed meanwhile, a full disk).
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write port file '", tmp, "'"));
+  FILE* out = std::fopen(tmp.c_str(), "w");
+  if (out == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write port file '", tmp, "': ", std::strerror(errno)));
+  }
+  const bool written = std::fprintf(out, "%d\n", port) > 0;
+  const int write_errno = errno;
+  if (std::fclose(out) != 0 || !written) {
+    const int e = written ? errno : write_errno;
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write port file '", tmp, "': ", std::strerror(e)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
     std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(e)));
   }
   return absl::OkStatus();
 }
@@ -124,10 +136,14 @@ int main(int argc, char** argv) {
                  "a worker silent this long is DEAD and fails its job (100..3600000, more than "
                  "2x the heartbeat interval)")
       ->capture_default_str();
+  app.add_option("--dead-worker-retention-s", raw.dead_worker_retention_s,
+                 "a DEAD worker is listed this long, then forgotten (0..604800)")
+      ->capture_default_str();
   app.add_option("--log-level", raw.log_level, "trace | debug | info | warn | error | off")
       ->capture_default_str();
   app.add_option("--port-file", raw.port_file,
-                 "write the bound port here (atomically) once listening");
+                 "write the bound port here (atomically) once listening; its folder must "
+                 "exist and be writable");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -152,6 +168,7 @@ int main(int argc, char** argv) {
   options.db_path = flags->db;
   options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
   options.worker_timeout_ms = flags->worker_timeout_ms;
+  options.dead_worker_retention_ms = flags->dead_worker_retention_s * 1000;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();
@@ -171,9 +188,10 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   DAPPLE_LOG_INFO("signal {}: shutting down", signal_number);
-  // Ending the watches first lets the server drain at once instead of waiting out the grace.
-  (*service)->Shutdown();
+  // The server first: it sends GOAWAY, ends the open WatchJob streams with UNAVAILABLE (so
+  // `dapplectl watch` reconnects) and drains; the service stops once no call can reach it.
   (*server)->Shutdown(kShutdownGrace);
+  (*service)->Shutdown();
   server->reset();
   service->reset();
   DAPPLE_LOG_INFO("stopped");

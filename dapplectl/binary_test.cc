@@ -1,5 +1,8 @@
 // Runs the built dapplectl executable, as a user would: exit codes and stderr lines.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,9 +10,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/testing/subprocess.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/fake_coordinator_test_util.h"
@@ -129,7 +136,8 @@ TEST(DapplectlBinaryTest, SubmitOfAHugeFileExitsWithOne) {
   const ProcessResult r = RunProcess({"--coordinator", refusing.address(), "submit", path});
   unlink(path.c_str());
   EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
-  EXPECT_EQ(r.err, "dapplectl: " + path + " is 70.0 MiB; a job spec may be at most 1 MiB\n");
+  EXPECT_EQ(r.err, "dapplectl: " + path +
+                       " is 73400320 bytes; a job spec may be at most 1048576 bytes (1 MiB)\n");
 }
 
 // A file name that is not UTF-8 travels escaped; the coordinator's errors show it so.
@@ -213,6 +221,132 @@ TEST(DapplectlBinaryTest, HelpExitsWithZero) {
   EXPECT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Exit codes:"));
   EXPECT_EQ(r.err, "");
+}
+
+// ------------------------------------------- against the real coordinator, restarted under it
+
+using ::dapple::testing::RunningProcess;
+
+// Children of one test, killed and reaped at the end whatever happens.
+class Children {
+ public:
+  ~Children() {
+    for (RunningProcess& c : running_) {
+      if (c.pid > 0) kill(c.pid, SIGKILL);
+      ::dapple::testing::FinishProcess(c);
+    }
+  }
+  RunningProcess Start(const std::string& binary, const std::vector<std::string>& args) {
+    ::dapple::testing::ProcessOptions options;
+    options.deadline = std::chrono::seconds(20);
+    options.unset_env = {"DAPPLE_COORDINATOR"};
+    running_.push_back(::dapple::testing::StartProcess(binary, args, options));
+    return running_.back();
+  }
+  // Reaps `child` (after the caller signalled it, or once it exits by itself).
+  ProcessResult Finish(const RunningProcess& child) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i].pid == child.pid) running_.erase(running_.begin() + i);
+    }
+    return ::dapple::testing::FinishProcess(child);
+  }
+
+ private:
+  std::vector<RunningProcess> running_;
+};
+
+// The port a coordinator wrote to `port_file`, waiting up to 10 s; 0 if none came.
+int AwaitPort(const std::string& port_file) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// Reads from `fd` until a whole line has arrived (up to 10 s); what was read.
+std::string AwaitLine(int fd) {
+  std::string text;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+// The user's report: `dapplectl watch JOB --timeout 10`, the coordinator stopped (SIGTERM: it
+// ends the stream; SIGKILL: the connection drops) and started again 0.5 s later on the same
+// port and database. The watch must carry on with the new coordinator and end with the job's
+// outcome, not "lost the watch on job-1: CANCELLED".
+TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
+  const std::string coordinator =
+      ::dapple::testing::BuiltBinaryPath("coordinator/dapple-coordinator");
+  if (access(coordinator.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "dapple-coordinator is not built here (DAPPLE_FOLDERS without coordinator)";
+  }
+  const std::string dapplectl = ::dapple::testing::BuiltBinaryPath("dapplectl/dapplectl");
+  std::string dir = ::testing::TempDir() + "/dapplectl-restart-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string spec = dir + "/job.yaml";
+  std::ofstream(spec) << "name: restarted\n"
+                         "model: {input_shape: [784], layers: [{type: linear, out: 10}]}\n"
+                         "data: {dataset: fashion-mnist, path: /nowhere}\n"
+                         "training: {global_batch: 4, micro_batch: 4, epochs: 1,\n"
+                         "           optimizer: {type: sgd, lr: 0.1}}\n";
+  Children children;
+  int started = 0;
+  // Starts a coordinator on 127.0.0.1:`port` (0: a free one) and returns it with its port.
+  const auto start_coordinator = [&](int port, int* bound) {
+    const std::string port_file = absl::StrCat(dir, "/port-", started++);
+    RunningProcess child = children.Start(
+        coordinator, {"--listen", absl::StrCat("127.0.0.1:", port), "--db", dir + "/jobs.db",
+                      "--port-file", port_file, "--log-level", "error"});
+    *bound = AwaitPort(port_file);
+    return child;
+  };
+  int port = 0;
+  RunningProcess current = start_coordinator(0, &port);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+
+  for (const int signal_number : {SIGTERM, SIGKILL}) {
+    SCOPED_TRACE(signal_number == SIGTERM ? "SIGTERM" : "SIGKILL");
+    // A job that stays PENDING (no workers), so only the restart can end its watch early.
+    const ProcessResult submitted = RunProcess({"--coordinator", address, "submit", spec});
+    ASSERT_EQ(submitted.exit_code, kExitOk) << submitted.err;
+    std::string job = std::string(absl::StripPrefix(submitted.out, "submitted "));
+    job = job.substr(0, job.find(' '));
+
+    RunningProcess watch =
+        children.Start(dapplectl, {"--coordinator", address, "--timeout", "10", "watch", job});
+    const std::string first = AwaitLine(watch.out);  // the watch has its first snapshot
+    ASSERT_THAT(first, StartsWith(job + " PENDING"));
+
+    ASSERT_EQ(kill(current.pid, signal_number), 0);
+    children.Finish(current);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    int again = 0;
+    current = start_coordinator(port, &again);
+    ASSERT_EQ(again, port);
+
+    const ProcessResult cancelled = RunProcess({"--coordinator", address, "cancel", job});
+    ASSERT_EQ(cancelled.exit_code, kExitOk) << cancelled.err;
+    const ProcessResult watched = children.Finish(watch);
+    EXPECT_EQ(watched.exit_code, kExitJobCancelled) << watched.err;
+    EXPECT_EQ(watched.err, "");
+    EXPECT_THAT(first + watched.out, HasSubstr(job + " CANCELLED"));
+  }
+  kill(current.pid, SIGTERM);
+  EXPECT_EQ(children.Finish(current).exit_code, 0);
+  (void)!std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 
 }  // namespace

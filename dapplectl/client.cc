@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "dapplectl/exit_codes.h"
 #include "dapplectl/format.h"
 #include "dapplectl/spec_file.h"
 #include "dapplectl/utf8_text.h"
@@ -30,20 +31,17 @@ std::string Seconds(absl::Duration d) { return absl::StrFormat("%g s", absl::ToD
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
 
-// Stream endings the watch recovers from by reconnecting: the connection or the coordinator
-// went away, not the request.
-bool IsRetryableStreamEnd(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::OK:  // the stream ended without a terminal state
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-    case grpc::StatusCode::INTERNAL:  // RST_STREAM, a coordinator killed mid-frame
-    case grpc::StatusCode::UNKNOWN:
-      return true;
-    default:
-      return false;
-  }
-}
+// Pause between reconnect attempts that failed fast (a closing coordinator cancels calls
+// instead of waiting for them).
+constexpr absl::Duration kReconnectPause = absl::Milliseconds(100);
+
+// Reconnect backoff of the channel (gRPC's defaults: 1 s, then up to 120 s): a restarted
+// coordinator is found within about a second rather than minutes into a watch's --timeout.
+constexpr int kInitialReconnectBackoffMs = 100;
+constexpr int kMaxReconnectBackoffMs = 1000;
+// gRPC 1.51 takes GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as the shortest time a connection attempt
+// may take before it is abandoned (default 20 s); 1 s keeps attempts to a silent host short.
+constexpr int kMinConnectTimeoutMs = 1000;
 
 void DropGrpcLog(gpr_log_func_args*) {}
 
@@ -71,6 +69,26 @@ std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_mes
   }
   if (grpc_message.empty()) return "unavailable";
   return grpc_message;
+}
+
+bool IsLostConnection(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:                // the stream ended without a terminal state
+    case absl::StatusCode::kUnavailable:       // coordinator shutting down, connection lost
+    case absl::StatusCode::kCancelled:         // a closing coordinator cancels the call
+    case absl::StatusCode::kDeadlineExceeded:  // keepalive, or no answer in time
+    case absl::StatusCode::kInternal:          // RST_STREAM: a coordinator killed mid-frame
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool RetryReconnect(absl::StatusCode code) {
+  // DEADLINE_EXCEEDED is the reconnect's own deadline (--timeout) running out.
+  return code != absl::StatusCode::kOk && code != absl::StatusCode::kDeadlineExceeded &&
+         IsLostConnection(code);
 }
 
 absl::Duration WatchReconnectDelay(int empty_streams) {
@@ -111,6 +129,9 @@ CoordinatorClient::CoordinatorClient(ClientOptions options) : options_(std::move
   // A server-streaming watch sends no data after its request; without this gRPC stops
   // pinging after two pings and keepalive would no longer notice a dead coordinator host.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   channel_ = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Coordinator::NewStub(channel_);
@@ -206,6 +227,33 @@ absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
   return response;
 }
 
+absl::StatusOr<v1::Job> CoordinatorClient::Reconnect(const v1::GetJobRequest& get) {
+  // Wait (up to the timeout) for the coordinator to come back, then re-read the job;
+  // snapshots are complete, so nothing is lost between streams.
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_wait_for_ready(true);
+    v1::Job job;
+    const grpc::Status status = stub_->GetJob(&context, get, &job);
+    if (status.ok()) return job;
+    const absl::StatusCode code = ToAbsl(status.error_code());
+    if (RetryReconnect(code) && absl::Now() + kReconnectPause < deadline) {
+      absl::SleepFor(kReconnectPause);
+      continue;
+    }
+    absl::Status error = Convert("GetJob", status);
+    // A call the coordinator cancelled while closing, at the very end, still means that it
+    // did not come back.
+    if (IsLostConnection(code) && ExitCodeForStatusCode(error.code()) != kExitUnreachable) {
+      error = absl::UnavailableError(UnreachableMessage(options_.address, "connection lost"));
+    }
+    return absl::Status(error.code(),
+                        absl::StrCat("lost the watch on ", get.job_id(), ": ", error.message()));
+  }
+}
+
 absl::StatusOr<v1::Job> CoordinatorClient::Watch(
     const std::string& job_id, const std::function<void(const v1::Job&)>& on_snapshot) {
   v1::GetJobRequest get;
@@ -234,21 +282,14 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
     }
     const grpc::Status status = reader->Finish();
     if (IsTerminal(job.state())) break;
-    if (!IsRetryableStreamEnd(status)) return Convert("WatchJob", status);
+    if (!IsLostConnection(ToAbsl(status.error_code()))) return Convert("WatchJob", status);
 
     // A live coordinator whose streams keep ending empty (a server that sends GOAWAY to
     // frequent keepalive pings does so while a job sits PENDING) is not a reason to give up:
     // the GetJob below still shows progress; only back off so this does not spin.
     empty_streams = got_any ? 0 : empty_streams + 1;
     if (empty_streams > 0) absl::SleepFor(WatchReconnectDelay(empty_streams));
-    // Reconnect: wait (up to the timeout) for the coordinator to come back, then re-read the
-    // job; snapshots are complete, so nothing is lost between streams.
-    const absl::Status s =
-        Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob, /*wait_for_ready=*/true);
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("lost the watch on ", EscapeInvalidUtf8(job_id),
-                                                 ": ", s.message()));
-    }
+    DAPPLE_ASSIGN_OR_RETURN(job, Reconnect(get));
     on_snapshot(job);
   }
   return job;

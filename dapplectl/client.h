@@ -4,7 +4,8 @@
 //
 // Connecting: unary calls are fail-fast with a deadline of `timeout` (connecting included), so
 // a refused connection is reported at once with its reason and a silent address within
-// `timeout`. Errors, by code:
+// `timeout`. The channel retries connections after 100 ms, growing to at most 1 s (gRPC's
+// default grows to 120 s), so a restarted coordinator is found promptly. Errors, by code:
 //   kUnavailable / kDeadlineExceeded  the coordinator could not be reached ("cannot reach the
 //       coordinator at ADDR (connection refused); start dapple-coordinator or set
 //       --coordinator / DAPPLE_COORDINATOR"), or did not answer in time
@@ -65,12 +66,15 @@ class CoordinatorClient {
   // returns it (this call also checks, within `timeout`, that the coordinator is reachable and
   // the job exists), then each JobEvent of WatchJob. There is no overall deadline; keepalive
   // pings (keepalive_time, keepalive_timeout) break the stream if the coordinator's host
-  // vanishes. When the stream ends before a terminal state (coordinator restarted, connection
-  // lost, GOAWAY), the watch reconnects: GetJob waiting up to `timeout` for the coordinator
-  // (wait_for_ready), then a new WatchJob, after WatchReconnectDelay when streams keep ending
-  // without a snapshot. Errors: a failed reconnect ends the watch with kUnavailable or
-  // kDeadlineExceeded, "lost the watch on job-3: cannot reach the coordinator at ..."; the
-  // coordinator's own errors (kNotFound, ...) end it at once, unchanged.
+  // vanishes. When the stream ends before a terminal state with a code that IsLostConnection
+  // (the coordinator shut down: UNAVAILABLE; a closing coordinator cancelled it: CANCELLED; the
+  // connection broke), the watch reconnects: GetJob, waiting up to `timeout` for the
+  // coordinator (wait_for_ready, retried every 100 ms while calls fail fast with
+  // RetryReconnect codes), then a new WatchJob, after WatchReconnectDelay when streams keep
+  // ending without a snapshot. Errors: no coordinator within `timeout` ends the watch with
+  // kUnavailable or kDeadlineExceeded (exit 3), "lost the watch on job-3: cannot reach the
+  // coordinator at ..."; the coordinator's own errors (kNotFound, ...) end it at once,
+  // unchanged.
   absl::StatusOr<v1::Job> Watch(const std::string& job_id,
                                 const std::function<void(const v1::Job&)>& on_snapshot);
 
@@ -80,6 +84,9 @@ class CoordinatorClient {
   template <typename Request, typename Response, typename Call>
   absl::Status Unary(const char* method, const Request& request, Response* response, Call call,
                      bool wait_for_ready = false);
+
+  // The reconnect step of Watch: GetJob `get` until it succeeds or `timeout` has passed.
+  absl::StatusOr<v1::Job> Reconnect(const v1::GetJobRequest& get);
 
   // Turns a failed call's status into dapplectl's error (see the file comment).
   absl::Status Convert(const char* method, const grpc::Status& status);
@@ -97,6 +104,19 @@ class CoordinatorClient {
 // timeout", "no answer within 2 s" (kDeadlineExceeded), else the gRPC message itself.
 std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_message,
                               absl::Duration timeout);
+
+// True when a WatchJob stream (or a call while reconnecting) that ended with `code` before
+// the job's terminal state means the connection or the coordinator went away, not that the
+// coordinator refused the request: OK (ended early), UNAVAILABLE (shutting down, connection
+// lost), CANCELLED (a closing coordinator cancels calls it can no longer serve; dapplectl
+// cancels a watch only after the terminal state), DEADLINE_EXCEEDED, INTERNAL and UNKNOWN
+// (a connection reset mid-message). False for the coordinator's answers (NOT_FOUND,
+// INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED, ...).
+bool IsLostConnection(absl::StatusCode code);
+
+// True when a reconnecting GetJob that failed with `code` should be tried again (before the
+// timeout): the IsLostConnection codes except OK and DEADLINE_EXCEEDED (the timeout itself).
+bool RetryReconnect(absl::StatusCode code);
 
 // The longest pause between two WatchJob streams.
 inline constexpr absl::Duration kMaxWatchReconnectDelay = absl::Seconds(5);

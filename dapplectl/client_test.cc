@@ -272,6 +272,74 @@ TEST(CoordinatorClientTest, WatchEndsWhenTheCoordinatorDies) {
                                       fake.address(), " (")));
 }
 
+TEST(IsLostConnectionTest, ConnectionEndingsReconnectAnswersDoNot) {
+  // A stream that ends with these before a terminal state: reconnect.
+  for (absl::StatusCode code : {absl::StatusCode::kOk, absl::StatusCode::kUnavailable,
+                                absl::StatusCode::kCancelled, absl::StatusCode::kDeadlineExceeded,
+                                absl::StatusCode::kInternal, absl::StatusCode::kUnknown}) {
+    EXPECT_TRUE(IsLostConnection(code)) << absl::StatusCodeToString(code);
+  }
+  // The coordinator's answers end the watch.
+  for (absl::StatusCode code :
+       {absl::StatusCode::kNotFound, absl::StatusCode::kInvalidArgument,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kUnimplemented,
+        absl::StatusCode::kPermissionDenied, absl::StatusCode::kResourceExhausted,
+        absl::StatusCode::kAlreadyExists, absl::StatusCode::kUnauthenticated}) {
+    EXPECT_FALSE(IsLostConnection(code)) << absl::StatusCodeToString(code);
+  }
+}
+
+TEST(RetryReconnectTest, FastFailuresAreRetriedTheTimeoutIsNot) {
+  EXPECT_TRUE(RetryReconnect(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(RetryReconnect(absl::StatusCode::kCancelled));
+  EXPECT_TRUE(RetryReconnect(absl::StatusCode::kInternal));
+  EXPECT_FALSE(RetryReconnect(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_FALSE(RetryReconnect(absl::StatusCode::kOk));
+  EXPECT_FALSE(RetryReconnect(absl::StatusCode::kNotFound));
+}
+
+// The user's case: SIGTERM to the coordinator ends the stream (UNAVAILABLE, or CANCELLED when
+// gRPC cancels it), and the first calls after it reach the closing coordinator, which cancels
+// them. The watch must reconnect, not end with "lost the watch on job-1: CANCELLED".
+TEST(CoordinatorClientTest, WatchReconnectsAfterACancelledStreamAndCancelledCalls) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 1, 10));
+  fake.ScriptWatch("job-1", {{.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 2, 10)},
+                              .end_status = grpc::Status(grpc::StatusCode::CANCELLED, "CANCELLED")},
+                             {.events = {Snapshot("job-1", v1::JOB_STATE_SUCCEEDED, 10, 10)}}});
+  CoordinatorClient client(Options(fake.address()));
+  std::vector<int64_t> steps;
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [&](const v1::Job& j) {
+    steps.push_back(j.metrics().step());
+    // The next two GetJob calls (the reconnect's) are cancelled by a "closing" coordinator.
+    if (j.metrics().step() == 2) fake.FailNextGetJobs(2, grpc::Status::CANCELLED);
+  });
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(fake.watch_calls(), 2);
+  EXPECT_EQ(fake.get_calls(), 4);  // the first, two cancelled, the one that worked
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 1, 10}));
+}
+
+TEST(CoordinatorClientTest, CancelledCallsUntilTheTimeoutAreALostCoordinator) {
+  FakeCoordinator fake;
+  fake.AddJob(Snapshot("job-1", v1::JOB_STATE_RUNNING, 1, 10));
+  fake.ScriptWatch("job-1",
+                   {{.events = {Snapshot("job-1", v1::JOB_STATE_RUNNING, 2, 10)},
+                     .end_status = grpc::Status(grpc::StatusCode::CANCELLED, "CANCELLED")}});
+  CoordinatorClient client(Options(fake.address(), absl::Milliseconds(500)));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::Job> job = client.Watch("job-1", [&](const v1::Job& j) {
+    if (j.metrics().step() == 2) fake.FailGetJob(grpc::Status::CANCELLED);
+  });
+  ASSERT_FALSE(job.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(ExitCodeForStatusCode(job.status().code()), kExitUnreachable);
+  EXPECT_EQ(job.status().message(),
+            absl::StrCat("lost the watch on job-1: ",
+                         UnreachableMessage(fake.address(), "connection lost")));
+}
+
 TEST(WatchReconnectDelayTest, DoublesUpToTheCap) {
   EXPECT_EQ(WatchReconnectDelay(0), absl::ZeroDuration());
   EXPECT_EQ(WatchReconnectDelay(1), absl::Milliseconds(100));

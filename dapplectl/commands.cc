@@ -123,8 +123,9 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout,
-                 "deadline in seconds of each call, connecting included (watch: of connecting; "
-                 "the watch itself has none)")
+                 "deadline in seconds of each call, connecting included (watch: of connecting "
+                 "and of each reconnect after the coordinator went away; the watch itself has "
+                 "none)")
       ->type_name("SECONDS")
       ->capture_default_str();
 
@@ -176,6 +177,17 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   }
   absl::StatusOr<absl::Duration> timeout = ParsePositiveSeconds("--timeout", flags.timeout);
   if (!timeout.ok()) return Fail(env, kExitUsage, std::string(timeout.status().message()));
+  // Arguments, like flags, are checked before anything is read or sent.
+  if (submit->parsed()) {
+    if (absl::Status s = CheckSpecFileName(file); !s.ok()) {
+      return Fail(env, kExitUsage, std::string(s.message()));
+    }
+  }
+  if (get->parsed() || cancel->parsed() || watch->parsed()) {
+    if (absl::Status s = CheckJobId(job_id); !s.ok()) {
+      return Fail(env, kExitUsage, std::string(s.message()));
+    }
+  }
 
   ClientOptions options;
   options.address = flags.coordinator;

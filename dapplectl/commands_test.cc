@@ -276,6 +276,22 @@ TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
   }
 }
 
+TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {
+  for (const char* command : {"get", "cancel", "watch"}) {
+    Result r = RunCtl({"--coordinator", addr_, command, ""});
+    EXPECT_EQ(r.code, kExitUsage) << command;
+    EXPECT_EQ(r.err, "dapplectl: a job id must not be empty (e.g. job-3; see dapplectl list)\n")
+        << command;
+    EXPECT_EQ(r.out, "");
+  }
+  Result r = RunCtl({"--coordinator", addr_, "submit", ""});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: a job spec file name must not be empty\n");
+  EXPECT_EQ(fake_.watch_calls(), 0);
+  EXPECT_EQ(fake_.get_calls(), 0);
+  EXPECT_EQ(fake_.last_submit().source_name(), "");
+}
+
 TEST_F(CommandsTest, TimeoutMustBeAPositiveNumberOfSeconds) {
   for (const char* bad : {"0", "-1", "abc", "nan", "inf", "-inf", "1e-400", ""}) {
     Result r = RunCtl({"--coordinator", addr_, "--timeout", bad, "list"});
@@ -372,7 +388,7 @@ TEST_F(CommandsTest, HelpListsCommandsAndExitCodes) {
   Result r = RunCtl({"--help"});
   EXPECT_EQ(r.code, kExitOk);
   for (const char* word : {"submit", "get", "list", "cancel", "watch", "workers", "--coordinator",
-                           "--timeout", "DAPPLE_COORDINATOR", "Exit codes:", "CANCELLED"}) {
+                           "--timeout", "DAPPLE_COORDINATOR", "Exit codes:", "CANCELLED", "130"}) {
     EXPECT_THAT(r.out, HasSubstr(word));
   }
   r = RunCtl({"submit", "--help"});

@@ -61,7 +61,9 @@ const char* ExitCodesHelp() {
          "     or DAPPLE_COORDINATOR not HOST:PORT)\n"
          "  3  the coordinator could not be reached or stopped answering\n"
          "  4  the job FAILED (watch, submit --watch)\n"
-         "  5  the job was CANCELLED (watch, submit --watch)\n";
+         "  5  the job was CANCELLED (watch, submit --watch)\n"
+         "  130  interrupted by Ctrl-C (SIGINT: the shell's 128 + 2); a watched job keeps\n"
+         "     running\n";
 }
 
 }  // namespace dapple::ctl

@@ -8,6 +8,8 @@
 //   3  the coordinator could not be reached, or stopped answering (UNAVAILABLE, DEADLINE_EXCEEDED)
 //   4  the watched job FAILED
 //   5  the watched job was CANCELLED
+//   130  (not returned by dapplectl) interrupted by Ctrl-C: SIGINT ends the process, and the
+//      shell reports 128 + 2; the job itself keeps running
 #ifndef DAPPLE_DAPPLECTL_EXIT_CODES_H_
 #define DAPPLE_DAPPLECTL_EXIT_CODES_H_
 
@@ -22,6 +24,9 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;
 inline constexpr int kExitJobFailed = 4;
 inline constexpr int kExitJobCancelled = 5;
+// What a shell reports for a dapplectl ended by SIGINT (Ctrl-C): 128 + signal 2. dapplectl
+// keeps SIGINT's default action, so it never returns this itself; it is listed for scripts.
+inline constexpr int kExitInterrupted = 130;
 
 // The exit code for a call that ended with `code` (gRPC and absl codes share their numbers):
 // OK -> kExitOk; UNAVAILABLE, DEADLINE_EXCEEDED -> kExitUnreachable; every other code (the

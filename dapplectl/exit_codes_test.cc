@@ -15,6 +15,7 @@ TEST(ExitCodesTest, ConstantsAreTheDocumentedNumbers) {
   EXPECT_EQ(kExitUnreachable, 3);
   EXPECT_EQ(kExitJobFailed, 4);
   EXPECT_EQ(kExitJobCancelled, 5);
+  EXPECT_EQ(kExitInterrupted, 128 + 2);  // SIGINT is 2 on every POSIX system dapple runs on
 }
 
 TEST(ExitCodesTest, StatusCodeMapping) {
@@ -55,7 +56,7 @@ TEST(ExitCodesTest, JobStateMapping) {
 
 TEST(ExitCodesTest, HelpListsEveryCode) {
   const std::string help = ExitCodesHelp();
-  for (const char* code : {"  0  ", "  1  ", "  2  ", "  3  ", "  4  ", "  5  "}) {
+  for (const char* code : {"  0  ", "  1  ", "  2  ", "  3  ", "  4  ", "  5  ", "  130  "}) {
     EXPECT_NE(help.find(code), std::string::npos) << code;
   }
 }

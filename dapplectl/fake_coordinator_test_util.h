@@ -75,6 +75,16 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     absl::MutexLock lock(&mu_);
     get_status_ = std::move(status);
   }
+  // The next `times` GetJob calls answer `status` (before FailGetJob's); then they work.
+  void FailNextGetJobs(int times, grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    get_failures_left_ = times;
+    next_get_status_ = std::move(status);
+  }
+  int get_calls() const {
+    absl::MutexLock lock(&mu_);
+    return get_calls_;
+  }
   // ListWorkers waits until the caller gives up (at most 5 s) before answering.
   void StallListWorkers() {
     absl::MutexLock lock(&mu_);
@@ -111,6 +121,11 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
                       v1::Job* response) override {
     absl::MutexLock lock(&mu_);
+    ++get_calls_;
+    if (get_failures_left_ > 0) {
+      --get_failures_left_;
+      return next_get_status_;
+    }
     if (!get_status_.ok()) return get_status_;
     auto it = jobs_.find(request->job_id());
     if (it == jobs_.end()) return NotFound(request->job_id());
@@ -201,6 +216,9 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::map<std::string, std::vector<StreamScript>> watch_scripts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   grpc::Status get_status_ ABSL_GUARDED_BY(mu_);
+  int get_failures_left_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status next_get_status_ ABSL_GUARDED_BY(mu_);
+  int get_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool stall_list_workers_ ABSL_GUARDED_BY(mu_) = false;
   int watch_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
@@ -255,11 +273,6 @@ class RefusingPort {
  private:
   int fd_ = -1;
   int port_ = 0;
-  absl::Mutex stop_mu_;
-  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
-  std::string end_job_id_ ABSL_GUARDED_BY(mu_);
-  int end_after_calls_ ABSL_GUARDED_BY(mu_) = 0;
-  v1::JobState end_state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_UNSPECIFIED;
 };
 
 }  // namespace dapple::ctl::testing

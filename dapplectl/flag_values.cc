@@ -118,4 +118,17 @@ absl::Status CheckCoordinatorAddress(absl::string_view source, absl::string_view
   return absl::OkStatus();
 }
 
+absl::Status CheckJobId(absl::string_view job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError(
+        "a job id must not be empty (e.g. job-3; see dapplectl list)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSpecFileName(absl::string_view path) {
+  if (path.empty()) return absl::InvalidArgumentError("a job spec file name must not be empty");
+  return absl::OkStatus();
+}
+
 }  // namespace dapple::ctl

@@ -1,6 +1,6 @@
-// Validation of dapplectl's flag values (and of the environment variables that stand in for
-// them), done before anything is sent, so that a bad value is a usage error that names the
-// flag and the rule rather than a gRPC error or a CLI11 message. Pure functions; thread-safe.
+// Validation of dapplectl's flag values and arguments (and of the environment variables that
+// stand in for them), done before anything is sent, so that a bad value is a usage error that names
+// the flag and the rule rather than a gRPC error or a CLI11 message. Pure functions; thread-safe.
 #ifndef DAPPLE_DAPPLECTL_FLAG_VALUES_H_
 #define DAPPLE_DAPPLECTL_FLAG_VALUES_H_
 
@@ -30,6 +30,15 @@ absl::StatusOr<absl::Duration> ParsePositiveSeconds(absl::string_view flag, absl
 // "--coordinator must be HOST:PORT (e.g. 127.0.0.1:7600), got \"\" (empty)", the reason in
 // parentheses: empty, no port, no host, the port, the character that is not allowed.
 absl::Status CheckCoordinatorAddress(absl::string_view source, absl::string_view address);
+
+// Checks a JOB argument (get, cancel, watch): an empty one would reach the coordinator as
+// "no job " (an unknown job). Error (kInvalidArgument): "a job id must not be empty (e.g.
+// job-3; see dapplectl list)". Other ids go to the coordinator, which knows which exist.
+absl::Status CheckJobId(absl::string_view job_id);
+
+// Checks the FILE argument of submit: "" would be reported as a file that cannot be read.
+// Error (kInvalidArgument): "a job spec file name must not be empty".
+absl::Status CheckSpecFileName(absl::string_view path);
 
 // `value` in double quotes for an error message: invalid UTF-8 and control bytes as "\xHH",
 // '"' and '\' escaped with '\'; valid UTF-8 ("café") stays as it is.

@@ -98,5 +98,15 @@ TEST(QuoteValueTest, EscapesWhatCannotBePrintedAsIs) {
   EXPECT_EQ(QuoteValue("\\xE9"), "\"\\\\xE9\"");
 }
 
+TEST(CheckJobIdTest, EmptyIsRefusedAnythingElseIsTheCoordinatorsToJudge) {
+  EXPECT_EQ(CheckJobId("").message(),
+            "a job id must not be empty (e.g. job-3; see dapplectl list)");
+  EXPECT_EQ(CheckJobId("").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckJobId("job-3").ok());
+  EXPECT_TRUE(CheckJobId("nonsense").ok());
+  EXPECT_EQ(CheckSpecFileName("").message(), "a job spec file name must not be empty");
+  EXPECT_TRUE(CheckSpecFileName("job.yaml").ok());
+}
+
 }  // namespace
 }  // namespace dapple::ctl

@@ -8,6 +8,16 @@
 // copy of the message whose descriptor (built once, in a private pool) declares enum fields as
 // strings, so fields keep their declaration order.
 //
+// The job spec (Job.spec) is the exception to the mapping: it is printed in its canonical form,
+// the one `dapplectl submit` accepts, so that it can be submitted again. YAML: JobSpecToYaml
+// (common/job_spec.h), e.g. `spec:` then `name: fmnist-mlp`, `model: {input_shape: [1, 28, 28],
+// layers: [{type: flatten}, {type: linear, out: 1024}, ...]}` (as block and flow YAML),
+// `optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0}`, `stages: 2` (or `auto`, or
+// `[[0, 2], [3, 5]]`). JSON: the same keys with JSON types: integers and doubles as numbers
+// (not strings), strings as strings, keys that do not apply left out (adamw's beta1/beta2/eps
+// for sgd, `out` for layers without one, an empty stage_ranges), `stages` a number, "auto" or
+// a list of [first_layer, last_layer] pairs.
+//
 // Thread-safe. Errors: kInternal if protobuf fails to print (not expected for valid messages).
 #ifndef DAPPLE_DAPPLECTL_JSON_OUTPUT_H_
 #define DAPPLE_DAPPLECTL_JSON_OUTPUT_H_
@@ -44,7 +54,8 @@ inline absl::StatusOr<std::string> WorkerListToJson(const v1::ListWorkersRespons
 }
 
 // `get -o yaml`: the same tree as MessageToJson, as block-style YAML in field order;
-// multi-line strings (spec_yaml) as literal blocks. Ends in "\n".
+// multi-line strings (spec_yaml) as literal blocks; the spec as JobSpecToYaml writes it (its
+// flow collections kept), so `spec:`'s block can be submitted again. Ends in "\n".
 absl::StatusOr<std::string> MessageToYaml(const google::protobuf::Message& message);
 
 }  // namespace dapple::ctl

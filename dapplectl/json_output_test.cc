@@ -1,8 +1,21 @@
 #include "dapplectl/json_output.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "yaml-cpp/yaml.h"
 
@@ -12,6 +25,7 @@ namespace {
 using ::google::protobuf::Struct;
 using ::google::protobuf::Value;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::Job FinishedJob() {
   v1::Job job;
@@ -69,6 +83,7 @@ TEST(JsonOutputTest, FollowsTheProto3JsonMapping) {
   const auto& losses = job.fields().at("step_losses").list_value();
   ASSERT_EQ(losses.values_size(), 2);
   EXPECT_DOUBLE_EQ(losses.values(1).number_value(), 1.25);
+  // The spec is in its canonical form, integers as numbers (see the Spec tests below).
   EXPECT_EQ(job.fields()
                 .at("spec")
                 .struct_value()
@@ -77,8 +92,8 @@ TEST(JsonOutputTest, FollowsTheProto3JsonMapping) {
                 .struct_value()
                 .fields()
                 .at("seed")
-                .string_value(),
-            "42");
+                .number_value(),
+            42);
   // Fields keep declaration order: id, name, state, message, ...
   const size_t id = json->find("\"id\"");
   const size_t name = json->find("\"name\"");
@@ -198,6 +213,292 @@ TEST(YamlOutputTest, StringsThatLookLikeOtherTypesStayStrings) {
   EXPECT_EQ(parsed["name"].Tag(), "!");
   EXPECT_EQ(parsed["message"].Tag(), "!");
   EXPECT_EQ(parsed["message"].as<std::string>(), "null");
+}
+
+// ------------------------------------------------------------------ the spec, canonical
+
+constexpr char kExample[] = "examples/fashion_mnist_mlp.yaml";
+
+// The repository root: $DAPPLE_SOURCE_DIR when set, else the first folder holding kExample among
+// this file's repository (__FILE__ may be relative to the build folder) and the folders above
+// the test binary (build folders sit inside the repository).
+std::string SourceDir() {
+  namespace fs = std::filesystem;
+  if (const char* dir = std::getenv("DAPPLE_SOURCE_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  const auto has_example = [](const fs::path& dir) {
+    std::error_code ec;
+    return fs::exists(dir / kExample, ec);
+  };
+  const fs::path from_file = fs::path(__FILE__).parent_path().parent_path();
+  if (from_file.is_absolute() && has_example(from_file)) return from_file.string();
+  std::error_code ec;
+  for (fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path(); !ec && !dir.empty();
+       dir = dir.parent_path()) {
+    if (has_example(dir)) return dir.string();
+    if (dir == dir.root_path()) break;
+  }
+  return from_file.string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(in.good() || in.eof()) << path;
+  return text.str();
+}
+
+// The example, then variants that exercise every way a spec prints: adamw (beta1/2, eps and no
+// momentum), explicit stage ranges, auto stages, names and paths that need quotes.
+std::vector<std::pair<std::string, std::string>> SpecSources() {
+  const std::string example = ReadFile(SourceDir() + "/" + kExample);
+  EXPECT_FALSE(example.empty());
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"examples/fashion_mnist_mlp.yaml", example},
+      {"adamw, manual ranges",
+       absl::StrReplaceAll(example, {{"{type: sgd, lr: 0.05, momentum: 0.9}",
+                                      "{type: adamw, lr: 0.001, weight_decay: 0.01, eps: 1e-07}"},
+                                     {"stages: 2", "stages: [[0, 1], [2, 5]]"},
+                                     {"planner: balanced", "planner: manual"}})},
+      {"auto stages, cuda",
+       absl::StrReplaceAll(example, {{"stages: 2", "stages: auto"},
+                                     {"devices: 2", "devices: 3\n  device_type: cuda"}})},
+      {"a path that needs quotes",
+       absl::StrReplaceAll(example, {{"path: /usr/share/datasets/fashion-mnist",
+                                      "path: \"/data/fashion mnist #1, 'v2': {x}\""}})},
+  };
+  // Names that a YAML reader would take for a number, a boolean or null.
+  for (const char* name : {"2024", "1e5", "true", "null", "0.5"}) {
+    out.push_back({absl::StrCat("name ", name),
+                   absl::StrReplaceAll(
+                       example, {{"name: fmnist-mlp", absl::StrCat("name: \"", name, "\"")}})});
+  }
+  return out;
+}
+
+v1::Job JobWithSpec(const v1::JobSpec& spec, const std::string& text) {
+  v1::Job job = FinishedJob();
+  *job.mutable_spec() = spec;
+  job.set_spec_yaml(text);
+  job.mutable_plan()->mutable_stages(0)->add_devices("cuda:0");
+  return job;
+}
+
+// The `spec:` block of `get -o yaml` as a user cuts it out of the text: the lines after
+// "spec:" that are indented, less two spaces.
+std::string CutSpecBlock(const std::string& yaml) {
+  std::string out;
+  bool in_spec = false;
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    if (in_spec && !absl::StartsWith(line, " ")) break;
+    if (in_spec) absl::StrAppend(&out, line.substr(2), "\n");
+    if (line == "spec:") in_spec = true;
+  }
+  return out;
+}
+
+void ExpectSameSpec(const v1::JobSpec& got, const v1::JobSpec& want, const std::string& what) {
+  std::string diff;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differencer.Compare(got, want)) << what << ": " << diff;
+}
+
+TEST(SpecOutputTest, TheSpecOfGetAsYamlSubmitsAgain) {
+  for (const auto& [what, text] : SpecSources()) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, what);
+    ASSERT_TRUE(spec.ok()) << what << ": " << spec.status();
+    absl::StatusOr<std::string> yaml = MessageToYaml(JobWithSpec(*spec, text));
+    ASSERT_TRUE(yaml.ok()) << yaml.status();
+
+    // Cut out as text ...
+    const std::string block = CutSpecBlock(*yaml);
+    absl::StatusOr<v1::JobSpec> again = ParseJobSpec(block, "spec-block.yaml");
+    ASSERT_TRUE(again.ok()) << what << ": " << again.status() << "\n" << *yaml;
+    ExpectSameSpec(*again, *spec, what);
+    // ... or taken from the parsed document (`yq .spec`).
+    YAML::Emitter emitter;
+    emitter << YAML::Load(*yaml)["spec"];
+    again = ParseJobSpec(emitter.c_str(), "yq.yaml");
+    ASSERT_TRUE(again.ok()) << what << ": " << again.status() << "\n" << emitter.c_str();
+    ExpectSameSpec(*again, *spec, what);
+  }
+}
+
+TEST(SpecOutputTest, YamlSpecIsTheCanonicalForm) {
+  const auto sources = SpecSources();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(sources[0].second, "x.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::string> yaml = MessageToYaml(JobWithSpec(*spec, sources[0].second));
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  const std::string block = CutSpecBlock(*yaml);
+  // What the user saw: adamw keys on an sgd job, out: "0" on flatten, quoted integers, an
+  // empty stage_ranges.
+  EXPECT_THAT(block, Not(HasSubstr("beta1")));
+  EXPECT_THAT(block, Not(HasSubstr(", eps:")));
+  EXPECT_THAT(block, Not(HasSubstr("\"0\"")));
+  EXPECT_THAT(block, Not(HasSubstr("stage_ranges")));
+  EXPECT_THAT(block, HasSubstr("global_batch: 256\n"));
+  EXPECT_THAT(block, HasSubstr("input_shape: [1, 28, 28]\n"));
+  EXPECT_THAT(block, HasSubstr("- {type: flatten}\n"));
+  EXPECT_THAT(block, HasSubstr("- {type: linear, out: 1024}\n"));
+  EXPECT_THAT(block, HasSubstr("stages: 2\n"));
+  // The parsed tree equals JobSpecToYaml's.
+  EXPECT_EQ(YAML::Dump(YAML::Load(block)), YAML::Dump(YAML::Load(JobSpecToYaml(*spec))));
+  // The rest of the job is unchanged: the spec text and the fields around the spec.
+  EXPECT_EQ(YAML::Load(*yaml)["spec_yaml"].as<std::string>(), sources[0].second);
+  EXPECT_LT(yaml->find("\nmessage:"), yaml->find("\nspec:"));
+  EXPECT_LT(yaml->find("\nspec:"), yaml->find("\nspec_yaml:"));
+}
+
+const Struct& Field(const Struct& s, const std::string& key) {
+  EXPECT_EQ(s.fields().count(key), 1u) << key;
+  return s.fields().at(key).struct_value();
+}
+
+TEST(SpecOutputTest, JsonSpecHasProperTypesAndOnlyKeysThatApply) {
+  const auto sources = SpecSources();
+  absl::StatusOr<v1::JobSpec> sgd = ParseJobSpec(sources[0].second, "x.yaml");
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  absl::StatusOr<std::string> json = JobToJson(JobWithSpec(*sgd, sources[0].second));
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct job = ParseObject(*json);
+  const Struct& spec = Field(job, "spec");
+  EXPECT_EQ(spec.fields().at("name").string_value(), "fmnist-mlp");
+  const Struct& training = Field(spec, "training");
+  EXPECT_EQ(training.fields().at("global_batch").kind_case(), Value::kNumberValue);
+  EXPECT_EQ(training.fields().at("global_batch").number_value(), 256);
+  EXPECT_EQ(training.fields().at("seed").number_value(), 42);
+  const Struct& optimizer = Field(training, "optimizer");
+  EXPECT_EQ(optimizer.fields().at("type").string_value(), "sgd");
+  EXPECT_DOUBLE_EQ(optimizer.fields().at("lr").number_value(), 0.05);
+  EXPECT_DOUBLE_EQ(optimizer.fields().at("momentum").number_value(), 0.9);
+  EXPECT_EQ(optimizer.fields().count("beta1"), 0u);
+  EXPECT_EQ(optimizer.fields().count("eps"), 0u);
+  const auto& layers = Field(spec, "model").fields().at("layers").list_value();
+  ASSERT_EQ(layers.values_size(), 6);
+  EXPECT_EQ(layers.values(0).struct_value().fields().count("out"), 0u);  // flatten
+  EXPECT_EQ(layers.values(1).struct_value().fields().at("out").number_value(), 1024);
+  const auto& shape = Field(spec, "model").fields().at("input_shape").list_value();
+  ASSERT_EQ(shape.values_size(), 3);
+  EXPECT_EQ(shape.values(2).number_value(), 28);
+  const Struct& parallel = Field(spec, "parallel");
+  EXPECT_EQ(parallel.fields().at("stages").number_value(), 2);
+  EXPECT_EQ(parallel.fields().at("devices").number_value(), 2);
+  EXPECT_EQ(parallel.fields().count("stage_ranges"), 0u);
+  // The fields scripts read are where they were, with their types.
+  EXPECT_EQ(job.fields().at("step_losses").list_value().values_size(), 2);
+  EXPECT_EQ(job.fields()
+                .at("plan")
+                .struct_value()
+                .fields()
+                .at("stages")
+                .list_value()
+                .values(0)
+                .struct_value()
+                .fields()
+                .at("devices")
+                .list_value()
+                .values(0)
+                .string_value(),
+            "cuda:0");
+  EXPECT_EQ(job.fields().at("metrics").struct_value().fields().at("step").string_value(), "702");
+
+  // adamw and ranges; auto stages.
+  absl::StatusOr<v1::JobSpec> adamw = ParseJobSpec(sources[1].second, "x.yaml");
+  ASSERT_TRUE(adamw.ok()) << adamw.status();
+  json = JobToJson(JobWithSpec(*adamw, sources[1].second), /*pretty=*/false);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct adamw_spec = Field(ParseObject(*json), "spec");
+  const Struct& adamw_opt = Field(Field(adamw_spec, "training"), "optimizer");
+  EXPECT_EQ(adamw_opt.fields().count("momentum"), 0u);
+  EXPECT_DOUBLE_EQ(adamw_opt.fields().at("eps").number_value(), 1e-7);
+  EXPECT_DOUBLE_EQ(adamw_opt.fields().at("beta2").number_value(), 0.999);
+  const auto& ranges = Field(adamw_spec, "parallel").fields().at("stages").list_value();
+  ASSERT_EQ(ranges.values_size(), 2);
+  EXPECT_EQ(ranges.values(1).list_value().values(0).number_value(), 2);
+  EXPECT_EQ(ranges.values(1).list_value().values(1).number_value(), 5);
+  absl::StatusOr<v1::JobSpec> automatic = ParseJobSpec(sources[2].second, "x.yaml");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  json = JobToJson(JobWithSpec(*automatic, sources[2].second));
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(
+      Field(Field(ParseObject(*json), "spec"), "parallel").fields().at("stages").string_value(),
+      "auto");
+}
+
+TEST(SpecOutputTest, TheSpecOfGetAsJsonSubmitsAgain) {
+  for (const auto& [what, text] : SpecSources()) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, what);
+    ASSERT_TRUE(spec.ok()) << what << ": " << spec.status();
+    for (bool pretty : {true, false}) {
+      absl::StatusOr<std::string> json = JobToJson(JobWithSpec(*spec, text), pretty);
+      ASSERT_TRUE(json.ok()) << json.status();
+      ParseObject(*json);  // valid JSON
+      // JSON is YAML: `jq .spec` output is a spec.
+      YAML::Emitter emitter;
+      emitter << YAML::Load(*json)["spec"];
+      absl::StatusOr<v1::JobSpec> again = ParseJobSpec(emitter.c_str(), "jq.json");
+      ASSERT_TRUE(again.ok()) << what << ": " << again.status() << "\n" << *json;
+      ExpectSameSpec(*again, *spec, what);
+    }
+  }
+}
+
+TEST(SpecOutputTest, EveryJobOfAListHasItsOwnSpec) {
+  const auto sources = SpecSources();
+  v1::ListJobsResponse list;
+  for (int i : {0, 1}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(sources[i].second, "x.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    *list.add_jobs() = JobWithSpec(*spec, sources[i].second);
+  }
+  list.add_jobs()->set_id("job-without-spec");
+  absl::StatusOr<std::string> json = JobListToJson(list);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct parsed = ParseObject(*json);
+  const auto& jobs = parsed.fields().at("jobs").list_value();
+  ASSERT_EQ(jobs.values_size(), 3);
+  EXPECT_EQ(Field(Field(jobs.values(0).struct_value(), "spec"), "training")
+                .fields()
+                .at("optimizer")
+                .struct_value()
+                .fields()
+                .at("type")
+                .string_value(),
+            "sgd");
+  EXPECT_EQ(Field(Field(jobs.values(1).struct_value(), "spec"), "training")
+                .fields()
+                .at("optimizer")
+                .struct_value()
+                .fields()
+                .at("type")
+                .string_value(),
+            "adamw");
+  EXPECT_EQ(jobs.values(2).struct_value().fields().count("spec"), 0u);
+  absl::StatusOr<std::string> yaml = MessageToYaml(list);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  const YAML::Node tree = YAML::Load(*yaml);
+  EXPECT_EQ(tree["jobs"][0]["spec"]["training"]["optimizer"]["type"].as<std::string>(), "sgd");
+  EXPECT_EQ(tree["jobs"][1]["spec"]["training"]["optimizer"]["type"].as<std::string>(), "adamw");
+  EXPECT_FALSE(tree["jobs"][2]["spec"].IsDefined());
+}
+
+TEST(SpecOutputTest, AStringThatLooksLikeASpecMarkIsLeftAlone) {
+  v1::Job job = FinishedJob();
+  job.set_name("@@dapple-spec-0@@");
+  job.set_message("\"spec\": \"@@dapple-spec-0@@\"");
+  absl::StatusOr<std::string> json = JobToJson(job);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct parsed = ParseObject(*json);
+  EXPECT_EQ(parsed.fields().at("name").string_value(), "@@dapple-spec-0@@");
+  EXPECT_EQ(parsed.fields().at("message").string_value(), "\"spec\": \"@@dapple-spec-0@@\"");
+  EXPECT_EQ(Field(parsed, "spec").fields().at("name").string_value(), "fmnist-mlp");
+  absl::StatusOr<std::string> yaml = MessageToYaml(job);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(YAML::Load(*yaml)["name"].as<std::string>(), "@@dapple-spec-0@@");
 }
 
 }  // namespace

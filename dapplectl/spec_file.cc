@@ -8,14 +8,20 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "dapplectl/format.h"
 #include "dapplectl/utf8_text.h"
 
 namespace dapple::ctl {
 namespace {
 
+// Sizes are exact byte counts: a rounded "1.0 MiB" over a limit of "1 MiB" reads as no
+// violation at all.
 std::string Limit() {
-  return absl::StrCat("a job spec may be at most ", kMaxSpecBytes >> 20, " MiB");
+  return absl::StrCat("a job spec may be at most ", kMaxSpecBytes, " bytes (", kMaxSpecBytes >> 20,
+                      " MiB)");
+}
+
+absl::Status TooBig(absl::string_view shown, absl::string_view size) {
+  return absl::InvalidArgumentError(absl::StrCat(shown, " is ", size, "; ", Limit()));
 }
 
 absl::Status CannotRead(const std::string& path, int error) {
@@ -28,8 +34,7 @@ absl::Status CannotRead(const std::string& path, int error) {
 absl::Status CheckSpecText(absl::string_view name, absl::string_view text) {
   const std::string shown = EscapeInvalidUtf8(name);
   if (static_cast<int64_t>(text.size()) > kMaxSpecBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(shown, " is ", FormatBytes(static_cast<int64_t>(text.size())), "; ", Limit()));
+    return TooBig(shown, absl::StrCat(text.size(), " bytes"));
   }
   if (std::optional<TextFault> fault = FindTextFault(text)) {
     return absl::InvalidArgumentError(
@@ -44,8 +49,7 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   struct stat st {};
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > kMaxSpecBytes) {
     close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(EscapeInvalidUtf8(path), " is ", FormatBytes(st.st_size), "; ", Limit()));
+    return TooBig(EscapeInvalidUtf8(path), absl::StrCat(st.st_size, " bytes"));
   }
   std::string data;
   char buf[1 << 16];
@@ -63,8 +67,7 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   }
   close(fd);
   if (static_cast<int64_t>(data.size()) > kMaxSpecBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(EscapeInvalidUtf8(path), " is more than ",
-                                                   kMaxSpecBytes >> 20, " MiB; ", Limit()));
+    return TooBig(EscapeInvalidUtf8(path), absl::StrCat("more than ", kMaxSpecBytes, " bytes"));
   }
   if (absl::Status s = CheckSpecText(path, data); !s.ok()) return s;
   return data;

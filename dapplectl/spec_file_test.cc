@@ -34,10 +34,16 @@ TEST(CheckSpecTextTest, NamesTheFileLineAndColumn) {
   EXPECT_EQ(s.message(), "caf\\xE9.yaml: not UTF-8 text (control byte 0x00 at line 1, column 1)");
 }
 
-TEST(CheckSpecTextTest, CapsTheSize) {
-  const absl::Status s = CheckSpecText("big.yaml", std::string(kMaxSpecBytes + 1, 'a'));
+TEST(CheckSpecTextTest, CapsTheSizeNamingExactByteCounts) {
+  // The user's file: 1 MiB + 9 bytes, which a rounded size would show as "1.0 MiB".
+  absl::Status s = CheckSpecText("big.yaml", std::string(kMaxSpecBytes + 9, 'a'));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "big.yaml is 1.0 MiB; a job spec may be at most 1 MiB");
+  EXPECT_EQ(s.message(),
+            "big.yaml is 1048585 bytes; a job spec may be at most 1048576 bytes (1 MiB)");
+  s = CheckSpecText("big.yaml", std::string(kMaxSpecBytes + 1, 'a'));
+  EXPECT_EQ(s.message(),
+            "big.yaml is 1048577 bytes; a job spec may be at most 1048576 bytes (1 MiB)");
+  EXPECT_TRUE(CheckSpecText("max.yaml", std::string(kMaxSpecBytes, 'a')).ok());
 }
 
 TEST(ReadSpecFileTest, ReadsAValidFile) {
@@ -55,7 +61,8 @@ TEST(ReadSpecFileTest, RefusesALargeFileFromItsSize) {
   close(fd);
   absl::StatusOr<std::string> text = ReadSpecFile(path);
   EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(text.status().message(), path + " is 70.0 MiB; a job spec may be at most 1 MiB");
+  EXPECT_EQ(text.status().message(),
+            path + " is 73400320 bytes; a job spec may be at most 1048576 bytes (1 MiB)");
   unlink(path.c_str());
 }
 
@@ -78,7 +85,9 @@ TEST(ReadSpecFileTest, RefusesAPipeThatCarriesTooMuch) {
   int status = 0;
   waitpid(pid, &status, 0);
   unlink(path.c_str());
-  EXPECT_EQ(text.status().message(), path + " is more than 1 MiB; a job spec may be at most 1 MiB");
+  EXPECT_EQ(text.status().message(), path +
+                                         " is more than 1048576 bytes; a job spec may be "
+                                         "at most 1048576 bytes (1 MiB)");
 }
 
 TEST(ReadSpecFileTest, RefusesBinaryData) {

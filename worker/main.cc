@@ -1,20 +1,24 @@
 // dapple-worker: one stage replica's daemon. Registers with the coordinator, heartbeats, and runs
-// the stage assignments it receives. SIGINT/SIGTERM: aborts a running job, deregisters, exits 0.
-// Exit codes: 0 after a signal, 2 for a bad flag (one line on stderr), 1 otherwise (also one
-// line on stderr, e.g. --devices cuda:0 on a machine without a usable GPU).
+// the stage assignments it receives. SIGINT/SIGTERM: deregisters (the coordinator fails a running
+// job as "shut down"), aborts that job and exits 0.
+// Exit codes: 0 after a signal (or --help), 2 for a bad flag or a stray argument (one line on
+// stderr, worker_flags.h), 1 otherwise (also one line on stderr, e.g. --devices cuda:0 on a
+// machine without a usable GPU).
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "kernels/cpu/blas.h"
 #include "worker/daemon/worker_daemon.h"
-#include "worker/daemon/worker_options.h"
+#include "worker/daemon/worker_flags.h"
 #include "worker/device/device.h"
 
 namespace {
@@ -60,65 +64,33 @@ absl::Status ResolveDevices(bool devices_given, bool cpu_fallback,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dapple-worker: runs pipeline stages for a dapple-coordinator"};
-  dapple::worker::WorkerOptions opts;
-  if (const char* env = std::getenv("DAPPLE_COORDINATOR")) opts.coordinator = env;
-  std::string log_level = "info";
-  // Seconds as plain integers: range checks with our own messages happen below.
-  int64_t transport_timeout_s = 120, rendezvous_timeout_s = 60;
-  app.add_option("--coordinator", opts.coordinator,
-                 "coordinator address HOST:PORT (env DAPPLE_COORDINATOR)")
-      ->capture_default_str();
-  app.add_option(
-      "--name", opts.name,
-      "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
-  app.add_option("--devices", opts.devices,
-                 "devices this worker offers: cpu, cuda:N (repeat or separate with commas; "
-                 "default: every CUDA device found, else cpu)")
-      ->delimiter(',');
-  bool cpu_fallback = false;
-  app.add_flag("--cpu-fallback", cpu_fallback,
-               "offer cpu instead of CUDA devices that cannot be used");
-  app.add_option("--dump-dir", opts.dump_dir,
-                 "write <job>.stage<s>.params here after each successful job (must exist)");
-  app.add_option("--transport-timeout-s", transport_timeout_s,
-                 "longest wait for one activation or gradient message, 1..86400")
-      ->capture_default_str();
-  app.add_option("--rendezvous-timeout-s", rendezvous_timeout_s,
-                 "longest wait for the other stages' addresses, 1..86400")
-      ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return UsageError(e.what());
-  }
-  opts.transport_timeout = absl::Seconds(transport_timeout_s);
-  opts.rendezvous_timeout = absl::Seconds(rendezvous_timeout_s);
-  if (absl::Status s = dapple::worker::ValidateLogLevel(log_level); !s.ok()) {
-    return UsageError(std::string(s.message()));
-  }
-  if (absl::Status s = dapple::worker::ValidateWorkerOptions(opts); !s.ok()) {
-    return UsageError(std::string(s.message()));
-  }
-  dapple::InitLogging("worker", log_level);
-  if (absl::Status s = ResolveDevices(app.count("--devices") > 0, cpu_fallback, &opts); !s.ok()) {
-    std::cerr << "dapple-worker: " << s.message() << "\n";
-    return 1;
-  }
-  // This machine class gives about one core per process: one compute thread, no spinning pool.
-  dapple::kernels::SetComputeThreads(1);
-
   // A signal may land on any thread (OpenBLAS starts its own before main), so the handler only
-  // writes to a pipe; a dedicated thread turns that into Stop().
+  // writes to a pipe; a dedicated thread turns that into Stop(). Installed first, so that a
+  // SIGTERM during start-up (probing CUDA takes a while) still ends in an orderly exit 0.
   if (pipe(g_signal_pipe) != 0) return 1;
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  absl::StatusOr<dapple::worker::WorkerFlags> flags = dapple::worker::ParseWorkerFlags(
+      std::vector<std::string>(argv + 1, argv + argc), std::getenv("DAPPLE_COORDINATOR"));
+  if (!flags.ok()) return UsageError(std::string(flags.status().message()));
+  if (flags->help) {
+    std::cout << flags->help_text;
+    return 0;
+  }
+  dapple::worker::WorkerOptions opts = flags->options;
+  const std::string log_level = flags->log_level;
+  const bool cpu_fallback = flags->cpu_fallback;
+  dapple::InitLogging("worker", log_level);
+  if (absl::Status s = ResolveDevices(flags->devices_given, cpu_fallback, &opts); !s.ok()) {
+    std::cerr << "dapple-worker: " << s.message() << "\n";
+    return 1;
+  }
+  // This machine class gives about one core per process: one compute thread, no spinning pool.
+  dapple::kernels::SetComputeThreads(1);
+
   dapple::worker::WorkerDaemon daemon(opts);
   std::thread signals([&] {
     char sig = 0;

@@ -106,6 +106,7 @@ absl::Status WorkerRegistry::Transition(WorkerRecord& worker, v1::WorkerState to
                                                       WorkerStateName(to)));
   }
   worker.info.set_state(to);
+  if (to != v1::WORKER_STATE_DEAD) worker.dead_since_unix_ms = 0;
   if (to == v1::WORKER_STATE_BUSY) {
     worker.info.set_job_id(job_id);
     worker.info.set_stage(stage);
@@ -152,6 +153,18 @@ std::vector<WorkerRecord*> WorkerRegistry::TimedOut(int64_t now_unix_ms, int64_t
   for (auto& [order, record] : by_order_) {
     if (record->info.state() != v1::WORKER_STATE_DEAD &&
         now_unix_ms - record->info.last_heartbeat_unix_ms() >= timeout_ms) {
+      out.push_back(record.get());
+    }
+  }
+  return out;
+}
+
+std::vector<WorkerRecord*> WorkerRegistry::ForgettableDead(int64_t now_unix_ms,
+                                                           int64_t retention_ms) {
+  std::vector<WorkerRecord*> out;
+  for (auto& [order, record] : by_order_) {
+    if (record->info.state() == v1::WORKER_STATE_DEAD &&
+        now_unix_ms - record->dead_since_unix_ms >= retention_ms) {
       out.push_back(record.get());
     }
   }

@@ -14,7 +14,8 @@
 //                 with unknown_worker, so it registers again)
 //
 //   IDLE -> BUSY, BUSY -> IDLE, IDLE | BUSY -> DEAD, DEAD -> IDLE (re-registration only).
-//   Any state -> removed (Remove: the worker deregistered because it is shutting down).
+//   Any state -> removed (Remove: the worker deregistered because it is shutting down, or it
+//   was DEAD for the retention period, see ForgettableDead).
 //
 // Thread safety: thread-compatible. The coordinator service guards it with its own mutex,
 // because worker and job changes must happen together.
@@ -42,6 +43,9 @@ struct WorkerRecord {
   std::string reported_job_id;
   // Set when the worker is given a stage; handed out (and cleared) by the next heartbeat.
   std::optional<v1::StageAssignment> pending_assignment;
+  // When the worker became DEAD (ms since the Unix epoch; set by whoever moves it there, 0
+  // while it is not DEAD). DEAD workers are forgotten some time after it (ForgettableDead).
+  int64_t dead_since_unix_ms = 0;
 };
 
 // "IDLE", "BUSY", "DEAD" ("UNSPECIFIED" / "STATE_<n>" otherwise).
@@ -78,7 +82,11 @@ class WorkerRegistry {
   // IDLE and BUSY workers whose last heartbeat is at least `timeout_ms` old at `now_unix_ms`.
   std::vector<WorkerRecord*> TimedOut(int64_t now_unix_ms, int64_t timeout_ms);
 
-  // Every worker ever registered (DEAD included), in registration order.
+  // DEAD workers that died at least `retention_ms` before `now_unix_ms` (dead_since), in
+  // registration order: the ones to Remove so that DEAD workers are not listed forever.
+  std::vector<WorkerRecord*> ForgettableDead(int64_t now_unix_ms, int64_t retention_ms);
+
+  // Every worker registered and not removed (DEAD included), in registration order.
   std::vector<v1::WorkerInfo> List() const;
 
  private:

@@ -21,6 +21,12 @@ constexpr char kDefaultSource[] = "<spec>";
 // How often a blocked WatchJob looks at its client's cancellation flag.
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
 
+// An empty id would read "no job " (NOT_FOUND) as if some job were missing.
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("job_id must not be empty");
+  return absl::OkStatus();
+}
+
 // Workers a job needs to start: one per device of its spec.
 int WorkersNeeded(const v1::Job& job) { return std::max(1, job.spec().parallel().devices()); }
 
@@ -80,10 +86,16 @@ void CoordinatorService::Shutdown() {
     wake_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
-  jobs_->Shutdown();
+  EndWatches();
   if (absl::Status s = jobs_->FlushDirty(/*force=*/true); !s.ok()) {
     DAPPLE_LOG_ERROR("saving job progress at shutdown: {}", s.message());
   }
+}
+
+void CoordinatorService::EndWatches() {
+  // JobManager::Shutdown wakes every AwaitChange and makes IsShutdown true, which is what
+  // WatchJob stops on; the job table itself keeps working.
+  jobs_->Shutdown();
 }
 
 void CoordinatorService::WakeLocked() {
@@ -125,6 +137,7 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
     const int stage = worker->info.stage();
     (void)workers_.Transition(*worker, v1::WORKER_STATE_DEAD,
                               absl::StrFormat("no heartbeat for %.1f s", silent_s));
+    worker->dead_since_unix_ms = now;
     if (busy && running_.contains(job_id)) {
       absl::Status ended =
           EndJobLocked(job_id, v1::JOB_STATE_FAILED,
@@ -135,6 +148,16 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
               .status();
       if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
     }
+  }
+  // DEAD workers would otherwise be listed forever; the ones kept for a while tell an
+  // operator which worker failed a job.
+  for (WorkerRecord* worker : workers_.ForgettableDead(now, options_.dead_worker_retention_ms)) {
+    const std::string id = worker->info.id();
+    (void)workers_.Remove(
+        id, absl::StrFormat("DEAD for %.0f s (retention %.0f s, --dead-worker-retention-s): "
+                            "forgotten",
+                            (now - worker->dead_since_unix_ms) / 1000.0,
+                            options_.dead_worker_retention_ms / 1000.0));
   }
 }
 
@@ -323,6 +346,7 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
 }
 
 absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Job* response) {
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(*response, jobs_->Get(request.job_id()));
   return absl::OkStatus();
 }
@@ -334,6 +358,7 @@ absl::Status CoordinatorService::ListJobs(const v1::ListJobsRequest& request,
 }
 
 absl::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request, v1::Job* response) {
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   absl::MutexLock lock(&mu_);
   DAPPLE_ASSIGN_OR_RETURN(*response, EndJobLocked(request.job_id(), v1::JOB_STATE_CANCELLED,
                                                   kCancelledByUser, options_.now_unix_ms()));
@@ -345,7 +370,11 @@ absl::Status CoordinatorService::WatchJob(const v1::WatchJobRequest& request,
                                           const JobEventSink& send,
                                           const std::function<bool()>& cancelled) {
   const std::string& id = request.job_id();
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(id));
   DAPPLE_ASSIGN_OR_RETURN(JobManager::Snapshot snapshot, jobs_->GetSnapshot(id));
+  // A watch that starts during shutdown gets no snapshot: its client reconnects elsewhere
+  // (or later) rather than looping on one snapshot per stream.
+  if (jobs_->IsShutdown()) return absl::UnavailableError("coordinator is shutting down");
   const absl::Duration min_interval = absl::Milliseconds(options_.watch_min_interval_ms);
   auto stopped = [&]() -> absl::Status {
     if (cancelled()) return absl::CancelledError("watch cancelled by the client");

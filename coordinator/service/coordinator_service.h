@@ -62,6 +62,9 @@ struct CoordinatorOptions {
   int64_t tick_interval_ms = 100;       // background pass period
   int64_t metrics_persist_interval_ms = 1000;
   int64_t watch_min_interval_ms = 100;  // WatchJob sends at most one snapshot per interval
+  // A DEAD worker is listed this long after it died, then forgotten (removed, as if it had
+  // deregistered: a later heartbeat gets unknown_worker). 0: in the pass that finds it DEAD.
+  int64_t dead_worker_retention_ms = 600'000;
   std::function<int64_t()> now_unix_ms = WallClockUnixMs;  // every timestamp and timeout
 };
 
@@ -83,12 +86,19 @@ class CoordinatorService {
   // Starts the background thread (no-op when started). Tests may instead call Tick().
   void Start();
 
-  // Stops the background thread, ends every WatchJob (kUnavailable) and writes unsaved
+  // Stops the background thread, ends every WatchJob (EndWatches) and writes unsaved
   // progress. Idempotent. Other handlers keep working (for calls still in flight).
   void Shutdown();
 
+  // Ends every WatchJob in progress with kUnavailable "coordinator is shutting down" (at once
+  // when it waits for a change, else within 100 ms); later WatchJob calls get that status at
+  // once, before any snapshot. The background thread and the other handlers keep working.
+  // GrpcServer::Shutdown calls it. Idempotent.
+  void EndWatches();
+
   // One background pass now: workers silent for worker_timeout_ms become DEAD (failing their
-  // running job), progress older than the persist interval is written, then pending jobs are
+  // running job), workers DEAD for dead_worker_retention_ms are forgotten (one log line each),
+  // progress older than the persist interval is written, then pending jobs are
   // started FIFO while enough schedulable workers exist, and the PENDING jobs' messages say
   // why they still wait.
   void Tick();
@@ -99,7 +109,9 @@ class CoordinatorService {
   // "<spec>" when empty) and stores the job as PENDING. kInvalidArgument with the parser's
   // message (nothing stored); kInternal when the write fails.
   absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
-  absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);  // kNotFound
+  // kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also CancelJob,
+  // WatchJob).
+  absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);
   absl::Status ListJobs(const v1::ListJobsRequest& request,
                         v1::ListJobsResponse* response);  // newest first
   // PENDING / PLANNING / RUNNING -> CANCELLED "cancelled by user"; kFailedPrecondition
@@ -107,8 +119,9 @@ class CoordinatorService {
   absl::Status CancelJob(const v1::CancelJobRequest& request, v1::Job* response);
   // Sends the current snapshot, then one per change (at most one per watch_min_interval_ms,
   // the newest), and returns OK after sending a terminal state or when `send` returns false.
-  // kCancelled once `cancelled()` is true (polled every 100 ms), kUnavailable on Shutdown,
-  // kNotFound for an unknown job. Blocks the calling thread meanwhile.
+  // kCancelled once `cancelled()` is true (polled every 100 ms), kUnavailable after
+  // EndWatches / Shutdown, kNotFound for an unknown job, kInvalidArgument for an empty job
+  // id. Blocks the calling thread meanwhile.
   absl::Status WatchJob(const v1::WatchJobRequest& request, const JobEventSink& send,
                         const std::function<bool()>& cancelled);
   absl::Status ListWorkers(const v1::ListWorkersRequest& request,

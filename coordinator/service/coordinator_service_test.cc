@@ -1,7 +1,9 @@
 #include "coordinator/service/coordinator_service.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -54,11 +56,12 @@ class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { svc_ = Open(); }
 
-  std::unique_ptr<CoordinatorService> Open() {
+  std::unique_ptr<CoordinatorService> Open(int64_t dead_worker_retention_ms = 600'000) {
     CoordinatorOptions options;
     options.db_path = path_;
     options.heartbeat_interval_ms = 500;
     options.worker_timeout_ms = 5000;
+    options.dead_worker_retention_ms = dead_worker_retention_ms;
     options.watch_min_interval_ms = 10;
     options.now_unix_ms = [this] { return now_.load(); };
     auto svc = CoordinatorService::Create(options);
@@ -475,6 +478,111 @@ TEST_F(CoordinatorServiceTest, DeadWorkerFailsItsJobNamingWorkerAndStage) {
   now_ += 5000;
   svc_->Tick();
   EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_DEAD);
+}
+
+std::vector<std::string> WorkerIds(CoordinatorService& svc) {
+  v1::ListWorkersResponse resp;
+  EXPECT_TRUE(svc.ListWorkers({}, &resp).ok());
+  std::vector<std::string> ids;
+  for (const v1::WorkerInfo& w : resp.workers()) ids.push_back(w.id());
+  return ids;
+}
+
+TEST_F(CoordinatorServiceTest, DeadWorkersAreForgottenAfterTheRetentionPeriod) {
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  now_ += 4000;
+  Heartbeat(w1);
+  now_ += 1000;  // w-2 silent for the timeout: DEAD at kStart + 5 s
+  svc_->Tick();
+  ASSERT_EQ(Worker(w2).state(), v1::WORKER_STATE_DEAD);
+  // Listed (DEAD) for the whole default retention of 600 s, while w-1 stays alive.
+  for (int i = 0; i < 200; ++i) {
+    now_ += 2999;
+    Heartbeat(w1);
+    svc_->Tick();
+  }
+  now_ += 600'000 - 200 * 2999 - 1;  // 1 ms before the end of the retention
+  Heartbeat(w1);
+  svc_->Tick();
+  EXPECT_THAT(WorkerIds(*svc_), ElementsAre(w1, w2));
+  now_ += 1;
+  Heartbeat(w1);
+  svc_->Tick();
+  EXPECT_THAT(WorkerIds(*svc_), ElementsAre(w1));
+  // Forgotten like a deregistered worker: its heartbeat says register again, and it gets a new
+  // id (generated ids are never handed out twice).
+  EXPECT_TRUE(Heartbeat(w2).unknown_worker());
+  EXPECT_EQ(Register(), "w-3");
+}
+
+TEST_F(CoordinatorServiceTest, ADeadWorkerThatRegistersAgainIsNotForgotten) {
+  const std::string named = Register("gpu-node");
+  now_ += 5000;
+  svc_->Tick();
+  ASSERT_EQ(Worker(named).state(), v1::WORKER_STATE_DEAD);
+  now_ += 599'000;
+  EXPECT_EQ(Register("gpu-node"), named);  // back, IDLE, before the retention ended
+  now_ += 2000;
+  Heartbeat(named);
+  svc_->Tick();
+  EXPECT_EQ(Worker(named).state(), v1::WORKER_STATE_IDLE);
+}
+
+TEST_F(CoordinatorServiceTest, ZeroRetentionForgetsADeadWorkerInTheSamePass) {
+  svc_.reset();
+  svc_ = Open(/*dead_worker_retention_ms=*/0);
+  const std::string w1 = Register();
+  now_ += 5000;
+  svc_->Tick();
+  EXPECT_TRUE(WorkerIds(*svc_).empty());
+  EXPECT_TRUE(Heartbeat(w1).unknown_worker());
+}
+
+TEST_F(CoordinatorServiceTest, AnEmptyJobIdIsAnInvalidArgumentNotAMissingJob) {
+  v1::GetJobRequest get;
+  v1::Job job;
+  absl::Status s = svc_->GetJob(get, &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "job_id must not be empty");
+  auto cancelled = Cancel("");
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cancelled.status().message(), "job_id must not be empty");
+  v1::WatchJobRequest watch;
+  s = svc_->WatchJob(
+      watch, [](const v1::JobEvent&) { return true; }, [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "job_id must not be empty");
+}
+
+TEST_F(CoordinatorServiceTest, EndWatchesEndsOpenAndLaterWatchesButNothingElse) {
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  v1::WatchJobRequest req;
+  req.set_job_id("job-1");
+  std::thread ender([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    svc_->EndWatches();
+  });
+  int sent = 0;
+  const absl::Time start = absl::Now();
+  absl::Status s = svc_->WatchJob(
+      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [] { return false; });
+  ender.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "coordinator is shutting down");
+  EXPECT_EQ(sent, 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A later watch ends at once, without a snapshot; other calls still work.
+  sent = 0;
+  s = svc_->WatchJob(
+      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sent, 0);
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(CoordinatorServiceTest, RestartKeepsTerminalJobsFailsRunningOnesAndKeepsPending) {

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -15,6 +17,11 @@
 
 namespace dapple::coordinator {
 namespace {
+
+// How long Shutdown lets gRPC's GOAWAY travel before it ends the watch streams. A client whose
+// stream ends goes on with GetJob at once; had it not yet seen the GOAWAY, that call would go
+// to this closing server, which cancels it (CANCELLED) instead of sending it elsewhere.
+constexpr absl::Duration kGoawayLead = absl::Milliseconds(50);
 
 // Why binding `address` ("host:port", "[v6]:port") fails, found by binding a plain socket the
 // way gRPC does (SO_REUSEADDR, no SO_REUSEPORT): gRPC reports only that it failed. "" when the
@@ -158,7 +165,13 @@ GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 void GrpcServer::Shutdown(absl::Duration grace) {
   if (server_ == nullptr) return;
   std::call_once(shutdown_once_, [&] {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    const absl::Time deadline = absl::Now() + grace;
+    // grpc::Server::Shutdown blocks until the handlers return or the deadline passes (then
+    // it cancels them): run it aside, and end the watches, which would otherwise run on.
+    std::thread drain([&] { server_->Shutdown(absl::ToChronoTime(deadline)); });
+    absl::SleepFor(std::min(kGoawayLead, grace));
+    service_->EndWatches();
+    drain.join();
     server_->Wait();
   });
 }

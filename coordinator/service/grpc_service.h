@@ -85,12 +85,19 @@ class GrpcServer {
 
   int port() const { return port_; }
 
-  // Stops accepting calls, lets running ones finish for up to `grace`, then cancels the rest
-  // (WatchJob notices within 100 ms) and returns when all handlers have returned.
+  // Stops accepting calls (clients get GOAWAY, so their next call goes to a new connection),
+  // then ends every open WatchJob stream with UNAVAILABLE "coordinator is shutting down"
+  // (CoordinatorService::EndWatches: a client takes that as "reconnect", never as an answer),
+  // lets the other running calls finish for up to `grace`, cancels what is left, and returns
+  // when all handlers have returned. Without ending the watches first, gRPC would cancel them
+  // at the end of the grace and their clients would see CANCELLED. Idempotent.
   void Shutdown(absl::Duration grace);
 
  private:
-  GrpcServer(CoordinatorService* service) : coordinator_(service), worker_control_(service) {}
+  explicit GrpcServer(CoordinatorService* service)
+      : service_(service), coordinator_(service), worker_control_(service) {}
+
+  CoordinatorService* service_;  // not owned
 
   GrpcCoordinator coordinator_;
   GrpcWorkerControl worker_control_;

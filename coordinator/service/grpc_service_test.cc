@@ -182,6 +182,36 @@ TEST_F(GrpcServiceTest, ShutdownEndsAnOpenWatchPromptly) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
+// The server alone (as main.cc shuts down: server first, then the service) must end an open
+// watch with UNAVAILABLE, the code clients reconnect on, and not leave it to be cancelled
+// (CANCELLED) when the grace runs out.
+TEST_F(GrpcServiceTest, ServerShutdownEndsAnOpenWatchWithUnavailableWellBeforeTheGrace) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml(kSpec);
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(coordinator_->SubmitJob(&ctx, submit, &submitted).ok());
+  }
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(Deadline());
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-1");
+  auto reader = coordinator_->WatchJob(&watch_ctx, watch);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(5));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  while (reader->Read(&event)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(s.error_message(), "coordinator is shutting down");
+}
+
 }  // namespace
 }  // namespace dapple::coordinator
 

@@ -72,14 +72,15 @@ class Cluster:
         self.coordinator.send_signal(signal.SIGTERM)
         self.coordinator.wait(timeout=20)
 
-    def add_worker(self, name=None):
+    def add_worker(self, name=None, log_name=None):
+        """Starts a worker; its output goes to worker-<log_name or name>.log (see log())."""
         i = len(self.workers) + 1
         name = name or "it-w%d" % i
         cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60"]
         if self.dump_dir:
             cmd += ["--dump-dir", self.dump_dir]
         cmd += self.worker_args
-        with open(os.path.join(self.dir, "worker-%s.log" % name), "ab") as log:
+        with open(os.path.join(self.dir, "worker-%s.log" % (log_name or name)), "ab") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.workers.append((name, p))
         return name, p
@@ -107,6 +108,16 @@ class Cluster:
             print("kept", self.dir)
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_log(self, name, text, timeout=10):
+        """Waits until <name>.log contains `text`; returns the seconds it took."""
+        start = time.time()
+        while time.time() < start + timeout:
+            path = os.path.join(self.dir, name + ".log")
+            if os.path.exists(path) and text in read(path):
+                return time.time() - start
+            time.sleep(0.05)
+        raise AssertionError("%r not in %s.log after %d s:\n%s" % (text, name, timeout, self.log(name)))
 
     def log(self, name):
         try:

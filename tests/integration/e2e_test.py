@@ -2,7 +2,10 @@
 
 Covers: a job that succeeds; a job cancelled mid-run whose workers are free again; a worker
 killed mid-run failing its job with a message naming it, within a bounded time; a coordinator
-restart that keeps every job; bad input with one-line errors and distinct exit codes.
+restart that keeps every job; quick coordinator restarts after which workers return within
+seconds, and a restart mid-job that stops the job on the workers; a worker SIGTERMed mid-job
+failing it as "shut down"; a duplicate --name; bad input with one-line errors and distinct exit
+codes.
 """
 import json
 import os
@@ -99,6 +102,10 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(j["state"], "FAILED")
         self.assertIn(victim, j["message"])
         self.assertIn("stage 1", j["message"])
+        # The surviving rank sees the connection close at once and says so (UCX calls it
+        # "Endpoint timeout", which is kept only in parentheses).
+        self.assertIn("peer rank 1 (stage 1, worker %s) failed: connection lost "
+                      "(the process exited or the network failed)" % victim, j["message"])
         # Bounded: the heartbeat timeout (3 s here) plus scheduling slack.
         self.assertLess(time.time() - t0, 20)
         # The surviving worker is aborted and becomes free again.
@@ -179,10 +186,69 @@ class EndToEndTest(unittest.TestCase):
                 self.assertEqual(p.wait(timeout=20), 0)
         j = self.c.wait_state(job, TERMINAL, timeout=20)
         self.assertEqual(j["state"], "FAILED")
-        self.assertIn(victim, j["message"])
+        # The coordinator hears "shut down" before the rank's abort (or the peer's lost
+        # connection): the worker deregisters before it stops the job.
+        self.assertEqual(j["message"], "worker %s (stage 0 of job %s) shut down" % (victim, job))
+        self.assertIn("deregistered " + victim, self.c.log("worker-" + victim))
         # Deregistered at once: not listed as a worker that could take the next job.
         names = [w.get("id") for w in self.c.workers_json() if w.get("state") != "DEAD"]
         self.assertNotIn(victim, names)
+
+    def test_quick_coordinator_restarts_workers_return(self):
+        """Six quick restarts, each leaving the workers' connection attempts refused for a
+        while: gRPC's default backoff would grow past 10 s; the workers must be back (IDLE)
+        within 5 s of the last restart, and deregister cleanly on SIGTERM."""
+        for _ in range(6):
+            self.c.stop_coordinator()
+            time.sleep(0.7)  # refused connection attempts meanwhile
+            self.c.start_coordinator()
+            time.sleep(0.2)
+        self.c.stop_coordinator()
+        time.sleep(0.7)
+        self.c.start_coordinator()
+        t0 = time.time()
+        self.c.wait_workers(2, "IDLE", timeout=5)
+        self.assertLess(time.time() - t0, 5)
+        # They take jobs again, and a SIGTERM reaches the restarted coordinator.
+        job = self.c.submit(short_job("e2e-after-restarts", steps=5))
+        self.assertEqual(self.c.wait_state(job, TERMINAL, timeout=60)["state"], "SUCCEEDED")
+        name, p = self.c.workers[0]
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=20), 0)
+        log = self.c.log("worker-" + name)
+        self.assertIn("deregistered " + name, log)
+        self.assertNotIn("could not deregister", log)
+
+    def test_coordinator_restart_mid_job_stops_it_on_workers(self):
+        """The restarted coordinator fails the running job; both ranks must stop it within
+        seconds of the restart, not keep training, and then run the next job."""
+        job = self.c.submit(long_job("e2e-restart-mid-job"))
+        self.wait_running_steps(job)
+        self.c.stop_coordinator()
+        time.sleep(0.7)
+        self.c.start_coordinator()
+        t0 = time.time()
+        # Each rank stops: told by the restarted coordinator (heartbeat or progress ack), or
+        # because its peer stopped first.
+        stopped = re.compile(r"%s: stage \d+ (aborted|failed)" % job)
+        for name, _ in self.c.workers:
+            while not stopped.search(cluster.read(os.path.join(self.c.dir, "worker-%s.log" % name))):
+                self.assertLess(time.time() - t0, 5, "worker %s still runs %s\n%s" % (
+                    name, job, self.c.all_logs()))
+                time.sleep(0.05)
+        j = self.c.wait_state(job, TERMINAL, timeout=10)
+        self.assertEqual(j["state"], "FAILED")
+        self.c.wait_workers(2, "IDLE", timeout=5)
+        new = self.c.submit(short_job("e2e-after-mid-job-restart", steps=5))
+        self.assertEqual(self.c.wait_state(new, TERMINAL, timeout=60)["state"], "SUCCEEDED")
+
+    def test_duplicate_name_is_logged(self):
+        """--name held by a live worker: the coordinator assigns another id; the worker says so."""
+        taken = self.c.workers[0][0]
+        self.c.add_worker(taken, log_name="duplicate")
+        self.c.wait_workers(3, "IDLE", timeout=20)
+        self.c.wait_log("worker-duplicate",
+                        "--name %s is taken by a live worker; registered as w-" % taken, timeout=5)
 
     def test_bad_daemon_flags_and_second_coordinator(self):
         r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--dump-dir",
@@ -192,6 +258,21 @@ class EndToEndTest(unittest.TestCase):
         r = subprocess.run([cluster.WORKER, "--coordinator", "nonsense:xx"], capture_output=True,
                            text=True, timeout=30)
         self.assertEqual(r.returncode, 2, r.stderr)
+        # Empty names and device entries, stray arguments: one line naming the flag or argument.
+        for args, expected in [
+                (["--name", ""], "--name '' must be 1-63 characters"),
+                (["--devices", ","], "--devices ',' has an empty entry"),
+                (["--devices", "cpu,"], "--devices 'cpu,' has an empty entry"),
+                (["--devices", ",cpu"], "--devices ',cpu' has an empty entry"),
+                (["--devices", "cpu", "extra"], "unexpected argument 'extra'")]:
+            with self.subTest(args=args):
+                r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address] + args,
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith("dapple-worker: "), r.stderr)
+                self.assertIn(expected, lines[0])
         # A second coordinator may neither share the database nor the port of a running one.
         r = subprocess.run([cluster.COORDINATOR, "--listen", "127.0.0.1:0", "--db", self.c.db],
                            capture_output=True, text=True, timeout=30)

@@ -47,6 +47,24 @@ std::string UcxError(ucs_status_t status) { return ucs_status_string(status); }
 
 }  // namespace
 
+std::string DescribePeerFailure(int status) {
+  const auto st = static_cast<ucs_status_t>(status);
+  switch (st) {
+    // On tcp a peer whose process exited (or whose host went away) surfaces as any of these,
+    // most often "Endpoint timeout" although nothing timed out: its sockets closed.
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_REJECTED:
+      return absl::StrCat(
+          "connection lost (the process exited or the network failed) (UCX: ", UcxError(st), ")");
+    default:
+      return absl::StrCat("UCX error (", UcxError(st), ")");
+  }
+}
+
 struct UcxTransport::Impl {
   struct Peer {
     int rank = -1;
@@ -87,7 +105,8 @@ struct UcxTransport::Impl {
     const std::string who = it != peers.end() && !it->second->label.empty()
                                 ? absl::StrFormat("peer rank %d (%s)", rank, it->second->label)
                                 : absl::StrFormat("peer rank %d", rank);
-    return absl::UnavailableError(absl::StrFormat("%s failed: %s", who, UcxError(status)));
+    return absl::UnavailableError(
+        absl::StrFormat("%s failed: %s", who, DescribePeerFailure(status)));
   }
 
   // Records `status` as the transport's permanent error and releases every user buffer UCX may
@@ -306,8 +325,7 @@ UcxTransport::~UcxTransport() = default;
 
 const std::string& UcxTransport::LocalAddress() const { return impl_->address; }
 
-absl::Status UcxTransport::Connect(int peer, const std::string& address,
-                                   const std::string& label) {
+absl::Status UcxTransport::Connect(int peer, const std::string& address, const std::string& label) {
   Impl& s = *impl_;
   if (!s.failed.ok()) return s.failed;
   if (peer < 0 || peer > kMaxRank || peer == s.my_rank) {

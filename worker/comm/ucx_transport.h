@@ -13,9 +13,12 @@
 // Errors (on top of transport.h's rules):
 //  - Send/Recv to a rank without Connect(): kFailedPrecondition (does not fail the transport).
 //  - Recv whose message size differs from `bytes`: kInternal naming tag and both sizes.
-//  - A dead peer: kUnavailable "peer rank N failed: <UCX reason>". On tcp a killed process is
-//    noticed within milliseconds (its sockets close); UCX's reason is then "Endpoint timeout".
-//    Messages that arrived in full before the peer died are still delivered by Recv.
+//  - A dead peer: kUnavailable "peer rank N (LABEL) failed: <what happened>", worded by
+//    DescribePeerFailure: "connection lost (the process exited or the network failed) (UCX:
+//    Endpoint timeout)". On tcp a killed process is noticed within milliseconds (its sockets
+//    close); UCX then says "Endpoint timeout" although nothing timed out, so its reason is kept
+//    only in parentheses. Messages that arrived in full before the peer died are still delivered
+//    by Recv.
 //  - Any error from Send/Recv/WaitSends is sticky and force-closes all endpoints before the
 //    call returns, so UCX no longer touches any buffer handed to Send or Recv; the peers then
 //    see this rank as failed.
@@ -31,6 +34,12 @@
 #include "worker/comm/transport.h"
 
 namespace dapple::worker {
+
+// What a peer failure with UCX status `status` (a ucs_status_t) means, for messages:
+// connection-level statuses (Endpoint timeout, Connection reset, Destination is unreachable,
+// Input/output error, ...) read "connection lost (the process exited or the network failed)
+// (UCX: <UCX's reason>)"; any other status reads "UCX error (<UCX's reason>)". Thread-safe.
+std::string DescribePeerFailure(int status);
 
 class UcxTransport : public Transport {
  public:

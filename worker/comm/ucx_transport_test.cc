@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucs/type/status.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -439,6 +441,27 @@ TEST(UcxTransportTest, RecvTimesOutWithDeadlineExceeded) {
   EXPECT_EQ(child.Wait(), 0);
 }
 
+// A killed peer's message says what happened and keeps UCX's own (misleading on tcp) reason in
+// parentheses.
+void ExpectConnectionLost(const absl::Status& s) {
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("failed: connection lost (the process exited or the network failed) (UCX: "))
+      << s;
+}
+
+TEST(UcxTransportTest, DescribePeerFailureNamesALostConnection) {
+  for (ucs_status_t st : {UCS_ERR_ENDPOINT_TIMEOUT, UCS_ERR_CONNECTION_RESET, UCS_ERR_NOT_CONNECTED,
+                          UCS_ERR_UNREACHABLE, UCS_ERR_IO_ERROR, UCS_ERR_REJECTED}) {
+    EXPECT_EQ(DescribePeerFailure(st),
+              absl::StrCat("connection lost (the process exited or the network failed) (UCX: ",
+                           ucs_status_string(st), ")"));
+  }
+  EXPECT_EQ(DescribePeerFailure(UCS_ERR_ENDPOINT_TIMEOUT),
+            "connection lost (the process exited or the network failed) (UCX: Endpoint timeout)");
+  EXPECT_EQ(DescribePeerFailure(UCS_ERR_NO_MEMORY), "UCX error (Out of memory)");
+}
+
 TEST(UcxTransportTest, KilledPeerDuringRecvIsUnavailable) {
   Child child;
   child.Start([](UcxTransport& t, int fd) {
@@ -463,6 +486,7 @@ TEST(UcxTransportTest, KilledPeerDuringRecvIsUnavailable) {
   killer.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("peer rank 1 failed"));
+  ExpectConnectionLost(s);
   EXPECT_LT(detection, absl::Seconds(2)) << "tcp sees the killed peer's sockets close";
   std::printf("dead peer detected after %s: %s\n", absl::FormatDuration(detection).c_str(),
               std::string(s.message()).c_str());
@@ -487,6 +511,7 @@ TEST(UcxTransportTest, PeerKilledBeforeAnyExchangeIsUnavailable) {
   killer.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("peer rank 1 failed"));
+  ExpectConnectionLost(s);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
@@ -514,6 +539,7 @@ TEST(UcxTransportTest, KilledPeerDuringWaitSendsIsUnavailable) {
   killer.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("peer rank 1 failed"));
+  ExpectConnectionLost(s);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 

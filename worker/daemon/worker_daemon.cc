@@ -25,6 +25,24 @@ std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
 
+// gRPC's default reconnect backoff grows to 120 s, so after a few coordinator restarts a worker
+// could stay away for minutes while the coordinator listens. Bounding it by the default heartbeat
+// interval keeps the promise of worker.md: the worker retries every interval.
+constexpr int kInitialReconnectBackoffMs = 100;  // gRPC's floor
+constexpr int kMaxReconnectBackoffMs = 500;      // the default heartbeat interval
+// Shortest time one connection attempt may take (gRPC names it MIN_RECONNECT_BACKOFF): a
+// refused connection fails at once anyway, this only bounds an unanswered one.
+constexpr int kMinConnectTimeoutMs = 1000;
+// A coordinator restarted elsewhere (a new pod IP behind the same name) is found within a second
+// instead of gRPC's default 30 s between DNS resolutions.
+constexpr int kMinDnsResolutionIntervalMs = 1000;
+// Deadline of each control RPC: they are small and the coordinator answers without waiting.
+constexpr absl::Duration kRpcDeadline = absl::Seconds(2);
+// How long the final report of a job may wait for delivery; shorter while shutting down, so a
+// SIGTERM with an unreachable coordinator still exits within seconds.
+constexpr absl::Duration kFinalReportTimeout = absl::Seconds(10);
+constexpr absl::Duration kFinalReportTimeoutStopping = absl::Seconds(2);
+
 std::string Hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -33,10 +51,28 @@ std::string Hostname() {
 
 }  // namespace
 
+// What a job holds while it runs. Members are destroyed in reverse order: the runtime, then the
+// links (whose GPU transports send through the UCX transport), then the UCX transport.
+struct WorkerDaemon::JobResources {
+  std::unique_ptr<UcxTransport> transport;
+  std::unique_ptr<StageLinks> links;
+  std::unique_ptr<StageRuntime> runtime;
+};
+
+std::string NameTakenWarning(const std::string& requested_name, const std::string& worker_id) {
+  if (requested_name.empty() || requested_name == worker_id) return "";
+  return absl::StrFormat("--name %s is taken by a live worker; registered as %s", requested_name,
+                         worker_id);
+}
+
 WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kMinDnsResolutionIntervalMs);
   channel_ =
       grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::WorkerControl::NewStub(channel_);
@@ -48,9 +84,16 @@ WorkerDaemon::~WorkerDaemon() {
 }
 
 void WorkerDaemon::Stop() {
+  // The running job is aborted by Run after it deregistered, so that the coordinator hears
+  // "shut down" before it hears this rank (or a peer that loses its connection) abort.
+  stopping_.store(true);
   absl::MutexLock l(&mu_);
   stop_ = true;
-  abort_.store(true);
+}
+
+std::string WorkerDaemon::WorkerId() {
+  absl::MutexLock l(&mu_);
+  return worker_id_;
 }
 
 absl::Status WorkerDaemon::Register() {
@@ -60,20 +103,40 @@ absl::Status WorkerDaemon::Register() {
   req.set_name(options_.name);
   for (const auto& d : options_.devices) req.add_devices(d);
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a
+  // coordinator that is back is reached within one or two retries.
+  ctx.set_deadline(DeadlineIn(kRpcDeadline));
   v1::RegisterWorkerResponse resp;
   grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
                                                options_.coordinator, ": ", s.error_message()));
   }
+  if (resp.worker_id().empty()) {
+    return absl::UnavailableError(absl::StrCat("the coordinator at ", options_.coordinator,
+                                               " answered the registration without a worker id"));
+  }
   absl::MutexLock l(&mu_);
   worker_id_ = resp.worker_id();
   if (resp.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
   }
+  const std::string warning = NameTakenWarning(options_.name, worker_id_);
+  if (!warning.empty()) DAPPLE_LOG_WARN("{}", warning);
   DAPPLE_LOG_INFO("registered as {} with {}", worker_id_, options_.coordinator);
   return absl::OkStatus();
+}
+
+void WorkerDaemon::TryRegister(bool* warned) {
+  absl::Status s = Register();
+  if (s.ok()) {
+    if (*warned) DAPPLE_LOG_INFO("the coordinator at {} is reachable again", options_.coordinator);
+    *warned = false;
+  } else if (!*warned) {
+    DAPPLE_LOG_WARN("{} (retrying every {})", s.message(),
+                    absl::FormatDuration(heartbeat_interval_));
+    *warned = true;
+  }
 }
 
 absl::Status WorkerDaemon::Run() {
@@ -84,27 +147,21 @@ absl::Status WorkerDaemon::Run() {
       if (stop_) break;
     }
     ReapJob(/*wait=*/false);
-    std::string id;
-    {
-      absl::MutexLock l(&mu_);
-      id = worker_id_;
-    }
-    if (id.empty()) {
-      absl::Status s = Register();
-      if (!s.ok() && !warned) {
-        DAPPLE_LOG_WARN("{} (retrying)", s.message());
-        warned = true;
-      }
-      if (s.ok()) warned = false;
-    } else {
-      HeartbeatOnce();
+    if (WorkerId().empty()) {
+      TryRegister(&warned);
+    } else if (!HeartbeatOnce()) {
+      // The coordinator forgot this worker (it restarted): register now, not an interval later.
+      TryRegister(&warned);
     }
     absl::MutexLock l(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&stop_), heartbeat_interval_);
   }
+  // Deregister before aborting the running job: the coordinator then fails it with "worker W
+  // (stage S of job J) shut down" rather than with this rank's abort or a peer's lost connection,
+  // which would otherwise reach it first.
+  Deregister();
   abort_.store(true);
   ReapJob(/*wait=*/true);
-  Deregister();
   DAPPLE_LOG_INFO("stopped");
   return absl::OkStatus();
 }
@@ -121,12 +178,19 @@ void WorkerDaemon::Deregister() {
   req.set_worker_id(id);
   v1::DeregisterWorkerResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  // The last call of this process: wait out a reconnect in progress (the channel may still be
+  // backing off after the coordinator restarted) instead of failing with its last error.
+  ctx.set_wait_for_ready(true);
   grpc::Status s = stub_->DeregisterWorker(&ctx, req, &resp);
-  if (!s.ok()) DAPPLE_LOG_WARN("could not deregister {}: {}", id, s.error_message());
+  if (s.ok()) {
+    DAPPLE_LOG_INFO("deregistered {}", id);
+  } else {
+    DAPPLE_LOG_WARN("could not deregister {}: {}", id, s.error_message());
+  }
 }
 
-void WorkerDaemon::HeartbeatOnce() {
+bool WorkerDaemon::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   {
     absl::MutexLock l(&mu_);
@@ -134,20 +198,24 @@ void WorkerDaemon::HeartbeatOnce() {
     req.set_running_job_id(job_id_);
   }
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+  ctx.set_deadline(DeadlineIn(kRpcDeadline));
   v1::HeartbeatResponse resp;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) {
     DAPPLE_LOG_DEBUG("heartbeat failed: {}", s.error_message());
-    return;
+    return true;
   }
   if (resp.unknown_worker()) {
     DAPPLE_LOG_WARN("the coordinator does not know {}: registering again", req.worker_id());
     absl::MutexLock l(&mu_);
     worker_id_.clear();
-    // Its jobs are gone from the coordinator's view; stop what this worker runs for them.
-    if (!job_id_.empty()) abort_.store(true);
-    return;
+    // Its jobs are gone from the coordinator's view (a restarted coordinator failed them); stop
+    // what this worker runs for them now, not when the job's next report is refused.
+    if (!job_id_.empty()) {
+      DAPPLE_LOG_INFO("aborting {}: the coordinator no longer runs it", job_id_);
+      abort_.store(true);
+    }
+    return false;
   }
   for (const std::string& job : resp.abort_job_ids()) {
     absl::MutexLock l(&mu_);
@@ -157,6 +225,7 @@ void WorkerDaemon::HeartbeatOnce() {
     }
   }
   if (resp.has_assignment()) StartJob(resp.assignment());
+  return true;
 }
 
 void WorkerDaemon::ReapJob(bool wait) {
@@ -197,9 +266,12 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   DAPPLE_LOG_INFO("{}: starting stage {} of {}", assignment.job_id(), assignment.stage(),
                   assignment.num_stages());
   ProgressReporter reporter(stub_.get(), &abort_);
+  // Outlives the final report: closing the connections first would let a peer report "connection
+  // lost" before this rank's own cause (say, a diverged loss) reached the coordinator.
+  JobResources resources;
   absl::Status s;
   try {
-    s = TrainJob(assignment, &reporter);
+    s = TrainJob(assignment, &reporter, &resources);
   } catch (const std::exception& e) {
     s = absl::InternalError(absl::StrCat("exception: ", e.what()));
   }
@@ -213,7 +285,10 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     DAPPLE_LOG_INFO("{}: stage {} done", assignment.job_id(), assignment.stage());
   } else if (abort_.load() || s.code() == absl::StatusCode::kAborted) {
     final.set_kind(v1::PROGRESS_ABORTED);
-    final.set_message(std::string(s.message()));
+    // Where the abort landed (an action, a receive) is noise when the cause is this worker's
+    // shutdown; should the deregistration not have reached the coordinator, this says why.
+    final.set_message(stopping_.load() ? absl::StrCat("worker ", worker_id, " is shutting down")
+                                       : std::string(s.message()));
     DAPPLE_LOG_INFO("{}: stage {} aborted: {}", assignment.job_id(), assignment.stage(),
                     s.message());
   } else {
@@ -223,9 +298,10 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
                      s.message());
   }
   reporter.Report(final);
-  if (!reporter.Flush(absl::Seconds(10))) {
+  if (!reporter.Flush(stopping_.load() ? kFinalReportTimeoutStopping : kFinalReportTimeout)) {
     DAPPLE_LOG_WARN("{}: could not deliver the final report", assignment.job_id());
   }
+  resources = JobResources();
   absl::MutexLock l(&mu_);
   job_finished_ = true;
 }
@@ -242,14 +318,17 @@ absl::StatusOr<WorkerDaemon::DataCache> WorkerDaemon::LoadData(const std::string
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
-    const v1::StageAssignment& a, const std::string& worker_id, StageLinks* links) {
+absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
+                                             const std::string& worker_id, StageLinks* links,
+                                             std::unique_ptr<UcxTransport>* out) {
   const int stage = a.stage();
   Transport::Options topts;
   topts.timeout = options_.transport_timeout;
   topts.abort = &abort_;
-  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> transport,
-                          UcxTransport::Create(stage, topts));
+  // Handed to the caller at once, so that a failure below keeps the endpoints open until the
+  // failure was reported (see RunJob).
+  DAPPLE_ASSIGN_OR_RETURN(*out, UcxTransport::Create(stage, topts));
+  UcxTransport* transport = out->get();
   v1::PublishEndpointRequest pub;
   pub.set_job_id(a.job_id());
   pub.set_worker_id(worker_id);
@@ -260,6 +339,9 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
+    // A connection being re-established is waited for (within the deadline) rather than failing
+    // the job on the spot.
+    ctx.set_wait_for_ready(true);
     v1::PublishEndpointResponse resp;
     grpc::Status s = stub_->PublishEndpoint(&ctx, pub, &resp);
     if (!s.ok()) return absl::UnavailableError(absl::StrCat("rendezvous: ", s.error_message()));
@@ -270,7 +352,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
   while (true) {
     if (abort_.load()) return absl::AbortedError("aborted during rendezvous");
     grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(absl::Seconds(2)));
+    ctx.set_deadline(DeadlineIn(kRpcDeadline));
     v1::GetPeersRequest req;
     req.set_job_id(a.job_id());
     grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
@@ -296,8 +378,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> WorkerDaemon::ConnectNeighbours(
                              absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
     }
   }
-  DAPPLE_RETURN_IF_ERROR(links->Connect(a, peers, transport.get(), topts));
-  return transport;
+  return links->Connect(a, peers, transport, topts);
 }
 
 absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::StageAssignment& a) {
@@ -320,7 +401,8 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
   return transport->WaitSends();
 }
 
-absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReporter* reporter) {
+absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReporter* reporter,
+                                    JobResources* res) {
   const std::string& job = a.job_id();
   const int stage = a.stage();
   const int num_stages = a.num_stages();
@@ -336,20 +418,21 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   }
   DataCache data = *data_or;
 
-  // Declared first so it is destroyed last: the GPU transports of `links` send through it.
-  std::unique_ptr<UcxTransport> transport;
-  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<StageLinks> links, StageLinks::Open(a));
+  DAPPLE_ASSIGN_OR_RETURN(res->links, StageLinks::Open(a));
+  StageLinks* links = res->links.get();
   if (num_stages > 1) {
-    DAPPLE_ASSIGN_OR_RETURN(transport, ConnectNeighbours(a, worker_id, links.get()));
+    DAPPLE_RETURN_IF_ERROR(ConnectNeighbours(a, worker_id, links, &res->transport));
     DAPPLE_LOG_INFO("{}: stage {} on {}; {}", job, stage, links->device(), links->description());
   } else {
     DAPPLE_LOG_INFO("{}: stage {} on {}", job, stage, links->device());
   }
+  UcxTransport* transport = res->transport.get();
 
   DAPPLE_ASSIGN_OR_RETURN(
-      std::unique_ptr<StageRuntime> rt,
+      res->runtime,
       StageRuntime::Create(a, data.train.get(), data.test.get(),
                            num_stages > 1 ? links->transport() : nullptr, links->TakeBackend()));
+  StageRuntime* rt = res->runtime.get();
   const int64_t total = TotalSteps(a.spec());
   const int64_t per_epoch = StepsPerEpoch(a.spec());
   const bool last = stage == num_stages - 1;
@@ -394,7 +477,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       }
     }
   }
-  if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport.get(), a));
+  if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport, a));
   if (!options_.dump_dir.empty()) {
     DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> params, rt->Params());
     DAPPLE_RETURN_IF_ERROR(

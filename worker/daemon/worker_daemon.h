@@ -5,6 +5,13 @@
 // daemon goes back to idle. A job the coordinator aborts (cancelled, failed elsewhere, or a
 // coordinator that no longer knows this worker) stops at the next action boundary or blocking
 // call, bounded by the transport's checks of the abort flag.
+//
+// Reaching the coordinator: every control RPC has a deadline (2 s; PublishEndpoint 5 s, waiting
+// for a reconnect within it; progress reports 5 s, retried), and the channel's reconnect
+// backoff is bounded to 100..500 ms, so a restarted coordinator is reached again within about
+// one heartbeat interval, however often it restarted. A coordinator that answers "unknown
+// worker" (it restarted) is registered with again at once, and a job still running here is
+// aborted (the restarted coordinator failed it).
 #ifndef DAPPLE_WORKER_DAEMON_WORKER_DAEMON_H_
 #define DAPPLE_WORKER_DAEMON_WORKER_DAEMON_H_
 
@@ -37,6 +44,11 @@ struct WorkerOptions {
   absl::Duration rendezvous_timeout = absl::Seconds(60);  // longest wait for the peers
 };
 
+// The warning to log when the coordinator registered this worker as `worker_id` although
+// --name `requested_name` was asked for (the name is held by a live worker): "--name cpu-a is
+// taken by a live worker; registered as w-1". Empty when no name was asked for or it was given.
+std::string NameTakenWarning(const std::string& requested_name, const std::string& worker_id);
+
 class WorkerDaemon {
  public:
   explicit WorkerDaemon(WorkerOptions options);
@@ -44,26 +56,40 @@ class WorkerDaemon {
 
   // Runs until Stop(). Returns OK after a stop; never returns because of a job's error.
   absl::Status Run();
-  // Asks Run to return; a running job is aborted. Thread-safe (call from a signal thread).
+  // Asks Run to return. Run then deregisters first (best effort, at most 2 s), so that the
+  // coordinator fails a running job with "worker W (stage S of job J) shut down"; then aborts
+  // the job (whose final report, should it still reach the coordinator, says the worker is
+  // shutting down) and waits for it. Thread-safe (call from a signal thread).
   void Stop();
 
  private:
   struct DataCache {
     std::shared_ptr<const Dataset> train, test;
   };
+  struct JobResources;  // transport, links and runtime of the running job (worker_daemon.cc)
 
   absl::Status Register();
+  // Register, logging the first failure of a streak (and the recovery) only.
+  void TryRegister(bool* warned);
   void Deregister();
-  void HeartbeatOnce();
+  // False when the coordinator answered that it does not know this worker (worker_id_ is then
+  // cleared and a running job aborted); true otherwise, also when the call failed.
+  bool HeartbeatOnce();
+  std::string WorkerId();
   void StartJob(const v1::StageAssignment& assignment);
   void RunJob(v1::StageAssignment assignment);
-  absl::Status TrainJob(const v1::StageAssignment& assignment, ProgressReporter* reporter);
+  // Runs the job; what it creates goes into `resources`, which the caller destroys only after
+  // the final report was delivered, so that no peer sees this rank's connections close first.
+  absl::Status TrainJob(const v1::StageAssignment& assignment, ProgressReporter* reporter,
+                        JobResources* resources);
   absl::StatusOr<DataCache> LoadData(const std::string& path);
   // Creates this rank's UCX transport, publishes its address (and the NCCL ids `links` owns)
   // through the coordinator's rendezvous, waits (bounded by rendezvous_timeout, abortable) for
   // every rank's, connects UCX to the neighbouring stages and then `links`' device transports.
-  absl::StatusOr<std::unique_ptr<UcxTransport>> ConnectNeighbours(
-      const v1::StageAssignment& assignment, const std::string& worker_id, StageLinks* links);
+  // The transport is stored in `*transport` as soon as it exists, also when a later step fails.
+  absl::Status ConnectNeighbours(const v1::StageAssignment& assignment,
+                                 const std::string& worker_id, StageLinks* links,
+                                 std::unique_ptr<UcxTransport>* transport);
   // The closing handshake with the neighbouring stages (FIN both ways), then WaitSends.
   absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
@@ -80,6 +106,7 @@ class WorkerDaemon {
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   std::thread job_thread_;
   std::atomic<bool> abort_{false};
+  std::atomic<bool> stopping_{false};            // Stop() was called
   std::map<std::string, DataCache> data_cache_;  // by data.path; job thread only
 };
 

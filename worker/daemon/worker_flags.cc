@@ -1,0 +1,179 @@
+#include "worker/daemon/worker_flags.h"
+
+#include <cstdint>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "worker/daemon/worker_options.h"
+
+namespace dapple::worker {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// CLI11's ArgumentMismatch reads "--flag: 1 required TEXT missing" or "--flag: At Most 1
+// required but received 2"; everything else about the flags is checked here, with our wording.
+absl::Status FromParseError(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const size_t colon = what.find(": ");
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && colon != std::string::npos &&
+      absl::StartsWith(what, "--")) {
+    const std::string flag = what.substr(0, colon);
+    if (absl::StrContains(what, "missing")) {
+      return Invalid(absl::StrCat(flag, " needs a value (see --help)"));
+    }
+    return Invalid(absl::StrCat(flag, " is given more than once"));
+  }
+  return Invalid(what);
+}
+
+// A flag that takes one value swallows the next argument even when it is another flag
+// ("--name --devices cpu"); no valid value of ours starts with "--", so say what happened.
+absl::Status CheckNotAFlag(const char* flag, const std::string& value) {
+  if (absl::StartsWith(value, "--")) {
+    return Invalid(absl::StrFormat("%s needs a value, got the flag '%s'", flag, value));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> ParseSeconds(const char* flag, const std::string& text) {
+  int64_t seconds = 0;
+  if (!absl::SimpleAtoi(text, &seconds)) {
+    return Invalid(
+        absl::StrFormat("%s '%s' must be a whole number of seconds (1..86400)", flag, text));
+  }
+  return absl::Seconds(seconds);
+}
+
+// Each --devices value is one device or a comma-separated list of them; an empty entry ("cpu,",
+// ",cpu", ",") is a typo, never a request for the default.
+absl::Status SplitDevices(const std::vector<std::string>& values, std::vector<std::string>* out) {
+  out->clear();
+  for (const std::string& value : values) {
+    for (absl::string_view entry : absl::StrSplit(value, ',')) {
+      if (entry.empty()) {
+        return Invalid(absl::StrFormat(
+            "--devices '%s' has an empty entry: list devices separated by commas, e.g. "
+            "cpu or cuda:0,cuda:1",
+            value));
+      }
+      out->emplace_back(entry);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
+                                             const char* coordinator_env) {
+  WorkerFlags f;
+  WorkerOptions& o = f.options;
+  const bool env_given = coordinator_env != nullptr && *coordinator_env != '\0';
+  if (env_given) o.coordinator = coordinator_env;
+
+  CLI::App app{"dapple-worker: runs pipeline stages for a dapple-coordinator", "dapple-worker"};
+  // Stray and unknown arguments are reported below in our words, not CLI11's.
+  app.allow_extras();
+  // Every value is taken as text and converted here, so each error names the flag and value.
+  std::vector<std::string> devices;
+  std::string transport_timeout = "120", rendezvous_timeout = "60";
+  app.add_option("--coordinator", o.coordinator,
+                 "coordinator address HOST:PORT (env DAPPLE_COORDINATOR)")
+      ->capture_default_str();
+  app.add_option(
+      "--name", o.name,
+      "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
+  app.add_option("--devices", devices,
+                 "devices this worker offers: cpu, cuda:N (repeat or separate with commas; "
+                 "default: every CUDA device found, else cpu)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->take_all();
+  app.add_flag("--cpu-fallback", f.cpu_fallback,
+               "offer cpu instead of CUDA devices that cannot be used");
+  app.add_option("--dump-dir", o.dump_dir,
+                 "write <job>.stage<s>.params here after each successful job (must exist)");
+  app.add_option("--transport-timeout-s", transport_timeout,
+                 "longest wait for one activation or gradient message, 1..86400")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout-s", rendezvous_timeout,
+                 "longest wait for the other stages' addresses, 1..86400")
+      ->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error")->capture_default_str();
+  f.help_text = app.help();
+
+  std::vector<const char*> argv = {"dapple-worker"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    f.help = true;
+    return f;
+  } catch (const CLI::ParseError& e) {
+    return FromParseError(e);
+  }
+  // First, so that "--name --devices cpu" is reported as the missing value it is rather than
+  // as the stray argument it leaves behind.
+  for (auto [flag, value] :
+       {std::pair<const char*, const std::string*>{"--coordinator", &o.coordinator},
+        {"--name", &o.name},
+        {"--dump-dir", &o.dump_dir},
+        {"--transport-timeout-s", &transport_timeout},
+        {"--rendezvous-timeout-s", &rendezvous_timeout},
+        {"--log-level", &f.log_level}}) {
+    if (app.count(flag) > 0) {
+      if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
+    }
+  }
+  for (const std::string& value : devices) {
+    if (absl::Status s = CheckNotAFlag("--devices", value); !s.ok()) return s;
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra == "--") continue;  // end of options: harmless on its own
+    if (absl::StartsWith(extra, "-")) {
+      return Invalid(absl::StrFormat("unknown flag '%s' (see --help)", extra));
+    }
+    return Invalid(absl::StrFormat(
+        "unexpected argument '%s': dapple-worker takes flags only (see --help)", extra));
+  }
+
+  // Empty means "not given" in WorkerOptions; an explicit empty value is a mistake (an unset
+  // shell variable, say), not a request for the default.
+  if (app.count("--name") > 0 && o.name.empty()) {
+    return Invalid(
+        "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get an id "
+        "assigned by the coordinator)");
+  }
+  if (app.count("--dump-dir") > 0 && o.dump_dir.empty()) {
+    return Invalid(
+        "--dump-dir '' must name an existing directory (leave --dump-dir out to "
+        "write no parameters)");
+  }
+  f.devices_given = app.count("--devices") > 0;
+  if (f.devices_given) {
+    if (absl::Status s = SplitDevices(devices, &o.devices); !s.ok()) return s;
+  }
+  absl::StatusOr<absl::Duration> d = ParseSeconds("--transport-timeout-s", transport_timeout);
+  if (!d.ok()) return d.status();
+  o.transport_timeout = *d;
+  d = ParseSeconds("--rendezvous-timeout-s", rendezvous_timeout);
+  if (!d.ok()) return d.status();
+  o.rendezvous_timeout = *d;
+
+  if (absl::Status s = ValidateLogLevel(f.log_level); !s.ok()) return s;
+  if (absl::Status s = ValidateWorkerOptions(o); !s.ok()) {
+    if (env_given && app.count("--coordinator") == 0 &&
+        absl::StartsWith(s.message(), "--coordinator")) {
+      return Invalid(absl::StrCat(s.message(), " (from $DAPPLE_COORDINATOR)"));
+    }
+    return s;
+  }
+  return f;
+}
+
+}  // namespace dapple::worker

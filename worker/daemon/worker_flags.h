@@ -1,0 +1,42 @@
+// dapple-worker's command line: turns argv into WorkerOptions, with one-line errors that name
+// the flag and the value, so main only prints them.
+#ifndef DAPPLE_WORKER_DAEMON_WORKER_FLAGS_H_
+#define DAPPLE_WORKER_DAEMON_WORKER_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/daemon/worker_daemon.h"
+
+namespace dapple::worker {
+
+struct WorkerFlags {
+  WorkerOptions options;
+  std::string log_level = "info";
+  bool devices_given = false;  // --devices appeared; otherwise main offers DefaultDevices()
+  bool cpu_fallback = false;
+  bool help = false;      // --help / -h: print help_text to stdout and exit 0, nothing else set
+  std::string help_text;  // CLI11's usage text (always filled)
+};
+
+// Parses dapple-worker's arguments `args` (argv[1..]) and checks them with ValidateLogLevel and
+// ValidateWorkerOptions (worker_options.h). `coordinator_env` is $DAPPLE_COORDINATOR (null or
+// empty: unset), used when --coordinator is absent.
+//
+// kInvalidArgument, with one line naming the flag and the value, for:
+//  - a flag without a value ("--devices needs a value ..."), one given twice (other than
+//    --devices, which may repeat), an unknown flag ("unknown flag '--bogus'"), and a positional
+//    argument ("unexpected argument 'extra'": dapple-worker takes flags only);
+//  - --name '' and --dump-dir '' (leave the flag out for the default instead);
+//  - a --devices value with an empty entry ("--devices 'cpu,' has an empty entry ...");
+//  - --transport-timeout-s / --rendezvous-timeout-s that are not whole numbers;
+//  - whatever ValidateWorkerOptions / ValidateLogLevel reject (a bad $DAPPLE_COORDINATOR says
+//    "(from $DAPPLE_COORDINATOR)").
+// Does not look at the machine's GPUs: ResolveDevices (device.h) does that afterwards.
+absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
+                                             const char* coordinator_env);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_DAEMON_WORKER_FLAGS_H_

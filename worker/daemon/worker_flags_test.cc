@@ -1,0 +1,163 @@
+#include "worker/daemon/worker_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<WorkerFlags> Parse(const std::vector<std::string>& args, const char* env = nullptr) {
+  return ParseWorkerFlags(args, env);
+}
+
+// `args` must be refused with kInvalidArgument and exactly `message` (one line).
+void ExpectError(const std::vector<std::string>& args, const std::string& message) {
+  absl::StatusOr<WorkerFlags> f = Parse(args);
+  std::string joined;
+  for (const std::string& a : args) joined += "[" + a + "]";
+  ASSERT_FALSE(f.ok()) << joined << " was accepted";
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << joined;
+  EXPECT_EQ(f.status().message(), message) << joined;
+  EXPECT_EQ(std::string(f.status().message()).find('\n'), std::string::npos) << joined;
+}
+
+TEST(WorkerFlagsTest, Defaults) {
+  absl::StatusOr<WorkerFlags> f = Parse({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.coordinator, "127.0.0.1:7600");
+  EXPECT_EQ(f->options.name, "");
+  EXPECT_FALSE(f->devices_given);
+  EXPECT_THAT(f->options.devices, ElementsAre("cpu"));
+  EXPECT_EQ(f->options.transport_timeout, absl::Seconds(120));
+  EXPECT_EQ(f->options.rendezvous_timeout, absl::Seconds(60));
+  EXPECT_EQ(f->log_level, "info");
+  EXPECT_FALSE(f->cpu_fallback);
+  EXPECT_FALSE(f->help);
+}
+
+TEST(WorkerFlagsTest, AllFlags) {
+  absl::StatusOr<WorkerFlags> f =
+      Parse({"--coordinator", "10.0.0.1:7601", "--name", "node-1", "--devices", "cpu,cuda:0",
+             "--devices", "cuda:3", "--cpu-fallback", "--dump-dir", ::testing::TempDir(),
+             "--transport-timeout-s", "7", "--rendezvous-timeout-s", "9", "--log-level", "debug"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.coordinator, "10.0.0.1:7601");
+  EXPECT_EQ(f->options.name, "node-1");
+  EXPECT_TRUE(f->devices_given);
+  EXPECT_THAT(f->options.devices, ElementsAre("cpu", "cuda:0", "cuda:3"));
+  EXPECT_TRUE(f->cpu_fallback);
+  EXPECT_EQ(f->options.dump_dir, ::testing::TempDir());
+  EXPECT_EQ(f->options.transport_timeout, absl::Seconds(7));
+  EXPECT_EQ(f->options.rendezvous_timeout, absl::Seconds(9));
+  EXPECT_EQ(f->log_level, "debug");
+}
+
+TEST(WorkerFlagsTest, CoordinatorFromEnvironment) {
+  absl::StatusOr<WorkerFlags> f = Parse({}, "coord:7000");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.coordinator, "coord:7000");
+  f = Parse({"--coordinator", "other:7001"}, "coord:7000");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.coordinator, "other:7001");
+  f = Parse({}, "");  // set but empty: as if unset
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.coordinator, "127.0.0.1:7600");
+  f = Parse({}, "nonsense");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("--coordinator 'nonsense' must be HOST:PORT"));
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("(from $DAPPLE_COORDINATOR)"));
+}
+
+TEST(WorkerFlagsTest, Help) {
+  absl::StatusOr<WorkerFlags> f = Parse({"--help"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->help);
+  EXPECT_THAT(f->help_text, HasSubstr("--devices"));
+}
+
+TEST(WorkerFlagsTest, DevicesWithEmptyEntriesAreRefusedNamingTheValue) {
+  const std::string rule =
+      "' has an empty entry: list devices separated by commas, e.g. cpu or cuda:0,cuda:1";
+  for (const char* bad : {",", "cpu,", ",cpu", "cpu,,cuda:0", ""}) {
+    ExpectError({"--devices", bad}, "--devices '" + std::string(bad) + rule);
+  }
+  ExpectError({"--devices", "cpu", "--devices", "cuda:0,"}, "--devices 'cuda:0," + rule);
+}
+
+TEST(WorkerFlagsTest, DevicesEntriesAreValidated) {
+  ExpectError({"--devices", "cpu,gpu"},
+              "--devices 'gpu' is not a device: use \"cpu\" or \"cuda:N\" with N in 0..1023");
+  ExpectError({"--devices", "cpu", "--devices", "cpu"}, "--devices lists 'cpu' twice");
+}
+
+TEST(WorkerFlagsTest, FlagWithoutValue) {
+  ExpectError({"--devices"}, "--devices needs a value (see --help)");
+  ExpectError({"--devices="}, "--devices needs a value (see --help)");
+  ExpectError({"--name"}, "--name needs a value (see --help)");
+  ExpectError({"--coordinator"}, "--coordinator needs a value (see --help)");
+  // A one-value flag takes the next argument even when it is a flag.
+  ExpectError({"--name", "--devices", "cpu"}, "--name needs a value, got the flag '--devices'");
+  ExpectError({"--devices", "--name", "x"}, "--devices needs a value, got the flag '--name'");
+}
+
+TEST(WorkerFlagsTest, FlagGivenTwice) {
+  ExpectError({"--name", "a", "--name", "b"}, "--name is given more than once");
+}
+
+TEST(WorkerFlagsTest, StrayArgumentsAreReportedAsSuch) {
+  ExpectError({"--devices", "cpu", "extra"},
+              "unexpected argument 'extra': dapple-worker takes flags only (see --help)");
+  ExpectError({"extra"},
+              "unexpected argument 'extra': dapple-worker takes flags only (see --help)");
+  ExpectError({"--name", "a", "b"},
+              "unexpected argument 'b': dapple-worker takes flags only (see --help)");
+  ExpectError({"--bogus"}, "unknown flag '--bogus' (see --help)");
+  ExpectError({"--bogus=3"}, "unknown flag '--bogus=3' (see --help)");
+  ExpectError({"--", "x"}, "unexpected argument 'x': dapple-worker takes flags only (see --help)");
+}
+
+TEST(WorkerFlagsTest, ExplicitEmptyValuesAreRefused) {
+  ExpectError({"--name", ""},
+              "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get an id "
+              "assigned by the coordinator)");
+  ExpectError({"--dump-dir", ""},
+              "--dump-dir '' must name an existing directory (leave --dump-dir out to write no "
+              "parameters)");
+  ExpectError({"--coordinator", ""},
+              "--coordinator '' must be HOST:PORT with PORT in 1..65535 (e.g. 127.0.0.1:7600)");
+  ExpectError({"--log-level", ""}, "--log-level '' must be one of trace, debug, info, warn, error");
+  ExpectError({"--transport-timeout-s", ""},
+              "--transport-timeout-s '' must be a whole number of seconds (1..86400)");
+}
+
+TEST(WorkerFlagsTest, Timeouts) {
+  ExpectError({"--transport-timeout-s", "abc"},
+              "--transport-timeout-s 'abc' must be a whole number of seconds (1..86400)");
+  ExpectError({"--rendezvous-timeout-s", "1.5"},
+              "--rendezvous-timeout-s '1.5' must be a whole number of seconds (1..86400)");
+  ExpectError({"--transport-timeout-s", "0"},
+              "--transport-timeout-s 0 must be between 1 s and 24 h");
+  ExpectError({"--rendezvous-timeout-s", "-5"},
+              "--rendezvous-timeout-s -5s must be between 1 s and 24 h");
+}
+
+TEST(WorkerFlagsTest, BadNameIsRefused) {
+  ExpectError({"--name", "Bad Name"}, "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ .");
+}
+
+TEST(NameTakenWarningTest, WarnsOnlyWhenTheRequestedNameWasNotGiven) {
+  EXPECT_EQ(NameTakenWarning("cpu-a", "w-1"),
+            "--name cpu-a is taken by a live worker; registered as w-1");
+  EXPECT_EQ(NameTakenWarning("cpu-a", "cpu-a"), "");
+  EXPECT_EQ(NameTakenWarning("", "w-1"), "");
+}
+
+}  // namespace
+}  // namespace dapple::worker

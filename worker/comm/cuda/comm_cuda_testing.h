@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing/fd_channel.h"
 #include "worker/comm/cuda/cuda_ipc_transport.h"
 #include "worker/comm/ucx_transport.h"
 #include "worker/device/cuda_device.h"
@@ -50,11 +51,12 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
-// ---- out-of-band channel: a socketpair between the test and its peer process ----
-bool WriteAll(int fd, const void* data, size_t n);
-bool ReadAll(int fd, void* data, size_t n, absl::Time deadline);
-bool SendString(int fd, const std::string& s);
-bool RecvString(int fd, std::string* s, absl::Time deadline);
+// ---- out-of-band channel: a socketpair between the test and its peer process
+// (common/testing/fd_channel.h) ----
+using ::dapple::testing::ReadAll;
+using ::dapple::testing::RecvString;
+using ::dapple::testing::SendString;
+using ::dapple::testing::WriteAll;
 
 // Creates this process's UcxTransport (`my_rank`), swaps worker addresses with the other end of
 // `fd` (the lower rank sends first) and connects to `peer`, naming it `peer_label` in errors.

@@ -45,6 +45,21 @@ std::string WorkerStateName(v1::WorkerState state) {
 
 WorkerRecord& WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
                                        int64_t now_unix_ms) {
+  // A retry of a registration whose reply was lost (the worker's call timed out after this
+  // registry recorded it) comes from the same process: give back the same id instead of making
+  // up another and leaving an orphan that only the heartbeat timeout removes.
+  for (auto& [order, record] : by_order_) {
+    v1::WorkerInfo& known = record->info;
+    if (known.state() == v1::WORKER_STATE_IDLE && known.hostname() == request.hostname() &&
+        known.pid() == request.pid() && request.pid() != 0 &&
+        (request.name().empty() || request.name() == known.id())) {
+      *known.mutable_devices() = request.devices();
+      known.set_last_heartbeat_unix_ms(now_unix_ms);
+      DAPPLE_LOG_INFO("worker {} registered again from the same process (host {}, pid {})",
+                      known.id(), request.hostname(), request.pid());
+      return *record;
+    }
+  }
   std::string id;
   std::unique_ptr<WorkerRecord> previous;
   if (!request.name().empty()) {

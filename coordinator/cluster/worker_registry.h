@@ -56,7 +56,9 @@ class WorkerRegistry {
   // Registers a worker as IDLE with last heartbeat `now_unix_ms`. Its id is request.name when
   // that is non-empty and no IDLE or BUSY worker has it (a DEAD worker of that name comes back
   // to life as a new registration); otherwise the next free "w-N" (N = 1, 2, ...). A
-  // registration counts as the newest for registration order.
+  // registration counts as the newest for registration order. A request from the host and pid
+  // (pid != 0) of an IDLE worker, with that worker's name or none, is a retried registration: it
+  // returns that worker (same id and order, devices and heartbeat refreshed).
   WorkerRecord& Register(const v1::RegisterWorkerRequest& request, int64_t now_unix_ms);
 
   // nullptr when no worker ever registered with `id` (DEAD workers are found).

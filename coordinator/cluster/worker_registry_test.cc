@@ -8,10 +8,12 @@ namespace {
 
 using ::testing::ElementsAre;
 
+// Each request comes from another process (pid), as real workers do.
 v1::RegisterWorkerRequest Request(const std::string& name = "") {
+  static int next_pid = 42;
   v1::RegisterWorkerRequest r;
   r.set_hostname("host");
-  r.set_pid(42);
+  r.set_pid(next_pid++);
   r.add_devices("cpu");
   r.set_name(name);
   return r;
@@ -36,9 +38,34 @@ TEST(WorkerRegistryTest, GeneratedAndRequestedIds) {
   ASSERT_NE(w1, nullptr);
   EXPECT_EQ(w1->info.state(), v1::WORKER_STATE_IDLE);
   EXPECT_EQ(w1->info.hostname(), "host");
-  EXPECT_EQ(w1->info.pid(), 42);
+  EXPECT_GE(w1->info.pid(), 42);
   EXPECT_THAT(w1->info.devices(), ElementsAre("cpu"));
   EXPECT_EQ(registry.Find("w-9"), nullptr);
+}
+
+TEST(WorkerRegistryTest, ARetriedRegistrationGetsTheSameWorker) {
+  WorkerRegistry registry;
+  v1::RegisterWorkerRequest named = Request("gpu-a");
+  v1::RegisterWorkerRequest unnamed = Request();
+  WorkerRecord& a = registry.Register(named, 0);
+  WorkerRecord& b = registry.Register(unnamed, 0);
+  // The same processes ask again (their replies were lost): same ids, nothing new.
+  named.clear_devices();
+  named.add_devices("cuda:0");
+  EXPECT_EQ(&registry.Register(named, 500), &a);
+  EXPECT_EQ(&registry.Register(unnamed, 500), &b);
+  EXPECT_EQ(a.info.id(), "gpu-a");
+  EXPECT_THAT(a.info.devices(), ElementsAre("cuda:0"));
+  EXPECT_EQ(a.info.last_heartbeat_unix_ms(), 500);
+  EXPECT_EQ(registry.List().size(), 2u);
+  // Another process of the same host asking for the live name still gets another id, and so
+  // does the same process asking for another name, or a BUSY worker's process.
+  EXPECT_EQ(registry.Register(Request("gpu-a"), 0).info.id(), "w-2");
+  v1::RegisterWorkerRequest renamed = unnamed;
+  renamed.set_name("other");
+  EXPECT_EQ(registry.Register(renamed, 0).info.id(), "other");
+  ASSERT_TRUE(registry.Transition(a, v1::WORKER_STATE_BUSY, "test", "job-1", 0).ok());
+  EXPECT_EQ(registry.Register(named, 0).info.id(), "w-3");
 }
 
 TEST(WorkerRegistryTest, TransitionsFollowTheLifecycle) {

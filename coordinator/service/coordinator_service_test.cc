@@ -69,10 +69,11 @@ class CoordinatorServiceTest : public ::testing::Test {
     return svc.ok() ? std::move(*svc) : nullptr;
   }
 
+  int next_pid_ = 100;
   std::string Register(const std::string& name = "", const std::string& device = "cpu") {
     v1::RegisterWorkerRequest req;
     req.set_hostname("localhost");
-    req.set_pid(100);
+    req.set_pid(next_pid_++);  // each worker is its own process
     req.add_devices(device);
     req.set_name(name);
     v1::RegisterWorkerResponse resp;

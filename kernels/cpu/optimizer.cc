@@ -120,6 +120,12 @@ absl::Status CheckInUnitInterval(const char* field, double value) {
 
 }  // namespace
 
+AdamWBetas AdamWBetasOf(const v1::OptimizerSpec& spec) {
+  return {spec.beta1() == 0 ? kDefaultBeta1 : spec.beta1(),
+          spec.beta2() == 0 ? kDefaultBeta2 : spec.beta2(),
+          spec.eps() == 0 ? kDefaultEps : spec.eps()};
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec& spec) {
   if (spec.type() != "sgd" && spec.type() != "adamw") {
     return absl::InvalidArgumentError(
@@ -138,10 +144,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec
     return std::unique_ptr<Optimizer>(
         std::make_unique<Sgd>(spec.lr(), spec.momentum(), spec.weight_decay()));
   }
-  // Proto3 cannot tell an unset double from 0, so 0 means "PyTorch's default".
-  const double beta1 = spec.beta1() == 0 ? kDefaultBeta1 : spec.beta1();
-  const double beta2 = spec.beta2() == 0 ? kDefaultBeta2 : spec.beta2();
-  const double eps = spec.eps() == 0 ? kDefaultEps : spec.eps();
+  const auto [beta1, beta2, eps] = AdamWBetasOf(spec);
   if (absl::Status s = CheckInUnitInterval("beta1", beta1); !s.ok()) return s;
   if (absl::Status s = CheckInUnitInterval("beta2", beta2); !s.ok()) return s;
   if (!(eps > 0) || !std::isfinite(eps)) {

@@ -23,6 +23,15 @@ class Optimizer {
   virtual void Step(const std::vector<Param*>& params) = 0;
 };
 
+// AdamW's betas and eps as the spec means them: proto3 cannot tell an unset double from 0, so 0
+// means PyTorch's default (beta1 0.9, beta2 0.999, eps 1e-8). Shared by every backend.
+struct AdamWBetas {
+  double beta1;
+  double beta2;
+  double eps;
+};
+AdamWBetas AdamWBetasOf(const v1::OptimizerSpec& spec);
+
 // kInvalidArgument for an unknown type or out-of-range hyper-parameter.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec& spec);
 

@@ -78,22 +78,8 @@ absl::Status Backward(Act act, const bf16* x, const bf16* dy, bf16* dx, int64_t 
                            : GeluBackwardBf16(Context(), x, dy, dx, n);
 }
 
-template <typename T>
-std::vector<T> ToDevice(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToBf16(v);
-  }
-}
-template <typename T>
-std::vector<float> FromDevice(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToFloat(v);
-  }
-}
+using testing::FromDevice;
+using testing::ToDevice;
 
 // Runs forward into a poisoned y, backward into a poisoned dx and, separately, in place
 // (dx aliasing dy, which the header allows).

@@ -75,22 +75,8 @@ Results RunCpu(const Case& c, const std::vector<float>& x, const std::vector<flo
   return {ty.data, layer.weight().grad.data, layer.bias().grad.data, tdx.data};
 }
 
-template <typename T>
-std::vector<T> ToDevice(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToBf16(v);
-  }
-}
-template <typename T>
-std::vector<float> FromDevice(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToFloat(v);
-  }
-}
+using testing::FromDevice;
+using testing::ToDevice;
 
 absl::Status Forward(const KernelContext& ctx, const float* x, const float* w, const float* b,
                      float* y, int64_t n, int64_t in, int64_t out) {

@@ -56,22 +56,8 @@ Results RunCpu(const Case& c, const std::vector<float>& logits, const std::vecto
   return r;
 }
 
-template <typename T>
-std::vector<T> ToDevice(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToBf16(v);
-  }
-}
-template <typename T>
-std::vector<float> FromDevice(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return testing::ToFloat(v);
-  }
-}
+using testing::FromDevice;
+using testing::ToDevice;
 
 absl::Status Run(const float* logits, const int32_t* labels, int64_t n, int64_t c, float scale,
                  float* dlogits, double* loss, int32_t* correct) {

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -159,6 +160,25 @@ inline std::vector<float> ToFloat(const std::vector<bf16>& v) {
 }
 // The nearest bf16 (round to nearest even), as a float.
 inline std::vector<float> RoundToBf16(const std::vector<float>& v) { return ToFloat(ToBf16(v)); }
+
+// Host values of element type T (float or bf16) from floats, and back: what a typed test uploads
+// and reads back.
+template <typename T>
+std::vector<T> ToDevice(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return ToBf16(v);
+  }
+}
+template <typename T>
+std::vector<float> FromDevice(const std::vector<T>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return ToFloat(v);
+  }
+}
 
 inline std::vector<float> Abs(const std::vector<float>& v) {
   std::vector<float> out(v.size());

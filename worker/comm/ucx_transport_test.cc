@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/assert_ok.h"
 #include "common/testing/fd_channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,12 +39,6 @@ using ::testing::HasSubstr;
 constexpr size_t kLarge = size_t{4} << 20;  // 4 MiB: well above UCX's rendezvous threshold
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
 constexpr absl::Duration kChildDeadline = absl::Seconds(30);
-
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status assert_status_ = (expr);         \
-    ASSERT_TRUE(assert_status_.ok()) << assert_status_; \
-  } while (0)
 
 // ---- out-of-band channel (socketpair): common/testing/fd_channel.h -----------------------------
 

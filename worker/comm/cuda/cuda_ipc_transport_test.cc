@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/cuda/comm_cuda_testing.h"
@@ -31,12 +32,6 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
 constexpr absl::Duration kPeerDeadline = absl::Seconds(60);
-
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status assert_status_ = (expr);         \
-    ASSERT_TRUE(assert_status_.ok()) << assert_status_; \
-  } while (0)
 
 std::string PeerPath() {
   char self[PATH_MAX];

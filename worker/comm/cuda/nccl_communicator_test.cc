@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/cuda/comm_cuda_testing.h"
@@ -22,12 +23,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status assert_status_ = (expr);         \
-    ASSERT_TRUE(assert_status_.ok()) << assert_status_; \
-  } while (0)
 
 TEST(NcclCommunicatorArgsTest, CreateRejectsBadArguments) {
   const std::string id(NcclCommunicator::kUniqueIdBytes, 'x');

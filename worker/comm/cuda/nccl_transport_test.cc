@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/cuda/comm_cuda_testing.h"
@@ -18,12 +19,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status assert_status_ = (expr);         \
-    ASSERT_TRUE(assert_status_.ok()) << assert_status_; \
-  } while (0)
 
 TEST(NcclTransportArgsTest, CreateRejectsNullDeviceAndNegativeRank) {
   EXPECT_EQ(NcclTransport::Create(0, nullptr, {}).status().code(),

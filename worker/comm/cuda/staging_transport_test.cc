@@ -10,18 +10,13 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/cuda/comm_cuda_testing.h"
 
 namespace dapple::worker::cuda_testing {
 namespace {
-
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status assert_status_ = (expr);         \
-    ASSERT_TRUE(assert_status_.ok()) << assert_status_; \
-  } while (0)
 
 struct Rank {
   std::unique_ptr<UcxTransport> ucx;

@@ -25,10 +25,6 @@ namespace {
 
 namespace kc = kernels::cuda;
 
-constexpr double kDefaultBeta1 = 0.9;  // kernels/cpu/optimizer.cc: 0 means PyTorch's default
-constexpr double kDefaultBeta2 = 0.999;
-constexpr double kDefaultEps = 1e-8;
-
 struct DeviceLayer {
   std::string type;
   int64_t in = 0;   // features per sample in
@@ -187,6 +183,7 @@ class CudaStageBackend : public StageBackend {
 
   absl::Status OptimizerStep() override {
     const v1::OptimizerSpec& o = optimizer_;
+    const kernels::AdamWBetas betas = kernels::AdamWBetasOf(o);
     ++t_;
     for (size_t i = 0; i < dev_params_.size(); ++i) {
       const int64_t count = static_cast<int64_t>(host_params_[i]->value.data.size());
@@ -197,10 +194,9 @@ class CudaStageBackend : public StageBackend {
             kc::SgdStep(ctx(), w, g, state1_[i].as<float>(), count, static_cast<float>(o.lr()),
                         static_cast<float>(o.momentum()), static_cast<float>(o.weight_decay())));
       } else {
-        DAPPLE_RETURN_IF_ERROR(kc::AdamWStep(
-            ctx(), w, g, state1_[i].as<float>(), state2_[i].as<float>(), count, o.lr(),
-            o.beta1() == 0 ? kDefaultBeta1 : o.beta1(), o.beta2() == 0 ? kDefaultBeta2 : o.beta2(),
-            o.eps() == 0 ? kDefaultEps : o.eps(), o.weight_decay(), t_));
+        DAPPLE_RETURN_IF_ERROR(kc::AdamWStep(ctx(), w, g, state1_[i].as<float>(),
+                                             state2_[i].as<float>(), count, o.lr(), betas.beta1,
+                                             betas.beta2, betas.eps, o.weight_decay(), t_));
       }
       DAPPLE_RETURN_IF_ERROR(
           kc::CudaStatus(cudaMemsetAsync(g, 0, count * sizeof(float), stream()), "zero gradients"));

@@ -67,8 +67,12 @@ constexpr char kDefaultDeviceType[] = "any";
 constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda"};
 // Designed (design.md) but not built yet: reported as such rather than as unknown.
 constexpr absl::string_view kLaterSchedules[] = {"pipedream", "pipesgd"};
-constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform", "manual"};
-constexpr absl::string_view kLaterPlanners[] = {"dapple", "pipedream", "dp"};
+constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform",   "manual",
+                                                    "dapple",   "pipedream", "dp"};
+// Planners that choose the pipeline depth themselves with stages auto (at most
+// parallel.devices stages); balanced and uniform make one stage per device.
+constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "dp"};
+constexpr char kDataParallelPlanner[] = "dp";
 constexpr absl::string_view kKnownOptimizers[] = {"sgd", "adamw"};
 
 bool Contains(Names list, absl::string_view value) {
@@ -426,10 +430,8 @@ Check CheckParallel(const v1::JobSpec& spec) {
                               absl::StrJoin(kDeviceTypes, ", ")));
   }
   if (!Contains(kAvailablePlanners, p.planner())) {
-    const bool later = Contains(kLaterPlanners, p.planner());
     return At("parallel.planner",
-              absl::StrFormat("parallel.planner '%s' is %s; available: %s", p.planner(),
-                              later ? "not available in this version" : "unknown",
+              absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),
                               absl::StrJoin(kAvailablePlanners, ", ")));
   }
   if (p.stages() < 0) {
@@ -470,7 +472,27 @@ Check CheckParallel(const v1::JobSpec& spec) {
     return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
   }
   if (Check c = CheckAtMost("parallel.devices", p.devices(), kMaxDevices)) return c;
+  if (p.planner() == kDataParallelPlanner) {
+    // dp is one stage replicated on every device; the worker runtime runs one replica per
+    // stage, so the only dp plan it can run today is one stage on one device.
+    if (stages > 1) {
+      return At("parallel.stages",
+                absl::StrFormat("parallel.stages %d with parallel.planner dp: data parallelism "
+                                "is one stage; set stages to auto or 1",
+                                stages));
+    }
+    if (p.devices() > 1) {
+      return At("parallel.devices",
+                absl::StrFormat("parallel.devices %d with parallel.planner dp would need %d "
+                                "replicas of one stage; stage replication arrives with the "
+                                "hybrid runtime: set devices to 1, or use planner dapple",
+                                p.devices(), p.devices()));
+    }
+    return std::nullopt;
+  }
   if (stages == 0) {
+    // dapple and pipedream choose at most min(devices, layers) stages themselves.
+    if (Contains(kDepthChoosingPlanners, p.planner())) return std::nullopt;
     if (p.devices() > num_layers) {
       return At("parallel.devices",
                 absl::StrFormat("parallel.devices %d with parallel.stages auto would make %d "

@@ -40,7 +40,7 @@ training:
   max_steps: 0          # optional: stop after this many steps (0 = no limit)
 parallel:
   schedule: dapple      # gpipe | dapple
-  planner: balanced     # balanced | uniform | manual
+  planner: balanced     # balanced | uniform | manual | dapple | pipedream | dp
   stages: 2             # auto | integer | list of [first_layer, last_layer] ranges
   devices: 2
 )";
@@ -192,7 +192,9 @@ TEST(ParseJobSpecTest, IntegerStagesGiveDevicesByDefault) {
 }
 
 TEST(ParseJobSpecTest, StageListImpliesManualPlanner) {
-  std::string yaml = Edit(kExample, "  planner: balanced     # balanced | uniform | manual\n", "");
+  std::string yaml =
+      Edit(kExample,
+           "  planner: balanced     # balanced | uniform | manual | dapple | pipedream | dp\n", "");
   yaml = Edit(yaml, "stages: 2 ", "stages: [[0, 1], [2, 2], [3, 3]]");
   yaml = Edit(yaml, "  devices: 2\n", "");
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
@@ -634,17 +636,54 @@ TEST(ParseJobSpecTest, DeviceTypeDefaultsToAny) {
 
 TEST(ValidateJobSpecTest, Planner) {
   v1::JobSpec spec = Example();
-  for (const char* later : {"dapple", "pipedream", "dp"}) {
-    spec.mutable_parallel()->set_planner(later);
-    ExpectInvalid(ValidateJobSpec(spec),
-                  {std::string("parallel.planner '") + later +
-                   "' is not available in this version; available: balanced, uniform, manual"});
+  for (const char* planner : {"balanced", "uniform", "dapple", "pipedream"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
   }
   spec.mutable_parallel()->set_planner("greedy");
-  ExpectInvalid(ValidateJobSpec(spec), {"parallel.planner 'greedy' is unknown"});
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner 'greedy' is unknown; available: balanced, uniform, manual, "
+                 "dapple, pipedream, dp"});
   spec.mutable_parallel()->set_planner("manual");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.planner manual needs parallel.stages as a list", "got 2"});
+}
+
+TEST(ValidateJobSpecTest, PlannersThatChooseTheDepthTakeMoreDevicesThanLayers) {
+  v1::JobSpec spec = Example();  // 4 layers
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(8);
+  for (const char* planner : {"dapple", "pipedream"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
+  }
+  // balanced and uniform make one stage per device with stages auto.
+  spec.mutable_parallel()->set_planner("uniform");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto"});
+  // An explicit count still needs one device per stage.
+  spec.mutable_parallel()->set_planner("dapple");
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with 2 stages would need 4 replicas"});
+}
+
+TEST(ValidateJobSpecTest, DataParallelIsOneStageOnOneDeviceUntilTheHybridRuntime) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(Edit(Edit(kExample, "planner: balanced", "planner: dp"), "stages: 2 ", "stages: auto"),
+           "devices: 2", "devices: 1"),
+      "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().planner(), "dp");
+  v1::JobSpec s = *spec;
+  s.mutable_parallel()->set_stages(1);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_parallel()->set_stages(0);
+  s.mutable_parallel()->set_devices(4);
+  ExpectInvalid(ValidateJobSpec(s),
+                {"parallel.devices 4 with parallel.planner dp would need 4 replicas of one stage; "
+                 "stage replication arrives with the hybrid runtime: set devices to 1"});
+  s.mutable_parallel()->set_stages(2);
+  s.mutable_parallel()->set_devices(2);
+  ExpectInvalid(ValidateJobSpec(s), {"parallel.stages 2 with parallel.planner dp", "one stage"});
 }
 
 TEST(ValidateJobSpecTest, StageListNeedsManualPlanner) {

@@ -141,6 +141,33 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
     if (absl::Status s = CheckPortFile(raw.port_file); !s.ok()) return s;
   }
   flags.port_file = raw.port_file;
+  struct PlanFlag {
+    const char* name;
+    const std::string* text;
+    int64_t min, max;
+    const char* unit;
+    int64_t* out;
+  };
+  for (const PlanFlag& f : {
+           PlanFlag{"--default-device-memory-mib", &raw.default_device_memory_mib, kMinPlanFlag,
+                    kMaxDeviceMemoryMib, "MiB", &flags.default_device_memory_mib},
+           PlanFlag{"--intra-node-bandwidth-mb-s", &raw.intra_node_bandwidth_mb_s, kMinPlanFlag,
+                    kMaxBandwidthMbS, "MB/s", &flags.intra_node_bandwidth_mb_s},
+           PlanFlag{"--inter-node-bandwidth-mb-s", &raw.inter_node_bandwidth_mb_s, kMinPlanFlag,
+                    kMaxBandwidthMbS, "MB/s", &flags.inter_node_bandwidth_mb_s},
+           PlanFlag{"--intra-node-latency-us", &raw.intra_node_latency_us, 0, kMaxLatencyUs, "us",
+                    &flags.intra_node_latency_us},
+           PlanFlag{"--inter-node-latency-us", &raw.inter_node_latency_us, 0, kMaxLatencyUs, "us",
+                    &flags.inter_node_latency_us},
+           PlanFlag{"--cpu-gflops", &raw.cpu_gflops, kMinPlanFlag, kMaxGflops, "GFLOP/s",
+                    &flags.cpu_gflops},
+           PlanFlag{"--cuda-gflops", &raw.cuda_gflops, kMinPlanFlag, kMaxGflops, "GFLOP/s",
+                    &flags.cuda_gflops},
+       }) {
+    absl::StatusOr<int64_t> value = ParseCount(f.name, *f.text, f.min, f.max, f.unit);
+    if (!value.ok()) return value.status();
+    *f.out = *value;
+  }
   return flags;
 }
 

@@ -23,6 +23,14 @@ inline constexpr int64_t kMaxWorkerTimeoutMs = 3'600'000;
 inline constexpr int64_t kMinDeadWorkerRetentionS = 0;
 inline constexpr int64_t kMaxDeadWorkerRetentionS = 604'800;  // one week
 
+// Planner defaults (coordinator/planner/planner.h PlanDefaults), as whole numbers of the unit
+// in the flag's name.
+inline constexpr int64_t kMinPlanFlag = 1;
+inline constexpr int64_t kMaxDeviceMemoryMib = int64_t{1} << 30;  // 1 PiB
+inline constexpr int64_t kMaxBandwidthMbS = 1'000'000'000;        // 1 PB/s
+inline constexpr int64_t kMaxLatencyUs = 10'000'000;              // 10 s
+inline constexpr int64_t kMaxGflops = 1'000'000'000;              // 1 EFLOP/s
+
 // The flags as typed (defaults as in docs/coordinator.md).
 struct RawFlags {
   std::string listen = "0.0.0.0:7600";
@@ -32,6 +40,13 @@ struct RawFlags {
   std::string dead_worker_retention_s = "600";
   std::string log_level = "info";
   std::string port_file;  // empty: none
+  std::string default_device_memory_mib = "16384";
+  std::string intra_node_bandwidth_mb_s = "10000";
+  std::string inter_node_bandwidth_mb_s = "3125";
+  std::string intra_node_latency_us = "10";
+  std::string inter_node_latency_us = "20";
+  std::string cpu_gflops = "50";
+  std::string cuda_gflops = "50000";
 };
 
 struct Flags {
@@ -42,6 +57,16 @@ struct Flags {
   int64_t dead_worker_retention_s = 0;
   std::string log_level;  // trace | debug | info | warn | error | off
   std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
+  // Planner defaults: memory of a device no worker reported (and of the one-node topology a
+  // job is planned on without enough workers), links between devices, nominal FLOP rates of
+  // estimated profiles.
+  int64_t default_device_memory_mib = 0;  // 1..2^30
+  int64_t intra_node_bandwidth_mb_s = 0;  // 1..1e9 (MB/s = 1e6 bytes/s)
+  int64_t inter_node_bandwidth_mb_s = 0;
+  int64_t intra_node_latency_us = 0;  // 0..1e7
+  int64_t inter_node_latency_us = 0;
+  int64_t cpu_gflops = 0;  // 1..1e9
+  int64_t cuda_gflops = 0;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -51,7 +76,8 @@ struct Flags {
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
 // "--db must name a file", "--log-level must be one of trace, debug, info, warn, error, off;
 // got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
-// CheckPortFile's messages. Looks at the file system for --port-file only (nothing is created).
+// CheckPortFile's messages, and for the planner defaults "--cpu-gflops must be at least 1
+// (GFLOP/s), got 0". Looks at the file system for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 
 // Whether the coordinator will be able to write its port to `path` (through a temporary file

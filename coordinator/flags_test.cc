@@ -32,6 +32,33 @@ TEST(FlagsTest, DefaultsAreValid) {
   EXPECT_EQ(flags->port_file, "");
 }
 
+TEST(FlagsTest, PlannerDefaults) {
+  auto flags = ValidateFlags(RawFlags{});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->default_device_memory_mib, 16384);
+  EXPECT_EQ(flags->intra_node_bandwidth_mb_s, 10000);
+  EXPECT_EQ(flags->inter_node_bandwidth_mb_s, 3125);
+  EXPECT_EQ(flags->intra_node_latency_us, 10);
+  EXPECT_EQ(flags->inter_node_latency_us, 20);
+  EXPECT_EQ(flags->cpu_gflops, 50);
+  EXPECT_EQ(flags->cuda_gflops, 50000);
+  RawFlags raw;
+  raw.intra_node_latency_us = "0";
+  EXPECT_EQ(Error(raw), "");
+  raw.cpu_gflops = "0";
+  EXPECT_EQ(Error(raw), "--cpu-gflops must be at least 1 (GFLOP/s), got 0");
+  raw.cpu_gflops = "50";
+  raw.default_device_memory_mib = "16 GiB";
+  EXPECT_EQ(Error(raw),
+            "--default-device-memory-mib must be an integer number of MiB, got '16 GiB'");
+  raw.default_device_memory_mib = "1073741825";
+  EXPECT_EQ(Error(raw),
+            "--default-device-memory-mib must be at most 1073741824 (MiB), got 1073741825");
+  raw.default_device_memory_mib = "1";
+  raw.inter_node_latency_us = "-1";
+  EXPECT_EQ(Error(raw), "--inter-node-latency-us must be at least 0 (us), got -1");
+}
+
 TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {
   RawFlags raw;
   raw.dead_worker_retention_s = "0";

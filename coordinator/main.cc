@@ -144,6 +144,29 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
+  // Planner defaults (docs/coordinator.md, "Planning").
+  app.add_option("--default-device-memory-mib", raw.default_device_memory_mib,
+                 "device memory assumed for a worker that reports none, and for the one-node "
+                 "topology a job is planned on without enough workers (MiB)")
+      ->capture_default_str();
+  app.add_option("--intra-node-bandwidth-mb-s", raw.intra_node_bandwidth_mb_s,
+                 "planner: bandwidth between devices of one host (MB/s)")
+      ->capture_default_str();
+  app.add_option("--inter-node-bandwidth-mb-s", raw.inter_node_bandwidth_mb_s,
+                 "planner: bandwidth between hosts (MB/s; 3125 = 25 Gbit/s)")
+      ->capture_default_str();
+  app.add_option("--intra-node-latency-us", raw.intra_node_latency_us,
+                 "planner: latency between devices of one host (us)")
+      ->capture_default_str();
+  app.add_option("--inter-node-latency-us", raw.inter_node_latency_us,
+                 "planner: latency between hosts (us)")
+      ->capture_default_str();
+  app.add_option("--cpu-gflops", raw.cpu_gflops,
+                 "planner: nominal FLOP rate of a cpu device for estimated profiles (GFLOP/s)")
+      ->capture_default_str();
+  app.add_option("--cuda-gflops", raw.cuda_gflops,
+                 "planner: nominal FLOP rate of a cuda device for estimated profiles (GFLOP/s)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -169,6 +192,16 @@ int main(int argc, char** argv) {
   options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
   options.worker_timeout_ms = flags->worker_timeout_ms;
   options.dead_worker_retention_ms = flags->dead_worker_retention_s * 1000;
+  dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
+  plan.device_memory_bytes = flags->default_device_memory_mib << 20;
+  plan.intra_node_bandwidth_bytes_per_s =
+      static_cast<double>(flags->intra_node_bandwidth_mb_s) * 1e6;
+  plan.inter_node_bandwidth_bytes_per_s =
+      static_cast<double>(flags->inter_node_bandwidth_mb_s) * 1e6;
+  plan.intra_node_latency_ms = static_cast<double>(flags->intra_node_latency_us) / 1000.0;
+  plan.inter_node_latency_ms = static_cast<double>(flags->inter_node_latency_us) / 1000.0;
+  plan.cpu_flops_per_second = static_cast<double>(flags->cpu_gflops) * 1e9;
+  plan.cuda_flops_per_second = static_cast<double>(flags->cuda_gflops) * 1e9;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();

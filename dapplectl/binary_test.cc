@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -346,6 +347,104 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   }
   kill(current.pid, SIGTERM);
   EXPECT_EQ(children.Finish(current).exit_code, 0);
+  (void)!std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
+}
+
+// ---------------------------------------------------------------------------------- plan
+
+// The repository root: $DAPPLE_SOURCE_DIR (ctest sets it), else found from this file's path or
+// by walking up from the test binary (build folders sit inside the repository).
+std::string SourceDir() {
+  namespace fs = std::filesystem;
+  const auto has_profiles = [](const fs::path& dir) {
+    std::error_code ec;
+    return fs::exists(dir / "examples" / "profiles", ec);
+  };
+  if (const char* dir = std::getenv("DAPPLE_SOURCE_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  const fs::path from_file = fs::path(__FILE__).parent_path().parent_path();
+  if (from_file.is_absolute() && has_profiles(from_file)) return from_file.string();
+  std::error_code ec;
+  for (fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path(); !ec && !dir.empty();
+       dir = dir.parent_path()) {
+    if (has_profiles(dir)) return dir.string();
+    if (dir == dir.root_path()) break;
+  }
+  return from_file.string();
+}
+
+TEST(DapplectlBinaryTest, PlanOfABadProfileFileExitsWithOneNamingFileAndLine) {
+  RefusingPort refusing;  // the file is read before any connection is made
+  const std::string bad = WriteFile(
+      "bad-pbs-2.txt",
+      "node1 -- Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=8, "
+      "parameter_size=0\n"
+      "node2 -- Linear -- forward_compute_time=-3, backward_compute_time=2, activation_size=8, "
+      "parameter_size=0\n");
+  ProcessResult r = RunProcess({"--coordinator", refusing.address(), "plan", "--profile", bad});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: " + bad + ":2:"));
+  EXPECT_THAT(r.err, HasSubstr("forward_compute_time"));
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  const std::string profile = SourceDir() + "/examples/profiles/dapple/bert-48-pbs-2.txt";
+  r = RunProcess(
+      {"--coordinator", refusing.address(), "--timeout", "2", "plan", "--profile", profile});
+  EXPECT_EQ(r.exit_code, kExitUnreachable) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(connection refused)"));
+}
+
+// `dapplectl plan` against the real coordinator: a published profile on a two-node cluster.
+TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
+  const std::string coordinator =
+      ::dapple::testing::BuiltBinaryPath("coordinator/dapple-coordinator");
+  if (access(coordinator.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "dapple-coordinator is not built here (DAPPLE_FOLDERS without coordinator)";
+  }
+  std::string dir = ::testing::TempDir() + "/dapplectl-plan-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  Children children;
+  const std::string port_file = dir + "/port";
+  children.Start(coordinator, {"--listen", "127.0.0.1:0", "--db", dir + "/jobs.db", "--port-file",
+                               port_file, "--log-level", "error"});
+  const int port = AwaitPort(port_file);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string profile = SourceDir() + "/examples/profiles/dapple/bert-48-pbs-2.txt";
+  const std::string cluster = WriteFile("two-nodes.yaml",
+                                        "nodes: 2\n"
+                                        "devices_per_node: 8\n"
+                                        "device_memory: 16 GiB\n"
+                                        "intra_node: {bandwidth: 130 GB/s, latency: 5 us}\n"
+                                        "inter_node: {bandwidth: 25 Gbit/s, latency: 10 us}\n");
+
+  ProcessResult r = RunProcess(
+      {"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster, "-o", "json"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  for (const char* key :
+       {"\"planner\": \"dapple\"", "\"stages\": [",
+        "\"first_layer\": ", "\"last_layer\": ", "\"replicas\": ", "\"devices\": [",
+        "\"micro_batches\": ", "\"predicted_step_ms\": ", "\"peak_memory_bytes\": "}) {
+    EXPECT_THAT(r.out, HasSubstr(key)) << r.out;
+  }
+
+  r = RunProcess({"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster,
+                  "--planner", "pipedream"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES"));
+  EXPECT_THAT(r.out, HasSubstr("\nSAMPLES/S "));
+  EXPECT_THAT(r.out, HasSubstr("\nPLANNER       pipedream"));
+  EXPECT_THAT(r.out, HasSubstr("\nCLUSTER       "));
+  EXPECT_THAT(r.out, HasSubstr("two-nodes.yaml"));
+
+  // Without --cluster the coordinator plans on its workers, and it has none.
+  r = RunProcess({"--coordinator", address, "plan", "--profile", profile});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: no registered workers to plan on: start workers, or give a cluster file "
+            "(dapplectl plan --cluster CLUSTER.yaml)\n");
   (void)!std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 

@@ -227,6 +227,16 @@ absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
   return response;
 }
 
+absl::StatusOr<v1::PlanJobResponse> CoordinatorClient::Plan(v1::PlanJobRequest request) {
+  if (!request.spec_yaml().empty()) {
+    DAPPLE_RETURN_IF_ERROR(CheckSpecText(request.source_name(), request.spec_yaml()));
+  }
+  request.set_source_name(EscapeInvalidUtf8(request.source_name()));
+  v1::PlanJobResponse response;
+  DAPPLE_RETURN_IF_ERROR(Unary("PlanJob", request, &response, &v1::Coordinator::Stub::PlanJob));
+  return response;
+}
+
 absl::StatusOr<v1::Job> CoordinatorClient::Reconnect(const v1::GetJobRequest& get) {
   // Wait (up to the timeout) for the coordinator to come back, then re-read the job;
   // snapshots are complete, so nothing is lost between streams.

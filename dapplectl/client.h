@@ -60,6 +60,9 @@ class CoordinatorClient {
   // The job after cancelling; kFailedPrecondition from the coordinator if it already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // PlanJob: a dry run of the planner. kInvalidArgument, without sending, when the request has
+  // a spec that CheckSpecText(source_name, spec_yaml) refuses.
+  absl::StatusOr<v1::PlanJobResponse> Plan(v1::PlanJobRequest request);
 
   // Follows the job until it reaches a terminal state and returns that last snapshot.
   // `on_snapshot` is called (on this thread) with every snapshot: first the job as GetJob

@@ -14,7 +14,9 @@
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/flag_values.h"
 #include "dapplectl/json_output.h"
+#include "dapplectl/plan_inputs.h"
 #include "dapplectl/spec_file.h"
+#include "dapplectl/utf8_text.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
 
@@ -22,6 +24,9 @@ namespace dapple::ctl {
 namespace {
 
 enum class Format { kTable, kJson, kYaml };
+
+// The largest --global-batch / --profile-batch: a job spec's training.global_batch limit.
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
 
 struct Flags {
   std::string coordinator = kDefaultCoordinator;
@@ -146,6 +151,33 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   watch->add_option("JOB", job_id, "job id")->required();
   CLI::App* workers = app.add_subcommand("workers", "list the registered workers");
 
+  std::string plan_file, profile_file, cluster_file, planner, global_batch, profile_batch;
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "plan a job spec, or a --profile, without running it: stages, devices, predicted step "
+      "time and memory");
+  plan->add_option("JOB", plan_file,
+                   "job spec file (default: plan the --profile's model, global batch "
+                   "--global-batch)");
+  plan->add_option("--profile", profile_file,
+                   "layer costs: a profile in PipeDream's graph.txt format (default: the "
+                   "coordinator's measured or FLOP-estimated profile of the job's model)")
+      ->type_name("FILE");
+  plan->add_option("--profile-batch", profile_batch,
+                   "samples the --profile's times are for (default: pbs-N in its file name, "
+                   "or its Input node)")
+      ->type_name("N");
+  plan->add_option("--cluster", cluster_file,
+                   "devices and links: a cluster file (default: the registered workers)")
+      ->type_name("FILE");
+  plan->add_option("--planner", planner,
+                   "dapple, pipedream, dp, uniform, balanced (default: the job's "
+                   "parallel.planner, or dapple without a job)")
+      ->type_name("NAME");
+  plan->add_option("--global-batch", global_batch,
+                   "without JOB: samples per step (default 16 x the profile's batch)")
+      ->type_name("N");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -160,7 +192,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
         rest.front()[0] != '-') {
       return Fail(env, kExitUsage,
                   absl::StrCat("unknown command \"", rest.front(),
-                               "\"; commands: submit, get, list, cancel, watch, workers (see "
+                               "\"; commands: submit, get, list, cancel, watch, workers, plan (see "
                                "dapplectl --help)"));
     }
     return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
@@ -186,6 +218,33 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   if (get->parsed() || cancel->parsed() || watch->parsed()) {
     if (absl::Status s = CheckJobId(job_id); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
+    }
+  }
+
+  int64_t global_batch_value = 0;
+  int64_t profile_batch_value = 0;
+  if (plan->parsed()) {
+    if (plan_file.empty() && profile_file.empty()) {
+      return Fail(env, kExitUsage,
+                  "plan needs a job spec file, or --profile FILE to plan a profile's model "
+                  "(see dapplectl plan --help)");
+    }
+    if (!plan_file.empty() && plan->count("--global-batch") > 0) {
+      return Fail(env, kExitUsage,
+                  "--global-batch is for plans without a job spec; the job's "
+                  "training.global_batch applies");
+    }
+    if (plan->count("--global-batch") > 0) {
+      absl::StatusOr<int64_t> v =
+          ParsePositiveCount("--global-batch", global_batch, kMaxGlobalBatch);
+      if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
+      global_batch_value = *v;
+    }
+    if (plan->count("--profile-batch") > 0) {
+      absl::StatusOr<int64_t> v =
+          ParsePositiveCount("--profile-batch", profile_batch, kMaxGlobalBatch);
+      if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
+      profile_batch_value = *v;
     }
   }
 
@@ -253,6 +312,35 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     if (!response.ok()) return FailStatus(env, response.status());
     return PrintMessage(env, *format, *response,
                         [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
+  }
+  if (plan->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "plan", flags.output, false);
+    if (!format) return kExitUsage;
+    // Every file is read and checked before anything is sent.
+    v1::PlanJobRequest request;
+    if (!plan_file.empty()) {
+      absl::StatusOr<std::string> spec = ReadSpecFile(plan_file);
+      if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
+      request.set_spec_yaml(*std::move(spec));
+      request.set_source_name(plan_file);
+    }
+    if (!profile_file.empty()) {
+      absl::StatusOr<v1::ModelProfile> profile = ReadPlanProfile(profile_file, profile_batch_value);
+      if (!profile.ok()) return Fail(env, kExitRefused, std::string(profile.status().message()));
+      *request.mutable_profile() = *std::move(profile);
+    }
+    if (!cluster_file.empty()) {
+      absl::StatusOr<v1::ClusterTopology> cluster = ReadPlanCluster(cluster_file);
+      if (!cluster.ok()) return Fail(env, kExitRefused, std::string(cluster.status().message()));
+      *request.mutable_cluster() = *std::move(cluster);
+    }
+    request.set_planner(EscapeInvalidUtf8(planner));
+    request.set_global_batch(global_batch_value);
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::PlanJobResponse> response = client.Plan(std::move(request));
+    if (!response.ok()) return FailStatus(env, response.status());
+    return PrintMessage(env, *format, response->plan(),
+                        [&] { return RenderPlan(response->plan(), response->cluster()); });
   }
   return Fail(env, kExitUsage, "no command given (see dapplectl --help)");
 }

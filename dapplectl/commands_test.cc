@@ -1,5 +1,6 @@
 #include "dapplectl/commands.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -394,6 +395,170 @@ TEST_F(CommandsTest, HelpListsCommandsAndExitCodes) {
   r = RunCtl({"submit", "--help"});
   EXPECT_EQ(r.code, kExitOk);
   EXPECT_THAT(r.out, HasSubstr("--watch"));
+}
+
+// ----------------------------------------------------------------------------------- plan
+
+constexpr char kProfileText[] =
+    "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, "
+    "activation_size=1024, parameter_size=0\n"
+    "node2 -- Linear -- forward_compute_time=1.5, backward_compute_time=3, "
+    "activation_size=512, parameter_size=4096\n"
+    "\tnode1 -- node2\n";
+
+constexpr char kClusterText[] =
+    "nodes: 2\n"
+    "devices_per_node: 4\n"
+    "device_memory: 16 GiB\n"
+    "intra_node: {bandwidth: 130 GB/s, latency: 5 us}\n"
+    "inter_node: {bandwidth: 25 Gbit/s, latency: 10 us}\n";
+
+v1::PlanJobResponse PlanAnswer() {
+  v1::PlanJobResponse r;
+  v1::ParallelPlanSummary* plan = r.mutable_plan();
+  plan->set_planner("dapple");
+  plan->set_schedule("dapple");
+  plan->set_micro_batches(4);
+  plan->set_micro_batch_size(8);
+  plan->set_predicted_step_ms(42.5);
+  plan->set_predicted_samples_per_second(752.9);
+  plan->set_num_devices(2);
+  v1::PlanStageSummary* s = plan->add_stages();
+  s->set_first_layer(0);
+  s->set_last_layer(1);
+  s->set_replicas(2);
+  s->add_placement("node0/0");
+  s->add_placement("node0/1");
+  s->add_devices("node0/0");
+  s->add_devices("node0/1");
+  s->set_compute_ms(40);
+  s->set_peak_memory_bytes(int64_t{1} << 30);
+  v1::ClusterNode* node = r.mutable_cluster()->add_nodes();
+  node->set_name("node0");
+  node->set_devices(8);
+  return r;
+}
+
+TEST_F(CommandsTest, PlanSendsTheParsedFilesAndPrintsATable) {
+  fake_.SetPlanResponse(PlanAnswer());
+  const std::string spec = WriteSpec("plan-job.yaml", "name: fmnist-mlp\n");
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  const std::string cluster = WriteSpec("cluster.yaml", kClusterText);
+  Result r = RunCtl({"--coordinator", addr_, "plan", spec, "--profile", profile, "--cluster",
+                     cluster, "--planner", "dapple"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB"));
+  EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.00"));
+  EXPECT_THAT(r.out, HasSubstr("STEP          42.50 ms (predicted)\n"));
+  EXPECT_THAT(r.out, HasSubstr("SAMPLES/S     753\n"));
+  const v1::PlanJobRequest sent = fake_.last_plan();
+  EXPECT_EQ(sent.spec_yaml(), "name: fmnist-mlp\n");
+  EXPECT_EQ(sent.source_name(), spec);
+  EXPECT_EQ(sent.planner(), "dapple");
+  EXPECT_EQ(sent.global_batch(), 0);
+  ASSERT_TRUE(sent.has_profile());
+  EXPECT_EQ(sent.profile().batch_size(), 4);
+  EXPECT_EQ(sent.profile().layers_size(), 2);
+  ASSERT_TRUE(sent.has_cluster());
+  EXPECT_EQ(sent.cluster().nodes_size(), 2);
+  EXPECT_EQ(sent.cluster().nodes(1).devices(), 4);
+}
+
+TEST_F(CommandsTest, PlanWithoutAJobOrAClusterSendsOnlyTheProfile) {
+  fake_.SetPlanResponse(PlanAnswer());
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  Result r = RunCtl(
+      {"--coordinator", addr_, "plan", "--profile", profile, "--global-batch", "64", "-o", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const v1::PlanJobRequest sent = fake_.last_plan();
+  EXPECT_EQ(sent.spec_yaml(), "");
+  EXPECT_FALSE(sent.has_cluster());
+  EXPECT_EQ(sent.global_batch(), 64);
+  // -o json: the plan summary with the proto's field names.
+  google::protobuf::Struct plan;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &plan).ok()) << r.out;
+  EXPECT_EQ(plan.fields().at("planner").string_value(), "dapple");
+  EXPECT_EQ(plan.fields().at("micro_batches").number_value(), 4);
+  EXPECT_EQ(plan.fields().at("predicted_step_ms").number_value(), 42.5);
+  const google::protobuf::Struct& stage =
+      plan.fields().at("stages").list_value().values(0).struct_value();
+  EXPECT_EQ(stage.fields().at("first_layer").number_value(), 0);
+  EXPECT_EQ(stage.fields().at("last_layer").number_value(), 1);
+  EXPECT_EQ(stage.fields().at("replicas").number_value(), 2);
+  EXPECT_EQ(stage.fields().at("devices").list_value().values(1).string_value(), "node0/1");
+  // 64-bit integers are strings in protobuf's JSON mapping.
+  EXPECT_EQ(stage.fields().at("peak_memory_bytes").string_value(), "1073741824");
+}
+
+TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
+  const std::string spec = WriteSpec("plan-job.yaml", "name: fmnist-mlp\n");
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"plan"},
+            "dapplectl: plan needs a job spec file, or --profile FILE to plan a profile's model "
+            "(see dapplectl plan --help)\n"},
+           {{"plan", spec, "--global-batch", "64"},
+            "dapplectl: --global-batch is for plans without a job spec; the job's "
+            "training.global_batch applies\n"},
+           {{"plan", "--profile", profile, "--global-batch", "0"},
+            "dapplectl: --global-batch must be a whole number from 1 to 1048576, got \"0\"\n"},
+           {{"plan", "--profile", profile, "--profile-batch", "x"},
+            "dapplectl: --profile-batch must be a whole number from 1 to 1048576, got \"x\"\n"},
+           {{"plan", spec, "-o", "yaml"},
+            "dapplectl: plan: -o yaml is not supported; use table or json\n"},
+       }) {
+    std::vector<std::string> args = {"--coordinator", addr_};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Result r = RunCtl(args);
+    EXPECT_EQ(r.code, kExitUsage) << r.err;
+    EXPECT_EQ(r.err, c.error);
+  }
+  EXPECT_EQ(fake_.plan_calls(), 0);
+}
+
+TEST_F(CommandsTest, PlanWithABadProfileFileNamesItsLineAndSendsNothing) {
+  const std::string profile = WriteSpec(
+      "broken-pbs-2.txt",
+      "node1 -- Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=8, "
+      "parameter_size=0\n"
+      "node2 -- Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=8\n");
+  Result r = RunCtl({"--coordinator", addr_, "plan", "--profile", profile});
+  EXPECT_EQ(r.code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: " + profile + ":2:"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  const std::string cluster = WriteSpec("bad-cluster.yaml", "nodes: 2\n");
+  r = RunCtl({"--coordinator", addr_, "plan", "--profile", WriteSpec("ok-pbs-4.txt", kProfileText),
+              "--cluster", cluster});
+  EXPECT_EQ(r.code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: " + cluster + ":"));
+  EXPECT_EQ(fake_.plan_calls(), 0);
+}
+
+TEST_F(CommandsTest, PlanRefusedByTheCoordinatorExitsWithOne) {
+  fake_.SetPlanResponse({}, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                         "no registered workers to plan on: start workers, or "
+                                         "give a cluster file (dapplectl plan --cluster "
+                                         "CLUSTER.yaml)"));
+  const std::string spec = WriteSpec("plan-job.yaml", "name: fmnist-mlp\n");
+  Result r = RunCtl({"--coordinator", addr_, "plan", spec});
+  EXPECT_EQ(r.code, kExitRefused) << r.err;
+  EXPECT_EQ(r.err,
+            "dapplectl: no registered workers to plan on: start workers, or give a cluster file "
+            "(dapplectl plan --cluster CLUSTER.yaml)\n");
+}
+
+TEST_F(CommandsTest, PlanWithoutACoordinatorExitsWithThree) {
+  RefusingPort refusing;
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  Result r =
+      RunCtl({"--coordinator", refusing.address(), "--timeout", "2", "plan", "--profile", profile});
+  EXPECT_EQ(r.code, kExitUnreachable) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(connection refused)"));
 }
 
 }  // namespace

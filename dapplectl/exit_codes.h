@@ -3,7 +3,8 @@
 //
 //   0  ok; for `watch` and `submit --watch`: the job SUCCEEDED
 //   1  the coordinator refused the request (invalid spec, unknown job, wrong job state, ...),
-//      or the job spec file could not be read, is over 1 MiB or is not UTF-8 text
+//      or the job spec file could not be read, is over 1 MiB or is not UTF-8 text, or a
+//      `plan` profile or cluster file could not be read or parsed
 //   2  usage error (unknown command or flag, missing or bad argument or environment value)
 //   3  the coordinator could not be reached, or stopped answering (UNAVAILABLE, DEADLINE_EXCEEDED)
 //   4  the watched job FAILED

@@ -98,6 +98,20 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     absl::MutexLock lock(&mu_);
     return last_submit_;
   }
+  // What PlanJob answers (an empty response until set), or `status` when it is not OK.
+  void SetPlanResponse(v1::PlanJobResponse response, grpc::Status status = grpc::Status::OK) {
+    absl::MutexLock lock(&mu_);
+    plan_response_ = std::move(response);
+    plan_status_ = std::move(status);
+  }
+  v1::PlanJobRequest last_plan() const {
+    absl::MutexLock lock(&mu_);
+    return last_plan_;
+  }
+  int plan_calls() const {
+    absl::MutexLock lock(&mu_);
+    return plan_calls_;
+  }
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override {
@@ -199,6 +213,16 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* request,
+                       v1::PlanJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++plan_calls_;
+    last_plan_ = *request;
+    if (!plan_status_.ok()) return plan_status_;
+    *response = plan_response_;
+    return grpc::Status::OK;
+  }
+
  private:
   static grpc::Status NotFound(const std::string& id) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", id, " not found"));
@@ -223,6 +247,10 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   int watch_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   v1::SubmitJobRequest last_submit_ ABSL_GUARDED_BY(mu_);
+  v1::PlanJobResponse plan_response_ ABSL_GUARDED_BY(mu_);
+  grpc::Status plan_status_ ABSL_GUARDED_BY(mu_);
+  v1::PlanJobRequest last_plan_ ABSL_GUARDED_BY(mu_);
+  int plan_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A job snapshot for scripts.

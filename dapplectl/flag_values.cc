@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dapplectl/utf8_text.h"
@@ -38,6 +39,18 @@ bool IsDecimalNumber(absl::string_view s) {
 bool IsHostChar(char c) { return absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_'; }
 
 }  // namespace
+
+absl::StatusOr<int64_t> ParsePositiveCount(absl::string_view flag, absl::string_view text,
+                                           int64_t max) {
+  int64_t value = 0;
+  bool digits = !text.empty() && text.size() <= 19;
+  for (const char c : text) digits = digits && absl::ascii_isdigit(c);
+  if (!digits || !absl::SimpleAtoi(text, &value) || value < 1 || value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be a whole number from 1 to ", max, ", got ", QuoteValue(text)));
+  }
+  return value;
+}
 
 std::string QuoteValue(absl::string_view value) {
   // ASCII first: those bytes never belong to a multi-byte sequence, so escaping them leaves

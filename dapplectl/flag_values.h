@@ -24,6 +24,12 @@ inline constexpr double kMaxFlagSeconds = 86400;
 // seconds (one day), got \"1e9\"".
 absl::StatusOr<absl::Duration> ParsePositiveSeconds(absl::string_view flag, absl::string_view text);
 
+// Parses `text`, the value of the count flag `flag` ("--global-batch"): a whole decimal number
+// from 1 to `max`. Error (kInvalidArgument): "--global-batch must be a whole number from 1 to
+// 1048576, got \"0\"".
+absl::StatusOr<int64_t> ParsePositiveCount(absl::string_view flag, absl::string_view text,
+                                           int64_t max);
+
 // Checks that `address`, the value of `source` ("--coordinator" or "DAPPLE_COORDINATOR"), is
 // HOST:PORT: HOST a name or IPv4 address (letters, digits, '-', '.', '_') or an IPv6 address
 // in brackets ("[::1]:7600"), PORT a decimal number from 1 to 65535. Error (kInvalidArgument):

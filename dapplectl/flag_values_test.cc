@@ -108,5 +108,17 @@ TEST(CheckJobIdTest, EmptyIsRefusedAnythingElseIsTheCoordinatorsToJudge) {
   EXPECT_TRUE(CheckSpecFileName("job.yaml").ok());
 }
 
+TEST(FlagValuesTest, PositiveCount) {
+  EXPECT_EQ(*ParsePositiveCount("--global-batch", "256", 1 << 20), 256);
+  EXPECT_EQ(*ParsePositiveCount("--global-batch", "1048576", 1 << 20), 1 << 20);
+  for (const char* bad : {"0", "-1", "1.5", "", "1e3", " 3", "1048577", "99999999999999999999"}) {
+    absl::StatusOr<int64_t> v = ParsePositiveCount("--global-batch", bad, 1 << 20);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_EQ(v.status().message(),
+              std::string("--global-batch must be a whole number from 1 to 1048576, got \"") + bad +
+                  "\"");
+  }
+}
+
 }  // namespace
 }  // namespace dapple::ctl

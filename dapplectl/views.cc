@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "dapplectl/format.h"
 #include "dapplectl/progress.h"
@@ -26,7 +28,84 @@ void AddField(std::string* out, const std::string& key, const std::string& value
   absl::StrAppend(out, line, value, "\n");
 }
 
+std::string Ms(double ms) { return absl::StrFormat("%.2f", ms); }
+
+std::string Gib(int64_t bytes) {
+  return absl::StrFormat("%.2f",
+                         static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+}
+
+std::string StepLine(const v1::ParallelPlanSummary& plan) {
+  return absl::StrCat(Ms(plan.predicted_step_ms()), " ms/step, ",
+                      FormatRate(plan.predicted_samples_per_second()), " samples/s");
+}
+
 }  // namespace
+
+std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>& devices) {
+  std::vector<std::string> parts;
+  std::string prefix;  // "<node>/" of the open run, empty when none is open
+  int64_t first = 0;
+  int64_t last = 0;
+  auto close_run = [&] {
+    if (prefix.empty()) return;
+    parts.push_back(first == last ? absl::StrCat(prefix, first)
+                                  : absl::StrCat(prefix, first, "-", last));
+    prefix.clear();
+  };
+  for (const std::string& d : devices) {
+    const size_t slash = d.rfind('/');
+    int64_t index = 0;
+    if (slash == std::string::npos || !absl::SimpleAtoi(d.substr(slash + 1), &index)) {
+      close_run();
+      parts.push_back(d);
+      continue;
+    }
+    const std::string node = d.substr(0, slash + 1);
+    if (node == prefix && index == last + 1) {
+      last = index;
+      continue;
+    }
+    close_run();
+    prefix = node;
+    first = last = index;
+  }
+  close_run();
+  return absl::StrJoin(parts, ",");
+}
+
+std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster) {
+  std::string out;
+  TextTable stages(
+      {"STAGE", "LAYERS", "REPLICAS", "DEVICES", "COMPUTE MS", "MEMORY GiB", "BUBBLE"});
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const v1::PlanStageSummary& s = plan.stages(i);
+    stages.AddRow({absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
+                   absl::StrCat(s.replicas()), OrDash(CompactDevices(s.placement())),
+                   Ms(s.compute_ms()), Gib(s.peak_memory_bytes()),
+                   FormatPercent(s.bubble_fraction())});
+  }
+  out += stages.Render();
+  AddField(&out, "STEP", absl::StrCat(Ms(plan.predicted_step_ms()), " ms (predicted)"));
+  AddField(&out, "SAMPLES/S", FormatRate(plan.predicted_samples_per_second()));
+  AddField(&out, "PLANNER",
+           plan.placement_policy().empty()
+               ? OrDash(plan.planner())
+               : absl::StrCat(plan.planner(), " (placement ", plan.placement_policy(), ")"));
+  AddField(&out, "SCHEDULE", OrDash(plan.schedule()));
+  AddField(&out, "M",
+           absl::StrCat(plan.micro_batches(), " micro-batches of ", plan.micro_batch_size(),
+                        " samples"));
+  AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
+  AddField(&out, "PROFILE", OrDash(plan.profile_source()));
+  int devices = 0;
+  for (const v1::ClusterNode& node : cluster.nodes()) devices += node.devices();
+  AddField(&out, "CLUSTER",
+           absl::StrCat(OrDash(plan.cluster_source()), " (", plan.num_devices(), " of ", devices,
+                        devices == 1 ? " device used)" : " devices used)"));
+  for (const std::string& note : plan.notes()) AddField(&out, "NOTE", note);
+  return out;
+}
 
 std::string RenderSubmitted(const v1::Job& job) {
   if (job.name().empty()) return absl::StrCat("submitted ", job.id(), "\n");
@@ -55,14 +134,31 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
-    TextTable stages({"STAGE", "LAYERS", "REPLICAS", "WORKERS", "DEVICES"});
+    const bool predicted = plan.predicted_step_ms() > 0;
+    if (predicted) {
+      AddField(&out, "PREDICTED", StepLine(plan));
+      AddField(&out, "PROFILE", OrDash(plan.profile_source()));
+    }
+    std::vector<std::string> headers = {"STAGE", "LAYERS", "REPLICAS", "WORKERS", "DEVICES"};
+    if (predicted) {
+      for (const char* h : {"COMPUTE MS", "MEMORY GiB", "BUBBLE"}) headers.push_back(h);
+    }
+    TextTable stages(std::move(headers));
     for (int i = 0; i < plan.stages_size(); ++i) {
       const v1::PlanStageSummary& s = plan.stages(i);
-      stages.AddRow({absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
-                     absl::StrCat(s.replicas()), OrDash(absl::StrJoin(s.worker_ids(), ",")),
-                     OrDash(absl::StrJoin(s.devices(), ","))});
+      std::vector<std::string> row = {
+          absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
+          absl::StrCat(s.replicas()), OrDash(absl::StrJoin(s.worker_ids(), ",")),
+          OrDash(absl::StrJoin(s.devices(), ","))};
+      if (predicted) {
+        row.push_back(Ms(s.compute_ms()));
+        row.push_back(Gib(s.peak_memory_bytes()));
+        row.push_back(FormatPercent(s.bubble_fraction()));
+      }
+      stages.AddRow(std::move(row));
     }
     out += stages.Render("  ");
+    for (const std::string& note : plan.notes()) AddField(&out, "NOTE", note);
   }
 
   const v1::JobMetrics& m = job.metrics();

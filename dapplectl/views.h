@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dapple/v1/job.pb.h"
+#include "dapple/v1/profile.pb.h"
 #include "dapple/v1/worker.pb.h"
 #include "google/protobuf/repeated_field.h"
 
@@ -20,10 +21,25 @@ std::string RenderSubmitted(const v1::Job& job);
 std::string RenderCancelled(const v1::Job& job);
 
 // One job in detail, one "KEY   value" line per item: id, name, state, message, age, plan
-// (planner, schedule, M, micro-batch size, bubble %, then a STAGE / LAYERS / REPLICAS /
-// WORKERS table), metrics (step/total, epoch, loss, samples/s, test accuracy and loss,
-// elapsed, ETA). Leaves out spec_yaml, the spec and step_losses (see -o json / yaml).
+// (planner, schedule, M, micro-batch size, bubble %; when the plan has a prediction also
+// PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
+// then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
+// BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,
+// loss, samples/s, test accuracy and loss, elapsed, ETA). Leaves out spec_yaml, the spec and
+// step_losses (see -o json / yaml).
 std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms);
+
+// `dapplectl plan`: a STAGE / LAYERS / REPLICAS / DEVICES / COMPUTE MS / MEMORY GiB / BUBBLE
+// table (devices: the topology's names, runs compacted as "node0/0-7"; compute ms per step and
+// replica; peak memory per replica), then "KEY   value" lines: STEP (predicted ms), SAMPLES/S,
+// PLANNER (with its placement policy), SCHEDULE, M (and the micro-batch size), BUBBLE,
+// PROFILE, CLUSTER (source and device count) and one NOTE line per note.
+std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster);
+
+// Device names compacted for tables: consecutive "<node>/<i>" of one node become
+// "<node>/<first>-<last>"; others are kept; joined by ",". {"a/0","a/1","a/2","b/0"} ->
+// "a/0-2,b/0".
+std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>& devices);
 
 // One row per job with the columns ID, NAME, STATE, STEP (x/y), LOSS, TEST ACC, AGE;
 // "-" marks a value the job does not have yet. No jobs: "no jobs\n".

@@ -121,6 +121,87 @@ TEST(ViewsTest, JobDetailsOfAFailedUnplannedJob) {
   EXPECT_THAT(out, Not(HasSubstr("ETA")));  // terminal: no ETA
 }
 
+// A plan with the simulator's prediction, as PlanJob and planning at submission give it.
+v1::ParallelPlanSummary PredictedPlan() {
+  v1::ParallelPlanSummary plan;
+  plan.set_planner("dapple");
+  plan.set_schedule("dapple");
+  plan.set_placement_policy("fresh_first");
+  plan.set_micro_batches(8);
+  plan.set_micro_batch_size(32);
+  plan.set_bubble_fraction(0.1);
+  plan.set_predicted_step_ms(12.345);
+  plan.set_predicted_samples_per_second(20737.1);
+  plan.set_profile_source("estimated from FLOPs at 50 GFLOP/s");
+  plan.set_cluster_source("two_nodes_8_gpus.yaml");
+  plan.set_num_devices(10);
+  plan.add_notes("one replica per stage: the worker runtime has no stage replication yet");
+  v1::PlanStageSummary* s0 = plan.add_stages();
+  s0->set_first_layer(0);
+  s0->set_last_layer(2);
+  s0->set_replicas(8);
+  for (int i = 0; i < 8; ++i) s0->add_placement("node0/" + std::to_string(i));
+  s0->set_compute_ms(10.5);
+  s0->set_peak_memory_bytes(int64_t{3} << 29);  // 1.5 GiB
+  s0->set_bubble_fraction(0.05);
+  v1::PlanStageSummary* s1 = plan.add_stages();
+  s1->set_first_layer(3);
+  s1->set_last_layer(5);
+  s1->set_replicas(2);
+  s1->add_placement("node1/0");
+  s1->add_placement("node1/1");
+  s1->set_compute_ms(9.25);
+  s1->set_peak_memory_bytes(int64_t{1} << 30);
+  s1->set_bubble_fraction(0.15);
+  return plan;
+}
+
+TEST(ViewsTest, PlanTableThenPredictionAndSources) {
+  v1::ClusterTopology cluster;
+  for (int n = 0; n < 2; ++n) cluster.add_nodes()->set_devices(8);
+  EXPECT_EQ(RenderPlan(PredictedPlan(), cluster),
+            "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB   BUBBLE\n"
+            "0       0-2      8          node0/0-7   10.50        1.50         5.00%\n"
+            "1       3-5      2          node1/0-1   9.25         1.00         15.00%\n"
+            "STEP          12.35 ms (predicted)\n"
+            "SAMPLES/S     20737\n"
+            "PLANNER       dapple (placement fresh_first)\n"
+            "SCHEDULE      dapple\n"
+            "M             8 micro-batches of 32 samples\n"
+            "BUBBLE        10.00%\n"
+            "PROFILE       estimated from FLOPs at 50 GFLOP/s\n"
+            "CLUSTER       two_nodes_8_gpus.yaml (10 of 16 devices used)\n"
+            "NOTE          one replica per stage: the worker runtime has no stage replication "
+            "yet\n");
+}
+
+TEST(ViewsTest, CompactDevices) {
+  google::protobuf::RepeatedPtrField<std::string> d;
+  EXPECT_EQ(CompactDevices(d), "");
+  for (const char* name : {"a/0", "a/1", "a/2", "b/0", "a/3", "a/5", "odd", "b/1", "b/2"}) {
+    *d.Add() = name;
+  }
+  EXPECT_EQ(CompactDevices(d), "a/0-2,b/0,a/3,a/5,odd,b/1-2");
+}
+
+TEST(ViewsTest, JobDetailsShowThePredictionOfAPlannedJob) {
+  v1::Job job = SampleJob();
+  *job.mutable_plan() = PredictedPlan();
+  job.mutable_plan()->mutable_stages(0)->add_worker_ids("w-1");
+  job.mutable_plan()->mutable_stages(0)->add_devices("cpu");
+  const std::string out = RenderJobDetails(job, kNowMs);
+  EXPECT_THAT(out, HasSubstr("PREDICTED     12.35 ms/step, 20737 samples/s\n"));
+  EXPECT_THAT(out, HasSubstr("PROFILE       estimated from FLOPs at 50 GFLOP/s\n"));
+  EXPECT_THAT(out,
+              HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS   DEVICES   COMPUTE MS   MEMORY GiB"
+                        "   BUBBLE\n"
+                        "  0       0-2      8          w-1       cpu       10.50        1.50       "
+                        "  5.00%\n"
+                        "  1       3-5      2          -         -         9.25         1.00       "
+                        "  15.00%\n"));
+  EXPECT_THAT(out, HasSubstr("NOTE          one replica per stage"));
+}
+
 TEST(ViewsTest, WorkerList) {
   google::protobuf::RepeatedPtrField<v1::WorkerInfo> workers;
   v1::WorkerInfo* busy = workers.Add();

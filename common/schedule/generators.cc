@@ -4,15 +4,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/schedule/action.h"
 
 namespace dapple::schedule {
 
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "dapple") return ScheduleKind::kDapple;
+  if (name == "pipedream") return ScheduleKind::kPipeDream;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown schedule \"", name, "\" (known: gpipe, dapple)"));
+      absl::StrCat("unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream)"));
 }
 
 absl::string_view ScheduleKindName(ScheduleKind kind) {
@@ -21,49 +21,82 @@ absl::string_view ScheduleKindName(ScheduleKind kind) {
       return "gpipe";
     case ScheduleKind::kDapple:
       return "dapple";
+    case ScheduleKind::kPipeDream:
+      return "pipedream";
   }
   return "unknown";
 }
 
-std::vector<v1::Action> GenerateGPipe(int num_stages, int num_micro_batches, int stage) {
-  std::vector<v1::Action> out;
+OpProgram GenerateGPipeOps(int num_stages, int num_micro_batches, int stage) {
+  OpProgram out;
   out.reserve(2 * static_cast<size_t>(num_micro_batches) + 1);
-  for (int m = 0; m < num_micro_batches; ++m) out.push_back(MakeAction(stage, v1::FORWARD, m));
-  for (int m = num_micro_batches - 1; m >= 0; --m) {
-    out.push_back(MakeAction(stage, v1::BACKWARD, m));
-  }
-  out.push_back(MakeAction(stage, v1::OPTIMIZER_STEP));
+  for (int m = 0; m < num_micro_batches; ++m) out.push_back({v1::FORWARD, m});
+  for (int m = num_micro_batches - 1; m >= 0; --m) out.push_back({v1::BACKWARD, m});
+  out.push_back({v1::OPTIMIZER_STEP, -1});
   return out;
 }
 
-std::vector<v1::Action> GenerateDapple(int num_stages, int num_micro_batches, int stage) {
+OpProgram GeneratePipeDreamOps(int num_stages, int num_micro_batches, int stage,
+                               int micro_batches_per_update) {
   const int m = num_micro_batches;
   const int warm_up = std::min(num_stages - stage, m);
-  std::vector<v1::Action> out;
-  out.reserve(2 * static_cast<size_t>(m) + 1);
+  OpProgram out;
+  out.reserve(2 * static_cast<size_t>(m) + static_cast<size_t>(m / micro_batches_per_update) + 1);
   int next_forward = 0;
   int next_backward = 0;
-  while (next_forward < warm_up) out.push_back(MakeAction(stage, v1::FORWARD, next_forward++));
+  auto backward = [&] {
+    const int mb = next_backward++;
+    out.push_back({v1::BACKWARD, mb});
+    if ((mb + 1) % micro_batches_per_update == 0 || mb + 1 == m) {
+      out.push_back({v1::OPTIMIZER_STEP, -1});
+    }
+  };
+  while (next_forward < warm_up) out.push_back({v1::FORWARD, next_forward++});
   // Steady phase: a backward first ("early backward") frees one activation before the next
   // forward allocates one, which keeps stage i at K_i activations in flight.
   while (next_forward < m) {
-    out.push_back(MakeAction(stage, v1::BACKWARD, next_backward++));
-    out.push_back(MakeAction(stage, v1::FORWARD, next_forward++));
+    backward();
+    out.push_back({v1::FORWARD, next_forward++});
   }
-  while (next_backward < m) out.push_back(MakeAction(stage, v1::BACKWARD, next_backward++));
-  out.push_back(MakeAction(stage, v1::OPTIMIZER_STEP));
+  while (next_backward < m) backward();
   return out;
+}
+
+// DAPPLE's early backward is PipeDream's 1F1B order within one flushed step: one update at the
+// end is exactly GeneratePipeDream with a single update.
+OpProgram GenerateDappleOps(int num_stages, int num_micro_batches, int stage) {
+  return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
+}
+
+OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return GenerateGPipeOps(num_stages, num_micro_batches, stage);
+    case ScheduleKind::kDapple:
+      return GenerateDappleOps(num_stages, num_micro_batches, stage);
+    case ScheduleKind::kPipeDream:
+      return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
+  }
+  return {};
+}
+
+std::vector<v1::Action> GenerateGPipe(int num_stages, int num_micro_batches, int stage) {
+  return ToActions(stage, GenerateGPipeOps(num_stages, num_micro_batches, stage));
+}
+
+std::vector<v1::Action> GenerateDapple(int num_stages, int num_micro_batches, int stage) {
+  return ToActions(stage, GenerateDappleOps(num_stages, num_micro_batches, stage));
+}
+
+std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches, int stage,
+                                          int micro_batches_per_update) {
+  return ToActions(
+      stage, GeneratePipeDreamOps(num_stages, num_micro_batches, stage, micro_batches_per_update));
 }
 
 std::vector<v1::Action> Generate(ScheduleKind kind, int num_stages, int num_micro_batches,
                                  int stage) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return GenerateGPipe(num_stages, num_micro_batches, stage);
-    case ScheduleKind::kDapple:
-      return GenerateDapple(num_stages, num_micro_batches, stage);
-  }
-  return {};
+  return ToActions(stage, GenerateOps(kind, num_stages, num_micro_batches, stage));
 }
 
 }  // namespace dapple::schedule

@@ -16,18 +16,20 @@ using ::testing::HasSubstr;
 TEST(GeneratorsTest, ParsesScheduleNames) {
   EXPECT_EQ(ParseScheduleKind("gpipe").value(), ScheduleKind::kGPipe);
   EXPECT_EQ(ParseScheduleKind("dapple").value(), ScheduleKind::kDapple);
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+  EXPECT_EQ(ParseScheduleKind("pipedream").value(), ScheduleKind::kPipeDream);
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream}) {
     EXPECT_EQ(ParseScheduleKind(ScheduleKindName(kind)).value(), kind);
   }
 }
 
 TEST(GeneratorsTest, UnknownScheduleNamesValueAndKnownNames) {
-  for (const char* name : {"", "GPipe", "pipedream", "1f1b"}) {
+  for (const char* name : {"", "GPipe", "PipeDream", "1f1b"}) {
     absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(name);
     ASSERT_FALSE(kind.ok()) << name;
     EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(kind.status().message()), HasSubstr(std::string("\"") + name + "\""));
-    EXPECT_THAT(std::string(kind.status().message()), HasSubstr("gpipe, dapple"));
+    EXPECT_THAT(std::string(kind.status().message()), HasSubstr("gpipe, dapple, pipedream"));
   }
 }
 
@@ -60,6 +62,80 @@ TEST(GeneratorsTest, GenerateDispatchesOnKind) {
             ActionsToString(GenerateGPipe(4, 8, 2)));
   EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kDapple, 4, 8, 2)),
             ActionsToString(GenerateDapple(4, 8, 2)));
+}
+
+TEST(GeneratorsTest, PipeDreamRunsOneFOneBWithoutFlushAndUpdatesEveryN) {
+  // P=3, a run of 6 micro-batches, an update after every second backward: the 1F1B order of the
+  // whole run (no flush between updates) with a STEP after micro-batches 1, 3 and 5.
+  EXPECT_EQ(ActionsToString(GeneratePipeDream(3, 6, 0, 2)),
+            "0F0 0F1 0F2 0B0 0F3 0B1 0STEP 0F4 0B2 0F5 0B3 0STEP 0B4 0B5 0STEP");
+  EXPECT_EQ(ActionsToString(GeneratePipeDream(3, 6, 2, 2)),
+            "2F0 2B0 2F1 2B1 2STEP 2F2 2B2 2F3 2B3 2STEP 2F4 2B4 2F5 2B5 2STEP");
+  // PipeDream's own runtime: an update after every backward.
+  EXPECT_EQ(ActionsToString(GeneratePipeDream(2, 3, 1, 1)),
+            "1F0 1B0 1STEP 1F1 1B1 1STEP 1F2 1B2 1STEP");
+  // A run that is not a whole number of updates still ends with one.
+  EXPECT_EQ(ActionsToString(GeneratePipeDream(2, 3, 0, 2)), "0F0 0F1 0B0 0F2 0B1 0STEP 0B2 0STEP");
+}
+
+TEST(GeneratorsTest, PipeDreamOneUpdateIsDappleAndGenerateDispatchesToIt) {
+  for (int p = 1; p <= 5; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      for (int s = 0; s < p; ++s) {
+        SCOPED_TRACE(::testing::Message() << "P=" << p << " M=" << m << " stage " << s);
+        EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kPipeDream, p, m, s)),
+                  ActionsToString(GenerateDapple(p, m, s)));
+        EXPECT_EQ(ActionsToString(GeneratePipeDream(p, m, s, m)),
+                  ActionsToString(GenerateDapple(p, m, s)));
+      }
+    }
+  }
+}
+
+TEST(GeneratorsTest, PipeDreamHoldsMinOfStagesLeftAndRunLengthInFlight) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int n : {1, 3, 8, 20}) {
+      for (int every : {1, 2, 4}) {
+        for (int s = 0; s < p; ++s) {
+          SCOPED_TRACE(::testing::Message()
+                       << "P=" << p << " N=" << n << " every " << every << " stage " << s);
+          const std::vector<v1::Action> run = GeneratePipeDream(p, n, s, every);
+          int in_flight = 0, peak = 0, steps = 0, backwards = 0, next_backward = 0;
+          for (const v1::Action& a : run) {
+            EXPECT_EQ(a.stage(), s);
+            if (a.kind() == v1::FORWARD) peak = std::max(peak, ++in_flight);
+            if (a.kind() == v1::BACKWARD) {
+              --in_flight;
+              ++backwards;
+              EXPECT_EQ(a.micro_batch(), next_backward++);
+            }
+            if (a.kind() == v1::OPTIMIZER_STEP) {
+              ++steps;
+              // Each update follows the backward that completes its group of `every`.
+              EXPECT_TRUE(backwards % every == 0 || backwards == n) << backwards;
+            }
+          }
+          EXPECT_EQ(peak, std::min(p - s, n));
+          EXPECT_EQ(steps, (n + every - 1) / every);
+          EXPECT_EQ(run.back().kind(), v1::OPTIMIZER_STEP);
+        }
+      }
+    }
+  }
+}
+
+TEST(GeneratorsTest, OpFormsMatchTheActionForms) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream}) {
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_EQ(ActionsToString(ToActions(s, GenerateOps(kind, 4, 6, s))),
+                ActionsToString(Generate(kind, 4, 6, s)));
+    }
+  }
+  EXPECT_EQ(ActionsToString(ToActions(1, GeneratePipeDreamOps(3, 7, 1, 3))),
+            ActionsToString(GeneratePipeDream(3, 7, 1, 3)));
+  EXPECT_EQ(ToOps(GenerateGPipe(2, 2, 1)), GenerateGPipeOps(2, 2, 1));
+  EXPECT_EQ(ToOps(GenerateDapple(2, 2, 1)), GenerateDappleOps(2, 2, 1));
 }
 
 // Walks one stage's compute program: each micro-batch forwarded and backwarded once, backward

@@ -7,27 +7,33 @@
 
 namespace dapple::schedule {
 
-v1::RankProgram Lower(const std::vector<v1::Action>& compute, int num_stages, int stage) {
+namespace {
+
+// The one lowering rule, for both program forms: calls keep(i) for compute action i and
+// add(kind, micro_batch) for each inserted action, in program order.
+template <typename KindOf, typename MicroBatchOf, typename Keep, typename Add>
+void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num_stages, int stage,
+               const LowerOptions& options, Keep keep, Add add) {
   const bool has_prev = stage > 0;
   const bool has_next = stage < num_stages - 1;
-  v1::RankProgram program;
-  program.set_stage(stage);
-  program.set_replica(0);
-  auto add = [&](v1::ActionKind kind, int micro_batch) {
-    *program.add_actions() = MakeAction(stage, kind, micro_batch);
-  };
-  for (const v1::Action& a : compute) {
-    const int m = a.micro_batch();
-    switch (a.kind()) {
+  const bool allreduce = stage >= 0 && stage < static_cast<int>(options.allreduce_stages.size()) &&
+                         options.allreduce_stages[stage];
+  for (size_t i = 0; i < size; ++i) {
+    const int m = micro_batch_of(i);
+    switch (kind_of(i)) {
       case v1::FORWARD:
         if (has_prev) add(v1::RECV_ACT, m);
-        *program.add_actions() = a;
+        keep(i);
         if (has_next) add(v1::SEND_ACT, m);
         break;
       case v1::BACKWARD:
         if (has_next) add(v1::RECV_GRAD, m);
-        *program.add_actions() = a;
+        keep(i);
         if (has_prev) add(v1::SEND_GRAD, m);
+        break;
+      case v1::OPTIMIZER_STEP:
+        if (allreduce) add(v1::ALLREDUCE, -1);
+        keep(i);
         break;
       case v1::ACTION_KIND_UNSPECIFIED:
       case v1::SEND_ACT:
@@ -35,18 +41,46 @@ v1::RankProgram Lower(const std::vector<v1::Action>& compute, int num_stages, in
       case v1::SEND_GRAD:
       case v1::RECV_GRAD:
       case v1::ALLREDUCE:
-      case v1::OPTIMIZER_STEP:
       case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
       case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-        *program.add_actions() = a;
+        keep(i);
         break;
     }
   }
+}
+
+}  // namespace
+
+OpProgram LowerOps(const OpProgram& compute, int num_stages, int stage,
+                   const LowerOptions& options) {
+  OpProgram program;
+  program.reserve(2 * compute.size() + 1);
+  LowerEach(
+      compute.size(), [&](size_t i) { return compute[i].kind; },
+      [&](size_t i) { return compute[i].micro_batch; }, num_stages, stage, options,
+      [&](size_t i) { program.push_back(compute[i]); },
+      [&](v1::ActionKind kind, int m) {
+        program.push_back({kind, m});
+      });
+  return program;
+}
+
+v1::RankProgram Lower(const std::vector<v1::Action>& compute, int num_stages, int stage,
+                      const LowerOptions& options) {
+  v1::RankProgram program;
+  program.set_stage(stage);
+  program.set_replica(0);
+  LowerEach(
+      compute.size(), [&](size_t i) { return compute[i].kind(); },
+      [&](size_t i) { return compute[i].micro_batch(); }, num_stages, stage, options,
+      [&](size_t i) { *program.add_actions() = compute[i]; },
+      [&](v1::ActionKind kind, int m) { *program.add_actions() = MakeAction(stage, kind, m); });
   return program;
 }
 
 absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, int num_stages,
-                                                           int num_micro_batches) {
+                                                           int num_micro_batches,
+                                                           const LowerOptions& options) {
   if (num_stages < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_stages ", num_stages, " must be at least 1"));
@@ -55,10 +89,17 @@ absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, in
     return absl::InvalidArgumentError(
         absl::StrCat("num_micro_batches ", num_micro_batches, " must be at least 1"));
   }
-  std::vector<v1::RankProgram> programs;
-  programs.reserve(num_stages);
+  if (!options.allreduce_stages.empty() &&
+      static_cast<int>(options.allreduce_stages.size()) != num_stages) {
+    return absl::InvalidArgumentError(absl::StrCat("options.allreduce_stages has ",
+                                                   options.allreduce_stages.size(), " entries for ",
+                                                   num_stages, " stages"));
+  }
+  std::vector<OpProgram> ops;
+  ops.reserve(num_stages);
   for (int s = 0; s < num_stages; ++s) {
-    programs.push_back(Lower(Generate(kind, num_stages, num_micro_batches, s), num_stages, s));
+    ops.push_back(
+        LowerOps(GenerateOps(kind, num_stages, num_micro_batches, s), num_stages, s, options));
   }
   // Whether a program set deadlocks does not depend on costs (sends never block), so unit
   // costs are enough to prove it.
@@ -68,12 +109,17 @@ absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, in
   unit.send = 0.0;
   unit.recv = 0.0;
   unit.optimizer_step = 1.0;
-  absl::StatusOr<SimulationResult> sim = Simulate(programs, unit);
+  SimulateOptions no_grid;
+  no_grid.render_grid = false;
+  absl::StatusOr<SimulationResult> sim = SimulateOps(ops, unit, no_grid);
   if (!sim.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(ScheduleKindName(kind), " P=", num_stages, " M=", num_micro_batches,
                      " does not simulate: ", sim.status().message()));
   }
+  std::vector<v1::RankProgram> programs;
+  programs.reserve(num_stages);
+  for (int s = 0; s < num_stages; ++s) programs.push_back(ToRankProgram(s, ops[s]));
   return programs;
 }
 

@@ -71,6 +71,63 @@ TEST(BuildProgramsTest, OneProgramPerStageInStageOrder) {
   }
 }
 
+TEST(LowerTest, AllReduceGoesBeforeEachStepOfTheChosenStages) {
+  LowerOptions options;
+  options.allreduce_stages = {false, true};
+  EXPECT_EQ(ProgramToString(Lower(GenerateDapple(2, 1, 1), 2, 1, options)),
+            "stage 1 replica 0: 1RECV_ACT0 1F0 1B0 1SEND_GRAD0 1ALLREDUCE 1STEP");
+  EXPECT_EQ(ProgramToString(Lower(GenerateDapple(2, 1, 0), 2, 0, options)),
+            "stage 0 replica 0: 0F0 0SEND_ACT0 0RECV_GRAD0 0B0 0STEP");
+  // One AllReduce per update in a PipeDream run.
+  EXPECT_EQ(ActionsToString(ToActions(
+                0, LowerOps(GeneratePipeDreamOps(1, 4, 0, 2), 1, 0, LowerOptions{{true}}))),
+            "0F0 0B0 0F1 0B1 0ALLREDUCE 0STEP 0F2 0B2 0F3 0B3 0ALLREDUCE 0STEP");
+  // The default (and a vector shorter than the stage) adds none.
+  EXPECT_EQ(ProgramToString(Lower(GenerateGPipe(1, 1, 0), 1, 0)),
+            "stage 0 replica 0: 0F0 0B0 0STEP");
+  EXPECT_EQ(ProgramToString(Lower(GenerateGPipe(3, 1, 2), 3, 2, LowerOptions{{true}})),
+            "stage 2 replica 0: 2RECV_ACT0 2F0 2B0 2SEND_GRAD0 2STEP");
+}
+
+TEST(LowerTest, OpFormMatchesTheActionForm) {
+  const LowerOptions options{{true, false, true}};
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+    for (int s = 0; s < 3; ++s) {
+      const v1::RankProgram program = Lower(Generate(kind, 3, 4, s), 3, s, options);
+      EXPECT_EQ(
+          ToRankProgram(s, LowerOps(GenerateOps(kind, 3, 4, s), 3, s, options)).SerializeAsString(),
+          program.SerializeAsString())
+          << ProgramToString(program);
+    }
+  }
+}
+
+TEST(BuildProgramsTest, AllReduceStagesMustNameEveryStage) {
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      BuildPrograms(ScheduleKind::kDapple, 3, 2, LowerOptions{{true, false}});
+  ASSERT_FALSE(programs.ok());
+  EXPECT_EQ(programs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(programs.status().message()),
+              HasSubstr("options.allreduce_stages has 2 entries for 3 stages"));
+
+  programs = BuildPrograms(ScheduleKind::kDapple, 3, 2, LowerOptions{{false, true, false}});
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  EXPECT_EQ(ProgramToString((*programs)[1]),
+            "stage 1 replica 0: 1RECV_ACT0 1F0 1SEND_ACT0 1RECV_ACT1 1F1 1SEND_ACT1 1RECV_GRAD0 "
+            "1B0 1SEND_GRAD0 1RECV_GRAD1 1B1 1SEND_GRAD1 1ALLREDUCE 1STEP");
+}
+
+TEST(BuildProgramsTest, PipeDreamBuildsOneUpdateLikeDapple) {
+  absl::StatusOr<std::vector<v1::RankProgram>> pipedream =
+      BuildPrograms(ScheduleKind::kPipeDream, 3, 4);
+  absl::StatusOr<std::vector<v1::RankProgram>> dapple = BuildPrograms(ScheduleKind::kDapple, 3, 4);
+  ASSERT_TRUE(pipedream.ok()) << pipedream.status();
+  ASSERT_TRUE(dapple.ok()) << dapple.status();
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(ProgramToString((*pipedream)[s]), ProgramToString((*dapple)[s]));
+  }
+}
+
 // All (P, M) cases of one schedule as text: a "== <schedule> P=<p> M=<m>" header line per case,
 // then one ProgramToString line per stage.
 std::string GoldenText(ScheduleKind kind) {

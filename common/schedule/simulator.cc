@@ -53,22 +53,58 @@ absl::Status CheckPerStage(absl::string_view field, const std::vector<double>& p
   return absl::OkStatus();
 }
 
+absl::Status CheckPerBoundary(absl::string_view field, const std::vector<double>& per_boundary,
+                              int num_stages) {
+  if (per_boundary.empty()) return absl::OkStatus();
+  if (static_cast<int>(per_boundary.size()) != num_stages - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("costs.", field, " has ", per_boundary.size(),
+                                                   " entries for ", num_stages - 1,
+                                                   " stage boundaries (P - 1)"));
+  }
+  for (size_t s = 0; s < per_boundary.size(); ++s) {
+    DAPPLE_RETURN_IF_ERROR(CheckCost(absl::StrCat(field, "[", s, "]"), per_boundary[s]));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
   DAPPLE_RETURN_IF_ERROR(CheckCost("forward", costs.forward));
   DAPPLE_RETURN_IF_ERROR(CheckCost("backward", costs.backward));
   DAPPLE_RETURN_IF_ERROR(CheckCost("send", costs.send));
   DAPPLE_RETURN_IF_ERROR(CheckCost("recv", costs.recv));
   DAPPLE_RETURN_IF_ERROR(CheckCost("optimizer_step", costs.optimizer_step));
+  DAPPLE_RETURN_IF_ERROR(CheckCost("allreduce", costs.allreduce));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("forward_per_stage", costs.forward_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("backward_per_stage", costs.backward_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerStage("optimizer_step_per_stage", costs.optimizer_step_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerStage("allreduce_per_stage", costs.allreduce_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerBoundary("act_transfer_per_boundary", costs.act_transfer_per_boundary, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerBoundary("grad_transfer_per_boundary", costs.grad_transfer_per_boundary, num_stages));
   return absl::OkStatus();
 }
 
+double PerStage(const std::vector<double>& per_stage, double scalar, int s) {
+  return per_stage.empty() ? scalar : per_stage[s];
+}
 double ForwardCost(const ActionCosts& c, int s) {
-  return c.forward_per_stage.empty() ? c.forward : c.forward_per_stage[s];
+  return PerStage(c.forward_per_stage, c.forward, s);
 }
 double BackwardCost(const ActionCosts& c, int s) {
-  return c.backward_per_stage.empty() ? c.backward : c.backward_per_stage[s];
+  return PerStage(c.backward_per_stage, c.backward, s);
+}
+double OptimizerStepCost(const ActionCosts& c, int s) {
+  return PerStage(c.optimizer_step_per_stage, c.optimizer_step, s);
+}
+double AllReduceCost(const ActionCosts& c, int s) {
+  return PerStage(c.allreduce_per_stage, c.allreduce, s);
+}
+// Boundary b lies between stages b and b + 1.
+double TransferCost(const std::vector<double>& per_boundary, int b) {
+  return per_boundary.empty() ? 0.0 : per_boundary[b];
 }
 
 absl::Status Duplicate(int stage, v1::ActionKind kind, int mb) {
@@ -77,43 +113,78 @@ absl::Status Duplicate(int stage, v1::ActionKind kind, int mb) {
       " more than once (", ActionToString(MakeAction(stage, kind, mb)), ")"));
 }
 
-// Checks everything that does not need time: stage numbering, kinds, micro-batch sets, order
-// of data dependencies inside each program, and send/recv pairing. Sets *num_micro_batches.
-absl::Status Validate(const std::vector<v1::RankProgram>& programs, int* num_micro_batches) {
+// The checks of one action that need only its program: a named kind, a micro-batch >= 0 where
+// the kind has one, and a peer stage for sends and receives.
+absl::Status CheckOp(int s, int i, int p, const Op& op) {
+  if (!IsNamedKind(op.kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(s, i, ToAction(s, op)), " has no valid kind"));
+  }
+  if (!HasMicroBatch(op.kind)) return absl::OkStatus();
+  if (op.micro_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(s, i, ToAction(s, op)), " has negative micro-batch ", op.micro_batch));
+  }
+  const bool no_next = s == p - 1;
+  const bool no_prev = s == 0;
+  if ((op.kind == v1::SEND_ACT && no_next) || (op.kind == v1::RECV_GRAD && no_next) ||
+      (op.kind == v1::RECV_ACT && no_prev) || (op.kind == v1::SEND_GRAD && no_prev)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(s, i, ToAction(s, op)), " has no peer: stage ", s, " is ",
+                     no_prev ? "the first" : "the last", " of ", p, " stages"));
+  }
+  return absl::OkStatus();
+}
+
+// Which of micro-batches 0..M-1 one stage sends and receives (validated: each at most once).
+struct CommMarks {
+  std::vector<char> sent_act, recv_act, sent_grad, recv_grad;
+};
+
+CommMarks Marks(const OpProgram& program, int m) {
+  CommMarks marks{std::vector<char>(m, 0), std::vector<char>(m, 0), std::vector<char>(m, 0),
+                  std::vector<char>(m, 0)};
+  for (const Op& op : program) {
+    switch (op.kind) {
+      case v1::SEND_ACT:
+        marks.sent_act[op.micro_batch] = 1;
+        break;
+      case v1::RECV_ACT:
+        marks.recv_act[op.micro_batch] = 1;
+        break;
+      case v1::SEND_GRAD:
+        marks.sent_grad[op.micro_batch] = 1;
+        break;
+      case v1::RECV_GRAD:
+        marks.recv_grad[op.micro_batch] = 1;
+        break;
+      case v1::FORWARD:
+      case v1::BACKWARD:
+      case v1::ACTION_KIND_UNSPECIFIED:
+      case v1::ALLREDUCE:
+      case v1::OPTIMIZER_STEP:
+      case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+      case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+        break;
+    }
+  }
+  return marks;
+}
+
+// Checks everything that does not need time: kinds, micro-batch sets, order of data
+// dependencies inside each program, and send/recv pairing. Sets *num_micro_batches. Scratch
+// memory is O(M) per stage (never P x M), and the work O(actions log actions + P * M).
+absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_batches) {
   const int p = static_cast<int>(programs.size());
   if (p == 0) return absl::InvalidArgumentError("no rank programs to simulate");
 
   int64_t max_mb = -1;
   for (int s = 0; s < p; ++s) {
-    const v1::RankProgram& prog = programs[s];
-    if (prog.stage() != s) {
-      return absl::InvalidArgumentError(absl::StrCat("programs[", s, "] has stage ", prog.stage(),
-                                                     "; programs[s] must be stage s"));
-    }
-    for (int i = 0; i < prog.actions_size(); ++i) {
-      const v1::Action& a = prog.actions(i);
-      if (a.stage() != s) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " names stage ", a.stage(),
-                                                       " in stage ", s, "'s program"));
-      }
-      if (!IsNamedKind(a.kind())) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " has no valid kind"));
-      }
-      if (!HasMicroBatch(a.kind())) continue;
-      if (a.micro_batch() < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(s, i, a), " has negative micro-batch ", a.micro_batch()));
-      }
-      const bool no_next = s == p - 1;
-      const bool no_prev = s == 0;
-      if ((a.kind() == v1::SEND_ACT && no_next) || (a.kind() == v1::RECV_GRAD && no_next) ||
-          (a.kind() == v1::RECV_ACT && no_prev) || (a.kind() == v1::SEND_GRAD && no_prev)) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " has no peer: stage ", s,
-                                                       " is ", no_prev ? "the first" : "the last",
-                                                       " of ", p, " stages"));
-      }
-      if (a.kind() == v1::FORWARD || a.kind() == v1::BACKWARD) {
-        max_mb = std::max<int64_t>(max_mb, a.micro_batch());
+    const OpProgram& prog = programs[s];
+    for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
+      DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, prog[i]));
+      if (prog[i].kind == v1::FORWARD || prog[i].kind == v1::BACKWARD) {
+        max_mb = std::max<int64_t>(max_mb, prog[i].micro_batch);
       }
     }
   }
@@ -121,11 +192,12 @@ absl::Status Validate(const std::vector<v1::RankProgram>& programs, int* num_mic
 
   // Each stage forwards and backwards exactly 0..M-1. Sorting (not a table of size M) keeps
   // a stray huge micro-batch number from allocating memory.
+  std::vector<int> mbs;
   for (int s = 0; s < p; ++s) {
     for (v1::ActionKind kind : {v1::FORWARD, v1::BACKWARD}) {
-      std::vector<int> mbs;
-      for (const v1::Action& a : programs[s].actions()) {
-        if (a.kind() == kind) mbs.push_back(a.micro_batch());
+      mbs.clear();
+      for (const Op& a : programs[s]) {
+        if (a.kind == kind) mbs.push_back(a.micro_batch);
       }
       std::sort(mbs.begin(), mbs.end());
       const absl::string_view verb = kind == v1::FORWARD ? "forwards" : "backwards";
@@ -147,32 +219,32 @@ absl::Status Validate(const std::vector<v1::RankProgram>& programs, int* num_mic
   *num_micro_batches = static_cast<int>(m);
 
   // Pairing first, so a missing partner is reported as such rather than as an ordering problem
-  // it causes. Each table counts, per stage and micro-batch, how often that stage did it.
-  using Table = std::vector<std::vector<int>>;
-  const Table zeros(p, std::vector<int>(m, 0));
-  Table sent_act = zeros, recv_act = zeros, sent_grad = zeros, recv_grad = zeros;
+  // it causes. First each communication action at most once per stage, with a micro-batch < M.
+  std::vector<char> seen(4 * static_cast<size_t>(m), 0);
   for (int s = 0; s < p; ++s) {
-    for (int i = 0; i < programs[s].actions_size(); ++i) {
-      const v1::Action& a = programs[s].actions(i);
-      if (!HasMicroBatch(a.kind())) continue;
-      const int mb = a.micro_batch();
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
+      const Op& a = programs[s][i];
+      if (!HasMicroBatch(a.kind)) continue;
+      const int mb = a.micro_batch;
       if (mb >= m) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " names micro-batch ", mb,
+        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, ToAction(s, a)),
+                                                       " names micro-batch ", mb,
                                                        " but the step forwards only 0..", m - 1));
       }
-      Table* table = nullptr;
-      switch (a.kind()) {
+      int table = -1;
+      switch (a.kind) {
         case v1::SEND_ACT:
-          table = &sent_act;
+          table = 0;
           break;
         case v1::RECV_ACT:
-          table = &recv_act;
+          table = 1;
           break;
         case v1::SEND_GRAD:
-          table = &sent_grad;
+          table = 2;
           break;
         case v1::RECV_GRAD:
-          table = &recv_grad;
+          table = 3;
           break;
         case v1::FORWARD:
         case v1::BACKWARD:
@@ -183,67 +255,82 @@ absl::Status Validate(const std::vector<v1::RankProgram>& programs, int* num_mic
         case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
           break;
       }
-      if (table != nullptr && ++(*table)[s][mb] > 1) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " appears twice"));
+      if (table >= 0 && seen[table * m + mb]++ > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(s, i, ToAction(s, a)), " appears twice"));
       }
     }
   }
-  for (int s = 0; s + 1 < p; ++s) {
-    for (int mb = 0; mb < m; ++mb) {
-      const std::tuple<int, int, v1::Action, v1::Action> pairs[] = {
-          {sent_act[s][mb], recv_act[s + 1][mb], MakeAction(s, v1::SEND_ACT, mb),
-           MakeAction(s + 1, v1::RECV_ACT, mb)},
-          {sent_grad[s + 1][mb], recv_grad[s][mb], MakeAction(s + 1, v1::SEND_GRAD, mb),
-           MakeAction(s, v1::RECV_GRAD, mb)}};
-      for (const auto& [sends, recvs, send, recv] : pairs) {
-        if (sends > recvs) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "unpaired send: ", ActionToString(send), " has no matching ", ActionToString(recv)));
+  if (p > 1) {
+    CommMarks upper = Marks(programs[0], static_cast<int>(m));
+    for (int s = 0; s + 1 < p; ++s) {
+      CommMarks lower = Marks(programs[s + 1], static_cast<int>(m));
+      for (int mb = 0; mb < m; ++mb) {
+        if (upper.sent_act[mb] == lower.recv_act[mb] &&
+            lower.sent_grad[mb] == upper.recv_grad[mb]) {
+          continue;  // the common case: no message to build
         }
-        if (recvs > sends) {
-          return absl::InvalidArgumentError(absl::StrCat("unpaired receive: ", ActionToString(recv),
-                                                         " has no matching ",
-                                                         ActionToString(send)));
+        const std::tuple<int, int, v1::Action, v1::Action> pairs[] = {
+            {upper.sent_act[mb], lower.recv_act[mb], MakeAction(s, v1::SEND_ACT, mb),
+             MakeAction(s + 1, v1::RECV_ACT, mb)},
+            {lower.sent_grad[mb], upper.recv_grad[mb], MakeAction(s + 1, v1::SEND_GRAD, mb),
+             MakeAction(s, v1::RECV_GRAD, mb)}};
+        for (const auto& [sends, recvs, send, recv] : pairs) {
+          if (sends > recvs) {
+            return absl::InvalidArgumentError(absl::StrCat("unpaired send: ", ActionToString(send),
+                                                           " has no matching ",
+                                                           ActionToString(recv)));
+          }
+          if (recvs > sends) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("unpaired receive: ", ActionToString(recv), " has no matching ",
+                             ActionToString(send)));
+          }
         }
       }
+      upper = std::move(lower);
     }
   }
 
   // Data dependencies inside each program, in program order.
+  std::vector<char> forwarded(m), backwarded(m), got_act(m), got_grad(m);
   for (int s = 0; s < p; ++s) {
-    std::vector<char> forwarded(m, 0), backwarded(m, 0), got_act(m, 0), got_grad(m, 0);
-    for (int i = 0; i < programs[s].actions_size(); ++i) {
-      const v1::Action& a = programs[s].actions(i);
-      const int mb = a.micro_batch();
-      auto needs = [&](bool done, v1::ActionKind before, absl::string_view rule) -> absl::Status {
-        if (done) return absl::OkStatus();
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " comes before ",
-                                                       ActionToString(MakeAction(s, before, mb)),
-                                                       " (", rule, ")"));
+    std::fill(forwarded.begin(), forwarded.end(), 0);
+    std::fill(backwarded.begin(), backwarded.end(), 0);
+    std::fill(got_act.begin(), got_act.end(), 0);
+    std::fill(got_grad.begin(), got_grad.end(), 0);
+    for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
+      const Op& a = programs[s][i];
+      const int mb = a.micro_batch;
+      // Builds the error only when a rule is broken: this loop sees every action.
+      auto broken = [&](v1::ActionKind before, absl::string_view rule) -> absl::Status {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(s, i, ToAction(s, a)), " comes before ",
+                         ActionToString(MakeAction(s, before, mb)), " (", rule, ")"));
       };
-      switch (a.kind()) {
+      switch (a.kind) {
         case v1::FORWARD:
-          if (s > 0) {
-            DAPPLE_RETURN_IF_ERROR(
-                needs(got_act[mb], v1::RECV_ACT, "a forward needs its input activation"));
+          if (s > 0 && !got_act[mb]) {
+            return broken(v1::RECV_ACT, "a forward needs its input activation");
           }
           forwarded[mb] = 1;
           break;
         case v1::BACKWARD:
-          DAPPLE_RETURN_IF_ERROR(needs(forwarded[mb], v1::FORWARD, "backward before forward"));
-          if (s < p - 1) {
-            DAPPLE_RETURN_IF_ERROR(
-                needs(got_grad[mb], v1::RECV_GRAD, "a backward needs its output gradient"));
+          if (!forwarded[mb]) return broken(v1::FORWARD, "backward before forward");
+          if (s < p - 1 && !got_grad[mb]) {
+            return broken(v1::RECV_GRAD, "a backward needs its output gradient");
           }
           backwarded[mb] = 1;
           break;
         case v1::SEND_ACT:
-          DAPPLE_RETURN_IF_ERROR(
-              needs(forwarded[mb], v1::FORWARD, "an activation is sent after it is computed"));
+          if (!forwarded[mb]) {
+            return broken(v1::FORWARD, "an activation is sent after it is computed");
+          }
           break;
         case v1::SEND_GRAD:
-          DAPPLE_RETURN_IF_ERROR(
-              needs(backwarded[mb], v1::BACKWARD, "a gradient is sent after it is computed"));
+          if (!backwarded[mb]) {
+            return broken(v1::BACKWARD, "a gradient is sent after it is computed");
+          }
           break;
         case v1::RECV_ACT:
           got_act[mb] = 1;
@@ -270,20 +357,20 @@ struct Slot {
   std::string label;
 };
 
-std::string CellLabel(const v1::Action& a) {
-  switch (a.kind()) {
+std::string CellLabel(const Op& a) {
+  switch (a.kind) {
     case v1::FORWARD:
-      return absl::StrCat("F", a.micro_batch());
+      return absl::StrCat("F", a.micro_batch);
     case v1::BACKWARD:
-      return absl::StrCat("B", a.micro_batch());
+      return absl::StrCat("B", a.micro_batch);
     case v1::SEND_ACT:
-      return absl::StrCat("sa", a.micro_batch());
+      return absl::StrCat("sa", a.micro_batch);
     case v1::RECV_ACT:
-      return absl::StrCat("ra", a.micro_batch());
+      return absl::StrCat("ra", a.micro_batch);
     case v1::SEND_GRAD:
-      return absl::StrCat("sg", a.micro_batch());
+      return absl::StrCat("sg", a.micro_batch);
     case v1::RECV_GRAD:
-      return absl::StrCat("rg", a.micro_batch());
+      return absl::StrCat("rg", a.micro_batch);
     case v1::ALLREDUCE:
       return "AR";
     case v1::OPTIMIZER_STEP:
@@ -306,8 +393,8 @@ double GridQuantum(const ActionCosts& c, int num_stages) {
   for (int s = 0; s < num_stages; ++s) {
     consider(ForwardCost(c, s));
     consider(BackwardCost(c, s));
+    consider(OptimizerStepCost(c, s));
   }
-  consider(c.optimizer_step);
   if (q == 0) {
     consider(c.send);
     consider(c.recv);
@@ -359,131 +446,218 @@ std::string RenderGrid(const std::vector<std::vector<Slot>>& slots, double end_t
   return absl::StrJoin(lines, "\n");
 }
 
-}  // namespace
+// The event loop. Each rank runs until a receive finds its send not yet issued; it then waits
+// until exactly that send is issued, which puts it back on the ready list, so every action is
+// executed once: O(actions). The resulting times depend only on the dependency graph (a
+// directed link's transfers come from one rank, in its program order), not on the order ranks
+// are taken from the ready list.
+struct RunState {
+  std::vector<int> pc;
+  std::vector<double> clock;
+  std::vector<std::vector<Slot>> slots;
+};
 
-absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
-                                          const ActionCosts& costs) {
+SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
+                     bool record_slots, RunState* state) {
+  const int p = static_cast<int>(programs.size());
+  const size_t table_size = static_cast<size_t>(p) * static_cast<size_t>(m);
+  // Arrival time at the peer of each issued send, by sending stage * M + micro-batch.
+  std::vector<double> act_arrival(table_size, kNotIssued);
+  std::vector<double> grad_arrival(table_size, kNotIssued);
+  // When each directed link (by sending stage) finishes its last transfer.
+  std::vector<double> act_link_free(p, 0.0);
+  std::vector<double> grad_link_free(p, 0.0);
+  std::vector<int>& pc = state->pc;
+  std::vector<double>& clock = state->clock;
+  pc.assign(p, 0);
+  clock.assign(p, 0.0);
+  state->slots.assign(record_slots ? p : 0, {});
+  std::vector<int> in_flight(p, 0);
+  std::vector<char> waiting(p, 0);
+
+  SimulationResult result;
+  result.busy_time.assign(p, 0.0);
+  result.allreduce_time.assign(p, 0.0);
+  result.comm_time.assign(p, 0.0);
+  result.peak_in_flight.assign(p, 0);
+  result.optimizer_step_end.assign(p, {});
+
+  std::vector<int> ready;
+  ready.reserve(p);
+  for (int s = p - 1; s >= 0; --s) ready.push_back(s);
+  // Wakes `peer` if it waits on exactly the receive (kind, mb) that was just made possible.
+  auto wake = [&](int peer, v1::ActionKind kind, int mb) {
+    if (!waiting[peer]) return;
+    const Op& next = programs[peer][pc[peer]];
+    if (next.kind != kind || next.micro_batch != mb) return;
+    waiting[peer] = 0;
+    ready.push_back(peer);
+  };
+
+  while (!ready.empty()) {
+    const int s = ready.back();
+    ready.pop_back();
+    const OpProgram& prog = programs[s];
+    const int size = static_cast<int>(prog.size());
+    while (pc[s] < size) {
+      const Op& a = prog[pc[s]];
+      const int mb = a.micro_batch;
+      double start = clock[s];
+      double cost = 0;
+      switch (a.kind) {
+        case v1::FORWARD:
+          cost = ForwardCost(costs, s);
+          result.busy_time[s] += cost;
+          result.peak_in_flight[s] = std::max(result.peak_in_flight[s], ++in_flight[s]);
+          break;
+        case v1::BACKWARD:
+          cost = BackwardCost(costs, s);
+          result.busy_time[s] += cost;
+          --in_flight[s];
+          break;
+        case v1::OPTIMIZER_STEP:
+          cost = OptimizerStepCost(costs, s);
+          result.busy_time[s] += cost;
+          result.optimizer_step_end[s].push_back(start + cost);
+          break;
+        case v1::ALLREDUCE:
+          cost = AllReduceCost(costs, s);
+          result.allreduce_time[s] += cost;
+          break;
+        case v1::SEND_ACT:
+        case v1::SEND_GRAD: {
+          cost = costs.send;
+          const bool act = a.kind == v1::SEND_ACT;
+          const int peer = act ? s + 1 : s - 1;
+          const double transfer =
+              TransferCost(act ? costs.act_transfer_per_boundary : costs.grad_transfer_per_boundary,
+                           act ? s : s - 1);
+          double& link_free = act ? act_link_free[s] : grad_link_free[s];
+          const double transfer_end = std::max(start + cost, link_free) + transfer;
+          link_free = transfer_end;
+          (act ? act_arrival : grad_arrival)[static_cast<size_t>(s) * m + mb] = transfer_end;
+          result.comm_time[s] += transfer;
+          result.comm_time[peer] += transfer;
+          wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb);
+          break;
+        }
+        case v1::RECV_ACT:
+        case v1::RECV_GRAD: {
+          const double arrival = a.kind == v1::RECV_ACT
+                                     ? act_arrival[static_cast<size_t>(s - 1) * m + mb]
+                                     : grad_arrival[static_cast<size_t>(s + 1) * m + mb];
+          if (arrival == kNotIssued) {
+            waiting[s] = 1;
+            break;
+          }
+          start = std::max(start, arrival);
+          cost = costs.recv;
+          break;
+        }
+        case v1::ACTION_KIND_UNSPECIFIED:
+        case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+        case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+          break;  // Validate refuses these
+      }
+      if (waiting[s]) break;
+      if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, CellLabel(a)});
+      clock[s] = start + cost;
+      ++pc[s];
+    }
+  }
+  result.step_time = *std::max_element(clock.begin(), clock.end());
+  return result;
+}
+
+absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>& programs,
+                                                   const ActionCosts& costs,
+                                                   const SimulateOptions& options) {
   int m = 0;
   DAPPLE_RETURN_IF_ERROR(Validate(programs, &m));
   const int p = static_cast<int>(programs.size());
   DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p));
 
-  // End time of each issued send, by sending stage and micro-batch.
-  std::vector<std::vector<double>> act_sent(p, std::vector<double>(m, kNotIssued));
-  std::vector<std::vector<double>> grad_sent(p, std::vector<double>(m, kNotIssued));
-  std::vector<int> pc(p, 0);
-  std::vector<double> clock(p, 0.0);
-  std::vector<int> in_flight(p, 0);
-  std::vector<std::vector<Slot>> slots(p);
-
-  SimulationResult result;
-  result.busy_time.assign(p, 0.0);
-  result.peak_in_flight.assign(p, 0);
-
-  // Times depend only on the dependency graph, not on the order ranks are visited in, so each
-  // rank runs until it blocks and we sweep until a sweep moves nothing. Sends never block, so a
-  // sweep that moves nothing with ranks unfinished is a wait-for cycle: a deadlock.
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int s = 0; s < p; ++s) {
-      const v1::RankProgram& prog = programs[s];
-      while (pc[s] < prog.actions_size()) {
-        const v1::Action& a = prog.actions(pc[s]);
-        const int mb = a.micro_batch();
-        double start = clock[s];
-        double cost = 0;
-        bool compute = false;
-        bool blocked = false;
-        switch (a.kind()) {
-          case v1::FORWARD:
-            cost = ForwardCost(costs, s);
-            compute = true;
-            result.peak_in_flight[s] = std::max(result.peak_in_flight[s], ++in_flight[s]);
-            break;
-          case v1::BACKWARD:
-            cost = BackwardCost(costs, s);
-            compute = true;
-            --in_flight[s];
-            break;
-          case v1::OPTIMIZER_STEP:
-            cost = costs.optimizer_step;
-            compute = true;
-            break;
-          case v1::ALLREDUCE:
-            // Replicas are not simulated: an AllReduce among them costs nothing here.
-            break;
-          case v1::SEND_ACT:
-            cost = costs.send;
-            act_sent[s][mb] = start + cost;
-            break;
-          case v1::SEND_GRAD:
-            cost = costs.send;
-            grad_sent[s][mb] = start + cost;
-            break;
-          case v1::RECV_ACT:
-          case v1::RECV_GRAD: {
-            const double sent =
-                a.kind() == v1::RECV_ACT ? act_sent[s - 1][mb] : grad_sent[s + 1][mb];
-            if (sent == kNotIssued) {
-              blocked = true;
-              break;
-            }
-            start = std::max(start, sent);
-            cost = costs.recv;
-            break;
-          }
-          case v1::ACTION_KIND_UNSPECIFIED:
-          case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-          case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-            return absl::InternalError(absl::StrCat("unvalidated ", ActionToString(a)));
-        }
-        if (blocked) break;
-        if (compute) result.busy_time[s] += cost;
-        if (cost > 0) slots[s].push_back({start, start + cost, CellLabel(a)});
-        clock[s] = start + cost;
-        ++pc[s];
-        progress = true;
-      }
-    }
-  }
-
+  RunState state;
+  SimulationResult result = Run(programs, costs, m, options.render_grid, &state);
   const double quantum = GridQuantum(costs, p);
-  result.step_time = *std::max_element(clock.begin(), clock.end());
 
   bool deadlocked = false;
-  for (int s = 0; s < p; ++s) deadlocked |= pc[s] < programs[s].actions_size();
+  for (int s = 0; s < p; ++s) deadlocked |= state.pc[s] < static_cast<int>(programs[s].size());
   if (deadlocked) {
+    // The message shows what ran: run again with slots if the first run kept none.
+    if (!options.render_grid) result = Run(programs, costs, m, true, &state);
     std::vector<std::string> waits;
     std::vector<std::string> suffix;
     for (int s = 0; s < p; ++s) {
-      if (pc[s] >= programs[s].actions_size()) {
+      if (state.pc[s] >= static_cast<int>(programs[s].size())) {
         suffix.push_back("finished");
         continue;
       }
-      const v1::Action& a = programs[s].actions(pc[s]);
+      const v1::Action a = ToAction(s, programs[s][state.pc[s]]);
       const v1::Action peer = a.kind() == v1::RECV_ACT
                                   ? MakeAction(s - 1, v1::SEND_ACT, a.micro_batch())
                                   : MakeAction(s + 1, v1::SEND_GRAD, a.micro_batch());
-      const std::string wait = absl::StrCat("stage ", s, " waits on ", ActionToString(a),
-                                            " (action ", pc[s], ") for ", ActionToString(peer));
+      const std::string wait =
+          absl::StrCat("stage ", s, " waits on ", ActionToString(a), " (action ", state.pc[s],
+                       ") for ", ActionToString(peer));
       waits.push_back(wait);
       suffix.push_back(absl::StrCat("waits on ", ActionToString(a)));
     }
     return absl::FailedPreconditionError(
         absl::StrCat("deadlock: ", absl::StrJoin(waits, "; "), "; what ran:\n",
-                     RenderGrid(slots, result.step_time, quantum, suffix)));
+                     RenderGrid(state.slots, result.step_time, quantum, suffix)));
   }
 
   double idle_sum = 0;
   result.idle_time.resize(p);
   for (int s = 0; s < p; ++s) {
-    result.idle_time[s] = result.step_time - result.busy_time[s];
+    result.idle_time[s] = result.step_time - result.busy_time[s] - result.allreduce_time[s];
     idle_sum += result.idle_time[s];
   }
   result.bubble_fraction = result.step_time > 0 ? idle_sum / (p * result.step_time) : 0.0;
-  result.grid = RenderGrid(slots, result.step_time, quantum, {});
+  if (options.render_grid) result.grid = RenderGrid(state.slots, result.step_time, quantum, {});
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<SimulationResult> SimulateOps(const std::vector<OpProgram>& programs,
+                                             const ActionCosts& costs,
+                                             const SimulateOptions& options) {
+  return SimulateValidated(programs, costs, options);
+}
+
+absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
+                                          const ActionCosts& costs,
+                                          const SimulateOptions& options) {
+  // The checks only the proto form needs (stage fields), in the order the per-action checks
+  // report, then the shared path on Ops.
+  const int p = static_cast<int>(programs.size());
+  std::vector<OpProgram> ops(p);
+  for (int s = 0; s < p; ++s) {
+    const v1::RankProgram& prog = programs[s];
+    if (prog.stage() != s) {
+      return absl::InvalidArgumentError(absl::StrCat("programs[", s, "] has stage ", prog.stage(),
+                                                     "; programs[s] must be stage s"));
+    }
+    ops[s].reserve(prog.actions_size());
+    for (int i = 0; i < prog.actions_size(); ++i) {
+      const v1::Action& a = prog.actions(i);
+      if (a.stage() != s) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " names stage ", a.stage(),
+                                                       " in stage ", s, "'s program"));
+      }
+      const Op op{a.kind(), a.micro_batch()};
+      DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, op));
+      ops[s].push_back(op);
+    }
+  }
+  return SimulateValidated(ops, costs, options);
+}
+
+absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
+                                          const ActionCosts& costs) {
+  return Simulate(programs, costs, SimulateOptions{});
 }
 
 }  // namespace dapple::schedule

@@ -1,20 +1,30 @@
 // A discrete-event simulator of a set of rank programs (one per stage).
 //
 // Semantics, the same as the worker runtime's: an action starts when its rank is free; a SEND
-// is non-blocking (its rank moves on after `send` cost); a RECV blocks until the matching SEND
+// is non-blocking (its rank moves on after `send` cost); its data then crosses the directed link
+// toward the peer stage for that boundary's transfer time (act_/grad_transfer_per_boundary; 0
+// by default), one transfer at a time per direction, first come first served in send order (a
+// directed link has one sender, so that is the sender's program order): the transfer starts at
+// max(send end, the link's previous transfer end). A RECV blocks until the matching SEND
 // (same micro-batch, same kind, from the neighbouring stage) has been issued, and ends `recv`
-// cost after max(its start, the send's end). FORWARD / BACKWARD / OPTIMIZER_STEP take their cost.
-// ALLREDUCE costs 0 (replicas are not simulated). Pairing: SEND_ACT m on stage s goes to
-// RECV_ACT m on stage s + 1; SEND_GRAD m on stage s goes to RECV_GRAD m on stage s - 1.
-// Because sends never block, whether a program set deadlocks does not depend on the costs.
+// cost after max(its start, the transfer's end). FORWARD / BACKWARD / OPTIMIZER_STEP take their
+// cost (busy time); ALLREDUCE takes `allreduce` (0 by default) on its rank: the AllReduce among
+// that stage's replicas, which are not simulated themselves (they run the same program in
+// lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on
+// stage s goes to RECV_GRAD m on stage s - 1. Because sends never block, whether a program set
+// deadlocks does not depend on the costs.
+//
+// Cost: O(actions + P * M) time and O(P * M) memory (each rank runs until it blocks and is
+// resumed only by the send it waits for).
 //
 // Grid format (SimulationResult::grid and deadlock messages): a line "one column = <q> time
 // unit(s)", a header "t | 0 1 2 ..." of column numbers, then one line "stage <s> | cells" per
 // stage. Column c covers time [c*q, (c+1)*q), q = the smallest positive compute cost (so unit-ish
 // costs give one column per unit; a BACKWARD of cost 2 fills two columns), widened so there are
 // at most 240 columns. A cell shows what the rank was doing at the middle of its slot: F<m>,
-// B<m>, ST (OPTIMIZER_STEP), sa<m>/ra<m>/sg<m>/rg<m> (send/recv of an activation/gradient, only
-// when they cost time) or "." (idle, including waiting on a receive). Cells are left-aligned and
+// B<m>, ST (OPTIMIZER_STEP), AR (ALLREDUCE, when it costs time), sa<m>/ra<m>/sg<m>/rg<m>
+// (send/recv of an activation/gradient, only when they cost time) or "." (idle, including
+// waiting on a receive; link transfers are not drawn). Cells are left-aligned and
 // padded to one width; trailing blanks are trimmed. In a deadlock message each stage line ends
 // with "  <- waits on <action>" or "  <- finished". Example (P=2, M=1, default costs):
 //   one column = 1 time unit
@@ -30,28 +40,51 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/schedule/op.h"
 #include "dapple/v1/plan.pb.h"
 
 namespace dapple::schedule {
 
 // Costs in abstract time units (or ms); per-stage vectors override the scalars when non-empty.
+// The defaults give every existing caller its old results: free communication and AllReduce.
 struct ActionCosts {
   double forward = 1.0;
   double backward = 2.0;
   double send = 0.0;
   double recv = 0.0;
   double optimizer_step = 0.0;
+  double allreduce = 0.0;
   std::vector<double> forward_per_stage;
   std::vector<double> backward_per_stage;
+  std::vector<double> optimizer_step_per_stage;
+  std::vector<double> allreduce_per_stage;
+  // Empty (no transfer time) or P - 1 entries. Entry s: the time one micro-batch's activation
+  // (SEND_ACT on stage s) / gradient (SEND_GRAD on stage s + 1) occupies the directed link
+  // between stages s and s + 1.
+  std::vector<double> act_transfer_per_boundary;
+  std::vector<double> grad_transfer_per_boundary;
+};
+
+struct SimulateOptions {
+  // false: SimulationResult::grid stays empty and no per-action slots are kept (for callers that
+  // simulate many plans). Deadlock messages show the grid either way.
+  bool render_grid = true;
 };
 
 struct SimulationResult {
-  double step_time = 0;             // makespan of the step
-  std::vector<double> busy_time;    // per stage: compute (F, B, STEP)
-  std::vector<double> idle_time;    // per stage: step_time - busy (the bubble)
+  double step_time = 0;                // makespan of the step
+  std::vector<double> busy_time;       // per stage: compute (F, B, STEP)
+  std::vector<double> allreduce_time;  // per stage: its ALLREDUCE actions
+  // Per stage: transfer time of the activations and gradients it sends and receives (each
+  // transfer counts on both of its stages; send/recv rank costs are not included).
+  std::vector<double> comm_time;
+  std::vector<double> idle_time;    // per stage: step_time - busy - allreduce (the bubble)
   double bubble_fraction = 0;       // sum(idle) / (P * step_time)
   std::vector<int> peak_in_flight;  // per stage: max forwards whose backward is not done
-  std::string grid;                 // time-slot by rank table (text), for messages and docs
+  // Per stage: end time of each of its OPTIMIZER_STEPs, in program order (for steady-state
+  // measurements over runs of several updates).
+  std::vector<std::vector<double>> optimizer_step_end;
+  std::string grid;  // time-slot by rank table (text), for messages and docs
 };
 
 // Runs `programs` (programs[s] is stage s) against each other. M is 1 + the largest micro-batch
@@ -64,9 +97,18 @@ struct SimulationResult {
 // unspecified kind, a negative micro-batch, a micro-batch >= M, a send/recv toward a stage that
 // does not exist, a FORWARD on stage > 0 before its RECV_ACT, a BACKWARD on stage < P-1 before its
 // RECV_GRAD, a SEND_ACT/SEND_GRAD before the FORWARD/BACKWARD that computes it, an empty
-// `programs`, or a cost that is negative / not finite / a per-stage vector whose size is not P.
+// `programs`, or a cost that is negative / not finite / a per-stage vector whose size is not P /
+// a per-boundary vector whose size is not P - 1.
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
                                           const ActionCosts& costs = {});
+absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
+                                          const ActionCosts& costs, const SimulateOptions& options);
+
+// The same on Ops (op.h): programs[s] is stage s's program. Same results and errors (less the
+// two about stage fields, which Ops do not have).
+absl::StatusOr<SimulationResult> SimulateOps(const std::vector<OpProgram>& programs,
+                                             const ActionCosts& costs = {},
+                                             const SimulateOptions& options = {});
 
 }  // namespace dapple::schedule
 

@@ -1,6 +1,7 @@
 #include "common/schedule/simulator.h"
 
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -299,6 +300,230 @@ TEST(SimulatorTest, GridColumnIsTheSmallestComputeCostAndIsCapped) {
   EXPECT_EQ(lines[0], "one column = 1.3375 time units");
   const std::vector<std::string> header = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_EQ(header.back(), "239");
+}
+
+// Lowered programs as Ops, for the Op entry point.
+std::vector<OpProgram> BuildOps(ScheduleKind kind, int p, int m, const LowerOptions& options = {}) {
+  std::vector<OpProgram> ops;
+  for (int s = 0; s < p; ++s) ops.push_back(LowerOps(GenerateOps(kind, p, m, s), p, s, options));
+  return ops;
+}
+
+TEST(SimulatorTransferTest, SlowLinkLengthensTheStepByBothTransfers) {
+  ActionCosts costs;  // forward 1, backward 2
+  costs.act_transfer_per_boundary = {5};
+  costs.grad_transfer_per_boundary = {3};
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+    absl::StatusOr<SimulationResult> sim = Simulate(Build(kind, 2, 1), costs);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    // Stage 0: F0 [0,1), activation on the link [1,6). Stage 1: F0 [6,7), B0 [7,9), gradient
+    // on the link [9,12). Stage 0: B0 [12,14). Free links give 3 * (1 + 2 - 1) = 6.
+    EXPECT_DOUBLE_EQ(sim->step_time, 6.0 + 5.0 + 3.0);
+    EXPECT_EQ(sim->comm_time, (std::vector<double>{8.0, 8.0}));
+    EXPECT_EQ(sim->busy_time, (std::vector<double>{3.0, 3.0}));
+    EXPECT_EQ(sim->idle_time, (std::vector<double>{11.0, 11.0}));
+    EXPECT_EQ(sim->allreduce_time, (std::vector<double>{0.0, 0.0}));
+  }
+}
+
+TEST(SimulatorTransferTest, SendAndReceiveCostsAddToTheTransfer) {
+  ActionCosts costs;
+  costs.send = 0.5;
+  costs.recv = 0.25;
+  costs.act_transfer_per_boundary = {2};
+  costs.grad_transfer_per_boundary = {1};
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kGPipe, 2, 1), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Stage 0: F0 [0,1), send [1,1.5), link [1.5,3.5). Stage 1: recv to 3.75, F0 to 4.75, B0 to
+  // 6.75, send to 7.25, link [7.25,8.25). Stage 0: recv to 8.5, B0 to 10.5.
+  EXPECT_DOUBLE_EQ(sim->step_time, 10.5);
+  EXPECT_EQ(sim->comm_time, (std::vector<double>{3.0, 3.0}));
+}
+
+TEST(SimulatorTransferTest, ALinkCarriesOneTransferAtATimeInSendOrder) {
+  ActionCosts costs;  // forward 1, backward 2
+  costs.act_transfer_per_boundary = {4};
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kGPipe, 2, 3), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Activations sent at 1, 2, 3 leave the link at 5, 9, 13 (not 5, 6, 7). Stage 1: F2 [13,14),
+  // B2 B1 B0 to 20; gradients free; stage 0: B2 B1 B0 [16,22).
+  EXPECT_DOUBLE_EQ(sim->step_time, 22.0);
+  EXPECT_EQ(sim->comm_time, (std::vector<double>{12.0, 12.0}));
+  // The gradient link is another direction: a slow activation link does not delay it.
+  costs.grad_transfer_per_boundary = {0.5};
+  sim = Simulate(Build(ScheduleKind::kGPipe, 2, 3), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Stage 1 sends gradients at 16, 18, 20: they arrive at 16.5, 18.5, 20.5; stage 0 ends 22.5.
+  EXPECT_DOUBLE_EQ(sim->step_time, 22.5);
+}
+
+TEST(SimulatorTransferTest, EachBoundaryHasItsOwnLink) {
+  ActionCosts costs;
+  costs.forward = 1;
+  costs.backward = 1;
+  costs.act_transfer_per_boundary = {0, 10};
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kDapple, 3, 1), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // F0 on stages 0, 1 at [0,1), [1,2); the second link adds 10: stage 2 F0 [12,13), B0 [13,14);
+  // B0 on stage 1 [14,15), stage 0 [15,16).
+  EXPECT_DOUBLE_EQ(sim->step_time, 16.0);
+  EXPECT_EQ(sim->comm_time, (std::vector<double>{0.0, 10.0, 10.0}));
+}
+
+TEST(SimulatorAllReduceTest, AllReduceOccupiesItsRankAndOverlapsOthers) {
+  ActionCosts costs;  // forward 1, backward 2
+  costs.allreduce_per_stage = {0, 4};
+  const std::vector<v1::RankProgram> programs =
+      BuildPrograms(ScheduleKind::kDapple, 2, 1, LowerOptions{{false, true}}).value();
+  absl::StatusOr<SimulationResult> sim = Simulate(programs, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Stage 1: F0 [1,2), B0 [2,4), AllReduce [4,8). Stage 0's B0 [4,6) runs meanwhile.
+  EXPECT_DOUBLE_EQ(sim->step_time, 8.0);
+  EXPECT_EQ(sim->allreduce_time, (std::vector<double>{0.0, 4.0}));
+  EXPECT_EQ(sim->busy_time, (std::vector<double>{3.0, 3.0}));
+  EXPECT_EQ(sim->idle_time, (std::vector<double>{5.0, 1.0}));
+  EXPECT_DOUBLE_EQ(sim->bubble_fraction, 6.0 / 16.0);
+  EXPECT_THAT(sim->grid, HasSubstr("stage 1 | .  F0 B0 B0 AR AR AR AR"));
+  // The scalar applies to every ALLREDUCE action.
+  costs = ActionCosts{};
+  costs.allreduce = 1.5;
+  sim = Simulate(programs, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_EQ(sim->allreduce_time, (std::vector<double>{0.0, 1.5}));
+  EXPECT_DOUBLE_EQ(sim->idle_time[1], 6.0 - 3.0 - 1.5);  // stage 0's B0 [4,6) ends the step
+}
+
+TEST(SimulatorTest, OptimizerStepEndsArePerStageInProgramOrder) {
+  ActionCosts costs;
+  costs.optimizer_step_per_stage = {0.5, 0.25};
+  std::vector<OpProgram> ops;
+  for (int s = 0; s < 2; ++s) ops.push_back(LowerOps(GeneratePipeDreamOps(2, 4, s, 2), 2, s));
+  absl::StatusOr<SimulationResult> sim = SimulateOps(ops, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ASSERT_EQ(sim->optimizer_step_end.size(), 2u);
+  ASSERT_EQ(sim->optimizer_step_end[0].size(), 2u);
+  ASSERT_EQ(sim->optimizer_step_end[1].size(), 2u);
+  // Stage 0: F0 F1 [0,2), B0 [4,6), F2 [6,7), B1 [7,9), STEP [9,9.5), F3 [9.5,10.5), ...
+  // Stage 1: F0 [1,2), B0 [2,4), F1 [4,5), B1 [5,7), STEP [7,7.25), F2 [7.25,8.25),
+  // B2 [8.25,10.25), F3 waits for stage 0: [10.5,11.5), B3 [11.5,13.5), STEP [13.5,13.75).
+  EXPECT_DOUBLE_EQ(sim->optimizer_step_end[0][0], 9.5);
+  EXPECT_DOUBLE_EQ(sim->optimizer_step_end[1][0], 7.25);
+  EXPECT_DOUBLE_EQ(sim->optimizer_step_end[1][1], 13.75);
+  EXPECT_DOUBLE_EQ(sim->busy_time[0], 4 * 3.0 + 2 * 0.5);
+  EXPECT_DOUBLE_EQ(sim->step_time, sim->optimizer_step_end[0][1]);
+}
+
+TEST(SimulatorPipeDreamTest, SteadyStateOfEqualStagesHasNoBubble) {
+  // Over a run of several updates, the time between consecutive updates on every stage settles
+  // at M * (F + B): PipeDream without flushes keeps every stage busy.
+  for (int p = 1; p <= 6; ++p) {
+    for (int m : {1, 2, 4, 7}) {
+      SCOPED_TRACE(::testing::Message() << "P=" << p << " M=" << m);
+      const int updates = 2 * p + 4;
+      std::vector<OpProgram> ops;
+      for (int s = 0; s < p; ++s) {
+        ops.push_back(LowerOps(GeneratePipeDreamOps(p, m * updates, s, m), p, s));
+      }
+      SimulateOptions options;
+      options.render_grid = false;
+      absl::StatusOr<SimulationResult> sim = SimulateOps(ops, ActionCosts{}, options);
+      ASSERT_TRUE(sim.ok()) << sim.status();
+      EXPECT_TRUE(sim->grid.empty());
+      for (int s = 0; s < p; ++s) {
+        ASSERT_EQ(sim->optimizer_step_end[s].size(), static_cast<size_t>(updates));
+        EXPECT_EQ(sim->peak_in_flight[s], std::min(p - s, m * updates));
+        // Past the warm-up (P micro-batches) and before the drain (the last update).
+        for (int u = (p + m - 1) / m + 1; u + 1 < updates; ++u) {
+          EXPECT_NEAR(sim->optimizer_step_end[s][u] - sim->optimizer_step_end[s][u - 1], 3.0 * m,
+                      1e-9)
+              << "stage " << s << " update " << u;
+        }
+      }
+      // The whole run: M * updates micro-batches plus one fill and drain of the pipeline.
+      EXPECT_NEAR(sim->step_time, 3.0 * (m * updates + p - 1), 1e-9);
+    }
+  }
+}
+
+TEST(SimulatorTest, OpsAndProtoFormsAgree) {
+  ActionCosts costs;
+  costs.forward_per_stage = {1, 2, 1.5};
+  costs.backward_per_stage = {2, 3, 2.5};
+  costs.act_transfer_per_boundary = {0.5, 1};
+  costs.grad_transfer_per_boundary = {0.25, 0.75};
+  costs.allreduce_per_stage = {1, 0, 2};
+  const LowerOptions options{{true, false, true}};
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+    absl::StatusOr<SimulationResult> a =
+        Simulate(BuildPrograms(kind, 3, 5, options).value(), costs);
+    SimulateOptions no_grid;
+    no_grid.render_grid = false;
+    absl::StatusOr<SimulationResult> b = SimulateOps(BuildOps(kind, 3, 5, options), costs, no_grid);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->step_time, b->step_time);
+    EXPECT_EQ(a->busy_time, b->busy_time);
+    EXPECT_EQ(a->idle_time, b->idle_time);
+    EXPECT_EQ(a->comm_time, b->comm_time);
+    EXPECT_EQ(a->allreduce_time, b->allreduce_time);
+    EXPECT_EQ(a->peak_in_flight, b->peak_in_flight);
+    EXPECT_FALSE(a->grid.empty());
+    EXPECT_TRUE(b->grid.empty());
+  }
+}
+
+TEST(SimulatorTest, RejectsBadTransferAndAllReduceCosts) {
+  const std::vector<v1::RankProgram> programs = Build(ScheduleKind::kDapple, 3, 2);
+  ActionCosts costs;
+  costs.act_transfer_per_boundary = {1, 1, 1};
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.act_transfer_per_boundary has 3 entries for 2 stage boundaries"));
+  costs = ActionCosts{};
+  costs.grad_transfer_per_boundary = {1, -1};
+  EXPECT_EQ(Simulate(programs, costs).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.grad_transfer_per_boundary[1] -1 must be finite and >= 0"));
+  costs = ActionCosts{};
+  costs.allreduce_per_stage = {1, 1};
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.allreduce_per_stage has 2 entries for 3 stages"));
+  costs = ActionCosts{};
+  costs.allreduce = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.allreduce inf"));
+  costs = ActionCosts{};
+  costs.optimizer_step_per_stage = {0, 0, -2};
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.optimizer_step_per_stage[2]"));
+}
+
+TEST(SimulatorTest, DeadlockWithoutGridStillShowsWhatRan) {
+  const std::vector<OpProgram> ops = {
+      ToOps({MakeAction(0, v1::FORWARD, 0), MakeAction(0, v1::FORWARD, 1),
+             MakeAction(0, v1::SEND_ACT, 1), MakeAction(0, v1::RECV_GRAD, 0),
+             MakeAction(0, v1::SEND_ACT, 0), MakeAction(0, v1::BACKWARD, 0),
+             MakeAction(0, v1::RECV_GRAD, 1), MakeAction(0, v1::BACKWARD, 1)}),
+      ToOps({MakeAction(1, v1::RECV_ACT, 0), MakeAction(1, v1::FORWARD, 0),
+             MakeAction(1, v1::BACKWARD, 0), MakeAction(1, v1::SEND_GRAD, 0),
+             MakeAction(1, v1::RECV_ACT, 1), MakeAction(1, v1::FORWARD, 1),
+             MakeAction(1, v1::BACKWARD, 1), MakeAction(1, v1::SEND_GRAD, 1)})};
+  SimulateOptions options;
+  options.render_grid = false;
+  absl::Status status = SimulateOps(ops, ActionCosts{}, options).status();
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("stage 0 | F0 F1  <- waits on 0RECV_GRAD0"));
+}
+
+TEST(SimulatorTest, LargePipelineSimulatesEveryAction) {
+  // 64 stages x 256 micro-batches (about 82k actions): the closed form still holds exactly.
+  SimulateOptions options;
+  options.render_grid = false;
+  absl::StatusOr<SimulationResult> sim =
+      SimulateOps(BuildOps(ScheduleKind::kDapple, 64, 256), ActionCosts{}, options);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->step_time, 3.0 * (256 + 64 - 1), 1e-6);
+  EXPECT_EQ(sim->peak_in_flight[0], 64);
+  EXPECT_EQ(sim->peak_in_flight[63], 1);
 }
 
 // The grid of docs/schedules.md: DAPPLE, P=4, M=8, forward 1, backward 2, free communication.

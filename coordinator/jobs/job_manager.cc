@@ -61,7 +61,8 @@ absl::Status JobManager::WriteLocked(Entry& entry, int64_t now) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& spec_yaml) {
+absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& spec_yaml,
+                                           const v1::ParallelPlanSummary& plan) {
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   Entry entry;
@@ -70,6 +71,7 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   entry.job.set_state(v1::JOB_STATE_PENDING);
   *entry.job.mutable_spec() = spec;
   entry.job.set_spec_yaml(spec_yaml);
+  if (!plan.stages().empty()) *entry.job.mutable_plan() = plan;
   entry.job.set_created_unix_ms(now);
   entry.job.set_updated_unix_ms(now);
   entry.job.mutable_metrics()->set_epochs(static_cast<int32_t>(spec.training().epochs()));

@@ -75,9 +75,11 @@ class JobManager {
   static absl::StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options);
 
   // Stores a new PENDING job "job-N" (N = 1 + the largest N ever stored) with `spec`, its YAML
-  // text and created/updated timestamps; returns it once written. kInternal on a write error
+  // text, `plan` (the plan made at submission with its prediction; empty: planned when it
+  // starts) and created/updated timestamps; returns it once written. kInternal on a write error
   // (then nothing is stored and N is not consumed).
-  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& spec_yaml);
+  absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& spec_yaml,
+                                 const v1::ParallelPlanSummary& plan = {});
 
   // kNotFound "no job <id>".
   absl::StatusOr<v1::Job> Get(const std::string& id) const;

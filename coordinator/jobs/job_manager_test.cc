@@ -55,6 +55,28 @@ TEST_F(JobManagerTest, CreateStoresPendingJobsWithIncreasingIds) {
   EXPECT_EQ(jobs->OldestPending(), "job-1");
 }
 
+TEST_F(JobManagerTest, CreateStoresThePlanMadeAtSubmission) {
+  v1::ParallelPlanSummary plan;
+  plan.set_planner("dapple");
+  plan.set_predicted_step_ms(7.5);
+  plan.add_stages()->set_last_layer(5);
+  {
+    auto jobs = Open();
+    auto a = jobs->Create(Spec("a"), "name: a\n", plan);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_DOUBLE_EQ(a->plan().predicted_step_ms(), 7.5);
+    auto b = jobs->Create(Spec("b"), "name: b\n");
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_FALSE(b->has_plan());  // planned when it starts
+  }
+  auto jobs = Open();  // written before Create returned
+  auto a = jobs->Get("job-1");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->plan().planner(), "dapple");
+  EXPECT_DOUBLE_EQ(a->plan().predicted_step_ms(), 7.5);
+  EXPECT_EQ(a->plan().stages(0).last_layer(), 5);
+}
+
 TEST_F(JobManagerTest, TransitionFollowsTheLifecycle) {
   auto jobs = Open();
   ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());

@@ -49,6 +49,46 @@ TEST(JobStoreTest, PutThenLoadRoundTripsInSequenceOrder) {
   EXPECT_EQ((*jobs)[1].created_unix_ms(), 1010);
 }
 
+// The plan made at submission, with the simulator's prediction, is part of the stored job.
+TEST(JobStoreTest, ThePlansPredictionRoundTrips) {
+  const std::string path = FreshDbPath();
+  v1::Job job = MakeJob(1, v1::JOB_STATE_PENDING);
+  v1::ParallelPlanSummary* plan = job.mutable_plan();
+  plan->set_planner("dapple");
+  plan->set_predicted_step_ms(12.5);
+  plan->set_predicted_samples_per_second(20480);
+  plan->set_profile_source("estimated from FLOPs at 50 GFLOP/s");
+  plan->set_cluster_source("2 registered workers on 1 host");
+  plan->set_placement_policy("fresh_first");
+  plan->add_notes("one replica per stage: the worker runtime has no stage replication yet");
+  plan->set_num_devices(2);
+  v1::PlanStageSummary* stage = plan->add_stages();
+  stage->set_forward_ms(1.25);
+  stage->set_backward_ms(2.5);
+  stage->set_compute_ms(30);
+  stage->set_idle_ms(4);
+  stage->set_comm_ms(0.5);
+  stage->set_allreduce_ms(0.25);
+  stage->set_peak_memory_bytes(int64_t{3} << 30);
+  stage->set_peak_in_flight(2);
+  stage->add_placement("local/0");
+  stage->set_bubble_fraction(0.125);
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].plan().SerializeAsString(), job.plan().SerializeAsString())
+      << (*jobs)[0].plan().DebugString();
+  EXPECT_DOUBLE_EQ((*jobs)[0].plan().predicted_step_ms(), 12.5);
+  EXPECT_EQ((*jobs)[0].plan().stages(0).peak_memory_bytes(), int64_t{3} << 30);
+}
+
 TEST(JobStoreTest, RejectsIdsNotOfTheJobForm) {
   auto store = JobStore::Open(FreshDbPath());
   ASSERT_TRUE(store.ok());

@@ -1,14 +1,23 @@
 #include "coordinator/planner/planner.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/profile/cluster_topology.h"
+#include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/lowering.h"
-#include "common/schedule/simulator.h"
 #include "common/status.h"
 #include "coordinator/planner/partition.h"
+#include "coordinator/planner/plan_simulator.h"
+#include "coordinator/planner/plan_summary.h"
+#include "coordinator/planner/planners.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -16,15 +25,114 @@ namespace {
 constexpr char kBalanced[] = "balanced";
 constexpr char kUniform[] = "uniform";
 constexpr char kManual[] = "manual";
-
-// Simulator costs in MFLOP keep the numbers in a readable range; only their ratios matter.
-constexpr double kFlopsPerSimUnit = 1e6;
+constexpr char kDapple[] = "dapple";
+constexpr const char* kJobPlanners[] = {kBalanced, kUniform, kManual, kDapple, "pipedream", "dp"};
 
 std::string PlannerName(const v1::JobSpec& spec) {
   return spec.parallel().planner().empty() ? kBalanced : spec.parallel().planner();
 }
 
+bool ChoosesDepth(const std::string& planner) {
+  return planner != kBalanced && planner != kUniform && planner != kManual;
+}
+
+// "1.5 GiB", "12.0 MiB", "512 B": memory in messages, readable at any scale.
+std::string Bytes(double bytes) {
+  constexpr double kKiB = 1024;
+  if (bytes >= kKiB * kKiB * kKiB) return absl::StrFormat("%.1f GiB", bytes / (kKiB * kKiB * kKiB));
+  if (bytes >= kKiB * kKiB) return absl::StrFormat("%.1f MiB", bytes / (kKiB * kKiB));
+  if (bytes >= kKiB) return absl::StrFormat("%.1f KiB", bytes / kKiB);
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+// A job's profile indexes the model's layers; a file profile may start with Input nodes (data
+// loading, no compute) that the model has no layer for. Dropping them (and their edges) keeps
+// a topological order, so the result is still a valid profile.
+v1::ModelProfile WithoutInputNodes(const v1::ModelProfile& profile) {
+  v1::ModelProfile out = profile;
+  out.clear_layers();
+  out.clear_edges();
+  std::vector<int> index(profile.layers_size(), -1);
+  for (int i = 0; i < profile.layers_size(); ++i) {
+    if (profile.layers(i).input()) continue;
+    index[i] = out.layers_size();
+    *out.add_layers() = profile.layers(i);
+  }
+  for (const v1::ProfileEdge& e : profile.edges()) {
+    if (e.src() < 0 || e.dst() < 0 || e.src() >= profile.layers_size() ||
+        e.dst() >= profile.layers_size() || index[e.src()] < 0 || index[e.dst()] < 0) {
+      continue;
+    }
+    v1::ProfileEdge* edge = out.add_edges();
+    edge->set_src(index[e.src()]);
+    edge->set_dst(index[e.dst()]);
+  }
+  return out;
+}
+
+// The manual plan the spec spells out: its ranges, stage s on device s.
+HybridPlan ManualPlan(const v1::JobSpec& spec, int64_t micro_batch, int micro_batches) {
+  HybridPlan plan;
+  plan.planner = kManual;
+  plan.micro_batch_size = micro_batch;
+  plan.micro_batches = micro_batches;
+  int device = 0;
+  for (const v1::StageRange& r : spec.parallel().stage_ranges()) {
+    StagePlan stage;
+    stage.first_layer = r.first_layer();
+    stage.last_layer = r.last_layer();
+    stage.devices = {device++};
+    plan.stages.push_back(std::move(stage));
+  }
+  return plan;
+}
+
+// kResourceExhausted for a manual plan that does not fit, naming its hungriest stage.
+absl::Status CheckManualFits(const PlanningProblem& problem, const Prediction& prediction,
+                             const HybridPlan& plan) {
+  if (prediction.fits_memory) return absl::OkStatus();
+  int worst = 0;
+  for (int s = 1; s < static_cast<int>(prediction.stages.size()); ++s) {
+    if (prediction.stages[s].peak_memory_bytes > prediction.stages[worst].peak_memory_bytes) {
+      worst = s;
+    }
+  }
+  const StagePrediction& p = prediction.stages[worst];
+  const int device = plan.stages[worst].devices.empty() ? 0 : plan.stages[worst].devices[0];
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the manual plan needs %s on a device (stage %d: weights %s, activations %s) but devices "
+      "have %s",
+      Bytes(static_cast<double>(p.peak_memory_bytes)), worst,
+      Bytes(static_cast<double>(p.weight_bytes)), Bytes(static_cast<double>(p.activation_bytes)),
+      Bytes(static_cast<double>(profile::DeviceMemoryBytes(problem.topology, device)))));
+}
+
 }  // namespace
+
+v1::ClusterTopology SingleNodeTopology(int devices, const PlanDefaults& defaults) {
+  v1::ClusterTopology topology;
+  topology.set_source(absl::StrCat("one node of ", devices, devices == 1 ? " device" : " devices",
+                                   " (coordinator defaults)"));
+  v1::ClusterNode* node = topology.add_nodes();
+  node->set_name("local");
+  node->set_devices(devices);
+  node->set_device_memory_bytes(defaults.device_memory_bytes);
+  topology.set_intra_node_bandwidth_bytes_per_s(defaults.intra_node_bandwidth_bytes_per_s);
+  topology.set_intra_node_latency_ms(defaults.intra_node_latency_ms);
+  topology.set_inter_node_bandwidth_bytes_per_s(defaults.inter_node_bandwidth_bytes_per_s);
+  topology.set_inter_node_latency_ms(defaults.inter_node_latency_ms);
+  return topology;
+}
+
+double NominalFlopsPerSecond(absl::string_view device_kind, const PlanDefaults& defaults) {
+  return absl::StartsWith(device_kind, "cuda") ? defaults.cuda_flops_per_second
+                                               : defaults.cpu_flops_per_second;
+}
+
+double OptimizerStateFactor(const v1::OptimizerSpec& optimizer) {
+  if (optimizer.type() == "adamw") return 2.0;
+  return optimizer.momentum() != 0 ? 1.0 : 0.0;
+}
 
 std::vector<double> LayerCosts(const std::vector<LayerInfo>& layers) {
   std::vector<double> costs;
@@ -41,16 +149,17 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallel.devices ", par.devices(), " must be >= 1"));
   }
+  const std::string planner = PlannerName(spec);
   int stages = 0;
   std::string field;
-  if (PlannerName(spec) == kManual) {
+  if (planner == kManual) {
     stages = par.stage_ranges_size();
     field = absl::StrCat("parallel.stage_ranges has ", stages, " ranges");
   } else if (par.stages() != 0) {
     stages = par.stages();
     field = absl::StrCat("parallel.stages ", stages);
   } else {
-    return par.devices();
+    return ChoosesDepth(planner) ? 0 : par.devices();
   }
   if (stages < 1) return absl::InvalidArgumentError(absl::StrCat(field, ": need at least 1"));
   if (stages > par.devices()) {
@@ -60,24 +169,21 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec) {
   return stages;
 }
 
-absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec) {
+absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInputs& inputs) {
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> layers, InferLayers(spec.model()));
+  const std::string planner = PlannerName(spec);
+  if (std::find(std::begin(kJobPlanners), std::end(kJobPlanners), planner) ==
+      std::end(kJobPlanners)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.planner '", planner, "' is unknown; known: ",
+                     absl::StrJoin(std::begin(kJobPlanners), std::end(kJobPlanners), ", ")));
+  }
   DAPPLE_ASSIGN_OR_RETURN(const int num_stages, ResolveNumStages(spec));
   const int num_layers = static_cast<int>(layers.size());
-
-  const std::string planner = PlannerName(spec);
-  std::vector<v1::StageRange> ranges;
-  if (planner == kBalanced) {
-    DAPPLE_ASSIGN_OR_RETURN(ranges, PartitionBalanced(LayerCosts(layers), num_stages));
-  } else if (planner == kUniform) {
-    DAPPLE_ASSIGN_OR_RETURN(ranges, PartitionUniform(num_layers, num_stages));
-  } else if (planner == kManual) {
-    ranges.assign(spec.parallel().stage_ranges().begin(), spec.parallel().stage_ranges().end());
+  if (planner == kManual) {
+    std::vector<v1::StageRange> ranges(spec.parallel().stage_ranges().begin(),
+                                       spec.parallel().stage_ranges().end());
     DAPPLE_RETURN_IF_ERROR(CheckPartition(ranges, num_layers));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.planner '", planner,
-                                                   "' is unknown; known: balanced, uniform, "
-                                                   "manual"));
   }
 
   const int64_t global_batch = spec.training().global_batch();
@@ -98,43 +204,113 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec) {
         absl::StrCat("training.global_batch / training.micro_batch = ", micro_batches,
                      " micro-batches is too many"));
   }
-
   DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
                           schedule::ParseScheduleKind(spec.parallel().schedule()));
-  DAPPLE_ASSIGN_OR_RETURN(
-      std::vector<v1::RankProgram> programs,
-      schedule::BuildPrograms(kind, num_stages, static_cast<int>(micro_batches)));
 
-  v1::ParallelPlan plan;
-  v1::ParallelPlanSummary* summary = plan.mutable_summary();
+  // Step 1: the profile, indexed like model.layers.
+  v1::ModelProfile model_profile;
+  if (inputs.profile.has_value()) {
+    DAPPLE_RETURN_IF_ERROR(profile::CheckProfileMatchesModel(*inputs.profile, spec.model()));
+    model_profile = WithoutInputNodes(*inputs.profile);
+  } else {
+    DAPPLE_ASSIGN_OR_RETURN(
+        model_profile,
+        profile::EstimateProfile(spec.model(), micro_batch,
+                                 NominalFlopsPerSecond(inputs.device_kind, inputs.defaults)));
+  }
+  if (model_profile.layers_size() != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("profile ", model_profile.source(), " has ",
+                                                   model_profile.layers_size(),
+                                                   " layers, the model ", num_layers));
+  }
+
+  // Step 2: the topology.
+  const int devices = spec.parallel().devices();
+  const v1::ClusterTopology topology =
+      inputs.topology.has_value() ? *inputs.topology : SingleNodeTopology(devices, inputs.defaults);
+  const int available = profile::NumDevices(topology);
+  if (devices > available) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.devices ", devices, " but the cluster (", topology.source(),
+                     ") has ", available, available == 1 ? " device" : " devices"));
+  }
+
+  // Step 3: the problem.
+  PlanningProblem problem;
+  DAPPLE_ASSIGN_OR_RETURN(problem.profile, profile::ToChain(model_profile));
+  problem.topology = topology;
+  problem.global_batch = global_batch;
+  problem.micro_batch_size = micro_batch;
+  problem.schedule = kind;
+  problem.optimizer_state_factor = OptimizerStateFactor(spec.training().optimizer());
+  problem.max_devices = devices;
+  problem.max_replicas = inputs.max_replicas;
+  problem.num_stages = num_stages;
+
+  // Step 4: the plan and its prediction.
+  PlannedJob planned;
+  if (planner == kManual) {
+    planned.plan = ManualPlan(spec, micro_batch, static_cast<int>(micro_batches));
+    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
+    DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
+  } else {
+    DAPPLE_ASSIGN_OR_RETURN(planned, RunPlanner(planner, problem));
+  }
+  const HybridPlan& plan = planned.plan;
+  const int p = static_cast<int>(plan.stages.size());
+  if (p < 1 || plan.micro_batches != micro_batches) {
+    return absl::InternalError(absl::StrCat("planner ", planner, " returned ", p,
+                                            " stages and M = ", plan.micro_batches,
+                                            ", expected M = ", micro_batches));
+  }
+
+  // Step 5: the summary and the programs.
+  v1::ParallelPlan result;
+  v1::ParallelPlanSummary* summary = result.mutable_summary();
+  *summary = ToSummary(problem, plan, planned.prediction, kind);
   summary->set_planner(planner);
-  summary->set_schedule(std::string(schedule::ScheduleKindName(kind)));
-  summary->set_micro_batches(static_cast<int32_t>(micro_batches));
-  summary->set_micro_batch_size(micro_batch);
-
-  schedule::ActionCosts costs;
-  for (const v1::StageRange& r : ranges) {
-    double forward = 0;
-    double backward = 0;
+  for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
-    for (int i = r.first_layer(); i <= r.last_layer(); ++i) {
-      forward += layers[i].forward_flops + kLayerOverheadFlops / 2;
-      backward += layers[i].backward_flops + kLayerOverheadFlops / 2;
+    for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
       flops += layers[i].forward_flops + layers[i].backward_flops;
     }
-    costs.forward_per_stage.push_back(forward / kFlopsPerSimUnit);
-    costs.backward_per_stage.push_back(backward / kFlopsPerSimUnit);
-    v1::PlanStageSummary* stage = summary->add_stages();
-    stage->set_first_layer(r.first_layer());
-    stage->set_last_layer(r.last_layer());
-    stage->set_replicas(1);
-    stage->set_compute_flops(flops);
+    summary->mutable_stages(s)->set_compute_flops(flops);
   }
-  DAPPLE_ASSIGN_OR_RETURN(const schedule::SimulationResult sim,
-                          schedule::Simulate(programs, costs));
-  summary->set_bubble_fraction(sim.bubble_fraction);
-  for (v1::RankProgram& program : programs) *plan.add_programs() = std::move(program);
-  return plan;
+  // balanced, uniform and manual never replicate; the others would, given the runtime.
+  if (inputs.max_replicas == 1 && ChoosesDepth(planner)) {
+    summary->add_notes("one replica per stage: the worker runtime has no stage replication yet");
+  }
+  int used = 0;
+  for (const StagePlan& s : plan.stages) used += static_cast<int>(s.devices.size());
+  if (used < devices) {
+    summary->add_notes(absl::StrCat("uses ", used, " of the job's ", devices,
+                                    " devices (parallel.devices): the job runs on ", used,
+                                    used == 1 ? " worker" : " workers"));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::RankProgram> programs,
+                          schedule::BuildPrograms(kind, p, static_cast<int>(micro_batches)));
+  for (v1::RankProgram& program : programs) *result.add_programs() = std::move(program);
+  return result;
+}
+
+absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
+                                                    const v1::ClusterTopology& topology,
+                                                    absl::string_view planner,
+                                                    int64_t global_batch) {
+  PlanningProblem problem;
+  DAPPLE_ASSIGN_OR_RETURN(problem.profile, profile::ToChain(profile));
+  problem.topology = topology;
+  problem.global_batch =
+      global_batch > 0 ? global_batch : kDefaultProfileBatches * problem.profile.batch_size;
+  problem.micro_batch_size = 0;
+  problem.schedule = schedule::ScheduleKind::kDapple;
+  problem.optimizer_state_factor = 1.0;
+  problem.max_devices = 0;
+  problem.max_replicas = 0;
+  problem.num_stages = 0;
+  const std::string name = planner.empty() ? std::string(kDapple) : std::string(planner);
+  DAPPLE_ASSIGN_OR_RETURN(PlannedJob planned, RunPlanner(name, problem));
+  return ToSummary(problem, planned.plan, planned.prediction, problem.schedule);
 }
 
 }  // namespace dapple::coordinator

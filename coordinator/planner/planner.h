@@ -1,49 +1,124 @@
-// The planner of this version: JobSpec -> ParallelPlan (stage boundaries, rank programs and the
-// simulator's bubble estimate), one replica per stage (D = 1). Pure (no I/O); thread-safe.
+// The job-level planner: JobSpec (+ a profile and a topology) -> ParallelPlan (the summary with
+// the simulator's prediction, and one RankProgram per stage). It wraps the planners of
+// planners.h (dapple, pipedream, dp, uniform, balanced) and the spec's own stage ranges
+// (manual), all scored by the same simulator (plan_simulator.h). Pure (no I/O); thread-safe.
 //
-// Steps:
-//   1. P: parallel.stage_ranges.size() for planner "manual"; otherwise parallel.stages, or
-//      parallel.devices when stages is 0 (auto). P must be in [1, parallel.devices].
-//   2. Layer costs from InferLayers (common/model_info.h): forward_flops + backward_flops per
-//      sample plus kLayerOverheadFlops, so layers without arithmetic still weigh something.
-//   3. Stages: "balanced" (also when planner is empty) -> PartitionBalanced (minimise the most
-//      expensive stage), "uniform" -> PartitionUniform (equal layer counts), "manual" -> the
-//      spec's stage_ranges, checked by CheckPartition.
-//   4. M = global_batch / micro_batch; programs = schedule::BuildPrograms(schedule, P, M).
-//   5. schedule::Simulate with per-stage forward / backward costs proportional to each stage's
-//      forward / backward cost (MFLOP per sample) gives bubble_fraction.
+// Steps of MakePlan:
+//   1. Profile: PlanInputs.profile (checked against the model with CheckProfileMatchesModel,
+//      its Input nodes dropped so that layer k is model.layers[k]) or, without one,
+//      profile::EstimateProfile at training.micro_batch samples and the nominal FLOP rate of the
+//      job's device kind (PlanDefaults::cpu_flops_per_second / cuda_flops_per_second).
+//   2. Topology: PlanInputs.topology, or SingleNodeTopology(parallel.devices) with the
+//      defaults. parallel.devices must not exceed its devices.
+//   3. Problem: global batch and micro-batch size from training (the planner does not change
+//      M: the workers run training.micro_batch), the schedule, the optimizer's state factor
+//      (sgd 0, sgd with momentum 1, adamw 2), max_devices = parallel.devices, max_replicas =
+//      PlanInputs.max_replicas (1: the worker runtime has no stage replication yet; the plan's
+//      notes say so) and P: the stage_ranges for manual; parallel.stages when set; for
+//      balanced and uniform with stages auto parallel.devices (one stage per device); for
+//      dapple, pipedream and dp with stages auto the planner's choice.
+//   4. Plan: RunPlanner(parallel.planner, problem) (empty planner: balanced); manual: the
+//      spec's ranges on devices 0..P-1, scored by SimulatePlan.
+//   5. Summary: ToSummary (plan_summary.h) plus compute_flops per stage (forward + backward
+//      FLOPs per sample, common/model_info.h) and notes; programs =
+//      schedule::BuildPrograms(schedule, P, M).
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
 #define DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
 
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_info.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
+#include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
 
+// What the coordinator assumes where nothing better is known (docs/coordinator.md, "Flags":
+// each has a flag). Units: bytes, bytes/s, ms, FLOP/s.
+struct PlanDefaults {
+  // Memory of a device whose worker reported none, and of the devices of SingleNodeTopology.
+  int64_t device_memory_bytes = int64_t{16} << 30;
+  // Links between devices of one node / of different nodes. The intra-node default is about
+  // what UCX moves between two processes of one host (shared memory, docs/benchmarks.md); the
+  // inter-node one is 25 Gbit/s Ethernet.
+  double intra_node_bandwidth_bytes_per_s = 10e9;
+  double intra_node_latency_ms = 0.01;
+  double inter_node_bandwidth_bytes_per_s = 3.125e9;
+  double inter_node_latency_ms = 0.02;
+  // Nominal FLOP rates of estimated profiles: about half a core's sgemm peak here (small
+  // layers reach less), and a round number below an H100/H200's dense fp32 peak.
+  double cpu_flops_per_second = 50e9;
+  double cuda_flops_per_second = 50e12;
+};
+
+// One node "local" with `devices` devices of defaults.device_memory_bytes and the default
+// links; source "one node of N devices (coordinator defaults)".
+v1::ClusterTopology SingleNodeTopology(int devices, const PlanDefaults& defaults);
+
+// The nominal FLOP rate for estimated profiles on `device_kind`: cuda_flops_per_second for
+// "cuda" (or "cuda:..."), cpu_flops_per_second otherwise.
+double NominalFlopsPerSecond(absl::string_view device_kind, const PlanDefaults& defaults);
+
+// Optimizer state bytes per parameter byte: sgd without momentum 0, sgd with momentum 1,
+// adamw 2 (its two moments).
+double OptimizerStateFactor(const v1::OptimizerSpec& optimizer);
+
+struct PlanInputs {
+  std::optional<v1::ModelProfile> profile;      // none: estimated (step 1)
+  std::optional<v1::ClusterTopology> topology;  // none: SingleNodeTopology(parallel.devices)
+  std::string device_kind = "cpu";              // "cpu" | "cuda": the estimate's FLOP rate
+  int max_replicas = 1;                         // 0: unlimited
+  PlanDefaults defaults;
+};
+
 // Per-layer fixed cost (FLOP-equivalents per sample) added to every layer's estimate: a stand-in
 // for kernel launch and memory traffic that keeps cost-free layers (flatten) from being free.
+// Used by LayerCosts only (tests and benchmarks of the FLOP view); MakePlan plans on profiles.
 inline constexpr double kLayerOverheadFlops = 1000;
 
 // forward_flops + backward_flops + kLayerOverheadFlops for each layer.
 std::vector<double> LayerCosts(const std::vector<LayerInfo>& layers);
 
-// The number of stages P the spec asks for (step 1 above). kInvalidArgument naming the field
-// when P < 1 or P > parallel.devices.
+// The number of stages P the spec fixes: stage_ranges.size() for planner manual, else
+// parallel.stages, else (auto) parallel.devices for balanced and uniform and 0 (the planner
+// chooses) for dapple, pipedream and dp. kInvalidArgument naming the field when P > devices,
+// or when devices < 1.
 absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 
-// Plans `spec` (steps above). The summary has planner and schedule names, M, micro-batch size,
-// one PlanStageSummary per stage (first/last layer, replicas 1, compute_flops = forward +
-// backward FLOPs per sample without the overhead, worker_ids empty: the scheduler fills them)
-// and bubble_fraction; programs[s] is stage s's RankProgram.
-// Errors (kInvalidArgument unless noted), one line each: InferLayers' errors; an unknown planner
-// ("parallel.planner 'foo' is unknown; known: balanced, uniform, manual") or schedule name;
-// L < P; bad stage_ranges; micro_batch <= 0 or not dividing global_batch; BuildPrograms' and
-// Simulate's errors (kFailedPrecondition for a schedule that deadlocks).
-absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec);
+// Plans `spec` (steps above). The summary has everything ToSummary gives (planner, schedule,
+// M, micro-batch size, stages with replicas, placement and the prediction, profile and
+// cluster sources, notes) plus compute_flops per stage; worker_ids / devices / hostnames stay
+// empty (the scheduler fills them). programs[s] is stage s's RankProgram (replica 0).
+// Errors, one line each:
+//   kInvalidArgument: InferLayers' errors; an unknown planner ("parallel.planner 'foo' is
+//     unknown; known: balanced, uniform, manual, dapple, pipedream, dp") or schedule;
+//     micro_batch <= 0 or not dividing global_batch; a profile that does not match the model
+//     (CheckProfileMatchesModel's message); parallel.devices beyond the topology's devices;
+//     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors.
+//   kResourceExhausted: no plan fits device memory (RunPlanner's message; for manual "the
+//     manual plan needs 3.2 GiB on a device (stage 0: weights 1.1 GiB, activations 2.1 GiB)
+//     but devices have 1.0 GiB").
+//   kFailedPrecondition: a schedule that deadlocks (BuildPrograms).
+absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInputs& inputs = {});
+
+// Plans a profile without a job (`dapplectl plan --profile` without JOB.yaml): planner
+// `planner` (default "dapple" when empty) on the whole `topology`, replicas unlimited, the
+// planner choosing P and M, `global_batch` samples per step (0: 16 x profile.batch_size),
+// the dapple schedule, sgd with momentum (state factor 1). The summary is ToSummary's.
+// Errors: ToChain's and RunPlanner's (kInvalidArgument, kResourceExhausted).
+absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
+                                                    const v1::ClusterTopology& topology,
+                                                    absl::string_view planner,
+                                                    int64_t global_batch);
+
+// How many samples PlanProfile uses per step when given 0: this many profile batches.
+inline constexpr int64_t kDefaultProfileBatches = 16;
 
 }  // namespace dapple::coordinator
 

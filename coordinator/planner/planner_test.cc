@@ -1,5 +1,6 @@
 #include "coordinator/planner/planner.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +60,14 @@ TEST(PlannerTest, BalancedDemoMlpOnTwoStages) {
   EXPECT_DOUBLE_EQ(s.stages(1).compute_flops(), 6.0 * 1024 * 1024 + 2 * 1024 + 6.0 * 1024 * 10);
   EXPECT_GT(s.bubble_fraction(), 0.0);
   EXPECT_LT(s.bubble_fraction(), 1.0);
+  // The simulator's prediction on the estimated profile and the default one-node topology.
+  EXPECT_GT(s.predicted_step_ms(), 0.0);
+  EXPECT_NEAR(s.predicted_samples_per_second(), 256 / s.predicted_step_ms() * 1000,
+              1e-9 * s.predicted_samples_per_second());
+  EXPECT_THAT(s.profile_source(), HasSubstr("estimated from FLOPs"));
+  EXPECT_EQ(s.cluster_source(), "one node of 2 devices (coordinator defaults)");
+  EXPECT_GT(s.stages(0).peak_memory_bytes(), 0);
+  EXPECT_GT(s.stages(1).compute_ms(), 0.0);
   ASSERT_EQ(plan->programs_size(), 2);
   EXPECT_EQ(plan->programs(0).stage(), 0);
   EXPECT_EQ(plan->programs(1).stage(), 1);
@@ -116,6 +125,11 @@ TEST(PlannerTest, UniformAndManual) {
 
 TEST(PlannerTest, StagesResolveFromTheSpec) {
   EXPECT_EQ(*ResolveNumStages(DemoSpec(4)), 4);
+  v1::JobSpec dapple = DemoSpec(4);
+  dapple.mutable_parallel()->set_planner("dapple");
+  EXPECT_EQ(*ResolveNumStages(dapple), 0);  // the planner chooses
+  dapple.mutable_parallel()->set_stages(3);
+  EXPECT_EQ(*ResolveNumStages(dapple), 3);
   EXPECT_EQ(*ResolveNumStages(DemoSpec(4, 2)), 2);
   auto too_many = ResolveNumStages(DemoSpec(2, 3));
   EXPECT_EQ(too_many.status().message(),
@@ -132,7 +146,8 @@ TEST(PlannerTest, Errors) {
   v1::JobSpec planner = DemoSpec(2);
   planner.mutable_parallel()->set_planner("magic");
   EXPECT_EQ(MakePlan(planner).status().message(),
-            "parallel.planner 'magic' is unknown; known: balanced, uniform, manual");
+            "parallel.planner 'magic' is unknown; known: balanced, uniform, manual, dapple, "
+            "pipedream, dp");
 
   v1::JobSpec batch = DemoSpec(2);
   batch.mutable_training()->set_micro_batch(48);
@@ -146,6 +161,179 @@ TEST(PlannerTest, Errors) {
   v1::JobSpec layer = DemoSpec(2);
   layer.mutable_model()->mutable_layers(2)->set_type("conv9");
   EXPECT_THAT(MakePlan(layer).status().message(), HasSubstr("model.layers[2]"));
+}
+
+// The demo's layers as a measured profile would name them, `ms` per layer forward (backward 2x).
+v1::ModelProfile DemoProfile(double ms = 1.0) {
+  v1::ModelProfile p;
+  p.set_source("measured.txt");
+  p.set_batch_size(32);
+  for (const char* type : {"flatten", "linear", "relu", "linear", "relu", "linear"}) {
+    v1::LayerProfile* l = p.add_layers();
+    l->set_id(type);
+    l->set_name(type);
+    l->set_forward_ms(ms);
+    l->set_backward_ms(2 * ms);
+    l->set_activation_bytes(32 * 1024 * 4);
+    l->set_parameter_bytes(1024 * 1024 * 4);
+  }
+  return p;
+}
+
+v1::ClusterTopology TwoNodes(int per_node, int64_t memory = int64_t{16} << 30) {
+  v1::ClusterTopology t;
+  t.set_source("two.yaml");
+  for (int n = 0; n < 2; ++n) {
+    v1::ClusterNode* node = t.add_nodes();
+    node->set_name(absl::StrCat("n", n));
+    node->set_devices(per_node);
+    node->set_device_memory_bytes(memory);
+  }
+  t.set_intra_node_bandwidth_bytes_per_s(130e9);
+  t.set_intra_node_latency_ms(0.005);
+  t.set_inter_node_bandwidth_bytes_per_s(3.125e9);
+  t.set_inter_node_latency_ms(0.01);
+  return t;
+}
+
+TEST(PlannerTest, DappleChoosesTheDepthWithinTheJobsDevicesWithoutReplicas) {
+  v1::JobSpec spec = DemoSpec(4);
+  spec.mutable_parallel()->set_planner("dapple");
+  PlanInputs inputs;
+  inputs.profile = DemoProfile();
+  inputs.topology = TwoNodes(4);
+  auto plan = MakePlan(spec, inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::ParallelPlanSummary& s = plan->summary();
+  EXPECT_EQ(s.planner(), "dapple");
+  EXPECT_EQ(s.profile_source(), "measured.txt");
+  EXPECT_EQ(s.cluster_source(), "two.yaml");
+  EXPECT_EQ(s.micro_batch_size(), 32);
+  EXPECT_EQ(s.micro_batches(), 8);
+  ASSERT_GE(s.stages_size(), 1);
+  ASSERT_LE(s.stages_size(), 4);
+  int expected_first = 0;
+  for (const v1::PlanStageSummary& stage : s.stages()) {
+    EXPECT_EQ(stage.replicas(), 1);
+    EXPECT_EQ(stage.first_layer(), expected_first);
+    expected_first = stage.last_layer() + 1;
+  }
+  EXPECT_EQ(expected_first, 6);
+  EXPECT_EQ(plan->programs_size(), s.stages_size());
+  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("no stage replication")));
+}
+
+TEST(PlannerTest, AProfilesInputNodesAreDroppedSoStagesIndexTheModel) {
+  v1::ModelProfile profile = DemoProfile();
+  v1::ModelProfile with_input;
+  with_input.set_source("graph.txt");
+  with_input.set_batch_size(32);
+  v1::LayerProfile* input = with_input.add_layers();
+  input->set_id("node1");
+  input->set_name("Input0");
+  input->set_input(true);
+  input->set_activation_bytes(32 * 784 * 4);
+  for (const v1::LayerProfile& l : profile.layers()) *with_input.add_layers() = l;
+  for (int i = 0; i + 1 < with_input.layers_size(); ++i) {
+    v1::ProfileEdge* e = with_input.add_edges();
+    e->set_src(i);
+    e->set_dst(i + 1);
+  }
+  PlanInputs inputs;
+  inputs.profile = with_input;
+  auto plan = MakePlan(DemoSpec(2), inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->summary().stages_size(), 2);
+  EXPECT_EQ(plan->summary().stages(0).first_layer(), 0);
+  EXPECT_EQ(plan->summary().stages(1).last_layer(), 5);  // the model's last layer
+}
+
+TEST(PlannerTest, AMismatchedProfileIsRefused) {
+  v1::ModelProfile profile = DemoProfile();
+  profile.mutable_layers(2)->set_name("gelu");
+  PlanInputs inputs;
+  inputs.profile = profile;
+  auto plan = MakePlan(DemoSpec(2), inputs);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("model.layers[2]"));
+}
+
+TEST(PlannerTest, MoreDevicesThanTheClusterHasAreRefused) {
+  PlanInputs inputs;
+  inputs.topology = TwoNodes(1);
+  auto plan = MakePlan(DemoSpec(3), inputs);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(), "parallel.devices 3 but the cluster (two.yaml) has 2 devices");
+}
+
+TEST(PlannerTest, PlansThatFitNoDeviceAreRefusedWithTheMemoryTheyNeed) {
+  PlanInputs inputs;
+  inputs.defaults.device_memory_bytes = 1 << 20;  // the big linear's weights alone are 4 MiB
+  auto balanced = MakePlan(DemoSpec(2), inputs);
+  EXPECT_EQ(balanced.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(balanced.status().message(), HasSubstr("but devices have"));
+
+  v1::JobSpec manual = DemoSpec(2);
+  manual.mutable_parallel()->set_planner("manual");
+  for (auto [first, last] : {std::pair{0, 2}, std::pair{3, 5}}) {
+    v1::StageRange* r = manual.mutable_parallel()->add_stage_ranges();
+    r->set_first_layer(first);
+    r->set_last_layer(last);
+  }
+  auto m = MakePlan(manual, inputs);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(m.status().message()), ::testing::StartsWith("the manual plan needs "));
+  EXPECT_THAT(m.status().message(), HasSubstr("(stage 1: weights "));
+  EXPECT_THAT(std::string(m.status().message()), ::testing::EndsWith("but devices have 1.0 MiB"));
+}
+
+TEST(PlannerTest, ManualPlansArePredictedToo) {
+  v1::JobSpec manual = DemoSpec(2);
+  manual.mutable_parallel()->set_planner("manual");
+  for (auto [first, last] : {std::pair{0, 3}, std::pair{4, 5}}) {
+    v1::StageRange* r = manual.mutable_parallel()->add_stage_ranges();
+    r->set_first_layer(first);
+    r->set_last_layer(last);
+  }
+  auto m = MakePlan(manual);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->summary().planner(), "manual");
+  EXPECT_GT(m->summary().predicted_step_ms(), 0);
+  EXPECT_GT(m->summary().stages(0).compute_ms(), m->summary().stages(1).compute_ms());
+}
+
+TEST(PlannerTest, PlanProfileUsesTheWholeClusterAndSixteenProfileBatches) {
+  v1::ModelProfile profile = DemoProfile();
+  auto s = PlanProfile(profile, TwoNodes(2), "", 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->planner(), "dapple");
+  EXPECT_EQ(s->micro_batches() * s->micro_batch_size(), kDefaultProfileBatches * 32);
+  EXPECT_GT(s->predicted_step_ms(), 0);
+  auto pd = PlanProfile(profile, TwoNodes(2), "pipedream", 64);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(pd->planner(), "pipedream");
+  EXPECT_EQ(pd->micro_batches() * pd->micro_batch_size(), 64);
+  EXPECT_EQ(PlanProfile(profile, TwoNodes(2), "magic", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, NominalRatesAndOptimizerState) {
+  PlanDefaults d;
+  EXPECT_EQ(NominalFlopsPerSecond("cuda", d), d.cuda_flops_per_second);
+  EXPECT_EQ(NominalFlopsPerSecond("cuda:NVIDIA H200", d), d.cuda_flops_per_second);
+  EXPECT_EQ(NominalFlopsPerSecond("cpu", d), d.cpu_flops_per_second);
+  v1::OptimizerSpec o;
+  o.set_type("sgd");
+  EXPECT_EQ(OptimizerStateFactor(o), 0.0);
+  o.set_momentum(0.9);
+  EXPECT_EQ(OptimizerStateFactor(o), 1.0);
+  o.set_type("adamw");
+  EXPECT_EQ(OptimizerStateFactor(o), 2.0);
+  const v1::ClusterTopology t = SingleNodeTopology(3, d);
+  ASSERT_EQ(t.nodes_size(), 1);
+  EXPECT_EQ(t.nodes(0).devices(), 3);
+  EXPECT_EQ(t.nodes(0).device_memory_bytes(), d.device_memory_bytes);
+  EXPECT_EQ(t.source(), "one node of 3 devices (coordinator defaults)");
 }
 
 }  // namespace

@@ -9,9 +9,14 @@
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/profile/model_profile.h"
+#include "common/schedule/generators.h"
+#include "common/schedule/lowering.h"
 #include "common/status.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/service/plan_request_check.h"
+#include "coordinator/service/worker_topology.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -27,16 +32,46 @@ absl::Status CheckJobId(const std::string& id) {
   return absl::OkStatus();
 }
 
-// Workers a job needs to start: one per device of its spec.
-int WorkersNeeded(const v1::Job& job) { return std::max(1, job.spec().parallel().devices()); }
+// Workers a job needs to start: one per device of its stored plan; a job stored without a
+// plan (by an older version) is planned with one stage per device.
+int WorkersNeeded(const v1::Job& job) {
+  if (job.plan().stages().empty()) return std::max(1, job.spec().parallel().devices());
+  int needed = 0;
+  for (const v1::PlanStageSummary& s : job.plan().stages()) needed += std::max(1, s.replicas());
+  return needed;
+}
 
-// parallel.device_type: "cpu" / "cuda" take only workers whose first device (the one a stage
-// computes on) is of that type; "any" (or empty) takes every worker.
 bool WorkerFits(const v1::Job& job, const WorkerRecord& worker) {
-  const std::string& type = job.spec().parallel().device_type();
-  if (type.empty() || type == "any") return true;
-  const std::string device = worker.info.devices().empty() ? "cpu" : worker.info.devices(0);
-  return type == "cuda" ? absl::StartsWith(device, "cuda:") : device == type;
+  return WorkerFitsDeviceType(job.spec().parallel().device_type(), worker.info);
+}
+
+// A planner's kResourceExhausted (no plan fits device memory) is the user's to fix, like any
+// other bad input; gRPC clients read RESOURCE_EXHAUSTED as a limit of the channel.
+absl::Status AsInputError(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    return absl::InvalidArgumentError(status.message());
+  }
+  return status;
+}
+
+// Rank programs for a stored plan summary: its schedule, P and M.
+absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::ParallelPlanSummary& summary) {
+  for (int s = 0; s < summary.stages_size(); ++s) {
+    if (summary.stages(s).replicas() > 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the plan has ", summary.stages(s).replicas(), " replicas of stage ", s,
+                       ": stage replication is not available in the worker runtime yet"));
+    }
+  }
+  DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
+                          schedule::ParseScheduleKind(summary.schedule()));
+  DAPPLE_ASSIGN_OR_RETURN(
+      std::vector<v1::RankProgram> programs,
+      schedule::BuildPrograms(kind, summary.stages_size(), summary.micro_batches()));
+  v1::ParallelPlan plan;
+  *plan.mutable_summary() = summary;
+  for (v1::RankProgram& program : programs) *plan.add_programs() = std::move(program);
+  return plan;
 }
 
 std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers) {
@@ -62,6 +97,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   job_options.metrics_persist_interval_ms = options.metrics_persist_interval_ms;
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobManager> jobs,
                           JobManager::Open(std::move(job_options)));
+  if (options.profile_cache == nullptr) options.profile_cache = std::make_shared<ProfileCache>();
   return std::unique_ptr<CoordinatorService>(
       new CoordinatorService(std::move(options), std::move(jobs)));
 }
@@ -138,6 +174,7 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
     (void)workers_.Transition(*worker, v1::WORKER_STATE_DEAD,
                               absl::StrFormat("no heartbeat for %.1f s", silent_s));
     worker->dead_since_unix_ms = now;
+    if (options_.profile_cache->Expire(worker->info.id(), now) > 0) WakeLocked();
     if (busy && running_.contains(job_id)) {
       absl::Status ended =
           EndJobLocked(job_id, v1::JOB_STATE_FAILED,
@@ -162,11 +199,13 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
 }
 
 void CoordinatorService::ScheduleLocked(int64_t now) {
+  options_.profile_cache->Expire(/*dead_worker_id=*/"", now);
   while (std::optional<std::string> id = jobs_->OldestPending()) {
     absl::StatusOr<v1::Job> job = jobs_->Get(*id);
     if (!job.ok()) break;
     const std::vector<WorkerRecord*> free = Fitting(*job, workers_.Schedulable());
     if (static_cast<int>(free.size()) < WorkersNeeded(*job)) break;  // FIFO: later jobs wait
+    if (!ProfileReadyLocked(*job, free, now)) break;
     if (!StartJobLocked(*job, free, now)) break;
   }
   ExplainPendingLocked();
@@ -185,6 +224,11 @@ void CoordinatorService::ExplainPendingLocked() {
     absl::Status s = jobs_->SetPendingMessage(id, message);
     if (!s.ok()) DAPPLE_LOG_WARN("job {}: {}", id, s.message());
   };
+  if (head == measuring_job_) {
+    set(head, measuring_message_);
+    for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
+    return;
+  }
   const std::string typed = DeviceTypeClause(*job);
   std::string counts =
       absl::StrCat(workers_.CountLive(), " registered, ", workers_.Schedulable().size(), " idle");
@@ -194,6 +238,47 @@ void CoordinatorService::ExplainPendingLocked() {
   set(head, absl::StrCat("waiting for ", needed, needed == 1 ? " idle worker" : " idle workers",
                          typed, ": ", counts));
   for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
+}
+
+namespace {
+
+// A job whose stages come from a profile (every planner but manual) and whose stored plan used
+// an estimated one.
+bool WantsMeasuredProfile(const v1::Job& job) {
+  return job.spec().parallel().planner() != "manual" &&
+         absl::StartsWith(job.plan().profile_source(), "estimated");
+}
+
+std::string FirstDevice(const WorkerRecord& w) {
+  return w.info.devices().empty() ? "cpu" : w.info.devices(0);
+}
+
+}  // namespace
+
+bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
+                                            const std::vector<WorkerRecord*>& free, int64_t now) {
+  measuring_job_.clear();
+  if (!options_.measure_profiles || !WantsMeasuredProfile(job) || free.empty()) return true;
+  ProfileCache& cache = *options_.profile_cache;
+  const std::string device = FirstDevice(*free[0]);
+  const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), device);
+  switch (cache.StateOf(key)) {
+    case ProfileCache::State::kReady:
+    case ProfileCache::State::kFailed:
+      return true;
+    case ProfileCache::State::kMissing:
+      cache.Request(free[0]->info.id(), job.spec(), device, job.spec().training().micro_batch(),
+                    now + options_.profile_timeout_ms);
+      DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(),
+                      free[0]->info.id(), device);
+      break;
+    case ProfileCache::State::kPending:
+      break;
+  }
+  measuring_job_ = job.id();
+  measuring_message_ = absl::StrCat("measuring the model's layers on ", device,
+                                    " before planning (a worker times each layer)");
+  return false;
 }
 
 bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
@@ -208,8 +293,32 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());
     return true;
   };
-  absl::StatusOr<v1::ParallelPlan> plan = MakePlan(job.spec());
+  // A job planned on an estimated profile is planned again once its model was measured.
+  const ProfileCache::Key key =
+      ProfileCache::KeyOf(job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]));
+  const bool measured = WantsMeasuredProfile(job) && options_.profile_cache->Lookup(key);
+  const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
+  absl::StatusOr<v1::ParallelPlan> plan =
+      job.plan().stages().empty() || measured
+          ? MakePlan(job.spec(), SubmissionPlanInputs(job.spec(), workers_.List()))
+          : PlanFromSummary(job.plan());
   if (!plan.ok()) return fail(std::string(plan.status().message()));
+  if (measured && !job.plan().stages().empty() &&
+      plan->programs_size() > static_cast<int>(free.size())) {
+    // The measured plan wants more workers than are free now: run the stored plan rather
+    // than wait (another job may hold them for long).
+    const int wanted = plan->programs_size();
+    plan = PlanFromSummary(job.plan());
+    if (!plan.ok()) return fail(std::string(plan.status().message()));
+    plan->mutable_summary()->add_notes(absl::StrCat(
+        "the plan on the measured profile wants ", wanted, " workers but ", free.size(),
+        " are free: running the plan made at submission"));
+  }
+  if (asked && !measured) {
+    if (std::string why = options_.profile_cache->Error(key); !why.empty()) {
+      plan->mutable_summary()->add_notes(absl::StrCat("planned on the estimated profile: ", why));
+    }
+  }
   const int num_stages = plan->programs_size();
   if (num_stages < 1 || num_stages > static_cast<int>(free.size()) ||
       plan->summary().stages_size() != num_stages) {
@@ -339,9 +448,105 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, spec.status().message());
     return absl::InvalidArgumentError(spec.status().message());
   }
-  DAPPLE_ASSIGN_OR_RETURN(*response->mutable_job(), jobs_->Create(*spec, request.spec_yaml()));
+  // Planned outside the lock: a big model's search should not hold up heartbeats.
+  absl::StatusOr<v1::ParallelPlan> plan =
+      MakePlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()));
+  if (!plan.ok()) {
+    DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
+    return AsInputError(plan.status());
+  }
+  DAPPLE_ASSIGN_OR_RETURN(*response->mutable_job(),
+                          jobs_->Create(*spec, request.spec_yaml(), plan->summary()));
   absl::MutexLock lock(&mu_);
   WakeLocked();
+  return absl::OkStatus();
+}
+
+std::vector<v1::WorkerInfo> CoordinatorService::WorkerSnapshot() {
+  absl::MutexLock lock(&mu_);
+  return workers_.List();
+}
+
+PlanInputs CoordinatorService::SubmissionPlanInputs(
+    const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) const {
+  PlanInputs inputs;
+  inputs.defaults = options_.plan_defaults;
+  inputs.max_replicas = 1;
+  const std::string& type = spec.parallel().device_type();
+  inputs.device_kind = JobDeviceKind(type, workers);
+  inputs.profile = options_.profile_cache->Lookup(
+      ProfileCache::Key{profile::ModelFingerprint(spec.model()), inputs.device_kind});
+  if (static_cast<int>(LiveFittingWorkers(workers, type).size()) >= spec.parallel().devices()) {
+    absl::StatusOr<v1::ClusterTopology> topology =
+        TopologyFromWorkers(workers, type, options_.plan_defaults);
+    if (topology.ok()) inputs.topology = *std::move(topology);
+  }
+  return inputs;
+}
+
+absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
+                                         v1::PlanJobResponse* response) {
+  const std::string& source =
+      request.source_name().empty() ? std::string(kDefaultSource) : request.source_name();
+  if (request.has_profile()) DAPPLE_RETURN_IF_ERROR(CheckProfile(request.profile()));
+  if (request.has_cluster()) DAPPLE_RETURN_IF_ERROR(CheckTopology(request.cluster()));
+  if (request.global_batch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_batch ", request.global_batch(), " must be >= 0 (0: the default)"));
+  }
+  const std::vector<v1::WorkerInfo> workers = WorkerSnapshot();
+  v1::ParallelPlanSummary summary;
+  v1::ClusterTopology topology;
+  if (request.spec_yaml().empty()) {
+    if (!request.has_profile()) {
+      return absl::InvalidArgumentError(
+          "a plan without a job spec needs a profile (dapplectl plan --profile FILE)");
+    }
+    if (request.has_cluster()) {
+      topology = request.cluster();
+    } else {
+      DAPPLE_ASSIGN_OR_RETURN(topology,
+                              TopologyFromWorkers(workers, "any", options_.plan_defaults));
+    }
+    absl::StatusOr<v1::ParallelPlanSummary> planned =
+        PlanProfile(request.profile(), topology, request.planner(), request.global_batch());
+    if (!planned.ok()) return AsInputError(planned.status());
+    summary = *std::move(planned);
+  } else {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(request.spec_yaml(), source);
+    if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
+    if (!request.planner().empty() && request.planner() != spec->parallel().planner()) {
+      v1::ParallelSpec* parallel = spec->mutable_parallel();
+      parallel->set_planner(request.planner());
+      if (request.planner() != "manual" && parallel->stage_ranges_size() > 0) {
+        parallel->clear_stage_ranges();
+        parallel->set_stages(0);
+      }
+      if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("with planner ", request.planner(), ": ", s.message()));
+      }
+    }
+    PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
+    if (request.has_profile()) inputs.profile = request.profile();
+    if (request.has_cluster()) {
+      inputs.topology = request.cluster();
+    } else {
+      DAPPLE_ASSIGN_OR_RETURN(
+          inputs.topology,
+          TopologyFromWorkers(workers, spec->parallel().device_type(), options_.plan_defaults));
+    }
+    topology = *inputs.topology;
+    absl::StatusOr<v1::ParallelPlan> plan = MakePlan(*spec, inputs);
+    if (!plan.ok()) return AsInputError(plan.status());
+    summary = std::move(*plan->mutable_summary());
+  }
+  // Nothing runs, so the devices a user wants to see are the topology's.
+  for (v1::PlanStageSummary& stage : *summary.mutable_stages()) {
+    *stage.mutable_devices() = stage.placement();
+  }
+  *response->mutable_plan() = std::move(summary);
+  *response->mutable_cluster() = std::move(topology);
   return absl::OkStatus();
 }
 
@@ -413,6 +618,9 @@ absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest&
                                                 v1::RegisterWorkerResponse* response) {
   absl::MutexLock lock(&mu_);
   WorkerRecord& worker = workers_.Register(request, options_.now_unix_ms());
+  // What the planner needs to know of the worker's device (worker_topology.h).
+  worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
+  worker.info.set_device_memory_shared(request.device_memory_shared());
   response->set_worker_id(worker.info.id());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();
@@ -453,6 +661,12 @@ absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
     worker->pending_assignment.reset();
     DAPPLE_LOG_INFO("worker {}: assignment delivered (stage {} of job {})", worker->info.id(),
                     response->assignment().stage(), assigned);
+  }
+  if (!busy && reported.empty()) {
+    if (std::optional<v1::ProfileRequest> measure =
+            options_.profile_cache->TakeFor(worker->info.id())) {
+      *response->mutable_profile_request() = *std::move(measure);
+    }
   }
   if (was_reporting && reported.empty()) WakeLocked();  // it may be schedulable now
   return absl::OkStatus();
@@ -554,6 +768,27 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                                      static_cast<int>(request.kind())));
   }
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::ReportProfile(const v1::ReportProfileRequest& request,
+                                               v1::ReportProfileResponse* response) {
+  absl::MutexLock lock(&mu_);
+  DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(request.worker_id()).status());
+  v1::ReportProfileRequest report = request;
+  if (report.has_profile()) {
+    report.mutable_profile()->set_source(
+        absl::StrCat(report.profile().source(), " by worker ", request.worker_id()));
+  }
+  absl::Status s = options_.profile_cache->Report(report);
+  if (s.ok() && report.error().empty()) {
+    DAPPLE_LOG_INFO("worker {}: profile of {} layers measured", request.worker_id(),
+                    report.profile().layers_size());
+  } else {
+    DAPPLE_LOG_WARN("worker {}: profile: {}", request.worker_id(),
+                    s.ok() ? report.error() : std::string(s.message()));
+  }
+  WakeLocked();
+  return s;
 }
 
 absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequest& request,

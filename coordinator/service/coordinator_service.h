@@ -17,7 +17,19 @@
 //   (job FAILED naming stage and worker), ABORTED (worker IDLE).
 //   DeregisterWorker: the worker is shutting down; it is forgotten at once and its running job
 //   FAILS.
+//   ReportProfile: the answer to a ProfileRequest (an IDLE worker's heartbeat reply carries one
+//   when the coordinator wants a model measured; see "Measured profiles" below).
 //
+// Measured profiles: a job planned on a profile estimated from FLOPs (no measured profile of its
+// model on its device kind was cached at submission; planner not manual) is, when its workers
+// are free, first measured on the first of them (ProfileRequest at the job's micro-batch size,
+// waiting at most profile_timeout_ms; the job's message says "measuring ..."), then re-planned
+// with the measured profile. Measurements are cached by model and device kind
+// (coordinator/cluster/profile_cache.h), in memory. When measuring fails or times out the job
+// runs on its estimated plan and the plan's notes say why.
+//
+// A job needs one worker per device of its stored plan (the sum of its stages' replicas: P
+// today), which may be fewer than parallel.devices when the planner chose fewer stages.
 // Pending jobs say why they wait, in their message: the oldest "waiting for 3 idle workers:
 // 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing), the
 // others "queued behind job-N". Refreshed on every scheduling pass when the numbers change;
@@ -50,6 +62,8 @@
 #include "coordinator/cluster/worker_registry.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/progress_tracker.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/cluster/profile_cache.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -66,6 +80,17 @@ struct CoordinatorOptions {
   // deregistered: a later heartbeat gets unknown_worker). 0: in the pass that finds it DEAD.
   int64_t dead_worker_retention_ms = 600'000;
   std::function<int64_t()> now_unix_ms = WallClockUnixMs;  // every timestamp and timeout
+  // Device memory, links and FLOP rates assumed where workers or files say nothing.
+  PlanDefaults plan_defaults;
+  // Measured profiles the planner prefers to estimated ones, filled by workers' ReportProfile;
+  // null: the service makes its own (empty) cache.
+  std::shared_ptr<ProfileCache> profile_cache;
+  // How long a worker may take to measure a job's profile before the job is planned with the
+  // estimated one instead.
+  int64_t profile_timeout_ms = 60000;
+  // Measure jobs' models before planning them (see "Measured profiles"); false: plan on the
+  // profile known at submission (unit tests of the scheduler that do not play the worker).
+  bool measure_profiles = true;
 };
 
 class CoordinatorService {
@@ -106,9 +131,28 @@ class CoordinatorService {
   // --- Coordinator (dapplectl) ---
 
   // Parses and validates request.spec_yaml (ParseJobSpec, messages name request.source_name,
-  // "<spec>" when empty) and stores the job as PENDING. kInvalidArgument with the parser's
-  // message (nothing stored); kInternal when the write fails.
+  // "<spec>" when empty), plans it (MakePlan, planner.h) and stores the job as PENDING with the
+  // plan and its prediction in Job.plan (worker ids empty until it starts). The plan's inputs:
+  // the cached measured profile of the model on the job's device kind, else an estimated one;
+  // the topology of the registered live workers of its device_type when there are at least
+  // parallel.devices of them, else one node of parallel.devices devices with
+  // options.plan_defaults; one replica per stage (the runtime has no replication yet).
+  // kInvalidArgument with the parser's or the planner's message (a plan that fits no device's
+  // memory included), nothing stored; kInternal when the write fails.
   absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
+  // A dry run of the planner (coordinator.proto PlanJobRequest; docs/coordinator.md): nothing
+  // is stored or started. With spec_yaml: MakePlan on the spec (request.planner, when set,
+  // replaces parallel.planner; with it explicit stage ranges give way to stages auto), on
+  // request.profile (which must match the model) or the profile SubmitJob would use, and on
+  // request.cluster or the registered live workers of the job's device_type. Without
+  // spec_yaml: PlanProfile on request.profile (required) and request.cluster or every
+  // registered live worker. The response's stages carry their topology device names in
+  // `devices` (no workers are assigned in a dry run).
+  // Errors: kInvalidArgument for a bad spec, profile, cluster or planner name, a profile that
+  // does not match the model (naming the first mismatch), a plan that fits no device's memory
+  // (the planner's message); kFailedPrecondition "no registered workers ... to plan on: start
+  // workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)".
+  absl::Status PlanJob(const v1::PlanJobRequest& request, v1::PlanJobResponse* response);
   // kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also CancelJob,
   // WatchJob).
   absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);
@@ -150,6 +194,10 @@ class CoordinatorService {
   // its other ranks are told to abort by their heartbeats. kNotFound "unknown worker w-9".
   absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
                                 v1::DeregisterWorkerResponse* response);
+  // A worker's measured profile (or why it could not measure). kNotFound for an unknown worker
+  // or request; kPermissionDenied / kInvalidArgument as ProfileCache::Report.
+  absl::Status ReportProfile(const v1::ReportProfileRequest& request,
+                             v1::ReportProfileResponse* response);
 
  private:
   // What the coordinator keeps in memory about a RUNNING job.
@@ -163,16 +211,26 @@ class CoordinatorService {
   CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobManager> jobs)
       : options_(std::move(options)), jobs_(std::move(jobs)) {}
 
+  // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
+  PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
+                                  const std::vector<v1::WorkerInfo>& workers) const;
+  std::vector<v1::WorkerInfo> WorkerSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
+
   void Loop();
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the messages of the PENDING jobs (see the class comment).
   void ExplainPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans and starts job `id` on the first workers of `free`; false when it could not even
-  // leave PENDING (then scheduling stops for this pass).
+  // Starts job `id` with its stored plan (planning it now if it has none: a job stored by an
+  // older version) on the first workers of `free`; false when it could not even leave PENDING
+  // (then scheduling stops for this pass).
   bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False while the job waits for its model to be measured (asking the first free worker when
+  // nobody has been asked yet); see "Measured profiles".
+  bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
+                          int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, drops
   // undelivered assignments (those workers go IDLE) and its rendezvous. Workers that already
   // run the job stay BUSY until they stop reporting it.
@@ -198,6 +256,9 @@ class CoordinatorService {
   absl::CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The head PENDING job's message while its model is being measured ("" otherwise).
+  std::string measuring_job_ ABSL_GUARDED_BY(mu_);
+  std::string measuring_message_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by the owner's thread only
 };
 

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "common/profile/model_profile.h"
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/test_db.h"
 #include "gmock/gmock.h"
@@ -18,6 +19,7 @@
 namespace dapple::coordinator {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -58,6 +60,7 @@ class CoordinatorServiceTest : public ::testing::Test {
 
   std::unique_ptr<CoordinatorService> Open(int64_t dead_worker_retention_ms = 600'000) {
     CoordinatorOptions options;
+    options.measure_profiles = measure_;  // the MeasuredProfile tests play the measuring worker
     options.db_path = path_;
     options.heartbeat_interval_ms = 500;
     options.worker_timeout_ms = 5000;
@@ -156,6 +159,14 @@ class CoordinatorServiceTest : public ::testing::Test {
     return job->id();
   }
 
+  // Opens a fresh service that measures models before planning.
+  void OpenMeasuring() {
+    svc_.reset();
+    measure_ = true;
+    svc_ = Open();
+  }
+
+  bool measure_ = false;
   std::string path_ = FreshDbPath();
   std::atomic<int64_t> now_{kStart};
   std::unique_ptr<CoordinatorService> svc_;
@@ -664,7 +675,9 @@ TEST_F(CoordinatorServiceTest, PlannerFailureFailsTheJobWithItsMessage) {
   svc_->Tick();
   v1::Job job = Get("job-1");
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(job.message(), "parallel.planner 'magic' is unknown; known: balanced, uniform, manual");
+  EXPECT_EQ(job.message(),
+            "parallel.planner 'magic' is unknown; known: balanced, uniform, manual, dapple, "
+            "pipedream, dp");
   EXPECT_EQ(Worker("w-1").state(), v1::WORKER_STATE_IDLE);
 }
 
@@ -771,6 +784,7 @@ TEST_F(CoordinatorServiceTest, WatchJobEndsOnClientCancelAndShutdown) {
 
 TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorkers) {
   CoordinatorOptions options;
+  options.measure_profiles = false;
   options.db_path = FreshDbPath();
   options.worker_timeout_ms = 300;
   options.tick_interval_ms = 20;
@@ -977,6 +991,122 @@ TEST_F(CoordinatorServiceTest, DeregisteringAnIdleWorkerIsNeverScheduledAgain) {
   absl::Status unknown = svc_->DeregisterWorker(req, &resp);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(unknown.message(), "unknown worker w-9");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+// What a worker's layer profiler reports for `request` (fixed times; the real measurement is
+// tested in worker/runtime/layer_profiler_test.cc and end to end in tests/integration).
+v1::ReportProfileRequest MeasuredAnswer(const std::string& worker,
+                                        const v1::ProfileRequest& request) {
+  v1::ReportProfileRequest r;
+  r.set_worker_id(worker);
+  r.set_request_id(request.request_id());
+  v1::ModelProfile* p = r.mutable_profile();
+  p->set_source("measured on cpu");
+  p->set_device_kind(request.device());
+  p->set_batch_size(request.batch_size());
+  p->set_model_fingerprint(profile::ModelFingerprint(request.spec().model()));
+  for (const v1::LayerSpec& l : request.spec().model().layers()) {
+    v1::LayerProfile* layer = p->add_layers();
+    layer->set_name(l.type());
+    layer->set_forward_ms(1);
+    layer->set_backward_ms(2);
+    layer->set_activation_bytes(1024);
+  }
+  return r;
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsForItsModelToBeMeasuredThenIsReplanned) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_THAT(submitted->plan().profile_source(), HasSubstr("estimated"));
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(job.message(), HasSubstr("measuring the model's layers on cpu"));
+  // The first free worker is asked, once, in its heartbeat reply; a busy one never is.
+  EXPECT_FALSE(Heartbeat(w2).has_profile_request());
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().batch_size(), 32);
+  EXPECT_EQ(hb.profile_request().device(), "cpu");
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  svc_->Tick();
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_PENDING);
+
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w1, hb.profile_request()), &resp).ok());
+  svc_->Tick();
+  job = Get(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+  EXPECT_GT(job.plan().predicted_step_ms(), 0);
+
+  // The next job of the same model uses the cached measurement at once.
+  auto second = Submit(Spec(2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->plan().profile_source(), "measured on cpu by worker w-1");
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileFailureOrDeathRunsTheEstimatedPlanSayingWhy) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  // A report from another worker is refused and changes nothing.
+  v1::ReportProfileResponse resp;
+  EXPECT_EQ(svc_->ReportProfile(MeasuredAnswer(w2, hb.profile_request()), &resp).code(),
+            absl::StatusCode::kPermissionDenied);
+  v1::ReportProfileRequest failed;
+  failed.set_worker_id(w1);
+  failed.set_request_id(hb.profile_request().request_id());
+  failed.set_error("model.layers[1] (linear): out of memory");
+  ASSERT_TRUE(svc_->ReportProfile(failed, &resp).ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(job.plan().notes(),
+              Contains(HasSubstr("planned on the estimated profile: worker w-1 could not profile "
+                                 "the model: model.layers[1] (linear): out of memory")));
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileWorkerThatNeverAnswersTimesOut) {
+  OpenMeasuring();
+  Register();
+  Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat("w-1").has_profile_request());
+  // Both workers stay alive (heartbeats every 2 s); the measurement never comes.
+  for (int t = 2'000; t < 60'000; t += 2'000) {
+    now_ += 2'000;
+    Heartbeat("w-1");
+    Heartbeat("w-2");
+    svc_->Tick();
+    ASSERT_EQ(Get(submitted->id()).state(), v1::JOB_STATE_PENDING) << t;
+  }
+  now_ += 2'000;  // past the 60 s profile timeout
+  Heartbeat("w-1");
+  Heartbeat("w-2");
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().notes(), Contains(HasSubstr("did not report the profile before its "
+                                                     "deadline")));
 }
 
 }  // namespace

@@ -101,6 +101,11 @@ grpc::Status GrpcCoordinator::ListWorkers(grpc::ServerContext*,
   return ToGrpcStatus(service_->ListWorkers(*request, response));
 }
 
+grpc::Status GrpcCoordinator::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* request,
+                                      v1::PlanJobResponse* response) {
+  return ToGrpcStatus(service_->PlanJob(*request, response));
+}
+
 grpc::Status GrpcWorkerControl::RegisterWorker(grpc::ServerContext*,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {
@@ -133,6 +138,12 @@ grpc::Status GrpcWorkerControl::DeregisterWorker(grpc::ServerContext*,
                                                  const v1::DeregisterWorkerRequest* request,
                                                  v1::DeregisterWorkerResponse* response) {
   return ToGrpcStatus(service_->DeregisterWorker(*request, response));
+}
+
+grpc::Status GrpcWorkerControl::ReportProfile(grpc::ServerContext*,
+                                              const v1::ReportProfileRequest* request,
+                                              v1::ReportProfileResponse* response) {
+  return ToGrpcStatus(service_->ReportProfile(*request, response));
 }
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,

@@ -38,6 +38,8 @@ class GrpcCoordinator final : public v1::Coordinator::Service {
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status PlanJob(grpc::ServerContext* context, const v1::PlanJobRequest* request,
+                       v1::PlanJobResponse* response) override;
 
  private:
   CoordinatorService* service_;  // not owned
@@ -62,6 +64,9 @@ class GrpcWorkerControl final : public v1::WorkerControl::Service {
   grpc::Status DeregisterWorker(grpc::ServerContext* context,
                                 const v1::DeregisterWorkerRequest* request,
                                 v1::DeregisterWorkerResponse* response) override;
+  grpc::Status ReportProfile(grpc::ServerContext* context,
+                             const v1::ReportProfileRequest* request,
+                             v1::ReportProfileResponse* response) override;
 
  private:
   CoordinatorService* service_;  // not owned

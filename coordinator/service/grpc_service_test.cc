@@ -47,6 +47,7 @@ class GrpcServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     CoordinatorOptions options;
+    options.measure_profiles = false;  // MeasuredProfileTest plays the measuring worker
     options.db_path = FreshDbPath();
     options.tick_interval_ms = 20;
     options.watch_min_interval_ms = 10;

@@ -1,6 +1,7 @@
 """End to end through dapplectl: a real coordinator and real workers on 127.0.0.1.
 
-Covers: a job that succeeds; a job cancelled mid-run whose workers are free again; a worker
+Covers: a job that succeeds; a job with stages auto planned by the DAPPLE planner at submission,
+which runs and keeps its prediction; `dapplectl plan` of a published profile; a job cancelled mid-run whose workers are free again; a worker
 killed mid-run failing its job with a message naming it, within a bounded time; a coordinator
 restart that keeps every job; quick coordinator restarts after which workers return within
 seconds, and a restart mid-job that stops the job on the workers; a worker SIGTERMed mid-job
@@ -69,6 +70,82 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(len(j["step_losses"]), 60)
         self.assertLess(j["step_losses"][-1], j["step_losses"][0])
         self.assertEqual([w["state"] for w in self.c.workers_json()].count("IDLE"), 2)
+
+    def test_auto_planned_job_runs_with_its_prediction(self):
+        """stages: auto with the DAPPLE planner: planned at submission on the registered
+        workers, the plan and its prediction stored with the job, run to SUCCEEDED on as many
+        workers as the plan has stages; `dapplectl plan` shows the same plan as a dry run."""
+        text = short_job("e2e-auto", steps=10, planner="dapple").replace(
+            "  stages: 2\n", "  stages: auto\n")
+        self.assertIn("stages: auto", text)
+        path = os.path.join(self.c.dir, "auto.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        rc, out, err = self.c.ctl("plan", path)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("STAGE", out)
+        self.assertIn("PLANNER       dapple", out)
+        self.assertIn("2 registered workers", out)
+        job = self.c.submit(text)
+        submitted = self.c.get(job)
+        self.assertGreater(submitted["plan"]["predicted_step_ms"], 0)
+        j = self.c.wait_state(job, TERMINAL, timeout=120)
+        self.assertEqual(j["state"], "SUCCEEDED", j.get("message"))
+        plan = j["plan"]
+        self.assertEqual(plan["planner"], "dapple")
+        self.assertGreater(plan["predicted_step_ms"], 0)
+        self.assertGreater(plan["predicted_samples_per_second"], 0)
+        # Planned at submission on an estimated profile (unless an earlier job of the same model
+        # was measured already), measured on a worker before it started and planned again.
+        self.assertRegex(submitted["plan"]["profile_source"], r"^(estimated|measured on cpu)")
+        self.assertRegex(plan["profile_source"], r"^measured on cpu by worker ")
+        # A dry run of the same model now uses the cached measurement.
+        rc, out, err = self.c.ctl("plan", path, "-o", "json")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(json.loads(out)["profile_source"], r"^measured on cpu by worker ")
+        stages = plan["stages"]
+        self.assertGreaterEqual(len(stages), 1)
+        self.assertLessEqual(len(stages), 2)
+        self.assertEqual(len(j["worker_ids"]), len(stages))
+        self.assertEqual(stages[0]["first_layer"], 0)
+        self.assertEqual(stages[-1]["last_layer"], len(cluster.SMALL_MLP) - 1)
+        for s in stages:
+            self.assertEqual(s["replicas"], 1)
+            self.assertGreater(int(s["peak_memory_bytes"]), 0)
+        self.assertEqual(int(j["metrics"]["step"]), 10)
+        # The table of `get` shows the prediction too.
+        _, details, _ = self.c.ctl("get", job)
+        self.assertIn("PREDICTED", details)
+
+    def test_plan_a_published_profile_on_a_cluster_file(self):
+        profile = os.path.join(cluster.SOURCE_DIR, "examples", "profiles", "dapple",
+                               "bert-48-pbs-2.txt")
+        cluster_file = os.path.join(cluster.SOURCE_DIR, "examples", "clusters",
+                                    "two_nodes_8_gpus.yaml")
+        rc, out, err = self.c.ctl("plan", "--profile", profile, "--cluster", cluster_file,
+                                  "-o", "json")
+        self.assertEqual(rc, 0, err)
+        plan = json.loads(out)
+        self.assertEqual(plan["planner"], "dapple")
+        self.assertGreater(plan["micro_batches"], 0)
+        self.assertGreater(plan["predicted_step_ms"], 0)
+        self.assertEqual(plan["stages"][0]["first_layer"], 0)
+        devices = 0
+        for s in plan["stages"]:
+            for key in ("first_layer", "last_layer", "replicas", "devices", "peak_memory_bytes"):
+                self.assertIn(key, s)
+            self.assertEqual(len(s["devices"]), s["replicas"])
+            devices += s["replicas"]
+        self.assertLessEqual(devices, 16)
+        # A profile that does not match a job's model is refused, naming the mismatch.
+        path = os.path.join(self.c.dir, "job.yaml")
+        with open(path, "w") as f:
+            f.write(short_job("e2e-mismatch"))
+        rc, _, err = self.c.ctl("plan", path, "--profile", profile, "--cluster", cluster_file,
+                                check=False)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("does not match the job's model", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
 
     def test_cancel_frees_workers(self):
         job = self.c.submit(long_job("e2e-cancel"))

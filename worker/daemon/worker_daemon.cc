@@ -13,7 +13,9 @@
 #include "common/steps.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/ucx_transport.h"
+#include "worker/daemon/device_memory.h"
 #include "worker/daemon/progress_reporter.h"
+#include "worker/daemon/profile_runner.h"
 #include "worker/daemon/stage_links.h"
 #include "worker/runtime/param_io.h"
 #include "worker/runtime/stage_runtime.h"
@@ -81,6 +83,7 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options))
 WorkerDaemon::~WorkerDaemon() {
   abort_.store(true);
   ReapJob(/*wait=*/true);
+  JoinProfile();
 }
 
 void WorkerDaemon::Stop() {
@@ -102,6 +105,12 @@ absl::Status WorkerDaemon::Register() {
   req.set_pid(getpid());
   req.set_name(options_.name);
   for (const auto& d : options_.devices) req.add_devices(d);
+  if (!options_.devices.empty()) {
+    const DeviceMemory memory =
+        ProbeDeviceMemory(options_.devices.front(), options_.device_memory_bytes);
+    req.set_device_memory_bytes(memory.bytes);
+    req.set_device_memory_shared(memory.shared);
+  }
   grpc::ClientContext ctx;
   // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a
   // coordinator that is back is reached within one or two retries.
@@ -162,6 +171,7 @@ absl::Status WorkerDaemon::Run() {
   Deregister();
   abort_.store(true);
   ReapJob(/*wait=*/true);
+  JoinProfile();
   DAPPLE_LOG_INFO("stopped");
   return absl::OkStatus();
 }
@@ -225,7 +235,33 @@ bool WorkerDaemon::HeartbeatOnce() {
     }
   }
   if (resp.has_assignment()) StartJob(resp.assignment());
+  if (resp.has_profile_request()) StartProfile(resp.profile_request());
   return true;
+}
+
+void WorkerDaemon::StartProfile(const v1::ProfileRequest& request) {
+  if (profiling_.exchange(true)) {
+    DAPPLE_LOG_WARN("profile request {} while one is measured: ignored", request.request_id());
+    return;
+  }
+  JoinProfile();
+  const std::string worker_id = WorkerId();
+  DAPPLE_LOG_INFO("measuring the model's layers on {} (batch {})", request.device(),
+                  request.batch_size());
+  profile_thread_ = std::thread([this, worker_id, request] {
+    const v1::ReportProfileRequest report = RunProfileRequest(worker_id, request);
+    if (!report.error().empty()) DAPPLE_LOG_WARN("profile: {}", report.error());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(kRpcDeadline));
+    v1::ReportProfileResponse resp;
+    grpc::Status s = stub_->ReportProfile(&ctx, report, &resp);
+    if (!s.ok()) DAPPLE_LOG_WARN("could not report the profile: {}", s.error_message());
+    profiling_.store(false);
+  });
+}
+
+void WorkerDaemon::JoinProfile() {
+  if (profile_thread_.joinable()) profile_thread_.join();
 }
 
 void WorkerDaemon::ReapJob(bool wait) {

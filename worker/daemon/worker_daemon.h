@@ -42,6 +42,9 @@ struct WorkerOptions {
   std::string dump_dir;  // when set: <dir>/<job>.stage<s>.params after each successful job
   absl::Duration transport_timeout = absl::Seconds(120);  // longest wait for one message
   absl::Duration rendezvous_timeout = absl::Seconds(60);  // longest wait for the peers
+  // --device-memory: memory of the compute device reported at registration; 0: probed
+  // (device_memory.h).
+  int64_t device_memory_bytes = 0;
 };
 
 // The warning to log when the coordinator registered this worker as `worker_id` although
@@ -93,6 +96,11 @@ class WorkerDaemon {
   // The closing handshake with the neighbouring stages (FIN both ways), then WaitSends.
   absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
+  // Measures a model for the coordinator (ProfileRequest in a heartbeat reply) on its own
+  // thread, so heartbeats go on; one at a time (a request while one runs is ignored: the
+  // coordinator's deadline fails it and it asks again).
+  void StartProfile(const v1::ProfileRequest& request);
+  void JoinProfile();
 
   WorkerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -105,6 +113,8 @@ class WorkerDaemon {
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   std::thread job_thread_;
+  std::thread profile_thread_;
+  std::atomic<bool> profiling_{false};
   std::atomic<bool> abort_{false};
   std::atomic<bool> stopping_{false};            // Stop() was called
   std::map<std::string, DataCache> data_cache_;  // by data.path; job thread only

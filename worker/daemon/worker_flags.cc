@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
 
 namespace dapple::worker {
@@ -104,6 +105,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--rendezvous-timeout-s", rendezvous_timeout,
                  "longest wait for the other stages' addresses, 1..86400")
       ->capture_default_str();
+  std::string device_memory;
+  app.add_option("--device-memory", device_memory,
+                 "memory of the compute device the planner may use, e.g. 8GiB (default: a "
+                 "GPU's total memory; cpu: the host's RAM shared by its cpu workers)");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error")->capture_default_str();
   f.help_text = app.help();
 
@@ -125,6 +130,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         {"--dump-dir", &o.dump_dir},
         {"--transport-timeout-s", &transport_timeout},
         {"--rendezvous-timeout-s", &rendezvous_timeout},
+        {"--device-memory", &device_memory},
         {"--log-level", &f.log_level}}) {
     if (app.count(flag) > 0) {
       if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
@@ -157,6 +163,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   f.devices_given = app.count("--devices") > 0;
   if (f.devices_given) {
     if (absl::Status s = SplitDevices(devices, &o.devices); !s.ok()) return s;
+  }
+  if (app.count("--device-memory") > 0) {
+    absl::StatusOr<int64_t> bytes = ParseMemorySize(device_memory);
+    if (!bytes.ok()) return bytes.status();
+    o.device_memory_bytes = *bytes;
   }
   absl::StatusOr<absl::Duration> d = ParseSeconds("--transport-timeout-s", transport_timeout);
   if (!d.ok()) return d.status();

@@ -148,6 +148,18 @@ TEST(WorkerFlagsTest, Timeouts) {
               "--rendezvous-timeout-s -5s must be between 1 s and 24 h");
 }
 
+TEST(WorkerFlagsTest, DeviceMemory) {
+  absl::StatusOr<WorkerFlags> f = Parse({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.device_memory_bytes, 0);  // probed at registration
+  f = Parse({"--device-memory", "8GiB"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.device_memory_bytes, int64_t{8} << 30);
+  ExpectError({"--device-memory", "8GB"},
+              "--device-memory '8GB' must be a whole number of bytes, KiB, MiB, GiB or TiB "
+              "(e.g. 16GiB), more than 0 and at most 1 EiB");
+}
+
 TEST(WorkerFlagsTest, BadNameIsRefused) {
   ExpectError({"--name", "Bad Name"}, "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ .");
 }

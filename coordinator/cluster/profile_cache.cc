@@ -1,0 +1,127 @@
+#include "coordinator/cluster/profile_cache.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/profile/model_profile.h"
+
+namespace dapple::coordinator {
+
+std::string DeviceKindOf(const std::string& device) {
+  return absl::StartsWith(device, "cuda") ? "cuda" : device;
+}
+
+ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::string& device) {
+  return Key{profile::ModelFingerprint(model), DeviceKindOf(device)};
+}
+
+void ProfileCache::Insert(const v1::ModelProfile& profile) {
+  absl::MutexLock l(&mu_);
+  Entry& e = entries_[Key{profile.model_fingerprint(), DeviceKindOf(profile.device_kind())}];
+  e = Entry{};
+  e.state = State::kReady;
+  e.profile = profile;
+}
+
+ProfileCache::State ProfileCache::StateOf(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() ? State::kMissing : it->second.state;
+}
+
+std::optional<v1::ModelProfile> ProfileCache::Lookup(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != State::kReady) return std::nullopt;
+  return it->second.profile;
+}
+
+std::string ProfileCache::Error(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() || it->second.state != State::kFailed ? "" : it->second.error;
+}
+
+ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::JobSpec& spec,
+                                        const std::string& device, int64_t batch_size,
+                                        int64_t deadline_unix_ms) {
+  const Key key = KeyOf(spec.model(), device);
+  absl::MutexLock l(&mu_);
+  Entry& e = entries_[key];
+  if (e.state == State::kPending || e.state == State::kReady) return key;
+  e = Entry{};
+  e.state = State::kPending;
+  e.request_id = absl::StrCat("profile-", next_request_++);
+  e.worker_id = worker_id;
+  e.deadline_unix_ms = deadline_unix_ms;
+  e.request.set_request_id(e.request_id);
+  *e.request.mutable_spec() = spec;
+  e.request.set_device(device);
+  e.request.set_batch_size(batch_size);
+  return key;
+}
+
+std::optional<v1::ProfileRequest> ProfileCache::TakeFor(const std::string& worker_id) {
+  absl::MutexLock l(&mu_);
+  for (auto& [key, e] : entries_) {
+    if (e.state == State::kPending && !e.sent && e.worker_id == worker_id) {
+      e.sent = true;
+      return e.request;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
+  absl::MutexLock l(&mu_);
+  for (auto& [key, e] : entries_) {
+    if (e.state != State::kPending || e.request_id != report.request_id()) continue;
+    if (e.worker_id != report.worker_id()) {
+      return absl::PermissionDeniedError(absl::StrCat("profile request ", report.request_id(),
+                                                      " was sent to worker ", e.worker_id,
+                                                      ", not ", report.worker_id()));
+    }
+    if (!report.error().empty()) {
+      e.state = State::kFailed;
+      e.error = absl::StrCat("worker ", e.worker_id, " could not profile the model: ",
+                             report.error());
+      return absl::OkStatus();
+    }
+    const v1::ModelProfile& p = report.profile();
+    if (p.model_fingerprint() != key.fingerprint ||
+        DeviceKindOf(p.device_kind()) != key.device_kind ||
+        p.batch_size() != e.request.batch_size() || p.layers_size() == 0) {
+      e.state = State::kFailed;
+      e.error = absl::StrCat("worker ", e.worker_id, " reported a profile of another model, ",
+                             "device or batch size (", p.device_kind(), ", batch ",
+                             p.batch_size(), ", ", p.layers_size(), " layers) than asked (",
+                             key.device_kind, ", batch ", e.request.batch_size(), ")");
+      return absl::InvalidArgumentError(e.error);
+    }
+    e.state = State::kReady;
+    e.profile = p;
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(
+      absl::StrCat("profile request '", report.request_id(), "' is unknown or answered"));
+}
+
+int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms) {
+  absl::MutexLock l(&mu_);
+  int failed = 0;
+  for (auto& [key, e] : entries_) {
+    if (e.state != State::kPending) continue;
+    if (!dead_worker_id.empty() && e.worker_id == dead_worker_id) {
+      e.error = absl::StrCat("worker ", e.worker_id, " died before reporting the profile");
+    } else if (now_unix_ms >= e.deadline_unix_ms) {
+      e.error = absl::StrCat("worker ", e.worker_id,
+                             " did not report the profile before its deadline");
+    } else {
+      continue;
+    }
+    e.state = State::kFailed;
+    ++failed;
+  }
+  return failed;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,95 @@
+// Measured model profiles, cached by (model fingerprint, device kind), and the
+// profiling requests that fill the cache (design.md, "Planner": the coordinator profiles a job's
+// model on a worker before planning it):
+//
+//   Request(worker, spec, device, batch) ──▶ pending ──TakeFor(worker)──▶ sent ──Report──▶ cached
+//                                                                            └──▶ failed (error)
+//
+// The service hands a pending request to its worker in the next heartbeat reply (TakeFor), the
+// worker measures (worker/runtime/layer_profiler.h) and calls ReportProfile. A request whose
+// worker dies or does not answer by its deadline fails (Expire), so a job never waits forever.
+// Thread-safe (one internal mutex); no I/O.
+#ifndef DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
+#define DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "dapple/v1/profile.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+// "cpu", or "cuda" for any "cuda:N" device: profiles are shared by devices of one kind.
+std::string DeviceKindOf(const std::string& device);
+
+class ProfileCache {
+ public:
+  // A profile at any batch size serves every batch size: planners scale times linearly.
+  struct Key {
+    std::string fingerprint;  // profile::ModelFingerprint(model)
+    std::string device_kind;  // DeviceKindOf(device)
+    auto Tie() const { return std::tie(fingerprint, device_kind); }
+    bool operator<(const Key& o) const { return Tie() < o.Tie(); }
+  };
+  // Where a key stands: kMissing (never asked, or the last request failed and was forgotten by
+  // Lookup's caller), kPending (asked, no answer yet), kReady, kFailed (see error()).
+  enum class State { kMissing, kPending, kReady, kFailed };
+
+  static Key KeyOf(const v1::ModelSpec& model, const std::string& device);
+
+  // Caches `profile` (ready) under its model_fingerprint and DeviceKindOf(device_kind),
+  // replacing what was there.
+  void Insert(const v1::ModelProfile& profile);
+
+  State StateOf(const Key& key) const;
+  // The cached profile for `key`, if measured.
+  std::optional<v1::ModelProfile> Lookup(const Key& key) const;
+  // Why the last request for `key` failed ("" unless StateOf is kFailed).
+  std::string Error(const Key& key) const;
+
+  // Asks `worker_id` to measure spec.model() on `device` at `batch_size` samples, answering by
+  // `deadline_unix_ms`, unless the key is pending or ready already (then a no-op). A failed key
+  // is asked again. Returns the key.
+  Key Request(const std::string& worker_id, const v1::JobSpec& spec, const std::string& device,
+              int64_t batch_size, int64_t deadline_unix_ms);
+
+  // The request to send `worker_id` in its heartbeat reply, once; nullopt when none.
+  std::optional<v1::ProfileRequest> TakeFor(const std::string& worker_id);
+
+  // A worker's answer. kNotFound for an unknown or already answered request id;
+  // kPermissionDenied when `report.worker_id` is not the worker asked; kInvalidArgument when the
+  // profile is for another model, device kind or batch size than asked, or has no layers (the
+  // key turns kFailed).
+  absl::Status Report(const v1::ReportProfileRequest& report);
+
+  // Fails every request of `worker_id` (it died: "worker w-1 died before reporting the profile")
+  // and every request past its deadline at `now_unix_ms`. Returns how many failed.
+  int Expire(const std::string& dead_worker_id, int64_t now_unix_ms);
+
+ private:
+  struct Entry {
+    State state = State::kMissing;
+    std::string request_id;
+    std::string worker_id;
+    bool sent = false;
+    int64_t deadline_unix_ms = 0;
+    v1::ProfileRequest request;
+    v1::ModelProfile profile;
+    std::string error;
+  };
+
+  mutable absl::Mutex mu_;
+  std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_

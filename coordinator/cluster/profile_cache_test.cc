@@ -1,0 +1,104 @@
+#include "coordinator/cluster/profile_cache.h"
+
+#include "common/profile/model_profile.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+v1::JobSpec Spec(int64_t width) {
+  v1::JobSpec spec;
+  spec.mutable_model()->add_input_shape(8);
+  v1::LayerSpec* l = spec.mutable_model()->add_layers();
+  l->set_type("linear");
+  l->set_out(width);
+  return spec;
+}
+
+v1::ReportProfileRequest Answer(const v1::ProfileRequest& req, const std::string& worker) {
+  v1::ReportProfileRequest r;
+  r.set_worker_id(worker);
+  r.set_request_id(req.request_id());
+  r.mutable_profile()->set_model_fingerprint(profile::ModelFingerprint(req.spec().model()));
+  r.mutable_profile()->set_device_kind(req.device());
+  r.mutable_profile()->set_batch_size(req.batch_size());
+  r.mutable_profile()->add_layers()->set_name("linear");
+  return r;
+}
+
+TEST(ProfileCacheTest, RequestIsSentOnceAndItsReportIsCached) {
+  ProfileCache cache;
+  const ProfileCache::Key key = cache.Request("w-1", Spec(4), "cuda:1", 32, 1000);
+  EXPECT_EQ(key.device_kind, "cuda");
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kPending);
+  EXPECT_FALSE(cache.TakeFor("w-2").has_value());
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->device(), "cuda:1");
+  EXPECT_EQ(req->batch_size(), 32);
+  EXPECT_FALSE(cache.TakeFor("w-1").has_value());  // once
+  // Asking again while pending does not queue a second measurement.
+  cache.Request("w-2", Spec(4), "cuda:0", 32, 1000);
+  EXPECT_FALSE(cache.TakeFor("w-2").has_value());
+
+  ASSERT_TRUE(cache.Report(Answer(*req, "w-1")).ok());
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kReady);
+  // Any cuda device of the same model and batch hits the same entry.
+  std::optional<v1::ModelProfile> p = cache.Lookup(ProfileCache::KeyOf(Spec(4).model(), "cuda:3"));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->layers_size(), 1);
+  EXPECT_FALSE(cache.Lookup(ProfileCache::KeyOf(Spec(5).model(), "cuda:0")).has_value());
+  EXPECT_FALSE(cache.Lookup(ProfileCache::KeyOf(Spec(4).model(), "cpu")).has_value());
+  // Insert replaces (a profile read back at start, or a newer measurement).
+  v1::ModelProfile other = *p;
+  other.set_batch_size(64);
+  cache.Insert(other);
+  EXPECT_EQ(cache.Lookup(key)->batch_size(), 64);
+  // A second answer to the same request is refused.
+  EXPECT_EQ(cache.Report(Answer(*req, "w-1")).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ProfileCacheTest, ReportsFromTheWrongWorkerOrForAnotherModelAreRefused) {
+  ProfileCache cache;
+  const ProfileCache::Key key = cache.Request("w-1", Spec(4), "cpu", 8, 1000);
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(cache.Report(Answer(*req, "w-9")).code(), absl::StatusCode::kPermissionDenied);
+  v1::ReportProfileRequest wrong = Answer(*req, "w-1");
+  wrong.mutable_profile()->set_batch_size(9);
+  absl::Status s = cache.Report(wrong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kFailed);
+  EXPECT_NE(cache.Error(key).find("batch 9"), std::string::npos) << cache.Error(key);
+}
+
+TEST(ProfileCacheTest, WorkerErrorsDeathsAndDeadlinesFailTheRequestWhichCanBeAskedAgain) {
+  ProfileCache cache;
+  const ProfileCache::Key a = cache.Request("w-1", Spec(1), "cpu", 8, 1000);
+  const ProfileCache::Key b = cache.Request("w-2", Spec(2), "cpu", 8, 1000);
+  const ProfileCache::Key c = cache.Request("w-3", Spec(3), "cpu", 8, 5000);
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  v1::ReportProfileRequest err;
+  err.set_worker_id("w-1");
+  err.set_request_id(req->request_id());
+  err.set_error("cuda:0: out of memory");
+  ASSERT_TRUE(cache.Report(err).ok());
+  EXPECT_EQ(cache.Error(a), "worker w-1 could not profile the model: cuda:0: out of memory");
+
+  EXPECT_EQ(cache.Expire("w-2", 10), 1);
+  EXPECT_EQ(cache.Error(b), "worker w-2 died before reporting the profile");
+  EXPECT_EQ(cache.StateOf(c), ProfileCache::State::kPending);
+  EXPECT_EQ(cache.Expire("", 5000), 1);
+  EXPECT_EQ(cache.Error(c), "worker w-3 did not report the profile before its deadline");
+
+  // A failed key is asked again, with a new request id.
+  cache.Request("w-4", Spec(1), "cpu", 8, 9000);
+  EXPECT_EQ(cache.StateOf(a), ProfileCache::State::kPending);
+  std::optional<v1::ProfileRequest> again = cache.TakeFor("w-4");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->request_id(), req->request_id());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,100 @@
+#include "coordinator/planner/cost_model.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace dapple::coordinator {
+namespace {
+
+constexpr double kMsPerSecond = 1000.0;
+
+double SumRange(const std::vector<double>& values, int first, int last) {
+  double sum = 0;
+  for (int i = first; i <= last; ++i) sum += values[i];
+  return sum;
+}
+
+double Scale(const profile::ChainProfile& profile, double samples) {
+  return profile.batch_size > 0 ? samples / static_cast<double>(profile.batch_size) : 0.0;
+}
+
+// Whether every device of `from` and `to` sits on one node. One pass over the nodes to find the
+// first device's node range, then one comparison per device: O(nodes + devices), so the planner
+// can price AllReduces over a thousand devices in its inner loops.
+bool AllOnOneNode(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                  const std::vector<int>& to) {
+  const int first = !from.empty() ? from.front() : (!to.empty() ? to.front() : -1);
+  if (first < 0) return true;
+  int begin = 0;
+  int end = 0;
+  for (const v1::ClusterNode& node : topology.nodes()) {
+    end = begin + node.devices();
+    if (first < end) break;
+    begin = end;
+  }
+  auto inside = [&](int d) { return d >= begin && d < end; };
+  return std::all_of(from.begin(), from.end(), inside) && std::all_of(to.begin(), to.end(), inside);
+}
+
+}  // namespace
+
+double ForwardMs(const profile::ChainProfile& profile, int first, int last, double samples) {
+  return SumRange(profile.forward_ms, first, last) * Scale(profile, samples);
+}
+
+double BackwardMs(const profile::ChainProfile& profile, int first, int last, double samples) {
+  return SumRange(profile.backward_ms, first, last) * Scale(profile, samples);
+}
+
+int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last) {
+  int64_t sum = 0;
+  for (int i = first; i <= last; ++i) sum += profile.parameter_bytes[i];
+  return sum;
+}
+
+double ActivationBytes(const profile::ChainProfile& profile, int first, int last, double samples) {
+  double sum = 0;
+  for (int i = first; i <= last; ++i) sum += static_cast<double>(profile.activation_bytes[i]);
+  return sum * Scale(profile, samples);
+}
+
+double LinkBandwidth(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                     const std::vector<int>& to) {
+  return AllOnOneNode(topology, from, to) ? topology.intra_node_bandwidth_bytes_per_s()
+                                          : topology.inter_node_bandwidth_bytes_per_s();
+}
+
+double LinkLatencyMs(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                     const std::vector<int>& to) {
+  return AllOnOneNode(topology, from, to) ? topology.intra_node_latency_ms()
+                                          : topology.inter_node_latency_ms();
+}
+
+double TransferMs(const v1::ClusterTopology& topology, double bytes, const std::vector<int>& from,
+                  const std::vector<int>& to) {
+  if (bytes == 0 || from == to) return 0.0;
+  const bool intra = AllOnOneNode(topology, from, to);
+  const double bandwidth = intra ? topology.intra_node_bandwidth_bytes_per_s()
+                                 : topology.inter_node_bandwidth_bytes_per_s();
+  const double latency =
+      intra ? topology.intra_node_latency_ms() : topology.inter_node_latency_ms();
+  // Split-concat: each of the max(|from|, |to|) pairs carries an equal share at once.
+  const double parallel = static_cast<double>(std::max(from.size(), to.size()));
+  return latency + bytes / (parallel * bandwidth) * kMsPerSecond;
+}
+
+double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
+                   const std::vector<int>& devices) {
+  const double n = static_cast<double>(devices.size());
+  if (devices.size() <= 1) return 0.0;
+  const bool intra = AllOnOneNode(topology, devices, {});
+  const double bandwidth = intra ? topology.intra_node_bandwidth_bytes_per_s()
+                                 : topology.inter_node_bandwidth_bytes_per_s();
+  const double latency =
+      intra ? topology.intra_node_latency_ms() : topology.inter_node_latency_ms();
+  // Ring: a reduce-scatter and an all-gather of n - 1 rounds each, every round moving bytes / n
+  // per device over the slowest link of the ring.
+  return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * kMsPerSecond;
+}
+
+}  // namespace dapple::coordinator

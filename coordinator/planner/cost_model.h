@@ -1,0 +1,46 @@
+// The cost model every planner and the plan simulator share: compute time of a stage at a
+// micro-batch size, point-to-point transfer time between device sets, ring AllReduce time, and
+// per-device memory. Pure functions; thread-safe. Units: ms and bytes.
+#ifndef DAPPLE_COORDINATOR_PLANNER_COST_MODEL_H_
+#define DAPPLE_COORDINATOR_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/profile/chain_profile.h"
+#include "dapple/v1/profile.pb.h"
+
+namespace dapple::coordinator {
+
+// Forward / backward ms of layers [first, last] for `samples` samples on one device: the
+// profile's times scaled linearly by samples / profile.batch_size.
+double ForwardMs(const profile::ChainProfile& profile, int first, int last, double samples);
+double BackwardMs(const profile::ChainProfile& profile, int first, int last, double samples);
+// Sum of parameter_bytes of layers [first, last].
+int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last);
+// Sum of activation_bytes of layers [first, last] scaled to `samples` samples: what one
+// micro-batch of that many samples keeps alive for its backward.
+double ActivationBytes(const profile::ChainProfile& profile, int first, int last, double samples);
+
+// The slowest link between any device of `from` and any of `to` (intra-node when all are on one
+// node, else inter-node): bandwidth bytes/s and latency ms.
+double LinkBandwidth(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                     const std::vector<int>& to);
+double LinkLatencyMs(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                     const std::vector<int>& to);
+
+// Time to move `bytes` from the replicas `from` to the replicas `to` (split-concat: the bytes
+// are spread evenly over the max(|from|, |to|) parallel transfers): latency + bytes / (parallel
+// transfers * bandwidth). 0 when bytes == 0 or from == to.
+double TransferMs(const v1::ClusterTopology& topology, double bytes, const std::vector<int>& from,
+                  const std::vector<int>& to);
+
+// Ring AllReduce of `bytes` over `devices` (Patarasuk and Yuan 2009; the Pipe-SGD timing model,
+// Li et al. NeurIPS 2018 section 3): 2 (n - 1) latency + 2 (n - 1) / n * bytes / bandwidth with
+// the slowest link among the devices. 0 for one device.
+double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
+                   const std::vector<int>& devices);
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_PLANNER_COST_MODEL_H_

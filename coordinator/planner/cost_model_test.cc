@@ -1,0 +1,107 @@
+#include "coordinator/planner/cost_model.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+// Two nodes of four devices: devices 0-3 on node "a", 4-7 on node "b".
+v1::ClusterTopology TwoNodes() {
+  v1::ClusterTopology topology;
+  topology.set_source("hand-made");
+  for (const char* name : {"a", "b"}) {
+    v1::ClusterNode* node = topology.add_nodes();
+    node->set_name(name);
+    node->set_devices(4);
+    node->set_device_memory_bytes(int64_t{16} << 30);
+  }
+  topology.set_intra_node_bandwidth_bytes_per_s(100e9);
+  topology.set_intra_node_latency_ms(0.005);
+  topology.set_inter_node_bandwidth_bytes_per_s(1e9);
+  topology.set_inter_node_latency_ms(0.01);
+  return topology;
+}
+
+profile::ChainProfile FourLayers() {
+  profile::ChainProfile p;
+  p.source = "hand-made";
+  p.batch_size = 32;
+  p.names = {"l0", "l1", "l2", "l3"};
+  p.forward_ms = {1, 2, 3, 4};
+  p.backward_ms = {2, 4, 6, 8};
+  p.parameter_bytes = {100, 200, 300, 400};
+  p.activation_bytes = {1000, 2000, 3000, 4000};
+  p.cut_bytes = {1000, 2000, 3000};
+  return p;
+}
+
+TEST(CostModelTest, ComputeScalesLinearlyWithSamples) {
+  const profile::ChainProfile p = FourLayers();
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 1, 2, 32), 5.0);
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 1, 2, 16), 2.5);
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 1, 2, 64), 10.0);
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 3, 8), 10.0 / 4);
+  EXPECT_DOUBLE_EQ(BackwardMs(p, 3, 3, 32), 8.0);
+  EXPECT_DOUBLE_EQ(BackwardMs(p, 0, 3, 48), 20.0 * 1.5);
+  // A micro-batch split over 3 replicas: a fractional share is priced as such.
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 0, 32.0 / 3), 1.0 / 3);
+}
+
+TEST(CostModelTest, ParametersAreSummedAndActivationsScaled) {
+  const profile::ChainProfile p = FourLayers();
+  EXPECT_EQ(ParameterBytes(p, 0, 3), 1000);
+  EXPECT_EQ(ParameterBytes(p, 2, 2), 300);
+  EXPECT_DOUBLE_EQ(ActivationBytes(p, 0, 1, 32), 3000.0);
+  EXPECT_DOUBLE_EQ(ActivationBytes(p, 0, 1, 8), 750.0);
+  EXPECT_DOUBLE_EQ(ActivationBytes(p, 3, 3, 64), 8000.0);
+}
+
+TEST(CostModelTest, IntraNodeLinkOnlyWhenEveryDeviceSharesANode) {
+  const v1::ClusterTopology t = TwoNodes();
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {0}, {3}), 100e9);
+  EXPECT_DOUBLE_EQ(LinkLatencyMs(t, {0}, {3}), 0.005);
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {5, 6}, {7, 4}), 100e9);
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {3}, {4}), 1e9);
+  EXPECT_DOUBLE_EQ(LinkLatencyMs(t, {3}, {4}), 0.01);
+  // One replica on the other node makes the slowest link an inter-node one.
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {0, 1}, {2, 5}), 1e9);
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {0, 4}, {1}), 1e9);
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {0, 1, 2, 3}, {0, 1, 2, 3}), 100e9);
+  EXPECT_DOUBLE_EQ(LinkBandwidth(t, {0, 1, 2, 3, 4}, {}), 1e9);
+}
+
+TEST(CostModelTest, TransferIsLatencyPlusBytesOverParallelBandwidth) {
+  const v1::ClusterTopology t = TwoNodes();
+  // 1 GB at 100 GB/s = 10 ms, plus 5 us.
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {0}, {1}), 0.005 + 10.0);
+  // At 1 GB/s between nodes: 1000 ms plus 10 us.
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {0}, {4}), 0.01 + 1000.0);
+  // Split-concat: max(|from|, |to|) transfers carry equal shares at once.
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {0, 1}, {2}), 0.005 + 5.0);
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {0}, {1, 2, 3}), 0.005 + 10.0 / 3);
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {0, 1}, {4, 5}), 0.01 + 500.0);
+  // Nothing moves: no bytes, or the same devices on both sides.
+  EXPECT_DOUBLE_EQ(TransferMs(t, 0, {0}, {4}), 0.0);
+  EXPECT_DOUBLE_EQ(TransferMs(t, 1e9, {2, 3}, {2, 3}), 0.0);
+  // Linear in bytes beyond the latency.
+  EXPECT_DOUBLE_EQ(TransferMs(t, 3e9, {0}, {4}) - 0.01, 3 * (TransferMs(t, 1e9, {0}, {4}) - 0.01));
+}
+
+TEST(CostModelTest, RingAllReduceFormula) {
+  const v1::ClusterTopology t = TwoNodes();
+  // n = 4 in one node: 2 (n - 1) latencies + 2 (n - 1) / n * bytes / bandwidth.
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {0, 1, 2, 3}), 2 * 3 * 0.005 + 1.5 * 4e8 / 100e9 * 1000);
+  // n = 2 across nodes: the inter-node link.
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {0, 4}), 2 * 1 * 0.01 + 1.0 * 4e8 / 1e9 * 1000);
+  // n = 8 spanning both nodes.
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 8e8, {0, 1, 2, 3, 4, 5, 6, 7}),
+                   2 * 7 * 0.01 + 2.0 * 7 / 8 * 8e8 / 1e9 * 1000);
+  // One device has nothing to reduce.
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {3}), 0.0);
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {}), 0.0);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

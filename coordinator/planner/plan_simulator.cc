@@ -1,0 +1,312 @@
+#include "coordinator/planner/plan_simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/profile/cluster_topology.h"
+#include "common/schedule/lowering.h"
+#include "common/schedule/op.h"
+#include "common/schedule/simulator.h"
+#include "common/status.h"
+#include "coordinator/planner/cost_model.h"
+
+namespace dapple::coordinator {
+namespace {
+
+// PipeDream's steady state comes from one run of `updates` updates without a flush:
+//   fill    updates until stage 0 has finished at least 2P micro-batches (the pipeline filled
+//           twice over), not measured;
+//   window  `window` updates (even, >= 2, >= fill) whose durations on stage 0 are measured;
+//   drain   ceil(P / M) + 1 updates, not measured: in the last P micro-batches stage 0 runs no
+//           forwards (cool-down), which would shorten its updates.
+// In steady state every stage updates at the same rate, but the rate may be periodic over c > 1
+// updates (update durations alternating, for example); SteadyUpdateMs finds the smallest such c.
+struct PipeDreamRun {
+  int fill;
+  int window;
+  int updates;
+};
+
+PipeDreamRun PlanPipeDreamRun(int stages, int micro_batches) {
+  PipeDreamRun run;
+  run.fill = (2 * stages + micro_batches - 1) / micro_batches;
+  run.window = std::max(2, run.fill + (run.fill & 1));
+  run.updates = run.fill + run.window + (stages + micro_batches - 1) / micro_batches + 1;
+  return run;
+}
+
+// The steady-state time of one update from the update end times `ends` (stage 0's): the mean of
+// the last c window durations for the smallest c <= window / 2 at which the window's last 2c
+// durations repeat (exact once the run is periodic), else the mean over the whole window (on
+// random heterogeneous pipelines within about 1% of a twenty times longer run).
+double SteadyUpdateMs(const std::vector<double>& ends, const PipeDreamRun& run) {
+  const int last = run.fill + run.window - 1;
+  auto duration = [&](int k) { return ends[k] - ends[k - 1]; };
+  for (int c = 1; c <= run.window / 2; ++c) {
+    bool periodic = true;
+    for (int k = last; k > last - c && periodic; --k) {
+      periodic =
+          std::fabs(duration(k) - duration(k - c)) <= 1e-9 * std::max(1.0, std::fabs(duration(k)));
+    }
+    if (periodic) return (ends[last] - ends[last - c]) / c;
+  }
+  return (ends[last] - ends[run.fill - 1]) / run.window;
+}
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::Status CheckProfile(const profile::ChainProfile& profile) {
+  const size_t layers = profile.forward_ms.size();
+  if (layers == 0) return Invalid("the profile has no layers");
+  if (profile.batch_size <= 0) {
+    return Invalid(absl::StrCat("profile batch_size ", profile.batch_size, " must be > 0"));
+  }
+  auto check_size = [&](const char* field, size_t size, size_t want) -> absl::Status {
+    if (size == want) return absl::OkStatus();
+    return Invalid(absl::StrCat("profile ", field, " has ", size, " entries for ", layers,
+                                " layers (want ", want, ")"));
+  };
+  DAPPLE_RETURN_IF_ERROR(check_size("backward_ms", profile.backward_ms.size(), layers));
+  DAPPLE_RETURN_IF_ERROR(check_size("parameter_bytes", profile.parameter_bytes.size(), layers));
+  DAPPLE_RETURN_IF_ERROR(check_size("activation_bytes", profile.activation_bytes.size(), layers));
+  DAPPLE_RETURN_IF_ERROR(check_size("cut_bytes", profile.cut_bytes.size(), layers - 1));
+  auto layer = [&](size_t i) {
+    return absl::StrCat("profile layer ", i,
+                        i < profile.names.size() ? absl::StrCat(" (", profile.names[i], ")") : "");
+  };
+  for (size_t i = 0; i < layers; ++i) {
+    for (const auto& [field, value] : {std::pair{"forward_ms", profile.forward_ms[i]},
+                                       std::pair{"backward_ms", profile.backward_ms[i]}}) {
+      if (!(value >= 0) || !std::isfinite(value)) {
+        return Invalid(absl::StrCat(layer(i), " ", field, " ", value, " must be finite and >= 0"));
+      }
+    }
+    for (const auto& [field, value] :
+         {std::pair{"parameter_bytes", profile.parameter_bytes[i]},
+          std::pair{"activation_bytes", profile.activation_bytes[i]},
+          std::pair{"cut_bytes", i + 1 < layers ? profile.cut_bytes[i] : int64_t{0}}}) {
+      if (value < 0)
+        return Invalid(absl::StrCat(layer(i), " ", field, " ", value, " must be >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan) {
+  if (!(problem.optimizer_state_factor >= 0) || !std::isfinite(problem.optimizer_state_factor)) {
+    return Invalid(absl::StrCat("optimizer_state_factor ", problem.optimizer_state_factor,
+                                " must be finite and >= 0"));
+  }
+  const int layers = problem.profile.num_layers();
+  const int stages = static_cast<int>(plan.stages.size());
+  if (stages == 0) return Invalid("the plan has no stages");
+  for (int s = 0; s < stages; ++s) {
+    const StagePlan& stage = plan.stages[s];
+    if (stage.first_layer > stage.last_layer) {
+      return Invalid(absl::StrCat("stage ", s, " is empty (first_layer ", stage.first_layer,
+                                  " > last_layer ", stage.last_layer,
+                                  "): every stage needs at least one layer"));
+    }
+    const int expected_first = s == 0 ? 0 : plan.stages[s - 1].last_layer + 1;
+    if (stage.first_layer != expected_first) {
+      return Invalid(s == 0 ? absl::StrCat("stage 0 starts at layer ", stage.first_layer,
+                                           ": the first stage must start at layer 0")
+                            : absl::StrCat("stage ", s, " starts at layer ", stage.first_layer,
+                                           " but stage ", s - 1, " ends at layer ",
+                                           expected_first - 1, ": stages must be contiguous"));
+    }
+    if (stage.last_layer >= layers) {
+      return Invalid(absl::StrCat("stage ", s, " ends at layer ", stage.last_layer,
+                                  " but the model has ", layers, " layers (0..", layers - 1, ")"));
+    }
+  }
+  if (plan.stages.back().last_layer != layers - 1) {
+    return Invalid(absl::StrCat("the last stage ends at layer ", plan.stages.back().last_layer,
+                                " but the model has ", layers, " layers (0..", layers - 1,
+                                "): stages must cover every layer"));
+  }
+
+  const int devices = profile::NumDevices(problem.topology);
+  std::vector<int> owner(devices, -1);
+  for (int s = 0; s < stages; ++s) {
+    if (plan.stages[s].devices.empty()) {
+      return Invalid(absl::StrCat("stage ", s, " has no devices: every stage needs at least one"));
+    }
+    for (int d : plan.stages[s].devices) {
+      if (d < 0 || d >= devices) {
+        return Invalid(absl::StrCat("stage ", s, " uses device ", d, " but the topology has ",
+                                    devices, " devices (0..", devices - 1, ")"));
+      }
+      if (owner[d] >= 0) {
+        return Invalid(absl::StrCat("device ", d, " is used twice (stage ", owner[d], " and stage ",
+                                    s, "): each device runs one replica"));
+      }
+      owner[d] = s;
+    }
+  }
+
+  if (problem.global_batch <= 0) {
+    return Invalid(absl::StrCat("global_batch ", problem.global_batch, " must be > 0"));
+  }
+  if (plan.micro_batch_size <= 0) {
+    return Invalid(absl::StrCat("micro_batch_size ", plan.micro_batch_size, " must be > 0"));
+  }
+  if (plan.micro_batches <= 0) {
+    return Invalid(absl::StrCat("micro_batches ", plan.micro_batches, " must be > 0"));
+  }
+  if (plan.micro_batch_size * plan.micro_batches != problem.global_batch) {
+    return Invalid(absl::StrCat(
+        "micro_batch_size ", plan.micro_batch_size, " x micro_batches ", plan.micro_batches, " = ",
+        plan.micro_batch_size * plan.micro_batches, " is not global_batch ", problem.global_batch));
+  }
+  for (int s = 0; s < stages; ++s) {
+    const int replicas = static_cast<int>(plan.stages[s].devices.size());
+    if (plan.micro_batch_size < replicas) {
+      return Invalid(absl::StrCat("micro_batch_size ", plan.micro_batch_size,
+                                  " is smaller than stage ", s, "'s ", replicas,
+                                  " replicas: each replica needs at least one sample"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A link the plan moves data over must have a bandwidth > 0 and a latency >= 0, or its
+// transfer times would be meaningless.
+absl::Status CheckLink(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                       const std::vector<int>& to, const std::string& what) {
+  const double bandwidth = LinkBandwidth(topology, from, to);
+  const double latency = LinkLatencyMs(topology, from, to);
+  if (bandwidth > 0 && latency >= 0 && std::isfinite(latency)) return absl::OkStatus();
+  return Invalid(absl::StrCat("the topology's link for ", what, " has bandwidth ", bandwidth,
+                              " bytes/s and latency ", latency,
+                              " ms: a link needs bandwidth > 0 and latency >= 0"));
+}
+
+int64_t RoundBytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+
+}  // namespace
+
+absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
+                                        schedule::ScheduleKind kind) {
+  const profile::ChainProfile& profile = problem.profile;
+  DAPPLE_RETURN_IF_ERROR(CheckProfile(profile));
+  DAPPLE_RETURN_IF_ERROR(CheckPlan(problem, plan));
+
+  const int p = static_cast<int>(plan.stages.size());
+  const int m = plan.micro_batches;
+  const double b = static_cast<double>(plan.micro_batch_size);
+  const bool pipedream = kind == schedule::ScheduleKind::kPipeDream;
+
+  // Per-stage and per-boundary costs, each computed once: O(L + devices) per plan.
+  schedule::ActionCosts costs;
+  costs.send = 0;
+  costs.recv = 0;
+  costs.optimizer_step = 0;  // profiles carry no optimizer time
+  costs.forward_per_stage.resize(p);
+  costs.backward_per_stage.resize(p);
+  costs.allreduce_per_stage.resize(p);
+  costs.act_transfer_per_boundary.resize(p - 1);
+  schedule::LowerOptions lower;
+  lower.allreduce_stages.resize(p);
+  std::vector<int64_t> params(p);
+  std::vector<double> activation_per_micro_batch(p);
+  for (int s = 0; s < p; ++s) {
+    const StagePlan& stage = plan.stages[s];
+    const int replicas = static_cast<int>(stage.devices.size());
+    const double share = b / replicas;
+    costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
+    costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
+    params[s] = ParameterBytes(profile, stage.first_layer, stage.last_layer);
+    activation_per_micro_batch[s] =
+        ActivationBytes(profile, stage.first_layer, stage.last_layer, share);
+    lower.allreduce_stages[s] = replicas > 1;
+    if (replicas > 1) {
+      DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, stage.devices,
+                                       absl::StrCat("stage ", s, "'s AllReduce")));
+      costs.allreduce_per_stage[s] =
+          AllReduceMs(problem.topology, static_cast<double>(params[s]), stage.devices);
+    }
+    if (s + 1 < p) {
+      const std::vector<int>& next = plan.stages[s + 1].devices;
+      DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, next,
+                                       absl::StrCat("stages ", s, " -> ", s + 1)));
+      const double cut = static_cast<double>(profile.cut_bytes[stage.last_layer]) * b /
+                         static_cast<double>(profile.batch_size);
+      costs.act_transfer_per_boundary[s] = TransferMs(problem.topology, cut, stage.devices, next);
+    }
+  }
+  // Gradients have the activations' shape and take the same links back.
+  costs.grad_transfer_per_boundary = costs.act_transfer_per_boundary;
+
+  // PipeDream runs `updates` updates of M micro-batches without a flush; the synchronous
+  // schedules one step.
+  const PipeDreamRun run = PlanPipeDreamRun(p, m);
+  const int updates = pipedream ? run.updates : 1;
+  std::vector<schedule::OpProgram> programs;
+  programs.reserve(p);
+  for (int s = 0; s < p; ++s) {
+    programs.push_back(schedule::LowerOps(pipedream
+                                              ? schedule::GeneratePipeDreamOps(p, m * updates, s, m)
+                                              : schedule::GenerateOps(kind, p, m, s),
+                                          p, s, lower));
+  }
+  schedule::SimulateOptions options;
+  options.render_grid = false;
+  absl::StatusOr<schedule::SimulationResult> sim = schedule::SimulateOps(programs, costs, options);
+  if (!sim.ok()) {
+    // Generated programs always simulate; anything else is a bug here, not in the plan.
+    return absl::InternalError(
+        absl::StrCat("simulating the plan failed: ", sim.status().message()));
+  }
+
+  Prediction prediction;
+  if (pipedream) {
+    prediction.step_ms = SteadyUpdateMs(sim->optimizer_step_end[0], run);
+  } else {
+    prediction.step_ms = sim->step_time;
+  }
+  prediction.samples_per_second =
+      prediction.step_ms > 0 ? static_cast<double>(problem.global_batch) / prediction.step_ms * 1000
+                             : 0.0;
+
+  double idle_sum = 0;
+  prediction.stages.resize(p);
+  for (int s = 0; s < p; ++s) {
+    StagePrediction& out = prediction.stages[s];
+    out.forward_ms = costs.forward_per_stage[s];
+    out.backward_ms = costs.backward_per_stage[s];
+    // Every update does the same work, so a per-step share of the run's totals is exact.
+    out.compute_ms = sim->busy_time[s] / updates;
+    out.allreduce_ms = sim->allreduce_time[s] / updates;
+    out.comm_ms = sim->comm_time[s] / updates;
+    // Rounding in the steady-state difference may leave -1e-12 where a stage is never idle.
+    out.idle_ms = pipedream ? std::max(0.0, prediction.step_ms - out.compute_ms - out.allreduce_ms)
+                            : sim->idle_time[s];
+    idle_sum += out.idle_ms;
+
+    out.peak_in_flight = sim->peak_in_flight[s];
+    const double weights = static_cast<double>(params[s]);
+    // Weights, gradients and optimizer state, plus PipeDream's stashed weight versions (one per
+    // other in-flight micro-batch: P - s - 1 in steady state).
+    double weight_bytes = weights * (2.0 + problem.optimizer_state_factor);
+    if (pipedream) weight_bytes += weights * (p - s - 1);
+    out.weight_bytes = RoundBytes(weight_bytes);
+    out.activation_bytes = RoundBytes(activation_per_micro_batch[s] * out.peak_in_flight);
+    out.peak_memory_bytes = out.weight_bytes + out.activation_bytes;
+    for (int d : plan.stages[s].devices) {
+      if (out.peak_memory_bytes > profile::DeviceMemoryBytes(problem.topology, d)) {
+        prediction.fits_memory = false;
+      }
+    }
+  }
+  prediction.bubble_fraction = prediction.step_ms > 0 ? idle_sum / (p * prediction.step_ms) : 0.0;
+  return prediction;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,38 @@
+// Scores any hybrid plan under any schedule on a topology by discrete-event simulation: the
+// one judge every planner's plan is compared by (design.md, "Planner"). It builds the stage
+// programs with common/schedule's generators and lowering (never a second copy of a schedule),
+// gives each action its cost from cost_model.h, and runs common/schedule's simulator.
+//
+// Model (documented with sources in docs/planner.md):
+//   - a stage with D replicas runs each micro-batch's 1/D share on every replica (split-concat);
+//     forward/backward of a micro-batch cost ForwardMs/BackwardMs(stage layers, b / D);
+//   - SEND_ACT / SEND_GRAD occupy the link between the two stages' device sets for
+//     TransferMs(cut bytes at b samples) after the send; links carry one transfer at a time per
+//     direction; receives wait for the transfer's end;
+//   - a stage with D > 1 replicas runs ALLREDUCE of its parameter bytes (AllReduceMs) after its
+//     last backward, before OPTIMIZER_STEP; it overlaps other stages' work;
+//   - memory per replica: weights + gradients + optimizer_state_factor * weights, plus
+//     peak_in_flight micro-batches of activations (ActivationBytes at b / D samples); pipedream
+//     adds its stashed weight versions (P - s - 1 extra copies of the weights on stage s).
+//   - gpipe and dapple are synchronous (one flush per step); pipedream is asynchronous: its
+//     step_ms is the steady-state time of M micro-batches of 1F1B without flushes.
+#ifndef DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_
+#define DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_
+
+#include "absl/status/statusor.h"
+#include "common/schedule/generators.h"
+#include "coordinator/planner/problem.h"
+
+namespace dapple::coordinator {
+
+// Simulates `plan` for `problem` under `schedule`. fits_memory says whether every replica's peak
+// memory fits its device. kInvalidArgument (one line naming the rule) when the plan is not well
+// formed: stages not contiguous / not covering every layer, an empty stage, a stage without
+// devices, a device used twice or outside the topology, micro_batch_size * micro_batches !=
+// global_batch, a micro-batch smaller than a stage's replica count.
+absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
+                                        schedule::ScheduleKind schedule);
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_

@@ -1,0 +1,452 @@
+#include "coordinator/planner/plan_simulator.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/plan_summary.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using schedule::ScheduleKind;
+using ::testing::HasSubstr;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// `nodes` nodes of `per_node` devices ("n0", "n1", ...): 100 GB/s and 1 us inside a node,
+// 1 GB/s and 10 us between nodes.
+v1::ClusterTopology Topology(int nodes, int per_node, int64_t memory = 16 * kGiB) {
+  v1::ClusterTopology topology;
+  topology.set_source("test-cluster.yaml");
+  for (int i = 0; i < nodes; ++i) {
+    v1::ClusterNode* node = topology.add_nodes();
+    node->set_name("n" + std::to_string(i));
+    node->set_devices(per_node);
+    node->set_device_memory_bytes(memory);
+  }
+  topology.set_intra_node_bandwidth_bytes_per_s(100e9);
+  topology.set_intra_node_latency_ms(0.001);
+  topology.set_inter_node_bandwidth_bytes_per_s(1e9);
+  topology.set_inter_node_latency_ms(0.01);
+  return topology;
+}
+
+// `layers` equal layers at profile batch `batch`: forward f ms, backward b ms, no bytes crossing
+// a cut (free communication) unless `cut` is set.
+profile::ChainProfile Equal(int layers, int64_t batch, double f, double b, int64_t params = 0,
+                            int64_t activation = 0, int64_t cut = 0) {
+  profile::ChainProfile p;
+  p.source = "test-profile.txt";
+  p.batch_size = batch;
+  for (int i = 0; i < layers; ++i) {
+    p.names.push_back("layer" + std::to_string(i));
+    p.forward_ms.push_back(f);
+    p.backward_ms.push_back(b);
+    p.parameter_bytes.push_back(params);
+    p.activation_bytes.push_back(activation);
+    if (i + 1 < layers) p.cut_bytes.push_back(cut);
+  }
+  return p;
+}
+
+// One layer per stage, stage s on device s, M micro-batches of `micro` samples.
+HybridPlan OneLayerPerStage(int stages, int micro_batches, int64_t micro) {
+  HybridPlan plan;
+  plan.planner = "manual";
+  for (int s = 0; s < stages; ++s) plan.stages.push_back({s, s, {s}});
+  plan.micro_batch_size = micro;
+  plan.micro_batches = micro_batches;
+  return plan;
+}
+
+PlanningProblem Problem(profile::ChainProfile profile, v1::ClusterTopology topology,
+                        int64_t global_batch) {
+  PlanningProblem problem;
+  problem.profile = std::move(profile);
+  problem.topology = std::move(topology);
+  problem.global_batch = global_batch;
+  return problem;
+}
+
+TEST(PlanSimulatorTest, EqualStagesMatchTheClosedFormsUnderGPipeAndDapple) {
+  const double f = 1.5, b = 2.5;
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+    for (int p : {1, 2, 3, 4, 8}) {
+      for (int m : {1, 2, 4, 7, 16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << schedule::ScheduleKindName(kind) << " P=" << p << " M=" << m);
+        const PlanningProblem problem = Problem(Equal(p, 4, f, b), Topology(1, 8), 4 * m);
+        absl::StatusOr<Prediction> pred = SimulatePlan(problem, OneLayerPerStage(p, m, 4), kind);
+        ASSERT_TRUE(pred.ok()) << pred.status();
+        EXPECT_NEAR(pred->step_ms, (m + p - 1) * (f + b), 1e-9);
+        EXPECT_NEAR(pred->bubble_fraction, static_cast<double>(p - 1) / (m + p - 1), 1e-12);
+        EXPECT_NEAR(pred->samples_per_second, 4.0 * m / ((m + p - 1) * (f + b)) * 1000, 1e-6);
+        ASSERT_EQ(pred->stages.size(), static_cast<size_t>(p));
+        for (int s = 0; s < p; ++s) {
+          const StagePrediction& st = pred->stages[s];
+          EXPECT_DOUBLE_EQ(st.forward_ms, f);
+          EXPECT_DOUBLE_EQ(st.backward_ms, b);
+          EXPECT_NEAR(st.compute_ms, m * (f + b), 1e-9);
+          EXPECT_NEAR(st.idle_ms, (p - 1) * (f + b), 1e-9);
+          EXPECT_EQ(st.comm_ms, 0.0);
+          EXPECT_EQ(st.allreduce_ms, 0.0);
+          EXPECT_EQ(st.peak_in_flight, kind == ScheduleKind::kDapple ? std::min(p - s, m) : m)
+              << "stage " << s;
+        }
+      }
+    }
+  }
+}
+
+TEST(PlanSimulatorTest, MemoryByHand) {
+  // Two stages: layers 0-1 (params 1000 + 1000, activations 100 + 100 at batch 4) and layer 2
+  // (params 3000, activations 300). Micro-batches of 8 samples (twice the profile batch), M=4,
+  // momentum (optimizer state = 1 x weights).
+  profile::ChainProfile profile = Equal(3, 4, 1, 2);
+  profile.parameter_bytes = {1000, 1000, 3000};
+  profile.activation_bytes = {100, 100, 300};
+  PlanningProblem problem = Problem(profile, Topology(1, 4, 9600), 32);
+  problem.optimizer_state_factor = 1.0;
+  HybridPlan plan;
+  plan.stages = {{0, 1, {0}}, {2, 2, {1}}};
+  plan.micro_batch_size = 8;
+  plan.micro_batches = 4;
+
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  // Stage 0: weights + grads + momentum = 3 x 2000; 2 micro-batches in flight x 200 x 2.
+  EXPECT_EQ(pred->stages[0].weight_bytes, 6000);
+  EXPECT_EQ(pred->stages[0].peak_in_flight, 2);
+  EXPECT_EQ(pred->stages[0].activation_bytes, 800);
+  EXPECT_EQ(pred->stages[0].peak_memory_bytes, 6800);
+  // Stage 1: 3 x 3000 + 1 x 300 x 2.
+  EXPECT_EQ(pred->stages[1].weight_bytes, 9000);
+  EXPECT_EQ(pred->stages[1].activation_bytes, 600);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9600);
+  EXPECT_TRUE(pred->fits_memory);  // 9600 bytes of 9600
+
+  // GPipe keeps all 4 micro-batches: stage 1 needs 9000 + 4 x 600 > 9600.
+  pred = SimulatePlan(problem, plan, ScheduleKind::kGPipe);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_EQ(pred->stages[0].activation_bytes, 4 * 400);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9000 + 2400);
+  EXPECT_FALSE(pred->fits_memory);
+
+  // Plain SGD keeps no optimizer state; adamw two states.
+  problem.optimizer_state_factor = 0;
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_EQ(pred->stages[1].weight_bytes, 6000);
+  problem.optimizer_state_factor = 2;
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_EQ(pred->stages[1].weight_bytes, 12000);
+
+  // Two replicas of stage 1 split each micro-batch: activations halve, weights do not.
+  problem.optimizer_state_factor = 1;
+  plan.stages[1].devices = {1, 2};
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_EQ(pred->stages[1].weight_bytes, 9000);
+  EXPECT_EQ(pred->stages[1].activation_bytes, 300);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9300);
+}
+
+TEST(PlanSimulatorTest, ReplicasHalveComputeAndAddTheAllReduce) {
+  // Pure data parallelism on one node: P = 1, params 1e8 bytes per layer, 2 layers.
+  const PlanningProblem problem = Problem(Equal(2, 8, 1, 2, 100000000), Topology(1, 4), 32);
+  HybridPlan plan;
+  plan.stages = {{0, 1, {0}}};
+  plan.micro_batch_size = 8;
+  plan.micro_batches = 4;
+  absl::StatusOr<Prediction> one = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_DOUBLE_EQ(one->step_ms, 4 * (2.0 + 4.0));
+  EXPECT_EQ(one->stages[0].allreduce_ms, 0.0);
+
+  plan.stages[0].devices = {0, 1};
+  absl::StatusOr<Prediction> two = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(two.ok()) << two.status();
+  // Ring over 2 devices: 2 latencies + 1 x 2e8 bytes / 100 GB/s = 2 us + 2 ms.
+  const double allreduce = 2 * 0.001 + 2e8 / 100e9 * 1000;
+  EXPECT_DOUBLE_EQ(AllReduceMs(problem.topology, 2e8, {0, 1}), allreduce);
+  EXPECT_DOUBLE_EQ(two->stages[0].forward_ms, 1.0);
+  EXPECT_DOUBLE_EQ(two->stages[0].compute_ms, 4 * 3.0);
+  EXPECT_DOUBLE_EQ(two->stages[0].allreduce_ms, allreduce);
+  EXPECT_DOUBLE_EQ(two->step_ms, 4 * 3.0 + allreduce);
+  EXPECT_NEAR(two->stages[0].idle_ms, 0.0, 1e-12);
+
+  // A replicated middle of a pipeline: only that stage pays the AllReduce, at the end.
+  const PlanningProblem pipe = Problem(Equal(2, 8, 1, 2, 100000000), Topology(1, 4), 8);
+  HybridPlan split;
+  split.stages = {{0, 0, {0}}, {1, 1, {1, 2}}};
+  split.micro_batch_size = 8;
+  split.micro_batches = 1;
+  absl::StatusOr<Prediction> pred = SimulatePlan(pipe, split, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  const double ar1 = AllReduceMs(pipe.topology, 1e8, {1, 2});
+  EXPECT_EQ(pred->stages[0].allreduce_ms, 0.0);
+  EXPECT_DOUBLE_EQ(pred->stages[1].allreduce_ms, ar1);
+  EXPECT_DOUBLE_EQ(pred->stages[1].forward_ms, 0.5);
+  // Stage 0: F [0,1); stage 1: F [1,1.5), B [1.5,2.5), AllReduce [2.5, 2.5 + ar1); stage 0:
+  // B [2.5,4.5). The step ends with whichever finishes last.
+  EXPECT_DOUBLE_EQ(pred->step_ms, std::max(4.5, 2.5 + ar1));
+}
+
+TEST(PlanSimulatorTest, SlowLinkLengthensTwoStagesByBothTransfers) {
+  // Cut of 1e6 bytes at the profile batch of 4; micro-batches of 8 move 2e6 bytes.
+  const profile::ChainProfile profile = Equal(2, 4, 1, 2, 0, 0, 1000000);
+  HybridPlan plan = OneLayerPerStage(2, 1, 8);
+  const double f = 2, b = 4;  // at 8 samples
+  for (const auto& [second_device, transfer] :
+       {std::pair{1, 0.001 + 2e6 / 100e9 * 1000}, std::pair{4, 0.01 + 2e6 / 1e9 * 1000}}) {
+    SCOPED_TRACE(::testing::Message() << "second stage on device " << second_device);
+    plan.stages[1].devices = {second_device};
+    for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+      absl::StatusOr<Prediction> pred =
+          SimulatePlan(Problem(profile, Topology(2, 4), 8), plan, kind);
+      ASSERT_TRUE(pred.ok()) << pred.status();
+      EXPECT_DOUBLE_EQ(pred->step_ms, 2 * (f + b) + 2 * transfer);
+      EXPECT_DOUBLE_EQ(pred->stages[0].comm_ms, 2 * transfer);
+      EXPECT_DOUBLE_EQ(pred->stages[1].comm_ms, 2 * transfer);
+      EXPECT_DOUBLE_EQ(pred->stages[0].idle_ms, pred->step_ms - (f + b));
+    }
+  }
+}
+
+TEST(PlanSimulatorTest, PipeDreamSteadyStateHasNoBubbleForEqualStages) {
+  const double f = 1, b = 2;
+  for (int p : {1, 2, 4, 6}) {
+    for (int m : {1, 2, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << "P=" << p << " M=" << m);
+      PlanningProblem problem = Problem(Equal(p, 2, f, b, 1000, 10), Topology(1, 8), 2 * m);
+      problem.optimizer_state_factor = 1;
+      absl::StatusOr<Prediction> pred =
+          SimulatePlan(problem, OneLayerPerStage(p, m, 2), ScheduleKind::kPipeDream);
+      ASSERT_TRUE(pred.ok()) << pred.status();
+      EXPECT_NEAR(pred->step_ms, m * (f + b), 1e-9);
+      EXPECT_NEAR(pred->bubble_fraction, 0.0, 1e-12);
+      for (int s = 0; s < p; ++s) {
+        const StagePrediction& st = pred->stages[s];
+        EXPECT_NEAR(st.compute_ms, m * (f + b), 1e-9);
+        EXPECT_NEAR(st.idle_ms, 0.0, 1e-9);
+        // Without flushes stage s always holds P - s micro-batches, even when M is smaller,
+        // and stashes P - s - 1 older weight versions.
+        EXPECT_EQ(st.peak_in_flight, p - s);
+        EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * (p - s - 1));
+        EXPECT_EQ(st.activation_bytes, 10 * (p - s));
+      }
+    }
+  }
+}
+
+TEST(PlanSimulatorTest, PipeDreamSteadyStateIsTheSlowestStage) {
+  // Stage 1 takes twice as long: steady state = M x (its F + B), with the others idle.
+  profile::ChainProfile profile = Equal(3, 2, 1, 2);
+  profile.forward_ms[1] = 2;
+  profile.backward_ms[1] = 4;
+  const int m = 4;
+  absl::StatusOr<Prediction> pred = SimulatePlan(
+      Problem(profile, Topology(1, 4), 2 * m), OneLayerPerStage(3, m, 2), ScheduleKind::kPipeDream);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_NEAR(pred->step_ms, m * 6.0, 1e-9);
+  EXPECT_NEAR(pred->stages[1].idle_ms, 0.0, 1e-9);
+  EXPECT_NEAR(pred->stages[0].idle_ms, m * 3.0, 1e-9);
+  EXPECT_NEAR(pred->bubble_fraction, 2 * m * 3.0 / (3 * m * 6.0), 1e-9);
+  // The synchronous schedules pay warm-up and cool-down on top.
+  absl::StatusOr<Prediction> dapple = SimulatePlan(
+      Problem(profile, Topology(1, 4), 2 * m), OneLayerPerStage(3, m, 2), ScheduleKind::kDapple);
+  ASSERT_TRUE(dapple.ok()) << dapple.status();
+  EXPECT_GT(dapple->step_ms, pred->step_ms);
+}
+
+TEST(PlanSimulatorTest, MalformedPlansNameTheRule) {
+  const PlanningProblem problem = Problem(Equal(4, 4, 1, 2), Topology(1, 4), 16);
+  auto plan = [] {
+    HybridPlan p;
+    p.stages = {{0, 1, {0}}, {2, 3, {1, 2}}};
+    p.micro_batch_size = 4;
+    p.micro_batches = 4;
+    return p;
+  };
+  ASSERT_TRUE(SimulatePlan(problem, plan(), ScheduleKind::kDapple).ok());
+  struct Case {
+    HybridPlan plan;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({plan(), "the plan has no stages"});
+  cases.back().plan.stages.clear();
+  cases.push_back({plan(), "stage 0 starts at layer 1: the first stage must start at layer 0"});
+  cases.back().plan.stages[0].first_layer = 1;
+  cases.push_back({plan(),
+                   "stage 1 starts at layer 3 but stage 0 ends at layer 1: stages must be "
+                   "contiguous"});
+  cases.back().plan.stages[1].first_layer = 3;
+  cases.push_back({plan(),
+                   "the last stage ends at layer 2 but the model has 4 layers (0..3): "
+                   "stages must cover every layer"});
+  cases.back().plan.stages[1].last_layer = 2;
+  cases.push_back({plan(), "stage 1 ends at layer 4 but the model has 4 layers (0..3)"});
+  cases.back().plan.stages[1].last_layer = 4;
+  cases.push_back({plan(),
+                   "stage 1 is empty (first_layer 2 > last_layer 1): every stage needs "
+                   "at least one layer"});
+  cases.back().plan.stages = {{0, 1, {0}}, {2, 1, {1}}, {2, 3, {2}}};
+  cases.push_back({plan(), "stage 0 has no devices: every stage needs at least one"});
+  cases.back().plan.stages[0].devices.clear();
+  cases.push_back({plan(), "stage 1 uses device 4 but the topology has 4 devices (0..3)"});
+  cases.back().plan.stages[1].devices = {1, 4};
+  cases.push_back({plan(), "stage 1 uses device -1"});
+  cases.back().plan.stages[1].devices = {-1};
+  cases.push_back({plan(),
+                   "device 1 is used twice (stage 1 and stage 1): each device runs one "
+                   "replica"});
+  cases.back().plan.stages[1].devices = {1, 1};
+  cases.push_back({plan(), "device 0 is used twice (stage 0 and stage 1)"});
+  cases.back().plan.stages[1].devices = {2, 0};
+  cases.push_back({plan(), "micro_batch_size 4 x micro_batches 2 = 8 is not global_batch 16"});
+  cases.back().plan.micro_batches = 2;
+  cases.push_back({plan(), "micro_batch_size 0 must be > 0"});
+  cases.back().plan.micro_batch_size = 0;
+  cases.push_back({plan(), "micro_batches -1 must be > 0"});
+  cases.back().plan.micro_batches = -1;
+  cases.push_back({plan(),
+                   "micro_batch_size 1 is smaller than stage 1's 2 replicas: each replica "
+                   "needs at least one sample"});
+  cases.back().plan.micro_batch_size = 1;
+  cases.back().plan.micro_batches = 16;
+  for (const Case& c : cases) {
+    for (ScheduleKind kind :
+         {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream}) {
+      absl::StatusOr<Prediction> pred = SimulatePlan(problem, c.plan, kind);
+      ASSERT_FALSE(pred.ok()) << c.message;
+      EXPECT_EQ(pred.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+      EXPECT_THAT(std::string(pred.status().message()), HasSubstr(c.message));
+      EXPECT_EQ(std::string(pred.status().message()).find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(PlanSimulatorTest, MalformedProblemsNameTheField) {
+  const HybridPlan plan = OneLayerPerStage(2, 2, 2);
+  struct Case {
+    PlanningProblem problem;
+    std::string message;
+  };
+  const PlanningProblem good = Problem(Equal(2, 2, 1, 2, 0, 0, 100), Topology(1, 2), 4);
+  ASSERT_TRUE(SimulatePlan(good, plan, ScheduleKind::kDapple).ok());
+  std::vector<Case> cases;
+  cases.push_back({good, "the profile has no layers"});
+  cases.back().problem.profile = profile::ChainProfile{};
+  cases.push_back({good, "profile batch_size 0 must be > 0"});
+  cases.back().problem.profile.batch_size = 0;
+  cases.push_back({good, "profile cut_bytes has 2 entries for 2 layers (want 1)"});
+  cases.back().problem.profile.cut_bytes.push_back(0);
+  cases.push_back({good, "profile backward_ms has 1 entries for 2 layers (want 2)"});
+  cases.back().problem.profile.backward_ms.pop_back();
+  cases.push_back({good, "profile layer 1 (layer1) forward_ms -1 must be finite and >= 0"});
+  cases.back().problem.profile.forward_ms[1] = -1;
+  cases.push_back({good, "profile layer 0 (layer0) parameter_bytes -5 must be >= 0"});
+  cases.back().problem.profile.parameter_bytes[0] = -5;
+  cases.push_back({good, "global_batch 0 must be > 0"});
+  cases.back().problem.global_batch = 0;
+  cases.push_back({good, "optimizer_state_factor -1 must be finite and >= 0"});
+  cases.back().problem.optimizer_state_factor = -1;
+  cases.push_back({good, "the topology's link for stages 0 -> 1 has bandwidth 0 bytes/s"});
+  cases.back().problem.topology.set_intra_node_bandwidth_bytes_per_s(0);
+  for (const Case& c : cases) {
+    absl::StatusOr<Prediction> pred = SimulatePlan(c.problem, plan, ScheduleKind::kDapple);
+    ASSERT_FALSE(pred.ok()) << c.message;
+    EXPECT_EQ(pred.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(pred.status().message()), HasSubstr(c.message));
+  }
+}
+
+TEST(PlanSimulatorTest, ManyStagesAndReplicasOnAThousandDevices) {
+  // 1000 layers, 125 stages of 8 layers, 8 replicas each on 125 nodes of 8: one step of the
+  // kind the planners score by the thousand. The closed form still holds: no cut bytes, the
+  // AllReduce of each stage overlaps earlier stages' cool-down except on stage 0.
+  const int layers = 1000, p = 125, d = 8, m = 64;
+  const PlanningProblem problem =
+      Problem(Equal(layers, 64, 0.08, 0.16, 4000), Topology(p, d), int64_t{64} * m);
+  HybridPlan plan;
+  for (int s = 0; s < p; ++s) {
+    StagePlan stage{s * 8, s * 8 + 7, {}};
+    for (int r = 0; r < d; ++r) stage.devices.push_back(s * d + r);
+    plan.stages.push_back(stage);
+  }
+  plan.micro_batch_size = 64;
+  plan.micro_batches = m;
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  const double f = 8 * 0.08 / d, b = 8 * 0.16 / d;
+  const double allreduce = AllReduceMs(problem.topology, 8 * 4000, plan.stages[0].devices);
+  EXPECT_NEAR(pred->step_ms, (m + p - 1) * (f + b) + allreduce, 1e-6);
+  EXPECT_EQ(pred->stages[0].peak_in_flight, std::min(p, m));
+  EXPECT_TRUE(pred->fits_memory);
+}
+
+TEST(PlanSummaryTest, CarriesThePlanAndItsPrediction) {
+  PlanningProblem problem = Problem(Equal(4, 4, 1, 2, 1000, 100, 50), Topology(2, 2), 16);
+  HybridPlan plan;
+  plan.planner = "dapple";
+  plan.placement_policy = "fresh_first";
+  plan.stages = {{0, 2, {0, 1}}, {3, 3, {2}}};
+  plan.micro_batch_size = 4;
+  plan.micro_batches = 4;
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  const v1::ParallelPlanSummary summary = ToSummary(problem, plan, *pred, ScheduleKind::kDapple);
+  EXPECT_EQ(summary.planner(), "dapple");
+  EXPECT_EQ(summary.schedule(), "dapple");
+  EXPECT_EQ(summary.micro_batches(), 4);
+  EXPECT_EQ(summary.micro_batch_size(), 4);
+  EXPECT_EQ(summary.placement_policy(), "fresh_first");
+  EXPECT_EQ(summary.profile_source(), "test-profile.txt");
+  EXPECT_EQ(summary.cluster_source(), "test-cluster.yaml");
+  EXPECT_EQ(summary.num_devices(), 3);
+  EXPECT_DOUBLE_EQ(summary.predicted_step_ms(), pred->step_ms);
+  EXPECT_DOUBLE_EQ(summary.predicted_samples_per_second(), pred->samples_per_second);
+  EXPECT_DOUBLE_EQ(summary.bubble_fraction(), pred->bubble_fraction);
+  ASSERT_EQ(summary.stages_size(), 2);
+  const v1::PlanStageSummary& s0 = summary.stages(0);
+  EXPECT_EQ(s0.first_layer(), 0);
+  EXPECT_EQ(s0.last_layer(), 2);
+  EXPECT_EQ(s0.replicas(), 2);
+  EXPECT_THAT(s0.placement(), ::testing::ElementsAre("n0/0", "n0/1"));
+  EXPECT_THAT(summary.stages(1).placement(), ::testing::ElementsAre("n1/0"));
+  EXPECT_TRUE(s0.worker_ids().empty());
+  EXPECT_TRUE(s0.devices().empty());
+  EXPECT_TRUE(s0.hostnames().empty());
+  for (int s = 0; s < 2; ++s) {
+    const StagePrediction& p = pred->stages[s];
+    const v1::PlanStageSummary& out = summary.stages(s);
+    EXPECT_DOUBLE_EQ(out.forward_ms(), p.forward_ms);
+    EXPECT_DOUBLE_EQ(out.backward_ms(), p.backward_ms);
+    EXPECT_DOUBLE_EQ(out.compute_ms(), p.compute_ms);
+    EXPECT_DOUBLE_EQ(out.idle_ms(), p.idle_ms);
+    EXPECT_DOUBLE_EQ(out.comm_ms(), p.comm_ms);
+    EXPECT_DOUBLE_EQ(out.allreduce_ms(), p.allreduce_ms);
+    EXPECT_EQ(out.peak_memory_bytes(), p.peak_memory_bytes);
+    EXPECT_EQ(out.peak_in_flight(), p.peak_in_flight);
+    EXPECT_DOUBLE_EQ(out.bubble_fraction(), p.idle_ms / pred->step_ms);
+  }
+  EXPECT_GT(summary.stages(0).allreduce_ms(), 0.0);
+  EXPECT_GT(summary.stages(1).comm_ms(), 0.0);
+
+  // Without a prediction for this plan the per-stage prediction fields stay 0.
+  const v1::ParallelPlanSummary bare =
+      ToSummary(problem, plan, Prediction{}, ScheduleKind::kPipeDream);
+  EXPECT_EQ(bare.schedule(), "pipedream");
+  EXPECT_EQ(bare.stages(0).replicas(), 2);
+  EXPECT_EQ(bare.stages(0).compute_ms(), 0.0);
+  EXPECT_EQ(bare.stages(0).peak_memory_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

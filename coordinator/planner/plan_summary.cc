@@ -1,0 +1,49 @@
+#include "coordinator/planner/plan_summary.h"
+
+#include <string>
+
+#include "common/profile/cluster_topology.h"
+
+namespace dapple::coordinator {
+
+v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPlan& plan,
+                                  const Prediction& prediction, schedule::ScheduleKind schedule) {
+  v1::ParallelPlanSummary summary;
+  summary.set_planner(plan.planner);
+  summary.set_schedule(std::string(schedule::ScheduleKindName(schedule)));
+  summary.set_micro_batches(plan.micro_batches);
+  summary.set_micro_batch_size(plan.micro_batch_size);
+  summary.set_bubble_fraction(prediction.bubble_fraction);
+  summary.set_predicted_step_ms(prediction.step_ms);
+  summary.set_predicted_samples_per_second(prediction.samples_per_second);
+  summary.set_profile_source(problem.profile.source);
+  summary.set_cluster_source(problem.topology.source());
+  summary.set_placement_policy(plan.placement_policy);
+  // A prediction for another plan (or none) leaves the per-stage prediction fields at 0.
+  const bool predicted = prediction.stages.size() == plan.stages.size();
+  int num_devices = 0;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StagePlan& stage = plan.stages[s];
+    v1::PlanStageSummary* out = summary.add_stages();
+    out->set_first_layer(stage.first_layer);
+    out->set_last_layer(stage.last_layer);
+    out->set_replicas(static_cast<int32_t>(stage.devices.size()));
+    num_devices += static_cast<int>(stage.devices.size());
+    for (int d : stage.devices) out->add_placement(profile::DeviceName(problem.topology, d));
+    if (!predicted) continue;
+    const StagePrediction& p = prediction.stages[s];
+    out->set_forward_ms(p.forward_ms);
+    out->set_backward_ms(p.backward_ms);
+    out->set_compute_ms(p.compute_ms);
+    out->set_idle_ms(p.idle_ms);
+    out->set_comm_ms(p.comm_ms);
+    out->set_allreduce_ms(p.allreduce_ms);
+    out->set_peak_memory_bytes(p.peak_memory_bytes);
+    out->set_peak_in_flight(p.peak_in_flight);
+    out->set_bubble_fraction(prediction.step_ms > 0 ? p.idle_ms / prediction.step_ms : 0.0);
+  }
+  summary.set_num_devices(num_devices);
+  return summary;
+}
+
+}  // namespace dapple::coordinator

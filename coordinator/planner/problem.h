@@ -1,0 +1,77 @@
+// What every planner (coordinator/planner/planners.h) and the plan simulator
+// (plan_simulator.h) take and produce: the planning problem, a hybrid data + pipeline plan and
+// its prediction. Plain data; thread-compatible.
+//
+// Devices are the topology's global device indices (profile.proto: node 0's devices first).
+// A stage with D replicas uses DAPPLE's split-concat (Fan et al., PPoPP 2021, section 5.1): each
+// micro-batch is split into D equal parts, one per replica, and joined again for the next stage;
+// replicas hold identical weights and AllReduce their gradients once per step.
+#ifndef DAPPLE_COORDINATOR_PLANNER_PROBLEM_H_
+#define DAPPLE_COORDINATOR_PLANNER_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/profile/chain_profile.h"
+#include "common/schedule/generators.h"
+#include "dapple/v1/profile.pb.h"
+
+namespace dapple::coordinator {
+
+struct PlanningProblem {
+  profile::ChainProfile profile;   // layer costs at profile.batch_size samples
+  v1::ClusterTopology topology;    // devices, memory, links
+  int64_t global_batch = 0;        // samples per training step, > 0
+  // Samples per micro-batch (before the split across a stage's replicas); 0: the planner
+  // chooses among the divisors of global_batch.
+  int64_t micro_batch_size = 0;
+  // The schedule plans are scored under (synchronous: gpipe or dapple; pipedream: asynchronous,
+  // scored per M micro-batches in steady state).
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::kDapple;
+  // Optimizer state bytes per parameter byte: sgd 0, sgd with momentum 1, adamw 2.
+  double optimizer_state_factor = 1.0;
+  int max_devices = 0;   // 0: every device of the topology; otherwise use at most this many
+  int max_replicas = 0;  // 0: unlimited; 1: no stage replication (the runtime has none yet)
+  int num_stages = 0;    // 0: the planner chooses P; otherwise P is fixed
+};
+
+struct StagePlan {
+  int first_layer = 0;       // inclusive, into the profile's layers
+  int last_layer = 0;        // inclusive
+  std::vector<int> devices;  // one per replica: global device indices, distinct across stages
+};
+
+struct HybridPlan {
+  std::string planner;           // dapple | pipedream | dp | uniform | balanced | manual
+  std::string placement_policy;  // fresh_first | append_first | scatter_first ("" if none)
+  std::vector<StagePlan> stages; // P entries, contiguous, covering every layer once
+  int64_t micro_batch_size = 0;  // samples per micro-batch (split across a stage's replicas)
+  int micro_batches = 0;         // M = global_batch / micro_batch_size
+};
+
+struct StagePrediction {
+  double forward_ms = 0;     // one micro-batch's forward on one replica (its share)
+  double backward_ms = 0;
+  double compute_ms = 0;     // per step: forwards + backwards + optimizer step
+  double idle_ms = 0;        // per step: step_ms - compute_ms - allreduce_ms (the bubble)
+  double comm_ms = 0;        // per step: transfer time of activations/gradients into and out of it
+  double allreduce_ms = 0;   // per step: its gradient AllReduce (0 with one replica)
+  int64_t weight_bytes = 0;      // per replica: weights + gradients + optimizer state (+ stashed
+                                 // versions under pipedream)
+  int64_t activation_bytes = 0;  // per replica: activations of peak_in_flight micro-batches
+  int64_t peak_memory_bytes = 0; // weight_bytes + activation_bytes
+  int peak_in_flight = 0;        // micro-batches whose activations are held at the peak
+};
+
+struct Prediction {
+  double step_ms = 0;            // one step of global_batch samples
+  double samples_per_second = 0; // global_batch / step_ms * 1000
+  double bubble_fraction = 0;    // sum of idle / (P * step_ms)
+  bool fits_memory = true;       // every replica's peak_memory_bytes <= its device's memory
+  std::vector<StagePrediction> stages;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_PLANNER_PROBLEM_H_

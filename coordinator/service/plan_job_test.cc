@@ -1,0 +1,446 @@
+// PlanJob (the dry run behind `dapplectl plan`) and planning at submission, by direct calls.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/job_spec.h"
+#include "common/profile/model_profile.h"
+#include "coordinator/jobs/test_db.h"
+#include "coordinator/service/coordinator_service.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kStart = 1'700'000'000'000;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// The demo MLP (6 layers); {PLANNER}, {STAGES} and {DEVICES} are replaced.
+constexpr char kSpec[] = R"(name: demo
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 1024}
+    - {type: relu}
+    - {type: linear, out: 10}
+data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+training:
+  global_batch: 256
+  micro_batch: 32
+  epochs: 1
+  max_steps: 3
+  optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+parallel:
+  schedule: dapple
+  planner: {PLANNER}
+  stages: {STAGES}
+  devices: {DEVICES}
+)";
+
+std::string Spec(const std::string& planner, const std::string& stages, int devices) {
+  return absl::StrReplaceAll(
+      kSpec, {{"{PLANNER}", planner}, {"{STAGES}", stages}, {"{DEVICES}", absl::StrCat(devices)}});
+}
+
+// A model of 3 layers, so that a planner choosing the depth uses at most 3 of 4 devices.
+constexpr char kSmallSpec[] = R"(name: small
+model:
+  input_shape: [784]
+  layers: [{type: linear, out: 256}, {type: relu}, {type: linear, out: 10}]
+training: {global_batch: 64, micro_batch: 8, epochs: 1, max_steps: 2,
+           optimizer: {type: sgd, lr: 0.1, momentum: 0.9}}
+parallel: {schedule: dapple, planner: dapple, stages: auto, devices: 4}
+)";
+
+// A chain profile of `layers` equal layers named `name`.
+v1::ModelProfile ChainProfile(int layers, const std::string& name, int64_t batch = 8) {
+  v1::ModelProfile p;
+  p.set_source("chain.txt");
+  p.set_batch_size(batch);
+  for (int i = 0; i < layers; ++i) {
+    v1::LayerProfile* l = p.add_layers();
+    l->set_id(absl::StrCat("node", i));
+    l->set_name(name);
+    l->set_forward_ms(2.0);
+    l->set_backward_ms(4.0);
+    l->set_activation_bytes(int64_t{1} << 20);
+    l->set_parameter_bytes(int64_t{4} << 20);
+  }
+  return p;
+}
+
+v1::ClusterTopology Cluster(int nodes, int devices, int64_t memory = 16 * kGiB) {
+  v1::ClusterTopology t;
+  t.set_source("two_nodes.yaml");
+  for (int n = 0; n < nodes; ++n) {
+    v1::ClusterNode* node = t.add_nodes();
+    node->set_name(absl::StrCat("node", n));
+    node->set_devices(devices);
+    node->set_device_memory_bytes(memory);
+  }
+  t.set_intra_node_bandwidth_bytes_per_s(130e9);
+  t.set_intra_node_latency_ms(0.005);
+  t.set_inter_node_bandwidth_bytes_per_s(3.125e9);
+  t.set_inter_node_latency_ms(0.01);
+  return t;
+}
+
+class PlanJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override { svc_ = Open(); }
+
+  std::unique_ptr<CoordinatorService> Open() {
+    CoordinatorOptions options;
+    options.measure_profiles = false;  // MeasuredProfileTest plays the measuring worker
+    options.db_path = path_;
+    options.now_unix_ms = [this] { return now_; };
+    options.plan_defaults = defaults_;
+    options.profile_cache = cache_;
+    auto svc = CoordinatorService::Create(options);
+    EXPECT_TRUE(svc.ok()) << svc.status();
+    return svc.ok() ? std::move(*svc) : nullptr;
+  }
+
+  std::string Register(const std::string& host = "localhost", int64_t memory = 0,
+                       bool shared = false) {
+    v1::RegisterWorkerRequest req;
+    req.set_hostname(host);
+    req.set_pid(next_pid_++);
+    req.add_devices("cpu");
+    req.set_device_memory_bytes(memory);
+    req.set_device_memory_shared(shared);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    return resp.worker_id();
+  }
+
+  absl::StatusOr<v1::PlanJobResponse> Plan(const v1::PlanJobRequest& request) {
+    v1::PlanJobResponse response;
+    absl::Status s = svc_->PlanJob(request, &response);
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::StatusOr<v1::Job> Submit(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_source_name("job.yaml");
+    v1::SubmitJobResponse resp;
+    absl::Status s = svc_->SubmitJob(req, &resp);
+    if (!s.ok()) return s;
+    return resp.job();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_TRUE(svc_->GetJob(req, &job).ok()) << id;
+    return job;
+  }
+
+  int64_t now_ = kStart;
+  int next_pid_ = 100;
+  PlanDefaults defaults_;
+  std::shared_ptr<ProfileCache> cache_;
+  std::string path_ = FreshDbPath();
+  std::unique_ptr<CoordinatorService> svc_;
+};
+
+int SumReplicas(const v1::ParallelPlanSummary& plan) {
+  int n = 0;
+  for (const v1::PlanStageSummary& s : plan.stages()) n += s.replicas();
+  return n;
+}
+
+TEST_F(PlanJobTest, AProfileWithoutASpecIsPlannedOnTheWholeCluster) {
+  v1::PlanJobRequest req;
+  *req.mutable_profile() = ChainProfile(8, "Linear");
+  *req.mutable_cluster() = Cluster(2, 4);
+  req.set_planner("dapple");
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::ParallelPlanSummary& plan = r->plan();
+  EXPECT_EQ(plan.planner(), "dapple");
+  EXPECT_EQ(plan.schedule(), "dapple");
+  // 16 profile batches of 8 samples per step by default.
+  EXPECT_EQ(plan.micro_batches() * plan.micro_batch_size(), 16 * 8);
+  EXPECT_GT(plan.predicted_step_ms(), 0);
+  EXPECT_GT(plan.predicted_samples_per_second(), 0);
+  EXPECT_EQ(plan.cluster_source(), "two_nodes.yaml");
+  EXPECT_EQ(plan.profile_source(), "chain.txt");
+  ASSERT_GE(plan.stages_size(), 1);
+  EXPECT_EQ(plan.stages(0).first_layer(), 0);
+  EXPECT_EQ(plan.stages(plan.stages_size() - 1).last_layer(), 7);
+  EXPECT_LE(SumReplicas(plan), 8);
+  EXPECT_EQ(plan.num_devices(), SumReplicas(plan));
+  for (const v1::PlanStageSummary& s : plan.stages()) {
+    EXPECT_EQ(s.placement_size(), s.replicas());
+    // A dry run shows the topology's devices where a running job shows its workers'.
+    EXPECT_EQ(std::vector<std::string>(s.devices().begin(), s.devices().end()),
+              std::vector<std::string>(s.placement().begin(), s.placement().end()));
+    EXPECT_TRUE(s.worker_ids().empty());
+    EXPECT_GT(s.peak_memory_bytes(), 0);
+  }
+  EXPECT_EQ(r->cluster().source(), "two_nodes.yaml");
+
+  req.set_global_batch(64);
+  r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().micro_batches() * r->plan().micro_batch_size(), 64);
+}
+
+TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
+  Register("host-a");
+  Register("host-a");
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("dapple", "auto", 2));
+  req.set_source_name("job.yaml");
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::ParallelPlanSummary& plan = r->plan();
+  EXPECT_EQ(plan.planner(), "dapple");
+  EXPECT_EQ(plan.micro_batch_size(), 32);  // the job's: workers run training.micro_batch
+  EXPECT_EQ(plan.micro_batches(), 8);
+  EXPECT_GE(plan.stages_size(), 1);
+  EXPECT_LE(plan.stages_size(), 2);
+  for (const v1::PlanStageSummary& s : plan.stages()) EXPECT_EQ(s.replicas(), 1);
+  EXPECT_EQ(plan.cluster_source(), "2 registered workers on 1 host");
+  EXPECT_THAT(plan.profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(plan.notes(), ::testing::Contains(HasSubstr("no stage replication")));
+  EXPECT_GT(plan.predicted_step_ms(), 0);
+  EXPECT_EQ(r->cluster().nodes(0).name(), "host-a");
+  // Nothing was stored.
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(svc_->ListJobs({}, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+TEST_F(PlanJobTest, APlannerFlagReplacesTheSpecsPlanner) {
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("balanced", "2", 2));
+  *req.mutable_cluster() = Cluster(1, 2);
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().planner(), "balanced");
+  EXPECT_EQ(r->plan().stages_size(), 2);
+  req.set_planner("uniform");
+  r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().planner(), "uniform");
+  req.set_planner("magic");
+  r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("'magic' is unknown"));
+}
+
+TEST_F(PlanJobTest, WithoutWorkersOrAClusterItSaysToPassACluster) {
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("dapple", "auto", 2));
+  auto r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "no registered workers to plan on: start workers, or give a cluster file (dapplectl "
+            "plan --cluster CLUSTER.yaml)");
+  v1::PlanJobRequest profile_only;
+  *profile_only.mutable_profile() = ChainProfile(4, "Linear");
+  EXPECT_EQ(Plan(profile_only).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PlanJobTest, AProfileMustMatchTheJobsModelNamingTheFirstMismatch) {
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("dapple", "auto", 2));
+  *req.mutable_cluster() = Cluster(1, 2);
+  *req.mutable_profile() = ChainProfile(6, "Conv2d(3, 64)");
+  auto r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("does not match the job's model"));
+  EXPECT_THAT(r.status().message(), HasSubstr("model.layers[0] (flatten)"));
+
+  *req.mutable_profile() = ChainProfile(4, "linear");
+  r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("does not match the job's model"));
+
+  // One that matches is used as given.
+  v1::ModelProfile matching = ChainProfile(6, "");
+  const char* types[] = {"flatten", "linear", "relu", "linear", "relu", "linear"};
+  for (int i = 0; i < 6; ++i) matching.mutable_layers(i)->set_name(types[i]);
+  *req.mutable_profile() = matching;
+  r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().profile_source(), "chain.txt");
+}
+
+TEST_F(PlanJobTest, RequestsAreChecked) {
+  v1::PlanJobRequest req;
+  *req.mutable_cluster() = Cluster(1, 2);
+  EXPECT_EQ(Plan(req).status().message(),
+            "a plan without a job spec needs a profile (dapplectl plan --profile FILE)");
+  req.set_spec_yaml("name: [");
+  req.set_source_name("broken.yaml");
+  auto r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("broken.yaml:"));
+  v1::PlanJobRequest bad_cluster;
+  *bad_cluster.mutable_profile() = ChainProfile(4, "Linear");
+  *bad_cluster.mutable_cluster() = Cluster(1, 2);
+  bad_cluster.mutable_cluster()->set_intra_node_bandwidth_bytes_per_s(-1);
+  EXPECT_EQ(Plan(bad_cluster).status().message(),
+            "cluster.intra_node_bandwidth_bytes_per_s -1 must be a finite number > 0");
+}
+
+TEST_F(PlanJobTest, APlanThatFitsNoDeviceIsRejectedWithTheMemoryItNeeds) {
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("dapple", "auto", 2));
+  *req.mutable_cluster() = Cluster(1, 2, /*memory=*/1 << 20);  // 1 MiB: the weights are 3+ MiB
+  auto r = Plan(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("but devices have"));
+
+  v1::PlanJobRequest profile_only;
+  *profile_only.mutable_profile() = ChainProfile(4, "Linear");
+  *profile_only.mutable_cluster() = Cluster(1, 2, /*memory=*/1 << 20);
+  r = Plan(profile_only);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("but devices have"));
+}
+
+// ------------------------------------------------------------------- planning at submission
+
+TEST_F(PlanJobTest, AnAutoJobIsPlannedAtSubmissionAndWaitsForItsStagesNotItsDevices) {
+  absl::StatusOr<v1::Job> job = Submit(kSmallSpec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::ParallelPlanSummary& plan = job->plan();
+  ASSERT_GE(plan.stages_size(), 1);
+  const int p = plan.stages_size();
+  ASSERT_LE(p, 3);  // 3 layers, though parallel.devices is 4
+  EXPECT_EQ(plan.planner(), "dapple");
+  EXPECT_GT(plan.predicted_step_ms(), 0);
+  EXPECT_THAT(plan.profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(plan.cluster_source(), HasSubstr("one node of 4 devices"));  // no workers yet
+  EXPECT_THAT(plan.notes(), ::testing::Contains(absl::StrCat("uses ", p,
+                                                             " of the job's 4 devices "
+                                                             "(parallel.devices): the job runs "
+                                                             "on ",
+                                                             p, p == 1 ? " worker" : " workers")));
+  for (const v1::PlanStageSummary& s : plan.stages()) EXPECT_TRUE(s.worker_ids().empty());
+
+  for (int i = 0; i < p - 1; ++i) Register();
+  svc_->Tick();
+  v1::Job pending = Get(job->id());
+  EXPECT_EQ(pending.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(pending.message(), StartsWith(absl::StrCat("waiting for ", p, " idle worker")));
+  Register();
+  svc_->Tick();
+  v1::Job running = Get(job->id());
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.message();
+  EXPECT_EQ(running.worker_ids_size(), p);
+  // The stored plan is the one that runs, its prediction kept.
+  EXPECT_EQ(running.plan().stages_size(), p);
+  EXPECT_DOUBLE_EQ(running.plan().predicted_step_ms(), plan.predicted_step_ms());
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(running.plan().stages(s).first_layer(), plan.stages(s).first_layer());
+    EXPECT_EQ(running.plan().stages(s).worker_ids_size(), 1);
+  }
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(running.worker_ids(0));
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(svc_->Heartbeat(hb, &resp).ok());
+  ASSERT_TRUE(resp.has_assignment());
+  EXPECT_EQ(resp.assignment().num_stages(), p);
+  EXPECT_GT(resp.assignment().program().actions_size(), 0);
+}
+
+TEST_F(PlanJobTest, AJobWithEnoughWorkersIsPlannedOnThem) {
+  Register("host-a", 8 * kGiB, /*shared=*/false);
+  Register("host-a", 8 * kGiB, /*shared=*/false);
+  absl::StatusOr<v1::Job> job = Submit(Spec("balanced", "2", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan().cluster_source(), "2 registered workers on 1 host");
+  // Balanced by time on the estimated profile: the same stages as by FLOPs.
+  ASSERT_EQ(job->plan().stages_size(), 2);
+  EXPECT_EQ(job->plan().stages(0).last_layer(), 2);
+  EXPECT_EQ(job->plan().stages(1).first_layer(), 3);
+}
+
+TEST_F(PlanJobTest, ASubmissionThatFitsNoDeviceFailsWithThePlannersMessage) {
+  svc_.reset();
+  defaults_.device_memory_bytes = 1 << 20;
+  svc_ = Open();
+  absl::StatusOr<v1::Job> job = Submit(Spec("dapple", "auto", 2));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("but devices have"));
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(svc_->ListJobs({}, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+TEST_F(PlanJobTest, DataParallelIsOneStageOnOneDevice) {
+  absl::StatusOr<v1::Job> job = Submit(Spec("dp", "auto", 1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->plan().stages_size(), 1);
+  EXPECT_EQ(job->plan().stages(0).replicas(), 1);
+  EXPECT_EQ(job->plan().stages(0).last_layer(), 5);
+  EXPECT_EQ(Submit(Spec("dp", "auto", 2)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PlanJobTest, TheStoredPlanAndItsPredictionSurviveARestart) {
+  absl::StatusOr<v1::Job> job = Submit(Spec("dapple", "auto", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  svc_.reset();
+  svc_ = Open();
+  const v1::Job back = Get(job->id());
+  EXPECT_EQ(back.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(back.plan().SerializeAsString(), job->plan().SerializeAsString());
+  EXPECT_GT(back.plan().predicted_step_ms(), 0);
+  EXPECT_GT(back.plan().stages(0).peak_memory_bytes(), 0);
+}
+
+TEST_F(PlanJobTest, AMeasuredProfileFromTheCacheIsPreferred) {
+  v1::ModelProfile measured = ChainProfile(6, "");
+  const char* types[] = {"flatten", "linear", "relu", "linear", "relu", "linear"};
+  for (int i = 0; i < 6; ++i) measured.mutable_layers(i)->set_name(types[i]);
+  measured.set_source("measured on cpu by worker w-9");
+  measured.set_device_kind("cpu");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(Spec("dapple", "auto", 2), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  measured.set_model_fingerprint(profile::ModelFingerprint(spec->model()));
+  auto cache = std::make_shared<ProfileCache>();
+  cache->Insert(measured);
+  svc_.reset();
+  cache_ = cache;
+  svc_ = Open();
+  absl::StatusOr<v1::Job> job = Submit(Spec("dapple", "auto", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan().profile_source(), "measured on cpu by worker w-9");
+  // A cuda measurement does not stand in for cpu workers.
+  measured.set_device_kind("cuda:0");
+  measured.set_source("measured on cuda:0");
+  cache->Insert(measured);
+  job = Submit(Spec("dapple", "auto", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan().profile_source(), "measured on cpu by worker w-9");
+}
+
+TEST_F(PlanJobTest, RegisteredWorkersKeepTheirReportedMemory) {
+  const std::string id = Register("h", 12 * kGiB, /*shared=*/true);
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(svc_->ListWorkers({}, &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).id(), id);
+  EXPECT_EQ(workers.workers(0).device_memory_bytes(), 12 * kGiB);
+  EXPECT_TRUE(workers.workers(0).device_memory_shared());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

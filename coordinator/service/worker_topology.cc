@@ -1,0 +1,99 @@
+#include "coordinator/service/worker_topology.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace dapple::coordinator {
+namespace {
+
+bool IsLive(const v1::WorkerInfo& w) {
+  return w.state() == v1::WORKER_STATE_IDLE || w.state() == v1::WORKER_STATE_BUSY;
+}
+
+std::string ComputeDevice(const v1::WorkerInfo& worker) {
+  return worker.devices().empty() ? "cpu" : worker.devices(0);
+}
+
+}  // namespace
+
+bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& worker) {
+  if (device_type.empty() || device_type == "any") return true;
+  const std::string device = ComputeDevice(worker);
+  return device_type == "cuda" ? absl::StartsWith(device, "cuda:") : device == device_type;
+}
+
+std::string JobDeviceKind(absl::string_view device_type,
+                          const std::vector<v1::WorkerInfo>& workers) {
+  if (device_type == "cpu" || device_type == "cuda") return std::string(device_type);
+  int live = 0;
+  int cuda = 0;
+  for (const v1::WorkerInfo& w : workers) {
+    if (!IsLive(w)) continue;
+    ++live;
+    if (absl::StartsWith(ComputeDevice(w), "cuda:")) ++cuda;
+  }
+  return live > 0 && cuda == live ? "cuda" : "cpu";
+}
+
+std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>& workers,
+                                               absl::string_view device_type) {
+  std::vector<v1::WorkerInfo> out;
+  for (const v1::WorkerInfo& w : workers) {
+    if (IsLive(w) && WorkerFitsDeviceType(device_type, w)) out.push_back(w);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::WorkerInfo>& workers,
+                                                        absl::string_view device_type,
+                                                        const PlanDefaults& defaults) {
+  const std::vector<v1::WorkerInfo> fitting = LiveFittingWorkers(workers, device_type);
+  const std::string kind = device_type.empty() || device_type == "any"
+                               ? ""
+                               : absl::StrCat(" with ", device_type, " devices");
+  if (fitting.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no registered workers", kind,
+                     " to plan on: start workers, or give a cluster file (dapplectl plan "
+                     "--cluster CLUSTER.yaml)"));
+  }
+  // Workers of one host that report its RAM share it.
+  std::map<std::string, int> sharing;
+  for (const v1::WorkerInfo& w : workers) {
+    if (IsLive(w) && w.device_memory_shared()) ++sharing[w.hostname()];
+  }
+  v1::ClusterTopology topology;
+  std::map<std::string, int> node_of;
+  for (const v1::WorkerInfo& w : fitting) {
+    int64_t memory = w.device_memory_bytes();
+    if (memory <= 0) {
+      memory = defaults.device_memory_bytes;
+    } else if (w.device_memory_shared()) {
+      memory /= std::max(1, sharing[w.hostname()]);
+    }
+    auto [it, added] = node_of.emplace(w.hostname(), topology.nodes_size());
+    if (added) {
+      v1::ClusterNode* node = topology.add_nodes();
+      node->set_name(w.hostname().empty() ? absl::StrCat("host", it->second) : w.hostname());
+      node->set_device_memory_bytes(memory);
+    }
+    v1::ClusterNode* node = topology.mutable_nodes(it->second);
+    node->set_devices(node->devices() + 1);
+    node->set_device_memory_bytes(std::min(node->device_memory_bytes(), memory));
+  }
+  const std::string type =
+      device_type.empty() || device_type == "any" ? "" : absl::StrCat(" (", device_type, ")");
+  topology.set_source(
+      absl::StrCat(fitting.size(), " registered worker", fitting.size() == 1 ? "" : "s", type,
+                   " on ", topology.nodes_size(), topology.nodes_size() == 1 ? " host" : " hosts"));
+  topology.set_intra_node_bandwidth_bytes_per_s(defaults.intra_node_bandwidth_bytes_per_s);
+  topology.set_intra_node_latency_ms(defaults.intra_node_latency_ms);
+  topology.set_inter_node_bandwidth_bytes_per_s(defaults.inter_node_bandwidth_bytes_per_s);
+  topology.set_inter_node_latency_ms(defaults.inter_node_latency_ms);
+  return topology;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,48 @@
+// The cluster topology (profile.proto ClusterTopology) of the registered workers, for plans
+// made without a cluster file: `dapplectl plan` without --cluster and jobs planned at
+// submission. Pure functions; thread-safe.
+#ifndef DAPPLE_COORDINATOR_SERVICE_WORKER_TOPOLOGY_H_
+#define DAPPLE_COORDINATOR_SERVICE_WORKER_TOPOLOGY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/planner/planner.h"
+#include "dapple/v1/profile.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+// Whether `worker` may run a stage of a job whose parallel.device_type is `device_type`:
+// "cpu" / "cuda" take only workers whose first device (the one a stage computes on) is of that
+// type; "any" (or empty) takes every worker.
+bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& worker);
+
+// The device kind a job's layers run on, for its profile: "cpu" or "cuda" as device_type says;
+// for "any" (or empty), "cuda" when every live worker computes on a cuda device and there is
+// at least one, else "cpu".
+std::string JobDeviceKind(absl::string_view device_type,
+                          const std::vector<v1::WorkerInfo>& workers);
+
+// The workers that are IDLE or BUSY and fit `device_type`.
+std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>& workers,
+                                               absl::string_view device_type);
+
+// The topology of the live workers that fit `device_type`, in registration order: one node per
+// hostname (in order of first appearance), one device per worker (a worker runs one rank, on
+// its first device). A node's device memory is the smallest of its workers': the reported
+// device_memory_bytes, divided by the number of live workers on that host that report
+// device_memory_shared (they share its RAM) when the worker reports it shared, or
+// defaults.device_memory_bytes when it reported 0. Links and latencies come from `defaults`.
+// source: "3 registered workers (cpu) on 2 hosts".
+// kFailedPrecondition when no worker fits: "no registered workers with cpu devices to plan on:
+// start workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)".
+absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::WorkerInfo>& workers,
+                                                        absl::string_view device_type,
+                                                        const PlanDefaults& defaults);
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_SERVICE_WORKER_TOPOLOGY_H_

@@ -1,0 +1,102 @@
+#include "coordinator/service/worker_topology.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+v1::WorkerInfo Worker(const std::string& id, const std::string& host, const std::string& device,
+                      int64_t memory = 0, bool shared = false,
+                      v1::WorkerState state = v1::WORKER_STATE_IDLE) {
+  v1::WorkerInfo w;
+  w.set_id(id);
+  w.set_hostname(host);
+  w.add_devices(device);
+  w.set_device_memory_bytes(memory);
+  w.set_device_memory_shared(shared);
+  w.set_state(state);
+  return w;
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST(WorkerTopologyTest, NodesAreHostsAndEachWorkerIsOneDevice) {
+  PlanDefaults defaults;
+  const std::vector<v1::WorkerInfo> workers = {
+      Worker("w-1", "a", "cuda:0", 80 * kGiB),
+      Worker("w-2", "b", "cuda:0", 40 * kGiB),
+      Worker("w-3", "a", "cuda:1", 70 * kGiB, false, v1::WORKER_STATE_BUSY),
+      Worker("w-4", "a", "cuda:2", 80 * kGiB, false, v1::WORKER_STATE_DEAD),  // not live
+      Worker("w-5", "b", "cpu", 64 * kGiB, true),                             // not cuda
+  };
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cuda", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nodes_size(), 2);
+  EXPECT_EQ(t->nodes(0).name(), "a");
+  EXPECT_EQ(t->nodes(0).devices(), 2);
+  EXPECT_EQ(t->nodes(0).device_memory_bytes(), 70 * kGiB);  // the smallest of its workers
+  EXPECT_EQ(t->nodes(1).name(), "b");
+  EXPECT_EQ(t->nodes(1).devices(), 1);
+  EXPECT_EQ(t->nodes(1).device_memory_bytes(), 40 * kGiB);
+  EXPECT_EQ(t->source(), "3 registered workers (cuda) on 2 hosts");
+  EXPECT_DOUBLE_EQ(t->intra_node_bandwidth_bytes_per_s(),
+                   defaults.intra_node_bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(t->inter_node_bandwidth_bytes_per_s(),
+                   defaults.inter_node_bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(t->intra_node_latency_ms(), defaults.intra_node_latency_ms);
+  EXPECT_DOUBLE_EQ(t->inter_node_latency_ms(), defaults.inter_node_latency_ms);
+}
+
+TEST(WorkerTopologyTest, CpuWorkersShareTheirHostsRamAndUnknownMemoryTakesTheDefault) {
+  PlanDefaults defaults;
+  defaults.device_memory_bytes = 3 * kGiB;
+  const std::vector<v1::WorkerInfo> workers = {
+      Worker("w-1", "h", "cpu", 32 * kGiB, true),
+      Worker("w-2", "h", "cpu", 32 * kGiB, true),
+      Worker("w-3", "h", "cpu", 32 * kGiB, true),
+      Worker("w-4", "h", "cpu", 32 * kGiB, true),
+      Worker("w-5", "g", "cpu", 0),         // reported nothing
+      Worker("w-6", "k", "cpu", 5 * kGiB),  // --device-memory: not shared
+  };
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "any", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nodes_size(), 3);
+  EXPECT_EQ(t->nodes(0).devices(), 4);
+  EXPECT_EQ(t->nodes(0).device_memory_bytes(), 8 * kGiB);  // 32 GiB over 4 workers
+  EXPECT_EQ(t->nodes(1).device_memory_bytes(), 3 * kGiB);
+  EXPECT_EQ(t->nodes(2).device_memory_bytes(), 5 * kGiB);
+  EXPECT_EQ(t->source(), "6 registered workers on 3 hosts");
+}
+
+TEST(WorkerTopologyTest, NoFittingWorkerTellsToPassACluster) {
+  const std::vector<v1::WorkerInfo> workers = {Worker("w-1", "a", "cpu")};
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cuda", PlanDefaults());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.status().message(),
+            "no registered workers with cuda devices to plan on: start workers, or give a "
+            "cluster file (dapplectl plan --cluster CLUSTER.yaml)");
+  t = TopologyFromWorkers({}, "any", PlanDefaults());
+  EXPECT_EQ(t.status().message(),
+            "no registered workers to plan on: start workers, or give a cluster file "
+            "(dapplectl plan --cluster CLUSTER.yaml)");
+}
+
+TEST(WorkerTopologyTest, DeviceTypeAndKind) {
+  const v1::WorkerInfo cpu = Worker("w-1", "a", "cpu");
+  const v1::WorkerInfo gpu = Worker("w-2", "a", "cuda:3");
+  EXPECT_TRUE(WorkerFitsDeviceType("any", cpu));
+  EXPECT_TRUE(WorkerFitsDeviceType("", gpu));
+  EXPECT_TRUE(WorkerFitsDeviceType("cpu", cpu));
+  EXPECT_FALSE(WorkerFitsDeviceType("cpu", gpu));
+  EXPECT_TRUE(WorkerFitsDeviceType("cuda", gpu));
+  EXPECT_FALSE(WorkerFitsDeviceType("cuda", cpu));
+  EXPECT_EQ(JobDeviceKind("cuda", {}), "cuda");
+  EXPECT_EQ(JobDeviceKind("cpu", {gpu}), "cpu");
+  EXPECT_EQ(JobDeviceKind("any", {}), "cpu");
+  EXPECT_EQ(JobDeviceKind("any", {gpu}), "cuda");
+  EXPECT_EQ(JobDeviceKind("any", {gpu, cpu}), "cpu");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

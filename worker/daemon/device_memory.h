@@ -1,0 +1,34 @@
+// The device memory a worker reports at registration (RegisterWorkerRequest
+// device_memory_bytes / device_memory_shared), which the coordinator's planner uses as the
+// memory limit of the worker's device.
+// Thread safety: every function may be called from any thread.
+#ifndef DAPPLE_WORKER_DAEMON_DEVICE_MEMORY_H_
+#define DAPPLE_WORKER_DAEMON_DEVICE_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dapple::worker {
+
+struct DeviceMemory {
+  int64_t bytes = 0;    // 0: unknown
+  bool shared = false;  // the host's RAM, shared with the host's other cpu workers
+};
+
+// The memory of `device` ("cpu" or "cuda:N"): `configured_bytes` when > 0 (--device-memory,
+// not shared); else for cuda:N the GPU's total memory (cudaGetDeviceProperties; 0 when it
+// cannot be read or the build has no CUDA); for cpu the host's physical RAM
+// (sysconf(_SC_PHYS_PAGES) * page size), shared.
+DeviceMemory ProbeDeviceMemory(const std::string& device, int64_t configured_bytes);
+
+// Parses --device-memory: a whole number of bytes, or of KiB, MiB, GiB or TiB with that suffix
+// ("16GiB", "512 MiB"). kInvalidArgument naming the flag and value for anything else, zero, or
+// more than 2^60 bytes.
+absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_DAEMON_DEVICE_MEMORY_H_

@@ -1,0 +1,120 @@
+#include "worker/runtime/layer_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model_info.h"
+#include "common/profile/model_profile.h"
+#include "common/status.h"
+
+namespace dapple::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<float> RandomValues(int64_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Times fn() bracketed by Synchronize, so work a device enqueues counts.
+absl::StatusOr<double> TimeMs(StageBackend& backend, const std::function<absl::Status()>& fn) {
+  DAPPLE_RETURN_IF_ERROR(backend.Synchronize());
+  const Clock::time_point start = Clock::now();
+  DAPPLE_RETURN_IF_ERROR(fn());
+  DAPPLE_RETURN_IF_ERROR(backend.Synchronize());
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct LayerTimes {
+  double forward_ms = 0;
+  double backward_ms = 0;
+};
+
+absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
+                                     const ProfileOptions& options, std::mt19937_64& rng) {
+  const int64_t rows = options.batch_size;
+  const std::vector<float> input = RandomValues(rows * NumElements(info.input_shape), rng);
+  DAPPLE_RETURN_IF_ERROR(backend.Input(0, rows).status());
+  DAPPLE_RETURN_IF_ERROR(backend.LoadInput(0, input.data(), rows));
+  DAPPLE_ASSIGN_OR_RETURN(void* dy, backend.GradInput(0, rows));
+  if (!backend.device_memory()) {
+    // A device backend's gradient buffer keeps whatever it holds: GPU arithmetic speed does not
+    // depend on the values, while a CPU's does (denormals), so only host values are set.
+    const std::vector<float> grad = RandomValues(rows * NumElements(info.output_shape), rng);
+    std::memcpy(dy, grad.data(), grad.size() * sizeof(float));
+  }
+  std::vector<double> forward;
+  std::vector<double> backward;
+  for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
+    DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] { return backend.Forward(0, rows); }));
+    DAPPLE_ASSIGN_OR_RETURN(
+        const double b, TimeMs(backend, [&] {
+          return backend.Backward(0, /*micro_batch=*/0, rows, /*last_stage=*/false,
+                                  /*need_dx=*/true);
+        }));
+    if (run >= options.warmup_runs) {
+      forward.push_back(f);
+      backward.push_back(b);
+    }
+  }
+  return LayerTimes{Median(forward), Median(backward)};
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
+                                                const BackendFactory& make_backend,
+                                                const std::string& device_kind,
+                                                const ProfileOptions& options) {
+  if (options.batch_size <= 0 || options.warmup_runs < 0 || options.timed_runs < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "profile options: batch_size %d must be > 0, warmup_runs %d >= 0, timed_runs %d >= 1",
+        options.batch_size, options.warmup_runs, options.timed_runs));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
+  v1::ModelProfile profile;
+  profile.set_source(absl::StrCat("measured on ", device_kind));
+  profile.set_batch_size(options.batch_size);
+  profile.set_device_kind(device_kind);
+  profile.set_model_fingerprint(profile::ModelFingerprint(spec.model()));
+  std::mt19937_64 rng(options.seed);
+  for (const LayerInfo& info : layers) {
+    const std::string where = absl::StrFormat("model.layers[%d] (%s)", info.index, info.type);
+    absl::StatusOr<std::unique_ptr<StageBackend>> backend =
+        make_backend(spec, info.index, info.index);
+    if (!backend.ok()) {
+      return absl::Status(backend.status().code(),
+                          absl::StrCat(where, ": ", backend.status().message()));
+    }
+    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, options, rng);
+    if (!times.ok()) {
+      return absl::Status(times.status().code(),
+                          absl::StrCat(where, ": ", times.status().message()));
+    }
+    v1::LayerProfile* layer = profile.add_layers();
+    layer->set_id(absl::StrCat("layers[", info.index, "]"));
+    layer->set_name(info.type);
+    layer->set_forward_ms(times->forward_ms);
+    layer->set_backward_ms(times->backward_ms);
+    layer->set_activation_bytes(NumElements(info.output_shape) * options.batch_size *
+                                static_cast<int64_t>(sizeof(float)));
+    layer->set_parameter_bytes(info.param_count * static_cast<int64_t>(sizeof(float)));
+  }
+  return profile;
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,50 @@
+// Measures a model's per-layer profile on a stage backend (the planner's "measured" input,
+// design.md "Planner"): for each layer, a one-layer backend times Forward and Backward at the
+// profile batch size, after warm-up runs, taking the median of several timed runs.
+#ifndef DAPPLE_WORKER_RUNTIME_LAYER_PROFILER_H_
+#define DAPPLE_WORKER_RUNTIME_LAYER_PROFILER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/job.pb.h"
+#include "dapple/v1/profile.pb.h"
+#include "worker/runtime/stage_backend.h"
+
+namespace dapple::worker {
+
+// Makes the backend of layers [first_layer, last_layer] of spec.model() on the device being
+// profiled (MakeCpuStageBackend, or MakeCudaStageBackend bound to an open device).
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<StageBackend>>(
+    const v1::JobSpec& spec, int first_layer, int last_layer)>;
+
+struct ProfileOptions {
+  int64_t batch_size = 32;  // samples per timed run, > 0
+  int warmup_runs = 2;      // untimed runs per layer first (caches, allocator, cuBLAS heuristics)
+  int timed_runs = 5;       // the median of these is reported, >= 1
+  uint64_t seed = 1;        // input and gradient values (uniform in [-1, 1))
+};
+
+// Profiles every layer of spec.model(): forward_ms / backward_ms are medians of
+// options.timed_runs wall-clock measurements (each bracketed by Synchronize, so device work is
+// included); backward includes the gradient with respect to the layer's input.
+// activation_bytes = output elements per sample * batch_size * 4; parameter_bytes = parameter
+// count * 4. Layer i gets id "layers[i]" and the layer type as its name (what
+// profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is
+// "measured on <device>", device_kind is `device_kind`, model_fingerprint
+// profile::ModelFingerprint(spec.model()).
+// Errors: kInvalidArgument for bad options or an invalid model (InferLayers' message); the
+// factory's and the backend's errors, prefixed with the layer ("model.layers[2] (linear): ...").
+// Thread safety: uses the backends from one thread; blocks for the measurement (about
+// layers * (warmup + timed) * (forward + backward) time).
+absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
+                                                const BackendFactory& make_backend,
+                                                const std::string& device_kind,
+                                                const ProfileOptions& options);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_LAYER_PROFILER_H_

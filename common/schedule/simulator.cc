@@ -136,6 +136,32 @@ absl::Status CheckOp(int s, int i, int p, const Op& op) {
   return absl::OkStatus();
 }
 
+// The communication kinds' index in per-kind tables: SEND_ACT 0, RECV_ACT 1, SEND_GRAD 2,
+// RECV_GRAD 3; -1 for every other kind.
+constexpr int kNumCommTables = 4;
+
+int CommTable(v1::ActionKind kind) {
+  switch (kind) {
+    case v1::SEND_ACT:
+      return 0;
+    case v1::RECV_ACT:
+      return 1;
+    case v1::SEND_GRAD:
+      return 2;
+    case v1::RECV_GRAD:
+      return 3;
+    case v1::FORWARD:
+    case v1::BACKWARD:
+    case v1::ACTION_KIND_UNSPECIFIED:
+    case v1::ALLREDUCE:
+    case v1::OPTIMIZER_STEP:
+    case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
+  }
+  return -1;
+}
+
 // Which of micro-batches 0..M-1 one stage sends and receives (validated: each at most once).
 struct CommMarks {
   std::vector<char> sent_act, recv_act, sent_grad, recv_grad;
@@ -144,29 +170,11 @@ struct CommMarks {
 CommMarks Marks(const OpProgram& program, int m) {
   CommMarks marks{std::vector<char>(m, 0), std::vector<char>(m, 0), std::vector<char>(m, 0),
                   std::vector<char>(m, 0)};
+  std::vector<char>* const by_table[kNumCommTables] = {&marks.sent_act, &marks.recv_act,
+                                                       &marks.sent_grad, &marks.recv_grad};
   for (const Op& op : program) {
-    switch (op.kind) {
-      case v1::SEND_ACT:
-        marks.sent_act[op.micro_batch] = 1;
-        break;
-      case v1::RECV_ACT:
-        marks.recv_act[op.micro_batch] = 1;
-        break;
-      case v1::SEND_GRAD:
-        marks.sent_grad[op.micro_batch] = 1;
-        break;
-      case v1::RECV_GRAD:
-        marks.recv_grad[op.micro_batch] = 1;
-        break;
-      case v1::FORWARD:
-      case v1::BACKWARD:
-      case v1::ACTION_KIND_UNSPECIFIED:
-      case v1::ALLREDUCE:
-      case v1::OPTIMIZER_STEP:
-      case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-      case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-        break;
-    }
+    const int table = CommTable(op.kind);
+    if (table >= 0) (*by_table[table])[op.micro_batch] = 1;
   }
   return marks;
 }
@@ -220,7 +228,7 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
 
   // Pairing first, so a missing partner is reported as such rather than as an ordering problem
   // it causes. First each communication action at most once per stage, with a micro-batch < M.
-  std::vector<char> seen(4 * static_cast<size_t>(m), 0);
+  std::vector<char> seen(kNumCommTables * static_cast<size_t>(m), 0);
   for (int s = 0; s < p; ++s) {
     std::fill(seen.begin(), seen.end(), 0);
     for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
@@ -232,29 +240,7 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
                                                        " names micro-batch ", mb,
                                                        " but the step forwards only 0..", m - 1));
       }
-      int table = -1;
-      switch (a.kind) {
-        case v1::SEND_ACT:
-          table = 0;
-          break;
-        case v1::RECV_ACT:
-          table = 1;
-          break;
-        case v1::SEND_GRAD:
-          table = 2;
-          break;
-        case v1::RECV_GRAD:
-          table = 3;
-          break;
-        case v1::FORWARD:
-        case v1::BACKWARD:
-        case v1::ACTION_KIND_UNSPECIFIED:
-        case v1::ALLREDUCE:
-        case v1::OPTIMIZER_STEP:
-        case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-        case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-          break;
-      }
+      const int table = CommTable(a.kind);
       if (table >= 0 && seen[table * m + mb]++ > 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(Where(s, i, ToAction(s, a)), " appears twice"));

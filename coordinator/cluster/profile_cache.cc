@@ -77,13 +77,13 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
     if (e.state != State::kPending || e.request_id != report.request_id()) continue;
     if (e.worker_id != report.worker_id()) {
       return absl::PermissionDeniedError(absl::StrCat("profile request ", report.request_id(),
-                                                      " was sent to worker ", e.worker_id,
-                                                      ", not ", report.worker_id()));
+                                                      " was sent to worker ", e.worker_id, ", not ",
+                                                      report.worker_id()));
     }
     if (!report.error().empty()) {
       e.state = State::kFailed;
-      e.error = absl::StrCat("worker ", e.worker_id, " could not profile the model: ",
-                             report.error());
+      e.error =
+          absl::StrCat("worker ", e.worker_id, " could not profile the model: ", report.error());
       return absl::OkStatus();
     }
     const v1::ModelProfile& p = report.profile();
@@ -92,9 +92,9 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
         p.batch_size() != e.request.batch_size() || p.layers_size() == 0) {
       e.state = State::kFailed;
       e.error = absl::StrCat("worker ", e.worker_id, " reported a profile of another model, ",
-                             "device or batch size (", p.device_kind(), ", batch ",
-                             p.batch_size(), ", ", p.layers_size(), " layers) than asked (",
-                             key.device_kind, ", batch ", e.request.batch_size(), ")");
+                             "device or batch size (", p.device_kind(), ", batch ", p.batch_size(),
+                             ", ", p.layers_size(), " layers) than asked (", key.device_kind,
+                             ", batch ", e.request.batch_size(), ")");
       return absl::InvalidArgumentError(e.error);
     }
     e.state = State::kReady;
@@ -113,8 +113,8 @@ int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms)
     if (!dead_worker_id.empty() && e.worker_id == dead_worker_id) {
       e.error = absl::StrCat("worker ", e.worker_id, " died before reporting the profile");
     } else if (now_unix_ms >= e.deadline_unix_ms) {
-      e.error = absl::StrCat("worker ", e.worker_id,
-                             " did not report the profile before its deadline");
+      e.error =
+          absl::StrCat("worker ", e.worker_id, " did not report the profile before its deadline");
     } else {
       continue;
     }

@@ -20,9 +20,9 @@
 namespace dapple::coordinator {
 
 struct PlanningProblem {
-  profile::ChainProfile profile;   // layer costs at profile.batch_size samples
-  v1::ClusterTopology topology;    // devices, memory, links
-  int64_t global_batch = 0;        // samples per training step, > 0
+  profile::ChainProfile profile;  // layer costs at profile.batch_size samples
+  v1::ClusterTopology topology;   // devices, memory, links
+  int64_t global_batch = 0;       // samples per training step, > 0
   // Samples per micro-batch (before the split across a stage's replicas); 0: the planner
   // chooses among the divisors of global_batch.
   int64_t micro_batch_size = 0;
@@ -43,32 +43,32 @@ struct StagePlan {
 };
 
 struct HybridPlan {
-  std::string planner;           // dapple | pipedream | dp | uniform | balanced | manual
-  std::string placement_policy;  // fresh_first | append_first | scatter_first ("" if none)
-  std::vector<StagePlan> stages; // P entries, contiguous, covering every layer once
-  int64_t micro_batch_size = 0;  // samples per micro-batch (split across a stage's replicas)
-  int micro_batches = 0;         // M = global_batch / micro_batch_size
+  std::string planner;            // dapple | pipedream | dp | uniform | balanced | manual
+  std::string placement_policy;   // fresh_first | append_first | scatter_first ("" if none)
+  std::vector<StagePlan> stages;  // P entries, contiguous, covering every layer once
+  int64_t micro_batch_size = 0;   // samples per micro-batch (split across a stage's replicas)
+  int micro_batches = 0;          // M = global_batch / micro_batch_size
 };
 
 struct StagePrediction {
-  double forward_ms = 0;     // one micro-batch's forward on one replica (its share)
+  double forward_ms = 0;  // one micro-batch's forward on one replica (its share)
   double backward_ms = 0;
   double compute_ms = 0;     // per step: forwards + backwards + optimizer step
   double idle_ms = 0;        // per step: step_ms - compute_ms - allreduce_ms (the bubble)
   double comm_ms = 0;        // per step: transfer time of activations/gradients into and out of it
   double allreduce_ms = 0;   // per step: its gradient AllReduce (0 with one replica)
-  int64_t weight_bytes = 0;      // per replica: weights + gradients + optimizer state (+ stashed
-                                 // versions under pipedream)
-  int64_t activation_bytes = 0;  // per replica: activations of peak_in_flight micro-batches
-  int64_t peak_memory_bytes = 0; // weight_bytes + activation_bytes
-  int peak_in_flight = 0;        // micro-batches whose activations are held at the peak
+  int64_t weight_bytes = 0;  // per replica: weights + gradients + optimizer state (+ stashed
+                             // versions under pipedream)
+  int64_t activation_bytes = 0;   // per replica: activations of peak_in_flight micro-batches
+  int64_t peak_memory_bytes = 0;  // weight_bytes + activation_bytes
+  int peak_in_flight = 0;         // micro-batches whose activations are held at the peak
 };
 
 struct Prediction {
-  double step_ms = 0;            // one step of global_batch samples
-  double samples_per_second = 0; // global_batch / step_ms * 1000
-  double bubble_fraction = 0;    // sum of idle / (P * step_ms)
-  bool fits_memory = true;       // every replica's peak_memory_bytes <= its device's memory
+  double step_ms = 0;             // one step of global_batch samples
+  double samples_per_second = 0;  // global_batch / step_ms * 1000
+  double bubble_fraction = 0;     // sum of idle / (P * step_ms)
+  bool fits_memory = true;        // every replica's peak_memory_bytes <= its device's memory
   std::vector<StagePrediction> stages;
 };
 

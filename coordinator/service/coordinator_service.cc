@@ -226,7 +226,8 @@ void CoordinatorService::ExplainPendingLocked() {
   };
   if (head == measuring_job_) {
     set(head, measuring_message_);
-    for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
+    for (size_t i = 1; i < pending.size(); ++i)
+      set(pending[i], absl::StrCat("queued behind ", head));
     return;
   }
   const std::string typed = DeviceTypeClause(*job);
@@ -269,8 +270,8 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
     case ProfileCache::State::kMissing:
       cache.Request(free[0]->info.id(), job.spec(), device, job.spec().training().micro_batch(),
                     now + options_.profile_timeout_ms);
-      DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(),
-                      free[0]->info.id(), device);
+      DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(), free[0]->info.id(),
+                      device);
       break;
     case ProfileCache::State::kPending:
       break;
@@ -310,9 +311,9 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     const int wanted = plan->programs_size();
     plan = PlanFromSummary(job.plan());
     if (!plan.ok()) return fail(std::string(plan.status().message()));
-    plan->mutable_summary()->add_notes(absl::StrCat(
-        "the plan on the measured profile wants ", wanted, " workers but ", free.size(),
-        " are free: running the plan made at submission"));
+    plan->mutable_summary()->add_notes(
+        absl::StrCat("the plan on the measured profile wants ", wanted, " workers but ",
+                     free.size(), " are free: running the plan made at submission"));
   }
   if (asked && !measured) {
     if (std::string why = options_.profile_cache->Error(key); !why.empty()) {

@@ -58,12 +58,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/cluster/profile_cache.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/progress_tracker.h"
 #include "coordinator/planner/planner.h"
-#include "coordinator/cluster/profile_cache.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -229,8 +229,8 @@ class CoordinatorService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // False while the job waits for its model to be measured (asking the first free worker when
   // nobody has been asked yet); see "Measured profiles".
-  bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
-                          int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, drops
   // undelivered assignments (those workers go IDLE) and its rendezvous. Workers that already
   // run the job stay BUSY until they stop reporting it.

@@ -64,8 +64,7 @@ class GrpcWorkerControl final : public v1::WorkerControl::Service {
   grpc::Status DeregisterWorker(grpc::ServerContext* context,
                                 const v1::DeregisterWorkerRequest* request,
                                 v1::DeregisterWorkerResponse* response) override;
-  grpc::Status ReportProfile(grpc::ServerContext* context,
-                             const v1::ReportProfileRequest* request,
+  grpc::Status ReportProfile(grpc::ServerContext* context, const v1::ReportProfileRequest* request,
                              v1::ReportProfileResponse* response) override;
 
  private:

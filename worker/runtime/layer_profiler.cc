@@ -60,12 +60,13 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   std::vector<double> forward;
   std::vector<double> backward;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
-    DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] { return backend.Forward(0, rows); }));
-    DAPPLE_ASSIGN_OR_RETURN(
-        const double b, TimeMs(backend, [&] {
-          return backend.Backward(0, /*micro_batch=*/0, rows, /*last_stage=*/false,
-                                  /*need_dx=*/true);
-        }));
+    DAPPLE_ASSIGN_OR_RETURN(const double f,
+                            TimeMs(backend, [&] { return backend.Forward(0, rows); }));
+    DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
+                              return backend.Backward(0, /*micro_batch=*/0, rows,
+                                                      /*last_stage=*/false,
+                                                      /*need_dx=*/true);
+                            }));
     if (run >= options.warmup_runs) {
       forward.push_back(f);
       backward.push_back(b);

@@ -21,6 +21,9 @@ struct ChainProfile {
   std::vector<double> backward_ms;        // >= 0; 0 for Input nodes
   std::vector<int64_t> parameter_bytes;   // >= 0 (fp32 weights)
   std::vector<int64_t> activation_bytes;  // >= 0: the layer's output, kept for its backward
+  // >= 0: one optimizer update of the layer's weights, once per step whatever the batch (0 when
+  // the profile does not say: graph.txt files).
+  std::vector<double> optimizer_ms;
   // cut_bytes[k]: bytes sent forward (and, as gradients, backward) when a stage ends after
   // layer k: the outputs of layers <= k consumed by some layer > k. A chain: activation_bytes[k].
   std::vector<int64_t> cut_bytes;

@@ -159,6 +159,7 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
     chain.backward_ms.push_back(layer.input() ? 0.0 : layer.backward_ms());
     chain.parameter_bytes.push_back(layer.parameter_bytes());
     chain.activation_bytes.push_back(layer.activation_bytes());
+    chain.optimizer_ms.push_back(layer.optimizer_ms());
   }
   DAPPLE_ASSIGN_OR_RETURN(chain.cut_bytes, CutBytes(profile));
   return chain;

@@ -207,7 +207,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   schedule::ActionCosts costs;
   costs.send = 0;
   costs.recv = 0;
-  costs.optimizer_step = 0;  // profiles carry no optimizer time
+  costs.optimizer_step = 0;
+  costs.optimizer_step_per_stage.assign(p, 0.0);
   costs.forward_per_stage.resize(p);
   costs.backward_per_stage.resize(p);
   costs.allreduce_per_stage.resize(p);
@@ -223,6 +224,11 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
     costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
     params[s] = ParameterBytes(profile, stage.first_layer, stage.last_layer);
+    // Every replica updates the whole stage's weights once per step (measured profiles only).
+    for (int l = stage.first_layer;
+         l <= stage.last_layer && l < static_cast<int>(profile.optimizer_ms.size()); ++l) {
+      costs.optimizer_step_per_stage[s] += profile.optimizer_ms[l];
+    }
     activation_per_micro_batch[s] =
         ActivationBytes(profile, stage.first_layer, stage.last_layer, share);
     lower.allreduce_stages[s] = replicas > 1;

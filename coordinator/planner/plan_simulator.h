@@ -11,6 +11,8 @@
 //     direction; receives wait for the transfer's end;
 //   - a stage with D > 1 replicas runs ALLREDUCE of its parameter bytes (AllReduceMs) after its
 //     last backward, before OPTIMIZER_STEP; it overlaps other stages' work;
+//   - OPTIMIZER_STEP of a stage costs the sum of its layers' optimizer_ms (measured profiles; 0
+//     for files), on every replica;
 //   - memory per replica: weights + gradients + optimizer_state_factor * weights, plus
 //     peak_in_flight micro-batches of activations (ActivationBytes at b / D samples); pipedream
 //     adds its stashed weight versions (P - s - 1 extra copies of the weights on stage s).

@@ -102,6 +102,29 @@ TEST(PlanSimulatorTest, EqualStagesMatchTheClosedFormsUnderGPipeAndDapple) {
   }
 }
 
+TEST(PlanSimulatorTest, MeasuredOptimizerTimeEndsEachStagesStep) {
+  // P = 2 equal stages (F = 1, B = 2 at the micro-batch size), M = 2: the last backward of stage
+  // 1 ends at 7, stage 0's at 9 (the closed form (M + P - 1)(F + B)). Updates of 0.5 ms (stage
+  // 0) and 1.5 ms (stage 1) follow them: the step ends at max(9 + 0.5, 7 + 1.5) = 9.5.
+  profile::ChainProfile profile = Equal(2, 4, 1, 2);
+  profile.optimizer_ms = {0.5, 1.5};
+  PlanningProblem problem = Problem(profile, Topology(1, 2), 8);
+  HybridPlan plan;
+  plan.stages = {{0, 0, {0}}, {1, 1, {1}}};
+  plan.micro_batch_size = 4;
+  plan.micro_batches = 2;
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_DOUBLE_EQ(pred->step_ms, 9.5);
+  EXPECT_DOUBLE_EQ(pred->stages[0].compute_ms, 2 * 3 + 0.5);
+  EXPECT_DOUBLE_EQ(pred->stages[1].compute_ms, 2 * 3 + 1.5);
+  // Without optimizer times (files) the closed form holds.
+  problem.profile.optimizer_ms.clear();
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_DOUBLE_EQ(pred->step_ms, 9.0);
+}
+
 TEST(PlanSimulatorTest, MemoryByHand) {
   // Two stages: layers 0-1 (params 1000 + 1000, activations 100 + 100 at batch 4) and layer 2
   // (params 3000, activations 300). Micro-batches of 8 samples (twice the profile batch), M=4,

@@ -42,6 +42,7 @@ absl::StatusOr<double> TimeMs(StageBackend& backend, const std::function<absl::S
 struct LayerTimes {
   double forward_ms = 0;
   double backward_ms = 0;
+  double optimizer_ms = 0;
 };
 
 absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
@@ -59,6 +60,7 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   }
   std::vector<double> forward;
   std::vector<double> backward;
+  std::vector<double> optimizer;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
     DAPPLE_ASSIGN_OR_RETURN(const double f,
                             TimeMs(backend, [&] { return backend.Forward(0, rows); }));
@@ -67,12 +69,16 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
                                                       /*last_stage=*/false,
                                                       /*need_dx=*/true);
                             }));
+    // The real step runs the update once per M micro-batches; timed here once per run.
+    DAPPLE_ASSIGN_OR_RETURN(const double u,
+                            TimeMs(backend, [&] { return backend.OptimizerStep(); }));
     if (run >= options.warmup_runs) {
       forward.push_back(f);
       backward.push_back(b);
+      optimizer.push_back(u);
     }
   }
-  return LayerTimes{Median(forward), Median(backward)};
+  return LayerTimes{Median(forward), Median(backward), Median(optimizer)};
 }
 
 }  // namespace
@@ -111,6 +117,7 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     layer->set_name(info.type);
     layer->set_forward_ms(times->forward_ms);
     layer->set_backward_ms(times->backward_ms);
+    layer->set_optimizer_ms(times->optimizer_ms);
     layer->set_activation_bytes(NumElements(info.output_shape) * options.batch_size *
                                 static_cast<int64_t>(sizeof(float)));
     layer->set_parameter_bytes(info.param_count * static_cast<int64_t>(sizeof(float)));

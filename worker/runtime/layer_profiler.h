@@ -30,7 +30,8 @@ struct ProfileOptions {
 
 // Profiles every layer of spec.model(): forward_ms / backward_ms are medians of
 // options.timed_runs wall-clock measurements (each bracketed by Synchronize, so device work is
-// included); backward includes the gradient with respect to the layer's input.
+// included); backward includes the gradient with respect to the layer's input; optimizer_ms is
+// the median time of one OptimizerStep of the layer's parameters (the job's optimizer).
 // activation_bytes = output elements per sample * batch_size * 4; parameter_bytes = parameter
 // count * 4. Layer i gets id "layers[i]" and the layer type as its name (what
 // profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is

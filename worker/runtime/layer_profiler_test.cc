@@ -61,6 +61,7 @@ TEST(LayerProfilerTest, MeasuresEveryLayerOfTheModel) {
   // 784x256 GEMMs dominate elementwise layers: a measurement, not a constant.
   EXPECT_GT(p->layers(1).forward_ms(), 0);
   EXPECT_GT(p->layers(1).backward_ms(), 0);
+  EXPECT_GT(p->layers(1).optimizer_ms(), 0);  // 200k weights with momentum
   EXPECT_EQ(p->layers(0).name(), "flatten");
   EXPECT_EQ(p->layers(1).name(), "linear");
 }

@@ -53,10 +53,35 @@ constexpr absl::string_view kRootKeys[] = {"name",          "nodes",      "devic
                                            "device_memory", "intra_node", "inter_node"};
 constexpr absl::string_view kNodeKeys[] = {"name", "devices", "device_memory"};
 constexpr absl::string_view kLinkKeys[] = {"bandwidth", "latency"};
-constexpr int64_t kMaxNodes = 65536;
-constexpr int64_t kMaxDevicesPerNode = 4096;
-// Rounded byte counts above this would not fit an int64.
-constexpr double kMaxBytes = 9.0e18;
+constexpr int64_t kMaxNodes = kMaxClusterNodes;
+constexpr int64_t kMaxDevicesPerNode = kMaxClusterDevices;
+
+// A closed range of a quantity, with its bounds as people write them.
+struct Limit {
+  double min;
+  double max;
+  absl::string_view min_text;
+  absl::string_view max_text;
+};
+constexpr Limit kMemoryLimit = {static_cast<double>(kMinDeviceMemoryBytes),
+                                static_cast<double>(kMaxDeviceMemoryBytes), "1 MiB", "1 PiB"};
+constexpr Limit kBandwidthLimit = {kMinBandwidthBytesPerS, kMaxBandwidthBytesPerS, "1 KB/s",
+                                   "10 TB/s"};
+constexpr Limit kLatencyLimit = {0, kMaxLatencyMs, "0 s", "10 s"};
+
+// "" when `value` is in `limit`; otherwise what is wrong with it ("is more than 10 s").
+std::string LimitRule(double value, const Limit& limit) {
+  if (value < limit.min) return absl::StrCat("is less than ", limit.min_text);
+  if (value > limit.max) return absl::StrCat("is more than ", limit.max_text);
+  if (!(value >= limit.min && value <= limit.max)) return "is not a number";
+  return "";
+}
+
+absl::Status CheckLimit(const std::string& field, double value, const Limit& limit) {
+  const std::string rule = LimitRule(value, limit);
+  if (rule.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", ShortestDouble(value), " ", rule));
+}
 
 struct Field {
   YAML::Node key;
@@ -113,6 +138,8 @@ class ClusterParser {
   absl::StatusOr<int64_t> Count(const Field& f, const std::string& path, int64_t max) const;
   absl::StatusOr<double> Quantity(const Field& f, const std::string& path,
                                   const QuantityKind& kind) const;
+  absl::StatusOr<double> Limited(const Field& f, const std::string& path, const QuantityKind& kind,
+                                 const Limit& limit) const;
   absl::StatusOr<int64_t> Memory(const Field& f, const std::string& path) const;
 
   absl::Status ParseNodeCount(const Fields& root, const Field& nodes, const YAML::Mark& root_mark,
@@ -216,12 +243,18 @@ absl::StatusOr<double> ClusterParser::Quantity(const Field& f, const std::string
   return number * scale;
 }
 
-absl::StatusOr<int64_t> ClusterParser::Memory(const Field& f, const std::string& path) const {
-  DAPPLE_ASSIGN_OR_RETURN(const double bytes, Quantity(f, path, kMemory));
-  if (bytes <= 0 || bytes > kMaxBytes) {
-    return Error(MarkOf(f), path,
-                 absl::StrCat("must be > 0 and at most 9e18 bytes, got ", Describe(f.value)));
+absl::StatusOr<double> ClusterParser::Limited(const Field& f, const std::string& path,
+                                              const QuantityKind& kind, const Limit& limit) const {
+  DAPPLE_ASSIGN_OR_RETURN(const double value, Quantity(f, path, kind));
+  const std::string rule = LimitRule(value, limit);
+  if (!rule.empty()) {
+    return Error(MarkOf(f), path, absl::StrCat(Describe(f.value), " ", rule));
   }
+  return value;
+}
+
+absl::StatusOr<int64_t> ClusterParser::Memory(const Field& f, const std::string& path) const {
+  DAPPLE_ASSIGN_OR_RETURN(const double bytes, Limited(f, path, kMemory, kMemoryLimit));
   return std::llround(bytes);
 }
 
@@ -238,6 +271,12 @@ absl::Status ClusterParser::ParseNodeCount(const Fields& root, const Field& node
                           Require(root, root_mark, "", "device_memory",
                                   "with 'nodes: <count>', each device's memory like 16 GiB"));
   DAPPLE_ASSIGN_OR_RETURN(const int64_t bytes, Memory(*memory, "device_memory"));
+  if (count * per_node > kMaxClusterDevices) {
+    return Error(
+        MarkOf(nodes), "nodes",
+        absl::StrCat(count, " nodes of ", per_node, " devices are ", count * per_node,
+                     " devices, more than the ", kMaxClusterDevices, " a cluster may have"));
+  }
   for (int64_t i = 0; i < count; ++i) {
     v1::ClusterNode* node = topology.add_nodes();
     node->set_name(absl::StrCat("node", i));
@@ -263,6 +302,7 @@ absl::Status ClusterParser::ParseNodeList(const Fields& root, const Field& nodes
                  absl::StrCat("must list 1 to ", kMaxNodes, " nodes, got ", nodes.value.size()));
   }
   std::set<std::string> names;
+  int64_t total_devices = 0;
   for (size_t i = 0; i < nodes.value.size(); ++i) {
     const std::string path = absl::StrCat("nodes[", i, "]");
     const YAML::Node entry = nodes.value[i];
@@ -283,6 +323,13 @@ absl::Status ClusterParser::ParseNodeList(const Fields& root, const Field& nodes
     DAPPLE_ASSIGN_OR_RETURN(const int64_t count,
                             Count(*devices, path + ".devices", kMaxDevicesPerNode));
     node->set_devices(static_cast<int32_t>(count));
+    total_devices += count;
+    if (total_devices > kMaxClusterDevices) {
+      return Error(
+          MarkOf(*devices), path + ".devices",
+          absl::StrCat("nodes[0..", i, "] have ", total_devices, " devices, more than the ",
+                       kMaxClusterDevices, " a cluster may have"));
+    }
     DAPPLE_ASSIGN_OR_RETURN(const Field* memory,
                             Require(fields, entry.Mark(), path, "device_memory", "like 16 GiB"));
     DAPPLE_ASSIGN_OR_RETURN(const int64_t bytes, Memory(*memory, path + ".device_memory"));
@@ -303,18 +350,11 @@ absl::Status ClusterParser::ParseLink(const Fields& root, const YAML::Mark& root
   DAPPLE_ASSIGN_OR_RETURN(const Field* bw, Require(fields, MarkOf(*link), name, "bandwidth",
                                                    "like 25 Gbit/s or 130 GB/s"));
   const std::string bw_path = Join(name, "bandwidth");
-  DAPPLE_ASSIGN_OR_RETURN(bandwidth, Quantity(*bw, bw_path, kBandwidth));
-  if (bandwidth <= 0) {
-    return Error(MarkOf(*bw), bw_path, absl::StrCat("must be > 0, got ", Describe(bw->value)));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(bandwidth, Limited(*bw, bw_path, kBandwidth, kBandwidthLimit));
   DAPPLE_ASSIGN_OR_RETURN(const Field* latency,
                           Require(fields, MarkOf(*link), name, "latency", "like 20 us"));
   const std::string latency_path = Join(name, "latency");
-  DAPPLE_ASSIGN_OR_RETURN(latency_ms, Quantity(*latency, latency_path, kLatency));
-  if (latency_ms < 0) {
-    return Error(MarkOf(*latency), latency_path,
-                 absl::StrCat("must be >= 0, got ", Describe(latency->value)));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(latency_ms, Limited(*latency, latency_path, kLatency, kLatencyLimit));
   return absl::OkStatus();
 }
 
@@ -351,6 +391,11 @@ absl::StatusOr<v1::ClusterTopology> ClusterParser::Parse(const YAML::Node& root)
   DAPPLE_RETURN_IF_ERROR(ParseLink(fields, root_mark, "inter_node", bandwidth, latency));
   topology.set_inter_node_bandwidth_bytes_per_s(bandwidth);
   topology.set_inter_node_latency_ms(latency);
+  // The checks above name the file position; this one holds the parser to the same rules as
+  // topologies that come over RPC.
+  if (absl::Status valid = ValidateTopology(topology); !valid.ok()) {
+    return Error(YAML::Mark(), "cluster", valid.message());
+  }
   return topology;
 }
 
@@ -375,8 +420,51 @@ absl::StatusOr<v1::ClusterTopology> ParseClusterYaml(absl::string_view text,
 }
 
 absl::StatusOr<v1::ClusterTopology> ReadClusterFile(const std::string& path) {
-  DAPPLE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
+  DAPPLE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, kMaxClusterFileBytes));
   return ParseClusterYaml(text, path);
+}
+
+absl::Status ValidateTopology(const v1::ClusterTopology& topology) {
+  if (topology.nodes_size() < 1 || topology.nodes_size() > kMaxClusterNodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nodes: ", topology.nodes_size(), " nodes; a cluster has 1 to ", kMaxClusterNodes));
+  }
+  std::set<std::string> names;
+  int64_t devices = 0;
+  for (int i = 0; i < topology.nodes_size(); ++i) {
+    const v1::ClusterNode& node = topology.nodes(i);
+    const std::string field = absl::StrCat("nodes[", i, "]");
+    if (node.name().empty() || node.name().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name ", Quote(node.name()),
+                                                     " must be a non-empty name without '/'"));
+    }
+    if (!names.insert(node.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name ", Quote(node.name()),
+                                                     " is repeated: node names must differ"));
+    }
+    if (node.devices() < 1 || node.devices() > kMaxClusterDevices) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".devices ", node.devices(),
+                                                     " must be in [1, ", kMaxClusterDevices, "]"));
+    }
+    devices += node.devices();
+    if (devices > kMaxClusterDevices) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".devices: nodes[0..", i, "] have ",
+                                                     devices, " devices, more than the ",
+                                                     kMaxClusterDevices, " a cluster may have"));
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckLimit(field + ".device_memory_bytes",
+                                      static_cast<double>(node.device_memory_bytes()),
+                                      kMemoryLimit));
+  }
+  DAPPLE_RETURN_IF_ERROR(CheckLimit("intra_node_bandwidth_bytes_per_s",
+                                    topology.intra_node_bandwidth_bytes_per_s(), kBandwidthLimit));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckLimit("intra_node_latency_ms", topology.intra_node_latency_ms(), kLatencyLimit));
+  DAPPLE_RETURN_IF_ERROR(CheckLimit("inter_node_bandwidth_bytes_per_s",
+                                    topology.inter_node_bandwidth_bytes_per_s(), kBandwidthLimit));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckLimit("inter_node_latency_ms", topology.inter_node_latency_ms(), kLatencyLimit));
+  return absl::OkStatus();
 }
 
 int NumDevices(const v1::ClusterTopology& topology) {

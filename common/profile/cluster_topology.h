@@ -17,8 +17,9 @@
 // With a count, nodes are named "node0", "node1", ...; in a list, `name` is optional (default
 // "node<i>"), must be unique and must not contain '/'; `devices` and `device_memory` are
 // required in each entry and the top-level devices_per_node / device_memory are then rejected.
-// Limits: at most 65536 nodes and 4096 devices per node. `name` is checked but not kept
-// (ClusterTopology has no field for it); `source` is the `source` argument.
+// Limits (ValidateTopology's, below): 1 to 4096 nodes and 4096 devices in all; device memory in
+// [1 MiB, 1 PiB]; bandwidth in [1 KB/s, 10 TB/s]; latency in [0, 10 s]. `name` is checked but
+// not kept (ClusterTopology has no field for it); `source` is the `source` argument.
 #ifndef DAPPLE_COMMON_PROFILE_CLUSTER_TOPOLOGY_H_
 #define DAPPLE_COMMON_PROFILE_CLUSTER_TOPOLOGY_H_
 
@@ -31,13 +32,35 @@
 
 namespace dapple::profile {
 
+// The limits of a topology. They keep the planner's work and memory bounded (a 65536-node
+// cluster made it run for minutes in 16 GB) and refuse values that are surely typos.
+inline constexpr int kMaxClusterNodes = 4096;
+inline constexpr int kMaxClusterDevices = 4096;                     // over all nodes
+inline constexpr int64_t kMinDeviceMemoryBytes = int64_t{1} << 20;  // 1 MiB
+inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 50;  // 1 PiB
+inline constexpr double kMinBandwidthBytesPerS = 1e3;               // 1 KB/s
+inline constexpr double kMaxBandwidthBytesPerS = 1e13;              // 10 TB/s
+inline constexpr double kMaxLatencyMs = 1e4;                        // 10 s
+// Cluster files are a few hundred bytes; anything near this is not one.
+inline constexpr int64_t kMaxClusterFileBytes = int64_t{1} << 20;  // 1 MiB
+
 // kInvalidArgument "<source>:<line>:<column>: <field>: <what is wrong>" for YAML syntax errors,
-// unknown or missing keys, a value of the wrong type or unit, counts < 1, memory or bandwidth
-// <= 0, latency < 0.
+// unknown or missing keys, a value of the wrong type or unit, counts < 1, and values outside the
+// limits above, naming the value and the rule ("inter_node.latency: '1e300 s' is more than
+// 10 s"). The result passes ValidateTopology.
 absl::StatusOr<v1::ClusterTopology> ParseClusterYaml(absl::string_view text,
                                                      absl::string_view source);
-// Reads and parses `path` (kNotFound / kPermissionDenied naming it).
+// Reads and parses `path`: ReadTextFile's errors (kNotFound, kPermissionDenied, "not a regular
+// file", kResourceExhausted above kMaxClusterFileBytes), each naming it, then ParseClusterYaml's.
 absl::StatusOr<v1::ClusterTopology> ReadClusterFile(const std::string& path);
+
+// Checks a topology from anywhere (a file, an RPC, the coordinator's workers) against the limits
+// above: 1 to kMaxClusterNodes nodes, each with a non-empty name without '/' that no other node
+// has and 1 or more devices, at most kMaxClusterDevices devices in all, finite bandwidths and
+// latencies in range. kInvalidArgument naming the proto field path, the value and the rule, e.g.
+// "nodes[2].device_memory_bytes 0 is less than 1 MiB" or "inter_node_latency_ms 1e+300 is more
+// than 10 s".
+absl::Status ValidateTopology(const v1::ClusterTopology& topology);
 
 // The number of devices (sum over nodes).
 int NumDevices(const v1::ClusterTopology& topology);

@@ -1,8 +1,11 @@
 #include "common/profile/cluster_topology.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -112,10 +115,10 @@ TEST(ParseClusterYamlTest, Units) {
   const Case cases[] = {
       {"1.5 GB", "100 Mbit/s", "1 s", 1.5e9, 12.5e6, 1000},
       {"512 MiB", "2 GiB/s", "250 ns", 512.0 * 1024 * 1024, 2.0 * kGiB, 0.00025},
-      {"1000", "1e9", "2", 1000, 1e9, 2},  // plain numbers: bytes, bytes/s, ms
+      {"2000000", "1e9", "2", 2e6, 1e9, 2},  // plain numbers: bytes, bytes/s, ms
       {"16GiB", "25Gbit/s", "0 us", 16.0 * kGiB, 3.125e9, 0},
-      {"3 KB", "8 bit/s", "7 ms", 3000, 1, 7},
-      {"2 KiB", "4 KB/s", "3 us", 2048, 4000, 0.003},
+      {"3000 KB", "8000 bit/s", "7 ms", 3e6, 1000, 7},
+      {"2048 KiB", "4 KB/s", "3 us", 2.0 * 1024 * 1024, 4000, 0.003},
       {"1 TB", "1 MB/s", "1.5 s", 1e12, 1e6, 1500},
   };
   for (const Case& c : cases) {
@@ -209,23 +212,23 @@ TEST(MalformedClusterTest, InlineCases) {
        "devices_per_node, device_memory, intra_node, inter_node"},
       {count + links + "nodes: 3\n", "6:1: nodes: repeated key (first at line 1)"},
       {"nodes: two\ndevices_per_node: 2\ndevice_memory: 1 GiB\n" + links,
-       "1:8: nodes: must be an integer in [1, 65536], got 'two'"},
+       "1:8: nodes: must be an integer in [1, 4096], got 'two'"},
       {"nodes: 2\ndevices_per_node: 2\n" + links,
        "1:1: device_memory: missing required key (with 'nodes: <count>', each device's memory"},
       {"nodes: 2\ndevices_per_node: 2\ndevice_memory: 0 GiB\n" + links,
-       "3:16: device_memory: must be > 0 and at most 9e18 bytes, got '0 GiB'"},
+       "3:16: device_memory: '0 GiB' is less than 1 MiB"},
       {"nodes: 2\ndevices_per_node: 2\ndevice_memory: lots\n" + links,
        "3:16: device_memory: expected a number and a unit like '16 GiB' (or a plain number of "
        "bytes), got 'lots'"},
       {count + "intra_node: {bandwidth: 0 GB/s, latency: 1 us}\n" + links.substr(47),
-       "4:25: intra_node.bandwidth: must be > 0, got '0 GB/s'"},
+       "4:25: intra_node.bandwidth: '0 GB/s' is less than 1 KB/s"},
       {count + "intra_node: {bandwidth: 1 GB/s, latency: -1 us}\n" + links.substr(47),
-       "4:42: intra_node.latency: must be >= 0, got '-1 us'"},
+       "4:42: intra_node.latency: '-1 us' is less than 0 s"},
       {count + "intra_node: {bandwidth: 1 GB/s}\n" + links.substr(47),
        "4:13: intra_node.latency: missing required key (like 20 us)"},
       {count + "intra_node: 5\n" + links.substr(47),
        "4:13: intra_node: must be a map like {bandwidth: 25 Gbit/s, latency: 20 us}, got '5'"},
-      {"nodes: []\n" + links, "1:8: nodes: must list 1 to 65536 nodes, got 0"},
+      {"nodes: []\n" + links, "1:8: nodes: must list 1 to 4096 nodes, got 0"},
       {"nodes: [{devices: 1, device_memory: 1 GiB}]\ndevices_per_node: 2\n" + links,
        "2:1: devices_per_node: applies only with 'nodes: <count>'"},
       {"nodes: [{name: a, devices: 1, device_memory: 1 GiB}, {name: a, devices: 1, "
@@ -247,6 +250,151 @@ TEST(MalformedClusterTest, InlineCases) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(status.message()), StartsWith(absl::StrCat("c.yaml:", c.message)));
   }
+}
+
+// Each limit on each side, in the file's own words: position, field, value and rule.
+TEST(MalformedClusterTest, ValuesOutsideTheLimits) {
+  const auto file = [](const std::string& nodes, const std::string& memory,
+                       const std::string& intra, const std::string& inter) {
+    return absl::StrCat(nodes, "\ndevice_memory: ", memory, "\nintra_node: {", intra,
+                        "}\ninter_node: {", inter, "}\n");
+  };
+  const std::string nodes = "nodes: 2\ndevices_per_node: 2";
+  const std::string link = "bandwidth: 1 GB/s, latency: 1 us";
+  struct Case {
+    std::string text;
+    std::string message;  // the whole message after "c.yaml:"
+  };
+  const Case cases[] = {
+      {file("nodes: 4097\ndevices_per_node: 1", "1 GiB", link, link),
+       "1:8: nodes: must be an integer in [1, 4096], got '4097'"},
+      {file("nodes: 65536\ndevices_per_node: 1", "1 GiB", link, link),
+       "1:8: nodes: must be an integer in [1, 4096], got '65536'"},
+      {file("nodes: 1025\ndevices_per_node: 4", "1 GiB", link, link),
+       "1:8: nodes: 1025 nodes of 4 devices are 4100 devices, more than the 4096 a cluster may "
+       "have"},
+      {file(nodes, "1048575", link, link), "3:16: device_memory: '1048575' is less than 1 MiB"},
+      {file(nodes, "1025 TiB", link, link), "3:16: device_memory: '1025 TiB' is more than 1 PiB"},
+      {file(nodes, "1 GiB", "bandwidth: 999 B/s, latency: 1 us", link),
+       "4:25: intra_node.bandwidth: '999 B/s' is less than 1 KB/s"},
+      {file(nodes, "1 GiB", link, "bandwidth: 10001 GB/s, latency: 1 us"),
+       "5:25: inter_node.bandwidth: '10001 GB/s' is more than 10 TB/s"},
+      {file(nodes, "1 GiB", link, "bandwidth: 1 GB/s, latency: 1e300 s"),
+       "5:42: inter_node.latency: '1e300 s' is more than 10 s"},
+      {file(nodes, "1 GiB", "bandwidth: 1 GB/s, latency: 10001 ms", link),
+       "4:42: intra_node.latency: '10001 ms' is more than 10 s"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const absl::Status status = ParseClusterYaml(c.text, "c.yaml").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat("c.yaml:", c.message));
+  }
+  // A list of nodes is checked as it adds up.
+  std::string list = "nodes: [";
+  for (int i = 0; i < 5; ++i)
+    absl::StrAppend(&list, i > 0 ? ", " : "", "{devices: 1000, device_memory: 1 GiB}");
+  const absl::Status status =
+      ParseClusterYaml(
+          absl::StrCat(list, "]\nintra_node: {", link, "}\ninter_node: {", link, "}\n"), "c.yaml")
+          .status();
+  EXPECT_EQ(status.message(),
+            "c.yaml:1:175: nodes[4].devices: nodes[0..4] have 5000 devices, more than the 4096 a "
+            "cluster may have");
+  // The limits themselves are allowed.
+  ASSERT_OK(ParseClusterYaml(
+                file("nodes: 4096\ndevices_per_node: 1", "1 MiB", "bandwidth: 1 KB/s, latency: 0 s",
+                     "bandwidth: 10000 GB/s, latency: 10 s"),
+                "c.yaml")
+                .status());
+  ASSERT_OK(
+      ParseClusterYaml(file("nodes: 1\ndevices_per_node: 4096", "1024 TiB", link, link), "c.yaml")
+          .status());
+}
+
+v1::ClusterTopology ValidTopology() {
+  v1::ClusterTopology topology;
+  for (int i = 0; i < 2; ++i) {
+    v1::ClusterNode* node = topology.add_nodes();
+    node->set_name(absl::StrCat("n", i));
+    node->set_devices(2);
+    node->set_device_memory_bytes(16 * kGiB);
+  }
+  topology.set_intra_node_bandwidth_bytes_per_s(1e11);
+  topology.set_intra_node_latency_ms(0.005);
+  topology.set_inter_node_bandwidth_bytes_per_s(1e10);
+  topology.set_inter_node_latency_ms(0.02);
+  return topology;
+}
+
+TEST(ValidateTopologyTest, NamesTheFieldValueAndRule) {
+  ASSERT_OK(ValidateTopology(ValidTopology()));
+  struct Case {
+    std::function<void(v1::ClusterTopology&)> change;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](v1::ClusterTopology& t) { t.clear_nodes(); }, "nodes: 0 nodes; a cluster has 1 to 4096"},
+      {[](v1::ClusterTopology& t) {
+         for (int i = 0; i < 4095; ++i) *t.add_nodes() = t.nodes(0);
+       },
+       "nodes: 4097 nodes; a cluster has 1 to 4096"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->set_name(""); },
+       "nodes[1].name '' must be a non-empty name without '/'"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->set_name("a/b"); },
+       "nodes[1].name 'a/b' must be a non-empty name without '/'"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->set_name("n0"); },
+       "nodes[1].name 'n0' is repeated: node names must differ"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(0)->set_devices(0); },
+       "nodes[0].devices 0 must be in [1, 4096]"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->set_devices(4095); },
+       "nodes[1].devices: nodes[0..1] have 4097 devices, more than the 4096 a cluster may have"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->set_device_memory_bytes(0); },
+       "nodes[1].device_memory_bytes 0 is less than 1 MiB"},
+      {[](v1::ClusterTopology& t) {
+         t.mutable_nodes(0)->set_device_memory_bytes(int64_t{1} << 51);
+       },
+       "nodes[0].device_memory_bytes 2251799813685248 is more than 1 PiB"},
+      {[](v1::ClusterTopology& t) { t.set_intra_node_bandwidth_bytes_per_s(999); },
+       "intra_node_bandwidth_bytes_per_s 999 is less than 1 KB/s"},
+      {[](v1::ClusterTopology& t) { t.set_inter_node_bandwidth_bytes_per_s(2e13); },
+       "inter_node_bandwidth_bytes_per_s 2e+13 is more than 10 TB/s"},
+      {[](v1::ClusterTopology& t) { t.set_inter_node_bandwidth_bytes_per_s(NAN); },
+       "inter_node_bandwidth_bytes_per_s nan is not a number"},
+      {[](v1::ClusterTopology& t) { t.set_intra_node_latency_ms(-1); },
+       "intra_node_latency_ms -1 is less than 0 s"},
+      {[](v1::ClusterTopology& t) { t.set_inter_node_latency_ms(1e300); },
+       "inter_node_latency_ms 1e+300 is more than 10 s"},
+      {[](v1::ClusterTopology& t) { t.set_inter_node_latency_ms(INFINITY); },
+       "inter_node_latency_ms inf is more than 10 s"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    v1::ClusterTopology topology = ValidTopology();
+    c.change(topology);
+    const absl::Status status = ValidateTopology(topology);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), c.message);
+  }
+}
+
+TEST(ReadClusterFileTest, RefusesDevicesFifosAndHugeFiles) {
+  for (const char* device : {"/dev/zero", "/dev/urandom", "/dev/null"}) {
+    const absl::Status status = ReadClusterFile(device).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat(device, ": not a regular file"));
+  }
+  const std::string dir = ::testing::TempDir();
+  const std::string big = absl::StrCat(dir, "/cluster_big.yaml");
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << std::string((int64_t{1} << 20) + 1, '#');
+  }
+  const absl::Status status = ReadClusterFile(big).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status.message(),
+            absl::StrCat(big, ": 1048577 bytes is more than the 1.00 MiB limit (1048576 bytes)"));
+  std::remove(big.c_str());
 }
 
 }  // namespace

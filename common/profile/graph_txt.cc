@@ -64,7 +64,9 @@ struct RawEdge {
 // precede the node it names) and orders the graph.
 class GraphTxtParser {
  public:
-  explicit GraphTxtParser(absl::string_view source) : source_(source) {}
+  // Every message starts with the source, so an empty one still says what it is.
+  explicit GraphTxtParser(absl::string_view source)
+      : source_(source.empty() ? "<profile>" : source) {}
 
   absl::Status ParseLine(absl::string_view line, int line_number);
   absl::StatusOr<v1::ModelProfile> Finish(int64_t batch_size);
@@ -153,6 +155,11 @@ absl::Status GraphTxtParser::ParseNode(absl::string_view line, int line_number) 
   if (const size_t end = metrics.find(kSeparator); end != absl::string_view::npos) {
     trailer = metrics.substr(end + kSeparator.size());
     metrics = metrics.substr(0, end);
+  }
+  if (nodes_.size() >= static_cast<size_t>(kMaxProfileLayers)) {
+    return Error(line_number, 1, "node",
+                 absl::StrCat("more than ", kMaxProfileLayers,
+                              " nodes; a profile may have at most ", kMaxProfileLayers, " layers"));
   }
   RawNode node;
   node.line = line_number;
@@ -424,8 +431,9 @@ std::string WritableName(const v1::LayerProfile& layer) {
 absl::StatusOr<v1::ModelProfile> ParseGraphTxt(absl::string_view text, absl::string_view source,
                                                int64_t batch_size) {
   if (batch_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": profile batch size ", batch_size, " must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat(source.empty() ? "<profile>" : source,
+                                                   ": profile batch size ", batch_size,
+                                                   " must be > 0"));
   }
   GraphTxtParser parser(source);
   int line_number = 0;

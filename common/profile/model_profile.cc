@@ -67,6 +67,26 @@ int64_t ImageBatchSize(const v1::ModelProfile& profile) {
   return 0;
 }
 
+// "Linear(784, 256)" -> "Linear": the description up to its first character that cannot be in a
+// layer type name (PipeDream writes the module's repr, DAPPLE's measured profiles the type).
+absl::string_view LeadingWord(absl::string_view description) {
+  size_t n = 0;
+  while (
+      n < description.size() &&
+      (absl::ascii_isalnum(static_cast<unsigned char>(description[n])) || description[n] == '_')) {
+    ++n;
+  }
+  return description.substr(0, n);
+}
+
+// "linear 784->256", "relu": a model layer as the mismatch messages name it.
+std::string ModelLayerText(const LayerInfo& info) {
+  if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
+    return absl::StrCat(info.type, " ", info.input_shape.back(), "->", info.output_shape.back());
+  }
+  return info.type;
+}
+
 std::string LayerName(const v1::LayerProfile& layer) {
   return layer.id().empty() ? layer.name() : absl::StrCat(layer.id(), " ", layer.name());
 }
@@ -120,7 +140,7 @@ absl::StatusOr<std::vector<int64_t>> CutBytes(const v1::ModelProfile& profile) {
 }  // namespace
 
 absl::StatusOr<v1::ModelProfile> ReadProfileFile(const std::string& path, int64_t batch_size) {
-  DAPPLE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
+  DAPPLE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, kMaxProfileFileBytes));
   int64_t batch = batch_size;
   if (batch <= 0) {
     DAPPLE_ASSIGN_OR_RETURN(batch, BatchSizeFromFileName(path));
@@ -145,6 +165,11 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
   if (profile.layers().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("profile ", profile.source(), " has no layers"));
   }
+  if (profile.layers_size() > kMaxProfileLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("profile ", profile.source(), " has ",
+                                                   profile.layers_size(), " layers; at most ",
+                                                   kMaxProfileLayers, " are allowed"));
+  }
   if (profile.batch_size() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("profile ", profile.source(), ": batch_size ",
                                                    profile.batch_size(), " must be > 0"));
@@ -162,6 +187,16 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
     chain.optimizer_ms.push_back(layer.optimizer_ms());
   }
   DAPPLE_ASSIGN_OR_RETURN(chain.cut_bytes, CutBytes(profile));
+  double compute_ms = 0;
+  for (int k = 0; k < chain.num_layers(); ++k) {
+    compute_ms += chain.forward_ms[k] + chain.backward_ms[k];
+  }
+  // Every plan of such a profile takes 0 ms, so no planner can tell plans apart.
+  if (!(compute_ms > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile ", profile.source(),
+                     " has no compute: every layer's forward and backward time is 0"));
+  }
   return chain;
 }
 
@@ -175,15 +210,31 @@ absl::Status CheckProfileMatchesModel(const v1::ModelProfile& profile, const v1:
   const size_t common = std::min<size_t>(layers.size(), model.layers_size());
   for (size_t i = 0; i < common; ++i) {
     const std::string& type = model.layers(static_cast<int>(i)).type();
-    if (layers[i]->name() == type) continue;
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "its layer ", i, " (", layers[i]->id(),
-                                                   " ", Quote(layers[i]->name()),
-                                                   ") is not model.layers[", i, "] (", type, ")"));
+    if (absl::AsciiStrToLower(LeadingWord(layers[i]->name())) == absl::AsciiStrToLower(type)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "its layer ", i, " (", layers[i]->id(), " ", Quote(layers[i]->name()),
+        ") is not model.layers[", i, "] (", type,
+        ") (a layer matches when its description starts with the layer type, any case)"));
   }
   if (layers.size() != static_cast<size_t>(model.layers_size())) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "it has ", layers.size(),
                                                    " layers (Input nodes not counted), the model ",
                                                    model.layers_size()));
+  }
+  bool any_parameters = false;
+  for (const v1::LayerProfile* layer : layers) any_parameters |= layer->parameter_bytes() > 0;
+  if (!any_parameters) return absl::OkStatus();
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, InferLayers(model));
+  for (size_t i = 0; i < layers.size() && i < infos.size(); ++i) {
+    const int64_t given = layers[i]->parameter_bytes();
+    const int64_t expected = infos[i].param_count * static_cast<int64_t>(sizeof(float));
+    if (given <= 0 || given == expected) continue;
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "its layer ", i, " (", layers[i]->id(),
+                                                   " ", Quote(layers[i]->name()), ") has ", given,
+                                                   " parameter bytes, model.layers[", i, "] (",
+                                                   ModelLayerText(infos[i]), ") has ", expected));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,11 @@
 
 namespace dapple::profile {
 
+// The largest published profile is 250 KB with a few hundred layers; these caps refuse inputs
+// that would make the planner (O(L^2) and more in the layers) run for minutes.
+inline constexpr int64_t kMaxProfileFileBytes = int64_t{16} << 20;  // 16 MiB
+inline constexpr int kMaxProfileLayers = 100000;
+
 // Parses graph.txt text: node lines "<id> -- <description> -- forward_compute_time=<ms>,
 // backward_compute_time=<ms>, activation_size=<bytes or [a; b; ...]>, parameter_size=<bytes>"
 // (an optional trailing " -- stage_id=K" is ignored), then edge lines "<TAB><src> -- <dst>".
@@ -24,7 +29,8 @@ namespace dapple::profile {
 // stored as is.
 // kInvalidArgument "<source>:<line>:<column>: <field>: <what is wrong>" for: a malformed line,
 // a missing or repeated key, a value that is not a finite number >= 0, an edge naming an unknown
-// node, a repeated node id, a cycle (naming a node on it), an empty file.
+// node, a repeated node id, a cycle (naming a node on it), an empty file, more than
+// kMaxProfileLayers nodes. Every error starts with `source` ("<profile>" when it is empty).
 // Details: blank lines are skipped; edge lines are the indented ones (TAB or spaces); trailing
 // blanks and CR are ignored; the four metrics may come in any order; numbers are decimal (integer,
 // fraction or exponent); byte counts are rounded to the nearest integer; an edge may come before
@@ -37,7 +43,9 @@ absl::StatusOr<v1::ModelProfile> ParseGraphTxt(absl::string_view text, absl::str
 // file name; otherwise inferred from an Input node of an image model (activation bytes =
 // batch * 3 * S * S * 4 for S in 224, 299, 331). kNotFound / kPermissionDenied naming the path,
 // kInvalidArgument when the batch size cannot be known ("...: profile batch size unknown: name
-// the file <stem>-pbs-<N>.txt or give it"), ParseGraphTxt's errors. The first Input node with
+// the file <stem>-pbs-<N>.txt or give it"), ParseGraphTxt's errors; ReadTextFile's
+// "<path>: not a regular file" (kInvalidArgument) and kResourceExhausted for a file over
+// kMaxProfileFileBytes. The first Input node with
 // activation bytes > 0 is tried against S = 224, 299, 331 in that order. PipeDream's GNMT files
 // (pipedream/gnmt.txt, gnmt_large.txt) have Input nodes of 0 bytes: their batch size is unknown
 // and must be given (their Embedding outputs fit batch 64).
@@ -54,14 +62,22 @@ std::string WriteGraphTxt(const v1::ModelProfile& profile);
 
 // The planner's chain view (chain_profile.h): layers in the profile's order, Input nodes' times
 // forced to 0, cut_bytes from the edges (a chain without edges: cut_bytes[k] =
-// activation_bytes[k]). kInvalidArgument for an empty profile, batch_size <= 0, or an edge that
-// goes backwards in the order (the profile is not topologically sorted).
+// activation_bytes[k]). kInvalidArgument for an empty profile, more than kMaxProfileLayers
+// layers, batch_size <= 0, an edge that goes backwards in the order (the profile is not
+// topologically sorted), or no compute at all ("profile X has no compute: every layer's forward
+// and backward time is 0", e.g. only Input nodes): a plan of it would take 0 ms.
 absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile);
 
 // Checks that `profile` describes `model`: after dropping Input nodes it has one layer per
-// model.layers entry whose name is that layer's type. kInvalidArgument naming the first
-// mismatch, e.g. "profile vgg16.txt does not match the job's model: its layer 0 (node2
-// 'Conv2d(3, 64)') is not model.layers[0] (flatten)" or "... has 24 layers, the model 6".
+// model.layers entry, and each layer's description starts with that layer's type as a whole
+// word, any case ("Linear(784, 256)", "linear" and "LINEAR" are linear; "Linearx" is not), and
+// its parameter_bytes, when > 0, are the model layer's parameters * 4 (fp32; linear: (in * out
+// + out) * 4). kInvalidArgument naming the first mismatch, e.g. "profile vgg16.txt does not
+// match the job's model: its layer 0 (node2 'Conv2d(3, 64)') is not model.layers[0] (flatten)
+// (a layer matches when its description starts with the layer type, any case)", "... its layer 1
+// (node2 'Linear(784, 256)') has 999999999 parameter bytes, model.layers[1] (linear 784->256)
+// has 803840" or "... has 24 layers, the model 6"; InferLayers' errors for a model it cannot
+// walk.
 absl::Status CheckProfileMatchesModel(const v1::ModelProfile& profile, const v1::ModelSpec& model);
 
 // A profile of `model` at `batch_size` samples estimated from its FLOPs (model_info.h) at

@@ -146,6 +146,42 @@ TEST(ReadProfileFileTest, FileProblemsNameThePath) {
   EXPECT_EQ(profile.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ReadProfileFileTest, RefusesDevicesAndFilesOverTheCap) {
+  for (const char* device : {"/dev/zero", "/dev/urandom"}) {
+    const absl::Status status = ReadProfileFile(device, 1).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat(device, ": not a regular file"));
+  }
+  const std::string big = absl::StrCat(::testing::TempDir(), "/big-pbs-1.txt");
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << std::string(kMaxProfileFileBytes + 1, '\n');
+  }
+  const absl::Status status = ReadProfileFile(big).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status.message(),
+            absl::StrCat(big, ": 16777217 bytes is more than the 16.0 MiB limit (16777216 bytes)"));
+  std::remove(big.c_str());
+}
+
+TEST(ParseGraphTxtTest, CapsTheLayersNamingTheSource) {
+  std::string text;
+  for (int i = 0; i <= kMaxProfileLayers; ++i) {
+    absl::StrAppend(&text, "n", i, " -- ReLU -- forward_compute_time=1, backward_compute_time=1, ",
+                    "activation_size=4, parameter_size=0\n");
+  }
+  absl::Status status = ParseGraphTxt(text, "huge.txt", 1).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "huge.txt:100001:1: node: more than 100000 nodes; a profile may have at most 100000 "
+            "layers");
+  // Without a source the messages still say what they are about.
+  status = ParseGraphTxt("x", "", 1).status();
+  EXPECT_THAT(std::string(status.message()), StartsWith("<profile>:1:1: node: "));
+  EXPECT_THAT(std::string(ParseGraphTxt("x", "", 0).status().message()),
+              StartsWith("<profile>: profile batch size 0"));
+}
+
 TEST(ReadProfileFileTest, ZeroBatchSizeInTheFileNameIsRejected) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/tiny-pbs-0.txt");
   {
@@ -266,7 +302,11 @@ TEST(ToChainTest, ChainWithoutEdgesCutsAtEachActivation) {
   v1::ModelProfile profile;
   profile.set_source("chain");
   profile.set_batch_size(1);
-  for (int bytes : {10, 20, 30}) profile.add_layers()->set_activation_bytes(bytes);
+  for (int bytes : {10, 20, 30}) {
+    v1::LayerProfile* layer = profile.add_layers();
+    layer->set_activation_bytes(bytes);
+    layer->set_forward_ms(1);
+  }
   absl::StatusOr<ChainProfile> chain = ToChain(profile);
   ASSERT_OK(chain.status());
   EXPECT_THAT(chain->cut_bytes, ElementsAre(10, 20));
@@ -292,6 +332,38 @@ TEST(ToChainTest, RejectsEmptyZeroBatchAndBackwardEdges) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("edges[0] (1 -> 0) does not go forward"));
   edge->set_dst(7);
   EXPECT_THAT(std::string(ToChain(profile).status().message()), HasSubstr("outside [0, 2)"));
+}
+
+TEST(ToChainTest, RejectsAProfileWithoutCompute) {
+  v1::ModelProfile profile;
+  profile.set_source("p.txt");
+  profile.set_batch_size(1);
+  // Only Input nodes: their times count as 0 whatever the file says.
+  v1::LayerProfile* input = profile.add_layers();
+  input->set_id("node1");
+  input->set_name("Input0");
+  input->set_input(true);
+  input->set_forward_ms(3);
+  const std::string message =
+      "profile p.txt has no compute: every layer's forward and backward "
+      "time is 0";
+  EXPECT_EQ(ToChain(profile).status().message(), message);
+  profile.add_layers()->set_id("node2");  // all zeros
+  EXPECT_EQ(ToChain(profile).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToChain(profile).status().message(), message);
+  profile.mutable_layers(1)->set_backward_ms(1e-9);
+  ASSERT_OK(ToChain(profile).status());
+}
+
+TEST(ToChainTest, CapsTheLayers) {
+  v1::ModelProfile profile;
+  profile.set_source("big.txt");
+  profile.set_batch_size(1);
+  for (int i = 0; i <= kMaxProfileLayers; ++i) profile.add_layers()->set_forward_ms(1);
+  EXPECT_EQ(ToChain(profile).status().message(),
+            "profile big.txt has 100001 layers; at most 100000 are allowed");
+  profile.mutable_layers()->RemoveLast();
+  ASSERT_OK(ToChain(profile).status());
 }
 
 void ExpectRoundTrip(const v1::ModelProfile& profile) {
@@ -391,12 +463,80 @@ TEST(CheckProfileMatchesModelTest, NamesTheFirstMismatch) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "profile mlp.txt does not match the job's model: its layer 3 (layers[3] 'relu') is "
-            "not model.layers[3] (linear)");
+            "not model.layers[3] (linear) (a layer matches when its description starts with the "
+            "layer type, any case)");
 
   absl::StatusOr<v1::ModelProfile> vgg = ReadProfileFile(ProfilePath("pipedream/vgg16.txt"));
   ASSERT_OK(vgg.status());
   EXPECT_THAT(std::string(CheckProfileMatchesModel(*vgg, Mlp()).message()),
               HasSubstr("does not match the job's model: its layer 0 (node2 'Conv2d(3, 64, "));
+}
+
+// PipeDream's graph.txt describes a layer by its module's repr.
+v1::ModelProfile PipeDreamStyleMlp() {
+  v1::ModelProfile profile;
+  profile.set_source("mlp.txt");
+  profile.set_batch_size(32);
+  const std::pair<const char*, int64_t> layers[] = {
+      {"Input0", 0},
+      {"Flatten", 0},
+      {"Linear(784, 1024)", 0},
+      {"ReLU", 0},
+      {"relu", 0},
+      {"Linear(in_features=1024, out_features=10, bias=True)", 41000}};
+  for (int i = 0; i < 6; ++i) {
+    v1::LayerProfile* layer = profile.add_layers();
+    layer->set_id(absl::StrCat("node", i + 1));
+    layer->set_name(layers[i].first);
+    layer->set_input(i == 0);
+    layer->set_parameter_bytes(layers[i].second);
+  }
+  return profile;
+}
+
+v1::ModelSpec SmallMlp(const char* activation) {
+  v1::ModelSpec model;
+  for (int64_t d : {1, 28, 28}) model.add_input_shape(d);
+  const std::pair<const char*, int64_t> layers[] = {
+      {"flatten", 0}, {"linear", 1024}, {"relu", 0}, {activation, 0}, {"linear", 10}};
+  for (const auto& [type, out] : layers) {
+    v1::LayerSpec* layer = model.add_layers();
+    layer->set_type(type);
+    layer->set_out(out);
+  }
+  return model;
+}
+
+TEST(CheckProfileMatchesModelTest, MatchesDescriptionsByTheirLeadingWordAnyCase) {
+  ASSERT_OK(CheckProfileMatchesModel(PipeDreamStyleMlp(), SmallMlp("relu")));
+  v1::ModelProfile profile = PipeDreamStyleMlp();
+  profile.mutable_layers(4)->set_name("GELU");
+  ASSERT_OK(CheckProfileMatchesModel(profile, SmallMlp("gelu")));
+  // The type must be the whole leading word.
+  profile.mutable_layers(4)->set_name("GELUish()");
+  EXPECT_EQ(CheckProfileMatchesModel(profile, SmallMlp("gelu")).message(),
+            "profile mlp.txt does not match the job's model: its layer 3 (node5 'GELUish()') is "
+            "not model.layers[3] (gelu) (a layer matches when its description starts with the "
+            "layer type, any case)");
+}
+
+TEST(CheckProfileMatchesModelTest, ComparesParameterBytesWhenTheProfileGivesThem) {
+  v1::ModelProfile profile = PipeDreamStyleMlp();
+  profile.mutable_layers(2)->set_parameter_bytes(3215360);  // (784 * 1024 + 1024) * 4
+  ASSERT_OK(CheckProfileMatchesModel(profile, SmallMlp("relu")));
+  profile.mutable_layers(2)->set_parameter_bytes(999999999);
+  absl::Status status = CheckProfileMatchesModel(profile, SmallMlp("relu"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "profile mlp.txt does not match the job's model: its layer 1 (node3 "
+            "'Linear(784, 1024)') has 999999999 parameter bytes, model.layers[1] (linear "
+            "784->1024) has 3215360");
+  // A layer without weights must say 0 (or nothing) too.
+  profile.mutable_layers(2)->set_parameter_bytes(0);
+  profile.mutable_layers(3)->set_parameter_bytes(4);
+  EXPECT_EQ(CheckProfileMatchesModel(profile, SmallMlp("relu")).message(),
+            "profile mlp.txt does not match the job's model: its layer 2 (node4 'ReLU') has 4 "
+            "parameter bytes, model.layers[2] (relu) has 0");
 }
 
 TEST(CheckProfileMatchesModelTest, NamesACountMismatch) {

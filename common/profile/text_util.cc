@@ -1,19 +1,20 @@
 #include "common/profile/text_util.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/profile/format_bytes.h"
 
 namespace dapple::profile {
 namespace {
@@ -42,6 +43,26 @@ absl::Status FileError(int error, const std::string& path) {
     default:
       return absl::UnavailableError(message);
   }
+}
+
+struct ScopedFd {
+  explicit ScopedFd(int f) : fd(f) {}
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  const int fd;
+};
+
+absl::Status NotRegular(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+}
+
+absl::Status TooLarge(const std::string& path, int64_t size, int64_t max_bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(path, ": ", size, " bytes is more than the ",
+                                                   FormatBytes(max_bytes), " limit (", max_bytes,
+                                                   " bytes)"));
 }
 
 }  // namespace
@@ -98,17 +119,36 @@ std::string ShortestDouble(double value) {
   return std::string(buffer, result.ptr);
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, int64_t max_bytes) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) return FileError(errno, path);
   if (S_ISDIR(info.st_mode)) return FileError(EISDIR, path);
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) return FileError(errno, path);
+  if (!S_ISREG(info.st_mode)) return NotRegular(path);
+  if (info.st_size > max_bytes) return TooLarge(path, info.st_size, max_bytes);
+  // O_NONBLOCK: should `path` become a FIFO after the stat, open must not wait for a writer;
+  // the fstat below then refuses it. Regular files ignore the flag.
+  const ScopedFd file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (file.fd < 0) return FileError(errno, path);
+  const int fd = file.fd;
+  if (::fstat(fd, &info) != 0) return FileError(errno, path);
+  if (!S_ISREG(info.st_mode)) return NotRegular(path);
+  if (info.st_size > max_bytes) return TooLarge(path, info.st_size, max_bytes);
   std::string text;
+  text.reserve(static_cast<size_t>(info.st_size));
   char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
-  if (std::ferror(file.get())) return FileError(errno != 0 ? errno : EIO, path);
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FileError(errno, path);
+    if (n == 0) break;
+    // The file grew past the cap since the fstat: stop at the cap rather than read it all.
+    if (static_cast<int64_t>(text.size()) + n > max_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(path, ": grew past the ",
+                                                       FormatBytes(max_bytes), " limit (",
+                                                       max_bytes, " bytes) while being read"));
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
   return text;
 }
 

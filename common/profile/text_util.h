@@ -6,6 +6,7 @@
 #define DAPPLE_COMMON_PROFILE_TEXT_UTIL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -29,9 +30,15 @@ std::string Quote(absl::string_view text);
 // The shortest decimal text that reads back as exactly `value` (std::to_chars).
 std::string ShortestDouble(double value);
 
-// The bytes of the file at `path`. kNotFound / kPermissionDenied / kInvalidArgument (a
-// directory) / kUnavailable (another read error), each naming the path.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+// The bytes of the regular file at `path`, at most `max_bytes` (> 0) of them. kNotFound /
+// kPermissionDenied / kInvalidArgument (a directory; "<path>: not a regular file" for devices
+// like /dev/zero, FIFOs and sockets) / kUnavailable (another read error), each naming the path;
+// kResourceExhausted "<path>: <size> bytes is more than the <cap> limit (<max_bytes> bytes)"
+// when the file is larger, checked before reading (its size); "<path>: grew past the <cap> limit
+// (<max_bytes> bytes) while being read" when more bytes come than its size said (a file that
+// grows, or /proc files, whose size is 0). Never blocks on a FIFO: it is opened non-blocking and
+// refused.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, int64_t max_bytes);
 
 }  // namespace dapple::profile
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/profile/cluster_topology.h"
+#include "common/profile/format_bytes.h"
 #include "common/status.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_simulator.h"
@@ -21,10 +21,6 @@ namespace dapple::coordinator {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string GiB(double bytes) { return absl::StrFormat("%.1f GiB", bytes / kGiB); }
-
 // Relative comparison used for every tie in plan selection.
 bool Less(double a, double b) { return a < b * (1 - 1e-9); }
 
@@ -157,12 +153,11 @@ absl::Status MemoryError(const PlanningProblem& problem, const HybridPlan& plan,
         absl::StrCat("planner ", plan.planner, ": no plan fits device memory"));
   }
   const StagePrediction& st = prediction.stages[worst];
-  return absl::ResourceExhaustedError(
-      absl::StrCat("planner ", plan.planner, ": no plan fits device memory: the best needs ",
-                   GiB(static_cast<double>(st.peak_memory_bytes)), " on a device (stage ", worst,
-                   ": weights ", GiB(static_cast<double>(st.weight_bytes)), ", activations ",
-                   GiB(static_cast<double>(st.activation_bytes)), ") but devices have ",
-                   GiB(static_cast<double>(device_bytes[worst]))));
+  const auto [needs, has] = profile::FormatBytesApart(st.peak_memory_bytes, device_bytes[worst]);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "planner ", plan.planner, ": no plan fits device memory: the best needs ", needs,
+      " on a device (stage ", worst, ": weights ", profile::FormatBytes(st.weight_bytes),
+      ", activations ", profile::FormatBytes(st.activation_bytes), ") but devices have ", has));
 }
 
 absl::StatusOr<PlannedJob> PickBySimulation(const PlanningProblem& problem,

@@ -291,9 +291,10 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     out.compute_ms = sim->busy_time[s] / updates;
     out.allreduce_ms = sim->allreduce_time[s] / updates;
     out.comm_ms = sim->comm_time[s] / updates;
-    // Rounding in the steady-state difference may leave -1e-12 where a stage is never idle.
-    out.idle_ms = pipedream ? std::max(0.0, prediction.step_ms - out.compute_ms - out.allreduce_ms)
-                            : sim->idle_time[s];
+    // Both are differences of sums of times (step - busy - allreduce), so floating-point
+    // cancellation leaves -1e-14 where a stage is never idle; idle time is never negative.
+    out.idle_ms = std::max(0.0, pipedream ? prediction.step_ms - out.compute_ms - out.allreduce_ms
+                                          : sim->idle_time[s]);
     idle_sum += out.idle_ms;
 
     out.peak_in_flight = sim->peak_in_flight[s];
@@ -311,7 +312,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
       }
     }
   }
-  prediction.bubble_fraction = prediction.step_ms > 0 ? idle_sum / (p * prediction.step_ms) : 0.0;
+  prediction.bubble_fraction =
+      prediction.step_ms > 0 ? std::max(0.0, idle_sum / (p * prediction.step_ms)) : 0.0;
   return prediction;
 }
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/profile/cluster_topology.h"
+#include "common/profile/format_bytes.h"
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/lowering.h"
@@ -34,15 +34,6 @@ std::string PlannerName(const v1::JobSpec& spec) {
 
 bool ChoosesDepth(const std::string& planner) {
   return planner != kBalanced && planner != kUniform && planner != kManual;
-}
-
-// "1.5 GiB", "12.0 MiB", "512 B": memory in messages, readable at any scale.
-std::string Bytes(double bytes) {
-  constexpr double kKiB = 1024;
-  if (bytes >= kKiB * kKiB * kKiB) return absl::StrFormat("%.1f GiB", bytes / (kKiB * kKiB * kKiB));
-  if (bytes >= kKiB * kKiB) return absl::StrFormat("%.1f MiB", bytes / (kKiB * kKiB));
-  if (bytes >= kKiB) return absl::StrFormat("%.1f KiB", bytes / kKiB);
-  return absl::StrFormat("%.0f B", bytes);
 }
 
 // A job's profile indexes the model's layers; a file profile may start with Input nodes (data
@@ -91,20 +82,32 @@ HybridPlan ManualPlan(const v1::JobSpec& spec, int64_t micro_batch, int micro_ba
 absl::Status CheckManualFits(const PlanningProblem& problem, const Prediction& prediction,
                              const HybridPlan& plan) {
   if (prediction.fits_memory) return absl::OkStatus();
+  // The stage that overflows its smallest device the most (devices may differ in memory).
   int worst = 0;
-  for (int s = 1; s < static_cast<int>(prediction.stages.size()); ++s) {
-    if (prediction.stages[s].peak_memory_bytes > prediction.stages[worst].peak_memory_bytes) {
+  int64_t worst_excess = std::numeric_limits<int64_t>::min();
+  int64_t worst_device_bytes = 0;
+  for (int s = 0;
+       s < static_cast<int>(prediction.stages.size()) && s < static_cast<int>(plan.stages.size());
+       ++s) {
+    int64_t device_bytes = std::numeric_limits<int64_t>::max();
+    for (int d : plan.stages[s].devices) {
+      device_bytes = std::min(device_bytes, profile::DeviceMemoryBytes(problem.topology, d));
+    }
+    if (plan.stages[s].devices.empty())
+      device_bytes = profile::DeviceMemoryBytes(problem.topology, 0);
+    const int64_t excess = prediction.stages[s].peak_memory_bytes - device_bytes;
+    if (excess > worst_excess) {
+      worst_excess = excess;
       worst = s;
+      worst_device_bytes = device_bytes;
     }
   }
   const StagePrediction& p = prediction.stages[worst];
-  const int device = plan.stages[worst].devices.empty() ? 0 : plan.stages[worst].devices[0];
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "the manual plan needs %s on a device (stage %d: weights %s, activations %s) but devices "
-      "have %s",
-      Bytes(static_cast<double>(p.peak_memory_bytes)), worst,
-      Bytes(static_cast<double>(p.weight_bytes)), Bytes(static_cast<double>(p.activation_bytes)),
-      Bytes(static_cast<double>(profile::DeviceMemoryBytes(problem.topology, device)))));
+  const auto [needs, has] = profile::FormatBytesApart(p.peak_memory_bytes, worst_device_bytes);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the manual plan needs ", needs, " on a device (stage ", worst, ": weights ",
+                   profile::FormatBytes(p.weight_bytes), ", activations ",
+                   profile::FormatBytes(p.activation_bytes), ") but devices have ", has));
 }
 
 }  // namespace

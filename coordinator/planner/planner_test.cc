@@ -163,19 +163,24 @@ TEST(PlannerTest, Errors) {
   EXPECT_THAT(MakePlan(layer).status().message(), HasSubstr("model.layers[2]"));
 }
 
-// The demo's layers as a measured profile would name them, `ms` per layer forward (backward 2x).
+// The demo's layers as a measured profile would name them, `ms` per layer forward (backward 2x),
+// with the model's own fp32 parameter bytes ((in * out + out) * 4 for a linear layer).
 v1::ModelProfile DemoProfile(double ms = 1.0) {
   v1::ModelProfile p;
   p.set_source("measured.txt");
   p.set_batch_size(32);
-  for (const char* type : {"flatten", "linear", "relu", "linear", "relu", "linear"}) {
+  const std::pair<const char*, int64_t> layers[] = {
+      {"flatten", 0}, {"linear", (784 * 1024 + 1024) * 4},
+      {"relu", 0},    {"linear", (1024 * 1024 + 1024) * 4},
+      {"relu", 0},    {"linear", (1024 * 10 + 10) * 4}};
+  for (const auto& [type, parameter_bytes] : layers) {
     v1::LayerProfile* l = p.add_layers();
     l->set_id(type);
     l->set_name(type);
     l->set_forward_ms(ms);
     l->set_backward_ms(2 * ms);
     l->set_activation_bytes(32 * 1024 * 4);
-    l->set_parameter_bytes(1024 * 1024 * 4);
+    l->set_parameter_bytes(parameter_bytes);
   }
   return p;
 }
@@ -284,7 +289,7 @@ TEST(PlannerTest, PlansThatFitNoDeviceAreRefusedWithTheMemoryTheyNeed) {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(m.status().message()), ::testing::StartsWith("the manual plan needs "));
   EXPECT_THAT(m.status().message(), HasSubstr("(stage 1: weights "));
-  EXPECT_THAT(std::string(m.status().message()), ::testing::EndsWith("but devices have 1.0 MiB"));
+  EXPECT_THAT(std::string(m.status().message()), ::testing::EndsWith("but devices have 1.00 MiB"));
 }
 
 TEST(PlannerTest, ManualPlansArePredictedToo) {

@@ -319,10 +319,43 @@ TEST(RunPlannerTest, AModelThatFitsNoPlanIsRejectedWithTheMemoryItNeeds) {
     EXPECT_THAT(message, HasSubstr(absl::StrCat("needs ", needs, " on a device (stage ")))
         << message;
     EXPECT_THAT(message, HasSubstr(absl::StrCat(": weights ", needs,
-                                                ", activations 0.0 GiB) but devices have "
+                                                ", activations 256 KiB) but devices have "
                                                 "16.0 GiB")))
         << message;
   }
+}
+
+// Sizes that differ never print the same (they used to read "needs 1.0 GiB ... but devices have
+// 1.0 GiB"); the stage named is the one that overflows its devices the most.
+TEST(MemoryErrorTest, TwoDifferentSizesNeverPrintTheSame) {
+  PlanningProblem problem = Problem(EqualChain(2), Cluster(1, 2, kGiB), 16);
+  problem.topology.mutable_nodes(0)->set_devices(1);
+  *problem.topology.add_nodes() = problem.topology.nodes(0);
+  problem.topology.mutable_nodes(1)->set_name("node1");
+  problem.topology.mutable_nodes(1)->set_device_memory_bytes(2 * kGiB);
+  HybridPlan plan;
+  plan.planner = "uniform";
+  plan.stages = {StagePlan{0, 0, {0}}, StagePlan{1, 1, {1}}};
+  Prediction prediction;
+  prediction.stages.resize(2);
+  const auto message = [&](int64_t weights, int64_t activations) {
+    prediction.stages[0].weight_bytes = weights;
+    prediction.stages[0].activation_bytes = activations;
+    prediction.stages[0].peak_memory_bytes = weights + activations;
+    // Stage 1 needs more but its device has 2 GiB: stage 0 overflows more.
+    prediction.stages[1].peak_memory_bytes = 2 * kGiB - 1;
+    return std::string(MemoryError(problem, plan, prediction).message());
+  };
+  EXPECT_EQ(message(kGiB, 30 * kMiB),
+            "planner uniform: no plan fits device memory: the best needs 1.03 GiB on a device "
+            "(stage 0: weights 1.00 GiB, activations 30.0 MiB) but devices have 1.00 GiB");
+  EXPECT_EQ(message(kGiB, kGiB / 10000),
+            "planner uniform: no plan fits device memory: the best needs 1.0001 GiB on a device "
+            "(stage 0: weights 1.00 GiB, activations 105 KiB) but devices have 1.0000 GiB");
+  EXPECT_EQ(message(kGiB, 1),
+            "planner uniform: no plan fits device memory: the best needs 1.00 GiB (1073741825 B) "
+            "on a device (stage 0: weights 1.00 GiB, activations 1 B) but devices have 1.00 GiB "
+            "(1073741824 B)");
 }
 
 TEST(RunPlannerTest, MaxReplicasAndMaxDevicesAreHonoured) {

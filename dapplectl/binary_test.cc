@@ -445,6 +445,25 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
   EXPECT_EQ(r.err,
             "dapplectl: no registered workers to plan on: start workers, or give a cluster file "
             "(dapplectl plan --cluster CLUSTER.yaml)\n");
+
+  // An empty or comment-only JOB is the empty spec it is, as submit says, also with --profile.
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"empty.yaml", ""},
+                                   {"comments.yaml", "# nothing yet\n\n"}}) {
+    const std::string path = WriteFile(name, text);
+    const std::string expected =
+        absl::StrCat("dapplectl: ", path,
+                     ": the job spec is empty; expected a map with name, model, data, training and "
+                     "parallel\n");
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"plan", path},
+                                                 {"plan", path, "--profile", profile},
+                                                 {"submit", path}}) {
+      std::vector<std::string> full = {"--coordinator", address};
+      full.insert(full.end(), args.begin(), args.end());
+      r = RunProcess(full);
+      EXPECT_EQ(r.exit_code, kExitRefused) << name << " " << args[0] << ": " << r.err;
+      EXPECT_EQ(r.err, expected) << name << " " << args[0];
+    }
+  }
   (void)!std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/job_spec.h"
 #include "dapplectl/client.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/flag_values.h"
@@ -156,9 +158,10 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       "plan",
       "plan a job spec, or a --profile, without running it: stages, devices, predicted step "
       "time and memory");
-  plan->add_option("JOB", plan_file,
-                   "job spec file (default: plan the --profile's model, global batch "
-                   "--global-batch)");
+  CLI::Option* plan_job =
+      plan->add_option("JOB", plan_file,
+                       "job spec file (default: plan the --profile's model, global batch "
+                       "--global-batch)");
   plan->add_option("--profile", profile_file,
                    "layer costs: a profile in PipeDream's graph.txt format (default: the "
                    "coordinator's measured or FLOP-estimated profile of the job's model)")
@@ -224,6 +227,21 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   int64_t global_batch_value = 0;
   int64_t profile_batch_value = 0;
   if (plan->parsed()) {
+    // An empty value would otherwise mean "not given" (the default) without saying so.
+    for (const auto& [flag, value, what] :
+         {std::tuple<const char*, const std::string*, const char*>{"--profile", &profile_file,
+                                                                   "a profile file name"},
+          {"--cluster", &cluster_file, "a cluster file name"},
+          {"--planner", &planner, "dapple, pipedream, dp, uniform, balanced or manual"}}) {
+      if (plan->count(flag) > 0 && value->empty()) {
+        return Fail(env, kExitUsage,
+                    absl::StrCat(flag, " must not be empty: give ", what, ", or leave ", flag,
+                                 " out for the default"));
+      }
+    }
+    if (plan_job->count() > 0 && plan_file.empty()) {
+      return Fail(env, kExitUsage, "a job spec file name must not be empty");
+    }
     if (plan_file.empty() && profile_file.empty()) {
       return Fail(env, kExitUsage,
                   "plan needs a job spec file, or --profile FILE to plan a profile's model "
@@ -233,6 +251,11 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       return Fail(env, kExitUsage,
                   "--global-batch is for plans without a job spec; the job's "
                   "training.global_batch applies");
+    }
+    if (profile_file.empty() && plan->count("--profile-batch") > 0) {
+      return Fail(env, kExitUsage,
+                  "--profile-batch is the batch size of the --profile file's times; it needs "
+                  "--profile FILE");
     }
     if (plan->count("--global-batch") > 0) {
       absl::StatusOr<int64_t> v =
@@ -321,8 +344,16 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     if (!plan_file.empty()) {
       absl::StatusOr<std::string> spec = ReadSpecFile(plan_file);
       if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
+      // An empty spec_yaml means "no spec" (a plan of --profile alone), so an empty file is
+      // judged here, by the coordinator's parser, as submit's coordinator judges it.
+      const std::string source = EscapeInvalidUtf8(plan_file);
+      if (spec->empty()) {
+        absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(*spec, source);
+        if (!parsed.ok())
+          return FailStatus(env, absl::InvalidArgumentError(parsed.status().message()));
+      }
       request.set_spec_yaml(*std::move(spec));
-      request.set_source_name(plan_file);
+      request.set_source_name(source);
     }
     if (!profile_file.empty()) {
       absl::StatusOr<v1::ModelProfile> profile = ReadPlanProfile(profile_file, profile_batch_value);

@@ -511,6 +511,21 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
             "dapplectl: --profile-batch must be a whole number from 1 to 1048576, got \"x\"\n"},
            {{"plan", spec, "-o", "yaml"},
             "dapplectl: plan: -o yaml is not supported; use table or json\n"},
+           // An empty value is not the default: it is a mistake, named.
+           {{"plan", "--profile", ""},
+            "dapplectl: --profile must not be empty: give a profile file name, or leave "
+            "--profile out for the default\n"},
+           {{"plan", spec, "--cluster", ""},
+            "dapplectl: --cluster must not be empty: give a cluster file name, or leave "
+            "--cluster out for the default\n"},
+           {{"plan", spec, "--planner", ""},
+            "dapplectl: --planner must not be empty: give dapple, pipedream, dp, uniform, "
+            "balanced or manual, or leave --planner out for the default\n"},
+           {{"plan", ""}, "dapplectl: a job spec file name must not be empty\n"},
+           // --profile-batch says what batch a --profile file's times are for: nothing else.
+           {{"plan", spec, "--profile-batch", "4"},
+            "dapplectl: --profile-batch is the batch size of the --profile file's times; it "
+            "needs --profile FILE\n"},
        }) {
     std::vector<std::string> args = {"--coordinator", addr_};
     args.insert(args.end(), c.args.begin(), c.args.end());
@@ -519,6 +534,31 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
     EXPECT_EQ(r.err, c.error);
   }
   EXPECT_EQ(fake_.plan_calls(), 0);
+}
+
+TEST_F(CommandsTest, PlanOfAnEmptyJobFileSaysTheSpecIsEmptyAndSendsNothing) {
+  const std::string empty = WriteSpec("empty.yaml", "");
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"--profile", profile}}) {
+    std::vector<std::string> args = {"--coordinator", addr_, "plan", empty};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = RunCtl(args);
+    EXPECT_EQ(r.code, kExitRefused) << r.err;
+    EXPECT_EQ(r.err, "dapplectl: " + empty +
+                         ": the job spec is empty; expected a map with name, model, data, "
+                         "training and parallel\n");
+  }
+  EXPECT_EQ(fake_.plan_calls(), 0);
+  // A comment-only file is not empty text: it is sent, and the coordinator's parser judges it.
+  fake_.SetPlanResponse(PlanAnswer());
+  const std::string comments = WriteSpec("comments.yaml", "# later\n");
+  Result r = RunCtl(
+      {"--coordinator", addr_, "plan", comments, "--profile", profile, "--profile-batch", "8"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(fake_.last_plan().spec_yaml(), "# later\n");
+  EXPECT_EQ(fake_.last_plan().source_name(), comments);
+  EXPECT_EQ(fake_.last_plan().profile().batch_size(), 8);
 }
 
 TEST_F(CommandsTest, PlanWithABadProfileFileNamesItsLineAndSendsNothing) {

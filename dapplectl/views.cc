@@ -93,9 +93,11 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
                ? OrDash(plan.planner())
                : absl::StrCat(plan.planner(), " (placement ", plan.placement_policy(), ")"));
   AddField(&out, "SCHEDULE", OrDash(plan.schedule()));
-  AddField(&out, "M",
-           absl::StrCat(plan.micro_batches(), " micro-batches of ", plan.micro_batch_size(),
-                        " samples"));
+  AddField(
+      &out, "M",
+      absl::StrCat(plan.micro_batches(),
+                   plan.micro_batches() == 1 ? " micro-batch of " : " micro-batches of ",
+                   plan.micro_batch_size(), plan.micro_batch_size() == 1 ? " sample" : " samples"));
   AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
   AddField(&out, "PROFILE", OrDash(plan.profile_source()));
   int devices = 0;
@@ -128,9 +130,10 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   if (plan.stages().empty()) {
     AddField(&out, "PLAN", "- (not planned yet)");
   } else {
-    AddField(&out, "PLAN",
-             absl::StrCat("planner ", OrDash(plan.planner()), ", schedule ",
-                          OrDash(plan.schedule()), ", ", plan.stages_size(), " stages"));
+    AddField(
+        &out, "PLAN",
+        absl::StrCat("planner ", OrDash(plan.planner()), ", schedule ", OrDash(plan.schedule()),
+                     ", ", plan.stages_size(), plan.stages_size() == 1 ? " stage" : " stages"));
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));

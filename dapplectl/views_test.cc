@@ -175,6 +175,27 @@ TEST(ViewsTest, PlanTableThenPredictionAndSources) {
             "yet\n");
 }
 
+TEST(ViewsTest, OneOfACountIsSingular) {
+  v1::ParallelPlanSummary plan = PredictedPlan();
+  plan.set_micro_batches(1);
+  plan.set_micro_batch_size(1);
+  plan.mutable_stages()->RemoveLast();
+  v1::ClusterTopology cluster;
+  cluster.add_nodes()->set_devices(1);
+  plan.set_num_devices(1);
+  const std::string out = RenderPlan(plan, cluster);
+  EXPECT_THAT(out, HasSubstr("\nM             1 micro-batch of 1 sample\n")) << out;
+  EXPECT_THAT(out, HasSubstr("(1 of 1 device used)\n")) << out;
+  plan.set_micro_batches(2);
+  EXPECT_THAT(RenderPlan(plan, cluster),
+              HasSubstr("\nM             2 micro-batches of 1 sample\n"));
+
+  v1::Job job = SampleJob();
+  *job.mutable_plan() = plan;
+  EXPECT_THAT(RenderJobDetails(job, kNowMs),
+              HasSubstr("PLAN          planner dapple, schedule dapple, 1 stage\n"));
+}
+
 TEST(ViewsTest, CompactDevices) {
   google::protobuf::RepeatedPtrField<std::string> d;
   EXPECT_EQ(CompactDevices(d), "");

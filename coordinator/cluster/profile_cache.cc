@@ -71,6 +71,14 @@ std::optional<v1::ProfileRequest> ProfileCache::TakeFor(const std::string& worke
   return std::nullopt;
 }
 
+bool ProfileCache::HasOutstanding(const std::string& worker_id) const {
+  absl::MutexLock l(&mu_);
+  for (const auto& [key, e] : entries_) {
+    if (e.state == State::kPending && e.worker_id == worker_id) return true;
+  }
+  return false;
+}
+
 absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
   absl::MutexLock l(&mu_);
   for (auto& [key, e] : entries_) {
@@ -119,6 +127,18 @@ int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms)
       continue;
     }
     e.state = State::kFailed;
+    ++failed;
+  }
+  return failed;
+}
+
+int ProfileCache::FailWorker(const std::string& worker_id, const std::string& why) {
+  absl::MutexLock l(&mu_);
+  int failed = 0;
+  for (auto& [key, e] : entries_) {
+    if (e.state != State::kPending || e.worker_id != worker_id) continue;
+    e.state = State::kFailed;
+    e.error = absl::StrCat("worker ", e.worker_id, " ", why, " before reporting the profile");
     ++failed;
   }
   return failed;

@@ -63,6 +63,10 @@ class ProfileCache {
   // The request to send `worker_id` in its heartbeat reply, once; nullopt when none.
   std::optional<v1::ProfileRequest> TakeFor(const std::string& worker_id);
 
+  // Whether `worker_id` has been asked to measure and has not answered (a pending request,
+  // sent or not): a worker measures one model at a time, so the service asks another one.
+  bool HasOutstanding(const std::string& worker_id) const;
+
   // A worker's answer. kNotFound for an unknown or already answered request id;
   // kPermissionDenied when `report.worker_id` is not the worker asked; kInvalidArgument when the
   // profile is for another model, device kind or batch size than asked, or has no layers (the
@@ -72,6 +76,10 @@ class ProfileCache {
   // Fails every request of `worker_id` (it died: "worker w-1 died before reporting the profile")
   // and every request past its deadline at `now_unix_ms`. Returns how many failed.
   int Expire(const std::string& dead_worker_id, int64_t now_unix_ms);
+
+  // Fails every pending request of `worker_id` at once, with "worker w-1 <why> before reporting
+  // the profile" (why: e.g. "shut down"). Returns how many failed.
+  int FailWorker(const std::string& worker_id, const std::string& why);
 
  private:
   struct Entry {

@@ -100,5 +100,30 @@ TEST(ProfileCacheTest, WorkerErrorsDeathsAndDeadlinesFailTheRequestWhichCanBeAsk
   EXPECT_NE(again->request_id(), req->request_id());
 }
 
+TEST(ProfileCacheTest, AWorkerHasAnOutstandingRequestUntilItAnswersOrFails) {
+  ProfileCache cache;
+  EXPECT_FALSE(cache.HasOutstanding("w-1"));
+  const ProfileCache::Key a = cache.Request("w-1", Spec(1), "cpu", 8, 1000);
+  EXPECT_TRUE(cache.HasOutstanding("w-1"));  // pending, not sent yet
+  EXPECT_FALSE(cache.HasOutstanding("w-2"));
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  EXPECT_TRUE(cache.HasOutstanding("w-1"));  // sent, unanswered
+  ASSERT_TRUE(cache.Report(Answer(*req, "w-1")).ok());
+  EXPECT_FALSE(cache.HasOutstanding("w-1"));
+  EXPECT_EQ(cache.StateOf(a), ProfileCache::State::kReady);
+
+  // FailWorker fails only that worker's pending requests, at once, saying why.
+  const ProfileCache::Key b = cache.Request("w-1", Spec(2), "cpu", 8, 1000);
+  const ProfileCache::Key c = cache.Request("w-2", Spec(3), "cpu", 8, 1000);
+  EXPECT_EQ(cache.FailWorker("w-1", "shut down"), 1);
+  EXPECT_EQ(cache.StateOf(b), ProfileCache::State::kFailed);
+  EXPECT_EQ(cache.Error(b), "worker w-1 shut down before reporting the profile");
+  EXPECT_FALSE(cache.HasOutstanding("w-1"));
+  EXPECT_EQ(cache.StateOf(a), ProfileCache::State::kReady);  // answered ones stay
+  EXPECT_EQ(cache.StateOf(c), ProfileCache::State::kPending);
+  EXPECT_EQ(cache.FailWorker("w-1", "shut down"), 0);
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

@@ -41,8 +41,9 @@ struct PlannedJob {
 //     has 3 layers but the plan has 4 stages: every stage needs at least one layer"); P larger
 //     than the devices; dp with max_replicas below the device count.
 //   kResourceExhausted: no plan of this planner fits device memory, naming the memory the best
-//     plan would need per device and the device memory ("needs 21.4 GiB on a device (stage 0:
-//     weights 9.1 GiB, activations 12.3 GiB) but devices have 16.0 GiB").
+//     plan would need per device and the device memory ("planner dapple: no plan fits device memory: the best
+//     needs 21.4 GiB on a device (stage 0: weights 9.13 GiB, activations 12.3 GiB) but devices
+//     have 16.0 GiB"; sizes by FormatBytes / FormatBytesApart, common/profile/format_bytes.h).
 absl::StatusOr<PlannedJob> RunPlanner(absl::string_view name, const PlanningProblem& problem);
 
 }  // namespace dapple::coordinator

@@ -267,12 +267,29 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
     case ProfileCache::State::kReady:
     case ProfileCache::State::kFailed:
       return true;
-    case ProfileCache::State::kMissing:
-      cache.Request(free[0]->info.id(), job.spec(), device, job.spec().training().micro_batch(),
-                    now + options_.profile_timeout_ms);
-      DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(), free[0]->info.id(),
-                      device);
+    case ProfileCache::State::kMissing: {
+      // A worker measures one model at a time and refuses a second request, so a worker still
+      // measuring (e.g. the model of a job cancelled meanwhile) is not asked.
+      WorkerRecord* asked = nullptr;
+      for (WorkerRecord* w : free) {
+        if (DeviceKindOf(FirstDevice(*w)) == key.device_kind &&
+            !cache.HasOutstanding(w->info.id())) {
+          asked = w;
+          break;
+        }
+      }
+      if (asked == nullptr) {
+        measuring_job_ = job.id();
+        measuring_message_ = absl::StrCat("waiting to measure the model's layers on ", device,
+                                          ": every free worker is measuring another model");
+        return false;
+      }
+      cache.Request(asked->info.id(), job.spec(), FirstDevice(*asked),
+                    job.spec().training().micro_batch(), now + options_.profile_timeout_ms);
+      DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(), asked->info.id(),
+                      FirstDevice(*asked));
       break;
+    }
     case ProfileCache::State::kPending:
       break;
   }
@@ -530,17 +547,30 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
     }
     PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
     if (request.has_profile()) inputs.profile = request.profile();
+    // Without a cluster file the topology is submit's: the registered workers when there are
+    // parallel.devices of them, else the hypothetical node MakePlan assumes then.
+    const bool hypothetical = !request.has_cluster() && !inputs.topology.has_value();
     if (request.has_cluster()) {
       inputs.topology = request.cluster();
-    } else {
-      DAPPLE_ASSIGN_OR_RETURN(
-          inputs.topology,
-          TopologyFromWorkers(workers, spec->parallel().device_type(), options_.plan_defaults));
+    } else if (hypothetical) {
+      inputs.topology = SingleNodeTopology(spec->parallel().devices(), options_.plan_defaults);
     }
     topology = *inputs.topology;
     absl::StatusOr<v1::ParallelPlan> plan = MakePlan(*spec, inputs);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());
+    if (hypothetical) {
+      const std::string& type = spec->parallel().device_type();
+      const size_t fitting = LiveFittingWorkers(workers, type).size();
+      const int wanted = summary.num_devices();
+      summary.add_notes(absl::StrCat(
+          fitting, fitting == 1 ? " registered worker" : " registered workers",
+          type.empty() || type == "any" ? "" : absl::StrCat(" (", type, ")"),
+          " for parallel.devices ", spec->parallel().devices(),
+          ": planned as submit plans it, on a hypothetical node (coordinator defaults); the job "
+          "would wait for ",
+          wanted, wanted == 1 ? " worker" : " workers"));
+    }
   }
   // Nothing runs, so the devices a user wants to see are the topology's.
   for (v1::PlanStageSummary& stage : *summary.mutable_stages()) {
@@ -812,6 +842,8 @@ absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequ
     if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
   }
   DAPPLE_RETURN_IF_ERROR(workers_.Remove(id, "deregistered: shutting down"));
+  // Its measurements will never come: the jobs waiting for them plan on estimates now.
+  options_.profile_cache->FailWorker(id, "shut down");
   WakeLocked();  // the pending jobs' explanations count it no more
   return absl::OkStatus();
 }

@@ -15,18 +15,22 @@
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
 //   ReportProgress: STEP / EVAL (last stage: metrics), DONE (all ranks: SUCCEEDED), FAILED
 //   (job FAILED naming stage and worker), ABORTED (worker IDLE).
-//   DeregisterWorker: the worker is shutting down; it is forgotten at once and its running job
-//   FAILS.
+//   DeregisterWorker: the worker is shutting down; it is forgotten at once, its running job
+//   FAILS and its unanswered profile requests fail.
 //   ReportProfile: the answer to a ProfileRequest (an IDLE worker's heartbeat reply carries one
 //   when the coordinator wants a model measured; see "Measured profiles" below).
 //
 // Measured profiles: a job planned on a profile estimated from FLOPs (no measured profile of its
 // model on its device kind was cached at submission; planner not manual) is, when its workers
-// are free, first measured on the first of them (ProfileRequest at the job's micro-batch size,
-// waiting at most profile_timeout_ms; the job's message says "measuring ..."), then re-planned
-// with the measured profile. Measurements are cached by model and device kind
-// (coordinator/cluster/profile_cache.h), in memory. When measuring fails or times out the job
-// runs on its estimated plan and the plan's notes say why.
+// are free, first measured on the first of them that has no unanswered request of its own (a
+// worker measures one model at a time; ProfileRequest at the job's micro-batch size, waiting at
+// most profile_timeout_ms; the job's message says "measuring ..."), then re-planned with the
+// measured profile. While every free worker is still measuring another model (e.g. that of a
+// job cancelled meanwhile) the job waits: "waiting to measure the model's layers on cpu: every
+// free worker is measuring another model". Measurements are cached by model and device kind
+// (coordinator/cluster/profile_cache.h), in memory. When measuring fails (the worker's error,
+// e.g. "worker w-1 is measuring another model (request profile-1)"), times out, or its worker
+// dies or deregisters, the job runs on its estimated plan and the plan's notes say why.
 //
 // A job needs one worker per device of its stored plan (the sum of its stages' replicas: P
 // today), which may be fewer than parallel.devices when the planner chose fewer stages.
@@ -144,14 +148,17 @@ class CoordinatorService {
   // is stored or started. With spec_yaml: MakePlan on the spec (request.planner, when set,
   // replaces parallel.planner; with it explicit stage ranges give way to stages auto), on
   // request.profile (which must match the model) or the profile SubmitJob would use, and on
-  // request.cluster or the registered live workers of the job's device_type. Without
+  // request.cluster or, as SubmitJob, the registered live workers of the job's device_type when
+  // there are parallel.devices of them, else one hypothetical node of parallel.devices devices
+  // with options.plan_defaults (a note then says so: "2 registered workers for parallel.devices
+  // 4096: planned as submit plans it, on a hypothetical node ..."). Without
   // spec_yaml: PlanProfile on request.profile (required) and request.cluster or every
   // registered live worker. The response's stages carry their topology device names in
   // `devices` (no workers are assigned in a dry run).
   // Errors: kInvalidArgument for a bad spec, profile, cluster or planner name, a profile that
   // does not match the model (naming the first mismatch), a plan that fits no device's memory
   // (the planner's message); kFailedPrecondition "no registered workers ... to plan on: start
-  // workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)".
+  // workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)" (without spec_yaml).
   absl::Status PlanJob(const v1::PlanJobRequest& request, v1::PlanJobResponse* response);
   // kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also CancelJob,
   // WatchJob).
@@ -191,7 +198,8 @@ class CoordinatorService {
   absl::Status ReportProgress(const v1::ProgressReport& request, v1::ProgressAck* response);
   // Forgets the worker at once (any state). When it is BUSY in a RUNNING job (the assignment
   // delivered or not), the job FAILS with "worker w-2 (stage 1 of job job-3) shut down" and
-  // its other ranks are told to abort by their heartbeats. kNotFound "unknown worker w-9".
+  // its other ranks are told to abort by their heartbeats. Its unanswered profile requests fail
+  // at once ("worker w-2 shut down before reporting the profile"). kNotFound "unknown worker w-9".
   absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
                                 v1::DeregisterWorkerResponse* response);
   // A worker's measured profile (or why it could not measure). kNotFound for an unknown worker
@@ -227,8 +235,8 @@ class CoordinatorService {
   // (then scheduling stops for this pass).
   bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // False while the job waits for its model to be measured (asking the first free worker when
-  // nobody has been asked yet); see "Measured profiles".
+  // False while the job waits for its model to be measured (asking the first free worker without
+  // an unanswered request when nobody has been asked yet); see "Measured profiles".
   bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, drops

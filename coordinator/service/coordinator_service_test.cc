@@ -1109,5 +1109,99 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileWorkerThatNeverAnswersTimesOut) {
                                                      "deadline")));
 }
 
+// The demo model with narrower hidden layers: another model (another fingerprint), 1 stage.
+std::string OtherModelSpec() { return absl::StrReplaceAll(Spec(1), {{"out: 1024", "out: 512"}}); }
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerStillMeasuringIsNotAskedAgain) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto big = Submit(Spec(1));
+  ASSERT_TRUE(big.ok()) << big.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat(w1).has_profile_request());
+  // Cancelled while w-1 measures its model: w-1 goes on measuring (and answers later).
+  ASSERT_TRUE(Cancel(big->id()).ok());
+  auto small = Submit(OtherModelSpec());
+  ASSERT_TRUE(small.ok()) << small.status();
+  svc_->Tick();
+  EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  v1::HeartbeatResponse hb = Heartbeat(w2);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().spec().name(), "demo");
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).out(), 512);
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w2, hb.profile_request()), &resp).ok());
+  svc_->Tick();
+  v1::Job job = Get(small->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-2");
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasuresAnother) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  auto big = Submit(Spec(1));
+  ASSERT_TRUE(big.ok()) << big.status();
+  svc_->Tick();
+  v1::HeartbeatResponse big_request = Heartbeat(w1);
+  ASSERT_TRUE(big_request.has_profile_request());
+  ASSERT_TRUE(Cancel(big->id()).ok());
+  auto small = Submit(OtherModelSpec());
+  ASSERT_TRUE(small.ok()) << small.status();
+  svc_->Tick();
+  v1::Job job = Get(small->id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.message(),
+            "waiting to measure the model's layers on cpu: every free worker is measuring another "
+            "model");
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  // The first measurement ends (and is cached); then w-1 is asked for the second model.
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w1, big_request.profile_request()), &resp).ok());
+  svc_->Tick();
+  EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).out(), 512);
+
+  // A worker that is measuring when asked (it cannot tell the coordinator otherwise, e.g. after
+  // a coordinator restart) answers with an error at once: the job runs its estimated plan now.
+  v1::ReportProfileRequest busy;
+  busy.set_worker_id(w1);
+  busy.set_request_id(hb.profile_request().request_id());
+  busy.set_error(absl::StrCat("worker ", w1, " is measuring another model (request profile-1)"));
+  ASSERT_TRUE(svc_->ReportProfile(busy, &resp).ok());
+  svc_->Tick();
+  job = Get(small->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(job.plan().notes(),
+              Contains("planned on the estimated profile: worker w-1 could not profile the "
+                       "model: worker w-1 is measuring another model (request profile-1)"));
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerThatDeregistersFailsItsRequestAtOnce) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat(w1).has_profile_request());
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(w1);
+  v1::DeregisterWorkerResponse resp;
+  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  svc_->Tick();  // no time passed: not the 60 s deadline
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.worker_ids(0), w2);
+  EXPECT_THAT(job.plan().notes(),
+              Contains("planned on the estimated profile: worker w-1 shut down before reporting "
+                       "the profile"));
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

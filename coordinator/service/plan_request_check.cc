@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/profile/cluster_topology.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -69,7 +70,16 @@ absl::Status CheckTopology(const v1::ClusterTopology& topology) {
       !s.ok()) {
     return s;
   }
-  return CheckNonNegative("cluster.inter_node_latency_ms", topology.inter_node_latency_ms());
+  if (absl::Status s =
+          CheckNonNegative("cluster.inter_node_latency_ms", topology.inter_node_latency_ms());
+      !s.ok()) {
+    return s;
+  }
+  // Then the ranges a cluster file is held to (the client may be another program than dapplectl).
+  if (absl::Status s = profile::ValidateTopology(topology); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckProfile(const v1::ModelProfile& profile) {

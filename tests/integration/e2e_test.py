@@ -5,7 +5,9 @@ which runs and keeps its prediction; `dapplectl plan` of a published profile; a 
 killed mid-run failing its job with a message naming it, within a bounded time; a coordinator
 restart that keeps every job; quick coordinator restarts after which workers return within
 seconds, and a restart mid-job that stops the job on the workers; a worker SIGTERMed mid-job
-failing it as "shut down"; a duplicate --name; bad input with one-line errors and distinct exit
+failing it as "shut down"; measuring a model: a worker still measuring is not asked again, one
+stopped while measuring or asked while measuring (after a coordinator restart) lets the job run
+its estimated plan at once; a duplicate --name; bad input with one-line errors and distinct exit
 codes.
 """
 import json
@@ -31,6 +33,16 @@ def short_job(name, steps=30, schedule="dapple", **kw):
 
 def long_job(name):
     return cluster.spec_yaml(name, cluster.SMALL_MLP, 64, 16, 2, epochs=50)
+
+
+# A model whose layers take seconds to measure on a CPU at micro-batch 512.
+BIG_MLP = [("flatten", 0), ("linear", 3500), ("relu", 0), ("linear", 3500), ("relu", 0),
+           ("linear", 10)]
+
+
+def one_stage_job(name, layers, micro_batch, steps=2):
+    """One stage on one worker; not manual, so its model is measured before it starts."""
+    return cluster.spec_yaml(name, layers, micro_batch, micro_batch, 1, max_steps=steps)
 
 
 class EndToEndTest(unittest.TestCase):
@@ -146,6 +158,61 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("does not match the job's model", err)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+    def measuring_worker(self, timeout=30):
+        """The worker that logged that it measures a model (waits for one)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for name, p in self.c.workers:
+                if "measuring the model's layers" in self.c.log("worker-" + name):
+                    return name, p
+            time.sleep(0.05)
+        self.fail("no worker started measuring in %d s:\n%s" % (timeout, self.c.all_logs()))
+
+    def test_a_worker_still_measuring_is_not_asked_again(self):
+        """A job cancelled while its model is measured leaves that worker measuring; the next
+        new model is measured by another worker, not sent to the busy one (which would leave
+        the job waiting for the 60 s deadline)."""
+        big = self.c.submit(one_stage_job("e2e-big", BIG_MLP, 512), name="big.yaml")
+        busy, _ = self.measuring_worker()
+        self.c.ctl("cancel", big)
+        t0 = time.time()
+        small = self.c.submit(one_stage_job("e2e-small", cluster.SMALL_MLP, 32), name="small.yaml")
+        j = self.c.wait_state(small, TERMINAL, timeout=60)
+        self.assertEqual(j["state"], "SUCCEEDED", j.get("message"))
+        self.assertLess(time.time() - t0, 30)
+        self.assertRegex(j["plan"]["profile_source"], r"^measured on cpu by worker ")
+        self.assertNotIn(busy, j["plan"]["profile_source"])
+
+    def test_worker_stopped_while_measuring_fails_its_request_at_once(self):
+        job = self.c.submit(one_stage_job("e2e-measure-stop", BIG_MLP, 512))
+        victim, p = self.measuring_worker()
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        j = self.c.wait_state(job, ("RUNNING",) + TERMINAL, timeout=30)
+        self.assertLess(time.time() - t0, 15)  # not the 60 s profile deadline
+        self.assertIn("planned on the estimated profile: worker %s shut down before reporting "
+                      "the profile" % victim, j["plan"].get("notes", []))
+        self.assertNotIn(victim, j.get("worker_ids", []))
+        self.c.ctl("cancel", job, check=False)
+
+    def test_worker_asked_while_measuring_answers_at_once(self):
+        """A restarted coordinator does not know that a worker still measures; the worker
+        answers its request with an error at once, and the job runs its estimated plan."""
+        for name, p in self.c.workers[1:]:
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=20), 0)
+        job = self.c.submit(one_stage_job("e2e-measure-restart", BIG_MLP, 1024))
+        busy, _ = self.measuring_worker()
+        self.c.stop_coordinator()
+        self.c.start_coordinator()
+        t0 = time.time()
+        j = self.c.wait_state(job, ("RUNNING",) + TERMINAL, timeout=30)
+        self.assertLess(time.time() - t0, 15)  # not the 60 s profile deadline
+        self.assertIn("worker %s is measuring another model (request " % busy,
+                      " ".join(j["plan"].get("notes", [])))
+        self.assertIn("is measuring another model", self.c.log("worker-" + busy))
+        self.c.ctl("cancel", job, check=False)
 
     def test_cancel_frees_workers(self):
         job = self.c.submit(long_job("e2e-cancel"))

@@ -240,24 +240,37 @@ bool WorkerDaemon::HeartbeatOnce() {
 }
 
 void WorkerDaemon::StartProfile(const v1::ProfileRequest& request) {
+  const std::string worker_id = WorkerId();
   if (profiling_.exchange(true)) {
-    DAPPLE_LOG_WARN("profile request {} while one is measured: ignored", request.request_id());
+    // Answered at once: the coordinator then plans the job on its estimate (or asks another
+    // worker) instead of waiting out its deadline for a measurement that never comes.
+    v1::ReportProfileRequest busy;
+    busy.set_worker_id(worker_id);
+    busy.set_request_id(request.request_id());
+    busy.set_error(absl::StrCat("worker ", worker_id, " is measuring another model (request ",
+                                profile_request_id_, ")"));
+    DAPPLE_LOG_WARN("profile request {}: {}", request.request_id(), busy.error());
+    SendProfileReport(busy);
     return;
   }
   JoinProfile();
-  const std::string worker_id = WorkerId();
-  DAPPLE_LOG_INFO("measuring the model's layers on {} (batch {})", request.device(),
-                  request.batch_size());
+  profile_request_id_ = request.request_id();
+  DAPPLE_LOG_INFO("measuring the model's layers on {} (batch {}, request {})", request.device(),
+                  request.batch_size(), request.request_id());
   profile_thread_ = std::thread([this, worker_id, request] {
     const v1::ReportProfileRequest report = RunProfileRequest(worker_id, request);
     if (!report.error().empty()) DAPPLE_LOG_WARN("profile: {}", report.error());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(kRpcDeadline));
-    v1::ReportProfileResponse resp;
-    grpc::Status s = stub_->ReportProfile(&ctx, report, &resp);
-    if (!s.ok()) DAPPLE_LOG_WARN("could not report the profile: {}", s.error_message());
+    SendProfileReport(report);
     profiling_.store(false);
   });
+}
+
+void WorkerDaemon::SendProfileReport(const v1::ReportProfileRequest& report) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  v1::ReportProfileResponse resp;
+  grpc::Status s = stub_->ReportProfile(&ctx, report, &resp);
+  if (!s.ok()) DAPPLE_LOG_WARN("could not report the profile: {}", s.error_message());
 }
 
 void WorkerDaemon::JoinProfile() {

@@ -97,9 +97,12 @@ class WorkerDaemon {
   absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
   // Measures a model for the coordinator (ProfileRequest in a heartbeat reply) on its own
-  // thread, so heartbeats go on; one at a time (a request while one runs is ignored: the
-  // coordinator's deadline fails it and it asks again).
+  // thread, so heartbeats go on; one at a time: a request while one runs is answered at once
+  // with the error "worker W is measuring another model (request R)" (the coordinator then
+  // plans that job on its estimate rather than wait for its deadline). Heartbeat thread only.
   void StartProfile(const v1::ProfileRequest& request);
+  // ReportProfile (2 s deadline; a failure is logged).
+  void SendProfileReport(const v1::ReportProfileRequest& report);
   void JoinProfile();
 
   WorkerOptions options_;
@@ -115,6 +118,7 @@ class WorkerDaemon {
   std::thread job_thread_;
   std::thread profile_thread_;
   std::atomic<bool> profiling_{false};
+  std::string profile_request_id_;  // the last request measured; heartbeat thread only
   std::atomic<bool> abort_{false};
   std::atomic<bool> stopping_{false};            // Stop() was called
   std::map<std::string, DataCache> data_cache_;  // by data.path; job thread only

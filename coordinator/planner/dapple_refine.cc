@@ -70,8 +70,8 @@ std::vector<Layout> RefinementMoves(const LayoutScorer& scorer, const StageBudge
       moves.push_back(PlaceLayout(problem, cur.ranges, replicas, cur.policy));
     }
     const auto [first, last] = cur.ranges[s];
-    if (last > first && cur.replicas[s] >= 2 && budget.ReplicasAllowed(cur.replicas[s] / 2) &&
-        (problem.num_stages == 0)) {
+    // Stage s cut where its work is halved, the halves on `left` and `right` replicas.
+    auto split_at_half = [&](int left, int right) {
       const double half = 0.5 * (work_prefix[first] + work_prefix[last + 1]);
       int cut = first;
       while (cut + 1 < last && work_prefix[cut + 1] < half) ++cut;
@@ -79,21 +79,17 @@ std::vector<Layout> RefinementMoves(const LayoutScorer& scorer, const StageBudge
       std::vector<int> replicas = cur.replicas;
       ranges[s] = {first, cut};
       ranges.insert(ranges.begin() + s + 1, {cut + 1, last});
-      replicas[s] = cur.replicas[s] / 2;
-      replicas.insert(replicas.begin() + s + 1, cur.replicas[s] / 2);
+      replicas[s] = left;
+      replicas.insert(replicas.begin() + s + 1, right);
       moves.push_back(PlaceLayout(problem, ranges, replicas, cur.policy));
+    };
+    if (last > first && cur.replicas[s] >= 2 && budget.ReplicasAllowed(cur.replicas[s] / 2) &&
+        (problem.num_stages == 0)) {
+      split_at_half(cur.replicas[s] / 2, cur.replicas[s] / 2);
     }
     if (last > first && problem.num_stages == 0 && devices_used + cur.replicas[s] <= D) {
       // Split it in two, the new half on as many unused devices.
-      const double half = 0.5 * (work_prefix[first] + work_prefix[last + 1]);
-      int cut = first;
-      while (cut + 1 < last && work_prefix[cut + 1] < half) ++cut;
-      std::vector<std::pair<int, int>> ranges = cur.ranges;
-      std::vector<int> replicas = cur.replicas;
-      ranges[s] = {first, cut};
-      ranges.insert(ranges.begin() + s + 1, {cut + 1, last});
-      replicas.insert(replicas.begin() + s + 1, cur.replicas[s]);
-      moves.push_back(PlaceLayout(problem, ranges, replicas, cur.policy));
+      split_at_half(cur.replicas[s], cur.replicas[s]);
     }
     if (s + 1 < P && problem.num_stages == 0) {
       const int r = cur.replicas[s] + cur.replicas[s + 1];

@@ -791,6 +791,9 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                           absl::StrCat(rank, " aborted: ", request.message()), now)
                                  .status());
       break;
+    case v1::PROGRESS_CHECKPOINT:
+      // Checkpoint shards: being built (issue 6).
+      break;
     case v1::PROGRESS_KIND_UNSPECIFIED:
     case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ProgressKind_INT_MAX_SENTINEL_DO_NOT_USE_:

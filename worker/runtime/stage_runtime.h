@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "dapple/v1/plan.pb.h"
+#include "dapple/v1/trace.pb.h"
 #include "kernels/cpu/layer.h"
 #include "worker/comm/transport.h"
 #include "worker/data/fashion_mnist.h"
@@ -37,6 +38,13 @@ struct StepResult {
   double loss = 0;         // mean loss over the global batch
   double seconds = 0;      // wall time of the step on this rank
   int peak_in_flight = 0;  // most micro-batches stashed at once during the step
+  // Every step: per-kind action times, memory, gradient norm, learning rate (job.proto
+  // StageStepStats; stats.step is step + 1).
+  v1::StageStepStats stats;
+  // Only when RunStep was asked to trace: the start and end of every action, in program order
+  // (job_id / worker_id / device left for the caller to fill).
+  bool traced = false;
+  v1::StepTrace trace;
 };
 
 struct EvalResult {
@@ -62,7 +70,8 @@ class StageRuntime {
   // Errors: whatever the transport returns (kAborted, kUnavailable naming the peer,
   // kDeadlineExceeded), kInternal for a program the runtime cannot run, each prefixed with the
   // action ("stage 1 action 1RECV_ACT3: ...").
-  absl::StatusOr<StepResult> RunStep(int64_t step);
+  // With `trace`, also records every action's start and end into StepResult::trace.
+  absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
 
   // Forward-only pass over the whole test set, through all stages, in chunks of EvalChunk()
   // samples. `eval_index` distinguishes evaluations on the wire (use the epoch).

@@ -353,6 +353,16 @@ Check CheckTraining(const v1::JobSpec& spec) {
               absl::StrFormat("training.max_steps %d must be >= 0 (0 = no limit)", t.max_steps()));
   }
   if (Check c = CheckAtMost("training.max_steps", t.max_steps(), kMaxSteps)) return c;
+  if (t.checkpoint_every_steps() < 0) {
+    return At("training.checkpoint_every_steps",
+              absl::StrFormat("training.checkpoint_every_steps %d must be >= 0 (0 = only on "
+                              "demand)",
+                              t.checkpoint_every_steps()));
+  }
+  if (Check c =
+          CheckAtMost("training.checkpoint_every_steps", t.checkpoint_every_steps(), kMaxSteps)) {
+    return c;
+  }
   return CheckOptimizer(t.optimizer());
 }
 
@@ -561,8 +571,9 @@ constexpr absl::string_view kModelKeys[] = {"input_shape", "layers", "loss"};
 constexpr absl::string_view kLayerKeys[] = {"type", "out"};
 constexpr absl::string_view kLayersWithoutOut[] = {"flatten", "relu", "gelu"};
 constexpr absl::string_view kDataKeys[] = {"dataset", "path"};
-constexpr absl::string_view kTrainingKeys[] = {"global_batch", "micro_batch", "epochs",
-                                               "optimizer",    "seed",        "max_steps"};
+constexpr absl::string_view kTrainingKeys[] = {
+    "global_batch", "micro_batch",           "epochs", "optimizer", "seed",
+    "max_steps",    "checkpoint_every_steps"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kParallelKeys[] = {"schedule", "planner", "stages", "devices",
@@ -896,6 +907,10 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "max_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.max_steps"));
     training.set_max_steps(v);
+  }
+  if (const Field* f = Find(fields, "checkpoint_every_steps")) {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.checkpoint_every_steps"));
+    training.set_checkpoint_every_steps(v);
   }
   const Field* opt = Find(fields, "optimizer");
   if (opt == nullptr) return Missing(MarkOf(section), "training.optimizer");
@@ -1331,6 +1346,7 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   }
   absl::StrAppend(&out, "}\n");
   absl::StrAppend(&out, "  seed: ", t.seed(), "\n  max_steps: ", t.max_steps(), "\n");
+  absl::StrAppend(&out, "  checkpoint_every_steps: ", t.checkpoint_every_steps(), "\n");
 
   const v1::ParallelSpec& p = spec.parallel();
   absl::StrAppend(&out, "parallel:\n  schedule: ", YamlString(p.schedule()),

@@ -559,6 +559,19 @@ TEST(ValidateJobSpecTest, EpochsAndMaxSteps) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
+TEST(ValidateJobSpecTest, CheckpointEverySteps) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_checkpoint_every_steps(-2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.checkpoint_every_steps -2 must be >= 0 (0 = only on demand)"});
+  spec.mutable_training()->set_checkpoint_every_steps(50);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(
+      Edit(kExample, "max_steps: 0", "max_steps: 0\n  checkpoint_every_steps: 7"), "job.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->training().checkpoint_every_steps(), 7);
+}
+
 TEST(ValidateJobSpecTest, Optimizer) {
   const auto with = [](auto mutate) {
     v1::JobSpec spec = Example();
@@ -815,6 +828,7 @@ training:
   optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0}
   seed: 42
   max_steps: 0
+  checkpoint_every_steps: 0
 parallel:
   schedule: dapple
   planner: balanced
@@ -839,6 +853,7 @@ TEST(JobSpecToYamlTest, RoundTrips) {
   opt.set_eps(1e-12);
   spec.mutable_training()->set_seed(std::numeric_limits<uint64_t>::max());
   spec.mutable_training()->set_max_steps(100);
+  spec.mutable_training()->set_checkpoint_every_steps(25);
   spec.mutable_model()->mutable_layers(2)->set_type("gelu");
   spec.mutable_data()->set_path("/data/fashion mnist: \"v2\" #1\\x\t");
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
@@ -1044,7 +1059,8 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
   ExpectInvalid(ValidateJobSpec(spec), {"data.dataset 'mnist\\xff' is unknown"});
   ExpectParseError(Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
                    "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
-                   "micro_batch, epochs, optimizer, seed, max_steps; did you mean 'epochs'?");
+                   "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps; "
+                   "did you mean 'epochs'?");
 }
 
 // ---------------------------------------------------------------------------------- nesting

@@ -141,6 +141,21 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
     if (absl::Status s = CheckPortFile(raw.port_file); !s.ok()) return s;
   }
   flags.port_file = raw.port_file;
+  if (!AllDigits(raw.metrics_port) || raw.metrics_port.size() > 5 ||
+      !absl::SimpleAtoi(raw.metrics_port, &flags.metrics_port) || flags.metrics_port > kMaxPort) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '",
+        raw.metrics_port, "'"));
+  }
+  flags.checkpoint_dir = raw.checkpoint_dir;
+  absl::StatusOr<int64_t> keep =
+      ParseCount("--keep-checkpoints", raw.keep_checkpoints, 0, 1'000'000, "checkpoints");
+  if (!keep.ok()) return keep.status();
+  flags.keep_checkpoints = *keep;
+  absl::StatusOr<int64_t> trace_every =
+      ParseCount("--trace-every-steps", raw.trace_every_steps, 0, kMaxTraceEverySteps, "steps");
+  if (!trace_every.ok()) return trace_every.status();
+  flags.trace_every_steps = static_cast<int32_t>(*trace_every);
   struct PlanFlag {
     const char* name;
     const std::string* text;

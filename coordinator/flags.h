@@ -23,6 +23,14 @@ inline constexpr int64_t kMaxWorkerTimeoutMs = 3'600'000;
 inline constexpr int64_t kMinDeadWorkerRetentionS = 0;
 inline constexpr int64_t kMaxDeadWorkerRetentionS = 604'800;  // one week
 
+// --trace-every-steps: the largest interval (0: no traces).
+inline constexpr int64_t kMaxTraceEverySteps = 1'000'000'000;
+
+// Port of the Prometheus endpoint (http://0.0.0.0:PORT/metrics); 0: none. Off unless asked
+// for, so that several coordinators on one host (tests, local clusters) never collide; the
+// conventional port, used by the Helm chart, Dockerfiles and deploy/local_cluster.sh, is 9400.
+inline constexpr int kDefaultMetricsPort = 0;
+
 // Planner defaults (coordinator/planner/planner.h PlanDefaults), as whole numbers of the unit
 // in the flag's name.
 inline constexpr int64_t kMinPlanFlag = 1;
@@ -39,7 +47,11 @@ struct RawFlags {
   std::string worker_timeout_ms = "5000";
   std::string dead_worker_retention_s = "600";
   std::string log_level = "info";
-  std::string port_file;  // empty: none
+  std::string port_file;           // empty: none
+  std::string metrics_port = "0";  // kDefaultMetricsPort
+  std::string checkpoint_dir;      // empty: "checkpoints" next to --db
+  std::string keep_checkpoints = "3";
+  std::string trace_every_steps = "50";
   std::string default_device_memory_mib = "16384";
   std::string intra_node_bandwidth_mb_s = "10000";
   std::string inter_node_bandwidth_mb_s = "3125";
@@ -57,6 +69,14 @@ struct Flags {
   int64_t dead_worker_retention_s = 0;
   std::string log_level;  // trace | debug | info | warn | error | off
   std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
+  int metrics_port = 0;   // 0..65535; 0: no metrics endpoint
+  // Root of the jobs' checkpoint folders; "" as typed: the service's default (a folder
+  // "checkpoints" next to --db). Published checkpoints kept per job, 0..1000000 (0: all).
+  std::string checkpoint_dir;
+  int64_t keep_checkpoints = 3;
+  // Workers record a timeline of step 1 and every this many steps, 0..kMaxTraceEverySteps
+  // (0: never).
+  int32_t trace_every_steps = 50;
   // Planner defaults: memory of a device no worker reported (and of the one-node topology a
   // job is planned on without enough workers), links between devices, nominal FLOP rates of
   // estimated profiles.
@@ -76,7 +96,8 @@ struct Flags {
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
 // "--db must name a file", "--log-level must be one of trace, debug, info, warn, error, off;
 // got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
-// CheckPortFile's messages, and for the planner defaults "--cpu-gflops must be at least 1
+// CheckPortFile's messages, "--metrics-port must be a port number in 0..65535 (0: no metrics
+// endpoint), got '70000'", and for the planner defaults "--cpu-gflops must be at least 1
 // (GFLOP/s), got 0". Looks at the file system for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 

@@ -59,6 +59,27 @@ TEST(FlagsTest, PlannerDefaults) {
   EXPECT_EQ(Error(raw), "--inter-node-latency-us must be at least 0 (us), got -1");
 }
 
+TEST(FlagsTest, MetricsPortIsAPortOrZeroForNone) {
+  auto flags = ValidateFlags(RawFlags{});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_port, kDefaultMetricsPort);
+  EXPECT_EQ(kDefaultMetricsPort, 0);
+  RawFlags raw;
+  for (const char* ok : {"0", "1", "65535", "09400"}) {
+    raw.metrics_port = ok;
+    flags = ValidateFlags(raw);
+    ASSERT_TRUE(flags.ok()) << ok << ": " << flags.status();
+  }
+  raw.metrics_port = "0";
+  EXPECT_EQ(ValidateFlags(raw)->metrics_port, 0);
+  for (const char* bad : {"65536", "-1", "", "94OO", "1e3", "999999", " 80"}) {
+    raw.metrics_port = bad;
+    EXPECT_EQ(Error(raw), std::string("--metrics-port must be a port number in 0..65535 (0: no "
+                                      "metrics endpoint), got '") +
+                              bad + "'");
+  }
+}
+
 TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {
   RawFlags raw;
   raw.dead_worker_retention_s = "0";
@@ -193,6 +214,41 @@ TEST(FlagsTest, DbAndLogLevel) {
             "--log-level must be one of trace, debug, info, warn, error, off; got 'loud'");
   raw.log_level = "off";
   EXPECT_EQ(Error(raw), "");
+}
+
+TEST(FlagsTest, Checkpoints) {
+  RawFlags raw;
+  absl::StatusOr<Flags> flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(flags->checkpoint_dir, "");  // the service puts it next to --db
+  EXPECT_EQ(flags->keep_checkpoints, 3);
+  raw.checkpoint_dir = "/data/ckpt";
+  raw.keep_checkpoints = "0";
+  flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(flags->checkpoint_dir, "/data/ckpt");
+  EXPECT_EQ(flags->keep_checkpoints, 0);
+  raw.keep_checkpoints = "-1";
+  EXPECT_EQ(Error(raw), "--keep-checkpoints must be at least 0 (checkpoints), got -1");
+  raw.keep_checkpoints = "two";
+  EXPECT_EQ(Error(raw), "--keep-checkpoints must be an integer number of checkpoints, got 'two'");
+}
+
+TEST(FlagsTest, TraceEverySteps) {
+  RawFlags raw;
+  absl::StatusOr<Flags> flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(flags->trace_every_steps, 50);
+  raw.trace_every_steps = "0";
+  EXPECT_EQ(ValidateFlags(raw)->trace_every_steps, 0);
+  raw.trace_every_steps = "3";
+  EXPECT_EQ(ValidateFlags(raw)->trace_every_steps, 3);
+  raw.trace_every_steps = "-2";
+  EXPECT_EQ(Error(raw), "--trace-every-steps must be at least 0 (steps), got -2");
+  raw.trace_every_steps = "1000000001";
+  EXPECT_EQ(Error(raw), "--trace-every-steps must be at most 1000000000 (steps), got 1000000001");
+  raw.trace_every_steps = "often";
+  EXPECT_EQ(Error(raw), "--trace-every-steps must be an integer number of steps, got 'often'");
 }
 
 }  // namespace

@@ -24,7 +24,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/metrics/metrics_server.h"
 #include "coordinator/flags.h"
+#include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/grpc_service.h"
 
@@ -141,6 +143,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", raw.log_level, "trace | debug | info | warn | error | off")
       ->capture_default_str();
+  app.add_option("--metrics-port", raw.metrics_port,
+                 "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", raw.checkpoint_dir,
+                 "root of the jobs' checkpoint folders, <dir>/<job id>/step-<N> (default: "
+                 "\"checkpoints\" next to --db)");
+  app.add_option("--keep-checkpoints", raw.keep_checkpoints,
+                 "published checkpoints kept per job; older ones are deleted (0: all)")
+      ->capture_default_str();
+  app.add_option("--trace-every-steps", raw.trace_every_steps,
+                 "workers record a timeline of step 1 and every N-th step for dapplectl trace "
+                 "(0: never)")
+      ->capture_default_str();
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
@@ -189,9 +204,12 @@ int main(int argc, char** argv) {
 
   dapple::coordinator::CoordinatorOptions options;
   options.db_path = flags->db;
+  options.checkpoint_dir = flags->checkpoint_dir;
+  options.keep_checkpoints = static_cast<int>(flags->keep_checkpoints);
   options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
   options.worker_timeout_ms = flags->worker_timeout_ms;
   options.dead_worker_retention_ms = flags->dead_worker_retention_s * 1000;
+  options.trace_every_steps = flags->trace_every_steps;
   dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
   plan.device_memory_bytes = flags->default_device_memory_mib << 20;
   plan.intra_node_bandwidth_bytes_per_s =
@@ -202,6 +220,10 @@ int main(int argc, char** argv) {
   plan.inter_node_latency_ms = static_cast<double>(flags->inter_node_latency_us) / 1000.0;
   plan.cpu_flops_per_second = static_cast<double>(flags->cpu_gflops) * 1e9;
   plan.cuda_flops_per_second = static_cast<double>(flags->cuda_gflops) * 1e9;
+  // Observes the jobs from the database's recovery on, so restarted coordinators count them.
+  auto metrics = std::make_shared<dapple::coordinator::CoordinatorMetrics>();
+  options.job_observer = metrics;
+  options.worker_observer = metrics;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();
@@ -211,6 +233,16 @@ int main(int argc, char** argv) {
   HoldGrpcLog(false, /*drop=*/!server.ok());
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
+  // After the gRPC bind, so that a second coordinator on the same address or database is
+  // refused for that reason first.
+  std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;
+  if (flags->metrics_port != dapple::metrics::kMetricsPortOff) {
+    auto started = dapple::metrics::MetricsServer::Start("0.0.0.0", flags->metrics_port,
+                                                         metrics->metric_set());
+    if (!started.ok()) return Fail(started.status());
+    metrics_server = *std::move(started);
+    DAPPLE_LOG_INFO("metrics on http://0.0.0.0:{}/metrics", metrics_server->port());
+  }
   if (!flags->port_file.empty()) {
     if (absl::Status s = WritePortFile(flags->port_file, port); !s.ok()) return Fail(s);
   }
@@ -225,6 +257,7 @@ int main(int argc, char** argv) {
   // `dapplectl watch` reconnects) and drains; the service stops once no call can reach it.
   (*server)->Shutdown(kShutdownGrace);
   (*service)->Shutdown();
+  metrics_server.reset();
   server->reset();
   service->reset();
   DAPPLE_LOG_INFO("stopped");

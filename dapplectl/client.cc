@@ -186,12 +186,14 @@ absl::Status CoordinatorClient::Unary(const char* method, const Request& request
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
-                                                  const std::string& source_name) {
+                                                  const std::string& source_name,
+                                                  const std::string& resume_from) {
   // Checked here too, not only by `dapplectl submit`: protobuf cannot carry invalid UTF-8.
   DAPPLE_RETURN_IF_ERROR(CheckSpecText(source_name, spec_yaml));
   v1::SubmitJobRequest request;
   request.set_spec_yaml(spec_yaml);
   request.set_source_name(EscapeInvalidUtf8(source_name));
+  request.set_resume_from(EscapeInvalidUtf8(resume_from));
   v1::SubmitJobResponse response;
   DAPPLE_RETURN_IF_ERROR(Unary("SubmitJob", request, &response, &v1::Coordinator::Stub::SubmitJob));
   return std::move(*response.mutable_job());
@@ -218,6 +220,24 @@ absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& job_id) {
   v1::Job job;
   DAPPLE_RETURN_IF_ERROR(Unary("CancelJob", request, &job, &v1::Coordinator::Stub::CancelJob));
   return job;
+}
+
+absl::StatusOr<v1::CheckpointJobResponse> CoordinatorClient::Checkpoint(const std::string& job_id) {
+  v1::CheckpointJobRequest request;
+  request.set_job_id(EscapeInvalidUtf8(job_id));
+  v1::CheckpointJobResponse response;
+  DAPPLE_RETURN_IF_ERROR(
+      Unary("CheckpointJob", request, &response, &v1::Coordinator::Stub::CheckpointJob));
+  return response;
+}
+
+absl::StatusOr<v1::JobTrace> CoordinatorClient::Trace(const std::string& job_id) {
+  v1::GetJobTraceRequest request;
+  request.set_job_id(EscapeInvalidUtf8(job_id));
+  v1::JobTrace trace;
+  DAPPLE_RETURN_IF_ERROR(
+      Unary("GetJobTrace", request, &trace, &v1::Coordinator::Stub::GetJobTrace));
+  return trace;
 }
 
 absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {

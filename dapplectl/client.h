@@ -54,12 +54,20 @@ class CoordinatorClient {
 
   // SubmitJob{spec_yaml, source_name}: the new job (state PENDING, usually). kInvalidArgument,
   // without sending, when CheckSpecText(source_name, spec_yaml) refuses the spec.
-  absl::StatusOr<v1::Job> Submit(const std::string& spec_yaml, const std::string& source_name);
+  // `resume_from` (optional): a published checkpoint directory to resume from, as the
+  // coordinator must see it (dapplectl sends an absolute path).
+  absl::StatusOr<v1::Job> Submit(const std::string& spec_yaml, const std::string& source_name,
+                                 const std::string& resume_from = "");
   absl::StatusOr<v1::Job> Get(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> List();
   // The job after cancelling; kFailedPrecondition from the coordinator if it already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  // CheckpointJob: asks for an on-demand checkpoint; the response says after which step.
+  // kFailedPrecondition from the coordinator for a job that is not RUNNING.
+  absl::StatusOr<v1::CheckpointJobResponse> Checkpoint(const std::string& job_id);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // GetJobTrace: the job's kept traced steps (empty steps when none was traced yet).
+  absl::StatusOr<v1::JobTrace> Trace(const std::string& job_id);
   // PlanJob: a dry run of the planner. kInvalidArgument, without sending, when the request has
   // a spec that CheckSpecText(source_name, spec_yaml) refuses.
   absl::StatusOr<v1::PlanJobResponse> Plan(v1::PlanJobRequest request);

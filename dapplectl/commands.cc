@@ -1,6 +1,7 @@
 #include "dapplectl/commands.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,12 +13,15 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
+#include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/flag_values.h"
 #include "dapplectl/json_output.h"
 #include "dapplectl/plan_inputs.h"
 #include "dapplectl/spec_file.h"
+#include "dapplectl/top.h"
+#include "dapplectl/trace_command.h"
 #include "dapplectl/utf8_text.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
@@ -98,6 +102,15 @@ int Watch(const Environment& env, CoordinatorClient& client, const std::string& 
   return ExitCodeForJobState(last->state());
 }
 
+// The coordinator resolves paths in its own working folder, not the user's: a relative
+// --resume-from is made absolute here. "" stays "".
+std::string AbsoluteCheckpointPath(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
 std::string Footer() {
   return absl::StrCat(
       "Environment:\n"
@@ -141,6 +154,12 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML); prints the job id");
   submit->add_option("FILE", file, "job spec file")->required();
   submit->add_flag("-w,--watch", submit_watch, "then follow the job like `watch`");
+  std::string resume_from;
+  submit
+      ->add_option("--resume-from", resume_from,
+                   "resume from this published checkpoint directory (weights, optimizer, step; "
+                   "the pipeline layout may differ)")
+      ->type_name("DIR");
 
   std::string job_id;
   CLI::App* get = app.add_subcommand("get", "show one job: state, plan, metrics");
@@ -152,6 +171,27 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       "watch", "follow a job until it ends; exit code from its outcome (0, 4 FAILED, 5 CANCELLED)");
   watch->add_option("JOB", job_id, "job id")->required();
   CLI::App* workers = app.add_subcommand("workers", "list the registered workers");
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "save a checkpoint of a running job a few steps from now; prints the step");
+  checkpoint->add_option("JOB", job_id, "job id")->required();
+  std::string trace_file;
+  CLI::App* trace = app.add_subcommand(
+      "trace",
+      "write a job's pipeline timeline (its traced steps) as Chrome trace-event JSON for "
+      "Perfetto or chrome://tracing");
+  trace->add_option("JOB", job_id, "job id")->required();
+  trace->add_option("-o,--output", trace_file, "file to write; - for stdout")
+      ->type_name("FILE")
+      ->required();
+  std::string top_interval = "1";
+  bool top_once = false;
+  CLI::App* top = app.add_subcommand(
+      "top", "live per-stage view of running jobs: step time, forward, backward, idle, bubble");
+  top->add_option("JOB", job_id, "job id (default: every running job)");
+  top->add_option("--interval", top_interval, "seconds between refreshes")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  top->add_flag("--once", top_once, "print one snapshot and exit (the default off a terminal)");
 
   std::string plan_file, profile_file, cluster_file, planner, global_batch, profile_batch;
   CLI::App* plan = app.add_subcommand(
@@ -195,7 +235,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
         rest.front()[0] != '-') {
       return Fail(env, kExitUsage,
                   absl::StrCat("unknown command \"", rest.front(),
-                               "\"; commands: submit, get, list, cancel, watch, workers, plan (see "
+                               "\"; commands: submit, get, list, cancel, watch, workers, plan, "
+                               "trace, top, checkpoint (see "
                                "dapplectl --help)"));
     }
     return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
@@ -218,7 +259,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
-  if (get->parsed() || cancel->parsed() || watch->parsed()) {
+  if (get->parsed() || cancel->parsed() || watch->parsed() || trace->parsed() ||
+      checkpoint->parsed() || (top->parsed() && !job_id.empty())) {
     if (absl::Status s = CheckJobId(job_id); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
@@ -281,8 +323,11 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     if (!format) return kExitUsage;
     absl::StatusOr<std::string> spec = ReadSpecFile(file);
     if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
+    if (submit->count("--resume-from") > 0 && resume_from.empty()) {
+      return Fail(env, kExitUsage, "--resume-from must name a checkpoint directory");
+    }
     CoordinatorClient client(options);
-    absl::StatusOr<v1::Job> job = client.Submit(*spec, file);
+    absl::StatusOr<v1::Job> job = client.Submit(*spec, file, AbsoluteCheckpointPath(resume_from));
     if (!job.ok()) return FailStatus(env, job.status());
     if (submit_watch && *format == Format::kJson) {
       // One JSON object per line, like the snapshots that follow.
@@ -320,6 +365,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     absl::StatusOr<v1::Job> job = client.Cancel(job_id);
     if (!job.ok()) return FailStatus(env, job.status());
     return PrintMessage(env, *format, *job, [&] { return RenderCancelled(*job); });
+  }
+  if (checkpoint->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, false);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::CheckpointJobResponse> response = client.Checkpoint(job_id);
+    if (!response.ok()) return FailStatus(env, response.status());
+    return PrintMessage(env, *format, *response,
+                        [&] { return RenderCheckpointRequested(*response); });
   }
   if (watch->parsed()) {
     std::optional<Format> format = OutputFormat(env, "watch", flags.output, false);
@@ -372,6 +426,32 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     if (!response.ok()) return FailStatus(env, response.status());
     return PrintMessage(env, *format, response->plan(),
                         [&] { return RenderPlan(response->plan(), response->cluster()); });
+  }
+  if (trace->parsed()) {
+    if (trace_file.empty()) {
+      return Fail(env, kExitUsage, "trace: -o must name a file, or - for stdout");
+    }
+    CoordinatorClient client(options);
+    absl::StatusOr<std::string> summary = WriteJobTrace(client, job_id, trace_file, env.out);
+    if (!summary.ok()) return FailStatus(env, summary.status());
+    // With the JSON on stdout, the summary goes to stderr.
+    *(trace_file == "-" ? env.err : env.out) << *summary << "\n" << std::flush;
+    return kExitOk;
+  }
+  if (top->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "top", flags.output, false);
+    if (!format) return kExitUsage;
+    absl::StatusOr<absl::Duration> interval = ParsePositiveSeconds("--interval", top_interval);
+    if (!interval.ok()) return Fail(env, kExitUsage, std::string(interval.status().message()));
+    TopOptions top_options;
+    top_options.job_id = job_id;
+    top_options.interval = *interval;
+    top_options.once = top_once || !env.stdout_is_terminal;
+    top_options.json = *format == Format::kJson;
+    top_options.terminal = env.stdout_is_terminal;
+    CoordinatorClient client(options);
+    if (absl::Status s = RunTop(client, top_options, env.out); !s.ok()) return FailStatus(env, s);
+    return kExitOk;
   }
   return Fail(env, kExitUsage, "no command given (see dapplectl --help)");
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "dapplectl/checkpoint_views.h"
 #include "dapplectl/format.h"
 #include "dapplectl/progress.h"
 #include "dapplectl/text_table.h"
@@ -175,6 +176,7 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   AddField(&out, "TEST LOSS", m.has_test_loss() ? FormatLoss(m.test_loss()) : "-");
   AddField(&out, "ELAPSED", FormatClock(m.elapsed_seconds()));
   if (!IsTerminal(job.state())) AddField(&out, "ETA", FormatClock(EstimateEtaSeconds(m)));
+  out += RenderCheckpoints(job, now_unix_ms);
   return out;
 }
 

@@ -10,15 +10,18 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/metrics/metrics_server.h"
 #include "kernels/cpu/blas.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_flags.h"
+#include "worker/daemon/worker_metrics.h"
 #include "worker/device/device.h"
 
 namespace {
@@ -91,6 +94,19 @@ int main(int argc, char** argv) {
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);
 
+  std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;
+  if (flags->metrics_port != dapple::metrics::kMetricsPortOff) {
+    auto metrics = std::make_shared<dapple::worker::WorkerMetrics>();
+    auto started = dapple::metrics::MetricsServer::Start("0.0.0.0", flags->metrics_port,
+                                                         metrics->metric_set());
+    if (!started.ok()) {
+      std::cerr << "dapple-worker: " << started.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    opts.observer = metrics;
+    DAPPLE_LOG_INFO("metrics on http://0.0.0.0:{}/metrics", metrics_server->port());
+  }
   dapple::worker::WorkerDaemon daemon(opts);
   std::thread signals([&] {
     char sig = 0;

@@ -102,6 +102,7 @@ WorkerRecord& WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
     result.info.set_state(v1::WORKER_STATE_IDLE);
     DAPPLE_LOG_INFO("worker {} registered: IDLE (host {}, pid {})", id, request.hostname(),
                     request.pid());
+    if (observer_) observer_->OnWorkerState(result.info, v1::WORKER_STATE_UNSPECIFIED);
   }
   return result;
 }
@@ -132,6 +133,7 @@ absl::Status WorkerRegistry::Transition(WorkerRecord& worker, v1::WorkerState to
   }
   DAPPLE_LOG_INFO("worker {} {} -> {}: {}", worker.info.id(), WorkerStateName(from),
                   WorkerStateName(to), reason);
+  if (observer_) observer_->OnWorkerState(worker.info, from);
   return absl::OkStatus();
 }
 
@@ -139,6 +141,7 @@ absl::Status WorkerRegistry::Remove(const std::string& id, const std::string& re
   auto it = order_of_.find(id);
   if (it == order_of_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
   const v1::WorkerState from = by_order_.at(it->second)->info.state();
+  if (observer_) observer_->OnWorkerRemoved(by_order_.at(it->second)->info);
   by_order_.erase(it->second);
   order_of_.erase(it);
   DAPPLE_LOG_INFO("worker {} {} -> removed: {}", id, WorkerStateName(from), reason);

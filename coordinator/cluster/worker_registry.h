@@ -31,6 +31,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "coordinator/cluster/worker_observer.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -53,6 +54,10 @@ std::string WorkerStateName(v1::WorkerState state);
 
 class WorkerRegistry {
  public:
+  // Tells `observer` (null: nobody) about every state change, registration and removal from
+  // now on (worker_observer.h).
+  void SetObserver(std::shared_ptr<WorkerObserver> observer) { observer_ = std::move(observer); }
+
   // Registers a worker as IDLE with last heartbeat `now_unix_ms`. Its id is request.name when
   // that is non-empty and no IDLE or BUSY worker has it (a DEAD worker of that name comes back
   // to life as a new registration); otherwise the next free "w-N" (N = 1, 2, ...). A
@@ -92,6 +97,7 @@ class WorkerRegistry {
   std::vector<v1::WorkerInfo> List() const;
 
  private:
+  std::shared_ptr<WorkerObserver> observer_;
   int64_t next_order_ = 1;
   int64_t next_generated_ = 1;
   std::map<int64_t, std::unique_ptr<WorkerRecord>> by_order_;  // registration order

@@ -31,6 +31,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
       }
       Entry& entry = manager->jobs_[seq];
       entry.job = std::move(job);
+      if (manager->options_.observer) {
+        manager->options_.observer->OnJobState(entry.job, v1::JOB_STATE_UNSPECIFIED);
+      }
       entry.version = manager->next_version_++;
       entry.last_write_unix_ms = now;
       manager->next_seq_ = std::max(manager->next_seq_, seq + 1);
@@ -62,7 +65,8 @@ absl::Status JobManager::WriteLocked(Entry& entry, int64_t now) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& spec_yaml,
-                                           const v1::ParallelPlanSummary& plan) {
+                                           const v1::ParallelPlanSummary& plan,
+                                           const Mutator& mutate) {
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   Entry entry;
@@ -75,11 +79,13 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   entry.job.set_created_unix_ms(now);
   entry.job.set_updated_unix_ms(now);
   entry.job.mutable_metrics()->set_epochs(static_cast<int32_t>(spec.training().epochs()));
+  if (mutate) mutate(&entry.job);
   DAPPLE_RETURN_IF_ERROR(WriteLocked(entry, now));
   entry.version = next_version_++;
   DAPPLE_LOG_INFO("job {} ({}) submitted: PENDING", entry.job.id(), entry.job.name());
   v1::Job result = entry.job;
   jobs_.emplace(next_seq_++, std::move(entry));
+  if (options_.observer) options_.observer->OnJobState(result, v1::JOB_STATE_UNSPECIFIED);
   changed_.SignalAll();
   return result;
 }
@@ -174,6 +180,7 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& id, v1::JobSta
   DAPPLE_RETURN_IF_ERROR(WriteLocked(next, now));
   next.version = next_version_++;
   *entry = std::move(next);
+  if (options_.observer) options_.observer->OnJobState(entry->job, from);
   if (message.empty()) {
     DAPPLE_LOG_INFO("job {} {} -> {}", id, JobStateName(from), JobStateName(to));
   } else {
@@ -195,6 +202,7 @@ absl::Status JobManager::Update(const std::string& id, const Mutator& mutate) {
   mutate(&entry->job);
   entry->job.set_updated_unix_ms(now);
   ChangedLocked(*entry, now);
+  if (options_.observer) options_.observer->OnJobUpdate(entry->job);
   return absl::OkStatus();
 }
 

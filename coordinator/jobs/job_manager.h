@@ -23,7 +23,8 @@
 // terminal jobs keep their state, message and metrics. Ids continue the stored sequence.
 //
 // Thread safety: thread-safe. Internally one mutex; no callbacks run under it except the
-// Mutators passed in, which must not call back into the JobManager.
+// Mutators passed in and the options' JobObserver (job_observer.h), which must not call back
+// into the JobManager.
 #ifndef DAPPLE_COORDINATOR_JOBS_JOB_MANAGER_H_
 #define DAPPLE_COORDINATOR_JOBS_JOB_MANAGER_H_
 
@@ -42,6 +43,7 @@
 #include "absl/time/time.h"
 #include "coordinator/jobs/db_lock.h"
 #include "coordinator/jobs/job_lifecycle.h"
+#include "coordinator/jobs/job_observer.h"
 #include "coordinator/jobs/job_store.h"
 #include "dapple/v1/job.pb.h"
 
@@ -56,6 +58,8 @@ struct JobManagerOptions {
   std::string db_path;                                     // SQLite file, created if missing
   std::function<int64_t()> now_unix_ms = WallClockUnixMs;  // all timestamps come from here
   int64_t metrics_persist_interval_ms = 1000;  // Update writes at most this often per job
+  // Told about every job loaded, created, transitioned or updated (null: nobody).
+  std::shared_ptr<JobObserver> observer;
 };
 
 class JobManager {
@@ -78,8 +82,11 @@ class JobManager {
   // text, `plan` (the plan made at submission with its prediction; empty: planned when it
   // starts) and created/updated timestamps; returns it once written. kInternal on a write error
   // (then nothing is stored and N is not consumed).
+  // `mutate` (optional) sets further fields before the write (e.g. Job.resumed_from); it must
+  // not touch id, state, message or timestamps.
   absl::StatusOr<v1::Job> Create(const v1::JobSpec& spec, const std::string& spec_yaml,
-                                 const v1::ParallelPlanSummary& plan = {});
+                                 const v1::ParallelPlanSummary& plan = {},
+                                 const Mutator& mutate = {});
 
   // kNotFound "no job <id>".
   absl::StatusOr<v1::Job> Get(const std::string& id) const;

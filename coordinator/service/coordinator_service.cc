@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint_files.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/profile/model_profile.h"
@@ -87,6 +88,31 @@ std::string DeviceTypeClause(const v1::Job& job) {
   return type.empty() || type == "any" ? "" : absl::StrCat(" with ", type, " devices");
 }
 
+// SubmitJob's check of resume_from (coordinator.proto): a published checkpoint whose spec
+// `spec` may continue (common/checkpoint_files.h CheckResumable) and that leaves steps to run.
+// Returns the directory without trailing '/'. kInvalidArgument naming the path and the rule.
+absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::JobSpec& spec) {
+  std::string dir = path;
+  while (dir.size() > 1 && absl::EndsWith(dir, "/")) dir.pop_back();
+  absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
+  if (!manifest.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("resume_from: ", manifest.status().message()));
+  }
+  if (absl::Status s = CheckResumable(manifest->spec(), spec); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume from '", dir, "': ", s.message()));
+  }
+  const int64_t total = TotalSteps(spec);
+  if (manifest->step() >= total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume from '", dir, "': it was taken after step ", manifest->step(),
+                     " and the job runs ", total,
+                     " steps (training.epochs / training.max_steps): nothing "
+                     "left to run"));
+  }
+  return dir;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
@@ -95,11 +121,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   job_options.db_path = options.db_path;
   job_options.now_unix_ms = options.now_unix_ms;
   job_options.metrics_persist_interval_ms = options.metrics_persist_interval_ms;
+  job_options.observer = options.job_observer;
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobManager> jobs,
                           JobManager::Open(std::move(job_options)));
   if (options.profile_cache == nullptr) options.profile_cache = std::make_shared<ProfileCache>();
-  return std::unique_ptr<CoordinatorService>(
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<TraceStore> traces, TraceStore::Open(options.db_path));
+  std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(std::move(options), std::move(jobs)));
+  service->traces_ = std::move(traces);
+  return service;
 }
 
 CoordinatorService::~CoordinatorService() {
@@ -355,6 +385,15 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     summary.mutable_stages(s)->add_hostnames(free[s]->info.hostname());
   }
   const int64_t total_steps = TotalSteps(job.spec());
+  // A resumed job starts after its checkpoint's step, from that checkpoint's manifest.
+  int64_t first_step = 0;
+  std::string resume_manifest;
+  if (!job.resumed_from().empty()) {
+    absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(job.resumed_from());
+    if (!manifest.ok()) return fail(absl::StrCat("resume: ", manifest.status().message()));
+    first_step = manifest->step();
+    resume_manifest = absl::StrCat(job.resumed_from(), "/", kManifestFile);
+  }
   absl::StatusOr<v1::Job> running =
       jobs_->Transition(id, v1::JOB_STATE_RUNNING, "", [&](v1::Job* j) {
         *j->mutable_plan() = summary;
@@ -362,6 +401,8 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
         for (const std::string& w : worker_ids) j->add_worker_ids(w);
         j->mutable_metrics()->set_total_steps(total_steps);
         j->mutable_metrics()->set_epochs(static_cast<int32_t>(j->spec().training().epochs()));
+        // step_losses[i] stays step i + 1: the steps before first_step read as NaN.
+        if (first_step > 0) j->mutable_metrics()->set_step(first_step);
       });
   if (!running.ok()) {
     return fail(absl::StrCat("could not start: ", running.status().message()));
@@ -379,11 +420,15 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     assignment.set_replica(0);
     assignment.set_num_stages(num_stages);
     *assignment.mutable_program() = plan->programs(s);
-    assignment.set_first_step(0);
+    assignment.set_first_step(first_step);
+    assignment.set_checkpoint_dir(checkpoints_.JobDir(id));
+    assignment.set_resume_manifest(resume_manifest);
     assignment.set_device(summary.stages(s).devices(0));
+    assignment.set_trace_every_steps(options_.trace_every_steps);
     worker.pending_assignment = std::move(assignment);
   }
   rendezvous_.Open(id, num_stages, /*replicas=*/1);
+  checkpoints_.OnJobStarted(id, job.spec(), summary, first_step);
   running_.insert_or_assign(
       id,
       RunState{
@@ -416,6 +461,7 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
     running_.erase(run);
   }
   rendezvous_.Close(id);
+  checkpoints_.OnJobEnded(id);
   return job;
 }
 
@@ -466,6 +512,15 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, spec.status().message());
     return absl::InvalidArgumentError(spec.status().message());
   }
+  std::string resumed_from;
+  if (!request.resume_from().empty()) {
+    absl::StatusOr<std::string> checked = CheckResumeFrom(request.resume_from(), *spec);
+    if (!checked.ok()) {
+      DAPPLE_LOG_INFO("rejected resume of {}: {}", source, checked.status().message());
+      return checked.status();
+    }
+    resumed_from = *std::move(checked);
+  }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
   absl::StatusOr<v1::ParallelPlan> plan =
       MakePlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()));
@@ -474,7 +529,8 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     return AsInputError(plan.status());
   }
   DAPPLE_ASSIGN_OR_RETURN(*response->mutable_job(),
-                          jobs_->Create(*spec, request.spec_yaml(), plan->summary()));
+                          jobs_->Create(*spec, request.spec_yaml(), plan->summary(),
+                                        [&](v1::Job* j) { j->set_resumed_from(resumed_from); }));
   absl::MutexLock lock(&mu_);
   WakeLocked();
   return absl::OkStatus();
@@ -584,6 +640,15 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
 absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Job* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(*response, jobs_->Get(request.job_id()));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::GetJobTrace(const v1::GetJobTraceRequest& request,
+                                             v1::JobTrace* response) {
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  DAPPLE_ASSIGN_OR_RETURN(*response, traces_->Get(request.job_id()));
+  if (job.plan().stages_size() > 0) response->set_num_stages(job.plan().stages_size());
   return absl::OkStatus();
 }
 
@@ -753,11 +818,31 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
   const bool last_stage = request.stage() == run.num_stages - 1;
   const std::string rank =
       absl::StrCat("stage ", request.stage(), " (worker ", worker->info.id(), ")");
+  if (request.kind() == v1::PROGRESS_STEP) {
+    // Any rank's step counts: an on-demand checkpoint must lie ahead of the fastest rank.
+    checkpoints_.OnStep(
+        id, request.step(),
+        request.step_seconds() > 0 ? request.step_seconds() : request.stats().step_seconds());
+  }
   switch (request.kind()) {
     case v1::PROGRESS_STEP:
-      if (last_stage && request.has_loss()) {
-        DAPPLE_RETURN_IF_ERROR(
-            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnStep(request, now, j); }));
+      if (request.has_stats() || (last_stage && request.has_loss())) {
+        DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
+          run.stage_metrics.OnStep(request, now, j);
+          if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
+        }));
+      }
+      if (request.has_trace()) {
+        // The rank fills the trace's identity; the coordinator trusts only its own view of it.
+        v1::StepTrace trace = request.trace();
+        trace.set_job_id(id);
+        trace.set_stage(request.stage());
+        trace.set_replica(request.replica());
+        trace.set_worker_id(worker->info.id());
+        if (absl::Status s = traces_->Put(trace, now); !s.ok()) {
+          // A lost timeline must not fail the job or make the rank retry its report.
+          DAPPLE_LOG_WARN("job {}: {}", id, s.message());
+        }
       }
       break;
     case v1::PROGRESS_EVAL:
@@ -792,7 +877,7 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                  .status());
       break;
     case v1::PROGRESS_CHECKPOINT:
-      // Checkpoint shards: being built (issue 6).
+      OnCheckpointReportLocked(job, request, now);
       break;
     case v1::PROGRESS_KIND_UNSPECIFIED:
     case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -801,6 +886,41 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                                      worker->info.id(), " has kind ",
                                                      static_cast<int>(request.kind())));
   }
+  // Until the on-demand checkpoint is published or abandoned, every ack asks for it.
+  response->set_checkpoint_step(checkpoints_.RequestedStep(id));
+  return absl::OkStatus();
+}
+
+void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
+                                                  const v1::ProgressReport& report, int64_t now) {
+  const std::vector<v1::CheckpointInfo> published(job.checkpoints().begin(),
+                                                  job.checkpoints().end());
+  CheckpointPublisher::Outcome o = checkpoints_.OnReport(report, published, now);
+  if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
+  absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
+    j->clear_checkpoints();
+    for (v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = std::move(info);
+  });
+  if (!s.ok()) {
+    DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
+  }
+}
+
+absl::Status CoordinatorService::CheckpointJob(const v1::CheckpointJobRequest& request,
+                                               v1::CheckpointJobResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  if (job.state() != v1::JOB_STATE_RUNNING || !running_.contains(job.id())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id(), " is ", JobStateName(job.state()),
+                     ", not RUNNING: only a running job can be checkpointed"));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(const int64_t step,
+                          checkpoints_.RequestOnDemand(job.id(), TotalSteps(job.spec())));
+  DAPPLE_LOG_INFO("job {}: checkpoint after step {} requested", job.id(), step);
+  *response->mutable_job() = std::move(job);
+  response->set_step(step);
   return absl::OkStatus();
 }
 

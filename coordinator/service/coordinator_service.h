@@ -65,8 +65,11 @@
 #include "coordinator/cluster/profile_cache.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
+#include "coordinator/jobs/checkpoint_publisher.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/progress_tracker.h"
+#include "coordinator/jobs/stage_metrics_tracker.h"
+#include "coordinator/jobs/trace_store.h"
 #include "coordinator/planner/planner.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -95,6 +98,18 @@ struct CoordinatorOptions {
   // Measure jobs' models before planning them (see "Measured profiles"); false: plan on the
   // profile known at submission (unit tests of the scheduler that do not play the worker).
   bool measure_profiles = true;
+  // Root of the jobs' checkpoint folders (<root>/<job id>/step-<N>/; docs/operations.md,
+  // "Checkpoints"); empty: "checkpoints" next to db_path. Published checkpoints kept per job
+  // (older ones are deleted); 0: all.
+  std::string checkpoint_dir;
+  int keep_checkpoints = kDefaultKeepCheckpoints;
+  // Workers record a timeline of step 1 and of every this many steps (StageAssignment
+  // .trace_every_steps; `dapplectl trace`); 0: never.
+  int32_t trace_every_steps = 50;
+  // Told about every job and worker lifecycle change (coordinator/jobs/job_observer.h,
+  // coordinator/cluster/worker_observer.h: the Prometheus metrics); null: nobody.
+  std::shared_ptr<JobObserver> job_observer;
+  std::shared_ptr<WorkerObserver> worker_observer;
 };
 
 class CoordinatorService {
@@ -177,6 +192,20 @@ class CoordinatorService {
                         const std::function<bool()>& cancelled);
   absl::Status ListWorkers(const v1::ListWorkersRequest& request,
                            v1::ListWorkersResponse* response);  // registration order
+  // dapplectl checkpoint: asks every rank of the RUNNING job to save a checkpoint after
+  // response.step (CheckpointPublisher::RequestOnDemand: the highest reported step plus about
+  // 2 s of steps, at least 2, capped at the last step); the ranks learn it from their progress
+  // acks until it is published or abandoned. kFailedPrecondition "job job-3 is PENDING, not
+  // RUNNING: only a running job can be checkpointed" / "... already reached its last step";
+  // kNotFound; kInvalidArgument for an empty id.
+  absl::Status CheckpointJob(const v1::CheckpointJobRequest& request,
+                             v1::CheckpointJobResponse* response);
+  // The traced steps kept for the job (the newest TraceStore::kStepsPerRank per rank, from
+  // the job database: also after the job ended or the coordinator restarted), by step, stage
+  // and replica; num_stages from the job's plan. A job with no traced step yet gets an empty
+  // JobTrace (job_id and num_stages set), not an error. kNotFound "no job job-9";
+  // kInvalidArgument "job_id must not be empty"; kDataLoss / kInternal from the store.
+  absl::Status GetJobTrace(const v1::GetJobTraceRequest& request, v1::JobTrace* response);
 
   // --- WorkerControl (workers) ---
 
@@ -214,10 +243,13 @@ class CoordinatorService {
     std::vector<std::string> worker_ids;  // by stage (replica 0)
     std::set<int> done_stages;
     ProgressTracker tracker;
+    StageMetricsTracker stage_metrics;  // every rank's newest step stats
   };
 
   CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobManager> jobs)
-      : options_(std::move(options)), jobs_(std::move(jobs)) {}
+      : options_(std::move(options)), jobs_(std::move(jobs)) {
+    workers_.SetObserver(options_.worker_observer);
+  }
 
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
@@ -253,12 +285,21 @@ class CoordinatorService {
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's PROGRESS_CHECKPOINT report of running `job`: hands it to checkpoints_ and records a
+  // published checkpoint in Job.checkpoints (a failure is logged: the job keeps running).
+  void OnCheckpointReportLocked(const v1::Job& job, const v1::ProgressReport& report, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
+  std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
 
   absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  CheckpointPublisher checkpoints_ ABSL_GUARDED_BY(mu_){
+      options_.checkpoint_dir.empty() ? DefaultCheckpointRoot(options_.db_path)
+                                      : options_.checkpoint_dir,
+      options_.keep_checkpoints};
   Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
   absl::CondVar wake_cv_;

@@ -106,6 +106,18 @@ grpc::Status GrpcCoordinator::PlanJob(grpc::ServerContext*, const v1::PlanJobReq
   return ToGrpcStatus(service_->PlanJob(*request, response));
 }
 
+grpc::Status GrpcCoordinator::CheckpointJob(grpc::ServerContext*,
+                                            const v1::CheckpointJobRequest* request,
+                                            v1::CheckpointJobResponse* response) {
+  return ToGrpcStatus(service_->CheckpointJob(*request, response));
+}
+
+grpc::Status GrpcCoordinator::GetJobTrace(grpc::ServerContext*,
+                                          const v1::GetJobTraceRequest* request,
+                                          v1::JobTrace* response) {
+  return ToGrpcStatus(service_->GetJobTrace(*request, response));
+}
+
 grpc::Status GrpcWorkerControl::RegisterWorker(grpc::ServerContext*,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {

@@ -40,6 +40,10 @@ class GrpcCoordinator final : public v1::Coordinator::Service {
                            v1::ListWorkersResponse* response) override;
   grpc::Status PlanJob(grpc::ServerContext* context, const v1::PlanJobRequest* request,
                        v1::PlanJobResponse* response) override;
+  grpc::Status CheckpointJob(grpc::ServerContext* context, const v1::CheckpointJobRequest* request,
+                             v1::CheckpointJobResponse* response) override;
+  grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobTraceRequest* request,
+                           v1::JobTrace* response) override;
 
  private:
   CoordinatorService* service_;  // not owned

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,18 @@ class Sgd : public Optimizer {
         w[i] -= lr_ * v[i];
       }
     }
+    ++steps_;
+  }
+
+  std::vector<std::string> StateNames() const override { return {"momentum"}; }
+  std::vector<std::vector<std::vector<float>>> State() const override {
+    if (velocity_.empty()) return {};
+    return {velocity_};
+  }
+  int64_t steps() const override { return steps_; }
+  void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) override {
+    velocity_ = state.empty() ? std::vector<std::vector<float>>() : std::move(state[0]);
+    steps_ = steps;
   }
 
  private:
@@ -60,6 +73,7 @@ class Sgd : public Optimizer {
   float momentum_;
   float weight_decay_;
   std::vector<std::vector<float>> velocity_;
+  int64_t steps_ = 0;
 };
 
 // torch.optim.AdamW (amsgrad off), following its single-tensor implementation: decoupled decay
@@ -97,6 +111,22 @@ class AdamW : public Optimizer {
         w[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
       }
     }
+  }
+
+  std::vector<std::string> StateNames() const override { return {"adam_m", "adam_v"}; }
+  std::vector<std::vector<std::vector<float>>> State() const override {
+    if (m_.empty()) return {};
+    return {m_, v_};
+  }
+  int64_t steps() const override { return t_; }
+  void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) override {
+    m_.clear();
+    v_.clear();
+    if (state.size() == 2) {
+      m_ = std::move(state[0]);
+      v_ = std::move(state[1]);
+    }
+    t_ = steps;
   }
 
  private:

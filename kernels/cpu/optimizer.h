@@ -3,7 +3,9 @@
 #ifndef DAPPLE_KERNELS_CPU_OPTIMIZER_H_
 #define DAPPLE_KERNELS_CPU_OPTIMIZER_H_
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +23,18 @@ class Optimizer {
   //  adamw (Loshchilov & Hutter, ICLR 2019): w -= lr * wd * w; m = b1 m + (1-b1) g;
   //     v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
   virtual void Step(const std::vector<Param*>& params) = 0;
+
+  // Checkpoints. The names of the per-parameter state arrays: {"momentum"} (sgd's velocity),
+  // {"adam_m", "adam_v"} (adamw's moments).
+  virtual std::vector<std::string> StateNames() const = 0;
+  // state[k][p]: array k (of StateNames) of the p-th parameter of Step's vector, as many
+  // values as that parameter; empty (no arrays) before the first Step.
+  virtual std::vector<std::vector<std::vector<float>>> State() const = 0;
+  // Updates applied so far (Step calls).
+  virtual int64_t steps() const = 0;
+  // Replaces the state and the update count. `state` is empty or has StateNames().size()
+  // arrays of one vector per parameter; the next Step checks the sizes against its params.
+  virtual void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) = 0;
 };
 
 // AdamW's betas and eps as the spec means them: proto3 cannot tell an unset double from 0, so 0

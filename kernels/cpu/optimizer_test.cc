@@ -97,6 +97,41 @@ TEST(OptimizerTest, StateIsPerParameter) {
   EXPECT_EQ(b.value.data, (std::vector<float>{1.0f, -4.5f}));
 }
 
+// Checkpoints: the state (and update count) of one optimizer, handed to a fresh one, continues
+// exactly as the original.
+TEST(OptimizerTest, StateRoundTripContinuesExactly) {
+  for (const char* type : {"sgd", "adamw"}) {
+    v1::OptimizerSpec spec;
+    spec.set_type(type);
+    spec.set_lr(0.1);
+    spec.set_momentum(std::string(type) == "sgd" ? 0.9 : 0);
+    spec.set_weight_decay(0.01);
+    std::unique_ptr<Optimizer> a = *MakeOptimizer(spec);
+    std::unique_ptr<Optimizer> b = *MakeOptimizer(spec);
+    EXPECT_EQ(a->StateNames(), std::string(type) == "sgd"
+                                   ? std::vector<std::string>{"momentum"}
+                                   : (std::vector<std::string>{"adam_m", "adam_v"}));
+    EXPECT_TRUE(a->State().empty());
+    EXPECT_EQ(a->steps(), 0);
+    Param pa = TwoElementParam();
+    std::vector<Param*> params = {&pa};
+    for (int t = 0; t < 2; ++t) {
+      pa.grad.data = kGrads[t];
+      a->Step(params);
+    }
+    EXPECT_EQ(a->steps(), 2);
+    ASSERT_EQ(a->State().size(), a->StateNames().size());
+    Param pb = pa;
+    b->SetState(a->State(), a->steps());
+    std::vector<Param*> other = {&pb};
+    pa.grad.data = pb.grad.data = kGrads[2];
+    a->Step(params);
+    b->Step(other);
+    EXPECT_EQ(pb.value.data, pa.value.data) << type;
+    EXPECT_EQ(b->steps(), 3);
+  }
+}
+
 struct BadSpecCase {
   std::string type;
   double lr, momentum, weight_decay, beta1, beta2, eps;

@@ -28,9 +28,10 @@ def read(path):
 
 class Cluster:
     def __init__(self, workers=2, worker_timeout_ms=3000, heartbeat_ms=100, dump=False,
-                 worker_args=()):
+                 worker_args=(), coordinator_args=()):
         self.dir = tempfile.mkdtemp(prefix="dapple-it-")
         self.worker_args = list(worker_args)  # extra flags for every worker, e.g. --devices
+        self.coordinator_args = list(coordinator_args)  # e.g. --trace-every-steps 3
         self.db = os.path.join(self.dir, "dapple.db")
         self.worker_timeout_ms = worker_timeout_ms
         self.heartbeat_ms = heartbeat_ms
@@ -55,7 +56,7 @@ class Cluster:
             self.coordinator = subprocess.Popen(
                 [COORDINATOR, "--listen", listen, "--port-file", port_file, "--db", self.db,
                  "--heartbeat-interval-ms", str(self.heartbeat_ms),
-                 "--worker-timeout-ms", str(self.worker_timeout_ms)],
+                 "--worker-timeout-ms", str(self.worker_timeout_ms)] + self.coordinator_args,
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while time.time() < deadline:

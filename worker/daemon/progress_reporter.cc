@@ -7,8 +7,9 @@
 
 namespace dapple::worker {
 
-ProgressReporter::ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort)
-    : stub_(stub), abort_(abort), thread_([this] { Loop(); }) {}
+ProgressReporter::ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort,
+                                   std::atomic<int64_t>* checkpoint_step)
+    : stub_(stub), abort_(abort), checkpoint_step_(checkpoint_step), thread_([this] { Loop(); }) {}
 
 ProgressReporter::~ProgressReporter() {
   {
@@ -25,9 +26,8 @@ void ProgressReporter::Report(v1::ProgressReport report) {
 
 bool ProgressReporter::Flush(absl::Duration timeout) {
   absl::MutexLock l(&mu_);
-  auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() && !in_flight_;
-  };
+  auto drained = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !in_flight_; };
   return mu_.AwaitWithTimeout(absl::Condition(&drained), timeout);
 }
 
@@ -37,9 +37,7 @@ void ProgressReporter::Loop() {
     v1::ProgressReport report;
     {
       absl::MutexLock l(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !queue_.empty();
-      };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
       report = queue_.front();
@@ -55,6 +53,7 @@ void ProgressReporter::Loop() {
       queue_.pop_front();
       failures = 0;
       if (ack.abort()) abort_->store(true);
+      if (checkpoint_step_ != nullptr) checkpoint_step_->store(ack.checkpoint_step());
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {

@@ -7,6 +7,7 @@
 #define DAPPLE_WORKER_DAEMON_PROGRESS_REPORTER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -19,8 +20,11 @@ namespace dapple::worker {
 
 class ProgressReporter {
  public:
-  // `stub` must outlive the reporter. When an ack says abort, `*abort` is set to true.
-  ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort);
+  // `stub` must outlive the reporter. When an ack says abort, `*abort` is set to true. Every
+  // ack's checkpoint_step (the on-demand checkpoint the coordinator wants, 0: none) is stored
+  // into `*checkpoint_step` when that is not null (it must outlive the reporter).
+  ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort,
+                   std::atomic<int64_t>* checkpoint_step = nullptr);
   ~ProgressReporter();  // stops the thread; undelivered reports are dropped
 
   void Report(v1::ProgressReport report);
@@ -32,6 +36,7 @@ class ProgressReporter {
 
   v1::WorkerControl::Stub* stub_;
   std::atomic<bool>* abort_;
+  std::atomic<int64_t>* checkpoint_step_;
   absl::Mutex mu_;
   std::deque<v1::ProgressReport> queue_ ABSL_GUARDED_BY(mu_);
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;

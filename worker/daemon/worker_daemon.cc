@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/steps.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/checkpoint/stage_checkpointer.h"
 #include "worker/comm/ucx_transport.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/profile_runner.h"
@@ -133,6 +134,7 @@ absl::Status WorkerDaemon::Register() {
   const std::string warning = NameTakenWarning(options_.name, worker_id_);
   if (!warning.empty()) DAPPLE_LOG_WARN("{}", warning);
   DAPPLE_LOG_INFO("registered as {} with {}", worker_id_, options_.coordinator);
+  if (options_.observer) options_.observer->OnRegistered(worker_id_, req.hostname());
   return absl::OkStatus();
 }
 
@@ -303,6 +305,7 @@ void WorkerDaemon::StartJob(const v1::StageAssignment& assignment) {
     job_finished_ = false;
   }
   abort_.store(false);
+  checkpoint_step_.store(0);
   job_thread_ = std::thread([this, assignment] { RunJob(assignment); });
 }
 
@@ -314,7 +317,8 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   }
   DAPPLE_LOG_INFO("{}: starting stage {} of {}", assignment.job_id(), assignment.stage(),
                   assignment.num_stages());
-  ProgressReporter reporter(stub_.get(), &abort_);
+  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_);
+  if (options_.observer) options_.observer->OnRankStarted(assignment);
   // Outlives the final report: closing the connections first would let a peer report "connection
   // lost" before this rank's own cause (say, a diverged loss) reached the coordinator.
   JobResources resources;
@@ -346,6 +350,7 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     DAPPLE_LOG_ERROR("{}: stage {} failed: {}", assignment.job_id(), assignment.stage(),
                      s.message());
   }
+  if (options_.observer) options_.observer->OnReport(final);
   reporter.Report(final);
   if (!reporter.Flush(stopping_.load() ? kFinalReportTimeoutStopping : kFinalReportTimeout)) {
     DAPPLE_LOG_WARN("{}: could not deliver the final report", assignment.job_id());
@@ -482,6 +487,8 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       StageRuntime::Create(a, data.train.get(), data.test.get(),
                            num_stages > 1 ? links->transport() : nullptr, links->TakeBackend()));
   StageRuntime* rt = res->runtime.get();
+  StageCheckpointer checkpointer(a, &checkpoint_step_);
+  DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
   const int64_t total = TotalSteps(a.spec());
   const int64_t per_epoch = StepsPerEpoch(a.spec());
   const bool last = stage == num_stages - 1;
@@ -496,7 +503,8 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   };
   for (int64_t step = a.first_step(); step < total; ++step) {
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
-    DAPPLE_ASSIGN_OR_RETURN(StepResult r, rt->RunStep(step));
+    const bool traced = IsTracedStep(step, a.trace_every_steps());
+    DAPPLE_ASSIGN_OR_RETURN(StepResult r, rt->RunStep(step, traced));
     const int epoch = static_cast<int>(step / per_epoch) + 1;
     if (last && !std::isfinite(r.loss)) {
       // Training cannot recover from a non-finite loss; reporting success would hide it.
@@ -504,12 +512,30 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
           "training diverged at step %d: loss %f (try a lower training.optimizer.lr)", step + 1,
           r.loss));
     }
-    if (last) {
+    {
+      // Every rank reports every step (its stats; the last stage also the loss). The reporter
+      // sends from its own thread, so this costs the loop one proto move.
       v1::ProgressReport rep = base_report(v1::PROGRESS_STEP);
       rep.set_step(step + 1);
       rep.set_epoch(epoch);
-      rep.set_loss(r.loss);
+      if (last) rep.set_loss(r.loss);
       rep.set_step_seconds(r.seconds);
+      *rep.mutable_stats() = std::move(r.stats);
+      if (r.traced) {
+        r.trace.set_job_id(job);
+        r.trace.set_worker_id(worker_id);
+        r.trace.set_device(rt->backend().device());
+        *rep.mutable_trace() = std::move(r.trace);
+      }
+      if (options_.observer) options_.observer->OnReport(rep);
+      reporter->Report(std::move(rep));
+    }
+    if (std::optional<CheckpointReport> c = checkpointer.AfterStep(step + 1, rt->backend())) {
+      v1::ProgressReport rep = base_report(v1::PROGRESS_CHECKPOINT);
+      rep.set_step(c->step);
+      rep.set_checkpoint_file(c->file);
+      rep.set_checkpoint_bytes(c->bytes);
+      rep.set_message(c->error);
       reporter->Report(std::move(rep));
     }
     if ((step + 1) % per_epoch == 0 || step + 1 == total) {

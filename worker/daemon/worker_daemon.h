@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
+#include "worker/daemon/daemon_observer.h"
 #include "worker/data/fashion_mnist.h"
 
 namespace dapple::worker {
@@ -45,6 +46,9 @@ struct WorkerOptions {
   // --device-memory: memory of the compute device reported at registration; 0: probed
   // (device_memory.h).
   int64_t device_memory_bytes = 0;
+  // Told about registrations, ranks and progress reports (the worker's Prometheus metrics,
+  // worker_metrics.h); null: nobody.
+  std::shared_ptr<DaemonObserver> observer;
 };
 
 // The warning to log when the coordinator registered this worker as `worker_id` although
@@ -120,6 +124,9 @@ class WorkerDaemon {
   std::atomic<bool> profiling_{false};
   std::string profile_request_id_;  // the last request measured; heartbeat thread only
   std::atomic<bool> abort_{false};
+  // The on-demand checkpoint step of the running job's newest progress ack (0: none); written
+  // by its ProgressReporter, read by the job thread (worker/checkpoint/stage_checkpointer.h).
+  std::atomic<int64_t> checkpoint_step_{0};
   std::atomic<bool> stopping_{false};            // Stop() was called
   std::map<std::string, DataCache> data_cache_;  // by data.path; job thread only
 };

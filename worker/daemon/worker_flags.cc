@@ -105,6 +105,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--rendezvous-timeout-s", rendezvous_timeout,
                  "longest wait for the other stages' addresses, 1..86400")
       ->capture_default_str();
+  std::string metrics_port = "0";
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
+      ->capture_default_str();
   std::string device_memory;
   app.add_option("--device-memory", device_memory,
                  "memory of the compute device the planner may use, e.g. 8GiB (default: a "
@@ -131,6 +135,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         {"--transport-timeout-s", &transport_timeout},
         {"--rendezvous-timeout-s", &rendezvous_timeout},
         {"--device-memory", &device_memory},
+        {"--metrics-port", &metrics_port},
         {"--log-level", &f.log_level}}) {
     if (app.count(flag) > 0) {
       if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
@@ -175,6 +180,13 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   d = ParseSeconds("--rendezvous-timeout-s", rendezvous_timeout);
   if (!d.ok()) return d.status();
   o.rendezvous_timeout = *d;
+  if (metrics_port.empty() || metrics_port.size() > 5 ||
+      metrics_port.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(metrics_port, &f.metrics_port) || f.metrics_port > 65535) {
+    return Invalid(absl::StrFormat(
+        "--metrics-port '%s' must be a port number in 0..65535 (0: no metrics endpoint)",
+        metrics_port));
+  }
 
   if (absl::Status s = ValidateLogLevel(f.log_level); !s.ok()) return s;
   if (absl::Status s = ValidateWorkerOptions(o); !s.ok()) {

@@ -16,6 +16,9 @@ struct WorkerFlags {
   std::string log_level = "info";
   bool devices_given = false;  // --devices appeared; otherwise main offers DefaultDevices()
   bool cpu_fallback = false;
+  // --metrics-port: serve Prometheus metrics at http://0.0.0.0:PORT/metrics; 0 (the default,
+  // since several workers often share a host): no endpoint.
+  int metrics_port = 0;
   bool help = false;      // --help / -h: print help_text to stdout and exit 0, nothing else set
   std::string help_text;  // CLI11's usage text (always filled)
 };
@@ -31,6 +34,8 @@ struct WorkerFlags {
 //  - --name '' and --dump-dir '' (leave the flag out for the default instead);
 //  - a --devices value with an empty entry ("--devices 'cpu,' has an empty entry ...");
 //  - --transport-timeout-s / --rendezvous-timeout-s that are not whole numbers;
+//  - --metrics-port that is not a port number 0..65535 ("--metrics-port '70000' must be a
+//    port number in 0..65535 (0: no metrics endpoint)");
 //  - whatever ValidateWorkerOptions / ValidateLogLevel reject (a bad $DAPPLE_COORDINATOR says
 //    "(from $DAPPLE_COORDINATOR)").
 // Does not look at the machine's GPUs: ResolveDevices (device.h) does that afterwards.

@@ -148,6 +148,25 @@ TEST(WorkerFlagsTest, Timeouts) {
               "--rendezvous-timeout-s -5s must be between 1 s and 24 h");
 }
 
+TEST(WorkerFlagsTest, MetricsPortIsOffByDefault) {
+  absl::StatusOr<WorkerFlags> f = Parse({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_port, 0);
+  f = Parse({"--metrics-port", "9401"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_port, 9401);
+  f = Parse({"--metrics-port=65535"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_port, 65535);
+  for (const char* bad : {"65536", "-1", "", "abc", "94O1", "1234567"}) {
+    ExpectError({"--metrics-port", bad},
+                std::string("--metrics-port '") + bad +
+                    "' must be a port number in 0..65535 (0: no metrics endpoint)");
+  }
+  ExpectError({"--metrics-port", "--name", "x"},
+              "--metrics-port needs a value, got the flag '--name'");
+}
+
 TEST(WorkerFlagsTest, DeviceMemory) {
   absl::StatusOr<WorkerFlags> f = Parse({});
   ASSERT_TRUE(f.ok()) << f.status();

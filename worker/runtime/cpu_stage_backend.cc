@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/model_info.h"
 #include "common/status.h"
@@ -107,9 +108,72 @@ class CpuStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<double> GradientSquaredNorm() override {
+    double sum = 0;
+    for (const kernels::Param* p : params_) {
+      for (float g : p->grad.data) sum += static_cast<double>(g) * g;
+    }
+    return sum;
+  }
+
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
+
+  absl::StatusOr<StageState> ExportState() override {
+    StageState out;
+    for (const kernels::Param* p : params_) {
+      out.params.push_back({p->name, p->value.shape, p->value.data});
+    }
+    const std::vector<std::string> names = optimizer_->StateNames();
+    const std::vector<std::vector<std::vector<float>>> state = optimizer_->State();
+    for (size_t k = 0; k < names.size(); ++k) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const kernels::Param* p = params_[i];
+        NamedTensor t{absl::StrCat(p->name, ".", names[k]), p->value.shape, {}};
+        // No state before the first update: zeros are what the optimizer starts from.
+        t.data = state.empty() ? std::vector<float>(p->value.data.size(), 0.0f) : state[k][i];
+        out.optimizer_state.push_back(std::move(t));
+      }
+    }
+    out.optimizer_steps = optimizer_->steps();
+    return out;
+  }
+
+  absl::Status ImportState(const StageState& state) override {
+    // Everything is checked before anything changes, so a refused import leaves the stage as
+    // it was.
+    std::vector<const NamedTensor*> values;
+    std::vector<std::string> param_names;
+    for (const kernels::Param* p : params_) {
+      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                              FindTensor(state.params, p->name, p->value.shape));
+      values.push_back(t);
+      param_names.push_back(p->name);
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
+    const std::vector<std::string> names = optimizer_->StateNames();
+    std::vector<std::vector<std::vector<float>>> arrays(names.size());
+    std::vector<std::string> state_names;
+    for (size_t k = 0; k < names.size(); ++k) {
+      for (const kernels::Param* p : params_) {
+        const std::string name = absl::StrCat(p->name, ".", names[k]);
+        DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                                FindTensor(state.optimizer_state, name, p->value.shape));
+        arrays[k].push_back(t->data);
+        state_names.push_back(name);
+      }
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
+    if (state.optimizer_steps < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
+    }
+    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = values[i]->data;
+    kernels::ZeroGrads(params_);
+    optimizer_->SetState(std::move(arrays), state.optimizer_steps);
+    return absl::OkStatus();
+  }
 
   std::vector<int64_t> input_shape_;
   std::vector<int64_t> output_shape_;

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "dapple/v1/job.pb.h"
 #include "kernels/cpu/layer.h"
+#include "worker/runtime/stage_state.h"
 
 namespace dapple::worker {
 
@@ -67,11 +68,25 @@ class StageBackend {
   virtual const void* GradForSend(int micro_batch) const = 0;
   // One optimizer update from the accumulated gradients, then zeroes them.
   virtual absl::Status OptimizerStep() = 0;
+  // Sum of squares of every accumulated parameter gradient of the stage, summed in double (the
+  // runtime calls it just before OptimizerStep: StageStepStats.gradient_sq_norm). Negative:
+  // this backend does not measure it (the default). kInternal for a failed kernel.
+  virtual absl::StatusOr<double> GradientSquaredNorm() { return -1.0; }
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device
   // backend copies them back first. Pointers stay valid until the next call of HostParams.
   virtual absl::StatusOr<std::vector<kernels::Param*>> HostParams() = 0;
+  // Checkpoints (stage_state.h): copies the parameters and the optimizer state to the host (a
+  // device backend synchronises first). Optimizer state not created yet (before the first
+  // update) is exported as zeros, the value the optimizer starts from.
+  virtual absl::StatusOr<StageState> ExportState() = 0;
+  // Replaces the parameters, the optimizer state and the update count by `state`'s and zeroes
+  // the gradients. `state` must hold exactly this stage's tensors (params: every
+  // HostParams name; optimizer_state: "<param>.<state>" for every OptimizerStateNames entry of
+  // the job's optimizer), each with the parameter's shape. kInvalidArgument naming the tensor
+  // (missing, extra, wrong shape: stage_state.h FindTensor); nothing is changed then.
+  virtual absl::Status ImportState(const StageState& state) = 0;
 };
 
 // The CPU backend on kernels/cpu: layers [first_layer, last_layer] of `spec.model()` with the

@@ -14,11 +14,29 @@
 namespace dapple::worker {
 namespace {
 
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+using SteadyClock = std::chrono::steady_clock;
+
+int64_t NanosBetween(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
 }
 
+double Seconds(int64_t ns) { return static_cast<double>(ns) * 1e-9; }
+
+int64_t SystemNowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Copies of the parameters the optimizer keeps (kernels/cpu/optimizer.h): sgd its velocity
+// (allocated whatever the momentum), adamw both moments.
+int OptimizerCopies(const v1::OptimizerSpec& spec) { return spec.type() == "adamw" ? 2 : 1; }
+
 }  // namespace
+
+bool IsTracedStep(int64_t step, int every) {
+  return every > 0 && (step == 0 || (step + 1) % every == 0);
+}
 
 uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
   // 4 bits kind | 28 bits step or evaluation chunk | 16 bits micro-batch = the 48 bits a
@@ -73,6 +91,15 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
   rt->input_shape_ = infos[range.first_layer()].input_shape;
   rt->output_shape_ = infos[range.last_layer()].output_shape;
+  rt->slot_floats_per_sample_ = NumElements(rt->input_shape_);
+  int64_t params = 0;
+  for (int l = range.first_layer(); l <= range.last_layer(); ++l) {
+    rt->slot_floats_per_sample_ += NumElements(infos[l].output_shape);
+    params += infos[l].param_count;
+  }
+  rt->weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
+                      (2 + OptimizerCopies(spec.training().optimizer()));
+  rt->learning_rate_ = spec.training().optimizer().lr();
   if (backend == nullptr) {
     DAPPLE_ASSIGN_OR_RETURN(backend,
                             MakeCpuStageBackend(spec, range.first_layer(), range.last_layer()));
@@ -132,16 +159,65 @@ void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<
 }
 
 absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
-  (void)trace;  // timings: being built (issue 6)
-  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  const int64_t anchor_us = SystemNowMicros();
+  const SteadyClock::time_point anchor = SteadyClock::now();
   step_loss_sum_ = 0;
   peak_live_slots_ = live_slots_;
-  for (const v1::Action& action : assignment_.program().actions()) {
+  gradient_sq_norm_ = -1;
+  const auto& actions = assignment_.program().actions();
+  if (trace) r.trace.mutable_events()->Reserve(actions.size());
+  // Integer nanoseconds, so that idle = step - the rest is exact and never negative.
+  int64_t forward_ns = 0, backward_ns = 0, comm_ns = 0, allreduce_ns = 0, optimizer_ns = 0;
+  int64_t busy_ns = 0;
+  SteadyClock::time_point first_start{}, last_end{};
+  for (int i = 0; i < actions.size(); ++i) {
+    const v1::Action& action = actions[i];
+    send_wait_ns_ = 0;
+    const SteadyClock::time_point start = SteadyClock::now();
     absl::Status s = RunAction(action, step);
+    const SteadyClock::time_point end = SteadyClock::now();
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("stage ", stage_, " step ", step + 1, " action ",
                                        schedule::ActionToString(action), ": ", s.message()));
+    }
+    if (i == 0) first_start = start;
+    last_end = end;
+    const int64_t ns = NanosBetween(start, end);
+    switch (action.kind()) {
+      case v1::FORWARD:
+        forward_ns += ns;
+        break;
+      case v1::BACKWARD:
+        backward_ns += ns;
+        break;
+      case v1::SEND_ACT:
+      case v1::SEND_GRAD:
+        comm_ns += ns;
+        break;
+      case v1::ALLREDUCE:
+        allreduce_ns += ns;
+        break;
+      case v1::OPTIMIZER_STEP:
+        comm_ns += send_wait_ns_;
+        optimizer_ns += ns - send_wait_ns_;
+        break;
+      case v1::RECV_ACT:  // waiting for a neighbour: part of the bubble
+      case v1::RECV_GRAD:
+      case v1::ACTION_KIND_UNSPECIFIED:
+      case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+      case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+        break;
+    }
+    if (action.kind() != v1::RECV_ACT && action.kind() != v1::RECV_GRAD) busy_ns += ns;
+    if (trace) {
+      v1::TraceEvent* e = r.trace.add_events();
+      e->set_kind(action.kind());
+      const bool per_mb = action.kind() != v1::OPTIMIZER_STEP && action.kind() != v1::ALLREDUCE;
+      e->set_micro_batch(per_mb ? action.micro_batch() : -1);
+      e->set_start_us(anchor_us + NanosBetween(anchor, start) / 1000);
+      e->set_end_us(anchor_us + NanosBetween(anchor, end) / 1000);
     }
   }
   if (live_slots_ != 0) {
@@ -149,12 +225,43 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
         "stage %d: %d micro-batches still stashed after the step (program without a backward?)",
         stage_, live_slots_));
   }
-  StepResult r;
-  r.seconds = SecondsSince(t0);
+  const int64_t step_ns = actions.empty() ? 0 : NanosBetween(first_start, last_end);
+  r.seconds = Seconds(step_ns);
   r.peak_in_flight = peak_live_slots_;
   if (stage_ == num_stages_ - 1) {
     r.has_loss = true;
     r.loss = step_loss_sum_ / static_cast<double>(global_batch_);
+  }
+  v1::StageStepStats& st = r.stats;
+  st.set_step(step + 1);
+  st.set_step_seconds(r.seconds);
+  st.set_forward_seconds(Seconds(forward_ns));
+  st.set_backward_seconds(Seconds(backward_ns));
+  st.set_comm_seconds(Seconds(comm_ns));
+  st.set_allreduce_seconds(Seconds(allreduce_ns));
+  st.set_optimizer_seconds(Seconds(optimizer_ns));
+  st.set_idle_seconds(Seconds(step_ns - busy_ns));
+  st.set_peak_in_flight(peak_live_slots_);
+  const int64_t activation_bytes = static_cast<int64_t>(peak_live_slots_) * micro_batch_size_ *
+                                   slot_floats_per_sample_ * static_cast<int64_t>(sizeof(float));
+  st.set_peak_activation_bytes(activation_bytes);
+  st.set_weight_bytes(weight_bytes_);
+  st.set_peak_memory_bytes(weight_bytes_ + activation_bytes);
+  st.set_gradient_sq_norm(gradient_sq_norm_);
+  st.set_learning_rate(learning_rate_);
+  st.set_samples(micro_batch_size_ * num_micro_batches_);
+  st.set_skipped(false);
+  if (trace) {
+    r.traced = true;
+    v1::StepTrace& t = r.trace;
+    t.set_stage(stage_);
+    t.set_replica(assignment_.replica());
+    t.set_step(step + 1);
+    if (!actions.empty()) {
+      t.set_start_us(anchor_us + NanosBetween(anchor, first_start) / 1000);
+      t.set_end_us(anchor_us + NanosBetween(anchor, last_end) / 1000);
+    }
+    *t.mutable_stats() = st;
   }
   return r;
 }
@@ -229,10 +336,18 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     }
     case v1::ALLREDUCE:
       return absl::UnimplementedError("ALLREDUCE needs stage replicas, which this build lacks");
-    case v1::OPTIMIZER_STEP:
-      // The flush: every send of this step must be done before its buffers are reused.
-      if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
+    case v1::OPTIMIZER_STEP: {
+      // The flush: every send of this step must be done before its buffers are reused. Its
+      // wait is communication, not optimizer time (RunStep splits the action).
+      if (transport_ != nullptr) {
+        const SteadyClock::time_point wait_start = SteadyClock::now();
+        absl::Status s = transport_->WaitSends();
+        send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
+        DAPPLE_RETURN_IF_ERROR(s);
+      }
+      DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, b.GradientSquaredNorm());
       return b.OptimizerStep();
+    }
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:

@@ -71,6 +71,24 @@ class StageRuntime {
   // kDeadlineExceeded), kInternal for a program the runtime cannot run, each prefixed with the
   // action ("stage 1 action 1RECV_ACT3: ...").
   // With `trace`, also records every action's start and end into StepResult::trace.
+  //
+  // Timing (StepResult::stats, job.proto StageStepStats): every action is timed on the steady
+  // clock. step_seconds runs from the first action's start to the last action's end; each
+  // action's time goes to its kind (FORWARD: forward, the last stage's loss included;
+  // BACKWARD: backward; SEND_ACT / SEND_GRAD: comm; ALLREDUCE: allreduce); OPTIMIZER_STEP
+  // splits into its wait for this step's sends (comm) and the gradient norm plus the update
+  // (optimizer). idle_seconds is the rest: RECV_ACT / RECV_GRAD waits and the gaps between
+  // actions, so the six parts add up to step_seconds exactly (durations are summed as integer
+  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x micro-batch rows x (stage
+  // input + every layer output floats per sample) x 4; weight_bytes = parameters x 4 x (2 +
+  // optimizer copies: sgd 1 (its velocity), adamw 2). gradient_sq_norm is the backend's
+  // GradientSquaredNorm() just before the update (negative when the backend cannot measure
+  // it).
+  // Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are system
+  // clock microseconds since the Unix epoch: the system clock is read once per step and every
+  // action's offset on the steady clock is added to it, so the events of a step never go back
+  // in time. StepTrace.stage / replica / step / stats are filled; job_id, worker_id and device
+  // are the caller's.
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
 
   // Forward-only pass over the whole test set, through all stages, in chunks of EvalChunk()
@@ -115,6 +133,10 @@ class StageRuntime {
   uint64_t seed_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
+  // Floats per sample a slot holds: the stage input and every layer's output.
+  int64_t slot_floats_per_sample_ = 0;
+  int64_t weight_bytes_ = 0;  // parameters, gradients and optimizer state
+  double learning_rate_ = 0;
   std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.
@@ -124,12 +146,20 @@ class StageRuntime {
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
   double step_loss_sum_ = 0;
+  // OPTIMIZER_STEP's parts, measured inside RunAction (steady clock, ns).
+  int64_t send_wait_ns_ = 0;
+  double gradient_sq_norm_ = -1;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;  // sample order of order_epoch_
   std::vector<int64_t> index_scratch_;
   std::vector<int32_t> label_scratch_;
   std::vector<float> input_scratch_;  // stage 0 on a device backend: images on the host
 };
+
+// Whether global step `step` (0-based) records a timeline under StageAssignment.trace_every_steps
+// `every`: the first step and every `every`-th (steps 1, N, 2N, ... counted 1-based); never
+// when `every` <= 0.
+bool IsTracedStep(int64_t step, int every);
 
 // Tags of the messages between stages (the transport adds the sender's rank).
 enum class MessageKind : uint64_t {

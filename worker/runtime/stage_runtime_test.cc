@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/schedule/lowering.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
 #include "worker/runtime/testing/parity_testing.h"
 
@@ -156,6 +157,233 @@ TEST(StageRuntimeTest, PeakInFlightFollowsTheSchedule) {
           << schedule::ScheduleKindName(kind) << " stage " << s;
     }
   }
+}
+
+// Runs `steps` steps of `spec` on a P-stage pipeline of `kind` with M micro-batches, one thread
+// per stage (no transport when P = 1, as the worker daemon); returns results[stage][step].
+// Stage s covers layers UniformPlan(P).
+std::vector<std::vector<StepResult>> RunTimedPipeline(const v1::JobSpec& spec,
+                                                      schedule::ScheduleKind kind, int P, int M,
+                                                      int steps, bool trace) {
+  auto programs = schedule::BuildPrograms(kind, P, M).value();
+  v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), P);
+  Mailbox box;
+  std::vector<std::unique_ptr<LocalTransport>> transports;
+  for (int s = 0; s < P; ++s) transports.push_back(std::make_unique<LocalTransport>(&box, s));
+  std::vector<std::vector<StepResult>> results(P);
+  std::vector<absl::Status> status(P);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < P; ++s) {
+    threads.emplace_back([&, s] {
+      auto rt = StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &TrainSet(),
+                                     &TestSet(), P > 1 ? transports[s].get() : nullptr);
+      if (!rt.ok()) {
+        status[s] = rt.status();
+        return;
+      }
+      for (int step = 0; step < steps; ++step) {
+        auto r = (*rt)->RunStep(step, trace);
+        if (!r.ok()) {
+          status[s] = r.status();
+          return;
+        }
+        results[s].push_back(std::move(*r));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < P; ++s) EXPECT_TRUE(status[s].ok()) << "stage " << s << ": " << status[s];
+  return results;
+}
+
+double PartsSum(const v1::StageStepStats& st) {
+  return st.forward_seconds() + st.backward_seconds() + st.comm_seconds() + st.idle_seconds() +
+         st.allreduce_seconds() + st.optimizer_seconds();
+}
+
+TEST(StageRuntimeStatsTest, TimesAddUpAndAPipelineStageIdles) {
+  const int P = 2, M = 4, kSteps = 3;
+  v1::JobSpec spec = SmallSpec(64, 16, "sgd");
+  auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, kSteps, false);
+  ASSERT_EQ(results.size(), P);
+  for (int s = 0; s < P; ++s) {
+    ASSERT_EQ(results[s].size(), kSteps) << "stage " << s;
+    for (int step = 0; step < kSteps; ++step) {
+      const StepResult& r = results[s][step];
+      const v1::StageStepStats& st = r.stats;
+      SCOPED_TRACE(testing::Message() << "stage " << s << " step " << step);
+      EXPECT_EQ(st.step(), step + 1);
+      EXPECT_GT(st.step_seconds(), 0);
+      EXPECT_DOUBLE_EQ(st.step_seconds(), r.seconds);
+      EXPECT_NEAR(PartsSum(st), st.step_seconds(), 1e-9 * st.step_seconds());
+      EXPECT_GT(st.forward_seconds(), 0);
+      EXPECT_GT(st.backward_seconds(), 0);
+      EXPECT_GT(st.optimizer_seconds(), 0);
+      EXPECT_GE(st.comm_seconds(), 0);
+      EXPECT_GE(st.idle_seconds(), 0);
+      EXPECT_EQ(st.allreduce_seconds(), 0);  // one replica per stage
+      EXPECT_GT(st.comm_seconds(), 0);       // every stage of P = 2 sends
+      EXPECT_EQ(st.samples(), 64);
+      EXPECT_DOUBLE_EQ(st.learning_rate(), spec.training().optimizer().lr());
+      EXPECT_FALSE(st.skipped());
+      EXPECT_FALSE(r.traced);
+      EXPECT_EQ(r.trace.events_size(), 0);
+    }
+  }
+  // Each stage waits for the other: stage 1 for its first activation, stage 0 for its first
+  // gradient. The bubble is real waiting, far above clock noise.
+  for (int s = 0; s < P; ++s) {
+    EXPECT_GT(results[s][kSteps - 1].stats.idle_seconds(), 0) << "stage " << s;
+  }
+}
+
+TEST(StageRuntimeStatsTest, ASingleStageHasNoCommunication) {
+  v1::JobSpec spec = SmallSpec(64, 32, "sgd");
+  auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, 1, 2, 2, false);
+  ASSERT_EQ(results[0].size(), 2);
+  const v1::StageStepStats& st = results[0][1].stats;
+  EXPECT_EQ(st.comm_seconds(), 0);
+  EXPECT_NEAR(PartsSum(st), st.step_seconds(), 1e-9 * st.step_seconds());
+  EXPECT_EQ(st.peak_in_flight(), 1);  // dapple on P = 1: min(P - 0, M) = 1
+}
+
+TEST(StageRuntimeStatsTest, MemoryMatchesAHandCount) {
+  // ParitySpec's model: flatten (784), linear 32, relu, linear 16, gelu, linear 10, on an input
+  // of [1, 28, 28]. UniformPlan(6 layers, 2 stages): stage 0 = layers 0-2, stage 1 = 3-5.
+  const int P = 2, M = 4;
+  const int64_t rows = 16;
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    v1::JobSpec spec = SmallSpec(64, rows, optimizer);
+    auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, 1, false);
+    ASSERT_EQ(results[0].size(), 1);
+    ASSERT_EQ(results[1].size(), 1);
+    const int copies = optimizer == "adamw" ? 2 : 1;
+    // Stage 0: input 784 + flatten 784 + linear 32 + relu 32 floats per sample; dapple holds
+    // min(P - 0, M) = 2 micro-batches. Weights: linear 784x32 + 32.
+    const v1::StageStepStats& s0 = results[0][0].stats;
+    EXPECT_EQ(s0.peak_in_flight(), 2);
+    EXPECT_EQ(s0.peak_activation_bytes(), 2 * rows * (784 + 784 + 32 + 32) * 4);
+    EXPECT_EQ(s0.weight_bytes(), (784 * 32 + 32) * 4 * (2 + copies));
+    EXPECT_EQ(s0.peak_memory_bytes(), s0.weight_bytes() + s0.peak_activation_bytes());
+    // Stage 1: input 32 + linear 16 + gelu 16 + linear 10; 1 micro-batch in flight. Weights:
+    // 32x16 + 16 and 16x10 + 10.
+    const v1::StageStepStats& s1 = results[1][0].stats;
+    EXPECT_EQ(s1.peak_in_flight(), 1);
+    EXPECT_EQ(s1.peak_activation_bytes(), 1 * rows * (32 + 16 + 16 + 10) * 4);
+    EXPECT_EQ(s1.weight_bytes(), (32 * 16 + 16 + 16 * 10 + 10) * 4 * (2 + copies));
+    EXPECT_EQ(s1.peak_memory_bytes(), s1.weight_bytes() + s1.peak_activation_bytes());
+  }
+}
+
+// The gradient of step 0 on the whole global batch, computed as the reference trainer does
+// (one forward and backward of the whole model, no micro-batches).
+double ReferenceGradientSquaredNorm(const v1::JobSpec& spec) {
+  auto layers =
+      kernels::BuildLayers(spec.model(), 0, spec.model().layers_size() - 1, spec.training().seed())
+          .value();
+  std::vector<kernels::Param*> params = kernels::CollectParams(layers);
+  const int64_t b = spec.training().global_batch();
+  std::vector<int64_t> order = EpochOrder(TrainSet().size, spec.training().seed(), 0);
+  std::vector<kernels::Tensor> acts(layers.size() + 1);
+  acts[0].Resize({b, 1, 28, 28});
+  std::vector<int32_t> labels(b);
+  GatherBatch(TrainSet(), order.data(), b, acts[0].data.data(), labels.data());
+  for (size_t k = 0; k < layers.size(); ++k) layers[k]->Forward(acts[k], &acts[k + 1]);
+  kernels::Tensor dy, dx;
+  kernels::SoftmaxCrossEntropy(acts.back(), labels.data(), 1.0f / static_cast<float>(b), &dy,
+                               nullptr);
+  for (int k = static_cast<int>(layers.size()) - 1; k >= 0; --k) {
+    layers[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr);
+    std::swap(dy, dx);
+  }
+  double sum = 0;
+  for (const kernels::Param* p : params) {
+    for (float g : p->grad.data) sum += static_cast<double>(g) * g;
+  }
+  return sum;
+}
+
+TEST(StageRuntimeStatsTest, GradientNormMatchesTheReference) {
+  const int P = 2, M = 4;
+  v1::JobSpec spec = SmallSpec(64, 16, "sgd");
+  auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, 1, false);
+  ASSERT_EQ(results[0].size(), 1);
+  ASSERT_EQ(results[1].size(), 1);
+  const double expected = ReferenceGradientSquaredNorm(spec);
+  ASSERT_GT(expected, 0);
+  double got = 0;
+  for (int s = 0; s < P; ++s) {
+    EXPECT_GT(results[s][0].stats.gradient_sq_norm(), 0) << "stage " << s;
+    got += results[s][0].stats.gradient_sq_norm();
+  }
+  // Only the accumulation over micro-batches differs from the reference (fp32).
+  EXPECT_NEAR(got, expected, 1e-5 * expected);
+}
+
+TEST(StageRuntimeStatsTest, TraceHasOneEventPerActionInProgramOrder) {
+  const int P = 2, M = 4;
+  v1::JobSpec spec = SmallSpec(64, 16, "sgd");
+  auto programs = schedule::BuildPrograms(schedule::ScheduleKind::kDapple, P, M).value();
+  auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, 2, true);
+  for (int s = 0; s < P; ++s) {
+    ASSERT_EQ(results[s].size(), 2);
+    int64_t previous_end = 0;
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(testing::Message() << "stage " << s << " step " << step);
+      const StepResult& r = results[s][step];
+      ASSERT_TRUE(r.traced);
+      const v1::StepTrace& t = r.trace;
+      EXPECT_EQ(t.stage(), s);
+      EXPECT_EQ(t.replica(), 0);
+      EXPECT_EQ(t.step(), step + 1);
+      EXPECT_EQ(t.stats().step(), step + 1);
+      EXPECT_DOUBLE_EQ(t.stats().idle_seconds(), r.stats.idle_seconds());
+      const auto& actions = programs[s].actions();
+      ASSERT_EQ(t.events_size(), actions.size());
+      // A plausible wall-clock time (after 2020-01-01), in microseconds.
+      EXPECT_GT(t.start_us(), int64_t{1577836800} * 1000000);
+      EXPECT_GE(t.start_us(), previous_end);
+      EXPECT_EQ(t.start_us(), t.events(0).start_us());
+      EXPECT_EQ(t.end_us(), t.events(t.events_size() - 1).end_us());
+      int64_t last = t.start_us();
+      int64_t recv_us = 0, busy_us = 0;
+      for (int i = 0; i < t.events_size(); ++i) {
+        const v1::TraceEvent& e = t.events(i);
+        EXPECT_EQ(e.kind(), actions[i].kind()) << "event " << i;
+        const bool per_mb = e.kind() != v1::OPTIMIZER_STEP && e.kind() != v1::ALLREDUCE;
+        EXPECT_EQ(e.micro_batch(), per_mb ? actions[i].micro_batch() : -1) << "event " << i;
+        EXPECT_GE(e.start_us(), last) << "event " << i;
+        EXPECT_GE(e.end_us(), e.start_us()) << "event " << i;
+        last = e.end_us();
+        if (e.kind() == v1::RECV_ACT || e.kind() == v1::RECV_GRAD) {
+          recv_us += e.end_us() - e.start_us();
+        } else {
+          busy_us += e.end_us() - e.start_us();
+        }
+      }
+      previous_end = t.end_us();
+      // The trace's idle (the span minus the busy events) is the stats' idle up to the
+      // microsecond rounding of each event's two ends.
+      const double trace_idle = static_cast<double>(t.end_us() - t.start_us() - busy_us) * 1e-6;
+      EXPECT_NEAR(trace_idle, r.stats.idle_seconds(), 2e-6 * (t.events_size() + 1));
+      EXPECT_GE(trace_idle * 1e6 + 1, static_cast<double>(recv_us));
+    }
+  }
+}
+
+TEST(StageRuntimeStatsTest, TracedStepsAreTheFirstAndEveryNth) {
+  EXPECT_TRUE(IsTracedStep(0, 50));
+  EXPECT_FALSE(IsTracedStep(1, 50));
+  EXPECT_FALSE(IsTracedStep(48, 50));
+  EXPECT_TRUE(IsTracedStep(49, 50));  // step 50, 1-based
+  EXPECT_TRUE(IsTracedStep(99, 50));
+  EXPECT_TRUE(IsTracedStep(0, 1));
+  EXPECT_TRUE(IsTracedStep(5, 1));
+  EXPECT_TRUE(IsTracedStep(2, 3));
+  EXPECT_FALSE(IsTracedStep(0, 0));
+  EXPECT_FALSE(IsTracedStep(49, 0));
+  EXPECT_FALSE(IsTracedStep(0, -1));
 }
 
 }  // namespace

@@ -204,6 +204,26 @@ class CudaStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  // cublasSnrm2 per gradient (in chunks that fit its int count), squared and summed in double.
+  // The handle's pointer mode is host (cuBLAS's default, never changed in dapple), so each call
+  // returns once its result is on the host, after the stream's earlier work.
+  absl::StatusOr<double> GradientSquaredNorm() override {
+    constexpr int64_t kChunk = int64_t{1} << 30;
+    double sum = 0;
+    for (size_t i = 0; i < dev_grads_.size(); ++i) {
+      const int64_t count = static_cast<int64_t>(host_params_[i]->grad.data.size());
+      const float* g = dev_grads_[i].as<float>();
+      for (int64_t begin = 0; begin < count; begin += kChunk) {
+        const int n = static_cast<int>(std::min(kChunk, count - begin));
+        float norm = 0;
+        DAPPLE_RETURN_IF_ERROR(kc::CublasStatus(cublasSnrm2(ctx().cublas, n, g + begin, 1, &norm),
+                                                "cublasSnrm2 of a gradient"));
+        sum += static_cast<double>(norm) * static_cast<double>(norm);
+      }
+    }
+    return sum;
+  }
+
   absl::Status Synchronize() override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
@@ -220,6 +240,87 @@ class CudaStageBackend : public StageBackend {
     }
     DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
     return host_params_;
+  }
+
+  absl::StatusOr<StageState> ExportState() override {
+    StageState out;
+    const std::vector<std::string> names = OptimizerStateNames(optimizer_.type());
+    out.params.resize(host_params_.size());
+    out.optimizer_state.resize(names.size() * host_params_.size());
+    // Device to pageable host memory; one Synchronize at the end makes every copy complete.
+    auto copy_out = [&](NamedTensor* t, const kernels::Param& p, const std::string& name,
+                        const DeviceBuffer& src) {
+      t->name = name;
+      t->shape = p.value.shape;
+      t->data.resize(p.value.data.size());
+      return kc::CudaStatus(
+          cudaMemcpyAsync(t->data.data(), src.data(), t->data.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream()),
+          "copy checkpoint state to the host");
+    };
+    for (size_t i = 0; i < host_params_.size(); ++i) {
+      const kernels::Param& p = *host_params_[i];
+      DAPPLE_RETURN_IF_ERROR(copy_out(&out.params[i], p, p.name, dev_params_[i]));
+      for (size_t k = 0; k < names.size(); ++k) {
+        // state1_ is sgd's velocity or adamw's m, state2_ adamw's v (zeroed at Init, so the
+        // state before the first update exports as zeros, as on the CPU).
+        const DeviceBuffer& src = k == 0 ? state1_[i] : state2_[i];
+        DAPPLE_RETURN_IF_ERROR(copy_out(&out.optimizer_state[k * host_params_.size() + i], p,
+                                        absl::StrCat(p.name, ".", names[k]), src));
+      }
+    }
+    DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
+    out.optimizer_steps = t_;
+    return out;
+  }
+
+  absl::Status ImportState(const StageState& state) override {
+    // Every tensor is found and checked before the first copy, so a refused import changes
+    // nothing.
+    const std::vector<std::string> names = OptimizerStateNames(optimizer_.type());
+    std::vector<const NamedTensor*> params;
+    std::vector<std::vector<const NamedTensor*>> states(names.size());
+    std::vector<std::string> param_names;
+    std::vector<std::string> state_names;
+    for (const kernels::Param* p : host_params_) {
+      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                              FindTensor(state.params, p->name, p->value.shape));
+      params.push_back(t);
+      param_names.push_back(p->name);
+      for (size_t k = 0; k < names.size(); ++k) {
+        const std::string name = absl::StrCat(p->name, ".", names[k]);
+        DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* s,
+                                FindTensor(state.optimizer_state, name, p->value.shape));
+        states[k].push_back(s);
+        state_names.push_back(name);
+      }
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
+    if (state.optimizer_steps < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
+    }
+    auto copy_in = [&](DeviceBuffer& dst, const NamedTensor& src) {
+      return kc::CudaStatus(
+          cudaMemcpyAsync(dst.data(), src.data.data(), src.data.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream()),
+          "copy checkpoint state to the device");
+    };
+    for (size_t i = 0; i < host_params_.size(); ++i) {
+      DAPPLE_RETURN_IF_ERROR(copy_in(dev_params_[i], *params[i]));
+      for (size_t k = 0; k < names.size(); ++k) {
+        DAPPLE_RETURN_IF_ERROR(copy_in(k == 0 ? state1_[i] : state2_[i], *states[k][i]));
+      }
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemsetAsync(dev_grads_[i].data(), 0,
+                          host_params_[i]->value.data.size() * sizeof(float), stream()),
+          "zero gradients"));
+    }
+    // The host vectors belong to the caller: wait until the device has read them.
+    DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
+    t_ = state.optimizer_steps;
+    return absl::OkStatus();
   }
 
   // Builds the device copy of `host_layers` (already initialised) and zeroed state.

@@ -140,5 +140,48 @@ INSTANTIATE_TEST_SUITE_P(All, CudaParityTest,
                                                info.param.micro_batches, info.param.optimizer);
                          });
 
+// GradientSquaredNorm (cublasSnrm2 per gradient, squared and summed in double) against the CPU
+// backend's double sum of squares after one forward and backward of the same batch: equal up to
+// fp32 summation order. Zero before any backward (gradients start zeroed).
+TEST(CudaStageBackendTest, GradientSquaredNormMatchesCpu) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  parity::SpecOptions o;
+  o.global_batch = 64;
+  o.micro_batch = 64;
+  o.hidden1 = 128;
+  o.hidden2 = 64;
+  const v1::JobSpec spec = parity::ParitySpec(o);
+  const int last = spec.model().layers_size() - 1;
+  const int64_t rows = 64;
+  std::vector<int64_t> idx(rows);
+  for (int64_t i = 0; i < rows; ++i) idx[i] = i;
+  std::vector<float> images(rows * 784);
+  std::vector<int32_t> labels(rows);
+  GatherBatch(parity::TrainSet(), idx.data(), rows, images.data(), labels.data());
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = MakeCpuStageBackend(spec, 0, last);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  double norm[2] = {0, 0};
+  StageBackend* backends[2] = {cpu->get(), gpu->get()};
+  for (int k = 0; k < 2; ++k) {
+    StageBackend& b = *backends[k];
+    auto before = b.GradientSquaredNorm();
+    ASSERT_TRUE(before.ok()) << b.device() << ": " << before.status();
+    EXPECT_EQ(*before, 0.0) << b.device();
+    ASSERT_TRUE(b.LoadInput(0, images.data(), rows).ok());
+    ASSERT_TRUE(b.Forward(0, rows).ok());
+    ASSERT_TRUE(b.Loss(0, labels.data(), rows, 1.0f / rows, true, nullptr).ok());
+    ASSERT_TRUE(b.Backward(0, 0, rows, /*last_stage=*/true, /*need_dx=*/false).ok());
+    auto n = b.GradientSquaredNorm();
+    ASSERT_TRUE(n.ok()) << b.device() << ": " << n.status();
+    norm[k] = *n;
+  }
+  ASSERT_GT(norm[0], 0);
+  EXPECT_NEAR(norm[1], norm[0], 1e-4 * norm[0]) << "cuda " << norm[1] << " vs cpu " << norm[0];
+}
+
 }  // namespace
 }  // namespace dapple::worker

@@ -1,0 +1,134 @@
+#include "common/metrics/metrics_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace dapple::metrics {
+namespace {
+
+constexpr size_t kMaxRequestBytes = 16 * 1024;
+constexpr int kPollMs = 100;  // how often the accept loop looks at the stop flag
+
+void WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the client went away: nothing to tell anyone
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string Response(const std::string& status, const std::string& type, const std::string& body) {
+  return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& host, int port, std::shared_ptr<prometheus::Collectable> collectable,
+    const std::string& flag) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be a port in 0..65535, got ", port));
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics host '", host, "' is not an IPv4 address"));
+  }
+  const std::string address = absl::StrCat(host, ":", port);
+  const auto fail = [&](int fd, int error) {
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, " (", flag, " ",
+                                               port, "): ", std::strerror(error)));
+  };
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail(-1, errno);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return fail(fd, errno);
+  if (listen(fd, 16) != 0) return fail(fd, errno);
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return fail(fd, errno);
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(fd, ntohs(addr.sin_port), std::move(collectable)));
+}
+
+MetricsServer::MetricsServer(int listen_fd, int port,
+                             std::shared_ptr<prometheus::Collectable> collectable)
+    : listen_fd_(listen_fd), port_(port), collectable_(std::move(collectable)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+MetricsServer::~MetricsServer() {
+  stop_.store(true);
+  thread_.join();
+  close(listen_fd_);
+}
+
+void MetricsServer::Loop() {
+  while (!stop_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (poll(&p, 1, kPollMs) <= 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Serve(fd);
+    close(fd);
+  }
+}
+
+void MetricsServer::Serve(int fd) {
+  // A scraper that connects and says nothing must not hold the server forever.
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  std::string request;
+  char buf[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    request.append(buf, static_cast<size_t>(n));
+  }
+  const size_t line_end = request.find("\r\n");
+  if (line_end == std::string::npos) return;  // not HTTP: just close
+  const std::string line = request.substr(0, line_end);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
+  if (sp2 == std::string::npos) {
+    WriteAll(fd, Response("400 Bad Request", "text/plain", "bad request\n"));
+    return;
+  }
+  const std::string method = line.substr(0, sp1);
+  std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  path = path.substr(0, path.find('?'));
+  if (method != "GET") {
+    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "only GET\n"));
+  } else if (path == "/metrics") {
+    const std::string body = prometheus::TextSerializer().Serialize(collectable_->Collect());
+    WriteAll(fd, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body));
+  } else if (path == "/") {
+    WriteAll(fd, Response("200 OK", "text/html",
+                          "<html><body><a href=\"/metrics\">/metrics</a></body></html>\n"));
+  } else {
+    WriteAll(fd, Response("404 Not Found", "text/plain", "not found; see /metrics\n"));
+  }
+}
+
+}  // namespace dapple::metrics

@@ -1,0 +1,65 @@
+// MetricsServer: serves a Collectable (a MetricSet) at http://HOST:PORT/metrics in the
+// Prometheus text format (version 0.0.4), from one thread of its own.
+//
+// Why not prometheus-cpp's Exposer: its civetweb starts threads with a fixed 100 KiB stack,
+// and in dapple-worker (linked with cuBLAS, NCCL and OpenBLAS, whose static TLS is about
+// 160 KiB) pthread_create refuses such a stack (EINVAL), so the Exposer cannot start there.
+// A scrape is one short GET; a plain blocking server on a normal std::thread serves it.
+//
+// Requests: GET /metrics (a query string is ignored) -> 200 with the collected text;
+// GET / -> 200 with a link; another path -> 404; another method -> 405. One connection at a
+// time, HTTP/1.0 style (the response closes the connection); a client that sends nothing
+// for 5 s is dropped.
+//
+// Thread safety: thread-safe; the destructor stops the thread (a scrape in flight finishes
+// first) and closes the socket.
+#ifndef DAPPLE_COMMON_METRICS_METRICS_SERVER_H_
+#define DAPPLE_COMMON_METRICS_METRICS_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
+
+namespace dapple::metrics {
+
+// What a binary's --metrics-port means.
+inline constexpr int kMetricsPortOff = 0;
+
+class MetricsServer {
+ public:
+  // Binds HOST:PORT (HOST an IPv4 address such as "0.0.0.0" or "127.0.0.1"; `port` 0: a free
+  // port, for tests: the binaries treat --metrics-port 0 as "no server" and never call this)
+  // and serves `collectable` at /metrics. `flag` names the option the port came from.
+  // Errors, one line: kUnavailable when the port cannot be bound, e.g. "cannot serve metrics
+  // on 0.0.0.0:9400 (--metrics-port 9400): Address already in use"; kInvalidArgument for a
+  // port outside 0..65535 or a host that is not an IPv4 address.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& host, int port, std::shared_ptr<prometheus::Collectable> collectable,
+      const std::string& flag = "--metrics-port");
+
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The port bound (the free one chosen for port 0).
+  int port() const { return port_; }
+
+ private:
+  MetricsServer(int listen_fd, int port, std::shared_ptr<prometheus::Collectable> collectable);
+  void Loop();
+  void Serve(int fd);
+
+  const int listen_fd_;
+  const int port_;
+  const std::shared_ptr<prometheus::Collectable> collectable_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace dapple::metrics
+
+#endif  // DAPPLE_COMMON_METRICS_METRICS_SERVER_H_

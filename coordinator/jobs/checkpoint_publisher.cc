@@ -1,0 +1,223 @@
+#include "coordinator/jobs/checkpoint_publisher.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_files.h"
+#include "common/logging.h"
+#include "common/steps.h"
+
+namespace dapple::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+
+void RemoveQuietly(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) DAPPLE_LOG_WARN("cannot remove checkpoint folder {}: {}", path, ec.message());
+}
+
+}  // namespace
+
+std::string DefaultCheckpointRoot(const std::string& db_path) {
+  const size_t slash = db_path.rfind('/');
+  if (slash == std::string::npos) return "checkpoints";
+  return absl::StrCat(db_path.substr(0, slash + 1), "checkpoints");
+}
+
+std::string CheckpointPublisher::JobDir(const std::string& job_id) const {
+  return absl::StrCat(root_, "/", job_id);
+}
+
+void CheckpointPublisher::OnJobStarted(const std::string& job_id, const v1::JobSpec& spec,
+                                       const v1::ParallelPlanSummary& plan, int64_t first_step) {
+  JobState job;
+  job.spec = spec;
+  job.plan = plan;
+  for (const v1::PlanStageSummary& s : plan.stages()) job.ranks += std::max(1, s.replicas());
+  job.max_step = first_step;
+  jobs_.insert_or_assign(job_id, std::move(job));
+}
+
+void CheckpointPublisher::OnJobEnded(const std::string& job_id) { jobs_.erase(job_id); }
+
+void CheckpointPublisher::OnStep(const std::string& job_id, int64_t step, double step_seconds) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobState& job = it->second;
+  job.max_step = std::max(job.max_step, step);
+  if (step_seconds > 0) {
+    job.recent_step_seconds.push_back(step_seconds);
+    if (job.recent_step_seconds.size() > kWindow) {
+      job.recent_step_seconds.erase(job.recent_step_seconds.begin());
+    }
+  }
+}
+
+absl::StatusOr<int64_t> CheckpointPublisher::RequestOnDemand(const std::string& job_id,
+                                                             int64_t last_step) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
+  }
+  JobState& job = it->second;
+  if (job.requested > 0) return job.requested;
+  if (job.max_step >= last_step) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id,
+                                                      " already reached its last step ", last_step,
+                                                      ": nothing left to checkpoint"));
+  }
+  double mean = 0;
+  for (double s : job.recent_step_seconds) mean += s;
+  if (!job.recent_step_seconds.empty()) mean /= job.recent_step_seconds.size();
+  int64_t ahead = kMinStepsAhead;
+  if (mean > 0)
+    ahead = std::max<int64_t>(ahead, static_cast<int64_t>(std::ceil(kLeadSeconds / mean)));
+  job.requested = std::min(job.max_step + ahead, last_step);
+  return job.requested;
+}
+
+int64_t CheckpointPublisher::RequestedStep(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? 0 : it->second.requested;
+}
+
+CheckpointPublisher::Outcome CheckpointPublisher::Abandon(const std::string& job_id, JobState& job,
+                                                          int64_t step, const std::string& why) {
+  Outcome out;
+  out.kind = Outcome::Kind::kAbandoned;
+  out.message =
+      absl::StrCat("checkpoint after step ", step, " of job ", job_id, " abandoned: ", why);
+  DAPPLE_LOG_WARN("{}", out.message);
+  job.shards.erase(step);
+  job.finished.insert(step);
+  if (job.requested == step) job.requested = 0;
+  RemoveQuietly(absl::StrCat(JobDir(job_id), "/", PartialCheckpointDirName(step)));
+  return out;
+}
+
+CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
+    const v1::ProgressReport& report, const std::vector<v1::CheckpointInfo>& published,
+    int64_t now_unix_ms) {
+  Outcome out;
+  auto it = jobs_.find(report.job_id());
+  if (it == jobs_.end()) return out;
+  JobState& job = it->second;
+  const int64_t step = report.step();
+  if (step < 1 || job.finished.contains(step)) return out;
+  const std::string rank = absl::StrCat("stage ", report.stage(), " replica ", report.replica());
+  if (report.checkpoint_file().empty()) {
+    return Abandon(
+        report.job_id(), job, step,
+        absl::StrCat(rank, ": ", report.message().empty() ? "no shard written" : report.message()));
+  }
+  // The file name is the rank's own; anything else (a path) is not trusted.
+  if (report.checkpoint_file() != ShardFileName(report.stage(), report.replica())) {
+    return Abandon(
+        report.job_id(), job, step,
+        absl::StrCat(rank, " reported shard '", report.checkpoint_file(), "', expected '",
+                     ShardFileName(report.stage(), report.replica()), "'"));
+  }
+  auto& shards = job.shards[step];
+  shards[{report.stage(), report.replica()}] =
+      Shard{report.checkpoint_file(), report.checkpoint_bytes()};
+  if (static_cast<int>(shards.size()) < job.ranks) {
+    out.kind = Outcome::Kind::kWaiting;
+    return out;
+  }
+  return Publish(report.job_id(), job, step, published, now_unix_ms);
+}
+
+CheckpointPublisher::Outcome CheckpointPublisher::Publish(
+    const std::string& job_id, JobState& job, int64_t step,
+    const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms) {
+  const std::string job_dir = JobDir(job_id);
+  const std::string partial = absl::StrCat(job_dir, "/", PartialCheckpointDirName(step));
+  const std::string final_dir = absl::StrCat(job_dir, "/", CheckpointDirName(step));
+  const auto& shards = job.shards.at(step);
+
+  v1::CheckpointManifest m;
+  m.set_format_version(kCheckpointFormatVersion);
+  m.set_job_id(job_id);
+  m.set_step(step);
+  const int64_t per_epoch = StepsPerEpoch(job.spec);
+  m.set_epoch(per_epoch > 0 ? static_cast<int32_t>((step - 1) / per_epoch + 1) : 1);
+  *m.mutable_spec() = job.spec;
+  *m.mutable_plan() = job.plan;
+  m.set_seed(job.spec.training().seed());
+  m.set_samples_seen(step * job.spec.training().global_batch());
+  m.set_created_unix_ms(now_unix_ms);
+  m.set_reason(job.requested == step ? "on demand" : "periodic");
+  m.set_learning_rate(job.spec.training().optimizer().lr());
+  int64_t total_bytes = 0;
+  for (const auto& [key, shard] : shards) {
+    const auto [stage, replica] = key;
+    if (stage < 0 || stage >= job.plan.stages_size()) {
+      return Abandon(job_id, job, step, absl::StrCat("stage ", stage, " is not in the plan"));
+    }
+    // The shard must be there with the size the rank reported, or the manifest would lie.
+    const std::string path = absl::StrCat(partial, "/", shard.file);
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec || static_cast<int64_t>(size) != shard.bytes) {
+      return Abandon(job_id, job, step,
+                     ec ? absl::StrCat("shard '", path, "': ", ec.message())
+                        : absl::StrCat("shard '", path, "' has ", size,
+                                       " bytes, its rank reported ", shard.bytes));
+    }
+    v1::CheckpointShardEntry* e = m.add_shards();
+    e->set_stage(stage);
+    e->set_replica(replica);
+    e->set_first_layer(job.plan.stages(stage).first_layer());
+    e->set_last_layer(job.plan.stages(stage).last_layer());
+    e->set_file(shard.file);
+    e->set_bytes(shard.bytes);
+    total_bytes += shard.bytes;
+  }
+  if (absl::Status s =
+          WriteFileAtomically(absl::StrCat(partial, "/", kManifestFile), m.SerializeAsString());
+      !s.ok()) {
+    return Abandon(job_id, job, step, std::string(s.message()));
+  }
+  if (std::rename(partial.c_str(), final_dir.c_str()) != 0) {
+    return Abandon(
+        job_id, job, step,
+        absl::StrCat("cannot rename '", partial, "' to '", final_dir, "': ", std::strerror(errno)));
+  }
+  if (absl::Status s = SyncDirectory(job_dir); !s.ok()) DAPPLE_LOG_WARN("{}", s.message());
+
+  Outcome out;
+  out.kind = Outcome::Kind::kPublished;
+  out.info.set_step(step);
+  out.info.set_path(final_dir);
+  out.info.set_created_unix_ms(now_unix_ms);
+  out.info.set_bytes(total_bytes);
+  out.info.set_reason(m.reason());
+  job.shards.erase(step);
+  job.finished.insert(step);
+  if (job.requested == step) job.requested = 0;
+
+  out.checkpoints = published;
+  out.checkpoints.push_back(out.info);
+  std::stable_sort(
+      out.checkpoints.begin(), out.checkpoints.end(),
+      [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) { return a.step() < b.step(); });
+  while (keep_ > 0 && static_cast<int>(out.checkpoints.size()) > keep_) {
+    DAPPLE_LOG_INFO("job {}: deleting checkpoint {} (keeping the newest {})", job_id,
+                    out.checkpoints.front().path(), keep_);
+    RemoveQuietly(out.checkpoints.front().path());
+    out.checkpoints.erase(out.checkpoints.begin());
+  }
+  DAPPLE_LOG_INFO("job {}: checkpoint after step {} published at {} ({} bytes, {})", job_id, step,
+                  final_dir, total_bytes, m.reason());
+  return out;
+}
+
+}  // namespace dapple::coordinator

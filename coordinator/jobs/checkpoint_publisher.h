@@ -1,0 +1,127 @@
+// The coordinator's half of checkpoints (docs/operations.md, "Checkpoints"): it collects the
+// ranks' PROGRESS_CHECKPOINT reports of each (job, step), and once every rank of the plan wrote
+// its shard into <root>/<job id>/step-<N>.partial/ it writes manifest.pb there (temporary file,
+// fsync, rename) and renames the folder to step-<N>: the atomic publish. A checkpoint that any
+// rank could not write is abandoned: its .partial folder is removed (best effort) and the job
+// keeps running. Published checkpoints beyond the newest `keep` of a job are deleted.
+//
+// On demand (dapplectl checkpoint): RequestOnDemand picks a step far enough ahead that every
+// rank's next progress ack (which carries RequestedStep) reaches it before it gets there.
+//
+// Pure logic plus the file system; no RPC, no clock (callers pass the time).
+// Thread safety: thread-compatible (CoordinatorService calls it under its mutex).
+#ifndef DAPPLE_COORDINATOR_JOBS_CHECKPOINT_PUBLISHER_H_
+#define DAPPLE_COORDINATOR_JOBS_CHECKPOINT_PUBLISHER_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/checkpoint.pb.h"
+#include "dapple/v1/job.pb.h"
+#include "dapple/v1/worker.pb.h"
+
+namespace dapple::coordinator {
+
+// Published checkpoints a job keeps by default (--keep-checkpoints).
+inline constexpr int kDefaultKeepCheckpoints = 3;
+
+// The default checkpoint root: a folder "checkpoints" next to the job database `db_path`
+// ("/var/lib/dapple/dapple.db" -> "/var/lib/dapple/checkpoints", "dapple.db" -> "checkpoints").
+std::string DefaultCheckpointRoot(const std::string& db_path);
+
+class CheckpointPublisher {
+ public:
+  // Steps an on-demand checkpoint lies ahead of the newest reported step, at least.
+  static constexpr int64_t kMinStepsAhead = 2;
+  // ... and enough steps for about this long at the job's current step time.
+  static constexpr double kLeadSeconds = 2.0;
+
+  // `root`: where jobs' checkpoint folders go (created when needed). `keep` >= 1: published
+  // checkpoints kept per job (older ones are deleted); 0 keeps all.
+  CheckpointPublisher(std::string root, int keep) : root_(std::move(root)), keep_(keep) {}
+
+  const std::string& root() const { return root_; }
+  // <root>/<job id>: StageAssignment.checkpoint_dir of every rank of the job.
+  std::string JobDir(const std::string& job_id) const;
+
+  // A job starts (RUNNING) with `plan` (its stages' layer ranges and replicas) from step
+  // `first_step` (0, or the resumed checkpoint's step). Forgets any earlier state of the job.
+  void OnJobStarted(const std::string& job_id, const v1::JobSpec& spec,
+                    const v1::ParallelPlanSummary& plan, int64_t first_step);
+  // The job ended: its requests and unfinished checkpoints are forgotten (their .partial
+  // folders stay, never listed, for an operator to inspect).
+  void OnJobEnded(const std::string& job_id);
+
+  // A rank reported completing `step` (1-based) in `step_seconds` (any PROGRESS_STEP report).
+  void OnStep(const std::string& job_id, int64_t step, double step_seconds);
+
+  // dapplectl checkpoint: the step after which the checkpoint will be taken: the highest step
+  // any rank reported (first_step before any report) plus max(kMinStepsAhead, the steps of
+  // kLeadSeconds at the mean reported step time), capped at `last_step` (the job's total). A
+  // request still pending (not yet published or abandoned) is returned again. Errors:
+  // kFailedPrecondition "job job-3 is not running" (not started here), "job job-3 already
+  // reached its last step 100: nothing left to checkpoint".
+  absl::StatusOr<int64_t> RequestOnDemand(const std::string& job_id, int64_t last_step);
+
+  // The on-demand step every rank's ProgressAck carries (0: none pending).
+  int64_t RequestedStep(const std::string& job_id) const;
+
+  struct Outcome {
+    enum class Kind {
+      kWaiting,    // recorded; other ranks' shards are still missing
+      kPublished,  // the checkpoint is published: `info`, `checkpoints`
+      kAbandoned,  // it cannot complete: `message` says why (logged by the publisher)
+      kIgnored,    // a report of an unknown job or of a step already published or abandoned
+    };
+    Kind kind = Kind::kIgnored;
+    v1::CheckpointInfo info;
+    // kPublished: the job's list after publishing and deleting the oldest beyond `keep`
+    // (oldest first), for Job.checkpoints.
+    std::vector<v1::CheckpointInfo> checkpoints;
+    std::string message;
+  };
+
+  // A rank's PROGRESS_CHECKPOINT report (`report.step`, its stage and replica, checkpoint_file
+  // and checkpoint_bytes, or an empty file and a message when it could not write). `published`
+  // is the job's Job.checkpoints so far (oldest first). Publishing writes
+  // step-<N>.partial/manifest.pb (CheckpointManifest of format 1: the job's spec and plan,
+  // step, epoch, seed, samples_seen, every shard's entry, reason "on demand" when N was
+  // requested on demand else "periodic", learning rate) and renames the folder to step-<N>. A
+  // failure there abandons the checkpoint too (message naming the path and the reason).
+  Outcome OnReport(const v1::ProgressReport& report,
+                   const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
+
+ private:
+  struct Shard {
+    std::string file;
+    int64_t bytes = 0;
+  };
+  struct JobState {
+    v1::JobSpec spec;
+    v1::ParallelPlanSummary plan;
+    int ranks = 0;
+    int64_t max_step = 0;
+    std::vector<double> recent_step_seconds;  // newest last, at most kWindow
+    int64_t requested = 0;                    // pending on-demand step, 0: none
+    std::map<int64_t, std::map<std::pair<int, int>, Shard>> shards;  // step -> (stage, replica)
+    std::set<int64_t> finished;                                      // steps published or abandoned
+  };
+  static constexpr size_t kWindow = 20;
+
+  Outcome Abandon(const std::string& job_id, JobState& job, int64_t step, const std::string& why);
+  Outcome Publish(const std::string& job_id, JobState& job, int64_t step,
+                  const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
+
+  std::string root_;
+  int keep_;
+  std::map<std::string, JobState> jobs_;
+};
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_JOBS_CHECKPOINT_PUBLISHER_H_

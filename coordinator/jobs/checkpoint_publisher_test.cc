@@ -1,0 +1,206 @@
+#include "coordinator/jobs/checkpoint_publisher.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/checkpoint_files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Kind = CheckpointPublisher::Outcome::Kind;
+
+v1::JobSpec Spec() {
+  v1::JobSpec s;
+  s.mutable_model()->add_layers()->set_type("flatten");
+  s.mutable_training()->set_global_batch(128);
+  s.mutable_training()->set_seed(3);
+  s.mutable_training()->set_epochs(1);
+  s.mutable_training()->mutable_optimizer()->set_type("sgd");
+  s.mutable_training()->mutable_optimizer()->set_lr(0.05);
+  return s;
+}
+
+v1::ParallelPlanSummary TwoStages() {
+  v1::ParallelPlanSummary p;
+  v1::PlanStageSummary* a = p.add_stages();
+  a->set_first_layer(0);
+  a->set_last_layer(2);
+  a->set_replicas(1);
+  v1::PlanStageSummary* b = p.add_stages();
+  b->set_first_layer(3);
+  b->set_last_layer(5);
+  b->set_replicas(1);
+  return p;
+}
+
+class CheckpointPublisherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckpt-pub-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    pub_ = std::make_unique<CheckpointPublisher>(root_, 2);
+    pub_->OnJobStarted("job-1", Spec(), TwoStages(), 0);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Writes the shard file a worker would and returns its report.
+  v1::ProgressReport Shard(int64_t step, int stage, const std::string& content = "shard-bytes") {
+    const std::string dir = root_ + "/job-1/" + PartialCheckpointDirName(step);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/" + ShardFileName(stage, 0)) << content;
+    v1::ProgressReport r;
+    r.set_job_id("job-1");
+    r.set_kind(v1::PROGRESS_CHECKPOINT);
+    r.set_step(step);
+    r.set_stage(stage);
+    r.set_checkpoint_file(ShardFileName(stage, 0));
+    r.set_checkpoint_bytes(static_cast<int64_t>(content.size()));
+    return r;
+  }
+
+  std::string root_;
+  std::unique_ptr<CheckpointPublisher> pub_;
+  std::vector<v1::CheckpointInfo> published_;
+};
+
+TEST(DefaultCheckpointRootTest, NextToTheDatabase) {
+  EXPECT_EQ(DefaultCheckpointRoot("/var/lib/dapple/dapple.db"), "/var/lib/dapple/checkpoints");
+  EXPECT_EQ(DefaultCheckpointRoot("dapple.db"), "checkpoints");
+}
+
+TEST_F(CheckpointPublisherTest, PublishesWhenEveryRankReported) {
+  EXPECT_EQ(pub_->JobDir("job-1"), root_ + "/job-1");
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(4, 1), published_, 1000);
+  EXPECT_EQ(o.kind, Kind::kWaiting);
+  EXPECT_FALSE(fs::exists(root_ + "/job-1/step-4"));
+  o = pub_->OnReport(Shard(4, 0, "longer shard bytes"), published_, 2000);
+  ASSERT_EQ(o.kind, Kind::kPublished) << o.message;
+  EXPECT_EQ(o.info.step(), 4);
+  EXPECT_EQ(o.info.path(), root_ + "/job-1/step-4");
+  EXPECT_EQ(o.info.bytes(), 11 + 18);
+  EXPECT_EQ(o.info.reason(), "periodic");
+  EXPECT_EQ(o.info.created_unix_ms(), 2000);
+  ASSERT_EQ(o.checkpoints.size(), 1u);
+  EXPECT_FALSE(fs::exists(root_ + "/job-1/step-4.partial"));
+
+  absl::StatusOr<v1::CheckpointManifest> m = ReadCheckpointManifest(o.info.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->job_id(), "job-1");
+  EXPECT_EQ(m->step(), 4);
+  EXPECT_EQ(m->epoch(), 1);
+  EXPECT_EQ(m->seed(), 3u);
+  EXPECT_EQ(m->samples_seen(), 4 * 128);
+  EXPECT_EQ(m->learning_rate(), 0.05);
+  EXPECT_EQ(m->spec().training().global_batch(), 128);
+  EXPECT_EQ(m->plan().stages_size(), 2);
+  ASSERT_EQ(m->shards_size(), 2);
+  EXPECT_EQ(m->shards(0).stage(), 0);
+  EXPECT_EQ(m->shards(0).first_layer(), 0);
+  EXPECT_EQ(m->shards(0).last_layer(), 2);
+  EXPECT_EQ(m->shards(0).file(), "stage0.replica0.shard");
+  EXPECT_EQ(m->shards(0).bytes(), 18);
+  EXPECT_EQ(m->shards(1).first_layer(), 3);
+  // A late duplicate changes nothing.
+  EXPECT_EQ(pub_->OnReport(Shard(4, 1), published_, 3000).kind, Kind::kIgnored);
+}
+
+TEST_F(CheckpointPublisherTest, KeepsTheNewest) {
+  for (int64_t step : {2, 4, 6}) {
+    pub_->OnReport(Shard(step, 0), published_, step);
+    CheckpointPublisher::Outcome o = pub_->OnReport(Shard(step, 1), published_, step);
+    ASSERT_EQ(o.kind, Kind::kPublished);
+    published_ = o.checkpoints;
+  }
+  ASSERT_EQ(published_.size(), 2u);
+  EXPECT_EQ(published_[0].step(), 4);
+  EXPECT_EQ(published_[1].step(), 6);
+  EXPECT_FALSE(fs::exists(root_ + "/job-1/step-2"));
+  EXPECT_TRUE(fs::exists(root_ + "/job-1/step-4/manifest.pb"));
+}
+
+TEST_F(CheckpointPublisherTest, ARankErrorAbandonsTheStep) {
+  pub_->OnReport(Shard(4, 0), published_, 1);
+  v1::ProgressReport failed;
+  failed.set_job_id("job-1");
+  failed.set_kind(v1::PROGRESS_CHECKPOINT);
+  failed.set_step(4);
+  failed.set_stage(1);
+  failed.set_message("stage 1 is already past step 4 (at step 6)");
+  CheckpointPublisher::Outcome o = pub_->OnReport(failed, published_, 2);
+  ASSERT_EQ(o.kind, Kind::kAbandoned);
+  EXPECT_THAT(o.message, HasSubstr("checkpoint after step 4 of job job-1 abandoned: stage 1 "
+                                   "replica 0: stage 1 is already past step 4"));
+  EXPECT_FALSE(fs::exists(root_ + "/job-1/step-4.partial"));
+  EXPECT_FALSE(fs::exists(root_ + "/job-1/step-4"));
+  EXPECT_EQ(pub_->OnReport(Shard(4, 1), published_, 3).kind, Kind::kIgnored);
+}
+
+TEST_F(CheckpointPublisherTest, AShardOfAnotherSizeOrNameAbandons) {
+  v1::ProgressReport r = Shard(4, 0);
+  r.set_checkpoint_bytes(999);
+  pub_->OnReport(r, published_, 1);
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(4, 1), published_, 2);
+  ASSERT_EQ(o.kind, Kind::kAbandoned);
+  EXPECT_THAT(o.message, HasSubstr("has 11 bytes, its rank reported 999"));
+
+  r = Shard(6, 0);
+  r.set_checkpoint_file("../../etc/passwd");
+  o = pub_->OnReport(r, published_, 3);
+  ASSERT_EQ(o.kind, Kind::kAbandoned);
+  EXPECT_THAT(o.message, HasSubstr("expected 'stage0.replica0.shard'"));
+}
+
+TEST_F(CheckpointPublisherTest, OnDemandStepLiesAheadAndIsCarriedUntilPublished) {
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
+  // No step time known yet: the minimum lead.
+  pub_->OnStep("job-1", 10, 0);
+  EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 12);
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 12);
+  EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 12);  // still pending: the same step
+  pub_->OnReport(Shard(12, 0), published_, 1);
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(12, 1), published_, 2);
+  ASSERT_EQ(o.kind, Kind::kPublished);
+  EXPECT_EQ(o.info.reason(), "on demand");
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
+
+  // 0.1 s steps: 2 s is 20 steps ahead of the newest report; capped at the last step.
+  pub_->OnStep("job-1", 30, 0.1);
+  pub_->OnStep("job-1", 31, 0.1);
+  EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 51);
+  pub_->OnReport(Shard(51, 0), published_, 3);
+  v1::ProgressReport failed;
+  failed.set_job_id("job-1");
+  failed.set_step(51);
+  failed.set_stage(1);
+  failed.set_message("past it");
+  EXPECT_EQ(pub_->OnReport(failed, published_, 4).kind, Kind::kAbandoned);
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
+  EXPECT_EQ(*pub_->RequestOnDemand("job-1", 40), 40);
+}
+
+TEST_F(CheckpointPublisherTest, OnDemandRefusals) {
+  absl::StatusOr<int64_t> s = pub_->RequestOnDemand("job-9", 100);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  pub_->OnStep("job-1", 100, 0.1);
+  s = pub_->RequestOnDemand("job-1", 100);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr("already reached its last step 100"));
+  pub_->OnJobEnded("job-1");
+  EXPECT_EQ(pub_->OnReport(Shard(4, 0), published_, 1).kind, Kind::kIgnored);
+}
+
+TEST_F(CheckpointPublisherTest, AResumedJobCountsFromItsFirstStep) {
+  pub_->OnJobStarted("job-2", Spec(), TwoStages(), 40);
+  EXPECT_EQ(*pub_->RequestOnDemand("job-2", 100), 42);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,52 @@
+#include "dapplectl/trace_command.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "dapplectl/trace_json.h"
+
+namespace dapple::ctl {
+
+absl::StatusOr<std::string> WriteJobTrace(CoordinatorClient& client, const std::string& job_id,
+                                          const std::string& path, std::ostream* out) {
+  DAPPLE_ASSIGN_OR_RETURN(v1::JobTrace trace, client.Trace(job_id));
+  if (trace.steps().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id,
+        " has no traced steps yet (workers trace step 1 and every --trace-every-steps-th step; "
+        "0 turns tracing off)"));
+  }
+  const std::string json = TraceToChromeJson(trace);
+  const TraceCounts counts = CountTrace(trace);
+  const std::string what =
+      absl::StrCat(counts.steps, " traced step", counts.steps == 1 ? "" : "s", " x ", counts.ranks,
+                   " rank", counts.ranks == 1 ? "" : "s", " of ", trace.job_id());
+  if (path == "-") {
+    *out << json << std::flush;
+    return absl::StrCat("wrote ", what);
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (f) f << json;
+    if (f) f.flush();
+    if (!f) {
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      return absl::FailedPreconditionError(absl::StrCat("cannot write ", path, ": ", why));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat("cannot write ", path, ": ", why));
+  }
+  return absl::StrCat("wrote ", path, ": ", what,
+                      " (open it in https://ui.perfetto.dev or chrome://tracing)");
+}
+
+}  // namespace dapple::ctl

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# A local dapple cluster on 127.0.0.1 from a build tree: one dapple-coordinator, N cpu
+# dapple-workers and, with --prometheus, a Prometheus server scraping them. Processes run in the
+# background; pids and logs live in the run folder, and `stop` ends exactly those processes.
+#
+#   deploy/local_cluster.sh start [-n WORKERS] [--port PORT] [--metrics-port PORT] [--prometheus]
+#                                 [--build-dir DIR] [--run-dir DIR] [--devices DEV] [-- WORKER_FLAGS...]
+#   deploy/local_cluster.sh status [--run-dir DIR]
+#   deploy/local_cluster.sh stop   [--run-dir DIR]
+#
+# Defaults: 2 workers, gRPC port 7600 (0: a free port), coordinator metrics on 9400 and worker i
+# (1..N) on 9400+i (0: no metrics), build dir $DAPPLE_BUILD_DIR or build/, run dir
+# $DAPPLE_RUN_DIR or /tmp/dapple-local, worker devices cpu. Prometheus (Debian's `prometheus`)
+# listens on 127.0.0.1:9090 with deploy/prometheus/prometheus.yml's rules and its targets pointed at
+# this cluster's ports.
+# Exit codes: 0 ok, 1 a process failed to start (its log is printed), 2 usage.
+set -euo pipefail
+SRC="$(cd "$(dirname "$0")/.." && pwd)"
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+die() { echo "local_cluster: $*" >&2; exit 1; }
+
+cmd="${1:-}"
+[[ -z "$cmd" ]] && usage
+shift
+workers=2
+port=7600
+metrics_port=9400
+prometheus=0
+prometheus_port=9090
+build_dir="${DAPPLE_BUILD_DIR:-$SRC/build}"
+run_dir="${DAPPLE_RUN_DIR:-/tmp/dapple-local}"
+devices=cpu
+worker_flags=()
+while (($#)); do
+  case "$1" in
+    -n|--workers) workers="${2:?}"; shift 2 ;;
+    --port) port="${2:?}"; shift 2 ;;
+    --metrics-port) metrics_port="${2:?}"; shift 2 ;;
+    --prometheus) prometheus=1; shift ;;
+    --prometheus-port) prometheus_port="${2:?}"; shift 2 ;;
+    --build-dir) build_dir="${2:?}"; shift 2 ;;
+    --run-dir) run_dir="${2:?}"; shift 2 ;;
+    --devices) devices="${2:?}"; shift 2 ;;
+    --) shift; worker_flags=("$@"); break ;;
+    -h|--help) usage ;;
+    *) echo "local_cluster: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+[[ "$workers" =~ ^[0-9]+$ ]] || die "-n needs a number of workers, got '$workers'"
+[[ "$port" =~ ^[0-9]+$ ]] || die "--port needs a port number, got '$port'"
+[[ "$metrics_port" =~ ^[0-9]+$ ]] || die "--metrics-port needs a port number, got '$metrics_port'"
+pids="$run_dir/pids"
+
+# A pid file names a process of ours only while that pid still runs the binary it was started as
+# (pids are reused after a process ends).
+alive() {  # alive NAME -> 0 if NAME's recorded process still runs
+  local f="$pids/$1.pid" pid exe
+  [[ -f "$f" ]] || return 1
+  read -r pid exe <"$f"
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 | grep -qxF "$exe"
+}
+
+stop_all() {
+  local f name pid exe deadline
+  [[ -d "$pids" ]] || { echo "local_cluster: nothing running in $run_dir"; return 0; }
+  for f in "$pids"/*.pid; do
+    [[ -e "$f" ]] || continue
+    name="$(basename "$f" .pid)"
+    if alive "$name"; then
+      read -r pid exe <"$f"
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  deadline=$((SECONDS + 15))
+  for f in "$pids"/*.pid; do
+    [[ -e "$f" ]] || continue
+    name="$(basename "$f" .pid)"
+    while alive "$name" && ((SECONDS < deadline)); do sleep 0.1; done
+    if alive "$name"; then
+      read -r pid exe <"$f"
+      echo "local_cluster: $name (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.2
+    fi
+    rm -f "$f"
+  done
+  echo "local_cluster: stopped (logs kept in $run_dir)"
+}
+
+status_all() {
+  local f name pid exe
+  [[ -d "$pids" ]] || { echo "local_cluster: nothing running in $run_dir"; return 1; }
+  local down=0 any=0
+  for f in "$pids"/*.pid; do
+    [[ -e "$f" ]] || continue
+    any=1
+    name="$(basename "$f" .pid)"
+    read -r pid exe <"$f"
+    if alive "$name"; then echo "$name pid $pid running"; else echo "$name pid $pid NOT running"; down=1; fi
+  done
+  ((any)) || { echo "local_cluster: nothing running in $run_dir"; return 1; }
+  [[ -f "$run_dir/address" ]] && echo "coordinator $(cat "$run_dir/address")"
+  return $down
+}
+
+launch() {  # launch NAME BINARY ARGS... : starts BINARY in its own session, logs to NAME.log
+  local name="$1" exe="$2"
+  shift 2
+  local pidtmp="$pids/$name.starting"
+  rm -f "$pidtmp"
+  # In its own session, so a Ctrl-C meant for the shell does not reach it; the exec'd shell writes
+  # its own pid, which stays the binary's (setsid may fork, so $! is not it).
+  setsid sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidtmp" "$exe" "$@" \
+    >>"$run_dir/$name.log" 2>&1 </dev/null &
+  local deadline=$((SECONDS + 5))
+  while [[ ! -s "$pidtmp" ]] && ((SECONDS < deadline)); do sleep 0.02; done
+  [[ -s "$pidtmp" ]] || die "$name did not start"
+  echo "$(cat "$pidtmp") $exe" >"$pids/$name.pid"
+  rm -f "$pidtmp"
+}
+
+fail_start() {  # fail_start NAME MESSAGE: prints NAME's log, stops what started, exits 1
+  echo "local_cluster: $2; last lines of $run_dir/$1.log:" >&2
+  tail -20 "$run_dir/$1.log" >&2 || true
+  stop_all >/dev/null
+  exit 1
+}
+
+has_flag() { "$1" --help 2>&1 | grep -q -- "$2"; }
+
+start_all() {
+  local coordinator="$build_dir/coordinator/dapple-coordinator"
+  local worker="$build_dir/worker/dapple-worker"
+  local ctl="$build_dir/dapplectl/dapplectl"
+  for b in "$coordinator" "$worker" "$ctl"; do
+    [[ -x "$b" ]] || die "$b is missing: build it first (ninja -C $build_dir dapple-coordinator dapple-worker dapplectl)"
+  done
+  mkdir -p "$pids"
+  for f in "$pids"/*.pid; do
+    [[ -e "$f" ]] || continue
+    if alive "$(basename "$f" .pid)"; then
+      die "a cluster already runs in $run_dir ($(basename "$f" .pid)); stop it first: $0 stop --run-dir $run_dir"
+    fi
+    rm -f "$f"
+  done
+  rm -f "$run_dir/port" "$run_dir/address" "$run_dir"/*.log
+
+  # Metrics flags only where the binaries have them (older builds do not).
+  local cargs=(--listen "127.0.0.1:$port" --port-file "$run_dir/port" --db "$run_dir/dapple.db")
+  if has_flag "$coordinator" --metrics-port; then cargs+=(--metrics-port "$metrics_port"); fi
+  if has_flag "$coordinator" --checkpoint-dir; then
+    mkdir -p "$run_dir/checkpoints"
+    cargs+=(--checkpoint-dir "$run_dir/checkpoints")
+  fi
+  launch coordinator "$coordinator" "${cargs[@]}"
+  local deadline=$((SECONDS + 20)) bound=""
+  while ((SECONDS < deadline)); do
+    [[ -s "$run_dir/port" ]] && bound="$(cat "$run_dir/port")" && break
+    alive coordinator || fail_start coordinator "the coordinator exited"
+    sleep 0.05
+  done
+  [[ -n "$bound" ]] || fail_start coordinator "the coordinator did not listen within 20 s"
+  local address="127.0.0.1:$bound"
+  echo "$address" >"$run_dir/address"
+
+  local worker_metrics=0
+  if ((metrics_port > 0)) && has_flag "$worker" --metrics-port; then worker_metrics=1; fi
+  for i in $(seq 1 "$workers"); do
+    local wargs=(--coordinator "$address" --name "local-w$i" --devices "$devices")
+    ((worker_metrics)) && wargs+=(--metrics-port "$((metrics_port + i))")
+    launch "worker-$i" "$worker" "${wargs[@]}" "${worker_flags[@]}"
+  done
+  # Ready when every worker is registered (the coordinator lists it).
+  deadline=$((SECONDS + 30))
+  local registered=0
+  while ((SECONDS < deadline)); do
+    for i in $(seq 1 "$workers"); do
+      alive "worker-$i" || fail_start "worker-$i" "worker local-w$i exited"
+    done
+    registered="$("$ctl" --coordinator "$address" workers -o json 2>/dev/null |
+      python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("id","").startswith("local-w") and not w.get("state","").endswith("DEAD")))' 2>/dev/null || echo 0)"
+    ((registered >= workers)) && break
+    sleep 0.2
+  done
+  ((registered >= workers)) || fail_start coordinator "only $registered of $workers workers registered within 30 s"
+
+  if ((prometheus)); then start_prometheus "$worker_metrics"; fi
+
+  cat <<EOF
+local_cluster: coordinator $address, $workers worker(s) (local-w1..local-w$workers, devices $devices)
+  run folder: $run_dir (logs: coordinator.log, worker-<i>.log; database dapple.db)
+  export DAPPLE_COORDINATOR=$address
+  $ctl workers
+  $ctl submit $SRC/examples/fashion_mnist_mlp.yaml --watch
+EOF
+  if ((metrics_port > 0)) && has_flag "$coordinator" --metrics-port; then
+    echo "  metrics: http://127.0.0.1:$metrics_port/metrics (workers: ports $((metrics_port + 1))..$((metrics_port + workers)))"
+  fi
+  ((prometheus)) && echo "  prometheus: http://127.0.0.1:$prometheus_port"
+  echo "  stop: $0 stop --run-dir $run_dir"
+}
+
+# Prometheus with deploy/prometheus/prometheus.yml, its scrape targets rewritten to this cluster's
+# ports (job dapple-coordinator: the coordinator, job dapple-worker: every worker).
+start_prometheus() {
+  local worker_metrics="$1"
+  command -v prometheus >/dev/null || fail_start coordinator "--prometheus: prometheus is not installed (apt-get install prometheus)"
+  local config="$SRC/deploy/prometheus/prometheus.yml"
+  [[ -f "$config" ]] || fail_start coordinator "--prometheus: $config is missing"
+  local wtargets=()
+  if ((worker_metrics)); then
+    for i in $(seq 1 "$workers"); do wtargets+=("127.0.0.1:$((metrics_port + i))"); done
+  fi
+  mkdir -p "$run_dir/prometheus"
+  python3 - "$config" "$run_dir/prometheus/prometheus.yml" "127.0.0.1:$metrics_port" "${wtargets[@]}" <<'EOF'
+import os, sys, yaml
+src, dst, coordinator, workers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+config = yaml.safe_load(open(src))
+targets = {"dapple-coordinator": [coordinator], "dapple-worker": workers}
+for job in config.get("scrape_configs", []):
+    if job.get("job_name") in targets:
+        job.pop("file_sd_configs", None)
+        job["static_configs"] = [{"targets": targets[job["job_name"]]}]
+# Rule files are relative to the source config's folder.
+config["rule_files"] = [os.path.join(os.path.dirname(os.path.abspath(src)), f)
+                        for f in config.get("rule_files", [])]
+yaml.safe_dump(config, open(dst, "w"), sort_keys=False)
+EOF
+  launch prometheus "$(command -v prometheus)" --config.file="$run_dir/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$run_dir/prometheus/data" --web.listen-address="127.0.0.1:$prometheus_port"
+  local deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$prometheus_port/-/ready', timeout=1)" 2>/dev/null && return 0
+    alive prometheus || fail_start prometheus "prometheus exited"
+    sleep 0.2
+  done
+  fail_start prometheus "prometheus was not ready within 30 s"
+}
+
+case "$cmd" in
+  start) start_all ;;
+  stop) stop_all ;;
+  status) status_all ;;
+  -h|--help|help) usage ;;
+  *) echo "local_cluster: unknown command '$cmd' (start, status, stop)" >&2; usage ;;
+esac

@@ -1,0 +1,43 @@
+// Loads a published checkpoint for ANY pipeline layout (docs/operations.md, "Checkpoints"):
+// given its manifest and this rank's layer range, reads exactly the shards whose layer ranges
+// (manifest entries) overlap it and keeps exactly the tensors of those layers, so a checkpoint
+// saved with P = 2 loads into P = 1 or P = 3 stages (resharding by global layer index). The
+// result goes to StageBackend::ImportState, which checks every name and shape.
+//
+// Thread safety: free function without shared state.
+#ifndef DAPPLE_WORKER_CHECKPOINT_CHECKPOINT_LOADER_H_
+#define DAPPLE_WORKER_CHECKPOINT_CHECKPOINT_LOADER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dapple/v1/checkpoint.pb.h"
+#include "dapple/v1/job.pb.h"
+#include "worker/runtime/stage_state.h"
+
+namespace dapple::worker {
+
+struct LoadedCheckpoint {
+  v1::CheckpointManifest manifest;
+  StageState state;  // the tensors of layers [first_layer, last_layer] only
+};
+
+// Reads `manifest_path` (a manifest.pb; shard files are relative to its folder), checks that
+// the checkpoint's model is `job_spec`'s (common/checkpoint_files.h CheckSameModel) and loads
+// the tensors of layers [first_layer, last_layer] from the replica-0 shards that hold them.
+// Errors, each naming the file:
+//   kNotFound   "checkpoint manifest '<path>' does not exist", "checkpoint shard '<path>' is
+//               missing (listed in the manifest)"
+//   kDataLoss   a manifest or shard that does not parse, a shard whose size differs from the
+//               manifest's entry ("checkpoint shard '<path>' has 100 bytes, the manifest says
+//               4000: truncated or corrupt"), a shard of another step / stage / layer range, a
+//               tensor whose bytes do not match its shape, shards disagreeing on the update
+//               count, a layer of the range that no shard holds
+//   kInvalidArgument  a model that differs (naming the difference), a range outside the model
+absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
+                                                         const v1::JobSpec& job_spec,
+                                                         int first_layer, int last_layer);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_CHECKPOINT_CHECKPOINT_LOADER_H_

@@ -1,0 +1,254 @@
+// Loading checkpoints: a bitwise round trip through shards, manifest and a backend's
+// ImportState; resharding (saved with P = 2, loaded with P = 1 and P = 3 by layer ranges); and
+// clear errors for a truncated, corrupt or missing shard and for another model.
+#include "worker/checkpoint/checkpoint_loader.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/checkpoint_files.h"
+#include "common/schedule/lowering.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/checkpoint/shard_writer.h"
+#include "worker/runtime/stage_backend.h"
+#include "worker/runtime/stage_runtime.h"
+#include "worker/runtime/testing/parity_testing.h"
+
+namespace dapple::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+v1::JobSpec Spec(const std::string& optimizer) {
+  parity::SpecOptions o;
+  o.global_batch = 64;
+  o.micro_batch = 64;
+  o.optimizer = optimizer;
+  o.hidden1 = 24;
+  o.hidden2 = 12;
+  o.seed = 9;
+  return parity::ParitySpec(o);
+}
+
+// The tensors of `state` whose layer is in [first, last].
+StageState Slice(const StageState& state, int first, int last) {
+  StageState out;
+  auto in = [&](const NamedTensor& t) {
+    const int l = LayerOfTensor(t.name);
+    return l >= first && l <= last;
+  };
+  for (const NamedTensor& t : state.params)
+    if (in(t)) out.params.push_back(t);
+  for (const NamedTensor& t : state.optimizer_state)
+    if (in(t)) out.optimizer_state.push_back(t);
+  out.optimizer_steps = state.optimizer_steps;
+  return out;
+}
+
+// The same tensors, bit for bit, in any order (shards list them by stage).
+void ExpectBitwise(std::vector<NamedTensor> got, std::vector<NamedTensor> want) {
+  auto by_name = [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; };
+  std::sort(got.begin(), got.end(), by_name);
+  std::sort(want.begin(), want.end(), by_name);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name);
+    EXPECT_EQ(got[i].shape, want[i].shape) << got[i].name;
+    ASSERT_EQ(got[i].data.size(), want[i].data.size()) << got[i].name;
+    EXPECT_EQ(
+        std::memcmp(got[i].data.data(), want[i].data.data(), got[i].data.size() * sizeof(float)), 0)
+        << got[i].name << " differs";
+  }
+}
+
+class CheckpointLoaderTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckpt-loader-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    spec_ = Spec(GetParam());
+    layers_ = spec_.model().layers_size();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A P = 1 CPU runtime after `steps` steps of real training.
+  std::unique_ptr<StageRuntime> Trained(int steps) {
+    const v1::ParallelPlanSummary plan = parity::UniformPlan(layers_, 1);
+    auto programs = schedule::BuildPrograms(schedule::ScheduleKind::kDapple, 1, 1).value();
+    auto rt = StageRuntime::Create(parity::Assignment(spec_, plan, 0, programs[0]),
+                                   &parity::TrainSet(), &parity::TestSet(), nullptr);
+    EXPECT_TRUE(rt.ok()) << rt.status();
+    for (int s = 0; s < steps; ++s) EXPECT_TRUE((*rt)->RunStep(s).ok());
+    return std::move(*rt);
+  }
+
+  // Saves `full` (the whole model's state) as a checkpoint of step `step` laid out as `plan`'s
+  // stages, with the manifest the coordinator writes; returns the manifest's path.
+  std::string Save(const StageState& full, int64_t step, const v1::ParallelPlanSummary& plan) {
+    const std::string job_dir = dir_ + "/job-1";
+    v1::CheckpointManifest m;
+    m.set_format_version(kCheckpointFormatVersion);
+    m.set_job_id("job-1");
+    m.set_step(step);
+    *m.mutable_spec() = spec_;
+    *m.mutable_plan() = plan;
+    for (int s = 0; s < plan.stages_size(); ++s) {
+      const int first = plan.stages(s).first_layer(), last = plan.stages(s).last_layer();
+      absl::StatusOr<WrittenShard> w =
+          WriteShard(job_dir, "job-1", step, {s, 0, first, last}, Slice(full, first, last));
+      EXPECT_TRUE(w.ok()) << w.status();
+      v1::CheckpointShardEntry* e = m.add_shards();
+      e->set_stage(s);
+      e->set_first_layer(first);
+      e->set_last_layer(last);
+      e->set_file(w->file);
+      e->set_bytes(w->bytes);
+    }
+    const std::string partial = job_dir + "/" + PartialCheckpointDirName(step);
+    EXPECT_TRUE(WriteFileAtomically(partial + "/manifest.pb", m.SerializeAsString()).ok());
+    const std::string published = job_dir + "/" + CheckpointDirName(step);
+    fs::rename(partial, published);
+    return published + "/manifest.pb";
+  }
+
+  std::string dir_;
+  v1::JobSpec spec_;
+  int layers_ = 0;
+};
+
+TEST_P(CheckpointLoaderTest, RoundTripIsBitwiseAndResumesExactly) {
+  std::unique_ptr<StageRuntime> original = Trained(2);
+  absl::StatusOr<StageState> saved = original->backend().ExportState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->optimizer_steps, 2);
+  const std::string manifest = Save(*saved, 2, parity::UniformPlan(layers_, 2));
+
+  absl::StatusOr<LoadedCheckpoint> loaded =
+      LoadCheckpointForLayers(manifest, spec_, 0, layers_ - 1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->manifest.step(), 2);
+  EXPECT_EQ(loaded->state.optimizer_steps, 2);
+  ExpectBitwise(loaded->state.params, saved->params);
+  ExpectBitwise(loaded->state.optimizer_state, saved->optimizer_state);
+
+  // A fresh P = 1 stage resumed from it takes step 3 exactly as the uninterrupted one does.
+  std::unique_ptr<StageRuntime> resumed = Trained(0);
+  ASSERT_TRUE(resumed->backend().ImportState(loaded->state).ok());
+  absl::StatusOr<StepResult> a = original->RunStep(2);
+  absl::StatusOr<StepResult> b = resumed->RunStep(2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->loss, b->loss);
+  absl::StatusOr<StageState> after_a = original->backend().ExportState();
+  absl::StatusOr<StageState> after_b = resumed->backend().ExportState();
+  ExpectBitwise(after_b->params, after_a->params);
+  ExpectBitwise(after_b->optimizer_state, after_a->optimizer_state);
+  EXPECT_EQ(after_b->optimizer_steps, 3);
+}
+
+TEST_P(CheckpointLoaderTest, ReshardsTwoStagesIntoThree) {
+  std::unique_ptr<StageRuntime> original = Trained(1);
+  absl::StatusOr<StageState> saved = original->backend().ExportState();
+  ASSERT_TRUE(saved.ok());
+  const std::string manifest = Save(*saved, 1, parity::UniformPlan(layers_, 2));
+  const v1::ParallelPlanSummary three = parity::UniformPlan(layers_, 3);
+  for (int s = 0; s < 3; ++s) {
+    const int first = three.stages(s).first_layer(), last = three.stages(s).last_layer();
+    absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpointForLayers(manifest, spec_, first, last);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const StageState want = Slice(*saved, first, last);
+    ExpectBitwise(loaded->state.params, want.params);
+    ExpectBitwise(loaded->state.optimizer_state, want.optimizer_state);
+    // The stage's backend takes exactly these tensors.
+    auto backend = MakeCpuStageBackend(spec_, first, last);
+    ASSERT_TRUE(backend.ok());
+    EXPECT_TRUE((*backend)->ImportState(loaded->state).ok()) << "stage " << s;
+    absl::StatusOr<StageState> back = (*backend)->ExportState();
+    ExpectBitwise(back->params, want.params);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointLoaderTest, ::testing::Values("sgd", "adamw"));
+
+class CheckpointLoaderErrorTest : public CheckpointLoaderTest {
+ protected:
+  void SetUp() override {
+    CheckpointLoaderTest::SetUp();
+    auto backend = MakeCpuStageBackend(spec_, 0, layers_ - 1);
+    ASSERT_TRUE(backend.ok());
+    absl::StatusOr<StageState> state = (*backend)->ExportState();
+    ASSERT_TRUE(state.ok());
+    manifest_ = Save(*state, 3, parity::UniformPlan(layers_, 2));
+    shard1_ = dir_ + "/job-1/step-3/stage1.replica0.shard";
+  }
+  std::string manifest_;
+  std::string shard1_;
+};
+
+TEST_P(CheckpointLoaderErrorTest, TruncatedShardNamesTheFile) {
+  fs::resize_file(shard1_, fs::file_size(shard1_) - 7);
+  absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, spec_, 0, layers_ - 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(got.status().message(), HasSubstr(shard1_));
+  EXPECT_THAT(got.status().message(), HasSubstr("truncated or corrupt"));
+  // Layers held only by the intact shard still load.
+  const int first1 = parity::UniformPlan(layers_, 2).stages(1).first_layer();
+  EXPECT_TRUE(LoadCheckpointForLayers(manifest_, spec_, 0, first1 - 1).ok());
+}
+
+TEST_P(CheckpointLoaderErrorTest, CorruptShardNamesTheFile) {
+  const auto size = fs::file_size(shard1_);
+  {
+    std::ofstream out(shard1_, std::ios::binary | std::ios::trunc);
+    out << std::string(size, '\xff');
+  }
+  absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, spec_, 0, layers_ - 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(got.status().message(), HasSubstr(shard1_));
+}
+
+TEST_P(CheckpointLoaderErrorTest, MissingShardNamesTheFile) {
+  fs::remove(shard1_);
+  absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, spec_, 0, layers_ - 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(got.status().message(), HasSubstr(shard1_ + "' is missing"));
+}
+
+TEST_P(CheckpointLoaderErrorTest, MissingManifest) {
+  absl::StatusOr<LoadedCheckpoint> got =
+      LoadCheckpointForLayers(dir_ + "/none/manifest.pb", spec_, 0, layers_ - 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(got.status().message(), HasSubstr(dir_ + "/none/manifest.pb"));
+}
+
+TEST_P(CheckpointLoaderErrorTest, AnotherModelNamesTheDifference) {
+  v1::JobSpec other = spec_;
+  other.mutable_model()->mutable_layers(1)->set_out(25);
+  absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, other, 0, layers_ - 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("model.layers[1].out differs: checkpoint 24, job 25"));
+}
+
+TEST_P(CheckpointLoaderErrorTest, ImportRefusesAStageOfAnotherRange) {
+  // Tensors of the whole model into a backend of the first layers only: the extra ones are
+  // named.
+  absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, spec_, 0, layers_ - 1);
+  ASSERT_TRUE(got.ok());
+  auto backend = MakeCpuStageBackend(spec_, 0, 2);
+  ASSERT_TRUE(backend.ok());
+  absl::Status s = (*backend)->ImportState(got->state);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not a tensor of this stage"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointLoaderErrorTest, ::testing::Values("sgd"));
+
+}  // namespace
+}  // namespace dapple::worker

@@ -1,0 +1,65 @@
+#include "worker/runtime/stage_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/tensor.h"
+
+namespace dapple::worker {
+
+std::vector<std::string> OptimizerStateNames(const std::string& optimizer_type) {
+  if (optimizer_type == "sgd") return {"momentum"};
+  if (optimizer_type == "adamw") return {"adam_m", "adam_v"};
+  return {};
+}
+
+int LayerOfTensor(const std::string& name) {
+  constexpr absl::string_view kPrefix = "layer";
+  if (!absl::StartsWith(name, kPrefix)) return -1;
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || dot == kPrefix.size()) return -1;
+  int layer = -1;
+  if (!absl::SimpleAtoi(absl::string_view(name).substr(kPrefix.size(), dot - kPrefix.size()),
+                        &layer) ||
+      layer < 0) {
+    return -1;
+  }
+  return layer;
+}
+
+absl::StatusOr<const NamedTensor*> FindTensor(const std::vector<NamedTensor>& tensors,
+                                              const std::string& name,
+                                              const std::vector<int64_t>& shape) {
+  for (const NamedTensor& t : tensors) {
+    if (t.name != name) continue;
+    if (t.shape != shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor ", name, " has shape ", kernels::ShapeToString(t.shape),
+                       ", the stage needs ", kernels::ShapeToString(shape)));
+    }
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (static_cast<int64_t>(t.data.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", name, " has ",
+                                                     t.data.size(), " values for shape ",
+                                                     kernels::ShapeToString(shape)));
+    }
+    return &t;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint has no tensor ", name));
+}
+
+absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
+                                 const std::vector<std::string>& expected) {
+  for (const NamedTensor& t : tensors) {
+    if (std::find(expected.begin(), expected.end(), t.name) == expected.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor ", t.name, " is not a tensor of this stage"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dapple::worker

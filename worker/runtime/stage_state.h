@@ -1,0 +1,57 @@
+// What a checkpoint holds of one stage (StageBackend::ExportState / ImportState; the shard
+// format is proto/dapple/v1/checkpoint.proto): its parameters, its optimizer state and the
+// number of updates applied, as named fp32 host tensors.
+//
+// Names use GLOBAL layer indices, so a tensor means the same thing under any pipeline layout:
+//   parameters        "layer<i>.weight" [out, in], "layer<i>.bias" [out]
+//   optimizer state   "<param name>.<state>": "momentum" (sgd's velocity buffer),
+//                     "adam_m" / "adam_v" (adamw's first and second moments); same shape as the
+//                     parameter.
+#ifndef DAPPLE_WORKER_RUNTIME_STAGE_STATE_H_
+#define DAPPLE_WORKER_RUNTIME_STAGE_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dapple::worker {
+
+// A named fp32 tensor on the host, row-major.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // prod(shape) values
+};
+
+struct StageState {
+  std::vector<NamedTensor> params;           // in the stage's parameter order
+  std::vector<NamedTensor> optimizer_state;  // for each state name, every parameter's
+  int64_t optimizer_steps = 0;               // updates applied (AdamW's bias correction)
+};
+
+// The optimizer state names of an optimizer type: {"momentum"} for sgd, {"adam_m", "adam_v"}
+// for adamw; empty for another type.
+std::vector<std::string> OptimizerStateNames(const std::string& optimizer_type);
+
+// "layer3.weight" -> 3 (also for "layer3.weight.momentum"); -1 when `name` has another form.
+int LayerOfTensor(const std::string& name);
+
+// For an importer: the tensor named `name` among `tensors`, which must have `shape`.
+// kInvalidArgument "checkpoint has no tensor layer3.weight.momentum" / "checkpoint tensor
+// layer3.weight has shape [32, 784], the stage needs [64, 784]" / "... has 10 values for shape
+// [64, 784]".
+absl::StatusOr<const NamedTensor*> FindTensor(const std::vector<NamedTensor>& tensors,
+                                              const std::string& name,
+                                              const std::vector<int64_t>& shape);
+
+// Every tensor of `tensors` must be one of `expected` names (an import takes exactly the
+// stage's tensors). kInvalidArgument "checkpoint tensor layer7.weight is not a tensor of this
+// stage".
+absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
+                                 const std::vector<std::string>& expected);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_STAGE_STATE_H_

@@ -44,8 +44,8 @@ std::optional<CheckpointReport> StageCheckpointer::AfterStep(int64_t step, Stage
   const bool periodic = every > 0 && step % every == 0;
   const bool on_demand = requested == step;
   if (!periodic && !on_demand) {
-    if (requested > 0 && requested < step && requested != refused_) {
-      refused_ = requested;
+    if (requested > 0 && requested < step && requested != handled_) {
+      handled_ = requested;
       CheckpointReport missed;
       missed.step = requested;
       missed.error = absl::StrCat("stage ", assignment_.stage(), " is already past step ",
@@ -54,6 +54,7 @@ std::optional<CheckpointReport> StageCheckpointer::AfterStep(int64_t step, Stage
     }
     return std::nullopt;
   }
+  if (on_demand) handled_ = step;
   CheckpointReport out;
   out.step = step;
   absl::StatusOr<StageState> state = backend.ExportState();

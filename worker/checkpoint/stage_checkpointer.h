@@ -53,7 +53,10 @@ class StageCheckpointer {
   const std::atomic<int64_t>* requested_step_;
   int first_layer_ = 0;
   int last_layer_ = 0;
-  int64_t refused_ = 0;  // the newest on-demand step reported as missed
+  // The newest on-demand step this rank saved or reported as missed: acks go on carrying the
+  // request until the coordinator publishes it, and a step already saved must not then be
+  // reported as missed (that would abandon the checkpoint this rank just wrote).
+  int64_t handled_ = 0;
 };
 
 }  // namespace dapple::worker

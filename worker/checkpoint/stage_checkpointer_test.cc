@@ -74,6 +74,19 @@ TEST_F(StageCheckpointerTest, AMissedRequestIsReportedOnce) {
   EXPECT_FALSE(c.AfterStep(10, *backend_).has_value());
 }
 
+TEST_F(StageCheckpointerTest, ASavedRequestIsNotReportedMissedWhileAcksStillCarryIt) {
+  StageCheckpointer c(assignment_, &requested_);
+  requested_ = 4;
+  std::optional<CheckpointReport> r = c.AfterStep(4, *backend_);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->step, 4);
+  EXPECT_EQ(r->error, "");
+  EXPECT_EQ(r->file, "stage1.replica0.shard");
+  // The coordinator has not published step 4 yet, so the next acks still ask for it.
+  EXPECT_FALSE(c.AfterStep(5, *backend_).has_value());
+  EXPECT_FALSE(c.AfterStep(7, *backend_).has_value());
+}
+
 TEST_F(StageCheckpointerTest, AWriteErrorIsReportedNotFatal) {
   assignment_.set_checkpoint_dir("/proc/no-checkpoints-here");
   StageCheckpointer c(assignment_, &requested_);

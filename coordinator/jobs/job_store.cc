@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "common/status.h"
 #include "coordinator/jobs/job_lifecycle.h"
+#include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -35,16 +36,12 @@ constexpr char kPutSql[] =
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
+  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(path);
+  if (!db.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot open job database '", path, "': ", why));
+        absl::StrCat("cannot open job database '", path, "': ", db.status().message()));
   }
-  std::unique_ptr<JobStore> store(new JobStore(db, path));
+  std::unique_ptr<JobStore> store(new JobStore(*db, path));
   absl::Status init = store->Init();
   if (!init.ok()) {
     return absl::FailedPreconditionError(
@@ -58,24 +55,9 @@ JobStore::~JobStore() {
   sqlite3_close(db_);
 }
 
-absl::Status JobStore::Exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string why = err != nullptr ? err : sqlite3_errmsg(db_);
-    sqlite3_free(err);
-    return absl::InternalError(why);
-  }
-  return absl::OkStatus();
-}
+absl::Status JobStore::Exec(const char* sql) { return ExecSql(db_, sql); }
 
 absl::Status JobStore::Init() {
-  // Another coordinator process briefly holding the write lock should delay us, not fail us.
-  sqlite3_busy_timeout(db_, 5000);
-  // WAL keeps readers off the writer's back; synchronous=NORMAL is durable across process
-  // crashes in WAL mode (only an OS crash can lose the last commits).
-  DAPPLE_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
-  DAPPLE_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
-
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &stmt, nullptr) != SQLITE_OK) {
     return absl::InternalError(sqlite3_errmsg(db_));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -43,38 +44,23 @@ struct Statement {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& db_path) {
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
+  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
+  if (!db.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot open trace table in '", db_path, "': ", why));
+        absl::StrCat("cannot open trace table in '", db_path, "': ", db.status().message()));
   }
-  std::unique_ptr<TraceStore> store(new TraceStore(db, db_path));
-  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<TraceStore> store(new TraceStore(*db, db_path));
   absl::MutexLock lock(&store->mu_);
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", kCreateTable}) {
-    if (absl::Status s = store->ExecLocked(sql); !s.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot open trace table in '", db_path, "': ", s.message()));
-    }
+  if (absl::Status s = store->ExecLocked(kCreateTable); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open trace table in '", db_path, "': ", s.message()));
   }
   return store;
 }
 
 TraceStore::~TraceStore() { sqlite3_close(db_); }
 
-absl::Status TraceStore::ExecLocked(const char* sql) const {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string why = err != nullptr ? err : sqlite3_errmsg(db_);
-    sqlite3_free(err);
-    return absl::InternalError(why);
-  }
-  return absl::OkStatus();
-}
+absl::Status TraceStore::ExecLocked(const char* sql) const { return ExecSql(db_, sql); }
 
 absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
   if (trace.job_id().empty()) return absl::InvalidArgumentError("trace has no job_id");

@@ -1,0 +1,31 @@
+// The coordinator's SQLite database file, shared by its stores (job_store.h, trace_store.h),
+// each on a connection of its own.
+//
+// Thread safety: the functions are thread-safe; a connection is used by one thread at a time
+// (its store's mutex).
+#ifndef DAPPLE_COORDINATOR_JOBS_SQLITE_DB_H_
+#define DAPPLE_COORDINATOR_JOBS_SQLITE_DB_H_
+
+#include <sqlite3.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dapple::coordinator {
+
+// Opens (creating it when missing) the database file `path` read-write, with a 5 s busy timeout
+// (another connection briefly holding the write lock delays, not fails, a writer), WAL and
+// synchronous=NORMAL (durable across process crashes in WAL mode; only an OS crash can lose the
+// last commits). The caller owns the connection and closes it with sqlite3_close.
+// kFailedPrecondition with SQLite's reason alone (callers say which database), e.g. "unable to
+// open database file".
+absl::StatusOr<sqlite3*> OpenSqliteDatabase(const std::string& path);
+
+// Runs `sql` (one or more statements without results). kInternal with SQLite's message.
+absl::Status ExecSql(sqlite3* db, const char* sql);
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_JOBS_SQLITE_DB_H_

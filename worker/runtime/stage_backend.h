@@ -72,6 +72,21 @@ class StageBackend {
   // runtime calls it just before OptimizerStep: StageStepStats.gradient_sq_norm). Negative:
   // this backend does not measure it (the default). kInternal for a failed kernel.
   virtual absl::StatusOr<double> GradientSquaredNorm() { return -1.0; }
+  // Gradients as one flat fp32 vector, for the AllReduce among a stage's replicas (DAPPLE) and
+  // Pipe-SGD's stale update: every parameter's accumulated gradient in HostParams order.
+  // Number of floats of that vector.
+  virtual int64_t GradientFloats() const { return 0; }
+  // Copies the accumulated gradients into `host` (GradientFloats() floats; a device backend
+  // synchronises first). kUnimplemented for a backend without replicas support.
+  virtual absl::Status ReadGradients(float* host) {
+    (void)host;
+    return absl::UnimplementedError("this backend cannot read its gradients");
+  }
+  // Replaces the accumulated gradients by `host` (GradientFloats() floats).
+  virtual absl::Status WriteGradients(const float* host) {
+    (void)host;
+    return absl::UnimplementedError("this backend cannot write its gradients");
+  }
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device

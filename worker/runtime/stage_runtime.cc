@@ -48,7 +48,8 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
-    Transport* transport, std::unique_ptr<StageBackend> backend) {
+    Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
+  (void)replicas;
   const v1::JobSpec& spec = assignment.spec();
   const int stage = assignment.stage();
   const int num_stages = assignment.num_stages();

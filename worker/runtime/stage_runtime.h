@@ -27,6 +27,7 @@
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/trace.pb.h"
 #include "kernels/cpu/layer.h"
+#include "worker/comm/collective.h"
 #include "worker/comm/transport.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/runtime/stage_backend.h"
@@ -62,9 +63,14 @@ class StageRuntime {
   // backend's memory (host, or device for a CUDA backend: worker/comm/cuda). Peers are addressed
   // by stage index (one replica per stage). kInvalidArgument for a plan that does not fit the
   // spec.
+  // Replicas (plan.stages[s].replicas > 1): peers are addressed by schedule::RankIndex, each
+  // replica owns its SplitRows share of every micro-batch (split-concat), and `replicas` (the
+  // stage's replicas, rank() == assignment.replica; not owned, must outlive the runtime) runs
+  // the ALLREDUCE action. Null when the stage has one replica.
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
-      Transport* transport, std::unique_ptr<StageBackend> backend = nullptr);
+      Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
+      Collective* replicas = nullptr);
 
   // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
   // Errors: whatever the transport returns (kAborted, kUnavailable naming the peer,

@@ -13,55 +13,14 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
+#include "worker/runtime/testing/local_transport.h"
 #include "worker/runtime/testing/parity_testing.h"
 
 namespace dapple::worker {
 namespace {
 
-// Messages are copied at Send, so sends complete at once; Recv waits (with a deadline).
-class Mailbox {
- public:
-  void Put(int src, int dst, uint64_t tag, const void* data, size_t bytes) {
-    absl::MutexLock l(&mu_);
-    auto& q = box_[{src, dst, tag}];
-    q.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
-  }
-  absl::Status Take(int src, int dst, uint64_t tag, void* data, size_t bytes) {
-    absl::MutexLock l(&mu_);
-    auto key = std::make_tuple(src, dst, tag);
-    auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return box_.count(key) > 0; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&present), absl::Seconds(30))) {
-      return absl::DeadlineExceededError("no message");
-    }
-    auto& v = box_[key];
-    if (v.size() != bytes) return absl::InternalError("size mismatch");
-    std::copy(v.begin(), v.end(), static_cast<char*>(data));
-    box_.erase(key);
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::tuple<int, int, uint64_t>, std::vector<char>> box_ ABSL_GUARDED_BY(mu_);
-};
-
-class LocalTransport : public Transport {
- public:
-  LocalTransport(Mailbox* box, int rank) : box_(box), rank_(rank) {}
-  absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
-    box_->Put(rank_, peer, tag, data, bytes);
-    return absl::OkStatus();
-  }
-  absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
-    return box_->Take(peer, rank_, tag, data, bytes);
-  }
-  absl::Status WaitSends() override { return absl::OkStatus(); }
-
- private:
-  Mailbox* box_;
-  int rank_;
-};
-
+using parity::LocalTransport;
+using parity::Mailbox;
 using parity::ParitySpec;
 using parity::SpecOptions;
 using parity::TestSet;

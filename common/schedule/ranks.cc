@@ -1,0 +1,33 @@
+#include "common/schedule/ranks.h"
+
+#include <algorithm>
+
+namespace dapple::schedule {
+
+int StageReplicas(const v1::ParallelPlanSummary& plan, int stage) {
+  if (stage < 0 || stage >= plan.stages_size()) return 1;
+  return std::max(1, plan.stages(stage).replicas());
+}
+
+int RankIndex(const v1::ParallelPlanSummary& plan, int stage, int replica) {
+  int index = 0;
+  for (int s = 0; s < stage; ++s) index += StageReplicas(plan, s);
+  return index + replica;
+}
+
+int NumRanks(const v1::ParallelPlanSummary& plan) { return RankIndex(plan, plan.stages_size(), 0); }
+
+RowRange SplitRows(int64_t rows, int replicas, int replica) {
+  const int64_t base = rows / replicas;
+  const int64_t extra = rows % replicas;
+  RowRange r;
+  r.begin = replica * base + std::min<int64_t>(replica, extra);
+  r.end = r.begin + base + (replica < extra ? 1 : 0);
+  return r;
+}
+
+RowRange RowOverlap(RowRange a, RowRange b) {
+  return RowRange{std::max(a.begin, b.begin), std::min(a.end, b.end)};
+}
+
+}  // namespace dapple::schedule

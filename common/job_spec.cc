@@ -62,11 +62,11 @@ constexpr int kMaxYamlDepth = 64;
 using Names = absl::Span<const absl::string_view>;
 
 constexpr absl::string_view kKnownDatasets[] = {kFashionMnist};
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd"};
 constexpr char kDefaultDeviceType[] = "any";
-constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda"};
-// Designed (design.md) but not built yet: reported as such rather than as unknown.
-constexpr absl::string_view kLaterSchedules[] = {"pipedream", "pipesgd"};
+constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
+constexpr char kEmulatedDeviceType[] = "emulated";
+
 constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform",   "manual",
                                                     "dapple",   "pipedream", "dp"};
 // Planners that choose the pipeline depth themselves with stages auto (at most
@@ -423,14 +423,125 @@ Check CheckStageRanges(const v1::ParallelSpec& p, int num_layers) {
   return std::nullopt;
 }
 
+// device_type emulated (docs/job_spec.md): the profile file is read by the coordinator at
+// submit (coordinator/service/emulation.h checks its layers against the model); here only what
+// needs no file.
+Check CheckEmulation(const v1::ParallelSpec& p) {
+  const bool emulated = p.device_type() == kEmulatedDeviceType;
+  const v1::EmulationSpec& e = p.emulation();
+  if (!emulated) {
+    if (p.has_emulation()) {
+      return At("parallel.emulation",
+                absl::StrFormat("parallel.emulation applies only to parallel.device_type "
+                                "emulated, got parallel.device_type %s",
+                                p.device_type().empty() ? kDefaultDeviceType : p.device_type()));
+    }
+    return std::nullopt;
+  }
+  if (e.profile().empty()) {
+    return At("parallel.emulation.profile",
+              "parallel.device_type emulated needs parallel.emulation.profile: an absolute path "
+              "to a profile file (graph.txt) with one entry per model layer");
+  }
+  if (e.profile()[0] != '/') {
+    return At("parallel.emulation.profile",
+              absl::StrFormat("parallel.emulation.profile '%s' must be an absolute path: the "
+                              "coordinator reads it at submit, on its own file system",
+                              e.profile()));
+  }
+  if (!std::isfinite(e.scale()) || e.scale() <= 0) {
+    return At("parallel.emulation.scale",
+              absl::StrFormat("parallel.emulation.scale %g must be a finite number > 0 (it "
+                              "multiplies every profiled time; default 1)",
+                              e.scale()));
+  }
+  return std::nullopt;
+}
+
+// schedule pipesgd (Pipe-SGD, docs/job_spec.md): data parallelism, one stage replicated on
+// every device. `stages` is the resolved stage count (0 = auto).
+constexpr char kPipeSgdSchedule[] = "pipesgd";
+constexpr int kMaxPipeSgdWarmup = 1000;
+constexpr int kDefaultPipeSgdWarmup = 2;
+constexpr absl::string_view kPipeSgdCompressions[] = {"none", "fp16", "int8"};
+
+Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
+  if (p.schedule() != kPipeSgdSchedule) {
+    if (p.has_pipesgd()) {
+      return At("parallel.pipesgd",
+                absl::StrFormat("parallel.pipesgd applies only to parallel.schedule pipesgd, got "
+                                "parallel.schedule %s",
+                                p.schedule()));
+    }
+    return std::nullopt;
+  }
+  const v1::PipeSgdSpec& ps = p.pipesgd();
+  if (ps.warmup_steps() < 0 || ps.warmup_steps() > kMaxPipeSgdWarmup) {
+    return At("parallel.pipesgd.warmup_steps",
+              absl::StrFormat("parallel.pipesgd.warmup_steps %d must be between 0 and %d "
+                              "(synchronous steps before the stale updates)",
+                              ps.warmup_steps(), kMaxPipeSgdWarmup));
+  }
+  // Empty: a spec built in code; it means none.
+  if (!ps.compression().empty() && !Contains(kPipeSgdCompressions, ps.compression())) {
+    return At("parallel.pipesgd.compression",
+              absl::StrFormat("parallel.pipesgd.compression '%s' is unknown; known: %s",
+                              ps.compression(), absl::StrJoin(kPipeSgdCompressions, ", ")));
+  }
+  const bool one_stage = stages == 1 || (stages == 0 && p.planner() == kDataParallelPlanner);
+  if (!one_stage) {
+    return At(
+        "parallel.stages",
+        absl::StrFormat("parallel.schedule pipesgd is data parallelism over one stage, got "
+                        "parallel.stages %s with parallel.planner %s: set stages to 1 (or "
+                        "auto with planner dp)",
+                        stages == 0 ? std::string("auto") : absl::StrCat(stages), p.planner()));
+  }
+  if (p.devices() < 2) {
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d with parallel.schedule pipesgd: pipesgd is "
+                              "data parallelism: devices must be >= 2",
+                              p.devices()));
+  }
+  return std::nullopt;
+}
+
+// schedule pipedream (docs/job_spec.md): asynchronous 1F1B with weight stashing on one replica
+// per stage (1F1B-RR across replicas is not available). `stages` is the resolved count (0: auto).
+constexpr char kPipeDreamSchedule[] = "pipedream";
+
+Check CheckPipeDream(const v1::ParallelSpec& p, int stages) {
+  if (p.schedule() != kPipeDreamSchedule) {
+    if (p.has_pipedream()) {
+      return At("parallel.pipedream",
+                absl::StrFormat("parallel.pipedream applies only to parallel.schedule pipedream, "
+                                "got parallel.schedule %s",
+                                p.schedule()));
+    }
+    return std::nullopt;
+  }
+  if (p.planner() == kDataParallelPlanner) {
+    return At("parallel.planner",
+              "parallel.planner dp with parallel.schedule pipedream: pipedream pipelines stages "
+              "and runs one replica per stage; use planner pipedream, dapple, balanced, uniform "
+              "or manual, or schedule pipesgd for data parallelism");
+  }
+  if (stages > 0 && p.devices() != stages) {
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d with %d stages and parallel.schedule "
+                              "pipedream: pipedream runs one replica per stage (1F1B-RR across "
+                              "replicas is not available): set devices to %d",
+                              p.devices(), stages, stages));
+  }
+  return std::nullopt;
+}
+
 Check CheckParallel(const v1::JobSpec& spec) {
   const v1::ParallelSpec& p = spec.parallel();
   const int num_layers = spec.model().layers_size();
   if (!Contains(kAvailableSchedules, p.schedule())) {
-    const bool later = Contains(kLaterSchedules, p.schedule());
     return At("parallel.schedule",
-              absl::StrFormat("parallel.schedule '%s' is %s; available: %s", p.schedule(),
-                              later ? "not available in this version" : "unknown",
+              absl::StrFormat("parallel.schedule '%s' is unknown; available: %s", p.schedule(),
                               absl::StrJoin(kAvailableSchedules, ", ")));
   }
   // Empty (a spec built in code, or stored before the field existed) means "any".
@@ -439,6 +550,7 @@ Check CheckParallel(const v1::JobSpec& spec) {
               absl::StrFormat("parallel.device_type '%s' is unknown; known: %s", p.device_type(),
                               absl::StrJoin(kDeviceTypes, ", ")));
   }
+  if (Check c = CheckEmulation(p)) return c;
   if (!Contains(kAvailablePlanners, p.planner())) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),
@@ -478,26 +590,21 @@ Check CheckParallel(const v1::JobSpec& spec) {
   if (explicit_ranges) {
     if (Check c = CheckStageRanges(p, num_layers)) return c;
   }
+  if (Check c = CheckPipeSgd(p, stages)) return c;
+  if (Check c = CheckPipeDream(p, stages)) return c;
   if (p.devices() < 1) {
     return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
   }
   if (Check c = CheckAtMost("parallel.devices", p.devices(), kMaxDevices)) return c;
   if (p.planner() == kDataParallelPlanner) {
-    // dp is one stage replicated on every device; the worker runtime runs one replica per
-    // stage, so the only dp plan it can run today is one stage on one device.
+    // dp is one stage replicated on every device.
     if (stages > 1) {
       return At("parallel.stages",
                 absl::StrFormat("parallel.stages %d with parallel.planner dp: data parallelism "
                                 "is one stage; set stages to auto or 1",
                                 stages));
     }
-    if (p.devices() > 1) {
-      return At("parallel.devices",
-                absl::StrFormat("parallel.devices %d with parallel.planner dp would need %d "
-                                "replicas of one stage; stage replication arrives with the "
-                                "hybrid runtime: set devices to 1, or use planner dapple",
-                                p.devices(), p.devices()));
-    }
+    // One stage replicated on every device (P = 1, D = devices).
     return std::nullopt;
   }
   if (stages == 0) {
@@ -512,25 +619,21 @@ Check CheckParallel(const v1::JobSpec& spec) {
     }
     return std::nullopt;
   }
-  if (p.devices() != stages) {
-    if (p.devices() > stages && p.devices() % stages == 0) {
-      return At("parallel.devices",
-                absl::StrFormat("parallel.devices %d with %d stages would need %d replicas per "
-                                "stage; stage replication is not available in this version: set "
-                                "devices to %d",
-                                p.devices(), stages, p.devices() / stages, stages));
-    }
-    if (p.devices() < stages) {
-      return At("parallel.devices",
-                absl::StrFormat("parallel.devices %d is fewer than the %d stages: each stage needs "
-                                "its own device: set devices to %d",
-                                p.devices(), stages, stages));
-    }
+  // A fixed stage count: every stage gets devices / stages replicas (D), so devices must be a
+  // multiple of the stages (dapple and pipedream with a fixed P replicate as they choose, up to
+  // the same devices).
+  if (p.devices() < stages) {
     return At("parallel.devices",
-              absl::StrFormat("parallel.devices %d does not match the %d stages: devices must "
-                              "equal the number of stages (stage replication is not available in "
-                              "this version): set devices to %d",
+              absl::StrFormat("parallel.devices %d is fewer than the %d stages: each stage needs "
+                              "its own device: set devices to %d (or a multiple of it)",
                               p.devices(), stages, stages));
+  }
+  if (p.devices() % stages != 0) {
+    const int lower = p.devices() / stages * stages;
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d is not a multiple of the %d stages: each "
+                              "stage gets devices / stages replicas: set devices to %d or %d",
+                              p.devices(), stages, lower, lower + stages));
   }
   return std::nullopt;
 }
@@ -576,8 +679,11 @@ constexpr absl::string_view kTrainingKeys[] = {
     "max_steps",    "checkpoint_every_steps"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
-constexpr absl::string_view kParallelKeys[] = {"schedule", "planner", "stages", "devices",
-                                               "device_type"};
+constexpr absl::string_view kParallelKeys[] = {"schedule",    "planner",   "stages",  "devices",
+                                               "device_type", "emulation", "pipesgd", "pipedream"};
+constexpr absl::string_view kPipeDreamKeys[] = {"vertical_sync"};
+constexpr absl::string_view kEmulationKeys[] = {"profile", "scale"};
+constexpr absl::string_view kPipeSgdKeys[] = {"warmup_steps", "compression"};
 
 // One key: value pair of a YAML map.
 struct Field {
@@ -776,6 +882,9 @@ class Parser {
   absl::Status ParseTraining(const Field& section, v1::TrainingSpec& training);
   absl::Status ParseOptimizer(const Field& section, v1::OptimizerSpec& opt);
   absl::Status ParseParallel(const Field* section, v1::ParallelSpec& parallel);
+  absl::Status ParseEmulation(const Field& section, v1::EmulationSpec& emulation);
+  absl::Status ParsePipeSgd(const Field& section, v1::PipeSgdSpec& pipesgd);
+  absl::Status ParsePipeDream(const Field& section, v1::PipeDreamSpec& pipedream);
   absl::Status ParseStages(const Field& f, v1::ParallelSpec& parallel);
 
   std::string source_;
@@ -1042,6 +1151,70 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   parallel.set_device_type(kDefaultDeviceType);
   if (const Field* f = Find(fields, "device_type")) {
     DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(), String(*f, "parallel.device_type"));
+  }
+  if (const Field* f = Find(fields, "emulation")) {
+    DAPPLE_RETURN_IF_ERROR(ParseEmulation(*f, *parallel.mutable_emulation()));
+  }
+  // schedule pipesgd gets its defaults without a section; a section under another schedule is
+  // kept so that validation names it.
+  if (parallel.schedule() == kPipeSgdSchedule) {
+    parallel.mutable_pipesgd()->set_warmup_steps(kDefaultPipeSgdWarmup);
+    parallel.mutable_pipesgd()->set_compression("none");
+  }
+  if (const Field* f = Find(fields, "pipesgd")) {
+    DAPPLE_RETURN_IF_ERROR(ParsePipeSgd(*f, *parallel.mutable_pipesgd()));
+  }
+  if (const Field* f = Find(fields, "pipedream")) {
+    DAPPLE_RETURN_IF_ERROR(ParsePipeDream(*f, *parallel.mutable_pipedream()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParsePipeDream(const Field& section, v1::PipeDreamSpec& pipedream) {
+  DAPPLE_ASSIGN_OR_RETURN(
+      Fields fields, ReadMap(section.value, MarkOf(section), "parallel.pipedream", kPipeDreamKeys,
+                             " like {vertical_sync: false}"));
+  if (const Field* f = Find(fields, "vertical_sync")) {
+    DAPPLE_ASSIGN_OR_RETURN(const std::string v, String(*f, "parallel.pipedream.vertical_sync"));
+    if (v != "true" && v != "false") {
+      return Error(MarkOf(*f),
+                   absl::StrFormat("parallel.pipedream.vertical_sync must be true or false, got "
+                                   "'%s'",
+                                   v));
+    }
+    pipedream.set_vertical_sync(v == "true");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParsePipeSgd(const Field& section, v1::PipeSgdSpec& pipesgd) {
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
+                          ReadMap(section.value, MarkOf(section), "parallel.pipesgd", kPipeSgdKeys,
+                                  " like {warmup_steps: 2, compression: none}"));
+  pipesgd.set_warmup_steps(kDefaultPipeSgdWarmup);
+  if (const Field* f = Find(fields, "warmup_steps")) {
+    DAPPLE_ASSIGN_OR_RETURN(const int32_t v, Int32(*f, "parallel.pipesgd.warmup_steps"));
+    pipesgd.set_warmup_steps(v);
+  }
+  pipesgd.set_compression("none");
+  if (const Field* f = Find(fields, "compression")) {
+    DAPPLE_ASSIGN_OR_RETURN(*pipesgd.mutable_compression(),
+                            String(*f, "parallel.pipesgd.compression"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseEmulation(const Field& section, v1::EmulationSpec& emulation) {
+  DAPPLE_ASSIGN_OR_RETURN(
+      Fields fields, ReadMap(section.value, MarkOf(section), "parallel.emulation", kEmulationKeys,
+                             " like {profile: /path/to/model-pbs-32.txt, scale: 1}"));
+  if (const Field* f = Find(fields, "profile")) {
+    DAPPLE_ASSIGN_OR_RETURN(*emulation.mutable_profile(), String(*f, "parallel.emulation.profile"));
+  }
+  emulation.set_scale(1.0);
+  if (const Field* f = Find(fields, "scale")) {
+    DAPPLE_ASSIGN_OR_RETURN(const double v, Double(*f, "parallel.emulation.scale"));
+    emulation.set_scale(v);
   }
   return absl::OkStatus();
 }
@@ -1363,6 +1536,19 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   absl::StrAppend(&out, "  devices: ", p.devices(), "\n");
   absl::StrAppend(&out, "  device_type: ",
                   YamlString(p.device_type().empty() ? kDefaultDeviceType : p.device_type()), "\n");
+  if (p.has_emulation()) {
+    absl::StrAppend(&out, "  emulation: {profile: ", YamlString(p.emulation().profile()),
+                    ", scale: ", YamlDouble(p.emulation().scale()), "}\n");
+  }
+  if (p.has_pipedream()) {
+    absl::StrAppend(&out, "  pipedream: {vertical_sync: ",
+                    p.pipedream().vertical_sync() ? "true" : "false", "}\n");
+  }
+  if (p.has_pipesgd()) {
+    absl::StrAppend(
+        &out, "  pipesgd: {warmup_steps: ", p.pipesgd().warmup_steps(), ", compression: ",
+        YamlString(p.pipesgd().compression().empty() ? "none" : p.pipesgd().compression()), "}\n");
+  }
   return out;
 }
 

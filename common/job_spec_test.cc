@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -285,9 +286,10 @@ TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
   ExpectParseError(Edit(kExample, "{type: relu}", "{type: relu, outs: 3}"),
                    "job.yaml:7:20: unknown field 'outs' in model.layers[2]; known: type, out; did "
                    "you mean 'out'?");
-  ExpectParseError(Edit(kExample, "  devices: 2", "  device: 2"),
-                   "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
-                   "stages, devices, device_type; did you mean 'devices'?");
+  ExpectParseError(
+      Edit(kExample, "  devices: 2", "  device: 2"),
+      "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
+      "stages, devices, device_type, emulation, pipesgd, pipedream; did you mean 'devices'?");
 }
 
 TEST(ParseJobSpecTest, DuplicateField) {
@@ -612,15 +614,126 @@ TEST(ValidateJobSpecTest, Optimizer) {
 
 TEST(ValidateJobSpecTest, Schedule) {
   v1::JobSpec spec = Example();
-  for (const char* later : {"pipedream", "pipesgd"}) {
-    spec.mutable_parallel()->set_schedule(later);
-    ExpectInvalid(ValidateJobSpec(spec),
-                  {std::string("parallel.schedule '") + later +
-                   "' is not available in this version; available: gpipe, dapple"});
-  }
   spec.mutable_parallel()->set_schedule("zerobubble");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
+                                        "gpipe, dapple, pipedream, pipesgd"});
+}
+
+// schedule pipedream: one replica per stage (no 1F1B-RR), not with planner dp; an optional
+// parallel.pipedream section {vertical_sync}; the section under another schedule is refused.
+TEST(ValidateJobSpecTest, PipeDreamRunsOneReplicaPerStage) {
+  v1::JobSpec spec = Example();  // 2 stages on 2 devices
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(4);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.schedule 'zerobubble' is unknown; available: gpipe, dapple"});
+                {"parallel.devices 4 with 2 stages and parallel.schedule pipedream",
+                 "1F1B-RR across replicas is not available", "set devices to 2"});
+  spec.mutable_parallel()->set_devices(2);
+  spec.mutable_parallel()->set_planner("dp");
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner dp with parallel.schedule pipedream", "schedule pipesgd"});
+  spec = Example();
+  spec.mutable_parallel()->mutable_pipedream()->set_vertical_sync(true);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.pipedream applies only to parallel.schedule pipedream, got "
+                 "parallel.schedule dapple"});
+}
+
+TEST(ParseJobSpecTest, PipeDreamSection) {
+  const std::string text = Edit(kExample, "  schedule: dapple      # gpipe | dapple",
+                                "  schedule: pipedream\n  pipedream: {vertical_sync: true}");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->parallel().pipedream().vertical_sync());
+  // Round trip through the emitted YAML.
+  absl::StatusOr<v1::JobSpec> again = ParseJobSpec(JobSpecToYaml(*spec), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->parallel().pipedream().vertical_sync());
+  const std::string bad = Edit(kExample, "  schedule: dapple      # gpipe | dapple",
+                               "  schedule: pipedream\n  pipedream: {vertical_sync: maybe}");
+  ExpectInvalid(
+      ParseJobSpec(bad, "job.yaml").status(),
+      {"job.yaml:", "parallel.pipedream.vertical_sync must be true or false, got 'maybe'"});
+}
+
+// schedule pipesgd: one stage (stages 1, or planner dp with stages auto), devices >= 2, and a
+// parallel.pipesgd section with defaults warmup_steps 2 and compression none.
+TEST(ParseJobSpecTest, PipeSgdSectionAndDefaults) {
+  const std::string dp =
+      Edit(kExample, "  schedule: dapple      # gpipe | dapple\n  planner: balanced",
+           "  schedule: pipesgd\n  planner: dp");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(Edit(dp, "  stages: 2 ", "  stages: auto "), "j");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().schedule(), "pipesgd");
+  ASSERT_TRUE(spec->parallel().has_pipesgd());
+  EXPECT_EQ(spec->parallel().pipesgd().warmup_steps(), 2);
+  EXPECT_EQ(spec->parallel().pipesgd().compression(), "none");
+
+  spec = ParseJobSpec(Edit(Edit(dp, "  stages: 2 ", "  stages: 1 "), "  devices: 2\n",
+                           "  devices: 2\n  pipesgd: {warmup_steps: 0, compression: int8}\n"),
+                      "j");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().pipesgd().warmup_steps(), 0);
+  EXPECT_EQ(spec->parallel().pipesgd().compression(), "int8");
+  ExpectInvalid(ParseJobSpec(dp, "j").status(),
+                {"parallel.schedule pipesgd is data parallelism over one stage, got "
+                 "parallel.stages 2 with parallel.planner dp: set stages to 1 (or auto with "
+                 "planner dp)"});
+  // Round trip of the section.
+  ASSERT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_THAT(JobSpecToYaml(*spec), HasSubstr("  pipesgd: {warmup_steps: 0, compression: int8}\n"));
+  absl::StatusOr<v1::JobSpec> again = ParseJobSpec(JobSpecToYaml(*spec), "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*again, *spec));
+
+  // A pipesgd section under another schedule names it.
+  spec = ParseJobSpec(
+      Edit(kExample, "  devices: 2\n", "  devices: 2\n  pipesgd: {warmup_steps: 1}\n"), "j");
+  ExpectInvalid(spec.status(), {"parallel.pipesgd applies only to parallel.schedule pipesgd, got "
+                                "parallel.schedule dapple"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(dp, "  devices: 2\n", "  devices: 2\n  pipesgd: {warmup: 1}\n"), "j")
+          .status(),
+      {"parallel.pipesgd", "warmup"});
+}
+
+TEST(ValidateJobSpecTest, PipeSgdRules) {
+  v1::JobSpec spec = Example();
+  v1::ParallelSpec& p = *spec.mutable_parallel();
+  p.set_schedule("pipesgd");
+  p.set_planner("dp");
+  p.set_stages(0);
+  p.set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);  // no section: defaults
+  p.set_planner("dapple");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages",
+                                        "got parallel.stages auto with "
+                                        "parallel.planner dapple: set stages to 1 (or auto with "
+                                        "planner dp)"});
+  p.set_stages(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  p.set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 1 with parallel.schedule pipesgd: "
+                                        "pipesgd is data parallelism: devices must be >= 2"});
+  p.set_devices(2);
+  for (int bad : {-1, 1001}) {
+    p.mutable_pipesgd()->set_warmup_steps(bad);
+    ExpectInvalid(ValidateJobSpec(spec), {absl::StrCat("parallel.pipesgd.warmup_steps ", bad,
+                                                       " must be between 0 and 1000")});
+  }
+  p.mutable_pipesgd()->set_warmup_steps(1000);
+  for (const char* ok : {"none", "fp16", "int8", ""}) {
+    p.mutable_pipesgd()->set_compression(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  p.mutable_pipesgd()->set_compression("bf16");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.pipesgd.compression 'bf16' is unknown; known: "
+                                        "none, fp16, int8"});
+  p.set_schedule("gpipe");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.pipesgd applies only to parallel.schedule "
+                                        "pipesgd, got parallel.schedule gpipe"});
 }
 
 TEST(ValidateJobSpecTest, DeviceType) {
@@ -673,13 +786,16 @@ TEST(ValidateJobSpecTest, PlannersThatChooseTheDepthTakeMoreDevicesThanLayers) {
   // balanced and uniform make one stage per device with stages auto.
   spec.mutable_parallel()->set_planner("uniform");
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto"});
-  // An explicit count still needs one device per stage.
+  // An explicit count takes a multiple of it: D = devices / stages replicas of each stage.
   spec.mutable_parallel()->set_planner("dapple");
   spec.mutable_parallel()->set_stages(2);
-  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with 2 stages would need 4 replicas"});
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(3);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 is not a multiple of the 3 stages", "set devices to 6 or 9"});
 }
 
-TEST(ValidateJobSpecTest, DataParallelIsOneStageOnOneDeviceUntilTheHybridRuntime) {
+TEST(ValidateJobSpecTest, DataParallelIsOneStageOnEveryDevice) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
       Edit(Edit(Edit(kExample, "planner: balanced", "planner: dp"), "stages: 2 ", "stages: auto"),
            "devices: 2", "devices: 1"),
@@ -690,10 +806,8 @@ TEST(ValidateJobSpecTest, DataParallelIsOneStageOnOneDeviceUntilTheHybridRuntime
   s.mutable_parallel()->set_stages(1);
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_parallel()->set_stages(0);
-  s.mutable_parallel()->set_devices(4);
-  ExpectInvalid(ValidateJobSpec(s),
-                {"parallel.devices 4 with parallel.planner dp would need 4 replicas of one stage; "
-                 "stage replication arrives with the hybrid runtime: set devices to 1"});
+  s.mutable_parallel()->set_devices(4);  // P = 1, D = 4
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_parallel()->set_stages(2);
   s.mutable_parallel()->set_devices(2);
   ExpectInvalid(ValidateJobSpec(s), {"parallel.stages 2 with parallel.planner dp", "one stage"});
@@ -781,19 +895,20 @@ TEST(ValidateJobSpecTest, Devices) {
   v1::JobSpec spec = Example();
   spec.mutable_parallel()->set_devices(0);
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 0 must be >= 1"});
-  spec.mutable_parallel()->set_devices(4);
-  ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 4 with 2 stages would need 2 replicas per stage; stage "
-                 "replication is not available in this version: set devices to 2"});
+  spec.mutable_parallel()->set_devices(4);  // 2 replicas of each of the 2 stages
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_parallel()->set_devices(1);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.devices 1 is fewer than the 2 stages", "set devices to 2"});
   spec.mutable_parallel()->set_devices(3);
-  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 3 does not match the 2 stages",
-                                        "stage replication is not available", "set devices to 2"});
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 3 is not a multiple of the 2 stages",
+                 "each stage gets devices / stages replicas", "set devices to 2 or 4"});
   spec = Manual({{0, 1}, {2, 3}});
-  spec.mutable_parallel()->set_devices(6);
-  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 6 with 2 stages would need 3 replicas"});
+  spec.mutable_parallel()->set_devices(6);  // 3 replicas of each stage
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(5);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 5 is not a multiple of the 2 stages"});
 }
 
 // ---------------------------------------------------------------------------------- round trip

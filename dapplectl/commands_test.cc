@@ -177,6 +177,45 @@ TEST_F(CommandsTest, GetTableJsonAndYaml) {
   EXPECT_THAT(yaml.out, HasSubstr("test_accuracy: 0.875\n"));
 }
 
+TEST_F(CommandsTest, GetShowsTheMemoryOfEachRank) {
+  v1::Job job = Snapshot("job-3", v1::JOB_STATE_RUNNING, 4, 8);
+  for (int stage = 0; stage < 2; ++stage) {
+    v1::StageMetrics* m = job.add_stage_metrics();
+    m->set_stage(stage);
+    m->set_worker_id("w-" + std::to_string(stage + 1));
+    v1::StageStepStats* s = m->mutable_last();
+    s->set_step(4);
+    s->set_peak_in_flight(2 - stage);
+    s->set_peak_activation_bytes(int64_t{3} << 20);
+    s->set_weight_bytes(2048);
+    s->set_peak_memory_bytes((int64_t{3} << 20) + 2048);
+    s->set_weight_versions(1);
+    s->set_weight_version_bytes(0);
+  }
+  fake_.AddJob(job);
+
+  Result table = RunCtl({"--coordinator", addr_, "get", "job-3"});
+  EXPECT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("  STAGE   REPLICA   WORKER   STEP   IN FLIGHT   ACTIVATIONS   "
+                                   "WEIGHTS   VERSIONS   VERSION BYTES   PEAK\n"
+                                   "  0       0         w-1      4      2           3.0 MiB       "
+                                   "2.0 KiB   1          0 bytes         3.0 MiB\n"));
+
+  Result json = RunCtl({"--coordinator", addr_, "get", "job-3", "-o", "json"});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  const auto& ranks = parsed.fields().at("stage_metrics").list_value().values();
+  ASSERT_EQ(ranks.size(), 2);
+  const auto& last = ranks[1].struct_value().fields().at("last").struct_value().fields();
+  // int64 fields are JSON strings (proto3 JSON mapping), int32 ones numbers.
+  EXPECT_EQ(last.at("peak_activation_bytes").string_value(), "3145728");
+  EXPECT_EQ(last.at("weight_bytes").string_value(), "2048");
+  EXPECT_EQ(last.at("weight_version_bytes").string_value(), "0");
+  EXPECT_EQ(last.at("weight_versions").number_value(), 1);
+  EXPECT_EQ(last.at("peak_in_flight").number_value(), 1);
+}
+
 TEST_F(CommandsTest, GetOfAnUnknownJob) {
   Result r = RunCtl({"--coordinator", addr_, "get", "job-9"});
   EXPECT_EQ(r.code, kExitRefused);

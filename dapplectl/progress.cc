@@ -51,7 +51,11 @@ std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style) {
   } else if (m.epoch() > 0) {
     parts.push_back(absl::StrCat("epoch ", m.epoch()));
   }
-  if (m.step() > 0) parts.push_back(absl::StrCat("loss ", FormatLoss(m.loss())));
+  if (m.step() > 0) {
+    // An emulated job's loss is a constant of the emulated device, not a result.
+    parts.push_back(absl::StrCat("loss ", FormatLoss(m.loss()),
+                                 job.plan().emulated() ? " (emulated, not real)" : ""));
+  }
   if (m.samples_per_second() > 0) {
     parts.push_back(absl::StrCat(FormatRate(m.samples_per_second()), " samples/s"));
   }
@@ -61,7 +65,8 @@ std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style) {
 
 std::string RenderSummaryLine(const v1::Job& job) {
   const v1::JobMetrics& m = job.metrics();
-  std::string head = absl::StrCat(job.id(), " ", JobStateName(job.state()));
+  std::string head = absl::StrCat(job.id(), " ", JobStateName(job.state()),
+                                  job.plan().emulated() ? " (emulated)" : "");
   if ((job.state() == v1::JOB_STATE_FAILED || job.state() == v1::JOB_STATE_CANCELLED) &&
       !job.message().empty()) {
     absl::StrAppend(&head, " (", job.message(), ")");

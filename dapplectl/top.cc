@@ -43,7 +43,10 @@ std::string RenderTop(const std::vector<v1::Job>& jobs) {
   if (jobs.empty()) return "no running jobs\n";
   std::vector<std::string> blocks;
   for (const v1::Job& job : jobs) {
-    std::string block = JobHeader(job) + "\n";
+    std::string block = JobHeader(job);
+    // Emulated devices wait instead of computing: FWD/BWD are profiled waits, not compute.
+    if (job.plan().emulated()) block += " (emulated: FWD/BWD are waits of profiled times)";
+    block += "\n";
     if (job.stage_metrics().empty()) {
       block += "  no step reported yet\n";
     } else {

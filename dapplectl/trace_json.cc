@@ -211,14 +211,18 @@ std::string TraceToChromeJson(const v1::JobTrace& trace) {
   std::vector<std::string> step_list;
   for (int64_t n : step_numbers) step_list.push_back(absl::StrCat(n));
   const TraceCounts counts = CountTrace(trace);
+  // Ranks on the emulated device (device_type emulated) report device "emulated": their
+  // forward and backward spans are waits of profiled times, not compute.
+  bool emulated = false;
+  for (const v1::StepTrace* s : steps) emulated = emulated || s->device() == "emulated";
   std::string out = "{\"traceEvents\": [\n";
   out += absl::StrJoin(events, ",\n");
   out += absl::StrFormat(
       "\n], \"displayTimeUnit\": \"ms\", \"metadata\": {\"job_id\": %s, \"num_stages\": %d, "
-      "\"traced_steps\": [%s], \"ranks\": %d, \"origin_unix_us\": %d, \"source\": \"dapplectl "
-      "trace\"}}\n",
+      "\"traced_steps\": [%s], \"ranks\": %d, \"origin_unix_us\": %d, \"emulated\": %s, "
+      "\"source\": \"dapplectl trace\"}}\n",
       JsonString(trace.job_id()), trace.num_stages(), absl::StrJoin(step_list, ", "), counts.ranks,
-      origin);
+      origin, emulated ? "true" : "false");
   return out;
 }
 

@@ -14,6 +14,11 @@
 namespace dapple::ctl {
 namespace {
 
+// What `get` and `plan` say about a job on emulated devices (parallel.device_type emulated).
+constexpr char kEmulatedDevices[] =
+    "emulated: each layer's compute is a wait of its profiled time; real-size activations "
+    "travel; losses are not real";
+
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string AgeSince(int64_t then_unix_ms, int64_t now_unix_ms) {
@@ -42,6 +47,27 @@ std::string StepLine(const v1::ParallelPlanSummary& plan) {
 }
 
 }  // namespace
+
+std::string RenderRankMemory(const v1::Job& job) {
+  if (job.stage_metrics().empty()) return "";
+  std::string out;
+  AddField(&out, "MEMORY", "measured per rank at its newest step");
+  TextTable table({"STAGE", "REPLICA", "WORKER", "STEP", "IN FLIGHT", "ACTIVATIONS", "WEIGHTS",
+                   "VERSIONS", "VERSION BYTES", "PEAK"});
+  for (const v1::StageMetrics& sm : job.stage_metrics()) {
+    const v1::StageStepStats& s = sm.last();
+    // A worker that predates weight-version accounting reports 0 versions: unknown, not none.
+    const bool versions = s.weight_versions() > 0;
+    table.AddRow({absl::StrCat(sm.stage()), absl::StrCat(sm.replica()), OrDash(sm.worker_id()),
+                  absl::StrCat(s.step()), absl::StrCat(s.peak_in_flight()),
+                  FormatBytes(s.peak_activation_bytes()), FormatBytes(s.weight_bytes()),
+                  versions ? absl::StrCat(s.weight_versions()) : "-",
+                  versions ? FormatBytes(s.weight_version_bytes()) : "-",
+                  FormatBytes(s.peak_memory_bytes())});
+  }
+  out += table.Render("  ");
+  return out;
+}
 
 std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>& devices) {
   std::vector<std::string> parts;
@@ -101,6 +127,7 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
                    plan.micro_batch_size(), plan.micro_batch_size() == 1 ? " sample" : " samples"));
   AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
   AddField(&out, "PROFILE", OrDash(plan.profile_source()));
+  if (plan.emulated()) AddField(&out, "DEVICES", kEmulatedDevices);
   int devices = 0;
   for (const v1::ClusterNode& node : cluster.nodes()) devices += node.devices();
   AddField(&out, "CLUSTER",
@@ -134,7 +161,9 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     AddField(
         &out, "PLAN",
         absl::StrCat("planner ", OrDash(plan.planner()), ", schedule ", OrDash(plan.schedule()),
-                     ", ", plan.stages_size(), plan.stages_size() == 1 ? " stage" : " stages"));
+                     ", ", plan.stages_size(), plan.stages_size() == 1 ? " stage" : " stages",
+                     plan.emulated() ? " (emulated)" : ""));
+    if (plan.emulated()) AddField(&out, "DEVICES", kEmulatedDevices);
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
@@ -169,13 +198,17 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   AddField(&out, "STEP", FormatSteps(m.step(), m.total_steps()));
   AddField(&out, "EPOCH",
            m.epochs() > 0 ? absl::StrCat(m.epoch(), "/", m.epochs()) : absl::StrCat(m.epoch()));
-  AddField(&out, "LOSS", m.step() > 0 ? FormatLoss(m.loss()) : "-");
+  AddField(&out, "LOSS",
+           m.step() > 0
+               ? absl::StrCat(FormatLoss(m.loss()), plan.emulated() ? " (emulated, not real)" : "")
+               : "-");
   AddField(&out, "SAMPLES/S",
            m.samples_per_second() > 0 ? FormatRate(m.samples_per_second()) : "-");
   AddField(&out, "TEST ACCURACY", m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-");
   AddField(&out, "TEST LOSS", m.has_test_loss() ? FormatLoss(m.test_loss()) : "-");
   AddField(&out, "ELAPSED", FormatClock(m.elapsed_seconds()));
   if (!IsTerminal(job.state())) AddField(&out, "ETA", FormatClock(EstimateEtaSeconds(m)));
+  out += RenderRankMemory(job);
   out += RenderCheckpoints(job, now_unix_ms);
   return out;
 }

@@ -25,9 +25,19 @@ std::string RenderCancelled(const v1::Job& job);
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
 // then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
 // BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,
-// loss, samples/s, test accuracy and loss, elapsed, ETA). Leaves out spec_yaml, the spec and
-// step_losses (see -o json / yaml).
+// loss, samples/s, test accuracy and loss, elapsed, ETA), the measured memory per rank
+// (RenderRankMemory) and the checkpoints. Leaves out spec_yaml, the spec and step_losses (see
+// -o json / yaml).
 std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms);
+
+// The memory part of RenderJobDetails: empty when no rank reported a step (Job.stage_metrics,
+// filled while the job runs), else a "MEMORY" line and one row per rank (stage, then replica):
+// STAGE, REPLICA, WORKER, STEP (the newest reported), IN FLIGHT (most micro-batches whose
+// activations were held at once), ACTIVATIONS (their bytes), WEIGHTS (parameters, gradients
+// and optimizer state), VERSIONS and VERSION BYTES (weight versions held at the peak and their
+// bytes beyond the live copy; "-" when the worker did not report them), PEAK (weights +
+// activations). Bytes human-readable (FormatBytes: "1.5 KiB", "70.0 MiB").
+std::string RenderRankMemory(const v1::Job& job);
 
 // `dapplectl plan`: a STAGE / LAYERS / REPLICAS / DEVICES / COMPUTE MS / MEMORY GiB / BUBBLE
 // table (devices: the topology's names, runs compacted as "node0/0-7"; compute ms per step and

@@ -223,6 +223,46 @@ TEST(ViewsTest, JobDetailsShowThePredictionOfAPlannedJob) {
   EXPECT_THAT(out, HasSubstr("NOTE          one replica per stage"));
 }
 
+// Rank (stage, replica) of a running job with its newest step's memory.
+v1::StageMetrics RankMemory(int stage, int replica, const std::string& worker, int in_flight,
+                            int64_t activations, int64_t weights, int versions,
+                            int64_t version_bytes) {
+  v1::StageMetrics m;
+  m.set_stage(stage);
+  m.set_replica(replica);
+  m.set_worker_id(worker);
+  v1::StageStepStats* s = m.mutable_last();
+  s->set_step(12);
+  s->set_peak_in_flight(in_flight);
+  s->set_peak_activation_bytes(activations);
+  s->set_weight_bytes(weights);
+  s->set_peak_memory_bytes(weights + activations);
+  s->set_weight_versions(versions);
+  s->set_weight_version_bytes(version_bytes);
+  return m;
+}
+
+TEST(ViewsTest, JobDetailsShowTheMeasuredMemoryPerRank) {
+  v1::Job job = SampleJob();
+  EXPECT_EQ(RenderRankMemory(job), "");  // no step reported yet
+  EXPECT_THAT(RenderJobDetails(job, kNowMs), Not(HasSubstr("MEMORY ")));
+  *job.add_stage_metrics() = RankMemory(0, 0, "w-1", 2, 3 << 20, 1536, 1, 0);
+  *job.add_stage_metrics() = RankMemory(1, 0, "w-2", 1, 512, int64_t{5} << 30, 2, 70 << 20);
+  *job.add_stage_metrics() = RankMemory(1, 1, "", 1, 512, int64_t{5} << 30, 0, 0);
+  const std::string table =
+      "MEMORY        measured per rank at its newest step\n"
+      "  STAGE   REPLICA   WORKER   STEP   IN FLIGHT   ACTIVATIONS   WEIGHTS   VERSIONS   "
+      "VERSION BYTES   PEAK\n"
+      "  0       0         w-1      12     2           3.0 MiB       1.5 KiB   1          "
+      "0 bytes         3.0 MiB\n"
+      "  1       0         w-2      12     1           512 bytes     5.0 GiB   2          "
+      "70.0 MiB        5.0 GiB\n"
+      "  1       1         -        12     1           512 bytes     5.0 GiB   -          "
+      "-               5.0 GiB\n";
+  EXPECT_EQ(RenderRankMemory(job), table);
+  EXPECT_THAT(RenderJobDetails(job, kNowMs), HasSubstr(table));
+}
+
 TEST(ViewsTest, WorkerList) {
   google::protobuf::RepeatedPtrField<v1::WorkerInfo> workers;
   v1::WorkerInfo* busy = workers.Add();

@@ -105,6 +105,12 @@ std::vector<MetricDef> Build() {
        "1, labelled with the id this worker is registered as and its host.",
        {kLabelWorker, kLabelHostname}},
       {kWorkerBusy, kGauge, kWork, "1 while the worker runs a job's rank, 0 while idle.", {}},
+      {kWorkerEmulated,
+       kGauge,
+       kWork,
+       "1 while the rank the worker runs is on the emulated device (device_type emulated: "
+       "compute is waits of profiled times), else 0.",
+       {}},
       {kWorkerRank,
        kGauge,
        kWork,

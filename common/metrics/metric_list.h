@@ -96,6 +96,7 @@ inline constexpr char kStageLastStepTimestamp[] = "dapple_stage_last_step_timest
 // --- dapple-worker ---
 inline constexpr char kWorkerInfo[] = "dapple_worker_info";
 inline constexpr char kWorkerBusy[] = "dapple_worker_busy";
+inline constexpr char kWorkerEmulated[] = "dapple_worker_emulated";
 inline constexpr char kWorkerRank[] = "dapple_worker_rank";
 inline constexpr char kWorkerStepsTotal[] = "dapple_worker_steps_total";
 inline constexpr char kWorkerActionSecondsTotal[] = "dapple_worker_action_seconds_total";

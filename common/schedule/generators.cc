@@ -11,8 +11,9 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "dapple") return ScheduleKind::kDapple;
   if (name == "pipedream") return ScheduleKind::kPipeDream;
+  if (name == "pipesgd") return ScheduleKind::kPipeSgd;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream)"));
+      absl::StrCat("unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream, pipesgd)"));
 }
 
 absl::string_view ScheduleKindName(ScheduleKind kind) {
@@ -23,6 +24,8 @@ absl::string_view ScheduleKindName(ScheduleKind kind) {
       return "dapple";
     case ScheduleKind::kPipeDream:
       return "pipedream";
+    case ScheduleKind::kPipeSgd:
+      return "pipesgd";
   }
   return "unknown";
 }
@@ -68,6 +71,11 @@ OpProgram GenerateDappleOps(int num_stages, int num_micro_batches, int stage) {
   return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
 }
 
+// On one stage 1F1B is F0 B0 F1 B1 ...: one micro-batch's activations in flight.
+OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage) {
+  return GenerateDappleOps(num_stages, num_micro_batches, stage);
+}
+
 OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage) {
   switch (kind) {
     case ScheduleKind::kGPipe:
@@ -76,6 +84,8 @@ OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, 
       return GenerateDappleOps(num_stages, num_micro_batches, stage);
     case ScheduleKind::kPipeDream:
       return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
+    case ScheduleKind::kPipeSgd:
+      return GeneratePipeSgdOps(num_stages, num_micro_batches, stage);
   }
   return {};
 }
@@ -92,6 +102,10 @@ std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches,
                                           int micro_batches_per_update) {
   return ToActions(
       stage, GeneratePipeDreamOps(num_stages, num_micro_batches, stage, micro_batches_per_update));
+}
+
+std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, int stage) {
+  return ToActions(stage, GeneratePipeSgdOps(num_stages, num_micro_batches, stage));
 }
 
 std::vector<v1::Action> Generate(ScheduleKind kind, int num_stages, int num_micro_batches,

@@ -22,10 +22,10 @@
 
 namespace dapple::schedule {
 
-enum class ScheduleKind { kGPipe, kDapple, kPipeDream };
+enum class ScheduleKind { kGPipe, kDapple, kPipeDream, kPipeSgd };
 
-// "gpipe" | "dapple" | "pipedream"; kInvalidArgument naming the value and the known names
-// otherwise. (Job submission still refuses "pipedream": common/job_spec.cc.)
+// "gpipe" | "dapple" | "pipedream" | "pipesgd"; kInvalidArgument naming the value and the known
+// names otherwise. (Job submission still refuses "pipedream": common/job_spec.cc.)
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
 absl::string_view ScheduleKindName(ScheduleKind kind);
 
@@ -55,6 +55,14 @@ std::vector<v1::Action> GenerateDapple(int num_stages, int num_micro_batches, in
 std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches, int stage,
                                           int micro_batches_per_update);
 
+// Pipe-SGD (Li et al., NeurIPS 2018): data parallelism, one stage (P = 1) replicated. Its rank
+// program is the P = 1 program: M x (FORWARD m, BACKWARD m) in micro-batch order, then
+// OPTIMIZER_STEP (lowering adds the ALLREDUCE before it for a replicated stage). What differs
+// is at run time: the AllReduce of step t overlaps step t + 1 and the update is one step stale
+// (worker/runtime/pipesgd_updater.h). Precondition: num_stages == 1 (BuildPrograms refuses
+// more).
+std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, int stage);
+
 // Dispatch. kPipeDream here is one update of M micro-batches
 // (GeneratePipeDream(P, M, stage, M)): with a single update and no later one to overlap, its
 // order equals GenerateDapple's; PipeDream differs only across updates, so simulate its steady
@@ -67,6 +75,7 @@ OpProgram GenerateGPipeOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GenerateDappleOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GeneratePipeDreamOps(int num_stages, int num_micro_batches, int stage,
                                int micro_batches_per_update);
+OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage);
 
 }  // namespace dapple::schedule

@@ -17,8 +17,9 @@ TEST(GeneratorsTest, ParsesScheduleNames) {
   EXPECT_EQ(ParseScheduleKind("gpipe").value(), ScheduleKind::kGPipe);
   EXPECT_EQ(ParseScheduleKind("dapple").value(), ScheduleKind::kDapple);
   EXPECT_EQ(ParseScheduleKind("pipedream").value(), ScheduleKind::kPipeDream);
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream}) {
+  EXPECT_EQ(ParseScheduleKind("pipesgd").value(), ScheduleKind::kPipeSgd);
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream,
+                            ScheduleKind::kPipeSgd}) {
     EXPECT_EQ(ParseScheduleKind(ScheduleKindName(kind)).value(), kind);
   }
 }
@@ -29,7 +30,8 @@ TEST(GeneratorsTest, UnknownScheduleNamesValueAndKnownNames) {
     ASSERT_FALSE(kind.ok()) << name;
     EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(kind.status().message()), HasSubstr(std::string("\"") + name + "\""));
-    EXPECT_THAT(std::string(kind.status().message()), HasSubstr("gpipe, dapple, pipedream"));
+    EXPECT_THAT(std::string(kind.status().message()),
+                HasSubstr("gpipe, dapple, pipedream, pipesgd"));
   }
 }
 
@@ -62,6 +64,11 @@ TEST(GeneratorsTest, GenerateDispatchesOnKind) {
             ActionsToString(GenerateGPipe(4, 8, 2)));
   EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kDapple, 4, 8, 2)),
             ActionsToString(GenerateDapple(4, 8, 2)));
+}
+
+TEST(GeneratorsTest, PipeSgdIsTheOneStageProgram) {
+  EXPECT_EQ(ActionsToString(GeneratePipeSgd(1, 3, 0)), "0F0 0B0 0F1 0B1 0F2 0B2 0STEP");
+  EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kPipeSgd, 1, 1, 0)), "0F0 0B0 0STEP");
 }
 
 TEST(GeneratorsTest, PipeDreamRunsOneFOneBWithoutFlushAndUpdatesEveryN) {

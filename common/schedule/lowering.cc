@@ -89,6 +89,11 @@ absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, in
     return absl::InvalidArgumentError(
         absl::StrCat("num_micro_batches ", num_micro_batches, " must be at least 1"));
   }
+  if (kind == ScheduleKind::kPipeSgd && num_stages != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipesgd is data parallelism over one stage, got num_stages ", num_stages,
+                     ": use one stage (replicated), or schedule dapple for a pipeline"));
+  }
   if (!options.allreduce_stages.empty() &&
       static_cast<int>(options.allreduce_stages.size()) != num_stages) {
     return absl::InvalidArgumentError(absl::StrCat("options.allreduce_stages has ",

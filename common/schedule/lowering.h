@@ -32,8 +32,8 @@ OpProgram LowerOps(const OpProgram& compute, int num_stages, int stage,
 
 // Generate + Lower for every stage (replica 0), then Simulate with unit costs; returns
 // kFailedPrecondition with the simulator's message if the program set is not deadlock-free.
-// kInvalidArgument when num_stages < 1, num_micro_batches < 1, or options.allreduce_stages is
-// neither empty nor of num_stages entries.
+// kInvalidArgument when num_stages < 1, num_micro_batches < 1, options.allreduce_stages is
+// neither empty nor of num_stages entries, or kind is kPipeSgd with num_stages != 1.
 absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, int num_stages,
                                                            int num_micro_batches,
                                                            const LowerOptions& options = {});

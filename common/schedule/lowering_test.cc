@@ -117,6 +117,24 @@ TEST(BuildProgramsTest, AllReduceStagesMustNameEveryStage) {
             "1B0 1SEND_GRAD0 1RECV_GRAD1 1B1 1SEND_GRAD1 1ALLREDUCE 1STEP");
 }
 
+TEST(BuildProgramsTest, PipeSgdIsOneReplicatedStage) {
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      BuildPrograms(ScheduleKind::kPipeSgd, 1, 3, LowerOptions{{true}});
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  ASSERT_EQ(programs->size(), 1u);
+  EXPECT_EQ(ProgramToString((*programs)[0]),
+            "stage 0 replica 0: 0F0 0B0 0F1 0B1 0F2 0B2 0ALLREDUCE 0STEP");
+  for (int p : {2, 4}) {
+    programs = BuildPrograms(ScheduleKind::kPipeSgd, p, 3);
+    ASSERT_FALSE(programs.ok()) << p;
+    EXPECT_EQ(programs.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(programs.status().message()),
+                HasSubstr(absl::StrCat("pipesgd is data parallelism over one stage, got "
+                                       "num_stages ",
+                                       p)));
+  }
+}
+
 TEST(BuildProgramsTest, PipeDreamBuildsOneUpdateLikeDapple) {
   absl::StatusOr<std::vector<v1::RankProgram>> pipedream =
       BuildPrograms(ScheduleKind::kPipeDream, 3, 4);

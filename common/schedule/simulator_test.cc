@@ -303,6 +303,24 @@ TEST(SimulatorTest, GridColumnIsTheSmallestComputeCostAndIsCapped) {
 }
 
 // Lowered programs as Ops, for the Op entry point.
+// Pipe-SGD's program simulates as one synchronous step (the simulator knows no staleness; the
+// planner's timing model, coordinator/planner/pipesgd_model.h, prices the overlap): M forwards
+// and backwards, then the AllReduce, then the update.
+TEST(SimulatorTest, RunsThePipeSgdProgram) {
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      BuildPrograms(ScheduleKind::kPipeSgd, 1, 4, LowerOptions{{true}});
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  ActionCosts costs;
+  costs.forward = 1.0;
+  costs.backward = 2.0;
+  costs.allreduce = 5.0;
+  costs.optimizer_step = 0.5;
+  absl::StatusOr<SimulationResult> sim = Simulate(*programs, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_DOUBLE_EQ(sim->step_time, 4 * (1.0 + 2.0) + 5.0 + 0.5);
+  EXPECT_EQ(sim->peak_in_flight[0], 1);
+}
+
 std::vector<OpProgram> BuildOps(ScheduleKind kind, int p, int m, const LowerOptions& options = {}) {
   std::vector<OpProgram> ops;
   for (int s = 0; s < p; ++s) ops.push_back(LowerOps(GenerateOps(kind, p, m, s), p, s, options));

@@ -1,14 +1,18 @@
 #include "coordinator/cluster/rendezvous.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace dapple::coordinator {
 
-void Rendezvous::Open(const std::string& job_id, int num_stages, int replicas) {
+void Rendezvous::Open(const std::string& job_id, const std::vector<int>& replicas) {
   Table& table = tables_[job_id];
   table = Table{};
-  table.num_stages = num_stages;
-  table.replicas = replicas;
+  for (int r : replicas) {
+    table.replicas.push_back(std::max(1, r));
+    table.num_ranks += table.replicas.back();
+  }
 }
 
 absl::Status Rendezvous::Publish(const v1::PublishEndpointRequest& request) {
@@ -17,11 +21,17 @@ absl::Status Rendezvous::Publish(const v1::PublishEndpointRequest& request) {
     return absl::NotFoundError(absl::StrCat("no rendezvous for job ", request.job_id()));
   }
   Table& table = it->second;
-  if (request.stage() < 0 || request.stage() >= table.num_stages || request.replica() < 0 ||
-      request.replica() >= table.replicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job ", request.job_id(), " has stages 0..", table.num_stages - 1, " and replicas 0..",
-        table.replicas - 1, ", got stage ", request.stage(), " replica ", request.replica()));
+  const int num_stages = static_cast<int>(table.replicas.size());
+  if (request.stage() < 0 || request.stage() >= num_stages) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", request.job_id(), " has stages 0..",
+                                                   num_stages - 1, ", got stage ", request.stage(),
+                                                   " replica ", request.replica()));
+  }
+  const int replicas = table.replicas[request.stage()];
+  if (request.replica() < 0 || request.replica() >= replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", request.job_id(), " has replicas 0..",
+                                                   replicas - 1, " of stage ", request.stage(),
+                                                   ", got replica ", request.replica()));
   }
   v1::PeerEndpoint& peer = table.endpoints[{request.stage(), request.replica()}];
   peer.set_stage(request.stage());
@@ -44,9 +54,23 @@ std::vector<v1::PeerEndpoint> Rendezvous::Peers(const std::string& job_id) const
 bool Rendezvous::Complete(const std::string& job_id) const {
   auto it = tables_.find(job_id);
   if (it == tables_.end()) return false;
+  // Publish admits only ranks of the plan, so the count says every rank is there.
+  return static_cast<int>(it->second.endpoints.size()) == it->second.num_ranks;
+}
+
+std::vector<std::string> Rendezvous::Missing(const std::string& job_id) const {
+  std::vector<std::string> missing;
+  auto it = tables_.find(job_id);
+  if (it == tables_.end()) return missing;
   const Table& table = it->second;
-  return static_cast<int64_t>(table.endpoints.size()) ==
-         static_cast<int64_t>(table.num_stages) * table.replicas;
+  for (int s = 0; s < static_cast<int>(table.replicas.size()); ++s) {
+    for (int r = 0; r < table.replicas[s]; ++r) {
+      if (!table.endpoints.contains({s, r})) {
+        missing.push_back(absl::StrCat("stage ", s, " replica ", r));
+      }
+    }
+  }
+  return missing;
 }
 
 void Rendezvous::Close(const std::string& job_id) { tables_.erase(job_id); }

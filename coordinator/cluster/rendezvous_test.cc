@@ -17,7 +17,7 @@ v1::PublishEndpointRequest Endpoint(const std::string& job, int stage, const std
 
 TEST(RendezvousTest, CompleteWhenEveryRankPublished) {
   Rendezvous rv;
-  rv.Open("job-1", 3, 1);
+  rv.Open("job-1", {1, 1, 1});
   EXPECT_FALSE(rv.Complete("job-1"));
   ASSERT_TRUE(rv.Publish(Endpoint("job-1", 2, "c")).ok());
   ASSERT_TRUE(rv.Publish(Endpoint("job-1", 0, "a")).ok());
@@ -40,13 +40,39 @@ TEST(RendezvousTest, CompleteWhenEveryRankPublished) {
 TEST(RendezvousTest, RejectsUnknownJobsAndRanks) {
   Rendezvous rv;
   EXPECT_EQ(rv.Publish(Endpoint("job-1", 0, "a")).code(), absl::StatusCode::kNotFound);
-  rv.Open("job-1", 2, 1);
+  rv.Open("job-1", {1, 1});
   absl::Status s = rv.Publish(Endpoint("job-1", 2, "a"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "job job-1 has stages 0..1 and replicas 0..0, got stage 2 replica 0");
+  EXPECT_EQ(s.message(), "job job-1 has stages 0..1, got stage 2 replica 0");
   v1::PublishEndpointRequest r = Endpoint("job-1", 0, "a");
   r.set_replica(1);
-  EXPECT_FALSE(rv.Publish(r).ok());
+  s = rv.Publish(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "job job-1 has replicas 0..0 of stage 0, got replica 1");
+}
+
+TEST(RendezvousTest, ReplicatedStagesCompleteWhenEveryReplicaPublished) {
+  Rendezvous rv;
+  rv.Open("job-1", {2, 1});  // stage 0 on two replicas, stage 1 on one
+  EXPECT_EQ(rv.Missing("job-1"), (std::vector<std::string>{"stage 0 replica 0", "stage 0 replica 1",
+                                                           "stage 1 replica 0"}));
+  ASSERT_TRUE(rv.Publish(Endpoint("job-1", 1, "c")).ok());
+  v1::PublishEndpointRequest r = Endpoint("job-1", 0, "b");
+  r.set_replica(1);
+  ASSERT_TRUE(rv.Publish(r).ok());
+  EXPECT_FALSE(rv.Complete("job-1"));
+  EXPECT_EQ(rv.Missing("job-1"), std::vector<std::string>{"stage 0 replica 0"});
+  ASSERT_TRUE(rv.Publish(Endpoint("job-1", 0, "a")).ok());
+  EXPECT_TRUE(rv.Complete("job-1"));
+  EXPECT_TRUE(rv.Missing("job-1").empty());
+  const std::vector<v1::PeerEndpoint> peers = rv.Peers("job-1");
+  ASSERT_EQ(peers.size(), 3u);
+  EXPECT_EQ(peers[0].ucx_address(), "a");
+  EXPECT_EQ(peers[1].replica(), 1);
+  EXPECT_EQ(peers[1].ucx_address(), "b");
+  EXPECT_EQ(peers[2].stage(), 1);
+  r.set_replica(2);
+  EXPECT_EQ(rv.Publish(r).message(), "job job-1 has replicas 0..1 of stage 0, got replica 2");
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ void CheckpointPublisher::OnJobStarted(const std::string& job_id, const v1::JobS
   JobState job;
   job.spec = spec;
   job.plan = plan;
-  for (const v1::PlanStageSummary& s : plan.stages()) job.ranks += std::max(1, s.replicas());
+  // One shard per stage: its replicas hold identical weights, so replica 0 alone writes it.
+  job.ranks = plan.stages_size();
   job.max_step = first_step;
   jobs_.insert_or_assign(job_id, std::move(job));
 }
@@ -124,6 +125,10 @@ CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
         report.job_id(), job, step,
         absl::StrCat(rank, " reported shard '", report.checkpoint_file(), "', expected '",
                      ShardFileName(report.stage(), report.replica()), "'"));
+  }
+  if (report.replica() != 0) {
+    return Abandon(report.job_id(), job, step,
+                   absl::StrCat(rank, " reported a shard: only replica 0 of a stage writes one"));
   }
   auto& shards = job.shards[step];
   shards[{report.stage(), report.replica()}] =

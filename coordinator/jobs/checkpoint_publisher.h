@@ -1,9 +1,11 @@
 // The coordinator's half of checkpoints (docs/operations.md, "Checkpoints"): it collects the
-// ranks' PROGRESS_CHECKPOINT reports of each (job, step), and once every rank of the plan wrote
-// its shard into <root>/<job id>/step-<N>.partial/ it writes manifest.pb there (temporary file,
-// fsync, rename) and renames the folder to step-<N>: the atomic publish. A checkpoint that any
-// rank could not write is abandoned: its .partial folder is removed (best effort) and the job
-// keeps running. Published checkpoints beyond the newest `keep` of a job are deleted.
+// ranks' PROGRESS_CHECKPOINT reports of each (job, step), and once every stage of the plan wrote
+// its shard (replica 0 of each stage: replicas hold identical weights; a shard reported by
+// another replica abandons the checkpoint) into <root>/<job id>/step-<N>.partial/ it writes
+// manifest.pb there (temporary file, fsync, rename) and renames the folder to step-<N>: the atomic
+// publish. A checkpoint that any rank could not write is abandoned: its .partial folder is removed
+// (best effort) and the job keeps running. Published checkpoints beyond the newest `keep` of a job
+// are deleted.
 //
 // On demand (dapplectl checkpoint): RequestOnDemand picks a step far enough ahead that every
 // rank's next progress ack (which carries RequestedStep) reaches it before it gets there.

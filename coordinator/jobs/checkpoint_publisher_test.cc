@@ -71,6 +71,30 @@ class CheckpointPublisherTest : public ::testing::Test {
   std::vector<v1::CheckpointInfo> published_;
 };
 
+TEST_F(CheckpointPublisherTest, ReplicatedStagesPublishOneShardPerStage) {
+  v1::ParallelPlanSummary plan = TwoStages();
+  plan.mutable_stages(0)->set_replicas(2);
+  plan.mutable_stages(1)->set_replicas(2);
+  pub_->OnJobStarted("job-1", Spec(), plan, 0);
+  EXPECT_EQ(pub_->OnReport(Shard(2, 0), published_, 1000).kind, Kind::kWaiting);
+  // Replica 0 of each stage writes the stage's shard: two shards publish four ranks' weights.
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(2, 1), published_, 1000);
+  ASSERT_EQ(o.kind, Kind::kPublished) << o.message;
+  absl::StatusOr<v1::CheckpointManifest> m = ReadCheckpointManifest(o.info.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->shards_size(), 2);
+  // A shard from another replica is not expected: the checkpoint is abandoned, naming it.
+  v1::ProgressReport other = Shard(4, 1);
+  other.set_replica(1);
+  other.set_checkpoint_file(ShardFileName(1, 1));
+  o = pub_->OnReport(other, published_, 2000);
+  EXPECT_EQ(o.kind, Kind::kAbandoned);
+  EXPECT_NE(o.message.find("stage 1 replica 1 reported a shard: only replica 0 of a stage writes "
+                           "one"),
+            std::string::npos)
+      << o.message;
+}
+
 TEST(DefaultCheckpointRootTest, NextToTheDatabase) {
   EXPECT_EQ(DefaultCheckpointRoot("/var/lib/dapple/dapple.db"), "/var/lib/dapple/checkpoints");
   EXPECT_EQ(DefaultCheckpointRoot("dapple.db"), "checkpoints");

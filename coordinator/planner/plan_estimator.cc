@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/profile/chain_profile.h"
+#include "coordinator/planner/pipesgd_model.h"
 
 namespace dapple::coordinator {
 
@@ -162,6 +163,18 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
     if (cycle[s] > cycle[Q]) Q = s;
   }
   e.pivot_stage = Q;
+  if (problem_.schedule == schedule::ScheduleKind::kPipeSgd && P == 1) {
+    // Pipe-SGD: the AllReduce of the step before overlaps this step's compute
+    // (pipesgd_model.h): max(compute, AllReduce), with the compression's wire size and cost.
+    e.steady_ms = M * (f[0] + g[0]);
+    e.step_ms = PipeSgdTimeOn(problem_.topology, plan.stages[0].devices, e.steady_ms,
+                              static_cast<double>(ParameterBytes(plan.stages[0].first_layer,
+                                                                 plan.stages[0].last_layer)),
+                              problem_.pipesgd_compression)
+                    .pipelined_step_ms();
+    e.ending_ms = e.step_ms - e.steady_ms;
+    return e;
+  }
   if (problem_.schedule == schedule::ScheduleKind::kPipeDream) {
     // No flush: M micro-batches per update at the pivot's cycle, plus the exposed AllReduce.
     e.steady_ms = M * cycle[Q];
@@ -195,6 +208,12 @@ MemoryEstimate PlanEstimator::Memory(const HybridPlan& plan) const {
         break;
       case schedule::ScheduleKind::kDapple:
         m.in_flight = std::min(P - s, M);
+        break;
+      case schedule::ScheduleKind::kPipeSgd:
+        // One stage, 1F1B: one micro-batch in flight; two flat gradient buffers besides the
+        // accumulated gradients (worker/runtime/pipesgd_updater.h).
+        m.in_flight = std::min(P - s, M);
+        m.weight_bytes += static_cast<int64_t>(std::llround(2.0 * weights));
         break;
       case schedule::ScheduleKind::kPipeDream:
         // A continuous run: P - s in flight, and as many stashed weight versions minus one.

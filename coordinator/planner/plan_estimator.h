@@ -40,6 +40,8 @@ namespace dapple::coordinator {
 //       + sum_s (g_s + x_s) + (M - 1) max_s max(g_s, x_s) + the AllReduce tails.
 // Under pipedream (no flush; per update of M micro-batches, K_i = P - i):
 //   L = M cycle_Q + the AllReduce tails.
+// Under pipesgd (one replicated stage, P = 1; pipesgd_model.h):
+//   L = max(M (f_0 + g_0), AR_0 + compression)   the AllReduce overlaps the next step
 struct LatencyEstimate {
   double step_ms = 0;
   double warmup_ms = 0;

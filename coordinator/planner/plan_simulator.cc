@@ -15,6 +15,7 @@
 #include "common/schedule/simulator.h"
 #include "common/status.h"
 #include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/pipesgd_model.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -272,8 +273,16 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   }
 
   Prediction prediction;
+  // Pipe-SGD on one replicated stage: the AllReduce of step t overlaps step t + 1's compute, so
+  // a step takes max(compute, AllReduce) (pipesgd_model.h), not the simulated compute +
+  // AllReduce of the synchronous program.
+  const bool pipesgd = kind == schedule::ScheduleKind::kPipeSgd && p == 1;
   if (pipedream) {
     prediction.step_ms = SteadyUpdateMs(sim->optimizer_step_end[0], run);
+  } else if (pipesgd) {
+    prediction.step_ms = PipeSgdTimeOn(problem.topology, plan.stages[0].devices, sim->busy_time[0],
+                                       static_cast<double>(params[0]), problem.pipesgd_compression)
+                             .pipelined_step_ms();
   } else {
     prediction.step_ms = sim->step_time;
   }
@@ -294,6 +303,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     // Both are differences of sums of times (step - busy - allreduce), so floating-point
     // cancellation leaves -1e-14 where a stage is never idle; idle time is never negative.
     out.idle_ms = std::max(0.0, pipedream ? prediction.step_ms - out.compute_ms - out.allreduce_ms
+                                : pipesgd ? prediction.step_ms - out.compute_ms
                                           : sim->idle_time[s]);
     idle_sum += out.idle_ms;
 
@@ -303,6 +313,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     // other in-flight micro-batch: P - s - 1 in steady state).
     double weight_bytes = weights * (2.0 + problem.optimizer_state_factor);
     if (pipedream) weight_bytes += weights * (p - s - 1);
+    // Pipe-SGD's two flat gradient buffers (worker/runtime/pipesgd_updater.h).
+    if (pipesgd) weight_bytes += 2.0 * weights;
     out.weight_bytes = RoundBytes(weight_bytes);
     out.activation_bytes = RoundBytes(activation_per_micro_batch[s] * out.peak_in_flight);
     out.peak_memory_bytes = out.weight_bytes + out.activation_bytes;

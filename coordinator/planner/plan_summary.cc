@@ -3,6 +3,8 @@
 #include <string>
 
 #include "common/profile/cluster_topology.h"
+#include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/pipesgd_model.h"
 
 namespace dapple::coordinator {
 
@@ -43,6 +45,17 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
     out->set_bubble_fraction(prediction.step_ms > 0 ? p.idle_ms / prediction.step_ms : 0.0);
   }
   summary.set_num_devices(num_devices);
+  // Pipe-SGD's timing model for data-parallel plans (one replicated stage): what width-2
+  // pipelining of the AllReduce would give this plan, whatever its schedule.
+  if (plan.stages.size() == 1 && plan.stages[0].devices.size() > 1 && predicted) {
+    const StagePlan& stage = plan.stages[0];
+    *summary.mutable_pipesgd() = PipeSgdTimeOn(
+        problem.topology, stage.devices, prediction.stages[0].compute_ms,
+        static_cast<double>(ParameterBytes(problem.profile, stage.first_layer, stage.last_layer)),
+        problem.pipesgd_compression);
+    // `dapplectl plan` and `get` print notes: one line saying whether width 2 pays here.
+    summary.add_notes(PipeSgdLine(summary.pipesgd()));
+  }
   return summary;
 }
 

@@ -11,8 +11,11 @@ namespace dapple::coordinator {
 // planner, schedule name, M, micro_batch_size, per stage first/last layer, replicas, placement
 // (DeviceName of each device), the prediction's per-stage fields, bubble_fraction,
 // predicted_step_ms, predicted_samples_per_second, profile_source, cluster_source,
-// placement_policy, num_devices. worker_ids / devices / hostnames stay empty (the scheduler
-// fills them).
+// placement_policy, num_devices; for a plan of one replicated stage (data parallelism) with a
+// prediction, pipesgd (Pipe-SGD's timing model, pipesgd_model.h, with the stage's predicted
+// compute_ms and parameter bytes and problem.pipesgd_compression) and a note with its
+// PipeSgdLine (what `dapplectl plan` and `get` show). worker_ids / devices / hostnames stay empty
+// (the scheduler fills them).
 v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPlan& plan,
                                   const Prediction& prediction, schedule::ScheduleKind schedule);
 

@@ -61,20 +61,34 @@ v1::ModelProfile WithoutInputNodes(const v1::ModelProfile& profile) {
   return out;
 }
 
-// The manual plan the spec spells out: its ranges, stage s on device s.
+// Replicas of every stage of a planner that does not choose them (balanced, uniform, manual):
+// parallel.devices / P (the spec's validation makes devices a multiple of P).
+int UniformReplicas(const v1::JobSpec& spec, int num_stages) {
+  return num_stages > 0 ? std::max(1, spec.parallel().devices() / num_stages) : 1;
+}
+
+// Stage s on devices s * D .. s * D + D - 1 (D = `replicas`).
+void PlaceUniformReplicas(int replicas, HybridPlan* plan) {
+  int device = 0;
+  for (StagePlan& stage : plan->stages) {
+    stage.devices.clear();
+    for (int r = 0; r < replicas; ++r) stage.devices.push_back(device++);
+  }
+}
+
+// The manual plan the spec spells out: its ranges, each on devices / P devices in order.
 HybridPlan ManualPlan(const v1::JobSpec& spec, int64_t micro_batch, int micro_batches) {
   HybridPlan plan;
   plan.planner = kManual;
   plan.micro_batch_size = micro_batch;
   plan.micro_batches = micro_batches;
-  int device = 0;
   for (const v1::StageRange& r : spec.parallel().stage_ranges()) {
     StagePlan stage;
     stage.first_layer = r.first_layer();
     stage.last_layer = r.last_layer();
-    stage.devices = {device++};
     plan.stages.push_back(std::move(stage));
   }
+  PlaceUniformReplicas(UniformReplicas(spec, spec.parallel().stage_ranges_size()), &plan);
   return plan;
 }
 
@@ -249,6 +263,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
   problem.num_stages = num_stages;
+  DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
+                          ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 
   // Step 4: the plan and its prediction.
   PlannedJob planned;
@@ -258,6 +274,14 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
   } else {
     DAPPLE_ASSIGN_OR_RETURN(planned, RunPlanner(planner, problem));
+    const int replicas = UniformReplicas(spec, static_cast<int>(planned.plan.stages.size()));
+    if (!ChoosesDepth(planner) && replicas > 1) {
+      // balanced and uniform place one device per stage; with devices a multiple of P every
+      // stage runs on devices / P replicas, scored again by the simulator.
+      PlaceUniformReplicas(replicas, &planned.plan);
+      DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
+      DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
+    }
   }
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());
@@ -280,8 +304,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     summary->mutable_stages(s)->set_compute_flops(flops);
   }
   // balanced, uniform and manual never replicate; the others would, given the runtime.
-  if (inputs.max_replicas == 1 && ChoosesDepth(planner)) {
-    summary->add_notes("one replica per stage: the worker runtime has no stage replication yet");
+  if (inputs.max_replicas == 1 && devices > 1 && ChoosesDepth(planner)) {
+    summary->add_notes(
+        "one replica per stage: schedule pipedream runs without stage replicas (1F1B-RR is not "
+        "available)");
   }
   int used = 0;
   for (const StagePlan& s : plan.stages) used += static_cast<int>(s.devices.size());
@@ -290,8 +316,11 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                                     " devices (parallel.devices): the job runs on ", used,
                                     used == 1 ? " worker" : " workers"));
   }
+  // Stages with replicas all-reduce their gradients before each optimizer step.
+  schedule::LowerOptions lower;
+  for (const StagePlan& s : plan.stages) lower.allreduce_stages.push_back(s.devices.size() > 1);
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::RankProgram> programs,
-                          schedule::BuildPrograms(kind, p, static_cast<int>(micro_batches)));
+                          schedule::BuildPrograms(kind, p, static_cast<int>(micro_batches), lower));
   for (v1::RankProgram& program : programs) *result.add_programs() = std::move(program);
   return result;
 }

@@ -13,15 +13,18 @@
 //   3. Problem: global batch and micro-batch size from training (the planner does not change
 //      M: the workers run training.micro_batch), the schedule, the optimizer's state factor
 //      (sgd 0, sgd with momentum 1, adamw 2), max_devices = parallel.devices, max_replicas =
-//      PlanInputs.max_replicas (1: the worker runtime has no stage replication yet; the plan's
-//      notes say so) and P: the stage_ranges for manual; parallel.stages when set; for
-//      balanced and uniform with stages auto parallel.devices (one stage per device); for
-//      dapple, pipedream and dp with stages auto the planner's choice.
+//      PlanInputs.max_replicas (the coordinator passes parallel.devices; 1 forbids replicas and
+//      the plan's notes say so) and P: the stage_ranges for manual; parallel.stages when set;
+//      for balanced and uniform with stages auto parallel.devices (one stage per device); for
+//      dapple, pipedream and dp with stages auto the planner's choice. balanced, uniform and
+//      manual run every stage on D = parallel.devices / P replicas (stage s on devices
+//      s * D .. s * D + D - 1; the plan scored again by the simulator); dapple, pipedream and
+//      dp choose replicas themselves (dp: P = 1 on every device).
 //   4. Plan: RunPlanner(parallel.planner, problem) (empty planner: balanced); manual: the
 //      spec's ranges on devices 0..P-1, scored by SimulatePlan.
 //   5. Summary: ToSummary (plan_summary.h) plus compute_flops per stage (forward + backward
 //      FLOPs per sample, common/model_info.h) and notes; programs =
-//      schedule::BuildPrograms(schedule, P, M).
+//      schedule::BuildPrograms(schedule, P, M) with an ALLREDUCE for the stages with replicas.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
 #define DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
 
@@ -73,7 +76,7 @@ struct PlanInputs {
   std::optional<v1::ModelProfile> profile;      // none: estimated (step 1)
   std::optional<v1::ClusterTopology> topology;  // none: SingleNodeTopology(parallel.devices)
   std::string device_kind = "cpu";              // "cpu" | "cuda": the estimate's FLOP rate
-  int max_replicas = 1;                         // 0: unlimited
+  int max_replicas = 1;                         // 0: unlimited; 1: no replicas
   PlanDefaults defaults;
 };
 

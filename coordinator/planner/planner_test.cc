@@ -225,7 +225,7 @@ TEST(PlannerTest, DappleChoosesTheDepthWithinTheJobsDevicesWithoutReplicas) {
   }
   EXPECT_EQ(expected_first, 6);
   EXPECT_EQ(plan->programs_size(), s.stages_size());
-  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("no stage replication")));
+  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("without stage replicas")));
 }
 
 TEST(PlannerTest, AProfilesInputNodesAreDroppedSoStagesIndexTheModel) {

@@ -15,6 +15,7 @@
 
 #include "common/profile/chain_profile.h"
 #include "common/schedule/generators.h"
+#include "coordinator/planner/pipesgd_model.h"
 #include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
@@ -27,13 +28,16 @@ struct PlanningProblem {
   // chooses among the divisors of global_batch.
   int64_t micro_batch_size = 0;
   // The schedule plans are scored under (synchronous: gpipe or dapple; pipedream: asynchronous,
-  // scored per M micro-batches in steady state).
+  // scored per M micro-batches in steady state; pipesgd: one replicated stage whose step is
+  // Pipe-SGD's pipelined time, pipesgd_model.h).
   schedule::ScheduleKind schedule = schedule::ScheduleKind::kDapple;
   // Optimizer state bytes per parameter byte: sgd 0, sgd with momentum 1, adamw 2.
   double optimizer_state_factor = 1.0;
   int max_devices = 0;   // 0: every device of the topology; otherwise use at most this many
   int max_replicas = 0;  // 0: unlimited; 1: no stage replication (the runtime has none yet)
   int num_stages = 0;    // 0: the planner chooses P; otherwise P is fixed
+  // What Pipe-SGD's AllReduce carries (schedule pipesgd; pipesgd_model.h prices it).
+  PipeSgdCompression pipesgd_compression = PipeSgdCompression::kNone;
 };
 
 struct StagePlan {

@@ -13,9 +13,11 @@
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/lowering.h"
+#include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/service/emulation.h"
 #include "coordinator/service/plan_request_check.h"
 #include "coordinator/service/worker_topology.h"
 
@@ -55,24 +57,30 @@ absl::Status AsInputError(const absl::Status& status) {
   return status;
 }
 
-// Rank programs for a stored plan summary: its schedule, P and M.
+// Rank programs for a stored plan summary: its schedule, P and M; the stages with replicas get
+// an ALLREDUCE before each OPTIMIZER_STEP. One program per stage: a stage's replicas run the
+// same program (each on its SplitRows share of every micro-batch).
 absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::ParallelPlanSummary& summary) {
-  for (int s = 0; s < summary.stages_size(); ++s) {
-    if (summary.stages(s).replicas() > 1) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the plan has ", summary.stages(s).replicas(), " replicas of stage ", s,
-                       ": stage replication is not available in the worker runtime yet"));
-    }
-  }
   DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
                           schedule::ParseScheduleKind(summary.schedule()));
+  schedule::LowerOptions lower;
+  for (const v1::PlanStageSummary& stage : summary.stages()) {
+    lower.allreduce_stages.push_back(stage.replicas() > 1);
+  }
   DAPPLE_ASSIGN_OR_RETURN(
       std::vector<v1::RankProgram> programs,
-      schedule::BuildPrograms(kind, summary.stages_size(), summary.micro_batches()));
+      schedule::BuildPrograms(kind, summary.stages_size(), summary.micro_batches(), lower));
   v1::ParallelPlan plan;
   *plan.mutable_summary() = summary;
   for (v1::RankProgram& program : programs) *plan.add_programs() = std::move(program);
   return plan;
+}
+
+// "stage 1" for a stage of one replica (the messages of plain pipelines), "stage 1 replica 0"
+// for a replica of a replicated stage.
+std::string RankName(int stage, int replica, int replicas) {
+  return replicas > 1 ? absl::StrCat("stage ", stage, " replica ", replica)
+                      : absl::StrCat("stage ", stage);
 }
 
 std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers) {
@@ -200,7 +208,7 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
     const double silent_s = (now - worker->info.last_heartbeat_unix_ms()) / 1000.0;
     const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
     const std::string job_id = worker->info.job_id();
-    const int stage = worker->info.stage();
+    const std::string rank = RankNameLocked(job_id, worker->info.id(), worker->info.stage());
     (void)workers_.Transition(*worker, v1::WORKER_STATE_DEAD,
                               absl::StrFormat("no heartbeat for %.1f s", silent_s));
     worker->dead_since_unix_ms = now;
@@ -208,9 +216,9 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
     if (busy && running_.contains(job_id)) {
       absl::Status ended =
           EndJobLocked(job_id, v1::JOB_STATE_FAILED,
-                       absl::StrFormat("worker %s (stage %d of job %s) stopped heartbeating "
+                       absl::StrFormat("worker %s (%s of job %s) stopped heartbeating "
                                        "(no heartbeat for %.1f s)",
-                                       worker->info.id(), stage, job_id, silent_s),
+                                       worker->info.id(), rank, job_id, silent_s),
                        now)
               .status();
       if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
@@ -348,14 +356,14 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
   absl::StatusOr<v1::ParallelPlan> plan =
       job.plan().stages().empty() || measured
-          ? MakePlan(job.spec(), SubmissionPlanInputs(job.spec(), workers_.List()))
+          ? MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers_.List()))
           : PlanFromSummary(job.plan());
   if (!plan.ok()) return fail(std::string(plan.status().message()));
   if (measured && !job.plan().stages().empty() &&
-      plan->programs_size() > static_cast<int>(free.size())) {
+      schedule::NumRanks(plan->summary()) > static_cast<int>(free.size())) {
     // The measured plan wants more workers than are free now: run the stored plan rather
     // than wait (another job may hold them for long).
-    const int wanted = plan->programs_size();
+    const int wanted = schedule::NumRanks(plan->summary());
     plan = PlanFromSummary(job.plan());
     if (!plan.ok()) return fail(std::string(plan.status().message()));
     plan->mutable_summary()->add_notes(
@@ -368,21 +376,32 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     }
   }
   const int num_stages = plan->programs_size();
-  if (num_stages < 1 || num_stages > static_cast<int>(free.size()) ||
+  const int num_ranks = schedule::NumRanks(plan->summary());
+  if (num_stages < 1 || num_ranks > static_cast<int>(free.size()) ||
       plan->summary().stages_size() != num_stages) {
-    return fail(absl::StrCat("the plan has ", num_stages, " stages but ", free.size(),
-                             " workers are free"));
+    return fail(absl::StrCat("the plan has ", num_stages, " stages on ", num_ranks, " workers but ",
+                             free.size(), " workers are free"));
   }
 
+  // One worker per rank (stage, replica), in RankIndex order: stage 0's replicas first.
   v1::ParallelPlanSummary summary = plan->summary();
   std::vector<std::string> worker_ids;
+  std::vector<int> replicas;
   for (int s = 0; s < num_stages; ++s) {
-    worker_ids.push_back(free[s]->info.id());
-    summary.mutable_stages(s)->add_worker_ids(free[s]->info.id());
-    // A worker computes on the first device it offers (one rank per worker).
-    summary.mutable_stages(s)->add_devices(
-        free[s]->info.devices().empty() ? "cpu" : free[s]->info.devices(0));
-    summary.mutable_stages(s)->add_hostnames(free[s]->info.hostname());
+    v1::PlanStageSummary& stage = *summary.mutable_stages(s);
+    stage.set_replicas(schedule::StageReplicas(plan->summary(), s));
+    replicas.push_back(stage.replicas());
+    stage.clear_worker_ids();
+    stage.clear_devices();
+    stage.clear_hostnames();
+    for (int r = 0; r < stage.replicas(); ++r) {
+      const WorkerRecord& w = *free[worker_ids.size()];
+      worker_ids.push_back(w.info.id());
+      stage.add_worker_ids(w.info.id());
+      // A worker computes on the first device it offers (one rank per worker).
+      stage.add_devices(w.info.devices().empty() ? "cpu" : w.info.devices(0));
+      stage.add_hostnames(w.info.hostname());
+    }
   }
   const int64_t total_steps = TotalSteps(job.spec());
   // A resumed job starts after its checkpoint's step, from that checkpoint's manifest.
@@ -394,6 +413,9 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     first_step = manifest->step();
     resume_manifest = absl::StrCat(job.resumed_from(), "/", kManifestFile);
   }
+  // Emulated jobs: the profile file is read again (it was checked at submit) for the ranks.
+  absl::StatusOr<std::optional<v1::ModelProfile>> emulated = EmulatedProfileOf(job.spec());
+  if (!emulated.ok()) return fail(std::string(emulated.status().message()));
   absl::StatusOr<v1::Job> running =
       jobs_->Transition(id, v1::JOB_STATE_RUNNING, "", [&](v1::Job* j) {
         *j->mutable_plan() = summary;
@@ -409,30 +431,35 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   }
 
   for (int s = 0; s < num_stages; ++s) {
-    WorkerRecord& worker = *free[s];
-    (void)workers_.Transition(worker, v1::WORKER_STATE_BUSY,
-                              absl::StrCat("stage ", s, " of job ", id), id, s);
-    v1::StageAssignment assignment;
-    assignment.set_job_id(id);
-    *assignment.mutable_spec() = job.spec();
-    *assignment.mutable_plan() = summary;
-    assignment.set_stage(s);
-    assignment.set_replica(0);
-    assignment.set_num_stages(num_stages);
-    *assignment.mutable_program() = plan->programs(s);
-    assignment.set_first_step(first_step);
-    assignment.set_checkpoint_dir(checkpoints_.JobDir(id));
-    assignment.set_resume_manifest(resume_manifest);
-    assignment.set_device(summary.stages(s).devices(0));
-    assignment.set_trace_every_steps(options_.trace_every_steps);
-    worker.pending_assignment = std::move(assignment);
+    for (int r = 0; r < replicas[s]; ++r) {
+      WorkerRecord& worker = *free[schedule::RankIndex(summary, s, r)];
+      (void)workers_.Transition(worker, v1::WORKER_STATE_BUSY,
+                                absl::StrCat(RankName(s, r, replicas[s]), " of job ", id), id, s);
+      v1::StageAssignment assignment;
+      assignment.set_job_id(id);
+      *assignment.mutable_spec() = job.spec();
+      *assignment.mutable_plan() = summary;
+      assignment.set_stage(s);
+      assignment.set_replica(r);
+      assignment.set_num_stages(num_stages);
+      *assignment.mutable_program() = plan->programs(s);
+      assignment.set_first_step(first_step);
+      assignment.set_checkpoint_dir(checkpoints_.JobDir(id));
+      assignment.set_resume_manifest(resume_manifest);
+      assignment.set_device(summary.stages(s).devices(r));
+      assignment.set_trace_every_steps(options_.trace_every_steps);
+      if (emulated->has_value()) *assignment.mutable_emulated_profile() = **emulated;
+      worker.pending_assignment = std::move(assignment);
+    }
   }
-  rendezvous_.Open(id, num_stages, /*replicas=*/1);
+  rendezvous_.Open(id, replicas);
   checkpoints_.OnJobStarted(id, job.spec(), summary, first_step);
-  running_.insert_or_assign(
-      id,
-      RunState{
-          num_stages, worker_ids, {}, ProgressTracker(job.spec().training().global_batch(), now)});
+  RunState run{num_stages,
+               replicas,
+               worker_ids,
+               {},
+               ProgressTracker(job.spec().training().global_batch(), now)};
+  running_.insert_or_assign(id, std::move(run));
   return true;
 }
 
@@ -480,6 +507,21 @@ absl::StatusOr<WorkerRecord*> CoordinatorService::LiveWorkerLocked(const std::st
   return worker;
 }
 
+std::string CoordinatorService::RankNameLocked(const std::string& job_id,
+                                               const std::string& worker_id, int stage) const {
+  auto run = running_.find(job_id);
+  if (run != running_.end()) {
+    const RunState& state = run->second;
+    int index = 0;
+    for (int s = 0; s < state.num_stages; ++s) {
+      for (int r = 0; r < state.replicas[s]; ++r, ++index) {
+        if (state.worker_ids[index] == worker_id) return RankName(s, r, state.replicas[s]);
+      }
+    }
+  }
+  return absl::StrCat("stage ", stage);
+}
+
 absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
                                                  const std::string& worker, int stage,
                                                  int replica) {
@@ -488,15 +530,21 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
   }
   const RunState& state = run->second;
-  if (stage < 0 || stage >= state.num_stages || replica != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", job_id, " has stages 0..", state.num_stages - 1,
-                     " and replica 0, got stage ", stage, " replica ", replica));
+  if (stage < 0 || stage >= state.num_stages) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has stages 0..",
+                                                   state.num_stages - 1, ", got stage ", stage,
+                                                   " replica ", replica));
   }
-  if (state.worker_ids[stage] != worker) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", worker, " is not stage ", stage,
-                                                      " of job ", job_id, " (",
-                                                      state.worker_ids[stage], " is)"));
+  if (replica < 0 || replica >= state.replicas[stage]) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has replicas 0..",
+                                                   state.replicas[stage] - 1, " of stage ", stage,
+                                                   ", got replica ", replica));
+  }
+  const std::string& expected = state.worker_ids[state.RankOf(stage, replica)];
+  if (expected != worker) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker, " is not ", RankName(stage, replica, state.replicas[stage]),
+                     " of job ", job_id, " (", expected, " is)"));
   }
   return absl::OkStatus();
 }
@@ -523,7 +571,7 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
   }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
   absl::StatusOr<v1::ParallelPlan> plan =
-      MakePlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()));
+      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()));
   if (!plan.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
@@ -545,7 +593,11 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
     const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) const {
   PlanInputs inputs;
   inputs.defaults = options_.plan_defaults;
-  inputs.max_replicas = 1;
+  // dapple, pipedream and dp replicate stages up to the job's devices; the others make
+  // parallel.devices / stages replicas of each stage (planner.h).
+  // PipeDream runs one replica per stage (no 1F1B-RR): its planners must not replicate.
+  inputs.max_replicas =
+      spec.parallel().schedule() == "pipedream" ? 1 : std::max(1, spec.parallel().devices());
   const std::string& type = spec.parallel().device_type();
   inputs.device_kind = JobDeviceKind(type, workers);
   inputs.profile = options_.profile_cache->Lookup(
@@ -612,7 +664,7 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       inputs.topology = SingleNodeTopology(spec->parallel().devices(), options_.plan_defaults);
     }
     topology = *inputs.topology;
-    absl::StatusOr<v1::ParallelPlan> plan = MakePlan(*spec, inputs);
+    absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());
     if (hypothetical) {
@@ -815,9 +867,13 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
   DAPPLE_RETURN_IF_ERROR(
       CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
   RunState& run = running_.at(id);
-  const bool last_stage = request.stage() == run.num_stages - 1;
+  // Replicas of a stage hold identical weights and the last stage's replicas all get the
+  // global loss: replica 0 alone reports loss and evaluation, so no step counts twice.
+  const bool last_stage = request.stage() == run.num_stages - 1 && request.replica() == 0;
+  const int rank_index = run.RankOf(request.stage(), request.replica());
   const std::string rank =
-      absl::StrCat("stage ", request.stage(), " (worker ", worker->info.id(), ")");
+      absl::StrCat(RankName(request.stage(), request.replica(), run.replicas[request.stage()]),
+                   " (worker ", worker->info.id(), ")");
   if (request.kind() == v1::PROGRESS_STEP) {
     // Any rank's step counts: an on-demand checkpoint must lie ahead of the fastest rank.
     checkpoints_.OnStep(
@@ -852,10 +908,10 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       }
       break;
     case v1::PROGRESS_DONE:
-      run.done_stages.insert(request.stage());
+      run.done_ranks.insert(rank_index);
       FreeWorkerLocked(*worker, id,
                        absl::StrCat("finished stage ", request.stage(), " of job ", id));
-      if (static_cast<int>(run.done_stages.size()) == run.num_stages) {
+      if (run.done_ranks.size() == run.worker_ids.size()) {
         DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status());
       }
       break;
@@ -867,7 +923,7 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       break;
     case v1::PROGRESS_ABORTED:
       // A rank that finished its part has nothing left to abort.
-      if (run.done_stages.contains(request.stage())) break;
+      if (run.done_ranks.contains(rank_index)) break;
       // The job is still running, so nothing told this rank to stop: without it the job can
       // never finish, so it fails rather than hangs.
       FreeWorkerLocked(*worker, id,
@@ -877,7 +933,8 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
                                  .status());
       break;
     case v1::PROGRESS_CHECKPOINT:
-      OnCheckpointReportLocked(job, request, now);
+      // Replicas are identical: replica 0 of each stage writes the stage's shard.
+      if (request.replica() == 0) OnCheckpointReportLocked(job, request, now);
       break;
     case v1::PROGRESS_KIND_UNSPECIFIED:
     case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -904,6 +961,81 @@ void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
   if (!s.ok()) {
     DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
   }
+}
+
+absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocked(
+    const std::string& job_id, const std::string& worker) {
+  DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(worker).status());
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
+  auto run = running_.find(job_id);
+  if (job.state() != v1::JOB_STATE_RUNNING || run == running_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is not running (", JobStateName(job.state()), "): its store is gone"));
+  }
+  const std::vector<std::string>& ranks = run->second.worker_ids;
+  if (std::find(ranks.begin(), ranks.end(), worker) == ranks.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("worker ", worker, " runs no rank of job ",
+                                                    job_id, ": it may not use its store"));
+  }
+  return &run->second;
+}
+
+absl::Status CoordinatorService::StoreSet(const v1::StoreSetRequest& request,
+                                          v1::StoreSetResponse* response) {
+  absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(RunState * run, StoreUserLocked(request.job_id(), request.worker_id()));
+  const std::string& key = request.key();
+  if (key.empty() || static_cast<int64_t>(key.size()) > kMaxStoreKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store key of ", key.size(), " bytes: a key must have 1..", kMaxStoreKeyBytes, " bytes"));
+  }
+  if (static_cast<int64_t>(request.value().size()) > kMaxStoreValueBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store value of key '", key, "' has ", request.value().size(),
+                     " bytes, more than the maximum ", kMaxStoreValueBytes));
+  }
+  auto it = run->store.find(key);
+  if (it == run->store.end()) {
+    if (static_cast<int>(run->store.size()) >= kMaxStoreKeys) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
+                                                        " store is full: ", kMaxStoreKeys,
+                                                        " keys (the most a job may set)"));
+    }
+    it = run->store.emplace(key, std::string()).first;
+  }
+  const int64_t bytes = run->store_bytes + static_cast<int64_t>(request.value().size()) -
+                        static_cast<int64_t>(it->second.size());
+  if (bytes > kMaxStoreBytes) {
+    if (it->second.empty()) run->store.erase(it);
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " store is full: setting key '", key, "' (",
+                     request.value().size(), " bytes) would hold ", bytes,
+                     " bytes of values, more than the maximum ", kMaxStoreBytes));
+  }
+  run->store_bytes = bytes;
+  it->second = request.value();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::StoreGet(const v1::StoreGetRequest& request,
+                                          v1::StoreGetResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (request.keys().empty()) {
+    return absl::InvalidArgumentError("store get of job " + request.job_id() + " names no keys");
+  }
+  absl::StatusOr<RunState*> run = StoreUserLocked(request.job_id(), request.worker_id());
+  if (absl::IsFailedPrecondition(run.status())) {
+    // The job ended: the waiting rank stops instead of polling until its timeout.
+    response->set_job_ended(true);
+    return absl::OkStatus();
+  }
+  DAPPLE_RETURN_IF_ERROR(run.status());
+  for (const std::string& key : request.keys()) {
+    if (!(*run)->store.contains(key)) return absl::OkStatus();  // not ready
+  }
+  response->set_ready(true);
+  for (const std::string& key : request.keys()) response->add_values((*run)->store.at(key));
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorService::CheckpointJob(const v1::CheckpointJobRequest& request,
@@ -954,12 +1086,12 @@ absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequ
   }
   const std::string id = worker->info.id();
   const std::string job_id = worker->info.job_id();
-  const int stage = worker->info.stage();
+  const std::string rank = RankNameLocked(job_id, id, worker->info.stage());
   // The job ends first, while the worker is still known, so that EndJobLocked sees all ranks.
   if (worker->info.state() == v1::WORKER_STATE_BUSY && running_.contains(job_id)) {
     absl::Status ended =
         EndJobLocked(job_id, v1::JOB_STATE_FAILED,
-                     absl::StrFormat("worker %s (stage %d of job %s) shut down", id, stage, job_id),
+                     absl::StrFormat("worker %s (%s of job %s) shut down", id, rank, job_id),
                      options_.now_unix_ms())
             .status();
     if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());

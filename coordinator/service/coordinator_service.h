@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -231,6 +232,25 @@ class CoordinatorService {
   // at once ("worker w-2 shut down before reporting the profile"). kNotFound "unknown worker w-9".
   absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
                                 v1::DeregisterWorkerResponse* response);
+  // The per-job key-value store the ranks of a running job rendezvous through (Gloo's
+  // rendezvous among a stage's replicas: worker/daemon/coordinator_store.h). It exists while
+  // the job is RUNNING and is forgotten when it ends; only workers that run a rank of the job
+  // may use it. StoreSet records (or replaces) one key. Bounds: kMaxStoreKeys keys and
+  // kMaxStoreBytes of values per job, kMaxStoreKeyBytes per key, kMaxStoreValueBytes per value.
+  // Errors: kNotFound for an unknown worker or job; kFailedPrecondition "job job-3 is not
+  // running (SUCCEEDED): its store is gone" (StoreSet only) and "job job-3 store is full: 4096
+  // keys (the most a job may set)" (or bytes); kPermissionDenied "worker w-9 runs no rank of job
+  // job-3"; kInvalidArgument for an empty or too long key and a too large value (naming the sizes).
+  static constexpr int kMaxStoreKeys = 4096;
+  static constexpr int64_t kMaxStoreKeyBytes = 1024;
+  static constexpr int64_t kMaxStoreValueBytes = int64_t{1} << 20;
+  static constexpr int64_t kMaxStoreBytes = int64_t{16} << 20;  // all values of one job
+  absl::Status StoreSet(const v1::StoreSetRequest& request, v1::StoreSetResponse* response);
+  // ready = every key of request.keys is set, values then in request order (none otherwise);
+  // job_ended = the job is no longer RUNNING (the caller stops waiting). Never blocks: callers
+  // poll. Errors as StoreSet (a job that ended is OK with job_ended), kInvalidArgument for no
+  // keys.
+  absl::Status StoreGet(const v1::StoreGetRequest& request, v1::StoreGetResponse* response);
   // A worker's measured profile (or why it could not measure). kNotFound for an unknown worker
   // or request; kPermissionDenied / kInvalidArgument as ProfileCache::Report.
   absl::Status ReportProfile(const v1::ReportProfileRequest& request,
@@ -240,10 +260,19 @@ class CoordinatorService {
   // What the coordinator keeps in memory about a RUNNING job.
   struct RunState {
     int num_stages = 0;
-    std::vector<std::string> worker_ids;  // by stage (replica 0)
-    std::set<int> done_stages;
+    std::vector<int> replicas;            // by stage, each >= 1
+    std::vector<std::string> worker_ids;  // by rank (schedule::RankIndex)
+    std::set<int> done_ranks;             // RankIndex of the ranks that reported DONE
     ProgressTracker tracker;
     StageMetricsTracker stage_metrics;  // every rank's newest step stats
+    // The job's store (StoreSet / StoreGet): key -> value, and the bytes of its values.
+    std::map<std::string, std::string> store;
+    int64_t store_bytes = 0;
+    int RankOf(int stage, int replica) const {
+      int index = replica;
+      for (int s = 0; s < stage; ++s) index += replicas[s];
+      return index;
+    }
   };
 
   CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobManager> jobs)
@@ -280,6 +309,15 @@ class CoordinatorService {
   // The live (not DEAD) worker `id`, or kNotFound "unknown worker <id>: register again".
   absl::StatusOr<WorkerRecord*> LiveWorkerLocked(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running job `job_id` whose ranks include `worker` (for its store): kNotFound for an
+  // unknown worker or job, kFailedPrecondition for a job not running, kPermissionDenied for a
+  // worker that runs none of its ranks.
+  absl::StatusOr<RunState*> StoreUserLocked(const std::string& job_id, const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "stage 1 replica 0" (or "stage 1" when the stage has one replica) for the rank `worker_id`
+  // runs in running job `job_id`; "stage <stage>" when it runs none.
+  std::string RankNameLocked(const std::string& job_id, const std::string& worker_id,
+                             int stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when `worker` is rank (stage, replica) of running job `job_id`.
   absl::Status CheckRankLocked(const std::string& job_id, const std::string& worker, int stage,
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -140,6 +140,16 @@ grpc::Status GrpcWorkerControl::GetPeers(grpc::ServerContext*, const v1::GetPeer
   return ToGrpcStatus(service_->GetPeers(*request, response));
 }
 
+grpc::Status GrpcWorkerControl::StoreSet(grpc::ServerContext*, const v1::StoreSetRequest* request,
+                                         v1::StoreSetResponse* response) {
+  return ToGrpcStatus(service_->StoreSet(*request, response));
+}
+
+grpc::Status GrpcWorkerControl::StoreGet(grpc::ServerContext*, const v1::StoreGetRequest* request,
+                                         v1::StoreGetResponse* response) {
+  return ToGrpcStatus(service_->StoreGet(*request, response));
+}
+
 grpc::Status GrpcWorkerControl::ReportProgress(grpc::ServerContext*,
                                                const v1::ProgressReport* request,
                                                v1::ProgressAck* response) {

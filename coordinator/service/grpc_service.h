@@ -70,6 +70,10 @@ class GrpcWorkerControl final : public v1::WorkerControl::Service {
                                 v1::DeregisterWorkerResponse* response) override;
   grpc::Status ReportProfile(grpc::ServerContext* context, const v1::ReportProfileRequest* request,
                              v1::ReportProfileResponse* response) override;
+  grpc::Status StoreSet(grpc::ServerContext* context, const v1::StoreSetRequest* request,
+                        v1::StoreSetResponse* response) override;
+  grpc::Status StoreGet(grpc::ServerContext* context, const v1::StoreGetRequest* request,
+                        v1::StoreGetResponse* response) override;
 
  private:
   CoordinatorService* service_;  // not owned

@@ -213,10 +213,16 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
   EXPECT_EQ(plan.micro_batches(), 8);
   EXPECT_GE(plan.stages_size(), 1);
   EXPECT_LE(plan.stages_size(), 2);
-  for (const v1::PlanStageSummary& s : plan.stages()) EXPECT_EQ(s.replicas(), 1);
+  // dapple chooses stages and replicas on at most the job's 2 devices.
+  int ranks = 0;
+  for (const v1::PlanStageSummary& s : plan.stages()) {
+    EXPECT_GE(s.replicas(), 1);
+    ranks += s.replicas();
+  }
+  EXPECT_LE(ranks, 2);
   EXPECT_EQ(plan.cluster_source(), "2 registered workers on 1 host");
   EXPECT_THAT(plan.profile_source(), HasSubstr("estimated"));
-  EXPECT_THAT(plan.notes(), ::testing::Contains(HasSubstr("no stage replication")));
+  EXPECT_THAT(plan.notes(), ::testing::Not(::testing::Contains(HasSubstr("no stage replication"))));
   EXPECT_GT(plan.predicted_step_ms(), 0);
   EXPECT_EQ(r->cluster().nodes(0).name(), "host-a");
   // Nothing was stored.
@@ -365,33 +371,39 @@ TEST_F(PlanJobTest, AnAutoJobIsPlannedAtSubmissionAndWaitsForItsStagesNotItsDevi
   ASSERT_GE(plan.stages_size(), 1);
   const int p = plan.stages_size();
   ASSERT_LE(p, 3);  // 3 layers, though parallel.devices is 4
+  // The job needs one worker per rank: the sum of its stages' replicas (at most the devices).
+  int ranks = 0;
+  for (const v1::PlanStageSummary& s : plan.stages()) ranks += s.replicas();
+  ASSERT_LE(ranks, 4);
   EXPECT_EQ(plan.planner(), "dapple");
   EXPECT_GT(plan.predicted_step_ms(), 0);
   EXPECT_THAT(plan.profile_source(), HasSubstr("estimated"));
   EXPECT_THAT(plan.cluster_source(), HasSubstr("one node of 4 devices"));  // no workers yet
-  EXPECT_THAT(plan.notes(), ::testing::Contains(absl::StrCat("uses ", p,
-                                                             " of the job's 4 devices "
-                                                             "(parallel.devices): the job runs "
-                                                             "on ",
-                                                             p, p == 1 ? " worker" : " workers")));
+  if (ranks < 4) {
+    EXPECT_THAT(plan.notes(),
+                ::testing::Contains(absl::StrCat("uses ", ranks,
+                                                 " of the job's 4 devices (parallel.devices): "
+                                                 "the job runs on ",
+                                                 ranks, ranks == 1 ? " worker" : " workers")));
+  }
   for (const v1::PlanStageSummary& s : plan.stages()) EXPECT_TRUE(s.worker_ids().empty());
 
-  for (int i = 0; i < p - 1; ++i) Register();
+  for (int i = 0; i < ranks - 1; ++i) Register();
   svc_->Tick();
   v1::Job pending = Get(job->id());
   EXPECT_EQ(pending.state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(pending.message(), StartsWith(absl::StrCat("waiting for ", p, " idle worker")));
+  EXPECT_THAT(pending.message(), StartsWith(absl::StrCat("waiting for ", ranks, " idle worker")));
   Register();
   svc_->Tick();
   v1::Job running = Get(job->id());
   ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.message();
-  EXPECT_EQ(running.worker_ids_size(), p);
+  EXPECT_EQ(running.worker_ids_size(), ranks);
   // The stored plan is the one that runs, its prediction kept.
   EXPECT_EQ(running.plan().stages_size(), p);
   EXPECT_DOUBLE_EQ(running.plan().predicted_step_ms(), plan.predicted_step_ms());
   for (int s = 0; s < p; ++s) {
     EXPECT_EQ(running.plan().stages(s).first_layer(), plan.stages(s).first_layer());
-    EXPECT_EQ(running.plan().stages(s).worker_ids_size(), 1);
+    EXPECT_EQ(running.plan().stages(s).worker_ids_size(), plan.stages(s).replicas());
   }
   v1::HeartbeatRequest hb;
   hb.set_worker_id(running.worker_ids(0));
@@ -426,13 +438,30 @@ TEST_F(PlanJobTest, ASubmissionThatFitsNoDeviceFailsWithThePlannersMessage) {
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
-TEST_F(PlanJobTest, DataParallelIsOneStageOnOneDevice) {
+TEST_F(PlanJobTest, DataParallelIsOneStageOnEveryDevice) {
   absl::StatusOr<v1::Job> job = Submit(Spec("dp", "auto", 1));
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->plan().stages_size(), 1);
   EXPECT_EQ(job->plan().stages(0).replicas(), 1);
   EXPECT_EQ(job->plan().stages(0).last_layer(), 5);
-  EXPECT_EQ(Submit(Spec("dp", "auto", 2)).status().code(), absl::StatusCode::kInvalidArgument);
+  job = Submit(Spec("dp", "auto", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->plan().stages_size(), 1);
+  EXPECT_EQ(job->plan().stages(0).replicas(), 2);
+}
+
+TEST_F(PlanJobTest, FixedStagesGetDevicesOverStagesReplicasEach) {
+  for (const char* planner : {"balanced", "uniform"}) {
+    absl::StatusOr<v1::Job> job = Submit(Spec(planner, "2", 4));
+    ASSERT_TRUE(job.ok()) << planner << ": " << job.status();
+    ASSERT_EQ(job->plan().stages_size(), 2) << planner;
+    for (const v1::PlanStageSummary& s : job->plan().stages()) {
+      EXPECT_EQ(s.replicas(), 2) << planner;
+      EXPECT_EQ(s.placement_size(), 2) << planner;
+    }
+    EXPECT_GT(job->plan().stages(0).allreduce_ms(), 0) << planner;
+  }
+  EXPECT_EQ(Submit(Spec("balanced", "2", 3)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(PlanJobTest, TheStoredPlanAndItsPredictionSurviveARestart) {

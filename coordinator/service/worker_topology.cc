@@ -20,7 +20,8 @@ std::string ComputeDevice(const v1::WorkerInfo& worker) {
 }  // namespace
 
 bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& worker) {
-  if (device_type.empty() || device_type == "any") return true;
+  // An emulated stage computes nothing (it waits), so any worker can run it.
+  if (device_type.empty() || device_type == "any" || device_type == "emulated") return true;
   const std::string device = ComputeDevice(worker);
   return device_type == "cuda" ? absl::StartsWith(device, "cuda:") : device == device_type;
 }

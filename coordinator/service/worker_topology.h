@@ -17,7 +17,7 @@ namespace dapple::coordinator {
 
 // Whether `worker` may run a stage of a job whose parallel.device_type is `device_type`:
 // "cpu" / "cuda" take only workers whose first device (the one a stage computes on) is of that
-// type; "any" (or empty) takes every worker.
+// type; "any" (or empty) and "emulated" (nothing is computed) take every worker.
 bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& worker);
 
 // The device kind a job's layers run on, for its profile: "cpu" or "cuda" as device_type says;

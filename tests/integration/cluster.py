@@ -175,7 +175,9 @@ class Cluster:
 
 def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple", epochs=1,
               max_steps=0, lr=0.05, momentum=0.9, optimizer="sgd", seed=3, planner="balanced",
-              data_path="/usr/share/datasets/fashion-mnist"):
+              data_path="/usr/share/datasets/fashion-mnist", devices=None):
+    """A job spec; `devices` defaults to `stages` (one replica per stage); a multiple of it gives
+    every stage devices / stages replicas; stages 0 writes `stages: auto`."""
     lines = ["name: %s" % name, "model:", "  input_shape: [1, 28, 28]", "  layers:"]
     for t, out in layers:
         lines.append("    - {type: %s%s}" % (t, ", out: %d" % out if out else ""))
@@ -190,8 +192,8 @@ def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple"
               "parallel:",
               "  schedule: %s" % schedule,
               "  planner: %s" % planner,
-              "  stages: %d" % stages,
-              "  devices: %d" % stages]
+              "  stages: %s" % (stages or "auto"),
+              "  devices: %d" % (devices or stages)]
     return "\n".join(lines) + "\n"
 
 

@@ -5,8 +5,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "worker/device/device.h"
+#include "worker/runtime/emulated_stage_backend.h"
 
 #if DAPPLE_HAVE_CUDA
 #include "worker/comm/cuda/cuda_ipc_transport.h"
@@ -51,9 +53,16 @@ bool IsCuda(const std::string& device) { return absl::StartsWith(device, "cuda:"
 }  // namespace
 
 LinkKind ChooseLink(const v1::ParallelPlanSummary& plan, int from, int to) {
+  // Emulated stages keep their buffers in host memory whatever device their worker offers.
+  if (plan.emulated()) return LinkKind::kUcx;
   const std::string a = StageDevice(plan, from), b = StageDevice(plan, to);
   if (!IsCuda(a)) return LinkKind::kUcx;
-  if (!IsCuda(b)) return LinkKind::kStaging;
+  // Split-concat exchanges rows with every rank of a replicated neighbour: UCX (the GPU side
+  // staging through host memory), never the one-peer IPC / NCCL links.
+  if (!IsCuda(b) || schedule::StageReplicas(plan, from) > 1 ||
+      schedule::StageReplicas(plan, to) > 1) {
+    return LinkKind::kStaging;
+  }
   const std::string ha = StageHost(plan, from), hb = StageHost(plan, to);
   if (a == b && !ha.empty() && ha == hb) return LinkKind::kCudaIpc;
   return LinkKind::kNccl;
@@ -92,6 +101,15 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
     return absl::InvalidArgumentError(absl::StrCat("assigned device: ", id.status().message()));
   }
   const v1::PlanStageSummary& range = a.plan().stages(a.stage());
+  if (a.has_emulated_profile()) {
+    // device_type emulated: waits instead of compute, on any worker (no device is used); the
+    // links stay UCX on host memory.
+    links->device_ = "emulated";
+    DAPPLE_ASSIGN_OR_RETURN(
+        links->backend_, MakeEmulatedStageBackend(a.spec(), range.first_layer(), range.last_layer(),
+                                                  a.emulated_profile()));
+    return links;
+  }
   if (!id->is_cuda()) {
     DAPPLE_ASSIGN_OR_RETURN(links->backend_,
                             MakeCpuStageBackend(a.spec(), range.first_layer(), range.last_layer()));
@@ -142,6 +160,27 @@ absl::Status StageLinks::Connect(const v1::StageAssignment& a, const v1::GetPeer
     const LinkKind kind = ChooseLink(a.plan(), stage, peer);
     absl::StrAppend(&description_, description_.empty() ? "" : "; ", "stage ", stage, " <-> ", peer,
                     ": ", LinkKindName(kind));
+    const int peer_replicas = schedule::StageReplicas(a.plan(), peer);
+    if (peer_replicas > 1 || schedule::StageReplicas(a.plan(), stage) > 1) {
+      // Every rank of the neighbouring stage, addressed by its global index: UCX, staged
+      // through host memory when this replica computes on a GPU (its own device decides:
+      // replicas of one stage may sit on different devices).
+      Transport* route = ucx;
+#if DAPPLE_HAVE_CUDA
+      if (gpu_ != nullptr) {
+        if (gpu_->staging == nullptr) {
+          gpu_->staging = std::make_unique<StagingTransport>(ucx, gpu_->device.get());
+        }
+        route = gpu_->staging.get();
+      }
+#endif
+      for (int r = 0; r < peer_replicas; ++r) {
+        routed_.SetRoute(schedule::RankIndex(a.plan(), peer, r), route);
+      }
+      continue;
+    }
+    // One replica each side: the peer's global index (other stages may have replicas).
+    const int peer_rank = schedule::RankIndex(a.plan(), peer, 0);
     const v1::PeerEndpoint* endpoint = nullptr;
     for (const v1::PeerEndpoint& p : peers.peers()) {
       if (p.stage() == peer) endpoint = &p;
@@ -149,7 +188,7 @@ absl::Status StageLinks::Connect(const v1::StageAssignment& a, const v1::GetPeer
     const std::string label =
         absl::StrFormat("stage %d, worker %s", peer, endpoint ? endpoint->worker_id() : "?");
     if (kind == LinkKind::kUcx) {
-      routed_.SetRoute(peer, ucx);
+      routed_.SetRoute(peer_rank, ucx);
       continue;
     }
 #if DAPPLE_HAVE_CUDA
@@ -159,17 +198,17 @@ absl::Status StageLinks::Connect(const v1::StageAssignment& a, const v1::GetPeer
         break;
       case LinkKind::kStaging:
         if (gpu_->staging == nullptr) gpu_->staging = std::make_unique<StagingTransport>(ucx, dev);
-        routed_.SetRoute(peer, gpu_->staging.get());
+        routed_.SetRoute(peer_rank, gpu_->staging.get());
         break;
       case LinkKind::kCudaIpc:
         if (gpu_->ipc == nullptr) gpu_->ipc = std::make_unique<CudaIpcTransport>(ucx, dev);
-        routed_.SetRoute(peer, gpu_->ipc.get());
+        routed_.SetRoute(peer_rank, gpu_->ipc.get());
         break;
       case LinkKind::kNccl: {
         if (gpu_->nccl == nullptr) {
           DAPPLE_ASSIGN_OR_RETURN(
-              gpu_->nccl,
-              NcclTransport::Create(stage, dev, options, absl::StrFormat("stage %d", stage)));
+              gpu_->nccl, NcclTransport::Create(schedule::RankIndex(a.plan(), stage, 0), dev,
+                                                options, absl::StrFormat("stage %d", stage)));
         }
         // The lower stage of the pair made the ids: ours for stage + 1, the peer's for stage - 1.
         const bool lower = peer > stage;
@@ -177,11 +216,11 @@ absl::Status StageLinks::Connect(const v1::StageAssignment& a, const v1::GetPeer
             lower ? gpu_->nccl_forward_id : (endpoint ? endpoint->nccl_id_forward() : "");
         const std::string bwd =
             lower ? gpu_->nccl_backward_id : (endpoint ? endpoint->nccl_id_backward() : "");
-        absl::Status s = gpu_->nccl->Connect(peer, fwd, bwd, label);
+        absl::Status s = gpu_->nccl->Connect(peer_rank, fwd, bwd, label);
         if (!s.ok()) {
           return absl::Status(s.code(), absl::StrCat("NCCL link to ", label, ": ", s.message()));
         }
-        routed_.SetRoute(peer, gpu_->nccl.get());
+        routed_.SetRoute(peer_rank, gpu_->nccl.get());
         break;
       }
     }

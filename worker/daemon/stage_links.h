@@ -9,6 +9,10 @@
 //   both on GPUs, not the same one           -> NCCL point-to-point, one communicator per
 //                                               direction; the lower stage makes the unique ids
 //                                               and publishes them through the rendezvous
+//   either stage has replicas (split-concat:  -> UCX with every rank of the neighbouring stage
+//   rows go to several ranks)                   (a GPU side stages through host memory); never
+//                                               IPC or NCCL
+// Peers are addressed by their global rank index (common/schedule/ranks.h RankIndex).
 // Thread safety: one thread (the job's).
 #ifndef DAPPLE_WORKER_DAEMON_STAGE_LINKS_H_
 #define DAPPLE_WORKER_DAEMON_STAGE_LINKS_H_
@@ -48,8 +52,9 @@ class StageLinks {
 
   // Fills this rank's NCCL unique ids (link to stage + 1 over NCCL) into `pub`.
   absl::Status AddNcclIds(const v1::StageAssignment& assignment, v1::PublishEndpointRequest* pub);
-  // After the rendezvous: the transports to each neighbour, on top of `ucx` (connected to both
-  // neighbours already), in ascending stage order. Errors of NCCL/IPC set-up name the peer.
+  // After the rendezvous: the transports to each neighbouring rank, on top of `ucx` (connected
+  // to every rank of both neighbouring stages already), in ascending stage order. Errors of
+  // NCCL/IPC set-up name the peer.
   absl::Status Connect(const v1::StageAssignment& assignment, const v1::GetPeersResponse& peers,
                        UcxTransport* ucx, Transport::Options options);
   // What the runtime sends through (routes per neighbour).

@@ -1,19 +1,28 @@
 #include "worker/daemon/worker_daemon.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <exception>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/checkpoint/stage_checkpointer.h"
+#include "worker/comm/delay_transport.h"
+#include "worker/comm/gloo_collective.h"
 #include "worker/comm/ucx_transport.h"
+#include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/profile_runner.h"
 #include "worker/daemon/progress_reporter.h"
@@ -52,6 +61,15 @@ std::string Hostname() {
   return buf;
 }
 
+// "stage 1, worker w-2" for a stage of one replica (the label plain pipelines always had),
+// "stage 1 replica 0, worker w-2" for a replica of a replicated stage.
+std::string PeerLabel(const v1::ParallelPlanSummary& plan, const v1::PeerEndpoint& p) {
+  return schedule::StageReplicas(plan, p.stage()) > 1
+             ? absl::StrFormat("stage %d replica %d, worker %s", p.stage(), p.replica(),
+                               p.worker_id())
+             : absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id());
+}
+
 }  // namespace
 
 // What a job holds while it runs. Members are destroyed in reverse order: the runtime, then the
@@ -59,8 +77,38 @@ std::string Hostname() {
 struct WorkerDaemon::JobResources {
   std::unique_ptr<UcxTransport> transport;
   std::unique_ptr<StageLinks> links;
+  std::unique_ptr<GlooCollective> replicas;  // the stage's replicas (when it has several)
+  std::unique_ptr<DelayTransport> delay;     // --comm-delay-max-ms: wraps links->transport()
   std::unique_ptr<StageRuntime> runtime;
 };
+
+std::string CollectiveHost(const std::string& coordinator) {
+  const size_t colon = coordinator.rfind(':');
+  const std::string host = colon == std::string::npos ? coordinator : coordinator.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "7600" : coordinator.substr(colon + 1);
+  addrinfo hints = {};
+  hints.ai_family = AF_INET;  // Gloo's TCP transport binds IPv4 here
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return "127.0.0.1";
+  }
+  std::string address = "127.0.0.1";
+  // connect() on a UDP socket sends nothing: it only picks the route and the local address.
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local = {};
+    socklen_t len = sizeof(local);
+    char buf[INET_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
+      address = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return address;
+}
 
 std::string NameTakenWarning(const std::string& requested_name, const std::string& worker_id) {
   if (requested_name.empty() || requested_name == worker_id) return "";
@@ -380,8 +428,9 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
   topts.timeout = options_.transport_timeout;
   topts.abort = &abort_;
   // Handed to the caller at once, so that a failure below keeps the endpoints open until the
-  // failure was reported (see RunJob).
-  DAPPLE_ASSIGN_OR_RETURN(*out, UcxTransport::Create(stage, topts));
+  // failure was reported (see RunJob). Ranks are addressed by their global index.
+  DAPPLE_ASSIGN_OR_RETURN(
+      *out, UcxTransport::Create(schedule::RankIndex(a.plan(), stage, a.replica()), topts));
   UcxTransport* transport = out->get();
   v1::PublishEndpointRequest pub;
   pub.set_job_id(a.job_id());
@@ -415,21 +464,27 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
     if (absl::Now() > deadline) {
       std::string missing;
       for (int st = 0; st < a.num_stages(); ++st) {
-        bool found = false;
-        for (const auto& p : peers.peers()) found |= p.stage() == st;
-        if (!found) absl::StrAppend(&missing, missing.empty() ? "" : ", ", st);
+        const int replicas = schedule::StageReplicas(a.plan(), st);
+        for (int r = 0; r < replicas; ++r) {
+          bool found = false;
+          for (const auto& p : peers.peers()) found |= p.stage() == st && p.replica() == r;
+          if (found) continue;
+          absl::StrAppend(&missing, missing.empty() ? "" : ", ", "stage ", st,
+                          replicas > 1 ? absl::StrCat(" replica ", r) : "");
+        }
       }
       return absl::DeadlineExceededError(
-          absl::StrFormat("rendezvous: stages [%s] did not publish their address within %s",
-                          missing, absl::FormatDuration(options_.rendezvous_timeout)));
+          absl::StrFormat("rendezvous: [%s] did not publish their address within %s", missing,
+                          absl::FormatDuration(options_.rendezvous_timeout)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Every rank of the neighbouring stages: split-concat exchanges rows with each of them.
   for (const v1::PeerEndpoint& p : peers.peers()) {
     if (p.stage() == stage - 1 || p.stage() == stage + 1) {
       DAPPLE_RETURN_IF_ERROR(
-          transport->Connect(p.stage(), p.ucx_address(),
-                             absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id())));
+          transport->Connect(schedule::RankIndex(a.plan(), p.stage(), p.replica()), p.ucx_address(),
+                             PeerLabel(a.plan(), p)));
     }
   }
   return links->Connect(a, peers, transport, topts);
@@ -441,18 +496,59 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
   static const char kFin = 1;
   char fin_in = 0;
   const uint64_t tag = MessageTag(MessageKind::kFinish, 0, 0);
-  const int stage = a.stage();
-  for (int peer : {stage - 1, stage + 1}) {
-    if (peer >= 0 && peer < a.num_stages()) {
-      DAPPLE_RETURN_IF_ERROR(transport->Send(peer, tag, &kFin, 1));
+  // Every rank of the neighbouring stages, by global index.
+  std::vector<int> peers;
+  for (int peer_stage : {a.stage() - 1, a.stage() + 1}) {
+    if (peer_stage < 0 || peer_stage >= a.num_stages()) continue;
+    for (int r = 0; r < schedule::StageReplicas(a.plan(), peer_stage); ++r) {
+      peers.push_back(schedule::RankIndex(a.plan(), peer_stage, r));
     }
   }
-  for (int peer : {stage - 1, stage + 1}) {
-    if (peer >= 0 && peer < a.num_stages()) {
-      DAPPLE_RETURN_IF_ERROR(transport->Recv(peer, tag, &fin_in, 1));
-    }
-  }
+  for (int peer : peers) DAPPLE_RETURN_IF_ERROR(transport->Send(peer, tag, &kFin, 1));
+  for (int peer : peers) DAPPLE_RETURN_IF_ERROR(transport->Recv(peer, tag, &fin_in, 1));
   return transport->WaitSends();
+}
+
+absl::Status NameLostReplicas(const v1::StageAssignment& a, const absl::Status& status) {
+  const int replicas = schedule::StageReplicas(a.plan(), a.stage());
+  // Gloo names a lost peer by its socket address only; the runtime's message says which action
+  // failed ("... action 1ALLREDUCE: ..."). The peer is one of the stage's other replicas.
+  if (replicas < 2 || status.code() != absl::StatusCode::kUnavailable ||
+      !absl::StrContains(status.message(), "ALLREDUCE")) {
+    return status;
+  }
+  const v1::PlanStageSummary& stage = a.plan().stages(a.stage());
+  std::string others;
+  for (int r = 0; r < replicas; ++r) {
+    if (r == a.replica()) continue;
+    absl::StrAppend(
+        &others, others.empty() ? "" : ", ", "stage ", a.stage(), " replica ", r,
+        r < stage.worker_ids_size() ? absl::StrCat(" (worker ", stage.worker_ids(r), ")") : "");
+  }
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (lost a peer of the AllReduce: ",
+                                   replicas == 2 ? "" : "one of ", others, ")"));
+}
+
+absl::Status WorkerDaemon::JoinReplicas(const v1::StageAssignment& a, const std::string& worker_id,
+                                        JobResources* res) {
+  const int stage = a.stage();
+  CoordinatorStore::Options store_options;
+  store_options.job_id = a.job_id();
+  store_options.worker_id = worker_id;
+  store_options.timeout = options_.transport_timeout;
+  store_options.abort = &abort_;
+  CoordinatorStore store(StoreCallsOver(stub_.get(), kRpcDeadline), store_options);
+  const std::string host = options_.collective_host.empty() ? CollectiveHost(options_.coordinator)
+                                                            : options_.collective_host;
+  const int replicas = schedule::StageReplicas(a.plan(), stage);
+  DAPPLE_ASSIGN_OR_RETURN(
+      res->replicas, GlooCollective::Create(
+                         a.replica(), replicas, store, absl::StrCat(a.job_id(), "/stage-", stage),
+                         host, options_.transport_timeout, absl::StrCat("stage ", stage)));
+  DAPPLE_LOG_INFO("{}: stage {} replica {} of {}: gradient AllReduce over Gloo on {}", a.job_id(),
+                  stage, a.replica(), replicas, host);
+  return absl::OkStatus();
 }
 
 absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReporter* reporter,
@@ -474,6 +570,15 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
 
   DAPPLE_ASSIGN_OR_RETURN(res->links, StageLinks::Open(a));
   StageLinks* links = res->links.get();
+  // device_type emulated (worker/runtime/emulated_stage_backend.h): said at start, in every
+  // step's stats, and evaluation is skipped (its accuracy would be a constant, not a result).
+  const bool emulated = a.has_emulated_profile();
+  if (emulated) {
+    DAPPLE_LOG_WARN(
+        "{}: stage {}: EMULATED device: compute is replaced by waits from {} (activations and "
+        "gradients of the real sizes travel; losses are not real; no evaluation)",
+        job, stage, a.emulated_profile().source());
+  }
   if (num_stages > 1) {
     DAPPLE_RETURN_IF_ERROR(ConnectNeighbours(a, worker_id, links, &res->transport));
     DAPPLE_LOG_INFO("{}: stage {} on {}; {}", job, stage, links->device(), links->description());
@@ -481,17 +586,34 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     DAPPLE_LOG_INFO("{}: stage {} on {}", job, stage, links->device());
   }
   UcxTransport* transport = res->transport.get();
+  const int replicas = schedule::StageReplicas(a.plan(), stage);
+  if (replicas > 1) DAPPLE_RETURN_IF_ERROR(JoinReplicas(a, worker_id, res));
 
+  Transport* runtime_transport = num_stages > 1 ? links->transport() : nullptr;
+  if (runtime_transport != nullptr && options_.comm_delay_max > absl::ZeroDuration()) {
+    // Fault injection (docs/worker.md): each rank draws its own reproducible delays.
+    DelayTransport::Options delay;
+    delay.max_delay = options_.comm_delay_max;
+    delay.seed = DelayTransport::RankSeed(a.spec().training().seed(),
+                                          schedule::RankIndex(a.plan(), stage, a.replica()));
+    delay.abort = &abort_;
+    DAPPLE_ASSIGN_OR_RETURN(res->delay, DelayTransport::Create(runtime_transport, delay));
+    runtime_transport = res->delay.get();
+    DAPPLE_LOG_WARN("{}: fault injection: a random 0..{} ms delay before every send and receive",
+                    job, absl::ToInt64Milliseconds(options_.comm_delay_max));
+  }
   DAPPLE_ASSIGN_OR_RETURN(
-      res->runtime,
-      StageRuntime::Create(a, data.train.get(), data.test.get(),
-                           num_stages > 1 ? links->transport() : nullptr, links->TakeBackend()));
+      res->runtime, StageRuntime::Create(a, data.train.get(), data.test.get(), runtime_transport,
+                                         links->TakeBackend(), res->replicas.get()));
   StageRuntime* rt = res->runtime.get();
   StageCheckpointer checkpointer(a, &checkpoint_step_);
   DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
   const int64_t total = TotalSteps(a.spec());
   const int64_t per_epoch = StepsPerEpoch(a.spec());
+  // Replica 0 of the last stage reports the loss (every replica computes the same global
+  // loss; the coordinator counts each step once); replica 0 of each stage writes checkpoints.
   const bool last = stage == num_stages - 1;
+  const bool reports_loss = last && a.replica() == 0;
   auto base_report = [&](v1::ProgressKind kind) {
     v1::ProgressReport r;
     r.set_worker_id(worker_id);
@@ -504,7 +626,9 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   for (int64_t step = a.first_step(); step < total; ++step) {
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
     const bool traced = IsTracedStep(step, a.trace_every_steps());
-    DAPPLE_ASSIGN_OR_RETURN(StepResult r, rt->RunStep(step, traced));
+    absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
+    if (!step_result.ok()) return NameLostReplicas(a, step_result.status());
+    StepResult r = *std::move(step_result);
     const int epoch = static_cast<int>(step / per_epoch) + 1;
     if (last && !std::isfinite(r.loss)) {
       // Training cannot recover from a non-finite loss; reporting success would hide it.
@@ -518,9 +642,10 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       v1::ProgressReport rep = base_report(v1::PROGRESS_STEP);
       rep.set_step(step + 1);
       rep.set_epoch(epoch);
-      if (last) rep.set_loss(r.loss);
+      if (reports_loss) rep.set_loss(r.loss);
       rep.set_step_seconds(r.seconds);
       *rep.mutable_stats() = std::move(r.stats);
+      if (emulated) rep.mutable_stats()->set_emulated(true);
       if (r.traced) {
         r.trace.set_job_id(job);
         r.trace.set_worker_id(worker_id);
@@ -530,7 +655,8 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       if (options_.observer) options_.observer->OnReport(rep);
       reporter->Report(std::move(rep));
     }
-    if (std::optional<CheckpointReport> c = checkpointer.AfterStep(step + 1, rt->backend())) {
+    if (std::optional<CheckpointReport> c =
+            a.replica() == 0 ? checkpointer.AfterStep(step + 1, rt->backend()) : std::nullopt) {
       v1::ProgressReport rep = base_report(v1::PROGRESS_CHECKPOINT);
       rep.set_step(c->step);
       rep.set_checkpoint_file(c->file);
@@ -538,9 +664,9 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       rep.set_message(c->error);
       reporter->Report(std::move(rep));
     }
-    if ((step + 1) % per_epoch == 0 || step + 1 == total) {
+    if (!emulated && ((step + 1) % per_epoch == 0 || step + 1 == total)) {
       DAPPLE_ASSIGN_OR_RETURN(EvalResult e, rt->Evaluate(epoch));
-      if (e.has_metrics) {
+      if (e.has_metrics && a.replica() == 0) {
         v1::ProgressReport rep = base_report(v1::PROGRESS_EVAL);
         rep.set_step(step + 1);
         rep.set_epoch(epoch);
@@ -555,8 +681,11 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport, a));
   if (!options_.dump_dir.empty()) {
     DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> params, rt->Params());
-    DAPPLE_RETURN_IF_ERROR(
-        SaveParams(absl::StrFormat("%s/%s.stage%d.params", options_.dump_dir, job, stage), params));
+    // Replicated stages dump one file per replica (they must be bitwise identical).
+    const std::string name =
+        replicas > 1 ? absl::StrFormat("%s.stage%d.replica%d.params", job, stage, a.replica())
+                     : absl::StrFormat("%s.stage%d.params", job, stage);
+    DAPPLE_RETURN_IF_ERROR(SaveParams(absl::StrCat(options_.dump_dir, "/", name), params));
   }
   return absl::OkStatus();
 }

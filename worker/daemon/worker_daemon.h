@@ -40,9 +40,17 @@ struct WorkerOptions {
   std::string coordinator = "127.0.0.1:7600";  // host:port
   std::string name;                            // optional stable worker name
   std::vector<std::string> devices = {"cpu"};
-  std::string dump_dir;  // when set: <dir>/<job>.stage<s>.params after each successful job
+  // When set: <dir>/<job>.stage<s>.params after each successful job
+  // (<job>.stage<s>.replica<r>.params for a stage with replicas).
+  std::string dump_dir;
   absl::Duration transport_timeout = absl::Seconds(120);  // longest wait for one message
   absl::Duration rendezvous_timeout = absl::Seconds(60);  // longest wait for the peers
+  // --collective-host: the address this worker's Gloo AllReduce (among a stage's replicas)
+  // binds to and tells the other replicas; empty: CollectiveHost(coordinator).
+  std::string collective_host;
+  // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
+  // between stages (worker/comm/delay_transport.h); zero: off.
+  absl::Duration comm_delay_max = absl::ZeroDuration();
   // --device-memory: memory of the compute device reported at registration; 0: probed
   // (device_memory.h).
   int64_t device_memory_bytes = 0;
@@ -55,6 +63,16 @@ struct WorkerOptions {
 // --name `requested_name` was asked for (the name is held by a live worker): "--name cpu-a is
 // taken by a live worker; registered as w-1". Empty when no name was asked for or it was given.
 std::string NameTakenWarning(const std::string& requested_name, const std::string& worker_id);
+
+// The default --collective-host: the local address this host reaches `coordinator` (host:port)
+// from (a connected UDP socket's name: the interface other workers most likely reach too);
+// "127.0.0.1" for a loopback coordinator or when it cannot be determined.
+std::string CollectiveHost(const std::string& coordinator);
+
+// `status` of a failed step of rank (assignment.stage, assignment.replica), with the stage's
+// other replicas named when it is the AllReduce among them that lost a peer (kUnavailable):
+// "... (lost a peer of the AllReduce: stage 1 replica 1 (worker w-4))"; else `status` as is.
+absl::Status NameLostReplicas(const v1::StageAssignment& assignment, const absl::Status& status);
 
 class WorkerDaemon {
  public:
@@ -97,7 +115,13 @@ class WorkerDaemon {
   absl::Status ConnectNeighbours(const v1::StageAssignment& assignment,
                                  const std::string& worker_id, StageLinks* links,
                                  std::unique_ptr<UcxTransport>* transport);
-  // The closing handshake with the neighbouring stages (FIN both ways), then WaitSends.
+  // Joins the Gloo collective of this rank's stage (replicas > 1): rendezvous through the
+  // coordinator's per-job store (coordinator_store.h), prefix "<job>/stage-<s>", bound to
+  // --collective-host, every wait bounded by transport_timeout. Stored in res->replicas.
+  absl::Status JoinReplicas(const v1::StageAssignment& assignment, const std::string& worker_id,
+                            JobResources* res);
+  // The closing handshake with every rank of the neighbouring stages (FIN both ways), then
+  // WaitSends.
   absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);
   void ReapJob(bool wait);
   // Measures a model for the coordinator (ProfileRequest in a heartbeat reply) on its own

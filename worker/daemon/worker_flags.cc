@@ -98,7 +98,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_flag("--cpu-fallback", f.cpu_fallback,
                "offer cpu instead of CUDA devices that cannot be used");
   app.add_option("--dump-dir", o.dump_dir,
-                 "write <job>.stage<s>.params here after each successful job (must exist)");
+                 "write <job>.stage<s>.params (<job>.stage<s>.replica<r>.params for a stage "
+                 "with replicas) here after each successful job (must exist)");
+  app.add_option("--collective-host", o.collective_host,
+                 "address the AllReduce among a stage's replicas (Gloo) binds to and tells the "
+                 "other replicas (default: the local address that reaches the coordinator)");
   app.add_option("--transport-timeout-s", transport_timeout,
                  "longest wait for one activation or gradient message, 1..86400")
       ->capture_default_str();
@@ -108,6 +112,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   std::string metrics_port = "0";
   app.add_option("--metrics-port", metrics_port,
                  "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
+      ->capture_default_str();
+  std::string comm_delay_max_ms = "0";
+  app.add_option("--comm-delay-max-ms", comm_delay_max_ms,
+                 "fault injection: wait a random 0..N ms before every send and receive between "
+                 "stages, 0..10000 (0: off)")
       ->capture_default_str();
   std::string device_memory;
   app.add_option("--device-memory", device_memory,
@@ -132,10 +141,12 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
        {std::pair<const char*, const std::string*>{"--coordinator", &o.coordinator},
         {"--name", &o.name},
         {"--dump-dir", &o.dump_dir},
+        {"--collective-host", &o.collective_host},
         {"--transport-timeout-s", &transport_timeout},
         {"--rendezvous-timeout-s", &rendezvous_timeout},
         {"--device-memory", &device_memory},
         {"--metrics-port", &metrics_port},
+        {"--comm-delay-max-ms", &comm_delay_max_ms},
         {"--log-level", &f.log_level}}) {
     if (app.count(flag) > 0) {
       if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
@@ -187,6 +198,17 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         "--metrics-port '%s' must be a port number in 0..65535 (0: no metrics endpoint)",
         metrics_port));
   }
+
+  int64_t delay_ms = 0;
+  if (comm_delay_max_ms.empty() || comm_delay_max_ms.size() > 5 ||
+      comm_delay_max_ms.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(comm_delay_max_ms, &delay_ms) || delay_ms > 10000) {
+    return Invalid(absl::StrFormat(
+        "--comm-delay-max-ms '%s' must be a whole number of milliseconds in 0..10000 (0: no "
+        "delay)",
+        comm_delay_max_ms));
+  }
+  o.comm_delay_max = absl::Milliseconds(delay_ms);
 
   if (absl::Status s = ValidateLogLevel(f.log_level); !s.ok()) return s;
   if (absl::Status s = ValidateWorkerOptions(o); !s.ok()) {

@@ -179,6 +179,25 @@ TEST(WorkerFlagsTest, DeviceMemory) {
               "(e.g. 16GiB), more than 0 and at most 1 EiB");
 }
 
+TEST(WorkerFlagsTest, CommDelayIsOffByDefaultAndBounded) {
+  absl::StatusOr<WorkerFlags> f = Parse({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.comm_delay_max, absl::ZeroDuration());
+  f = Parse({"--comm-delay-max-ms", "50"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.comm_delay_max, absl::Milliseconds(50));
+  f = Parse({"--comm-delay-max-ms=10000"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.comm_delay_max, absl::Seconds(10));
+  for (const char* bad : {"10001", "-1", "1.5", "", "abc", "999999999999"}) {
+    ExpectError({"--comm-delay-max-ms", bad},
+                std::string("--comm-delay-max-ms '") + bad +
+                    "' must be a whole number of milliseconds in 0..10000 (0: no delay)");
+  }
+  ExpectError({"--comm-delay-max-ms", "--name", "x"},
+              "--comm-delay-max-ms needs a value, got the flag '--name'");
+}
+
 TEST(WorkerFlagsTest, BadNameIsRefused) {
   ExpectError({"--name", "Bad Name"}, "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ .");
 }

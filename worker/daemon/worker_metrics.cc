@@ -23,6 +23,7 @@ WorkerMetrics::WorkerMetrics(std::function<int64_t()> now_unix_ms)
       set_(std::make_shared<m::MetricSet>(m::Binary::kWorker)) {
   // Everything but the labelled identity exists from the start at 0.
   set_->Gauge(m::kWorkerBusy).Set(0);
+  set_->Gauge(m::kWorkerEmulated).Set(0);
   set_->Counter(m::kWorkerStepsTotal);
   for (const char* kind : kKinds)
     set_->Counter(m::kWorkerActionSecondsTotal, {{m::kLabelKind, kind}});
@@ -48,12 +49,14 @@ void WorkerMetrics::OnRankStarted(const v1::StageAssignment& assignment) {
            {m::kLabelReplica, absl::StrCat(assignment.replica())}};
   set_->Gauge(m::kWorkerRank, rank_).Set(1);
   set_->Gauge(m::kWorkerBusy).Set(1);
+  set_->Gauge(m::kWorkerEmulated).Set(assignment.has_emulated_profile() ? 1 : 0);
 }
 
 void WorkerMetrics::EndRankLocked() {
   if (!rank_.empty()) set_->Remove(m::kWorkerRank, rank_);
   rank_.clear();
   set_->Gauge(m::kWorkerBusy).Set(0);
+  set_->Gauge(m::kWorkerEmulated).Set(0);
 }
 
 void WorkerMetrics::OnReport(const v1::ProgressReport& report) {

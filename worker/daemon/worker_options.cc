@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/comm/delay_transport.h"
 #include "worker/device/device.h"
 
 namespace dapple::worker {
@@ -84,7 +85,15 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
   if (absl::Status s = CheckSeconds("--transport-timeout-s", o.transport_timeout); !s.ok()) {
     return s;
   }
-  return CheckSeconds("--rendezvous-timeout-s", o.rendezvous_timeout);
+  if (absl::Status s = CheckSeconds("--rendezvous-timeout-s", o.rendezvous_timeout); !s.ok()) {
+    return s;
+  }
+  if (o.comm_delay_max < absl::ZeroDuration() || o.comm_delay_max > DelayTransport::kMaxDelay) {
+    return Invalid(absl::StrFormat("--comm-delay-max-ms %d must be in 0..%d (0: no delay)",
+                                   absl::ToInt64Milliseconds(o.comm_delay_max),
+                                   absl::ToInt64Milliseconds(DelayTransport::kMaxDelay)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateLogLevel(const std::string& level) {

@@ -16,6 +16,7 @@ namespace dapple::worker {
 //                 after flag parsing by ResolveDevices (device.h), which --cpu-fallback relaxes.
 //  --dump-dir     empty, or an existing directory this process can create files in
 //  --transport-timeout-s, --rendezvous-timeout-s  between 1 s and 1 day
+//  --comm-delay-max-ms  0..10000 ms (DelayTransport::kMaxDelay)
 absl::Status ValidateWorkerOptions(const WorkerOptions& options);
 
 // "trace" | "debug" | "info" | "warn" | "error"; kInvalidArgument otherwise.

@@ -88,6 +88,16 @@ TEST(WorkerOptionsTest, Timeouts) {
   ExpectInvalid(o, "--rendezvous-timeout-s 48h must be between");
 }
 
+TEST(WorkerOptionsTest, CommDelay) {
+  WorkerOptions o = Good();
+  o.comm_delay_max = absl::Seconds(10);
+  EXPECT_TRUE(ValidateWorkerOptions(o).ok());
+  o.comm_delay_max = absl::Milliseconds(10001);
+  ExpectInvalid(o, "--comm-delay-max-ms 10001 must be in 0..10000 (0: no delay)");
+  o.comm_delay_max = absl::Milliseconds(-1);
+  ExpectInvalid(o, "--comm-delay-max-ms -1 must be in 0..10000");
+}
+
 TEST(WorkerOptionsTest, LogLevel) {
   EXPECT_TRUE(ValidateLogLevel("debug").ok());
   EXPECT_THAT(std::string(ValidateLogLevel("bogus").message()),

@@ -116,6 +116,50 @@ class CpuStageBackend : public StageBackend {
     return sum;
   }
 
+  int64_t GradientFloats() const override {
+    int64_t n = 0;
+    for (const kernels::Param* p : params_) n += static_cast<int64_t>(p->grad.data.size());
+    return n;
+  }
+
+  absl::Status ReadGradients(float* host) override {
+    for (const kernels::Param* p : params_) {
+      std::memcpy(host, p->grad.data.data(), p->grad.data.size() * sizeof(float));
+      host += p->grad.data.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteGradients(const float* host) override {
+    for (kernels::Param* p : params_) {
+      std::memcpy(p->grad.data.data(), host, p->grad.data.size() * sizeof(float));
+      host += p->grad.data.size();
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t WeightFloats() const override {
+    int64_t n = 0;
+    for (const kernels::Param* p : params_) n += static_cast<int64_t>(p->value.data.size());
+    return n;
+  }
+
+  absl::Status ReadWeights(float* host) override {
+    for (const kernels::Param* p : params_) {
+      std::memcpy(host, p->value.data.data(), p->value.data.size() * sizeof(float));
+      host += p->value.data.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteWeights(const float* host) override {
+    for (kernels::Param* p : params_) {
+      std::memcpy(p->value.data.data(), host, p->value.data.size() * sizeof(float));
+      host += p->value.data.size();
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }

@@ -87,6 +87,20 @@ class StageBackend {
     (void)host;
     return absl::UnimplementedError("this backend cannot write its gradients");
   }
+  // The parameters (weights) as one flat fp32 vector in HostParams order, for PipeDream's weight
+  // stashing (worker/runtime/weight_stash.h). Number of floats:
+  virtual int64_t WeightFloats() const { return 0; }
+  // Copies the parameters into `host` (WeightFloats() floats; a device backend synchronises).
+  virtual absl::Status ReadWeights(float* host) {
+    (void)host;
+    return absl::UnimplementedError("this backend cannot read its weights");
+  }
+  // Replaces the parameters by `host` (WeightFloats() floats); gradients and optimizer state
+  // are untouched.
+  virtual absl::Status WriteWeights(const float* host) {
+    (void)host;
+    return absl::UnimplementedError("this backend cannot write its weights");
+  }
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device

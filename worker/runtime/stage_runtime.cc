@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "common/model_info.h"
 #include "common/schedule/action.h"
+#include "common/schedule/lowering.h"
+#include "common/schedule/pipedream_steps.h"
 #include "common/status.h"
 #include "common/steps.h"
 
@@ -49,7 +51,6 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
     Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
-  (void)replicas;
   const v1::JobSpec& spec = assignment.spec();
   const int stage = assignment.stage();
   const int num_stages = assignment.num_stages();
@@ -66,8 +67,82 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
       spec.training().global_batch() % spec.training().micro_batch() != 0) {
     return absl::InvalidArgumentError("training.global_batch must be a multiple of micro_batch");
   }
+  const v1::ParallelPlanSummary& plan = assignment.plan();
+  const int64_t micro_batch = spec.training().micro_batch();
+  for (int s = 0; s < num_stages; ++s) {
+    if (micro_batch < schedule::StageReplicas(plan, s)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "training.micro_batch %d is smaller than the %d replicas of stage %d: split-concat "
+          "gives every replica at least one row of each micro-batch",
+          micro_batch, schedule::StageReplicas(plan, s), s));
+    }
+  }
+  if (spec.parallel().schedule() == "pipedream") {
+    for (int s = 0; s < num_stages; ++s) {
+      if (schedule::StageReplicas(plan, s) > 1) {
+        return absl::InvalidArgumentError(
+            "parallel.schedule pipedream runs one replica per stage (1F1B-RR across replicas is "
+            "not available)");
+      }
+    }
+  }
+  const int num_replicas = schedule::StageReplicas(plan, stage);
+  const int replica = assignment.replica();
+  if (replica < 0 || replica >= num_replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("assignment replica %d outside [0, %d): stage %d has %d replicas", replica,
+                        num_replicas, stage, num_replicas));
+  }
+  if (num_replicas > 1) {
+    if (replicas == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d has %d replicas but no collective was given for their gradient AllReduce",
+          stage, num_replicas));
+    }
+    bool has_allreduce = false;
+    for (const v1::Action& a : assignment.program().actions()) {
+      has_allreduce = has_allreduce || a.kind() == v1::ALLREDUCE;
+    }
+    if (!has_allreduce) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d has %d replicas but its program has no ALLREDUCE before OPTIMIZER_STEP "
+          "(lower it with LowerOptions.allreduce_stages[%d] = true)",
+          stage, num_replicas, stage));
+    }
+  }
+  if (replicas != nullptr && (replicas->size() != num_replicas || replicas->rank() != replica)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stage %d replica %d of %d was given a collective of member %d of %d",
+                        stage, replica, num_replicas, replicas->rank(), replicas->size()));
+  }
   auto rt = std::unique_ptr<StageRuntime>(new StageRuntime());
   rt->assignment_ = assignment;
+  rt->replicas_ = num_replicas > 1 ? replicas : nullptr;
+  rt->replica_ = replica;
+  rt->num_replicas_ = num_replicas;
+  rt->rows_ = schedule::SplitRows(micro_batch, num_replicas, replica);
+  // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
+  // (the sender's and the receiver's lists agree, so both sides pair up).
+  auto overlapping = [&](int other_stage) {
+    std::vector<RowPeer> peers;
+    const int n = schedule::StageReplicas(plan, other_stage);
+    for (int q = 0; q < n; ++q) {
+      const schedule::RowRange o =
+          schedule::RowOverlap(rt->rows_, schedule::SplitRows(micro_batch, n, q));
+      if (o.size() <= 0) continue;
+      peers.push_back(
+          {schedule::RankIndex(plan, other_stage, q), o.begin - rt->rows_.begin, o.size()});
+    }
+    return peers;
+  };
+  if (stage > 0) {
+    rt->prev_peers_ = overlapping(stage - 1);
+    rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
+  }
+  if (stage + 1 < num_stages) {
+    rt->next_peers_ = overlapping(stage + 1);
+    rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
+  }
   rt->train_ = train;
   rt->test_ = test;
   rt->transport_ = transport;
@@ -79,7 +154,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->steps_per_epoch_ = StepsPerEpoch(spec);
   rt->seed_ = spec.training().seed();
 
-  const v1::PlanStageSummary& range = assignment.plan().stages(stage);
+  const v1::PlanStageSummary& range = plan.stages(stage);
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   if (range.first_layer() < 0 || range.last_layer() < range.first_layer() ||
       range.last_layer() >= static_cast<int>(infos.size())) {
@@ -107,7 +182,43 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   }
   rt->backend_ = std::move(backend);
 
-  rt->slot_of_.assign(rt->num_micro_batches_, -1);
+  // PipeDream: one continuous 1F1B run over the whole job, cut into steps
+  // (schedule/pipedream_steps.h); micro-batches of later steps are in flight across a step's end,
+  // so ids cover M + K micro-batches, and weight stashing keeps the versions they used.
+  rt->pipedream_ = spec.parallel().schedule() == "pipedream";
+  rt->vertical_sync_ = rt->pipedream_ && spec.parallel().pipedream().vertical_sync();
+  rt->total_steps_ = TotalSteps(spec);
+  rt->id_space_ = rt->num_micro_batches_;
+  if (rt->pipedream_) {
+    rt->first_step_ = assignment.first_step();
+    rt->id_space_ =
+        rt->num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(
+                                     num_stages, rt->num_micro_batches_, stage, rt->RunSteps()));
+    rt->stash_ = std::make_unique<WeightStash>(rt->backend_.get(), assignment.first_step());
+  }
+  // Pipe-SGD: data parallelism whose AllReduce of step t overlaps step t + 1 (its updater owns
+  // the AllReduce thread and the collective).
+  if (spec.parallel().schedule() == "pipesgd") {
+    if (num_stages != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "parallel.schedule pipesgd is data parallelism over one stage, got %d stages",
+          num_stages));
+    }
+    if (replicas == nullptr) {
+      return absl::InvalidArgumentError(
+          "parallel.schedule pipesgd needs the collective of the stage's replicas");
+    }
+    PipeSgdOptions options;
+    options.warmup_steps = spec.parallel().pipesgd().warmup_steps();
+    const std::string& compression = spec.parallel().pipesgd().compression();
+    if (!compression.empty()) {
+      DAPPLE_ASSIGN_OR_RETURN(options.compression, ParseCompression(compression));
+    }
+    DAPPLE_ASSIGN_OR_RETURN(rt->pipesgd_, PipeSgdUpdater::Create(replicas, rt->backend_.get(),
+                                                                 options, assignment.first_step()));
+  }
+  rt->slot_of_.assign(rt->id_space_, -1);
+  rt->version_of_.assign(rt->id_space_, -1);
   if (stage == 0 && train == nullptr) {
     return absl::InvalidArgumentError("stage 0 needs the training images");
   }
@@ -155,8 +266,9 @@ void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<
     order_ = EpochOrder(train_->size, seed_, epoch);
     order_epoch_ = epoch;
   }
-  const int64_t begin = (step % steps_per_epoch_) * global_batch_ + micro_batch * micro_batch_size_;
-  out->assign(order_.begin() + begin, order_.begin() + begin + micro_batch_size_);
+  const int64_t begin =
+      (step % steps_per_epoch_) * global_batch_ + micro_batch * micro_batch_size_ + rows_.begin;
+  out->assign(order_.begin() + begin, order_.begin() + begin + rows_.size());
 }
 
 absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
@@ -164,9 +276,15 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   const int64_t anchor_us = SystemNowMicros();
   const SteadyClock::time_point anchor = SteadyClock::now();
   step_loss_sum_ = 0;
+  allreduced_ = false;
   peak_live_slots_ = live_slots_;
   gradient_sq_norm_ = -1;
-  const auto& actions = assignment_.program().actions();
+  if (pipedream_) {
+    DAPPLE_RETURN_IF_ERROR(PreparePipeDreamStep(step));
+    stash_->ResetPeak();
+  }
+  const auto& actions = pipedream_ ? step_program_.actions() : assignment_.program().actions();
+  weight_uses_.clear();
   if (trace) r.trace.mutable_events()->Reserve(actions.size());
   // Integer nanoseconds, so that idle = step - the rest is exact and never negative.
   int64_t forward_ns = 0, backward_ns = 0, comm_ns = 0, allreduce_ns = 0, optimizer_ns = 0;
@@ -179,8 +297,11 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     absl::Status s = RunAction(action, step);
     const SteadyClock::time_point end = SteadyClock::now();
     if (!s.ok()) {
+      const std::string who = num_replicas_ > 1
+                                  ? absl::StrCat("stage ", stage_, " replica ", replica_)
+                                  : absl::StrCat("stage ", stage_);
       return absl::Status(s.code(),
-                          absl::StrCat("stage ", stage_, " step ", step + 1, " action ",
+                          absl::StrCat(who, " step ", step + 1, " action ",
                                        schedule::ActionToString(action), ": ", s.message()));
     }
     if (i == 0) first_start = start;
@@ -221,7 +342,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       e->set_end_us(anchor_us + NanosBetween(anchor, end) / 1000);
     }
   }
-  if (live_slots_ != 0) {
+  // PipeDream never flushes: forwards of later steps stay in flight, except after the last.
+  if (live_slots_ != 0 && (!pipedream_ || step + 1 == total_steps_)) {
     return absl::InternalError(absl::StrFormat(
         "stage %d: %d micro-batches still stashed after the step (program without a backward?)",
         stage_, live_slots_));
@@ -231,7 +353,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   r.peak_in_flight = peak_live_slots_;
   if (stage_ == num_stages_ - 1) {
     r.has_loss = true;
-    r.loss = step_loss_sum_ / static_cast<double>(global_batch_);
+    // Pipe-SGD reduces only gradients: its loss is the mean over this replica's share.
+    r.loss = pipesgd_ != nullptr
+                 ? step_loss_sum_ / static_cast<double>(rows_.size() * num_micro_batches_)
+                 : step_loss_sum_ / static_cast<double>(global_batch_);
   }
   v1::StageStepStats& st = r.stats;
   st.set_step(step + 1);
@@ -243,14 +368,18 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   st.set_optimizer_seconds(Seconds(optimizer_ns));
   st.set_idle_seconds(Seconds(step_ns - busy_ns));
   st.set_peak_in_flight(peak_live_slots_);
-  const int64_t activation_bytes = static_cast<int64_t>(peak_live_slots_) * micro_batch_size_ *
+  const int64_t activation_bytes = static_cast<int64_t>(peak_live_slots_) * rows_.size() *
                                    slot_floats_per_sample_ * static_cast<int64_t>(sizeof(float));
   st.set_peak_activation_bytes(activation_bytes);
   st.set_weight_bytes(weight_bytes_);
-  st.set_peak_memory_bytes(weight_bytes_ + activation_bytes);
+  const int64_t version_bytes = pipedream_ ? stash_->peak_stashed_bytes() : 0;
+  st.set_weight_versions(pipedream_ ? stash_->peak_versions() : 1);
+  st.set_weight_version_bytes(version_bytes);
+  st.set_peak_memory_bytes(weight_bytes_ + activation_bytes + version_bytes);
+  r.weight_uses = std::move(weight_uses_);
   st.set_gradient_sq_norm(gradient_sq_norm_);
   st.set_learning_rate(learning_rate_);
-  st.set_samples(micro_batch_size_ * num_micro_batches_);
+  st.set_samples(rows_.size() * num_micro_batches_);
   st.set_skipped(false);
   if (trace) {
     r.traced = true;
@@ -270,22 +399,29 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
 // The interpreter: one switch with no default (-Werror=switch), so a new ActionKind cannot be
 // silently ignored.
 absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
-  const int m = action.micro_batch();
+  const int j = action.micro_batch();
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
-  const int64_t rows = micro_batch_size_;
+  const int64_t rows = rows_.size();  // this replica's share of the micro-batch
   const bool needs_mb = action.kind() != v1::OPTIMIZER_STEP && action.kind() != v1::ALLREDUCE;
-  if (needs_mb && (m < 0 || m >= num_micro_batches_)) {
-    return absl::InternalError(
-        absl::StrFormat("micro-batch %d outside [0, %d)", m, num_micro_batches_));
+  // Actions name micro-batches relative to the step; j >= M (PipeDream only) is micro-batch
+  // j % M of step step + j / M. Buffers and slots are keyed by the global index modulo the id
+  // space, which holds every micro-batch in flight at once; tags and data use (step, m).
+  const int max_j = pipedream_ ? id_space_ - 1 : num_micro_batches_;
+  if (needs_mb && (j < 0 || j >= max_j)) {
+    return absl::InternalError(absl::StrFormat("micro-batch %d outside [0, %d)", j, max_j));
   }
+  const int64_t global_mb = step * num_micro_batches_ + (needs_mb ? j : 0);
+  const int64_t mb_step = global_mb / num_micro_batches_;
+  const int mb = static_cast<int>(global_mb % num_micro_batches_);
+  const int m = static_cast<int>(global_mb % id_space_);
   StageBackend& b = *backend_;
   switch (action.kind()) {
     case v1::FORWARD: {
       const bool received = slot_of_[m] >= 0;
       const int slot = SlotFor(m);
       if (first) {
-        MicroBatchIndices(step, m, &index_scratch_);
+        MicroBatchIndices(mb_step, mb, &index_scratch_);
         DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
         float* host = static_cast<float*>(in);
         if (b.device_memory()) {
@@ -297,9 +433,15 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       } else if (!received) {
         return absl::InternalError("FORWARD before its RECV_ACT");
       }
+      if (pipedream_) {
+        version_of_[m] = ForwardVersion(global_mb);
+        DAPPLE_RETURN_IF_ERROR(stash_->Use(version_of_[m]));
+        RecordWeightUse(global_mb, v1::FORWARD, version_of_[m]);
+      }
       DAPPLE_RETURN_IF_ERROR(b.Forward(slot, rows));
+      if (pipedream_) DAPPLE_RETURN_IF_ERROR(stash_->Restore());
       if (last) {
-        MicroBatchIndices(step, m, &index_scratch_);
+        MicroBatchIndices(mb_step, mb, &index_scratch_);
         label_scratch_.resize(rows);
         GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
@@ -311,43 +453,103 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     }
     case v1::BACKWARD: {
       if (slot_of_[m] < 0) return absl::InternalError("BACKWARD without its FORWARD");
+      // Weight stashing: the backward runs with exactly the weights its forward used.
+      if (pipedream_) {
+        DAPPLE_RETURN_IF_ERROR(stash_->Use(version_of_[m]));
+        RecordWeightUse(global_mb, v1::BACKWARD, version_of_[m]);
+      }
       DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of_[m], m, rows, last, /*need_dx=*/!first));
       ReleaseSlot(m);
+      if (pipedream_) {
+        DAPPLE_RETURN_IF_ERROR(stash_->Restore());
+        version_of_[m] = -1;
+        stash_->Prune(OldestNeededVersion(NextForward(step)));
+      }
       return absl::OkStatus();
     }
+    // Split-concat: one message per overlapping neighbour replica, each a contiguous row slice
+    // (rows are the outer dimension), all with the micro-batch's tag.
     case v1::SEND_ACT: {
       if (slot_of_[m] < 0) return absl::InternalError("SEND_ACT without its FORWARD");
       DAPPLE_ASSIGN_OR_RETURN(const void* out, b.OutputForSend(slot_of_[m], m, rows));
-      return transport_->Send(stage_ + 1, MessageTag(MessageKind::kActivation, step, m), out,
-                              OutputBytes(rows));
+      for (const RowPeer& p : next_peers_) {
+        DAPPLE_RETURN_IF_ERROR(transport_->Send(
+            p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
+            static_cast<const char*>(out) + OutputBytes(p.offset), OutputBytes(p.rows)));
+      }
+      return absl::OkStatus();
     }
     case v1::RECV_ACT: {
       const int slot = SlotFor(m);
       DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
-      return transport_->Recv(stage_ - 1, MessageTag(MessageKind::kActivation, step, m), in,
-                              InputBytes(rows));
+      for (const RowPeer& p : prev_peers_) {
+        DAPPLE_RETURN_IF_ERROR(
+            transport_->Recv(p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
+                             static_cast<char*>(in) + InputBytes(p.offset), InputBytes(p.rows)));
+      }
+      return absl::OkStatus();
     }
-    case v1::SEND_GRAD:
-      return transport_->Send(stage_ - 1, MessageTag(MessageKind::kGradient, step, m),
-                              b.GradForSend(m), InputBytes(rows));
+    case v1::SEND_GRAD: {
+      const char* dx = static_cast<const char*>(b.GradForSend(m));
+      for (const RowPeer& p : prev_peers_) {
+        DAPPLE_RETURN_IF_ERROR(transport_->Send(p.rank,
+                                                MessageTag(MessageKind::kGradient, mb_step, mb),
+                                                dx + InputBytes(p.offset), InputBytes(p.rows)));
+      }
+      return absl::OkStatus();
+    }
     case v1::RECV_GRAD: {
       DAPPLE_ASSIGN_OR_RETURN(void* g, b.GradInput(m, rows));
-      return transport_->Recv(stage_ + 1, MessageTag(MessageKind::kGradient, step, m), g,
-                              OutputBytes(rows));
+      for (const RowPeer& p : next_peers_) {
+        DAPPLE_RETURN_IF_ERROR(
+            transport_->Recv(p.rank, MessageTag(MessageKind::kGradient, mb_step, mb),
+                             static_cast<char*>(g) + OutputBytes(p.offset), OutputBytes(p.rows)));
+      }
+      return absl::OkStatus();
     }
     case v1::ALLREDUCE:
-      return absl::UnimplementedError("ALLREDUCE needs stage replicas, which this build lacks");
+      // Pipe-SGD hands the gradient to its AllReduce thread and goes on.
+      if (pipesgd_ != nullptr) {
+        allreduced_ = true;
+        return pipesgd_->OnGradients(step);
+      }
+      return AllReduce();
     case v1::OPTIMIZER_STEP: {
+      if (num_replicas_ > 1 && !allreduced_) {
+        return absl::InternalError(absl::StrFormat(
+            "OPTIMIZER_STEP of a stage with %d replicas before their ALLREDUCE", num_replicas_));
+      }
+      allreduced_ = false;
       // The flush: every send of this step must be done before its buffers are reused. Its
       // wait is communication, not optimizer time (RunStep splits the action).
-      if (transport_ != nullptr) {
+      // PipeDream before an evaluation (the end of an epoch) skips it: this step's forwards of
+      // the next step's micro-batches are received by the next stage only after that stage
+      // evaluated, which needs this stage's evaluation first; Evaluate's own wait covers them.
+      // Their buffers are safe meanwhile: an id is reused only M + K micro-batches later, after
+      // 1F1B made the neighbour receive it.
+      const bool before_eval = pipedream_ && (step + 1) % steps_per_epoch_ == 0;
+      if (transport_ != nullptr && !before_eval) {
         const SteadyClock::time_point wait_start = SteadyClock::now();
         absl::Status s = transport_->WaitSends();
         send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
         DAPPLE_RETURN_IF_ERROR(s);
       }
       DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, b.GradientSquaredNorm());
-      return b.OptimizerStep();
+      if (pipesgd_ != nullptr) {
+        DAPPLE_RETURN_IF_ERROR(pipesgd_->OnOptimizerStep(step));
+        // The last step's gradient is still in its AllReduce: apply it before training ends.
+        if (step + 1 == total_steps_) DAPPLE_RETURN_IF_ERROR(pipesgd_->Finish());
+        return absl::OkStatus();
+      }
+      if (!pipedream_) return b.OptimizerStep();
+      // Keep the version being replaced while an in-flight micro-batch still needs it.
+      const int64_t current = stash_->current();
+      bool keep = vertical_sync_ && ForwardVersion(NextForward(step)) <= current;
+      for (int64_t v : version_of_) keep = keep || v == current;
+      DAPPLE_RETURN_IF_ERROR(stash_->BeforeUpdate(keep));
+      DAPPLE_RETURN_IF_ERROR(b.OptimizerStep());
+      stash_->AfterUpdate();
+      return absl::OkStatus();
     }
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -357,17 +559,100 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   return absl::InternalError(absl::StrCat("unknown action kind ", action.kind()));
 }
 
+// DAPPLE's gradient AllReduce among the stage's replicas: one collective call per step carries
+// every gradient and, on the last stage, this replica's loss sum (as one more float), so the
+// replicas step with identical gradients and report the same global loss.
+absl::Status StageRuntime::AllReduce() {
+  if (allreduced_) {
+    return absl::InternalError("a second ALLREDUCE in one step (one per OPTIMIZER_STEP)");
+  }
+  allreduced_ = true;
+  if (num_replicas_ == 1) return absl::OkStatus();  // nothing to sum
+  const bool last = stage_ == num_stages_ - 1;
+  const int64_t grads = backend_->GradientFloats();
+  reduce_buf_.resize(static_cast<size_t>(grads + (last ? 1 : 0)));
+  if (grads > 0) DAPPLE_RETURN_IF_ERROR(backend_->ReadGradients(reduce_buf_.data()));
+  if (last) reduce_buf_[grads] = static_cast<float>(step_loss_sum_);
+  if (!reduce_buf_.empty()) {
+    DAPPLE_RETURN_IF_ERROR(replicas_->AllReduceSum(reduce_buf_.data(), reduce_buf_.size()));
+  }
+  if (grads > 0) DAPPLE_RETURN_IF_ERROR(backend_->WriteGradients(reduce_buf_.data()));
+  if (last) step_loss_sum_ = reduce_buf_[grads];
+  return absl::OkStatus();
+}
+
+int64_t StageRuntime::RunSteps() const { return std::max<int64_t>(1, total_steps_ - first_step_); }
+
+absl::Status StageRuntime::PreparePipeDreamStep(int64_t step) {
+  if (step < first_step_ || step >= total_steps_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipedream step %d outside the job's run [%d, %d)", step + 1,
+                        first_step_ + 1, total_steps_));
+  }
+  const schedule::OpProgram ops = schedule::GeneratePipeDreamStepOps(
+      num_stages_, num_micro_batches_, stage_, step - first_step_, RunSteps());
+  step_program_ = schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_);
+  return absl::OkStatus();
+}
+
+// Stage 0's version when it ran the forward of global micro-batch g: its updates before that
+// forward in the continuous run (an update follows every M-th backward; the forward of g pairs
+// with the backward of g - K0). Vertical sync makes every stage use it.
+int64_t StageRuntime::ForwardVersion(int64_t global_mb) const {
+  if (!vertical_sync_) return stash_->current();
+  const int64_t g = global_mb - first_step_ * num_micro_batches_;
+  const int64_t k0 = schedule::PipeDreamWarmUp(num_stages_, num_micro_batches_, 0, RunSteps());
+  const int64_t updates = g < k0 ? 0 : (g - k0 + 1) / num_micro_batches_;
+  return first_step_ + updates;
+}
+
+// A lower bound of the global index of any forward this stage still runs during or after
+// step `step`: its first micro-batch (ForwardVersion grows with the index, so versions are kept
+// conservatively).
+int64_t StageRuntime::NextForward(int64_t step) const { return step * num_micro_batches_; }
+
+// The oldest version still needed: by a micro-batch in flight, or by the next forward (global
+// micro-batch `next_forward` or later, which needs at least ForwardVersion of it).
+int64_t StageRuntime::OldestNeededVersion(int64_t next_forward) const {
+  int64_t oldest = vertical_sync_ ? ForwardVersion(next_forward) : stash_->current();
+  for (int64_t v : version_of_) {
+    if (v >= 0) oldest = std::min(oldest, v);
+  }
+  return oldest;
+}
+
+void StageRuntime::RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version) {
+  if (!record_weight_uses_) return;
+  WeightUse use;
+  use.micro_batch = global_mb;
+  use.kind = kind;
+  use.version = version;
+  use.versions_held = stash_->versions();
+  std::vector<float> w(static_cast<size_t>(backend_->WeightFloats()));
+  if (backend_->ReadWeights(w.data()).ok()) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes of the weights in use
+    const auto* bytes = reinterpret_cast<const unsigned char*>(w.data());
+    for (size_t i = 0; i < w.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    use.weights_hash = h;
+  }
+  weight_uses_.push_back(use);
+}
+
 absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
+  // Replicas hold identical weights: replica 0 of every stage evaluates for all of them.
+  if (replica_ != 0) return EvalResult{};
   const Dataset& test = *test_;
   const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
   StageBackend& b = *backend_;
   // Evaluation runs between steps, when no micro-batch holds a slot: it borrows slot 0. Sent
   // chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
-  if (live_slots_ != 0) return absl::InternalError("evaluation during a step");
-  if (num_slots_ == 0) free_slots_.push_back(num_slots_++);
-  const int slot = 0;
+  // PipeDream keeps forwards of the next step in flight: it evaluates in a free slot instead.
+  if (live_slots_ != 0 && !pipedream_) return absl::InternalError("evaluation during a step");
+  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
+  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
+  const int slot = live_slots_ == 0 ? 0 : free_slots_.back();
   std::vector<int64_t> indices;
   std::vector<int32_t> labels;
   EvalResult result;
@@ -395,7 +680,7 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
       absl::Status s = b.LoadInput(slot, host, n);
       if (!s.ok()) return with_chunk(c, s);
     } else {
-      absl::Status s = transport_->Recv(stage_ - 1, tag, *in, InputBytes(n));
+      absl::Status s = transport_->Recv(eval_prev_rank_, tag, *in, InputBytes(n));
       if (!s.ok()) return with_chunk(c, s);
     }
     absl::Status s = b.Forward(slot, n);
@@ -410,7 +695,7 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     } else {
       absl::StatusOr<const void*> out = b.OutputForSend(slot, static_cast<int>(c), n);
       if (!out.ok()) return with_chunk(c, out.status());
-      s = transport_->Send(stage_ + 1, tag, *out, OutputBytes(n));
+      s = transport_->Send(eval_next_rank_, tag, *out, OutputBytes(n));
       if (!s.ok()) return with_chunk(c, s);
     }
   }

@@ -15,6 +15,21 @@
 // the optimizer steps once per global batch: training equals one device on the whole batch up to
 // floating-point summation order.
 //
+// Stage replicas (DAPPLE, Fan et al., PPoPP 2021, section 4, "split-concat"): stage s may run on
+// D_s ranks (plan.stages[s].replicas; different stages may differ). Every micro-batch keeps
+// training.micro_batch rows (M = global_batch / micro_batch); replica r of stage s owns the rows
+// schedule::SplitRows(micro_batch, D_s, r) of each (uneven when D_s does not divide it). Stage 0
+// reads the images of its rows, the last stage the labels of its rows. SEND_ACT m sends to every
+// replica q of stage s + 1 whose rows overlap mine the overlapping rows (a contiguous slice of
+// the row-major output; one message per receiver, all with the same tag); RECV_ACT m gathers
+// them from the overlapping replicas of stage s - 1 into their offsets of my input; gradients
+// travel the same way backwards. The loss scale stays 1 / global_batch, so the SUM of the
+// replicas' gradients is the single-device gradient: ALLREDUCE (once per step, after the
+// stage's last BACKWARD) sums them in place over the stage's Collective, the last stage's
+// per-replica loss sums riding along as one more float, so every replica then steps with
+// identical gradients and keeps bitwise-identical weights, and every last-stage replica reports
+// the same global loss. Peers are addressed by schedule::RankIndex(plan, stage, replica).
+//
 // Thread safety: one thread drives a StageRuntime.
 #ifndef DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
 #define DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
@@ -24,15 +39,28 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/schedule/ranks.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/trace.pb.h"
 #include "kernels/cpu/layer.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/transport.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/runtime/pipesgd_updater.h"
 #include "worker/runtime/stage_backend.h"
+#include "worker/runtime/weight_stash.h"
 
 namespace dapple::worker {
+
+// PipeDream only, when StageRuntime::RecordWeightUses(true): which weights a forward or a
+// backward computed with (tests prove weight stashing with it).
+struct WeightUse {
+  int64_t micro_batch = 0;  // global: step * M + m
+  v1::ActionKind kind = v1::FORWARD;
+  int64_t version = 0;        // updates applied to the weights used
+  uint64_t weights_hash = 0;  // FNV-1a of the weights' bytes at that moment
+  int versions_held = 0;      // versions the stage held then (the live one included)
+};
 
 struct StepResult {
   bool has_loss = false;   // true on the last stage
@@ -46,6 +74,7 @@ struct StepResult {
   // (job_id / worker_id / device left for the caller to fill).
   bool traced = false;
   v1::StepTrace trace;
+  std::vector<WeightUse> weight_uses;  // PipeDream with RecordWeightUses(true) only
 };
 
 struct EvalResult {
@@ -58,24 +87,29 @@ struct EvalResult {
 class StageRuntime {
  public:
   // Builds the layers of `assignment`'s stage (plan.stages[stage]) and the optimizer on
-  // `backend` (null: the CPU backend, stage_backend.h). `train` / `test` must outlive the
-  // runtime; `transport` too, and may be null only when P == 1. The transport must accept the
-  // backend's memory (host, or device for a CUDA backend: worker/comm/cuda). Peers are addressed
-  // by stage index (one replica per stage). kInvalidArgument for a plan that does not fit the
-  // spec.
-  // Replicas (plan.stages[s].replicas > 1): peers are addressed by schedule::RankIndex, each
-  // replica owns its SplitRows share of every micro-batch (split-concat), and `replicas` (the
-  // stage's replicas, rank() == assignment.replica; not owned, must outlive the runtime) runs
-  // the ALLREDUCE action. Null when the stage has one replica.
+  // `backend` (null: the CPU backend, stage_backend.h) for rank (assignment.stage,
+  // assignment.replica). `train` / `test` must outlive the runtime; `transport` too, and may be
+  // null only when P == 1. The transport must accept the backend's memory (host, or device for
+  // a CUDA backend: worker/comm/cuda) and address peers by schedule::RankIndex (with one replica
+  // per stage: the stage index).
+  // `replicas`: the Collective of this stage's D_s replicas (size() == D_s, rank() ==
+  // assignment.replica; not owned, must outlive the runtime), used by ALLREDUCE only; may be
+  // null when D_s == 1. The backend must implement GradientFloats / ReadGradients /
+  // WriteGradients when D_s > 1.
+  // kInvalidArgument for a plan that does not fit the spec, naming the field: replica outside
+  // [0, D_s); micro_batch smaller than some stage's replicas (a replica would own no rows);
+  // D_s > 1 without `replicas`, or with a Collective of another size or rank; D_s > 1 with a
+  // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
       Collective* replicas = nullptr);
 
   // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
-  // Errors: whatever the transport returns (kAborted, kUnavailable naming the peer,
-  // kDeadlineExceeded), kInternal for a program the runtime cannot run, each prefixed with the
-  // action ("stage 1 action 1RECV_ACT3: ...").
+  // Errors: whatever the transport or the Collective returns (kAborted, kUnavailable naming the
+  // peer, kDeadlineExceeded), kInternal for a program the runtime cannot run (an OPTIMIZER_STEP
+  // of a replicated stage without its ALLREDUCE, a second ALLREDUCE in a step), each prefixed
+  // with the rank and the action ("stage 1 replica 0 step 3 action 1RECV_ACT3: ...").
   // With `trace`, also records every action's start and end into StepResult::trace.
   //
   // Timing (StepResult::stats, job.proto StageStepStats): every action is timed on the steady
@@ -85,11 +119,12 @@ class StageRuntime {
   // splits into its wait for this step's sends (comm) and the gradient norm plus the update
   // (optimizer). idle_seconds is the rest: RECV_ACT / RECV_GRAD waits and the gaps between
   // actions, so the six parts add up to step_seconds exactly (durations are summed as integer
-  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x micro-batch rows x (stage
+  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x this replica's rows x (stage
   // input + every layer output floats per sample) x 4; weight_bytes = parameters x 4 x (2 +
   // optimizer copies: sgd 1 (its velocity), adamw 2). gradient_sq_norm is the backend's
   // GradientSquaredNorm() just before the update (negative when the backend cannot measure
-  // it).
+  // it). samples = this replica's rows x M. With replicas, gradient_sq_norm is that of the
+  // summed (global) gradient.
   // Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are system
   // clock microseconds since the Unix epoch: the system clock is read once per step and every
   // action's offset on the steady clock is added to it, so the events of a step never go back
@@ -98,7 +133,9 @@ class StageRuntime {
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
 
   // Forward-only pass over the whole test set, through all stages, in chunks of EvalChunk()
-  // samples. `eval_index` distinguishes evaluations on the wire (use the epoch).
+  // samples. `eval_index` distinguishes evaluations on the wire (use the epoch). Only replica 0
+  // of every stage takes part (replicas hold identical weights), talking to replica 0 of the
+  // neighbouring stages; any other replica returns an empty EvalResult at once.
   absl::StatusOr<EvalResult> Evaluate(int64_t eval_index);
 
   // Samples per evaluation chunk: kMaxEvalChunk, fewer for wide models so that no activation
@@ -111,6 +148,9 @@ class StageRuntime {
   // until the next call.
   absl::StatusOr<std::vector<kernels::Param*>> Params();
   StageBackend& backend() { return *backend_; }
+  // PipeDream: record every forward's and backward's WeightUse into StepResult (slow: hashes
+  // the weights each time; for tests).
+  void RecordWeightUses(bool on) { record_weight_uses_ = on; }
 
   static constexpr int64_t kMaxEvalChunk = 1000;
   static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
@@ -121,7 +161,16 @@ class StageRuntime {
   // The backend slot of `micro_batch`, taken from the free list at its first action.
   int SlotFor(int micro_batch);
   void ReleaseSlot(int micro_batch);
+  // The dataset indices of this replica's rows of `micro_batch`.
   void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
+  absl::Status AllReduce();
+  // PipeDream (schedule pipedream).
+  int64_t RunSteps() const;  // steps of the continuous run: total - first step
+  absl::Status PreparePipeDreamStep(int64_t step);
+  int64_t ForwardVersion(int64_t global_mb) const;
+  int64_t OldestNeededVersion(int64_t next_forward) const;
+  int64_t NextForward(int64_t step) const;
+  void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
   int64_t InputBytes(int64_t rows) const;
   int64_t OutputBytes(int64_t rows) const;
 
@@ -129,7 +178,21 @@ class StageRuntime {
   const Dataset* train_ = nullptr;
   const Dataset* test_ = nullptr;
   Transport* transport_ = nullptr;
+  Collective* replicas_ = nullptr;  // null when num_replicas_ == 1
+  bool pipedream_ = false;
+  bool vertical_sync_ = false;
+  int64_t total_steps_ = 0;
+  int64_t first_step_ = 0;
+  int id_space_ = 1;  // micro-batch ids in flight at most: M, or M + K under PipeDream
+  std::unique_ptr<WeightStash> stash_;       // PipeDream only
+  std::unique_ptr<PipeSgdUpdater> pipesgd_;  // Pipe-SGD only
+  std::vector<int64_t> version_of_;          // per id: the weight version its forward used, or -1
+  v1::RankProgram step_program_;             // PipeDream: this step's program
+  bool record_weight_uses_ = false;
+  std::vector<WeightUse> weight_uses_;
   int stage_ = 0;
+  int replica_ = 0;
+  int num_replicas_ = 1;  // D of this stage
   int num_stages_ = 1;
   int num_micro_batches_ = 1;
   int64_t micro_batch_size_ = 0;
@@ -137,6 +200,18 @@ class StageRuntime {
   int64_t steps_per_epoch_ = 0;
   int64_t eval_chunk_ = kMaxEvalChunk;
   uint64_t seed_ = 0;
+  // Split-concat: this replica's rows of every micro-batch, and the neighbours' replicas whose
+  // rows overlap them (rank index, rows relative to rows_.begin).
+  struct RowPeer {
+    int rank = 0;
+    int64_t offset = 0;  // first overlapping row, counted from rows_.begin
+    int64_t rows = 0;
+  };
+  schedule::RowRange rows_;
+  std::vector<RowPeer> prev_peers_;  // replicas of stage - 1
+  std::vector<RowPeer> next_peers_;  // replicas of stage + 1
+  int eval_prev_rank_ = 0;           // replica 0 of stage - 1 and stage + 1
+  int eval_next_rank_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
   // Floats per sample a slot holds: the stage input and every layer's output.
@@ -152,6 +227,8 @@ class StageRuntime {
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
   double step_loss_sum_ = 0;
+  bool allreduced_ = false;        // ALLREDUCE ran since the last OPTIMIZER_STEP
+  std::vector<float> reduce_buf_;  // gradients (+ the loss sum on the last stage)
   // OPTIMIZER_STEP's parts, measured inside RunAction (steady clock, ns).
   int64_t send_wait_ns_ = 0;
   double gradient_sq_norm_ = -1;

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
+#include "worker/comm/delay_transport.h"
 #include "worker/runtime/testing/local_transport.h"
 #include "worker/runtime/testing/parity_testing.h"
 
@@ -79,6 +80,55 @@ INSTANTIATE_TEST_SUITE_P(All, StageRuntimeParityTest, ::testing::ValuesIn(AllCas
                            return std::string(schedule::ScheduleKindName(c.kind)) + "_P" +
                                   std::to_string(c.stages) + "_M" +
                                   std::to_string(c.micro_batches) + "_" + c.optimizer;
+                         });
+
+// Robustness (issue 4): a random 0-50 ms delay before every send and every receive (each rank
+// its own seeded sequence) reorders when messages arrive; the schedule must still finish and
+// train exactly like one device.
+struct DelayCase {
+  schedule::ScheduleKind kind;
+  int stages;
+};
+
+class StageRuntimeDelayTest : public ::testing::TestWithParam<DelayCase> {};
+
+TEST_P(StageRuntimeDelayTest, MatchesSingleDeviceUnderRandomDelays) {
+  const DelayCase c = GetParam();
+  const int kGlobalBatch = 64, M = 8, kSteps = 2;
+  v1::JobSpec spec = SmallSpec(kGlobalBatch, kGlobalBatch / M, "sgd");
+  auto programs = schedule::BuildPrograms(c.kind, c.stages, M).value();
+  v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), c.stages);
+  Mailbox box;
+  std::vector<std::unique_ptr<LocalTransport>> local(c.stages);
+  std::vector<std::unique_ptr<DelayTransport>> delayed(c.stages);
+  std::vector<std::unique_ptr<StageRuntime>> runtimes(c.stages);
+  for (int s = 0; s < c.stages; ++s) {
+    local[s] = std::make_unique<LocalTransport>(&box, s);
+    DelayTransport::Options o;
+    o.max_delay = absl::Milliseconds(50);
+    o.seed = DelayTransport::RankSeed(spec.training().seed(), s);
+    delayed[s] = DelayTransport::Create(local[s].get(), o).value();
+    runtimes[s] = StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &TrainSet(),
+                                       &TestSet(), delayed[s].get())
+                      .value();
+  }
+  parity::PipelineRun run = parity::RunPipeline(runtimes, kSteps);
+  parity::ExpectMatchesReference(spec, kSteps, runtimes, run);
+  for (int s = 0; s < c.stages; ++s) {
+    // Every stage sends and receives at least once per micro-batch and step, each delayed.
+    EXPECT_GE(delayed[s]->delays(), 2 * M * kSteps) << "stage " << s;
+    EXPECT_GT(delayed[s]->total_delay(), absl::ZeroDuration()) << "stage " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StageRuntimeDelayTest,
+                         ::testing::Values(DelayCase{schedule::ScheduleKind::kGPipe, 2},
+                                           DelayCase{schedule::ScheduleKind::kDapple, 2},
+                                           DelayCase{schedule::ScheduleKind::kGPipe, 4},
+                                           DelayCase{schedule::ScheduleKind::kDapple, 4}),
+                         [](const auto& info) {
+                           return std::string(schedule::ScheduleKindName(info.param.kind)) + "_P" +
+                                  std::to_string(info.param.stages) + "_M8";
                          });
 
 TEST(StageRuntimeTest, PeakInFlightFollowsTheSchedule) {
@@ -232,6 +282,60 @@ TEST(StageRuntimeStatsTest, MemoryMatchesAHandCount) {
     EXPECT_EQ(s1.peak_activation_bytes(), 1 * rows * (32 + 16 + 16 + 10) * 4);
     EXPECT_EQ(s1.weight_bytes(), (32 * 16 + 16 + 16 * 10 + 10) * 4 * (2 + copies));
     EXPECT_EQ(s1.peak_memory_bytes(), s1.weight_bytes() + s1.peak_activation_bytes());
+  }
+}
+
+// 8 layers of two kinds, two per stage on P = 4 (UniformPlan): flatten, linear 32, relu,
+// linear 32, relu, linear 32, relu, linear 10.
+v1::JobSpec EightLayerSpec(int64_t global_batch, int64_t micro_batch) {
+  v1::JobSpec spec = SmallSpec(global_batch, micro_batch, "sgd");
+  auto* model = spec.mutable_model();
+  model->clear_layers();
+  auto add = [&](const std::string& type, int64_t out) {
+    auto* l = model->add_layers();
+    l->set_type(type);
+    l->set_out(out);
+  };
+  add("flatten", 0);
+  add("linear", 32);
+  for (int64_t out : {32, 32, 10}) {
+    add("relu", 0);
+    add("linear", out);
+  }
+  return spec;
+}
+
+TEST(StageRuntimeStatsTest, PeakInFlightOnFourStagesIsIndependentOfM) {
+  // Issue 4, "Memory": 8 layers on P = 4. dapple's early backward holds min(P - i, M) = 4, 3, 2,
+  // 1 micro-batches on stage i whatever M is; gpipe holds all M.
+  const int P = 4;
+  const int64_t rows = 4;
+  // Floats per sample a slot holds (stage input + every layer output), by hand:
+  const int64_t floats[P] = {
+      784 + 784 + 32,  // input [1, 28, 28], flatten 784, linear 32
+      32 + 32 + 32,    // input 32, relu 32, linear 32
+      32 + 32 + 32,    // input 32, relu 32, linear 32
+      32 + 32 + 10,    // input 32, relu 32, linear 10
+  };
+  for (auto kind : {schedule::ScheduleKind::kDapple, schedule::ScheduleKind::kGPipe}) {
+    for (int M : {4, 8, 16}) {
+      SCOPED_TRACE(testing::Message() << schedule::ScheduleKindName(kind) << " M=" << M);
+      v1::JobSpec spec = EightLayerSpec(rows * M, rows);
+      ASSERT_EQ(spec.model().layers_size(), 8);
+      auto results = RunTimedPipeline(spec, kind, P, M, 1, false);
+      for (int s = 0; s < P; ++s) {
+        ASSERT_EQ(results[s].size(), 1) << "stage " << s;
+        const StepResult& r = results[s][0];
+        const int expected = kind == schedule::ScheduleKind::kDapple ? P - s : M;
+        EXPECT_EQ(r.peak_in_flight, expected) << "stage " << s;
+        EXPECT_EQ(r.stats.peak_in_flight(), expected) << "stage " << s;
+        EXPECT_EQ(r.stats.peak_activation_bytes(), expected * rows * floats[s] * 4)
+            << "stage " << s;
+        EXPECT_EQ(r.stats.peak_memory_bytes(),
+                  r.stats.weight_bytes() + r.stats.peak_activation_bytes())
+            << "stage " << s;
+      }
+    }
   }
 }
 

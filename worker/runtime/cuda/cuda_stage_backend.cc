@@ -224,6 +224,72 @@ class CudaStageBackend : public StageBackend {
     return sum;
   }
 
+  int64_t GradientFloats() const override {
+    int64_t n = 0;
+    for (const kernels::Param* p : host_params_) n += static_cast<int64_t>(p->grad.data.size());
+    return n;
+  }
+
+  // Device to pageable host memory after the stream's backwards; the Synchronize makes the host
+  // copy complete before the AllReduce reads it.
+  absl::Status ReadGradients(float* host) override {
+    for (size_t i = 0; i < dev_grads_.size(); ++i) {
+      const size_t count = host_params_[i]->grad.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(host, dev_grads_[i].data(), count * sizeof(float),
+                                         cudaMemcpyDeviceToHost, stream()),
+                         "copy gradients to the host"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
+  // Synchronised too, so the caller may reuse `host` at once and the update that follows on
+  // the stream sees the reduced gradients.
+  absl::Status WriteGradients(const float* host) override {
+    for (size_t i = 0; i < dev_grads_.size(); ++i) {
+      const size_t count = host_params_[i]->grad.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(dev_grads_[i].data(), host, count * sizeof(float),
+                                         cudaMemcpyHostToDevice, stream()),
+                         "copy gradients to the device"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
+  // PipeDream's weight stashing: the same copies for the parameters (synchronised both ways, so
+  // a swapped-in version is what the next kernel on the stream reads).
+  int64_t WeightFloats() const override {
+    int64_t n = 0;
+    for (const kernels::Param* p : host_params_) n += static_cast<int64_t>(p->value.data.size());
+    return n;
+  }
+
+  absl::Status ReadWeights(float* host) override {
+    for (size_t i = 0; i < dev_params_.size(); ++i) {
+      const size_t count = host_params_[i]->value.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(host, dev_params_[i].data(), count * sizeof(float),
+                                         cudaMemcpyDeviceToHost, stream()),
+                         "copy weights to the host"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
+  absl::Status WriteWeights(const float* host) override {
+    for (size_t i = 0; i < dev_params_.size(); ++i) {
+      const size_t count = host_params_[i]->value.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(dev_params_[i].data(), host, count * sizeof(float),
+                                         cudaMemcpyHostToDevice, stream()),
+                         "copy weights to the device"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
   absl::Status Synchronize() override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {

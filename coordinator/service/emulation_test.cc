@@ -1,0 +1,117 @@
+#include "coordinator/service/emulation.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// MLP 784-64-10 on [1, 28, 28] (4 layers), 2 stages, emulated on `profile`.
+v1::JobSpec Spec(const std::string& profile, double scale) {
+  v1::JobSpec spec;
+  v1::ModelSpec* m = spec.mutable_model();
+  for (int d : {1, 28, 28}) m->add_input_shape(d);
+  m->add_layers()->set_type("flatten");
+  v1::LayerSpec* l = m->add_layers();
+  l->set_type("linear");
+  l->set_out(64);
+  m->add_layers()->set_type("relu");
+  l = m->add_layers();
+  l->set_type("linear");
+  l->set_out(10);
+  m->set_loss("softmax_cross_entropy");
+  v1::TrainingSpec* t = spec.mutable_training();
+  t->set_global_batch(64);
+  t->set_micro_batch(16);
+  t->mutable_optimizer()->set_type("sgd");
+  t->mutable_optimizer()->set_lr(0.1);
+  v1::ParallelSpec* p = spec.mutable_parallel();
+  p->set_schedule("dapple");
+  p->set_planner("balanced");
+  p->set_stages(2);
+  p->set_devices(2);
+  p->set_device_type("emulated");
+  p->mutable_emulation()->set_profile(profile);
+  p->mutable_emulation()->set_scale(scale);
+  return spec;
+}
+
+// A graph.txt profile at batch 16 (from the file name): an Input node and `layers` layers of
+// forward 1 ms, backward 2 ms, with sizes unlike the model's.
+std::string WriteProfile(int layers) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/emu", layers, "-pbs-16.txt");
+  std::ofstream f(path);
+  f << "node0 -- Input -- forward_compute_time=0.00, backward_compute_time=0.00, "
+       "activation_size=1, parameter_size=0\n";
+  for (int k = 1; k <= layers; ++k) {
+    f << "node" << k << " -- Conv2d(" << k << ") -- forward_compute_time=1.0, "
+      << "backward_compute_time=2.0, activation_size=99, parameter_size=7\n";
+  }
+  for (int k = 0; k < layers; ++k) f << "\tnode" << k << " -- node" << k + 1 << "\n";
+  return path;
+}
+
+TEST(Emulation, ProfileHasTheFilesScaledTimesAndTheModelsSizes) {
+  const std::string path = WriteProfile(4);
+  absl::StatusOr<std::optional<v1::ModelProfile>> p = EmulatedProfileOf(Spec(path, 3));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->has_value());
+  const v1::ModelProfile& prof = **p;
+  EXPECT_EQ(prof.source(), absl::StrCat("emulated: ", path, " x 3"));
+  EXPECT_EQ(prof.batch_size(), 16);
+  ASSERT_EQ(prof.layers_size(), 4);
+  EXPECT_DOUBLE_EQ(prof.layers(1).forward_ms(), 3.0);
+  EXPECT_DOUBLE_EQ(prof.layers(1).backward_ms(), 6.0);
+  EXPECT_EQ(prof.layers(1).activation_bytes(), 16 * 64 * 4);
+  EXPECT_EQ(prof.layers(1).parameter_bytes(), (784 * 64 + 64) * 4);
+  EXPECT_EQ(prof.layers(1).name(), "linear (emulated as node2 'Conv2d(2)')");
+  EXPECT_EQ(prof.layers(0).activation_bytes(), 16 * 784 * 4);
+}
+
+TEST(Emulation, PlanIsMarkedAndPredictsTheProfilesCosts) {
+  const std::string path = WriteProfile(4);
+  absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(Spec(path, 1), PlanInputs());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::ParallelPlanSummary& s = plan->summary();
+  EXPECT_TRUE(s.emulated());
+  EXPECT_EQ(s.profile_source(), absl::StrCat("emulated: ", path, " x 1"));
+  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("emulated devices")));
+  // 4 layers of 3 ms (forward + backward) at 16 samples: 2 stages of 6 ms per micro-batch at
+  // best, M = 4: a step takes at least (M + P - 1) * 6 ms = 30 ms.
+  EXPECT_GE(s.predicted_step_ms(), 30.0 - 1e-9);
+}
+
+TEST(Emulation, RefusesAProfileWithAnotherLayerCountNamingBoth) {
+  const std::string path = WriteProfile(5);
+  absl::StatusOr<std::optional<v1::ModelProfile>> p = EmulatedProfileOf(Spec(path, 1));
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr(absl::StrCat("parallel.emulation.profile ", path,
+                                     " has 5 layers (Input nodes excluded) but the model has 4")));
+  p = EmulatedProfileOf(Spec("/nonexistent/x-pbs-4.txt", 1));
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("parallel.emulation.profile: "));
+  EXPECT_THAT(p.status().message(), HasSubstr("/nonexistent/x-pbs-4.txt"));
+}
+
+TEST(Emulation, OtherJobsAreNotEmulated) {
+  v1::JobSpec spec = Spec("", 1);
+  spec.mutable_parallel()->set_device_type("cpu");
+  spec.mutable_parallel()->clear_emulation();
+  absl::StatusOr<std::optional<v1::ModelProfile>> p = EmulatedProfileOf(spec);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->has_value());
+  absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(spec, PlanInputs());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->summary().emulated());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -1,0 +1,162 @@
+"""Stage replicas end to end (DAPPLE's split-concat + gradient AllReduce over Gloo): a real
+coordinator and 4 real worker processes on 127.0.0.1.
+
+- Parity: schedule dapple with P=2, D=2 (4 workers) and P=1, D=2 (planner dp) train exactly like
+  one process on the full global batch (dapple-reference): per-step loss and final weights within
+  1e-5 relative; the replicas of a stage dump bitwise-identical weights; every rank's traced steps
+  hold exactly one ALLREDUCE (`dapplectl trace`).
+- A dead replica: killing one replica's worker mid-job fails the job, naming that rank, within a
+  bounded time (no hang).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cluster  # noqa: E402
+from parity_test import load_params, relative_l2  # noqa: E402
+
+STEPS = 3
+GLOBAL_BATCH = 64
+RTOL = 1e-5
+# A killed replica must fail the job within this (heartbeat timeout 3 s, plus reporting).
+FAIL_WITHIN_S = 30
+
+
+class ReplicaParityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cluster.Cluster(workers=4, dump=True,
+                                      coordinator_args=["--trace-every-steps", "1"])
+        cls.cluster.wait_workers(4)
+        ref_dir = os.path.join(cls.cluster.dir, "ref")
+        os.makedirs(ref_dir)
+        spec = cluster.spec_yaml("replica-ref", cluster.SMALL_MLP, GLOBAL_BATCH, GLOBAL_BATCH, 1,
+                                 max_steps=STEPS)
+        path = os.path.join(ref_dir, "ref.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        subprocess.run([cluster.REFERENCE, path, str(STEPS), ref_dir], check=True, timeout=120)
+        with open(os.path.join(ref_dir, "reference.losses")) as f:
+            cls.ref_losses = [float(x) for x in f]
+        cls.ref_params = load_params(os.path.join(ref_dir, "reference.params"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    def run_job(self, name, stages, devices, micro_batches, planner):
+        c = self.cluster
+        c.wait_workers(4)  # the previous job's ranks are idle again
+        job = c.submit(cluster.spec_yaml(name, cluster.SMALL_MLP, GLOBAL_BATCH,
+                                         GLOBAL_BATCH // micro_batches, stages, max_steps=STEPS,
+                                         planner=planner, devices=devices))
+        j = c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=180)
+        self.assertEqual(j["state"], "SUCCEEDED", "%s: %s\n%s" % (name, j.get("message"),
+                                                                  c.all_logs()))
+        return job, j
+
+    def check_parity(self, name, job, j, stages, replicas):
+        c = self.cluster
+        plan = j["plan"]
+        self.assertEqual(len(plan["stages"]), stages)
+        for s in plan["stages"]:
+            self.assertEqual(s["replicas"], replicas, plan)
+            self.assertEqual(len(s["worker_ids"]), replicas, plan)
+        self.assertEqual(len(set(j["worker_ids"])), stages * replicas)
+        losses = j["step_losses"]
+        self.assertEqual(len(losses), STEPS)
+        for step, (got, want) in enumerate(zip(losses, self.ref_losses), 1):
+            self.assertLessEqual(abs(got - want), RTOL * abs(want),
+                                 "%s step %d loss %.9g vs reference %.9g" % (name, step, got, want))
+        for r in range(replicas):
+            params = {}
+            for s in range(stages):
+                params.update(load_params(os.path.join(
+                    c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))))
+            self.assertEqual(sorted(params), sorted(self.ref_params))
+            for k, want in self.ref_params.items():
+                got = params[k]
+                scale = max(abs(x) for x in want)
+                worst = max(abs(x - y) for x, y in zip(got, want))
+                self.assertLessEqual(relative_l2(got, want), RTOL, "%s replica %d %s" % (name, r, k))
+                self.assertLessEqual(worst, RTOL * scale,
+                                     "%s replica %d %s max |diff| %.3g" % (name, r, k, worst))
+        # The replicas of a stage hold bitwise-identical weights.
+        for s in range(stages):
+            files = [os.path.join(c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))
+                     for r in range(replicas)]
+            blobs = []
+            for path in files:
+                with open(path, "rb") as f:
+                    blobs.append(f.read())
+            for r, blob in enumerate(blobs[1:], 1):
+                self.assertEqual(blob, blobs[0], "%s stage %d replica %d differs from replica 0" %
+                                 (name, s, r))
+
+    def check_allreduce_once_per_step(self, name, job, stages, replicas):
+        c = self.cluster
+        path = os.path.join(c.dir, "trace-%s.json" % job)
+        c.ctl("trace", job, "-o", path)
+        with open(path) as f:
+            trace = json.load(f)
+        events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        steps = trace["metadata"]["traced_steps"]
+        self.assertEqual(steps, list(range(1, STEPS + 1)), name)
+        for s in range(stages):
+            for r in range(replicas):
+                for step in steps:
+                    mine = [e for e in events if e["pid"] == s + 1 and e["tid"] == r + 1 and
+                            e["args"].get("step") == step]
+                    self.assertTrue(mine, "%s: no trace of stage %d replica %d step %d" %
+                                    (name, s, r, step))
+                    allreduces = [e for e in mine if e["cat"] == "allreduce"]
+                    self.assertEqual(len(allreduces), 1, "%s stage %d replica %d step %d: %s" %
+                                     (name, s, r, step, [e["name"] for e in allreduces]))
+
+    def test_1_pipeline_of_replicated_stages(self):
+        name = "replicas-dapple-p2-d2"
+        job, j = self.run_job(name, stages=2, devices=4, micro_batches=4, planner="balanced")
+        self.check_parity(name, job, j, stages=2, replicas=2)
+        self.check_allreduce_once_per_step(name, job, stages=2, replicas=2)
+
+    def test_2_data_parallel(self):
+        name = "replicas-dapple-p1-d2"
+        job, j = self.run_job(name, stages=0, devices=2, micro_batches=2, planner="dp")
+        self.check_parity(name, job, j, stages=1, replicas=2)
+        self.check_allreduce_once_per_step(name, job, stages=1, replicas=2)
+
+    def test_3_dead_replica_fails_the_job_naming_it(self):
+        c = self.cluster
+        c.wait_workers(4)
+        job = c.submit(cluster.spec_yaml("replicas-kill", cluster.SMALL_MLP, GLOBAL_BATCH, 16, 2,
+                                         max_steps=100000, devices=4))
+        deadline = time.time() + 60
+        j = c.get(job)
+        while time.time() < deadline and not (j["state"] == "RUNNING" and
+                                              int(j.get("metrics", {}).get("step", 0)) >= 3):
+            self.assertNotIn(j["state"], ("SUCCEEDED", "FAILED", "CANCELLED"), j)
+            time.sleep(0.1)
+            j = c.get(job)
+        self.assertEqual(j["state"], "RUNNING", j)
+        victim = j["plan"]["stages"][1]["worker_ids"][1]  # stage 1 replica 1
+        procs = dict(c.workers)
+        self.assertIn(victim, procs)
+        killed = time.time()
+        procs[victim].kill()
+        j = c.wait_state(job, ("FAILED", "SUCCEEDED", "CANCELLED"), timeout=FAIL_WITHIN_S)
+        took = time.time() - killed
+        self.assertEqual(j["state"], "FAILED", j)
+        message = j.get("message", "")
+        self.assertTrue("stage 1 replica 1" in message or victim in message,
+                        "the failure does not name stage 1 replica 1 (%s): %s\n%s" %
+                        (victim, message, c.all_logs()))
+        self.assertLess(took, FAIL_WITHIN_S)
+        print("%s failed %.1f s after its stage 1 replica 1 was killed: %s" % (job, took, message))
+
+
+if __name__ == "__main__":
+    unittest.main()

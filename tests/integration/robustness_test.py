@@ -1,0 +1,108 @@
+"""Robustness under communication delays (issue 4): a real coordinator and 4 real workers started
+with --comm-delay-max-ms 50, so every activation and gradient send and receive between stages
+waits a random 0-50 ms first (worker/comm/delay_transport.h). gpipe and dapple on P = 2 and
+P = 4 with M = 8 must still finish (every job SUCCEEDED within its deadline: each message wait
+is bounded by the workers' --transport-timeout-s, each job by JOB_DEADLINE_S) and still match
+the single-process reference (dapple-reference): per-step loss and final weights within 1e-5
+relative, as in parity_test.py.
+"""
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cluster  # noqa: E402
+from parity_test import load_params, relative_l2  # noqa: E402
+
+STEPS = 3
+GLOBAL_BATCH = 64
+MICRO_BATCHES = 8
+RTOL = 1e-5
+DELAY_MAX_MS = 50
+# The deadline of one message wait. A step of P = 4, M = 8 has at most 4 M = 32 delayed calls
+# per rank (at most 1.6 s of delay), far below it; a deadlock fails the job after it.
+TRANSPORT_TIMEOUT_S = 30
+# The deadline of one job (3 steps and one evaluation of the test set in 10 chunks).
+JOB_DEADLINE_S = 180
+
+
+class DelayedCluster(cluster.Cluster):
+    """Workers with fault injection and this test's transport timeout (cluster.Cluster's
+    add_worker fixes --transport-timeout-s at 60, and a flag may be given only once)."""
+
+    def add_worker(self, name=None, log_name=None):
+        i = len(self.workers) + 1
+        name = name or "it-w%d" % i
+        cmd = [cluster.WORKER, "--coordinator", self.address, "--name", name,
+               "--transport-timeout-s", str(TRANSPORT_TIMEOUT_S),
+               "--comm-delay-max-ms", str(DELAY_MAX_MS), "--dump-dir", self.dump_dir]
+        with open(os.path.join(self.dir, "worker-%s.log" % (log_name or name)), "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        self.workers.append((name, p))
+        return name, p
+
+
+class RobustnessTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = DelayedCluster(workers=4, dump=True)
+        cls.cluster.wait_workers(4)
+        ref_dir = os.path.join(cls.cluster.dir, "ref")
+        os.makedirs(ref_dir)
+        spec = cluster.spec_yaml("robust-ref", cluster.SMALL_MLP, GLOBAL_BATCH, GLOBAL_BATCH, 1,
+                                 max_steps=STEPS)
+        path = os.path.join(ref_dir, "ref.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        subprocess.run([cluster.REFERENCE, path, str(STEPS), ref_dir], check=True, timeout=120)
+        with open(os.path.join(ref_dir, "reference.losses")) as f:
+            cls.ref_losses = [float(x) for x in f]
+        cls.ref_params = load_params(os.path.join(ref_dir, "reference.params"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    def check_job(self, schedule, stages):
+        c = self.cluster
+        name = "robust-%s-p%d-m%d" % (schedule, stages, MICRO_BATCHES)
+        job = c.submit(cluster.spec_yaml(name, cluster.SMALL_MLP, GLOBAL_BATCH,
+                                         GLOBAL_BATCH // MICRO_BATCHES, stages,
+                                         schedule=schedule, planner="uniform", max_steps=STEPS))
+        j = c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=JOB_DEADLINE_S)
+        self.assertEqual(j["state"], "SUCCEEDED",
+                         "%s: %s\n%s" % (name, j.get("message"), c.all_logs()))
+        self.assertEqual(len(j["plan"]["stages"]), stages)
+        self.assertEqual(j["plan"]["micro_batches"], MICRO_BATCHES)
+        # Every rank of the job ran with the delays (the worker says so when the job starts).
+        marker = "%s: fault injection: a random 0..%d ms delay" % (job, DELAY_MAX_MS)
+        ranks = sum(1 for w, _ in c.workers if marker in cluster.read(
+            os.path.join(c.dir, "worker-%s.log" % w)))
+        self.assertEqual(ranks, stages, "%s: %d of %d ranks logged %r" % (name, ranks, stages,
+                                                                         marker))
+        losses = j["step_losses"]
+        self.assertEqual(len(losses), STEPS)
+        for step, (got, want) in enumerate(zip(losses, self.ref_losses), 1):
+            self.assertLessEqual(abs(got - want), RTOL * abs(want),
+                                 "%s step %d loss %.9g vs reference %.9g" % (name, step, got, want))
+        params = {}
+        for s in range(stages):
+            params.update(load_params(os.path.join(c.dump_dir, "%s.stage%d.params" % (job, s))))
+        self.assertEqual(sorted(params), sorted(self.ref_params))
+        for k, want in self.ref_params.items():
+            got = params[k]
+            scale = max(abs(x) for x in want)
+            worst = max(abs(x - y) for x, y in zip(got, want))
+            self.assertLessEqual(relative_l2(got, want), RTOL, "%s %s" % (name, k))
+            self.assertLessEqual(worst, RTOL * scale, "%s %s max |diff| %.3g" % (name, k, worst))
+
+    def test_delayed_pipelines_match_the_reference(self):
+        for stages in (2, 4):
+            for schedule in ("gpipe", "dapple"):
+                with self.subTest(schedule=schedule, stages=stages):
+                    self.check_job(schedule, stages)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,60 @@
+"""The asynchronous schedules train for real: a real coordinator and real worker processes on
+127.0.0.1 train the demo MLP (784-1024-1024-10) on Fashion-MNIST for 3 epochs with
+  - pipedream: PipeDream's asynchronous 1F1B with weight stashing on 2 stages, and
+  - pipesgd: Pipe-SGD (AllReduce of step t overlapping step t+1, one-step-stale updates) on
+    2 replicas,
+and each reaches >= 0.85 test accuracy (the issue's bar; dapple reaches 0.866 on this job). The
+jobs report per-stage weight versions (PipeDream's stash) and their schedule in `get`.
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cluster  # noqa: E402
+
+DEMO_MLP = [("flatten", 0), ("linear", 1024), ("relu", 0), ("linear", 1024), ("relu", 0),
+            ("linear", 10)]
+
+
+def demo_job(name, schedule, stages, devices, planner, epochs=3):
+    return cluster.spec_yaml(name, DEMO_MLP, 256, 32, stages, schedule=schedule, epochs=epochs,
+                             lr=0.05, momentum=0.9, seed=42, planner=planner, devices=devices)
+
+
+class SchedulesTest(unittest.TestCase):
+    def setUp(self):
+        self.c = cluster.Cluster(workers=2)
+        self.c.wait_workers(2)
+
+    def tearDown(self):
+        self.c.close()
+
+    def run_job(self, text, name):
+        job = self.c.submit(text, name=name + ".yaml")
+        j = self.c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=400)
+        self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j, self.c.all_logs()))
+        m = j["metrics"]
+        print("%s: test accuracy %.4f, %.0f samples/s" % (name, m.get("test_accuracy", 0),
+                                                         m.get("samples_per_second", 0)),
+              file=sys.stderr)
+        return j
+
+    def test_pipedream_reaches_085(self):
+        j = self.run_job(demo_job("pd", "pipedream", 2, 2, "balanced"), "pd")
+        self.assertGreaterEqual(j["metrics"]["test_accuracy"], 0.85)
+        stats = {s["stage"]: s["last"] for s in j.get("stage_metrics", [])}
+        # Weight stashing: stage 0 of 2 holds the live version and one stashed (at most P - i).
+        self.assertEqual(stats[0].get("weight_versions"), 2, stats)
+        self.assertGreater(int(stats[0].get("weight_version_bytes", 0)), 0)
+        self.assertEqual(stats[1].get("weight_versions"), 1, stats)
+
+    def test_pipesgd_on_two_replicas_reaches_085(self):
+        j = self.run_job(demo_job("psgd", "pipesgd", 1, 2, "dp", epochs=4), "psgd")
+        self.assertGreaterEqual(j["metrics"]["test_accuracy"], 0.85)
+        self.assertEqual(j["plan"]["stages"][0]["replicas"], 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

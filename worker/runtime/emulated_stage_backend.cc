@@ -1,0 +1,293 @@
+// StageBackend of the emulated device: waits instead of computing, real buffer sizes.
+#include "worker/runtime/emulated_stage_backend.h"
+
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model_info.h"
+#include "common/status.h"
+#include "kernels/cpu/model.h"
+#include "kernels/cpu/optimizer.h"
+
+namespace dapple::worker {
+
+PreciseSleeper::PreciseSleeper() {
+  // The default slack (50 us) would be added to every wait; 1 us keeps the kernel's own
+  // wake-up latency as the only overshoot. Best effort: a failure only costs precision.
+  (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+}
+
+void PreciseSleeper::Sleep(absl::Duration duration) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const absl::Duration start = absl::DurationFromTimespec(now);
+  // The previous wait overshot by carry_: paying it back here keeps a sequence of waits at its
+  // sum instead of drifting later by one wake-up latency per wait.
+  const absl::Duration target = std::max(absl::ZeroDuration(), duration - carry_);
+  const timespec deadline = absl::ToTimespec(start + target);
+  // An absolute deadline survives EINTR without recomputing (and without accumulating) the
+  // remaining time.
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+  }
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const absl::Duration over = absl::DurationFromTimespec(now) - (start + target);
+  // A wait shorter than the debt pays only part of it; the rest is carried on.
+  const absl::Duration unpaid = carry_ - (duration - target);
+  carry_ = std::clamp(over + unpaid, absl::ZeroDuration(), kMaxCarry);
+}
+
+namespace {
+
+using kernels::Tensor;
+
+int64_t Elements(int64_t rows, const std::vector<int64_t>& per_sample) {
+  int64_t n = rows;
+  for (int64_t d : per_sample) n *= d;
+  return n;
+}
+
+// A host buffer that only grows: resizing to the same or a smaller size touches nothing, so
+// the emulated compute costs no real memory traffic after the first step.
+float* Grow(std::vector<float>* buffer, int64_t elements) {
+  if (static_cast<int64_t>(buffer->size()) < elements) buffer->resize(elements);
+  return buffer->data();
+}
+
+template <typename T>
+T& At(std::vector<T>* v, int index) {
+  if (index >= static_cast<int>(v->size())) v->resize(index + 1);
+  return (*v)[index];
+}
+
+class EmulatedStageBackend : public StageBackend {
+ public:
+  std::string device() const override { return "emulated"; }
+  bool device_memory() const override { return false; }
+
+  absl::StatusOr<void*> Input(int slot, int64_t rows) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    At(&input_rows_, slot) = rows;
+    return static_cast<void*>(Grow(&At(&inputs_, slot), Elements(rows, input_shape_)));
+  }
+
+  absl::Status LoadInput(int slot, const float* host, int64_t rows) override {
+    DAPPLE_ASSIGN_OR_RETURN(void* dst, Input(slot, rows));
+    if (dst != host) {
+      std::memcpy(dst, host, static_cast<size_t>(Elements(rows, input_shape_)) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Forward(int slot, int64_t rows) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    if (At(&input_rows_, slot) != rows) {
+      return absl::InternalError(absl::StrFormat("forward of %d rows on an input of %d rows", rows,
+                                                 At(&input_rows_, slot)));
+    }
+    Grow(&At(&outputs_, slot), Elements(rows, output_shape_));
+    At(&output_rows_, slot) = rows;
+    sleeper_->Sleep(PerRows(forward_ms_, rows));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows, float grad_scale,
+                              bool training, int64_t* correct) override {
+    (void)labels;
+    (void)grad_scale;
+    (void)training;
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    if (At(&output_rows_, slot) != rows) return absl::InternalError("loss before its forward");
+    if (correct != nullptr) *correct = 0;
+    return static_cast<double>(rows) * kEmulatedLossPerSample;
+  }
+
+  absl::StatusOr<const void*> OutputForSend(int slot, int send_id, int64_t rows) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("send id", send_id));
+    // No copy: the bytes are meaningless, only their number matters, and a copy would be real
+    // work on the one core the emulation is meant not to need.
+    return static_cast<const void*>(Grow(&At(&act_send_, send_id), Elements(rows, output_shape_)));
+  }
+
+  absl::StatusOr<void*> GradInput(int micro_batch, int64_t rows) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("micro-batch", micro_batch));
+    At(&grad_recv_rows_, micro_batch) = rows;
+    return static_cast<void*>(Grow(&At(&grad_recv_, micro_batch), Elements(rows, output_shape_)));
+  }
+
+  absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
+                        bool need_dx) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("micro-batch", micro_batch));
+    const int64_t dy_rows =
+        last_stage ? At(&output_rows_, slot) : At(&grad_recv_rows_, micro_batch);
+    if (dy_rows != rows) return absl::InternalError("BACKWARD without its gradient");
+    if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
+    sleeper_->Sleep(PerRows(backward_ms_, rows));
+    return absl::OkStatus();
+  }
+
+  const void* GradForSend(int micro_batch) const override {
+    return grad_send_.at(micro_batch).data();
+  }
+
+  absl::Status OptimizerStep() override {
+    sleeper_->Sleep(absl::Milliseconds(optimizer_ms_));
+    return absl::OkStatus();
+  }
+
+  int64_t GradientFloats() const override { return gradient_floats_; }
+
+  absl::Status ReadGradients(float* host) override {
+    std::fill(host, host + gradient_floats_, 0.0f);
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteGradients(const float* host) override {
+    (void)host;  // the gradients of an emulated stage are zeros whatever the AllReduce gives
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
+
+  absl::StatusOr<StageState> ExportState() override {
+    StageState out;
+    for (const kernels::Param* p : params_) {
+      out.params.push_back({p->name, p->value.shape, p->value.data});
+    }
+    for (const std::string& state : optimizer_state_names_) {
+      for (const kernels::Param* p : params_) {
+        out.optimizer_state.push_back({absl::StrCat(p->name, ".", state), p->value.shape,
+                                       std::vector<float>(p->value.data.size(), 0.0f)});
+      }
+    }
+    out.optimizer_steps = optimizer_steps_;
+    return out;
+  }
+
+  absl::Status ImportState(const StageState& state) override {
+    std::vector<const NamedTensor*> values;
+    std::vector<std::string> param_names;
+    for (const kernels::Param* p : params_) {
+      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                              FindTensor(state.params, p->name, p->value.shape));
+      values.push_back(t);
+      param_names.push_back(p->name);
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
+    std::vector<std::string> state_names;
+    for (const std::string& s : optimizer_state_names_) {
+      for (const kernels::Param* p : params_) {
+        const std::string name = absl::StrCat(p->name, ".", s);
+        DAPPLE_RETURN_IF_ERROR(FindTensor(state.optimizer_state, name, p->value.shape).status());
+        state_names.push_back(name);
+      }
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
+    if (state.optimizer_steps < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
+    }
+    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = values[i]->data;
+    optimizer_steps_ = state.optimizer_steps;
+    return absl::OkStatus();
+  }
+
+  std::vector<int64_t> input_shape_, output_shape_;
+  double forward_ms_ = 0, backward_ms_ = 0, optimizer_ms_ = 0;  // at batch_size_ samples
+  int64_t batch_size_ = 1;
+  std::vector<std::unique_ptr<kernels::Layer>> layers_;  // owns params_ (never run)
+  std::vector<kernels::Param*> params_;
+  std::vector<std::string> optimizer_state_names_;
+  int64_t gradient_floats_ = 0;
+  int64_t optimizer_steps_ = 0;
+  std::unique_ptr<Sleeper> sleeper_;
+
+ private:
+  // Indices come from the runtime (slots, micro-batches, send ids); a negative one is a bug.
+  static absl::Status CheckIndex(const char* what, int index) {
+    if (index < 0) return absl::InternalError(absl::StrCat("negative ", what, " ", index));
+    return absl::OkStatus();
+  }
+
+  absl::Duration PerRows(double ms, int64_t rows) const {
+    return absl::Milliseconds(ms * static_cast<double>(rows) / static_cast<double>(batch_size_));
+  }
+
+  std::vector<std::vector<float>> inputs_, outputs_;       // per slot
+  std::vector<int64_t> input_rows_, output_rows_;          // per slot
+  std::vector<std::vector<float>> act_send_;               // per send id
+  std::vector<std::vector<float>> grad_recv_, grad_send_;  // per micro-batch
+  std::vector<int64_t> grad_recv_rows_;                    // per micro-batch
+};
+
+absl::Status CheckTime(double ms, const char* field, int layer) {
+  if (!std::isfinite(ms) || ms < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "emulated_profile.layers[%d].%s %g must be a finite number >= 0", layer, field, ms));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
+    const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
+    std::unique_ptr<Sleeper> sleeper) {
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
+  const int num_layers = static_cast<int>(infos.size());
+  if (first_layer < 0 || last_layer < first_layer || last_layer >= num_layers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "layers [%d, %d] outside a model of %d layers", first_layer, last_layer, num_layers));
+  }
+  std::vector<const v1::LayerProfile*> layers;
+  for (const v1::LayerProfile& l : profile.layers()) {
+    if (!l.input()) layers.push_back(&l);
+  }
+  if (static_cast<int>(layers.size()) != num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("emulated_profile has %d layers (Input nodes excluded), the model %d",
+                        layers.size(), num_layers));
+  }
+  if (profile.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("emulated_profile.batch_size ", profile.batch_size(), " must be > 0"));
+  }
+  auto b = std::make_unique<EmulatedStageBackend>();
+  b->batch_size_ = profile.batch_size();
+  for (int k = first_layer; k <= last_layer; ++k) {
+    const v1::LayerProfile& l = *layers[k];
+    DAPPLE_RETURN_IF_ERROR(CheckTime(l.forward_ms(), "forward_ms", k));
+    DAPPLE_RETURN_IF_ERROR(CheckTime(l.backward_ms(), "backward_ms", k));
+    DAPPLE_RETURN_IF_ERROR(CheckTime(l.optimizer_ms(), "optimizer_ms", k));
+    b->forward_ms_ += l.forward_ms();
+    b->backward_ms_ += l.backward_ms();
+    b->optimizer_ms_ += l.optimizer_ms();
+  }
+  b->input_shape_ = infos[first_layer].input_shape;
+  b->output_shape_ = infos[last_layer].output_shape;
+  // Real layers only for their parameters' names, shapes and initial values (checkpoints and
+  // HostParams look like the CPU backend's); they never run.
+  DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
+                                                           spec.training().seed()));
+  b->params_ = kernels::CollectParams(b->layers_);
+  for (const kernels::Param* p : b->params_) b->gradient_floats_ += p->value.numel();
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Optimizer> optimizer,
+                          kernels::MakeOptimizer(spec.training().optimizer()));
+  b->optimizer_state_names_ = optimizer->StateNames();
+  b->sleeper_ = sleeper != nullptr ? std::move(sleeper) : std::make_unique<PreciseSleeper>();
+  return std::unique_ptr<StageBackend>(std::move(b));
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,72 @@
+// The emulated device (job spec parallel.device_type: emulated): a StageBackend that replaces
+// each layer's compute by a wait of its profiled duration, so that schedules, overlap and
+// bubbles can be measured on a machine whose real compute is about one core, while everything
+// else is real: buffers have the sizes of the job's model (the activations and gradients that
+// travel over UCX, and GradientFloats() for the AllReduce among replicas, are the real byte
+// counts), HostParams / ExportState have the real shapes.
+//
+// Costs: `profile` (StageAssignment.emulated_profile: one layer per model layer, Input nodes
+// dropped, times already multiplied by emulation.scale) at profile.batch_size samples.
+//   Forward(rows)   waits  sum over the stage's layers of forward_ms  * rows / batch_size
+//   Backward(rows)  waits  sum over the stage's layers of backward_ms * rows / batch_size
+//   OptimizerStep() waits  sum over the stage's layers of optimizer_ms (independent of rows)
+// One wait per call (not per layer), so the sleeper's overshoot is paid once per action.
+// Nothing is computed: activations, gradients and parameters keep what they were last given
+// (zeros at first); ReadGradients returns zeros, WriteGradients checks the size and keeps
+// nothing; GradientSquaredNorm is not measured (-1).
+//
+// Loss: kEmulatedLossPerSample (ln 10, the cross-entropy of a uniform guess over 10 classes)
+// per row, so Loss returns rows * kEmulatedLossPerSample; `correct` gets 0. Both are constants
+// that say nothing about training; every output of an emulated job says so.
+//
+// Thread safety: one thread, like every StageBackend. The Sleeper is called from that thread.
+#ifndef DAPPLE_WORKER_RUNTIME_EMULATED_STAGE_BACKEND_H_
+#define DAPPLE_WORKER_RUNTIME_EMULATED_STAGE_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dapple/v1/job.pb.h"
+#include "dapple/v1/profile.pb.h"
+#include "worker/runtime/stage_backend.h"
+
+namespace dapple::worker {
+
+// ln(10): the per-sample loss an emulated last stage reports.
+inline constexpr double kEmulatedLossPerSample = 2.302585092994046;
+
+// Where the emulated compute waits. Tests inject a recorder; the daemon uses PreciseSleeper.
+class Sleeper {
+ public:
+  virtual ~Sleeper() = default;
+  // Returns after `duration` (>= 0) has passed.
+  virtual void Sleep(absl::Duration duration) = 0;
+};
+
+// Sleeps on CLOCK_MONOTONIC to an absolute deadline (clock_nanosleep TIMER_ABSTIME; never
+// spins) with the thread's timer slack lowered to 1 us. The overshoot of one sleep (the
+// kernel's wake-up latency, tens of microseconds) is subtracted from the next one, up to
+// kMaxCarry, so that many short waits do not drift from their sum.
+class PreciseSleeper : public Sleeper {
+ public:
+  static constexpr absl::Duration kMaxCarry = absl::Milliseconds(1);
+  PreciseSleeper();
+  void Sleep(absl::Duration duration) override;
+
+ private:
+  absl::Duration carry_ = absl::ZeroDuration();  // overshoot of the previous sleep
+};
+
+// The emulated backend for layers [first_layer, last_layer] of `spec.model()`, waiting on
+// `sleeper` (nullptr: a PreciseSleeper). `profile` must have one layer per model layer (Input
+// nodes excluded) and batch_size > 0. kInvalidArgument naming the field for a bad layer range,
+// a model InferLayers refuses, a profile with another layer count ("emulated_profile has 5
+// layers, the model 6"), batch_size <= 0 or a negative / non-finite time.
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
+    const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
+    std::unique_ptr<Sleeper> sleeper = nullptr);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_EMULATED_STAGE_BACKEND_H_

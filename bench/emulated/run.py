@@ -9,11 +9,13 @@ model's real sizes over UCX. Three tables:
   (b) measured bubble (stage idle / step, from the per-stage step stats) against
       (P - 1) / (M + P - 1) for equal stages;
   (c) dapple against gpipe under a device-memory cap (--device-memory) that forces gpipe to a
-      smaller global batch: throughput and measured peak memory (DAPPLE paper: 1.6x, 12% less).
+      smaller global batch: throughput and measured peak memory (DAPPLE paper: 1.6x, 12% less);
+  (d) Pipe-SGD against synchronous data parallelism (P = 1, D = 2) when the gradient AllReduce
+      takes about as long as a step's compute.
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d]
 """
 import argparse
 import json
@@ -149,11 +151,42 @@ def table_c(cluster, steps, directory, p=4, micro_batch=256, m_dapple=16):
     return cap, refused, results
 
 
+def table_d(cluster, steps, directory, micro_batch=32, scale=0.07):
+    """(d) Pipe-SGD against synchronous data parallelism (P = 1, D = 2, planner dp) with the
+    same emulated compute, scaled so that a step's compute is about as long as the real Gloo
+    AllReduce of the model's gradients (about 3.7 MB). Synchronous: compute, then AllReduce;
+    Pipe-SGD: the AllReduce of step t runs on its own thread during step t + 1."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=2)
+    rows = []
+    try:
+        c.wait_workers(2)
+        for name in ("dapple", "pipesgd"):
+            text = cluster.spec_yaml("emu-dp-" + name, MODEL, 2 * micro_batch, micro_batch, 1,
+                                     schedule=name, max_steps=steps, planner="dp", devices=2)
+            text += ("  device_type: emulated\n  emulation: {profile: %s, scale: %g}\n" %
+                     (profile, scale))
+            j, seen = run_job(c, text, steps)
+            gb = 2 * micro_batch
+            sps = float(j["metrics"]["samples_per_second"])
+            later = [v for (st, k), v in seen.items() if k > 3]
+            # Forward + backward only: Pipe-SGD's optimizer time includes its wait for the
+            # previous step's AllReduce.
+            compute = statistics.median(float(v.get("forward_seconds", 0)) +
+                                        float(v.get("backward_seconds", 0)) for v in later)
+            allreduce = statistics.median(float(v.get("allreduce_seconds", 0)) for v in later)
+            rows.append((name if name == "pipesgd" else "synchronous (dapple)", 2,
+                         compute * 1e3, gb / sps * 1e3, allreduce * 1e3, sps))
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c")
+    ap.add_argument("--only", default="a,b,c,d")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -180,11 +213,14 @@ def main():
         g, d = res["gpipe"], res["dapple"]
         print("dapple / gpipe throughput: %.2fx; peak memory: %+.1f%%" %
               (d[2] / g[2], (d[3] / g[3] - 1) * 100 if g[3] else float("nan")))
-    # TODO(pipesgd): Pipe-SGD against synchronous data parallelism per step when communication
-    # is about as long as compute needs stage replicas (schedule pipesgd, devices = 2, planner
-    # dp) in the runtime: add table (d) here once they run (same profile, a scale that makes the
-    # gradient AllReduce as long as a step's compute).
-
+    if "d" in only:
+        rows = table_d(cluster, args.steps, directory)
+        print("\n| schedule | replicas | forward + backward ms (emulated) | step ms | ALLREDUCE "
+              "action ms (in the step) | samples/s |\n|---|---|---|---|---|---|")
+        for name, d, compute, step_ms, allreduce_ms, sps in rows:
+            print("| %s | %d | %.1f | %.1f | %.1f | %.0f |" %
+                  (name, d, compute, step_ms, allreduce_ms, sps))
+        print("pipesgd / synchronous throughput: %.2fx" % (rows[1][5] / rows[0][5]))
 
 if __name__ == "__main__":
     main()

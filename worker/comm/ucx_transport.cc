@@ -277,6 +277,20 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(int my_rank, 
       return absl::UnavailableError(absl::StrCat("setting UCX TLS=tcp failed: ", UcxError(st)));
     }
   }
+  // Eager protocol for every size: a rendezvous send's data moves only while the SENDER calls
+  // into UCX, and a rank spends most of its time computing (or, emulated, waiting) between
+  // actions, so a receiver waited up to a whole forward for data that was long "sent"
+  // (emulated GPipe ran 60-85% over the simulator with rendezvous, within 5% with eager:
+  // docs/benchmarks.md). The price: a receiver buffers messages that arrive before their
+  // receive. An explicit UCX_RNDV_THRESH wins.
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    st = ucp_config_modify(config, "RNDV_THRESH", "inf");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return absl::UnavailableError(
+          absl::StrCat("setting UCX RNDV_THRESH=inf failed: ", UcxError(st)));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   // WAKEUP lets idle blocking loops sleep on the worker's event fd; transports a user forced

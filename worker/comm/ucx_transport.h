@@ -1,6 +1,8 @@
 // Transport on UCX's tag API (UCP). Ranks exchange worker addresses out of band (through the
 // coordinator's rendezvous), then Connect() to each neighbour. UCX_TLS defaults to "tcp" when
-// the environment does not set it, so a dead peer is detected (UCP_ERR_HANDLING_MODE_PEER).
+// the environment does not set it, so a dead peer is detected (UCP_ERR_HANDLING_MODE_PEER), and
+// UCX_RNDV_THRESH to "inf" (eager sends of every size: a rendezvous transfer would wait for the
+// sender's next UCX call, that is for the end of its current compute).
 // UCX_NET_DEVICES is left to UCX (all interfaces), so ranks on different hosts can connect.
 //
 // Wire tag: (sender rank << 48) | (tag & 0xFFFFFFFFFFFF), matched exactly on receive, so

@@ -123,6 +123,43 @@ TEST(PipeDreamRuntimeTest, EveryBackwardUsesItsForwardsWeightsAndStagesHoldAtMos
   }
 }
 
+// Vertical sync: every stage computes micro-batch g with the weight version stage 0 used for
+// it, forward and backward.
+TEST(PipeDreamRuntimeTest, VerticalSyncUsesStageZerosVersionEverywhere) {
+  for (int P : {2, 3, 4}) {
+    for (int M : {1, 2, 4}) {
+      const int steps = 5;
+      v1::JobSpec spec = PipeDreamSpec(64, 64 / M, steps);
+      spec.mutable_parallel()->mutable_pipedream()->set_vertical_sync(true);
+      std::vector<StageRun> runs = RunPipeDream(spec, P, steps);
+      std::map<int64_t, int64_t> stage0;  // micro-batch -> stage 0's forward version
+      for (int s = 0; s < P; ++s) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " stage " << s);
+        ASSERT_TRUE(runs[s].status.ok()) << runs[s].status;
+        std::map<int64_t, WeightUse> forward;
+        for (const StepResult& r : runs[s].steps) {
+          for (const WeightUse& u : r.weight_uses) {
+            if (u.kind == v1::FORWARD) {
+              forward[u.micro_batch] = u;
+              if (s == 0) {
+                stage0[u.micro_batch] = u.version;
+              } else {
+                ASSERT_EQ(stage0.count(u.micro_batch), 1u);
+                EXPECT_EQ(u.version, stage0[u.micro_batch]) << "micro-batch " << u.micro_batch;
+              }
+            } else {
+              ASSERT_EQ(forward.count(u.micro_batch), 1u);
+              EXPECT_EQ(u.version, forward[u.micro_batch].version);
+              EXPECT_EQ(u.weights_hash, forward[u.micro_batch].weights_hash);
+            }
+          }
+        }
+        EXPECT_EQ(forward.size(), static_cast<size_t>(steps * M));
+      }
+    }
+  }
+}
+
 // With one stage there is nothing in flight across an update: PipeDream is synchronous
 // training, equal to the single-device reference.
 TEST(PipeDreamRuntimeTest, OneStageMatchesTheReference) {

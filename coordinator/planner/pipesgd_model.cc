@@ -73,7 +73,7 @@ v1::PipeSgdTiming PipeSgdTimeOn(const v1::ClusterTopology& topology,
 std::string PipeSgdLine(const v1::PipeSgdTiming& timing) {
   return absl::StrFormat("Pipe-SGD (width 2): %.1f ms/step vs %.1f ms synchronous: %s",
                          timing.pipelined_step_ms(), timing.sync_step_ms(),
-                         timing.pays() ? "pays" : "does not pay");
+                         timing.pays() ? "pipelining pays off" : "pipelining does not pay off");
 }
 
 }  // namespace dapple::coordinator

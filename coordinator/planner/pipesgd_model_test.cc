@@ -36,7 +36,7 @@ TEST(PipeSgdModel, CommunicationFarBelowComputeDoesNotPay) {
   EXPECT_FALSE(t.pays());  // 20 is not below 0.95 x 20.42 = 19.4
   EXPECT_EQ(t.replicas(), 2);
   EXPECT_EQ(PipeSgdLine(t),
-            "Pipe-SGD (width 2): 20.0 ms/step vs 20.4 ms synchronous: does not pay");
+            "Pipe-SGD (width 2): 20.0 ms/step vs 20.4 ms synchronous: pipelining does not pay off");
 }
 
 TEST(PipeSgdModel, CommunicationAsLongAsComputeHalvesTheStep) {
@@ -47,7 +47,8 @@ TEST(PipeSgdModel, CommunicationAsLongAsComputeHalvesTheStep) {
   EXPECT_NEAR(t.pipelined_step_ms(), 6.3, 1e-12);
   EXPECT_NEAR(t.sync_step_ms() / t.pipelined_step_ms(), 2.0, 1e-12);
   EXPECT_TRUE(t.pays());
-  EXPECT_EQ(PipeSgdLine(t), "Pipe-SGD (width 2): 6.3 ms/step vs 12.6 ms synchronous: pays");
+  EXPECT_EQ(PipeSgdLine(t),
+            "Pipe-SGD (width 2): 6.3 ms/step vs 12.6 ms synchronous: pipelining pays off");
 }
 
 TEST(PipeSgdModel, CommunicationFarAboveComputeHidesOnlyTheCompute) {
@@ -145,7 +146,8 @@ TEST(PipeSgdModel, FillsPlansOfOneReplicatedStage) {
   EXPECT_NEAR(summary.pipesgd().pipelined_step_ms(), 12.0, 1e-9);
   EXPECT_TRUE(summary.pipesgd().pays());
   EXPECT_THAT(summary.notes(),
-              ::testing::Contains("Pipe-SGD (width 2): 12.0 ms/step vs 16.0 ms synchronous: pays"));
+              ::testing::Contains(
+                  "Pipe-SGD (width 2): 12.0 ms/step vs 16.0 ms synchronous: pipelining pays off"));
 
   problem.schedule = schedule::ScheduleKind::kPipeSgd;
   absl::StatusOr<Prediction> pipesgd = SimulatePlan(problem, plan, problem.schedule);

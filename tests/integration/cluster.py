@@ -5,9 +5,11 @@ Every wait has a deadline; every process started is killed on close(), so a fail
 leaves processes behind or hangs the suite.
 """
 import json
+import math
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -198,3 +200,58 @@ def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple"
 
 
 SMALL_MLP = [("flatten", 0), ("linear", 64), ("relu", 0), ("linear", 32), ("gelu", 0), ("linear", 10)]
+
+
+def load_params(path):
+    """A worker's --dump-dir file (or dapple-reference's): {name: floats}."""
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    off = 0
+    while off < len(data):
+        (n,) = struct.unpack_from("<I", data, off)
+        off += 4
+        name = data[off:off + n].decode()
+        off += n
+        (count,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        out[name] = struct.unpack_from("<%df" % count, data, off)
+        off += 4 * count
+    return out
+
+
+def relative_l2(a, b):
+    num = sum((x - y) ** 2 for x, y in zip(a, b))
+    den = sum(y * y for y in b)
+    return math.sqrt(num / max(den, 1e-30))
+
+
+def reference_run(directory, name, global_batch, steps, layers=None):
+    """Trains `steps` steps of SMALL_MLP (or `layers`) on one process (dapple-reference, no
+    pipelining); returns (per-step losses, final params)."""
+    ref_dir = os.path.join(directory, "ref")
+    os.makedirs(ref_dir, exist_ok=True)
+    path = os.path.join(ref_dir, "ref.yaml")
+    with open(path, "w") as f:
+        f.write(spec_yaml(name, layers or SMALL_MLP, global_batch, global_batch, 1,
+                          max_steps=steps))
+    subprocess.run([REFERENCE, path, str(steps), ref_dir], check=True, timeout=120)
+    with open(os.path.join(ref_dir, "reference.losses")) as f:
+        losses = [float(x) for x in f]
+    return losses, load_params(os.path.join(ref_dir, "reference.params"))
+
+
+def check_matches_reference(tc, name, losses, params, ref_losses, ref_params, rtol):
+    """unittest asserts: every step's loss and every parameter (relative L2 and max |diff|)
+    within `rtol` of the reference, and the same parameter names."""
+    tc.assertEqual(len(losses), len(ref_losses), name)
+    for step, (got, want) in enumerate(zip(losses, ref_losses), 1):
+        tc.assertLessEqual(abs(got - want), rtol * abs(want),
+                           "%s step %d loss %.9g vs reference %.9g" % (name, step, got, want))
+    tc.assertEqual(sorted(params), sorted(ref_params), name)
+    for k, want in ref_params.items():
+        got = params[k]
+        scale = max(abs(x) for x in want)
+        worst = max(abs(x - y) for x, y in zip(got, want))
+        tc.assertLessEqual(relative_l2(got, want), rtol, "%s %s" % (name, k))
+        tc.assertLessEqual(worst, rtol * scale, "%s %s max |diff| %.3g" % (name, k, worst))

@@ -10,14 +10,12 @@ coordinator and 4 real worker processes on 127.0.0.1.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import cluster  # noqa: E402
-from parity_test import load_params, relative_l2  # noqa: E402
 
 STEPS = 3
 GLOBAL_BATCH = 64
@@ -32,17 +30,8 @@ class ReplicaParityTest(unittest.TestCase):
         cls.cluster = cluster.Cluster(workers=4, dump=True,
                                       coordinator_args=["--trace-every-steps", "1"])
         cls.cluster.wait_workers(4)
-        ref_dir = os.path.join(cls.cluster.dir, "ref")
-        os.makedirs(ref_dir)
-        spec = cluster.spec_yaml("replica-ref", cluster.SMALL_MLP, GLOBAL_BATCH, GLOBAL_BATCH, 1,
-                                 max_steps=STEPS)
-        path = os.path.join(ref_dir, "ref.yaml")
-        with open(path, "w") as f:
-            f.write(spec)
-        subprocess.run([cluster.REFERENCE, path, str(STEPS), ref_dir], check=True, timeout=120)
-        with open(os.path.join(ref_dir, "reference.losses")) as f:
-            cls.ref_losses = [float(x) for x in f]
-        cls.ref_params = load_params(os.path.join(ref_dir, "reference.params"))
+        cls.ref_losses, cls.ref_params = cluster.reference_run(cls.cluster.dir, "replica-ref",
+                                                               GLOBAL_BATCH, STEPS)
 
     @classmethod
     def tearDownClass(cls):
@@ -67,24 +56,13 @@ class ReplicaParityTest(unittest.TestCase):
             self.assertEqual(s["replicas"], replicas, plan)
             self.assertEqual(len(s["worker_ids"]), replicas, plan)
         self.assertEqual(len(set(j["worker_ids"])), stages * replicas)
-        losses = j["step_losses"]
-        self.assertEqual(len(losses), STEPS)
-        for step, (got, want) in enumerate(zip(losses, self.ref_losses), 1):
-            self.assertLessEqual(abs(got - want), RTOL * abs(want),
-                                 "%s step %d loss %.9g vs reference %.9g" % (name, step, got, want))
         for r in range(replicas):
             params = {}
             for s in range(stages):
-                params.update(load_params(os.path.join(
+                params.update(cluster.load_params(os.path.join(
                     c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))))
-            self.assertEqual(sorted(params), sorted(self.ref_params))
-            for k, want in self.ref_params.items():
-                got = params[k]
-                scale = max(abs(x) for x in want)
-                worst = max(abs(x - y) for x, y in zip(got, want))
-                self.assertLessEqual(relative_l2(got, want), RTOL, "%s replica %d %s" % (name, r, k))
-                self.assertLessEqual(worst, RTOL * scale,
-                                     "%s replica %d %s max |diff| %.3g" % (name, r, k, worst))
+            cluster.check_matches_reference(self, "%s replica %d" % (name, r), j["step_losses"],
+                                            params, self.ref_losses, self.ref_params, RTOL)
         # The replicas of a stage hold bitwise-identical weights.
         for s in range(stages):
             files = [os.path.join(c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))

@@ -13,7 +13,6 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import cluster  # noqa: E402
-from parity_test import load_params, relative_l2  # noqa: E402
 
 STEPS = 3
 GLOBAL_BATCH = 64
@@ -48,17 +47,8 @@ class RobustnessTest(unittest.TestCase):
     def setUpClass(cls):
         cls.cluster = DelayedCluster(workers=4, dump=True)
         cls.cluster.wait_workers(4)
-        ref_dir = os.path.join(cls.cluster.dir, "ref")
-        os.makedirs(ref_dir)
-        spec = cluster.spec_yaml("robust-ref", cluster.SMALL_MLP, GLOBAL_BATCH, GLOBAL_BATCH, 1,
-                                 max_steps=STEPS)
-        path = os.path.join(ref_dir, "ref.yaml")
-        with open(path, "w") as f:
-            f.write(spec)
-        subprocess.run([cluster.REFERENCE, path, str(STEPS), ref_dir], check=True, timeout=120)
-        with open(os.path.join(ref_dir, "reference.losses")) as f:
-            cls.ref_losses = [float(x) for x in f]
-        cls.ref_params = load_params(os.path.join(ref_dir, "reference.params"))
+        cls.ref_losses, cls.ref_params = cluster.reference_run(cls.cluster.dir, "robust-ref",
+                                                               GLOBAL_BATCH, STEPS)
 
     @classmethod
     def tearDownClass(cls):
@@ -81,21 +71,12 @@ class RobustnessTest(unittest.TestCase):
             os.path.join(c.dir, "worker-%s.log" % w)))
         self.assertEqual(ranks, stages, "%s: %d of %d ranks logged %r" % (name, ranks, stages,
                                                                          marker))
-        losses = j["step_losses"]
-        self.assertEqual(len(losses), STEPS)
-        for step, (got, want) in enumerate(zip(losses, self.ref_losses), 1):
-            self.assertLessEqual(abs(got - want), RTOL * abs(want),
-                                 "%s step %d loss %.9g vs reference %.9g" % (name, step, got, want))
         params = {}
         for s in range(stages):
-            params.update(load_params(os.path.join(c.dump_dir, "%s.stage%d.params" % (job, s))))
-        self.assertEqual(sorted(params), sorted(self.ref_params))
-        for k, want in self.ref_params.items():
-            got = params[k]
-            scale = max(abs(x) for x in want)
-            worst = max(abs(x - y) for x, y in zip(got, want))
-            self.assertLessEqual(relative_l2(got, want), RTOL, "%s %s" % (name, k))
-            self.assertLessEqual(worst, RTOL * scale, "%s %s max |diff| %.3g" % (name, k, worst))
+            params.update(cluster.load_params(
+                os.path.join(c.dump_dir, "%s.stage%d.params" % (job, s))))
+        cluster.check_matches_reference(self, name, j["step_losses"], params, self.ref_losses,
+                                        self.ref_params, RTOL)
 
     def test_delayed_pipelines_match_the_reference(self):
         for stages in (2, 4):

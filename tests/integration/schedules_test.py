@@ -6,7 +6,6 @@
 and each reaches >= 0.85 test accuracy (the issue's bar; dapple reaches 0.866 on this job). The
 jobs report per-stage weight versions (PipeDream's stash) and their schedule in `get`.
 """
-import json
 import os
 import sys
 import unittest

@@ -1,10 +1,12 @@
 """The asynchronous schedules train for real: a real coordinator and real worker processes on
-127.0.0.1 train the demo MLP (784-1024-1024-10) on Fashion-MNIST for 3 epochs with
-  - pipedream: PipeDream's asynchronous 1F1B with weight stashing on 2 stages, and
+127.0.0.1 train the demo MLP (784-1024-1024-10) on Fashion-MNIST with
+  - pipedream: PipeDream's asynchronous 1F1B with weight stashing on 2 stages, 3 epochs (the
+    demo's settings: sgd lr 0.05, momentum 0.9), and
   - pipesgd: Pipe-SGD (AllReduce of step t overlapping step t+1, one-step-stale updates) on
-    2 replicas,
-and each reaches >= 0.85 test accuracy (the issue's bar; dapple reaches 0.866 on this job). The
-jobs report per-stage weight versions (PipeDream's stash) and their schedule in `get`.
+    2 replicas, 6 epochs with sgd lr 0.1, momentum 0.5 (with the demo's settings it levels off
+    near 0.855 after 4-5 epochs: stale gradients and heavy momentum; these reach 0.878),
+and each reaches >= 0.85 test accuracy (the issue's bar; dapple reaches 0.866 on the demo). The
+pipedream job reports per-stage weight versions (PipeDream's stash).
 """
 import os
 import sys
@@ -17,9 +19,9 @@ DEMO_MLP = [("flatten", 0), ("linear", 1024), ("relu", 0), ("linear", 1024), ("r
             ("linear", 10)]
 
 
-def demo_job(name, schedule, stages, devices, planner, epochs=3):
+def demo_job(name, schedule, stages, devices, planner, epochs=3, lr=0.05, momentum=0.9):
     return cluster.spec_yaml(name, DEMO_MLP, 256, 32, stages, schedule=schedule, epochs=epochs,
-                             lr=0.05, momentum=0.9, seed=42, planner=planner, devices=devices)
+                             lr=lr, momentum=momentum, seed=42, planner=planner, devices=devices)
 
 
 class SchedulesTest(unittest.TestCase):
@@ -50,7 +52,8 @@ class SchedulesTest(unittest.TestCase):
         self.assertEqual(stats[1].get("weight_versions"), 1, stats)
 
     def test_pipesgd_on_two_replicas_reaches_085(self):
-        j = self.run_job(demo_job("psgd", "pipesgd", 1, 2, "dp", epochs=4), "psgd")
+        j = self.run_job(demo_job("psgd", "pipesgd", 1, 2, "dp", epochs=6, lr=0.1,
+                                    momentum=0.5), "psgd")
         self.assertGreaterEqual(j["metrics"]["test_accuracy"], 0.85)
         self.assertEqual(j["plan"]["stages"][0]["replicas"], 2)
 

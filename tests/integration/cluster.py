@@ -220,6 +220,16 @@ def load_params(path):
     return out
 
 
+def load_job_params(dump_dir, job, stages, replica=None):
+    """Every stage's --dump-dir file of `job` merged: {name: floats}. `replica` picks the files
+    of that replica of replicated stages (<job>.stage<s>.replica<r>.params)."""
+    params = {}
+    for s in range(stages):
+        suffix = "" if replica is None else ".replica%d" % replica
+        params.update(load_params(os.path.join(dump_dir, "%s.stage%d%s.params" % (job, s, suffix))))
+    return params
+
+
 def relative_l2(a, b):
     num = sum((x - y) ** 2 for x, y in zip(a, b))
     den = sum(y * y for y in b)

@@ -37,10 +37,7 @@ class ParityTest(unittest.TestCase):
         self.assertEqual(j["state"], "SUCCEEDED", "%s: %s\n%s" % (name, j.get("message"), c.all_logs()))
         self.assertEqual(len(j["plan"]["stages"]), stages)
         self.assertEqual(j["plan"]["micro_batches"], micro_batches)
-        params = {}
-        for s in range(stages):
-            params.update(cluster.load_params(
-                os.path.join(c.dump_dir, "%s.stage%d.params" % (job, s))))
+        params = cluster.load_job_params(c.dump_dir, job, stages)
         cluster.check_matches_reference(self, name, j["step_losses"], params, self.ref_losses,
                                         self.ref_params, RTOL)
 

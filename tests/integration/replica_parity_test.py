@@ -57,10 +57,7 @@ class ReplicaParityTest(unittest.TestCase):
             self.assertEqual(len(s["worker_ids"]), replicas, plan)
         self.assertEqual(len(set(j["worker_ids"])), stages * replicas)
         for r in range(replicas):
-            params = {}
-            for s in range(stages):
-                params.update(cluster.load_params(os.path.join(
-                    c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))))
+            params = cluster.load_job_params(c.dump_dir, job, stages, replica=r)
             cluster.check_matches_reference(self, "%s replica %d" % (name, r), j["step_losses"],
                                             params, self.ref_losses, self.ref_params, RTOL)
         # The replicas of a stage hold bitwise-identical weights.

@@ -71,10 +71,7 @@ class RobustnessTest(unittest.TestCase):
             os.path.join(c.dir, "worker-%s.log" % w)))
         self.assertEqual(ranks, stages, "%s: %d of %d ranks logged %r" % (name, ranks, stages,
                                                                          marker))
-        params = {}
-        for s in range(stages):
-            params.update(cluster.load_params(
-                os.path.join(c.dump_dir, "%s.stage%d.params" % (job, s))))
+        params = cluster.load_job_params(c.dump_dir, job, stages)
         cluster.check_matches_reference(self, name, j["step_losses"], params, self.ref_losses,
                                         self.ref_params, RTOL)
 

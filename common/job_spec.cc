@@ -506,11 +506,11 @@ Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
   return std::nullopt;
 }
 
-// schedule pipedream (docs/job_spec.md): asynchronous 1F1B with weight stashing on one replica
-// per stage (1F1B-RR across replicas is not available). `stages` is the resolved count (0: auto).
+// schedule pipedream (docs/job_spec.md): asynchronous 1F1B with weight stashing; a stage may
+// have replicas (1F1B-RR: whole micro-batches round-robin, CheckPipeDreamReplicas).
 constexpr char kPipeDreamSchedule[] = "pipedream";
 
-Check CheckPipeDream(const v1::ParallelSpec& p, int stages) {
+Check CheckPipeDream(const v1::ParallelSpec& p) {
   if (p.schedule() != kPipeDreamSchedule) {
     if (p.has_pipedream()) {
       return At("parallel.pipedream",
@@ -520,20 +520,39 @@ Check CheckPipeDream(const v1::ParallelSpec& p, int stages) {
     }
     return std::nullopt;
   }
+  // Planner dp is one stage on every device: no pipeline for pipedream's asynchronous 1F1B to
+  // keep full (pipesgd and dapple are the data-parallel schedules). Planner pipedream replicates
+  // stages itself where that pays.
   if (p.planner() == kDataParallelPlanner) {
     return At("parallel.planner",
-              "parallel.planner dp with parallel.schedule pipedream: pipedream pipelines stages "
-              "and runs one replica per stage; use planner pipedream, dapple, balanced, uniform "
-              "or manual, or schedule pipesgd for data parallelism");
-  }
-  if (stages > 0 && p.devices() != stages) {
-    return At("parallel.devices",
-              absl::StrFormat("parallel.devices %d with %d stages and parallel.schedule "
-                              "pipedream: pipedream runs one replica per stage (1F1B-RR across "
-                              "replicas is not available): set devices to %d",
-                              p.devices(), stages, stages));
+              "parallel.planner dp with parallel.schedule pipedream: planner dp makes one stage "
+              "(no pipeline) and pipedream is asynchronous pipelining; use planner pipedream, "
+              "dapple, balanced, uniform or manual (their stages may have replicas), or "
+              "schedule pipesgd or dapple for data parallelism");
   }
   return std::nullopt;
+}
+
+// 1F1B-RR sends whole micro-batches round-robin to a stage's D replicas (micro-batch g to
+// replica g % D), so each replica gets a micro-batch every step only when D <= M. Checked where
+// D is fixed at submit: `replicas` = devices / stages of balanced, uniform and manual (dapple and
+// pipedream choose D themselves, at most M: the coordinator caps their replicas).
+Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) {
+  const v1::ParallelSpec& p = spec.parallel();
+  if (p.schedule() != kPipeDreamSchedule) return std::nullopt;
+  const int64_t micro_batches = spec.training().global_batch() / spec.training().micro_batch();
+  if (replicas <= micro_batches) return std::nullopt;
+  return At("parallel.devices",
+            absl::StrFormat("parallel.devices %d with %d stages gives %d replicas per stage, but "
+                            "parallel.schedule pipedream sends whole micro-batches round-robin to "
+                            "a stage's replicas and training.global_batch %d / "
+                            "training.micro_batch %d = %d micro-batches per step: each replica "
+                            "needs at least one: set devices to at most %d (%d %s per stage) "
+                            "or use a smaller micro_batch",
+                            p.devices(), stages, replicas, spec.training().global_batch(),
+                            spec.training().micro_batch(), micro_batches,
+                            static_cast<int64_t>(stages) * micro_batches, micro_batches,
+                            micro_batches == 1 ? "replica" : "replicas"));
 }
 
 Check CheckParallel(const v1::JobSpec& spec) {
@@ -591,7 +610,7 @@ Check CheckParallel(const v1::JobSpec& spec) {
     if (Check c = CheckStageRanges(p, num_layers)) return c;
   }
   if (Check c = CheckPipeSgd(p, stages)) return c;
-  if (Check c = CheckPipeDream(p, stages)) return c;
+  if (Check c = CheckPipeDream(p)) return c;
   if (p.devices() < 1) {
     return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
   }
@@ -634,6 +653,9 @@ Check CheckParallel(const v1::JobSpec& spec) {
               absl::StrFormat("parallel.devices %d is not a multiple of the %d stages: each "
                               "stage gets devices / stages replicas: set devices to %d or %d",
                               p.devices(), stages, lower, lower + stages));
+  }
+  if (!Contains(kDepthChoosingPlanners, p.planner())) {
+    return CheckPipeDreamReplicas(spec, stages, p.devices() / stages);
   }
   return std::nullopt;
 }

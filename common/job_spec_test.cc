@@ -619,16 +619,41 @@ TEST(ValidateJobSpecTest, Schedule) {
                                         "gpipe, dapple, pipedream, pipesgd"});
 }
 
-// schedule pipedream: one replica per stage (no 1F1B-RR), not with planner dp; an optional
-// parallel.pipedream section {vertical_sync}; the section under another schedule is refused.
-TEST(ValidateJobSpecTest, PipeDreamRunsOneReplicaPerStage) {
-  v1::JobSpec spec = Example();  // 2 stages on 2 devices
+// schedule pipedream: stages may have replicas (1F1B-RR: whole micro-batches round-robin), at
+// most M = global_batch / micro_batch per stage where the spec fixes them (devices / stages of
+// balanced, uniform and manual); not with planner dp; an optional parallel.pipedream section
+// {vertical_sync}; the section under another schedule is refused.
+TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
+  v1::JobSpec spec = Example();  // 2 stages on 2 devices, global_batch 256, micro_batch 32
   spec.mutable_parallel()->set_schedule("pipedream");
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // 4 devices on 2 stages: 2 replicas per stage, M = 8.
   spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // M = 2: 2 replicas per stage still get one micro-batch each per step, 4 would not.
+  spec.mutable_training()->set_micro_batch(128);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(8);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 4 with 2 stages and parallel.schedule pipedream",
-                 "1F1B-RR across replicas is not available", "set devices to 2"});
+                {"parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+                 "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
+                 "replicas and training.global_batch 256 / training.micro_batch 128 = 2 "
+                 "micro-batches per step: each replica needs at least one: set devices to at "
+                 "most 4 (2 replicas per stage) or use a smaller micro_batch"});
+  // Split-concat's micro_batch >= replicas does not apply: a micro-batch is never split.
+  spec.mutable_training()->set_micro_batch(2);
+  spec.mutable_parallel()->set_devices(8);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // Planners that choose replicas themselves are capped at M by the coordinator, not here.
+  spec.mutable_training()->set_micro_batch(256);
+  for (const char* planner : {"pipedream", "dapple"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_parallel()->set_planner("uniform");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 with 2 stages gives 4 replicas per stage",
+                 "= 1 micro-batches per step", "set devices to at most 2 (1 replica per stage)"});
   spec.mutable_parallel()->set_devices(2);
   spec.mutable_parallel()->set_planner("dp");
   spec.mutable_parallel()->set_stages(0);

@@ -11,11 +11,14 @@ model's real sizes over UCX. Three tables:
   (c) dapple against gpipe under a device-memory cap (--device-memory) that forces gpipe to a
       smaller global batch: throughput and measured peak memory (DAPPLE paper: 1.6x, 12% less);
   (d) Pipe-SGD against synchronous data parallelism (P = 1, D = 2) when the gradient AllReduce
-      takes about as long as a step's compute.
+      takes about as long as a step's compute;
+  (e) PipeDream without and with 1F1B-RR (P = 2, M = 8, D = 1 and 2 replicas per stage: whole
+      micro-batches round-robin): measured step time against the simulator's prediction, and
+      the throughput the replicas add.
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e]
 """
 import argparse
 import json
@@ -182,11 +185,39 @@ def table_d(cluster, steps, directory, micro_batch=32, scale=0.07):
     return rows
 
 
+def table_e(cluster, steps, directory, p=2, m=8, micro_batch=32):
+    """(e) schedule pipedream on P = 2 equal stages, D = 1 and D = 2 replicas per stage
+    (planner balanced, devices = P x D). The simulator prices a replicated stage as PipeDream's
+    planner does (a micro-batch every stage time / D); 1F1B-RR runs each replica's share of the
+    stage's 1F1B with warm-up K_s = D_s + ... + D_{P-1}."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=p * 2)
+    rows = []
+    try:
+        c.wait_workers(p * 2)
+        for d in (1, 2):
+            c.wait_workers(p * 2)
+            text = cluster.spec_yaml("emu-pd-d%d" % d, MODEL, m * micro_batch, micro_batch, p,
+                                     schedule="pipedream", max_steps=steps, devices=p * d)
+            text += "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
+            j, seen = run_job(c, text, steps)
+            step_ms, bubble, peak = measured(j, seen, warmup=3)
+            pred = float(j["plan"]["predicted_step_ms"])
+            replicas = [int(s.get("replicas", 1)) for s in j["plan"]["stages"]]
+            rows.append((d, replicas, pred, step_ms, float(j["metrics"]["samples_per_second"]),
+                         peak))
+            print("pipedream D=%d %s predicted %.1f ms measured %.1f ms (%+.1f%%)" %
+                  (d, replicas, pred, step_ms, (step_ms / pred - 1) * 100), flush=True)
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--only", default="a,b,c,d,e")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -221,6 +252,15 @@ def main():
             print("| %s | %d | %.1f | %.1f | %.1f | %.0f |" %
                   (name, d, compute, step_ms, allreduce_ms, sps))
         print("pipesgd / synchronous throughput: %.2fx" % (rows[1][5] / rows[0][5]))
+    if "e" in only:
+        rows = table_e(cluster, args.steps, directory)
+        print("\n| schedule | replicas per stage | predicted ms | measured ms | error | "
+              "samples/s | measured peak memory |\n|---|---|---|---|---|---|---|")
+        for d, replicas, pred, meas, sps, peak in rows:
+            print("| pipedream%s | %s | %.1f | %.1f | %+.1f%% | %.0f | %d |" %
+                  (" (1F1B-RR)" if d > 1 else "", ", ".join(map(str, replicas)), pred, meas,
+                   (meas / pred - 1) * 100, sps, peak))
+        print("1F1B-RR (D = 2) / unreplicated throughput: %.2fx" % (rows[1][4] / rows[0][4]))
 
 if __name__ == "__main__":
     main()

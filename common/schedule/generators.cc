@@ -41,8 +41,14 @@ OpProgram GenerateGPipeOps(int num_stages, int num_micro_batches, int stage) {
 
 OpProgram GeneratePipeDreamOps(int num_stages, int num_micro_batches, int stage,
                                int micro_batches_per_update) {
+  return GeneratePipeDreamOpsWithWarmUp(num_micro_batches, micro_batches_per_update,
+                                        num_stages - stage);
+}
+
+OpProgram GeneratePipeDreamOpsWithWarmUp(int num_micro_batches, int micro_batches_per_update,
+                                         int warm_up_forwards) {
   const int m = num_micro_batches;
-  const int warm_up = std::min(num_stages - stage, m);
+  const int warm_up = std::min(warm_up_forwards, m);
   OpProgram out;
   out.reserve(2 * static_cast<size_t>(m) + static_cast<size_t>(m / micro_batches_per_update) + 1);
   int next_forward = 0;

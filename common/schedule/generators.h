@@ -75,6 +75,12 @@ OpProgram GenerateGPipeOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GenerateDappleOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GeneratePipeDreamOps(int num_stages, int num_micro_batches, int stage,
                                int micro_batches_per_update);
+// The same order with `warm_up` (>= 1) forwards before the first backward instead of
+// min(P - i, M), capped at M: a stage of D_s replicas under 1F1B-RR runs as a whole with warm-up
+// D_s + ... + D_{P-1} (pipedream_steps.h). Non-increasing warm-ups over the stages keep a
+// program set deadlock-free.
+OpProgram GeneratePipeDreamOpsWithWarmUp(int num_micro_batches, int micro_batches_per_update,
+                                         int warm_up);
 OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage);
 OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage);
 

@@ -215,15 +215,25 @@ MemoryEstimate PlanEstimator::Memory(const HybridPlan& plan) const {
         m.in_flight = std::min(P - s, M);
         m.weight_bytes += static_cast<int64_t>(std::llround(2.0 * weights));
         break;
-      case schedule::ScheduleKind::kPipeDream:
-        // A continuous run: P - s in flight, and as many stashed weight versions minus one.
-        m.in_flight = P - s;
-        m.weight_bytes += static_cast<int64_t>(std::llround(weights * (P - s - 1)));
+      case schedule::ScheduleKind::kPipeDream: {
+        // A continuous run: the stage holds K_s = D_s + ... + D_{P-1} in flight (P - s with one
+        // replica per stage), a replica ceil(K_s / D_s) whole micro-batches (1F1B-RR), and at
+        // most ceil((K_s - 1) / D_s) stashed weight versions besides the current one
+        // (schedule/pipedream_steps.h).
+        int64_t k = 0;
+        for (int t = s; t < P; ++t) k += static_cast<int64_t>(plan.stages[t].devices.size());
+        const int64_t d = std::max<int64_t>(1, static_cast<int64_t>(st.devices.size()));
+        m.in_flight = static_cast<int>((k + d - 1) / d);
+        m.weight_bytes += static_cast<int64_t>(std::llround(weights * ((k - 1 + d - 1) / d)));
         break;
+      }
     }
+    // Split-concat holds b / D samples per micro-batch on a replica, 1F1B-RR all b.
+    const double samples = problem_.schedule == schedule::ScheduleKind::kPipeDream
+                               ? b
+                               : b / static_cast<double>(st.devices.size());
     m.activation_bytes = static_cast<int64_t>(
-        std::llround(m.in_flight * ActivationBytes(st.first_layer, st.last_layer,
-                                                   b / static_cast<double>(st.devices.size()))));
+        std::llround(m.in_flight * ActivationBytes(st.first_layer, st.last_layer, samples)));
     m.peak_bytes = m.weight_bytes + m.activation_bytes;
     m.device_bytes = std::numeric_limits<int64_t>::max();
     for (int d : st.devices) {

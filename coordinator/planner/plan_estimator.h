@@ -53,7 +53,9 @@ struct LatencyEstimate {
 // Per replica, as the simulator counts it (plan_simulator.h): weights + gradients + optimizer
 // state ((2 + optimizer_state_factor) x parameter bytes) and in_flight micro-batches of the
 // stage's activations at micro_batch_size / replicas samples, in_flight = min(P - s, M) under
-// dapple, M under gpipe, P - s under pipedream (which also stashes P - s - 1 weight versions).
+// dapple, M under gpipe; under pipedream (1F1B-RR) ceil(K_s / D_s) whole micro-batches with
+// K_s = D_s + ... + D_{P-1} (P - s with one replica per stage), plus ceil((K_s - 1) / D_s)
+// stashed weight versions (schedule::PipeDreamReplicaVersions - 1; P - s - 1 unreplicated).
 struct StageMemory {
   int64_t weight_bytes = 0;
   int64_t activation_bytes = 0;

@@ -12,6 +12,7 @@
 #include "common/profile/cluster_topology.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/op.h"
+#include "common/schedule/pipedream_steps.h"
 #include "common/schedule/simulator.h"
 #include "common/status.h"
 #include "coordinator/planner/cost_model.h"
@@ -20,11 +21,12 @@
 namespace dapple::coordinator {
 namespace {
 
-// PipeDream's steady state comes from one run of `updates` updates without a flush:
-//   fill    updates until stage 0 has finished at least 2P micro-batches (the pipeline filled
+// PipeDream's steady state comes from one run of `updates` updates without a flush, K = stage
+// 0's warm-up (P with one replica per stage; the job's workers under 1F1B-RR):
+//   fill    updates until stage 0 has finished at least 2K micro-batches (the pipeline filled
 //           twice over), not measured;
 //   window  `window` updates (even, >= 2, >= fill) whose durations on stage 0 are measured;
-//   drain   ceil(P / M) + 1 updates, not measured: in the last P micro-batches stage 0 runs no
+//   drain   ceil(K / M) + 1 updates, not measured: in the last K micro-batches stage 0 runs no
 //           forwards (cool-down), which would shorten its updates.
 // In steady state every stage updates at the same rate, but the rate may be periodic over c > 1
 // updates (update durations alternating, for example); SteadyUpdateMs finds the smallest such c.
@@ -34,11 +36,11 @@ struct PipeDreamRun {
   int updates;
 };
 
-PipeDreamRun PlanPipeDreamRun(int stages, int micro_batches) {
+PipeDreamRun PlanPipeDreamRun(int warm_up, int micro_batches) {
   PipeDreamRun run;
-  run.fill = (2 * stages + micro_batches - 1) / micro_batches;
+  run.fill = (2 * warm_up + micro_batches - 1) / micro_batches;
   run.window = std::max(2, run.fill + (run.fill & 1));
-  run.updates = run.fill + run.window + (stages + micro_batches - 1) / micro_batches + 1;
+  run.updates = run.fill + run.window + (warm_up + micro_batches - 1) / micro_batches + 1;
   return run;
 }
 
@@ -99,7 +101,8 @@ absl::Status CheckProfile(const profile::ChainProfile& profile) {
   return absl::OkStatus();
 }
 
-absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan) {
+absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan,
+                       schedule::ScheduleKind kind) {
   if (!(problem.optimizer_state_factor >= 0) || !std::isfinite(problem.optimizer_state_factor)) {
     return Invalid(absl::StrCat("optimizer_state_factor ", problem.optimizer_state_factor,
                                 " must be finite and >= 0"));
@@ -168,6 +171,16 @@ absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan) {
   }
   for (int s = 0; s < stages; ++s) {
     const int replicas = static_cast<int>(plan.stages[s].devices.size());
+    if (kind == schedule::ScheduleKind::kPipeDream) {
+      // 1F1B-RR never splits a micro-batch: it sends whole ones round-robin to the replicas.
+      if (plan.micro_batches < replicas) {
+        return Invalid(absl::StrCat("micro_batches ", plan.micro_batches, " is fewer than stage ",
+                                    s, "'s ", replicas,
+                                    " replicas: schedule pipedream sends whole micro-batches "
+                                    "round-robin and each replica needs at least one per step"));
+      }
+      continue;
+    }
     if (plan.micro_batch_size < replicas) {
       return Invalid(absl::StrCat("micro_batch_size ", plan.micro_batch_size,
                                   " is smaller than stage ", s, "'s ", replicas,
@@ -197,7 +210,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
                                         schedule::ScheduleKind kind) {
   const profile::ChainProfile& profile = problem.profile;
   DAPPLE_RETURN_IF_ERROR(CheckProfile(profile));
-  DAPPLE_RETURN_IF_ERROR(CheckPlan(problem, plan));
+  DAPPLE_RETURN_IF_ERROR(CheckPlan(problem, plan, kind));
 
   const int p = static_cast<int>(plan.stages.size());
   const int m = plan.micro_batches;
@@ -221,6 +234,11 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   for (int s = 0; s < p; ++s) {
     const StagePlan& stage = plan.stages[s];
     const int replicas = static_cast<int>(stage.devices.size());
+    // Split-concat runs b / D samples of every micro-batch on each replica. PipeDream's 1F1B-RR
+    // runs whole micro-batches, each on one replica, so the stage as a whole finishes one every
+    // (time of b samples) / D: the same per-micro-batch cost, which is PipeDream's own cost
+    // model of a replicated stage (Narayanan et al., SOSP 2019, section 3.1: T(i -> j, m) is
+    // the stage's compute time / m). Only its memory differs (below).
     const double share = b / replicas;
     costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
     costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
@@ -230,8 +248,9 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
          l <= stage.last_layer && l < static_cast<int>(profile.optimizer_ms.size()); ++l) {
       costs.optimizer_step_per_stage[s] += profile.optimizer_ms[l];
     }
+    // A pipedream replica stashes a whole micro-batch's activations per micro-batch in flight.
     activation_per_micro_batch[s] =
-        ActivationBytes(profile, stage.first_layer, stage.last_layer, share);
+        ActivationBytes(profile, stage.first_layer, stage.last_layer, pipedream ? b : share);
     lower.allreduce_stages[s] = replicas > 1;
     if (replicas > 1) {
       DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, stage.devices,
@@ -252,16 +271,27 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   costs.grad_transfer_per_boundary = costs.act_transfer_per_boundary;
 
   // PipeDream runs `updates` updates of M micro-batches without a flush; the synchronous
-  // schedules one step.
-  const PipeDreamRun run = PlanPipeDreamRun(p, m);
+  // schedules one step. Under 1F1B-RR stage s as a whole (one simulated rank) runs 1F1B with
+  // warm-up K_s = D_s + ... + D_{P-1} (pipedream_steps.h); P - s with one replica per stage.
+  schedule::PipeDreamLayout layout;
+  for (const StagePlan& stage : plan.stages) {
+    layout.replicas.push_back(static_cast<int>(stage.devices.size()));
+  }
+  layout.num_micro_batches = m;
+  std::vector<int> warm_ups(p);
+  for (int s = p - 1; s >= 0; --s) {
+    warm_ups[s] = layout.replicas[s] + (s + 1 < p ? warm_ups[s + 1] : 0);
+  }
+  const PipeDreamRun run = PlanPipeDreamRun(warm_ups[0], m);
   const int updates = pipedream ? run.updates : 1;
+  layout.num_steps = updates;
   std::vector<schedule::OpProgram> programs;
   programs.reserve(p);
   for (int s = 0; s < p; ++s) {
-    programs.push_back(schedule::LowerOps(pipedream
-                                              ? schedule::GeneratePipeDreamOps(p, m * updates, s, m)
-                                              : schedule::GenerateOps(kind, p, m, s),
-                                          p, s, lower));
+    programs.push_back(schedule::LowerOps(
+        pipedream ? schedule::GeneratePipeDreamOpsWithWarmUp(m * updates, m, warm_ups[s])
+                  : schedule::GenerateOps(kind, p, m, s),
+        p, s, lower));
   }
   schedule::SimulateOptions options;
   options.render_grid = false;
@@ -307,12 +337,19 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
                                           : sim->idle_time[s]);
     idle_sum += out.idle_ms;
 
-    out.peak_in_flight = sim->peak_in_flight[s];
+    // A pipedream replica holds at most ceil(K_s / D_s) of its stage's K_s micro-batches in
+    // flight (P - s with one replica per stage); the simulated rank is the stage as a whole.
+    out.peak_in_flight = pipedream ? static_cast<int>(schedule::PipeDreamReplicaInFlight(layout, s))
+                                   : sim->peak_in_flight[s];
     const double weights = static_cast<double>(params[s]);
-    // Weights, gradients and optimizer state, plus PipeDream's stashed weight versions (one per
-    // other in-flight micro-batch: P - s - 1 in steady state).
+    // Weights, gradients and optimizer state, plus PipeDream's stashed weight versions besides
+    // the current one: at most ceil((K_s - 1) / D_s) (PipeDreamReplicaVersions - 1), P - s - 1
+    // unreplicated.
     double weight_bytes = weights * (2.0 + problem.optimizer_state_factor);
-    if (pipedream) weight_bytes += weights * (p - s - 1);
+    if (pipedream) {
+      weight_bytes += weights * static_cast<double>(
+                                    schedule::PipeDreamReplicaVersions(layout, s) - 1);
+    }
     // Pipe-SGD's two flat gradient buffers (worker/runtime/pipesgd_updater.h).
     if (pipesgd) weight_bytes += 2.0 * weights;
     out.weight_bytes = RoundBytes(weight_bytes);

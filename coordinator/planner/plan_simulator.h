@@ -5,7 +5,10 @@
 //
 // Model (documented with sources in docs/planner.md):
 //   - a stage with D replicas runs each micro-batch's 1/D share on every replica (split-concat);
-//     forward/backward of a micro-batch cost ForwardMs/BackwardMs(stage layers, b / D);
+//     forward/backward of a micro-batch cost ForwardMs/BackwardMs(stage layers, b / D). Under
+//     pipedream the replicas take whole micro-batches round-robin (1F1B-RR) at the same cost
+//     per micro-batch for the stage as a whole (PipeDream's model, section 3.1), and stage s
+//     runs 1F1B with warm-up K_s = D_s + ... + D_{P-1} (common/schedule/pipedream_steps.h);
 //   - SEND_ACT / SEND_GRAD occupy the link between the two stages' device sets for
 //     TransferMs(cut bytes at b samples) after the send; links carry one transfer at a time per
 //     direction; receives wait for the transfer's end;
@@ -15,7 +18,9 @@
 //     for files), on every replica;
 //   - memory per replica: weights + gradients + optimizer_state_factor * weights, plus
 //     peak_in_flight micro-batches of activations (ActivationBytes at b / D samples); pipedream
-//     adds its stashed weight versions (P - s - 1 extra copies of the weights on stage s).
+//     holds peak_in_flight = ceil(K_s / D_s) whole micro-batches (ActivationBytes at b samples)
+//     and adds its stashed weight versions (at most ceil((K_s - 1) / D_s) extra copies of the
+//     weights, schedule::PipeDreamReplicaVersions - 1: P - s - 1 with one replica per stage).
 //   - gpipe and dapple are synchronous (one flush per step); pipedream is asynchronous: its
 //     step_ms is the steady-state time of M micro-batches of 1F1B without flushes.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_
@@ -31,7 +36,8 @@ namespace dapple::coordinator {
 // memory fits its device. kInvalidArgument (one line naming the rule) when the plan is not well
 // formed: stages not contiguous / not covering every layer, an empty stage, a stage without
 // devices, a device used twice or outside the topology, micro_batch_size * micro_batches !=
-// global_batch, a micro-batch smaller than a stage's replica count.
+// global_batch, a micro-batch smaller than a stage's replica count (split-concat; under
+// pipedream instead fewer micro-batches than a stage's replicas).
 absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
                                         schedule::ScheduleKind schedule);
 

@@ -305,6 +305,70 @@ TEST(PlanSimulatorTest, PipeDreamSteadyStateHasNoBubbleForEqualStages) {
   }
 }
 
+// 1F1B-RR: stage s of D_s replicas runs with warm-up K_s = D_s + ... + D_{P-1}; a replica holds
+// ceil(K_s / D_s) WHOLE micro-batches of activations and ceil(K_s / D_s) - 1 stashed weight
+// versions. Two equal layers (f = 1, b = 2 ms at 8 samples), 1000 parameter bytes and 80
+// activation bytes at 8 samples each, micro-batches of 8, optimizer state factor 1.
+TEST(PlanSimulatorTest, PipeDreamReplicasHoldCeilKOverDWholeMicroBatches) {
+  struct Case {
+    std::vector<int> replicas;
+    std::vector<int> in_flight;  // ceil(K_s / D_s), by hand
+    std::vector<int> stashed;    // versions besides the current one: ceil((K_s - 1) / D_s)
+  };
+  const Case cases[] = {
+      {{2, 1}, {2, 1}, {1, 0}},  // K = 3, 1
+      {{2, 2}, {2, 1}, {2, 1}},  // K = 4, 2
+      {{1, 2}, {3, 1}, {2, 1}},  // K = 3, 2
+      {{3, 1}, {2, 1}, {1, 0}},  // K = 4, 1
+      {{1, 1}, {2, 1}, {1, 0}},  // no replicas: P - s - 1
+  };
+  for (const Case& c : cases) {
+    const int m = 6;
+    SCOPED_TRACE(::testing::Message() << "D = " << c.replicas[0] << ", " << c.replicas[1]);
+    PlanningProblem problem = Problem(Equal(2, 8, 1, 2, 1000, 80), Topology(1, 8), 8 * m);
+    problem.optimizer_state_factor = 1;
+    HybridPlan plan = OneLayerPerStage(2, m, 8);
+    int device = 0;
+    for (int s = 0; s < 2; ++s) {
+      plan.stages[s].devices.clear();
+      for (int r = 0; r < c.replicas[s]; ++r) plan.stages[s].devices.push_back(device++);
+    }
+    absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kPipeDream);
+    ASSERT_TRUE(pred.ok()) << pred.status();
+    for (int s = 0; s < 2; ++s) {
+      const StagePrediction& st = pred->stages[s];
+      EXPECT_EQ(st.peak_in_flight, c.in_flight[s]) << "stage " << s;
+      EXPECT_EQ(st.activation_bytes, 80 * c.in_flight[s]) << "stage " << s;
+      EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * c.stashed[s]) << "stage " << s;
+      EXPECT_EQ(st.peak_memory_bytes, st.weight_bytes + st.activation_bytes);
+      // The stage as a whole finishes a micro-batch every (f + b) / D_s (section 3.1).
+      EXPECT_DOUBLE_EQ(st.forward_ms, 1.0 / c.replicas[s]);
+      EXPECT_DOUBLE_EQ(st.backward_ms, 2.0 / c.replicas[s]);
+    }
+    // Stage 1 alone (no AllReduce) with D = 1 is the bottleneck: M (f + b) per update.
+    if (c.replicas[1] == 1 && c.replicas[0] > 1) {
+      EXPECT_NEAR(pred->step_ms, m * 3.0, 1e-9);
+    }
+  }
+}
+
+// Split-concat needs a micro-batch of at least D samples; 1F1B-RR needs M >= D micro-batches.
+TEST(PlanSimulatorTest, PipeDreamReplicasNeedMicroBatchesNotSamples) {
+  const PlanningProblem problem = Problem(Equal(2, 1, 1, 2), Topology(1, 8), 4);
+  HybridPlan plan = OneLayerPerStage(2, 4, 1);  // micro-batches of one sample
+  plan.stages[0].devices = {0, 1};
+  plan.stages[1].devices = {2, 3};
+  EXPECT_TRUE(SimulatePlan(problem, plan, ScheduleKind::kPipeDream).ok());
+  absl::StatusOr<Prediction> dapple = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  EXPECT_THAT(dapple.status().message(), HasSubstr("each replica needs at least one sample"));
+  plan.stages[1].devices = {2, 3, 4, 5, 6};
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kPipeDream);
+  EXPECT_EQ(pred.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pred.status().message(),
+            "micro_batches 4 is fewer than stage 1's 5 replicas: schedule pipedream sends whole "
+            "micro-batches round-robin and each replica needs at least one per step");
+}
+
 TEST(PlanSimulatorTest, PipeDreamSteadyStateIsTheSlowestStage) {
   // Stage 1 takes twice as long: steady state = M x (its F + B), with the others idle.
   profile::ChainProfile profile = Equal(3, 2, 1, 2);
@@ -338,6 +402,7 @@ TEST(PlanSimulatorTest, MalformedPlansNameTheRule) {
   struct Case {
     HybridPlan plan;
     std::string message;
+    bool split_concat_only = false;  // a rule of gpipe and dapple only
   };
   std::vector<Case> cases;
   cases.push_back({plan(), "the plan has no stages"});
@@ -381,9 +446,11 @@ TEST(PlanSimulatorTest, MalformedPlansNameTheRule) {
                    "needs at least one sample"});
   cases.back().plan.micro_batch_size = 1;
   cases.back().plan.micro_batches = 16;
+  cases.back().split_concat_only = true;  // pipedream never splits a micro-batch
   for (const Case& c : cases) {
     for (ScheduleKind kind :
          {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream}) {
+      if (c.split_concat_only && kind == ScheduleKind::kPipeDream) continue;
       absl::StatusOr<Prediction> pred = SimulatePlan(problem, c.plan, kind);
       ASSERT_FALSE(pred.ok()) << c.message;
       EXPECT_EQ(pred.status().code(), absl::StatusCode::kInvalidArgument) << c.message;

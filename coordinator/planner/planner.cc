@@ -124,6 +124,28 @@ absl::Status CheckManualFits(const PlanningProblem& problem, const Prediction& p
                    profile::FormatBytes(p.activation_bytes), ") but devices have ", has));
 }
 
+// 1F1B-RR sends whole micro-batches round-robin to a stage's replicas, and the runtime needs
+// each replica to get at least one per step: a plan with D_s > M is refused here, at submit,
+// rather than when the workers start. balanced, uniform and manual place devices / P replicas
+// (the spec's validation refuses more than M first); the planners that choose replicas are
+// capped at M through max_replicas, so for them this is a guard.
+absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::string& planner,
+                                    const HybridPlan& plan, int64_t global_batch) {
+  if (kind != schedule::ScheduleKind::kPipeDream) return absl::OkStatus();
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const size_t replicas = plan.stages[s].devices.size();
+    if (static_cast<int64_t>(replicas) <= plan.micro_batches) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "planner ", planner, " gives stage ", s, " ", replicas,
+        " replicas, but parallel.schedule pipedream sends whole micro-batches round-robin to a "
+        "stage's replicas and training.global_batch ",
+        global_batch, " / training.micro_batch ", plan.micro_batch_size, " = ", plan.micro_batches,
+        " micro-batches per step: each replica needs at least one (at most ", plan.micro_batches,
+        plan.micro_batches == 1 ? " replica" : " replicas", " per stage)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 v1::ClusterTopology SingleNodeTopology(int devices, const PlanDefaults& defaults) {
@@ -262,6 +284,11 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.optimizer_state_factor = OptimizerStateFactor(spec.training().optimizer());
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
+  if (kind == schedule::ScheduleKind::kPipeDream) {
+    // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
+    const int cap = static_cast<int>(micro_batches);
+    problem.max_replicas = problem.max_replicas > 0 ? std::min(problem.max_replicas, cap) : cap;
+  }
   problem.num_stages = num_stages;
   DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
@@ -270,6 +297,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   PlannedJob planned;
   if (planner == kManual) {
     planned.plan = ManualPlan(spec, micro_batch, static_cast<int>(micro_batches));
+    DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
     DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
     DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
   } else {
@@ -279,6 +307,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
       // balanced and uniform place one device per stage; with devices a multiple of P every
       // stage runs on devices / P replicas, scored again by the simulator.
       PlaceUniformReplicas(replicas, &planned.plan);
+      DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
       DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
       DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
     }
@@ -290,6 +319,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                                             " stages and M = ", plan.micro_batches,
                                             ", expected M = ", micro_batches));
   }
+  DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, plan, global_batch));
 
   // Step 5: the summary and the programs.
   v1::ParallelPlan result;
@@ -303,11 +333,14 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     }
     summary->mutable_stages(s)->set_compute_flops(flops);
   }
-  // balanced, uniform and manual never replicate; the others would, given the runtime.
-  if (inputs.max_replicas == 1 && devices > 1 && ChoosesDepth(planner)) {
-    summary->add_notes(
-        "one replica per stage: schedule pipedream runs without stage replicas (1F1B-RR is not "
-        "available)");
+  // Under pipedream the planners replicate at most M times (max_replicas above): say so where
+  // that, not the devices, bounds the replicas.
+  if (kind == schedule::ScheduleKind::kPipeDream && ChoosesDepth(planner) &&
+      micro_batches < devices) {
+    summary->add_notes(absl::StrCat(
+        "at most M = ", micro_batches, micro_batches == 1 ? " replica" : " replicas",
+        " per stage: schedule pipedream sends whole micro-batches round-robin to a stage's "
+        "replicas (1F1B-RR)"));
   }
   int used = 0;
   for (const StagePlan& s : plan.stages) used += static_cast<int>(s.devices.size());

@@ -13,13 +13,15 @@
 //   3. Problem: global batch and micro-batch size from training (the planner does not change
 //      M: the workers run training.micro_batch), the schedule, the optimizer's state factor
 //      (sgd 0, sgd with momentum 1, adamw 2), max_devices = parallel.devices, max_replicas =
-//      PlanInputs.max_replicas (the coordinator passes parallel.devices; 1 forbids replicas and
-//      the plan's notes say so) and P: the stage_ranges for manual; parallel.stages when set;
-//      for balanced and uniform with stages auto parallel.devices (one stage per device); for
-//      dapple, pipedream and dp with stages auto the planner's choice. balanced, uniform and
-//      manual run every stage on D = parallel.devices / P replicas (stage s on devices
-//      s * D .. s * D + D - 1; the plan scored again by the simulator); dapple, pipedream and
-//      dp choose replicas themselves (dp: P = 1 on every device).
+//      PlanInputs.max_replicas (the coordinator passes parallel.devices; 1 forbids replicas),
+//      under schedule pipedream at most M (1F1B-RR sends whole micro-batches round-robin to a
+//      stage's replicas; each needs one per step) and P: the stage_ranges for manual;
+//      parallel.stages when set; for balanced and uniform with stages auto parallel.devices
+//      (one stage per device); for dapple, pipedream and dp with stages auto the planner's
+//      choice. balanced, uniform and manual run every stage on D = parallel.devices / P
+//      replicas (stage s on devices s * D .. s * D + D - 1; the plan scored again by the
+//      simulator); dapple, pipedream and dp choose replicas themselves (dp: P = 1 on every
+//      device).
 //   4. Plan: RunPlanner(parallel.planner, problem) (empty planner: balanced); manual: the
 //      spec's ranges on devices 0..P-1, scored by SimulatePlan.
 //   5. Summary: ToSummary (plan_summary.h) plus compute_flops per stage (forward + backward
@@ -103,7 +105,9 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 //     unknown; known: balanced, uniform, manual, dapple, pipedream, dp") or schedule;
 //     micro_batch <= 0 or not dividing global_batch; a profile that does not match the model
 //     (CheckProfileMatchesModel's message); parallel.devices beyond the topology's devices;
-//     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors.
+//     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors; under schedule
+//     pipedream a stage with more than M replicas ("planner uniform gives stage 0 4 replicas,
+//     but parallel.schedule pipedream sends whole micro-batches round-robin ...").
 //   kResourceExhausted: no plan fits device memory (RunPlanner's message; for manual "the
 //     manual plan needs 3.2 GiB on a device (stage 0: weights 1.1 GiB, activations 2.1 GiB)
 //     but devices have 1.0 GiB").

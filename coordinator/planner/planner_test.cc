@@ -1,5 +1,7 @@
 #include "coordinator/planner/planner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -225,7 +227,90 @@ TEST(PlannerTest, DappleChoosesTheDepthWithinTheJobsDevicesWithoutReplicas) {
   }
   EXPECT_EQ(expected_first, 6);
   EXPECT_EQ(plan->programs_size(), s.stages_size());
-  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("without stage replicas")));
+}
+
+// Schedule pipedream with planner pipedream on a compute-bound profile (300 ms per layer and
+// micro-batch, a few MiB of weights): replicating stages pays, and 1F1B-RR's whole micro-batches
+// cap every stage at M replicas.
+TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
+  for (const int64_t micro_batch : {128, 64}) {
+    SCOPED_TRACE(absl::StrCat("micro_batch ", micro_batch));
+    const int m = static_cast<int>(256 / micro_batch);
+    v1::JobSpec spec = DemoSpec(4);
+    spec.mutable_parallel()->set_schedule("pipedream");
+    spec.mutable_parallel()->set_planner("pipedream");
+    spec.mutable_training()->set_micro_batch(micro_batch);
+    PlanInputs inputs;
+    inputs.profile = DemoProfile(100.0);
+    inputs.topology = TwoNodes(2);
+    inputs.max_replicas = 4;  // the job's devices: MakePlan itself caps pipedream at M
+    auto plan = MakePlan(spec, inputs);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const v1::ParallelPlanSummary& s = plan->summary();
+    EXPECT_EQ(s.schedule(), "pipedream");
+    EXPECT_EQ(s.micro_batches(), m);
+    int most = 0;
+    int devices = 0;
+    for (const v1::PlanStageSummary& stage : s.stages()) {
+      EXPECT_LE(stage.replicas(), m) << "stage " << stage.first_layer();
+      most = std::max(most, stage.replicas());
+      devices += stage.replicas();
+    }
+    EXPECT_GT(most, 1) << "replication pays on this profile";
+    EXPECT_LE(devices, 4);
+    // A replicated stage all-reduces once per step.
+    ASSERT_EQ(plan->programs_size(), s.stages_size());
+    for (int st = 0; st < s.stages_size(); ++st) {
+      int allreduces = 0;
+      for (const v1::Action& a : plan->programs(st).actions()) {
+        allreduces += a.kind() == v1::ALLREDUCE;
+      }
+      EXPECT_EQ(allreduces, s.stages(st).replicas() > 1 ? 1 : 0) << "stage " << st;
+    }
+  }
+  // M = 1: one replica per stage, and the notes say why.
+  v1::JobSpec one = DemoSpec(4);
+  one.mutable_parallel()->set_schedule("pipedream");
+  one.mutable_parallel()->set_planner("pipedream");
+  one.mutable_training()->set_micro_batch(256);
+  PlanInputs inputs;
+  inputs.profile = DemoProfile(100.0);
+  inputs.topology = TwoNodes(2);
+  inputs.max_replicas = 4;
+  auto plan = MakePlan(one, inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const v1::PlanStageSummary& stage : plan->summary().stages()) {
+    EXPECT_EQ(stage.replicas(), 1);
+  }
+  EXPECT_THAT(plan->summary().notes(),
+              ::testing::Contains(HasSubstr("at most M = 1 replica per stage: schedule pipedream "
+                                            "sends whole micro-batches round-robin")));
+}
+
+// Planners that place devices / P replicas (balanced, uniform, manual) are refused beyond M
+// under pipedream (the spec's validation says so first; MakePlan does not rely on it).
+TEST(PlannerTest, PipeDreamRefusesMoreReplicasThanMicroBatches) {
+  v1::JobSpec spec = DemoSpec(8, 2);
+  spec.mutable_parallel()->set_schedule("pipedream");
+  spec.mutable_parallel()->set_planner("uniform");
+  spec.mutable_training()->set_micro_batch(128);
+  auto plan = MakePlan(spec);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "planner uniform gives stage 0 4 replicas, but parallel.schedule pipedream sends whole "
+            "micro-batches round-robin to a stage's replicas and training.global_batch 256 / "
+            "training.micro_batch 128 = 2 micro-batches per step: each replica needs at least one "
+            "(at most 2 replicas per stage)");
+  spec.mutable_parallel()->set_devices(4);
+  plan = MakePlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->summary().stages(0).replicas(), 2);
+  EXPECT_EQ(plan->summary().stages(1).replicas(), 2);
+  // Split-concat's micro_batch >= replicas does not bind: a micro-batch of 1 on 2 replicas.
+  spec.mutable_training()->set_micro_batch(1);
+  plan = MakePlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->summary().stages(0).replicas(), 2);
 }
 
 TEST(PlannerTest, AProfilesInputNodesAreDroppedSoStagesIndexTheModel) {

@@ -595,9 +595,15 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
   inputs.defaults = options_.plan_defaults;
   // dapple, pipedream and dp replicate stages up to the job's devices; the others make
   // parallel.devices / stages replicas of each stage (planner.h).
-  // PipeDream runs one replica per stage (no 1F1B-RR): its planners must not replicate.
-  inputs.max_replicas =
-      spec.parallel().schedule() == "pipedream" ? 1 : std::max(1, spec.parallel().devices());
+  inputs.max_replicas = std::max(1, spec.parallel().devices());
+  // PipeDream's 1F1B-RR sends whole micro-batches round-robin to a stage's replicas: each
+  // needs at least one per step, so at most M = global_batch / micro_batch replicas (MakePlan
+  // refuses a plan with more; the spec's validation refuses devices / stages > M).
+  if (spec.parallel().schedule() == "pipedream" && spec.training().micro_batch() > 0) {
+    const int64_t micro_batches = spec.training().global_batch() / spec.training().micro_batch();
+    inputs.max_replicas = static_cast<int>(
+        std::max<int64_t>(1, std::min<int64_t>(inputs.max_replicas, micro_batches)));
+  }
   const std::string& type = spec.parallel().device_type();
   inputs.device_kind = JobDeviceKind(type, workers);
   inputs.profile = options_.profile_cache->Lookup(

@@ -156,7 +156,9 @@ class CoordinatorService {
   // the cached measured profile of the model on the job's device kind, else an estimated one;
   // the topology of the registered live workers of its device_type when there are at least
   // parallel.devices of them, else one node of parallel.devices devices with
-  // options.plan_defaults; one replica per stage (the runtime has no replication yet).
+  // options.plan_defaults; replicas per stage up to parallel.devices, and under schedule
+  // pipedream up to M = global_batch / micro_batch (1F1B-RR gives each replica whole
+  // micro-batches).
   // kInvalidArgument with the parser's or the planner's message (a plan that fits no device's
   // memory included), nothing stored; kInternal when the write fails.
   absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);

@@ -1301,6 +1301,60 @@ TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+// PipeDream's 1F1B-RR: the demo on 2 stages x 2 replicas under schedule pipedream (M = 8).
+TEST_F(CoordinatorServiceTest, PipeDreamStagesRunReplicasOneWorkerPerRank) {
+  std::vector<std::string> w;
+  for (int i = 0; i < 4; ++i) w.push_back(Register());
+  const std::string spec =
+      absl::StrReplaceAll(ReplicatedSpec(), {{"schedule: dapple", "schedule: pipedream"}});
+  auto submitted = Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->plan().schedule(), "pipedream");
+  EXPECT_EQ(submitted->plan().micro_batches(), 8);
+  ASSERT_EQ(submitted->plan().stages_size(), 2);
+  EXPECT_EQ(submitted->plan().stages(0).replicas(), 2);
+  EXPECT_EQ(submitted->plan().stages(1).replicas(), 2);
+  svc_->Tick();
+  v1::Job job = Get("job-1");
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().stages(0).worker_ids(), ElementsAre("w-1", "w-2"));
+  EXPECT_THAT(job.plan().stages(1).worker_ids(), ElementsAre("w-3", "w-4"));
+  for (int i = 0; i < 4; ++i) {
+    v1::HeartbeatResponse hb = Heartbeat(w[i]);
+    ASSERT_TRUE(hb.has_assignment()) << w[i];
+    const v1::StageAssignment& a = hb.assignment();
+    EXPECT_EQ(a.stage(), i / 2);
+    EXPECT_EQ(a.replica(), i % 2);
+    EXPECT_EQ(a.num_stages(), 2);
+    EXPECT_EQ(a.spec().parallel().schedule(), "pipedream");
+    EXPECT_EQ(a.plan().schedule(), "pipedream");
+    EXPECT_EQ(a.plan().stages(i / 2).replicas(), 2);
+    EXPECT_EQ(a.plan().stages(i / 2).worker_ids(i % 2), w[i]);
+    EXPECT_EQ(a.program().stage(), i / 2);
+    int allreduces = 0;
+    for (const v1::Action& action : a.program().actions()) {
+      allreduces += action.kind() == v1::ALLREDUCE;
+    }
+    EXPECT_EQ(allreduces, 1) << w[i];
+  }
+
+  // More replicas per stage than micro-batches per step: refused at submit, nothing stored.
+  auto refused = Submit(absl::StrReplaceAll(
+      spec, {{"devices: 4", "devices: 8"}, {"micro_batch: 32", "micro_batch: 128"}}));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+                        "parallel.schedule pipedream sends whole micro-batches round-robin"));
+  // Planner pipedream chooses replicas itself, at most M = 2 per stage.
+  auto chosen = Submit(absl::StrReplaceAll(spec, {{"planner: balanced", "planner: pipedream"},
+                                                  {"stages: 2", "stages: auto"},
+                                                  {"micro_batch: 32", "micro_batch: 128"}}));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  for (const v1::PlanStageSummary& stage : chosen->plan().stages()) {
+    EXPECT_LE(stage.replicas(), 2);
+  }
+}
+
 TEST_F(CoordinatorServiceTest, DeadReplicaFailsTheJobNamingIt) {
   std::vector<std::string> w;
   for (int i = 0; i < 4; ++i) w.push_back(Register());

@@ -44,9 +44,13 @@ v1::JobSpec Spec(const std::string& profile, double scale) {
 }
 
 // A graph.txt profile at batch 16 (from the file name): an Input node and `layers` layers of
-// forward 1 ms, backward 2 ms, with sizes unlike the model's.
+// forward 1 ms, backward 2 ms, with sizes unlike the model's. Named after the running test:
+// ctest runs this binary's tests as parallel processes, which must not share a file.
 std::string WriteProfile(int layers) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/emu", layers, "-pbs-16.txt");
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-emu",
+                   layers, "-pbs-16.txt");
   std::ofstream f(path);
   f << "node0 -- Input -- forward_compute_time=0.00, backward_compute_time=0.00, "
        "activation_size=1, parameter_size=0\n";

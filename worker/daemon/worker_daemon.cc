@@ -479,7 +479,8 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  // Every rank of the neighbouring stages: split-concat exchanges rows with each of them.
+  // Every rank of the neighbouring stages: split-concat exchanges rows with each of them,
+  // 1F1B-RR whole micro-batches round-robin.
   for (const v1::PeerEndpoint& p : peers.peers()) {
     if (p.stage() == stage - 1 || p.stage() == stage + 1) {
       DAPPLE_RETURN_IF_ERROR(

@@ -2,13 +2,19 @@
 // stage a thread, stages talking through the in-memory transport. The weight uses the runtime
 // records (version and a hash of the weights actually in the backend) prove that each backward
 // computed with exactly its forward's weights and that stage i never held more than P - i
-// versions.
+// versions; with stage replicas (1F1B-RR), ceil(K_s / D_s) on one replica, and that 1F1B-RR
+// trains exactly like an unreplicated pipeline with the same warm-ups.
+#include <limits>
 #include <map>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_join.h"
 #include "common/schedule/lowering.h"
+#include "common/schedule/pipedream_steps.h"
+#include "common/schedule/ranks.h"
 #include "gtest/gtest.h"
+#include "worker/comm/testing/local_collective.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/runtime/testing/local_transport.h"
 #include "worker/runtime/testing/parity_testing.h"
@@ -81,7 +87,7 @@ TEST(PipeDreamRuntimeTest, EveryBackwardUsesItsForwardsWeightsAndStagesHoldAtMos
       const v1::JobSpec spec = PipeDreamSpec(64, 64 / M, steps);
       std::vector<StageRun> runs = RunPipeDream(spec, P, steps);
       for (int s = 0; s < P; ++s) {
-        SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " stage " << s);
+        SCOPED_TRACE(::testing::Message() << "P=" << P << " M=" << M << " stage " << s);
         ASSERT_TRUE(runs[s].status.ok()) << runs[s].status;
         std::map<int64_t, WeightUse> forward;
         int backwards = 0, most_versions = 0;
@@ -134,7 +140,7 @@ TEST(PipeDreamRuntimeTest, VerticalSyncUsesStageZerosVersionEverywhere) {
       std::vector<StageRun> runs = RunPipeDream(spec, P, steps);
       std::map<int64_t, int64_t> stage0;  // micro-batch -> stage 0's forward version
       for (int s = 0; s < P; ++s) {
-        SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " stage " << s);
+        SCOPED_TRACE(::testing::Message() << "P=" << P << " M=" << M << " stage " << s);
         ASSERT_TRUE(runs[s].status.ok()) << runs[s].status;
         std::map<int64_t, WeightUse> forward;
         for (const StepResult& r : runs[s].steps) {
@@ -174,16 +180,235 @@ TEST(PipeDreamRuntimeTest, OneStageMatchesTheReference) {
   parity::ExpectMatchesReference(spec, steps, runtimes, run);
 }
 
-TEST(PipeDreamRuntimeTest, RefusesReplicas) {
-  const v1::JobSpec spec = PipeDreamSpec(64, 16, 2);
-  v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 2);
-  plan.mutable_stages(0)->set_replicas(2);
+// ---- 1F1B-RR: whole micro-batches round-robin over a stage's replicas ----
+
+v1::ParallelPlanSummary ReplicatedPlan(int layers, const std::vector<int>& replicas) {
+  v1::ParallelPlanSummary plan = parity::UniformPlan(layers, static_cast<int>(replicas.size()));
+  for (size_t s = 0; s < replicas.size(); ++s) plan.mutable_stages(s)->set_replicas(replicas[s]);
+  return plan;
+}
+
+uint64_t WeightsHash(StageRuntime& rt) {
+  std::vector<float> w(static_cast<size_t>(rt.backend().WeightFloats()));
+  EXPECT_TRUE(rt.backend().ReadWeights(w.data()).ok());
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(w.data());
+  for (size_t i = 0; i < w.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+struct RankRun {
+  int stage = 0;
+  int replica = 0;
+  absl::Status status;
+  std::vector<StepResult> steps;
+  std::vector<uint64_t> weights_after_step;  // WeightsHash after every step
+  std::vector<float> final_weights;          // ReadWeights after the last step
+  EvalResult final_eval;
+};
+
+// Every rank of `replicas` (one entry per stage) a thread; the replicas of a stage share a
+// LocalCollectiveGroup. `warm_ups`: SetPipeDreamWarmUpsForTesting on every rank when not empty.
+std::vector<RankRun> RunReplicated(const v1::JobSpec& spec, const std::vector<int>& replicas,
+                                   int steps, const std::vector<int64_t>& warm_ups = {}) {
+  const int P = static_cast<int>(replicas.size());
+  const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), replicas);
+  const int ranks = schedule::NumRanks(plan);
+  Mailbox box;
+  std::vector<std::unique_ptr<LocalTransport>> transports;
+  for (int i = 0; i < ranks; ++i) transports.push_back(std::make_unique<LocalTransport>(&box, i));
+  std::vector<std::unique_ptr<testing::LocalCollectiveGroup>> groups;
+  for (int s = 0; s < P; ++s) {
+    groups.push_back(std::make_unique<testing::LocalCollectiveGroup>(replicas[s]));
+  }
+  std::vector<RankRun> out(ranks);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < P; ++s) {
+    for (int r = 0; r < replicas[s]; ++r) {
+      const int rank = schedule::RankIndex(plan, s, r);
+      out[rank].stage = s;
+      out[rank].replica = r;
+      threads.emplace_back([&, s, r, rank] {
+        RankRun& me = out[rank];
+        testing::LocalCollective collective(groups[s].get(), r);
+        v1::StageAssignment a = parity::Assignment(spec, plan, s, v1::RankProgram());
+        a.set_replica(r);
+        auto rt = StageRuntime::Create(a, &parity::TrainSet(), &parity::TestSet(),
+                                       ranks > 1 ? transports[rank].get() : nullptr, nullptr,
+                                       replicas[s] > 1 ? &collective : nullptr);
+        if (!rt.ok()) {
+          me.status = rt.status();
+          groups[s]->Break(me.status);
+          return;
+        }
+        (*rt)->RecordWeightUses(true);
+        if (!warm_ups.empty()) me.status = (*rt)->SetPipeDreamWarmUpsForTesting(warm_ups);
+        for (int step = 0; step < steps && me.status.ok(); ++step) {
+          auto result = (*rt)->RunStep(step);
+          if (!result.ok()) {
+            me.status = result.status();
+            break;
+          }
+          me.steps.push_back(std::move(*result));
+          me.weights_after_step.push_back(WeightsHash(**rt));
+        }
+        if (me.status.ok()) {
+          auto e = (*rt)->Evaluate(steps);
+          if (e.ok()) {
+            me.final_eval = *e;
+          } else {
+            me.status = e.status();
+          }
+        }
+        if (!me.status.ok()) {
+          groups[s]->Break(me.status);
+          return;
+        }
+        me.final_weights.resize(static_cast<size_t>((*rt)->backend().WeightFloats()));
+        me.status = (*rt)->backend().ReadWeights(me.final_weights.data());
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+schedule::PipeDreamLayout LayoutOf(const std::vector<int>& replicas, int M, int steps) {
+  schedule::PipeDreamLayout layout;
+  layout.replicas = replicas;
+  layout.num_micro_batches = M;
+  layout.num_steps = steps;
+  return layout;
+}
+
+const std::vector<std::vector<int>>& RoundRobinLayouts() {
+  static const auto* layouts =
+      new std::vector<std::vector<int>>{{2}, {2, 1}, {1, 2}, {2, 2}, {1, 3}, {2, 1, 2}};
+  return *layouts;
+}
+
+// Each rank runs exactly its round-robin share (g % D_s == r), every backward computes with
+// its forward's weights (version and weight bytes), a replica never holds more than
+// ceil(K_s / D_s) micro-batches and ceil((K_s - 1) / D_s) + 1 versions (both P - s without
+// replicas), and after every step the replicas of a
+// stage hold bitwise-identical weights; with and without vertical sync.
+TEST(PipeDreamRoundRobinTest, StashingRoundRobinAndIdenticalReplicas) {
+  const int M = 4, steps = 4;
+  for (bool vertical_sync : {false, true}) {
+    for (const std::vector<int>& replicas : RoundRobinLayouts()) {
+      v1::JobSpec spec = PipeDreamSpec(64, 64 / M, steps);
+      spec.mutable_parallel()->mutable_pipedream()->set_vertical_sync(vertical_sync);
+      const std::vector<RankRun> runs = RunReplicated(spec, replicas, steps);
+      const schedule::PipeDreamLayout layout = LayoutOf(replicas, M, steps);
+      std::map<std::pair<int, int64_t>, int64_t> stage_versions;  // (stage, g) -> forward version
+      for (const RankRun& run : runs) {
+        SCOPED_TRACE(::testing::Message() << "D={" << absl::StrJoin(replicas, ",")
+                                        << "} vertical_sync=" << vertical_sync << " stage "
+                                        << run.stage << " replica " << run.replica);
+        ASSERT_TRUE(run.status.ok()) << run.status;
+        const int d = replicas[run.stage];
+        const int64_t in_flight = schedule::PipeDreamReplicaInFlight(layout, run.stage);
+        // Vertical sync keeps stage 0's (older) versions longer: no bound is claimed for it.
+        const int64_t bound = vertical_sync
+                                  ? std::numeric_limits<int64_t>::max()
+                                  : schedule::PipeDreamReplicaVersions(layout, run.stage);
+        std::map<int64_t, WeightUse> forward;
+        int backwards = 0;
+        for (const StepResult& r : run.steps) {
+          EXPECT_LE(r.stats.weight_versions(), bound);
+          EXPECT_LE(r.peak_in_flight, in_flight);
+          for (const WeightUse& u : r.weight_uses) {
+            EXPECT_EQ(u.micro_batch % d, run.replica) << "micro-batch " << u.micro_batch;
+            EXPECT_LE(u.versions_held, bound);
+            if (u.kind == v1::FORWARD) {
+              EXPECT_TRUE(forward.emplace(u.micro_batch, u).second) << "forward twice";
+              stage_versions[{run.stage, u.micro_batch}] = u.version;
+              continue;
+            }
+            ++backwards;
+            auto it = forward.find(u.micro_batch);
+            ASSERT_NE(it, forward.end()) << "backward of " << u.micro_batch << " before forward";
+            EXPECT_EQ(u.version, it->second.version) << "micro-batch " << u.micro_batch;
+            EXPECT_EQ(u.weights_hash, it->second.weights_hash) << "micro-batch " << u.micro_batch;
+          }
+        }
+        int own = 0;
+        for (int g = 0; g < M * steps; ++g) own += g % d == run.replica;
+        EXPECT_EQ(backwards, own);
+        EXPECT_EQ(forward.size(), static_cast<size_t>(own));
+        const RankRun& first = runs[schedule::RankIndex(
+            ReplicatedPlan(spec.model().layers_size(), replicas), run.stage, 0)];
+        EXPECT_EQ(run.weights_after_step, first.weights_after_step) << "replicas diverged";
+      }
+      if (vertical_sync) {
+        for (const auto& [key, version] : stage_versions) {
+          EXPECT_EQ(version, stage_versions.at({0, key.second}))
+              << "stage " << key.first << " micro-batch " << key.second;
+        }
+      }
+      // Stage 0 holds more than one version: forwards of the next step run before the update.
+      int most = 0;
+      for (const RankRun& run : runs) {
+        if (run.stage != 0) continue;
+        for (const StepResult& r : run.steps) most = std::max(most, r.stats.weight_versions());
+      }
+      if (replicas.size() > 1 || replicas[0] > 1) EXPECT_GT(most, 1);
+    }
+  }
+}
+
+// Replicas change who computes, not what: 1F1B-RR trains exactly like an unreplicated pipeline
+// whose stages run the replicated stages' warm-ups K_s (the same forwards and backwards between
+// the same updates), up to the order of the AllReduce's sums: per-step loss and final weights
+// within 1e-5 relative, the same test accuracy within 1e-3.
+TEST(PipeDreamRoundRobinTest, TrainsLikeAnUnreplicatedPipelineWithTheSameWarmUps) {
+  const int M = 4, steps = 4;
+  for (const std::vector<int>& replicas : RoundRobinLayouts()) {
+    const v1::JobSpec spec = PipeDreamSpec(64, 64 / M, steps);
+    SCOPED_TRACE(::testing::Message() << "D={" << absl::StrJoin(replicas, ",") << "}");
+    const int P = static_cast<int>(replicas.size());
+    const schedule::PipeDreamLayout layout = LayoutOf(replicas, M, steps);
+    std::vector<int64_t> warm_ups;
+    for (int s = 0; s < P; ++s) warm_ups.push_back(schedule::PipeDreamWarmUp(layout, s));
+    const std::vector<RankRun> rr = RunReplicated(spec, replicas, steps);
+    const std::vector<RankRun> flat =
+        RunReplicated(spec, std::vector<int>(P, 1), steps, warm_ups);
+    const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), replicas);
+    for (const RankRun& run : rr) ASSERT_TRUE(run.status.ok()) << run.status;
+    for (const RankRun& run : flat) ASSERT_TRUE(run.status.ok()) << run.status;
+    const RankRun& last = rr[schedule::RankIndex(plan, P - 1, 0)];
+    for (int t = 0; t < steps; ++t) {
+      ASSERT_TRUE(last.steps[t].has_loss);
+      const double want = flat[P - 1].steps[t].loss;
+      EXPECT_NEAR(last.steps[t].loss, want, 1e-5 * std::abs(want)) << "step " << t + 1;
+    }
+    for (int s = 0; s < P; ++s) {
+      for (int r = 0; r < replicas[s]; ++r) {
+        const RankRun& run = rr[schedule::RankIndex(plan, s, r)];
+        EXPECT_LE(parity::RelativeL2(run.final_weights, flat[s].final_weights), 1e-5)
+            << "stage " << s << " replica " << r;
+      }
+    }
+    EXPECT_TRUE(last.final_eval.has_metrics);
+    EXPECT_NEAR(last.final_eval.accuracy, flat[P - 1].final_eval.accuracy, 1e-3);
+  }
+}
+
+TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
+  const v1::JobSpec spec = PipeDreamSpec(64, 32, 2);  // M = 2
+  const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), {3, 1});
   Mailbox box;
   LocalTransport t(&box, 0);
+  testing::LocalCollectiveGroup group(3);
+  testing::LocalCollective collective(&group, 0);
   auto rt = StageRuntime::Create(parity::Assignment(spec, plan, 0, v1::RankProgram()),
-                                 &parity::TrainSet(), &parity::TestSet(), &t);
+                                 &parity::TrainSet(), &parity::TestSet(), &t, nullptr,
+                                 &collective);
   ASSERT_FALSE(rt.ok());
-  EXPECT_NE(rt.status().message().find("1F1B-RR"), std::string::npos) << rt.status();
+  EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rt.status().message().find("stage 0 has 3 replicas but a step has only 2"),
+            std::string::npos)
+      << rt.status();
 }
 
 }  // namespace

@@ -69,21 +69,21 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   }
   const v1::ParallelPlanSummary& plan = assignment.plan();
   const int64_t micro_batch = spec.training().micro_batch();
+  const bool pipedream = spec.parallel().schedule() == "pipedream";
+  const int64_t micro_batches = spec.training().global_batch() / micro_batch;
   for (int s = 0; s < num_stages; ++s) {
-    if (micro_batch < schedule::StageReplicas(plan, s)) {
+    const int d = schedule::StageReplicas(plan, s);
+    if (!pipedream && micro_batch < d) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "training.micro_batch %d is smaller than the %d replicas of stage %d: split-concat "
           "gives every replica at least one row of each micro-batch",
-          micro_batch, schedule::StageReplicas(plan, s), s));
+          micro_batch, d, s));
     }
-  }
-  if (spec.parallel().schedule() == "pipedream") {
-    for (int s = 0; s < num_stages; ++s) {
-      if (schedule::StageReplicas(plan, s) > 1) {
-        return absl::InvalidArgumentError(
-            "parallel.schedule pipedream runs one replica per stage (1F1B-RR across replicas is "
-            "not available)");
-      }
+    if (pipedream && micro_batches < d) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d has %d replicas but a step has only %d micro-batches (global_batch / "
+          "micro_batch): 1F1B-RR gives every replica at least one whole micro-batch per step",
+          s, d, micro_batches));
     }
   }
   const int num_replicas = schedule::StageReplicas(plan, stage);
@@ -99,7 +99,8 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
           "stage %d has %d replicas but no collective was given for their gradient AllReduce",
           stage, num_replicas));
     }
-    bool has_allreduce = false;
+    // PipeDream generates its programs itself, with the ALLREDUCE.
+    bool has_allreduce = pipedream;
     for (const v1::Action& a : assignment.program().actions()) {
       has_allreduce = has_allreduce || a.kind() == v1::ALLREDUCE;
     }
@@ -120,7 +121,9 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->replicas_ = num_replicas > 1 ? replicas : nullptr;
   rt->replica_ = replica;
   rt->num_replicas_ = num_replicas;
-  rt->rows_ = schedule::SplitRows(micro_batch, num_replicas, replica);
+  // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
+  rt->rows_ = pipedream ? schedule::RowRange{0, micro_batch}
+                        : schedule::SplitRows(micro_batch, num_replicas, replica);
   // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
   // (the sender's and the receiver's lists agree, so both sides pair up).
   auto overlapping = [&](int other_stage) {
@@ -135,14 +138,12 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     }
     return peers;
   };
-  if (stage > 0) {
+  if (stage > 0 && !pipedream) {
     rt->prev_peers_ = overlapping(stage - 1);
-    rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
   }
-  if (stage + 1 < num_stages) {
-    rt->next_peers_ = overlapping(stage + 1);
-    rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
-  }
+  if (stage + 1 < num_stages && !pipedream) rt->next_peers_ = overlapping(stage + 1);
+  if (stage > 0) rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
+  if (stage + 1 < num_stages) rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
   rt->train_ = train;
   rt->test_ = test;
   rt->transport_ = transport;
@@ -185,15 +186,19 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   // PipeDream: one continuous 1F1B run over the whole job, cut into steps
   // (schedule/pipedream_steps.h); micro-batches of later steps are in flight across a step's end,
   // so ids cover M + K micro-batches, and weight stashing keeps the versions they used.
-  rt->pipedream_ = spec.parallel().schedule() == "pipedream";
+  rt->pipedream_ = pipedream;
   rt->vertical_sync_ = rt->pipedream_ && spec.parallel().pipedream().vertical_sync();
   rt->total_steps_ = TotalSteps(spec);
   rt->id_space_ = rt->num_micro_batches_;
   if (rt->pipedream_) {
     rt->first_step_ = assignment.first_step();
-    rt->id_space_ =
-        rt->num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(
-                                     num_stages, rt->num_micro_batches_, stage, rt->RunSteps()));
+    schedule::PipeDreamLayout& layout = rt->layout_;
+    for (int s = 0; s < num_stages; ++s) layout.replicas.push_back(schedule::StageReplicas(plan, s));
+    layout.num_micro_batches = rt->num_micro_batches_;
+    layout.num_steps = rt->RunSteps();
+    layout.first_micro_batch = rt->first_step_ * rt->num_micro_batches_;
+    rt->id_space_ = rt->num_micro_batches_ +
+                    static_cast<int>(schedule::PipeDreamWarmUp(layout, stage));
     rt->stash_ = std::make_unique<WeightStash>(rt->backend_.get(), assignment.first_step());
   }
   // Pipe-SGD: data parallelism whose AllReduce of step t overlaps step t + 1 (its updater owns
@@ -230,6 +235,31 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
 
 absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
   return backend_->HostParams();
+}
+
+absl::Status StageRuntime::SetPipeDreamWarmUpsForTesting(std::vector<int64_t> warm_ups) {
+  if (!pipedream_ || static_cast<int>(warm_ups.size()) != num_stages_ || num_slots_ > 0) {
+    return absl::FailedPreconditionError(
+        "pipedream warm-ups are set once per stage, before the first step");
+  }
+  layout_.warm_ups = std::move(warm_ups);
+  id_space_ = num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(layout_, stage_));
+  slot_of_.assign(id_space_, -1);
+  version_of_.assign(id_space_, -1);
+  return absl::OkStatus();
+}
+
+// Split-concat: the fixed overlapping replicas. 1F1B-RR: the one replica of the neighbouring
+// stage that runs this micro-batch, whole.
+const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(int other_stage,
+                                                                 int64_t global_mb) {
+  if (!pipedream_) return other_stage < stage_ ? prev_peers_ : next_peers_;
+  const v1::ParallelPlanSummary& plan = assignment_.plan();
+  const int d = schedule::StageReplicas(plan, other_stage);
+  rr_peer_.assign(1, RowPeer{schedule::RankIndex(plan, other_stage,
+                                                 schedule::PipeDreamReplicaOf(global_mb, d)),
+                             0, rows_.size()});
+  return rr_peer_;
 }
 
 int64_t StageRuntime::InputBytes(int64_t rows) const {
@@ -276,6 +306,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   const int64_t anchor_us = SystemNowMicros();
   const SteadyClock::time_point anchor = SteadyClock::now();
   step_loss_sum_ = 0;
+  if (auto it = pending_loss_.find(step); it != pending_loss_.end()) {
+    step_loss_sum_ = it->second;
+    pending_loss_.erase(it);
+  }
   allreduced_ = false;
   peak_live_slots_ = live_slots_;
   gradient_sq_norm_ = -1;
@@ -379,7 +413,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   r.weight_uses = std::move(weight_uses_);
   st.set_gradient_sq_norm(gradient_sq_norm_);
   st.set_learning_rate(learning_rate_);
-  st.set_samples(rows_.size() * num_micro_batches_);
+  st.set_samples(rows_.size() * (pipedream_ ? own_micro_batches_ : num_micro_batches_));
   st.set_skipped(false);
   if (trace) {
     r.traced = true;
@@ -447,7 +481,13 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         1.0f / static_cast<float>(global_batch_),
                                                         /*training=*/true, nullptr));
-        step_loss_sum_ += loss_sum;
+        // 1F1B-RR on a replicated last stage runs forwards of the next step before this
+        // step's update: their loss belongs to their own step.
+        if (mb_step == step) {
+          step_loss_sum_ += loss_sum;
+        } else {
+          pending_loss_[mb_step] += loss_sum;
+        }
       }
       return absl::OkStatus();
     }
@@ -472,7 +512,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     case v1::SEND_ACT: {
       if (slot_of_[m] < 0) return absl::InternalError("SEND_ACT without its FORWARD");
       DAPPLE_ASSIGN_OR_RETURN(const void* out, b.OutputForSend(slot_of_[m], m, rows));
-      for (const RowPeer& p : next_peers_) {
+      for (const RowPeer& p : PeersFor(stage_ + 1, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(transport_->Send(
             p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
             static_cast<const char*>(out) + OutputBytes(p.offset), OutputBytes(p.rows)));
@@ -482,7 +522,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     case v1::RECV_ACT: {
       const int slot = SlotFor(m);
       DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
-      for (const RowPeer& p : prev_peers_) {
+      for (const RowPeer& p : PeersFor(stage_ - 1, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(
             transport_->Recv(p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
                              static_cast<char*>(in) + InputBytes(p.offset), InputBytes(p.rows)));
@@ -491,7 +531,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     }
     case v1::SEND_GRAD: {
       const char* dx = static_cast<const char*>(b.GradForSend(m));
-      for (const RowPeer& p : prev_peers_) {
+      for (const RowPeer& p : PeersFor(stage_ - 1, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(transport_->Send(p.rank,
                                                 MessageTag(MessageKind::kGradient, mb_step, mb),
                                                 dx + InputBytes(p.offset), InputBytes(p.rows)));
@@ -500,7 +540,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     }
     case v1::RECV_GRAD: {
       DAPPLE_ASSIGN_OR_RETURN(void* g, b.GradInput(m, rows));
-      for (const RowPeer& p : next_peers_) {
+      for (const RowPeer& p : PeersFor(stage_ + 1, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(
             transport_->Recv(p.rank, MessageTag(MessageKind::kGradient, mb_step, mb),
                              static_cast<char*>(g) + OutputBytes(p.offset), OutputBytes(p.rows)));
@@ -589,9 +629,15 @@ absl::Status StageRuntime::PreparePipeDreamStep(int64_t step) {
         absl::StrFormat("pipedream step %d outside the job's run [%d, %d)", step + 1,
                         first_step_ + 1, total_steps_));
   }
-  const schedule::OpProgram ops = schedule::GeneratePipeDreamStepOps(
-      num_stages_, num_micro_batches_, stage_, step - first_step_, RunSteps());
-  step_program_ = schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_);
+  const schedule::OpProgram ops =
+      schedule::GeneratePipeDreamStepOps(layout_, stage_, replica_, step - first_step_);
+  own_micro_batches_ = 0;
+  for (const schedule::Op& op : ops) own_micro_batches_ += op.kind == v1::BACKWARD;
+  schedule::LowerOptions lower;
+  lower.allreduce_stages.assign(num_stages_, false);
+  lower.allreduce_stages[stage_] = num_replicas_ > 1;
+  step_program_ =
+      schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_, lower);
   return absl::OkStatus();
 }
 
@@ -601,7 +647,7 @@ absl::Status StageRuntime::PreparePipeDreamStep(int64_t step) {
 int64_t StageRuntime::ForwardVersion(int64_t global_mb) const {
   if (!vertical_sync_) return stash_->current();
   const int64_t g = global_mb - first_step_ * num_micro_batches_;
-  const int64_t k0 = schedule::PipeDreamWarmUp(num_stages_, num_micro_batches_, 0, RunSteps());
+  const int64_t k0 = schedule::PipeDreamWarmUp(layout_, 0);
   const int64_t updates = g < k0 ? 0 : (g - k0 + 1) / num_micro_batches_;
   return first_step_ + updates;
 }

@@ -30,15 +30,28 @@
 // identical gradients and keeps bitwise-identical weights, and every last-stage replica reports
 // the same global loss. Peers are addressed by schedule::RankIndex(plan, stage, replica).
 //
+// PipeDream's replicas (1F1B-RR, Narayanan et al., SOSP 2019, section 3.2) under schedule
+// pipedream instead: micro-batches are NOT split; global micro-batch g (step * M + m) runs whole
+// on replica g % D_s of every stage (schedule::PipeDreamReplicaOf), which sends its activation to
+// replica g % D_{s+1} and its gradient to replica g % D_{s-1}. The rank runs its stage's
+// continuous 1F1B filtered to its own micro-batches (schedule/pipedream_steps.h: warm-up
+// K_s = D_s + ... + D_{P-1} for the stage, at most ceil(K_s / D_s) micro-batches and weight
+// versions on one replica), with one ALLREDUCE of the replicas' gradient sums before every
+// OPTIMIZER_STEP, so the replicas update together and hold bitwise-identical weights. Needs
+// D_s <= M. A replicated last stage runs forwards of the next step before this step's update;
+// their loss is counted in their own step.
+//
 // Thread safety: one thread drives a StageRuntime.
 #ifndef DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
 #define DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/schedule/pipedream_steps.h"
 #include "common/schedule/ranks.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/trace.pb.h"
@@ -99,7 +112,9 @@ class StageRuntime {
   // kInvalidArgument for a plan that does not fit the spec, naming the field: replica outside
   // [0, D_s); micro_batch smaller than some stage's replicas (a replica would own no rows);
   // D_s > 1 without `replicas`, or with a Collective of another size or rank; D_s > 1 with a
-  // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions).
+  // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions; not for
+  // pipedream, which generates its own programs); under pipedream, a stage with more replicas
+  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
@@ -151,6 +166,11 @@ class StageRuntime {
   // PipeDream: record every forward's and backward's WeightUse into StepResult (slow: hashes
   // the weights each time; for tests).
   void RecordWeightUses(bool on) { record_weight_uses_ = on; }
+  // PipeDream, tests only: run with these per-stage warm-ups (schedule::PipeDreamLayout::
+  // warm_ups; every stage of the job must get the same vector) instead of the replicas' K_s, so
+  // that an unreplicated pipeline can reproduce a replicated one. kFailedPrecondition when not
+  // pipedream, not P entries, or after the first step.
+  absl::Status SetPipeDreamWarmUpsForTesting(std::vector<int64_t> warm_ups);
 
   static constexpr int64_t kMaxEvalChunk = 1000;
   static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
@@ -172,6 +192,10 @@ class StageRuntime {
   int64_t NextForward(int64_t step) const;
   void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
   int64_t InputBytes(int64_t rows) const;
+  // The neighbouring stage's ranks (other_stage = stage - 1 or stage + 1) that exchange global
+  // micro-batch `global_mb` with this rank, and their rows (valid until the next call).
+  struct RowPeer;
+  const std::vector<RowPeer>& PeersFor(int other_stage, int64_t global_mb);
   int64_t OutputBytes(int64_t rows) const;
 
   v1::StageAssignment assignment_;
@@ -184,6 +208,9 @@ class StageRuntime {
   int64_t total_steps_ = 0;
   int64_t first_step_ = 0;
   int id_space_ = 1;  // micro-batch ids in flight at most: M, or M + K under PipeDream
+  schedule::PipeDreamLayout layout_;         // PipeDream only: the run, for its generator
+  int own_micro_batches_ = 0;                // PipeDream: this rank's micro-batches this step
+  std::map<int64_t, double> pending_loss_;   // PipeDream: loss sums of later steps' forwards
   std::unique_ptr<WeightStash> stash_;       // PipeDream only
   std::unique_ptr<PipeSgdUpdater> pipesgd_;  // Pipe-SGD only
   std::vector<int64_t> version_of_;          // per id: the weight version its forward used, or -1
@@ -210,6 +237,7 @@ class StageRuntime {
   schedule::RowRange rows_;
   std::vector<RowPeer> prev_peers_;  // replicas of stage - 1
   std::vector<RowPeer> next_peers_;  // replicas of stage + 1
+  std::vector<RowPeer> rr_peer_;     // 1F1B-RR: PeersFor's answer
   int eval_prev_rank_ = 0;           // replica 0 of stage - 1 and stage + 1
   int eval_next_rank_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer

@@ -55,8 +55,7 @@ Execution Execute(const PipeDreamLayout& layout) {
   auto note_versions = [&](int s, int r) {
     std::set<int64_t> held = {updates[s][r]};
     for (const auto& [g, v] : version_of[s][r]) held.insert(v);
-    out.peak_versions[s][r] =
-        std::max(out.peak_versions[s][r], static_cast<int64_t>(held.size()));
+    out.peak_versions[s][r] = std::max(out.peak_versions[s][r], static_cast<int64_t>(held.size()));
   };
   for (int s = 0; s < p; ++s) {
     for (int r = 0; r < layout.replicas[s]; ++r) runs[s].push_back(RankRun(layout, s, r));
@@ -83,9 +82,8 @@ Execution Execute(const PipeDreamLayout& layout) {
           const Op op = runs[s][r][pc[s][r]];
           if (op.kind == v1::OPTIMIZER_STEP) break;
           const int g = op.micro_batch;
-          const bool ready = op.kind == v1::FORWARD
-                                 ? (s == 0 || done[v1::FORWARD][s - 1][g])
-                                 : (s == p - 1 || done[v1::BACKWARD][s + 1][g]);
+          const bool ready = op.kind == v1::FORWARD ? (s == 0 || done[v1::FORWARD][s - 1][g])
+                                                    : (s == p - 1 || done[v1::BACKWARD][s + 1][g]);
           if (!ready) break;
           done[op.kind][s][g] = true;
           live[s][r] += op.kind == v1::FORWARD ? 1 : -1;
@@ -129,14 +127,13 @@ Execution Execute(const PipeDreamLayout& layout) {
 }
 
 std::string Describe(const PipeDreamLayout& layout) {
-  return absl::StrCat("D={", absl::StrJoin(layout.replicas, ","), "} M=",
-                      layout.num_micro_batches, " steps=", layout.num_steps,
-                      " first=", layout.first_micro_batch);
+  return absl::StrCat("D={", absl::StrJoin(layout.replicas, ","), "} M=", layout.num_micro_batches,
+                      " steps=", layout.num_steps, " first=", layout.first_micro_batch);
 }
 
 std::vector<std::vector<int>> ReplicaLayouts() {
-  return {{1}, {2}, {3}, {1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 1}, {1, 3}, {2, 3, 1},
-          {1, 1, 2}, {3, 2, 1, 2}, {1, 2, 1, 1}};
+  return {{1},    {2},    {3},       {1, 1},    {2, 1},       {1, 2},      {2, 2},
+          {3, 1}, {1, 3}, {2, 3, 1}, {1, 1, 2}, {3, 2, 1, 2}, {1, 2, 1, 1}};
 }
 
 // The steps, concatenated with global micro-batch indices, are the continuous run.

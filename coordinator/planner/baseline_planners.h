@@ -66,7 +66,8 @@ absl::StatusOr<PlannedJob> PickBySimulation(const PlanningProblem& problem,
 
 // kResourceExhausted naming the memory `prediction` needs on its worst device:
 // "needs 21.4 GiB on a device (stage 0: weights 9.13 GiB, activations 12.3 GiB) but devices
-// have 16.0 GiB", sizes by FormatBytesApart (common/profile/format_bytes.h) (weights: weights + gradients + optimizer state), prefixed with "planner <name>: ".
+// have 16.0 GiB", sizes by FormatBytesApart (common/profile/format_bytes.h) (weights: weights +
+// gradients + optimizer state), prefixed with "planner <name>: ".
 absl::Status MemoryError(const PlanningProblem& problem, const HybridPlan& plan,
                          const Prediction& prediction);
 

@@ -347,8 +347,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     // unreplicated.
     double weight_bytes = weights * (2.0 + problem.optimizer_state_factor);
     if (pipedream) {
-      weight_bytes += weights * static_cast<double>(
-                                    schedule::PipeDreamReplicaVersions(layout, s) - 1);
+      weight_bytes +=
+          weights * static_cast<double>(schedule::PipeDreamReplicaVersions(layout, s) - 1);
     }
     // Pipe-SGD's two flat gradient buffers (worker/runtime/pipesgd_updater.h).
     if (pipesgd) weight_bytes += 2.0 * weights;

@@ -47,10 +47,9 @@ v1::JobSpec Spec(const std::string& profile, double scale) {
 // forward 1 ms, backward 2 ms, with sizes unlike the model's. Named after the running test:
 // ctest runs this binary's tests as parallel processes, which must not share a file.
 std::string WriteProfile(int layers) {
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-emu",
-                   layers, "-pbs-16.txt");
+  const std::string path = absl::StrCat(
+      ::testing::TempDir(), "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+      "-emu", layers, "-pbs-16.txt");
   std::ofstream f(path);
   f << "node0 -- Input -- forward_compute_time=0.00, backward_compute_time=0.00, "
        "activation_size=1, parameter_size=0\n";

@@ -302,16 +302,15 @@ TEST(PipeDreamRoundRobinTest, StashingRoundRobinAndIdenticalReplicas) {
       const schedule::PipeDreamLayout layout = LayoutOf(replicas, M, steps);
       std::map<std::pair<int, int64_t>, int64_t> stage_versions;  // (stage, g) -> forward version
       for (const RankRun& run : runs) {
-        SCOPED_TRACE(::testing::Message() << "D={" << absl::StrJoin(replicas, ",")
-                                        << "} vertical_sync=" << vertical_sync << " stage "
-                                        << run.stage << " replica " << run.replica);
+        SCOPED_TRACE(::testing::Message()
+                     << "D={" << absl::StrJoin(replicas, ",") << "} vertical_sync=" << vertical_sync
+                     << " stage " << run.stage << " replica " << run.replica);
         ASSERT_TRUE(run.status.ok()) << run.status;
         const int d = replicas[run.stage];
         const int64_t in_flight = schedule::PipeDreamReplicaInFlight(layout, run.stage);
         // Vertical sync keeps stage 0's (older) versions longer: no bound is claimed for it.
-        const int64_t bound = vertical_sync
-                                  ? std::numeric_limits<int64_t>::max()
-                                  : schedule::PipeDreamReplicaVersions(layout, run.stage);
+        const int64_t bound = vertical_sync ? std::numeric_limits<int64_t>::max()
+                                            : schedule::PipeDreamReplicaVersions(layout, run.stage);
         std::map<int64_t, WeightUse> forward;
         int backwards = 0;
         for (const StepResult& r : run.steps) {
@@ -371,8 +370,7 @@ TEST(PipeDreamRoundRobinTest, TrainsLikeAnUnreplicatedPipelineWithTheSameWarmUps
     std::vector<int64_t> warm_ups;
     for (int s = 0; s < P; ++s) warm_ups.push_back(schedule::PipeDreamWarmUp(layout, s));
     const std::vector<RankRun> rr = RunReplicated(spec, replicas, steps);
-    const std::vector<RankRun> flat =
-        RunReplicated(spec, std::vector<int>(P, 1), steps, warm_ups);
+    const std::vector<RankRun> flat = RunReplicated(spec, std::vector<int>(P, 1), steps, warm_ups);
     const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), replicas);
     for (const RankRun& run : rr) ASSERT_TRUE(run.status.ok()) << run.status;
     for (const RankRun& run : flat) ASSERT_TRUE(run.status.ok()) << run.status;
@@ -402,8 +400,7 @@ TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
   testing::LocalCollectiveGroup group(3);
   testing::LocalCollective collective(&group, 0);
   auto rt = StageRuntime::Create(parity::Assignment(spec, plan, 0, v1::RankProgram()),
-                                 &parity::TrainSet(), &parity::TestSet(), &t, nullptr,
-                                 &collective);
+                                 &parity::TrainSet(), &parity::TestSet(), &t, nullptr, &collective);
   ASSERT_FALSE(rt.ok());
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(rt.status().message().find("stage 0 has 3 replicas but a step has only 2"),

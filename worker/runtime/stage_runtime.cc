@@ -193,12 +193,13 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   if (rt->pipedream_) {
     rt->first_step_ = assignment.first_step();
     schedule::PipeDreamLayout& layout = rt->layout_;
-    for (int s = 0; s < num_stages; ++s) layout.replicas.push_back(schedule::StageReplicas(plan, s));
+    for (int s = 0; s < num_stages; ++s)
+      layout.replicas.push_back(schedule::StageReplicas(plan, s));
     layout.num_micro_batches = rt->num_micro_batches_;
     layout.num_steps = rt->RunSteps();
     layout.first_micro_batch = rt->first_step_ * rt->num_micro_batches_;
-    rt->id_space_ = rt->num_micro_batches_ +
-                    static_cast<int>(schedule::PipeDreamWarmUp(layout, stage));
+    rt->id_space_ =
+        rt->num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(layout, stage));
     rt->stash_ = std::make_unique<WeightStash>(rt->backend_.get(), assignment.first_step());
   }
   // Pipe-SGD: data parallelism whose AllReduce of step t overlaps step t + 1 (its updater owns
@@ -256,9 +257,9 @@ const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(int other_stage
   if (!pipedream_) return other_stage < stage_ ? prev_peers_ : next_peers_;
   const v1::ParallelPlanSummary& plan = assignment_.plan();
   const int d = schedule::StageReplicas(plan, other_stage);
-  rr_peer_.assign(1, RowPeer{schedule::RankIndex(plan, other_stage,
-                                                 schedule::PipeDreamReplicaOf(global_mb, d)),
-                             0, rows_.size()});
+  rr_peer_.assign(
+      1, RowPeer{schedule::RankIndex(plan, other_stage, schedule::PipeDreamReplicaOf(global_mb, d)),
+                 0, rows_.size()});
   return rr_peer_;
 }
 
@@ -636,8 +637,7 @@ absl::Status StageRuntime::PreparePipeDreamStep(int64_t step) {
   schedule::LowerOptions lower;
   lower.allreduce_stages.assign(num_stages_, false);
   lower.allreduce_stages[stage_] = num_replicas_ > 1;
-  step_program_ =
-      schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_, lower);
+  step_program_ = schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_, lower);
   return absl::OkStatus();
 }
 

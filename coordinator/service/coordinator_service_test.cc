@@ -93,6 +93,27 @@ class CoordinatorServiceTest : public ::testing::Test {
     EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
     return resp;
   }
+  // The assignments of a job of 2 stages x 2 replicas on workers `w` (ranks in order): (stage,
+  // replica) by rank index, `schedule`, and one ALLREDUCE in every program.
+  void ExpectTwoByTwoAssignments(const std::vector<std::string>& w, const std::string& schedule) {
+    for (int i = 0; i < 4; ++i) {
+      v1::HeartbeatResponse hb = Heartbeat(w[i]);
+      ASSERT_TRUE(hb.has_assignment()) << w[i];
+      const v1::StageAssignment& a = hb.assignment();
+      EXPECT_EQ(a.stage(), i / 2);
+      EXPECT_EQ(a.replica(), i % 2);
+      EXPECT_EQ(a.num_stages(), 2);
+      EXPECT_EQ(a.spec().parallel().schedule(), schedule);
+      EXPECT_EQ(a.plan().stages(i / 2).replicas(), 2);
+      EXPECT_EQ(a.plan().stages(i / 2).worker_ids(i % 2), w[i]);
+      EXPECT_EQ(a.program().stage(), i / 2);
+      int allreduces = 0;
+      for (const v1::Action& action : a.program().actions()) {
+        allreduces += action.kind() == v1::ALLREDUCE;
+      }
+      EXPECT_EQ(allreduces, 1) << w[i];
+    }
+  }
 
   absl::StatusOr<v1::ProgressAck> Report(
       const std::string& worker, const std::string& job, int stage, v1::ProgressKind kind,
@@ -1238,18 +1259,7 @@ TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
   EXPECT_EQ(job.plan().stages(1).hostnames_size(), 2);
 
   // Assignments: (stage, replica) by rank index; every program all-reduces once per step.
-  for (int i = 0; i < 4; ++i) {
-    v1::HeartbeatResponse hb = Heartbeat(w[i]);
-    ASSERT_TRUE(hb.has_assignment()) << w[i];
-    EXPECT_EQ(hb.assignment().stage(), i / 2);
-    EXPECT_EQ(hb.assignment().replica(), i % 2);
-    EXPECT_EQ(hb.assignment().program().stage(), i / 2);
-    int allreduces = 0;
-    for (const v1::Action& a : hb.assignment().program().actions()) {
-      allreduces += a.kind() == v1::ALLREDUCE;
-    }
-    EXPECT_EQ(allreduces, 1) << w[i];
-  }
+  ExpectTwoByTwoAssignments(w, "dapple");
 
   // Rendezvous: complete once all four ranks published; a rank outside the plan is refused.
   v1::GetPeersRequest peers_req;
@@ -1319,24 +1329,7 @@ TEST_F(CoordinatorServiceTest, PipeDreamStagesRunReplicasOneWorkerPerRank) {
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
   EXPECT_THAT(job.plan().stages(0).worker_ids(), ElementsAre("w-1", "w-2"));
   EXPECT_THAT(job.plan().stages(1).worker_ids(), ElementsAre("w-3", "w-4"));
-  for (int i = 0; i < 4; ++i) {
-    v1::HeartbeatResponse hb = Heartbeat(w[i]);
-    ASSERT_TRUE(hb.has_assignment()) << w[i];
-    const v1::StageAssignment& a = hb.assignment();
-    EXPECT_EQ(a.stage(), i / 2);
-    EXPECT_EQ(a.replica(), i % 2);
-    EXPECT_EQ(a.num_stages(), 2);
-    EXPECT_EQ(a.spec().parallel().schedule(), "pipedream");
-    EXPECT_EQ(a.plan().schedule(), "pipedream");
-    EXPECT_EQ(a.plan().stages(i / 2).replicas(), 2);
-    EXPECT_EQ(a.plan().stages(i / 2).worker_ids(i % 2), w[i]);
-    EXPECT_EQ(a.program().stage(), i / 2);
-    int allreduces = 0;
-    for (const v1::Action& action : a.program().actions()) {
-      allreduces += action.kind() == v1::ALLREDUCE;
-    }
-    EXPECT_EQ(allreduces, 1) << w[i];
-  }
+  ExpectTwoByTwoAssignments(w, "pipedream");
 
   // More replicas per stage than micro-batches per step: refused at submit, nothing stored.
   auto refused = Submit(absl::StrReplaceAll(

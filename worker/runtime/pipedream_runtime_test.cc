@@ -80,6 +80,39 @@ std::vector<StageRun> RunPipeDream(const v1::JobSpec& spec, int P, int steps) {
   return out;
 }
 
+// Weight stashing over one rank's steps: every forward once, every backward after its forward
+// with the same version and the same weight bytes, never more than `max_versions` held.
+struct Stashing {
+  std::map<int64_t, WeightUse> forwards;  // by global micro-batch
+  int backwards = 0;
+  int most_versions = 0;
+};
+
+Stashing CheckStashing(const std::vector<StepResult>& steps, int64_t max_versions) {
+  Stashing out;
+  for (const StepResult& r : steps) {
+    EXPECT_LE(r.stats.weight_versions(), max_versions);
+    EXPECT_GE(r.stats.weight_versions(), 1);
+    for (const WeightUse& u : r.weight_uses) {
+      out.most_versions = std::max(out.most_versions, u.versions_held);
+      EXPECT_LE(u.versions_held, max_versions);
+      if (u.kind == v1::FORWARD) {
+        EXPECT_TRUE(out.forwards.emplace(u.micro_batch, u).second) << "forward twice";
+        continue;
+      }
+      ++out.backwards;
+      auto it = out.forwards.find(u.micro_batch);
+      if (it == out.forwards.end()) {
+        ADD_FAILURE() << "backward of " << u.micro_batch << " before its forward";
+        continue;
+      }
+      EXPECT_EQ(u.version, it->second.version) << "micro-batch " << u.micro_batch;
+      EXPECT_EQ(u.weights_hash, it->second.weights_hash) << "micro-batch " << u.micro_batch;
+    }
+  }
+  return out;
+}
+
 TEST(PipeDreamRuntimeTest, EveryBackwardUsesItsForwardsWeightsAndStagesHoldAtMostPMinusIVersions) {
   for (int P : {2, 3, 4}) {
     for (int M : {1, 2, 4}) {
@@ -89,25 +122,9 @@ TEST(PipeDreamRuntimeTest, EveryBackwardUsesItsForwardsWeightsAndStagesHoldAtMos
       for (int s = 0; s < P; ++s) {
         SCOPED_TRACE(::testing::Message() << "P=" << P << " M=" << M << " stage " << s);
         ASSERT_TRUE(runs[s].status.ok()) << runs[s].status;
-        std::map<int64_t, WeightUse> forward;
-        int backwards = 0, most_versions = 0;
-        for (const StepResult& r : runs[s].steps) {
-          EXPECT_LE(r.stats.weight_versions(), P - s);
-          EXPECT_GE(r.stats.weight_versions(), 1);
-          for (const WeightUse& u : r.weight_uses) {
-            most_versions = std::max(most_versions, u.versions_held);
-            EXPECT_LE(u.versions_held, P - s);
-            if (u.kind == v1::FORWARD) {
-              EXPECT_TRUE(forward.emplace(u.micro_batch, u).second) << "forward twice";
-              continue;
-            }
-            ++backwards;
-            auto it = forward.find(u.micro_batch);
-            ASSERT_NE(it, forward.end()) << "backward of " << u.micro_batch << " before forward";
-            EXPECT_EQ(u.version, it->second.version) << "micro-batch " << u.micro_batch;
-            EXPECT_EQ(u.weights_hash, it->second.weights_hash) << "micro-batch " << u.micro_batch;
-          }
-        }
+        const Stashing st = CheckStashing(runs[s].steps, P - s);
+        const std::map<int64_t, WeightUse>& forward = st.forwards;
+        const int backwards = st.backwards, most_versions = st.most_versions;
         EXPECT_EQ(backwards, steps * M) << "every micro-batch trained once";
         EXPECT_EQ(forward.size(), static_cast<size_t>(steps * M));
         // Stashing is needed (more than one version) exactly where forwards of a later step
@@ -311,25 +328,13 @@ TEST(PipeDreamRoundRobinTest, StashingRoundRobinAndIdenticalReplicas) {
         // Vertical sync keeps stage 0's (older) versions longer: no bound is claimed for it.
         const int64_t bound = vertical_sync ? std::numeric_limits<int64_t>::max()
                                             : schedule::PipeDreamReplicaVersions(layout, run.stage);
-        std::map<int64_t, WeightUse> forward;
-        int backwards = 0;
-        for (const StepResult& r : run.steps) {
-          EXPECT_LE(r.stats.weight_versions(), bound);
-          EXPECT_LE(r.peak_in_flight, in_flight);
-          for (const WeightUse& u : r.weight_uses) {
-            EXPECT_EQ(u.micro_batch % d, run.replica) << "micro-batch " << u.micro_batch;
-            EXPECT_LE(u.versions_held, bound);
-            if (u.kind == v1::FORWARD) {
-              EXPECT_TRUE(forward.emplace(u.micro_batch, u).second) << "forward twice";
-              stage_versions[{run.stage, u.micro_batch}] = u.version;
-              continue;
-            }
-            ++backwards;
-            auto it = forward.find(u.micro_batch);
-            ASSERT_NE(it, forward.end()) << "backward of " << u.micro_batch << " before forward";
-            EXPECT_EQ(u.version, it->second.version) << "micro-batch " << u.micro_batch;
-            EXPECT_EQ(u.weights_hash, it->second.weights_hash) << "micro-batch " << u.micro_batch;
-          }
+        for (const StepResult& r : run.steps) EXPECT_LE(r.peak_in_flight, in_flight);
+        const Stashing st = CheckStashing(run.steps, bound);
+        const std::map<int64_t, WeightUse>& forward = st.forwards;
+        const int backwards = st.backwards;
+        for (const auto& [g, use] : forward) {
+          EXPECT_EQ(g % d, run.replica) << "micro-batch " << g;
+          stage_versions[{run.stage, g}] = use.version;
         }
         int own = 0;
         for (int g = 0; g < M * steps; ++g) own += g % d == run.replica;

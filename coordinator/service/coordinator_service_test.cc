@@ -93,6 +93,30 @@ class CoordinatorServiceTest : public ::testing::Test {
     EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
     return resp;
   }
+  // Registers four workers, submits `spec` (2 stages x 2 replicas) as job-1 and starts it:
+  // checks the plan, the placement (w-1, w-2 on stage 0) and the assignments. Returns the
+  // workers in rank order.
+  std::vector<std::string> StartTwoByTwo(const std::string& spec, const std::string& schedule) {
+    std::vector<std::string> w;
+    for (int i = 0; i < 4; ++i) w.push_back(Register());
+    auto submitted = Submit(spec);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    if (!submitted.ok()) return w;
+    EXPECT_EQ(submitted->plan().schedule(), schedule);
+    EXPECT_EQ(submitted->plan().stages_size(), 2);
+    for (const v1::PlanStageSummary& stage : submitted->plan().stages()) {
+      EXPECT_EQ(stage.replicas(), 2);
+    }
+    svc_->Tick();
+    v1::Job job = Get("job-1");
+    EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+    EXPECT_THAT(job.worker_ids(), ::testing::ElementsAre("w-1", "w-2", "w-3", "w-4"));
+    EXPECT_THAT(job.plan().stages(0).worker_ids(), ::testing::ElementsAre("w-1", "w-2"));
+    EXPECT_THAT(job.plan().stages(1).worker_ids(), ::testing::ElementsAre("w-3", "w-4"));
+    ExpectTwoByTwoAssignments(w, schedule);
+    return w;
+  }
+
   // The assignments of a job of 2 stages x 2 replicas on workers `w` (ranks in order): (stage,
   // replica) by rank index, `schedule`, and one ALLREDUCE in every program.
   void ExpectTwoByTwoAssignments(const std::vector<std::string>& w, const std::string& schedule) {
@@ -1242,24 +1266,14 @@ absl::Status Publish(CoordinatorService* svc, const std::string& job, const std:
 }
 
 TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
-  std::vector<std::string> w;
-  for (int i = 0; i < 4; ++i) w.push_back(Register());
-  auto submitted = Submit(ReplicatedSpec());
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  ASSERT_EQ(submitted->plan().stages_size(), 2);
-  EXPECT_EQ(submitted->plan().stages(0).replicas(), 2);
-  EXPECT_EQ(submitted->plan().stages(1).replicas(), 2);
-  svc_->Tick();
+  // Plan, placement and assignments: (stage, replica) by rank index; every program all-reduces
+  // once per step.
+  const std::vector<std::string> w = StartTwoByTwo(ReplicatedSpec(), "dapple");
+  ASSERT_EQ(w.size(), 4u);
   v1::Job job = Get("job-1");
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  EXPECT_THAT(job.worker_ids(), ElementsAre("w-1", "w-2", "w-3", "w-4"));
-  EXPECT_THAT(job.plan().stages(0).worker_ids(), ElementsAre("w-1", "w-2"));
-  EXPECT_THAT(job.plan().stages(1).worker_ids(), ElementsAre("w-3", "w-4"));
   EXPECT_EQ(job.plan().stages(1).devices_size(), 2);
   EXPECT_EQ(job.plan().stages(1).hostnames_size(), 2);
-
-  // Assignments: (stage, replica) by rank index; every program all-reduces once per step.
-  ExpectTwoByTwoAssignments(w, "dapple");
 
   // Rendezvous: complete once all four ranks published; a rank outside the plan is refused.
   v1::GetPeersRequest peers_req;
@@ -1313,23 +1327,10 @@ TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
 
 // PipeDream's 1F1B-RR: the demo on 2 stages x 2 replicas under schedule pipedream (M = 8).
 TEST_F(CoordinatorServiceTest, PipeDreamStagesRunReplicasOneWorkerPerRank) {
-  std::vector<std::string> w;
-  for (int i = 0; i < 4; ++i) w.push_back(Register());
   const std::string spec =
       absl::StrReplaceAll(ReplicatedSpec(), {{"schedule: dapple", "schedule: pipedream"}});
-  auto submitted = Submit(spec);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  EXPECT_EQ(submitted->plan().schedule(), "pipedream");
-  EXPECT_EQ(submitted->plan().micro_batches(), 8);
-  ASSERT_EQ(submitted->plan().stages_size(), 2);
-  EXPECT_EQ(submitted->plan().stages(0).replicas(), 2);
-  EXPECT_EQ(submitted->plan().stages(1).replicas(), 2);
-  svc_->Tick();
-  v1::Job job = Get("job-1");
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  EXPECT_THAT(job.plan().stages(0).worker_ids(), ElementsAre("w-1", "w-2"));
-  EXPECT_THAT(job.plan().stages(1).worker_ids(), ElementsAre("w-3", "w-4"));
-  ExpectTwoByTwoAssignments(w, "pipedream");
+  StartTwoByTwo(spec, "pipedream");
+  EXPECT_EQ(Get("job-1").plan().micro_batches(), 8);
 
   // More replicas per stage than micro-batches per step: refused at submit, nothing stored.
   auto refused = Submit(absl::StrReplaceAll(

@@ -89,17 +89,19 @@ absl::Status ValidateProblem(const PlanningProblem& problem) {
 
 std::vector<int64_t> MicroBatchSizes(const PlanningProblem& problem,
                                      const std::vector<int>& replicas) {
+  // Split-concat divides every micro-batch over a stage's replicas. PipeDream's 1F1B-RR sends
+  // whole micro-batches round-robin instead: no divisibility, but every replica needs one per
+  // step.
+  const bool pipedream = problem.schedule == schedule::ScheduleKind::kPipeDream;
   int64_t lcm = 1;
   int64_t most = 1;
   for (int r : replicas) {
-    lcm = std::lcm(lcm, static_cast<int64_t>(std::max(r, 1)));
+    if (!pipedream) lcm = std::lcm(lcm, static_cast<int64_t>(std::max(r, 1)));
     most = std::max<int64_t>(most, r);
   }
   std::vector<int64_t> out;
   if (problem.global_batch <= 0) return out;
   const int64_t G = problem.global_batch;
-  // PipeDream's 1F1B-RR sends whole micro-batches round-robin: every replica needs one per step.
-  const bool pipedream = problem.schedule == schedule::ScheduleKind::kPipeDream;
   auto enough = [&](int64_t b) { return !pipedream || G / b >= most; };
   if (problem.micro_batch_size > 0) {
     if (problem.micro_batch_size % lcm == 0 && enough(problem.micro_batch_size)) {

@@ -46,7 +46,8 @@ struct DapplePlannerOptions {
 };
 
 // DAPPLE's planner: searches pipeline depth P, stage boundaries, replicas per stage (powers of
-// two dividing the micro-batch, at most max_replicas, sum at most the usable devices),
+// two dividing the micro-batch; under schedule pipedream any power of two up to M, since
+// 1F1B-RR never splits a micro-batch; at most max_replicas, sum at most the usable devices),
 // placement policy and micro-batch count M with the analytical model and memory limit of
 // plan_estimator.h,
 // then re-scores the best candidates with SimulatePlan and returns the best simulated plan that

@@ -153,10 +153,13 @@ class LevelSolver {
 
 // Replica counts that split the batch evenly: m divides `batch` (the global batch, or the fixed
 // micro-batch size) and m * `times` divides it too, so that products over levels still do.
+// `batch` 0: no split (schedule pipedream's 1F1B-RR gives replicas whole micro-batches; the
+// limit, at most M, is the only rule).
 std::vector<char> Allowed(int units, int limit, int64_t batch, int64_t times) {
   std::vector<char> allowed(units + 1, 0);
   for (int m = 1; m <= units; ++m) {
-    allowed[m] = m <= limit && batch % (static_cast<int64_t>(m) * times) == 0 ? 1 : 0;
+    allowed[m] =
+        m <= limit && (batch == 0 || batch % (static_cast<int64_t>(m) * times) == 0) ? 1 : 0;
   }
   return allowed;
 }
@@ -262,8 +265,9 @@ absl::StatusOr<PipeDreamSolution> Solve(const PlanningProblem& problem, bool exh
   }
   const int nodes = static_cast<int>(per_node.size());
   const int per = *std::min_element(per_node.begin(), per_node.end());
-  const int64_t batch =
-      problem.micro_batch_size > 0 ? problem.micro_batch_size : problem.global_batch;
+  const int64_t batch = problem.schedule == schedule::ScheduleKind::kPipeDream ? 0
+                       : problem.micro_batch_size > 0 ? problem.micro_batch_size
+                                                      : problem.global_batch;
   const double intra = problem.topology.intra_node_bandwidth_bytes_per_s() / 1000.0;
   const double inter = problem.topology.inter_node_bandwidth_bytes_per_s() / 1000.0;
   const int R = problem.max_replicas;

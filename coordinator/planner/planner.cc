@@ -140,7 +140,8 @@ absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::stri
         " replicas, but parallel.schedule pipedream sends whole micro-batches round-robin to a "
         "stage's replicas and training.global_batch ",
         global_batch, " / training.micro_batch ", plan.micro_batch_size, " = ", plan.micro_batches,
-        " micro-batches per step: each replica needs at least one (at most ", plan.micro_batches,
+        plan.micro_batches == 1 ? " micro-batch" : " micro-batches",
+        " per step: each replica needs at least one (at most ", plan.micro_batches,
         plan.micro_batches == 1 ? " replica" : " replicas", " per stage)"));
   }
   return absl::OkStatus();
@@ -260,7 +261,9 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   if (model_profile.layers_size() != num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("profile ", model_profile.source(), " has ",
                                                    model_profile.layers_size(),
-                                                   " layers, the model ", num_layers));
+                                                   model_profile.layers_size() == 1 ? " layer"
+                                                                                    : " layers",
+                                                   ", the model ", num_layers));
   }
 
   // Step 2: the topology.

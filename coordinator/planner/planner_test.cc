@@ -233,7 +233,9 @@ TEST(PlannerTest, DappleChoosesTheDepthWithinTheJobsDevicesWithoutReplicas) {
 // micro-batch, a few MiB of weights): replicating stages pays, and 1F1B-RR's whole micro-batches
 // cap every stage at M replicas.
 TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
-  for (const int64_t micro_batch : {128, 64}) {
+  // micro_batch 1: 1F1B-RR never splits a micro-batch, so one sample per micro-batch still
+  // allows replicas (split-concat would need D samples).
+  for (const int64_t micro_batch : {128, 64, 1}) {
     SCOPED_TRACE(absl::StrCat("micro_batch ", micro_batch));
     const int m = static_cast<int>(256 / micro_batch);
     v1::JobSpec spec = DemoSpec(4);

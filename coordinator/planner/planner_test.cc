@@ -270,6 +270,19 @@ TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
       EXPECT_EQ(allreduces, s.stages(st).replicas() > 1 ? 1 : 0) << "stage " << st;
     }
   }
+  // Vertical sync keeps versions the memory model does not count: the notes say so.
+  {
+    v1::JobSpec vs = DemoSpec(4);
+    vs.mutable_parallel()->set_schedule("pipedream");
+    vs.mutable_parallel()->mutable_pipedream()->set_vertical_sync(true);
+    PlanInputs in;
+    in.profile = DemoProfile(100.0);
+    in.topology = TwoNodes(2);
+    in.max_replicas = 4;
+    auto p = MakePlan(vs, in);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_THAT(p->summary().notes(), ::testing::Contains(HasSubstr("vertical sync: every stage")));
+  }
   // M = 1: one replica per stage, and the notes say why.
   v1::JobSpec one = DemoSpec(4);
   one.mutable_parallel()->set_schedule("pipedream");
@@ -303,7 +316,15 @@ TEST(PlannerTest, PipeDreamRefusesMoreReplicasThanMicroBatches) {
             "micro-batches round-robin to a stage's replicas and training.global_batch 256 / "
             "training.micro_batch 128 = 2 micro-batches per step: each replica needs at least one "
             "(at most 2 replicas per stage)");
+  // M = 1 in the singular.
+  spec.mutable_training()->set_micro_batch(256);
   spec.mutable_parallel()->set_devices(4);
+  EXPECT_EQ(MakePlan(spec).status().message(),
+            "planner uniform gives stage 0 2 replicas, but parallel.schedule pipedream sends whole "
+            "micro-batches round-robin to a stage's replicas and training.global_batch 256 / "
+            "training.micro_batch 256 = 1 micro-batch per step: each replica needs at least one "
+            "(at most 1 replica per stage)");
+  spec.mutable_training()->set_micro_batch(128);
   plan = MakePlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->summary().stages(0).replicas(), 2);

@@ -206,8 +206,20 @@ def table_e(cluster, steps, directory, p=2, m=8, micro_batch=32):
             replicas = [int(s.get("replicas", 1)) for s in j["plan"]["stages"]]
             rows.append((d, replicas, pred, step_ms, float(j["metrics"]["samples_per_second"]),
                          peak))
-            print("pipedream D=%d %s predicted %.1f ms measured %.1f ms (%+.1f%%)" %
-                  (d, replicas, pred, step_ms, (step_ms / pred - 1) * 100), flush=True)
+            # Where a step goes, per stage (median over the steps after the warm-up).
+            parts = []
+            for st in sorted({s for s, _ in seen}):
+                later = [v for (s, k), v in seen.items() if s == st and k > 3] or \
+                    [v for (s, k), v in seen.items() if s == st]
+                parts.append("stage %d: " % st + " ".join(
+                    "%s %.1f" % (key.split("_")[0], 1e3 * statistics.median(
+                        float(v.get(key, 0)) for v in later))
+                    for key in ("step_seconds", "forward_seconds", "backward_seconds",
+                                "allreduce_seconds", "comm_seconds", "optimizer_seconds",
+                                "idle_seconds")))
+            print("pipedream D=%d %s predicted %.1f ms measured %.1f ms (%+.1f%%); ms per step: %s"
+                  % (d, replicas, pred, step_ms, (step_ms / pred - 1) * 100, "; ".join(parts)),
+                  flush=True)
     finally:
         c.close()
     return rows

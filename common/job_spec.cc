@@ -66,6 +66,10 @@ constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedre
 constexpr char kDefaultDeviceType[] = "any";
 constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
 constexpr char kEmulatedDeviceType[] = "emulated";
+// parallel.emulation.scale stretches profiled times so a schedule's timing shows above the
+// host's noise; x1000 already turns a 1 ms layer into 1 s. More is a mistake (1e12 would keep
+// the workers busy for ever), so it is refused at submit.
+constexpr double kMaxEmulationScale = 1000;
 
 constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform",   "manual",
                                                     "dapple",   "pipedream", "dp"};
@@ -98,6 +102,11 @@ std::string FormatShape(const google::protobuf::RepeatedField<int64_t>& shape) {
 }
 std::string FormatShape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// "1 stage", "2 stages": counts in messages take the singular for 1.
+std::string Count(int64_t count, absl::string_view one, absl::string_view many) {
+  return absl::StrCat(count, " ", count == 1 ? one : many);
 }
 
 // The UTF-8 character at text[pos]: its code point and byte length, or {-1, 1} for a byte that
@@ -260,7 +269,7 @@ Check CheckModel(const v1::JobSpec& spec) {
     if (!layers->empty()) {
       const std::vector<int64_t>& out = layers->back().output_shape;
       if (out != std::vector<int64_t>{kFashionMnistClasses}) {
-        const std::string what = out.size() == 1 ? absl::StrFormat("%d features", out[0])
+        const std::string what = out.size() == 1 ? Count(out[0], "feature", "features")
                                                  : absl::StrFormat("shape %s", FormatShape(out));
         return At(absl::StrFormat("model.layers[%d]", layers->size() - 1),
                   absl::StrFormat("model output has %s but fashion-mnist has %d classes: the last "
@@ -455,6 +464,13 @@ Check CheckEmulation(const v1::ParallelSpec& p) {
                               "multiplies every profiled time; default 1)",
                               e.scale()));
   }
+  if (e.scale() > kMaxEmulationScale) {
+    return At("parallel.emulation.scale",
+              absl::StrFormat("parallel.emulation.scale %g must be in (0, %g]: it multiplies "
+                              "every profiled time, and beyond %g a 1 ms layer waits more than "
+                              "a second per action, so a step could hold its workers for hours",
+                              e.scale(), kMaxEmulationScale, kMaxEmulationScale));
+  }
   return std::nullopt;
 }
 
@@ -543,14 +559,15 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
   const int64_t micro_batches = spec.training().global_batch() / spec.training().micro_batch();
   if (replicas <= micro_batches) return std::nullopt;
   return At("parallel.devices",
-            absl::StrFormat("parallel.devices %d with %d stages gives %d replicas per stage, but "
+            absl::StrFormat("parallel.devices %d with %s gives %d replicas per stage, but "
                             "parallel.schedule pipedream sends whole micro-batches round-robin to "
                             "a stage's replicas and training.global_batch %d / "
-                            "training.micro_batch %d = %d micro-batches per step: each replica "
+                            "training.micro_batch %d = %s per step: each replica "
                             "needs at least one: set devices to at most %d (%d %s per stage) "
                             "or use a smaller micro_batch",
-                            p.devices(), stages, replicas, spec.training().global_batch(),
-                            spec.training().micro_batch(), micro_batches,
+                            p.devices(), Count(stages, "stage", "stages"), replicas,
+                            spec.training().global_batch(), spec.training().micro_batch(),
+                            Count(micro_batches, "micro-batch", "micro-batches"),
                             static_cast<int64_t>(stages) * micro_batches, micro_batches,
                             micro_batches == 1 ? "replica" : "replicas"));
 }
@@ -596,8 +613,9 @@ Check CheckParallel(const v1::JobSpec& spec) {
   }
   if (explicit_ranges && p.stages() != 0 && p.stages() != p.stage_ranges_size()) {
     return At("parallel.stages",
-              absl::StrFormat("parallel.stages %d does not match the %d explicit stage ranges",
-                              p.stages(), p.stage_ranges_size()));
+              absl::StrFormat(
+                  "parallel.stages %d does not match the %s", p.stages(),
+                  Count(p.stage_ranges_size(), "explicit stage range", "explicit stage ranges")));
   }
   const int stages = explicit_ranges ? p.stage_ranges_size() : p.stages();
   if (!explicit_ranges && stages > num_layers) {
@@ -899,6 +917,17 @@ class Parser {
     return value;
   }
 
+  // YAML's booleans are the plain scalars true and false; a quoted "true" is a string (and
+  // yes/no/on/off are YAML 1.1's, not 1.2's), so both are refused as for a number in quotes.
+  absl::StatusOr<bool> Bool(const Field& f, const std::string& path) const {
+    const bool plain = f.value.IsScalar() && IsPlain(f.value);
+    if (plain && (f.value.Scalar() == "true" || f.value.Scalar() == "false")) {
+      return f.value.Scalar() == "true";
+    }
+    return Error(MarkOf(f),
+                 absl::StrFormat("%s must be true or false, got %s", path, Describe(f.value)));
+  }
+
   absl::Status ParseModel(const Field& section, v1::ModelSpec& model);
   absl::Status ParseData(const Field& section, v1::DataSpec& data);
   absl::Status ParseTraining(const Field& section, v1::TrainingSpec& training);
@@ -1197,14 +1226,8 @@ absl::Status Parser::ParsePipeDream(const Field& section, v1::PipeDreamSpec& pip
       Fields fields, ReadMap(section.value, MarkOf(section), "parallel.pipedream", kPipeDreamKeys,
                              " like {vertical_sync: false}"));
   if (const Field* f = Find(fields, "vertical_sync")) {
-    DAPPLE_ASSIGN_OR_RETURN(const std::string v, String(*f, "parallel.pipedream.vertical_sync"));
-    if (v != "true" && v != "false") {
-      return Error(MarkOf(*f),
-                   absl::StrFormat("parallel.pipedream.vertical_sync must be true or false, got "
-                                   "'%s'",
-                                   v));
-    }
-    pipedream.set_vertical_sync(v == "true");
+    DAPPLE_ASSIGN_OR_RETURN(const bool v, Bool(*f, "parallel.pipedream.vertical_sync"));
+    pipedream.set_vertical_sync(v);
   }
   return absl::OkStatus();
 }
@@ -1491,6 +1514,22 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_vi
       ParseAndValidate(yaml, source.empty() ? std::string("<spec>") : std::string(source));
   if (!spec.ok()) return absl::InvalidArgumentError(OneLine(spec.status().message()));
   return spec;
+}
+
+absl::Status JobSpecFieldError(absl::string_view yaml, absl::string_view source,
+                               absl::string_view field, absl::string_view message) {
+  const std::string name = source.empty() ? std::string("<spec>") : std::string(source);
+  Parser parser(name);
+  try {
+    // Parsing again records where each field is; whether the rest of the spec is valid does
+    // not matter for where this one is.
+    absl::StatusOr<YAML::Node> root = LoadDocument(yaml, name);
+    v1::JobSpec ignored;
+    if (root.ok()) (void)parser.Parse(*root, ignored);
+  } catch (const std::exception&) {
+    // As in ParseAndValidate: nothing escapes; the message goes without a position.
+  }
+  return parser.ErrorAtField(std::string(field), std::string(message));
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {

@@ -24,6 +24,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_vi
 // Returns kInvalidArgument on the first violation, OkStatus otherwise.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// A refusal of `field` (a YAML path like "parallel.emulation.profile") of the job spec `yaml`
+// found after ParseJobSpec accepted it (the coordinator's checks that read files, e.g. the
+// emulation profile): kInvalidArgument "<source>:line:col: <message>" at the position of the
+// field's value (or of its closest parent present in the text), like ParseJobSpec's; just
+// "<source>: <message>" when neither is in the text (or the text does not parse).
+absl::Status JobSpecFieldError(absl::string_view yaml, absl::string_view source,
+                               absl::string_view field, absl::string_view message);
+
 // M = global_batch / micro_batch (D = 1). Requires a validated spec.
 int64_t MicroBatches(const v1::JobSpec& spec);
 

@@ -48,6 +48,12 @@ TEST(EmulationSpec, ParsesProfileAndScaleAndDefaultsScaleToOne) {
   EXPECT_EQ(again->parallel().emulation().profile(), "/p/m.txt");
   EXPECT_EQ(again->parallel().emulation().scale(), 2.5);
   EXPECT_EQ(again->parallel().device_type(), "emulated");
+
+  // The largest scale accepted (the bound is inclusive).
+  spec = ParseJobSpec(
+      Spec("  device_type: emulated\n  emulation: {profile: /p/m.txt, scale: 1000}\n"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().emulation().scale(), 1000.0);
 }
 
 void ExpectError(const std::string& parallel_extra, const std::string& part) {
@@ -67,6 +73,11 @@ TEST(EmulationSpec, RefusesWhatCannotBeEmulated) {
               "parallel.emulation.scale -2 must be a finite number > 0");
   ExpectError("  device_type: emulated\n  emulation: {profile: /m.txt, scale: .inf}\n",
               "parallel.emulation.scale inf must be a finite number > 0");
+  ExpectError("  device_type: emulated\n  emulation: {profile: /m.txt, scale: 1e12}\n",
+              "parallel.emulation.scale 1e+12 must be in (0, 1000]: it multiplies every "
+              "profiled time");
+  ExpectError("  device_type: emulated\n  emulation: {profile: /m.txt, scale: 1000.5}\n",
+              "parallel.emulation.scale 1000.5 must be in (0, 1000]");
   ExpectError("  device_type: cpu\n  emulation: {profile: /m.txt}\n",
               "parallel.emulation applies only to parallel.device_type emulated, got "
               "parallel.device_type cpu");

@@ -505,6 +505,9 @@ TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
   spec.mutable_model()->mutable_layers(3)->set_out(12);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"model output has 12 features but fashion-mnist has 10 classes"});
+  spec.mutable_model()->mutable_layers(3)->set_out(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model output has 1 feature but fashion-mnist has 10 classes"});
   spec = Example();
   spec.mutable_model()->mutable_layers()->RemoveLast();
   spec.mutable_model()->mutable_layers()->RemoveLast();
@@ -653,7 +656,17 @@ TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
   spec.mutable_parallel()->set_planner("uniform");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.devices 8 with 2 stages gives 4 replicas per stage",
-                 "= 1 micro-batches per step", "set devices to at most 2 (1 replica per stage)"});
+                 "training.micro_batch 256 = 1 micro-batch per step",
+                 "set devices to at most 2 (1 replica per stage)"});
+  // Counts of 1 take the singular: 1 stage, 1 micro-batch.
+  spec.mutable_parallel()->set_stages(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 with 1 stage gives 8 replicas per stage, but "
+                 "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
+                 "replicas and training.global_batch 256 / training.micro_batch 256 = 1 "
+                 "micro-batch per step: each replica needs at least one: set devices to at most 1 "
+                 "(1 replica per stage) or use a smaller micro_batch"});
+  spec.mutable_parallel()->set_stages(2);
   spec.mutable_parallel()->set_devices(2);
   spec.mutable_parallel()->set_planner("dp");
   spec.mutable_parallel()->set_stages(0);
@@ -681,6 +694,76 @@ TEST(ParseJobSpecTest, PipeDreamSection) {
   ExpectInvalid(
       ParseJobSpec(bad, "job.yaml").status(),
       {"job.yaml:", "parallel.pipedream.vertical_sync must be true or false, got 'maybe'"});
+}
+
+// Booleans are YAML's plain true and false: a quoted "true" is a string, a list or a map is not
+// a boolean either; each is refused naming the field, what it got and where.
+TEST(ParseJobSpecTest, BooleansArePlainTrueOrFalse) {
+  const auto with = [](const std::string& value) {
+    return Edit(kExample, "  schedule: dapple      # gpipe | dapple",
+                "  schedule: pipedream\n  pipedream: {vertical_sync: " + value + "}");
+  };
+  for (const char* value : {"true", "false"}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(with(value), "job.yaml");
+    ASSERT_TRUE(spec.ok()) << value << ": " << spec.status();
+    EXPECT_EQ(spec->parallel().pipedream().vertical_sync(), std::string(value) == "true");
+  }
+  ExpectParseError(with("[true]"),
+                   "job.yaml:20:30: parallel.pipedream.vertical_sync must be true or false, got a "
+                   "list");
+  ExpectParseError(with("{on: true}"),
+                   "job.yaml:20:30: parallel.pipedream.vertical_sync must be true or false, got a "
+                   "map");
+  ExpectParseError(
+      with("\"true\""),
+      "job.yaml:20:30: parallel.pipedream.vertical_sync must be true or false, got the "
+      "string 'true'");
+  ExpectParseError(
+      with("'false'"),
+      "job.yaml:20:30: parallel.pipedream.vertical_sync must be true or false, got the "
+      "string 'false'");
+  ExpectParseError(with("yes"),
+                   "job.yaml:20:30: parallel.pipedream.vertical_sync must be true or false, got "
+                   "'yes'");
+  ExpectParseError(with(""),
+                   "job.yaml:20:15: parallel.pipedream.vertical_sync must be true or false, got an "
+                   "empty value");
+}
+
+// Numbers are plain scalars too: a quoted number is a string, for integers, unsigned integers
+// and floating-point fields alike (nothing in examples/ or tests/ quotes one).
+TEST(ParseJobSpecTest, QuotedNumbersAreStrings) {
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: \"0.1\""),
+                   "job.yaml:15:30: training.optimizer.lr must be a number, got the string '0.1'");
+  ExpectParseError(Edit(kExample, "momentum: 0.9", "momentum: '0.9'"),
+                   "job.yaml:15:46: training.optimizer.momentum must be a number, got the string "
+                   "'0.9'");
+  ExpectParseError(Edit(kExample, "seed: 42", "seed: \"42\""),
+                   "job.yaml:16:9: training.seed must be a non-negative integer, got the string "
+                   "'42'");
+  ExpectParseError(Edit(kExample, "  devices: 2", "  devices: '2'"),
+                   "job.yaml:22:12: parallel.devices must be an integer, got the string '2'");
+}
+
+// Refusals found after parsing (the coordinator's emulation profile check) point into the text
+// like the parser's own.
+TEST(JobSpecFieldErrorTest, PointsAtTheFieldOrItsClosestParent) {
+  absl::Status s = JobSpecFieldError(kExample, "job.yaml", "training.micro_batch", "too big");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "job.yaml:13:16: too big");
+  // Inside a flow map.
+  EXPECT_EQ(JobSpecFieldError(kExample, "job.yaml", "training.optimizer.lr", "x").message(),
+            "job.yaml:15:30: x");
+  // Not in the text: its closest parent that is (parallel's first key).
+  EXPECT_EQ(JobSpecFieldError(kExample, "job.yaml", "parallel.emulation.profile", "x").message(),
+            "job.yaml:19:3: x");
+  // An invalid spec still has positions; a text that does not parse has none.
+  EXPECT_EQ(JobSpecFieldError(Edit(kExample, "micro_batch: 32", "micro_batch: 48"), "job.yaml",
+                              "training.micro_batch", "x")
+                .message(),
+            "job.yaml:13:16: x");
+  EXPECT_EQ(JobSpecFieldError("a: [", "job.yaml", "training", "x").message(), "job.yaml: x");
+  EXPECT_EQ(JobSpecFieldError(kExample, "", "nothing", "x\ny").message(), "<spec>: x\\x0ay");
 }
 
 // schedule pipesgd: one stage (stages 1, or planner dp with stages auto), devices >= 2, and a
@@ -911,6 +994,10 @@ TEST(ValidateJobSpecTest, StageRanges) {
   spec.mutable_parallel()->set_stages(3);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.stages 3 does not match the 2 explicit stage ranges"});
+  spec = Manual({{0, 3}});
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 2 does not match the 1 explicit stage range"});
   spec = Manual({{0, 1}, {2, 3}});
   spec.mutable_parallel()->set_planner("balanced");
   ExpectInvalid(ValidateJobSpec(spec), {"explicit list", "parallel.planner manual"});

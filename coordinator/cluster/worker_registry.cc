@@ -1,8 +1,12 @@
 #include "coordinator/cluster/worker_registry.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/logging.h"
 
 namespace dapple::coordinator {
@@ -194,6 +198,22 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
   out.reserve(by_order_.size());
   for (const auto& [order, record] : by_order_) out.push_back(record->info);
   return out;
+}
+
+void WorkerRegistry::ContinueGeneratedIdsFrom(int64_t next) {
+  next_generated_ = std::max(next_generated_, next);
+}
+
+int64_t WorkerRegistry::GeneratedIdNumber(const std::string& id) {
+  int64_t n = 0;
+  // "w-" then 1..18 digits (no sign, no spaces: SimpleAtoi would take "w- 3" or "w-+3"), so
+  // the value fits int64_t.
+  if (!absl::StartsWith(id, "w-") || id.size() <= 2 || id.size() > 20) return -1;
+  for (char c : absl::string_view(id).substr(2)) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n >= 1 ? n : -1;
 }
 
 }  // namespace dapple::coordinator

@@ -96,6 +96,17 @@ class WorkerRegistry {
   // Every worker registered and not removed (DEAD included), in registration order.
   std::vector<v1::WorkerInfo> List() const;
 
+  // The N of the next generated id "w-N" (1 for a fresh registry). A coordinator persists it
+  // after each registration that raised it (jobs/worker_id_store.h) and gives it back to
+  // ContinueGeneratedIdsFrom after a restart, so generated ids are never handed out again.
+  int64_t next_generated_id() const { return next_generated_; }
+
+  // Generated ids continue at "w-<next>" or later: never lowers the sequence.
+  void ContinueGeneratedIdsFrom(int64_t next);
+
+  // The N of a generated id "w-N" (N >= 1, plain decimal digits); -1 for any other id.
+  static int64_t GeneratedIdNumber(const std::string& id);
+
  private:
   std::shared_ptr<WorkerObserver> observer_;
   int64_t next_order_ = 1;

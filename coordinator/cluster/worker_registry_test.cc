@@ -146,3 +146,28 @@ TEST(WorkerRegistryTest, RemoveForgetsAWorkerInAnyState) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST(WorkerRegistryTest, GeneratedIdsContinueFromASavedSequence) {
+  WorkerRegistry registry;
+  EXPECT_EQ(registry.next_generated_id(), 1);
+  registry.ContinueGeneratedIdsFrom(5);
+  registry.ContinueGeneratedIdsFrom(3);  // never lowers it
+  EXPECT_EQ(registry.next_generated_id(), 5);
+  EXPECT_EQ(registry.Register(Request(), 0).info.id(), "w-5");
+  EXPECT_EQ(registry.next_generated_id(), 6);
+  EXPECT_EQ(registry.Register(Request("named"), 0).info.id(), "named");
+  EXPECT_EQ(registry.next_generated_id(), 6);  // a name uses no number
+
+  EXPECT_EQ(WorkerRegistry::GeneratedIdNumber("w-1"), 1);
+  EXPECT_EQ(WorkerRegistry::GeneratedIdNumber("w-42"), 42);
+  for (const char* other :
+       {"w-", "w-0", "w--1", "w-+3", "w- 3", "w-3a", "x-3", "named", "w-1234567890123456789", ""}) {
+    EXPECT_EQ(WorkerRegistry::GeneratedIdNumber(other), -1) << other;
+  }
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

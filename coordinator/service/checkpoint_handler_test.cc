@@ -231,5 +231,79 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
   EXPECT_EQ(job2.step_losses(6), 0.5);
 }
 
+// The same job with parallel.device_type `type` ("emulated": on a profile of one entry per
+// model layer, written into `dir`).
+std::string SpecOn(const std::string& type, const std::string& dir) {
+  std::string parallel = absl::StrCat("device_type: ", type);
+  if (type == "emulated") {
+    const std::string profile = dir + "/equal4-pbs-16.txt";
+    std::ofstream f(profile);
+    f << "node0 -- Input -- forward_compute_time=0.00, backward_compute_time=0.00, "
+         "activation_size=1, parameter_size=0\n";
+    for (int k = 1; k <= 4; ++k) {
+      f << "node" << k << " -- Layer(" << k << ") -- forward_compute_time=1.0, "
+        << "backward_compute_time=2.0, activation_size=1, parameter_size=1\n";
+    }
+    for (int k = 0; k < 4; ++k) f << "\tnode" << k << " -- node" << k + 1 << "\n";
+    absl::StrAppend(&parallel, ", emulation: {profile: ", profile, "}");
+  }
+  return absl::StrReplaceAll(Spec(),
+                             {{"devices: 2}", absl::StrCat("devices: 2, ", parallel, "}")}});
+}
+
+// An emulated job's weights are never trained: its checkpoints resume only into emulated jobs;
+// an emulated job may start from a real checkpoint (it only measures time).
+TEST_F(CheckpointHandlerTest, EmulatedCheckpointsResumeOnlyIntoEmulatedJobs) {
+  // job-1 (real) publishes step 6 and ends.
+  ASSERT_TRUE(Submit(Spec()).ok());
+  std::vector<v1::StageAssignment> a = Start();
+  ASSERT_TRUE(Report(a[0], v1::PROGRESS_STEP, [](v1::ProgressReport* r) { r->set_step(4); }).ok());
+  ASSERT_TRUE(Checkpoint("job-1").ok());
+  ASSERT_TRUE(ReportShard(a[0], 6).ok());
+  ASSERT_TRUE(ReportShard(a[1], 6).ok());
+  const std::string real = dir_ + "/checkpoints/job-1/step-6";
+  ASSERT_TRUE(fs::exists(real + "/manifest.pb"));
+  for (const v1::StageAssignment& s : a) {
+    ASSERT_TRUE(Report(s, v1::PROGRESS_DONE, [](v1::ProgressReport*) {}).ok());
+  }
+
+  // job-2 (emulated) resumes from it, publishes step 10 and ends.
+  absl::StatusOr<v1::Job> emulated = Submit(SpecOn("emulated", dir_), real);
+  ASSERT_TRUE(emulated.ok()) << emulated.status();
+  EXPECT_TRUE(emulated->plan().emulated());
+  EXPECT_EQ(emulated->resumed_from(), real);
+  std::vector<v1::StageAssignment> b = Start();
+  EXPECT_EQ(b[0].job_id(), "job-2");
+  ASSERT_TRUE(Report(b[0], v1::PROGRESS_STEP, [](v1::ProgressReport* r) { r->set_step(8); }).ok());
+  absl::StatusOr<v1::CheckpointJobResponse> asked = Checkpoint("job-2");
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  ASSERT_EQ(asked->step(), 10);
+  ASSERT_TRUE(ReportShard(b[0], 10).ok());
+  ASSERT_TRUE(ReportShard(b[1], 10).ok());
+  const std::string fake = dir_ + "/checkpoints/job-2/step-10";
+  ASSERT_TRUE(fs::exists(fake + "/manifest.pb"));
+  for (const v1::StageAssignment& s : b) {
+    ASSERT_TRUE(Report(s, v1::PROGRESS_DONE, [](v1::ProgressReport*) {}).ok());
+  }
+
+  // A real job (device_type any, the default, or cpu) is refused, naming the rule.
+  for (const std::string& type : {"any", "cpu"}) {
+    absl::StatusOr<v1::Job> refused =
+        Submit(type == "any" ? Spec() : SpecOn(type, dir_), fake + "/");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << type;
+    EXPECT_EQ(refused.status().message(),
+              absl::StrCat("cannot resume from '", fake,
+                           "': it was written by an emulated job (job-2, parallel.device_type "
+                           "emulated: its weights are not trained) and this job has "
+                           "parallel.device_type ",
+                           type, "; resume it only into an emulated job"));
+  }
+  // Another emulated job may.
+  absl::StatusOr<v1::Job> again = Submit(SpecOn("emulated", dir_), fake);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), "job-3");
+  EXPECT_EQ(again->resumed_from(), fake);
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

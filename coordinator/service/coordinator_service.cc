@@ -97,7 +97,8 @@ std::string DeviceTypeClause(const v1::Job& job) {
 }
 
 // SubmitJob's check of resume_from (coordinator.proto): a published checkpoint whose spec
-// `spec` may continue (common/checkpoint_files.h CheckResumable) and that leaves steps to run.
+// `spec` may continue (common/checkpoint_files.h CheckResumable), that leaves steps to run and
+// that was not written by an emulated job unless `spec` is emulated too.
 // Returns the directory without trailing '/'. kInvalidArgument naming the path and the rule.
 absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::JobSpec& spec) {
   std::string dir = path;
@@ -105,6 +106,20 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
   absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
   if (!manifest.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("resume_from: ", manifest.status().message()));
+  }
+  // An emulated job waits instead of computing, so its shards hold weights that were never
+  // trained: a real job resuming from them would carry on at step N from untrained weights
+  // without a word. The manifest records the source job's spec and plan (checkpoint_publisher
+  // copies both from the job); either saying emulated is enough. The other way round (an
+  // emulated job from a real checkpoint) is harmless: it only measures time.
+  if ((IsEmulated(manifest->spec()) || manifest->plan().emulated()) && !IsEmulated(spec)) {
+    const std::string& type = spec.parallel().device_type();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resume from '", dir, "': it was written by an emulated job (",
+        manifest->job_id().empty() ? std::string() : absl::StrCat(manifest->job_id(), ", "),
+        "parallel.device_type emulated: its weights are not trained) and this job has "
+        "parallel.device_type ",
+        type.empty() ? "any" : type, "; resume it only into an emulated job"));
   }
   if (absl::Status s = CheckResumable(manifest->spec(), spec); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -134,9 +149,33 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
                           JobManager::Open(std::move(job_options)));
   if (options.profile_cache == nullptr) options.profile_cache = std::make_shared<ProfileCache>();
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<TraceStore> traces, TraceStore::Open(options.db_path));
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<WorkerIdStore> worker_ids,
+                          WorkerIdStore::Open(options.db_path));
+  DAPPLE_ASSIGN_OR_RETURN(int64_t next_worker_id, worker_ids->LoadNext());
+  // A database written before the sequence was saved has none: the ids its jobs name still
+  // must not come back for other processes.
+  const int64_t saved_next_worker_id = next_worker_id;
+  for (const v1::Job& job : jobs->List()) {
+    auto see = [&](const std::string& id) {
+      const int64_t n = WorkerRegistry::GeneratedIdNumber(id);
+      if (n >= next_worker_id) next_worker_id = n + 1;
+    };
+    for (const std::string& id : job.worker_ids()) see(id);
+    for (const v1::PlanStageSummary& stage : job.plan().stages()) {
+      for (const std::string& id : stage.worker_ids()) see(id);
+    }
+    for (const v1::StageMetrics& m : job.stage_metrics()) see(m.worker_id());
+  }
   std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(std::move(options), std::move(jobs)));
   service->traces_ = std::move(traces);
+  service->worker_ids_ = std::move(worker_ids);
+  {
+    absl::MutexLock lock(&service->mu_);
+    service->workers_.ContinueGeneratedIdsFrom(next_worker_id);
+    // A sequence raised by the jobs is saved by the next registration (RegisterWorker).
+    service->saved_next_worker_id_ = saved_next_worker_id;
+  }
   return service;
 }
 
@@ -288,6 +327,9 @@ bool WantsMeasuredProfile(const v1::Job& job) {
          absl::StartsWith(job.plan().profile_source(), "estimated");
 }
 
+// PlanStageSummary.devices of an emulated job's ranks: what the worker's backend reports.
+constexpr char kEmulatedDevice[] = "emulated";
+
 std::string FirstDevice(const WorkerRecord& w) {
   return w.info.devices().empty() ? "cpu" : w.info.devices(0);
 }
@@ -387,6 +429,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   v1::ParallelPlanSummary summary = plan->summary();
   std::vector<std::string> worker_ids;
   std::vector<int> replicas;
+  // An emulated rank computes on none of its worker's devices (it waits; its worker log and
+  // trace say "emulated"), so the plan's devices say so too; StageAssignment.device stays the
+  // worker's own device (below).
+  const bool emulated_devices = IsEmulated(job.spec());
   for (int s = 0; s < num_stages; ++s) {
     v1::PlanStageSummary& stage = *summary.mutable_stages(s);
     stage.set_replicas(schedule::StageReplicas(plan->summary(), s));
@@ -399,7 +445,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
       worker_ids.push_back(w.info.id());
       stage.add_worker_ids(w.info.id());
       // A worker computes on the first device it offers (one rank per worker).
-      stage.add_devices(w.info.devices().empty() ? "cpu" : w.info.devices(0));
+      stage.add_devices(emulated_devices ? kEmulatedDevice : FirstDevice(w));
       stage.add_hostnames(w.info.hostname());
     }
   }
@@ -446,7 +492,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
       assignment.set_first_step(first_step);
       assignment.set_checkpoint_dir(checkpoints_.JobDir(id));
       assignment.set_resume_manifest(resume_manifest);
-      assignment.set_device(summary.stages(s).devices(r));
+      assignment.set_device(FirstDevice(worker));
       assignment.set_trace_every_steps(options_.trace_every_steps);
       if (emulated->has_value()) *assignment.mutable_emulated_profile() = **emulated;
       worker.pending_assignment = std::move(assignment);
@@ -570,8 +616,9 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     resumed_from = *std::move(checked);
   }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
+  const SpecText text{request.spec_yaml(), source};
   absl::StatusOr<v1::ParallelPlan> plan =
-      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()));
+      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()), &text);
   if (!plan.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
@@ -670,7 +717,8 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       inputs.topology = SingleNodeTopology(spec->parallel().devices(), options_.plan_defaults);
     }
     topology = *inputs.topology;
-    absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs);
+    const SpecText text{request.spec_yaml(), source};
+    absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs, &text);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());
     if (hypothetical) {
@@ -772,6 +820,16 @@ absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest&
                                                 v1::RegisterWorkerResponse* response) {
   absl::MutexLock lock(&mu_);
   WorkerRecord& worker = workers_.Register(request, options_.now_unix_ms());
+  // Saved before the id is answered, so no process can ever have been told an id that a
+  // restarted coordinator hands out again (a crash between the two only skips ids).
+  const int64_t next_id = workers_.next_generated_id();
+  if (next_id > saved_next_worker_id_) {
+    if (absl::Status s = worker_ids_->SaveNext(next_id); !s.ok()) {
+      DAPPLE_LOG_ERROR("registering worker {}: {}", worker.info.id(), s.message());
+      return s;
+    }
+    saved_next_worker_id_ = next_id;
+  }
   // What the planner needs to know of the worker's device (worker_topology.h).
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());

@@ -71,6 +71,7 @@
 #include "coordinator/jobs/progress_tracker.h"
 #include "coordinator/jobs/stage_metrics_tracker.h"
 #include "coordinator/jobs/trace_store.h"
+#include "coordinator/jobs/worker_id_store.h"
 #include "coordinator/planner/planner.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -212,6 +213,11 @@ class CoordinatorService {
 
   // --- WorkerControl (workers) ---
 
+  // Generated ids ("w-N") continue across restarts on one db_path: the sequence is saved in
+  // the database before the id is answered (jobs/worker_id_store.h) and, on opening, raised
+  // past every "w-N" the stored jobs name. kInternal "saving the worker id sequence ..." when
+  // that write fails: the worker stays registered and its retry from the same process gets the
+  // same id once the sequence is saved.
   absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
   // Unknown or DEAD worker: OK with unknown_worker = true.
@@ -333,9 +339,13 @@ class CoordinatorService {
   const CoordinatorOptions options_;
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
   std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
+  // The saved sequence of generated worker ids; set by Create; thread-safe on its own.
+  std::unique_ptr<WorkerIdStore> worker_ids_;
 
   absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  // The generated-id sequence as last saved in worker_ids_ (WorkerRegistry::next_generated_id).
+  int64_t saved_next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
   CheckpointPublisher checkpoints_ ABSL_GUARDED_BY(mu_){
       options_.checkpoint_dir.empty() ? DefaultCheckpointRoot(options_.db_path)
                                       : options_.checkpoint_dir,

@@ -1435,3 +1435,53 @@ TEST_F(CoordinatorServiceTest, StoreServesOnlyTheJobsRanksWhileItRuns) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+// docs/coordinator.md: generated ids are never handed out again, also after a restart (kill -9
+// included: the sequence is saved when an id is answered, not at shutdown).
+TEST_F(CoordinatorServiceTest, GeneratedWorkerIdsAreNotReusedAfterARestart) {
+  std::string w1, w2;
+  const std::string job = StartTwoStageJob(&w1, &w2);
+  EXPECT_EQ(w1, "w-1");
+  EXPECT_EQ(w2, "w-2");
+  EXPECT_EQ(Register(), "w-3");  // never in a job: only the saved sequence remembers it
+  EXPECT_EQ(Register("named"), "named");
+
+  svc_.reset();
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  EXPECT_THAT(Get(job).worker_ids(), ElementsAre("w-1", "w-2"));
+  EXPECT_EQ(Register(), "w-4");
+  EXPECT_EQ(Register(), "w-5");
+
+  svc_.reset();  // a second restart continues from there
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  EXPECT_EQ(Register(), "w-6");
+}
+
+// A database whose jobs name generated-looking ids the sequence never produced (a worker may
+// be named "w-7"; or a database written before the sequence was saved): new ids start past
+// every one of them.
+TEST_F(CoordinatorServiceTest, GeneratedWorkerIdsStartPastEveryIdTheStoredJobsName) {
+  Register("w-7");
+  Register("w-8");
+  ASSERT_TRUE(Submit(Spec(2)).ok());
+  svc_->Tick();
+  ASSERT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get("job-1").worker_ids(), ElementsAre("w-7", "w-8"));
+
+  svc_.reset();
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  EXPECT_EQ(Register(), "w-9");
+  svc_.reset();
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
+  EXPECT_EQ(Register(), "w-10");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

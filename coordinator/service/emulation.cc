@@ -4,8 +4,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec.h"
 #include "common/model_info.h"
 #include "common/profile/model_profile.h"
 #include "common/status.h"
@@ -15,6 +17,8 @@ namespace dapple::coordinator {
 bool IsEmulated(const v1::JobSpec& spec) { return spec.parallel().device_type() == "emulated"; }
 
 namespace {
+
+constexpr char kProfileField[] = "parallel.emulation.profile";
 
 std::string Source(const v1::JobSpec& spec) {
   return absl::StrCat("emulated: ", spec.parallel().emulation().profile(), " x ",
@@ -55,20 +59,32 @@ absl::StatusOr<v1::ModelProfile> EmulatedProfileFromFile(const v1::JobSpec& spec
   return out;
 }
 
-absl::StatusOr<std::optional<v1::ModelProfile>> EmulatedProfileOf(const v1::JobSpec& spec) {
+absl::StatusOr<std::optional<v1::ModelProfile>> EmulatedProfileOf(const v1::JobSpec& spec,
+                                                                  const SpecText* text) {
   if (!IsEmulated(spec)) return std::optional<v1::ModelProfile>();
+  // The file is checked here, after the spec parsed, so its refusals get the spec's location
+  // from the submitted text: the user fixes the file or the line that names it.
+  auto refuse = [&](absl::string_view message) {
+    if (text == nullptr) return absl::InvalidArgumentError(message);
+    return JobSpecFieldError(text->yaml, text->source, kProfileField, message);
+  };
   const std::string& path = spec.parallel().emulation().profile();
   absl::StatusOr<v1::ModelProfile> file = profile::ReadProfileFile(path);
   if (!file.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.emulation.profile: ", file.status().message()));
+    return refuse(absl::StrCat(kProfileField, ": ", file.status().message()));
   }
-  DAPPLE_ASSIGN_OR_RETURN(v1::ModelProfile profile, EmulatedProfileFromFile(spec, *file));
-  return std::optional<v1::ModelProfile>(std::move(profile));
+  absl::StatusOr<v1::ModelProfile> profile = EmulatedProfileFromFile(spec, *file);
+  if (!profile.ok()) {
+    // InferLayers' errors are the model's (a validated spec has none), not the profile's.
+    if (!absl::StartsWith(profile.status().message(), kProfileField)) return profile.status();
+    return refuse(profile.status().message());
+  }
+  return std::optional<v1::ModelProfile>(*std::move(profile));
 }
 
-absl::StatusOr<v1::ParallelPlan> MakeJobPlan(const v1::JobSpec& spec, PlanInputs inputs) {
-  DAPPLE_ASSIGN_OR_RETURN(std::optional<v1::ModelProfile> emulated, EmulatedProfileOf(spec));
+absl::StatusOr<v1::ParallelPlan> MakeJobPlan(const v1::JobSpec& spec, PlanInputs inputs,
+                                             const SpecText* text) {
+  DAPPLE_ASSIGN_OR_RETURN(std::optional<v1::ModelProfile> emulated, EmulatedProfileOf(spec, text));
   if (!emulated.has_value()) return MakePlan(spec, inputs);
   inputs.profile = *std::move(emulated);
   DAPPLE_ASSIGN_OR_RETURN(v1::ParallelPlan plan, MakePlan(spec, inputs));

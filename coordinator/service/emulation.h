@@ -20,12 +20,21 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/planner/planner.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
+
+// The text a job spec was submitted as (SubmitJobRequest.spec_yaml, source_name), so that a
+// refusal of its emulation profile points at the parallel.emulation.profile line like the
+// spec's other refusals (JobSpecFieldError). Views: the text must outlive the call.
+struct SpecText {
+  absl::string_view yaml;
+  absl::string_view source;
+};
 
 // True for parallel.device_type emulated.
 bool IsEmulated(const v1::JobSpec& spec);
@@ -40,14 +49,20 @@ absl::StatusOr<v1::ModelProfile> EmulatedProfileFromFile(const v1::JobSpec& spec
 
 // Reads and converts the emulation profile of `spec`; std::nullopt for a job that is not
 // emulated. Errors name parallel.emulation.profile (kInvalidArgument, whatever the reader's
-// code: the user's file is the input to fix): a missing or unreadable file, an unknown batch
-// size, a parse error, EmulatedProfileFromFile's errors.
-absl::StatusOr<std::optional<v1::ModelProfile>> EmulatedProfileOf(const v1::JobSpec& spec);
+// code: the user's file is the input to fix): a missing or unreadable file
+// ("parallel.emulation.profile: /p/x.txt: No such file or directory", "...: Is a directory"),
+// an unknown batch size, a parse error, EmulatedProfileFromFile's errors. With `text` (the
+// spec's submitted YAML) they start with its location of that field, as ParseJobSpec's do:
+// "job.yaml:24:23: parallel.emulation.profile: /p/x.txt: No such file or directory".
+absl::StatusOr<std::optional<v1::ModelProfile>> EmulatedProfileOf(const v1::JobSpec& spec,
+                                                                  const SpecText* text = nullptr);
 
 // MakePlan(spec, inputs) for every job; for an emulated one, planned on EmulatedProfileOf
-// (whatever inputs.profile holds) and marked: summary.emulated = true, profile_source
-// "emulated: <path> x <scale>", a note saying that compute is emulated.
-absl::StatusOr<v1::ParallelPlan> MakeJobPlan(const v1::JobSpec& spec, PlanInputs inputs);
+// (whatever inputs.profile holds; its errors located in `text` when given) and marked:
+// summary.emulated = true, profile_source "emulated: <path> x <scale>", a note saying that
+// compute is emulated.
+absl::StatusOr<v1::ParallelPlan> MakeJobPlan(const v1::JobSpec& spec, PlanInputs inputs,
+                                             const SpecText* text = nullptr);
 
 }  // namespace dapple::coordinator
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -102,6 +103,65 @@ TEST(Emulation, RefusesAProfileWithAnotherLayerCountNamingBoth) {
   ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(p.status().message(), HasSubstr("parallel.emulation.profile: "));
   EXPECT_THAT(p.status().message(), HasSubstr("/nonexistent/x-pbs-4.txt"));
+}
+
+// The spec Spec() describes, as the YAML a user submits; the profile's value is at 17:24.
+std::string SpecYaml(const std::string& profile) {
+  return absl::StrCat(R"(name: emu
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 64}
+    - {type: relu}
+    - {type: linear, out: 10}
+training:
+  global_batch: 64
+  micro_batch: 16
+  optimizer: {type: sgd, lr: 0.1}
+parallel:
+  stages: 2
+  devices: 2
+  device_type: emulated
+  emulation: {profile: )",
+                      profile, "}\n");
+}
+
+// With the submitted text, every refusal of the profile file starts with the spec's location of
+// parallel.emulation.profile, like the parser's refusals (docs/job_spec.md).
+TEST(Emulation, RefusalsWithTheSpecTextPointAtTheProfileField) {
+  const auto refusal = [](const std::string& profile) {
+    const std::string yaml = SpecYaml(profile);
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    const SpecText text{yaml, "job.yaml"};
+    absl::StatusOr<std::optional<v1::ModelProfile>> p = EmulatedProfileOf(*spec, &text);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, PlanInputs(), &text);
+    EXPECT_EQ(plan.status(), p.status());
+    return std::string(p.status().message());
+  };
+  const std::string five = WriteProfile(5);
+  EXPECT_EQ(refusal(five),
+            absl::StrCat("job.yaml:17:24: parallel.emulation.profile ", five,
+                         " has 5 layers (Input nodes excluded) but the model has 4 "
+                         "(model.layers): an emulation profile needs exactly one entry per model "
+                         "layer"));
+  EXPECT_EQ(refusal("/nonexistent/x-pbs-4.txt"),
+            "job.yaml:17:24: parallel.emulation.profile: /nonexistent/x-pbs-4.txt: No such file "
+            "or directory");
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(refusal(dir),
+            absl::StrCat("job.yaml:17:24: parallel.emulation.profile: ", dir, ": Is a directory"));
+  // A good profile with the text is accepted as without it.
+  const std::string four = WriteProfile(4);
+  const std::string yaml = SpecYaml(four);
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const SpecText text{yaml, "job.yaml"};
+  absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, PlanInputs(), &text);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->summary().emulated());
 }
 
 TEST(Emulation, OtherJobsAreNotEmulated) {

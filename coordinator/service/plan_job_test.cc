@@ -1,6 +1,7 @@
 // PlanJob (the dry run behind `dapplectl plan`) and planning at submission, by direct calls.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -344,6 +345,29 @@ TEST_F(PlanJobTest, RequestsAreChecked) {
   bad_cluster.mutable_cluster()->set_intra_node_bandwidth_bytes_per_s(-1);
   EXPECT_EQ(Plan(bad_cluster).status().message(),
             "cluster.intra_node_bandwidth_bytes_per_s -1 must be a finite number > 0");
+}
+
+// An emulated job whose profile file cannot be read is refused at submit, and by a dry run,
+// at the spec's line and column of parallel.emulation.profile like the parser's refusals; nothing
+// is stored.
+TEST_F(PlanJobTest, AnUnreadableEmulationProfileIsRefusedAtItsPlaceInTheSpec) {
+  for (const auto& [profile, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/x-pbs-4.txt", "No such file or directory"}, {"/", "Is a directory"}}) {
+    const std::string yaml = Spec("balanced", "2", 2) +
+                             "  device_type: emulated\n  emulation: {profile: " + profile + "}\n";
+    const std::string expected =
+        absl::StrCat("job.yaml:24:24: parallel.emulation.profile: ", profile, ": ", why);
+    absl::StatusOr<v1::Job> job = Submit(yaml);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(job.status().message(), expected);
+    v1::PlanJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_source_name("job.yaml");
+    EXPECT_EQ(Plan(req).status().message(), expected);
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(svc_->ListJobs(v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
 }
 
 TEST_F(PlanJobTest, APlanThatFitsNoDeviceIsRejectedWithTheMemoryItNeeds) {

@@ -193,10 +193,13 @@ class Child {
 };
 
 // ---- data exchange ------------------------------------------------------------------------------
+// A child that sent something waits for the parent's "done" before it exits: WaitSends only
+// completes the sends locally (eager protocol), and a child that exits at once could close its
+// endpoint while its data is still on the way.
 
 TEST(UcxTransportTest, ExchangesSmallAndLargeMessagesBothWays) {
   Child child;
-  child.Start([](UcxTransport& t, int) {
+  child.Start([](UcxTransport& t, int fd) {
     std::vector<uint8_t> small(16), large(kLarge);
     CHILD_CHECK_OK(t.Recv(0, 1, small.data(), small.size()));
     CHILD_CHECK_OK(t.Recv(0, 2, large.data(), large.size()));
@@ -206,7 +209,7 @@ TEST(UcxTransportTest, ExchangesSmallAndLargeMessagesBothWays) {
     CHILD_CHECK_OK(t.Send(0, 1, small_back.data(), small_back.size()));
     CHILD_CHECK_OK(t.Send(0, 2, large_back.data(), large_back.size()));
     CHILD_CHECK_OK(t.WaitSends());
-    return 0;
+    return WaitForParent(fd);
   });
   auto t = child.ConnectParent();
   ASSERT_NE(t, nullptr);
@@ -219,6 +222,7 @@ TEST(UcxTransportTest, ExchangesSmallAndLargeMessagesBothWays) {
   ASSERT_OK(t->WaitSends());
   EXPECT_EQ(small_back, Pattern(16, 3));
   EXPECT_EQ(large_back, Pattern(kLarge, 4));
+  child.TellDone();
   EXPECT_EQ(child.Wait(), 0);
 }
 
@@ -238,22 +242,26 @@ TEST(UcxTransportTest, SimultaneousLargeSendsDoNotDeadlock) {
     return 0;
   };
   Child child;
-  child.Start([&](UcxTransport& t, int) { return exchange(t, 0, 200, 100); });
+  child.Start([&](UcxTransport& t, int fd) {
+    const int rc = exchange(t, 0, 200, 100);
+    return rc != 0 ? rc : WaitForParent(fd);
+  });
   auto t = child.ConnectParent();
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(exchange(*t, 1, 100, 200), 0);
+  child.TellDone();
   EXPECT_EQ(child.Wait(), 0);
 }
 
 TEST(UcxTransportTest, ReceivesTagsOutOfOrder) {
   Child child;
-  child.Start([](UcxTransport& t, int) {
+  child.Start([](UcxTransport& t, int fd) {
     const std::vector<uint8_t> m1 = Pattern(100, 1), m2 = Pattern(kLarge, 2), m3 = Pattern(1000, 3);
     CHILD_CHECK_OK(t.Send(0, 1, m1.data(), m1.size()));
     CHILD_CHECK_OK(t.Send(0, 2, m2.data(), m2.size()));
     CHILD_CHECK_OK(t.Send(0, 3, m3.data(), m3.size()));
     CHILD_CHECK_OK(t.WaitSends());
-    return 0;
+    return WaitForParent(fd);
   });
   auto t = child.ConnectParent();
   ASSERT_NE(t, nullptr);
@@ -264,23 +272,25 @@ TEST(UcxTransportTest, ReceivesTagsOutOfOrder) {
   EXPECT_EQ(m1, Pattern(100, 1));
   EXPECT_EQ(m2, Pattern(kLarge, 2));
   EXPECT_EQ(m3, Pattern(1000, 3));
+  child.TellDone();
   EXPECT_EQ(child.Wait(), 0);
 }
 
 TEST(UcxTransportTest, TagsUseOnlyTheLow48Bits) {
   // Bits above 48 belong to the sender's rank: a tag with them set is the same tag.
   Child child;
-  child.Start([](UcxTransport& t, int) {
+  child.Start([](UcxTransport& t, int fd) {
     const uint32_t v = 0xC0FFEE;
     CHILD_CHECK_OK(t.Send(0, (uint64_t{0xABCD} << 48) | 7, &v, sizeof(v)));
     CHILD_CHECK_OK(t.WaitSends());
-    return 0;
+    return WaitForParent(fd);
   });
   auto t = child.ConnectParent();
   ASSERT_NE(t, nullptr);
   uint32_t v = 0;
   ASSERT_OK(t->Recv(1, 7, &v, sizeof(v)));
   EXPECT_EQ(v, 0xC0FFEEu);
+  child.TellDone();
   EXPECT_EQ(child.Wait(), 0);
 }
 

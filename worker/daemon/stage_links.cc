@@ -1,5 +1,6 @@
 #include "worker/daemon/stage_links.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -93,7 +94,8 @@ StageLinks::~StageLinks() {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssignment& a) {
+absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssignment& a,
+                                                             const std::atomic<bool>* abort) {
   auto links = std::unique_ptr<StageLinks>(new StageLinks());
   links->device_ = a.device().empty() ? "cpu" : a.device();
   absl::StatusOr<DeviceId> id = ParseDevice(links->device_);
@@ -103,11 +105,13 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
   const v1::PlanStageSummary& range = a.plan().stages(a.stage());
   if (a.has_emulated_profile()) {
     // device_type emulated: waits instead of compute, on any worker (no device is used); the
-    // links stay UCX on host memory.
+    // links stay UCX on host memory. The sleeper watches the abort flag: a wait may last
+    // seconds (scaled profiles), and a cancelled job must not hold the worker that long.
     links->device_ = "emulated";
     DAPPLE_ASSIGN_OR_RETURN(
-        links->backend_, MakeEmulatedStageBackend(a.spec(), range.first_layer(), range.last_layer(),
-                                                  a.emulated_profile()));
+        links->backend_,
+        MakeEmulatedStageBackend(a.spec(), range.first_layer(), range.last_layer(),
+                                 a.emulated_profile(), std::make_unique<PreciseSleeper>(abort)));
     return links;
   }
   if (!id->is_cuda()) {

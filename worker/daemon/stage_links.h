@@ -17,6 +17,7 @@
 #ifndef DAPPLE_WORKER_DAEMON_STAGE_LINKS_H_
 #define DAPPLE_WORKER_DAEMON_STAGE_LINKS_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -42,8 +43,11 @@ class StageLinks {
   // Opens the assignment's device and builds the stage's backend on it. kFailedPrecondition
   // naming the device when it is a GPU this build or machine cannot use ("cuda:0: no CUDA
   // device: ..."), kInvalidArgument for an unparsable device, kResourceExhausted when the
-  // stage's weights do not fit.
-  static absl::StatusOr<std::unique_ptr<StageLinks>> Open(const v1::StageAssignment& assignment);
+  // stage's weights do not fit. `abort` (the daemon's abort flag; not owned, must outlive the
+  // backend; may be null) ends an emulated stage's waits early with kAborted
+  // (emulated_stage_backend.h), so a cancelled or failed job frees its workers at once.
+  static absl::StatusOr<std::unique_ptr<StageLinks>> Open(const v1::StageAssignment& assignment,
+                                                          const std::atomic<bool>* abort = nullptr);
   ~StageLinks();
 
   const std::string& device() const { return device_; }

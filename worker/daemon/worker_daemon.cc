@@ -569,7 +569,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   }
   DataCache data = *data_or;
 
-  DAPPLE_ASSIGN_OR_RETURN(res->links, StageLinks::Open(a));
+  DAPPLE_ASSIGN_OR_RETURN(res->links, StageLinks::Open(a, &abort_));
   StageLinks* links = res->links.get();
   // device_type emulated (worker/runtime/emulated_stage_backend.h): said at start, in every
   // step's stats, and evaluation is skipped (its accuracy would be a constant, not a result).

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -20,29 +21,58 @@
 
 namespace dapple::worker {
 
-PreciseSleeper::PreciseSleeper() {
+namespace {
+
+absl::Duration MonotonicNow() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return absl::DurationFromTimespec(now);
+}
+
+// Sleeps until the CLOCK_MONOTONIC time `until`. An absolute deadline survives EINTR without
+// recomputing (and without accumulating) the remaining time.
+void SleepUntil(absl::Duration until) {
+  const timespec deadline = absl::ToTimespec(until);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+  }
+}
+
+}  // namespace
+
+PreciseSleeper::PreciseSleeper(const std::atomic<bool>* abort) : abort_(abort) {
   // The default slack (50 us) would be added to every wait; 1 us keeps the kernel's own
   // wake-up latency as the only overshoot. Best effort: a failure only costs precision.
   (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 }
 
-void PreciseSleeper::Sleep(absl::Duration duration) {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  const absl::Duration start = absl::DurationFromTimespec(now);
+absl::Status PreciseSleeper::Sleep(absl::Duration duration) {
+  const absl::Duration start = MonotonicNow();
   // The previous wait overshot by carry_: paying it back here keeps a sequence of waits at its
   // sum instead of drifting later by one wake-up latency per wait.
   const absl::Duration target = std::max(absl::ZeroDuration(), duration - carry_);
-  const timespec deadline = absl::ToTimespec(start + target);
-  // An absolute deadline survives EINTR without recomputing (and without accumulating) the
-  // remaining time.
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+  const absl::Duration end = start + target;
+  // Without a flag: one sleep. With one: slices, so that a cancelled job does not hold this
+  // worker for the rest of a wait that a scaled profile can make seconds long; every slice
+  // ends at an absolute time and the last one at `end`, so precision is unchanged.
+  while (true) {
+    if (abort_ != nullptr && abort_->load()) {
+      carry_ = absl::ZeroDuration();  // the next wait (if any) starts afresh
+      const absl::Duration left = std::max(absl::ZeroDuration(), end - MonotonicNow());
+      return absl::AbortedError(absl::StrCat(
+          "aborted during an emulated wait: ",
+          absl::FormatDuration(absl::Trunc(left, absl::Milliseconds(1))), " of ",
+          absl::FormatDuration(absl::Trunc(duration, absl::Milliseconds(1))), " left"));
+    }
+    const absl::Duration slice_end =
+        abort_ == nullptr ? end : std::min(end, MonotonicNow() + kAbortPollInterval);
+    SleepUntil(slice_end);
+    if (slice_end >= end) break;
   }
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  const absl::Duration over = absl::DurationFromTimespec(now) - (start + target);
+  const absl::Duration over = MonotonicNow() - end;
   // A wait shorter than the debt pays only part of it; the rest is carried on.
   const absl::Duration unpaid = carry_ - (duration - target);
   carry_ = std::clamp(over + unpaid, absl::ZeroDuration(), kMaxCarry);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -95,8 +125,7 @@ class EmulatedStageBackend : public StageBackend {
     }
     Grow(&At(&outputs_, slot), Elements(rows, output_shape_));
     At(&output_rows_, slot) = rows;
-    sleeper_->Sleep(PerRows(forward_ms_, rows));
-    return absl::OkStatus();
+    return sleeper_->Sleep(PerRows(forward_ms_, rows));
   }
 
   absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows, float grad_scale,
@@ -132,8 +161,7 @@ class EmulatedStageBackend : public StageBackend {
         last_stage ? At(&output_rows_, slot) : At(&grad_recv_rows_, micro_batch);
     if (dy_rows != rows) return absl::InternalError("BACKWARD without its gradient");
     if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
-    sleeper_->Sleep(PerRows(backward_ms_, rows));
-    return absl::OkStatus();
+    return sleeper_->Sleep(PerRows(backward_ms_, rows));
   }
 
   const void* GradForSend(int micro_batch) const override {
@@ -141,8 +169,7 @@ class EmulatedStageBackend : public StageBackend {
   }
 
   absl::Status OptimizerStep() override {
-    sleeper_->Sleep(absl::Milliseconds(optimizer_ms_));
-    return absl::OkStatus();
+    return sleeper_->Sleep(absl::Milliseconds(optimizer_ms_));
   }
 
   int64_t GradientFloats() const override { return gradient_floats_; }

@@ -19,12 +19,23 @@
 // per row, so Loss returns rows * kEmulatedLossPerSample; `correct` gets 0. Both are constants
 // that say nothing about training; every output of an emulated job says so.
 //
-// Thread safety: one thread, like every StageBackend. The Sleeper is called from that thread.
+// Aborts: a job that is cancelled or fails elsewhere must not hold its workers for the rest of
+// a long wait (a scaled profile can ask for seconds per action). Every wait goes through the
+// Sleeper, which returns kAborted early when its abort flag becomes true (PreciseSleeper: within
+// about kAbortPollInterval); Forward, Backward and OptimizerStep then return that kAborted, so
+// the runtime stops at the current action like a transport that sees the flag. This is the
+// only change the emulation makes to the StageBackend contract: those three calls may return
+// kAborted.
+//
+// Thread safety: one thread, like every StageBackend. The Sleeper is called from that thread;
+// the abort flag may be set from any thread.
 #ifndef DAPPLE_WORKER_RUNTIME_EMULATED_STAGE_BACKEND_H_
 #define DAPPLE_WORKER_RUNTIME_EMULATED_STAGE_BACKEND_H_
 
+#include <atomic>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dapple/v1/job.pb.h"
@@ -40,29 +51,43 @@ inline constexpr double kEmulatedLossPerSample = 2.302585092994046;
 class Sleeper {
  public:
   virtual ~Sleeper() = default;
-  // Returns after `duration` (>= 0) has passed.
-  virtual void Sleep(absl::Duration duration) = 0;
+  // Returns OK after `duration` (>= 0) has passed, or kAborted before that when the job was
+  // aborted (the sleeper's abort flag became true; the message says how much of the wait was
+  // left). A sleeper without an abort flag always waits the whole duration.
+  virtual absl::Status Sleep(absl::Duration duration) = 0;
 };
 
 // Sleeps on CLOCK_MONOTONIC to an absolute deadline (clock_nanosleep TIMER_ABSTIME; never
 // spins) with the thread's timer slack lowered to 1 us. The overshoot of one sleep (the
 // kernel's wake-up latency, tens of microseconds) is subtracted from the next one, up to
 // kMaxCarry, so that many short waits do not drift from their sum.
+//
+// With an abort flag (not owned; must outlive the sleeper; may be null: never aborted) a wait
+// longer than kAbortPollInterval sleeps in slices of at most kAbortPollInterval, each to an
+// absolute time, checking the flag before every slice: an abort is seen within about one
+// slice and Sleep returns kAborted ("aborted during an emulated wait: 10.9s of 11.2s left").
+// The last slice ends at the same absolute deadline as one long sleep would, so slicing costs
+// no precision (only a wake-up per slice).
 class PreciseSleeper : public Sleeper {
  public:
   static constexpr absl::Duration kMaxCarry = absl::Milliseconds(1);
-  PreciseSleeper();
-  void Sleep(absl::Duration duration) override;
+  // How often a wait checks the abort flag.
+  static constexpr absl::Duration kAbortPollInterval = absl::Milliseconds(10);
+  explicit PreciseSleeper(const std::atomic<bool>* abort = nullptr);
+  absl::Status Sleep(absl::Duration duration) override;
 
  private:
+  const std::atomic<bool>* abort_;               // may be null
   absl::Duration carry_ = absl::ZeroDuration();  // overshoot of the previous sleep
 };
 
 // The emulated backend for layers [first_layer, last_layer] of `spec.model()`, waiting on
-// `sleeper` (nullptr: a PreciseSleeper). `profile` must have one layer per model layer (Input
-// nodes excluded) and batch_size > 0. kInvalidArgument naming the field for a bad layer range,
-// a model InferLayers refuses, a profile with another layer count ("emulated_profile has 5
-// layers, the model 6"), batch_size <= 0 or a negative / non-finite time.
+// `sleeper` (nullptr: a PreciseSleeper without an abort flag; the worker daemon passes
+// PreciseSleeper(&its abort flag) so that a cancelled or failed job stops at once). `profile`
+// must have one layer per model layer (Input nodes excluded) and batch_size > 0.
+// kInvalidArgument naming the field for a bad layer range, a model InferLayers refuses, a
+// profile with another layer count ("emulated_profile has 5 layers, the model 6"),
+// batch_size <= 0 or a negative / non-finite time.
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
     const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
     std::unique_ptr<Sleeper> sleeper = nullptr);

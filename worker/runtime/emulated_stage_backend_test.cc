@@ -1,6 +1,9 @@
 #include "worker/runtime/emulated_stage_backend.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,7 +23,10 @@ using ::testing::HasSubstr;
 class RecordingSleeper : public Sleeper {
  public:
   explicit RecordingSleeper(std::vector<double>* ms) : ms_(ms) {}
-  void Sleep(absl::Duration d) override { ms_->push_back(absl::ToDoubleMilliseconds(d)); }
+  absl::Status Sleep(absl::Duration d) override {
+    ms_->push_back(absl::ToDoubleMilliseconds(d));
+    return absl::OkStatus();
+  }
 
  private:
   std::vector<double>* ms_;
@@ -156,6 +162,83 @@ TEST(EmulatedStageBackend, RefusesAProfileOfAnotherModel) {
 
   b = MakeEmulatedStageBackend(Spec(), 2, 4, Profile());
   EXPECT_THAT(b.status().message(), HasSubstr("layers [2, 4] outside a model of 4 layers"));
+}
+
+// Sets `flag` after `delay` on its own thread (joined by the destructor).
+class AbortLater {
+ public:
+  AbortLater(std::atomic<bool>* flag, std::chrono::milliseconds delay)
+      : thread_([flag, delay] {
+          std::this_thread::sleep_for(delay);
+          flag->store(true);
+        }) {}
+  ~AbortLater() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A cancelled job must not keep its workers for the rest of a long wait: a 30 s wait returns
+// kAborted soon after the flag is set (the bound is generous: the slice is 10 ms).
+TEST(PreciseSleeper, AbortEndsALongWaitWithAborted) {
+  std::atomic<bool> abort{false};
+  PreciseSleeper sleeper(&abort);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s;
+  {
+    AbortLater later(&abort, std::chrono::milliseconds(50));
+    s = sleeper.Sleep(absl::Seconds(30));
+  }
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("aborted during an emulated wait"));
+
+  // Once aborted, every further wait returns at once.
+  const auto again = std::chrono::steady_clock::now();
+  EXPECT_EQ(sleeper.Sleep(absl::Seconds(30)).code(), absl::StatusCode::kAborted);
+  EXPECT_LT(SecondsSince(again), 1.0);
+}
+
+TEST(PreciseSleeper, WaitsTheWholeDurationWhenNotAborted) {
+  std::atomic<bool> abort{false};
+  PreciseSleeper sleeper(&abort);
+  const auto start = std::chrono::steady_clock::now();
+  // Longer than several abort-poll slices: the slices add up to the whole wait.
+  ASSERT_OK(sleeper.Sleep(absl::Milliseconds(35)));
+  EXPECT_GE(SecondsSince(start), 0.035);
+  PreciseSleeper no_flag;
+  ASSERT_OK(no_flag.Sleep(absl::Milliseconds(1)));
+}
+
+TEST(EmulatedStageBackend, AbortEndsAForwardOrBackwardWaitWithAborted) {
+  v1::ModelProfile p = Profile();
+  for (v1::LayerProfile& l : *p.mutable_layers()) {
+    l.set_forward_ms(10'000);  // layers 1..3 at 32 rows: a 30 s forward, 60 s backward
+    l.set_backward_ms(20'000);
+  }
+  std::atomic<bool> abort{false};
+  auto b_or = MakeEmulatedStageBackend(Spec(), 1, 3, p, std::make_unique<PreciseSleeper>(&abort));
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::unique_ptr<StageBackend> b = std::move(*b_or);
+  ASSERT_OK(b->Input(0, 32).status());
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s;
+  {
+    AbortLater later(&abort, std::chrono::milliseconds(50));
+    s = b->Forward(0, 32);
+  }
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+
+  ASSERT_OK(b->GradInput(0, 32).status());
+  const auto backward = std::chrono::steady_clock::now();
+  s = b->Backward(0, 0, 32, /*last_stage=*/false, /*need_dx=*/true);
+  EXPECT_LT(SecondsSince(backward), 1.0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
 }
 
 }  // namespace

@@ -233,20 +233,26 @@ TEST(PlannerTest, DappleChoosesTheDepthWithinTheJobsDevicesWithoutReplicas) {
 // micro-batch, a few MiB of weights): replicating stages pays, and 1F1B-RR's whole micro-batches
 // cap every stage at M replicas.
 TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
+  // The demo on 4 devices of two nodes under schedule pipedream; max_replicas is the job's
+  // devices: MakePlan itself caps pipedream at M.
+  auto plan_pipedream = [](int64_t micro_batch, bool vertical_sync) {
+    v1::JobSpec spec = DemoSpec(4);
+    spec.mutable_parallel()->set_schedule("pipedream");
+    spec.mutable_parallel()->set_planner("pipedream");
+    spec.mutable_parallel()->mutable_pipedream()->set_vertical_sync(vertical_sync);
+    spec.mutable_training()->set_micro_batch(micro_batch);
+    PlanInputs inputs;
+    inputs.profile = DemoProfile(100.0);
+    inputs.topology = TwoNodes(2);
+    inputs.max_replicas = 4;
+    return MakePlan(spec, inputs);
+  };
   // micro_batch 1: 1F1B-RR never splits a micro-batch, so one sample per micro-batch still
   // allows replicas (split-concat would need D samples).
   for (const int64_t micro_batch : {128, 64, 1}) {
     SCOPED_TRACE(absl::StrCat("micro_batch ", micro_batch));
     const int m = static_cast<int>(256 / micro_batch);
-    v1::JobSpec spec = DemoSpec(4);
-    spec.mutable_parallel()->set_schedule("pipedream");
-    spec.mutable_parallel()->set_planner("pipedream");
-    spec.mutable_training()->set_micro_batch(micro_batch);
-    PlanInputs inputs;
-    inputs.profile = DemoProfile(100.0);
-    inputs.topology = TwoNodes(2);
-    inputs.max_replicas = 4;  // the job's devices: MakePlan itself caps pipedream at M
-    auto plan = MakePlan(spec, inputs);
+    auto plan = plan_pipedream(micro_batch, /*vertical_sync=*/false);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const v1::ParallelPlanSummary& s = plan->summary();
     EXPECT_EQ(s.schedule(), "pipedream");
@@ -271,28 +277,12 @@ TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
     }
   }
   // Vertical sync keeps versions the memory model does not count: the notes say so.
-  {
-    v1::JobSpec vs = DemoSpec(4);
-    vs.mutable_parallel()->set_schedule("pipedream");
-    vs.mutable_parallel()->mutable_pipedream()->set_vertical_sync(true);
-    PlanInputs in;
-    in.profile = DemoProfile(100.0);
-    in.topology = TwoNodes(2);
-    in.max_replicas = 4;
-    auto p = MakePlan(vs, in);
-    ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_THAT(p->summary().notes(), ::testing::Contains(HasSubstr("vertical sync: every stage")));
-  }
+  auto synced = plan_pipedream(64, /*vertical_sync=*/true);
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_THAT(synced->summary().notes(),
+              ::testing::Contains(HasSubstr("vertical sync: every stage")));
   // M = 1: one replica per stage, and the notes say why.
-  v1::JobSpec one = DemoSpec(4);
-  one.mutable_parallel()->set_schedule("pipedream");
-  one.mutable_parallel()->set_planner("pipedream");
-  one.mutable_training()->set_micro_batch(256);
-  PlanInputs inputs;
-  inputs.profile = DemoProfile(100.0);
-  inputs.topology = TwoNodes(2);
-  inputs.max_replicas = 4;
-  auto plan = MakePlan(one, inputs);
+  auto plan = plan_pipedream(256, /*vertical_sync=*/false);
   ASSERT_TRUE(plan.ok()) << plan.status();
   for (const v1::PlanStageSummary& stage : plan->summary().stages()) {
     EXPECT_EQ(stage.replicas(), 1);

@@ -138,9 +138,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     }
     return peers;
   };
-  if (stage > 0 && !pipedream) {
-    rt->prev_peers_ = overlapping(stage - 1);
-  }
+  if (stage > 0 && !pipedream) rt->prev_peers_ = overlapping(stage - 1);
   if (stage + 1 < num_stages && !pipedream) rt->next_peers_ = overlapping(stage + 1);
   if (stage > 0) rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
   if (stage + 1 < num_stages) rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
@@ -193,8 +191,9 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   if (rt->pipedream_) {
     rt->first_step_ = assignment.first_step();
     schedule::PipeDreamLayout& layout = rt->layout_;
-    for (int s = 0; s < num_stages; ++s)
+    for (int s = 0; s < num_stages; ++s) {
       layout.replicas.push_back(schedule::StageReplicas(plan, s));
+    }
     layout.num_micro_batches = rt->num_micro_batches_;
     layout.num_steps = rt->RunSteps();
     layout.first_micro_batch = rt->first_step_ * rt->num_micro_batches_;

@@ -187,33 +187,13 @@ class CpuStageBackend : public StageBackend {
   absl::Status ImportState(const StageState& state) override {
     // Everything is checked before anything changes, so a refused import leaves the stage as
     // it was.
-    std::vector<const NamedTensor*> values;
-    std::vector<std::string> param_names;
-    for (const kernels::Param* p : params_) {
-      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
-                              FindTensor(state.params, p->name, p->value.shape));
-      values.push_back(t);
-      param_names.push_back(p->name);
+    DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
+                            MatchStageState(state, params_, optimizer_->StateNames()));
+    std::vector<std::vector<std::vector<float>>> arrays(matched.optimizer_state.size());
+    for (size_t k = 0; k < arrays.size(); ++k) {
+      for (const NamedTensor* t : matched.optimizer_state[k]) arrays[k].push_back(t->data);
     }
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
-    const std::vector<std::string> names = optimizer_->StateNames();
-    std::vector<std::vector<std::vector<float>>> arrays(names.size());
-    std::vector<std::string> state_names;
-    for (size_t k = 0; k < names.size(); ++k) {
-      for (const kernels::Param* p : params_) {
-        const std::string name = absl::StrCat(p->name, ".", names[k]);
-        DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
-                                FindTensor(state.optimizer_state, name, p->value.shape));
-        arrays[k].push_back(t->data);
-        state_names.push_back(name);
-      }
-    }
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
-    if (state.optimizer_steps < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
-    }
-    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = values[i]->data;
+    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = matched.params[i]->data;
     kernels::ZeroGrads(params_);
     optimizer_->SetState(std::move(arrays), state.optimizer_steps);
     return absl::OkStatus();

@@ -218,29 +218,9 @@ class EmulatedStageBackend : public StageBackend {
   }
 
   absl::Status ImportState(const StageState& state) override {
-    std::vector<const NamedTensor*> values;
-    std::vector<std::string> param_names;
-    for (const kernels::Param* p : params_) {
-      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
-                              FindTensor(state.params, p->name, p->value.shape));
-      values.push_back(t);
-      param_names.push_back(p->name);
-    }
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
-    std::vector<std::string> state_names;
-    for (const std::string& s : optimizer_state_names_) {
-      for (const kernels::Param* p : params_) {
-        const std::string name = absl::StrCat(p->name, ".", s);
-        DAPPLE_RETURN_IF_ERROR(FindTensor(state.optimizer_state, name, p->value.shape).status());
-        state_names.push_back(name);
-      }
-    }
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
-    if (state.optimizer_steps < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
-    }
-    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = values[i]->data;
+    DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
+                            MatchStageState(state, params_, optimizer_state_names_));
+    for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = matched.params[i]->data;
     optimizer_steps_ = state.optimizer_steps;
     return absl::OkStatus();
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cpu/tensor.h"
 
 namespace dapple::worker {
@@ -60,6 +61,37 @@ absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
+                                                  const std::vector<kernels::Param*>& stage_params,
+                                                  const std::vector<std::string>& state_names) {
+  MatchedStageState out;
+  std::vector<std::string> param_names;
+  for (const kernels::Param* p : stage_params) {
+    DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                            FindTensor(state.params, p->name, p->value.shape));
+    out.params.push_back(t);
+    param_names.push_back(p->name);
+  }
+  DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
+  out.optimizer_state.resize(state_names.size());
+  std::vector<std::string> names;
+  for (size_t k = 0; k < state_names.size(); ++k) {
+    for (const kernels::Param* p : stage_params) {
+      const std::string name = absl::StrCat(p->name, ".", state_names[k]);
+      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                              FindTensor(state.optimizer_state, name, p->value.shape));
+      out.optimizer_state[k].push_back(t);
+      names.push_back(name);
+    }
+  }
+  DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, names));
+  if (state.optimizer_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
+  }
+  return out;
 }
 
 }  // namespace dapple::worker

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/layer.h"
 
 namespace dapple::worker {
 
@@ -51,6 +52,24 @@ absl::StatusOr<const NamedTensor*> FindTensor(const std::vector<NamedTensor>& te
 // stage".
 absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
                                  const std::vector<std::string>& expected);
+
+// An import's checkpoint tensors matched to a stage, checked before anything changes (so a
+// refused import leaves the stage as it was): params[i] belongs to stage_params[i], and
+// optimizer_state[k][i] is "<stage_params[i]->name>.<state_names[k]>". The pointers point into
+// the StageState passed to MatchStageState.
+struct MatchedStageState {
+  std::vector<const NamedTensor*> params;
+  std::vector<std::vector<const NamedTensor*>> optimizer_state;  // [state name][parameter]
+};
+
+// Every backend's ImportState check: the state holds exactly the stage's parameters and, for
+// each of `state_names` (OptimizerStateNames), exactly one tensor per parameter, each of its
+// parameter's shape, and optimizer_steps >= 0. Errors (kInvalidArgument): FindTensor's and
+// CheckNoExtraTensors' messages (parameters first, then optimizer state), "checkpoint
+// optimizer_steps -1 must be >= 0".
+absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
+                                                  const std::vector<kernels::Param*>& stage_params,
+                                                  const std::vector<std::string>& state_names);
 
 }  // namespace dapple::worker
 

@@ -344,29 +344,10 @@ class CudaStageBackend : public StageBackend {
     // Every tensor is found and checked before the first copy, so a refused import changes
     // nothing.
     const std::vector<std::string> names = OptimizerStateNames(optimizer_.type());
-    std::vector<const NamedTensor*> params;
-    std::vector<std::vector<const NamedTensor*>> states(names.size());
-    std::vector<std::string> param_names;
-    std::vector<std::string> state_names;
-    for (const kernels::Param* p : host_params_) {
-      DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
-                              FindTensor(state.params, p->name, p->value.shape));
-      params.push_back(t);
-      param_names.push_back(p->name);
-      for (size_t k = 0; k < names.size(); ++k) {
-        const std::string name = absl::StrCat(p->name, ".", names[k]);
-        DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* s,
-                                FindTensor(state.optimizer_state, name, p->value.shape));
-        states[k].push_back(s);
-        state_names.push_back(name);
-      }
-    }
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
-    DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.optimizer_state, state_names));
-    if (state.optimizer_steps < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint optimizer_steps ", state.optimizer_steps, " must be >= 0"));
-    }
+    DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
+                            MatchStageState(state, host_params_, names));
+    const std::vector<const NamedTensor*>& params = matched.params;
+    const std::vector<std::vector<const NamedTensor*>>& states = matched.optimizer_state;
     auto copy_in = [&](DeviceBuffer& dst, const NamedTensor& src) {
       return kc::CudaStatus(
           cudaMemcpyAsync(dst.data(), src.data.data(), src.data.size() * sizeof(float),

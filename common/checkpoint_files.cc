@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/model/layer_registry.h"
 
 namespace dapple {
 namespace {
@@ -157,9 +158,21 @@ absl::Status CheckSameModel(const v1::ModelSpec& saved, const v1::ModelSpec& job
     if (a.type() != b.type()) {
       return Differs(absl::StrCat("model.layers[", i, "].type"), a.type(), b.type());
     }
-    if (a.out() != b.out()) {
-      return Differs(absl::StrCat("model.layers[", i, "].out"), absl::StrCat(a.out()),
-                     absl::StrCat(b.out()));
+    const auto pa = LayerParamValues(a);
+    const auto pb = LayerParamValues(b);
+    if (pa != pb) {
+      // The first key whose value differs (or that only one of them sets).
+      for (const std::string& key : LayerParamKeys(a.type())) {
+        auto find = [&key](const std::vector<std::pair<std::string, std::string>>& v) {
+          for (const auto& kv : v) {
+            if (kv.first == key) return kv.second;
+          }
+          return std::string("(default)");
+        };
+        if (find(pa) != find(pb)) {
+          return Differs(absl::StrCat("model.layers[", i, "].", key), find(pa), find(pb));
+        }
+      }
     }
   }
   if (saved.loss() != job.loss()) return Differs("model.loss", saved.loss(), job.loss());

@@ -35,7 +35,7 @@ v1::JobSpec Spec() {
   s.mutable_model()->add_layers()->set_type("flatten");
   v1::LayerSpec* l = s.mutable_model()->add_layers();
   l->set_type("linear");
-  l->set_out(64);
+  l->mutable_linear()->set_out(64);
   s.mutable_model()->set_loss("softmax_cross_entropy");
   s.mutable_training()->set_global_batch(128);
   s.mutable_training()->set_micro_batch(32);
@@ -128,7 +128,7 @@ TEST(CheckResumableTest, SameSpecAndLayoutChangesAreFine) {
 TEST(CheckResumableTest, NamesTheFirstDifference) {
   v1::JobSpec a = Spec();
   v1::JobSpec b = Spec();
-  b.mutable_model()->mutable_layers(1)->set_out(32);
+  b.mutable_model()->mutable_layers(1)->mutable_linear()->set_out(32);
   EXPECT_EQ(CheckResumable(a, b).message(), "model.layers[1].out differs: checkpoint 64, job 32");
   b = Spec();
   b.mutable_model()->mutable_layers(1)->set_type("relu");

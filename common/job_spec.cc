@@ -1019,7 +1019,7 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
     }
     if (out != nullptr) {
       DAPPLE_ASSIGN_OR_RETURN(int64_t value, Int64(*out, path + ".out"));
-      layer.set_out(value);
+      layer.mutable_linear()->set_out(value);
     }
   }
 
@@ -1556,7 +1556,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
     absl::StrAppend(&out, "  layers:\n");
     for (const v1::LayerSpec& layer : model.layers()) {
       absl::StrAppend(&out, "    - {type: ", YamlString(layer.type()));
-      if (layer.out() != 0) absl::StrAppend(&out, ", out: ", layer.out());
+      if (layer.has_linear() && layer.linear().out() != 0) {
+        absl::StrAppend(&out, ", out: ", layer.linear().out());
+      }
       absl::StrAppend(&out, "}\n");
     }
   }

@@ -502,10 +502,10 @@ TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
   ExpectInvalid(ValidateJobSpec(spec), {"model.input_shape [3, 32, 32]", "3072 elements", "784",
                                         "[1, 28, 28], [28, 28] or [784]"});
   spec = Example();
-  spec.mutable_model()->mutable_layers(3)->set_out(12);
+  spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(12);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"model output has 12 features but fashion-mnist has 10 classes"});
-  spec.mutable_model()->mutable_layers(3)->set_out(1);
+  spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(1);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"model output has 1 feature but fashion-mnist has 10 classes"});
   spec = Example();

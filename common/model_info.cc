@@ -5,44 +5,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "common/model/layer_registry.h"
+#include "common/model/limits.h"
+#include "common/status.h"
 
 namespace dapple {
 namespace {
 
-constexpr char kKnownTypes[] = "flatten, linear, relu, gelu";
-
-// Per-element cost guesses for the element-wise layers. Only their relative size matters: the
-// planner prefers measured profiles, and these keep estimates sane where none exist. GELU's exact
-// form evaluates erf (a rational approximation of a few dozen operations) and its backward also
-// exp, hence its larger factors.
-constexpr double kReluForwardFlopsPerElement = 1;
-constexpr double kReluBackwardFlopsPerElement = 1;
-constexpr double kGeluForwardFlopsPerElement = 20;
-constexpr double kGeluBackwardFlopsPerElement = 40;
-
-// Bounds that keep every size the system derives from a model (buffers, byte counts, FLOPs) far
-// from int64 overflow and a worker's memory: at most 2^24 floats (64 MiB) per sample for the input
-// and for any layer's output, and at most 2^28 parameters in all (1 GiB of fp32 weights; the
-// optimizer keeps up to three more copies), in at most 4096 layers.
-constexpr int64_t kMaxSampleElements = int64_t{1} << 24;
-constexpr int64_t kMaxParams = int64_t{1} << 28;
-constexpr int kMaxLayers = 4096;
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-}  // namespace
-
-int64_t NumElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
+absl::Status CheckInputShape(const v1::ModelSpec& model) {
   if (model.input_shape().empty()) {
     return absl::InvalidArgumentError(
         "model.input_shape is empty: give the per-sample shape, e.g. [1, 28, 28]");
@@ -57,10 +29,15 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
     if (d > kMaxSampleElements / input_elems) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model.input_shape ",
-          ShapeString({model.input_shape().begin(), model.input_shape().end()}),
+          ShapeText({model.input_shape().begin(), model.input_shape().end()}),
           " has more than the maximum 2^24 (", kMaxSampleElements, ") elements per sample"));
     }
     input_elems *= d;
+  }
+  if (!model.input_type().empty() && model.input_type() != "float" &&
+      model.input_type() != "tokens") {
+    return absl::InvalidArgumentError(absl::StrCat("model.input_type '", model.input_type(),
+                                                   "' must be float or tokens"));
   }
   if (model.layers().empty()) {
     return absl::InvalidArgumentError("model.layers is empty: a model needs at least one layer");
@@ -69,73 +46,85 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
     return absl::InvalidArgumentError(absl::StrCat("model.layers has ", model.layers_size(),
                                                    " layers, more than the maximum ", kMaxLayers));
   }
+  return absl::OkStatus();
+}
 
-  std::vector<int64_t> shape(model.input_shape().begin(), model.input_shape().end());
+// A spec built by a client (not the YAML parser) may set another type's parameter message.
+absl::Status CheckParamsMatchType(const v1::LayerSpec& spec, const std::string& path) {
+  if (spec.params_case() == v1::LayerSpec::PARAMS_NOT_SET) return absl::OkStatus();
+  const google::protobuf::FieldDescriptor* own = LayerParamsField(spec.type());
+  const google::protobuf::FieldDescriptor* set =
+      v1::LayerSpec::descriptor()->FindFieldByNumber(static_cast<int>(spec.params_case()));
+  if (own != nullptr && set == own) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, " (", spec.type(), ") sets parameters of ", set == nullptr ? "?" : set->name(),
+      own == nullptr ? absl::StrCat(": ", spec.type(), " takes none")
+                     : absl::StrCat(": ", spec.type(), " takes ", own->name())));
+}
+
+}  // namespace
+
+bool TokenInput(const v1::ModelSpec& model) { return model.input_type() == "tokens"; }
+
+int64_t TargetsPerSample(const std::vector<LayerInfo>& infos) {
+  const std::vector<int64_t>& out = infos.back().output_shape;
+  return NumElements(out) / out.back();
+}
+
+std::string LayerDescription(const LayerInfo& info) {
+  if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
+    return absl::StrCat("linear ", info.input_shape[0], " -> ", info.output_shape[0]);
+  }
+  return absl::StrCat(info.type, " ", ShapeText(info.input_shape), " -> ",
+                      ShapeText(info.output_shape));
+}
+
+absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
+  DAPPLE_RETURN_IF_ERROR(CheckInputShape(model));
+  InferContext ctx;
+  ctx.model = &model;
+  ctx.input_shape.assign(model.input_shape().begin(), model.input_shape().end());
+  ctx.token_input = TokenInput(model);
+  ctx.input_from = "model.input_shape";
   std::vector<LayerInfo> infos;
-  int64_t total_params = 0;
   infos.reserve(model.layers_size());
+  ctx.earlier = &infos;
+  int64_t total_params = 0;
   for (int i = 0; i < model.layers_size(); ++i) {
     const v1::LayerSpec& spec = model.layers(i);
-    LayerInfo info;
+    ctx.index = i;
+    ctx.path = absl::StrCat("model.layers[", i, "]");
+    const LayerType* type = FindLayerType(spec.type());
+    if (type == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx.path, ": unknown layer type '",
+                                                     spec.type(), "'; known: ",
+                                                     KnownLayerTypes()));
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckParamsMatchType(spec, ctx.path));
+    DAPPLE_ASSIGN_OR_RETURN(LayerInfo info, type->Infer(spec, ctx));
     info.index = i;
     info.type = spec.type();
-    info.input_shape = shape;
-    const int64_t in_elems = NumElements(shape);
-    // An unknown type is reported below, as such.
-    const bool takes_no_out =
-        spec.type() == "flatten" || spec.type() == "relu" || spec.type() == "gelu";
-    if (takes_no_out && spec.out() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("model.layers[", i,
-                                                     "].out applies only to linear layers, not ",
-                                                     spec.type(), " (got out ", spec.out(), ")"));
+    info.input_shape = ctx.input_shape;
+    info.token_input = ctx.token_input;
+    const int64_t out_elems = NumElements(info.output_shape);
+    if (out_elems > kMaxSampleElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ctx.path, " (", spec.type(), ") output ", ShapeText(info.output_shape),
+          " has more than the maximum 2^24 (", kMaxSampleElements, ") elements per sample"));
     }
-    if (spec.type() == "flatten") {
-      info.output_shape = {in_elems};
-    } else if (spec.type() == "linear") {
-      if (spec.out() <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.layers[", i, "].out ", spec.out(), " must be > 0"));
-      }
-      if (shape.size() != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.layers[", i, "] (linear) needs a flat input, got ",
-                         ShapeString(shape), ": add a flatten layer before it"));
-      }
-      const int64_t in = shape[0];
-      const int64_t out = spec.out();
-      if (out > kMaxSampleElements) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.layers[", i, "].out ", out, " is more than the maximum 2^24 (",
-                         kMaxSampleElements, ") output elements per sample"));
-      }
-      // in, out <= 2^24, so in * out + out cannot overflow.
-      info.output_shape = {out};
-      info.param_count = in * out + out;
-      info.forward_flops = 2.0 * static_cast<double>(in) * static_cast<double>(out);
-      info.backward_flops = 4.0 * static_cast<double>(in) * static_cast<double>(out);
-      if (total_params + info.param_count > kMaxParams) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "model.layers[%d] (linear %d -> %d) has %d parameters, bringing the model to %d "
-            "(%.2f GiB of fp32 weights), more than the maximum 2^28 (%d, 1 GiB)",
-            i, in, out, info.param_count, total_params + info.param_count,
-            static_cast<double>(total_params + info.param_count) * sizeof(float) / kBytesPerGiB,
-            kMaxParams));
-      }
-      total_params += info.param_count;
-    } else if (spec.type() == "relu") {
-      info.output_shape = shape;
-      info.forward_flops = kReluForwardFlopsPerElement * static_cast<double>(in_elems);
-      info.backward_flops = kReluBackwardFlopsPerElement * static_cast<double>(in_elems);
-    } else if (spec.type() == "gelu") {
-      info.output_shape = shape;
-      info.forward_flops = kGeluForwardFlopsPerElement * static_cast<double>(in_elems);
-      info.backward_flops = kGeluBackwardFlopsPerElement * static_cast<double>(in_elems);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("model.layers[", i, "]: unknown layer type '",
-                                                     spec.type(), "'; known: ", kKnownTypes));
+    info.output_bytes = out_elems * static_cast<int64_t>(sizeof(float));
+    if (total_params + info.param_count > kMaxParams) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s (%s) has %d parameters, bringing the model to %d (%.2f GiB of fp32 weights), more "
+          "than the maximum 2^28 (%d, 1 GiB)",
+          ctx.path, LayerDescription(info), info.param_count, total_params + info.param_count,
+          static_cast<double>(total_params + info.param_count) * sizeof(float) / kBytesPerGiB,
+          kMaxParams));
     }
-    info.output_bytes = NumElements(info.output_shape) * static_cast<int64_t>(sizeof(float));
-    shape = info.output_shape;
+    total_params += info.param_count;
+    ctx.input_shape = info.output_shape;
+    ctx.token_input = false;
+    ctx.input_from = absl::StrCat(ctx.path, " (", spec.type(), ")");
     infos.push_back(std::move(info));
   }
   return infos;

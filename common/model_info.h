@@ -1,5 +1,6 @@
-// Shape inference and cost estimates for the built-in layers of a ModelSpec. Pure functions;
-// used by validation, the planner and the kernels' model builder.
+// Shape inference and cost estimates of a whole ModelSpec, through the layer registry
+// (common/model/layer_registry.h): each layer's type describes it from its spec and its input.
+// Pure functions; used by validation, the planner, the checkpoints and the kernels' builders.
 #ifndef DAPPLE_COMMON_MODEL_INFO_H_
 #define DAPPLE_COMMON_MODEL_INFO_H_
 
@@ -8,29 +9,29 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/layer_type.h"
 #include "dapple/v1/job.pb.h"
 
 namespace dapple {
 
-struct LayerInfo {
-  int index = 0;                      // position in ModelSpec.layers
-  std::string type;                   // flatten | linear | relu | gelu
-  std::vector<int64_t> input_shape;   // per sample, without the batch dimension
-  std::vector<int64_t> output_shape;  // per sample
-  int64_t param_count = 0;            // floats (linear: in * out + out)
-  double forward_flops = 0;           // per sample (linear: 2 * in * out)
-  double backward_flops = 0;          // per sample (linear: 4 * in * out)
-  int64_t output_bytes = 0;           // per sample, fp32
-};
-
-// Walks the layers from model.input_shape. kInvalidArgument naming the layer
-// ("model.layers[3]: unknown layer type 'conv9'; known: flatten, linear, relu, gelu",
-// "model.layers[1] (linear) needs a flat input, got [1, 28, 28]: add a flatten layer before it",
-// "model.layers[2].out 0 must be > 0", an empty model or input shape).
+// Walks the layers from model.input_shape (and model.input_type: "tokens" feeds token ids to
+// layer 0; "" and "float" feed floats). kInvalidArgument naming the layer and the key
+// ("model.layers[3]: unknown layer type 'conv9'; known: flatten, linear, ...",
+// "model.layers[1] (linear) needs a flat input, got [1, 28, 28] from model.input_shape: add a
+// flatten layer before it", "model.layers[2].out 0 must be > 0"), an empty model or input
+// shape, an output of more than 2^24 elements per sample, more than 2^28 parameters in all, or
+// a spec that sets the parameters of another type.
 absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model);
 
-// Product of the dims; 1 for an empty shape.
-int64_t NumElements(const std::vector<int64_t>& shape);
+// True when the model reads token ids (model.input_type "tokens").
+bool TokenInput(const v1::ModelSpec& model);
+
+// Targets per sample the loss compares the output with: the output's elements divided by its
+// last dimension (1 for [classes], T for [T, vocab]). Requires valid `infos`.
+int64_t TargetsPerSample(const std::vector<LayerInfo>& infos);
+
+// "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.
+std::string LayerDescription(const LayerInfo& info);
 
 }  // namespace dapple
 

@@ -18,7 +18,7 @@ v1::ModelSpec MakeModel(const std::vector<int64_t>& input_shape,
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* l = m.add_layers();
     l->set_type(type);
-    l->set_out(out);
+    if (type == "linear") l->mutable_linear()->set_out(out);
   }
   m.set_loss("softmax_cross_entropy");
   return m;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/model/layer_registry.h"
 #include "common/model_info.h"
 #include "common/profile/text_util.h"
 #include "common/status.h"
@@ -271,7 +272,7 @@ std::string ModelFingerprint(const v1::ModelSpec& model) {
   std::vector<std::string> parts;
   parts.push_back(absl::StrCat("in=", absl::StrJoin(model.input_shape(), "x")));
   for (const v1::LayerSpec& layer : model.layers()) {
-    parts.push_back(layer.out() != 0 ? absl::StrCat(layer.type(), ":", layer.out()) : layer.type());
+    parts.push_back(LayerSignature(layer));
   }
   return absl::StrJoin(parts, ";");
 }

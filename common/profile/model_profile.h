@@ -88,8 +88,9 @@ absl::StatusOr<v1::ModelProfile> EstimateProfile(const v1::ModelSpec& model, int
                                                  double flops_per_second);
 
 // A stable key for a model's layers and input shape (the measured-profile cache key): a
-// readable canonical string "in=<d0>x<d1>...;<type>[:<out>];..." with ":<out>" only where out is
-// not 0, e.g. "in=1x28x28;flatten;linear:1024;relu;linear:10". The loss is not part of it.
+// readable canonical string "in=<d0>x<d1>...;<layer>;..." of the layers' LayerSignature
+// (common/model/layer_registry.h), e.g. "in=1x28x28;flatten;linear:1024;relu;linear:10" or
+// "...;transformer_block{heads=4}". The loss is not part of it.
 std::string ModelFingerprint(const v1::ModelSpec& model);
 
 }  // namespace dapple::profile

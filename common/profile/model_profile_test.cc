@@ -433,7 +433,7 @@ v1::ModelSpec Mlp() {
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* layer = model.add_layers();
     layer->set_type(type);
-    layer->set_out(out);
+    if (type == "linear") layer->mutable_linear()->set_out(out);
   }
   model.set_loss("softmax_cross_entropy");
   return model;
@@ -502,7 +502,7 @@ v1::ModelSpec SmallMlp(const char* activation) {
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* layer = model.add_layers();
     layer->set_type(type);
-    layer->set_out(out);
+    if (type == "linear") layer->mutable_linear()->set_out(out);
   }
   return model;
 }
@@ -557,11 +557,11 @@ TEST(EstimateProfileTest, TinyMlpFromItsFlops) {
   model.add_layers()->set_type("flatten");
   v1::LayerSpec* hidden = model.add_layers();
   hidden->set_type("linear");
-  hidden->set_out(3);
+  hidden->mutable_linear()->set_out(3);
   model.add_layers()->set_type("relu");
   v1::LayerSpec* out = model.add_layers();
   out->set_type("linear");
-  out->set_out(2);
+  out->mutable_linear()->set_out(2);
 
   absl::StatusOr<v1::ModelProfile> profile = EstimateProfile(model, 10, 1e9);
   ASSERT_OK(profile.status());
@@ -605,7 +605,7 @@ TEST(ModelFingerprintTest, CanonicalAndSensitiveToShapeAndLayers) {
   EXPECT_EQ(ModelFingerprint(Mlp()),
             "in=1x28x28;flatten;linear:1024;relu;linear:1024;relu;linear:10");
   v1::ModelSpec other = Mlp();
-  other.mutable_layers(5)->set_out(11);
+  other.mutable_layers(5)->mutable_linear()->set_out(11);
   EXPECT_NE(ModelFingerprint(other), ModelFingerprint(Mlp()));
   other = Mlp();
   other.set_input_shape(0, 3);

@@ -11,7 +11,7 @@ v1::JobSpec Spec(int64_t width) {
   spec.mutable_model()->add_input_shape(8);
   v1::LayerSpec* l = spec.mutable_model()->add_layers();
   l->set_type("linear");
-  l->set_out(width);
+  l->mutable_linear()->set_out(width);
   return spec;
 }
 

@@ -20,7 +20,7 @@ v1::JobSpec DemoSpec(int devices, int stages = 0) {
   auto layer = [&](const std::string& type, int64_t out = 0) {
     v1::LayerSpec* l = model->add_layers();
     l->set_type(type);
-    l->set_out(out);
+    if (type == "linear") l->mutable_linear()->set_out(out);
   };
   layer("flatten");
   layer("linear", 1024);

@@ -1175,7 +1175,7 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerStillMeasuringIsNotAskedAga
   v1::HeartbeatResponse hb = Heartbeat(w2);
   ASSERT_TRUE(hb.has_profile_request());
   EXPECT_EQ(hb.profile_request().spec().name(), "demo");
-  EXPECT_EQ(hb.profile_request().spec().model().layers(1).out(), 512);
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
   v1::ReportProfileResponse resp;
   ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w2, hb.profile_request()), &resp).ok());
   svc_->Tick();
@@ -1209,7 +1209,7 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasu
   EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
   v1::HeartbeatResponse hb = Heartbeat(w1);
   ASSERT_TRUE(hb.has_profile_request());
-  EXPECT_EQ(hb.profile_request().spec().model().layers(1).out(), 512);
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
 
   // A worker that is measuring when asked (it cannot tell the coordinator otherwise, e.g. after
   // a coordinator restart) answers with an error at once: the job runs its estimated plan now.

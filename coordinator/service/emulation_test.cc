@@ -25,11 +25,11 @@ v1::JobSpec Spec(const std::string& profile, double scale) {
   m->add_layers()->set_type("flatten");
   v1::LayerSpec* l = m->add_layers();
   l->set_type("linear");
-  l->set_out(64);
+  l->mutable_linear()->set_out(64);
   m->add_layers()->set_type("relu");
   l = m->add_layers();
   l->set_type("linear");
-  l->set_out(10);
+  l->mutable_linear()->set_out(10);
   m->set_loss("softmax_cross_entropy");
   v1::TrainingSpec* t = spec.mutable_training();
   t->set_global_batch(64);

@@ -18,7 +18,8 @@ void CheckSameShape(const char* layer, const Tensor& expected, const Tensor& dy)
 
 }  // namespace
 
-void ReluLayer::Forward(const Tensor& x, Tensor* y) {
+void ReluLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) {
+  cache->ctx = ctx;
   y->Resize(x.shape);
   const size_t n = x.data.size();
   // `x < 0 ? 0 : x` rather than max(): a NaN passes through (as torch.relu), so a diverging
@@ -26,7 +27,8 @@ void ReluLayer::Forward(const Tensor& x, Tensor* y) {
   for (size_t i = 0; i < n; ++i) y->data[i] = x.data[i] < 0.0f ? 0.0f : x.data[i];
 }
 
-void ReluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+void ReluLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                              LayerCache* cache) {
   CheckSameShape("relu", x, dy);
   if (dx == nullptr) return;
   dx->Resize(x.shape);
@@ -34,7 +36,8 @@ void ReluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Ten
   for (size_t i = 0; i < n; ++i) dx->data[i] = x.data[i] <= 0.0f ? 0.0f : dy.data[i];
 }
 
-void GeluLayer::Forward(const Tensor& x, Tensor* y) {
+void GeluLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) {
+  cache->ctx = ctx;
   y->Resize(x.shape);
   const size_t n = x.data.size();
   for (size_t i = 0; i < n; ++i) {
@@ -43,7 +46,8 @@ void GeluLayer::Forward(const Tensor& x, Tensor* y) {
   }
 }
 
-void GeluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+void GeluLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                              LayerCache* cache) {
   CheckSameShape("gelu", x, dy);
   if (dx == nullptr) return;
   dx->Resize(x.shape);
@@ -56,13 +60,15 @@ void GeluLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Ten
   }
 }
 
-void FlattenLayer::Forward(const Tensor& x, Tensor* y) {
+void FlattenLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) {
+  cache->ctx = ctx;
   DAPPLE_KERNEL_CHECK(!x.shape.empty(), "flatten expects x [N, ...], got an empty tensor");
   y->shape = {x.rows(), x.cols()};
   y->data = x.data;
 }
 
-void FlattenLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+void FlattenLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                              LayerCache* cache) {
   DAPPLE_KERNEL_CHECK(dy.shape.size() == 2 && dy.shape[0] == x.rows() && dy.shape[1] == x.cols(),
                       "flatten expects dy [", x.rows(), ", ", x.cols(), "], got ",
                       ShapeToString(dy.shape));

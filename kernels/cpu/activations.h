@@ -17,8 +17,9 @@ namespace dapple::kernels {
 class ReluLayer : public Layer {
  public:
   std::string Type() const override { return "relu"; }
-  void Forward(const Tensor& x, Tensor* y) override;
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) override;
+  void Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) override;
+  void BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                     LayerCache* cache) override;
 };
 
 // Exact GELU (Hendrycks & Gimpel, arXiv 1606.08415), PyTorch's default nn.GELU
@@ -27,8 +28,9 @@ class ReluLayer : public Layer {
 class GeluLayer : public Layer {
  public:
   std::string Type() const override { return "gelu"; }
-  void Forward(const Tensor& x, Tensor* y) override;
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) override;
+  void Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) override;
+  void BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                     LayerCache* cache) override;
 };
 
 // [N, d1, d2, ...] -> [N, d1 * d2 * ...] (a copy in the same row-major order).
@@ -36,8 +38,9 @@ class GeluLayer : public Layer {
 class FlattenLayer : public Layer {
  public:
   std::string Type() const override { return "flatten"; }
-  void Forward(const Tensor& x, Tensor* y) override;
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) override;
+  void Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) override;
+  void BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                     LayerCache* cache) override;
 };
 
 }  // namespace dapple::kernels

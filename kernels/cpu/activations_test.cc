@@ -22,15 +22,16 @@ constexpr double kFdRtol = 1e-3;
 
 // Checks layer.Backward's dx against central differences of sum(Forward(x) * r).
 void CheckBackward(Layer* layer, Tensor x, uint64_t stream) {
+  LayerCache cache;
   Tensor y;
-  layer->Forward(x, &y);
+  layer->Forward(x, &y, &cache, {});
   const Tensor r = RandomTensor(y.shape, stream, -1, 1);
   Tensor dx;
-  layer->Backward(x, y, r, &dx);
+  layer->Backward(x, y, r, &dx, &cache);
   ASSERT_EQ(dx.shape, x.shape);
   auto objective = [&]() {
     Tensor yy;
-    layer->Forward(x, &yy);
+    layer->Forward(x, &yy, &cache, {});
     return Dot(yy, r);
   };
   ExpectGradientsNear(dx.data, NumericalGradient(objective, &x.data), kFdAtol, kFdRtol,
@@ -38,24 +39,26 @@ void CheckBackward(Layer* layer, Tensor x, uint64_t stream) {
 }
 
 TEST(ReluLayerTest, Forward) {
+  LayerCache cache;
   ReluLayer relu;
   Tensor x;
   x.shape = {2, 3};
   x.data = {-1.5f, 0.0f, 2.0f, 3.25f, -0.0f, -7.0f};
   Tensor y;
-  relu.Forward(x, &y);
+  relu.Forward(x, &y, &cache, {});
   EXPECT_EQ(y.shape, x.shape);
   EXPECT_EQ(y.data, (std::vector<float>{0, 0, 2, 3.25f, 0, 0}));
   EXPECT_TRUE(relu.Params().empty());
 }
 
 TEST(ReluLayerTest, NanPropagates) {
+  LayerCache cache;
   ReluLayer relu;
   Tensor x;
   x.shape = {1, 1};
   x.data = {std::nanf("")};
   Tensor y;
-  relu.Forward(x, &y);
+  relu.Forward(x, &y, &cache, {});
   EXPECT_TRUE(std::isnan(y.data[0]));
 }
 
@@ -67,26 +70,28 @@ TEST(ReluLayerTest, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(ReluLayerTest, BackwardMasksByInputSign) {
+  LayerCache cache;
   ReluLayer relu;
   Tensor x;
   x.shape = {1, 4};
   x.data = {-1, 0, 1, 2};
   Tensor y, dx;
-  relu.Forward(x, &y);
+  relu.Forward(x, &y, &cache, {});
   Tensor dy;
   dy.shape = {1, 4};
   dy.data = {5, 6, 7, 8};
-  relu.Backward(x, y, dy, &dx);
+  relu.Backward(x, y, dy, &dx, &cache);
   EXPECT_EQ(dx.data, (std::vector<float>{0, 0, 7, 8}));
 }
 
 TEST(GeluLayerTest, ForwardIsTheExactErfForm) {
+  LayerCache cache;
   GeluLayer gelu;
   Tensor x;
   x.shape = {1, 5};
   x.data = {-3, -1, 0, 0.5f, 1};
   Tensor y;
-  gelu.Forward(x, &y);
+  gelu.Forward(x, &y, &cache, {});
   // x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 evaluated in double (Python math.erf):
   //   -3 * Phi(-3) = -0.00404969409489031, -1 * Phi(-1) = -0.15865525393145707,
   //   0.5 * Phi(0.5) = 0.34573123063700656, 1 * Phi(1) = 0.8413447460685429.
@@ -102,16 +107,17 @@ TEST(GeluLayerTest, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(GeluLayerTest, DerivativeAtKnownPoints) {
+  LayerCache cache;
   GeluLayer gelu;
   Tensor x;
   x.shape = {1, 3};
   x.data = {0, 1, -1};
   Tensor y, dx;
-  gelu.Forward(x, &y);
+  gelu.Forward(x, &y, &cache, {});
   Tensor dy;
   dy.shape = {1, 3};
   dy.data = {1, 1, 2};
-  gelu.Backward(x, y, dy, &dx);
+  gelu.Backward(x, y, dy, &dx, &cache);
   // GELU'(x) = Phi(x) + x phi(x): at 0 it is 0.5; at 1, 0.8413447461 + 0.2419707245 =
   // 1.0833154706; at -1, 0.1586552539 - 0.2419707245 = -0.0833154706 (times dy = 2).
   EXPECT_NEAR(dx.data[0], 0.5, 1e-6);
@@ -120,22 +126,24 @@ TEST(GeluLayerTest, DerivativeAtKnownPoints) {
 }
 
 TEST(FlattenLayerTest, ForwardKeepsRowMajorOrder) {
+  LayerCache cache;
   FlattenLayer flatten;
   Tensor x = RandomTensor({2, 3, 2, 2}, 31, -1, 1);
   Tensor y;
-  flatten.Forward(x, &y);
+  flatten.Forward(x, &y, &cache, {});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 12}));
   EXPECT_EQ(y.data, x.data);
 }
 
 TEST(FlattenLayerTest, BackwardReshapesToInput) {
+  LayerCache cache;
   FlattenLayer flatten;
   CheckBackward(&flatten, RandomTensor({3, 1, 2, 3}, 41, -1, 1), 42);
   Tensor x = RandomTensor({2, 2, 2}, 43, -1, 1);
   Tensor y, dx;
-  flatten.Forward(x, &y);
+  flatten.Forward(x, &y, &cache, {});
   const Tensor dy = RandomTensor({2, 4}, 44, -1, 1);
-  flatten.Backward(x, y, dy, &dx);
+  flatten.Backward(x, y, dy, &dx, &cache);
   EXPECT_EQ(dx.shape, x.shape);
   EXPECT_EQ(dx.data, dy.data);
 }

@@ -38,7 +38,9 @@ void LinearLayer::InitParams(uint64_t seed) {
   FillSymmetricUniform(seed, layer_index_, InitTensor::kBias, bound, &bias_.value);
 }
 
-void LinearLayer::Forward(const Tensor& x, Tensor* y) {
+void LinearLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
+                          const ForwardContext& ctx) {
+  cache->ctx = ctx;
   DAPPLE_KERNEL_CHECK(x.shape.size() == 2 && x.shape[1] == in_, "layer", layer_index_,
                       " (linear) expects x [N, ", in_, "], got ", ShapeToString(x.shape));
   const int64_t n = x.rows();
@@ -54,16 +56,32 @@ void LinearLayer::Forward(const Tensor& x, Tensor* y) {
               y->data.data(), BlasDim(out_));
 }
 
-void LinearLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) {
+void LinearLayer::CheckBackwardShapes(const Tensor& x, const Tensor& dy) const {
   DAPPLE_KERNEL_CHECK(x.shape.size() == 2 && x.shape[1] == in_, "layer", layer_index_,
                       " (linear) expects x [N, ", in_, "], got ", ShapeToString(x.shape));
-  const int64_t n = x.rows();
-  DAPPLE_KERNEL_CHECK(dy.shape.size() == 2 && dy.shape[0] == n && dy.shape[1] == out_, "layer",
-                      layer_index_, " (linear) expects dy [", n, ", ", out_, "], got ",
-                      ShapeToString(dy.shape));
-  if (dx != nullptr) dx->Resize({n, in_});
-  if (n == 0) return;
+  DAPPLE_KERNEL_CHECK(dy.shape.size() == 2 && dy.shape[0] == x.rows() && dy.shape[1] == out_,
+                      "layer", layer_index_, " (linear) expects dy [", x.rows(), ", ", out_,
+                      "], got ", ShapeToString(dy.shape));
+}
 
+void LinearLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                                LayerCache* cache) {
+  CheckBackwardShapes(x, dy);
+  if (dx == nullptr) return;
+  const int64_t n = x.rows();
+  dx->Resize({n, in_});
+  if (n == 0) return;
+  // dx[N, in] = dy[N, out] W[out, in].
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasDim(n), BlasDim(in_), BlasDim(out_),
+              1.0f, dy.data.data(), BlasDim(out_), weight_.value.data.data(), BlasDim(in_), 0.0f,
+              dx->data.data(), BlasDim(in_));
+}
+
+void LinearLayer::BackwardWeight(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 LayerCache* cache) {
+  CheckBackwardShapes(x, dy);
+  const int64_t n = x.rows();
+  if (n == 0) return;
   // dW[out, in] += dy^T[out, N] x[N, in].
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasDim(out_), BlasDim(in_), BlasDim(n),
               1.0f, dy.data.data(), BlasDim(out_), x.data.data(), BlasDim(in_), 1.0f,
@@ -72,12 +90,6 @@ void LinearLayer::Backward(const Tensor& x, const Tensor& y, const Tensor& dy, T
   for (int64_t r = 0; r < n; ++r) {
     const float* row = dy.data.data() + r * out_;
     for (int64_t j = 0; j < out_; ++j) db[j] += row[j];
-  }
-  if (dx != nullptr) {
-    // dx[N, in] = dy[N, out] W[out, in].
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasDim(n), BlasDim(in_), BlasDim(out_),
-                1.0f, dy.data.data(), BlasDim(out_), weight_.value.data.data(), BlasDim(in_), 0.0f,
-                dx->data.data(), BlasDim(in_));
   }
 }
 

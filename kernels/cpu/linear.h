@@ -28,10 +28,14 @@ class LinearLayer : public Layer {
   void InitParams(uint64_t seed);
 
   std::string Type() const override { return "linear"; }
-  // y = x W^T + b.
-  void Forward(const Tensor& x, Tensor* y) override;
-  // dW += dy^T x; db += sum over rows of dy; dx = dy W (when dx is not null).
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx) override;
+  // y = x W^T + b (x [N, in], y [N, out]).
+  void Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) override;
+  // dx = dy W (when dx is not null).
+  void BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                     LayerCache* cache) override;
+  // dW += dy^T x; db += sum over rows of dy.
+  void BackwardWeight(const Tensor& x, const Tensor& y, const Tensor& dy,
+                      LayerCache* cache) override;
   // {weight, bias}.
   std::vector<Param*> Params() override { return {&weight_, &bias_}; }
 
@@ -42,6 +46,8 @@ class LinearLayer : public Layer {
   Param& bias() { return bias_; }
 
  private:
+  void CheckBackwardShapes(const Tensor& x, const Tensor& dy) const;
+
   int layer_index_;
   int64_t in_;
   int64_t out_;

@@ -59,11 +59,12 @@ TEST(LinearLayerTest, InitParamsWithinPytorchBound) {
 }
 
 TEST(LinearLayerTest, ForwardMatchesNaiveLoop) {
+  LayerCache cache;
   const int64_t n = 5, in = 7, out = 4;
   LinearLayer layer = MakeLayer(in, out, 100);
   Tensor x = RandomTensor({n, in}, 200, -2, 2);
   Tensor y;
-  layer.Forward(x, &y);
+  layer.Forward(x, &y, &cache, {});
   ASSERT_EQ(y.shape, (std::vector<int64_t>{n, out}));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t j = 0; j < out; ++j) {
@@ -80,28 +81,30 @@ TEST(LinearLayerTest, ForwardMatchesNaiveLoop) {
 }
 
 TEST(LinearLayerTest, ForwardReusesOutputAndHandlesEmptyBatch) {
+  LayerCache cache;
   LinearLayer layer = MakeLayer(3, 2, 1);
   Tensor y;
-  layer.Forward(RandomTensor({4, 3}, 2, -1, 1), &y);
-  layer.Forward(Tensor::Zeros({0, 3}), &y);
+  layer.Forward(RandomTensor({4, 3}, 2, -1, 1), &y, &cache, {});
+  layer.Forward(Tensor::Zeros({0, 3}), &y, &cache, {});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{0, 2}));
   EXPECT_TRUE(y.data.empty());
 }
 
 TEST(LinearLayerTest, BackwardMatchesFiniteDifferences) {
+  LayerCache cache;
   const int64_t n = 4, in = 6, out = 5;
   LinearLayer layer = MakeLayer(in, out, 300);
   Tensor x = RandomTensor({n, in}, 400, -1, 1);
   const Tensor r = RandomTensor({n, out}, 500, -1, 1);  // dL/dy for L = sum(y * r)
   Tensor y;
-  layer.Forward(x, &y);
+  layer.Forward(x, &y, &cache, {});
   Tensor dx;
-  layer.Backward(x, y, r, &dx);
+  layer.Backward(x, y, r, &dx, &cache);
   ASSERT_EQ(dx.shape, x.shape);
 
   auto objective = [&]() {
     Tensor yy;
-    layer.Forward(x, &yy);
+    layer.Forward(x, &yy, &cache, {});
     return Dot(yy, r);
   };
   ExpectGradientsNear(dx.data, NumericalGradient(objective, &x.data), kFdAtol, kFdRtol, "dx");
@@ -114,17 +117,18 @@ TEST(LinearLayerTest, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(LinearLayerTest, BackwardAccumulatesParamGradsAndOverwritesDx) {
+  LayerCache cache;
   const int64_t n = 3, in = 4, out = 2;
   LinearLayer layer = MakeLayer(in, out, 600);
   const Tensor x = RandomTensor({n, in}, 700, -1, 1);
   const Tensor dy = RandomTensor({n, out}, 800, -1, 1);
   Tensor y, dx1, dx2;
-  layer.Forward(x, &y);
-  layer.Backward(x, y, dy, &dx1);
+  layer.Forward(x, &y, &cache, {});
+  layer.Backward(x, y, dy, &dx1, &cache);
   const std::vector<float> dw1 = layer.weight().grad.data;
   const std::vector<float> db1 = layer.bias().grad.data;
   dx2 = RandomTensor({n, in}, 900, -5, 5);  // stale contents must be overwritten
-  layer.Backward(x, y, dy, &dx2);
+  layer.Backward(x, y, dy, &dx2, &cache);
   EXPECT_EQ(dx2.data, dx1.data);
   // Accumulation adds in a different order than 2 * g, so allow float rounding (values ~1).
   for (size_t i = 0; i < dw1.size(); ++i) {
@@ -134,7 +138,7 @@ TEST(LinearLayerTest, BackwardAccumulatesParamGradsAndOverwritesDx) {
     EXPECT_NEAR(layer.bias().grad.data[i], 2 * db1[i], 1e-6) << i;
   }
   // A null dx still accumulates the parameter gradients.
-  layer.Backward(x, y, dy, nullptr);
+  layer.Backward(x, y, dy, nullptr, &cache);
   for (size_t i = 0; i < dw1.size(); ++i) {
     EXPECT_NEAR(layer.weight().grad.data[i], 3 * dw1[i], 1e-6) << i;
   }
@@ -144,11 +148,12 @@ TEST(LinearLayerTest, BackwardAccumulatesParamGradsAndOverwritesDx) {
 }
 
 TEST(LinearLayerDeathTest, WrongInputShapeAborts) {
+  LayerCache cache;
   // OpenBLAS starts threads at load: re-exec rather than fork the threaded process.
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   LinearLayer layer(2, 4, 3);
   Tensor y;
-  EXPECT_DEATH(layer.Forward(Tensor::Zeros({2, 5}), &y),
+  EXPECT_DEATH(layer.Forward(Tensor::Zeros({2, 5}), &y, &cache, {}),
                "layer2 \\(linear\\) expects x \\[N, 4\\]");
 }
 

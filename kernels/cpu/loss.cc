@@ -39,11 +39,12 @@ double RowLoss(const float* row, int64_t c, int32_t label, float grad_scale, flo
 
 double LossImpl(const Tensor& logits, const int32_t* labels, float grad_scale, Tensor* dlogits,
                 int64_t* correct) {
-  DAPPLE_KERNEL_CHECK(logits.shape.size() == 2 && logits.shape[1] > 0,
-                      "softmax cross-entropy expects logits [N, C], got ",
+  DAPPLE_KERNEL_CHECK(logits.shape.size() >= 2 && logits.shape.back() > 0,
+                      "softmax cross-entropy expects logits [N, ..., C], got ",
                       ShapeToString(logits.shape));
-  const int64_t n = logits.rows();
-  const int64_t c = logits.shape[1];
+  // Every position of every sample is one row of C classes with its own label.
+  const int64_t c = logits.shape.back();
+  const int64_t n = logits.numel() / c;
   if (dlogits != nullptr) dlogits->Resize(logits.shape);
   double total = 0;
   int64_t right = 0;

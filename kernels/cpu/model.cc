@@ -1,13 +1,13 @@
 #include "kernels/cpu/model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/model_info.h"
 #include "common/status.h"
-#include "kernels/cpu/activations.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/cpu/layer_factory.h"
 
 namespace dapple::kernels {
 
@@ -29,22 +29,21 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const v1::ModelS
   std::vector<std::unique_ptr<Layer>> layers;
   layers.reserve(last_layer - first_layer + 1);
   for (int i = first_layer; i <= last_layer; ++i) {
-    const LayerInfo& info = infos[i];
-    if (info.type == "linear") {
-      // Weights depend on (seed, global layer index) only, never on the range being built.
-      auto linear = std::make_unique<LinearLayer>(i, info.input_shape[0], info.output_shape[0]);
-      linear->InitParams(seed);
-      layers.push_back(std::move(linear));
-    } else if (info.type == "relu") {
-      layers.push_back(std::make_unique<ReluLayer>());
-    } else if (info.type == "gelu") {
-      layers.push_back(std::make_unique<GeluLayer>());
-    } else if (info.type == "flatten") {
-      layers.push_back(std::make_unique<FlattenLayer>());
-    } else {
-      // InferLayers accepts exactly the types above; reaching here means the two lists diverged.
-      return absl::InternalError(
-          absl::StrCat("model.layers[", i, "]: type '", info.type, "' has no CPU kernel"));
+    DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
+                            MakeCpuLayer(infos[i], model.layers(i), seed));
+    layers.push_back(std::move(layer));
+  }
+  // A tied copy whose owner is in the same range computes with the owner itself: one
+  // parameter, into which both layers' gradients accumulate (as in one device's model).
+  std::vector<Param*> params = CollectParams(layers);
+  for (const std::unique_ptr<Layer>& layer : layers) {
+    for (Param* p : layer->Params()) {
+      if (p->tied_to.empty()) continue;
+      for (Param* owner : params) {
+        if (owner->name == p->tied_to && owner->tied_to.empty()) {
+          layer->ShareTiedParam(p->name, owner);
+        }
+      }
     }
   }
   return layers;
@@ -53,7 +52,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const v1::ModelS
 std::vector<Param*> CollectParams(const std::vector<std::unique_ptr<Layer>>& layers) {
   std::vector<Param*> params;
   for (const std::unique_ptr<Layer>& layer : layers) {
-    for (Param* p : layer->Params()) params.push_back(p);
+    for (Param* p : layer->Params()) {
+      // A shared tied parameter is listed by its owner's layer only.
+      if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+    }
   }
   return params;
 }

@@ -12,16 +12,18 @@
 
 namespace dapple::kernels {
 
-// Layers [first_layer, last_layer] (inclusive, 0-based) of `model`, with parameters initialised
-// deterministically from (seed, layer index) only: any split into stages gives exactly the
-// weights of the whole model. Linear: weight [out, in] and bias [out] ~ U(-1/sqrt(in), 1/sqrt(in))
-// (PyTorch's default). Returns kInvalidArgument for a spec that common/model_info rejects or a
-// range outside the model.
+// Layers [first_layer, last_layer] (inclusive, 0-based) of `model` (kernels/cpu/layer_factory.h),
+// with parameters initialised deterministically from (seed, layer index) only: any split into
+// stages gives exactly the weights of the whole model (linear: weight [out, in] and bias [out]
+// ~ U(-1/sqrt(in), 1/sqrt(in)), PyTorch's default; the others: their kernel's header). A tied
+// copy (lm_head tied to an embedding) whose owner is in the range shares the owner's parameter;
+// otherwise it is a copy with the owner's initial values. Returns kInvalidArgument for a spec
+// that common/model_info rejects or a range outside the model.
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const v1::ModelSpec& model,
                                                                 int first_layer, int last_layer,
                                                                 uint64_t seed);
 
-// Every Param of `layers`, in layer order.
+// Every Param of `layers`, in layer order, each once (a shared tied parameter at its owner).
 std::vector<Param*> CollectParams(const std::vector<std::unique_ptr<Layer>>& layers);
 
 // Sets every Param::grad to zero.

@@ -23,7 +23,7 @@ v1::ModelSpec SmallMlp() {
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* l = m.add_layers();
     l->set_type(type);
-    l->set_out(out);
+    if (type == "linear") l->mutable_linear()->set_out(out);
   }
   m.set_loss("softmax_cross_entropy");
   return m;
@@ -126,13 +126,16 @@ double ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const Tensor
   acts[0].shape = {count, 1, 4, 4};
   acts[0].data.assign(x.data.begin() + begin * per_sample,
                       x.data.begin() + (begin + count) * per_sample);
-  for (size_t k = 0; k < layers.size(); ++k) layers[k]->Forward(acts[k], &acts[k + 1]);
+  std::vector<LayerCache> caches(layers.size());
+  for (size_t k = 0; k < layers.size(); ++k) {
+    layers[k]->Forward(acts[k], &acts[k + 1], &caches[k], {});
+  }
   Tensor dy;
   const double loss = SoftmaxCrossEntropy(acts.back(), labels.data() + begin,
                                           1.0f / static_cast<float>(total), &dy, nullptr);
   for (int k = static_cast<int>(layers.size()) - 1; k >= 0; --k) {
     Tensor dx;
-    layers[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr);
+    layers[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
     dy = std::move(dx);
   }
   return loss;

@@ -34,13 +34,14 @@ void RunCpu(Act act, const std::vector<float>& x, const std::vector<float>& dy,
   Tensor tx;
   tx.shape = {static_cast<int64_t>(x.size())};
   tx.data = x;
+  LayerCache cache;
   Tensor ty;
-  layer->Forward(tx, &ty);
+  layer->Forward(tx, &ty, &cache, {});
   Tensor tdy;
   tdy.shape = tx.shape;
   tdy.data = dy;
   Tensor tdx;
-  layer->Backward(tx, ty, tdy, &tdx);
+  layer->Backward(tx, ty, tdy, &tdx, &cache);
   *y = ty.data;
   *dx = tdx.data;
 }

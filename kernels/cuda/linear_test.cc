@@ -65,13 +65,14 @@ Results RunCpu(const Case& c, const std::vector<float>& x, const std::vector<flo
   Tensor tx;
   tx.shape = {c.n, c.in};
   tx.data = x;
+  LayerCache cache;
   Tensor ty;
-  layer.Forward(tx, &ty);
+  layer.Forward(tx, &ty, &cache, {});
   Tensor tdy;
   tdy.shape = {c.n, c.out};
   tdy.data = dy;
   Tensor tdx;
-  layer.Backward(tx, ty, tdy, c.with_dx ? &tdx : nullptr);
+  layer.Backward(tx, ty, tdy, c.with_dx ? &tdx : nullptr, &cache);
   return {ty.data, layer.weight().grad.data, layer.bias().grad.data, tdx.data};
 }
 

@@ -229,7 +229,7 @@ TEST_P(CheckpointLoaderErrorTest, MissingManifest) {
 
 TEST_P(CheckpointLoaderErrorTest, AnotherModelNamesTheDifference) {
   v1::JobSpec other = spec_;
-  other.mutable_model()->mutable_layers(1)->set_out(25);
+  other.mutable_model()->mutable_layers(1)->mutable_linear()->set_out(25);
   absl::StatusOr<LoadedCheckpoint> got = LoadCheckpointForLayers(manifest_, other, 0, layers_ - 1);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(got.status().message(),

@@ -45,7 +45,7 @@ v1::StageAssignment Assignment(const std::string& device) {
   model->add_layers()->set_type("flatten");
   auto* l = model->add_layers();
   l->set_type("linear");
-  l->set_out(10);
+  l->mutable_linear()->set_out(10);
   model->set_loss("softmax_cross_entropy");
   a.mutable_spec()->mutable_training()->mutable_optimizer()->set_type("sgd");
   a.mutable_spec()->mutable_training()->mutable_optimizer()->set_lr(0.1);

@@ -45,13 +45,15 @@ class CpuStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
-  absl::Status Forward(int slot, int64_t rows) override {
+  absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& ctx) override {
     Slot& s = SlotAt(slot);
     if (s.acts[0].rows() != rows) {
       return absl::InternalError(
           absl::StrFormat("forward of %d rows on an input of %d rows", rows, s.acts[0].rows()));
     }
-    for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(s.acts[k], &s.acts[k + 1]);
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      layers_[k]->Forward(s.acts[k], &s.acts[k + 1], &s.caches[k], ctx);
+    }
     return absl::OkStatus();
   }
 
@@ -89,7 +91,7 @@ class CpuStageBackend : public StageBackend {
       } else if (need_dx) {
         dx = &GradAt(&grad_send_, micro_batch);
       }
-      layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx);
+      layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
       if (k > 0) {
         std::swap(s.dlogits, scratch);  // reuse the slot's buffer as the next dy
         dy = &s.dlogits;
@@ -208,13 +210,17 @@ class CpuStageBackend : public StageBackend {
  private:
   struct Slot {
     std::vector<Tensor> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    std::vector<kernels::LayerCache> caches;  // per layer: what its backward needs
     Tensor dlogits;            // last stage: dL/dlogits; also the backward's dy buffer
   };
 
   Slot& SlotAt(int slot) {
     if (slot >= static_cast<int>(slots_.size())) {
       slots_.resize(slot + 1);
-      for (Slot& s : slots_) s.acts.resize(layers_.size() + 1);
+      for (Slot& s : slots_) {
+        s.acts.resize(layers_.size() + 1);
+        s.caches.resize(layers_.size());
+      }
     }
     return slots_[slot];
   }

@@ -117,7 +117,8 @@ class EmulatedStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
-  absl::Status Forward(int slot, int64_t rows) override {
+  absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& ctx) override {
+    (void)ctx;
     DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
     if (At(&input_rows_, slot) != rows) {
       return absl::InternalError(absl::StrFormat("forward of %d rows on an input of %d rows", rows,

@@ -40,11 +40,11 @@ v1::JobSpec Spec() {
   m->add_layers()->set_type("flatten");
   v1::LayerSpec* l = m->add_layers();
   l->set_type("linear");
-  l->set_out(64);
+  l->mutable_linear()->set_out(64);
   m->add_layers()->set_type("relu");
   l = m->add_layers();
   l->set_type("linear");
-  l->set_out(10);
+  l->mutable_linear()->set_out(10);
   m->set_loss("softmax_cross_entropy");
   spec.mutable_training()->set_seed(1);
   v1::OptimizerSpec* opt = spec.mutable_training()->mutable_optimizer();
@@ -81,12 +81,12 @@ TEST(EmulatedStageBackend, WaitsTheStageLayersProfiledTimesScaledByRows) {
   EXPECT_EQ(b->device(), "emulated");
   EXPECT_FALSE(b->device_memory());
   ASSERT_OK(b->Input(0, 16).status());
-  ASSERT_OK(b->Forward(0, 16));  // layers 1..3: (2 + 3 + 4) ms * 16 / 32
+  ASSERT_OK(b->Forward(0, 16, kernels::ForwardContext{}));  // layers 1..3: (2 + 3 + 4) ms * 16 / 32
   ASSERT_OK(b->GradInput(0, 16).status());
   ASSERT_OK(b->Backward(0, 0, 16, /*last_stage=*/false, /*need_dx=*/true));  // 18 ms * 0.5
   ASSERT_OK(b->OptimizerStep());  // 3 layers * 0.5 ms, whatever the rows
   ASSERT_OK(b->Input(1, 64).status());
-  ASSERT_OK(b->Forward(1, 64));  // 9 ms * 2
+  ASSERT_OK(b->Forward(1, 64, kernels::ForwardContext{}));  // 9 ms * 2
   ASSERT_EQ(ms.size(), 4u);
   EXPECT_THAT(ms, ElementsAre(DoubleNear(4.5, 1e-9), DoubleNear(9.0, 1e-9), DoubleNear(1.5, 1e-9),
                               DoubleNear(18.0, 1e-9)));
@@ -112,7 +112,7 @@ TEST(EmulatedStageBackend, BuffersAndGradientsHaveTheModelsRealSizes) {
   ASSERT_TRUE(in_or.ok()) << in_or.status();
   void* in = std::move(*in_or);
   static_cast<float*>(in)[8 * 64 - 1] = 1.0f;
-  ASSERT_OK(b->Forward(0, 8));
+  ASSERT_OK(b->Forward(0, 8, kernels::ForwardContext{}));
   int64_t correct = -1;
   auto loss_or = b->Loss(0, nullptr, 8, 1.0f, true, &correct);
   ASSERT_TRUE(loss_or.ok()) << loss_or.status();
@@ -229,7 +229,7 @@ TEST(EmulatedStageBackend, AbortEndsAForwardOrBackwardWaitWithAborted) {
   absl::Status s;
   {
     AbortLater later(&abort, std::chrono::milliseconds(50));
-    s = b->Forward(0, 32);
+    s = b->Forward(0, 32, kernels::ForwardContext{});
   }
   EXPECT_LT(SecondsSince(start), 1.0);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;

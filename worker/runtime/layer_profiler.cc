@@ -63,7 +63,9 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   std::vector<double> optimizer;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
     DAPPLE_ASSIGN_OR_RETURN(const double f,
-                            TimeMs(backend, [&] { return backend.Forward(0, rows); }));
+                            TimeMs(backend, [&] {
+                              return backend.Forward(0, rows, kernels::ForwardContext{});
+                            }));
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
                               return backend.Backward(0, /*micro_batch=*/0, rows,
                                                       /*last_stage=*/false,

@@ -15,11 +15,11 @@ v1::JobSpec MlpSpec() {
   m->add_layers()->set_type("flatten");
   v1::LayerSpec* l = m->add_layers();
   l->set_type("linear");
-  l->set_out(256);
+  l->mutable_linear()->set_out(256);
   m->add_layers()->set_type("relu");
   l = m->add_layers();
   l->set_type("linear");
-  l->set_out(10);
+  l->mutable_linear()->set_out(10);
   m->set_loss("softmax_cross_entropy");
   spec.mutable_training()->mutable_optimizer()->set_type("sgd");
   spec.mutable_training()->mutable_optimizer()->set_lr(0.1);

@@ -28,7 +28,7 @@ v1::JobSpec LinearSpec() {
   spec.mutable_model()->add_input_shape(kIn);
   auto* layer = spec.mutable_model()->add_layers();
   layer->set_type("linear");
-  layer->set_out(kOut);
+  layer->mutable_linear()->set_out(kOut);
   spec.mutable_model()->set_loss("softmax_cross_entropy");
   auto* t = spec.mutable_training();
   t->set_global_batch(kRows);
@@ -139,7 +139,7 @@ void RunReplica(int r, int replicas, int steps, int warmup, Compression compress
         for (int i = 0; i < kIn; ++i) x[row * kIn + i] = X(r, t, row, i);
       }
       if (absl::Status s = b.LoadInput(0, x.data(), kRows); !s.ok()) return s;
-      if (absl::Status s = b.Forward(0, kRows); !s.ok()) return s;
+      if (absl::Status s = b.Forward(0, kRows, kernels::ForwardContext{}); !s.ok()) return s;
       absl::StatusOr<double> loss = b.Loss(
           0, labels.data(), kRows, 1.0f / static_cast<float>(replicas * kRows), true, nullptr);
       if (!loss.ok()) return loss.status();

@@ -23,6 +23,8 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
   t->params_ = kernels::CollectParams(t->layers_);
   DAPPLE_ASSIGN_OR_RETURN(t->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   t->input_shape_.assign(spec.model().input_shape().begin(), spec.model().input_shape().end());
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
+  t->targets_per_sample_ = TargetsPerSample(infos);
   return t;
 }
 
@@ -41,19 +43,28 @@ double ReferenceTrainer::Step(int64_t step) {
   std::vector<int64_t> shape{b};
   shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
   acts[0].Resize(shape);
-  std::vector<int32_t> labels(b);
+  std::vector<int32_t> labels(b * targets_per_sample_);
   GatherBatch(*train_, idx, b, acts[0].data.data(), labels.data());
-  for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(acts[k], &acts[k + 1]);
+  kernels::ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = spec_.training().seed();
+  ctx.step = step;
+  ctx.first_sample = 0;
+  std::vector<kernels::LayerCache> caches(layers_.size());
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    layers_[k]->Forward(acts[k], &acts[k + 1], &caches[k], ctx);
+  }
   Tensor dy, dx;
+  const int64_t targets = b * targets_per_sample_;
   const double loss_sum = kernels::SoftmaxCrossEntropy(
-      acts.back(), labels.data(), 1.0f / static_cast<float>(b), &dy, nullptr);
+      acts.back(), labels.data(), 1.0f / static_cast<float>(targets), &dy, nullptr);
   for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
-    layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr);
+    layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
     std::swap(dy, dx);
   }
   optimizer_->Step(params_);
   kernels::ZeroGrads(params_);
-  return loss_sum / static_cast<double>(b);
+  return loss_sum / static_cast<double>(targets);
 }
 
 void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accuracy) {
@@ -70,7 +81,10 @@ void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accur
     idx.resize(n);
     for (int64_t i = 0; i < n; ++i) idx[i] = begin + i;
     GatherBatch(test, idx.data(), n, acts[0].data.data(), nullptr);
-    for (size_t k = 0; k < layers_.size(); ++k) layers_[k]->Forward(acts[k], &acts[k + 1]);
+    std::vector<kernels::LayerCache> caches(layers_.size());
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      layers_[k]->Forward(acts[k], &acts[k + 1], &caches[k], kernels::ForwardContext{});
+    }
     int64_t ok = 0;
     loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), test.labels.data() + begin, &ok);
     correct += ok;

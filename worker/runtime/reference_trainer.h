@@ -36,6 +36,7 @@ class ReferenceTrainer {
   std::vector<kernels::Param*> params_;
   std::unique_ptr<kernels::Optimizer> optimizer_;
   std::vector<int64_t> input_shape_;
+  int64_t targets_per_sample_ = 1;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
 };

@@ -47,12 +47,16 @@ class StageBackend {
   // Copies `rows` samples of host fp32 input into slot `slot`'s input (stage 0 reads images on
   // the host). May return the host pointer of Input() untouched for a host backend.
   virtual absl::Status LoadInput(int slot, const float* host, int64_t rows) = 0;
-  // Forward through every layer of the stage for the slot's `rows` samples.
-  virtual absl::Status Forward(int slot, int64_t rows) = 0;
-  // Last stage: softmax cross-entropy of the slot's logits against `labels` (host, `rows`
-  // values). Returns the loss SUM over the rows (double, row order) and keeps
+  // Forward through every layer of the stage for the slot's `rows` samples. `ctx` (step, first
+  // sample, training) is what dropout's masks depend on (kernels/cpu/layer.h); the backward of
+  // the slot reuses it.
+  virtual absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& ctx) = 0;
+  // Last stage: softmax cross-entropy of the slot's logits against `labels` (host,
+  // rows x targets-per-sample values: 1 per sample, or 1 per position of a [T, vocab] output;
+  // kernels/cpu/loss.h). Returns the loss SUM over every target (double, row order) and keeps
   // dL/dlogits * grad_scale in the slot for Backward. `correct` (may be null) gets the count of
-  // right argmax predictions. `training` false computes no gradient (evaluation).
+  // right argmax predictions over the targets. `training` false computes no gradient
+  // (evaluation).
   virtual absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows,
                                       float grad_scale, bool training, int64_t* correct) = 0;
   // Copies the slot's stage output into send buffer `send_id` and returns it.

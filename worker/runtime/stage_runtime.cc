@@ -169,9 +169,11 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->slot_floats_per_sample_ = NumElements(rt->input_shape_);
   int64_t params = 0;
   for (int l = range.first_layer(); l <= range.last_layer(); ++l) {
-    rt->slot_floats_per_sample_ += NumElements(infos[l].output_shape);
+    rt->slot_floats_per_sample_ +=
+        NumElements(infos[l].output_shape) + infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
     params += infos[l].param_count;
   }
+  rt->targets_per_sample_ = TargetsPerSample(infos);
   rt->weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
                       (2 + OptimizerCopies(spec.training().optimizer()));
   rt->learning_rate_ = spec.training().optimizer().lr();
@@ -389,8 +391,9 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     r.has_loss = true;
     // Pipe-SGD reduces only gradients: its loss is the mean over this replica's share.
     r.loss = pipesgd_ != nullptr
-                 ? step_loss_sum_ / static_cast<double>(rows_.size() * num_micro_batches_)
-                 : step_loss_sum_ / static_cast<double>(global_batch_);
+                 ? step_loss_sum_ /
+                       static_cast<double>(rows_.size() * num_micro_batches_ * targets_per_sample_)
+                 : step_loss_sum_ / static_cast<double>(global_batch_ * targets_per_sample_);
   }
   v1::StageStepStats& st = r.stats;
   st.set_step(step + 1);
@@ -472,15 +475,22 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         DAPPLE_RETURN_IF_ERROR(stash_->Use(version_of_[m]));
         RecordWeightUse(global_mb, v1::FORWARD, version_of_[m]);
       }
-      DAPPLE_RETURN_IF_ERROR(b.Forward(slot, rows));
+      kernels::ForwardContext ctx;
+      ctx.training = true;
+      ctx.seed = seed_;
+      ctx.step = mb_step;
+      ctx.first_sample = static_cast<int64_t>(mb) * micro_batch_size_ + rows_.begin;
+      DAPPLE_RETURN_IF_ERROR(b.Forward(slot, rows, ctx));
       if (pipedream_) DAPPLE_RETURN_IF_ERROR(stash_->Restore());
       if (last) {
         MicroBatchIndices(mb_step, mb, &index_scratch_);
-        label_scratch_.resize(rows);
+        label_scratch_.resize(rows * targets_per_sample_);
         GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
+        // The mean over every target of the global batch (per sample, or per token).
+        const float grad_scale =
+            1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
-                                                        1.0f / static_cast<float>(global_batch_),
-                                                        /*training=*/true, nullptr));
+                                                        grad_scale, /*training=*/true, nullptr));
         // 1F1B-RR on a replicated last stage runs forwards of the next step before this
         // step's update: their loss belongs to their own step.
         if (mb_step == step) {
@@ -728,7 +738,7 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
       absl::Status s = transport_->Recv(eval_prev_rank_, tag, *in, InputBytes(n));
       if (!s.ok()) return with_chunk(c, s);
     }
-    absl::Status s = b.Forward(slot, n);
+    absl::Status s = b.Forward(slot, n, kernels::ForwardContext{});
     if (!s.ok()) return with_chunk(c, s);
     if (last) {
       labels.assign(test.labels.begin() + begin, test.labels.begin() + begin + n);

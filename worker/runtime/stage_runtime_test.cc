@@ -294,7 +294,7 @@ v1::JobSpec EightLayerSpec(int64_t global_batch, int64_t micro_batch) {
   auto add = [&](const std::string& type, int64_t out) {
     auto* l = model->add_layers();
     l->set_type(type);
-    l->set_out(out);
+    if (type == "linear") l->mutable_linear()->set_out(out);
   };
   add("flatten", 0);
   add("linear", 32);
@@ -352,12 +352,15 @@ double ReferenceGradientSquaredNorm(const v1::JobSpec& spec) {
   acts[0].Resize({b, 1, 28, 28});
   std::vector<int32_t> labels(b);
   GatherBatch(TrainSet(), order.data(), b, acts[0].data.data(), labels.data());
-  for (size_t k = 0; k < layers.size(); ++k) layers[k]->Forward(acts[k], &acts[k + 1]);
+  std::vector<kernels::LayerCache> caches(layers.size());
+  for (size_t k = 0; k < layers.size(); ++k) {
+    layers[k]->Forward(acts[k], &acts[k + 1], &caches[k], kernels::ForwardContext{});
+  }
   kernels::Tensor dy, dx;
   kernels::SoftmaxCrossEntropy(acts.back(), labels.data(), 1.0f / static_cast<float>(b), &dy,
                                nullptr);
   for (int k = static_cast<int>(layers.size()) - 1; k >= 0; --k) {
-    layers[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr);
+    layers[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
     std::swap(dy, dx);
   }
   double sum = 0;

@@ -55,7 +55,8 @@ class CudaStageBackend : public StageBackend {
         "copy input to the device");
   }
 
-  absl::Status Forward(int slot, int64_t rows) override {
+  absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& context) override {
+    (void)context;  // no layer with a context-dependent forward (dropout) has a CUDA kernel yet
     Slot& s = SlotAt(slot);
     for (size_t k = 0; k < layers_.size(); ++k) {
       const DeviceLayer& l = layers_[k];

@@ -172,7 +172,7 @@ TEST(CudaStageBackendTest, GradientSquaredNormMatchesCpu) {
     ASSERT_TRUE(before.ok()) << b.device() << ": " << before.status();
     EXPECT_EQ(*before, 0.0) << b.device();
     ASSERT_TRUE(b.LoadInput(0, images.data(), rows).ok());
-    ASSERT_TRUE(b.Forward(0, rows).ok());
+    ASSERT_TRUE(b.Forward(0, rows, kernels::ForwardContext{}).ok());
     ASSERT_TRUE(b.Loss(0, labels.data(), rows, 1.0f / rows, true, nullptr).ok());
     ASSERT_TRUE(b.Backward(0, 0, rows, /*last_stage=*/true, /*need_dx=*/false).ok());
     auto n = b.GradientSquaredNorm();

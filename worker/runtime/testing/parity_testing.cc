@@ -33,7 +33,7 @@ v1::JobSpec ParitySpec(const SpecOptions& o) {
   auto add = [&](const std::string& type, int64_t out) {
     auto* l = model->add_layers();
     l->set_type(type);
-    l->set_out(out);
+    if (type == "linear") l->mutable_linear()->set_out(out);
   };
   add("flatten", 0);
   add("linear", o.hidden1);

@@ -1,0 +1,149 @@
+#include "common/model/layer_registry.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/model/layer_types.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+
+namespace dapple {
+namespace {
+
+namespace pb = google::protobuf;
+
+// The table: messages list the types in this order.
+const LayerType* const* Table(size_t* count) {
+  static const LayerType* const kTypes[] = {
+      &model_types::Flatten(),   &model_types::Linear(),  &model_types::Relu(),
+      &model_types::Gelu(),      &model_types::Dropout(), &model_types::Embedding(),
+      &model_types::LayerNorm(), &model_types::TransformerBlock(), &model_types::LmHead(),
+  };
+  *count = sizeof(kTypes) / sizeof(kTypes[0]);
+  return kTypes;
+}
+
+// Shortest text that reads back to the same double.
+std::string ShortestDouble(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return absl::StrFormat("%.17g", value);
+  return std::string(buffer, end);
+}
+
+std::string FieldText(const pb::Message& m, const pb::FieldDescriptor* f) {
+  const pb::Reflection* r = m.GetReflection();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(r->GetInt64(m, f));
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(r->GetInt32(m, f));
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return ShortestDouble(r->GetDouble(m, f));
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(m, f) ? "true" : "false";
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(m, f);
+    default:
+      return "?";
+  }
+}
+
+}  // namespace
+
+const LayerType* FindLayerType(absl::string_view name) {
+  size_t n = 0;
+  const LayerType* const* types = Table(&n);
+  for (size_t i = 0; i < n; ++i) {
+    if (types[i]->name() == name) return types[i];
+  }
+  return nullptr;
+}
+
+std::string KnownLayerTypes() {
+  size_t n = 0;
+  const LayerType* const* types = Table(&n);
+  std::vector<absl::string_view> names;
+  for (size_t i = 0; i < n; ++i) names.push_back(types[i]->name());
+  return absl::StrJoin(names, ", ");
+}
+
+const pb::FieldDescriptor* LayerParamsField(absl::string_view type) {
+  if (FindLayerType(type) == nullptr) return nullptr;
+  const pb::FieldDescriptor* f =
+      v1::LayerSpec::descriptor()->FindFieldByName(std::string(type));
+  if (f == nullptr || f->containing_oneof() == nullptr ||
+      f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+    return nullptr;
+  }
+  return f;
+}
+
+std::vector<std::string> LayerParamKeys(absl::string_view type) {
+  std::vector<std::string> keys;
+  const pb::FieldDescriptor* f = LayerParamsField(type);
+  if (f == nullptr) return keys;
+  const pb::Descriptor* d = f->message_type();
+  for (int i = 0; i < d->field_count(); ++i) keys.push_back(d->field(i)->name());
+  return keys;
+}
+
+const pb::Message* LayerParams(const v1::LayerSpec& spec) {
+  const pb::FieldDescriptor* f = LayerParamsField(spec.type());
+  if (f == nullptr) return nullptr;
+  const pb::Reflection* r = spec.GetReflection();
+  if (!r->HasField(spec, f)) return nullptr;
+  return &r->GetMessage(spec, f);
+}
+
+pb::Message* MutableLayerParams(v1::LayerSpec* spec) {
+  const pb::FieldDescriptor* f = LayerParamsField(spec->type());
+  if (f == nullptr) return nullptr;
+  return spec->GetReflection()->MutableMessage(spec, f);
+}
+
+std::vector<std::pair<std::string, std::string>> LayerParamValues(const v1::LayerSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const pb::Message* m = LayerParams(spec);
+  if (m == nullptr) return out;
+  const pb::Descriptor* d = m->GetDescriptor();
+  const pb::Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated() || !r->HasField(*m, f)) continue;
+    out.emplace_back(f->name(), FieldText(*m, f));
+  }
+  return out;
+}
+
+std::string LayerSignature(const v1::LayerSpec& spec) {
+  if (spec.type() == "linear") {
+    return absl::StrCat("linear:", spec.has_linear() ? spec.linear().out() : 0);
+  }
+  const auto values = LayerParamValues(spec);
+  if (values.empty()) return spec.type();
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : values) parts.push_back(absl::StrCat(key, "=", value));
+  return absl::StrCat(spec.type(), "{", absl::StrJoin(parts, ","), "}");
+}
+
+void UpgradeLayerSpec(v1::LayerSpec* spec) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  if (spec->legacy_out() != 0 && spec->type() == "linear" && !spec->has_linear()) {
+    spec->mutable_linear()->set_out(spec->legacy_out());
+  }
+  spec->clear_legacy_out();
+#pragma GCC diagnostic pop
+}
+
+void UpgradeModelSpec(v1::ModelSpec* model) {
+  for (v1::LayerSpec& layer : *model->mutable_layers()) UpgradeLayerSpec(&layer);
+}
+
+}  // namespace dapple

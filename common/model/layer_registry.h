@@ -1,0 +1,59 @@
+// The table of layer types (common/model/layer_type.h) and what is derived from a LayerSpec
+// through it: finding a type, its parameter message, the spec's canonical text.
+//
+// Adding a type (docs/layers.md): its parameter message in job.proto (LayerSpec.params, field
+// named like the type), one file common/model/<type>.cc defining its LayerType and listed in
+// layer_types.h and kLayerTypes (layer_registry.cc), and its kernels (kernels/cpu/layer_factory.cc,
+// kernels/cuda).
+//
+// Thread safety: pure functions over immutable tables.
+#ifndef DAPPLE_COMMON_MODEL_LAYER_REGISTRY_H_
+#define DAPPLE_COMMON_MODEL_LAYER_REGISTRY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/model/layer_type.h"
+#include "dapple/v1/job.pb.h"
+#include "google/protobuf/message.h"
+
+namespace dapple {
+
+// The type named `name`, or null.
+const LayerType* FindLayerType(absl::string_view name);
+
+// Every type's name, in the table's order ("flatten, linear, relu, ...") for messages.
+std::string KnownLayerTypes();
+
+// The descriptor of the field of LayerSpec.params that holds `type`'s parameters, or null for a
+// type without parameters (flatten, relu, gelu) or an unknown type.
+const google::protobuf::FieldDescriptor* LayerParamsField(absl::string_view type);
+
+// The keys a layer of `type` takes in YAML besides `type`: the field names of its parameter
+// message, in declaration order (empty for a type without parameters).
+std::vector<std::string> LayerParamKeys(absl::string_view type);
+
+// `spec`'s parameter message (its params field for the type), or null when the type has none
+// or the spec sets another type's message. `Mutable...` creates it when missing.
+const google::protobuf::Message* LayerParams(const v1::LayerSpec& spec);
+google::protobuf::Message* MutableLayerParams(v1::LayerSpec* spec);
+
+// The spec's parameters as "key: value" pairs in declaration order, only those set
+// ("heads: 4, dropout: 0.1"); empty when none. Doubles print as the shortest text that reads
+// back to the same value. Used by YAML output, fingerprints and checkpoint comparisons.
+std::vector<std::pair<std::string, std::string>> LayerParamValues(const v1::LayerSpec& spec);
+
+// A layer's identity for profile fingerprints and checkpoint checks: "linear:1024" for
+// linear (the format of profiles cached before typed parameters), else "type" or
+// "type{key=value,...}" over LayerParamValues.
+std::string LayerSignature(const v1::LayerSpec& spec);
+
+// Specs stored before typed parameters kept linear's width in LayerSpec.legacy_out: moves it
+// into linear.out (a no-op for current specs). Readers of stored jobs call it once.
+void UpgradeLayerSpec(v1::LayerSpec* spec);
+void UpgradeModelSpec(v1::ModelSpec* model);
+
+}  // namespace dapple
+
+#endif  // DAPPLE_COMMON_MODEL_LAYER_REGISTRY_H_

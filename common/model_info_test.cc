@@ -110,15 +110,19 @@ TEST(InferLayersTest, GeluPreservesShapeAndCostsPerElement) {
 
 TEST(InferLayersTest, UnknownType) {
   ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 0}, {"conv9", 0}}),
-                "model.layers[3]: unknown layer type 'conv9'; known: flatten, linear, relu, gelu");
+                "model.layers[3]: unknown layer type 'conv9'; known: "
+                "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
+                "lm_head");
   ExpectInvalid(MakeModel({4}, {{"", 0}}),
-                "model.layers[0]: unknown layer type ''; known: flatten, linear, relu, gelu");
+                "model.layers[0]: unknown layer type ''; known: "
+                "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
+                "lm_head");
 }
 
 TEST(InferLayersTest, LinearNeedsFlatInput) {
   ExpectInvalid(MakeModel({1, 28, 28}, {{"relu", 0}, {"linear", 10}}),
-                "model.layers[1] (linear) needs a flat input, got [1, 28, 28]: add a flatten layer "
-                "before it");
+                "model.layers[1] (linear) needs a flat input, got [1, 28, 28] from model.layers[0] "
+                "(relu): add a flatten layer before it");
 }
 
 TEST(InferLayersTest, LinearOutMustBePositive) {
@@ -162,16 +166,21 @@ TEST(InferLayersTest, TotalParametersAtMost2To28) {
                 "(268435456, 1 GiB)");
 }
 
-TEST(InferLayersTest, OutOnlyForLinear) {
-  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 5}}),
-                "model.layers[2].out applies only to linear layers, not relu (got out 5)");
-  ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 16}}),
-                "model.layers[0].out applies only to linear layers, not flatten (got out 16)");
-  ExpectInvalid(MakeModel({4}, {{"gelu", -1}}),
-                "model.layers[0].out applies only to linear layers, not gelu (got out -1)");
-  // An unknown type is reported as unknown, whatever its out.
-  ExpectInvalid(MakeModel({4}, {{"conv2d", 3}}),
-                "model.layers[0]: unknown layer type 'conv2d'; known: flatten, linear, relu, gelu");
+TEST(InferLayersTest, ParametersOfAnotherTypeAreRefused) {
+  // Only a client that builds the proto itself can do this: the YAML parser reads each key into
+  // its own type's message.
+  v1::ModelSpec m = MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 0}});
+  m.mutable_layers(2)->mutable_linear()->set_out(5);
+  ExpectInvalid(m, "model.layers[2] (relu) sets parameters of linear: relu takes none");
+  m = MakeModel({4}, {{"linear", 8}});
+  m.mutable_layers(0)->mutable_dropout()->set_p(0.5);
+  ExpectInvalid(m, "model.layers[0] (linear) sets parameters of dropout: linear takes linear");
+  // An unknown type is reported as unknown, whatever its parameters.
+  m = MakeModel({4}, {{"conv2d", 0}});
+  m.mutable_layers(0)->mutable_linear()->set_out(3);
+  ExpectInvalid(m,
+                "model.layers[0]: unknown layer type 'conv2d'; known: flatten, linear, relu, gelu, "
+                "dropout, embedding, layernorm, transformer_block, lm_head");
 }
 
 TEST(InferLayersTest, AtMost4096Layers) {

@@ -11,13 +11,23 @@
 
 namespace dapple {
 
-// Training samples of the dataset a spec names (fashion-mnist: 60000).
+// Training samples of fashion-mnist.
 inline constexpr int64_t kFashionMnistTrainSize = 60000;
 inline constexpr int64_t kFashionMnistTestSize = 10000;
 
+// Training samples of the spec's dataset: data.train_samples, resolved when the job is submitted
+// (the parser sets fashion-mnist's; the coordinator counts a text file's); fashion-mnist's for a
+// spec built without it.
+inline int64_t TrainSamples(const v1::JobSpec& spec) {
+  if (spec.data().train_samples() > 0) return spec.data().train_samples();
+  return spec.data().dataset().empty() || spec.data().dataset() == "fashion-mnist"
+             ? kFashionMnistTrainSize
+             : 0;
+}
+
 inline int64_t StepsPerEpoch(const v1::JobSpec& spec) {
   const int64_t b = spec.training().global_batch();
-  return b > 0 ? kFashionMnistTrainSize / b : 0;
+  return b > 0 ? TrainSamples(spec) / b : 0;
 }
 
 // epochs * StepsPerEpoch, capped by training.max_steps when that is > 0; 0 for a spec without

@@ -1,12 +1,10 @@
 #include "common/model/layer_registry.h"
 
-#include <charconv>
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/model/layer_types.h"
+#include "common/spec_text.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 
@@ -18,22 +16,12 @@ namespace pb = google::protobuf;
 // The table: messages list the types in this order.
 const LayerType* const* Table(size_t* count) {
   static const LayerType* const kTypes[] = {
-      &model_types::Flatten(),   &model_types::Linear(),  &model_types::Relu(),
-      &model_types::Gelu(),      &model_types::Dropout(), &model_types::Embedding(),
+      &model_types::Flatten(),   &model_types::Linear(),           &model_types::Relu(),
+      &model_types::Gelu(),      &model_types::Dropout(),          &model_types::Embedding(),
       &model_types::LayerNorm(), &model_types::TransformerBlock(), &model_types::LmHead(),
   };
   *count = sizeof(kTypes) / sizeof(kTypes[0]);
   return kTypes;
-}
-
-// Shortest text that reads back to the same double.
-std::string ShortestDouble(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  if (ec != std::errc()) return absl::StrFormat("%.17g", value);
-  return std::string(buffer, end);
 }
 
 std::string FieldText(const pb::Message& m, const pb::FieldDescriptor* f) {
@@ -44,7 +32,7 @@ std::string FieldText(const pb::Message& m, const pb::FieldDescriptor* f) {
     case pb::FieldDescriptor::CPPTYPE_INT32:
       return absl::StrCat(r->GetInt32(m, f));
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      return ShortestDouble(r->GetDouble(m, f));
+      return job_spec_internal::FormatDouble(r->GetDouble(m, f));
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       return r->GetBool(m, f) ? "true" : "false";
     case pb::FieldDescriptor::CPPTYPE_STRING:
@@ -65,18 +53,19 @@ const LayerType* FindLayerType(absl::string_view name) {
   return nullptr;
 }
 
-std::string KnownLayerTypes() {
+std::vector<std::string> LayerTypeNames() {
   size_t n = 0;
   const LayerType* const* types = Table(&n);
-  std::vector<absl::string_view> names;
-  for (size_t i = 0; i < n; ++i) names.push_back(types[i]->name());
-  return absl::StrJoin(names, ", ");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) names.emplace_back(types[i]->name());
+  return names;
 }
+
+std::string KnownLayerTypes() { return absl::StrJoin(LayerTypeNames(), ", "); }
 
 const pb::FieldDescriptor* LayerParamsField(absl::string_view type) {
   if (FindLayerType(type) == nullptr) return nullptr;
-  const pb::FieldDescriptor* f =
-      v1::LayerSpec::descriptor()->FindFieldByName(std::string(type));
+  const pb::FieldDescriptor* f = v1::LayerSpec::descriptor()->FindFieldByName(std::string(type));
   if (f == nullptr || f->containing_oneof() == nullptr ||
       f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
     return nullptr;

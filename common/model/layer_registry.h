@@ -23,7 +23,10 @@ namespace dapple {
 // The type named `name`, or null.
 const LayerType* FindLayerType(absl::string_view name);
 
-// Every type's name, in the table's order ("flatten, linear, relu, ...") for messages.
+// Every type's name, in the table's order.
+std::vector<std::string> LayerTypeNames();
+
+// The same joined for messages: "flatten, linear, relu, ...".
 std::string KnownLayerTypes();
 
 // The descriptor of the field of LayerSpec.params that holds `type`'s parameters, or null for a

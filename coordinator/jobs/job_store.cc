@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/model/layer_registry.h"
 #include "common/status.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/jobs/sqlite_db.h"
@@ -107,6 +108,8 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll() {
       return absl::DataLossError(absl::StrCat("job database '", path_, "': row seq ", seq, " (id '",
                                               id != nullptr ? id : "", "') holds no valid job"));
     }
+    // Jobs stored before typed layer parameters kept linear's width elsewhere.
+    UpgradeModelSpec(job.mutable_spec()->mutable_model());
     jobs.push_back(std::move(job));
   }
   sqlite3_finalize(stmt);

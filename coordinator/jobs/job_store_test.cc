@@ -89,6 +89,35 @@ TEST(JobStoreTest, ThePlansPredictionRoundTrips) {
   EXPECT_EQ((*jobs)[0].plan().stages(0).peak_memory_bytes(), int64_t{3} << 30);
 }
 
+// A job stored before typed layer parameters held linear's width in LayerSpec field 2
+// (legacy_out): it reads back with linear.out set.
+TEST(JobStoreTest, JobsStoredBeforeTypedLayerParametersAreUpgraded) {
+  const std::string path = FreshDbPath();
+  v1::Job job = MakeJob(3, v1::JOB_STATE_SUCCEEDED);
+  v1::LayerSpec* flatten = job.mutable_spec()->mutable_model()->add_layers();
+  flatten->set_type("flatten");
+  v1::LayerSpec* linear = job.mutable_spec()->mutable_model()->add_layers();
+  linear->set_type("linear");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  linear->set_legacy_out(10);
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  const v1::ModelSpec& model = (*jobs)[0].spec().model();
+  EXPECT_FALSE(model.layers(0).has_linear());
+  EXPECT_EQ(model.layers(1).linear().out(), 10);
+  EXPECT_EQ(model.layers(1).legacy_out(), 0);
+#pragma GCC diagnostic pop
+}
+
 TEST(JobStoreTest, RejectsIdsNotOfTheJobForm) {
   auto store = JobStore::Open(FreshDbPath());
   ASSERT_TRUE(store.ok());

@@ -113,7 +113,8 @@ TEST(BuildLayersTest, BadRangesAndSpecs) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "model.layers[2]: unknown layer type 'conv9'; known: flatten, linear, relu, gelu");
+            "model.layers[2]: unknown layer type 'conv9'; known: flatten, linear, "
+            "relu, gelu, dropout, embedding, layernorm, transformer_block, lm_head");
 }
 
 // Forward + loss + backward over samples [begin, begin + count) of (x, labels), accumulating into

@@ -1,0 +1,61 @@
+// Declarations shared by the files that implement common/job_spec.h: job_spec_load.cc (YAML
+// text -> document), job_spec_parse.cc (document -> JobSpec), job_spec_validate.cc (the rules)
+// and job_spec_yaml.cc (JobSpec -> YAML). An internal header of common/: nothing outside those
+// files includes it.
+#ifndef DAPPLE_COMMON_JOB_SPEC_INTERNAL_H_
+#define DAPPLE_COMMON_JOB_SPEC_INTERNAL_H_
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dapple/v1/job.pb.h"
+
+namespace dapple::job_spec_internal {
+
+// Values that both the parser (as defaults) and the validation rules use.
+inline constexpr absl::string_view kFashionMnist = "fashion-mnist";
+inline constexpr int64_t kFashionMnistTrainSamples = 60000;
+inline constexpr int64_t kFashionMnistTestSamples = 10000;
+// A text file read as bytes (docs/job_spec.md, "data"): tokens are byte values.
+inline constexpr absl::string_view kTextDataset = "text";
+inline constexpr int64_t kTextVocab = 256;
+inline constexpr char kDefaultLoss[] = "softmax_cross_entropy";
+inline constexpr char kManualPlanner[] = "manual";
+inline constexpr char kDefaultDeviceType[] = "any";
+inline constexpr absl::string_view kKnownOptimizers[] = {"sgd", "adamw"};
+// schedule pipesgd (Pipe-SGD, docs/job_spec.md): CheckPipeSgd in job_spec_validate.cc.
+inline constexpr char kPipeSgdSchedule[] = "pipesgd";
+
+// Validation. Each rule reports the YAML field it is about, so ParseJobSpec can point at its line.
+struct Violation {
+  std::string field;  // YAML path, e.g. "training.micro_batch" or "parallel.stages[1]"
+  std::string message;
+};
+using Check = std::optional<Violation>;
+
+// A violation of `field`.
+Violation At(std::string field, std::string message);
+
+// job_spec_validate_model.cc: the data, model and sample sections.
+Check CheckData(const v1::JobSpec& spec);
+Check CheckModel(const v1::JobSpec& spec);
+Check CheckSample(const v1::JobSpec& spec);
+
+// Every rule of ValidateJobSpec, in its order: the first violation, or nullopt for a valid
+// spec. The message is not yet made one line (OneLine).
+Check Validate(const v1::JobSpec& spec);
+
+// Reads the single YAML document of `yaml`; syntax errors become kInvalidArgument with 1-based
+// positions, "<name>:line:col: ..." (`name` names the text). Text nested deeper than the job
+// spec could need is refused before yaml-cpp reads it. An empty text gives a null node.
+// yaml-cpp's exceptions do not escape; callers still guard against anything else.
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name);
+
+}  // namespace dapple::job_spec_internal
+
+#endif  // DAPPLE_COMMON_JOB_SPEC_INTERNAL_H_

@@ -1,0 +1,214 @@
+// YAML text -> one yaml-cpp document (LoadDocument, job_spec_internal.h): syntax errors with
+// positions that point where the fix goes, and the nesting limit checked before yaml-cpp reads
+// the text.
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "common/job_spec_internal.h"
+
+namespace dapple::job_spec_internal {
+namespace {
+
+// Deeper YAML is refused before yaml-cpp, which recurses once per level, reads it. A job spec
+// needs 4 levels.
+constexpr int kMaxYamlDepth = 64;
+
+struct Bracket {
+  int line = 0;  // 0-based, like yaml-cpp's marks
+  int column = 0;
+  char symbol = 0;
+  bool closed = false;
+};
+
+// The innermost '[' or '{' that is open at byte `pos` and never closed before the end of the
+// text, skipping quoted strings and comments. A heuristic for error messages only: yaml-cpp
+// reports an unclosed bracket where parsing finally fails, often lines later.
+std::optional<Bracket> NeverClosedBracket(absl::string_view text, size_t pos) {
+  std::vector<Bracket> brackets;
+  std::vector<size_t> open;    // indices into brackets
+  std::vector<size_t> at_pos;  // `open` as it was at `pos`
+  bool seen_pos = false;
+  int line = 0, column = 0;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i == pos) {
+      at_pos = open;
+      seen_pos = true;
+    }
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) {
+    } else if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      open.push_back(brackets.size());
+      brackets.push_back(Bracket{line, column, c});
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      brackets[open.back()].closed = true;
+      open.pop_back();
+    }
+    ++column;
+  }
+  if (!seen_pos) at_pos = open;
+  for (auto it = at_pos.rbegin(); it != at_pos.rend(); ++it) {
+    if (!brackets[*it].closed) return brackets[*it];
+  }
+  return std::nullopt;
+}
+
+struct TooDeep {
+  int line = 0;  // 1-based
+  int column = 0;
+};
+
+// Where `text` first nests collections more than kMaxYamlDepth deep, or nullopt. yaml-cpp
+// recurses once per level (and gives up at 2000 with "bad file"), so this runs first, in one pass
+// with no recursion. It estimates the depth as block levels (the indentation stack, where each
+// compact "- " / "? " / ": " indicator opens a level) plus open flow brackets. A bracket or quote
+// counts only where a value starts (after line start, an indicator, ',' or a bracket), so text
+// inside plain scalars, quoted strings, comments and block scalars (| and >) is skipped.
+std::optional<TooDeep> FindTooDeep(absl::string_view text) {
+  std::vector<int> indents;  // columns of the open block levels
+  int flow = 0;
+  char quote = 0;
+  int block_scalar_parent = -1;  // while >= 0: lines indented more are block scalar content
+  int line = 0;
+  for (size_t start = 0; start <= text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == absl::string_view::npos) end = text.size();
+    const absl::string_view row = text.substr(start, end - start);
+    start = end + 1;
+    size_t i = 0;
+    bool value_start = true;  // the next character may start a node
+    int line_indent = indents.empty() ? 0 : indents.back();
+    if (quote == 0 && flow == 0) {
+      while (i < row.size() && row[i] == ' ') ++i;
+      const bool blank = i == row.size() || row[i] == '#' || row[i] == '\r';
+      if (block_scalar_parent >= 0) {
+        if (blank || static_cast<int>(i) > block_scalar_parent) continue;
+        block_scalar_parent = -1;
+      }
+      if (blank) continue;
+      while (!indents.empty() && indents.back() >= static_cast<int>(i)) indents.pop_back();
+      indents.push_back(static_cast<int>(i));
+      line_indent = static_cast<int>(i);
+      while (i + 1 < row.size() && (row[i] == '-' || row[i] == '?' || row[i] == ':') &&
+             (row[i + 1] == ' ' || row[i + 1] == '\t')) {
+        i += 2;
+        while (i < row.size() && (row[i] == ' ' || row[i] == '\t')) ++i;
+        indents.push_back(static_cast<int>(i));
+        if (static_cast<int>(indents.size()) > kMaxYamlDepth) {
+          return TooDeep{line + 1, static_cast<int>(i) + 1};
+        }
+      }
+      if (static_cast<int>(indents.size()) > kMaxYamlDepth) {
+        return TooDeep{line + 1, static_cast<int>(i) + 1};
+      }
+    }
+    for (; i < row.size(); ++i) {
+      const char c = row[i];
+      if (quote == '"') {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          quote = 0;
+        }
+        continue;
+      }
+      if (quote == '\'') {
+        if (c == '\'' && i + 1 < row.size() && row[i + 1] == '\'') {
+          ++i;
+        } else if (c == '\'') {
+          quote = 0;
+        }
+        continue;
+      }
+      if (c == ' ' || c == '\t' || c == '\r') continue;
+      if (c == '#' && (i == 0 || row[i - 1] == ' ' || row[i - 1] == '\t')) break;
+      // In flow context plain scalars cannot hold brackets, so every bracket counts there.
+      const bool starts = value_start;
+      value_start = false;
+      if ((c == '[' || c == '{') && (starts || flow > 0)) {
+        ++flow;
+        if (static_cast<int>(indents.size()) + flow > kMaxYamlDepth) {
+          return TooDeep{line + 1, static_cast<int>(i) + 1};
+        }
+        value_start = true;
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      } else if ((c == '"' || c == '\'') && starts) {
+        quote = c;
+      } else if (c == ',' && flow > 0) {
+        value_start = true;
+      } else if ((c == ':' || c == '-' || c == '?') &&
+                 (i + 1 == row.size() || row[i + 1] == ' ' || row[i + 1] == '\t')) {
+        value_start = true;
+      } else if ((c == '|' || c == '>') && starts && flow == 0) {
+        block_scalar_parent = line_indent;
+        break;
+      }
+    }
+    if (end == text.size()) break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
+  if (std::optional<TooDeep> deep = FindTooDeep(yaml)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4); refused "
+        "before parsing",
+        name, deep->line, deep->column, kMaxYamlDepth));
+  }
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::DeepRecursion& e) {
+    // Backstop for nesting FindTooDeep underestimates.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4)", name,
+        e.mark.line + 1, e.mark.column + 1, e.depth()));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: YAML syntax error: %s", name, e.msg));
+    }
+    // Point at a bracket that is never closed, where the fix goes, rather than where yaml-cpp
+    // gave up.
+    if (std::optional<Bracket> open = NeverClosedBracket(yaml, e.mark.pos)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d:%d: YAML syntax error: this '%c' is never closed (yaml-cpp stopped at %d:%d: %s)",
+          name, open->line + 1, open->column + 1, open->symbol, e.mark.line + 1, e.mark.column + 1,
+          e.msg));
+    }
+    return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: YAML syntax error: %s", name,
+                                                      e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (documents.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: the job spec must be one YAML document, found %d (separated by ---)", name,
+        documents[1].Mark().line + 1, documents[1].Mark().column + 1, documents.size()));
+  }
+  return documents.empty() ? YAML::Node() : documents[0];
+}
+
+}  // namespace dapple::job_spec_internal

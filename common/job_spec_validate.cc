@@ -1,0 +1,594 @@
+// The rules of ValidateJobSpec (job_spec.h), and MicroBatches. Each rule reports the YAML field
+// it is about (Violation), so ParseJobSpec can point at its line.
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/job_spec.h"
+#include "common/job_spec_internal.h"
+#include "common/model_info.h"
+#include "common/spec_text.h"
+
+namespace dapple {
+namespace job_spec_internal {
+namespace {
+
+constexpr size_t kMaxNameLength = 63;
+
+// Upper bounds of the integer fields, so that every product the system derives from them fits its
+// type: total steps = epochs * floor(60000 / global_batch) <= 6e9 fits int64 and epochs fits
+// JobMetrics' int32; samples seen = steps * global_batch < 2^63; stage and device counts fit
+// int32 and any schedule's slot table (M * stages).
+constexpr int64_t kMaxEpochs = 100000;
+constexpr int64_t kMaxSteps = 1000000000;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
+constexpr int64_t kMaxStages = 4096;
+constexpr int64_t kMaxDevices = 4096;
+// Activations one step may hold: global_batch * (sum over layers of per-sample output floats).
+// 2^30 floats = 4 GiB of fp32, what a worker may need when a schedule keeps a whole step's
+// micro-batches in flight (GPipe).
+constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
+
+constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd"};
+constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
+constexpr char kEmulatedDeviceType[] = "emulated";
+// parallel.emulation.scale stretches profiled times so a schedule's timing shows above the
+// host's noise; x1000 already turns a 1 ms layer into 1 s. More is a mistake (1e12 would keep
+// the workers busy for ever), so it is refused at submit.
+constexpr double kMaxEmulationScale = 1000;
+
+constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform",   "manual",
+                                                    "dapple",   "pipedream", "dp"};
+// Planners that choose the pipeline depth themselves with stages auto (at most
+// parallel.devices stages); balanced and uniform make one stage per device.
+constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "dp"};
+constexpr char kDataParallelPlanner[] = "dp";
+
+// Positions and lengths count characters, not bytes: a name with 'ü' in it reports the 'ü' and
+// where it is as a reader counts. A byte that is not UTF-8 counts as one character.
+Check CheckName(const v1::JobSpec& spec) {
+  const std::string& name = spec.name();
+  if (name.empty()) return At("name", "name must not be empty");
+  size_t characters = 0;
+  std::optional<std::pair<std::string, size_t>> bad;  // the first bad character and its position
+  for (size_t i = 0; i < name.size(); ++characters) {
+    const Utf8Char u = DecodeUtf8(name, i);
+    const char c = name[i];
+    const bool ok = u.length == 1 && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                                      c == '-' || c == '_' || c == '.');
+    if (!ok && !bad) bad.emplace(name.substr(i, u.length), characters);
+    i += u.length;
+  }
+  if (bad) {
+    return At("name", absl::StrFormat("name '%s' has the character '%s' at position %d; use only "
+                                      "lowercase letters, digits, '-', '_' and '.'",
+                                      name, bad->first, bad->second));
+  }
+  if (characters > kMaxNameLength) {
+    return At("name", absl::StrFormat("name '%s' has %d characters; at most %d are allowed", name,
+                                      characters, kMaxNameLength));
+  }
+  return std::nullopt;
+}
+
+Check CheckAtMost(const std::string& field, int64_t value, int64_t max) {
+  if (value > max) {
+    return At(field, absl::StrFormat("%s %d is more than the maximum %d", field, value, max));
+  }
+  return std::nullopt;
+}
+
+Check CheckUnitInterval(const std::string& field, double value) {
+  if (!(value >= 0 && value < 1)) {
+    return At(field, absl::StrFormat("%s %s must be in [0, 1)", field, FormatDouble(value)));
+  }
+  return std::nullopt;
+}
+
+Check CheckOptimizer(const v1::OptimizerSpec& opt) {
+  if (!Contains(kKnownOptimizers, opt.type())) {
+    return At("training.optimizer.type",
+              absl::StrFormat("training.optimizer.type '%s' is unknown; known: %s", opt.type(),
+                              absl::StrJoin(kKnownOptimizers, ", ")));
+  }
+  if (!(opt.lr() > 0 && std::isfinite(opt.lr()))) {
+    return At(
+        "training.optimizer.lr",
+        absl::StrFormat("training.optimizer.lr %s must be > 0 and finite", FormatDouble(opt.lr())));
+  }
+  if (Check c = CheckUnitInterval("training.optimizer.momentum", opt.momentum())) return c;
+  if (!(opt.weight_decay() >= 0 && std::isfinite(opt.weight_decay()))) {
+    return At("training.optimizer.weight_decay",
+              absl::StrFormat("training.optimizer.weight_decay %s must be >= 0 and finite",
+                              FormatDouble(opt.weight_decay())));
+  }
+  if (Check c = CheckUnitInterval("training.optimizer.beta1", opt.beta1())) return c;
+  if (Check c = CheckUnitInterval("training.optimizer.beta2", opt.beta2())) return c;
+  // eps only enters AdamW's update; a hand-built sgd spec may leave it 0.
+  const bool eps_ok =
+      std::isfinite(opt.eps()) && (opt.type() == "adamw" ? opt.eps() > 0 : opt.eps() >= 0);
+  if (!eps_ok) {
+    return At("training.optimizer.eps",
+              absl::StrFormat("training.optimizer.eps %s must be > 0 and finite",
+                              FormatDouble(opt.eps())));
+  }
+  return std::nullopt;
+}
+
+Check CheckLrSchedule(const v1::TrainingSpec& t) {
+  if (!t.has_lr_schedule()) return std::nullopt;
+  const v1::LrSchedule& l = t.lr_schedule();
+  if (l.warmup_steps() < 0) {
+    return At(
+        "training.lr_schedule.warmup_steps",
+        absl::StrFormat("training.lr_schedule.warmup_steps %d must be >= 0", l.warmup_steps()));
+  }
+  if (Check c = CheckAtMost("training.lr_schedule.warmup_steps", l.warmup_steps(), kMaxSteps)) {
+    return c;
+  }
+  if (!Contains(kLrDecays, l.decay())) {
+    return At("training.lr_schedule.decay",
+              absl::StrFormat("training.lr_schedule.decay '%s' is unknown; known: %s", l.decay(),
+                              absl::StrJoin(kLrDecays, ", ")));
+  }
+  if (!(l.min_lr() >= 0 && l.min_lr() <= t.optimizer().lr())) {
+    return At("training.lr_schedule.min_lr",
+              absl::StrFormat("training.lr_schedule.min_lr %s must be in [0, "
+                              "training.optimizer.lr %s]",
+                              FormatDouble(l.min_lr()), FormatDouble(t.optimizer().lr())));
+  }
+  if (l.decay_steps() < 0) {
+    return At("training.lr_schedule.decay_steps",
+              absl::StrFormat("training.lr_schedule.decay_steps %d must be >= 0 (0 = the job's "
+                              "total steps)",
+                              l.decay_steps()));
+  }
+  if (Check c = CheckAtMost("training.lr_schedule.decay_steps", l.decay_steps(), kMaxSteps)) {
+    return c;
+  }
+  if (l.decay_steps() > 0 && l.decay_steps() <= l.warmup_steps()) {
+    return At("training.lr_schedule.decay_steps",
+              absl::StrFormat("training.lr_schedule.decay_steps %d must be more than "
+                              "training.lr_schedule.warmup_steps %d: the decay runs from the end "
+                              "of the warm-up to decay_steps",
+                              l.decay_steps(), l.warmup_steps()));
+  }
+  return std::nullopt;
+}
+
+Check CheckTraining(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
+  if (t.global_batch() < 1) {
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d must be >= 1", t.global_batch()));
+  }
+  // The text dataset's size is known once the coordinator read the file (train_samples).
+  const int64_t train = spec.data().train_samples();
+  if (train > 0 && t.global_batch() > train) {
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d must be <= %d, the number of training "
+                              "samples of %s",
+                              t.global_batch(), train,
+                              spec.data().dataset() == kTextDataset
+                                  ? absl::StrFormat("data.path %s with data.seq_len %d",
+                                                    spec.data().path(), spec.data().seq_len())
+                                  : spec.data().dataset()));
+  }
+  if (Check c = CheckAtMost("training.global_batch", t.global_batch(), kMaxGlobalBatch)) return c;
+  if (t.micro_batch() < 1) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.micro_batch %d must be >= 1", t.micro_batch()));
+  }
+  if (t.micro_batch() > t.global_batch()) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.micro_batch %d must be <= training.global_batch %d",
+                              t.micro_batch(), t.global_batch()));
+  }
+  if (t.global_batch() % t.micro_batch() != 0) {
+    return At("training.micro_batch",
+              absl::StrFormat("training.global_batch %d is not divisible by training.micro_batch "
+                              "%d",
+                              t.global_batch(), t.micro_batch()));
+  }
+  if (t.epochs() < 1) {
+    return At("training.epochs", absl::StrFormat("training.epochs %d must be >= 1", t.epochs()));
+  }
+  if (Check c = CheckAtMost("training.epochs", t.epochs(), kMaxEpochs)) return c;
+  if (t.max_steps() < 0) {
+    return At("training.max_steps",
+              absl::StrFormat("training.max_steps %d must be >= 0 (0 = no limit)", t.max_steps()));
+  }
+  if (Check c = CheckAtMost("training.max_steps", t.max_steps(), kMaxSteps)) return c;
+  if (t.checkpoint_every_steps() < 0) {
+    return At("training.checkpoint_every_steps",
+              absl::StrFormat("training.checkpoint_every_steps %d must be >= 0 (0 = only on "
+                              "demand)",
+                              t.checkpoint_every_steps()));
+  }
+  if (Check c =
+          CheckAtMost("training.checkpoint_every_steps", t.checkpoint_every_steps(), kMaxSteps)) {
+    return c;
+  }
+  if (!(t.max_grad_norm() >= 0 && std::isfinite(t.max_grad_norm()))) {
+    return At("training.max_grad_norm",
+              absl::StrFormat("training.max_grad_norm %s must be >= 0 and finite (0 = no "
+                              "clipping)",
+                              FormatDouble(t.max_grad_norm())));
+  }
+  if (t.eval_every_steps() < 0) {
+    return At("training.eval_every_steps",
+              absl::StrFormat("training.eval_every_steps %d must be >= 0 (0 = after every epoch)",
+                              t.eval_every_steps()));
+  }
+  if (Check c = CheckAtMost("training.eval_every_steps", t.eval_every_steps(), kMaxSteps)) {
+    return c;
+  }
+  if (Check c = CheckOptimizer(t.optimizer())) return c;
+  return CheckLrSchedule(t);
+}
+
+// "1 layer", "6 layers".
+std::string Layers(int count) { return absl::StrCat(count, count == 1 ? " layer" : " layers"); }
+
+// Explicit stages must partition the layers [0, num_layers) in order.
+Check CheckStageRanges(const v1::ParallelSpec& p, int num_layers) {
+  for (int i = 0; i < p.stage_ranges_size(); ++i) {
+    const v1::StageRange& r = p.stage_ranges(i);
+    const std::string field = absl::StrFormat("parallel.stages[%d]", i);
+    if (r.first_layer() < 0 || r.last_layer() < 0) {
+      return At(field, absl::StrFormat("%s %s: layer indices must be >= 0", field, RangeText(r)));
+    }
+    if (r.first_layer() > r.last_layer()) {
+      return At(field, absl::StrFormat("%s %s is empty: first_layer %d > last_layer %d", field,
+                                       RangeText(r), r.first_layer(), r.last_layer()));
+    }
+    if (r.last_layer() >= num_layers) {
+      return At(field, absl::StrFormat("%s %s goes past the last layer %d of the model (%s)", field,
+                                       RangeText(r), num_layers - 1, Layers(num_layers)));
+    }
+    const int expected_first = i == 0 ? 0 : p.stage_ranges(i - 1).last_layer() + 1;
+    if (r.first_layer() > expected_first) {
+      const std::string after = i == 0 ? ""
+                                       : absl::StrFormat(" and after parallel.stages[%d] %s", i - 1,
+                                                         RangeText(p.stage_ranges(i - 1)));
+      return At(field, absl::StrFormat("layer %d is missing: it is in no stage (before %s %s%s); "
+                                       "stages must cover every layer exactly once",
+                                       expected_first, field, RangeText(r), after));
+    }
+    if (r.first_layer() < expected_first) {
+      const v1::StageRange& prev = p.stage_ranges(i - 1);
+      if (r.first_layer() < prev.first_layer()) {
+        return At(field, absl::StrFormat("%s %s comes after parallel.stages[%d] %s: stages must be "
+                                         "listed in layer order",
+                                         field, RangeText(r), i - 1, RangeText(prev)));
+      }
+      return At(field,
+                absl::StrFormat("layer %d is duplicated: it is in both parallel.stages[%d] "
+                                "%s and %s %s; stages must cover every layer exactly once",
+                                r.first_layer(), i - 1, RangeText(prev), field, RangeText(r)));
+    }
+  }
+  const v1::StageRange& last = p.stage_ranges(p.stage_ranges_size() - 1);
+  if (last.last_layer() < num_layers - 1) {
+    return At(absl::StrFormat("parallel.stages[%d]", p.stage_ranges_size() - 1),
+              absl::StrFormat("layer %d is missing: the last stage parallel.stages[%d] %s ends "
+                              "before the model's last layer %d; stages must cover every layer "
+                              "exactly once",
+                              last.last_layer() + 1, p.stage_ranges_size() - 1, RangeText(last),
+                              num_layers - 1));
+  }
+  return std::nullopt;
+}
+
+// device_type emulated (docs/job_spec.md): the profile file is read by the coordinator at
+// submit (coordinator/service/emulation.h checks its layers against the model); here only what
+// needs no file.
+Check CheckEmulation(const v1::ParallelSpec& p) {
+  const bool emulated = p.device_type() == kEmulatedDeviceType;
+  const v1::EmulationSpec& e = p.emulation();
+  if (!emulated) {
+    if (p.has_emulation()) {
+      return At("parallel.emulation",
+                absl::StrFormat("parallel.emulation applies only to parallel.device_type "
+                                "emulated, got parallel.device_type %s",
+                                p.device_type().empty() ? kDefaultDeviceType : p.device_type()));
+    }
+    return std::nullopt;
+  }
+  if (e.profile().empty()) {
+    return At("parallel.emulation.profile",
+              "parallel.device_type emulated needs parallel.emulation.profile: an absolute path "
+              "to a profile file (graph.txt) with one entry per model layer");
+  }
+  if (e.profile()[0] != '/') {
+    return At("parallel.emulation.profile",
+              absl::StrFormat("parallel.emulation.profile '%s' must be an absolute path: the "
+                              "coordinator reads it at submit, on its own file system",
+                              e.profile()));
+  }
+  if (!std::isfinite(e.scale()) || e.scale() <= 0) {
+    return At("parallel.emulation.scale",
+              absl::StrFormat("parallel.emulation.scale %g must be a finite number > 0 (it "
+                              "multiplies every profiled time; default 1)",
+                              e.scale()));
+  }
+  if (e.scale() > kMaxEmulationScale) {
+    return At("parallel.emulation.scale",
+              absl::StrFormat("parallel.emulation.scale %g must be in (0, %g]: it multiplies "
+                              "every profiled time, and beyond %g a 1 ms layer waits more than "
+                              "a second per action, so a step could hold its workers for hours",
+                              e.scale(), kMaxEmulationScale, kMaxEmulationScale));
+  }
+  return std::nullopt;
+}
+
+// schedule pipesgd (Pipe-SGD, docs/job_spec.md): data parallelism, one stage replicated on
+// every device. `stages` is the resolved stage count (0 = auto).
+constexpr int kMaxPipeSgdWarmup = 1000;
+constexpr absl::string_view kPipeSgdCompressions[] = {"none", "fp16", "int8"};
+
+Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
+  if (p.schedule() != kPipeSgdSchedule) {
+    if (p.has_pipesgd()) {
+      return At("parallel.pipesgd",
+                absl::StrFormat("parallel.pipesgd applies only to parallel.schedule pipesgd, got "
+                                "parallel.schedule %s",
+                                p.schedule()));
+    }
+    return std::nullopt;
+  }
+  const v1::PipeSgdSpec& ps = p.pipesgd();
+  if (ps.warmup_steps() < 0 || ps.warmup_steps() > kMaxPipeSgdWarmup) {
+    return At("parallel.pipesgd.warmup_steps",
+              absl::StrFormat("parallel.pipesgd.warmup_steps %d must be between 0 and %d "
+                              "(synchronous steps before the stale updates)",
+                              ps.warmup_steps(), kMaxPipeSgdWarmup));
+  }
+  // Empty: a spec built in code; it means none.
+  if (!ps.compression().empty() && !Contains(kPipeSgdCompressions, ps.compression())) {
+    return At("parallel.pipesgd.compression",
+              absl::StrFormat("parallel.pipesgd.compression '%s' is unknown; known: %s",
+                              ps.compression(), absl::StrJoin(kPipeSgdCompressions, ", ")));
+  }
+  const bool one_stage = stages == 1 || (stages == 0 && p.planner() == kDataParallelPlanner);
+  if (!one_stage) {
+    return At(
+        "parallel.stages",
+        absl::StrFormat("parallel.schedule pipesgd is data parallelism over one stage, got "
+                        "parallel.stages %s with parallel.planner %s: set stages to 1 (or "
+                        "auto with planner dp)",
+                        stages == 0 ? std::string("auto") : absl::StrCat(stages), p.planner()));
+  }
+  if (p.devices() < 2) {
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d with parallel.schedule pipesgd: pipesgd is "
+                              "data parallelism: devices must be >= 2",
+                              p.devices()));
+  }
+  return std::nullopt;
+}
+
+// schedule pipedream (docs/job_spec.md): asynchronous 1F1B with weight stashing; a stage may
+// have replicas (1F1B-RR: whole micro-batches round-robin, CheckPipeDreamReplicas).
+constexpr char kPipeDreamSchedule[] = "pipedream";
+
+Check CheckPipeDream(const v1::ParallelSpec& p) {
+  if (p.schedule() != kPipeDreamSchedule) {
+    if (p.has_pipedream()) {
+      return At("parallel.pipedream",
+                absl::StrFormat("parallel.pipedream applies only to parallel.schedule pipedream, "
+                                "got parallel.schedule %s",
+                                p.schedule()));
+    }
+    return std::nullopt;
+  }
+  // Planner dp is one stage on every device: no pipeline for pipedream's asynchronous 1F1B to
+  // keep full (pipesgd and dapple are the data-parallel schedules). Planner pipedream replicates
+  // stages itself where that pays.
+  if (p.planner() == kDataParallelPlanner) {
+    return At("parallel.planner",
+              "parallel.planner dp with parallel.schedule pipedream: planner dp makes one stage "
+              "(no pipeline) and pipedream is asynchronous pipelining; use planner pipedream, "
+              "dapple, balanced, uniform or manual (their stages may have replicas), or "
+              "schedule pipesgd or dapple for data parallelism");
+  }
+  return std::nullopt;
+}
+
+// 1F1B-RR sends whole micro-batches round-robin to a stage's D replicas (micro-batch g to
+// replica g % D), so each replica gets a micro-batch every step only when D <= M. Checked where
+// D is fixed at submit: `replicas` = devices / stages of balanced, uniform and manual (dapple and
+// pipedream choose D themselves, at most M: the coordinator caps their replicas).
+Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) {
+  const v1::ParallelSpec& p = spec.parallel();
+  if (p.schedule() != kPipeDreamSchedule) return std::nullopt;
+  const int64_t micro_batches = spec.training().global_batch() / spec.training().micro_batch();
+  if (replicas <= micro_batches) return std::nullopt;
+  return At("parallel.devices",
+            absl::StrFormat("parallel.devices %d with %s gives %d replicas per stage, but "
+                            "parallel.schedule pipedream sends whole micro-batches round-robin to "
+                            "a stage's replicas and training.global_batch %d / "
+                            "training.micro_batch %d = %s per step: each replica "
+                            "needs at least one: set devices to at most %d (%d %s per stage) "
+                            "or use a smaller micro_batch",
+                            p.devices(), Count(stages, "stage", "stages"), replicas,
+                            spec.training().global_batch(), spec.training().micro_batch(),
+                            Count(micro_batches, "micro-batch", "micro-batches"),
+                            static_cast<int64_t>(stages) * micro_batches, micro_batches,
+                            micro_batches == 1 ? "replica" : "replicas"));
+}
+
+// parallel.devices for the resolved stage count `stages` (0 = auto) and the planner; the
+// checks before it in CheckParallel have passed.
+Check CheckDevices(const v1::JobSpec& spec, int stages) {
+  const v1::ParallelSpec& p = spec.parallel();
+  const int num_layers = spec.model().layers_size();
+  if (p.devices() < 1) {
+    return At("parallel.devices", absl::StrFormat("parallel.devices %d must be >= 1", p.devices()));
+  }
+  if (Check c = CheckAtMost("parallel.devices", p.devices(), kMaxDevices)) return c;
+  if (p.planner() == kDataParallelPlanner) {
+    // dp is one stage replicated on every device.
+    if (stages > 1) {
+      return At("parallel.stages",
+                absl::StrFormat("parallel.stages %d with parallel.planner dp: data parallelism "
+                                "is one stage; set stages to auto or 1",
+                                stages));
+    }
+    // One stage replicated on every device (P = 1, D = devices).
+    return std::nullopt;
+  }
+  if (stages == 0) {
+    // dapple and pipedream choose at most min(devices, layers) stages themselves.
+    if (Contains(kDepthChoosingPlanners, p.planner())) return std::nullopt;
+    if (p.devices() > num_layers) {
+      return At("parallel.devices",
+                absl::StrFormat("parallel.devices %d with parallel.stages auto would make %d "
+                                "stages, more than the %s of the model: each stage needs at "
+                                "least one layer",
+                                p.devices(), p.devices(), Layers(num_layers)));
+    }
+    return std::nullopt;
+  }
+  // A fixed stage count: every stage gets devices / stages replicas (D), so devices must be a
+  // multiple of the stages (dapple and pipedream with a fixed P replicate as they choose, up to
+  // the same devices).
+  if (p.devices() < stages) {
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d is fewer than the %d stages: each stage needs "
+                              "its own device: set devices to %d (or a multiple of it)",
+                              p.devices(), stages, stages));
+  }
+  if (p.devices() % stages != 0) {
+    const int lower = p.devices() / stages * stages;
+    return At("parallel.devices",
+              absl::StrFormat("parallel.devices %d is not a multiple of the %d stages: each "
+                              "stage gets devices / stages replicas: set devices to %d or %d",
+                              p.devices(), stages, lower, lower + stages));
+  }
+  if (!Contains(kDepthChoosingPlanners, p.planner())) {
+    return CheckPipeDreamReplicas(spec, stages, p.devices() / stages);
+  }
+  return std::nullopt;
+}
+
+Check CheckParallel(const v1::JobSpec& spec) {
+  const v1::ParallelSpec& p = spec.parallel();
+  const int num_layers = spec.model().layers_size();
+  if (!Contains(kAvailableSchedules, p.schedule())) {
+    return At("parallel.schedule",
+              absl::StrFormat("parallel.schedule '%s' is unknown; available: %s", p.schedule(),
+                              absl::StrJoin(kAvailableSchedules, ", ")));
+  }
+  // Empty (a spec built in code, or stored before the field existed) means "any".
+  if (!p.device_type().empty() && !Contains(kDeviceTypes, p.device_type())) {
+    return At("parallel.device_type",
+              absl::StrFormat("parallel.device_type '%s' is unknown; known: %s", p.device_type(),
+                              absl::StrJoin(kDeviceTypes, ", ")));
+  }
+  if (Check c = CheckEmulation(p)) return c;
+  if (!Contains(kAvailablePlanners, p.planner())) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),
+                              absl::StrJoin(kAvailablePlanners, ", ")));
+  }
+  if (p.stages() < 0) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d must be >= 0 (0 = auto)", p.stages()));
+  }
+  if (Check c = CheckAtMost("parallel.stages", p.stages(), kMaxStages)) return c;
+  const bool manual = p.planner() == kManualPlanner;
+  const bool explicit_ranges = p.stage_ranges_size() > 0;
+  if (manual && !explicit_ranges) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner manual needs parallel.stages as a list of "
+                              "[first_layer, last_layer] ranges, got %s",
+                              p.stages() == 0 ? std::string("auto") : absl::StrCat(p.stages())));
+  }
+  if (explicit_ranges && !manual) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.stages is an explicit list of ranges, which only "
+                              "parallel.planner manual takes, got parallel.planner %s",
+                              p.planner()));
+  }
+  if (explicit_ranges && p.stages() != 0 && p.stages() != p.stage_ranges_size()) {
+    return At("parallel.stages",
+              absl::StrFormat(
+                  "parallel.stages %d does not match the %s", p.stages(),
+                  Count(p.stage_ranges_size(), "explicit stage range", "explicit stage ranges")));
+  }
+  const int stages = explicit_ranges ? p.stage_ranges_size() : p.stages();
+  if (!explicit_ranges && stages > num_layers) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d is more than the %s of the model: each stage "
+                              "needs at least one layer",
+                              stages, Layers(num_layers)));
+  }
+  if (explicit_ranges) {
+    if (Check c = CheckStageRanges(p, num_layers)) return c;
+  }
+  if (Check c = CheckPipeSgd(p, stages)) return c;
+  if (Check c = CheckPipeDream(p)) return c;
+  return CheckDevices(spec, stages);
+}
+
+// Needs a valid model and batch sizes.
+Check CheckStepActivations(const v1::JobSpec& spec) {
+  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
+  if (!layers.ok()) return At("model", std::string(layers.status().message()));
+  int64_t per_sample = 0;  // <= 4096 layers * 2^24 floats each
+  for (const LayerInfo& layer : *layers) {
+    per_sample += NumElements(layer.output_shape) + layer.saved_bytes / 4;
+  }
+  const int64_t batch = spec.training().global_batch();  // <= 2^20
+  if (per_sample > kMaxStepActivations / batch) {
+    const double floats = static_cast<double>(per_sample) * static_cast<double>(batch);
+    return At("training.global_batch",
+              absl::StrFormat("training.global_batch %d times the model's %d activation floats "
+                              "per sample (outputs and what backward keeps) is %.0f floats (%.2f "
+                              "GiB of fp32) per step, more than "
+                              "the maximum 2^30 (4 GiB): use a smaller global_batch or narrower "
+                              "layers",
+                              batch, per_sample, floats, floats * sizeof(float) / (1 << 30)));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Check Validate(const v1::JobSpec& spec) {
+  if (Check c = CheckName(spec)) return c;
+  if (Check c = CheckData(spec)) return c;
+  if (Check c = CheckModel(spec)) return c;
+  if (Check c = CheckTraining(spec)) return c;
+  if (Check c = CheckSample(spec)) return c;
+  if (Check c = CheckStepActivations(spec)) return c;
+  return CheckParallel(spec);
+}
+
+}  // namespace job_spec_internal
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (job_spec_internal::Check violation = job_spec_internal::Validate(spec)) {
+    return absl::InvalidArgumentError(job_spec_internal::OneLine(violation->message));
+  }
+  return absl::OkStatus();
+}
+
+int64_t MicroBatches(const v1::JobSpec& spec) {
+  const int64_t micro = spec.training().micro_batch();
+  return micro > 0 ? spec.training().global_batch() / micro : 0;
+}
+
+}  // namespace dapple

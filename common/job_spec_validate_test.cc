@@ -1,0 +1,560 @@
+// ValidateJobSpec: every rule, its message and its bounds (also as ParseJobSpec reports them).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/job_spec_test_util.h"
+#include "gtest/gtest.h"
+
+namespace dapple {
+namespace {
+
+using ::dapple::testing::Edit;
+using ::dapple::testing::Example;
+using ::dapple::testing::ExpectInvalid;
+using ::dapple::testing::ExpectParseError;
+using ::dapple::testing::kExample;
+using ::dapple::testing::Manual;
+
+// ---------------------------------------------------------------------------------- validation
+
+TEST(ValidateJobSpecTest, ExampleAndVariantsAreValid) {
+  v1::JobSpec spec = Example();
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.mutable_parallel()->set_schedule("gpipe");
+  spec.mutable_parallel()->set_planner("uniform");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_model()->clear_input_shape();
+  spec.mutable_model()->add_input_shape(28);
+  spec.mutable_model()->add_input_shape(28);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_training()->set_global_batch(60000);
+  spec.mutable_training()->set_micro_batch(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(ValidateJobSpecTest, Name) {
+  v1::JobSpec spec = Example();
+  spec.set_name("");
+  ExpectInvalid(ValidateJobSpec(spec), {"name must not be empty"});
+  spec.set_name(std::string(64, 'a'));
+  ExpectInvalid(ValidateJobSpec(spec), {"name '", "has 64 characters", "at most 63"});
+  spec.set_name(std::string(63, 'a'));
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_name("Fmnist");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'Fmnist'", "'F' at position 0", "lowercase"});
+  spec.set_name("my job");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'my job'", "' ' at position 2"});
+  spec.set_name("a-b_c.9");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_name("two\nlines");  // the message stays on one line
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'two\\x0alines'", "'\\x0a' at position 3"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "name: fmnist-mlp", "name: \"a\\tb\""), "job.yaml").status(),
+      {"job.yaml:1:7: name 'a\\x09b' has the character '\\x09' at position 1"});
+}
+
+TEST(ValidateJobSpecTest, ModelLayersGoThroughInferLayers) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->mutable_layers(1)->set_type("conv9");
+  ExpectInvalid(ValidateJobSpec(spec), {"model.layers[1]", "unknown layer type 'conv9'"});
+  spec = Example();
+  spec.mutable_model()->clear_layers();
+  ExpectInvalid(ValidateJobSpec(spec), {"model.layers", "empty"});
+}
+
+TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->clear_input_shape();
+  for (int d : {3, 32, 32}) spec.mutable_model()->add_input_shape(d);
+  ExpectInvalid(ValidateJobSpec(spec), {"model.input_shape [3, 32, 32]", "3072 elements", "784",
+                                        "[1, 28, 28], [28, 28] or [784]"});
+  spec = Example();
+  spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(12);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model output has 12 features but fashion-mnist has 10 classes"});
+  spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model output has 1 feature but fashion-mnist has 10 classes"});
+  spec = Example();
+  spec.mutable_model()->mutable_layers()->RemoveLast();
+  spec.mutable_model()->mutable_layers()->RemoveLast();
+  spec.mutable_model()->mutable_layers()->RemoveLast();  // only flatten: output [784]
+  spec.mutable_parallel()->set_stages(1);
+  spec.mutable_parallel()->set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"model output has 784 features", "10 classes"});
+}
+
+TEST(ValidateJobSpecTest, Loss) {
+  v1::JobSpec spec = Example();
+  spec.mutable_model()->set_loss("mse");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model.loss 'mse'", "not supported", "supported: softmax_cross_entropy"});
+}
+
+TEST(ValidateJobSpecTest, Data) {
+  v1::JobSpec spec = Example();
+  spec.mutable_data()->set_dataset("cifar10");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"data.dataset 'cifar10' is unknown", "known datasets: fashion-mnist"});
+  spec = Example();
+  spec.mutable_data()->set_path("");
+  ExpectInvalid(ValidateJobSpec(spec), {"data.path", "must not be empty"});
+}
+
+TEST(ValidateJobSpecTest, Batches) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_global_batch(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 0 must be >= 1"});
+  spec.mutable_training()->set_global_batch(60001);
+  spec.mutable_training()->set_micro_batch(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 60001 must be <= 60000",
+                                        "training samples of fashion-mnist"});
+  spec = Example();
+  spec.mutable_training()->set_micro_batch(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.micro_batch 0 must be >= 1"});
+  spec.mutable_training()->set_micro_batch(512);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.micro_batch 512 must be <= training.global_batch 256"});
+  spec.mutable_training()->set_micro_batch(48);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.global_batch 256 is not divisible by training.micro_batch 48"});
+}
+
+TEST(ValidateJobSpecTest, EpochsAndMaxSteps) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_epochs(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 0 must be >= 1"});
+  spec = Example();
+  spec.mutable_training()->set_max_steps(-1);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.max_steps -1 must be >= 0"});
+  spec.mutable_training()->set_max_steps(5);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+}
+
+TEST(ValidateJobSpecTest, CheckpointEverySteps) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_checkpoint_every_steps(-2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.checkpoint_every_steps -2 must be >= 0 (0 = only on demand)"});
+  spec.mutable_training()->set_checkpoint_every_steps(50);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(
+      Edit(kExample, "max_steps: 0", "max_steps: 0\n  checkpoint_every_steps: 7"), "job.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->training().checkpoint_every_steps(), 7);
+}
+
+TEST(ValidateJobSpecTest, Optimizer) {
+  const auto with = [](auto mutate) {
+    v1::JobSpec spec = Example();
+    mutate(*spec.mutable_training()->mutable_optimizer());
+    return ValidateJobSpec(spec);
+  };
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_type("adam"); }),
+                {"training.optimizer.type 'adam' is unknown", "known: sgd, adamw"});
+  for (double lr : {0.0, -0.1, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    ExpectInvalid(with([lr](v1::OptimizerSpec& o) { o.set_lr(lr); }),
+                  {"training.optimizer.lr", "must be > 0 and finite"});
+  }
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_lr(-0.1); }),
+                {"training.optimizer.lr -0.1 must be > 0 and finite"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_lr(std::nan("")); }),
+                {"training.optimizer.lr nan must be"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_momentum(1); }),
+                {"training.optimizer.momentum 1 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_momentum(-0.5); }),
+                {"training.optimizer.momentum -0.5 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_weight_decay(-0.01); }),
+                {"training.optimizer.weight_decay -0.01 must be >= 0"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_beta1(1); }),
+                {"training.optimizer.beta1 1 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_beta2(1.5); }),
+                {"training.optimizer.beta2 1.5 must be in [0, 1)"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) {
+                  o.set_type("adamw");
+                  o.set_eps(0);
+                }),
+                {"training.optimizer.eps 0 must be > 0"});
+  ExpectInvalid(with([](v1::OptimizerSpec& o) { o.set_eps(-1e-8); }),
+                {"training.optimizer.eps -1e-08 must be > 0"});
+  EXPECT_TRUE(with([](v1::OptimizerSpec& o) { o.set_type("adamw"); }).ok());
+  // A hand-built sgd spec need not set AdamW's eps.
+  EXPECT_TRUE(with([](v1::OptimizerSpec& o) { o.set_eps(0); }).ok());
+}
+
+TEST(ValidateJobSpecTest, Schedule) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_schedule("zerobubble");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
+                                        "gpipe, dapple, pipedream, pipesgd"});
+}
+
+// schedule pipedream: stages may have replicas (1F1B-RR: whole micro-batches round-robin), at
+// most M = global_batch / micro_batch per stage where the spec fixes them (devices / stages of
+// balanced, uniform and manual); not with planner dp; an optional parallel.pipedream section
+// {vertical_sync}; the section under another schedule is refused.
+TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
+  v1::JobSpec spec = Example();  // 2 stages on 2 devices, global_batch 256, micro_batch 32
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // 4 devices on 2 stages: 2 replicas per stage, M = 8.
+  spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // M = 2: 2 replicas per stage still get one micro-batch each per step, 4 would not.
+  spec.mutable_training()->set_micro_batch(128);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(8);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+                 "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
+                 "replicas and training.global_batch 256 / training.micro_batch 128 = 2 "
+                 "micro-batches per step: each replica needs at least one: set devices to at "
+                 "most 4 (2 replicas per stage) or use a smaller micro_batch"});
+  // Split-concat's micro_batch >= replicas does not apply: a micro-batch is never split.
+  spec.mutable_training()->set_micro_batch(2);
+  spec.mutable_parallel()->set_devices(8);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // Planners that choose replicas themselves are capped at M by the coordinator, not here.
+  spec.mutable_training()->set_micro_batch(256);
+  for (const char* planner : {"pipedream", "dapple"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_parallel()->set_planner("uniform");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 with 2 stages gives 4 replicas per stage",
+                 "training.micro_batch 256 = 1 micro-batch per step",
+                 "set devices to at most 2 (1 replica per stage)"});
+  // Counts of 1 take the singular: 1 stage, 1 micro-batch.
+  spec.mutable_parallel()->set_stages(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 with 1 stage gives 8 replicas per stage, but "
+                 "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
+                 "replicas and training.global_batch 256 / training.micro_batch 256 = 1 "
+                 "micro-batch per step: each replica needs at least one: set devices to at most 1 "
+                 "(1 replica per stage) or use a smaller micro_batch"});
+  spec.mutable_parallel()->set_stages(2);
+  spec.mutable_parallel()->set_devices(2);
+  spec.mutable_parallel()->set_planner("dp");
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner dp with parallel.schedule pipedream", "schedule pipesgd"});
+  spec = Example();
+  spec.mutable_parallel()->mutable_pipedream()->set_vertical_sync(true);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.pipedream applies only to parallel.schedule pipedream, got "
+                 "parallel.schedule dapple"});
+}
+
+// schedule pipesgd: one stage (stages 1, or planner dp with stages auto), devices >= 2, and a
+// parallel.pipesgd section with defaults warmup_steps 2 and compression none.
+TEST(ValidateJobSpecTest, PipeSgdRules) {
+  v1::JobSpec spec = Example();
+  v1::ParallelSpec& p = *spec.mutable_parallel();
+  p.set_schedule("pipesgd");
+  p.set_planner("dp");
+  p.set_stages(0);
+  p.set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);  // no section: defaults
+  p.set_planner("dapple");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages",
+                                        "got parallel.stages auto with "
+                                        "parallel.planner dapple: set stages to 1 (or auto with "
+                                        "planner dp)"});
+  p.set_stages(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  p.set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 1 with parallel.schedule pipesgd: "
+                                        "pipesgd is data parallelism: devices must be >= 2"});
+  p.set_devices(2);
+  for (int bad : {-1, 1001}) {
+    p.mutable_pipesgd()->set_warmup_steps(bad);
+    ExpectInvalid(ValidateJobSpec(spec), {absl::StrCat("parallel.pipesgd.warmup_steps ", bad,
+                                                       " must be between 0 and 1000")});
+  }
+  p.mutable_pipesgd()->set_warmup_steps(1000);
+  for (const char* ok : {"none", "fp16", "int8", ""}) {
+    p.mutable_pipesgd()->set_compression(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  p.mutable_pipesgd()->set_compression("bf16");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.pipesgd.compression 'bf16' is unknown; known: "
+                                        "none, fp16, int8"});
+  p.set_schedule("gpipe");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.pipesgd applies only to parallel.schedule "
+                                        "pipesgd, got parallel.schedule gpipe"});
+}
+
+TEST(ValidateJobSpecTest, DeviceType) {
+  v1::JobSpec spec = Example();
+  for (const char* ok : {"any", "cpu", "cuda", ""}) {
+    spec.mutable_parallel()->set_device_type(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  spec.mutable_parallel()->set_device_type("gpu");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.device_type 'gpu' is unknown; known: any, cpu, cuda"});
+}
+
+TEST(ValidateJobSpecTest, Planner) {
+  v1::JobSpec spec = Example();
+  for (const char* planner : {"balanced", "uniform", "dapple", "pipedream"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_parallel()->set_planner("greedy");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner 'greedy' is unknown; available: balanced, uniform, manual, "
+                 "dapple, pipedream, dp"});
+  spec.mutable_parallel()->set_planner("manual");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner manual needs parallel.stages as a list", "got 2"});
+}
+
+TEST(ValidateJobSpecTest, PlannersThatChooseTheDepthTakeMoreDevicesThanLayers) {
+  v1::JobSpec spec = Example();  // 4 layers
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(8);
+  for (const char* planner : {"dapple", "pipedream"}) {
+    spec.mutable_parallel()->set_planner(planner);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << planner << ": " << ValidateJobSpec(spec);
+  }
+  // balanced and uniform make one stage per device with stages auto.
+  spec.mutable_parallel()->set_planner("uniform");
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto"});
+  // An explicit count takes a multiple of it: D = devices / stages replicas of each stage.
+  spec.mutable_parallel()->set_planner("dapple");
+  spec.mutable_parallel()->set_stages(2);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(3);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 8 is not a multiple of the 3 stages", "set devices to 6 or 9"});
+}
+
+TEST(ValidateJobSpecTest, DataParallelIsOneStageOnEveryDevice) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(Edit(Edit(kExample, "planner: balanced", "planner: dp"), "stages: 2 ", "stages: auto"),
+           "devices: 2", "devices: 1"),
+      "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().planner(), "dp");
+  v1::JobSpec s = *spec;
+  s.mutable_parallel()->set_stages(1);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_parallel()->set_stages(0);
+  s.mutable_parallel()->set_devices(4);  // P = 1, D = 4
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_parallel()->set_stages(2);
+  s.mutable_parallel()->set_devices(2);
+  ExpectInvalid(ValidateJobSpec(s), {"parallel.stages 2 with parallel.planner dp", "one stage"});
+}
+
+TEST(ValidateJobSpecTest, StageListNeedsManualPlanner) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(kExample, "stages: 2 ", "stages: [[0, 1], [2, 3]]"), "job.yaml");
+  ExpectInvalid(spec.status(), {"job.yaml:20:12: ", "parallel.stages is an explicit list",
+                                "parallel.planner manual", "got parallel.planner balanced"});
+}
+
+TEST(ValidateJobSpecTest, StageCount) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_stages(-1);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages -1 must be >= 0"});
+  spec.mutable_parallel()->set_stages(8);
+  spec.mutable_parallel()->set_devices(8);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 8 is more than the 4 layers of the model: each stage needs at "
+                 "least one layer"});
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto", "8 stages",
+                                        "more than the 4 layers"});
+  spec.mutable_parallel()->set_stages(4);
+  spec.mutable_parallel()->set_devices(4);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec = Manual({{0, 0}});
+  spec.mutable_model()->mutable_layers()->DeleteSubrange(0, 3);  // only linear 784 -> 10
+  spec.mutable_model()->clear_input_shape();
+  spec.mutable_model()->add_input_shape(784);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_planner("balanced");
+  spec.mutable_parallel()->clear_stage_ranges();
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages 2 is more than the 1 layer of the model"});
+}
+
+TEST(ValidateJobSpecTest, StageRanges) {
+  EXPECT_TRUE(ValidateJobSpec(Manual({{0, 3}})).ok());
+  EXPECT_TRUE(ValidateJobSpec(Manual({{0, 0}, {1, 2}, {3, 3}})).ok());
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {3, 2}})),
+                {"parallel.stages[1] [3, 2] is empty", "first_layer 3 > last_layer 2"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {3, 3}})),
+                {"layer 2 is missing", "parallel.stages[1] [3, 3]", "exactly once"});
+  ExpectInvalid(ValidateJobSpec(Manual({{1, 3}})),
+                {"layer 0 is missing", "parallel.stages[0] [1, 3]"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 2}, {2, 3}})),
+                {"layer 2 is duplicated", "parallel.stages[0] [0, 2]", "parallel.stages[1] [2, 3]",
+                 "exactly once"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 3}, {0, 0}})),
+                {"parallel.stages[2] [0, 0] comes after parallel.stages[1] [2, 3]", "layer order"});
+  ExpectInvalid(ValidateJobSpec(Manual({{2, 3}, {0, 1}})), {"layer 0 is missing"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 2}})),
+                {"layer 3 is missing", "parallel.stages[1] [2, 2]", "last layer 3"});
+  ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 5}})),
+                {"parallel.stages[1] [2, 5] goes past the last layer 3"});
+  ExpectInvalid(ValidateJobSpec(Manual({{-1, 1}, {2, 3}})),
+                {"parallel.stages[0] [-1, 1]", "must be >= 0"});
+  v1::JobSpec spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_stages(3);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 3 does not match the 2 explicit stage ranges"});
+  spec = Manual({{0, 3}});
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 2 does not match the 1 explicit stage range"});
+  spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_planner("balanced");
+  ExpectInvalid(ValidateJobSpec(spec), {"explicit list", "parallel.planner manual"});
+}
+
+TEST(ValidateJobSpecTest, Devices) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_devices(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 0 must be >= 1"});
+  spec.mutable_parallel()->set_devices(4);  // 2 replicas of each of the 2 stages
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 1 is fewer than the 2 stages", "set devices to 2"});
+  spec.mutable_parallel()->set_devices(3);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 3 is not a multiple of the 2 stages",
+                 "each stage gets devices / stages replicas", "set devices to 2 or 4"});
+  spec = Manual({{0, 1}, {2, 3}});
+  spec.mutable_parallel()->set_devices(6);  // 3 replicas of each stage
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(5);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 5 is not a multiple of the 2 stages"});
+}
+
+// ------------------------------------------------------------------------------ integer bounds
+
+TEST(BoundsTest, HugeIntegersAreRefusedWithTheMaximum) {
+  ExpectParseError(Edit(kExample, "epochs: 3", "epochs: 9223372036854775807"),
+                   "job.yaml:14:11: training.epochs 9223372036854775807 is more than the maximum "
+                   "100000");
+  ExpectParseError(Edit(kExample, "max_steps: 0 ", "max_steps: 1000000001 "),
+                   "job.yaml:17:14: training.max_steps 1000000001 is more than the maximum "
+                   "1000000000");
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 100000000}"),
+                   "job.yaml:6:27: model.layers[1].out 100000000 is more than the maximum 2^24 "
+                   "(16777216) output elements per sample");
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: [1, 28, 99999999999]"),
+                   "job.yaml:3:16: model.input_shape [1, 28, 99999999999] has more than the "
+                   "maximum 2^24 (16777216) elements per sample");
+  ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 2147483647 "),
+                   "job.yaml:21:11: parallel.stages 2147483647 is more than the maximum 4096");
+  ExpectParseError(
+      Edit(Edit(kExample, "stages: 2 ", "stages: auto "), "devices: 2", "devices: 4097"),
+      "job.yaml:22:12: parallel.devices 4097 is more than the maximum 4096");
+}
+
+TEST(BoundsTest, TheMaximaThemselvesAreValidAndTheirProductsFit) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_epochs(100000);
+  spec.mutable_training()->set_max_steps(1000000000);
+  spec.mutable_training()->set_global_batch(1);
+  spec.mutable_training()->set_micro_batch(1);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // What the coordinator derives: total steps (epochs * steps per epoch) and the epoch counter.
+  const int64_t total_steps = spec.training().epochs() * (60000 / spec.training().global_batch());
+  EXPECT_EQ(total_steps, 6000000000);
+  EXPECT_LE(spec.training().epochs(), std::numeric_limits<int32_t>::max());
+  spec.mutable_training()->set_epochs(100001);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 100001 is more than the maximum 100000"});
+  spec.mutable_training()->set_epochs(std::numeric_limits<int64_t>::max());
+  ExpectInvalid(ValidateJobSpec(spec), {"training.epochs 9223372036854775807 is more than the "
+                                        "maximum 100000"});
+  spec = Example();
+  spec.mutable_training()->set_max_steps(std::numeric_limits<int64_t>::max());
+  ExpectInvalid(ValidateJobSpec(spec), {"training.max_steps 9223372036854775807 is more than the "
+                                        "maximum 1000000000"});
+  spec = Example();
+  spec.mutable_parallel()->set_stages(4097);
+  spec.mutable_parallel()->set_devices(4097);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.stages 4097 is more than the maximum 4096"});
+  spec.mutable_parallel()->set_stages(0);
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 4097 is more than the maximum 4096"});
+}
+
+// ------------------------------------------------------------------------------- model size
+
+TEST(ModelSizeTest, ParametersAndActivationsAreBounded) {
+  ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 1000000}"),
+                   "job.yaml:6:7: model.layers[1] (linear 784 -> 1000000) has 785000000 "
+                   "parameters, bringing the model to 785000000 (2.92 GiB of fp32 weights), more "
+                   "than the maximum 2^28 (268435456, 1 GiB)");
+  // 131866 activation floats per sample: fine for 256 samples a step, not for 60000.
+  const std::string wide =
+      Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 65536}");
+  EXPECT_TRUE(ParseJobSpec(wide, "job.yaml").ok()) << ParseJobSpec(wide, "job.yaml").status();
+  ExpectParseError(Edit(Edit(wide, "global_batch: 256", "global_batch: 60000"), "micro_batch: 32",
+                        "micro_batch: 600"),
+                   "job.yaml:12:17: training.global_batch 60000 times the model's 131866 "
+                   "activation floats per sample (outputs and what backward keeps) is 7911960000 "
+                   "floats (29.47 GiB of fp32) per step, more than the maximum 2^30 (4 GiB): use "
+                   "a smaller global_batch or narrower layers");
+}
+
+// ------------------------------------------------------------------------------- UTF-8 names
+
+TEST(Utf8Test, NamesReportWholeCharactersAndCharacterPositions) {
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: fmnist-ü-😀"),
+                   "job.yaml:1:7: name 'fmnist-ü-😀' has the character 'ü' at position 7; use "
+                   "only lowercase letters, digits, '-', '_' and '.'");
+  v1::JobSpec spec = Example();
+  spec.set_name("ab😀");
+  ExpectInvalid(ValidateJobSpec(spec), {"has the character '😀' at position 2;"});
+  spec.set_name("日本語x");
+  ExpectInvalid(ValidateJobSpec(spec), {"has the character '日' at position 0;"});
+  // Bytes that are not UTF-8 are shown as \xNN and count as one character each.
+  spec.set_name(
+      "ab\xff\xfe"
+      "c");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'ab\\xff\\xfec' has the character '\\xff' at "
+                                        "position 2"});
+  spec.set_name("a\xc3");  // truncated 2-byte sequence
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xc3' at position 1"});
+  spec.set_name("a\xc0\xaf");  // overlong '/'
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xc0' at position 1"});
+  spec.set_name("a\xed\xa0\x80");  // a UTF-16 surrogate
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\xed' at position 1"});
+  // C1 controls and Unicode line separators are escaped: the message stays one line.
+  spec.set_name(
+      "a\xc2\x85"
+      "b");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'a\\u0085b' has the character '\\u0085' at position "
+                                        "1"});
+  spec.set_name("a\xe2\x80\xa8");
+  ExpectInvalid(ValidateJobSpec(spec), {"'\\u2028' at position 1"});
+}
+
+TEST(Utf8Test, EveryMessageIsValidUtf8) {
+  v1::JobSpec spec = Example();
+  spec.mutable_data()->set_dataset("mnist\xff");
+  ExpectInvalid(ValidateJobSpec(spec), {"data.dataset 'mnist\\xff' is unknown"});
+  ExpectParseError(Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
+                   "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
+                   "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
+                   "max_grad_norm, lr_schedule, eval_every_steps; did you mean 'epochs'?");
+}
+
+}  // namespace
+}  // namespace dapple

@@ -1,0 +1,108 @@
+// Text helpers of the job spec code: see spec_text.h.
+#include "common/spec_text.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+namespace dapple::job_spec_internal {
+
+bool Contains(Names list, absl::string_view value) {
+  for (absl::string_view item : list) {
+    if (item == value) return true;
+  }
+  return false;
+}
+
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return absl::StrFormat("%.17g", value);
+  return std::string(buffer, end);
+}
+
+std::string FormatShape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string Count(int64_t count, absl::string_view one, absl::string_view many) {
+  return absl::StrCat(count, " ", count == 1 ? one : many);
+}
+
+Utf8Char DecodeUtf8(absl::string_view text, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(pos);
+  if (lead < 0x80) return {lead, 1};
+  size_t length = 0;
+  int32_t cp = 0;
+  int32_t min = 0;
+  if ((lead & 0xe0) == 0xc0) {
+    length = 2, cp = lead & 0x1f, min = 0x80;
+  } else if ((lead & 0xf0) == 0xe0) {
+    length = 3, cp = lead & 0x0f, min = 0x800;
+  } else if ((lead & 0xf8) == 0xf0) {
+    length = 4, cp = lead & 0x07, min = 0x10000;
+  } else {
+    return {-1, 1};
+  }
+  if (pos + length > text.size()) return {-1, 1};
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(pos + i) & 0xc0) != 0x80) return {-1, 1};
+    cp = (cp << 6) | (byte(pos + i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return {-1, 1};
+  return {cp, length};
+}
+
+std::string OneLine(absl::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (size_t i = 0; i < message.size();) {
+    const Utf8Char c = DecodeUtf8(message, i);
+    if (c.code_point < 0 || c.code_point < 0x20 || c.code_point == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", static_cast<unsigned char>(message[i])));
+    } else if ((c.code_point >= 0x80 && c.code_point <= 0x9f) || c.code_point == 0x2028 ||
+               c.code_point == 0x2029) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", c.code_point));
+    } else {
+      out.append(message.data() + i, c.length);
+    }
+    i += c.length;
+  }
+  return out;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string RangeText(const v1::StageRange& r) {
+  return absl::StrFormat("[%d, %d]", r.first_layer(), r.last_layer());
+}
+
+}  // namespace dapple::job_spec_internal

@@ -83,6 +83,8 @@ std::string TraceEventCategory(v1::ActionKind kind) {
     case v1::RECV_GRAD:
       return "recv";
     case v1::ALLREDUCE:
+    case v1::TIED_ALLREDUCE:
+    case v1::GLOBAL_NORM:
       return "allreduce";
     case v1::OPTIMIZER_STEP:
       return "optimizer";
@@ -107,6 +109,8 @@ std::string TraceEventName(const v1::TraceEvent& event) {
     case v1::RECV_GRAD:
       return absl::StrCat(v1::ActionKind_Name(event.kind()), " ", m);
     case v1::ALLREDUCE:
+    case v1::TIED_ALLREDUCE:
+    case v1::GLOBAL_NORM:
     case v1::OPTIMIZER_STEP:
       return v1::ActionKind_Name(event.kind());
     case v1::ACTION_KIND_UNSPECIFIED:

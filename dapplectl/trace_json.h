@@ -49,7 +49,8 @@ TraceCounts CountTrace(const v1::JobTrace& trace);
 
 // The event name of one action: "F3", "B3", "SEND_ACT 3", "OPTIMIZER_STEP", ...
 std::string TraceEventName(const v1::TraceEvent& event);
-// Its category: "forward", "backward", "send", "recv", "allreduce", "optimizer".
+// Its category: "forward", "backward", "send", "recv", "allreduce" (ALLREDUCE, TIED_ALLREDUCE,
+// GLOBAL_NORM), "optimizer".
 std::string TraceEventCategory(v1::ActionKind kind);
 
 // `s` as a JSON string literal, quotes included (control characters escaped as \u00XX).

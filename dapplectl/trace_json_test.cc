@@ -91,6 +91,8 @@ TEST(TraceJsonTest, NamesAndCategoriesOfActions) {
       {v1::SEND_GRAD, "SEND_GRAD 3", "send"},
       {v1::RECV_GRAD, "RECV_GRAD 3", "recv"},
       {v1::ALLREDUCE, "ALLREDUCE", "allreduce"},
+      {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", "allreduce"},
+      {v1::GLOBAL_NORM, "GLOBAL_NORM", "allreduce"},
       {v1::OPTIMIZER_STEP, "OPTIMIZER_STEP", "optimizer"}};
   for (const auto& [kind, name, cat] : want) {
     e.set_kind(kind);

@@ -26,6 +26,8 @@ constexpr KindCode kKindCodes[] = {
     {v1::RECV_GRAD, "RECV_GRAD", true},
     {v1::ALLREDUCE, "ALLREDUCE", false},
     {v1::OPTIMIZER_STEP, "STEP", false},
+    {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false},
+    {v1::GLOBAL_NORM, "GLOBAL_NORM", false},
 };
 
 const KindCode* FindByKind(v1::ActionKind kind) {
@@ -60,6 +62,11 @@ v1::Action MakeAction(int stage, v1::ActionKind kind, int micro_batch) {
   return a;
 }
 
+bool KindHasMicroBatch(v1::ActionKind kind) {
+  const KindCode* k = FindByKind(kind);
+  return k != nullptr && k->has_micro_batch;
+}
+
 std::string ActionToString(const v1::Action& a) {
   const KindCode* k = FindByKind(a.kind());
   if (k == nullptr) {
@@ -85,7 +92,7 @@ absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   if (k == nullptr) {
     return BadText(text, absl::StrCat("unknown code \"", code,
                                       "\" (known: F, B, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, "
-                                      "ALLREDUCE, STEP)"));
+                                      "ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP)"));
   }
 
   const absl::string_view rest = text.substr(i);

@@ -28,6 +28,8 @@ TEST(ActionTest, ToStringExamples) {
   EXPECT_EQ(ActionToString(MakeAction(1, v1::RECV_GRAD, 5)), "1RECV_GRAD5");
   EXPECT_EQ(ActionToString(MakeAction(0, v1::ALLREDUCE)), "0ALLREDUCE");
   EXPECT_EQ(ActionToString(MakeAction(0, v1::OPTIMIZER_STEP)), "0STEP");
+  EXPECT_EQ(ActionToString(MakeAction(3, v1::TIED_ALLREDUCE)), "3TIED_ALLREDUCE");
+  EXPECT_EQ(ActionToString(MakeAction(1, v1::GLOBAL_NORM)), "1GLOBAL_NORM");
   EXPECT_EQ(ActionToString(MakeAction(12, v1::FORWARD, 100)), "12F100");
   // ALLREDUCE and STEP never print a micro-batch, even a stray one.
   EXPECT_EQ(ActionToString(MakeAction(0, v1::OPTIMIZER_STEP, 4)), "0STEP");
@@ -40,12 +42,14 @@ TEST(ActionTest, UnknownKindPrintsAndDoesNotParse) {
 }
 
 TEST(ActionTest, RoundTripsEveryKind) {
-  const std::vector<v1::ActionKind> kinds = {v1::FORWARD,   v1::BACKWARD,      v1::SEND_ACT,
-                                             v1::RECV_ACT,  v1::SEND_GRAD,     v1::RECV_GRAD,
-                                             v1::ALLREDUCE, v1::OPTIMIZER_STEP};
+  const std::vector<v1::ActionKind> kinds = {
+      v1::FORWARD,   v1::BACKWARD,  v1::SEND_ACT,       v1::RECV_ACT,    v1::SEND_GRAD,
+      v1::RECV_GRAD, v1::ALLREDUCE, v1::OPTIMIZER_STEP, v1::GLOBAL_NORM, v1::TIED_ALLREDUCE};
   int checked = 0;
   for (v1::ActionKind kind : kinds) {
-    const bool has_mb = kind != v1::ALLREDUCE && kind != v1::OPTIMIZER_STEP;
+    const bool has_mb = kind != v1::ALLREDUCE && kind != v1::OPTIMIZER_STEP &&
+                        kind != v1::GLOBAL_NORM && kind != v1::TIED_ALLREDUCE;
+    EXPECT_EQ(KindHasMicroBatch(kind), has_mb) << v1::ActionKind_Name(kind);
     for (int stage : {0, 1, 7, 10, 123}) {
       for (int mb : {0, 1, 9, 10, 4096}) {
         const v1::Action a = MakeAction(stage, kind, has_mb ? mb : -1);
@@ -60,15 +64,18 @@ TEST(ActionTest, RoundTripsEveryKind) {
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 5 * 5);
+  EXPECT_EQ(checked, 10 * 5 * 5);
+  EXPECT_FALSE(KindHasMicroBatch(v1::ACTION_KIND_UNSPECIFIED));
 }
 
 TEST(ActionTest, ParseRejectsMalformedTextAndNamesIt) {
-  for (const char* text : {"",          "F3",          "1",      "1X3",           "1F",
-                           "1F-1",      "-1F3",        "1f3",    "1 F3",          "1F3 ",
-                           " 1F3",      "1F3x",        "1F0x1",  "1STEP2",        "1ALLREDUCE0",
-                           "1SEND_ACT", "1SEND_ACTS0", "1SEND0", "99999999999F1", "1F99999999999",
-                           "1F+3",      "1F0x3",       "1B 2"}) {
+  for (const char* text :
+       {"",          "F3",          "1",      "1X3",           "1F",
+        "1F-1",      "-1F3",        "1f3",    "1 F3",          "1F3 ",
+        " 1F3",      "1F3x",        "1F0x1",  "1STEP2",        "1ALLREDUCE0",
+        "1SEND_ACT", "1SEND_ACTS0", "1SEND0", "99999999999F1", "1F99999999999",
+        "1F+3",      "1F0x3",       "1B 2",   "1GLOBAL_NORM0", "1TIED_ALLREDUCE3",
+        "1TIED"}) {
     absl::StatusOr<v1::Action> parsed = ParseAction(text);
     ASSERT_FALSE(parsed.ok()) << "accepted \"" << text << "\"";
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;

@@ -16,8 +16,11 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
                const LowerOptions& options, Keep keep, Add add) {
   const bool has_prev = stage > 0;
   const bool has_next = stage < num_stages - 1;
-  const bool allreduce = stage >= 0 && stage < static_cast<int>(options.allreduce_stages.size()) &&
-                         options.allreduce_stages[stage];
+  auto at = [stage](const std::vector<bool>& per_stage) {
+    return stage >= 0 && stage < static_cast<int>(per_stage.size()) && per_stage[stage];
+  };
+  const bool allreduce = at(options.allreduce_stages);
+  const bool tied = at(options.tied_stages);
   for (size_t i = 0; i < size; ++i) {
     const int m = micro_batch_of(i);
     switch (kind_of(i)) {
@@ -32,7 +35,11 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
         if (has_prev) add(v1::SEND_GRAD, m);
         break;
       case v1::OPTIMIZER_STEP:
+        // The tied weights' sum comes first: the replicas' AllReduce then leaves them out.
+        if (tied) add(v1::TIED_ALLREDUCE, -1);
         if (allreduce) add(v1::ALLREDUCE, -1);
+        // The norm of the final (summed) gradients, which the update then scales.
+        if (options.global_norm) add(v1::GLOBAL_NORM, -1);
         keep(i);
         break;
       case v1::ACTION_KIND_UNSPECIFIED:
@@ -41,6 +48,8 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
       case v1::SEND_GRAD:
       case v1::RECV_GRAD:
       case v1::ALLREDUCE:
+      case v1::TIED_ALLREDUCE:
+      case v1::GLOBAL_NORM:
       case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
       case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
         keep(i);
@@ -54,7 +63,7 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
 OpProgram LowerOps(const OpProgram& compute, int num_stages, int stage,
                    const LowerOptions& options) {
   OpProgram program;
-  program.reserve(2 * compute.size() + 1);
+  program.reserve(2 * compute.size() + 3);
   LowerEach(
       compute.size(), [&](size_t i) { return compute[i].kind; },
       [&](size_t i) { return compute[i].micro_batch; }, num_stages, stage, options,
@@ -94,11 +103,13 @@ absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, in
         absl::StrCat("pipesgd is data parallelism over one stage, got num_stages ", num_stages,
                      ": use one stage (replicated), or schedule dapple for a pipeline"));
   }
-  if (!options.allreduce_stages.empty() &&
-      static_cast<int>(options.allreduce_stages.size()) != num_stages) {
-    return absl::InvalidArgumentError(absl::StrCat("options.allreduce_stages has ",
-                                                   options.allreduce_stages.size(), " entries for ",
-                                                   num_stages, " stages"));
+  for (const auto& [name, per_stage] : {std::pair<const char*, const std::vector<bool>*>{
+                                            "allreduce_stages", &options.allreduce_stages},
+                                        {"tied_stages", &options.tied_stages}}) {
+    if (!per_stage->empty() && static_cast<int>(per_stage->size()) != num_stages) {
+      return absl::InvalidArgumentError(absl::StrCat("options.", name, " has ", per_stage->size(),
+                                                     " entries for ", num_stages, " stages"));
+    }
   }
   std::vector<OpProgram> ops;
   ops.reserve(num_stages);

@@ -1,5 +1,7 @@
-// The lowering pass: adds point-to-point communication (and, on request, the AllReduce among a
-// stage's replicas) to compute-only programs. Pure functions; thread-safe.
+// The lowering pass: adds point-to-point communication (and, on request, the collectives before
+// each update: the tied weights' AllReduce, the AllReduce among a stage's replicas and the
+// global gradient norm) to compute-only programs. Pure functions; thread-safe.
+// job_lowering.h decides the options of a job (LowerOptionsFor).
 #ifndef DAPPLE_COMMON_SCHEDULE_LOWERING_H_
 #define DAPPLE_COMMON_SCHEDULE_LOWERING_H_
 
@@ -17,13 +19,21 @@ struct LowerOptions {
   // one ALLREDUCE (of the stage's gradients among its replicas) right before each
   // OPTIMIZER_STEP. Empty (the default): no ALLREDUCE is added.
   std::vector<bool> allreduce_stages;
+  // Empty, or one entry per stage: true for the stages that hold one side of a tied weight whose
+  // other side is on another stage (job_lowering.h TiedStages), whose programs get one
+  // TIED_ALLREDUCE right before each OPTIMIZER_STEP (before the ALLREDUCE).
+  std::vector<bool> tied_stages = {};
+  // Gradient clipping: every program gets one GLOBAL_NORM right before each OPTIMIZER_STEP
+  // (after the ALLREDUCE).
+  bool global_norm = false;
 };
 
 // For stage s of P: RECV_ACT m before each FORWARD m when s > 0; SEND_ACT m after it when
 // s < P - 1; RECV_GRAD m before each BACKWARD m when s < P - 1; SEND_GRAD m after it when s > 0;
-// ALLREDUCE before each OPTIMIZER_STEP when options.allreduce_stages[s] (an entry beyond the
-// vector counts as false). Other actions are kept in place. Sends are non-blocking, receives
-// block (simulator.h).
+// before each OPTIMIZER_STEP, in this order: TIED_ALLREDUCE when options.tied_stages[s],
+// ALLREDUCE when options.allreduce_stages[s] (an entry beyond either vector counts as false),
+// GLOBAL_NORM when options.global_norm. Other actions are kept in place. Sends are non-blocking,
+// receives block, TIED_ALLREDUCE and GLOBAL_NORM are barriers (simulator.h).
 v1::RankProgram Lower(const std::vector<v1::Action>& compute, int num_stages, int stage,
                       const LowerOptions& options = {});
 // The same pass on Ops (op.h).
@@ -32,8 +42,9 @@ OpProgram LowerOps(const OpProgram& compute, int num_stages, int stage,
 
 // Generate + Lower for every stage (replica 0), then Simulate with unit costs; returns
 // kFailedPrecondition with the simulator's message if the program set is not deadlock-free.
-// kInvalidArgument when num_stages < 1, num_micro_batches < 1, options.allreduce_stages is
-// neither empty nor of num_stages entries, or kind is kPipeSgd with num_stages != 1.
+// kInvalidArgument when num_stages < 1, num_micro_batches < 1, options.allreduce_stages or
+// options.tied_stages is neither empty nor of num_stages entries, or kind is kPipeSgd with
+// num_stages != 1.
 absl::StatusOr<std::vector<v1::RankProgram>> BuildPrograms(ScheduleKind kind, int num_stages,
                                                            int num_micro_batches,
                                                            const LowerOptions& options = {});

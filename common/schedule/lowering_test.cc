@@ -89,6 +89,37 @@ TEST(LowerTest, AllReduceGoesBeforeEachStepOfTheChosenStages) {
             "stage 2 replica 0: 2RECV_ACT0 2F0 2B0 2SEND_GRAD0 2STEP");
 }
 
+// The collectives before an update, in their one order: the tied weights' sum, the replicas'
+// AllReduce (which then leaves the tied tensors out), the global norm of the final gradients.
+TEST(LowerTest, CollectivesGoBeforeEachStepInOrder) {
+  LowerOptions options;
+  options.allreduce_stages = {true, false};
+  options.tied_stages = {true, true};
+  options.global_norm = true;
+  EXPECT_EQ(ProgramToString(Lower(GenerateDapple(2, 1, 0), 2, 0, options)),
+            "stage 0 replica 0: 0F0 0SEND_ACT0 0RECV_GRAD0 0B0 0TIED_ALLREDUCE 0ALLREDUCE "
+            "0GLOBAL_NORM 0STEP");
+  EXPECT_EQ(ProgramToString(Lower(GenerateDapple(2, 1, 1), 2, 1, options)),
+            "stage 1 replica 0: 1RECV_ACT0 1F0 1B0 1SEND_GRAD0 1TIED_ALLREDUCE 1GLOBAL_NORM 1STEP");
+  // Once per update in a PipeDream run.
+  LowerOptions norm_only;
+  norm_only.global_norm = true;
+  EXPECT_EQ(
+      ActionsToString(ToActions(0, LowerOps(GeneratePipeDreamOps(1, 4, 0, 2), 1, 0, norm_only))),
+      "0F0 0B0 0F1 0B1 0GLOBAL_NORM 0STEP 0F2 0B2 0F3 0B3 0GLOBAL_NORM 0STEP");
+}
+
+TEST(BuildProgramsTest, TiedStagesMustNameEveryStage) {
+  LowerOptions options;
+  options.tied_stages = {true, true};
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      BuildPrograms(ScheduleKind::kDapple, 3, 2, options);
+  ASSERT_FALSE(programs.ok());
+  EXPECT_EQ(programs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(programs.status().message()),
+              HasSubstr("options.tied_stages has 2 entries for 3 stages"));
+}
+
 TEST(LowerTest, OpFormMatchesTheActionForm) {
   const LowerOptions options{{true, false, true}};
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {

@@ -1,5 +1,6 @@
 #include "common/schedule/pipedream_steps.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -33,8 +34,10 @@ OpProgram RankRun(const PipeDreamLayout& layout, int stage, int replica) {
 // Executes the ranks' runs of a 1F1B-RR layout in one process, as the runtime would: sends
 // never block, a FORWARD on stage s > 0 waits for that micro-batch's FORWARD on stage s - 1,
 // a BACKWARD on s < P - 1 for its BACKWARD on s + 1, and an OPTIMIZER_STEP waits until every
-// replica of its stage reached it (their AllReduce). Returns "" or why it got stuck, and per
-// rank the most micro-batches it held in flight.
+// replica of its stage reached it (their AllReduce), or with `job_wide_updates` until every
+// rank of the job reached its own (GLOBAL_NORM's barrier, which also covers TIED_ALLREDUCE's
+// among some stages: a run that completes under the strongest barrier completes under weaker
+// ones). Returns "" or why it got stuck, and per rank the most micro-batches it held in flight.
 struct Execution {
   std::string stuck;
   std::vector<std::vector<int64_t>> peak_in_flight;  // [stage][replica]
@@ -42,7 +45,7 @@ struct Execution {
   std::vector<std::vector<int64_t>> peak_versions;  // [stage][replica]
 };
 
-Execution Execute(const PipeDreamLayout& layout) {
+Execution Execute(const PipeDreamLayout& layout, bool job_wide_updates = false) {
   const int p = static_cast<int>(layout.replicas.size());
   std::vector<std::vector<OpProgram>> runs(p);
   std::vector<std::vector<size_t>> pc(p);
@@ -98,6 +101,7 @@ Execution Execute(const PipeDreamLayout& layout) {
           progress = true;
         }
       }
+      if (job_wide_updates) continue;
       bool all_at_update = true;
       for (int r = 0; r < d; ++r) {
         all_at_update = all_at_update && pc[s][r] < runs[s][r].size() &&
@@ -112,6 +116,23 @@ Execution Execute(const PipeDreamLayout& layout) {
         progress = true;
       }
     }
+    if (!job_wide_updates) continue;
+    bool all_at_update = true;
+    for (int s = 0; s < p; ++s) {
+      for (int r = 0; r < layout.replicas[s]; ++r) {
+        all_at_update = all_at_update && pc[s][r] < runs[s][r].size() &&
+                        runs[s][r][pc[s][r]].kind == v1::OPTIMIZER_STEP;
+      }
+    }
+    if (!all_at_update) continue;
+    for (int s = 0; s < p; ++s) {
+      for (int r = 0; r < layout.replicas[s]; ++r) {
+        ++pc[s][r];
+        ++updates[s][r];
+        note_versions(s, r);
+      }
+    }
+    progress = true;
   }
   std::vector<std::string> waits;
   for (int s = 0; s < p; ++s) {
@@ -234,6 +255,25 @@ TEST(PipeDreamReplicasTest, ReplicatedRunsCompleteWithRoundRobinAndBoundedInFlig
             }
           }
         }
+      }
+    }
+  }
+}
+
+// Gradient clipping puts a barrier of every rank of the job (GLOBAL_NORM) before every update,
+// tied weights one of the tied stages' ranks (TIED_ALLREDUCE): 1F1B-RR runs still complete.
+TEST(PipeDreamReplicasTest, ReplicatedRunsCompleteWithJobWideBarriersAtUpdates) {
+  for (const std::vector<int>& replicas : ReplicaLayouts()) {
+    const int max_d = *std::max_element(replicas.begin(), replicas.end());
+    for (int m : {1, 2, 3, 4, 8}) {
+      if (m < max_d) continue;
+      for (int64_t steps : {1, 2, 5}) {
+        PipeDreamLayout layout;
+        layout.replicas = replicas;
+        layout.num_micro_batches = m;
+        layout.num_steps = steps;
+        layout.first_micro_batch = 2 * m;
+        EXPECT_EQ(Execute(layout, /*job_wide_updates=*/true).stuck, "") << Describe(layout);
       }
     }
   }

@@ -20,8 +20,17 @@ namespace {
 constexpr int kMaxGridColumns = 240;
 constexpr double kNotIssued = -1.0;
 
-bool HasMicroBatch(v1::ActionKind kind) {
-  return kind != v1::ALLREDUCE && kind != v1::OPTIMIZER_STEP;
+// The barriers: an action of one of these kinds completes once every member stage reached its
+// own action of that kind with the same count (the k-th pairs with the k-th). GLOBAL_NORM's
+// members are all stages, TIED_ALLREDUCE's the stages whose programs hold one.
+constexpr v1::ActionKind kBarrierKinds[] = {v1::GLOBAL_NORM, v1::TIED_ALLREDUCE};
+constexpr int kNumBarrierKinds = 2;
+
+int BarrierIndex(v1::ActionKind kind) {
+  for (int b = 0; b < kNumBarrierKinds; ++b) {
+    if (kBarrierKinds[b] == kind) return b;
+  }
+  return -1;
 }
 
 bool IsNamedKind(v1::ActionKind kind) {
@@ -74,6 +83,8 @@ absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
   DAPPLE_RETURN_IF_ERROR(CheckCost("recv", costs.recv));
   DAPPLE_RETURN_IF_ERROR(CheckCost("optimizer_step", costs.optimizer_step));
   DAPPLE_RETURN_IF_ERROR(CheckCost("allreduce", costs.allreduce));
+  DAPPLE_RETURN_IF_ERROR(CheckCost("tied_allreduce", costs.tied_allreduce));
+  DAPPLE_RETURN_IF_ERROR(CheckCost("global_norm", costs.global_norm));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("forward_per_stage", costs.forward_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("backward_per_stage", costs.backward_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(
@@ -120,7 +131,7 @@ absl::Status CheckOp(int s, int i, int p, const Op& op) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(s, i, ToAction(s, op)), " has no valid kind"));
   }
-  if (!HasMicroBatch(op.kind)) return absl::OkStatus();
+  if (!KindHasMicroBatch(op.kind)) return absl::OkStatus();
   if (op.micro_batch < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(s, i, ToAction(s, op)), " has negative micro-batch ", op.micro_batch));
@@ -154,6 +165,8 @@ int CommTable(v1::ActionKind kind) {
     case v1::BACKWARD:
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ALLREDUCE:
+    case v1::TIED_ALLREDUCE:
+    case v1::GLOBAL_NORM:
     case v1::OPTIMIZER_STEP:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -177,6 +190,48 @@ CommMarks Marks(const OpProgram& program, int m) {
     if (table >= 0) (*by_table[table])[op.micro_batch] = 1;
   }
   return marks;
+}
+
+// The member stages of each barrier kind (kBarrierKinds order): GLOBAL_NORM every stage,
+// TIED_ALLREDUCE the stages with at least one.
+std::vector<std::vector<char>> BarrierMembers(const std::vector<OpProgram>& programs) {
+  const int p = static_cast<int>(programs.size());
+  std::vector<std::vector<char>> members(kNumBarrierKinds, std::vector<char>(p, 0));
+  members[BarrierIndex(v1::GLOBAL_NORM)].assign(p, 1);
+  for (int s = 0; s < p; ++s) {
+    for (const Op& op : programs[s]) {
+      if (op.kind == v1::TIED_ALLREDUCE) members[BarrierIndex(v1::TIED_ALLREDUCE)][s] = 1;
+    }
+  }
+  return members;
+}
+
+// Every member of a barrier runs it equally often (the k-th of each stage meet), or some would
+// wait forever.
+absl::Status CheckBarriers(const std::vector<OpProgram>& programs) {
+  const int p = static_cast<int>(programs.size());
+  const std::vector<std::vector<char>> members = BarrierMembers(programs);
+  for (int b = 0; b < kNumBarrierKinds; ++b) {
+    const v1::ActionKind kind = kBarrierKinds[b];
+    int first = -1;
+    int64_t first_count = 0;
+    for (int s = 0; s < p; ++s) {
+      if (!members[b][s]) continue;
+      const int64_t count = std::count_if(programs[s].begin(), programs[s].end(),
+                                          [kind](const Op& op) { return op.kind == kind; });
+      if (first < 0) {
+        first = s;
+        first_count = count;
+      } else if (count != first_count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stage ", s, " runs ", count, " ", v1::ActionKind_Name(kind), " but stage ", first,
+            " runs ", first_count, ": a ", v1::ActionKind_Name(kind), " waits for ",
+            kind == v1::GLOBAL_NORM ? "every stage" : "every stage that holds one",
+            ", so each must run as many"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Checks everything that does not need time: kinds, micro-batch sets, order of data
@@ -233,7 +288,7 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
     std::fill(seen.begin(), seen.end(), 0);
     for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
       const Op& a = programs[s][i];
-      if (!HasMicroBatch(a.kind)) continue;
+      if (!KindHasMicroBatch(a.kind)) continue;
       const int mb = a.micro_batch;
       if (mb >= m) {
         return absl::InvalidArgumentError(absl::StrCat(Where(s, i, ToAction(s, a)),
@@ -326,6 +381,8 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
           break;
         case v1::ACTION_KIND_UNSPECIFIED:
         case v1::ALLREDUCE:
+        case v1::TIED_ALLREDUCE:
+        case v1::GLOBAL_NORM:
         case v1::OPTIMIZER_STEP:
         case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
         case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -333,7 +390,7 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
       }
     }
   }
-  return absl::OkStatus();
+  return CheckBarriers(programs);
 }
 
 // One stretch of time a rank spent on an action (waiting is not a slot).
@@ -359,6 +416,10 @@ std::string CellLabel(const Op& a) {
       return absl::StrCat("rg", a.micro_batch);
     case v1::ALLREDUCE:
       return "AR";
+    case v1::TIED_ALLREDUCE:
+      return "TA";
+    case v1::GLOBAL_NORM:
+      return "GN";
     case v1::OPTIMIZER_STEP:
       return "ST";
     case v1::ACTION_KIND_UNSPECIFIED:
@@ -441,6 +502,9 @@ struct RunState {
   std::vector<int> pc;
   std::vector<double> clock;
   std::vector<std::vector<Slot>> slots;
+  // Per barrier kind: its member stages, and which of them reached the round being gathered.
+  std::vector<std::vector<char>> barrier_members;
+  std::vector<std::vector<char>> barrier_arrived;
 };
 
 SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
@@ -460,6 +524,17 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   state->slots.assign(record_slots ? p : 0, {});
   std::vector<int> in_flight(p, 0);
   std::vector<char> waiting(p, 0);
+  // Barriers: per kind, the members of the round being gathered that arrived, and the latest
+  // arrival time among them.
+  state->barrier_members = BarrierMembers(programs);
+  state->barrier_arrived.assign(kNumBarrierKinds, std::vector<char>(p, 0));
+  std::vector<int> barrier_size(kNumBarrierKinds, 0);
+  std::vector<int> barrier_count(kNumBarrierKinds, 0);
+  std::vector<double> barrier_latest(kNumBarrierKinds, 0.0);
+  for (int b = 0; b < kNumBarrierKinds; ++b) {
+    barrier_size[b] = static_cast<int>(
+        std::count(state->barrier_members[b].begin(), state->barrier_members[b].end(), 1));
+  }
 
   SimulationResult result;
   result.busy_time.assign(p, 0.0);
@@ -510,6 +585,37 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           cost = AllReduceCost(costs, s);
           result.allreduce_time[s] += cost;
           break;
+        case v1::TIED_ALLREDUCE:
+        case v1::GLOBAL_NORM: {
+          const int b = BarrierIndex(a.kind);
+          std::vector<char>& arrived = state->barrier_arrived[b];
+          cost = a.kind == v1::GLOBAL_NORM ? costs.global_norm : costs.tied_allreduce;
+          arrived[s] = 1;
+          barrier_latest[b] = std::max(barrier_latest[b], start);
+          if (++barrier_count[b] < barrier_size[b]) {
+            waiting[s] = 1;  // resumed by the last member to arrive
+            break;
+          }
+          // The last member: the collective runs from the latest arrival, and every member's
+          // action ends with it.
+          start = barrier_latest[b];
+          for (int w = 0; w < p; ++w) {
+            if (w == s || !arrived[w]) continue;
+            if (record_slots && cost > 0) {
+              state->slots[w].push_back({start, start + cost, CellLabel(a)});
+            }
+            result.allreduce_time[w] += cost;
+            clock[w] = start + cost;
+            ++pc[w];
+            waiting[w] = 0;
+            ready.push_back(w);
+          }
+          result.allreduce_time[s] += cost;
+          std::fill(arrived.begin(), arrived.end(), 0);
+          barrier_count[b] = 0;
+          barrier_latest[b] = 0;
+          break;
+        }
         case v1::SEND_ACT:
         case v1::SEND_GRAD: {
           cost = costs.send;
@@ -580,12 +686,23 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
         continue;
       }
       const v1::Action a = ToAction(s, programs[s][state.pc[s]]);
-      const v1::Action peer = a.kind() == v1::RECV_ACT
-                                  ? MakeAction(s - 1, v1::SEND_ACT, a.micro_batch())
-                                  : MakeAction(s + 1, v1::SEND_GRAD, a.micro_batch());
-      const std::string wait =
-          absl::StrCat("stage ", s, " waits on ", ActionToString(a), " (action ", state.pc[s],
-                       ") for ", ActionToString(peer));
+      std::string awaited;
+      if (const int b = BarrierIndex(a.kind()); b >= 0) {
+        // A barrier waits on the members that have not reached it.
+        std::vector<int> missing;
+        for (int w = 0; w < p; ++w) {
+          if (state.barrier_members[b][w] && !state.barrier_arrived[b][w]) missing.push_back(w);
+        }
+        awaited =
+            absl::StrCat(missing.size() == 1 ? "stage " : "stages ", absl::StrJoin(missing, ", "),
+                         " to reach ", v1::ActionKind_Name(a.kind()));
+      } else {
+        awaited = ActionToString(a.kind() == v1::RECV_ACT
+                                     ? MakeAction(s - 1, v1::SEND_ACT, a.micro_batch())
+                                     : MakeAction(s + 1, v1::SEND_GRAD, a.micro_batch()));
+      }
+      const std::string wait = absl::StrCat("stage ", s, " waits on ", ActionToString(a),
+                                            " (action ", state.pc[s], ") for ", awaited);
       waits.push_back(wait);
       suffix.push_back(absl::StrCat("waits on ", ActionToString(a)));
     }

@@ -10,9 +10,12 @@
 // cost after max(its start, the transfer's end). FORWARD / BACKWARD / OPTIMIZER_STEP take their
 // cost (busy time); ALLREDUCE takes `allreduce` (0 by default) on its rank: the AllReduce among
 // that stage's replicas, which are not simulated themselves (they run the same program in
-// lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on
-// stage s goes to RECV_GRAD m on stage s - 1. Because sends never block, whether a program set
-// deadlocks does not depend on the costs.
+// lockstep). TIED_ALLREDUCE and GLOBAL_NORM are barriers: the k-th GLOBAL_NORM of every stage,
+// and the k-th TIED_ALLREDUCE of every stage whose program holds one, complete together, at
+// `global_norm` / `tied_allreduce` (0 by default) after the last of them started (the
+// collective among those stages' ranks; replicas again run in lockstep). Pairing: SEND_ACT m on
+// stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on stage s goes to RECV_GRAD m on stage s
+// - 1. Because sends never block, whether a program set deadlocks does not depend on the costs.
 //
 // Cost: O(actions + P * M) time and O(P * M) memory (each rank runs until it blocks and is
 // resumed only by the send it waits for).
@@ -22,11 +25,13 @@
 // stage. Column c covers time [c*q, (c+1)*q), q = the smallest positive compute cost (so unit-ish
 // costs give one column per unit; a BACKWARD of cost 2 fills two columns), widened so there are
 // at most 240 columns. A cell shows what the rank was doing at the middle of its slot: F<m>,
-// B<m>, ST (OPTIMIZER_STEP), AR (ALLREDUCE, when it costs time), sa<m>/ra<m>/sg<m>/rg<m>
+// B<m>, ST (OPTIMIZER_STEP), AR / TA / GN (ALLREDUCE / TIED_ALLREDUCE / GLOBAL_NORM, when it
+// costs time), sa<m>/ra<m>/sg<m>/rg<m>
 // (send/recv of an activation/gradient, only when they cost time) or "." (idle, including
 // waiting on a receive; link transfers are not drawn). Cells are left-aligned and
 // padded to one width; trailing blanks are trimmed. In a deadlock message each stage line ends
-// with "  <- waits on <action>" or "  <- finished". Example (P=2, M=1, default costs):
+// with "  <- waits on <action>" (a receive, or a barrier some stage did not reach) or
+// "  <- finished". Example (P=2, M=1, default costs):
 //   one column = 1 time unit
 //         t | 0  1  2  3  4  5
 //   stage 0 | F0 .  .  .  B0 B0
@@ -54,6 +59,8 @@ struct ActionCosts {
   double recv = 0.0;
   double optimizer_step = 0.0;
   double allreduce = 0.0;
+  double tied_allreduce = 0.0;  // the tied weights' AllReduce (one per TIED_ALLREDUCE)
+  double global_norm = 0.0;     // the job-wide norm collective (one per GLOBAL_NORM)
   std::vector<double> forward_per_stage;
   std::vector<double> backward_per_stage;
   std::vector<double> optimizer_step_per_stage;
@@ -72,9 +79,11 @@ struct SimulateOptions {
 };
 
 struct SimulationResult {
-  double step_time = 0;                // makespan of the step
-  std::vector<double> busy_time;       // per stage: compute (F, B, STEP)
-  std::vector<double> allreduce_time;  // per stage: its ALLREDUCE actions
+  double step_time = 0;           // makespan of the step
+  std::vector<double> busy_time;  // per stage: compute (F, B, STEP)
+  // Per stage: its collectives (ALLREDUCE, TIED_ALLREDUCE and GLOBAL_NORM costs; the wait for
+  // the other members of a barrier is idle).
+  std::vector<double> allreduce_time;
   // Per stage: transfer time of the activations and gradients it sends and receives (each
   // transfer counts on both of its stages; send/recv rank costs are not included).
   std::vector<double> comm_time;
@@ -90,13 +99,16 @@ struct SimulationResult {
 // Runs `programs` (programs[s] is stage s) against each other. M is 1 + the largest micro-batch
 // of any FORWARD/BACKWARD.
 // kFailedPrecondition "deadlock: stage <s> waits on <action> (action <i>) for <peer send>; ...;
-// what ran:" followed by the grid, when no rank can move.
+// what ran:" followed by the grid, when no rank can move (a barrier waits "for stages 0, 2 to
+// reach GLOBAL_NORM").
 // kInvalidArgument (naming the action, its stage and index) for: an unpaired send/recv, a
 // BACKWARD before its FORWARD, a micro-batch not forwarded and backwarded exactly once per stage,
 // and also: programs[s].stage() != s or an action whose stage is not its program's, an
 // unspecified kind, a negative micro-batch, a micro-batch >= M, a send/recv toward a stage that
 // does not exist, a FORWARD on stage > 0 before its RECV_ACT, a BACKWARD on stage < P-1 before its
-// RECV_GRAD, a SEND_ACT/SEND_GRAD before the FORWARD/BACKWARD that computes it, an empty
+// RECV_GRAD, a SEND_ACT/SEND_GRAD before the FORWARD/BACKWARD that computes it, members of a
+// barrier that run it a different number of times ("stage 1 runs 2 GLOBAL_NORM but stage 0
+// runs 1: ..."), an empty
 // `programs`, or a cost that is negative / not finite / a per-stage vector whose size is not P /
 // a per-boundary vector whose size is not P - 1.
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_files.h"
 #include "common/logging.h"
+#include "common/lr_schedule.h"
 #include "common/steps.h"
 
 namespace dapple::coordinator {
@@ -160,7 +161,8 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   m.set_samples_seen(step * job.spec.training().global_batch());
   m.set_created_unix_ms(now_unix_ms);
   m.set_reason(job.requested == step ? "on demand" : "periodic");
-  m.set_learning_rate(job.spec.training().optimizer().lr());
+  // The schedule's rate of the next update: `step` updates were applied (one per step).
+  m.set_learning_rate(LearningRate(job.spec.training(), step, TotalSteps(job.spec)));
   int64_t total_bytes = 0;
   for (const auto& [key, shard] : shards) {
     const auto [stage, replica] = key;

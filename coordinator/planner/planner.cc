@@ -12,6 +12,7 @@
 #include "common/profile/format_bytes.h"
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/status.h"
 #include "coordinator/planner/partition.h"
@@ -358,9 +359,9 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                                     " devices (parallel.devices): the job runs on ", used,
                                     used == 1 ? " worker" : " workers"));
   }
-  // Stages with replicas all-reduce their gradients before each optimizer step.
-  schedule::LowerOptions lower;
-  for (const StagePlan& s : plan.stages) lower.allreduce_stages.push_back(s.devices.size() > 1);
+  // The collectives before each optimizer step: replicas' AllReduce, tied weights, clipping.
+  DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,
+                          schedule::LowerOptionsFor(spec, *summary));
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::RankProgram> programs,
                           schedule::BuildPrograms(kind, p, static_cast<int>(micro_batches), lower));
   for (v1::RankProgram& program : programs) *result.add_programs() = std::move(program);

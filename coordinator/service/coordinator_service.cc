@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
@@ -57,16 +58,16 @@ absl::Status AsInputError(const absl::Status& status) {
   return status;
 }
 
-// Rank programs for a stored plan summary: its schedule, P and M; the stages with replicas get
-// an ALLREDUCE before each OPTIMIZER_STEP. One program per stage: a stage's replicas run the
+// Rank programs for a stored plan summary of `spec`: its schedule, P and M, with the
+// collectives schedule::LowerOptionsFor gives each stage before each OPTIMIZER_STEP (replicas'
+// ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM). One program per stage: a stage's replicas run the
 // same program (each on its SplitRows share of every micro-batch).
-absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::ParallelPlanSummary& summary) {
+absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::JobSpec& spec,
+                                                 const v1::ParallelPlanSummary& summary) {
   DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
                           schedule::ParseScheduleKind(summary.schedule()));
-  schedule::LowerOptions lower;
-  for (const v1::PlanStageSummary& stage : summary.stages()) {
-    lower.allreduce_stages.push_back(stage.replicas() > 1);
-  }
+  DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,
+                          schedule::LowerOptionsFor(spec, summary));
   DAPPLE_ASSIGN_OR_RETURN(
       std::vector<v1::RankProgram> programs,
       schedule::BuildPrograms(kind, summary.stages_size(), summary.micro_batches(), lower));
@@ -399,14 +400,14 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   absl::StatusOr<v1::ParallelPlan> plan =
       job.plan().stages().empty() || measured
           ? MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers_.List()))
-          : PlanFromSummary(job.plan());
+          : PlanFromSummary(job.spec(), job.plan());
   if (!plan.ok()) return fail(std::string(plan.status().message()));
   if (measured && !job.plan().stages().empty() &&
       schedule::NumRanks(plan->summary()) > static_cast<int>(free.size())) {
     // The measured plan wants more workers than are free now: run the stored plan rather
     // than wait (another job may hold them for long).
     const int wanted = schedule::NumRanks(plan->summary());
-    plan = PlanFromSummary(job.plan());
+    plan = PlanFromSummary(job.spec(), job.plan());
     if (!plan.ok()) return fail(std::string(plan.status().message()));
     plan->mutable_summary()->add_notes(
         absl::StrCat("the plan on the measured profile wants ", wanted, " workers but ",

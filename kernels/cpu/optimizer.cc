@@ -35,13 +35,12 @@ void EnsureState(const std::vector<Param*>& params, std::vector<std::vector<floa
 // does when it applies a Python float to a float32 tensor.
 class Sgd : public Optimizer {
  public:
-  Sgd(double lr, double momentum, double weight_decay)
-      : lr_(static_cast<float>(lr)),
-        momentum_(static_cast<float>(momentum)),
-        weight_decay_(static_cast<float>(weight_decay)) {}
+  Sgd(double momentum, double weight_decay)
+      : momentum_(static_cast<float>(momentum)), weight_decay_(static_cast<float>(weight_decay)) {}
 
-  void Step(const std::vector<Param*>& params) override {
+  void Step(const std::vector<Param*>& params, double lr) override {
     EnsureState(params, &velocity_, "sgd");
+    const float lr_f = static_cast<float>(lr);
     for (size_t p = 0; p < params.size(); ++p) {
       float* w = params[p]->value.data.data();
       const float* g = params[p]->grad.data.data();
@@ -51,7 +50,7 @@ class Sgd : public Optimizer {
         const float d = g[i] + weight_decay_ * w[i];
         // v starts at zero, so the first step gives v = g' exactly, as PyTorch's clone.
         v[i] = momentum_ * v[i] + d;
-        w[i] -= lr_ * v[i];
+        w[i] -= lr_f * v[i];
       }
     }
     ++steps_;
@@ -69,7 +68,6 @@ class Sgd : public Optimizer {
   }
 
  private:
-  float lr_;
   float momentum_;
   float weight_decay_;
   std::vector<std::vector<float>> velocity_;
@@ -80,18 +78,18 @@ class Sgd : public Optimizer {
 // first, then the moments, then w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
 class AdamW : public Optimizer {
  public:
-  AdamW(double lr, double beta1, double beta2, double eps, double weight_decay)
-      : lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {}
+  AdamW(double beta1, double beta2, double eps, double weight_decay)
+      : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {}
 
-  void Step(const std::vector<Param*>& params) override {
+  void Step(const std::vector<Param*>& params, double lr) override {
     EnsureState(params, &m_, "adamw");
     EnsureState(params, &v_, "adamw");
     ++t_;
     // The bias corrections in double, as PyTorch computes them on Python floats.
     const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
-    const float decay = static_cast<float>(1.0 - lr_ * weight_decay_);
-    const float step_size = static_cast<float>(lr_ / bc1);
+    const float decay = static_cast<float>(1.0 - lr * weight_decay_);
+    const float step_size = static_cast<float>(lr / bc1);
     const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     const float b1 = static_cast<float>(beta1_);
     const float b2 = static_cast<float>(beta2_);
@@ -130,7 +128,6 @@ class AdamW : public Optimizer {
   }
 
  private:
-  double lr_;
   double beta1_;
   double beta2_;
   double eps_;
@@ -171,8 +168,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec
   }
   if (spec.type() == "sgd") {
     if (absl::Status s = CheckInUnitInterval("momentum", spec.momentum()); !s.ok()) return s;
-    return std::unique_ptr<Optimizer>(
-        std::make_unique<Sgd>(spec.lr(), spec.momentum(), spec.weight_decay()));
+    return std::unique_ptr<Optimizer>(std::make_unique<Sgd>(spec.momentum(), spec.weight_decay()));
   }
   const auto [beta1, beta2, eps] = AdamWBetasOf(spec);
   if (absl::Status s = CheckInUnitInterval("beta1", beta1); !s.ok()) return s;
@@ -182,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const v1::OptimizerSpec
         absl::StrCat("training.optimizer.eps ", eps, " must be > 0 and finite"));
   }
   return std::unique_ptr<Optimizer>(
-      std::make_unique<AdamW>(spec.lr(), beta1, beta2, eps, spec.weight_decay()));
+      std::make_unique<AdamW>(beta1, beta2, eps, spec.weight_decay()));
 }
 
 }  // namespace dapple::kernels

@@ -17,12 +17,14 @@ namespace dapple::kernels {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update from each Param::grad (left unchanged; the caller zeroes it).
+  // One update from each Param::grad (left unchanged; the caller zeroes it) with learning rate
+  // `lr` (> 0; the caller's schedule: common/lr_schedule.h LearningRate of steps(); the spec's
+  // optimizer.lr is only validated here).
   //  sgd (PyTorch semantics): g' = g + wd * w; v = momentum * v + g'; w -= lr * v
-  //     (v = g' on the first step, as torch.optim.SGD with dampening 0).
+  //     (v = g' on the first step, as torch.optim.SGD with dampening 0; lr rounded to float).
   //  adamw (Loshchilov & Hutter, ICLR 2019): w -= lr * wd * w; m = b1 m + (1-b1) g;
   //     v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-  virtual void Step(const std::vector<Param*>& params) = 0;
+  virtual void Step(const std::vector<Param*>& params, double lr) = 0;
 
   // Checkpoints. The names of the per-parameter state arrays: {"momentum"} (sgd's velocity),
   // {"adam_m", "adam_v"} (adamw's moments).

@@ -32,7 +32,7 @@ void RunAndExpect(const v1::OptimizerSpec& spec, const std::vector<std::vector<d
   std::vector<Param*> params = {&p};
   for (size_t t = 0; t < kGrads.size(); ++t) {
     p.grad.data = kGrads[t];
-    (*opt)->Step(params);
+    (*opt)->Step(params, spec.lr());
     EXPECT_EQ(p.grad.data, kGrads[t]) << "Step must leave the gradient unchanged";
     EXPECT_NEAR(p.value.data[0], expected[t][0], kTol) << "step " << t + 1;
     EXPECT_NEAR(p.value.data[1], expected[t][1], kTol) << "step " << t + 1;
@@ -91,10 +91,42 @@ TEST(OptimizerTest, StateIsPerParameter) {
   a.grad.data = {1, 0};
   b.grad.data = {0, 1};
   std::vector<Param*> params = {&a, &b};
-  (*opt)->Step(params);  // v_a = [1, 0], v_b = [0, 1]
-  (*opt)->Step(params);  // v_a = [1.5, 0], v_b = [0, 1.5]
+  (*opt)->Step(params, spec.lr());  // v_a = [1, 0], v_b = [0, 1]
+  (*opt)->Step(params, spec.lr());  // v_a = [1.5, 0], v_b = [0, 1.5]
   EXPECT_EQ(a.value.data, (std::vector<float>{-1.5f, -2.0f}));
   EXPECT_EQ(b.value.data, (std::vector<float>{1.0f, -4.5f}));
+}
+
+// The rate of each update is the caller's (the learning-rate schedule), not the spec's.
+TEST(OptimizerTest, EachUpdateUsesTheRateItIsGiven) {
+  for (const char* type : {"sgd", "adamw"}) {
+    v1::OptimizerSpec spec;
+    spec.set_type(type);
+    spec.set_lr(0.1);
+    std::unique_ptr<Optimizer> scheduled = *MakeOptimizer(spec);
+    v1::OptimizerSpec half = spec;
+    half.set_lr(0.05);
+    std::unique_ptr<Optimizer> constant = *MakeOptimizer(half);
+    Param a = TwoElementParam();
+    Param b = TwoElementParam();
+    a.grad.data = b.grad.data = kGrads[0];
+    std::vector<Param*> pa = {&a}, pb = {&b};
+    scheduled->Step(pa, 0.05);
+    constant->Step(pb, half.lr());
+    EXPECT_EQ(a.value.data, b.value.data) << type;
+  }
+  // Plain SGD, hand-computed: w -= lr g with lr 0.5 then 0.25.
+  v1::OptimizerSpec spec;
+  spec.set_type("sgd");
+  spec.set_lr(1);
+  std::unique_ptr<Optimizer> sgd = *MakeOptimizer(spec);
+  Param p = TwoElementParam();
+  std::vector<Param*> params = {&p};
+  p.grad.data = {1.0f, 2.0f};
+  sgd->Step(params, 0.5);
+  EXPECT_EQ(p.value.data, (std::vector<float>{0.5f, -3.0f}));
+  sgd->Step(params, 0.25);
+  EXPECT_EQ(p.value.data, (std::vector<float>{0.25f, -3.5f}));
 }
 
 // Checkpoints: the state (and update count) of one optimizer, handed to a fresh one, continues
@@ -117,7 +149,7 @@ TEST(OptimizerTest, StateRoundTripContinuesExactly) {
     std::vector<Param*> params = {&pa};
     for (int t = 0; t < 2; ++t) {
       pa.grad.data = kGrads[t];
-      a->Step(params);
+      a->Step(params, spec.lr());
     }
     EXPECT_EQ(a->steps(), 2);
     ASSERT_EQ(a->State().size(), a->StateNames().size());
@@ -125,8 +157,8 @@ TEST(OptimizerTest, StateRoundTripContinuesExactly) {
     b->SetState(a->State(), a->steps());
     std::vector<Param*> other = {&pb};
     pa.grad.data = pb.grad.data = kGrads[2];
-    a->Step(params);
-    b->Step(other);
+    a->Step(params, spec.lr());
+    b->Step(other, spec.lr());
     EXPECT_EQ(pb.value.data, pa.value.data) << type;
     EXPECT_EQ(b->steps(), 3);
   }

@@ -101,7 +101,7 @@ TEST_P(OptimizerTest, ThreeStepsMatchCpuReference) {
     SCOPED_TRACE(absl::StrCat("step ", t));
     p.grad.data = Uniform(c.count, 500 + 10 * t + c.count, -1, 1);
     g.Upload(p.grad.data);
-    (*cpu)->Step(params);
+    (*cpu)->Step(params, spec.lr());
     absl::Status s;
     if (c.adamw) {
       HostAdamWStep(&host, p.grad.data, spec.lr(), beta1, beta2, eps, spec.weight_decay(), t);

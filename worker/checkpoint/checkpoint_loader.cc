@@ -2,8 +2,11 @@
 
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_files.h"
+#include "common/model_info.h"
+#include "common/schedule/job_lowering.h"
 #include "common/status.h"
 #include "worker/checkpoint/shard_codec.h"
 
@@ -17,6 +20,25 @@ std::string FolderOf(const std::string& path) {
 }
 
 bool InRange(int layer, int first, int last) { return layer >= first && layer <= last; }
+
+// The owners of the tied copies in [first, last] whose own layer lies outside it: the stage
+// imports their tensors into its copies (checkpoints hold a tied weight once, at its owner).
+std::vector<schedule::TiedWeight> OwnersOutside(const std::vector<LayerInfo>& layers, int first,
+                                                int last) {
+  std::vector<schedule::TiedWeight> out;
+  for (const schedule::TiedWeight& w : schedule::TiedWeights(layers)) {
+    if (InRange(w.copy_layer, first, last) && !InRange(w.owner_layer, first, last)) {
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+// `name` is the owner's parameter or one of its optimizer state tensors ("<owner>.<state>").
+bool IsTensorOf(const std::string& name, const std::string& owner) {
+  return name == owner ||
+         (absl::StartsWith(name, owner) && name.size() > owner.size() && name[owner.size()] == '.');
+}
 
 }  // namespace
 
@@ -46,12 +68,31 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     return absl::InvalidArgumentError(absl::StrCat("layers [", first_layer, ", ", last_layer,
                                                    "] outside a model of ", layers, " layers"));
   }
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, InferLayers(job_spec.model()));
+  const std::vector<schedule::TiedWeight> owners = OwnersOutside(infos, first_layer, last_layer);
+  // The tensors this stage takes: those of its layers, and those of the owners of its tied
+  // copies (whichever shard holds them).
+  auto wanted = [&](const std::string& name) {
+    if (InRange(LayerOfTensor(name), first_layer, last_layer)) return true;
+    for (const schedule::TiedWeight& w : owners) {
+      if (IsTensorOf(name, w.owner)) return true;
+    }
+    return false;
+  };
+  auto holds_owner = [&](const v1::CheckpointShardEntry& e) {
+    for (const schedule::TiedWeight& w : owners) {
+      if (InRange(w.owner_layer, e.first_layer(), e.last_layer())) return true;
+    }
+    return false;
+  };
   const std::string folder = FolderOf(manifest_path);
   std::vector<bool> covered(last_layer - first_layer + 1, false);
+  std::vector<bool> owner_covered(owners.size(), false);
   bool have_steps = false;
   for (const v1::CheckpointShardEntry& e : m.shards()) {
     // Replicas of a stage hold the same weights after the AllReduce: replica 0 speaks for all.
-    if (e.replica() != 0 || e.last_layer() < first_layer || e.first_layer() > last_layer) continue;
+    if (e.replica() != 0) continue;
+    if ((e.last_layer() < first_layer || e.first_layer() > last_layer) && !holds_owner(e)) continue;
     const std::string path = absl::StrCat(folder, "/", e.file());
     absl::StatusOr<std::string> bytes = ReadWholeFile(path);
     if (!bytes.ok()) {
@@ -89,13 +130,16 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
          ++l) {
       covered[l - first_layer] = true;
     }
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (InRange(owners[i].owner_layer, e.first_layer(), e.last_layer())) owner_covered[i] = true;
+    }
     for (const v1::TensorData& t : shard.params()) {
-      if (!InRange(LayerOfTensor(t.name()), first_layer, last_layer)) continue;
+      if (!wanted(t.name())) continue;
       DAPPLE_ASSIGN_OR_RETURN(NamedTensor n, FromTensorData(t, path));
       out.state.params.push_back(std::move(n));
     }
     for (const v1::TensorData& t : shard.optimizer_state()) {
-      if (!InRange(LayerOfTensor(t.name()), first_layer, last_layer)) continue;
+      if (!wanted(t.name())) continue;
       DAPPLE_ASSIGN_OR_RETURN(NamedTensor n, FromTensorData(t, path));
       out.state.optimizer_state.push_back(std::move(n));
     }
@@ -104,6 +148,14 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     if (!covered[i]) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest '", manifest_path,
                                               "' lists no shard holding layer ", first_layer + i));
+    }
+  }
+  for (size_t i = 0; i < owners.size(); ++i) {
+    if (!owner_covered[i]) {
+      return absl::DataLossError(absl::StrCat("checkpoint manifest '", manifest_path,
+                                              "' lists no shard holding layer ",
+                                              owners[i].owner_layer, " (", owners[i].owner,
+                                              ", which ", owners[i].copy, " is tied to)"));
     }
   }
   return out;

@@ -19,12 +19,15 @@ namespace dapple::worker {
 
 struct LoadedCheckpoint {
   v1::CheckpointManifest manifest;
-  StageState state;  // the tensors of layers [first_layer, last_layer] only
+  StageState state;  // the tensors of layers [first_layer, last_layer] and their tied owners'
 };
 
 // Reads `manifest_path` (a manifest.pb; shard files are relative to its folder), checks that
 // the checkpoint's model is `job_spec`'s (common/checkpoint_files.h CheckSameModel) and loads
-// the tensors of layers [first_layer, last_layer] from the replica-0 shards that hold them.
+// the tensors of layers [first_layer, last_layer] from the replica-0 shards that hold them,
+// plus, for a tied copy in the range whose owner's layer is outside it (an lm_head tied to the
+// embedding on another stage), the owner's tensors (parameter and optimizer state, by the
+// owner's name) from the shard that holds the owner: checkpoints hold a tied weight once.
 // Errors, each naming the file:
 //   kNotFound   "checkpoint manifest '<path>' does not exist", "checkpoint shard '<path>' is
 //               missing (listed in the manifest)"
@@ -32,7 +35,7 @@ struct LoadedCheckpoint {
 //               manifest's entry ("checkpoint shard '<path>' has 100 bytes, the manifest says
 //               4000: truncated or corrupt"), a shard of another step / stage / layer range, a
 //               tensor whose bytes do not match its shape, shards disagreeing on the update
-//               count, a layer of the range that no shard holds
+//               count, a layer of the range (or a tied owner's layer) that no shard holds
 //   kInvalidArgument  a model that differs (naming the difference), a range outside the model
 absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
                                                          const v1::JobSpec& job_spec,

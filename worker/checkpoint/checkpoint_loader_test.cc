@@ -250,5 +250,122 @@ TEST_P(CheckpointLoaderErrorTest, ImportRefusesAStageOfAnotherRange) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointLoaderErrorTest, ::testing::Values("sgd"));
 
+// A GPT whose lm_head is tied to its embedding: layer 0 embedding, 1 transformer_block,
+// 2 layernorm, 3 lm_head (tied). Checkpoints hold the table once, at its owner (layer 0); a
+// stage holding the head without the embedding takes the owner's tensors. The tensors here are
+// stand-ins with the right names (the loader reads names and layers, not the model's math).
+class CheckpointLoaderTiedTest : public CheckpointLoaderTest {
+ protected:
+  void SetUp() override {
+    CheckpointLoaderTest::SetUp();
+    v1::ModelSpec* m = spec_.mutable_model();
+    m->Clear();
+    m->add_input_shape(8);
+    m->set_input_type("tokens");
+    m->set_loss("softmax_cross_entropy");
+    v1::LayerSpec* e = m->add_layers();
+    e->set_type("embedding");
+    e->mutable_embedding()->set_vocab(16);
+    e->mutable_embedding()->set_dim(8);
+    v1::LayerSpec* t = m->add_layers();
+    t->set_type("transformer_block");
+    t->mutable_transformer_block()->set_heads(2);
+    m->add_layers()->set_type("layernorm");
+    v1::LayerSpec* head = m->add_layers();
+    head->set_type("lm_head");
+    head->mutable_lm_head()->set_tied(true);
+    layers_ = 4;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, float v) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      full_.params.push_back({name, shape, std::vector<float>(n, v)});
+      full_.optimizer_state.push_back({name + ".momentum", shape, std::vector<float>(n, -v)});
+    };
+    add("layer0.token_embedding", {16, 8}, 1);
+    add("layer0.position_embedding", {8, 8}, 2);
+    add("layer1.ln1.weight", {8}, 3);
+    add("layer2.weight", {8}, 4);
+    add("layer2.bias", {8}, 5);
+    full_.optimizer_steps = 6;
+  }
+  // `names`' tensors of full_, parameters and their momentum.
+  StageState Only(const std::vector<std::string>& names) const {
+    StageState out;
+    for (const NamedTensor& t : full_.params) {
+      if (std::find(names.begin(), names.end(), t.name) != names.end()) out.params.push_back(t);
+    }
+    for (const NamedTensor& t : full_.optimizer_state) {
+      if (std::find(names.begin(), names.end(), t.name.substr(0, t.name.rfind('.'))) !=
+          names.end()) {
+        out.optimizer_state.push_back(t);
+      }
+    }
+    return out;
+  }
+  v1::ParallelPlanSummary Plan(const std::vector<std::pair<int, int>>& ranges) {
+    v1::ParallelPlanSummary plan;
+    for (const auto& [first, last] : ranges) {
+      v1::PlanStageSummary* s = plan.add_stages();
+      s->set_first_layer(first);
+      s->set_last_layer(last);
+      s->set_replicas(1);
+    }
+    return plan;
+  }
+  StageState full_;  // the whole model's tensors, the head's copy not among them
+};
+
+TEST_P(CheckpointLoaderTiedTest, AStageWithTheHeadTakesTheOwnersTable) {
+  const std::string manifest = Save(full_, 6, Plan({{0, 1}, {2, 3}}));
+  absl::StatusOr<LoadedCheckpoint> head = LoadCheckpointForLayers(manifest, spec_, 2, 3);
+  ASSERT_TRUE(head.ok()) << head.status();
+  const StageState want = Only({"layer2.weight", "layer2.bias", "layer0.token_embedding"});
+  ExpectBitwise(head->state.params, want.params);
+  ExpectBitwise(head->state.optimizer_state, want.optimizer_state);
+  EXPECT_EQ(head->state.optimizer_steps, 6);
+  // The embedding's stage takes its own tensors only.
+  absl::StatusOr<LoadedCheckpoint> first = LoadCheckpointForLayers(manifest, spec_, 0, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ExpectBitwise(
+      first->state.params,
+      Only({"layer0.token_embedding", "layer0.position_embedding", "layer1.ln1.weight"}).params);
+}
+
+// P = 2 -> P = 1: the table once (the head shares it on one stage). P = 1 -> P = 3: the head's
+// stage alone reads the table from the shard of layers [0, 3].
+TEST_P(CheckpointLoaderTiedTest, ReshardsCountingTheTableOnce) {
+  const std::string two = Save(full_, 6, Plan({{0, 1}, {2, 3}}));
+  absl::StatusOr<LoadedCheckpoint> whole = LoadCheckpointForLayers(two, spec_, 0, 3);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectBitwise(whole->state.params, full_.params);
+  ExpectBitwise(whole->state.optimizer_state, full_.optimizer_state);
+
+  fs::remove_all(dir_ + "/job-1");
+  const std::string one = Save(full_, 6, Plan({{0, 3}}));
+  absl::StatusOr<LoadedCheckpoint> head = LoadCheckpointForLayers(one, spec_, 3, 3);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ExpectBitwise(head->state.params, Only({"layer0.token_embedding"}).params);
+  ExpectBitwise(head->state.optimizer_state, Only({"layer0.token_embedding"}).optimizer_state);
+  absl::StatusOr<LoadedCheckpoint> middle = LoadCheckpointForLayers(one, spec_, 1, 2);
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  ExpectBitwise(middle->state.params,
+                Only({"layer1.ln1.weight", "layer2.weight", "layer2.bias"}).params);
+}
+
+TEST_P(CheckpointLoaderTiedTest, AMissingOwnerShardIsNamed) {
+  const std::string manifest = Save(full_, 6, Plan({{0, 1}, {2, 3}}));
+  v1::CheckpointManifest m;
+  ASSERT_TRUE(m.ParseFromString(ReadWholeFile(manifest).value()));
+  m.mutable_shards()->DeleteSubrange(0, 1);
+  ASSERT_TRUE(WriteFileAtomically(manifest, m.SerializeAsString()).ok());
+  absl::StatusOr<LoadedCheckpoint> head = LoadCheckpointForLayers(manifest, spec_, 2, 3);
+  EXPECT_EQ(head.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(head.status().message(),
+              HasSubstr("lists no shard holding layer 0 (layer0.token_embedding, which "
+                        "layer3.weight is tied to)"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointLoaderTiedTest, ::testing::Values("sgd"));
+
 }  // namespace
 }  // namespace dapple::worker

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
@@ -78,6 +80,8 @@ struct WorkerDaemon::JobResources {
   std::unique_ptr<UcxTransport> transport;
   std::unique_ptr<StageLinks> links;
   std::unique_ptr<GlooCollective> replicas;  // the stage's replicas (when it has several)
+  std::unique_ptr<GlooCollective> tied;      // the tied weights' group (a tied stage only)
+  std::unique_ptr<GlooCollective> job;       // every rank (gradient clipping over several)
   std::unique_ptr<DelayTransport> delay;     // --comm-delay-max-ms: wraps links->transport()
   std::unique_ptr<StageRuntime> runtime;
 };
@@ -515,7 +519,7 @@ absl::Status NameLostReplicas(const v1::StageAssignment& a, const absl::Status& 
   // Gloo names a lost peer by its socket address only; the runtime's message says which action
   // failed ("... action 1ALLREDUCE: ..."). The peer is one of the stage's other replicas.
   if (replicas < 2 || status.code() != absl::StatusCode::kUnavailable ||
-      !absl::StrContains(status.message(), "ALLREDUCE")) {
+      !absl::StrContains(status.message(), absl::StrCat("action ", a.stage(), "ALLREDUCE"))) {
     return status;
   }
   const v1::PlanStageSummary& stage = a.plan().stages(a.stage());
@@ -531,9 +535,18 @@ absl::Status NameLostReplicas(const v1::StageAssignment& a, const absl::Status& 
                                    replicas == 2 ? "" : "one of ", others, ")"));
 }
 
-absl::Status WorkerDaemon::JoinReplicas(const v1::StageAssignment& a, const std::string& worker_id,
-                                        JobResources* res) {
+absl::Status WorkerDaemon::JoinCollectives(const v1::StageAssignment& a,
+                                           const std::string& worker_id, JobResources* res) {
+  const v1::ParallelPlanSummary& plan = a.plan();
   const int stage = a.stage();
+  const int replicas = schedule::StageReplicas(plan, stage);
+  DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,
+                          schedule::LowerOptionsFor(a.spec(), plan));
+  const bool tied =
+      stage >= 0 && stage < static_cast<int>(lower.tied_stages.size()) && lower.tied_stages[stage];
+  const int ranks = schedule::NumRanks(plan);
+  const bool job = lower.global_norm && ranks > 1;
+  if (replicas == 1 && !tied && !job) return absl::OkStatus();
   CoordinatorStore::Options store_options;
   store_options.job_id = a.job_id();
   store_options.worker_id = worker_id;
@@ -542,13 +555,33 @@ absl::Status WorkerDaemon::JoinReplicas(const v1::StageAssignment& a, const std:
   CoordinatorStore store(StoreCallsOver(stub_.get(), kRpcDeadline), store_options);
   const std::string host = options_.collective_host.empty() ? CollectiveHost(options_.coordinator)
                                                             : options_.collective_host;
-  const int replicas = schedule::StageReplicas(a.plan(), stage);
-  DAPPLE_ASSIGN_OR_RETURN(
-      res->replicas, GlooCollective::Create(
-                         a.replica(), replicas, store, absl::StrCat(a.job_id(), "/stage-", stage),
-                         host, options_.transport_timeout, absl::StrCat("stage ", stage)));
-  DAPPLE_LOG_INFO("{}: stage {} replica {} of {}: gradient AllReduce over Gloo on {}", a.job_id(),
-                  stage, a.replica(), replicas, host);
+  auto join = [&](int member, int size, const std::string& group, const std::string& label) {
+    return GlooCollective::Create(member, size, store, absl::StrCat(a.job_id(), "/", group), host,
+                                  options_.transport_timeout, label);
+  };
+  // Every rank joins its groups in this order (replicas, tied, job), so no two ranks wait on
+  // each other in different groups.
+  if (replicas > 1) {
+    DAPPLE_ASSIGN_OR_RETURN(
+        res->replicas,
+        join(a.replica(), replicas, absl::StrCat("stage-", stage), absl::StrCat("stage ", stage)));
+    DAPPLE_LOG_INFO("{}: stage {} replica {} of {}: gradient AllReduce over Gloo on {}", a.job_id(),
+                    stage, a.replica(), replicas, host);
+  }
+  const int rank = schedule::RankIndex(plan, stage, a.replica());
+  if (tied) {
+    const std::vector<int> group = schedule::TiedGroupRanks(lower.tied_stages, plan);
+    const int member =
+        static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+    DAPPLE_ASSIGN_OR_RETURN(res->tied,
+                            join(member, static_cast<int>(group.size()), "tied", "tied weights"));
+    DAPPLE_LOG_INFO("{}: stage {}: tied weights' AllReduce among {} ranks", a.job_id(), stage,
+                    group.size());
+  }
+  if (job) {
+    DAPPLE_ASSIGN_OR_RETURN(res->job, join(rank, ranks, "job", "the job's ranks"));
+    DAPPLE_LOG_INFO("{}: stage {}: gradient norm over all {} ranks", a.job_id(), stage, ranks);
+  }
   return absl::OkStatus();
 }
 
@@ -588,7 +621,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   }
   UcxTransport* transport = res->transport.get();
   const int replicas = schedule::StageReplicas(a.plan(), stage);
-  if (replicas > 1) DAPPLE_RETURN_IF_ERROR(JoinReplicas(a, worker_id, res));
+  DAPPLE_RETURN_IF_ERROR(JoinCollectives(a, worker_id, res));
 
   Transport* runtime_transport = num_stages > 1 ? links->transport() : nullptr;
   if (runtime_transport != nullptr && options_.comm_delay_max > absl::ZeroDuration()) {
@@ -603,9 +636,13 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     DAPPLE_LOG_WARN("{}: fault injection: a random 0..{} ms delay before every send and receive",
                     job, absl::ToInt64Milliseconds(options_.comm_delay_max));
   }
+  StageCollectives collectives;
+  collectives.replicas = res->replicas.get();
+  collectives.tied = res->tied.get();
+  collectives.job = res->job.get();
   DAPPLE_ASSIGN_OR_RETURN(
       res->runtime, StageRuntime::Create(a, data.train.get(), data.test.get(), runtime_transport,
-                                         links->TakeBackend(), res->replicas.get()));
+                                         links->TakeBackend(), collectives));
   StageRuntime* rt = res->runtime.get();
   StageCheckpointer checkpointer(a, &checkpoint_step_);
   DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));

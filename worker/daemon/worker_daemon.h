@@ -115,11 +115,14 @@ class WorkerDaemon {
   absl::Status ConnectNeighbours(const v1::StageAssignment& assignment,
                                  const std::string& worker_id, StageLinks* links,
                                  std::unique_ptr<UcxTransport>* transport);
-  // Joins the Gloo collective of this rank's stage (replicas > 1): rendezvous through the
-  // coordinator's per-job store (coordinator_store.h), prefix "<job>/stage-<s>", bound to
-  // --collective-host, every wait bounded by transport_timeout. Stored in res->replicas.
-  absl::Status JoinReplicas(const v1::StageAssignment& assignment, const std::string& worker_id,
-                            JobResources* res);
+  // Joins the Gloo collectives this rank needs (schedule::LowerOptionsFor): its stage's
+  // replicas' (replicas > 1; prefix "<job>/stage-<s>", res->replicas), the tied weights' group
+  // (a stage holding a tied weight split across stages; "<job>/tied", res->tied) and the job's
+  // (gradient clipping over more than one rank; "<job>/job", res->job). Rendezvous through the
+  // coordinator's per-job store (coordinator_store.h), bound to --collective-host, every wait
+  // bounded by transport_timeout.
+  absl::Status JoinCollectives(const v1::StageAssignment& assignment, const std::string& worker_id,
+                               JobResources* res);
   // The closing handshake with every rank of the neighbouring stages (FIN both ways), then
   // WaitSends.
   absl::Status CloseWithNeighbours(Transport* transport, const v1::StageAssignment& assignment);

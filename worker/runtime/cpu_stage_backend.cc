@@ -5,8 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/status.h"
+#include "common/steps.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
@@ -105,14 +107,24 @@ class CpuStageBackend : public StageBackend {
   }
 
   absl::Status OptimizerStep() override {
-    optimizer_->Step(params_);
+    optimizer_->Step(params_, LearningRate(training_, optimizer_->steps(), total_steps_));
     kernels::ZeroGrads(params_);
+    return absl::OkStatus();
+  }
+
+  int64_t OptimizerUpdates() const override { return optimizer_->steps(); }
+
+  absl::Status ScaleGradients(float factor) override {
+    for (kernels::Param* p : params_) {
+      for (float& g : p->grad.data) g *= factor;
+    }
     return absl::OkStatus();
   }
 
   absl::StatusOr<double> GradientSquaredNorm() override {
     double sum = 0;
     for (const kernels::Param* p : params_) {
+      if (!p->tied_to.empty()) continue;  // its owner's stage counts it
       for (float g : p->grad.data) sum += static_cast<double>(g) * g;
     }
     return sum;
@@ -136,6 +148,26 @@ class CpuStageBackend : public StageBackend {
     for (kernels::Param* p : params_) {
       std::memcpy(p->grad.data.data(), host, p->grad.data.size() * sizeof(float));
       host += p->grad.data.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) override {
+    DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
+    for (int i : params) {
+      const std::vector<float>& g = params_[i]->grad.data;
+      std::memcpy(host, g.data(), g.size() * sizeof(float));
+      host += g.size();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) override {
+    DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
+    for (int i : params) {
+      std::vector<float>& g = params_[i]->grad.data;
+      std::memcpy(g.data(), host, g.size() * sizeof(float));
+      host += g.size();
     }
     return absl::OkStatus();
   }
@@ -168,14 +200,16 @@ class CpuStageBackend : public StageBackend {
 
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
+    // A tied copy is its owner's tensor: the owner's stage writes it (once).
     for (const kernels::Param* p : params_) {
-      out.params.push_back({p->name, p->value.shape, p->value.data});
+      if (p->tied_to.empty()) out.params.push_back({p->name, p->value.shape, p->value.data});
     }
     const std::vector<std::string> names = optimizer_->StateNames();
     const std::vector<std::vector<std::vector<float>>> state = optimizer_->State();
     for (size_t k = 0; k < names.size(); ++k) {
       for (size_t i = 0; i < params_.size(); ++i) {
         const kernels::Param* p = params_[i];
+        if (!p->tied_to.empty()) continue;
         NamedTensor t{absl::StrCat(p->name, ".", names[k]), p->value.shape, {}};
         // No state before the first update: zeros are what the optimizer starts from.
         t.data = state.empty() ? std::vector<float>(p->value.data.size(), 0.0f) : state[k][i];
@@ -206,12 +240,26 @@ class CpuStageBackend : public StageBackend {
   std::vector<std::unique_ptr<kernels::Layer>> layers_;
   std::vector<kernels::Param*> params_;
   std::unique_ptr<kernels::Optimizer> optimizer_;
+  v1::TrainingSpec training_;  // the learning-rate schedule's inputs
+  int64_t total_steps_ = 0;
 
  private:
+  absl::Status CheckPositions(const std::vector<int>& params) const {
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k] < 0 || params[k] >= static_cast<int>(params_.size()) ||
+          (k > 0 && params[k] <= params[k - 1])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradient positions must be increasing in [0, ", params_.size(), "), got ",
+                         params[k], " at ", k));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   struct Slot {
-    std::vector<Tensor> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    std::vector<Tensor> acts;                 // acts[0] = stage input, acts[k + 1] = layer k output
     std::vector<kernels::LayerCache> caches;  // per layer: what its backward needs
-    Tensor dlogits;            // last stage: dL/dlogits; also the backward's dy buffer
+    Tensor dlogits;  // last stage: dL/dlogits; also the backward's dy buffer
   };
 
   Slot& SlotAt(int slot) {
@@ -252,6 +300,8 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobS
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
   DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
+  b->training_ = spec.training();
+  b->total_steps_ = TotalSteps(spec);
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

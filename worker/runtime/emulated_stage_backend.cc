@@ -170,7 +170,16 @@ class EmulatedStageBackend : public StageBackend {
   }
 
   absl::Status OptimizerStep() override {
+    // Counted like a real update, so checkpoints and the learning-rate schedule see it.
+    ++optimizer_steps_;
     return sleeper_->Sleep(absl::Milliseconds(optimizer_ms_));
+  }
+
+  int64_t OptimizerUpdates() const override { return optimizer_steps_; }
+
+  absl::Status ScaleGradients(float factor) override {
+    (void)factor;  // the gradients are zeros
+    return absl::OkStatus();
   }
 
   int64_t GradientFloats() const override { return gradient_floats_; }
@@ -182,6 +191,24 @@ class EmulatedStageBackend : public StageBackend {
 
   absl::Status WriteGradients(const float* host) override {
     (void)host;  // the gradients of an emulated stage are zeros whatever the AllReduce gives
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) override {
+    for (int i : params) {
+      if (i < 0 || i >= static_cast<int>(params_.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradient position ", i, " outside [0, ", params_.size(), ")"));
+      }
+      const int64_t n = params_[i]->value.numel();
+      std::fill(host, host + n, 0.0f);
+      host += n;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) override {
+    (void)params, (void)host;
     return absl::OkStatus();
   }
 
@@ -205,11 +232,13 @@ class EmulatedStageBackend : public StageBackend {
 
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
+    // A tied copy is its owner's tensor: the owner's stage writes it (once).
     for (const kernels::Param* p : params_) {
-      out.params.push_back({p->name, p->value.shape, p->value.data});
+      if (p->tied_to.empty()) out.params.push_back({p->name, p->value.shape, p->value.data});
     }
     for (const std::string& state : optimizer_state_names_) {
       for (const kernels::Param* p : params_) {
+        if (!p->tied_to.empty()) continue;
         out.optimizer_state.push_back({absl::StrCat(p->name, ".", state), p->value.shape,
                                        std::vector<float>(p->value.data.size(), 0.0f)});
       }

@@ -84,7 +84,9 @@ TEST(EmulatedStageBackend, WaitsTheStageLayersProfiledTimesScaledByRows) {
   ASSERT_OK(b->Forward(0, 16, kernels::ForwardContext{}));  // layers 1..3: (2 + 3 + 4) ms * 16 / 32
   ASSERT_OK(b->GradInput(0, 16).status());
   ASSERT_OK(b->Backward(0, 0, 16, /*last_stage=*/false, /*need_dx=*/true));  // 18 ms * 0.5
-  ASSERT_OK(b->OptimizerStep());  // 3 layers * 0.5 ms, whatever the rows
+  EXPECT_EQ(b->OptimizerUpdates(), 0);
+  ASSERT_OK(b->OptimizerStep());        // 3 layers * 0.5 ms, whatever the rows
+  EXPECT_EQ(b->OptimizerUpdates(), 1);  // counted as a real update (checkpoints, lr schedule)
   ASSERT_OK(b->Input(1, 64).status());
   ASSERT_OK(b->Forward(1, 64, kernels::ForwardContext{}));  // 9 ms * 2
   ASSERT_EQ(ms.size(), 4u);

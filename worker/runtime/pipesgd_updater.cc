@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grad_clip.h"
 #include "common/status.h"
 
 namespace dapple::worker {
@@ -103,6 +104,15 @@ absl::Status PipeSgdUpdater::Fail(absl::Status status) {
 
 absl::Status PipeSgdUpdater::Apply(int buffer) {
   DAPPLE_RETURN_IF_ERROR(Fail(backend_->WriteGradients(buffers_[buffer].data())));
+  if (options_.max_grad_norm > 0) {
+    absl::StatusOr<double> sq = backend_->GradientSquaredNorm();
+    DAPPLE_RETURN_IF_ERROR(Fail(sq.status()));
+    // Negative: the backend does not measure it (emulated), so nothing to clip.
+    const double factor = *sq < 0 ? 1.0 : ClipCoefficient(options_.max_grad_norm, *sq);
+    if (factor < 1) {
+      DAPPLE_RETURN_IF_ERROR(Fail(backend_->ScaleGradients(static_cast<float>(factor))));
+    }
+  }
   return Fail(backend_->OptimizerStep());
 }
 

@@ -27,6 +27,11 @@
 //            way: every step's gradient is applied exactly once, in step order.
 // The SUM over replicas is applied, not the mean: the runtime scales the loss by
 // 1 / global_batch, so the sum of the replicas' gradients is the global batch's gradient.
+// Gradient clipping (max_grad_norm > 0) clips the gradient each update applies, G(t) or the
+// stale G(t - 1), by ITS global norm, computed locally (the backend's GradientSquaredNorm after
+// WriteGradients): every replica holds the identical reduced gradient, so every replica gets
+// the same factor without a collective (common/grad_clip.h). A stale update is clipped by the
+// norm of the gradient it applies, not of the step's own.
 // With D = 1 (a one-member collective) the rule is the same, which makes staleness testable on
 // one process.
 //
@@ -63,6 +68,7 @@ namespace dapple::worker {
 struct PipeSgdOptions {
   int warmup_steps = 2;  // W >= 0: synchronous steps first
   Compression compression = Compression::kNone;
+  double max_grad_norm = 0;  // training.max_grad_norm: > 0 clips each applied gradient
 };
 
 class PipeSgdUpdater {
@@ -94,7 +100,7 @@ class PipeSgdUpdater {
   void Submit(int buffer, int64_t step);
   // Waits until the AllReduce of step `step` is done; its status, prefixed.
   absl::Status WaitFor(int64_t step);
-  // WriteGradients(buffers_[buffer]) + OptimizerStep.
+  // WriteGradients(buffers_[buffer]), clipping, OptimizerStep.
   absl::Status Apply(int buffer);
   // Records a non-OK status as the sticky error_; returns it.
   absl::Status Fail(absl::Status status);

@@ -75,30 +75,41 @@ Weights Gradient(const Weights& w, int t, int replicas) {
   return g;
 }
 
-Weights Step(const Weights& w, const Weights& g) {
+double Norm(const Weights& g) {
+  double sq = 0;
+  for (double v : g) sq += v * v;
+  return std::sqrt(sq);
+}
+
+// w - lr g, with g first scaled to norm max_norm when longer (max_norm > 0: clipping, as
+// torch.nn.utils.clip_grad_norm_ with its 1e-6).
+Weights Step(const Weights& w, const Weights& g, double max_norm = 0) {
+  const double n = Norm(g);
+  const double scale = max_norm > 0 && n + 1e-6 > max_norm ? max_norm / (n + 1e-6) : 1.0;
   Weights out(w.size());
-  for (size_t i = 0; i < w.size(); ++i) out[i] = w[i] - kLr * g[i];
+  for (size_t i = 0; i < w.size(); ++i) out[i] = w[i] - kLr * scale * g[i];
   return out;
 }
 
-// The documented sequence: after step t (t = 0 .. steps - 1), then after Finish.
+// The documented sequence: after step t (t = 0 .. steps - 1), then after Finish; each applied
+// gradient clipped to `max_norm` (> 0).
 std::vector<Weights> Expected(const Weights& w0, int steps, int warmup, int replicas,
-                              bool stale = true) {
+                              bool stale = true, double max_norm = 0) {
   std::vector<Weights> w = {w0};  // w[t] = weights step t computes with
   std::vector<Weights> after;
   for (int t = 0; t < steps; ++t) {
     if (!stale || t < warmup) {
-      w.push_back(Step(w[t], Gradient(w[t], t, replicas)));
+      w.push_back(Step(w[t], Gradient(w[t], t, replicas), max_norm));
     } else if (t == warmup) {
       w.push_back(w[t]);  // pipeline fill: nothing applied
     } else {
-      w.push_back(Step(w[t], Gradient(w[t - 1], t - 1, replicas)));
+      w.push_back(Step(w[t], Gradient(w[t - 1], t - 1, replicas), max_norm));
     }
     after.push_back(w.back());
   }
   // Finish applies the last step's gradient, computed at the weights that step used.
   if (stale && steps - 1 >= warmup) {
-    after.push_back(Step(w[steps], Gradient(w[steps - 1], steps - 1, replicas)));
+    after.push_back(Step(w[steps], Gradient(w[steps - 1], steps - 1, replicas), max_norm));
   } else {
     after.push_back(w.back());
   }
@@ -119,7 +130,8 @@ Weights Read(StageBackend& backend) {
 // One replica: per step its forward, loss (scaled by 1 / global batch), backward, then the
 // updater's two calls; the weights after each OnOptimizerStep and after Finish.
 void RunReplica(int r, int replicas, int steps, int warmup, Compression compression,
-                LocalCollectiveGroup* group, std::vector<Weights>* trace, absl::Status* status) {
+                double max_norm, LocalCollectiveGroup* group, std::vector<Weights>* trace,
+                absl::Status* status) {
   auto run = [&]() -> absl::Status {
     absl::StatusOr<std::unique_ptr<StageBackend>> backend = MakeCpuStageBackend(LinearSpec(), 0, 0);
     if (!backend.ok()) return backend.status();
@@ -127,6 +139,7 @@ void RunReplica(int r, int replicas, int steps, int warmup, Compression compress
     PipeSgdOptions options;
     options.warmup_steps = warmup;
     options.compression = compression;
+    options.max_grad_norm = max_norm;
     absl::StatusOr<std::unique_ptr<PipeSgdUpdater>> updater =
         PipeSgdUpdater::Create(&collective, backend->get(), options);
     if (!updater.ok()) return updater.status();
@@ -160,14 +173,15 @@ void RunReplica(int r, int replicas, int steps, int warmup, Compression compress
 }
 
 std::vector<std::vector<Weights>> Train(int replicas, int steps, int warmup,
-                                        Compression compression = Compression::kNone) {
+                                        Compression compression = Compression::kNone,
+                                        double max_norm = 0) {
   LocalCollectiveGroup group(replicas);
   std::vector<std::vector<Weights>> traces(replicas);
   std::vector<absl::Status> status(replicas);
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
-    threads.emplace_back(RunReplica, r, replicas, steps, warmup, compression, &group, &traces[r],
-                         &status[r]);
+    threads.emplace_back(RunReplica, r, replicas, steps, warmup, compression, max_norm, &group,
+                         &traces[r], &status[r]);
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < replicas; ++r) EXPECT_TRUE(status[r].ok()) << "replica " << r << status[r];
@@ -240,6 +254,24 @@ TEST(PipeSgdUpdater, CompressedStaysCloseAndIdentical) {
       // per replica (int8); over <= 5 updates at lr 0.5 that stays below 0.02.
       EXPECT_LT(MaxDiff(traces[0][t], expected[t]), 0.02) << CompressionName(c) << " step " << t;
     }
+  }
+}
+
+// Clipping scales each applied gradient (the stale one in steady state) by ITS norm, computed
+// by every replica alone from the identical reduced gradient.
+TEST(PipeSgdUpdater, ClipsEachAppliedGradientByItsOwnNorm) {
+  const Weights w0 = InitialWeights();
+  const double kMaxNorm = 0.2;
+  const std::vector<Weights> expected = Expected(w0, 6, 1, 2, /*stale=*/true, kMaxNorm);
+  EXPECT_GT(Norm(Gradient(w0, 0, 2)), kMaxNorm) << "the check needs clipping to act";
+  EXPECT_GT(MaxDiff(expected.back(), Expected(w0, 6, 1, 2).back()), 1e-3);
+  const std::vector<std::vector<Weights>> traces = Train(2, 6, 1, Compression::kNone, kMaxNorm);
+  for (size_t t = 0; t < expected.size(); ++t) {
+    for (size_t i = 0; i < w0.size(); ++i) {
+      ASSERT_NEAR(traces[0][t][i], expected[t][i], 1e-5 * std::max(1.0, std::fabs(expected[t][i])))
+          << "after step " << t << " weight " << i;
+    }
+    EXPECT_EQ(traces[1][t], traces[0][t]) << "replicas differ after step " << t;
   }
 }
 

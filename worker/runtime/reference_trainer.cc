@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/grad_clip.h"
+#include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/status.h"
 #include "common/steps.h"
@@ -12,19 +14,20 @@ namespace dapple::worker {
 
 using kernels::Tensor;
 
-absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
-    const v1::JobSpec& spec, const Dataset* train) {
+absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const v1::JobSpec& spec,
+                                                                           const Dataset* train) {
   auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   t->spec_ = spec;
   t->train_ = train;
   const int num_layers = spec.model().layers_size();
-  DAPPLE_ASSIGN_OR_RETURN(t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1,
-                                                           spec.training().seed()));
+  DAPPLE_ASSIGN_OR_RETURN(
+      t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1, spec.training().seed()));
   t->params_ = kernels::CollectParams(t->layers_);
   DAPPLE_ASSIGN_OR_RETURN(t->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   t->input_shape_.assign(spec.model().input_shape().begin(), spec.model().input_shape().end());
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   t->targets_per_sample_ = TargetsPerSample(infos);
+  t->total_steps_ = TotalSteps(spec);
   return t;
 }
 
@@ -62,7 +65,18 @@ double ReferenceTrainer::Step(int64_t step) {
     layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
     std::swap(dy, dx);
   }
-  optimizer_->Step(params_);
+  last_sq_norm_ = 0;
+  for (const kernels::Param* p : params_) {
+    for (float g : p->grad.data) last_sq_norm_ += static_cast<double>(g) * g;
+  }
+  const double clip = ClipCoefficient(spec_.training().max_grad_norm(), last_sq_norm_);
+  if (clip < 1) {
+    const float factor = static_cast<float>(clip);
+    for (kernels::Param* p : params_) {
+      for (float& g : p->grad.data) g *= factor;
+    }
+  }
+  optimizer_->Step(params_, LearningRate(spec_.training(), optimizer_->steps(), total_steps_));
   kernels::ZeroGrads(params_);
   return loss_sum / static_cast<double>(targets);
 }

@@ -1,6 +1,10 @@
 // The single-device reference: the whole model in one process, one forward and one backward on
 // the whole global batch per step, no micro-batches and no pipeline. The parity harness compares
 // every synchronous schedule against it (same seed, same global batch, same sample order).
+// It trains as the job spec says: the learning-rate schedule (common/lr_schedule.h, by its
+// update count) and global-norm clipping (common/grad_clip.h: the squared norm of every
+// parameter summed in double, a tied weight once as it is one parameter here, then every
+// gradient multiplied by the coefficient in fp32 before the update).
 #ifndef DAPPLE_WORKER_RUNTIME_REFERENCE_TRAINER_H_
 #define DAPPLE_WORKER_RUNTIME_REFERENCE_TRAINER_H_
 
@@ -23,6 +27,8 @@ class ReferenceTrainer {
                                                                   const Dataset* train);
   // Runs global step `step` (0-based) and returns its mean loss over the global batch.
   double Step(int64_t step);
+  // The squared global gradient norm of the last Step, before clipping.
+  double last_gradient_sq_norm() const { return last_sq_norm_; }
   // Mean loss and accuracy over `test` (forward only).
   void Evaluate(const Dataset& test, double* loss, double* accuracy);
   // Every parameter of the model in layer order ("layer<i>.weight" / "layer<i>.bias").
@@ -37,6 +43,8 @@ class ReferenceTrainer {
   std::unique_ptr<kernels::Optimizer> optimizer_;
   std::vector<int64_t> input_shape_;
   int64_t targets_per_sample_ = 1;
+  int64_t total_steps_ = 0;
+  double last_sq_norm_ = 0;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
 };

@@ -70,11 +70,19 @@ class StageBackend {
   virtual absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
                                 bool need_dx) = 0;
   virtual const void* GradForSend(int micro_batch) const = 0;
-  // One optimizer update from the accumulated gradients, then zeroes them.
+  // One optimizer update from the accumulated gradients, then zeroes them. The learning rate is
+  // that of update OptimizerUpdates() of the spec's schedule (common/lr_schedule.h
+  // LearningRate(spec.training(), OptimizerUpdates(), TotalSteps(spec))).
   virtual absl::Status OptimizerStep() = 0;
-  // Sum of squares of every accumulated parameter gradient of the stage, summed in double (the
-  // runtime calls it just before OptimizerStep: StageStepStats.gradient_sq_norm). Negative:
-  // this backend does not measure it (the default). kInternal for a failed kernel.
+  // Updates applied so far (OptimizerStep calls, plus those of an imported checkpoint).
+  virtual int64_t OptimizerUpdates() const = 0;
+  // Multiplies every accumulated gradient (tied copies included) by `factor`, in fp32
+  // (g = g * factor, one rounding, as torch.nn.utils.clip_grad_norm_'s mul_): gradient clipping.
+  virtual absl::Status ScaleGradients(float factor) = 0;
+  // Sum of squares of the accumulated gradients of the stage's parameters, summed in double, a
+  // tied copy (kernels::Param::tied_to non-empty) left out: its owner counts it (the runtime
+  // calls it just before OptimizerStep: StageStepStats.gradient_sq_norm, and for GLOBAL_NORM).
+  // Negative: this backend does not measure it (the default). kInternal for a failed kernel.
   virtual absl::StatusOr<double> GradientSquaredNorm() { return -1.0; }
   // Gradients as one flat fp32 vector, for the AllReduce among a stage's replicas (DAPPLE) and
   // Pipe-SGD's stale update: every parameter's accumulated gradient in HostParams order.
@@ -89,6 +97,18 @@ class StageBackend {
   // Replaces the accumulated gradients by `host` (GradientFloats() floats).
   virtual absl::Status WriteGradients(const float* host) {
     (void)host;
+    return absl::UnimplementedError("this backend cannot write its gradients");
+  }
+  // The same for some parameters only (the replicas' AllReduce leaves tied tensors out, the
+  // tied weights' AllReduce takes only them): `params` are positions in HostParams order,
+  // strictly increasing; `host` holds their gradients concatenated in that order.
+  // kInvalidArgument for a position outside HostParams.
+  virtual absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) {
+    (void)params, (void)host;
+    return absl::UnimplementedError("this backend cannot read its gradients");
+  }
+  virtual absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) {
+    (void)params, (void)host;
     return absl::UnimplementedError("this backend cannot write its gradients");
   }
   // The parameters (weights) as one flat fp32 vector in HostParams order, for PipeDream's weight
@@ -108,17 +128,21 @@ class StageBackend {
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device
-  // backend copies them back first. Pointers stay valid until the next call of HostParams.
+  // backend copies them back first. Pointers stay valid until the next call of HostParams. A
+  // tied copy whose owner is on another stage is listed (with Param::tied_to); one whose owner
+  // is on this stage is the owner's parameter, listed once.
   virtual absl::StatusOr<std::vector<kernels::Param*>> HostParams() = 0;
   // Checkpoints (stage_state.h): copies the parameters and the optimizer state to the host (a
   // device backend synchronises first). Optimizer state not created yet (before the first
-  // update) is exported as zeros, the value the optimizer starts from.
+  // update) is exported as zeros, the value the optimizer starts from. A tied copy is not
+  // exported (its owner's stage exports the tensor: a checkpoint counts it once).
   virtual absl::StatusOr<StageState> ExportState() = 0;
   // Replaces the parameters, the optimizer state and the update count by `state`'s and zeroes
-  // the gradients. `state` must hold exactly this stage's tensors (params: every
-  // HostParams name; optimizer_state: "<param>.<state>" for every OptimizerStateNames entry of
-  // the job's optimizer), each with the parameter's shape. kInvalidArgument naming the tensor
-  // (missing, extra, wrong shape: stage_state.h FindTensor); nothing is changed then.
+  // the gradients. `state` must hold exactly this stage's tensors (stage_state.h
+  // MatchStageState: params: every HostParams name, a tied copy by its owner's name;
+  // optimizer_state: "<that name>.<state>" for every OptimizerStateNames entry of the job's
+  // optimizer), each with the parameter's shape. kInvalidArgument naming the tensor (missing,
+  // extra, wrong shape: stage_state.h FindTensor); nothing is changed then.
   virtual absl::Status ImportState(const StageState& state) = 0;
 };
 

@@ -6,8 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grad_clip.h"
+#include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/schedule/action.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/pipedream_steps.h"
 #include "common/status.h"
@@ -51,6 +54,15 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
     Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
+  StageCollectives collectives;
+  collectives.replicas = replicas;
+  return Create(assignment, train, test, transport, std::move(backend), collectives);
+}
+
+absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+    Transport* transport, std::unique_ptr<StageBackend> backend,
+    const StageCollectives& collectives) {
   const v1::JobSpec& spec = assignment.spec();
   const int stage = assignment.stage();
   const int num_stages = assignment.num_stages();
@@ -93,32 +105,27 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
         absl::StrFormat("assignment replica %d outside [0, %d): stage %d has %d replicas", replica,
                         num_replicas, stage, num_replicas));
   }
-  if (num_replicas > 1) {
-    if (replicas == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d has %d replicas but no collective was given for their gradient AllReduce",
-          stage, num_replicas));
-    }
-    // PipeDream generates its programs itself, with the ALLREDUCE.
-    bool has_allreduce = pipedream;
-    for (const v1::Action& a : assignment.program().actions()) {
-      has_allreduce = has_allreduce || a.kind() == v1::ALLREDUCE;
-    }
-    if (!has_allreduce) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d has %d replicas but its program has no ALLREDUCE before OPTIMIZER_STEP "
-          "(lower it with LowerOptions.allreduce_stages[%d] = true)",
-          stage, num_replicas, stage));
-    }
+  if (num_replicas > 1 && collectives.replicas == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stage %d has %d replicas but no collective was given for their gradient AllReduce", stage,
+        num_replicas));
   }
-  if (replicas != nullptr && (replicas->size() != num_replicas || replicas->rank() != replica)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("stage %d replica %d of %d was given a collective of member %d of %d",
-                        stage, replica, num_replicas, replicas->rank(), replicas->size()));
+  // PipeDream generates its programs itself, with the collectives.
+  if (num_replicas > 1 && !pipedream &&
+      schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stage %d has %d replicas but its program has no ALLREDUCE before OPTIMIZER_STEP "
+        "(lower it with LowerOptions.allreduce_stages[%d] = true)",
+        stage, num_replicas, stage));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(schedule::LowerOptions lower, schedule::LowerOptionsFor(spec, plan));
+  if (!pipedream) {
+    DAPPLE_RETURN_IF_ERROR(schedule::CheckProgramCollectives(assignment.program(), stage, lower));
   }
   auto rt = std::unique_ptr<StageRuntime>(new StageRuntime());
   rt->assignment_ = assignment;
-  rt->replicas_ = num_replicas > 1 ? replicas : nullptr;
+  rt->lower_ = std::move(lower);
+  rt->max_grad_norm_ = spec.training().max_grad_norm();
   rt->replica_ = replica;
   rt->num_replicas_ = num_replicas;
   // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
@@ -169,19 +176,23 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->slot_floats_per_sample_ = NumElements(rt->input_shape_);
   int64_t params = 0;
   for (int l = range.first_layer(); l <= range.last_layer(); ++l) {
-    rt->slot_floats_per_sample_ +=
-        NumElements(infos[l].output_shape) + infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
+    rt->slot_floats_per_sample_ += NumElements(infos[l].output_shape) +
+                                   infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
     params += infos[l].param_count;
   }
   rt->targets_per_sample_ = TargetsPerSample(infos);
   rt->weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
                       (2 + OptimizerCopies(spec.training().optimizer()));
-  rt->learning_rate_ = spec.training().optimizer().lr();
   if (backend == nullptr) {
     DAPPLE_ASSIGN_OR_RETURN(backend,
                             MakeCpuStageBackend(spec, range.first_layer(), range.last_layer()));
   }
   rt->backend_ = std::move(backend);
+  DAPPLE_ASSIGN_OR_RETURN(
+      rt->exchange_,
+      GradientExchange::Create(assignment, rt->lower_,
+                               schedule::SplitTiedWeights(schedule::TiedWeights(infos), plan),
+                               rt->backend_.get(), collectives));
 
   // PipeDream: one continuous 1F1B run over the whole job, cut into steps
   // (schedule/pipedream_steps.h); micro-batches of later steps are in flight across a step's end,
@@ -211,18 +222,20 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
           "parallel.schedule pipesgd is data parallelism over one stage, got %d stages",
           num_stages));
     }
-    if (replicas == nullptr) {
+    if (collectives.replicas == nullptr) {
       return absl::InvalidArgumentError(
           "parallel.schedule pipesgd needs the collective of the stage's replicas");
     }
     PipeSgdOptions options;
     options.warmup_steps = spec.parallel().pipesgd().warmup_steps();
+    options.max_grad_norm = spec.training().max_grad_norm();
     const std::string& compression = spec.parallel().pipesgd().compression();
     if (!compression.empty()) {
       DAPPLE_ASSIGN_OR_RETURN(options.compression, ParseCompression(compression));
     }
-    DAPPLE_ASSIGN_OR_RETURN(rt->pipesgd_, PipeSgdUpdater::Create(replicas, rt->backend_.get(),
-                                                                 options, assignment.first_step()));
+    DAPPLE_ASSIGN_OR_RETURN(
+        rt->pipesgd_, PipeSgdUpdater::Create(collectives.replicas, rt->backend_.get(), options,
+                                             assignment.first_step()));
   }
   rt->slot_of_.assign(rt->id_space_, -1);
   rt->version_of_.assign(rt->id_space_, -1);
@@ -313,6 +326,9 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     pending_loss_.erase(it);
   }
   allreduced_ = false;
+  tied_reduced_ = false;
+  normed_ = false;
+  clip_factor_ = 1;
   peak_live_slots_ = live_slots_;
   gradient_sq_norm_ = -1;
   if (pipedream_) {
@@ -355,6 +371,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
         comm_ns += ns;
         break;
       case v1::ALLREDUCE:
+      case v1::TIED_ALLREDUCE:
+      case v1::GLOBAL_NORM:
         allreduce_ns += ns;
         break;
       case v1::OPTIMIZER_STEP:
@@ -372,8 +390,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     if (trace) {
       v1::TraceEvent* e = r.trace.add_events();
       e->set_kind(action.kind());
-      const bool per_mb = action.kind() != v1::OPTIMIZER_STEP && action.kind() != v1::ALLREDUCE;
-      e->set_micro_batch(per_mb ? action.micro_batch() : -1);
+      e->set_micro_batch(schedule::KindHasMicroBatch(action.kind()) ? action.micro_batch() : -1);
       e->set_start_us(anchor_us + NanosBetween(anchor, start) / 1000);
       e->set_end_us(anchor_us + NanosBetween(anchor, end) / 1000);
     }
@@ -440,7 +457,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
   const int64_t rows = rows_.size();  // this replica's share of the micro-batch
-  const bool needs_mb = action.kind() != v1::OPTIMIZER_STEP && action.kind() != v1::ALLREDUCE;
+  const bool needs_mb = schedule::KindHasMicroBatch(action.kind());
   // Actions name micro-batches relative to the step; j >= M (PipeDream only) is micro-batch
   // j % M of step step + j / M. Buffers and slots are keyed by the global index modulo the id
   // space, which holds every micro-batch in flight at once; tags and data use (step, m).
@@ -487,8 +504,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         label_scratch_.resize(rows * targets_per_sample_);
         GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
         // The mean over every target of the global batch (per sample, or per token).
-        const float grad_scale =
-            1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
+        const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         grad_scale, /*training=*/true, nullptr));
         // 1F1B-RR on a replicated last stage runs forwards of the next step before this
@@ -564,12 +580,27 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         return pipesgd_->OnGradients(step);
       }
       return AllReduce();
+    case v1::TIED_ALLREDUCE:
+      if (tied_reduced_ || normed_) {
+        return absl::InternalError("TIED_ALLREDUCE twice or after GLOBAL_NORM in one step");
+      }
+      tied_reduced_ = true;
+      return exchange_->AllReduceTied();
+    case v1::GLOBAL_NORM:
+      return GlobalNorm();
     case v1::OPTIMIZER_STEP: {
       if (num_replicas_ > 1 && !allreduced_) {
         return absl::InternalError(absl::StrFormat(
             "OPTIMIZER_STEP of a stage with %d replicas before their ALLREDUCE", num_replicas_));
       }
-      allreduced_ = false;
+      if (exchange_->tied_floats() > 0 && !tied_reduced_) {
+        return absl::InternalError("OPTIMIZER_STEP of a tied stage before its TIED_ALLREDUCE");
+      }
+      if (lower_.global_norm && pipesgd_ == nullptr && !normed_) {
+        return absl::InternalError("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM");
+      }
+      const bool normed = normed_;  // GLOBAL_NORM measured gradient_sq_norm_ already
+      allreduced_ = tied_reduced_ = normed_ = false;
       // The flush: every send of this step must be done before its buffers are reused. Its
       // wait is communication, not optimizer time (RunStep splits the action).
       // PipeDream before an evaluation (the end of an epoch) skips it: this step's forwards of
@@ -584,7 +615,15 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
         DAPPLE_RETURN_IF_ERROR(s);
       }
-      DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, b.GradientSquaredNorm());
+      if (!normed) {
+        DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, b.GradientSquaredNorm());
+      }
+      learning_rate_ =
+          LearningRate(assignment_.spec().training(), b.OptimizerUpdates(), total_steps_);
+      // torch.nn.utils.clip_grad_norm_ scales before the update (1: nothing to do).
+      if (clip_factor_ < 1) {
+        DAPPLE_RETURN_IF_ERROR(b.ScaleGradients(static_cast<float>(clip_factor_)));
+      }
       if (pipesgd_ != nullptr) {
         DAPPLE_RETURN_IF_ERROR(pipesgd_->OnOptimizerStep(step));
         // The last step's gradient is still in its AllReduce: apply it before training ends.
@@ -609,25 +648,27 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   return absl::InternalError(absl::StrCat("unknown action kind ", action.kind()));
 }
 
-// DAPPLE's gradient AllReduce among the stage's replicas: one collective call per step carries
-// every gradient and, on the last stage, this replica's loss sum (as one more float), so the
-// replicas step with identical gradients and report the same global loss.
+// DAPPLE's gradient AllReduce among the stage's replicas, the last stage's loss sum riding
+// along, so the replicas step with identical gradients and report the same global loss.
 absl::Status StageRuntime::AllReduce() {
-  if (allreduced_) {
-    return absl::InternalError("a second ALLREDUCE in one step (one per OPTIMIZER_STEP)");
+  if (allreduced_ || normed_) {
+    return absl::InternalError(
+        "a second ALLREDUCE in one step (one per OPTIMIZER_STEP), or one after GLOBAL_NORM");
   }
   allreduced_ = true;
-  if (num_replicas_ == 1) return absl::OkStatus();  // nothing to sum
-  const bool last = stage_ == num_stages_ - 1;
-  const int64_t grads = backend_->GradientFloats();
-  reduce_buf_.resize(static_cast<size_t>(grads + (last ? 1 : 0)));
-  if (grads > 0) DAPPLE_RETURN_IF_ERROR(backend_->ReadGradients(reduce_buf_.data()));
-  if (last) reduce_buf_[grads] = static_cast<float>(step_loss_sum_);
-  if (!reduce_buf_.empty()) {
-    DAPPLE_RETURN_IF_ERROR(replicas_->AllReduceSum(reduce_buf_.data(), reduce_buf_.size()));
+  return exchange_->AllReduceReplicas(stage_ == num_stages_ - 1 ? &step_loss_sum_ : nullptr);
+}
+
+// The norm of the step's final gradients: after the replicas' and the tied weights' sums.
+absl::Status StageRuntime::GlobalNorm() {
+  if (normed_) return absl::InternalError("a second GLOBAL_NORM in one step");
+  if ((num_replicas_ > 1 && !allreduced_) || (exchange_->tied_floats() > 0 && !tied_reduced_)) {
+    return absl::InternalError("GLOBAL_NORM before this step's ALLREDUCE or TIED_ALLREDUCE");
   }
-  if (grads > 0) DAPPLE_RETURN_IF_ERROR(backend_->WriteGradients(reduce_buf_.data()));
-  if (last) step_loss_sum_ = reduce_buf_[grads];
+  normed_ = true;
+  DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, backend_->GradientSquaredNorm());
+  DAPPLE_ASSIGN_OR_RETURN(const GlobalNormResult norm, exchange_->ExchangeNorm(gradient_sq_norm_));
+  clip_factor_ = ClipCoefficient(max_grad_norm_, norm.total_sq_norm);
   return absl::OkStatus();
 }
 
@@ -643,10 +684,7 @@ absl::Status StageRuntime::PreparePipeDreamStep(int64_t step) {
       schedule::GeneratePipeDreamStepOps(layout_, stage_, replica_, step - first_step_);
   own_micro_batches_ = 0;
   for (const schedule::Op& op : ops) own_micro_batches_ += op.kind == v1::BACKWARD;
-  schedule::LowerOptions lower;
-  lower.allreduce_stages.assign(num_stages_, false);
-  lower.allreduce_stages[stage_] = num_replicas_ > 1;
-  step_program_ = schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_, lower);
+  step_program_ = schedule::Lower(schedule::ToActions(stage_, ops), num_stages_, stage_, lower_);
   return absl::OkStatus();
 }
 

@@ -30,6 +30,14 @@
 // identical gradients and keeps bitwise-identical weights, and every last-stage replica reports
 // the same global loss. Peers are addressed by schedule::RankIndex(plan, stage, replica).
 //
+// Before each update the program may hold, in this order, TIED_ALLREDUCE (a stage holding one
+// side of a tied weight split across stages), ALLREDUCE (replicas) and GLOBAL_NORM (gradient
+// clipping, every rank), each run by GradientExchange (gradient_exchange.h). OPTIMIZER_STEP
+// then multiplies every gradient by common/grad_clip.h ClipCoefficient(training.max_grad_norm,
+// the global squared norm) when that is below 1, and updates with the learning rate of the
+// backend's update count (common/lr_schedule.h). Which of them a rank's program must hold is
+// schedule::LowerOptionsFor(spec, plan)'s (common/schedule/job_lowering.h).
+//
 // PipeDream's replicas (1F1B-RR, Narayanan et al., SOSP 2019, section 3.2) under schedule
 // pipedream instead: micro-batches are NOT split; global micro-batch g (step * M + m) runs whole
 // on replica g % D_s of every stage (schedule::PipeDreamReplicaOf), which sends its activation to
@@ -59,6 +67,7 @@
 #include "worker/comm/collective.h"
 #include "worker/comm/transport.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/runtime/gradient_exchange.h"
 #include "worker/runtime/pipesgd_updater.h"
 #include "worker/runtime/stage_backend.h"
 #include "worker/runtime/weight_stash.h"
@@ -114,11 +123,22 @@ class StageRuntime {
   // D_s > 1 without `replicas`, or with a Collective of another size or rank; D_s > 1 with a
   // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions; not for
   // pipedream, which generates its own programs); under pipedream, a stage with more replicas
-  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split).
+  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split);
+  // a program whose TIED_ALLREDUCE or GLOBAL_NORM actions differ from what
+  // schedule::LowerOptionsFor(spec, plan) says this stage needs (not for pipedream).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
       Collective* replicas = nullptr);
+  // The same with every collective the rank may need (gradient_exchange.h): `collectives.tied`
+  // on a stage with tied weights split across stages, `collectives.job` with gradient clipping
+  // over more than one rank; GradientExchange::Create's errors besides the ones above.
+  static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(const v1::StageAssignment& assignment,
+                                                              const Dataset* train,
+                                                              const Dataset* test,
+                                                              Transport* transport,
+                                                              std::unique_ptr<StageBackend> backend,
+                                                              const StageCollectives& collectives);
 
   // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
   // Errors: whatever the transport or the Collective returns (kAborted, kUnavailable naming the
@@ -132,17 +152,18 @@ class StageRuntime {
   // action's time goes to its kind (FORWARD: forward, the last stage's loss included;
   // BACKWARD: backward; SEND_ACT / SEND_GRAD: comm; ALLREDUCE: allreduce); OPTIMIZER_STEP
   // splits into its wait for this step's sends (comm) and the gradient norm plus the update
-  // (optimizer). idle_seconds is the rest: RECV_ACT / RECV_GRAD waits and the gaps between
-  // actions, so the six parts add up to step_seconds exactly (durations are summed as integer
-  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x this replica's rows x (stage
-  // input + every layer output floats per sample) x 4; weight_bytes = parameters x 4 x (2 +
-  // optimizer copies: sgd 1 (its velocity), adamw 2). gradient_sq_norm is the backend's
-  // GradientSquaredNorm() just before the update (negative when the backend cannot measure
-  // it). samples = this replica's rows x M. With replicas, gradient_sq_norm is that of the
-  // summed (global) gradient.
-  // Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are system
-  // clock microseconds since the Unix epoch: the system clock is read once per step and every
-  // action's offset on the steady clock is added to it, so the events of a step never go back
+  // (optimizer); TIED_ALLREDUCE and GLOBAL_NORM count as allreduce. idle_seconds is the rest:
+  // RECV_ACT / RECV_GRAD waits and the gaps between actions, so the six parts add up to
+  // step_seconds exactly (durations are summed as integer nanoseconds). Memory:
+  // peak_activation_bytes = peak_in_flight x this replica's rows x (stage input + every layer
+  // output floats per sample) x 4; weight_bytes = parameters x 4 x (2 + optimizer copies: sgd 1
+  // (its velocity), adamw 2). gradient_sq_norm is the backend's GradientSquaredNorm() (this stage's
+  // parameters, tied copies excluded) after the step's collectives and before clipping (negative
+  // when the backend cannot measure it). learning_rate is the rate of the step's update. samples =
+  // this replica's rows x M. With replicas, gradient_sq_norm is that of the summed (global)
+  // gradient. Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are
+  // system clock microseconds since the Unix epoch: the system clock is read once per step and
+  // every action's offset on the steady clock is added to it, so the events of a step never go back
   // in time. StepTrace.stage / replica / step / stats are filled; job_id, worker_id and device
   // are the caller's.
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
@@ -184,6 +205,7 @@ class StageRuntime {
   // The dataset indices of this replica's rows of `micro_batch`.
   void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
   absl::Status AllReduce();
+  absl::Status GlobalNorm();
   // PipeDream (schedule pipedream).
   int64_t RunSteps() const;  // steps of the continuous run: total - first step
   absl::Status PreparePipeDreamStep(int64_t step);
@@ -202,7 +224,6 @@ class StageRuntime {
   const Dataset* train_ = nullptr;
   const Dataset* test_ = nullptr;
   Transport* transport_ = nullptr;
-  Collective* replicas_ = nullptr;  // null when num_replicas_ == 1
   bool pipedream_ = false;
   bool vertical_sync_ = false;
   int64_t total_steps_ = 0;
@@ -217,6 +238,9 @@ class StageRuntime {
   v1::RankProgram step_program_;             // PipeDream: this step's program
   bool record_weight_uses_ = false;
   std::vector<WeightUse> weight_uses_;
+  std::unique_ptr<GradientExchange> exchange_;
+  schedule::LowerOptions lower_;  // the job's (schedule::LowerOptionsFor)
+  double max_grad_norm_ = 0;      // training.max_grad_norm
   int stage_ = 0;
   int replica_ = 0;
   int num_replicas_ = 1;  // D of this stage
@@ -224,7 +248,8 @@ class StageRuntime {
   int num_micro_batches_ = 1;
   int64_t micro_batch_size_ = 0;
   int64_t global_batch_ = 0;
-  int64_t targets_per_sample_ = 1;  // the loss's targets per sample: 1, or T for a [T, vocab] output
+  int64_t targets_per_sample_ =
+      1;  // the loss's targets per sample: 1, or T for a [T, vocab] output
   int64_t steps_per_epoch_ = 0;
   int64_t eval_chunk_ = kMaxEvalChunk;
   uint64_t seed_ = 0;
@@ -246,7 +271,6 @@ class StageRuntime {
   // Floats per sample a slot holds: the stage input and every layer's output.
   int64_t slot_floats_per_sample_ = 0;
   int64_t weight_bytes_ = 0;  // parameters, gradients and optimizer state
-  double learning_rate_ = 0;
   std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.
@@ -256,8 +280,11 @@ class StageRuntime {
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
   double step_loss_sum_ = 0;
-  bool allreduced_ = false;        // ALLREDUCE ran since the last OPTIMIZER_STEP
-  std::vector<float> reduce_buf_;  // gradients (+ the loss sum on the last stage)
+  bool allreduced_ = false;    // ALLREDUCE ran since the last OPTIMIZER_STEP
+  bool tied_reduced_ = false;  // TIED_ALLREDUCE too
+  bool normed_ = false;        // GLOBAL_NORM too
+  double clip_factor_ = 1;     // from this step's GLOBAL_NORM
+  double learning_rate_ = 0;   // of this step's update
   // OPTIMIZER_STEP's parts, measured inside RunAction (steady clock, ns).
   int64_t send_wait_ns_ = 0;
   double gradient_sq_norm_ = -1;

@@ -30,6 +30,10 @@ int LayerOfTensor(const std::string& name) {
   return layer;
 }
 
+const std::string& CheckpointName(const kernels::Param& param) {
+  return param.tied_to.empty() ? param.name : param.tied_to;
+}
+
 absl::StatusOr<const NamedTensor*> FindTensor(const std::vector<NamedTensor>& tensors,
                                               const std::string& name,
                                               const std::vector<int64_t>& shape) {
@@ -70,16 +74,16 @@ absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
   std::vector<std::string> param_names;
   for (const kernels::Param* p : stage_params) {
     DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
-                            FindTensor(state.params, p->name, p->value.shape));
+                            FindTensor(state.params, CheckpointName(*p), p->value.shape));
     out.params.push_back(t);
-    param_names.push_back(p->name);
+    param_names.push_back(CheckpointName(*p));
   }
   DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
   out.optimizer_state.resize(state_names.size());
   std::vector<std::string> names;
   for (size_t k = 0; k < state_names.size(); ++k) {
     for (const kernels::Param* p : stage_params) {
-      const std::string name = absl::StrCat(p->name, ".", state_names[k]);
+      const std::string name = absl::StrCat(CheckpointName(*p), ".", state_names[k]);
       DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
                               FindTensor(state.optimizer_state, name, p->value.shape));
       out.optimizer_state[k].push_back(t);

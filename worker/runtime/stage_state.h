@@ -7,6 +7,10 @@
 //   optimizer state   "<param name>.<state>": "momentum" (sgd's velocity buffer),
 //                     "adam_m" / "adam_v" (adamw's first and second moments); same shape as the
 //                     parameter.
+// A tied weight is counted once: a tied copy (kernels::Param::tied_to, an lm_head tied to the
+// embedding on another stage) is not exported, and a stage holding one imports the owner's
+// tensors ("layer0.token_embedding", "layer0.token_embedding.momentum") into it: the copies are
+// bitwise equal, their optimizer state too (the same gradients every step).
 #ifndef DAPPLE_WORKER_RUNTIME_STAGE_STATE_H_
 #define DAPPLE_WORKER_RUNTIME_STAGE_STATE_H_
 
@@ -39,6 +43,9 @@ std::vector<std::string> OptimizerStateNames(const std::string& optimizer_type);
 // "layer3.weight" -> 3 (also for "layer3.weight.momentum"); -1 when `name` has another form.
 int LayerOfTensor(const std::string& name);
 
+// The name `param`'s tensors have in a checkpoint: its owner's for a tied copy, else its own.
+const std::string& CheckpointName(const kernels::Param& param);
+
 // For an importer: the tensor named `name` among `tensors`, which must have `shape`.
 // kInvalidArgument "checkpoint has no tensor layer3.weight.momentum" / "checkpoint tensor
 // layer3.weight has shape [32, 784], the stage needs [64, 784]" / "... has 10 values for shape
@@ -62,11 +69,11 @@ struct MatchedStageState {
   std::vector<std::vector<const NamedTensor*>> optimizer_state;  // [state name][parameter]
 };
 
-// Every backend's ImportState check: the state holds exactly the stage's parameters and, for
-// each of `state_names` (OptimizerStateNames), exactly one tensor per parameter, each of its
-// parameter's shape, and optimizer_steps >= 0. Errors (kInvalidArgument): FindTensor's and
-// CheckNoExtraTensors' messages (parameters first, then optimizer state), "checkpoint
-// optimizer_steps -1 must be >= 0".
+// Every backend's ImportState check: the state holds exactly the stage's parameters (by
+// CheckpointName) and, for each of `state_names` (OptimizerStateNames), exactly one tensor per
+// parameter, each of its parameter's shape, and optimizer_steps >= 0. Errors (kInvalidArgument):
+// FindTensor's and CheckNoExtraTensors' messages (parameters first, then optimizer state),
+// "checkpoint optimizer_steps -1 must be >= 0".
 absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
                                                   const std::vector<kernels::Param*>& stage_params,
                                                   const std::vector<std::string>& state_names);

@@ -10,8 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/status.h"
+#include "common/steps.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cuda/activations.h"
@@ -183,20 +185,22 @@ class CudaStageBackend : public StageBackend {
   }
 
   absl::Status OptimizerStep() override {
-    const v1::OptimizerSpec& o = optimizer_;
+    const v1::OptimizerSpec& o = training_.optimizer();
     const kernels::AdamWBetas betas = kernels::AdamWBetasOf(o);
+    // The rate of this update (the t_-th, 0-based), rounded as the CPU optimizer rounds it.
+    const double lr = LearningRate(training_, t_, total_steps_);
     ++t_;
     for (size_t i = 0; i < dev_params_.size(); ++i) {
       const int64_t count = static_cast<int64_t>(host_params_[i]->value.data.size());
       float* w = dev_params_[i].as<float>();
       float* g = dev_grads_[i].as<float>();
       if (o.type() == "sgd") {
-        DAPPLE_RETURN_IF_ERROR(
-            kc::SgdStep(ctx(), w, g, state1_[i].as<float>(), count, static_cast<float>(o.lr()),
-                        static_cast<float>(o.momentum()), static_cast<float>(o.weight_decay())));
+        DAPPLE_RETURN_IF_ERROR(kc::SgdStep(ctx(), w, g, state1_[i].as<float>(), count,
+                                           static_cast<float>(lr), static_cast<float>(o.momentum()),
+                                           static_cast<float>(o.weight_decay())));
       } else {
         DAPPLE_RETURN_IF_ERROR(kc::AdamWStep(ctx(), w, g, state1_[i].as<float>(),
-                                             state2_[i].as<float>(), count, o.lr(), betas.beta1,
+                                             state2_[i].as<float>(), count, lr, betas.beta1,
                                              betas.beta2, betas.eps, o.weight_decay(), t_));
       }
       DAPPLE_RETURN_IF_ERROR(
@@ -205,17 +209,35 @@ class CudaStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
-  // cublasSnrm2 per gradient (in chunks that fit its int count), squared and summed in double.
-  // The handle's pointer mode is host (cuBLAS's default, never changed in dapple), so each call
-  // returns once its result is on the host, after the stream's earlier work.
-  absl::StatusOr<double> GradientSquaredNorm() override {
-    constexpr int64_t kChunk = int64_t{1} << 30;
-    double sum = 0;
+  int64_t OptimizerUpdates() const override { return t_; }
+
+  // cublasSscal per gradient (in chunks that fit its int count): g = factor * g in fp32, one
+  // rounding, as the CPU backend. Host pointer mode: `factor` is read at the call.
+  absl::Status ScaleGradients(float factor) override {
     for (size_t i = 0; i < dev_grads_.size(); ++i) {
       const int64_t count = static_cast<int64_t>(host_params_[i]->grad.data.size());
+      float* g = dev_grads_[i].as<float>();
+      for (int64_t begin = 0; begin < count; begin += kBlasChunk) {
+        const int n = static_cast<int>(std::min(kBlasChunk, count - begin));
+        DAPPLE_RETURN_IF_ERROR(kc::CublasStatus(cublasSscal(ctx().cublas, n, &factor, g + begin, 1),
+                                                "cublasSscal of a gradient"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // cublasSnrm2 per gradient (in chunks that fit its int count), squared and summed in double;
+  // a tied copy is left out (its owner's stage counts it). The handle's pointer mode is host
+  // (cuBLAS's default, never changed in dapple), so each call returns once its result is on the
+  // host, after the stream's earlier work.
+  absl::StatusOr<double> GradientSquaredNorm() override {
+    double sum = 0;
+    for (size_t i = 0; i < dev_grads_.size(); ++i) {
+      if (!host_params_[i]->tied_to.empty()) continue;
+      const int64_t count = static_cast<int64_t>(host_params_[i]->grad.data.size());
       const float* g = dev_grads_[i].as<float>();
-      for (int64_t begin = 0; begin < count; begin += kChunk) {
-        const int n = static_cast<int>(std::min(kChunk, count - begin));
+      for (int64_t begin = 0; begin < count; begin += kBlasChunk) {
+        const int n = static_cast<int>(std::min(kBlasChunk, count - begin));
         float norm = 0;
         DAPPLE_RETURN_IF_ERROR(kc::CublasStatus(cublasSnrm2(ctx().cublas, n, g + begin, 1, &norm),
                                                 "cublasSnrm2 of a gradient"));
@@ -249,6 +271,33 @@ class CudaStageBackend : public StageBackend {
   // the stream sees the reduced gradients.
   absl::Status WriteGradients(const float* host) override {
     for (size_t i = 0; i < dev_grads_.size(); ++i) {
+      const size_t count = host_params_[i]->grad.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(dev_grads_[i].data(), host, count * sizeof(float),
+                                         cudaMemcpyHostToDevice, stream()),
+                         "copy gradients to the device"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
+  // The same copies for some parameters, synchronised the same way.
+  absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) override {
+    DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
+    for (int i : params) {
+      const size_t count = host_params_[i]->grad.data.size();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(host, dev_grads_[i].data(), count * sizeof(float),
+                                         cudaMemcpyDeviceToHost, stream()),
+                         "copy gradients to the host"));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
+
+  absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) override {
+    DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
+    for (int i : params) {
       const size_t count = host_params_[i]->grad.data.size();
       DAPPLE_RETURN_IF_ERROR(
           kc::CudaStatus(cudaMemcpyAsync(dev_grads_[i].data(), host, count * sizeof(float),
@@ -311,9 +360,14 @@ class CudaStageBackend : public StageBackend {
 
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
-    const std::vector<std::string> names = OptimizerStateNames(optimizer_.type());
-    out.params.resize(host_params_.size());
-    out.optimizer_state.resize(names.size() * host_params_.size());
+    const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
+    // A tied copy is its owner's tensor: the owner's stage writes it (once).
+    std::vector<size_t> exported;
+    for (size_t i = 0; i < host_params_.size(); ++i) {
+      if (host_params_[i]->tied_to.empty()) exported.push_back(i);
+    }
+    out.params.resize(exported.size());
+    out.optimizer_state.resize(names.size() * exported.size());
     // Device to pageable host memory; one Synchronize at the end makes every copy complete.
     auto copy_out = [&](NamedTensor* t, const kernels::Param& p, const std::string& name,
                         const DeviceBuffer& src) {
@@ -325,14 +379,15 @@ class CudaStageBackend : public StageBackend {
                           cudaMemcpyDeviceToHost, stream()),
           "copy checkpoint state to the host");
     };
-    for (size_t i = 0; i < host_params_.size(); ++i) {
+    for (size_t e = 0; e < exported.size(); ++e) {
+      const size_t i = exported[e];
       const kernels::Param& p = *host_params_[i];
-      DAPPLE_RETURN_IF_ERROR(copy_out(&out.params[i], p, p.name, dev_params_[i]));
+      DAPPLE_RETURN_IF_ERROR(copy_out(&out.params[e], p, p.name, dev_params_[i]));
       for (size_t k = 0; k < names.size(); ++k) {
         // state1_ is sgd's velocity or adamw's m, state2_ adamw's v (zeroed at Init, so the
         // state before the first update exports as zeros, as on the CPU).
         const DeviceBuffer& src = k == 0 ? state1_[i] : state2_[i];
-        DAPPLE_RETURN_IF_ERROR(copy_out(&out.optimizer_state[k * host_params_.size() + i], p,
+        DAPPLE_RETURN_IF_ERROR(copy_out(&out.optimizer_state[k * exported.size() + e], p,
                                         absl::StrCat(p.name, ".", names[k]), src));
       }
     }
@@ -344,7 +399,7 @@ class CudaStageBackend : public StageBackend {
   absl::Status ImportState(const StageState& state) override {
     // Every tensor is found and checked before the first copy, so a refused import changes
     // nothing.
-    const std::vector<std::string> names = OptimizerStateNames(optimizer_.type());
+    const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
                             MatchStageState(state, host_params_, names));
     const std::vector<const NamedTensor*>& params = matched.params;
@@ -374,10 +429,12 @@ class CudaStageBackend : public StageBackend {
   // Builds the device copy of `host_layers` (already initialised) and zeroed state.
   absl::Status Init(const std::vector<LayerInfo>& infos, int first, int last,
                     std::vector<std::unique_ptr<kernels::Layer>> host_layers,
-                    const v1::OptimizerSpec& optimizer) {
+                    const v1::JobSpec& spec) {
+    const v1::OptimizerSpec& optimizer = spec.training().optimizer();
     host_layers_ = std::move(host_layers);
     host_params_ = kernels::CollectParams(host_layers_);
-    optimizer_ = optimizer;
+    training_ = spec.training();
+    total_steps_ = TotalSteps(spec);
     in_features_ = NumElements(infos[first].input_shape);
     out_features_ = NumElements(infos[last].output_shape);
     int param = 0;
@@ -433,6 +490,21 @@ class CudaStageBackend : public StageBackend {
     DeviceBuffer dlogits;
   };
 
+  // cuBLAS level-1 calls take an int count: larger gradients go in chunks of this many.
+  static constexpr int64_t kBlasChunk = int64_t{1} << 30;
+
+  absl::Status CheckPositions(const std::vector<int>& params) const {
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k] < 0 || params[k] >= static_cast<int>(host_params_.size()) ||
+          (k > 0 && params[k] <= params[k - 1])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradient positions must be increasing in [0, ", host_params_.size(),
+                         "), got ", params[k], " at ", k));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   static size_t Bytes(int64_t rows, int64_t features) {
     return static_cast<size_t>(rows * features) * sizeof(float);
   }
@@ -470,8 +542,9 @@ class CudaStageBackend : public StageBackend {
   std::vector<DeviceBuffer> dev_grads_;
   std::vector<DeviceBuffer> state1_;  // sgd velocity / adamw m
   std::vector<DeviceBuffer> state2_;  // adamw v
-  v1::OptimizerSpec optimizer_;
-  int64_t t_ = 0;
+  v1::TrainingSpec training_;         // the optimizer and the learning-rate schedule
+  int64_t total_steps_ = 0;
+  int64_t t_ = 0;  // updates applied
 
   std::vector<Slot> slots_;
   std::vector<DeviceBuffer> act_send_;
@@ -502,8 +575,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::Job
       std::vector<std::unique_ptr<kernels::Layer>> host_layers,
       kernels::BuildLayers(spec.model(), first_layer, last_layer, spec.training().seed()));
   auto b = std::make_unique<CudaStageBackend>(device);
-  DAPPLE_RETURN_IF_ERROR(
-      b->Init(infos, first_layer, last_layer, std::move(host_layers), spec.training().optimizer()));
+  DAPPLE_RETURN_IF_ERROR(b->Init(infos, first_layer, last_layer, std::move(host_layers), spec));
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

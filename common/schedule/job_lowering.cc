@@ -1,0 +1,117 @@
+#include "common/schedule/job_lowering.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/model_info.h"
+#include "common/schedule/ranks.h"
+#include "common/status.h"
+
+namespace dapple::schedule {
+
+std::vector<TiedWeight> TiedWeights(const std::vector<LayerInfo>& layers) {
+  std::vector<TiedWeight> out;
+  for (const LayerInfo& layer : layers) {
+    for (const ParamInfo& p : layer.params) {
+      if (p.tied_to.empty()) continue;
+      TiedWeight w;
+      w.owner = p.tied_to;
+      w.owner_layer = layer.tied_layer;
+      w.copy = ParamName(layer.index, p.name);
+      w.copy_layer = layer.index;
+      w.shape = p.shape;
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+int StageOfLayer(const v1::ParallelPlanSummary& plan, int layer) {
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    if (layer >= plan.stages(s).first_layer() && layer <= plan.stages(s).last_layer()) return s;
+  }
+  return -1;
+}
+
+std::vector<TiedWeight> SplitTiedWeights(const std::vector<TiedWeight>& tied,
+                                         const v1::ParallelPlanSummary& plan) {
+  std::vector<TiedWeight> out;
+  for (const TiedWeight& w : tied) {
+    if (StageOfLayer(plan, w.owner_layer) != StageOfLayer(plan, w.copy_layer)) out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<bool> TiedStages(const std::vector<TiedWeight>& split,
+                             const v1::ParallelPlanSummary& plan) {
+  std::vector<bool> tied(plan.stages_size(), false);
+  for (const TiedWeight& w : split) {
+    for (int layer : {w.owner_layer, w.copy_layer}) {
+      const int s = StageOfLayer(plan, layer);
+      if (s >= 0) tied[s] = true;
+    }
+  }
+  return tied;
+}
+
+std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
+                                const v1::ParallelPlanSummary& plan) {
+  std::vector<int> ranks;
+  for (int s = 0; s < static_cast<int>(tied_stages.size()) && s < plan.stages_size(); ++s) {
+    if (!tied_stages[s]) continue;
+    for (int r = 0; r < StageReplicas(plan, s); ++r) ranks.push_back(RankIndex(plan, s, r));
+  }
+  return ranks;
+}
+
+absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
+                                             const v1::ParallelPlanSummary& plan) {
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
+  const int num_layers = static_cast<int>(layers.size());
+  LowerOptions options;
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const v1::PlanStageSummary& stage = plan.stages(s);
+    if (stage.first_layer() < 0 || stage.last_layer() < stage.first_layer() ||
+        stage.last_layer() >= num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan stage ", s, " covers layers [", stage.first_layer(), ", ",
+                       stage.last_layer(), "] but the model has ", num_layers, " layers"));
+    }
+    options.allreduce_stages.push_back(StageReplicas(plan, s) > 1);
+  }
+  options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
+  options.global_norm =
+      spec.training().max_grad_norm() > 0 && spec.parallel().schedule() != "pipesgd";
+  return options;
+}
+
+int CountActions(const v1::RankProgram& program, v1::ActionKind kind) {
+  int n = 0;
+  for (const v1::Action& a : program.actions()) n += a.kind() == kind;
+  return n;
+}
+
+absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
+                                     const LowerOptions& lower) {
+  const bool tied =
+      stage >= 0 && stage < static_cast<int>(lower.tied_stages.size()) && lower.tied_stages[stage];
+  if ((CountActions(program, v1::TIED_ALLREDUCE) > 0) != tied) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage,
+        tied ? " holds a tied weight whose other copy is on another stage, but its program has "
+               "no TIED_ALLREDUCE before OPTIMIZER_STEP"
+             : " holds no tied weight split across stages, but its program has a TIED_ALLREDUCE",
+        " (lower it with schedule::LowerOptionsFor)"));
+  }
+  if ((CountActions(program, v1::GLOBAL_NORM) > 0) != lower.global_norm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage,
+        lower.global_norm
+            ? "'s program has no GLOBAL_NORM before OPTIMIZER_STEP, but training.max_grad_norm "
+              "clips gradients by their global norm"
+            : "'s program has a GLOBAL_NORM, but the job does not clip gradients that way "
+              "(training.max_grad_norm 0, or schedule pipesgd)",
+        " (lower it with schedule::LowerOptionsFor)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dapple::schedule

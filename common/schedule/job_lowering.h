@@ -1,0 +1,82 @@
+// What a job's rank programs hold besides its schedule, decided from the job spec and the plan
+// in ONE place: the coordinator lowers every program it hands out with LowerOptionsFor, and the
+// runtime lowers PipeDream's step programs with it too. Pure functions; thread-safe.
+//
+// Tied weights (common/model ParamInfo::tied_to: an lm_head tied to the model's embedding).
+// When the owner's layer and the copy's layer are on the same stage they are one parameter
+// (kernels/cpu/model.h BuildLayers) and nothing is exchanged. When they are on different stages,
+// each of those stages holds its own copy, as Megatron-LM and DeepSpeed do (Shoeybi et al.,
+// "Megatron-LM", arXiv 1909.08053; DeepSpeed's TiedLayerSpec): both start bitwise equal, and
+// before every update the tied group -- every replica of every stage that holds one side --
+// sums its members' LOCAL partial gradients of the tied tensor (TIED_ALLREDUCE, before the
+// replicas' ALLREDUCE, which then leaves tied tensors out), so every copy gets the gradient of
+// both uses over the whole global batch and the copies stay bitwise equal after each update.
+#ifndef DAPPLE_COMMON_SCHEDULE_JOB_LOWERING_H_
+#define DAPPLE_COMMON_SCHEDULE_JOB_LOWERING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/layer_type.h"
+#include "common/schedule/lowering.h"
+#include "dapple/v1/job.pb.h"
+
+namespace dapple::schedule {
+
+// One tied copy and the parameter it copies (names as checkpoints and kernels::Param use them).
+struct TiedWeight {
+  std::string owner;  // "layer0.token_embedding"
+  int owner_layer = -1;
+  std::string copy;  // "layer5.weight"
+  int copy_layer = -1;
+  std::vector<int64_t> shape;  // of both
+};
+
+// Every tied copy among `layers` (InferLayers' result), in layer order.
+std::vector<TiedWeight> TiedWeights(const std::vector<LayerInfo>& layers);
+
+// The stage of `plan` whose layer range holds `layer`; -1 when none does.
+int StageOfLayer(const v1::ParallelPlanSummary& plan, int layer);
+
+// The tied weights of `tied` whose owner and copy lie on different stages of `plan` (the ones
+// TIED_ALLREDUCE exchanges), in the same order.
+std::vector<TiedWeight> SplitTiedWeights(const std::vector<TiedWeight>& tied,
+                                         const v1::ParallelPlanSummary& plan);
+
+// One entry per stage of `plan`: true for a stage that holds the owner or the copy of one of
+// `split` (SplitTiedWeights).
+std::vector<bool> TiedStages(const std::vector<TiedWeight>& split,
+                             const v1::ParallelPlanSummary& plan);
+
+// The tied group: the global ranks (schedule::RankIndex) of every replica of every stage with
+// tied_stages[s], ascending. Member i of the TIED_ALLREDUCE collective is rank ranks[i]; empty
+// when no stage is tied.
+std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
+                                const v1::ParallelPlanSummary& plan);
+
+// The LowerOptions of every rank of `spec` on `plan`:
+//   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
+//   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
+//   global_norm          training.max_grad_norm > 0 (gradient clipping), except under schedule
+//                        pipesgd, whose updater clips the reduced gradient it applies locally
+//                        (worker/runtime/pipesgd_updater.h).
+// kInvalidArgument: the model's InferLayers error, or a plan stage whose layer range lies
+// outside the model ("plan stage 1 covers layers [3, 9] but the model has 6 layers").
+absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
+                                             const v1::ParallelPlanSummary& plan);
+
+// The actions of `kind` in `program`.
+int CountActions(const v1::RankProgram& program, v1::ActionKind kind);
+
+// Whether stage `stage`'s `program` holds the collectives `lower` gives it: a TIED_ALLREDUCE
+// exactly when lower.tied_stages[stage], a GLOBAL_NORM exactly when lower.global_norm (without
+// them tied copies would drift apart or clipping would be skipped; with them the rank would wait
+// for a group that does not expect it). kInvalidArgument naming the stage and the action.
+absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
+                                     const LowerOptions& lower);
+
+}  // namespace dapple::schedule
+
+#endif  // DAPPLE_COMMON_SCHEDULE_JOB_LOWERING_H_

@@ -1,0 +1,175 @@
+#include "worker/runtime/gradient_exchange.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "common/schedule/ranks.h"
+#include "common/status.h"
+
+namespace dapple::worker {
+namespace {
+
+static_assert(sizeof(NormRecord) == 16, "NormRecord travels as 16 bytes");
+
+// Checks that `c` is member `rank` of `size`; `what` names the group in the message.
+absl::Status CheckMember(const Collective* c, int size, int rank, int stage, int replica,
+                         const char* what) {
+  if (c->size() == size && c->rank() == rank) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "stage %d replica %d is member %d of %d of %s but was given a collective of member %d of %d",
+      stage, replica, rank, size, what, c->rank(), c->size()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
+    const v1::StageAssignment& assignment, const schedule::LowerOptions& lower,
+    const std::vector<schedule::TiedWeight>& split_tied, StageBackend* backend,
+    const StageCollectives& collectives) {
+  const v1::ParallelPlanSummary& plan = assignment.plan();
+  const int stage = assignment.stage();
+  const int replica = assignment.replica();
+  const int d = schedule::StageReplicas(plan, stage);
+  auto ex = std::unique_ptr<GradientExchange>(new GradientExchange());
+  ex->backend_ = backend;
+  ex->num_replicas_ = d;
+  ex->counts_norm_ = replica == 0;
+
+  if (d > 1 && collectives.replicas == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stage %d has %d replicas but no collective was given for their gradient AllReduce", stage,
+        d));
+  }
+  if (collectives.replicas != nullptr &&
+      (collectives.replicas->size() != d || collectives.replicas->rank() != replica)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stage %d replica %d of %d was given a collective of member %d of %d", stage, replica, d,
+        collectives.replicas->rank(), collectives.replicas->size()));
+  }
+  ex->collectives_.replicas = d > 1 ? collectives.replicas : nullptr;
+
+  const bool tied = stage < static_cast<int>(lower.tied_stages.size()) && lower.tied_stages[stage];
+  if (tied) {
+    const std::vector<int> group = schedule::TiedGroupRanks(lower.tied_stages, plan);
+    const int me = schedule::RankIndex(plan, stage, replica);
+    const int index = static_cast<int>(std::find(group.begin(), group.end(), me) - group.begin());
+    if (collectives.tied == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d holds a tied weight whose other copy is on another stage, but no collective "
+          "was given for the tied weights' AllReduce (%d ranks)",
+          stage, group.size()));
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckMember(collectives.tied, static_cast<int>(group.size()), index,
+                                       stage, replica, "the tied weights' group"));
+    ex->collectives_.tied = collectives.tied;
+  }
+  const int ranks = schedule::NumRanks(plan);
+  if (lower.global_norm && ranks > 1) {
+    if (collectives.job == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "training.max_grad_norm clips by the norm over all %d ranks of the job, but stage %d "
+          "replica %d was given no job-wide collective for it",
+          ranks, stage, replica));
+    }
+    DAPPLE_RETURN_IF_ERROR(CheckMember(collectives.job, ranks,
+                                       schedule::RankIndex(plan, stage, replica), stage, replica,
+                                       "the job"));
+    ex->collectives_.job = collectives.job;
+  }
+
+  // The buffer layouts: one slot per distinct owner of a split tied weight (its copies on other
+  // stages share it), in the same order on every member of the group.
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> params, backend->HostParams());
+  std::vector<bool> is_tied(params.size(), false);
+  if (tied) {
+    std::vector<std::string> owners;
+    for (const schedule::TiedWeight& w : split_tied) {
+      if (std::find(owners.begin(), owners.end(), w.owner) != owners.end()) continue;
+      owners.push_back(w.owner);
+      int64_t size = 1;
+      for (int64_t dim : w.shape) size *= dim;
+      int position = -1;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const kernels::Param& p = *params[i];
+        const bool holds = p.tied_to.empty() ? p.name == w.owner : p.tied_to == w.owner;
+        if (!holds) continue;
+        if (position >= 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "stage %d holds %s twice (%s and %s): a stage may hold one copy of a tied weight",
+              stage, w.owner, params[position]->name, p.name));
+        }
+        position = static_cast<int>(i);
+        is_tied[i] = true;
+      }
+      ex->tied_positions_.push_back(position);
+      ex->tied_sizes_.push_back(size);
+      ex->tied_floats_ += size;
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (is_tied[i]) continue;
+    ex->replica_positions_.push_back(static_cast<int>(i));
+    ex->replica_floats_ += params[i]->value.numel();
+  }
+  return ex;
+}
+
+absl::Status GradientExchange::AllReduceTied() {
+  if (collectives_.tied == nullptr) return absl::OkStatus();
+  // A member without some owner's tensor contributes zeros for it.
+  buffer_.assign(static_cast<size_t>(tied_floats_), 0.0f);
+  int64_t offset = 0;
+  for (size_t k = 0; k < tied_positions_.size(); ++k) {
+    if (tied_positions_[k] >= 0) {
+      DAPPLE_RETURN_IF_ERROR(backend_->ReadGradientsOf({tied_positions_[k]}, &buffer_[offset]));
+    }
+    offset += tied_sizes_[k];
+  }
+  DAPPLE_RETURN_IF_ERROR(collectives_.tied->AllReduceSum(buffer_.data(), buffer_.size()));
+  offset = 0;
+  for (size_t k = 0; k < tied_positions_.size(); ++k) {
+    if (tied_positions_[k] >= 0) {
+      DAPPLE_RETURN_IF_ERROR(backend_->WriteGradientsOf({tied_positions_[k]}, &buffer_[offset]));
+    }
+    offset += tied_sizes_[k];
+  }
+  return absl::OkStatus();
+}
+
+// One collective call per step carries every gradient and, on the last stage, the replica's
+// loss sum (as one more float), so the replicas step with identical gradients and report the
+// same global loss.
+absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
+  if (num_replicas_ == 1) return absl::OkStatus();  // nothing to sum
+  const int64_t grads = replica_floats_;
+  buffer_.resize(static_cast<size_t>(grads + (loss_sum != nullptr ? 1 : 0)));
+  if (grads > 0)
+    DAPPLE_RETURN_IF_ERROR(backend_->ReadGradientsOf(replica_positions_, buffer_.data()));
+  if (loss_sum != nullptr) buffer_[grads] = static_cast<float>(*loss_sum);
+  if (!buffer_.empty()) {
+    DAPPLE_RETURN_IF_ERROR(collectives_.replicas->AllReduceSum(buffer_.data(), buffer_.size()));
+  }
+  if (grads > 0) {
+    DAPPLE_RETURN_IF_ERROR(backend_->WriteGradientsOf(replica_positions_, buffer_.data()));
+  }
+  if (loss_sum != nullptr) *loss_sum = buffer_[grads];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GlobalNormResult> GradientExchange::ExchangeNorm(double local_sq_norm) {
+  NormRecord mine;
+  // Negative: not measured (counted as 0). A NaN stays NaN, as in PyTorch's total norm.
+  mine.sq_norm = counts_norm_ && !(local_sq_norm < 0) ? local_sq_norm : 0.0;
+  GlobalNormResult result;
+  if (collectives_.job == nullptr) {
+    result.total_sq_norm = mine.sq_norm;
+    return result;
+  }
+  records_.resize(static_cast<size_t>(collectives_.job->size()));
+  DAPPLE_RETURN_IF_ERROR(collectives_.job->AllGather(&mine, sizeof(NormRecord), records_.data()));
+  // Rank order, in double, on every rank: bitwise the same total everywhere.
+  for (const NormRecord& r : records_) result.total_sq_norm += r.sq_norm;
+  return result;
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,116 @@
+// The collectives of one rank before each update, over its backend's accumulated gradients
+// (docs/schedules.md, "Collectives before the update"), in the order the lowering pass puts
+// their actions (common/schedule/lowering.h):
+//
+//   TIED_ALLREDUCE  AllReduceTied: the tied group (every replica of every stage that holds one
+//                   side of a tied weight split across stages; common/schedule/job_lowering.h)
+//                   sums its members' LOCAL partial gradients of the tied tensors, so every copy
+//                   holds the gradient of both uses over the whole global batch (Megatron-LM's
+//                   and DeepSpeed's tied embeddings).
+//   ALLREDUCE       AllReduceReplicas: the stage's replicas sum their gradients (DAPPLE,
+//                   Fan et al., PPoPP 2021, section 4), the tied tensors left out (already
+//                   global), the last stage's loss sum riding along as one more float.
+//   GLOBAL_NORM     ExchangeNorm: every rank of the job contributes a NormRecord (its stage's
+//                   squared gradient norm, tied copies excluded, from replica 0 only: the
+//                   replicas hold the same summed gradient) and gets every rank's; each sums
+//                   them in rank order in double, so all ranks hold bitwise the same total
+//                   (torch.nn.utils.clip_grad_norm_'s total norm, each parameter counted once).
+//
+// Every member of a collective makes the same calls in the same order (collective.h); the
+// programs guarantee it (one of each action per step on every member).
+//
+// The record is the place for more per-step job-wide facts: a non-finite gradient anywhere
+// (issue 17) adds a flag to NormRecord and a "skip this step" to GlobalNormResult, decided
+// from the same gathered records on every rank.
+//
+// Thread safety: one thread (the runtime's). Errors: the collectives' (collective.h) and the
+// backend's, unchanged.
+#ifndef DAPPLE_WORKER_RUNTIME_GRADIENT_EXCHANGE_H_
+#define DAPPLE_WORKER_RUNTIME_GRADIENT_EXCHANGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/schedule/job_lowering.h"
+#include "dapple/v1/plan.pb.h"
+#include "worker/comm/collective.h"
+#include "worker/runtime/stage_backend.h"
+
+namespace dapple::worker {
+
+// The collectives a rank may need (none owned; each must outlive the runtime).
+struct StageCollectives {
+  // This stage's D_s replicas (size D_s, rank = the replica); ALLREDUCE. May be null when
+  // D_s == 1.
+  Collective* replicas = nullptr;
+  // The tied group (size and order of schedule::TiedGroupRanks); TIED_ALLREDUCE. Needed only on
+  // the stages LowerOptions::tied_stages names.
+  Collective* tied = nullptr;
+  // Every rank of the job (size schedule::NumRanks, rank = schedule::RankIndex); GLOBAL_NORM.
+  // Needed only with LowerOptions::global_norm and more than one rank.
+  Collective* job = nullptr;
+};
+
+// One rank's part of GLOBAL_NORM (16 bytes on the wire, fixed layout).
+struct NormRecord {
+  double sq_norm = 0;   // this rank's squared gradient norm, 0 where another replica counts it
+  double reserved = 0;  // zero; issue 17's non-finite flag goes here
+};
+
+struct GlobalNormResult {
+  double total_sq_norm = 0;  // over every parameter of the model, each counted once
+};
+
+class GradientExchange {
+ public:
+  // The exchange of rank (assignment.stage, assignment.replica) under `lower` (its job's
+  // schedule::LowerOptionsFor) with the split tied weights `split_tied`
+  // (schedule::SplitTiedWeights), on `backend` (not owned). Reads backend->HostParams() once for
+  // the tensors' names and sizes. kInvalidArgument naming the stage for: D_s > 1 without
+  // collectives.replicas, or one of another size or rank; a tied stage without
+  // collectives.tied, or one whose size or rank is not its place in TiedGroupRanks; clipping over
+  // more than one rank without collectives.job, or one whose size or rank differ from
+  // NumRanks / RankIndex; a tied stage whose parameters hold a split tied weight twice.
+  static absl::StatusOr<std::unique_ptr<GradientExchange>> Create(
+      const v1::StageAssignment& assignment, const schedule::LowerOptions& lower,
+      const std::vector<schedule::TiedWeight>& split_tied, StageBackend* backend,
+      const StageCollectives& collectives);
+
+  // TIED_ALLREDUCE. A no-op on a stage that holds no split tied weight.
+  absl::Status AllReduceTied();
+  // ALLREDUCE among the replicas of every gradient but the split tied tensors; `loss_sum` (may be
+  // null: not the last stage) is summed too, through fp32. A no-op with one replica.
+  absl::Status AllReduceReplicas(double* loss_sum);
+  // GLOBAL_NORM: `local_sq_norm` is the backend's GradientSquaredNorm (negative: not measured,
+  // counted as 0). Without a job collective (one rank) the total is the local value.
+  absl::StatusOr<GlobalNormResult> ExchangeNorm(double local_sq_norm);
+
+  // Whether this rank's squared norm counts toward the total (replica 0 of its stage).
+  bool counts_norm() const { return counts_norm_; }
+  // Floats of the tied tensors this rank sums in AllReduceTied (0: not a tied stage).
+  int64_t tied_floats() const { return tied_floats_; }
+
+ private:
+  GradientExchange() = default;
+
+  StageBackend* backend_ = nullptr;
+  StageCollectives collectives_;
+  int num_replicas_ = 1;
+  bool counts_norm_ = false;
+  // Per split tied weight (SplitTiedWeights order, the group's buffer layout): this stage's
+  // parameter position holding it, or -1 (it contributes zeros), and its floats.
+  std::vector<int> tied_positions_;
+  std::vector<int64_t> tied_sizes_;
+  int64_t tied_floats_ = 0;
+  std::vector<int> replica_positions_;  // every parameter but the split tied ones
+  int64_t replica_floats_ = 0;
+  std::vector<float> buffer_;
+  std::vector<NormRecord> records_;
+};
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_RUNTIME_GRADIENT_EXCHANGE_H_

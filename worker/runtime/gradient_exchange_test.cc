@@ -1,0 +1,228 @@
+// GradientExchange on a hand-made backend whose gradients are known: stage 0 (two replicas)
+// owns a tied table, stage 1 holds its copy; every rank is a thread with LocalCollective groups.
+#include "worker/runtime/gradient_exchange.h"
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/testing/local_collective.h"
+
+namespace dapple::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Only the gradient calls and HostParams work; nothing here computes.
+class GradientsOnlyBackend : public StageBackend {
+ public:
+  explicit GradientsOnlyBackend(std::vector<kernels::Param> params) : store_(std::move(params)) {
+    for (kernels::Param& p : store_) params_.push_back(&p);
+  }
+  std::string device() const override { return "test"; }
+  bool device_memory() const override { return false; }
+  absl::StatusOr<void*> Input(int, int64_t) override { return Unused(); }
+  absl::Status LoadInput(int, const float*, int64_t) override { return Unused(); }
+  absl::Status Forward(int, int64_t, const kernels::ForwardContext&) override { return Unused(); }
+  absl::StatusOr<double> Loss(int, const int32_t*, int64_t, float, bool, int64_t*) override {
+    return Unused();
+  }
+  absl::StatusOr<const void*> OutputForSend(int, int, int64_t) override { return Unused(); }
+  absl::StatusOr<void*> GradInput(int, int64_t) override { return Unused(); }
+  absl::Status Backward(int, int, int64_t, bool, bool) override { return Unused(); }
+  const void* GradForSend(int) const override { return nullptr; }
+  absl::Status OptimizerStep() override { return Unused(); }
+  int64_t OptimizerUpdates() const override { return 0; }
+  absl::Status ScaleGradients(float) override { return Unused(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<StageState> ExportState() override { return Unused(); }
+  absl::Status ImportState(const StageState&) override { return Unused(); }
+  absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
+
+  absl::StatusOr<double> GradientSquaredNorm() override {
+    double sum = 0;
+    for (const kernels::Param* p : params_) {
+      if (!p->tied_to.empty()) continue;
+      for (float g : p->grad.data) sum += static_cast<double>(g) * g;
+    }
+    return sum;
+  }
+  absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) override {
+    for (int i : params) {
+      const std::vector<float>& g = params_[i]->grad.data;
+      std::memcpy(host, g.data(), g.size() * sizeof(float));
+      host += g.size();
+    }
+    return absl::OkStatus();
+  }
+  absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) override {
+    for (int i : params) {
+      std::vector<float>& g = params_[i]->grad.data;
+      std::memcpy(g.data(), host, g.size() * sizeof(float));
+      host += g.size();
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<float> grad(int i) const { return params_[i]->grad.data; }
+
+ private:
+  static absl::Status Unused() { return absl::UnimplementedError("not in this test"); }
+  std::vector<kernels::Param> store_;
+  std::vector<kernels::Param*> params_;
+};
+
+kernels::Param WithGrad(const std::string& name, const std::string& tied_to,
+                        std::vector<float> grad) {
+  kernels::Param p;
+  p.name = name;
+  p.tied_to = tied_to;
+  p.value.shape = {static_cast<int64_t>(grad.size())};
+  p.value.data.assign(grad.size(), 0.0f);
+  p.grad.shape = p.value.shape;
+  p.grad.data = std::move(grad);
+  return p;
+}
+
+// Stage 0: layers [0, 0] on 2 replicas (ranks 0, 1); stage 1: layer [1, 1] (rank 2).
+v1::StageAssignment Rank(int stage, int replica) {
+  v1::StageAssignment a;
+  for (int s = 0; s < 2; ++s) {
+    v1::PlanStageSummary* st = a.mutable_plan()->add_stages();
+    st->set_first_layer(s);
+    st->set_last_layer(s);
+    st->set_replicas(s == 0 ? 2 : 1);
+  }
+  a.set_stage(stage);
+  a.set_replica(replica);
+  a.set_num_stages(2);
+  return a;
+}
+
+schedule::LowerOptions Lower() {
+  schedule::LowerOptions o;
+  o.allreduce_stages = {true, false};
+  o.tied_stages = {true, true};
+  o.global_norm = true;
+  return o;
+}
+
+std::vector<schedule::TiedWeight> Split() {
+  schedule::TiedWeight w;
+  w.owner = "layer0.token_embedding";
+  w.owner_layer = 0;
+  w.copy = "layer1.weight";
+  w.copy_layer = 1;
+  w.shape = {4};
+  return {w};
+}
+
+struct Ranks {
+  testing::LocalCollectiveGroup replicas{2}, tied{3}, job{3};
+  std::vector<std::unique_ptr<testing::LocalCollective>> members;
+  std::vector<StageCollectives> collectives = std::vector<StageCollectives>(3);
+  Ranks() {
+    for (int r = 0; r < 3; ++r) {
+      if (r < 2) {
+        members.push_back(std::make_unique<testing::LocalCollective>(&replicas, r));
+        collectives[r].replicas = members.back().get();
+      }
+      members.push_back(std::make_unique<testing::LocalCollective>(&tied, r));
+      collectives[r].tied = members.back().get();
+      members.push_back(std::make_unique<testing::LocalCollective>(&job, r));
+      collectives[r].job = members.back().get();
+    }
+  }
+};
+
+TEST(GradientExchangeTest, TiedPartialsAreSummedOnceAndTheNormCountsEachParameterOnce) {
+  std::vector<std::unique_ptr<GradientsOnlyBackend>> backends;
+  backends.push_back(std::make_unique<GradientsOnlyBackend>(
+      std::vector<kernels::Param>{WithGrad("layer0.token_embedding", "", {1, 2, 3, 4}),
+                                  WithGrad("layer0.position_embedding", "", {10, 20, 30})}));
+  backends.push_back(std::make_unique<GradientsOnlyBackend>(
+      std::vector<kernels::Param>{WithGrad("layer0.token_embedding", "", {5, 6, 7, 8}),
+                                  WithGrad("layer0.position_embedding", "", {1, 1, 1})}));
+  backends.push_back(std::make_unique<GradientsOnlyBackend>(std::vector<kernels::Param>{
+      WithGrad("layer1.weight", "layer0.token_embedding", {100, 200, 300, 400})}));
+  Ranks ranks;
+  const int stage_of[] = {0, 0, 1};
+  const int replica_of[] = {0, 1, 0};
+  std::vector<double> loss = {3.0, 4.0, 0.0};
+  std::vector<double> total(3, -1);
+  std::vector<absl::Status> status(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto ex = GradientExchange::Create(Rank(stage_of[r], replica_of[r]), Lower(), Split(),
+                                         backends[r].get(), ranks.collectives[r]);
+      if (!ex.ok()) {
+        status[r] = ex.status();
+        return;
+      }
+      if (status[r] = (*ex)->AllReduceTied(); !status[r].ok()) return;
+      if (status[r] = (*ex)->AllReduceReplicas(stage_of[r] == 0 ? &loss[r] : nullptr);
+          !status[r].ok()) {
+        return;
+      }
+      absl::StatusOr<double> local = backends[r]->GradientSquaredNorm();
+      absl::StatusOr<GlobalNormResult> norm = (*ex)->ExchangeNorm(*local);
+      if (!norm.ok()) {
+        status[r] = norm.status();
+        return;
+      }
+      total[r] = norm->total_sq_norm;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+
+  // Every copy holds the sum of the three partials; the replicas' AllReduce left it alone.
+  for (int r = 0; r < 3; ++r) EXPECT_THAT(backends[r]->grad(0), ElementsAre(106, 208, 310, 412));
+  EXPECT_THAT(backends[0]->grad(1), ElementsAre(11, 21, 31));
+  EXPECT_THAT(backends[1]->grad(1), ElementsAre(11, 21, 31));
+  EXPECT_EQ(loss[0], 7.0);
+  EXPECT_EQ(loss[1], 7.0);
+  // Replica 0 of stage 0 counts the table and the positions; its other replica and the copy do
+  // not; every rank holds the same total.
+  const double want =
+      106.0 * 106 + 208.0 * 208 + 310.0 * 310 + 412.0 * 412 + 11 * 11 + 21 * 21 + 31 * 31;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(total[r], want) << "rank " << r;
+  EXPECT_EQ(ranks.tied.calls(), 1);
+  EXPECT_EQ(ranks.replicas.calls(), 1);
+  EXPECT_EQ(ranks.job.calls(), 1);
+}
+
+TEST(GradientExchangeTest, RefusesMissingOrMisshapenCollectives) {
+  GradientsOnlyBackend copy_stage(
+      {WithGrad("layer1.weight", "layer0.token_embedding", {1, 2, 3, 4})});
+  Ranks ranks;
+  StageCollectives c = ranks.collectives[2];
+  c.tied = nullptr;
+  absl::Status s = GradientExchange::Create(Rank(1, 0), Lower(), Split(), &copy_stage, c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("stage 1 holds a tied weight whose other copy is on another "
+                                     "stage, but no collective was given"));
+  c = ranks.collectives[2];
+  c.tied = ranks.collectives[0].tied;  // member 0, not 2
+  s = GradientExchange::Create(Rank(1, 0), Lower(), Split(), &copy_stage, c).status();
+  EXPECT_THAT(s.message(), HasSubstr("stage 1 replica 0 is member 2 of 3 of the tied weights' "
+                                     "group but was given a collective of member 0 of 3"));
+  c = ranks.collectives[2];
+  c.job = nullptr;
+  s = GradientExchange::Create(Rank(1, 0), Lower(), Split(), &copy_stage, c).status();
+  EXPECT_THAT(s.message(), HasSubstr("over all 3 ranks of the job"));
+  // Without clipping or ties nothing but the replicas' collective is needed.
+  schedule::LowerOptions plain;
+  plain.allreduce_stages = {true, false};
+  plain.tied_stages = {false, false};
+  GradientsOnlyBackend mlp({WithGrad("layer1.weight", "", {1})});
+  EXPECT_TRUE(GradientExchange::Create(Rank(1, 0), plain, {}, &mlp, StageCollectives{}).ok());
+}
+
+}  // namespace
+}  // namespace dapple::worker

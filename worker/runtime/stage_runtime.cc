@@ -105,11 +105,6 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
         absl::StrFormat("assignment replica %d outside [0, %d): stage %d has %d replicas", replica,
                         num_replicas, stage, num_replicas));
   }
-  if (num_replicas > 1 && collectives.replicas == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "stage %d has %d replicas but no collective was given for their gradient AllReduce", stage,
-        num_replicas));
-  }
   // PipeDream generates its programs itself, with the collectives.
   if (num_replicas > 1 && !pipedream &&
       schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "worker/data/fashion_mnist.h"
 #include "worker/runtime/reference_trainer.h"
 
 namespace dapple::worker::parity {
@@ -16,12 +17,12 @@ std::string DataDir() {
 }
 
 const Dataset& TrainSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTrain).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTrain).value());
   return *d;
 }
 
 const Dataset& TestSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTest).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTest).value());
   return *d;
 }
 

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace dapple::worker::parity {

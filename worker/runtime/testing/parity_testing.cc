@@ -96,6 +96,7 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
   run.status.assign(stages, absl::OkStatus());
   std::vector<std::vector<double>> losses(stages);
   std::vector<double> accuracy(stages, -1);
+  std::vector<double> eval_loss(stages, -1);
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
     threads.emplace_back([&, s] {
@@ -112,12 +113,16 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
         run.status[s] = e.status();
         return;
       }
-      if (e->has_metrics) accuracy[s] = e->accuracy;
+      if (e->has_metrics) {
+        accuracy[s] = e->accuracy;
+        eval_loss[s] = e->loss;
+      }
     });
   }
   for (auto& t : threads) t.join();
   run.losses = losses[stages - 1];
   run.eval_accuracy = accuracy[stages - 1];
+  run.eval_loss = eval_loss[stages - 1];
   return run;
 }
 

@@ -50,6 +50,7 @@ struct PipelineRun {
   std::vector<double> losses;        // per step, from the last stage
   std::vector<absl::Status> status;  // per stage
   double eval_accuracy = -1;         // from the last stage
+  double eval_loss = -1;             // from the last stage
 };
 
 // Runs runtimes[s] on thread s for `steps` steps (0..steps-1), then Evaluate(1).

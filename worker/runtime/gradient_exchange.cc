@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/grad_clip.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 
@@ -34,6 +35,8 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
   ex->backend_ = backend;
   ex->num_replicas_ = d;
   ex->counts_norm_ = replica == 0;
+  ex->clipping_ = lower.global_norm;
+  ex->max_grad_norm_ = assignment.spec().training().max_grad_norm();
 
   if (d > 1 && collectives.replicas == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -115,6 +118,10 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
 }
 
 absl::Status GradientExchange::AllReduceTied() {
+  if (tied_done_ || norm_done_) {
+    return absl::InternalError("TIED_ALLREDUCE twice before an update, or after GLOBAL_NORM");
+  }
+  tied_done_ = true;
   if (collectives_.tied == nullptr) return absl::OkStatus();
   // A member without some owner's tensor contributes zeros for it.
   buffer_.assign(static_cast<size_t>(tied_floats_), 0.0f);
@@ -139,7 +146,17 @@ absl::Status GradientExchange::AllReduceTied() {
 // One collective call per step carries every gradient and, on the last stage, the replica's
 // loss sum (as one more float), so the replicas step with identical gradients and report the
 // same global loss.
+absl::Status GradientExchange::ReplicasReducedElsewhere() {
+  if (replicas_done_ || norm_done_) {
+    return absl::InternalError(
+        "a second ALLREDUCE in one step (one per OPTIMIZER_STEP), or one after GLOBAL_NORM");
+  }
+  replicas_done_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
+  DAPPLE_RETURN_IF_ERROR(ReplicasReducedElsewhere());
   if (num_replicas_ == 1) return absl::OkStatus();  // nothing to sum
   const int64_t grads = replica_floats_;
   buffer_.resize(static_cast<size_t>(grads + (loss_sum != nullptr ? 1 : 0)));
@@ -156,20 +173,51 @@ absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GlobalNormResult> GradientExchange::ExchangeNorm(double local_sq_norm) {
+// The norm of the update's final gradients: after the replicas' and the tied weights' sums.
+absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
+  if (norm_done_) return absl::InternalError("a second GLOBAL_NORM before an update");
+  if ((num_replicas_ > 1 && !replicas_done_) || (tied_floats_ > 0 && !tied_done_)) {
+    return absl::InternalError("GLOBAL_NORM before this step's ALLREDUCE or TIED_ALLREDUCE");
+  }
+  norm_done_ = true;
+  DAPPLE_ASSIGN_OR_RETURN(local_sq_norm_, backend_->GradientSquaredNorm());
   NormRecord mine;
   // Negative: not measured (counted as 0). A NaN stays NaN, as in PyTorch's total norm.
-  mine.sq_norm = counts_norm_ && !(local_sq_norm < 0) ? local_sq_norm : 0.0;
+  mine.sq_norm = counts_norm_ && !(local_sq_norm_ < 0) ? local_sq_norm_ : 0.0;
   GlobalNormResult result;
   if (collectives_.job == nullptr) {
     result.total_sq_norm = mine.sq_norm;
-    return result;
+  } else {
+    records_.resize(static_cast<size_t>(collectives_.job->size()));
+    DAPPLE_RETURN_IF_ERROR(collectives_.job->AllGather(&mine, sizeof(NormRecord), records_.data()));
+    // Rank order, in double, on every rank: bitwise the same total everywhere.
+    for (const NormRecord& r : records_) result.total_sq_norm += r.sq_norm;
   }
-  records_.resize(static_cast<size_t>(collectives_.job->size()));
-  DAPPLE_RETURN_IF_ERROR(collectives_.job->AllGather(&mine, sizeof(NormRecord), records_.data()));
-  // Rank order, in double, on every rank: bitwise the same total everywhere.
-  for (const NormRecord& r : records_) result.total_sq_norm += r.sq_norm;
+  clip_ = ClipCoefficient(max_grad_norm_, result.total_sq_norm);
   return result;
+}
+
+absl::StatusOr<double> GradientExchange::PrepareUpdate() {
+  if (num_replicas_ > 1 && !replicas_done_) {
+    return absl::InternalError(absl::StrFormat(
+        "OPTIMIZER_STEP of a stage with %d replicas before their ALLREDUCE", num_replicas_));
+  }
+  if (tied_floats_ > 0 && !tied_done_) {
+    return absl::InternalError("OPTIMIZER_STEP of a tied stage before its TIED_ALLREDUCE");
+  }
+  if (clipping_ && !norm_done_) {
+    return absl::InternalError("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM");
+  }
+  double sq_norm = local_sq_norm_;
+  if (!norm_done_) {
+    DAPPLE_ASSIGN_OR_RETURN(sq_norm, backend_->GradientSquaredNorm());
+  }
+  // torch.nn.utils.clip_grad_norm_ scales before the update (1: nothing to do).
+  if (clip_ < 1) DAPPLE_RETURN_IF_ERROR(backend_->ScaleGradients(static_cast<float>(clip_)));
+  tied_done_ = replicas_done_ = norm_done_ = false;
+  local_sq_norm_ = -1;
+  clip_ = 1;
+  return sq_norm;
 }
 
 }  // namespace dapple::worker

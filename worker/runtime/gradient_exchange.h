@@ -10,14 +10,19 @@
 //   ALLREDUCE       AllReduceReplicas: the stage's replicas sum their gradients (DAPPLE,
 //                   Fan et al., PPoPP 2021, section 4), the tied tensors left out (already
 //                   global), the last stage's loss sum riding along as one more float.
-//   GLOBAL_NORM     ExchangeNorm: every rank of the job contributes a NormRecord (its stage's
+//   GLOBAL_NORM     GlobalNorm: every rank of the job contributes a NormRecord (its stage's
 //                   squared gradient norm, tied copies excluded, from replica 0 only: the
 //                   replicas hold the same summed gradient) and gets every rank's; each sums
 //                   them in rank order in double, so all ranks hold bitwise the same total
-//                   (torch.nn.utils.clip_grad_norm_'s total norm, each parameter counted once).
+//                   (torch.nn.utils.clip_grad_norm_'s total norm, each parameter counted once),
+//                   and the clip coefficient (common/grad_clip.h) follows from it.
+//   OPTIMIZER_STEP  PrepareUpdate: checks that the update's collectives ran and multiplies every
+//                   gradient by the clip coefficient when it is below 1.
 //
 // Every member of a collective makes the same calls in the same order (collective.h); the
-// programs guarantee it (one of each action per step on every member).
+// programs guarantee it (one of each action per update on every member). A program that breaks
+// the order (a second ALLREDUCE before the update, an ALLREDUCE after GLOBAL_NORM, an update
+// without a collective the stage needs) gets kInternal naming the rule.
 //
 // The record is the place for more per-step job-wide facts: a non-finite gradient anywhere
 // (issue 17) adds a flag to NormRecord and a "skip this step" to GlobalNormResult, decided
@@ -84,9 +89,18 @@ class GradientExchange {
   // ALLREDUCE among the replicas of every gradient but the split tied tensors; `loss_sum` (may be
   // null: not the last stage) is summed too, through fp32. A no-op with one replica.
   absl::Status AllReduceReplicas(double* loss_sum);
-  // GLOBAL_NORM: `local_sq_norm` is the backend's GradientSquaredNorm (negative: not measured,
-  // counted as 0). Without a job collective (one rank) the total is the local value.
-  absl::StatusOr<GlobalNormResult> ExchangeNorm(double local_sq_norm);
+  // ALLREDUCE handed to someone else (Pipe-SGD's updater reduces asynchronously): only the
+  // order is checked.
+  absl::Status ReplicasReducedElsewhere();
+  // GLOBAL_NORM: measures the backend's GradientSquaredNorm (negative: not measured, counted as
+  // 0), exchanges it (without a job collective, one rank: the total is the local value) and
+  // keeps the clip coefficient of training.max_grad_norm.
+  absl::StatusOr<GlobalNormResult> GlobalNorm();
+  // OPTIMIZER_STEP, before the backend's update: checks that the update's ALLREDUCE (D > 1),
+  // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (clipping) ran, scales the gradients by the
+  // clip coefficient when below 1, and starts the next update's round. Returns this stage's
+  // squared gradient norm before clipping (GlobalNorm's measure, or measured now).
+  absl::StatusOr<double> PrepareUpdate();
 
   // Whether this rank's squared norm counts toward the total (replica 0 of its stage).
   bool counts_norm() const { return counts_norm_; }
@@ -100,6 +114,14 @@ class GradientExchange {
   StageCollectives collectives_;
   int num_replicas_ = 1;
   bool counts_norm_ = false;
+  bool clipping_ = false;     // LowerOptions::global_norm
+  double max_grad_norm_ = 0;  // training.max_grad_norm
+  // This update's round: which collectives ran, the norm measured and the clip coefficient.
+  bool tied_done_ = false;
+  bool replicas_done_ = false;
+  bool norm_done_ = false;
+  double local_sq_norm_ = -1;
+  double clip_ = 1;
   // Per split tied weight (SplitTiedWeights order, the group's buffer layout): this stage's
   // parameter position holding it, or -1 (it contributes zeros), and its floats.
   std::vector<int> tied_positions_;

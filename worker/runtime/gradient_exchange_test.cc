@@ -37,7 +37,12 @@ class GradientsOnlyBackend : public StageBackend {
   const void* GradForSend(int) const override { return nullptr; }
   absl::Status OptimizerStep() override { return Unused(); }
   int64_t OptimizerUpdates() const override { return 0; }
-  absl::Status ScaleGradients(float) override { return Unused(); }
+  absl::Status ScaleGradients(float factor) override {
+    for (kernels::Param* p : params_) {
+      for (float& g : p->grad.data) g *= factor;
+    }
+    return absl::OkStatus();
+  }
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::StatusOr<StageState> ExportState() override { return Unused(); }
   absl::Status ImportState(const StageState&) override { return Unused(); }
@@ -153,7 +158,7 @@ TEST(GradientExchangeTest, TiedPartialsAreSummedOnceAndTheNormCountsEachParamete
   const int stage_of[] = {0, 0, 1};
   const int replica_of[] = {0, 1, 0};
   std::vector<double> loss = {3.0, 4.0, 0.0};
-  std::vector<double> total(3, -1);
+  std::vector<double> total(3, -1), stage_sq_norm(3, -1);
   std::vector<absl::Status> status(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -169,19 +174,25 @@ TEST(GradientExchangeTest, TiedPartialsAreSummedOnceAndTheNormCountsEachParamete
           !status[r].ok()) {
         return;
       }
-      absl::StatusOr<double> local = backends[r]->GradientSquaredNorm();
-      absl::StatusOr<GlobalNormResult> norm = (*ex)->ExchangeNorm(*local);
+      absl::StatusOr<GlobalNormResult> norm = (*ex)->GlobalNorm();
       if (!norm.ok()) {
         status[r] = norm.status();
         return;
       }
       total[r] = norm->total_sq_norm;
+      absl::StatusOr<double> stage_norm = (*ex)->PrepareUpdate();
+      if (!stage_norm.ok()) {
+        status[r] = stage_norm.status();
+        return;
+      }
+      stage_sq_norm[r] = *stage_norm;
     });
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
 
-  // Every copy holds the sum of the three partials; the replicas' AllReduce left it alone.
+  // Every copy holds the sum of the three partials (the replicas' AllReduce left it alone), then
+  // clipped: max_grad_norm 0 here, so unscaled.
   for (int r = 0; r < 3; ++r) EXPECT_THAT(backends[r]->grad(0), ElementsAre(106, 208, 310, 412));
   EXPECT_THAT(backends[0]->grad(1), ElementsAre(11, 21, 31));
   EXPECT_THAT(backends[1]->grad(1), ElementsAre(11, 21, 31));
@@ -192,9 +203,39 @@ TEST(GradientExchangeTest, TiedPartialsAreSummedOnceAndTheNormCountsEachParamete
   const double want =
       106.0 * 106 + 208.0 * 208 + 310.0 * 310 + 412.0 * 412 + 11 * 11 + 21 * 21 + 31 * 31;
   for (int r = 0; r < 3; ++r) EXPECT_EQ(total[r], want) << "rank " << r;
+  // Each stage's own norm (StageStepStats.gradient_sq_norm): the copy counts nothing.
+  EXPECT_EQ(stage_sq_norm[0], want);
+  EXPECT_EQ(stage_sq_norm[1], want);
+  EXPECT_EQ(stage_sq_norm[2], 0.0);
   EXPECT_EQ(ranks.tied.calls(), 1);
   EXPECT_EQ(ranks.replicas.calls(), 1);
   EXPECT_EQ(ranks.job.calls(), 1);
+}
+
+// One rank, clipping: the update scales every gradient by max_norm / (norm + 1e-6) (norm 5
+// here, max 1), and breaks in the action order are internal errors.
+TEST(GradientExchangeTest, ClipsAtTheUpdateAndKeepsTheOrder) {
+  v1::StageAssignment a;
+  v1::PlanStageSummary* st = a.mutable_plan()->add_stages();
+  st->set_first_layer(0);
+  st->set_last_layer(0);
+  a.set_num_stages(1);
+  a.mutable_spec()->mutable_training()->set_max_grad_norm(1.0);
+  schedule::LowerOptions lower;
+  lower.global_norm = true;
+  GradientsOnlyBackend b({WithGrad("layer0.weight", "", {3, 4})});
+  auto ex = GradientExchange::Create(a, lower, {}, &b, StageCollectives{}).value();
+  EXPECT_THAT(ex->PrepareUpdate().status().message(),
+              HasSubstr("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM"));
+  ASSERT_EQ(ex->GlobalNorm()->total_sq_norm, 25.0);
+  EXPECT_THAT(ex->GlobalNorm().status().message(), HasSubstr("a second GLOBAL_NORM"));
+  EXPECT_THAT(ex->AllReduceReplicas(nullptr).message(), HasSubstr("one after GLOBAL_NORM"));
+  ASSERT_EQ(ex->PrepareUpdate().value(), 25.0);
+  const float f = static_cast<float>(1.0 / 5.000001);
+  EXPECT_THAT(b.grad(0), ElementsAre(3 * f, 4 * f));
+  // The next update's round starts afresh.
+  ASSERT_TRUE(ex->AllReduceReplicas(nullptr).ok());
+  EXPECT_THAT(ex->AllReduceReplicas(nullptr).message(), HasSubstr("a second ALLREDUCE"));
 }
 
 TEST(GradientExchangeTest, RefusesMissingOrMisshapenCollectives) {

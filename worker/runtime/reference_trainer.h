@@ -16,7 +16,7 @@
 #include "dapple/v1/job.pb.h"
 #include "kernels/cpu/layer.h"
 #include "kernels/cpu/optimizer.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 
 namespace dapple::worker {
 
@@ -29,8 +29,8 @@ class ReferenceTrainer {
   double Step(int64_t step);
   // The squared global gradient norm of the last Step, before clipping.
   double last_gradient_sq_norm() const { return last_sq_norm_; }
-  // Mean loss and accuracy over `test` (forward only).
-  void Evaluate(const Dataset& test, double* loss, double* accuracy);
+  // Mean loss and accuracy per target over `eval` (forward only; the evaluation split).
+  void Evaluate(const Dataset& eval, double* loss, double* accuracy);
   // Every parameter of the model in layer order ("layer<i>.weight" / "layer<i>.bias").
   std::vector<kernels::Param*> Params();
 

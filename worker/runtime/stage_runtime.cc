@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/grad_clip.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/schedule/action.h"
@@ -15,6 +14,7 @@
 #include "common/schedule/pipedream_steps.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "worker/data/sample_order.h"
 
 namespace dapple::worker {
 namespace {
@@ -52,15 +52,15 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 }
 
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
-    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
     Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
   StageCollectives collectives;
   collectives.replicas = replicas;
-  return Create(assignment, train, test, transport, std::move(backend), collectives);
+  return Create(assignment, train, eval, transport, std::move(backend), collectives);
 }
 
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
-    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
     Transport* transport, std::unique_ptr<StageBackend> backend,
     const StageCollectives& collectives) {
   const v1::JobSpec& spec = assignment.spec();
@@ -120,7 +120,6 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   auto rt = std::unique_ptr<StageRuntime>(new StageRuntime());
   rt->assignment_ = assignment;
   rt->lower_ = std::move(lower);
-  rt->max_grad_norm_ = spec.training().max_grad_norm();
   rt->replica_ = replica;
   rt->num_replicas_ = num_replicas;
   // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
@@ -145,7 +144,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   if (stage > 0) rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
   if (stage + 1 < num_stages) rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
   rt->train_ = train;
-  rt->test_ = test;
+  rt->eval_ = eval;
   rt->transport_ = transport;
   rt->stage_ = stage;
   rt->num_stages_ = num_stages;
@@ -235,12 +234,43 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->slot_of_.assign(rt->id_space_, -1);
   rt->version_of_.assign(rt->id_space_, -1);
   if (stage == 0 && train == nullptr) {
-    return absl::InvalidArgumentError("stage 0 needs the training images");
+    return absl::InvalidArgumentError("stage 0 needs the training inputs");
   }
   if (stage == num_stages - 1 && train == nullptr) {
-    return absl::InvalidArgumentError("the last stage needs the training labels");
+    return absl::InvalidArgumentError("the last stage needs the training targets");
   }
+  DAPPLE_RETURN_IF_ERROR(rt->CheckDatasets());
   return rt;
+}
+
+absl::Status StageRuntime::CheckDatasets() const {
+  // The spec's validation ties the model to data.dataset; this guards against a caller that
+  // hands the runtime another dataset than the spec's.
+  const int64_t elements = NumElements(input_shape_);
+  // The step arithmetic (steps per epoch) counts the spec's training samples; the sample order
+  // must not index past the dataset's.
+  const int64_t samples = TrainSamples(assignment_.spec());
+  if (train_ != nullptr && samples > train_->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the job counts %d training samples (data.train_samples) but the "
+                        "dataset has %d",
+                        samples, train_->size()));
+  }
+  for (const Dataset* d : {train_, eval_}) {
+    if (d == nullptr) continue;
+    if (stage_ == 0 && d->sample_elements() != elements) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset's samples have %d input elements but model.input_shape "
+                          "has %d",
+                          d->sample_elements(), elements));
+    }
+    if (stage_ == num_stages_ - 1 && d->targets_per_sample() != targets_per_sample_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset has %d targets per sample but the model's output has %d",
+                          d->targets_per_sample(), targets_per_sample_));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
@@ -303,7 +333,7 @@ void StageRuntime::ReleaseSlot(int micro_batch) {
 void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out) {
   const int64_t epoch = step / steps_per_epoch_;
   if (epoch != order_epoch_) {
-    order_ = EpochOrder(train_->size, seed_, epoch);
+    order_ = EpochOrder(train_->size(), seed_, epoch);
     order_epoch_ = epoch;
   }
   const int64_t begin =
@@ -320,10 +350,6 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     step_loss_sum_ = it->second;
     pending_loss_.erase(it);
   }
-  allreduced_ = false;
-  tied_reduced_ = false;
-  normed_ = false;
-  clip_factor_ = 1;
   peak_live_slots_ = live_slots_;
   gradient_sq_norm_ = -1;
   if (pipedream_) {
@@ -477,7 +503,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
           input_scratch_.resize(static_cast<size_t>(InputBytes(rows) / sizeof(float)));
           host = input_scratch_.data();
         }
-        GatherBatch(*train_, index_scratch_.data(), rows, host, nullptr);
+        train_->Gather(index_scratch_.data(), rows, host, nullptr);
         DAPPLE_RETURN_IF_ERROR(b.LoadInput(slot, host, rows));
       } else if (!received) {
         return absl::InternalError("FORWARD before its RECV_ACT");
@@ -497,7 +523,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       if (last) {
         MicroBatchIndices(mb_step, mb, &index_scratch_);
         label_scratch_.resize(rows * targets_per_sample_);
-        GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
+        train_->Gather(index_scratch_.data(), rows, nullptr, label_scratch_.data());
         // The mean over every target of the global batch (per sample, or per token).
         const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
@@ -571,31 +597,15 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     case v1::ALLREDUCE:
       // Pipe-SGD hands the gradient to its AllReduce thread and goes on.
       if (pipesgd_ != nullptr) {
-        allreduced_ = true;
+        DAPPLE_RETURN_IF_ERROR(exchange_->ReplicasReducedElsewhere());
         return pipesgd_->OnGradients(step);
       }
-      return AllReduce();
+      return exchange_->AllReduceReplicas(last ? &step_loss_sum_ : nullptr);
     case v1::TIED_ALLREDUCE:
-      if (tied_reduced_ || normed_) {
-        return absl::InternalError("TIED_ALLREDUCE twice or after GLOBAL_NORM in one step");
-      }
-      tied_reduced_ = true;
       return exchange_->AllReduceTied();
     case v1::GLOBAL_NORM:
-      return GlobalNorm();
+      return exchange_->GlobalNorm().status();
     case v1::OPTIMIZER_STEP: {
-      if (num_replicas_ > 1 && !allreduced_) {
-        return absl::InternalError(absl::StrFormat(
-            "OPTIMIZER_STEP of a stage with %d replicas before their ALLREDUCE", num_replicas_));
-      }
-      if (exchange_->tied_floats() > 0 && !tied_reduced_) {
-        return absl::InternalError("OPTIMIZER_STEP of a tied stage before its TIED_ALLREDUCE");
-      }
-      if (lower_.global_norm && pipesgd_ == nullptr && !normed_) {
-        return absl::InternalError("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM");
-      }
-      const bool normed = normed_;  // GLOBAL_NORM measured gradient_sq_norm_ already
-      allreduced_ = tied_reduced_ = normed_ = false;
       // The flush: every send of this step must be done before its buffers are reused. Its
       // wait is communication, not optimizer time (RunStep splits the action).
       // PipeDream before an evaluation (the end of an epoch) skips it: this step's forwards of
@@ -610,15 +620,10 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
         DAPPLE_RETURN_IF_ERROR(s);
       }
-      if (!normed) {
-        DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, b.GradientSquaredNorm());
-      }
+      // The collectives' checks, the stage's norm and clipping (gradient_exchange.h).
+      DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, exchange_->PrepareUpdate());
       learning_rate_ =
           LearningRate(assignment_.spec().training(), b.OptimizerUpdates(), total_steps_);
-      // torch.nn.utils.clip_grad_norm_ scales before the update (1: nothing to do).
-      if (clip_factor_ < 1) {
-        DAPPLE_RETURN_IF_ERROR(b.ScaleGradients(static_cast<float>(clip_factor_)));
-      }
       if (pipesgd_ != nullptr) {
         DAPPLE_RETURN_IF_ERROR(pipesgd_->OnOptimizerStep(step));
         // The last step's gradient is still in its AllReduce: apply it before training ends.
@@ -641,30 +646,6 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return absl::InternalError("unspecified action kind");
   }
   return absl::InternalError(absl::StrCat("unknown action kind ", action.kind()));
-}
-
-// DAPPLE's gradient AllReduce among the stage's replicas, the last stage's loss sum riding
-// along, so the replicas step with identical gradients and report the same global loss.
-absl::Status StageRuntime::AllReduce() {
-  if (allreduced_ || normed_) {
-    return absl::InternalError(
-        "a second ALLREDUCE in one step (one per OPTIMIZER_STEP), or one after GLOBAL_NORM");
-  }
-  allreduced_ = true;
-  return exchange_->AllReduceReplicas(stage_ == num_stages_ - 1 ? &step_loss_sum_ : nullptr);
-}
-
-// The norm of the step's final gradients: after the replicas' and the tied weights' sums.
-absl::Status StageRuntime::GlobalNorm() {
-  if (normed_) return absl::InternalError("a second GLOBAL_NORM in one step");
-  if ((num_replicas_ > 1 && !allreduced_) || (exchange_->tied_floats() > 0 && !tied_reduced_)) {
-    return absl::InternalError("GLOBAL_NORM before this step's ALLREDUCE or TIED_ALLREDUCE");
-  }
-  normed_ = true;
-  DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, backend_->GradientSquaredNorm());
-  DAPPLE_ASSIGN_OR_RETURN(const GlobalNormResult norm, exchange_->ExchangeNorm(gradient_sq_norm_));
-  clip_factor_ = ClipCoefficient(max_grad_norm_, norm.total_sq_norm);
-  return absl::OkStatus();
 }
 
 int64_t StageRuntime::RunSteps() const { return std::max<int64_t>(1, total_steps_ - first_step_); }
@@ -731,8 +712,9 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const bool last = stage_ == num_stages_ - 1;
   // Replicas hold identical weights: replica 0 of every stage evaluates for all of them.
   if (replica_ != 0) return EvalResult{};
-  const Dataset& test = *test_;
-  const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
+  if (eval_ == nullptr) return absl::FailedPreconditionError("evaluation without an eval split");
+  const Dataset& eval = *eval_;
+  const int64_t chunks = (eval.size() + eval_chunk_ - 1) / eval_chunk_;
   StageBackend& b = *backend_;
   // Evaluation runs between steps, when no micro-batch holds a slot: it borrows slot 0. Sent
   // chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
@@ -742,7 +724,7 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
   const int slot = live_slots_ == 0 ? 0 : free_slots_.back();
   std::vector<int64_t> indices;
-  std::vector<int32_t> labels;
+  std::vector<int32_t> targets;
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
@@ -752,19 +734,20 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   };
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * eval_chunk_;
-    const int64_t n = std::min(eval_chunk_, test.size - begin);
+    const int64_t n = std::min(eval_chunk_, eval.size() - begin);
     const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
     absl::StatusOr<void*> in = b.Input(slot, n);
     if (!in.ok()) return with_chunk(c, in.status());
+    // The evaluation split in its stored order, chunk after chunk.
+    indices.resize(n);
+    for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
     if (first) {
-      indices.resize(n);
-      for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
       float* host = static_cast<float*>(*in);
       if (b.device_memory()) {
         input_scratch_.resize(static_cast<size_t>(InputBytes(n) / sizeof(float)));
         host = input_scratch_.data();
       }
-      GatherBatch(test, indices.data(), n, host, nullptr);
+      eval.Gather(indices.data(), n, host, nullptr);
       absl::Status s = b.LoadInput(slot, host, n);
       if (!s.ok()) return with_chunk(c, s);
     } else {
@@ -774,9 +757,10 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     absl::Status s = b.Forward(slot, n, kernels::ForwardContext{});
     if (!s.ok()) return with_chunk(c, s);
     if (last) {
-      labels.assign(test.labels.begin() + begin, test.labels.begin() + begin + n);
+      targets.resize(n * targets_per_sample_);
+      eval.Gather(indices.data(), n, nullptr, targets.data());
       int64_t ok = 0;
-      absl::StatusOr<double> sum = b.Loss(slot, labels.data(), n, 0.0f, /*training=*/false, &ok);
+      absl::StatusOr<double> sum = b.Loss(slot, targets.data(), n, 0.0f, /*training=*/false, &ok);
       if (!sum.ok()) return with_chunk(c, sum.status());
       loss_sum += *sum;
       correct += ok;
@@ -790,9 +774,11 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
   if (last) {
     result.has_metrics = true;
-    result.samples = test.size;
-    result.loss = loss_sum / static_cast<double>(test.size);
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(test.size);
+    // Means per target, as the training loss (per sample, or per token).
+    const auto targets_total = static_cast<double>(eval.size() * targets_per_sample_);
+    result.samples = eval.size();
+    result.loss = loss_sum / targets_total;
+    result.accuracy = static_cast<double>(correct) / targets_total;
   }
   return result;
 }

@@ -20,7 +20,7 @@
 #include "dapple/v1/plan.pb.h"
 #include "kernels/cpu/layer.h"
 #include "worker/comm/testing/local_collective.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/runtime/testing/local_transport.h"
 

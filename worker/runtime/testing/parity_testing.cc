@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "worker/data/fashion_mnist.h"
 #include "worker/runtime/reference_trainer.h"
 
 namespace dapple::worker::parity {
@@ -16,12 +18,12 @@ std::string DataDir() {
 }
 
 const Dataset& TrainSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTrain).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTrain).value());
   return *d;
 }
 
 const Dataset& TestSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTest).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTest).value());
   return *d;
 }
 
@@ -95,6 +97,7 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
   run.status.assign(stages, absl::OkStatus());
   std::vector<std::vector<double>> losses(stages);
   std::vector<double> accuracy(stages, -1);
+  std::vector<double> eval_loss(stages, -1);
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
     threads.emplace_back([&, s] {
@@ -111,22 +114,32 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
         run.status[s] = e.status();
         return;
       }
-      if (e->has_metrics) accuracy[s] = e->accuracy;
+      if (e->has_metrics) {
+        accuracy[s] = e->accuracy;
+        eval_loss[s] = e->loss;
+      }
     });
   }
   for (auto& t : threads) t.join();
   run.losses = losses[stages - 1];
   run.eval_accuracy = accuracy[stages - 1];
+  run.eval_loss = eval_loss[stages - 1];
   return run;
 }
 
 void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
                             const std::vector<std::unique_ptr<StageRuntime>>& runtimes,
                             const PipelineRun& run) {
+  ExpectMatchesReference(spec, steps, runtimes, run, TrainSet(), TestSet());
+}
+
+void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
+                            const std::vector<std::unique_ptr<StageRuntime>>& runtimes,
+                            const PipelineRun& run, const Dataset& train, const Dataset& eval) {
   for (size_t s = 0; s < run.status.size(); ++s) {
     ASSERT_TRUE(run.status[s].ok()) << "stage " << s << ": " << run.status[s];
   }
-  auto ref = ReferenceTrainer::Create(spec, &TrainSet()).value();
+  auto ref = ReferenceTrainer::Create(spec, &train).value();
   std::vector<double> ref_losses;
   for (int s = 0; s < steps; ++s) ref_losses.push_back(ref->Step(s));
   ASSERT_EQ(run.losses.size(), ref_losses.size());
@@ -135,19 +148,21 @@ void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
   }
   std::map<std::string, std::vector<float>> ref_params;
   for (auto* p : ref->Params()) ref_params[p->name] = p->value.data;
-  size_t seen = 0;
+  std::set<std::string> seen;
   for (size_t s = 0; s < runtimes.size(); ++s) {
     auto params = runtimes[s]->Params();
     ASSERT_TRUE(params.ok()) << params.status();
     for (auto* p : *params) {
-      ASSERT_TRUE(ref_params.count(p->name)) << p->name;
-      EXPECT_LE(RelativeL2(p->value.data, ref_params[p->name]), 1e-5) << p->name;
-      ++seen;
+      // The reference holds a tied weight once, as its owner.
+      const std::string& name = p->tied_to.empty() ? p->name : p->tied_to;
+      ASSERT_TRUE(ref_params.count(name)) << p->name;
+      EXPECT_LE(RelativeL2(p->value.data, ref_params[name]), 1e-5) << p->name;
+      if (p->tied_to.empty()) EXPECT_TRUE(seen.insert(name).second) << name << " twice";
     }
   }
-  EXPECT_EQ(seen, ref_params.size());
+  EXPECT_EQ(seen.size(), ref_params.size());
   double ref_loss, ref_acc;
-  ref->Evaluate(TestSet(), &ref_loss, &ref_acc);
+  ref->Evaluate(eval, &ref_loss, &ref_acc);
   EXPECT_NEAR(run.eval_accuracy, ref_acc, 1e-3);
 }
 

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace dapple::worker::parity {
@@ -50,17 +50,23 @@ struct PipelineRun {
   std::vector<double> losses;        // per step, from the last stage
   std::vector<absl::Status> status;  // per stage
   double eval_accuracy = -1;         // from the last stage
+  double eval_loss = -1;             // from the last stage
 };
 
 // Runs runtimes[s] on thread s for `steps` steps (0..steps-1), then Evaluate(1).
 PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtimes, int steps);
 
 // gtest EXPECTs: every stage OK, per-step loss within 1e-5 relative of the reference trainer on
-// `spec`, every parameter within 1e-5 relative L2, each parameter present once, and test
-// accuracy within 1e-3.
+// `spec`, every parameter within 1e-5 relative L2, each parameter present once (a tied copy,
+// kernels::Param::tied_to, is compared with its owner and not counted again), and test
+// accuracy within 1e-3. The reference trains on `train` and evaluates on `eval`
+// (Fashion-MNIST's TrainSet / TestSet by default).
 void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
                             const std::vector<std::unique_ptr<StageRuntime>>& runtimes,
                             const PipelineRun& run);
+void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
+                            const std::vector<std::unique_ptr<StageRuntime>>& runtimes,
+                            const PipelineRun& run, const Dataset& train, const Dataset& eval);
 
 }  // namespace dapple::worker::parity
 

@@ -71,6 +71,16 @@ int64_t TargetsPerSample(const std::vector<LayerInfo>& infos) {
   return NumElements(out) / out.back();
 }
 
+int64_t InputBytes(const LayerInfo& info) {
+  return NumElements(info.input_shape) * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int first, int last) {
+  int64_t bytes = InputBytes(infos[first]);
+  for (int l = first; l <= last; ++l) bytes += infos[l].output_bytes + infos[l].saved_bytes;
+  return bytes;
+}
+
 std::string LayerDescription(const LayerInfo& info) {
   if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
     return absl::StrCat("linear ", info.input_shape[0], " -> ", info.output_shape[0]);

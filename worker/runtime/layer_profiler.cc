@@ -30,6 +30,23 @@ std::vector<float> RandomValues(int64_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// Token ids uniform in [0, vocab) as exact floats, as the runtime's input buffers hold them.
+std::vector<float> RandomTokens(int64_t n, int64_t vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(dist(rng));
+  return v;
+}
+
+// The layer's input for a timed run: token ids for a layer that reads them (an embedding: the
+// only type whose input may be tokens, common/model/embedding.cc), else values in [-1, 1).
+std::vector<float> LayerInput(const v1::ModelSpec& model, const LayerInfo& info, int64_t rows,
+                              std::mt19937_64& rng) {
+  const int64_t n = rows * NumElements(info.input_shape);
+  if (!info.token_input) return RandomValues(n, rng);
+  return RandomTokens(n, model.layers(info.index).embedding().vocab(), rng);
+}
+
 // Times fn() bracketed by Synchronize, so work a device enqueues counts.
 absl::StatusOr<double> TimeMs(StageBackend& backend, const std::function<absl::Status()>& fn) {
   DAPPLE_RETURN_IF_ERROR(backend.Synchronize());
@@ -45,10 +62,11 @@ struct LayerTimes {
   double optimizer_ms = 0;
 };
 
-absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
-                                     const ProfileOptions& options, std::mt19937_64& rng) {
+absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const v1::ModelSpec& model,
+                                     const LayerInfo& info, const ProfileOptions& options,
+                                     std::mt19937_64& rng) {
   const int64_t rows = options.batch_size;
-  const std::vector<float> input = RandomValues(rows * NumElements(info.input_shape), rng);
+  const std::vector<float> input = LayerInput(model, info, rows, rng);
   DAPPLE_RETURN_IF_ERROR(backend.Input(0, rows).status());
   DAPPLE_RETURN_IF_ERROR(backend.LoadInput(0, input.data(), rows));
   DAPPLE_ASSIGN_OR_RETURN(void* dy, backend.GradInput(0, rows));
@@ -66,10 +84,12 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
                             TimeMs(backend, [&] {
                               return backend.Forward(0, rows, kernels::ForwardContext{});
                             }));
+    // Token ids have no gradient: an embedding's backward is its weight gradient only, as on
+    // stage 0 of a job.
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
                               return backend.Backward(0, /*micro_batch=*/0, rows,
                                                       /*last_stage=*/false,
-                                                      /*need_dx=*/true);
+                                                      /*need_dx=*/!info.token_input);
                             }));
     // The real step runs the update once per M micro-batches; timed here once per run.
     DAPPLE_ASSIGN_OR_RETURN(const double u,
@@ -109,7 +129,7 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
       return absl::Status(backend.status().code(),
                           absl::StrCat(where, ": ", backend.status().message()));
     }
-    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, options, rng);
+    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, spec.model(), info, options, rng);
     if (!times.ok()) {
       return absl::Status(times.status().code(),
                           absl::StrCat(where, ": ", times.status().message()));
@@ -120,9 +140,7 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     layer->set_forward_ms(times->forward_ms);
     layer->set_backward_ms(times->backward_ms);
     layer->set_optimizer_ms(times->optimizer_ms);
-    layer->set_activation_bytes(NumElements(info.output_shape) * options.batch_size *
-                                static_cast<int64_t>(sizeof(float)));
-    layer->set_parameter_bytes(info.param_count * static_cast<int64_t>(sizeof(float)));
+    profile::SetLayerSizes(info, options.batch_size, layer);
   }
   return profile;
 }

@@ -199,6 +199,29 @@ TEST(LayerProfilerTest, FeedsAnEmbeddingTokenIdsAndCountsWhatGptLayersSave) {
   EXPECT_TRUE(profile::CheckProfileMatchesModel(*p, spec.model()).ok());
 }
 
+TEST(LayerProfilerTest, MeasuresAGptOnTheCpu) {
+  const v1::JobSpec spec = GptSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  ProfileOptions options;
+  options.batch_size = 2;
+  options.warmup_runs = 1;
+  options.timed_runs = 1;
+  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, Cpu(), "cpu", options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->layers_size(), 4);
+  EXPECT_TRUE(profile::CheckProfileMatchesModel(*p, spec.model()).ok());
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(p->layers(i).name(), infos[i].type);
+    EXPECT_GE(p->layers(i).forward_ms(), 0);
+    EXPECT_GE(p->layers(i).backward_ms(), 0);
+    EXPECT_EQ(p->layers(i).saved_bytes(), infos[i].saved_bytes * 2);
+  }
+  // The block's GEMMs and softmax take measurable time.
+  EXPECT_GT(p->layers(1).forward_ms(), 0);
+  EXPECT_GT(p->layers(1).backward_ms(), 0);
+}
+
 TEST(LayerProfilerTest, RejectsBadOptions) {
   ProfileOptions options;
   options.timed_runs = 0;

@@ -28,16 +28,15 @@ absl::Status CheckInputShape(const v1::ModelSpec& model) {
     }
     if (d > kMaxSampleElements / input_elems) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model.input_shape ",
-          ShapeText({model.input_shape().begin(), model.input_shape().end()}),
+          "model.input_shape ", ShapeText({model.input_shape().begin(), model.input_shape().end()}),
           " has more than the maximum 2^24 (", kMaxSampleElements, ") elements per sample"));
     }
     input_elems *= d;
   }
   if (!model.input_type().empty() && model.input_type() != "float" &&
       model.input_type() != "tokens") {
-    return absl::InvalidArgumentError(absl::StrCat("model.input_type '", model.input_type(),
-                                                   "' must be float or tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_type '", model.input_type(), "' must be float or tokens"));
   }
   if (model.layers().empty()) {
     return absl::InvalidArgumentError("model.layers is empty: a model needs at least one layer");
@@ -107,8 +106,7 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
     const LayerType* type = FindLayerType(spec.type());
     if (type == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(ctx.path, ": unknown layer type '",
-                                                     spec.type(), "'; known: ",
-                                                     KnownLayerTypes()));
+                                                     spec.type(), "'; known: ", KnownLayerTypes()));
     }
     DAPPLE_RETURN_IF_ERROR(CheckParamsMatchType(spec, ctx.path));
     DAPPLE_ASSIGN_OR_RETURN(LayerInfo info, type->Infer(spec, ctx));

@@ -109,8 +109,8 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
           results[s] = backend.status();
           return;
         }
-        absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt = worker::StageRuntime::Create(
-            a, &data, &data, transports[s].get(), *std::move(backend));
+        absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt =
+            worker::StageRuntime::Create(a, &data, &data, transports[s].get(), *std::move(backend));
         if (!rt.ok()) {
           results[s] = rt.status();
           return;
@@ -130,8 +130,8 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
       // Per micro-batch in flight: the stage input, every output and the saved bytes (with
       // 4 heads x T^2 attention probabilities per block) of its 4 samples.
       const int64_t per_micro_batch =
-          4 * StageActivationBytesPerSample(layers, predicted.first_layer(),
-                                            predicted.last_layer());
+          4 *
+          StageActivationBytesPerSample(layers, predicted.first_layer(), predicted.last_layer());
       EXPECT_EQ(measured.peak_activation_bytes(), measured.peak_in_flight() * per_micro_batch);
       EXPECT_EQ(predicted.peak_memory_bytes() - measured.weight_bytes(),
                 predicted.peak_in_flight() * per_micro_batch);

@@ -14,12 +14,12 @@ namespace dapple::profile {
 // Times are ms and sizes bytes for one batch of `batch_size` samples; planners scale them
 // linearly to other batch sizes (time(b) = time * b / batch_size).
 struct ChainProfile {
-  std::string source;                     // where it came from (file path, "measured ...")
-  int64_t batch_size = 0;                 // > 0
-  std::vector<std::string> names;         // "node5 Conv2d(...)" / "layers[3] linear", for messages
-  std::vector<double> forward_ms;         // >= 0; 0 for Input nodes
-  std::vector<double> backward_ms;        // >= 0; 0 for Input nodes
-  std::vector<int64_t> parameter_bytes;   // >= 0 (fp32 weights)
+  std::string source;                    // where it came from (file path, "measured ...")
+  int64_t batch_size = 0;                // > 0
+  std::vector<std::string> names;        // "node5 Conv2d(...)" / "layers[3] linear", for messages
+  std::vector<double> forward_ms;        // >= 0; 0 for Input nodes
+  std::vector<double> backward_ms;       // >= 0; 0 for Input nodes
+  std::vector<int64_t> parameter_bytes;  // >= 0 (fp32 weights)
   // >= 0: the layer's output, kept for its backward and sent when a stage ends after it.
   std::vector<int64_t> activation_bytes;
   // >= 0: what the layer keeps for its backward beyond its input and output (LayerProfile

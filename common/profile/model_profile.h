@@ -65,10 +65,11 @@ std::string WriteGraphTxt(const v1::ModelProfile& profile);
 
 // The planner's chain view (chain_profile.h): layers in the profile's order, Input nodes' times
 // forced to 0, cut_bytes from the edges (a chain without edges: cut_bytes[k] =
-// activation_bytes[k]), input_bytes 0 and no ties (the job planner adds both from the model). kInvalidArgument for an empty profile, more than kMaxProfileLayers
-// layers, batch_size <= 0, an edge that goes backwards in the order (the profile is not
-// topologically sorted), or no compute at all ("profile X has no compute: every layer's forward
-// and backward time is 0", e.g. only Input nodes): a plan of it would take 0 ms.
+// activation_bytes[k]), input_bytes 0 and no ties (the job planner adds both from the model).
+// kInvalidArgument for an empty profile, more than kMaxProfileLayers layers, batch_size <= 0, an
+// edge that goes backwards in the order (the profile is not topologically sorted), or no compute at
+// all ("profile X has no compute: every layer's forward and backward time is 0", e.g. only Input
+// nodes): a plan of it would take 0 ms.
 absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile);
 
 // Checks that `profile` describes `model`: after dropping Input nodes it has one layer per

@@ -99,8 +99,7 @@ double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,
   return 2 * LinkLatencyMs(topology, a, b) + bytes / LinkBandwidth(topology, a, b) * kMsPerSecond;
 }
 
-std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem,
-                                           const HybridPlan& plan) {
+std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem, const HybridPlan& plan) {
   const int p = static_cast<int>(plan.stages.size());
   std::vector<double> ms(p, 0.0);
   if (problem.profile.ties.empty() || p < 2) return ms;

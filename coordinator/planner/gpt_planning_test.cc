@@ -31,7 +31,8 @@ struct Gpt {
 
 // examples/gpt_kjv.yaml's model: embedding 256 x 128, 4 transformer blocks, layernorm, lm_head.
 v1::JobSpec GptSpec(const Gpt& g) {
-  const std::string yaml = absl::StrFormat(R"yaml(
+  const std::string yaml =
+      absl::StrFormat(R"yaml(
 name: gpt
 model:
   layers:
@@ -51,10 +52,9 @@ training:
   optimizer: %s
 parallel: {schedule: dapple, planner: %s, stages: %s, devices: 2}
 )yaml",
-                                           g.heads, g.heads, g.heads, g.heads,
-                                           g.tied ? "{type: lm_head, tied: true}"
-                                                  : "{type: lm_head, vocab: 256}",
-                                           g.seq_len, g.optimizer, g.planner, g.stages);
+                      g.heads, g.heads, g.heads, g.heads,
+                      g.tied ? "{type: lm_head, tied: true}" : "{type: lm_head, vocab: 256}",
+                      g.seq_len, g.optimizer, g.planner, g.stages);
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "gpt.yaml");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.ok() ? *spec : v1::JobSpec();
@@ -136,8 +136,8 @@ TEST(GptPlanningTest, StageMemoryIsWhatTheRuntimeAccounts) {
     SCOPED_TRACE(absl::StrCat("stage ", st));
     const int first = s.stages(st).first_layer(), last = s.stages(st).last_layer();
     EXPECT_EQ(s.stages(st).peak_in_flight(), 2 - st);  // dapple: min(P - s, M)
-    const int64_t activations = s.stages(st).peak_in_flight() * rows *
-                                StageActivationBytesPerSample(layers, first, last);
+    const int64_t activations =
+        s.stages(st).peak_in_flight() * rows * StageActivationBytesPerSample(layers, first, last);
     EXPECT_EQ(s.stages(st).peak_memory_bytes(),
               AdamWWeightBytes(layers, first, last) + activations);
   }

@@ -169,9 +169,9 @@ void AddModelNotes(const std::vector<LayerInfo>& layers,
                    const Prediction& prediction, v1::ParallelPlanSummary* summary) {
   if (layers.front().token_input && prediction.samples_per_second > 0) {
     const int64_t tokens = NumElements(layers.front().input_shape);
-    summary->add_notes(absl::StrFormat("a sample is a sequence of %d tokens: %.0f tokens/s",
-                                       tokens, prediction.samples_per_second *
-                                                   static_cast<double>(tokens)));
+    summary->add_notes(
+        absl::StrFormat("a sample is a sequence of %d tokens: %.0f tokens/s", tokens,
+                        prediction.samples_per_second * static_cast<double>(tokens)));
   }
   auto stage_of = [&](int layer) {
     for (size_t s = 0; s < plan.stages.size(); ++s) {
@@ -188,8 +188,8 @@ void AddModelNotes(const std::vector<LayerInfo>& layers,
     summary->add_notes(absl::StrCat(
         "tied weights: model.layers[", tie.copy_layer, "] (", layers[tie.copy_layer].type,
         ") on stage ", copy, " holds a ", profile::FormatBytes(tie.bytes),
-        " copy of weights of model.layers[", tie.owner_layer, "] (",
-        layers[tie.owner_layer].type, ") on stage ", owner,
+        " copy of weights of model.layers[", tie.owner_layer, "] (", layers[tie.owner_layer].type,
+        ") on stage ", owner,
         ": both stages count it, and the sum of the two copies' gradients every step is in the "
         "predicted step time"));
   }

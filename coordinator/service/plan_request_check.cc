@@ -108,8 +108,7 @@ absl::Status CheckProfile(const v1::ModelProfile& profile) {
                      "must be >= 0");
     }
     if (l.saved_bytes() < 0) {
-      return Invalid(field + ".saved_bytes", static_cast<double>(l.saved_bytes()),
-                     "must be >= 0");
+      return Invalid(field + ".saved_bytes", static_cast<double>(l.saved_bytes()), "must be >= 0");
     }
   }
   for (int i = 0; i < profile.edges_size(); ++i) {

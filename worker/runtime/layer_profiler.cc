@@ -80,8 +80,7 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const v1::ModelSpec&
   std::vector<double> backward;
   std::vector<double> optimizer;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
-    DAPPLE_ASSIGN_OR_RETURN(const double f,
-                            TimeMs(backend, [&] {
+    DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] {
                               return backend.Forward(0, rows, kernels::ForwardContext{});
                             }));
     // Token ids have no gradient: an embedding's backward is its weight gradient only, as on

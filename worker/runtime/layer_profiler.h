@@ -36,14 +36,14 @@ struct ProfileOptions {
 // optimizer). Inputs are uniform in [-1, 1), token ids uniform in [0, vocab) (as exact floats),
 // output gradients uniform in [-1, 1). Sizes are profile::SetLayerSizes' (activation_bytes the
 // output, saved_bytes what the layer keeps for its backward, parameter_bytes its parameters, all
-// at batch_size samples, fp32: the model's declaration, not a measurement). Layer i gets id "layers[i]" and the layer type as its name (what
-// profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is
-// "measured on <device>", device_kind is `device_kind`, model_fingerprint
-// profile::ModelFingerprint(spec.model()).
-// Errors: kInvalidArgument for bad options or an invalid model (InferLayers' message); the
-// factory's and the backend's errors, prefixed with the layer ("model.layers[2] (linear): ...").
-// Thread safety: uses the backends from one thread; blocks for the measurement (about
-// layers * (warmup + timed) * (forward + backward) time).
+// at batch_size samples, fp32: the model's declaration, not a measurement). Layer i gets id
+// "layers[i]" and the layer type as its name (what profile::CheckProfileMatchesModel expects); the
+// profile is a chain (no edges); source is "measured on <device>", device_kind is `device_kind`,
+// model_fingerprint profile::ModelFingerprint(spec.model()). Errors: kInvalidArgument for bad
+// options or an invalid model (InferLayers' message); the factory's and the backend's errors,
+// prefixed with the layer ("model.layers[2] (linear): ..."). Thread safety: uses the backends from
+// one thread; blocks for the measurement (about layers * (warmup + timed) * (forward + backward)
+// time).
 absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const BackendFactory& make_backend,
                                                 const std::string& device_kind,

@@ -157,8 +157,7 @@ TEST(LayerProfilerTest, FeedsAnEmbeddingTokenIdsAndCountsWhatGptLayersSave) {
                                  int last) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
     EXPECT_EQ(first, last);
     return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
-                                              NumElements(infos[first].output_shape),
-                                              &fed[first]);
+                                              NumElements(infos[first].output_shape), &fed[first]);
   };
   ProfileOptions options;
   options.batch_size = 3;

@@ -485,8 +485,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         label_scratch_.resize(rows * targets_per_sample_);
         GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
         // The mean over every target of the global batch (per sample, or per token).
-        const float grad_scale =
-            1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
+        const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         grad_scale, /*training=*/true, nullptr));
         // 1F1B-RR on a replicated last stage runs forwards of the next step before this

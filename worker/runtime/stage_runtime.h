@@ -225,7 +225,8 @@ class StageRuntime {
   int num_micro_batches_ = 1;
   int64_t micro_batch_size_ = 0;
   int64_t global_batch_ = 0;
-  int64_t targets_per_sample_ = 1;  // the loss's targets per sample: 1, or T for a [T, vocab] output
+  int64_t targets_per_sample_ =
+      1;  // the loss's targets per sample: 1, or T for a [T, vocab] output
   int64_t steps_per_epoch_ = 0;
   int64_t eval_chunk_ = kMaxEvalChunk;
   uint64_t seed_ = 0;

@@ -103,15 +103,9 @@ std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem, const
   const int p = static_cast<int>(plan.stages.size());
   std::vector<double> ms(p, 0.0);
   if (problem.profile.ties.empty() || p < 2) return ms;
-  auto stage_of = [&](int layer) {
-    for (int s = 0; s < p; ++s) {
-      if (layer >= plan.stages[s].first_layer && layer <= plan.stages[s].last_layer) return s;
-    }
-    return -1;
-  };
   for (const profile::ChainProfile::Tie& tie : problem.profile.ties) {
-    const int owner = stage_of(tie.owner_layer);
-    const int copy = stage_of(tie.copy_layer);
+    const int owner = StageOfLayer(plan, tie.owner_layer);
+    const int copy = StageOfLayer(plan, tie.copy_layer);
     if (owner < 0 || copy < 0 || owner == copy) continue;
     const double t = TiedGradientSumMs(problem.topology, static_cast<double>(tie.bytes),
                                        plan.stages[owner].devices, plan.stages[copy].devices);

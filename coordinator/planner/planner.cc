@@ -173,17 +173,9 @@ void AddModelNotes(const std::vector<LayerInfo>& layers,
         absl::StrFormat("a sample is a sequence of %d tokens: %.0f tokens/s", tokens,
                         prediction.samples_per_second * static_cast<double>(tokens)));
   }
-  auto stage_of = [&](int layer) {
-    for (size_t s = 0; s < plan.stages.size(); ++s) {
-      if (layer >= plan.stages[s].first_layer && layer <= plan.stages[s].last_layer) {
-        return static_cast<int>(s);
-      }
-    }
-    return -1;
-  };
   for (const profile::ChainProfile::Tie& tie : ties) {
-    const int owner = stage_of(tie.owner_layer);
-    const int copy = stage_of(tie.copy_layer);
+    const int owner = StageOfLayer(plan, tie.owner_layer);
+    const int copy = StageOfLayer(plan, tie.copy_layer);
     if (owner == copy) continue;
     summary->add_notes(absl::StrCat(
         "tied weights: model.layers[", tie.copy_layer, "] (", layers[tie.copy_layer].type,

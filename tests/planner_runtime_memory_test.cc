@@ -1,10 +1,9 @@
 // The planner's memory model against the runtime's accounting, across components: a small GPT
 // planned on 2 stages (coordinator/planner MakePlan), then run for one step by the worker's
-// StageRuntime on each stage (emulated compute: the accounting does not depend on the kernels,
-// and waits of ~0 keep it fast). Every stage's predicted peak in flight and peak memory (weights,
-// gradients, AdamW's moments, and in-flight micro-batches of the stage input, the layers'
-// outputs and what they save for the backward, attention probabilities included) must be what
-// the stage reports in its StageStepStats.
+// StageRuntime on each stage (CPU kernels, in-memory transport). Every stage's predicted peak in
+// flight and peak memory (weights, gradients, AdamW's moments, and in-flight micro-batches of the
+// stage input, the layers' outputs and what they save for the backward, attention probabilities
+// included) must be what the stage reports in its StageStepStats.
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,10 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "common/job_spec.h"
 #include "common/model_info.h"
-#include "common/profile/model_profile.h"
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
-#include "worker/runtime/emulated_stage_backend.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/runtime/testing/local_transport.h"
 
@@ -57,21 +55,29 @@ parallel: {schedule: %s, planner: balanced, devices: 2}
   return out;
 }
 
-// kSamples sequences of kSeqLen "tokens" in the runtime's Dataset layout (one row of kSeqLen
-// values per sample). The emulated stages compute nothing, so the values do not matter.
-worker::Dataset Sequences() {
-  worker::Dataset data;
-  data.size = kSamples;
-  data.rows = 1;
-  data.cols = kSeqLen;
-  data.pixels.assign(kSamples * kSeqLen, 7);
-  data.labels.assign(kSamples, 3);
-  return data;
-}
-
-class NoWait : public worker::Sleeper {
+// kSamples sequences of kSeqLen token ids, each target the next byte of a repeating text,
+// through the runtime's Dataset interface (worker/data/dataset.h), as a text file gives them.
+class Sequences final : public worker::Dataset {
  public:
-  absl::Status Sleep(absl::Duration) override { return absl::OkStatus(); }
+  int64_t size() const override { return kSamples; }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
+  int64_t targets_per_sample() const override { return kSeqLen; }
+  int64_t num_classes() const override { return 256; }
+  bool token_inputs() const override { return true; }
+  void Gather(const int64_t* indices, int64_t count, float* inputs,
+              int32_t* targets) const override {
+    for (int64_t b = 0; b < count; ++b) {
+      for (int64_t k = 0; k < kSeqLen; ++k) {
+        const int64_t at = indices[b] * kSeqLen + k;
+        if (inputs != nullptr) inputs[b * kSeqLen + k] = static_cast<float>(Byte(at));
+        if (targets != nullptr) targets[b * kSeqLen + k] = Byte(at + 1);
+      }
+    }
+  }
+
+ private:
+  static int32_t Byte(int64_t at) { return "In the beginning\n"[at % 17]; }
+  std::vector<int64_t> shape_{kSeqLen};
 };
 
 TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
@@ -83,9 +89,7 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
     const v1::ParallelPlanSummary& summary = plan->summary();
     ASSERT_EQ(summary.stages_size(), 2);
     ASSERT_EQ(summary.stages(0).last_layer(), 2);  // embedding + 2 blocks | 2 blocks + head
-    const v1::ModelProfile profile =
-        profile::EstimateProfile(spec.model(), spec.training().micro_batch(), 1e18).value();
-    const worker::Dataset data = Sequences();
+    const Sequences data;
     worker::parity::Mailbox box;
     std::vector<std::unique_ptr<worker::parity::LocalTransport>> transports;
     for (int s = 0; s < 2; ++s) {
@@ -101,16 +105,8 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
         a.set_stage(s);
         a.set_num_stages(2);
         *a.mutable_program() = plan->programs(s);
-        const v1::PlanStageSummary& st = summary.stages(s);
-        absl::StatusOr<std::unique_ptr<worker::StageBackend>> backend =
-            worker::MakeEmulatedStageBackend(spec, st.first_layer(), st.last_layer(), profile,
-                                             std::make_unique<NoWait>());
-        if (!backend.ok()) {
-          results[s] = backend.status();
-          return;
-        }
         absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt =
-            worker::StageRuntime::Create(a, &data, &data, transports[s].get(), *std::move(backend));
+            worker::StageRuntime::Create(a, &data, &data, transports[s].get());
         if (!rt.ok()) {
           results[s] = rt.status();
           return;

@@ -30,21 +30,16 @@ std::vector<float> RandomValues(int64_t n, std::mt19937_64& rng) {
   return v;
 }
 
-// Token ids uniform in [0, vocab) as exact floats, as the runtime's input buffers hold them.
-std::vector<float> RandomTokens(int64_t n, int64_t vocab, std::mt19937_64& rng) {
+// Token ids for a layer that reads them (an embedding, LayerInfo::token_input): integers
+// uniform in [0, vocab) as exact floats, as a text dataset gives them (worker/data/dataset.h);
+// other values are a caller bug the kernel aborts on. The vocabulary is the row count of the
+// layer's first parameter, its token table [vocab, dim].
+std::vector<float> RandomTokens(int64_t n, const LayerInfo& info, std::mt19937_64& rng) {
+  const int64_t vocab = info.params.empty() ? 1 : info.params[0].shape[0];
   std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = static_cast<float>(dist(rng));
   return v;
-}
-
-// The layer's input for a timed run: token ids for a layer that reads them (an embedding: the
-// only type whose input may be tokens, common/model/embedding.cc), else values in [-1, 1).
-std::vector<float> LayerInput(const v1::ModelSpec& model, const LayerInfo& info, int64_t rows,
-                              std::mt19937_64& rng) {
-  const int64_t n = rows * NumElements(info.input_shape);
-  if (!info.token_input) return RandomValues(n, rng);
-  return RandomTokens(n, model.layers(info.index).embedding().vocab(), rng);
 }
 
 // Times fn() bracketed by Synchronize, so work a device enqueues counts.
@@ -62,11 +57,12 @@ struct LayerTimes {
   double optimizer_ms = 0;
 };
 
-absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const v1::ModelSpec& model,
-                                     const LayerInfo& info, const ProfileOptions& options,
-                                     std::mt19937_64& rng) {
+absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
+                                     const ProfileOptions& options, std::mt19937_64& rng) {
   const int64_t rows = options.batch_size;
-  const std::vector<float> input = LayerInput(model, info, rows, rng);
+  const int64_t input_elements = rows * NumElements(info.input_shape);
+  const std::vector<float> input = info.token_input ? RandomTokens(input_elements, info, rng)
+                                                    : RandomValues(input_elements, rng);
   DAPPLE_RETURN_IF_ERROR(backend.Input(0, rows).status());
   DAPPLE_RETURN_IF_ERROR(backend.LoadInput(0, input.data(), rows));
   DAPPLE_ASSIGN_OR_RETURN(void* dy, backend.GradInput(0, rows));
@@ -128,7 +124,7 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
       return absl::Status(backend.status().code(),
                           absl::StrCat(where, ": ", backend.status().message()));
     }
-    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, spec.model(), info, options, rng);
+    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, options, rng);
     if (!times.ok()) {
       return absl::Status(times.status().code(),
                           absl::StrCat(where, ": ", times.status().message()));

@@ -25,7 +25,9 @@ struct ProfileOptions {
   int64_t batch_size = 32;  // samples per timed run, > 0
   int warmup_runs = 2;      // untimed runs per layer first (caches, allocator, cuBLAS heuristics)
   int timed_runs = 5;       // the median of these is reported, >= 1
-  uint64_t seed = 1;        // input and gradient values (uniform in [-1, 1))
+  // Input and gradient values: uniform in [-1, 1), token ids uniform in [0, vocab) for a layer
+  // that reads tokens (an embedding).
+  uint64_t seed = 1;
 };
 
 // Profiles every layer of spec.model(): forward_ms / backward_ms are medians of
@@ -33,17 +35,17 @@ struct ProfileOptions {
 // included); backward includes the gradient with respect to the layer's input, except for a
 // layer that reads token ids (an embedding: its weight gradient only, as on a job's stage 0);
 // optimizer_ms is the median time of one OptimizerStep of the layer's parameters (the job's
-// optimizer). Inputs are uniform in [-1, 1), token ids uniform in [0, vocab) (as exact floats),
-// output gradients uniform in [-1, 1). Sizes are profile::SetLayerSizes' (activation_bytes the
-// output, saved_bytes what the layer keeps for its backward, parameter_bytes its parameters, all
-// at batch_size samples, fp32: the model's declaration, not a measurement). Layer i gets id
-// "layers[i]" and the layer type as its name (what profile::CheckProfileMatchesModel expects); the
-// profile is a chain (no edges); source is "measured on <device>", device_kind is `device_kind`,
-// model_fingerprint profile::ModelFingerprint(spec.model()). Errors: kInvalidArgument for bad
-// options or an invalid model (InferLayers' message); the factory's and the backend's errors,
-// prefixed with the layer ("model.layers[2] (linear): ..."). Thread safety: uses the backends from
-// one thread; blocks for the measurement (about layers * (warmup + timed) * (forward + backward)
-// time).
+// optimizer). Sizes are profile::SetLayerSizes' at batch_size samples (activation_bytes the
+// output, saved_bytes what the layer keeps for its backward, parameter_bytes its parameters:
+// the model's declaration, not a measurement).
+// Layer i gets id "layers[i]" and the layer type as its name (what
+// profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is
+// "measured on <device>", device_kind is `device_kind`, model_fingerprint
+// profile::ModelFingerprint(spec.model()).
+// Errors: kInvalidArgument for bad options or an invalid model (InferLayers' message); the
+// factory's and the backend's errors, prefixed with the layer ("model.layers[2] (linear): ...").
+// Thread safety: uses the backends from one thread; blocks for the measurement (about
+// layers * (warmup + timed) * (forward + backward) time).
 absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const BackendFactory& make_backend,
                                                 const std::string& device_kind,

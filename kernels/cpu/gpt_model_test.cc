@@ -120,7 +120,7 @@ TEST(GptModelTest, LossDecreasesUnderSgdOnAFixedBatch) {
   std::vector<double> losses;
   for (int64_t step = 0; step < 20; ++step) {
     losses.push_back(ForwardBackward(layers, tokens, labels, testing::TrainingContext(7, step, 0)));
-    (*sgd)->Step(params);
+    (*sgd)->Step(params, spec.lr());
     ZeroGrads(params);
   }
   // Starts near ln(16) = 2.77 (logits of a 0.02-scale table are small).

@@ -177,9 +177,10 @@ class Cluster:
 
 def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple", epochs=1,
               max_steps=0, lr=0.05, momentum=0.9, optimizer="sgd", seed=3, planner="balanced",
-              data_path="/usr/share/datasets/fashion-mnist", devices=None):
+              data_path="/usr/share/datasets/fashion-mnist", devices=None, training_extra=()):
     """A job spec; `devices` defaults to `stages` (one replica per stage); a multiple of it gives
-    every stage devices / stages replicas; stages 0 writes `stages: auto`."""
+    every stage devices / stages replicas; stages 0 writes `stages: auto`. `training_extra`:
+    more lines of the training section ("max_grad_norm: 0.5")."""
     lines = ["name: %s" % name, "model:", "  input_shape: [1, 28, 28]", "  layers:"]
     for t, out in layers:
         lines.append("    - {type: %s%s}" % (t, ", out: %d" % out if out else ""))
@@ -190,8 +191,9 @@ def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple"
               "  epochs: %d" % epochs,
               "  max_steps: %d" % max_steps,
               "  optimizer: {type: %s, lr: %g%s}" % (optimizer, lr, ", momentum: %g" % momentum if optimizer == "sgd" else ""),
-              "  seed: %d" % seed,
-              "parallel:",
+              "  seed: %d" % seed]
+    lines += ["  %s" % line for line in training_extra]
+    lines += ["parallel:",
               "  schedule: %s" % schedule,
               "  planner: %s" % planner,
               "  stages: %s" % (stages or "auto"),
@@ -236,15 +238,15 @@ def relative_l2(a, b):
     return math.sqrt(num / max(den, 1e-30))
 
 
-def reference_run(directory, name, global_batch, steps, layers=None):
+def reference_run(directory, name, global_batch, steps, layers=None, training_extra=()):
     """Trains `steps` steps of SMALL_MLP (or `layers`) on one process (dapple-reference, no
-    pipelining); returns (per-step losses, final params)."""
-    ref_dir = os.path.join(directory, "ref")
+    pipelining; `training_extra` as spec_yaml's); returns (per-step losses, final params)."""
+    ref_dir = os.path.join(directory, "ref", name)
     os.makedirs(ref_dir, exist_ok=True)
     path = os.path.join(ref_dir, "ref.yaml")
     with open(path, "w") as f:
         f.write(spec_yaml(name, layers or SMALL_MLP, global_batch, global_batch, 1,
-                          max_steps=steps))
+                          max_steps=steps, training_extra=training_extra))
     subprocess.run([REFERENCE, path, str(steps), ref_dir], check=True, timeout=120)
     with open(os.path.join(ref_dir, "reference.losses")) as f:
         losses = [float(x) for x in f]

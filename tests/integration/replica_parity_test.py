@@ -7,6 +7,9 @@ coordinator and 4 real worker processes on 127.0.0.1.
   hold exactly one ALLREDUCE (`dapplectl trace`).
 - A dead replica: killing one replica's worker mid-job fails the job, naming that rank, within a
   bounded time (no hang).
+- Gradient clipping and a learning-rate schedule over P=2, D=2: every rank joins the job-wide
+  Gloo group through the coordinator's store, runs one GLOBAL_NORM per step, and the job still
+  trains exactly like dapple-reference with the same settings.
 """
 import json
 import os
@@ -22,6 +25,10 @@ GLOBAL_BATCH = 64
 RTOL = 1e-5
 # A killed replica must fail the job within this (heartbeat timeout 3 s, plus reporting).
 FAIL_WITHIN_S = 30
+# Clipping well inside the MLP's first gradient norms, and a schedule that warms up and decays
+# within the run.
+CLIPPED = ("max_grad_norm: 0.3", "lr_schedule: {warmup_steps: 2, decay: cosine, min_lr: 0.005, "
+           "decay_steps: 3}")
 
 
 class ReplicaParityTest(unittest.TestCase):
@@ -37,19 +44,21 @@ class ReplicaParityTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.cluster.close()
 
-    def run_job(self, name, stages, devices, micro_batches, planner):
+    def run_job(self, name, stages, devices, micro_batches, planner, training_extra=()):
         c = self.cluster
         c.wait_workers(4)  # the previous job's ranks are idle again
         job = c.submit(cluster.spec_yaml(name, cluster.SMALL_MLP, GLOBAL_BATCH,
                                          GLOBAL_BATCH // micro_batches, stages, max_steps=STEPS,
-                                         planner=planner, devices=devices))
+                                         planner=planner, devices=devices,
+                                         training_extra=training_extra))
         j = c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=180)
         self.assertEqual(j["state"], "SUCCEEDED", "%s: %s\n%s" % (name, j.get("message"),
                                                                   c.all_logs()))
         return job, j
 
-    def check_parity(self, name, job, j, stages, replicas):
+    def check_parity(self, name, job, j, stages, replicas, ref=None):
         c = self.cluster
+        ref_losses, ref_params = ref or (self.ref_losses, self.ref_params)
         plan = j["plan"]
         self.assertEqual(len(plan["stages"]), stages)
         for s in plan["stages"]:
@@ -59,7 +68,7 @@ class ReplicaParityTest(unittest.TestCase):
         for r in range(replicas):
             params = cluster.load_job_params(c.dump_dir, job, stages, replica=r)
             cluster.check_matches_reference(self, "%s replica %d" % (name, r), j["step_losses"],
-                                            params, self.ref_losses, self.ref_params, RTOL)
+                                            params, ref_losses, ref_params, RTOL)
         # The replicas of a stage hold bitwise-identical weights.
         for s in range(stages):
             files = [os.path.join(c.dump_dir, "%s.stage%d.replica%d.params" % (job, s, r))
@@ -72,13 +81,16 @@ class ReplicaParityTest(unittest.TestCase):
                 self.assertEqual(blob, blobs[0], "%s stage %d replica %d differs from replica 0" %
                                  (name, s, r))
 
-    def check_allreduce_once_per_step(self, name, job, stages, replicas):
+    def trace_events(self, job):
         c = self.cluster
         path = os.path.join(c.dir, "trace-%s.json" % job)
         c.ctl("trace", job, "-o", path)
         with open(path) as f:
             trace = json.load(f)
-        events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        return trace, [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+    def check_allreduce_once_per_step(self, name, job, stages, replicas, collectives=1):
+        trace, events = self.trace_events(job)
         steps = trace["metadata"]["traced_steps"]
         self.assertEqual(steps, list(range(1, STEPS + 1)), name)
         for s in range(stages):
@@ -89,7 +101,8 @@ class ReplicaParityTest(unittest.TestCase):
                     self.assertTrue(mine, "%s: no trace of stage %d replica %d step %d" %
                                     (name, s, r, step))
                     allreduces = [e for e in mine if e["cat"] == "allreduce"]
-                    self.assertEqual(len(allreduces), 1, "%s stage %d replica %d step %d: %s" %
+                    self.assertEqual(len(allreduces), collectives,
+                                     "%s stage %d replica %d step %d: %s" %
                                      (name, s, r, step, [e["name"] for e in allreduces]))
 
     def test_1_pipeline_of_replicated_stages(self):
@@ -104,7 +117,27 @@ class ReplicaParityTest(unittest.TestCase):
         self.check_parity(name, job, j, stages=1, replicas=2)
         self.check_allreduce_once_per_step(name, job, stages=1, replicas=2)
 
-    def test_3_dead_replica_fails_the_job_naming_it(self):
+    def test_3_clipping_and_schedule_over_processes(self):
+        name = "replicas-clipped-p2-d2"
+        ref = cluster.reference_run(self.cluster.dir, "replica-clipped-ref", GLOBAL_BATCH, STEPS,
+                                    training_extra=CLIPPED)
+        job, j = self.run_job(name, stages=2, devices=4, micro_batches=4, planner="balanced",
+                              training_extra=CLIPPED)
+        self.check_parity(name, job, j, stages=2, replicas=2, ref=ref)
+        # Per rank and step: ALLREDUCE then GLOBAL_NORM (both in the allreduce category).
+        self.check_allreduce_once_per_step(name, job, stages=2, replicas=2, collectives=2)
+        _, events = self.trace_events(job)
+        norms = [e for e in events if e["name"] == "GLOBAL_NORM"]
+        self.assertEqual(len(norms), 2 * 2 * STEPS, name)
+        # Clipping acted: step 1's global norm (the stages' replica 0) exceeds max_grad_norm, and
+        # each rank reports the schedule's rate (warm-up: half of lr at step 1).
+        steps = [e for e in events if e["cat"] == "step" and e["args"].get("step") == 1]
+        total = sum(e["args"]["gradient_sq_norm"] for e in steps if e["tid"] == 1)
+        self.assertGreater(total ** 0.5, 0.3, name)
+        for e in steps:
+            self.assertAlmostEqual(e["args"]["learning_rate"], 0.025, places=9)
+
+    def test_4_dead_replica_fails_the_job_naming_it(self):
         c = self.cluster
         c.wait_workers(4)
         job = c.submit(cluster.spec_yaml("replicas-kill", cluster.SMALL_MLP, GLOBAL_BATCH, 16, 2,

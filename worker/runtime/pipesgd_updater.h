@@ -31,7 +31,10 @@
 // stale G(t - 1), by ITS global norm, computed locally (the backend's GradientSquaredNorm after
 // WriteGradients): every replica holds the identical reduced gradient, so every replica gets
 // the same factor without a collective (common/grad_clip.h). A stale update is clipped by the
-// norm of the gradient it applies, not of the step's own.
+// norm of the gradient it applies, not of the step's own. Each applied update runs the backend's
+// OptimizerStep, whose learning rate is the schedule's at the backend's update count
+// (common/lr_schedule.h): the fill step applies none, so from then on the update of step t uses
+// the rate of update t - 1.
 // With D = 1 (a one-member collective) the rule is the same, which makes staleness testable on
 // one process.
 //

@@ -74,11 +74,16 @@ class StageBackend {
   // that of update OptimizerUpdates() of the spec's schedule (common/lr_schedule.h
   // LearningRate(spec.training(), OptimizerUpdates(), TotalSteps(spec))).
   virtual absl::Status OptimizerStep() = 0;
-  // Updates applied so far (OptimizerStep calls, plus those of an imported checkpoint).
-  virtual int64_t OptimizerUpdates() const = 0;
+  // Updates applied so far (OptimizerStep calls, plus those of an imported checkpoint). The CPU,
+  // CUDA and emulated backends count; the default (0) is for test doubles that never update.
+  virtual int64_t OptimizerUpdates() const { return 0; }
   // Multiplies every accumulated gradient (tied copies included) by `factor`, in fp32
   // (g = g * factor, one rounding, as torch.nn.utils.clip_grad_norm_'s mul_): gradient clipping.
-  virtual absl::Status ScaleGradients(float factor) = 0;
+  // kUnimplemented by default (a backend that cannot be clipped).
+  virtual absl::Status ScaleGradients(float factor) {
+    (void)factor;
+    return absl::UnimplementedError("this backend cannot scale its gradients");
+  }
   // Sum of squares of the accumulated gradients of the stage's parameters, summed in double, a
   // tied copy (kernels::Param::tied_to non-empty) left out: its owner counts it (the runtime
   // calls it just before OptimizerStep: StageStepStats.gradient_sq_norm, and for GLOBAL_NORM).

@@ -161,15 +161,17 @@ class StageRuntime {
   // (optimizer); TIED_ALLREDUCE and GLOBAL_NORM count as allreduce. idle_seconds is the rest:
   // RECV_ACT / RECV_GRAD waits and the gaps between actions, so the six parts add up to
   // step_seconds exactly (durations are summed as integer nanoseconds). Memory:
-  // peak_activation_bytes = peak_in_flight x this replica's rows x (stage input + every layer
-  // output floats per sample) x 4; weight_bytes = parameters x 4 x (2 + optimizer copies: sgd 1
-  // (its velocity), adamw 2). gradient_sq_norm is the backend's GradientSquaredNorm() (this stage's
+  // peak_activation_bytes = peak_in_flight x this replica's rows x
+  // StageActivationBytesPerSample (common/model_info.h: the stage input, every layer's output
+  // and saved bytes); weight_bytes = parameters x 4 x (2 + optimizer copies: sgd 1 (its
+  // velocity), adamw 2). gradient_sq_norm is the backend's GradientSquaredNorm() (this stage's
   // parameters, tied copies excluded) after the step's collectives and before clipping (negative
-  // when the backend cannot measure it). learning_rate is the rate of the step's update. samples =
-  // this replica's rows x M. With replicas, gradient_sq_norm is that of the summed (global)
-  // gradient. Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are
-  // system clock microseconds since the Unix epoch: the system clock is read once per step and
-  // every action's offset on the steady clock is added to it, so the events of a step never go back
+  // when the backend cannot measure it). learning_rate is the rate of the step's update.
+  // samples = this replica's rows x M. With replicas, gradient_sq_norm is that of the summed
+  // (global) gradient.
+  // Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are system
+  // clock microseconds since the Unix epoch: the system clock is read once per step and every
+  // action's offset on the steady clock is added to it, so the events of a step never go back
   // in time. StepTrace.stage / replica / step / stats are filled; job_id, worker_id and device
   // are the caller's.
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
@@ -274,7 +276,8 @@ class StageRuntime {
   int eval_next_rank_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
-  // Floats per sample a slot holds: the stage input and every layer's output.
+  // Floats per sample a slot holds: the stage input, every layer's output and what it saves for
+  // its backward (common/model_info.h StageActivationBytesPerSample).
   int64_t slot_floats_per_sample_ = 0;
   int64_t weight_bytes_ = 0;  // parameters, gradients and optimizer state
   std::unique_ptr<StageBackend> backend_;

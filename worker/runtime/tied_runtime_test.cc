@@ -189,9 +189,16 @@ TEST(TiedGptPipeDreamTest, CopiesStayBitwiseEqual) {
     absl::StatusOr<std::unique_ptr<parity::LocalJob>> job =
         parity::LocalJob::Create(spec, plan, data->train.get(), data->eval.get());
     ASSERT_TRUE(job.ok()) << job.status();
-    const std::vector<parity::LocalJob::RankRun> runs = (*job)->Run(0, kSteps, false);
+    // An evaluation half way, with forwards of the next step in flight, then the rest.
+    std::vector<parity::LocalJob::RankRun> runs = (*job)->Run(0, kSteps / 2, /*evaluate=*/true);
+    std::vector<parity::LocalJob::RankRun> rest =
+        (*job)->Run(kSteps / 2, kSteps - kSteps / 2, /*evaluate=*/false);
     for (int rank = 0; rank < (*job)->num_ranks(); ++rank) {
       ASSERT_TRUE(runs[rank].status.ok()) << "rank " << rank << ": " << runs[rank].status;
+      ASSERT_TRUE(rest[rank].status.ok()) << "rank " << rank << ": " << rest[rank].status;
+      for (auto& params : rest[rank].params_after_step) {
+        runs[rank].params_after_step.push_back(std::move(params));
+      }
     }
     for (int step = 0; step < kSteps; ++step) {
       const std::vector<float>* first = nullptr;

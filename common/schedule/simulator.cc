@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -498,13 +499,56 @@ std::string RenderGrid(const std::vector<std::vector<Slot>>& slots, double end_t
 // executed once: O(actions). The resulting times depend only on the dependency graph (a
 // directed link's transfers come from one rank, in its program order), not on the order ranks
 // are taken from the ready list.
+// The barriers' rounds during a run: per kind (kBarrierKinds order), its member stages, which of
+// them reached the round being gathered, and the latest of their arrival times.
+class Barriers {
+ public:
+  explicit Barriers(const std::vector<OpProgram>& programs)
+      : members_(BarrierMembers(programs)),
+        arrived_(kNumBarrierKinds, std::vector<char>(programs.size(), 0)),
+        count_(kNumBarrierKinds, 0),
+        latest_(kNumBarrierKinds, 0.0) {}
+
+  // Stage `s` reaches its next barrier of kind index `b` at `time`. False while members are
+  // missing (s waits). True for the last member: *start is the latest arrival, *released the
+  // other members (who waited), and the next round begins.
+  bool Arrive(int b, int s, double time, double* start, std::vector<int>* released) {
+    arrived_[b][s] = 1;
+    latest_[b] = std::max(latest_[b], time);
+    const int size = static_cast<int>(std::count(members_[b].begin(), members_[b].end(), 1));
+    if (++count_[b] < size) return false;
+    *start = latest_[b];
+    released->clear();
+    for (int w = 0; w < static_cast<int>(arrived_[b].size()); ++w) {
+      if (w != s && arrived_[b][w]) released->push_back(w);
+    }
+    std::fill(arrived_[b].begin(), arrived_[b].end(), 0);
+    count_[b] = 0;
+    latest_[b] = 0;
+    return true;
+  }
+
+  // The members of kind index `b` that have not reached the round being gathered.
+  std::vector<int> Missing(int b) const {
+    std::vector<int> missing;
+    for (int w = 0; w < static_cast<int>(members_[b].size()); ++w) {
+      if (members_[b][w] && !arrived_[b][w]) missing.push_back(w);
+    }
+    return missing;
+  }
+
+ private:
+  std::vector<std::vector<char>> members_;
+  std::vector<std::vector<char>> arrived_;
+  std::vector<int> count_;
+  std::vector<double> latest_;
+};
+
 struct RunState {
   std::vector<int> pc;
   std::vector<double> clock;
   std::vector<std::vector<Slot>> slots;
-  // Per barrier kind: its member stages, and which of them reached the round being gathered.
-  std::vector<std::vector<char>> barrier_members;
-  std::vector<std::vector<char>> barrier_arrived;
+  std::unique_ptr<Barriers> barriers;
 };
 
 SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
@@ -524,17 +568,8 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   state->slots.assign(record_slots ? p : 0, {});
   std::vector<int> in_flight(p, 0);
   std::vector<char> waiting(p, 0);
-  // Barriers: per kind, the members of the round being gathered that arrived, and the latest
-  // arrival time among them.
-  state->barrier_members = BarrierMembers(programs);
-  state->barrier_arrived.assign(kNumBarrierKinds, std::vector<char>(p, 0));
-  std::vector<int> barrier_size(kNumBarrierKinds, 0);
-  std::vector<int> barrier_count(kNumBarrierKinds, 0);
-  std::vector<double> barrier_latest(kNumBarrierKinds, 0.0);
-  for (int b = 0; b < kNumBarrierKinds; ++b) {
-    barrier_size[b] = static_cast<int>(
-        std::count(state->barrier_members[b].begin(), state->barrier_members[b].end(), 1));
-  }
+  state->barriers = std::make_unique<Barriers>(programs);
+  std::vector<int> released;
 
   SimulationResult result;
   result.busy_time.assign(p, 0.0);
@@ -587,20 +622,14 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           break;
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM: {
-          const int b = BarrierIndex(a.kind);
-          std::vector<char>& arrived = state->barrier_arrived[b];
           cost = a.kind == v1::GLOBAL_NORM ? costs.global_norm : costs.tied_allreduce;
-          arrived[s] = 1;
-          barrier_latest[b] = std::max(barrier_latest[b], start);
-          if (++barrier_count[b] < barrier_size[b]) {
+          if (!state->barriers->Arrive(BarrierIndex(a.kind), s, start, &start, &released)) {
             waiting[s] = 1;  // resumed by the last member to arrive
             break;
           }
           // The last member: the collective runs from the latest arrival, and every member's
           // action ends with it.
-          start = barrier_latest[b];
-          for (int w = 0; w < p; ++w) {
-            if (w == s || !arrived[w]) continue;
+          for (int w : released) {
             if (record_slots && cost > 0) {
               state->slots[w].push_back({start, start + cost, CellLabel(a)});
             }
@@ -611,9 +640,6 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
             ready.push_back(w);
           }
           result.allreduce_time[s] += cost;
-          std::fill(arrived.begin(), arrived.end(), 0);
-          barrier_count[b] = 0;
-          barrier_latest[b] = 0;
           break;
         }
         case v1::SEND_ACT:
@@ -689,10 +715,7 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
       std::string awaited;
       if (const int b = BarrierIndex(a.kind()); b >= 0) {
         // A barrier waits on the members that have not reached it.
-        std::vector<int> missing;
-        for (int w = 0; w < p; ++w) {
-          if (state.barrier_members[b][w] && !state.barrier_arrived[b][w]) missing.push_back(w);
-        }
+        const std::vector<int> missing = state.barriers->Missing(b);
         awaited =
             absl::StrCat(missing.size() == 1 ? "stage " : "stages ", absl::StrJoin(missing, ", "),
                          " to reach ", v1::ActionKind_Name(a.kind()));

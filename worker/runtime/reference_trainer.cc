@@ -12,14 +12,14 @@ namespace dapple::worker {
 
 using kernels::Tensor;
 
-absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
-    const v1::JobSpec& spec, const Dataset* train) {
+absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const v1::JobSpec& spec,
+                                                                           const Dataset* train) {
   auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   t->spec_ = spec;
   t->train_ = train;
   const int num_layers = spec.model().layers_size();
-  DAPPLE_ASSIGN_OR_RETURN(t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1,
-                                                           spec.training().seed()));
+  DAPPLE_ASSIGN_OR_RETURN(
+      t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1, spec.training().seed()));
   t->params_ = kernels::CollectParams(t->layers_);
   DAPPLE_ASSIGN_OR_RETURN(t->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   t->input_shape_.assign(spec.model().input_shape().begin(), spec.model().input_shape().end());
@@ -73,6 +73,7 @@ void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accur
   int64_t correct = 0;
   std::vector<Tensor> acts(layers_.size() + 1);
   std::vector<int64_t> idx;
+  std::vector<int32_t> labels;
   for (int64_t begin = 0; begin < test.size; begin += chunk) {
     const int64_t n = std::min(chunk, test.size - begin);
     std::vector<int64_t> shape{n};
@@ -85,12 +86,16 @@ void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accur
     for (size_t k = 0; k < layers_.size(); ++k) {
       layers_[k]->Forward(acts[k], &acts[k + 1], &caches[k], kernels::ForwardContext{});
     }
+    labels.resize(n * targets_per_sample_);
+    GatherBatch(test, idx.data(), n, nullptr, labels.data());
     int64_t ok = 0;
-    loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), test.labels.data() + begin, &ok);
+    loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), labels.data(), &ok);
     correct += ok;
   }
-  *loss = loss_sum / static_cast<double>(test.size);
-  *accuracy = static_cast<double>(correct) / static_cast<double>(test.size);
+  // The mean over every target, as StageRuntime::Evaluate.
+  const double targets = static_cast<double>(test.size * targets_per_sample_);
+  *loss = loss_sum / targets;
+  *accuracy = static_cast<double>(correct) / targets;
 }
 
 }  // namespace dapple::worker

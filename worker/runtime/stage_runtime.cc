@@ -169,11 +169,21 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->slot_floats_per_sample_ = NumElements(rt->input_shape_);
   int64_t params = 0;
   for (int l = range.first_layer(); l <= range.last_layer(); ++l) {
-    rt->slot_floats_per_sample_ +=
-        NumElements(infos[l].output_shape) + infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
+    rt->slot_floats_per_sample_ += NumElements(infos[l].output_shape) +
+                                   infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
     params += infos[l].param_count;
   }
   rt->targets_per_sample_ = TargetsPerSample(infos);
+  const std::vector<int64_t>& model_output = infos.back().output_shape;
+  if (model_output.size() == 2) {
+    rt->sample_positions_ = model_output[0];
+    rt->sample_vocab_ = model_output[1];
+  }
+  // A byte-level language model: token ids in, the next byte's logits out at every position.
+  rt->generates_sample_ = TokenInput(spec.model()) && model_output.size() == 2 &&
+                          spec.model().input_shape_size() == 1 &&
+                          spec.model().input_shape(0) == model_output[0] &&
+                          model_output[1] <= 256 && spec.sample().tokens() > 0;
   rt->weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
                       (2 + OptimizerCopies(spec.training().optimizer()));
   rt->learning_rate_ = spec.training().optimizer().lr();
@@ -487,8 +497,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         label_scratch_.resize(rows * targets_per_sample_);
         GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
         // The mean over every target of the global batch (per sample, or per token).
-        const float grad_scale =
-            1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
+        const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         grad_scale, /*training=*/true, nullptr));
         // 1F1B-RR on a replicated last stage runs forwards of the next step before this
@@ -577,7 +586,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       // evaluated, which needs this stage's evaluation first; Evaluate's own wait covers them.
       // Their buffers are safe meanwhile: an id is reused only M + K micro-batches later, after
       // 1F1B made the neighbour receive it.
-      const bool before_eval = pipedream_ && (step + 1) % steps_per_epoch_ == 0;
+      const bool before_eval = pipedream_ && EvaluatesAfterStep(assignment_.spec(), step);
       if (transport_ != nullptr && !before_eval) {
         const SteadyClock::time_point wait_start = SteadyClock::now();
         absl::Status s = transport_->WaitSends();
@@ -701,13 +710,8 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const Dataset& test = *test_;
   const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
   StageBackend& b = *backend_;
-  // Evaluation runs between steps, when no micro-batch holds a slot: it borrows slot 0. Sent
-  // chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
-  // PipeDream keeps forwards of the next step in flight: it evaluates in a free slot instead.
-  if (live_slots_ != 0 && !pipedream_) return absl::InternalError("evaluation during a step");
-  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
-  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
-  const int slot = live_slots_ == 0 ? 0 : free_slots_.back();
+  // Sent chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
+  DAPPLE_ASSIGN_OR_RETURN(const int slot, SlotBetweenSteps());
   std::vector<int64_t> indices;
   std::vector<int32_t> labels;
   EvalResult result;
@@ -723,9 +727,9 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
     absl::StatusOr<void*> in = b.Input(slot, n);
     if (!in.ok()) return with_chunk(c, in.status());
+    indices.resize(n);
+    for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
     if (first) {
-      indices.resize(n);
-      for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
       float* host = static_cast<float*>(*in);
       if (b.device_memory()) {
         input_scratch_.resize(static_cast<size_t>(InputBytes(n) / sizeof(float)));
@@ -741,7 +745,8 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     absl::Status s = b.Forward(slot, n, kernels::ForwardContext{});
     if (!s.ok()) return with_chunk(c, s);
     if (last) {
-      labels.assign(test.labels.begin() + begin, test.labels.begin() + begin + n);
+      labels.resize(n * targets_per_sample_);
+      GatherBatch(test, indices.data(), n, nullptr, labels.data());
       int64_t ok = 0;
       absl::StatusOr<double> sum = b.Loss(slot, labels.data(), n, 0.0f, /*training=*/false, &ok);
       if (!sum.ok()) return with_chunk(c, sum.status());
@@ -758,10 +763,23 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   if (last) {
     result.has_metrics = true;
     result.samples = test.size;
-    result.loss = loss_sum / static_cast<double>(test.size);
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(test.size);
+    // The mean over every target: per sample, or per token of a language model.
+    const double targets = static_cast<double>(test.size * targets_per_sample_);
+    result.loss = loss_sum / targets;
+    result.accuracy = static_cast<double>(correct) / targets;
   }
   return result;
+}
+
+absl::StatusOr<int> StageRuntime::SlotBetweenSteps() {
+  // Between steps no micro-batch holds a slot: borrow slot 0. PipeDream keeps forwards of the
+  // next step in flight: a free slot instead.
+  if (live_slots_ != 0 && !pipedream_) {
+    return absl::InternalError("evaluation or generation during a step");
+  }
+  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
+  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
+  return live_slots_ == 0 ? 0 : free_slots_.back();
 }
 
 }  // namespace dapple::worker

@@ -32,6 +32,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 absl::Status JobSpecFieldError(absl::string_view yaml, absl::string_view source,
                                absl::string_view field, absl::string_view message);
 
+// ValidateJobSpec for a spec parsed from `yaml` (ParseJobSpec) and completed afterwards, such as
+// the coordinator's resolved data counts (data.train_samples): a violation is located in the
+// text like ParseJobSpec's, "job.yaml:14:17: training.global_batch 4096 must be <= 1678, ..."
+// (JobSpecFieldError). kInvalidArgument, one line; OkStatus for a valid spec.
+absl::Status ValidateJobSpecAt(const v1::JobSpec& spec, absl::string_view yaml,
+                               absl::string_view source);
+
 // M = global_batch / micro_batch (D = 1). Requires a validated spec.
 int64_t MicroBatches(const v1::JobSpec& spec);
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/text_data.h"
 #include "dapple/v1/job.pb.h"
 
 namespace dapple::job_spec_internal {
@@ -21,9 +22,7 @@ namespace dapple::job_spec_internal {
 inline constexpr absl::string_view kFashionMnist = "fashion-mnist";
 inline constexpr int64_t kFashionMnistTrainSamples = 60000;
 inline constexpr int64_t kFashionMnistTestSamples = 10000;
-// A text file read as bytes (docs/job_spec.md, "data"): tokens are byte values.
-inline constexpr absl::string_view kTextDataset = "text";
-inline constexpr int64_t kTextVocab = 256;
+// kTextDataset and kTextVocab: common/text_data.h.
 inline constexpr char kDefaultLoss[] = "softmax_cross_entropy";
 inline constexpr char kManualPlanner[] = "manual";
 inline constexpr char kDefaultDeviceType[] = "any";

@@ -1,5 +1,5 @@
-// ParseJobSpec and JobSpecFieldError (job_spec.h): the YAML document -> JobSpec, filling
-// defaults, with every error at the line and column of the field it is about.
+// ParseJobSpec, JobSpecFieldError and ValidateJobSpecAt (job_spec.h): the YAML document ->
+// JobSpec, filling defaults, with every error at the line and column of the field it is about.
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
@@ -389,6 +389,15 @@ absl::Status JobSpecFieldError(absl::string_view yaml, absl::string_view source,
     // As in ParseAndValidate: nothing escapes; the message goes without a position.
   }
   return parser.ErrorAtField(std::string(field), std::string(message));
+}
+
+absl::Status ValidateJobSpecAt(const v1::JobSpec& spec, absl::string_view yaml,
+                               absl::string_view source) {
+  job_spec_internal::Check violation = job_spec_internal::Validate(spec);
+  if (!violation) return absl::OkStatus();
+  const absl::Status located =
+      JobSpecFieldError(yaml, source, violation->field, violation->message);
+  return absl::InvalidArgumentError(job_spec_internal::OneLine(located.message()));
 }
 
 }  // namespace dapple

@@ -32,7 +32,9 @@ class LayerNormType : public LayerType {
     const double n = static_cast<double>(NumElements(ctx.input_shape));
     info.forward_flops = kForwardPerElement * n;
     info.backward_flops = kBackwardPerElement * n;
-    info.saved_bytes = 2 * rows * static_cast<int64_t>(sizeof(float));  // mean, 1 / std per row
+    // The mean and variance of each row (oneDNN's LayerNorm backward takes the variance; PyTorch
+    // keeps 1 / std instead: the same count).
+    info.saved_bytes = 2 * rows * static_cast<int64_t>(sizeof(float));
     return info;
   }
 };

@@ -11,8 +11,8 @@
 //
 // Saved per sample for the backward (the kernels keep exactly these; dropout masks are
 // recomputed from their seed): ln1 output, qkv, the attention probabilities [h, T, T], the merged
-// attention output, a, ln2 output, fc output and gelu output, plus the mean and reciprocal
-// standard deviation of both LayerNorms: 7TC + 2TH + hT^2 + 4T floats.
+// attention output, a, ln2 output, fc output and gelu output, plus the mean and (biased)
+// variance of both LayerNorms per position: 7TC + 2TH + hT^2 + 4T floats.
 #include "absl/strings/str_cat.h"
 #include "common/model/layer_types.h"
 #include "common/model/limits.h"

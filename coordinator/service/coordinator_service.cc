@@ -18,6 +18,7 @@
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/service/emulation.h"
+#include "coordinator/service/job_data.h"
 #include "coordinator/service/plan_request_check.h"
 #include "coordinator/service/worker_topology.h"
 
@@ -606,6 +607,13 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, spec.status().message());
     return absl::InvalidArgumentError(spec.status().message());
   }
+  const SpecText text{request.spec_yaml(), source};
+  // Outside the lock: reads the data file. Before the resume check, whose step count needs the
+  // resolved samples.
+  if (absl::Status s = ResolveJobData(&*spec, &text); !s.ok()) {
+    DAPPLE_LOG_INFO("rejected job spec {}: {}", source, s.message());
+    return s;
+  }
   std::string resumed_from;
   if (!request.resume_from().empty()) {
     absl::StatusOr<std::string> checked = CheckResumeFrom(request.resume_from(), *spec);
@@ -616,7 +624,6 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     resumed_from = *std::move(checked);
   }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
-  const SpecText text{request.spec_yaml(), source};
   absl::StatusOr<v1::ParallelPlan> plan =
       MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()), &text);
   if (!plan.ok()) {
@@ -706,6 +713,9 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
             absl::StrCat("with planner ", request.planner(), ": ", s.message()));
       }
     }
+    // As submit does: the plan of a spec whose data submit would refuse is refused too.
+    const SpecText text{request.spec_yaml(), source};
+    DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, &text));
     PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
     if (request.has_profile()) inputs.profile = request.profile();
     // Without a cluster file the topology is submit's: the registered workers when there are
@@ -717,7 +727,6 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       inputs.topology = SingleNodeTopology(spec->parallel().devices(), options_.plan_defaults);
     }
     topology = *inputs.topology;
-    const SpecText text{request.spec_yaml(), source};
     absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs, &text);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());

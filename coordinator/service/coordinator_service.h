@@ -153,7 +153,10 @@ class CoordinatorService {
   // --- Coordinator (dapplectl) ---
 
   // Parses and validates request.spec_yaml (ParseJobSpec, messages name request.source_name,
-  // "<spec>" when empty), plans it (MakePlan, planner.h) and stores the job as PENDING with the
+  // "<spec>" when empty), resolves its data (ResolveJobData, job_data.h: a text dataset's file
+  // is read and its sample counts and size go into the stored spec's data section; a bad file
+  // is refused at the data.path line), plans it (MakePlan, planner.h) and stores the job as
+  // PENDING with the
   // plan and its prediction in Job.plan (worker ids empty until it starts). The plan's inputs:
   // the cached measured profile of the model on the job's device kind, else an estimated one;
   // the topology of the registered live workers of its device_type when there are at least
@@ -165,7 +168,9 @@ class CoordinatorService {
   // memory included), nothing stored; kInternal when the write fails.
   absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
   // A dry run of the planner (coordinator.proto PlanJobRequest; docs/coordinator.md): nothing
-  // is stored or started. With spec_yaml: MakePlan on the spec (request.planner, when set,
+  // is stored or started. With spec_yaml: the spec's data resolved as SubmitJob resolves it
+  // (a text file that submit would refuse is refused here too), then MakePlan on the spec
+  // (request.planner, when set,
   // replaces parallel.planner; with it explicit stage ranges give way to stages auto), on
   // request.profile (which must match the model) or the profile SubmitJob would use, and on
   // request.cluster or, as SubmitJob, the registered live workers of the job's device_type when

@@ -1,15 +1,11 @@
 #include "kernels/cpu/activations.h"
 
-#include <cmath>
 #include <cstddef>
 
 #include "kernels/cpu/check.h"
 
 namespace dapple::kernels {
 namespace {
-
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
 void CheckSameShape(const char* layer, const Tensor& expected, const Tensor& dy) {
   DAPPLE_KERNEL_CHECK(dy.shape == expected.shape, layer, " expects dy ",
@@ -39,11 +35,7 @@ void ReluLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy
 void GeluLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) {
   cache->ctx = ctx;
   y->Resize(x.shape);
-  const size_t n = x.data.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x.data[i];
-    y->data[i] = 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
-  }
+  op_.Forward(x.data.data(), y->data.data(), x.numel());
 }
 
 void GeluLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
@@ -51,16 +43,11 @@ void GeluLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy
   CheckSameShape("gelu", x, dy);
   if (dx == nullptr) return;
   dx->Resize(x.shape);
-  const size_t n = x.data.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x.data[i];
-    const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-    dx->data[i] = dy.data[i] * (cdf + v * pdf);
-  }
+  op_.Backward(x.data.data(), dy.data.data(), dx->data.data(), x.numel());
 }
 
-void FlattenLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) {
+void FlattenLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
+                           const ForwardContext& ctx) {
   cache->ctx = ctx;
   DAPPLE_KERNEL_CHECK(!x.shape.empty(), "flatten expects x [N, ...], got an empty tensor");
   y->shape = {x.rows(), x.cols()};
@@ -68,7 +55,7 @@ void FlattenLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache, const 
 }
 
 void FlattenLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
-                              LayerCache* cache) {
+                                 LayerCache* cache) {
   DAPPLE_KERNEL_CHECK(dy.shape.size() == 2 && dy.shape[0] == x.rows() && dy.shape[1] == x.cols(),
                       "flatten expects dy [", x.rows(), ", ", x.cols(), "], got ",
                       ShapeToString(dy.shape));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/layer.h"
+#include "kernels/cpu/onednn_ops.h"
 
 namespace dapple::kernels {
 
@@ -24,13 +25,17 @@ class ReluLayer : public Layer {
 
 // Exact GELU (Hendrycks & Gimpel, arXiv 1606.08415), PyTorch's default nn.GELU
 // (approximate='none'): y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).
-// Backward: dx = dy * (Phi(x) + x * phi(x)), phi the standard normal density.
+// Backward: dx = dy * (Phi(x) + x * phi(x)), phi the standard normal density. Computed by
+// GeluOp (onednn_ops.h), as the transformer block's GELU.
 class GeluLayer : public Layer {
  public:
   std::string Type() const override { return "gelu"; }
   void Forward(const Tensor& x, Tensor* y, LayerCache* cache, const ForwardContext& ctx) override;
   void BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
                      LayerCache* cache) override;
+
+ private:
+  GeluOp op_;
 };
 
 // [N, d1, d2, ...] -> [N, d1 * d2 * ...] (a copy in the same row-major order).

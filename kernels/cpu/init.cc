@@ -1,5 +1,7 @@
 #include "kernels/cpu/init.h"
 
+#include <cmath>
+
 namespace dapple::kernels {
 namespace {
 
@@ -25,6 +27,8 @@ uint64_t InitStreamKey(uint64_t seed, int layer_index, InitTensor which) {
   k = SplitMix64Mix(k ^ (static_cast<uint64_t>(which) + 2 * kGoldenGamma));
   return k;
 }
+
+float Gpt2InitBound() { return static_cast<float>(0.02 * std::sqrt(3.0)); }
 
 float UnitFloat24(uint64_t bits) { return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f); }
 

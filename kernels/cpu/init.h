@@ -22,7 +22,19 @@ namespace dapple::kernels {
 enum class InitTensor : uint32_t {
   kWeight = 0,
   kBias = 1,
+  kTokenEmbedding = 2,     // embedding: token_embedding (and a tied lm_head's copy of it)
+  kPositionEmbedding = 3,  // embedding: position_embedding
+  kAttnQkvWeight = 4,      // transformer_block: attn.qkv.weight
+  kAttnProjWeight = 5,     // transformer_block: attn.proj.weight
+  kMlpFcWeight = 6,        // transformer_block: mlp.fc.weight
+  kMlpProjWeight = 7,      // transformer_block: mlp.proj.weight
 };
+
+// The bound a of GPT-2's initialisation of its weight matrices and embeddings, normal with
+// standard deviation 0.02 (Radford et al. 2019), drawn here as U(-a, a) of the same standard
+// deviation: a = 0.02 * sqrt(3), computed in double and rounded to float (the same float
+// everywhere).
+float Gpt2InitBound();
 
 // The splitmix64 output function (a bijective 64-bit mixer).
 uint64_t SplitMix64Mix(uint64_t z);

@@ -3,7 +3,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/lm_head.h"
+#include "kernels/cpu/transformer_block.h"
 
 namespace dapple::kernels {
 namespace {
@@ -11,11 +16,10 @@ namespace {
 using Factory = std::unique_ptr<Layer> (*)(const LayerInfo& info, const v1::LayerSpec& spec,
                                            uint64_t seed);
 
-std::unique_ptr<Layer> MakeLinear(const LayerInfo& info, const v1::LayerSpec& spec,
-                                  uint64_t seed) {
+std::unique_ptr<Layer> MakeLinear(const LayerInfo& info, const v1::LayerSpec& spec, uint64_t seed) {
   // Weights depend on (seed, global layer index) only, never on the range being built.
-  auto linear = std::make_unique<LinearLayer>(info.index, info.input_shape[0],
-                                              info.output_shape[0]);
+  auto linear =
+      std::make_unique<LinearLayer>(info.index, info.input_shape[0], info.output_shape[0]);
   linear->InitParams(seed);
   return linear;
 }
@@ -30,16 +34,56 @@ std::unique_ptr<Layer> MakeFlatten(const LayerInfo&, const v1::LayerSpec&, uint6
   return std::make_unique<FlattenLayer>();
 }
 
+// The GPT layers: dimensions from `info` (common/model's shapes), options from the spec. An
+// unset optional field reads as 0 (no dropout); layernorm's eps defaults as PyTorch's.
+std::unique_ptr<Layer> MakeDropout(const LayerInfo& info, const v1::LayerSpec& spec, uint64_t) {
+  return std::make_unique<DropoutLayer>(info.index, spec.dropout().p());
+}
+
+std::unique_ptr<Layer> MakeEmbedding(const LayerInfo& info, const v1::LayerSpec& spec,
+                                     uint64_t seed) {
+  const std::vector<int64_t>& table = info.params[0].shape;      // [vocab, dim]
+  const std::vector<int64_t>& positions = info.params[1].shape;  // [positions, dim]
+  auto layer = std::make_unique<EmbeddingLayer>(info.index, table[0], table[1], positions[0],
+                                                info.input_shape[0], spec.embedding().dropout());
+  layer->InitParams(seed);
+  return layer;
+}
+
+std::unique_ptr<Layer> MakeLayerNorm(const LayerInfo& info, const v1::LayerSpec& spec, uint64_t) {
+  const double eps = spec.layernorm().has_eps() ? spec.layernorm().eps() : kDefaultLayerNormEps;
+  return std::make_unique<LayerNormLayer>(info.index, info.input_shape.back(), eps);
+}
+
+std::unique_ptr<Layer> MakeTransformerBlock(const LayerInfo& info, const v1::LayerSpec& spec,
+                                            uint64_t seed) {
+  const v1::TransformerBlockParams& p = spec.transformer_block();
+  const int64_t hidden = info.params[TransformerBlockLayer::kFcWeight].shape[0];  // [H, C]
+  auto layer = std::make_unique<TransformerBlockLayer>(
+      info.index, info.input_shape[0], info.input_shape[1], p.heads(), hidden, p.dropout());
+  layer->InitParams(seed);
+  return layer;
+}
+
+std::unique_ptr<Layer> MakeLmHead(const LayerInfo& info, const v1::LayerSpec& spec, uint64_t seed) {
+  const ParamInfo& weight = info.params[0];  // [vocab, C]
+  auto layer =
+      std::make_unique<LmHeadLayer>(info.index, weight.shape[1], weight.shape[0], weight.tied_to);
+  layer->InitParams(seed, info.tied_layer);
+  return layer;
+}
+
 struct Entry {
   absl::string_view type;
   Factory make;
 };
 
 constexpr Entry kFactories[] = {
-    {"flatten", MakeFlatten},
-    {"linear", MakeLinear},
-    {"relu", MakeRelu},
-    {"gelu", MakeGelu},
+    {"flatten", MakeFlatten},     {"linear", MakeLinear},
+    {"relu", MakeRelu},           {"gelu", MakeGelu},
+    {"dropout", MakeDropout},     {"embedding", MakeEmbedding},
+    {"layernorm", MakeLayerNorm}, {"transformer_block", MakeTransformerBlock},
+    {"lm_head", MakeLmHead},
 };
 
 }  // namespace

@@ -313,6 +313,13 @@ class ChartTest(unittest.TestCase):
                 self.assertEqual(volumes["dataset"]["persistentVolumeClaim"]["claimName"], ds["existingClaim"])
             else:
                 self.assertEqual(volumes["dataset"]["hostPath"]["path"], ds["hostPath"])
+            # The coordinator reads a text dataset's file at submit: the same volume, read-only,
+            # at the same path.
+            cpod = r.pod_spec("Deployment", "coordinator")
+            self.assertEqual({v["name"]: v for v in cpod["volumes"]}["dataset"], volumes["dataset"], name)
+            cmounts = {m["mountPath"]: m for m in cpod["containers"][0]["volumeMounts"]}
+            self.assertEqual(cmounts[ds["mountPath"]]["name"], "dataset", name)
+            self.assertTrue(cmounts[ds["mountPath"]]["readOnly"], name)
         # Checkpoints: workers and coordinator mount the same ReadWriteMany claim.
         r = self.custom
         claims = {p["metadata"]["name"]: p for p in r.of("PersistentVolumeClaim")}

@@ -8,7 +8,7 @@ seconds, and a restart mid-job that stops the job on the workers; a worker SIGTE
 failing it as "shut down"; measuring a model: a worker still measuring is not asked again, one
 stopped while measuring or asked while measuring (after a coordinator restart) lets the job run
 its estimated plan at once; a duplicate --name; bad input with one-line errors and distinct exit
-codes.
+codes; a text dataset checked at submit and, against the submitted size, on every worker.
 """
 import json
 import os
@@ -315,6 +315,43 @@ class EndToEndTest(unittest.TestCase):
             capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("127.0.0.1:1", r.stderr)
+
+    def test_text_data_is_checked_at_submit_and_on_every_worker(self):
+        c = self.c
+        text = os.path.join(c.dir, "corpus.txt")
+        with open(text, "w") as f:
+            f.write("In the beginning God created the heaven and the earth.\n" * 40)  # 2200 bytes
+
+        def text_job(name, path):
+            # 3 devices for the 2 workers: the job waits for a third.
+            return "\n".join([
+                "name: %s" % name, "model:", "  layers:",
+                "    - {type: embedding, vocab: 256, dim: 8}", "    - {type: lm_head, vocab: 256}",
+                "data: {dataset: text, path: %s, seq_len: 16}" % path,
+                "training:", "  global_batch: 6", "  micro_batch: 3", "  epochs: 1",
+                "  optimizer: {type: adamw, lr: 0.001}",
+                "parallel:", "  stages: 1", "  devices: 3"]) + "\n"
+
+        # A missing file is refused at submit, at its line and column; nothing is stored.
+        rc, out, err = c.submit_text(text_job("e2e-nofile", "/nonexistent/kjv.txt"), "nofile.yaml",
+                                     check=False)
+        self.assertEqual(rc, 1, out + err)
+        self.assertRegex(err, r"nofile\.yaml:6:29: data\.path /nonexistent/kjv\.txt does not exist")
+        self.assertEqual(json.loads(c.ctl("list", "-o", "json")[1]).get("jobs", []), [])
+        # Accepted: the coordinator counted the file's samples (floor(2200 x 0.95) = 2090
+        # training bytes: 130 samples of 16), so an epoch is floor(130 / 6) = 21 steps.
+        job = c.submit(text_job("e2e-text", text))
+        self.assertEqual(c.get(job)["state"], "PENDING")
+        # The file changes before the job starts: the workers' copy is not the submitted one.
+        with open(text, "a") as f:
+            f.write("And the earth was without form, and void.\n")
+        c.add_worker()
+        j = c.wait_state(job, TERMINAL, timeout=60)
+        self.assertEqual(j["state"], "FAILED")
+        self.assertEqual(int(j["metrics"]["total_steps"]), 21)
+        self.assertRegex(j["message"], r"\(worker ([^)]+)\): data\.path %s has 2242 bytes on worker "
+                         r"\1 \(.+\) but 2200 bytes where the job was submitted "
+                         r"\(data\.file_bytes\)" % re.escape(text))
 
     def test_diverging_job_fails(self):
         job = self.c.submit(short_job("e2e-diverge", steps=20, lr=1e30))

@@ -11,8 +11,9 @@
 #include <sstream>
 
 #include "common/job_spec.h"
+#include "common/text_data.h"
 #include "kernels/cpu/blas.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/param_io.h"
 #include "worker/runtime/reference_trainer.h"
 
@@ -34,12 +35,18 @@ int main(int argc, char** argv) {
     std::cerr << "dapple-reference: " << spec.status().message() << "\n";
     return 1;
   }
-  auto train = dapple::worker::LoadFashionMnist(spec->data().path(), dapple::worker::Split::kTrain);
-  if (!train.ok()) {
-    std::cerr << "dapple-reference: " << train.status().message() << "\n";
+  // As the coordinator does at submit: a text file's sample counts go into the spec, which the
+  // step arithmetic (common/steps.h) reads.
+  if (auto s = dapple::ResolveTextData(spec->mutable_data()); !s.ok()) {
+    std::cerr << "dapple-reference: " << s.message() << "\n";
     return 1;
   }
-  auto trainer = dapple::worker::ReferenceTrainer::Create(*spec, &*train);
+  auto data = dapple::worker::LoadDatasets(spec->data());
+  if (!data.ok()) {
+    std::cerr << "dapple-reference: " << data.status().message() << "\n";
+    return 1;
+  }
+  auto trainer = dapple::worker::ReferenceTrainer::Create(*spec, data->train.get());
   if (!trainer.ok()) {
     std::cerr << "dapple-reference: " << trainer.status().message() << "\n";
     return 1;

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "common/text_data.h"
 #include "common/utf8.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/checkpoint/stage_checkpointer.h"
@@ -61,6 +63,23 @@ std::string Hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+// What decides the datasets LoadDatasets returns for `data`: its fields and, for a text file,
+// the file's identity, so a file replaced or rewritten between jobs is read again (the cache
+// would otherwise keep the old bytes and the data.file_bytes check would compare against them).
+// Fashion-MNIST's folder is taken as it is (a Debian package).
+std::string DataKey(const v1::DataSpec& data) {
+  std::string key = absl::StrFormat("%s|%s|%d|%a", data.dataset(), data.path(), data.seq_len(),
+                                    data.validation_fraction());
+  struct stat st;
+  if (data.dataset() == kTextDataset && stat(data.path().c_str(), &st) == 0) {
+    absl::StrAppendFormat(&key, "|%d:%d:%d:%d.%09d", static_cast<uint64_t>(st.st_dev),
+                          static_cast<uint64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+                          static_cast<int64_t>(st.st_mtim.tv_sec),
+                          static_cast<int64_t>(st.st_mtim.tv_nsec));
+  }
+  return key;
 }
 
 // "stage 1, worker w-2" for a stage of one replica (the label plain pipelines always had),
@@ -427,16 +446,15 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   job_finished_ = true;
 }
 
-absl::StatusOr<WorkerDaemon::DataCache> WorkerDaemon::LoadData(const std::string& path) {
-  auto it = data_cache_.find(path);
-  if (it != data_cache_.end()) return it->second;
-  DataCache c;
-  DAPPLE_ASSIGN_OR_RETURN(Dataset train, LoadFashionMnist(path, Split::kTrain));
-  DAPPLE_ASSIGN_OR_RETURN(Dataset test, LoadFashionMnist(path, Split::kTest));
-  c.train = std::make_shared<const Dataset>(std::move(train));
-  c.test = std::make_shared<const Dataset>(std::move(test));
-  data_cache_[path] = c;
-  return c;
+absl::StatusOr<Datasets> WorkerDaemon::LoadData(const v1::DataSpec& data) {
+  const std::string key = DataKey(data);
+  auto it = data_cache_.find(data.path());
+  if (it != data_cache_.end() && it->second.key == key) return it->second.data;
+  // Dropped before loading, so that two versions of a big dataset are never held at once.
+  if (it != data_cache_.end()) data_cache_.erase(it);
+  DAPPLE_ASSIGN_OR_RETURN(Datasets loaded, LoadDatasets(data));
+  data_cache_[data.path()] = DataCache{key, loaded};
+  return loaded;
 }
 
 absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
@@ -581,12 +599,10 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     absl::MutexLock l(&mu_);
     worker_id = worker_id_;
   }
-  auto data_or = LoadData(a.spec().data().path());
-  if (!data_or.ok()) {
-    return absl::Status(data_or.status().code(),
-                        absl::StrCat("data.path: ", data_or.status().message()));
-  }
-  DataCache data = *data_or;
+  // LoadDatasets' errors name data.path; the coordinator adds this rank and worker.
+  DAPPLE_ASSIGN_OR_RETURN(const Datasets data, LoadData(a.spec().data()));
+  DAPPLE_RETURN_IF_ERROR(CheckSubmittedData(
+      data, a.spec().data(), absl::StrCat("worker ", worker_id, " (", Hostname(), ")")));
 
   DAPPLE_ASSIGN_OR_RETURN(res->links, StageLinks::Open(a, &abort_));
   StageLinks* links = res->links.get();
@@ -623,7 +639,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
                     job, absl::ToInt64Milliseconds(options_.comm_delay_max));
   }
   DAPPLE_ASSIGN_OR_RETURN(
-      res->runtime, StageRuntime::Create(a, data.train.get(), data.test.get(), runtime_transport,
+      res->runtime, StageRuntime::Create(a, data.train.get(), data.eval.get(), runtime_transport,
                                          links->TakeBackend(), res->replicas.get()));
   StageRuntime* rt = res->runtime.get();
   StageCheckpointer checkpointer(a, &checkpoint_step_);

@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
 #include "worker/daemon/daemon_observer.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 
 namespace dapple::worker {
 
@@ -88,8 +88,10 @@ class WorkerDaemon {
   void Stop();
 
  private:
+  // A job's datasets, kept for the next job on the same data.
   struct DataCache {
-    std::shared_ptr<const Dataset> train, test;
+    std::string key;  // DataKey (worker_daemon.cc) of what was loaded
+    Datasets data;
   };
   struct JobResources;  // transport, links and runtime of the running job (worker_daemon.cc)
 
@@ -107,7 +109,10 @@ class WorkerDaemon {
   // the final report was delivered, so that no peer sees this rank's connections close first.
   absl::Status TrainJob(const v1::StageAssignment& assignment, ProgressReporter* reporter,
                         JobResources* resources);
-  absl::StatusOr<DataCache> LoadData(const std::string& path);
+  // The datasets of `data` (LoadDatasets), from the cache when the same data was loaded before
+  // (same data.* fields and, for a text file, the same file: device, inode, size and
+  // modification time). One entry per data.path: loading another version replaces it.
+  absl::StatusOr<Datasets> LoadData(const v1::DataSpec& data);
   // Creates this rank's UCX transport, publishes its address (and the NCCL ids `links` owns)
   // through the coordinator's rendezvous, waits (bounded by rendezvous_timeout, abortable) for
   // every rank's, connects UCX to the neighbouring stages and then `links`' device transports.

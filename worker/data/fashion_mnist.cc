@@ -20,9 +20,9 @@ namespace {
 
 constexpr uint32_t kImagesMagic = 2051;  // IDX: unsigned byte, 3 dimensions
 constexpr uint32_t kLabelsMagic = 2049;  // IDX: unsigned byte, 1 dimension
-constexpr int64_t kRows = 28;
-constexpr int64_t kCols = 28;
-constexpr int32_t kClasses = 10;
+constexpr int64_t kRows = FashionMnist::kRows;
+constexpr int64_t kCols = FashionMnist::kCols;
+constexpr int64_t kClasses = FashionMnist::kClasses;
 // More samples than any IDX file of this dataset could hold; guards the allocation against a
 // corrupt header before we read the payload.
 constexpr int64_t kMaxSamples = 10'000'000;
@@ -129,7 +129,8 @@ absl::Status CheckEnd(gzFile file, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status ReadImages(const std::string& path, Dataset& data) {
+// The images of `path`, [count, 28 * 28] raw pixels.
+absl::StatusOr<std::vector<uint8_t>> ReadImages(const std::string& path) {
   DAPPLE_ASSIGN_OR_RETURN(gzFile file, OpenGz(path));
   GzReader reader(file);
   std::array<unsigned char, 16> header;
@@ -155,16 +156,15 @@ absl::Status ReadImages(const std::string& path, Dataset& data) {
         absl::StrFormat("fashion-mnist: %s declares %d images, expected between 1 and %d", path,
                         count, kMaxSamples));
   }
-  data.size = count;
-  data.rows = rows;
-  data.cols = cols;
-  data.pixels.resize(count * rows * cols);
+  std::vector<uint8_t> pixels(count * rows * cols);
   DAPPLE_RETURN_IF_ERROR(ReadExactly(reader.get(), path, absl::StrFormat("%d images", count),
-                                     data.pixels.data(), data.pixels.size()));
-  return CheckEnd(reader.get(), path);
+                                     pixels.data(), pixels.size()));
+  DAPPLE_RETURN_IF_ERROR(CheckEnd(reader.get(), path));
+  return pixels;
 }
 
-absl::Status ReadLabels(const std::string& path, Dataset& data) {
+// The labels of `path`, which must hold `images` of them.
+absl::StatusOr<std::vector<int32_t>> ReadLabels(const std::string& path, int64_t images) {
   DAPPLE_ASSIGN_OR_RETURN(gzFile file, OpenGz(path));
   GzReader reader(file);
   std::array<unsigned char, 8> header;
@@ -179,97 +179,59 @@ absl::Status ReadLabels(const std::string& path, Dataset& data) {
         magic, kLabelsMagic));
   }
   const int64_t count = BigEndian32(&header[4]);
-  if (count != data.size) {
-    return absl::DataLossError(
-        absl::StrFormat("fashion-mnist: %s has %d labels but its images file has %d images", path,
-                        count, data.size));
+  if (count != images) {
+    return absl::DataLossError(absl::StrFormat(
+        "fashion-mnist: %s has %d labels but its images file has %d images", path, count, images));
   }
   std::vector<uint8_t> raw(count);
   DAPPLE_RETURN_IF_ERROR(
       ReadExactly(reader.get(), path, absl::StrFormat("%d labels", count), raw.data(), raw.size()));
   DAPPLE_RETURN_IF_ERROR(CheckEnd(reader.get(), path));
-  data.labels.resize(count);
+  std::vector<int32_t> labels(count);
   for (int64_t i = 0; i < count; ++i) {
     if (raw[i] >= kClasses) {
       return absl::DataLossError(
           absl::StrFormat("fashion-mnist: %s: label %d of sample %d is out of range [0, %d)", path,
                           raw[i], i, kClasses));
     }
-    data.labels[i] = raw[i];
+    labels[i] = raw[i];
   }
-  return absl::OkStatus();
-}
-
-// splitmix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
-// OOPSLA 2014; constants from Vigna's public-domain reference implementation).
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound] without modulo bias (Lemire, "Fast random integer generation in an
-// interval", TOMACS 2019), so the permutation is exactly uniform and identical everywhere.
-uint64_t UniformUpTo(uint64_t& state, uint64_t bound) {
-  const uint64_t range = bound + 1;
-  unsigned __int128 m = static_cast<unsigned __int128>(SplitMix64(state)) * range;
-  auto low = static_cast<uint64_t>(m);
-  if (low < range) {
-    const uint64_t threshold = (0 - range) % range;
-    while (low < threshold) {
-      m = static_cast<unsigned __int128>(SplitMix64(state)) * range;
-      low = static_cast<uint64_t>(m);
-    }
-  }
-  return static_cast<uint64_t>(m >> 64);
+  return labels;
 }
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
+absl::StatusOr<FashionMnist> LoadFashionMnist(const std::string& dir, Split split) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   std::string base = dir;
   if (!base.empty() && base.back() != '/') base += '/';
-  const std::string images = base + prefix + "-images-idx3-ubyte.gz";
-  const std::string labels = base + prefix + "-labels-idx1-ubyte.gz";
-  Dataset data;
-  DAPPLE_RETURN_IF_ERROR(ReadImages(images, data));
-  DAPPLE_RETURN_IF_ERROR(ReadLabels(labels, data));
-  return data;
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<uint8_t> pixels,
+                          ReadImages(base + prefix + "-images-idx3-ubyte.gz"));
+  const auto images = static_cast<int64_t>(pixels.size()) / (kRows * kCols);
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<int32_t> labels,
+                          ReadLabels(base + prefix + "-labels-idx1-ubyte.gz", images));
+  return FashionMnist(std::move(pixels), std::move(labels));
 }
 
-std::vector<int64_t> EpochOrder(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(n > 0 ? n : 0);
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  // Mix seed and epoch through splitmix64 separately so that (seed, epoch) pairs with equal
-  // sums or xors still give unrelated streams.
-  uint64_t seed_state = seed;
-  uint64_t epoch_state = static_cast<uint64_t>(epoch) ^ 0xD1B54A32D192ED03ULL;
-  uint64_t state = SplitMix64(seed_state) ^ SplitMix64(epoch_state);
-  for (int64_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(UniformUpTo(state, static_cast<uint64_t>(i)));
-    std::swap(order[i], order[j]);
-  }
-  return order;
-}
+FashionMnist::FashionMnist(std::vector<uint8_t> pixels, std::vector<int32_t> labels)
+    : pixels_(std::move(pixels)), labels_(std::move(labels)) {}
 
-void GatherBatch(const Dataset& data, const int64_t* indices, int64_t count, float* images,
-                 int32_t* labels) {
-  const int64_t sample = data.rows * data.cols;
-  if (images != nullptr) {
+void FashionMnist::Gather(const int64_t* indices, int64_t count, float* inputs,
+                          int32_t* targets) const {
+  constexpr int64_t kSample = kRows * kCols;
+  if (inputs != nullptr) {
     std::array<float, 256> table;
     for (int v = 0; v < 256; ++v) {
       table[v] = (static_cast<float>(v) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
     }
     for (int64_t b = 0; b < count; ++b) {
-      const uint8_t* src = data.pixels.data() + indices[b] * sample;
-      float* dst = images + b * sample;
-      for (int64_t k = 0; k < sample; ++k) dst[k] = table[src[k]];
+      const uint8_t* src = pixels_.data() + indices[b] * kSample;
+      float* dst = inputs + b * kSample;
+      for (int64_t k = 0; k < kSample; ++k) dst[k] = table[src[k]];
     }
   }
-  if (labels != nullptr) {
-    for (int64_t b = 0; b < count; ++b) labels[b] = data.labels[indices[b]];
+  if (targets != nullptr) {
+    for (int64_t b = 0; b < count; ++b) targets[b] = labels_[indices[b]];
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/data/sample_order.h"
 
 namespace dapple::worker {
 namespace {
@@ -26,9 +27,9 @@ using ::testing::HasSubstr;
 constexpr char kDebianDir[] = "/usr/share/datasets/fashion-mnist";
 
 // The Debian training set, loaded once per process (ctest runs each test in its own process).
-const absl::StatusOr<Dataset>& DebianTrain() {
+const absl::StatusOr<FashionMnist>& DebianTrain() {
   static const auto* train =
-      new absl::StatusOr<Dataset>(LoadFashionMnist(kDebianDir, Split::kTrain));
+      new absl::StatusOr<FashionMnist>(LoadFashionMnist(kDebianDir, Split::kTrain));
   return *train;
 }
 
@@ -100,53 +101,56 @@ void WriteValidTrain(const TempDir& dir) {
 }
 
 TEST(FashionMnistTest, LoadsTheDebianTrainingSet) {
-  const absl::StatusOr<Dataset>& train = DebianTrain();
+  const absl::StatusOr<FashionMnist>& train = DebianTrain();
   ASSERT_TRUE(train.ok()) << train.status();
-  EXPECT_EQ(train->size, 60000);
-  EXPECT_EQ(train->rows, 28);
-  EXPECT_EQ(train->cols, 28);
-  ASSERT_EQ(train->pixels.size(), 60000u * 784u);
-  ASSERT_EQ(train->labels.size(), 60000u);
+  EXPECT_EQ(train->size(), 60000);
+  EXPECT_EQ(train->sample_shape(), (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(train->sample_elements(), 784);
+  EXPECT_EQ(train->targets_per_sample(), 1);
+  EXPECT_EQ(train->num_classes(), 10);
+  EXPECT_FALSE(train->token_inputs());
+  ASSERT_EQ(train->pixels().size(), 60000u * 784u);
+  ASSERT_EQ(train->labels().size(), 60000u);
   std::vector<int64_t> per_class(10, 0);
-  for (int32_t label : train->labels) {
+  for (int32_t label : train->labels()) {
     ASSERT_GE(label, 0);
     ASSERT_LT(label, 10);
     ++per_class[label];
   }
   for (int c = 0; c < 10; ++c) EXPECT_EQ(per_class[c], 6000) << "class " << c;
   double sum = 0;
-  for (uint8_t p : train->pixels) sum += p;
-  const double mean = sum / 255.0 / static_cast<double>(train->pixels.size());
+  for (uint8_t p : train->pixels()) sum += p;
+  const double mean = sum / 255.0 / static_cast<double>(train->pixels().size());
   EXPECT_NEAR(mean, 0.2860, 1e-3);
   // The first training sample of Fashion-MNIST is an ankle boot (class 9).
-  EXPECT_EQ(train->labels[0], 9);
+  EXPECT_EQ(train->labels()[0], 9);
 }
 
 TEST(FashionMnistTest, LoadsTheDebianTestSet) {
-  absl::StatusOr<Dataset> test = LoadFashionMnist(kDebianDir, Split::kTest);
+  absl::StatusOr<FashionMnist> test = LoadFashionMnist(kDebianDir, Split::kTest);
   ASSERT_TRUE(test.ok()) << test.status();
-  EXPECT_EQ(test->size, 10000);
-  ASSERT_EQ(test->pixels.size(), 10000u * 784u);
-  ASSERT_EQ(test->labels.size(), 10000u);
+  EXPECT_EQ(test->size(), 10000);
+  ASSERT_EQ(test->pixels().size(), 10000u * 784u);
+  ASSERT_EQ(test->labels().size(), 10000u);
   std::vector<int64_t> per_class(10, 0);
-  for (int32_t label : test->labels) ++per_class[label];
+  for (int32_t label : test->labels()) ++per_class[label];
   for (int c = 0; c < 10; ++c) EXPECT_EQ(per_class[c], 1000) << "class " << c;
 }
 
 TEST(FashionMnistTest, AcceptsAFolderWithATrailingSlash) {
   TempDir dir;
   WriteValidTrain(dir);
-  absl::StatusOr<Dataset> data = LoadFashionMnist(dir.path() + "/", Split::kTrain);
+  absl::StatusOr<FashionMnist> data = LoadFashionMnist(dir.path() + "/", Split::kTrain);
   ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ(data->size, 3);
-  EXPECT_EQ(data->labels, (std::vector<int32_t>{7, 0, 9}));
-  ASSERT_EQ(data->pixels.size(), 3u * 784u);
-  EXPECT_EQ(data->pixels[1], 1);
-  EXPECT_EQ(data->pixels[784], 784 % 256);
+  EXPECT_EQ(data->size(), 3);
+  EXPECT_EQ(data->labels(), (std::vector<int32_t>{7, 0, 9}));
+  ASSERT_EQ(data->pixels().size(), 3u * 784u);
+  EXPECT_EQ(data->pixels()[1], 1);
+  EXPECT_EQ(data->pixels()[784], 784 % 256);
 }
 
 TEST(FashionMnistTest, MissingFolderIsNotFoundNamingTheFileAndThePackage) {
-  absl::StatusOr<Dataset> data = LoadFashionMnist("/nonexistent/fmnist", Split::kTrain);
+  absl::StatusOr<FashionMnist> data = LoadFashionMnist("/nonexistent/fmnist", Split::kTrain);
   ASSERT_EQ(data.status().code(), absl::StatusCode::kNotFound) << data.status();
   EXPECT_THAT(data.status().message(),
               AllOf(HasSubstr("missing /nonexistent/fmnist/train-images-idx3-ubyte.gz"),
@@ -156,7 +160,7 @@ TEST(FashionMnistTest, MissingFolderIsNotFoundNamingTheFileAndThePackage) {
 TEST(FashionMnistTest, MissingLabelsFileIsNotFound) {
   TempDir dir;
   WriteGz(dir.File("t10k-images-idx3-ubyte.gz"), ImagesIdx(2051, 2, 28, 28, 2));
-  absl::StatusOr<Dataset> data = LoadFashionMnist(dir.path(), Split::kTest);
+  absl::StatusOr<FashionMnist> data = LoadFashionMnist(dir.path(), Split::kTest);
   ASSERT_EQ(data.status().code(), absl::StatusCode::kNotFound) << data.status();
   EXPECT_THAT(data.status().message(), HasSubstr(dir.File("t10k-labels-idx1-ubyte.gz")));
 }
@@ -164,7 +168,7 @@ TEST(FashionMnistTest, MissingLabelsFileIsNotFound) {
 class CorruptFileTest : public ::testing::Test {
  protected:
   void ExpectDataLoss(const std::string& file, const std::string& problem) {
-    absl::StatusOr<Dataset> data = LoadFashionMnist(dir_.path(), Split::kTrain);
+    absl::StatusOr<FashionMnist> data = LoadFashionMnist(dir_.path(), Split::kTrain);
     ASSERT_EQ(data.status().code(), absl::StatusCode::kDataLoss) << data.status();
     EXPECT_THAT(data.status().message(), AllOf(HasSubstr(dir_.File(file)), HasSubstr(problem)));
   }
@@ -242,71 +246,18 @@ TEST_F(CorruptFileTest, TrailingData) {
   ExpectDataLoss("train-images-idx3-ubyte.gz", "data after the samples");
 }
 
-bool IsPermutation(std::vector<int64_t> order, int64_t n) {
-  if (static_cast<int64_t>(order.size()) != n) return false;
-  std::sort(order.begin(), order.end());
-  for (int64_t i = 0; i < n; ++i) {
-    if (order[i] != i) return false;
-  }
-  return true;
-}
-
-TEST(EpochOrderTest, IsAPermutation) {
-  for (int64_t n : {0, 1, 2, 7, 1000, 60000}) {
-    EXPECT_TRUE(IsPermutation(EpochOrder(n, 42, 0), n)) << n;
-    EXPECT_TRUE(IsPermutation(EpochOrder(n, 42, 5), n)) << n;
-  }
-  EXPECT_TRUE(EpochOrder(-3, 1, 0).empty());
-}
-
-TEST(EpochOrderTest, IsDeterministic) {
-  EXPECT_EQ(EpochOrder(60000, 42, 3), EpochOrder(60000, 42, 3));
-  // Pinned so that a change of the algorithm, which would make workers built from different
-  // versions disagree on the sample order, fails here.
-  // The expected order was computed by an independent Python implementation of splitmix64 +
-  // Lemire's bounded draw + Fisher-Yates.
-  EXPECT_EQ(EpochOrder(10, 42, 0), (std::vector<int64_t>{6, 7, 0, 1, 3, 2, 8, 5, 4, 9}));
-}
-
-TEST(EpochOrderTest, DiffersAcrossEpochsAndSeeds) {
-  const std::vector<int64_t> base = EpochOrder(60000, 42, 0);
-  EXPECT_NE(base, EpochOrder(60000, 42, 1));
-  EXPECT_NE(base, EpochOrder(60000, 43, 0));
-  EXPECT_NE(EpochOrder(60000, 0, 1), EpochOrder(60000, 1, 0));
-  // Not just a rotation or a small perturbation: most positions move.
-  const std::vector<int64_t> next = EpochOrder(60000, 42, 1);
-  int64_t same = 0;
-  for (size_t i = 0; i < base.size(); ++i) same += base[i] == next[i];
-  EXPECT_LT(same, 10);
-  // Shuffled at all: the identity would leave every sample in place.
-  int64_t fixed = 0;
-  for (size_t i = 0; i < base.size(); ++i) fixed += base[i] == static_cast<int64_t>(i);
-  EXPECT_LT(fixed, 10);
-}
-
-TEST(EpochOrderTest, AllPermutationsOfThreeAreEquallyLikely) {
-  // Over 60000 seeds each of the 3! orders should appear about 10000 times (binomial standard
-  // deviation ~91); 500 is more than 5 sigma.
-  std::map<std::vector<int64_t>, int> counts;
-  for (uint64_t seed = 0; seed < 60000; ++seed) ++counts[EpochOrder(3, seed, 0)];
-  ASSERT_EQ(counts.size(), 6u);
-  for (const auto& [order, count] : counts) EXPECT_NEAR(count, 10000, 500);
-}
-
-TEST(GatherBatchTest, NormalisesPixelsAndCopiesLabels) {
-  Dataset data;
-  data.size = 3;
-  data.pixels.assign(3 * 784, 0);
+TEST(FashionMnistGatherTest, NormalisesPixelsAndCopiesLabels) {
+  std::vector<uint8_t> pixels(3 * 784, 0);
   for (int k = 0; k < 784; ++k) {
-    data.pixels[k] = 0;
-    data.pixels[784 + k] = 255;
-    data.pixels[2 * 784 + k] = static_cast<uint8_t>(k % 256);
+    pixels[k] = 0;
+    pixels[784 + k] = 255;
+    pixels[2 * 784 + k] = static_cast<uint8_t>(k % 256);
   }
-  data.labels = {4, 8, 1};
+  const FashionMnist data(std::move(pixels), {4, 8, 1});
   const int64_t indices[] = {2, 0, 1, 2};
   std::vector<float> images(4 * 784, -100.0f);
   std::vector<int32_t> labels(4, -1);
-  GatherBatch(data, indices, 4, images.data(), labels.data());
+  data.Gather(indices, 4, images.data(), labels.data());
   EXPECT_EQ(labels, (std::vector<int32_t>{1, 4, 8, 1}));
   const float at0 = -kFashionMnistMean / kFashionMnistStd;
   const float at255 = (1.0f - kFashionMnistMean) / kFashionMnistStd;
@@ -320,27 +271,24 @@ TEST(GatherBatchTest, NormalisesPixelsAndCopiesLabels) {
   }
 }
 
-TEST(GatherBatchTest, EitherOutputMayBeNull) {
-  Dataset data;
-  data.size = 2;
-  data.pixels.assign(2 * 784, 51);  // 51 / 255 = 0.2
-  data.labels = {3, 6};
+TEST(FashionMnistGatherTest, EitherOutputMayBeNull) {
+  const FashionMnist data(std::vector<uint8_t>(2 * 784, 51), {3, 6});  // 51 / 255 = 0.2
   const int64_t indices[] = {1};
   std::vector<float> images(784, 0.0f);
-  GatherBatch(data, indices, 1, images.data(), nullptr);
+  data.Gather(indices, 1, images.data(), nullptr);
   EXPECT_NEAR(images[100], (0.2f - kFashionMnistMean) / kFashionMnistStd, 1e-6);
   int32_t label = -1;
-  GatherBatch(data, indices, 1, nullptr, &label);
+  data.Gather(indices, 1, nullptr, &label);
   EXPECT_EQ(label, 6);
 }
 
-TEST(GatherBatchTest, NormalisedTrainingSetHasZeroMeanAndUnitStd) {
-  const absl::StatusOr<Dataset>& train = DebianTrain();
+TEST(FashionMnistGatherTest, NormalisedTrainingSetHasZeroMeanAndUnitStd) {
+  const absl::StatusOr<FashionMnist>& train = DebianTrain();
   ASSERT_TRUE(train.ok()) << train.status();
   const int64_t n = 5000;
-  std::vector<int64_t> indices = EpochOrder(train->size, 7, 0);
+  std::vector<int64_t> indices = EpochOrder(train->size(), 7, 0);
   std::vector<float> images(n * 784);
-  GatherBatch(*train, indices.data(), n, images.data(), nullptr);
+  train->Gather(indices.data(), n, images.data(), nullptr);
   double sum = 0, sum_sq = 0;
   for (float v : images) {
     sum += v;

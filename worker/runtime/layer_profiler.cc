@@ -30,6 +30,18 @@ std::vector<float> RandomValues(int64_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// Token ids for a layer that reads them (an embedding, LayerInfo::token_input): integers
+// uniform in [0, vocab) as exact floats, as a text dataset gives them (worker/data/dataset.h);
+// other values are a caller bug the kernel aborts on. The vocabulary is the row count of the
+// layer's first parameter, its token table [vocab, dim].
+std::vector<float> RandomTokens(int64_t n, const LayerInfo& info, std::mt19937_64& rng) {
+  const int64_t vocab = info.params.empty() ? 1 : info.params[0].shape[0];
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(dist(rng));
+  return v;
+}
+
 // Times fn() bracketed by Synchronize, so work a device enqueues counts.
 absl::StatusOr<double> TimeMs(StageBackend& backend, const std::function<absl::Status()>& fn) {
   DAPPLE_RETURN_IF_ERROR(backend.Synchronize());
@@ -48,7 +60,9 @@ struct LayerTimes {
 absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
                                      const ProfileOptions& options, std::mt19937_64& rng) {
   const int64_t rows = options.batch_size;
-  const std::vector<float> input = RandomValues(rows * NumElements(info.input_shape), rng);
+  const int64_t input_elements = rows * NumElements(info.input_shape);
+  const std::vector<float> input = info.token_input ? RandomTokens(input_elements, info, rng)
+                                                    : RandomValues(input_elements, rng);
   DAPPLE_RETURN_IF_ERROR(backend.Input(0, rows).status());
   DAPPLE_RETURN_IF_ERROR(backend.LoadInput(0, input.data(), rows));
   DAPPLE_ASSIGN_OR_RETURN(void* dy, backend.GradInput(0, rows));
@@ -62,8 +76,7 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   std::vector<double> backward;
   std::vector<double> optimizer;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
-    DAPPLE_ASSIGN_OR_RETURN(const double f,
-                            TimeMs(backend, [&] {
+    DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] {
                               return backend.Forward(0, rows, kernels::ForwardContext{});
                             }));
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {

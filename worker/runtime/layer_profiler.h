@@ -25,7 +25,9 @@ struct ProfileOptions {
   int64_t batch_size = 32;  // samples per timed run, > 0
   int warmup_runs = 2;      // untimed runs per layer first (caches, allocator, cuBLAS heuristics)
   int timed_runs = 5;       // the median of these is reported, >= 1
-  uint64_t seed = 1;        // input and gradient values (uniform in [-1, 1))
+  // Input and gradient values: uniform in [-1, 1), token ids uniform in [0, vocab) for a layer
+  // that reads tokens (an embedding).
+  uint64_t seed = 1;
 };
 
 // Profiles every layer of spec.model(): forward_ms / backward_ms are medians of

@@ -66,6 +66,34 @@ TEST(LayerProfilerTest, MeasuresEveryLayerOfTheModel) {
   EXPECT_EQ(p->layers(1).name(), "linear");
 }
 
+// A language model's first layer reads token ids: the profiler feeds it valid ones (the
+// embedding kernel aborts on anything else, which took the worker down).
+TEST(LayerProfilerTest, MeasuresATokenModel) {
+  v1::JobSpec spec;
+  v1::ModelSpec* m = spec.mutable_model();
+  m->add_input_shape(16);
+  m->set_input_type("tokens");
+  v1::LayerSpec* e = m->add_layers();
+  e->set_type("embedding");
+  e->mutable_embedding()->set_vocab(256);
+  e->mutable_embedding()->set_dim(8);
+  v1::LayerSpec* head = m->add_layers();
+  head->set_type("lm_head");
+  head->mutable_lm_head()->set_vocab(256);
+  m->set_loss("softmax_cross_entropy");
+  spec.mutable_training()->mutable_optimizer()->set_type("sgd");
+  spec.mutable_training()->mutable_optimizer()->set_lr(0.1);
+  ProfileOptions options;
+  options.batch_size = 4;
+  options.warmup_runs = 1;
+  options.timed_runs = 1;
+  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, Cpu(), "cpu", options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->layers_size(), 2);
+  EXPECT_EQ(p->layers(0).name(), "embedding");
+  EXPECT_EQ(p->layers(0).activation_bytes(), 16 * 8 * 4 * 4);
+}
+
 TEST(LayerProfilerTest, RejectsBadOptions) {
   ProfileOptions options;
   options.timed_runs = 0;

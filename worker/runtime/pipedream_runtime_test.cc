@@ -137,7 +137,7 @@ TEST(PipeDreamRuntimeTest, EveryBackwardUsesItsForwardsWeightsAndStagesHoldAtMos
       }
       // Mid-run evaluation with forwards in flight still works and gives a real accuracy.
       EXPECT_TRUE(runs[P - 1].mid_eval.has_metrics);
-      EXPECT_EQ(runs[P - 1].mid_eval.samples, parity::TestSet().size);
+      EXPECT_EQ(runs[P - 1].mid_eval.samples, parity::TestSet().size());
       EXPECT_GT(runs[P - 1].mid_eval.accuracy, 0.12);  // above chance after two updates
       // Losses are finite and training makes progress over the 5 steps.
       ASSERT_EQ(runs[P - 1].steps.size(), static_cast<size_t>(steps));

@@ -7,6 +7,7 @@
 #include "common/steps.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
+#include "worker/data/sample_order.h"
 
 namespace dapple::worker {
 
@@ -35,7 +36,7 @@ double ReferenceTrainer::Step(int64_t step) {
   const int64_t spe = StepsPerEpoch(spec_);
   const int64_t epoch = step / spe;
   if (epoch != order_epoch_) {
-    order_ = EpochOrder(train_->size, spec_.training().seed(), epoch);
+    order_ = EpochOrder(train_->size(), spec_.training().seed(), epoch);
     order_epoch_ = epoch;
   }
   const int64_t* idx = order_.data() + (step % spe) * b;
@@ -44,7 +45,7 @@ double ReferenceTrainer::Step(int64_t step) {
   shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
   acts[0].Resize(shape);
   std::vector<int32_t> labels(b * targets_per_sample_);
-  GatherBatch(*train_, idx, b, acts[0].data.data(), labels.data());
+  train_->Gather(idx, b, acts[0].data.data(), labels.data());
   kernels::ForwardContext ctx;
   ctx.training = true;
   ctx.seed = spec_.training().seed();
@@ -67,35 +68,33 @@ double ReferenceTrainer::Step(int64_t step) {
   return loss_sum / static_cast<double>(targets);
 }
 
-void ReferenceTrainer::Evaluate(const Dataset& test, double* loss, double* accuracy) {
+void ReferenceTrainer::Evaluate(const Dataset& eval, double* loss, double* accuracy) {
   const int64_t chunk = 1000;
   double loss_sum = 0;
   int64_t correct = 0;
   std::vector<Tensor> acts(layers_.size() + 1);
   std::vector<int64_t> idx;
-  std::vector<int32_t> labels;
-  for (int64_t begin = 0; begin < test.size; begin += chunk) {
-    const int64_t n = std::min(chunk, test.size - begin);
+  std::vector<int32_t> targets;
+  for (int64_t begin = 0; begin < eval.size(); begin += chunk) {
+    const int64_t n = std::min(chunk, eval.size() - begin);
     std::vector<int64_t> shape{n};
     shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
     acts[0].Resize(shape);
     idx.resize(n);
     for (int64_t i = 0; i < n; ++i) idx[i] = begin + i;
-    GatherBatch(test, idx.data(), n, acts[0].data.data(), nullptr);
+    targets.resize(n * targets_per_sample_);
+    eval.Gather(idx.data(), n, acts[0].data.data(), targets.data());
     std::vector<kernels::LayerCache> caches(layers_.size());
     for (size_t k = 0; k < layers_.size(); ++k) {
       layers_[k]->Forward(acts[k], &acts[k + 1], &caches[k], kernels::ForwardContext{});
     }
-    labels.resize(n * targets_per_sample_);
-    GatherBatch(test, idx.data(), n, nullptr, labels.data());
     int64_t ok = 0;
-    loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), labels.data(), &ok);
+    loss_sum += kernels::SoftmaxCrossEntropyEval(acts.back(), targets.data(), &ok);
     correct += ok;
   }
-  // The mean over every target, as StageRuntime::Evaluate.
-  const double targets = static_cast<double>(test.size * targets_per_sample_);
-  *loss = loss_sum / targets;
-  *accuracy = static_cast<double>(correct) / targets;
+  const auto targets_total = static_cast<double>(eval.size() * targets_per_sample_);
+  *loss = loss_sum / targets_total;
+  *accuracy = static_cast<double>(correct) / targets_total;
 }
 
 }  // namespace dapple::worker

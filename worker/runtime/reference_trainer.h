@@ -12,7 +12,7 @@
 #include "dapple/v1/job.pb.h"
 #include "kernels/cpu/layer.h"
 #include "kernels/cpu/optimizer.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 
 namespace dapple::worker {
 
@@ -23,9 +23,8 @@ class ReferenceTrainer {
                                                                   const Dataset* train);
   // Runs global step `step` (0-based) and returns its mean loss over the global batch.
   double Step(int64_t step);
-  // Mean loss and accuracy over every target of `test` (forward only): per sample, or per token
-  // of a [T, vocab] output, as StageRuntime::Evaluate.
-  void Evaluate(const Dataset& test, double* loss, double* accuracy);
+  // Mean loss and accuracy per target over `eval` (forward only; the evaluation split).
+  void Evaluate(const Dataset& eval, double* loss, double* accuracy);
   // Every parameter of the model in layer order ("layer<i>.weight" / "layer<i>.bias").
   std::vector<kernels::Param*> Params();
 

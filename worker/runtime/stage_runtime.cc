@@ -12,6 +12,7 @@
 #include "common/schedule/pipedream_steps.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "worker/data/sample_order.h"
 
 namespace dapple::worker {
 namespace {
@@ -49,7 +50,7 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
 }
 
 absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
-    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
     Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
   const v1::JobSpec& spec = assignment.spec();
   const int stage = assignment.stage();
@@ -143,7 +144,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   if (stage > 0) rt->eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
   if (stage + 1 < num_stages) rt->eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
   rt->train_ = train;
-  rt->test_ = test;
+  rt->eval_ = eval;
   rt->transport_ = transport;
   rt->stage_ = stage;
   rt->num_stages_ = num_stages;
@@ -237,12 +238,43 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->slot_of_.assign(rt->id_space_, -1);
   rt->version_of_.assign(rt->id_space_, -1);
   if (stage == 0 && train == nullptr) {
-    return absl::InvalidArgumentError("stage 0 needs the training images");
+    return absl::InvalidArgumentError("stage 0 needs the training inputs");
   }
   if (stage == num_stages - 1 && train == nullptr) {
-    return absl::InvalidArgumentError("the last stage needs the training labels");
+    return absl::InvalidArgumentError("the last stage needs the training targets");
   }
+  DAPPLE_RETURN_IF_ERROR(rt->CheckDatasets());
   return rt;
+}
+
+absl::Status StageRuntime::CheckDatasets() const {
+  // The spec's validation ties the model to data.dataset; this guards against a caller that
+  // hands the runtime another dataset than the spec's.
+  const int64_t elements = NumElements(input_shape_);
+  // The step arithmetic (steps per epoch) counts the spec's training samples; the sample order
+  // must not index past the dataset's.
+  const int64_t samples = TrainSamples(assignment_.spec());
+  if (train_ != nullptr && samples > train_->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the job counts %d training samples (data.train_samples) but the "
+                        "dataset has %d",
+                        samples, train_->size()));
+  }
+  for (const Dataset* d : {train_, eval_}) {
+    if (d == nullptr) continue;
+    if (stage_ == 0 && d->sample_elements() != elements) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset's samples have %d input elements but model.input_shape "
+                          "has %d",
+                          d->sample_elements(), elements));
+    }
+    if (stage_ == num_stages_ - 1 && d->targets_per_sample() != targets_per_sample_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset has %d targets per sample but the model's output has %d",
+                          d->targets_per_sample(), targets_per_sample_));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
@@ -305,7 +337,7 @@ void StageRuntime::ReleaseSlot(int micro_batch) {
 void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out) {
   const int64_t epoch = step / steps_per_epoch_;
   if (epoch != order_epoch_) {
-    order_ = EpochOrder(train_->size, seed_, epoch);
+    order_ = EpochOrder(train_->size(), seed_, epoch);
     order_epoch_ = epoch;
   }
   const int64_t begin =
@@ -475,7 +507,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
           input_scratch_.resize(static_cast<size_t>(InputBytes(rows) / sizeof(float)));
           host = input_scratch_.data();
         }
-        GatherBatch(*train_, index_scratch_.data(), rows, host, nullptr);
+        train_->Gather(index_scratch_.data(), rows, host, nullptr);
         DAPPLE_RETURN_IF_ERROR(b.LoadInput(slot, host, rows));
       } else if (!received) {
         return absl::InternalError("FORWARD before its RECV_ACT");
@@ -495,7 +527,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       if (last) {
         MicroBatchIndices(mb_step, mb, &index_scratch_);
         label_scratch_.resize(rows * targets_per_sample_);
-        GatherBatch(*train_, index_scratch_.data(), rows, nullptr, label_scratch_.data());
+        train_->Gather(index_scratch_.data(), rows, nullptr, label_scratch_.data());
         // The mean over every target of the global batch (per sample, or per token).
         const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
@@ -707,13 +739,14 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const bool last = stage_ == num_stages_ - 1;
   // Replicas hold identical weights: replica 0 of every stage evaluates for all of them.
   if (replica_ != 0) return EvalResult{};
-  const Dataset& test = *test_;
-  const int64_t chunks = (test.size + eval_chunk_ - 1) / eval_chunk_;
+  if (eval_ == nullptr) return absl::FailedPreconditionError("evaluation without an eval split");
+  const Dataset& eval = *eval_;
+  const int64_t chunks = (eval.size() + eval_chunk_ - 1) / eval_chunk_;
   StageBackend& b = *backend_;
   // Sent chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
   DAPPLE_ASSIGN_OR_RETURN(const int slot, SlotBetweenSteps());
   std::vector<int64_t> indices;
-  std::vector<int32_t> labels;
+  std::vector<int32_t> targets;
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
@@ -723,10 +756,11 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   };
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * eval_chunk_;
-    const int64_t n = std::min(eval_chunk_, test.size - begin);
+    const int64_t n = std::min(eval_chunk_, eval.size() - begin);
     const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
     absl::StatusOr<void*> in = b.Input(slot, n);
     if (!in.ok()) return with_chunk(c, in.status());
+    // The evaluation split in its stored order, chunk after chunk.
     indices.resize(n);
     for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
     if (first) {
@@ -735,7 +769,7 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
         input_scratch_.resize(static_cast<size_t>(InputBytes(n) / sizeof(float)));
         host = input_scratch_.data();
       }
-      GatherBatch(test, indices.data(), n, host, nullptr);
+      eval.Gather(indices.data(), n, host, nullptr);
       absl::Status s = b.LoadInput(slot, host, n);
       if (!s.ok()) return with_chunk(c, s);
     } else {
@@ -745,10 +779,10 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     absl::Status s = b.Forward(slot, n, kernels::ForwardContext{});
     if (!s.ok()) return with_chunk(c, s);
     if (last) {
-      labels.resize(n * targets_per_sample_);
-      GatherBatch(test, indices.data(), n, nullptr, labels.data());
+      targets.resize(n * targets_per_sample_);
+      eval.Gather(indices.data(), n, nullptr, targets.data());
       int64_t ok = 0;
-      absl::StatusOr<double> sum = b.Loss(slot, labels.data(), n, 0.0f, /*training=*/false, &ok);
+      absl::StatusOr<double> sum = b.Loss(slot, targets.data(), n, 0.0f, /*training=*/false, &ok);
       if (!sum.ok()) return with_chunk(c, sum.status());
       loss_sum += *sum;
       correct += ok;
@@ -762,11 +796,11 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
   if (last) {
     result.has_metrics = true;
-    result.samples = test.size;
-    // The mean over every target: per sample, or per token of a language model.
-    const double targets = static_cast<double>(test.size * targets_per_sample_);
-    result.loss = loss_sum / targets;
-    result.accuracy = static_cast<double>(correct) / targets;
+    // Means per target, as the training loss (per sample, or per token).
+    const auto targets_total = static_cast<double>(eval.size() * targets_per_sample_);
+    result.samples = eval.size();
+    result.loss = loss_sum / targets_total;
+    result.accuracy = static_cast<double>(correct) / targets_total;
   }
   return result;
 }

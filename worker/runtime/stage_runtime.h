@@ -1,9 +1,9 @@
 // The pipeline runtime of one rank: a stage's layers, its optimizer and the ONE interpreter loop
 // that runs the rank program (design.md, "Schedules are data").
 //
-// Data: stage 0 reads the input images of each micro-batch itself and the last stage reads the
-// labels itself (the sample order is a pure function of seed and epoch), so only activations
-// (forward) and their gradients (backward) travel between stages.
+// Data (worker/data/dataset.h): stage 0 reads the inputs of each micro-batch itself and the last
+// stage reads the targets itself (the sample order is EpochOrder, a pure function of seed and
+// epoch), so only activations (forward) and their gradients (backward) travel between stages.
 //
 // Buffers and blocking: a micro-batch's stashed activations live in a slot taken at its first
 // action (RECV_ACT, or FORWARD on stage 0) and given back after its BACKWARD, so the number of
@@ -59,7 +59,7 @@
 #include "kernels/cpu/layer.h"
 #include "worker/comm/collective.h"
 #include "worker/comm/transport.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/pipesgd_updater.h"
 #include "worker/runtime/stage_backend.h"
 #include "worker/runtime/weight_stash.h"
@@ -93,11 +93,11 @@ struct StepResult {
 
 struct EvalResult {
   bool has_metrics = false;  // true on the last stage
-  // Mean loss over every target of the evaluation set: per sample ([classes] output), or per
+  // Mean loss per target over the evaluation split: per sample ([classes] output), or per
   // token ([T, vocab] output: the mean per-token cross-entropy, in nats).
   double loss = 0;
-  double accuracy = 0;  // fraction of targets whose argmax prediction is right, in [0, 1]
-  int64_t samples = 0;
+  double accuracy = 0;  // fraction of targets predicted right (argmax), in [0, 1]
+  int64_t samples = 0;  // samples of the evaluation split
 };
 
 struct GenerateResult {
@@ -109,10 +109,13 @@ class StageRuntime {
  public:
   // Builds the layers of `assignment`'s stage (plan.stages[stage]) and the optimizer on
   // `backend` (null: the CPU backend, stage_backend.h) for rank (assignment.stage,
-  // assignment.replica). `train` / `test` must outlive the runtime; `transport` too, and may be
-  // null only when P == 1. The transport must accept the backend's memory (host, or device for
-  // a CUDA backend: worker/comm/cuda) and address peers by schedule::RankIndex (with one replica
-  // per stage: the stage index).
+  // assignment.replica). `train` (the training split) and `eval` (the evaluation split: test set
+  // or validation) must outlive the runtime: stage 0 reads inputs from them, the last stage
+  // targets, and every stage takes the evaluation's chunk count from eval's size (only
+  // Evaluate needs `eval`; stage 0 and the last stage need `train`). `transport` must outlive
+  // it too, and may be null only when P == 1. The transport must accept the backend's memory
+  // (host, or device for a CUDA backend: worker/comm/cuda) and address peers by
+  // schedule::RankIndex (with one replica per stage: the stage index).
   // `replicas`: the Collective of this stage's D_s replicas (size() == D_s, rank() ==
   // assignment.replica; not owned, must outlive the runtime), used by ALLREDUCE only; may be
   // null when D_s == 1. The backend must implement GradientFloats / ReadGradients /
@@ -122,9 +125,12 @@ class StageRuntime {
   // D_s > 1 without `replicas`, or with a Collective of another size or rank; D_s > 1 with a
   // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions; not for
   // pipedream, which generates its own programs); under pipedream, a stage with more replicas
-  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split).
+  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split);
+  // on stage 0 a dataset whose samples do not have the model's input elements, on the last stage
+  // one whose targets per sample are not the loss's; a `train` with fewer samples than the spec
+  // counts (common/steps.h TrainSamples).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
-      const v1::StageAssignment& assignment, const Dataset* train, const Dataset* test,
+      const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
       Collective* replicas = nullptr);
 
@@ -155,12 +161,11 @@ class StageRuntime {
   // are the caller's.
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
 
-  // Forward-only pass over the whole test set, through all stages, in chunks of EvalChunk()
-  // samples. `eval_index` distinguishes evaluations on the wire (use the steps done, which
-  // common/steps.h EvaluatesAfterStep says when). Only replica 0 of every stage takes part
-  // (replicas hold identical weights), talking to replica 0 of the neighbouring stages; any
-  // other replica returns an empty EvalResult at once. The last stage reads every target of a
-  // sample (one label, or T for a [T, vocab] output).
+  // Forward-only pass over the whole evaluation split, through all stages, in chunks of
+  // EvalChunk() samples. `eval_index` distinguishes evaluations on the wire (use the steps
+  // done; common/steps.h EvaluatesAfterStep says after which). Only replica 0 of every stage
+  // takes part (replicas hold identical weights), talking to replica 0 of the neighbouring
+  // stages; any other replica returns an empty EvalResult at once.
   absl::StatusOr<EvalResult> Evaluate(int64_t eval_index);
 
   // Whether the job generates a text sample at its end: its model reads tokens
@@ -193,7 +198,7 @@ class StageRuntime {
 
   // Samples per evaluation chunk: kMaxEvalChunk, fewer for wide models so that no activation
   // tensor exceeds kMaxEvalActivationFloats. A function of the whole model, so every stage
-  // splits the test set the same way.
+  // splits the evaluation split the same way.
   int64_t EvalChunk() const { return eval_chunk_; }
 
   // This stage's parameters on the host, in layer order (names "layer<i>.weight" /
@@ -229,6 +234,9 @@ class StageRuntime {
   int64_t OldestNeededVersion(int64_t next_forward) const;
   int64_t NextForward(int64_t step) const;
   void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
+  // Create's last check: the datasets have the model's input and target sizes, and `train` the
+  // spec's training samples.
+  absl::Status CheckDatasets() const;
   int64_t InputBytes(int64_t rows) const;
   // The neighbouring stage's ranks (other_stage = stage - 1 or stage + 1) that exchange global
   // micro-batch `global_mb` with this rank, and their rows (valid until the next call).
@@ -245,7 +253,7 @@ class StageRuntime {
 
   v1::StageAssignment assignment_;
   const Dataset* train_ = nullptr;
-  const Dataset* test_ = nullptr;
+  const Dataset* eval_ = nullptr;
   Transport* transport_ = nullptr;
   Collective* replicas_ = nullptr;  // null when num_replicas_ == 1
   bool pipedream_ = false;
@@ -269,8 +277,8 @@ class StageRuntime {
   int num_micro_batches_ = 1;
   int64_t micro_batch_size_ = 0;
   int64_t global_batch_ = 0;
-  int64_t targets_per_sample_ =
-      1;                           // the loss's targets per sample: 1, or T for a [T, vocab] output
+  // The loss's targets per sample: 1, or T for a [T, vocab] output.
+  int64_t targets_per_sample_ = 1;
   bool generates_sample_ = false;  // GeneratesSample()
   int64_t sample_positions_ = 0;   // T of the model's [T, vocab] output (when it has one)
   int64_t sample_vocab_ = 0;       // vocab of that output
@@ -314,7 +322,7 @@ class StageRuntime {
   std::vector<int64_t> order_;  // sample order of order_epoch_
   std::vector<int64_t> index_scratch_;
   std::vector<int32_t> label_scratch_;
-  std::vector<float> input_scratch_;  // stage 0 on a device backend: images on the host
+  std::vector<float> input_scratch_;  // stage 0 on a device backend: inputs on the host
 };
 
 // Whether global step `step` (0-based) records a timeline under StageAssignment.trace_every_steps

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/model_info.h"
 #include "common/schedule/lowering.h"
 #include "common/testing/assert_ok.h"
 #include "gtest/gtest.h"
@@ -63,10 +64,24 @@ v1::JobSpec GptSpec(uint64_t seed, const std::string& prompt, int32_t tokens, do
   return spec;
 }
 
-// Generation reads no data; Create wants the datasets of stage 0 and the last stage.
-const Dataset& NoData() {
-  static const Dataset* d = new Dataset();
-  return *d;
+// Generation reads no data, but Create checks that stage 0's and the last stage's datasets
+// fit the model: an empty split of [kSeqLen] byte tokens with kSeqLen targets.
+class NoTokens final : public Dataset {
+ public:
+  int64_t size() const override { return 0; }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
+  int64_t targets_per_sample() const override { return kSeqLen; }
+  int64_t num_classes() const override { return kVocab; }
+  bool token_inputs() const override { return true; }
+  void Gather(const int64_t*, int64_t, float*, int32_t*) const override {}
+
+ private:
+  std::vector<int64_t> shape_ = {kSeqLen};
+};
+
+const Dataset& NoData(const v1::JobSpec& spec) {
+  static const Dataset* tokens = new NoTokens();
+  return TokenInput(spec.model()) ? *tokens : parity::TrainSet();
 }
 
 struct Pipeline {
@@ -82,8 +97,8 @@ std::unique_ptr<Pipeline> MakePipeline(const v1::JobSpec& spec, int stages) {
   auto programs = schedule::BuildPrograms(schedule::ScheduleKind::kDapple, stages, 1).value();
   for (int s = 0; s < stages; ++s) {
     p->transports.push_back(std::make_unique<LocalTransport>(&p->box, s));
-    auto rt = StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &NoData(),
-                                   &NoData(), stages > 1 ? p->transports[s].get() : nullptr);
+    auto rt = StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &NoData(spec),
+                                   &NoData(spec), stages > 1 ? p->transports[s].get() : nullptr);
     EXPECT_TRUE(rt.ok()) << rt.status();
     if (!rt.ok()) return nullptr;
     p->runtimes.push_back(std::move(*rt));

@@ -3,10 +3,13 @@
 // here; tests/integration runs the same check across real processes over UCX).
 #include "worker/runtime/stage_runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <thread>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/schedule/lowering.h"
@@ -14,6 +17,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
 #include "worker/comm/delay_transport.h"
+#include "worker/data/sample_order.h"
 #include "worker/runtime/testing/local_transport.h"
 #include "worker/runtime/testing/parity_testing.h"
 
@@ -347,11 +351,11 @@ double ReferenceGradientSquaredNorm(const v1::JobSpec& spec) {
           .value();
   std::vector<kernels::Param*> params = kernels::CollectParams(layers);
   const int64_t b = spec.training().global_batch();
-  std::vector<int64_t> order = EpochOrder(TrainSet().size, spec.training().seed(), 0);
+  std::vector<int64_t> order = EpochOrder(TrainSet().size(), spec.training().seed(), 0);
   std::vector<kernels::Tensor> acts(layers.size() + 1);
   acts[0].Resize({b, 1, 28, 28});
   std::vector<int32_t> labels(b);
-  GatherBatch(TrainSet(), order.data(), b, acts[0].data.data(), labels.data());
+  TrainSet().Gather(order.data(), b, acts[0].data.data(), labels.data());
   std::vector<kernels::LayerCache> caches(layers.size());
   for (size_t k = 0; k < layers.size(); ++k) {
     layers[k]->Forward(acts[k], &acts[k + 1], &caches[k], kernels::ForwardContext{});
@@ -450,6 +454,65 @@ TEST(StageRuntimeStatsTest, TracedStepsAreTheFirstAndEveryNth) {
   EXPECT_FALSE(IsTracedStep(0, 0));
   EXPECT_FALSE(IsTracedStep(49, 0));
   EXPECT_FALSE(IsTracedStep(0, -1));
+}
+
+// A dataset that has only a shape: Fashion-MNIST's 60000 samples, each of `shape` with
+// `targets` targets (Gather writes zeros).
+class ShapeOnlyDataset final : public Dataset {
+ public:
+  ShapeOnlyDataset(std::vector<int64_t> shape, int64_t targets)
+      : shape_(std::move(shape)), targets_(targets) {}
+  int64_t size() const override { return 60000; }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
+  int64_t targets_per_sample() const override { return targets_; }
+  int64_t num_classes() const override { return 10; }
+  bool token_inputs() const override { return false; }
+  void Gather(const int64_t* indices, int64_t count, float* inputs,
+              int32_t* targets) const override {
+    if (inputs != nullptr) std::fill(inputs, inputs + count * sample_elements(), 0.0f);
+    if (targets != nullptr) std::fill(targets, targets + count * targets_, 0);
+  }
+
+ private:
+  std::vector<int64_t> shape_;
+  int64_t targets_;
+};
+
+// Stage 0 reads the dataset's inputs and the last stage its targets: a dataset of another
+// sample size (a text sample of 16 tokens for an image model) is refused where it would be read.
+TEST(StageRuntimeDataTest, RefusesADatasetThatDoesNotFitTheModel) {
+  const v1::JobSpec spec = SmallSpec(64, 64, "sgd");
+  auto programs = schedule::BuildPrograms(schedule::ScheduleKind::kDapple, 2, 1).value();
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 2);
+  Mailbox box;
+  LocalTransport t0(&box, 0), t1(&box, 1);
+  const ShapeOnlyDataset text({16}, 16);
+  absl::StatusOr<std::unique_ptr<StageRuntime>> first =
+      StageRuntime::Create(parity::Assignment(spec, plan, 0, programs[0]), &text, &text, &t0);
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.status().message(),
+            "the dataset's samples have 16 input elements but model.input_shape has 784");
+  absl::StatusOr<std::unique_ptr<StageRuntime>> last =
+      StageRuntime::Create(parity::Assignment(spec, plan, 1, programs[1]), &text, &text, &t1);
+  EXPECT_EQ(last.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(last.status().message(),
+            "the dataset has 16 targets per sample but the model's output has 1");
+  // The same sizes as Fashion-MNIST's fit.
+  const ShapeOnlyDataset images({784}, 1);
+  EXPECT_TRUE(
+      StageRuntime::Create(parity::Assignment(spec, plan, 0, programs[0]), &images, &images, &t0)
+          .ok());
+  EXPECT_TRUE(
+      StageRuntime::Create(parity::Assignment(spec, plan, 1, programs[1]), &images, &images, &t1)
+          .ok());
+  // The spec's sample count (what the steps per epoch come from) must not exceed the dataset's.
+  v1::JobSpec more = spec;
+  more.mutable_data()->set_train_samples(60001);
+  absl::StatusOr<std::unique_ptr<StageRuntime>> past =
+      StageRuntime::Create(parity::Assignment(more, plan, 0, programs[0]), &images, &images, &t0);
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(past.status().message(),
+            "the job counts 60001 training samples (data.train_samples) but the dataset has 60000");
 }
 
 }  // namespace

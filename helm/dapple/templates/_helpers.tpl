@@ -63,3 +63,19 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "dapple.workersPerPod" -}}
 {{- max 1 (int .Values.worker.gpusPerNode) -}}
 {{- end -}}
+
+{{/* The training data volume (worker.dataset), mounted read-only by every worker and by the
+coordinator, which reads a text dataset's file when a job is submitted. */}}
+{{- define "dapple.datasetVolume" -}}
+{{- $ds := .Values.worker.dataset -}}
+- name: dataset
+  {{- if $ds.existingClaim }}
+  persistentVolumeClaim:
+    claimName: {{ $ds.existingClaim }}
+    readOnly: true
+  {{- else }}
+  hostPath:
+    path: {{ $ds.hostPath }}
+    type: DirectoryOrCreate
+  {{- end }}
+{{- end -}}

@@ -157,7 +157,7 @@ TEST(CudaStageBackendTest, GradientSquaredNormMatchesCpu) {
   for (int64_t i = 0; i < rows; ++i) idx[i] = i;
   std::vector<float> images(rows * 784);
   std::vector<int32_t> labels(rows);
-  GatherBatch(parity::TrainSet(), idx.data(), rows, images.data(), labels.data());
+  parity::TrainSet().Gather(idx.data(), rows, images.data(), labels.data());
   auto dev = CudaDevice::Open(0);
   ASSERT_TRUE(dev.ok()) << dev.status();
   auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "worker/data/fashion_mnist.h"
 #include "worker/runtime/reference_trainer.h"
 
 namespace dapple::worker::parity {
@@ -16,12 +17,12 @@ std::string DataDir() {
 }
 
 const Dataset& TrainSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTrain).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTrain).value());
   return *d;
 }
 
 const Dataset& TestSet() {
-  static const Dataset* d = new Dataset(LoadFashionMnist(DataDir(), Split::kTest).value());
+  static const Dataset* d = new FashionMnist(LoadFashionMnist(DataDir(), Split::kTest).value());
   return *d;
 }
 
@@ -95,6 +96,7 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
   run.status.assign(stages, absl::OkStatus());
   std::vector<std::vector<double>> losses(stages);
   std::vector<double> accuracy(stages, -1);
+  std::vector<double> eval_loss(stages, -1);
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
     threads.emplace_back([&, s] {
@@ -111,12 +113,16 @@ PipelineRun RunPipeline(const std::vector<std::unique_ptr<StageRuntime>>& runtim
         run.status[s] = e.status();
         return;
       }
-      if (e->has_metrics) accuracy[s] = e->accuracy;
+      if (e->has_metrics) {
+        accuracy[s] = e->accuracy;
+        eval_loss[s] = e->loss;
+      }
     });
   }
   for (auto& t : threads) t.join();
   run.losses = losses[stages - 1];
   run.eval_accuracy = accuracy[stages - 1];
+  run.eval_loss = eval_loss[stages - 1];
   return run;
 }
 

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/data/dataset.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace dapple::worker::parity {
@@ -50,6 +50,7 @@ struct PipelineRun {
   std::vector<double> losses;        // per step, from the last stage
   std::vector<absl::Status> status;  // per stage
   double eval_accuracy = -1;         // from the last stage
+  double eval_loss = -1;             // from the last stage
 };
 
 // Runs runtimes[s] on thread s for `steps` steps (0..steps-1), then Evaluate(1).

@@ -1,0 +1,21 @@
+#include "coordinator/service/job_data.h"
+
+#include "absl/strings/string_view.h"
+#include "common/job_spec.h"
+#include "common/text_data.h"
+
+namespace dapple::coordinator {
+
+absl::Status ResolveJobData(v1::JobSpec* spec, const SpecText* text) {
+  if (spec->data().dataset() != kTextDataset) return absl::OkStatus();
+  // As for the emulation profile: the file is judged after the spec parsed, and its refusal
+  // points at the line that names it.
+  if (absl::Status s = ResolveTextData(spec->mutable_data()); !s.ok()) {
+    if (text == nullptr) return absl::InvalidArgumentError(s.message());
+    return JobSpecFieldError(text->yaml, text->source, "data.path", s.message());
+  }
+  if (text == nullptr) return ValidateJobSpec(*spec);
+  return ValidateJobSpecAt(*spec, text->yaml, text->source);
+}
+
+}  // namespace dapple::coordinator

@@ -1,7 +1,6 @@
 // StageRuntime::Generate (stage_runtime.h): a text sample from the trained weights, one byte at a
 // time through the pipeline.
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -81,6 +81,7 @@ profile::ChainProfile SyntheticProfile(int layers) {
     p.backward_ms.push_back(2 * f);
     p.parameter_bytes.push_back(static_cast<int64_t>((2 + 4 * next()) * kMiB));
     p.activation_bytes.push_back(static_cast<int64_t>((1 + 3 * next()) * kMiB));
+    p.saved_bytes.push_back(0);
   }
   for (int i = 0; i + 1 < layers; ++i) p.cut_bytes.push_back(p.activation_bytes[i]);
   return p;

@@ -28,16 +28,15 @@ absl::Status CheckInputShape(const v1::ModelSpec& model) {
     }
     if (d > kMaxSampleElements / input_elems) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model.input_shape ",
-          ShapeText({model.input_shape().begin(), model.input_shape().end()}),
+          "model.input_shape ", ShapeText({model.input_shape().begin(), model.input_shape().end()}),
           " has more than the maximum 2^24 (", kMaxSampleElements, ") elements per sample"));
     }
     input_elems *= d;
   }
   if (!model.input_type().empty() && model.input_type() != "float" &&
       model.input_type() != "tokens") {
-    return absl::InvalidArgumentError(absl::StrCat("model.input_type '", model.input_type(),
-                                                   "' must be float or tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_type '", model.input_type(), "' must be float or tokens"));
   }
   if (model.layers().empty()) {
     return absl::InvalidArgumentError("model.layers is empty: a model needs at least one layer");
@@ -71,6 +70,16 @@ int64_t TargetsPerSample(const std::vector<LayerInfo>& infos) {
   return NumElements(out) / out.back();
 }
 
+int64_t InputBytes(const LayerInfo& info) {
+  return NumElements(info.input_shape) * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int first, int last) {
+  int64_t bytes = InputBytes(infos[first]);
+  for (int l = first; l <= last; ++l) bytes += infos[l].output_bytes + infos[l].saved_bytes;
+  return bytes;
+}
+
 std::string LayerDescription(const LayerInfo& info) {
   if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
     return absl::StrCat("linear ", info.input_shape[0], " -> ", info.output_shape[0]);
@@ -97,8 +106,7 @@ absl::StatusOr<std::vector<LayerInfo>> InferLayers(const v1::ModelSpec& model) {
     const LayerType* type = FindLayerType(spec.type());
     if (type == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(ctx.path, ": unknown layer type '",
-                                                     spec.type(), "'; known: ",
-                                                     KnownLayerTypes()));
+                                                     spec.type(), "'; known: ", KnownLayerTypes()));
     }
     DAPPLE_RETURN_IF_ERROR(CheckParamsMatchType(spec, ctx.path));
     DAPPLE_ASSIGN_OR_RETURN(LayerInfo info, type->Infer(spec, ctx));

@@ -30,6 +30,17 @@ bool TokenInput(const v1::ModelSpec& model);
 // last dimension (1 for [classes], T for [T, vocab]). Requires valid `infos`.
 int64_t TargetsPerSample(const std::vector<LayerInfo>& infos);
 
+// The bytes of one sample of `info`'s input as a stage holds it: fp32 (token ids are held as
+// exact floats, so an embedding's T ids take 4T bytes).
+int64_t InputBytes(const LayerInfo& info);
+
+// What one sample of a micro-batch in flight holds on a stage of layers [first, last] of
+// `infos` (valid indices, first <= last) until its backward: the stage input (InputBytes of
+// layer `first`) plus every layer's output_bytes and saved_bytes. The runtime accounts a stage's
+// activation memory with it (worker/runtime/stage_runtime.h); the planner's memory model
+// (coordinator/planner/activation_memory.h) computes the same from a profile of the model.
+int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int first, int last);
+
 // "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.
 std::string LayerDescription(const LayerInfo& info);
 

@@ -213,5 +213,31 @@ TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
   EXPECT_TRUE(InferLayers(MakeModel({4096, 4096}, {{"flatten", 0}})).ok());
 }
 
+// A stage holds per sample its input (fp32, token ids too), every layer's output and what each
+// layer saves for its backward.
+TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {
+  v1::ModelSpec model;
+  model.add_input_shape(16);
+  model.set_input_type("tokens");
+  v1::LayerSpec* l = model.add_layers();
+  l->set_type("embedding");
+  l->mutable_embedding()->set_vocab(32);
+  l->mutable_embedding()->set_dim(8);
+  l = model.add_layers();
+  l->set_type("transformer_block");
+  l->mutable_transformer_block()->set_heads(2);
+  model.add_layers()->set_type("layernorm");
+  const std::vector<LayerInfo> infos = InferLayers(model).value();
+  EXPECT_EQ(InputBytes(infos[0]), 16 * 4);  // 16 token ids as floats
+  EXPECT_EQ(InputBytes(infos[1]), 16 * 8 * 4);
+  const int64_t block_saved = (7 * 16 * 8 + 2 * 16 * 32 + 2 * 16 * 16 + 4 * 16) * 4;
+  EXPECT_EQ(infos[1].saved_bytes, block_saved);
+  EXPECT_EQ(StageActivationBytesPerSample(infos, 0, 0), 16 * 4 + 16 * 8 * 4);
+  EXPECT_EQ(StageActivationBytesPerSample(infos, 1, 2),
+            16 * 8 * 4 + (16 * 8 * 4 + block_saved) + (16 * 8 * 4 + 2 * 16 * 4));
+  EXPECT_EQ(StageActivationBytesPerSample(infos, 0, 2),
+            16 * 4 + 3 * 16 * 8 * 4 + block_saved + 2 * 16 * 4);
+}
+
 }  // namespace
 }  // namespace dapple

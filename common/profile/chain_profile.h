@@ -10,23 +10,42 @@
 
 namespace dapple::profile {
 
-// All vectors have L entries (one per layer, topological order) except cut_bytes (L - 1).
+// The per-layer vectors have L entries (one per layer, topological order), cut_bytes L - 1.
 // Times are ms and sizes bytes for one batch of `batch_size` samples; planners scale them
 // linearly to other batch sizes (time(b) = time * b / batch_size).
 struct ChainProfile {
-  std::string source;                     // where it came from (file path, "measured ...")
-  int64_t batch_size = 0;                 // > 0
-  std::vector<std::string> names;         // "node5 Conv2d(...)" / "layers[3] linear", for messages
-  std::vector<double> forward_ms;         // >= 0; 0 for Input nodes
-  std::vector<double> backward_ms;        // >= 0; 0 for Input nodes
-  std::vector<int64_t> parameter_bytes;   // >= 0 (fp32 weights)
-  std::vector<int64_t> activation_bytes;  // >= 0: the layer's output, kept for its backward
+  std::string source;                    // where it came from (file path, "measured ...")
+  int64_t batch_size = 0;                // > 0
+  std::vector<std::string> names;        // "node5 Conv2d(...)" / "layers[3] linear", for messages
+  std::vector<double> forward_ms;        // >= 0; 0 for Input nodes
+  std::vector<double> backward_ms;       // >= 0; 0 for Input nodes
+  std::vector<int64_t> parameter_bytes;  // >= 0 (fp32 weights)
+  // >= 0: the layer's output, kept for its backward and sent when a stage ends after it.
+  std::vector<int64_t> activation_bytes;
+  // >= 0: what the layer keeps for its backward beyond its input and output (LayerProfile
+  // .saved_bytes; 0 for graph.txt files). Held, never sent.
+  std::vector<int64_t> saved_bytes;
   // >= 0: one optimizer update of the layer's weights, once per step whatever the batch (0 when
   // the profile does not say: graph.txt files).
   std::vector<double> optimizer_ms;
   // cut_bytes[k]: bytes sent forward (and, as gradients, backward) when a stage ends after
   // layer k: the outputs of layers <= k consumed by some layer > k. A chain: activation_bytes[k].
   std::vector<int64_t> cut_bytes;
+  // >= 0: the model input of `batch_size` samples, which the first stage holds per micro-batch
+  // in flight as its input (fp32; token ids are held as exact floats). The job planner sets it
+  // from the model (coordinator/planner/planner.h MakePlan); 0 for a profile planned on its own,
+  // whose data loading, if any, is a layer of its own (graph.txt Input nodes).
+  int64_t input_bytes = 0;
+  // Weights of one layer tied to another's (lm_head tied to the embedding's table): `copy_layer`
+  // holds a copy of `bytes` bytes of `owner_layer`'s parameters (counted in both layers'
+  // parameter_bytes). On different stages the two copies' gradients are summed every step. Set
+  // by the job planner from the model; profiles carry none.
+  struct Tie {
+    int owner_layer = 0;
+    int copy_layer = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<Tie> ties;
 
   int num_layers() const { return static_cast<int>(forward_ms.size()); }
 };

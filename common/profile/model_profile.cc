@@ -185,6 +185,7 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
     chain.backward_ms.push_back(layer.input() ? 0.0 : layer.backward_ms());
     chain.parameter_bytes.push_back(layer.parameter_bytes());
     chain.activation_bytes.push_back(layer.activation_bytes());
+    chain.saved_bytes.push_back(layer.saved_bytes());
     chain.optimizer_ms.push_back(layer.optimizer_ms());
   }
   DAPPLE_ASSIGN_OR_RETURN(chain.cut_bytes, CutBytes(profile));
@@ -240,6 +241,12 @@ absl::Status CheckProfileMatchesModel(const v1::ModelProfile& profile, const v1:
   return absl::OkStatus();
 }
 
+void SetLayerSizes(const LayerInfo& info, int64_t batch_size, v1::LayerProfile* layer) {
+  layer->set_activation_bytes(info.output_bytes * batch_size);
+  layer->set_saved_bytes(info.saved_bytes * batch_size);
+  layer->set_parameter_bytes(info.param_count * static_cast<int64_t>(sizeof(float)));
+}
+
 absl::StatusOr<v1::ModelProfile> EstimateProfile(const v1::ModelSpec& model, int64_t batch_size,
                                                  double flops_per_second) {
   if (batch_size <= 0) {
@@ -262,8 +269,7 @@ absl::StatusOr<v1::ModelProfile> EstimateProfile(const v1::ModelSpec& model, int
     layer->set_name(info.type);
     layer->set_forward_ms(info.forward_flops * batch / flops_per_second * 1000.0);
     layer->set_backward_ms(info.backward_flops * batch / flops_per_second * 1000.0);
-    layer->set_activation_bytes(info.output_bytes * batch_size);
-    layer->set_parameter_bytes(info.param_count * 4);
+    SetLayerSizes(info, batch_size, layer);
   }
   return profile;
 }

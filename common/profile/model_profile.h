@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/model/layer_type.h"
 #include "common/profile/chain_profile.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/profile.pb.h"
@@ -26,7 +27,8 @@ inline constexpr int kMaxProfileLayers = 100000;
 // (an optional trailing " -- stage_id=K" is ignored), then edge lines "<TAB><src> -- <dst>".
 // Layers are returned in a topological order of the graph (Kahn's algorithm, ties broken by
 // file order), edges as indices into that order. `batch_size` (> 0, else kInvalidArgument) is
-// stored as is.
+// stored as is. saved_bytes and optimizer_ms stay 0: the format has no key for them (a layer's
+// backward state beyond its output is unknown, so the memory model counts outputs only).
 // kInvalidArgument "<source>:<line>:<column>: <field>: <what is wrong>" for: a malformed line,
 // a missing or repeated key, a value that is not a finite number >= 0, an edge naming an unknown
 // node, a repeated node id, a cycle (naming a node on it), an empty file, more than
@@ -57,15 +59,17 @@ absl::StatusOr<v1::ModelProfile> ReadProfileFile(const std::string& path, int64_
 // parseable line it writes an empty id as "layer<k>", blanks in ids as '_', line breaks in names
 // as ' ', " -- " in names as " - " and an empty name as "unnamed"; times use the shortest text
 // that reads back exactly; a layer's `input` flag comes back only if its name starts with
-// "Input".
+// "Input". The format has no key for saved_bytes and optimizer_ms: they are not written (and
+// come back 0).
 std::string WriteGraphTxt(const v1::ModelProfile& profile);
 
 // The planner's chain view (chain_profile.h): layers in the profile's order, Input nodes' times
 // forced to 0, cut_bytes from the edges (a chain without edges: cut_bytes[k] =
-// activation_bytes[k]). kInvalidArgument for an empty profile, more than kMaxProfileLayers
-// layers, batch_size <= 0, an edge that goes backwards in the order (the profile is not
-// topologically sorted), or no compute at all ("profile X has no compute: every layer's forward
-// and backward time is 0", e.g. only Input nodes): a plan of it would take 0 ms.
+// activation_bytes[k]), input_bytes 0 and no ties (the job planner adds both from the model).
+// kInvalidArgument for an empty profile, more than kMaxProfileLayers layers, batch_size <= 0, an
+// edge that goes backwards in the order (the profile is not topologically sorted), or no compute at
+// all ("profile X has no compute: every layer's forward and backward time is 0", e.g. only Input
+// nodes): a plan of it would take 0 ms.
 absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile);
 
 // Checks that `profile` describes `model`: after dropping Input nodes it has one layer per
@@ -80,10 +84,17 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile);
 // walk.
 absl::Status CheckProfileMatchesModel(const v1::ModelProfile& profile, const v1::ModelSpec& model);
 
+// Sets `layer`'s sizes from the model's declaration of it (common/model/layer_type.h) at
+// `batch_size` samples: activation_bytes = output_bytes x batch, saved_bytes = saved_bytes x
+// batch, parameter_bytes = param_count x 4 (fp32; a tied copy counts on its own layer). Every
+// profile of a dapple model gets its sizes here (estimated, measured, emulated), so they agree
+// with the runtime's accounting whatever measured the times.
+void SetLayerSizes(const LayerInfo& info, int64_t batch_size, v1::LayerProfile* layer);
+
 // A profile of `model` at `batch_size` samples estimated from its FLOPs (model_info.h) at
-// `flops_per_second`, one layer per model layer named by its type, a chain; source says
-// "estimated from FLOPs at <X> GFLOP/s". kInvalidArgument for InferLayers' errors or
-// batch_size <= 0 or flops_per_second <= 0.
+// `flops_per_second`, one layer per model layer named by its type with SetLayerSizes' sizes, a
+// chain; source says "estimated from FLOPs at <X> GFLOP/s". kInvalidArgument for InferLayers'
+// errors or batch_size <= 0 or flops_per_second <= 0.
 absl::StatusOr<v1::ModelProfile> EstimateProfile(const v1::ModelSpec& model, int64_t batch_size,
                                                  double flops_per_second);
 

@@ -42,6 +42,7 @@ absl::Status ValidateProblem(const PlanningProblem& problem) {
   DAPPLE_RETURN_IF_ERROR(length("backward_ms", p.backward_ms.size(), L));
   DAPPLE_RETURN_IF_ERROR(length("parameter_bytes", p.parameter_bytes.size(), L));
   DAPPLE_RETURN_IF_ERROR(length("activation_bytes", p.activation_bytes.size(), L));
+  DAPPLE_RETURN_IF_ERROR(length("saved_bytes", p.saved_bytes.size(), L));
   DAPPLE_RETURN_IF_ERROR(length("cut_bytes", p.cut_bytes.size(), L - 1));
   if (p.batch_size <= 0) {
     return absl::InvalidArgumentError(

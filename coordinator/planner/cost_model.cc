@@ -52,12 +52,6 @@ int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last
   return sum;
 }
 
-double ActivationBytes(const profile::ChainProfile& profile, int first, int last, double samples) {
-  double sum = 0;
-  for (int i = first; i <= last; ++i) sum += static_cast<double>(profile.activation_bytes[i]);
-  return sum * Scale(profile, samples);
-}
-
 double LinkBandwidth(const v1::ClusterTopology& topology, const std::vector<int>& from,
                      const std::vector<int>& to) {
   return AllOnOneNode(topology, from, to) ? topology.intra_node_bandwidth_bytes_per_s()
@@ -95,6 +89,30 @@ double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
   // Ring: a reduce-scatter and an all-gather of n - 1 rounds each, every round moving bytes / n
   // per device over the slowest link of the ring.
   return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * kMsPerSecond;
+}
+
+double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,
+                         const std::vector<int>& a, const std::vector<int>& b) {
+  if (bytes == 0 || a == b) return 0.0;
+  // A ring of two: one round of the reduce-scatter and one of the all-gather, each moving half
+  // the bytes per direction; the replica pairs run side by side.
+  return 2 * LinkLatencyMs(topology, a, b) + bytes / LinkBandwidth(topology, a, b) * kMsPerSecond;
+}
+
+std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem, const HybridPlan& plan) {
+  const int p = static_cast<int>(plan.stages.size());
+  std::vector<double> ms(p, 0.0);
+  if (problem.profile.ties.empty() || p < 2) return ms;
+  for (const profile::ChainProfile::Tie& tie : problem.profile.ties) {
+    const int owner = StageOfLayer(plan, tie.owner_layer);
+    const int copy = StageOfLayer(plan, tie.copy_layer);
+    if (owner < 0 || copy < 0 || owner == copy) continue;
+    const double t = TiedGradientSumMs(problem.topology, static_cast<double>(tie.bytes),
+                                       plan.stages[owner].devices, plan.stages[copy].devices);
+    ms[owner] += t;
+    ms[copy] += t;
+  }
+  return ms;
 }
 
 }  // namespace dapple::coordinator

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/profile/chain_profile.h"
+#include "coordinator/planner/problem.h"
 #include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
@@ -18,9 +19,7 @@ double ForwardMs(const profile::ChainProfile& profile, int first, int last, doub
 double BackwardMs(const profile::ChainProfile& profile, int first, int last, double samples);
 // Sum of parameter_bytes of layers [first, last].
 int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last);
-// Sum of activation_bytes of layers [first, last] scaled to `samples` samples: what one
-// micro-batch of that many samples keeps alive for its backward.
-double ActivationBytes(const profile::ChainProfile& profile, int first, int last, double samples);
+// (A stage's activation memory per micro-batch: activation_memory.h.)
 
 // The slowest link between any device of `from` and any of `to` (intra-node when all are on one
 // node, else inter-node): bandwidth bytes/s and latency ms.
@@ -40,6 +39,19 @@ double TransferMs(const v1::ClusterTopology& topology, double bytes, const std::
 // the slowest link among the devices. 0 for one device.
 double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
                    const std::vector<int>& devices);
+
+// The sum of a tied weight's gradient over the two stages holding copies of it
+// (ChainProfile::Tie: the embedding's stage and the lm_head's), once per step before their
+// optimizer steps: each replica pair exchanges its `bytes` of gradient both ways at once, a ring
+// AllReduce of two, `2 latency + bytes / bandwidth` over the slowest link between the devices
+// of `a` and `b`. 0 when bytes == 0 or a == b.
+double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,
+                         const std::vector<int>& a, const std::vector<int>& b);
+
+// Per stage of `plan`: the TiedGradientSumMs of every tie of problem.profile whose owner and
+// copy layers sit on different stages, charged to both of them (each waits for the sum before
+// its optimizer step). All zeros without such ties (one stage, or an untied model).
+std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem, const HybridPlan& plan);
 
 }  // namespace dapple::coordinator
 

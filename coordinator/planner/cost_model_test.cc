@@ -33,6 +33,7 @@ profile::ChainProfile FourLayers() {
   p.backward_ms = {2, 4, 6, 8};
   p.parameter_bytes = {100, 200, 300, 400};
   p.activation_bytes = {1000, 2000, 3000, 4000};
+  p.saved_bytes = {0, 0, 0, 0};
   p.cut_bytes = {1000, 2000, 3000};
   return p;
 }
@@ -49,13 +50,32 @@ TEST(CostModelTest, ComputeScalesLinearlyWithSamples) {
   EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 0, 32.0 / 3), 1.0 / 3);
 }
 
-TEST(CostModelTest, ParametersAreSummedAndActivationsScaled) {
+TEST(CostModelTest, ParametersAreSummed) {
   const profile::ChainProfile p = FourLayers();
   EXPECT_EQ(ParameterBytes(p, 0, 3), 1000);
   EXPECT_EQ(ParameterBytes(p, 2, 2), 300);
-  EXPECT_DOUBLE_EQ(ActivationBytes(p, 0, 1, 32), 3000.0);
-  EXPECT_DOUBLE_EQ(ActivationBytes(p, 0, 1, 8), 750.0);
-  EXPECT_DOUBLE_EQ(ActivationBytes(p, 3, 3, 64), 8000.0);
+}
+
+TEST(CostModelTest, TiedGradientSumIsARingOfTwoOverTheStagesLink) {
+  const v1::ClusterTopology t = TwoNodes();
+  // 2 latency + bytes / bandwidth: one round each way, every replica pair at once.
+  EXPECT_DOUBLE_EQ(TiedGradientSumMs(t, 1e6, {0}, {3}), 2 * 0.005 + 1e6 / 100e9 * 1000);
+  EXPECT_DOUBLE_EQ(TiedGradientSumMs(t, 1e6, {0, 1}, {4, 5}), 2 * 0.01 + 1e6 / 1e9 * 1000);
+  EXPECT_EQ(TiedGradientSumMs(t, 0, {0}, {3}), 0.0);
+  EXPECT_EQ(TiedGradientSumMs(t, 1e6, {2}, {2}), 0.0);  // one stage holds both: nothing to sum
+}
+
+TEST(CostModelTest, TiedGradientSumIsChargedToTheTwoStagesHoldingCopies) {
+  PlanningProblem problem;
+  problem.profile = FourLayers();
+  problem.topology = TwoNodes();
+  problem.profile.ties = {{0, 3, 4096}};  // layer 3 holds a copy of 4096 bytes of layer 0's
+  HybridPlan plan;
+  plan.stages = {{0, 0, {0}}, {1, 2, {1}}, {3, 3, {4}}};
+  const double sum = TiedGradientSumMs(problem.topology, 4096, {0}, {4});
+  EXPECT_EQ(TiedGradientMsPerStage(problem, plan), (std::vector<double>{sum, 0, sum}));
+  plan.stages = {{0, 3, {0, 1}}};
+  EXPECT_EQ(TiedGradientMsPerStage(problem, plan), (std::vector<double>{0}));
 }
 
 TEST(CostModelTest, IntraNodeLinkOnlyWhenEveryDeviceSharesANode) {

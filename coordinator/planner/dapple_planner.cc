@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/baseline_planners.h"
 #include "coordinator/planner/dapple_candidates.h"
 #include "coordinator/planner/dapple_layout.h"
@@ -49,10 +50,11 @@ absl::Status SmallestPlanMemoryError(const LayoutScorer& scorer, const std::vect
   for (const Scored& s : pool) consider(s.layout);
   // The deepest straight pipeline, balanced by weight and activation bytes.
   const int P = problem.num_stages > 0 ? problem.num_stages : std::min(L, D);
+  const ActivationMemory activations(problem.profile);
   std::vector<double> bytes(L);
   for (int i = 0; i < L; ++i) {
     bytes[i] = state_factor * static_cast<double>(problem.profile.parameter_bytes[i]) +
-               static_cast<double>(problem.profile.activation_bytes[i]);
+               activations.LayerBytes(i);
   }
   absl::StatusOr<std::vector<std::pair<int, int>>> ranges = BalancedRanges(bytes, P);
   if (ranges.ok()) {

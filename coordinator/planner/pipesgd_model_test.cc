@@ -120,6 +120,7 @@ TEST(PipeSgdModel, FillsPlansOfOneReplicatedStage) {
     profile.backward_ms.push_back(2.0);
     profile.parameter_bytes.push_back(20'000'000);  // 40 MB of gradients in all
     profile.activation_bytes.push_back(0);
+    profile.saved_bytes.push_back(0);
   }
   profile.cut_bytes.push_back(0);
   PlanningProblem problem;

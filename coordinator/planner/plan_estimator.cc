@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "common/profile/chain_profile.h"
+#include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
 
 namespace dapple::coordinator {
 
-PlanEstimator::PlanEstimator(const PlanningProblem& problem) : problem_(problem) {
+PlanEstimator::PlanEstimator(const PlanningProblem& problem)
+    : problem_(problem), activation_(problem.profile) {
   for (int n = 0; n < problem.topology.nodes_size(); ++n) {
     for (int d = 0; d < problem.topology.nodes(n).devices(); ++d) {
       node_of_.push_back(n);
@@ -23,12 +25,10 @@ PlanEstimator::PlanEstimator(const PlanningProblem& problem) : problem_(problem)
   forward_prefix_.assign(L + 1, 0.0);
   backward_prefix_.assign(L + 1, 0.0);
   parameter_prefix_.assign(L + 1, 0);
-  activation_prefix_.assign(L + 1, 0.0);
   for (int i = 0; i < L; ++i) {
     forward_prefix_[i + 1] = forward_prefix_[i] + p.forward_ms[i];
     backward_prefix_[i + 1] = backward_prefix_[i] + p.backward_ms[i];
     parameter_prefix_[i + 1] = parameter_prefix_[i] + p.parameter_bytes[i];
-    activation_prefix_[i + 1] = activation_prefix_[i] + static_cast<double>(p.activation_bytes[i]);
   }
 }
 
@@ -81,8 +81,7 @@ int64_t PlanEstimator::ParameterBytes(int first, int last) const {
 }
 
 double PlanEstimator::ActivationBytes(int first, int last, double samples) const {
-  return (activation_prefix_[last + 1] - activation_prefix_[first]) * samples /
-         static_cast<double>(problem_.profile.batch_size);
+  return activation_.PerMicroBatch(first, last, samples);
 }
 
 double PlanEstimator::CutBytes(int last, double samples) const {
@@ -97,13 +96,13 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
   const double M = plan.micro_batches;
   // f, g: one micro-batch's forward / backward compute on one replica; x: the transfer across
   // the cut after the stage (activations forward, gradients back: the same bytes).
-  std::vector<double> f(P), g(P), x(P, 0.0), AR(P);
+  std::vector<double> f(P), g(P), x(P, 0.0), AR = TiedGradientMsPerStage(problem_, plan);
   for (int s = 0; s < P; ++s) {
     const StagePlan& st = plan.stages[s];
     const double share = b / static_cast<double>(st.devices.size());
     f[s] = ForwardMs(st.first_layer, st.last_layer, share);
     g[s] = BackwardMs(st.first_layer, st.last_layer, share);
-    AR[s] =
+    AR[s] +=
         AllReduceMs(static_cast<double>(ParameterBytes(st.first_layer, st.last_layer)), st.devices);
     if (s + 1 < P) {
       x[s] = TransferMs(CutBytes(st.last_layer, b), st.devices, plan.stages[s + 1].devices);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/problem.h"
 
 namespace dapple::coordinator {
@@ -17,7 +18,8 @@ namespace dapple::coordinator {
 // L = T_w + T_s + T_e around a pivot stage Q. Per stage s: f_s / g_s one micro-batch's forward
 // / backward compute on one replica (its share of the split micro-batch), x_s the transfer of
 // the activations (and, back, their gradients) across the cut after it, AR_s the AllReduce of
-// its gradients (0 with one replica). Under dapple (1F1B):
+// its gradients (0 with one replica) plus the sum of tied weights' gradients with another
+// stage (TiedGradientMsPerStage, cost_model.h). Under dapple (1F1B):
 //   cycle_s = the longest per-micro-batch loop starting at stage s:
 //             max(f_s + g_s, x_s, max_{e > s} (sum_{i=s..e} (f_i + g_i) + 2 sum_{l=s..e-1} x_l)
 //                                              / (e - s + 1))
@@ -52,7 +54,8 @@ struct LatencyEstimate {
 
 // Per replica, as the simulator counts it (plan_simulator.h): weights + gradients + optimizer
 // state ((2 + optimizer_state_factor) x parameter bytes) and in_flight micro-batches of the
-// stage's activations at micro_batch_size / replicas samples, in_flight = min(P - s, M) under
+// stage's activations (ActivationMemory, activation_memory.h) at micro_batch_size / replicas
+// samples, in_flight = min(P - s, M) under
 // dapple, M under gpipe; under pipedream (1F1B-RR) ceil(K_s / D_s) whole micro-batches with
 // K_s = D_s + ... + D_{P-1} (P - s with one replica per stage), plus ceil((K_s - 1) / D_s)
 // stashed weight versions (schedule::PipeDreamReplicaVersions - 1; P - s - 1 unreplicated).
@@ -85,6 +88,7 @@ class PlanEstimator {
   double ForwardMs(int first, int last, double samples) const;
   double BackwardMs(int first, int last, double samples) const;
   int64_t ParameterBytes(int first, int last) const;
+  // ActivationMemory::PerMicroBatch: one micro-batch of `samples` samples on a stage.
   double ActivationBytes(int first, int last, double samples) const;
   // Bytes crossing the cut after layer `last` for `samples` samples (0 after the last layer).
   double CutBytes(int last, double samples) const;
@@ -106,7 +110,7 @@ class PlanEstimator {
   std::vector<double> forward_prefix_;  // L + 1 entries
   std::vector<double> backward_prefix_;
   std::vector<int64_t> parameter_prefix_;
-  std::vector<double> activation_prefix_;
+  ActivationMemory activation_;
 };
 
 }  // namespace dapple::coordinator

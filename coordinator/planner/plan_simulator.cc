@@ -15,6 +15,7 @@
 #include "common/schedule/pipedream_steps.h"
 #include "common/schedule/simulator.h"
 #include "common/status.h"
+#include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
 
@@ -78,6 +79,7 @@ absl::Status CheckProfile(const profile::ChainProfile& profile) {
   DAPPLE_RETURN_IF_ERROR(check_size("backward_ms", profile.backward_ms.size(), layers));
   DAPPLE_RETURN_IF_ERROR(check_size("parameter_bytes", profile.parameter_bytes.size(), layers));
   DAPPLE_RETURN_IF_ERROR(check_size("activation_bytes", profile.activation_bytes.size(), layers));
+  DAPPLE_RETURN_IF_ERROR(check_size("saved_bytes", profile.saved_bytes.size(), layers));
   DAPPLE_RETURN_IF_ERROR(check_size("cut_bytes", profile.cut_bytes.size(), layers - 1));
   auto layer = [&](size_t i) {
     return absl::StrCat("profile layer ", i,
@@ -93,9 +95,21 @@ absl::Status CheckProfile(const profile::ChainProfile& profile) {
     for (const auto& [field, value] :
          {std::pair{"parameter_bytes", profile.parameter_bytes[i]},
           std::pair{"activation_bytes", profile.activation_bytes[i]},
+          std::pair{"saved_bytes", profile.saved_bytes[i]},
           std::pair{"cut_bytes", i + 1 < layers ? profile.cut_bytes[i] : int64_t{0}}}) {
       if (value < 0)
         return Invalid(absl::StrCat(layer(i), " ", field, " ", value, " must be >= 0"));
+    }
+  }
+  if (profile.input_bytes < 0) {
+    return Invalid(absl::StrCat("profile input_bytes ", profile.input_bytes, " must be >= 0"));
+  }
+  for (const profile::ChainProfile::Tie& tie : profile.ties) {
+    if (tie.owner_layer < 0 || tie.copy_layer < 0 || tie.owner_layer >= static_cast<int>(layers) ||
+        tie.copy_layer >= static_cast<int>(layers) || tie.bytes < 0) {
+      return Invalid(absl::StrCat("profile tie of layer ", tie.copy_layer, " to layer ",
+                                  tie.owner_layer, " (", tie.bytes,
+                                  " bytes) names a layer outside the profile or negative bytes"));
     }
   }
   return absl::OkStatus();
@@ -231,6 +245,10 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   lower.allreduce_stages.resize(p);
   std::vector<int64_t> params(p);
   std::vector<double> activation_per_micro_batch(p);
+  const ActivationMemory activations(profile);
+  // Tied copies on different stages (the embedding's table on the lm_head's stage) sum their
+  // gradients before the optimizer step: charged as (part of) the stage's ALLREDUCE.
+  const std::vector<double> tied_ms = TiedGradientMsPerStage(problem, plan);
   for (int s = 0; s < p; ++s) {
     const StagePlan& stage = plan.stages[s];
     const int replicas = static_cast<int>(stage.devices.size());
@@ -250,14 +268,15 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     }
     // A pipedream replica stashes a whole micro-batch's activations per micro-batch in flight.
     activation_per_micro_batch[s] =
-        ActivationBytes(profile, stage.first_layer, stage.last_layer, pipedream ? b : share);
-    lower.allreduce_stages[s] = replicas > 1;
+        activations.PerMicroBatch(stage.first_layer, stage.last_layer, pipedream ? b : share);
+    lower.allreduce_stages[s] = replicas > 1 || tied_ms[s] > 0;
     if (replicas > 1) {
       DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, stage.devices,
                                        absl::StrCat("stage ", s, "'s AllReduce")));
       costs.allreduce_per_stage[s] =
           AllReduceMs(problem.topology, static_cast<double>(params[s]), stage.devices);
     }
+    costs.allreduce_per_stage[s] += tied_ms[s];
     if (s + 1 < p) {
       const std::vector<int>& next = plan.stages[s + 1].devices;
       DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, next,

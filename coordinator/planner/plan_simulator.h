@@ -13,12 +13,16 @@
 //     TransferMs(cut bytes at b samples) after the send; links carry one transfer at a time per
 //     direction; receives wait for the transfer's end;
 //   - a stage with D > 1 replicas runs ALLREDUCE of its parameter bytes (AllReduceMs) after its
-//     last backward, before OPTIMIZER_STEP; it overlaps other stages' work;
+//     last backward, before OPTIMIZER_STEP; it overlaps other stages' work. The two stages that
+//     hold copies of a tied weight (profile.ties: the embedding's and the lm_head's) add the
+//     sum of its gradients (TiedGradientSumMs) to that ALLREDUCE, or run it as one without
+//     replicas;
 //   - OPTIMIZER_STEP of a stage costs the sum of its layers' optimizer_ms (measured profiles; 0
 //     for files), on every replica;
 //   - memory per replica: weights + gradients + optimizer_state_factor * weights, plus
-//     peak_in_flight micro-batches of activations (ActivationBytes at b / D samples); pipedream
-//     holds peak_in_flight = ceil(K_s / D_s) whole micro-batches (ActivationBytes at b samples)
+//     peak_in_flight micro-batches of activations (ActivationMemory::PerMicroBatch at b / D
+//     samples: the stage input, its layers' outputs and saved bytes, activation_memory.h);
+//     pipedream holds peak_in_flight = ceil(K_s / D_s) whole micro-batches (at b samples)
 //     and adds its stashed weight versions (at most ceil((K_s - 1) / D_s) extra copies of the
 //     weights, schedule::PipeDreamReplicaVersions - 1: P - s - 1 with one replica per stage).
 //   - gpipe and dapple are synchronous (one flush per step); pipedream is asynchronous: its

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/plan_estimator.h"
 #include "coordinator/planner/plan_summary.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -49,6 +50,7 @@ profile::ChainProfile Equal(int layers, int64_t batch, double f, double b, int64
     p.backward_ms.push_back(b);
     p.parameter_bytes.push_back(params);
     p.activation_bytes.push_back(activation);
+    p.saved_bytes.push_back(0);
     if (i + 1 < layers) p.cut_bytes.push_back(cut);
   }
   return p;
@@ -178,6 +180,39 @@ TEST(PlanSimulatorTest, MemoryByHand) {
   EXPECT_EQ(pred->stages[1].weight_bytes, 9000);
   EXPECT_EQ(pred->stages[1].activation_bytes, 300);
   EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9300);
+}
+
+TEST(PlanSimulatorTest, MemoryCountsTheStageInputAndWhatLayersSave) {
+  // A chain at batch 4: outputs 100, 100, 300 (each the next layer's input), saved bytes 40, 0,
+  // 60 (what their backwards keep besides), a model input of 50. Micro-batches of 8 samples
+  // (twice the profile batch), M = 4, dapple: 2 in flight on stage 0, 1 on stage 1.
+  profile::ChainProfile profile = Equal(3, 4, 1, 2);
+  profile.activation_bytes = {100, 100, 300};
+  profile.saved_bytes = {40, 0, 60};
+  profile.cut_bytes = {100, 100};
+  profile.input_bytes = 50;
+  const PlanningProblem problem = Problem(profile, Topology(1, 4), 32);
+  HybridPlan plan;
+  plan.stages = {{0, 1, {0}}, {2, 2, {1}}};
+  plan.micro_batch_size = 8;
+  plan.micro_batches = 4;
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  // Stage 0: (model input 50 + 100 + 40 + 100) x 2 (8 samples) x 2 micro-batches.
+  EXPECT_EQ(pred->stages[0].activation_bytes, (50 + 100 + 40 + 100) * 2 * 2);
+  // Stage 1: (its input, the cut after layer 1, 100 + 300 + 60) x 2 x 1; the saved bytes are
+  // held, never sent: the transfer stays the cut's 100 bytes (free links here).
+  EXPECT_EQ(pred->stages[1].activation_bytes, (100 + 300 + 60) * 2);
+  // The analytical estimator counts the same bytes.
+  const MemoryEstimate estimate = PlanEstimator(problem).Memory(plan);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(estimate.stages[s].activation_bytes, pred->stages[s].activation_bytes) << s;
+  }
+  // Two replicas of stage 1 halve its share of every micro-batch, its input included.
+  plan.stages[1].devices = {1, 2};
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  EXPECT_EQ(pred->stages[1].activation_bytes, 100 + 300 + 60);
 }
 
 // A data-parallel plan has no bubble, but step - busy - allreduce is a difference of sums of

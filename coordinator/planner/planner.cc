@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/profile/cluster_topology.h"
 #include "common/profile/format_bytes.h"
@@ -59,6 +60,20 @@ v1::ModelProfile WithoutInputNodes(const v1::ModelProfile& profile) {
     edge->set_dst(index[e.dst()]);
   }
   return out;
+}
+
+// The model's tied weights (an lm_head tied to the embedding): the copy's parameter bytes.
+std::vector<profile::ChainProfile::Tie> TiesOf(const std::vector<LayerInfo>& layers) {
+  std::vector<profile::ChainProfile::Tie> ties;
+  for (const LayerInfo& info : layers) {
+    if (info.tied_layer < 0) continue;
+    int64_t floats = 0;
+    for (const ParamInfo& p : info.params) {
+      if (!p.tied_to.empty()) floats += NumElements(p.shape);
+    }
+    ties.push_back({info.tied_layer, info.index, floats * static_cast<int64_t>(sizeof(float))});
+  }
+  return ties;
 }
 
 // Replicas of every stage of a planner that does not choose them (balanced, uniform, manual):
@@ -145,6 +160,31 @@ absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::stri
         plan.micro_batches == 1 ? " replica" : " replicas", " per stage)"));
   }
   return absl::OkStatus();
+}
+
+// Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
+// copies sit (both stages hold the table; the gradient sum between them is in the prediction).
+void AddModelNotes(const std::vector<LayerInfo>& layers,
+                   const std::vector<profile::ChainProfile::Tie>& ties, const HybridPlan& plan,
+                   const Prediction& prediction, v1::ParallelPlanSummary* summary) {
+  if (layers.front().token_input && prediction.samples_per_second > 0) {
+    const int64_t tokens = NumElements(layers.front().input_shape);
+    summary->add_notes(
+        absl::StrFormat("a sample is a sequence of %d tokens: %.0f tokens/s", tokens,
+                        prediction.samples_per_second * static_cast<double>(tokens)));
+  }
+  for (const profile::ChainProfile::Tie& tie : ties) {
+    const int owner = StageOfLayer(plan, tie.owner_layer);
+    const int copy = StageOfLayer(plan, tie.copy_layer);
+    if (owner == copy) continue;
+    summary->add_notes(absl::StrCat(
+        "tied weights: model.layers[", tie.copy_layer, "] (", layers[tie.copy_layer].type,
+        ") on stage ", copy, " holds a ", profile::FormatBytes(tie.bytes),
+        " copy of weights of model.layers[", tie.owner_layer, "] (", layers[tie.owner_layer].type,
+        ") on stage ", owner,
+        ": both stages count it, and the sum of the two copies' gradients every step is in the "
+        "predicted step time"));
+  }
 }
 
 }  // namespace
@@ -278,6 +318,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   // Step 3: the problem.
   PlanningProblem problem;
   DAPPLE_ASSIGN_OR_RETURN(problem.profile, profile::ToChain(model_profile));
+  // What a profile does not say, from the model: the input stage 0 holds per micro-batch (token
+  // ids as floats, like pixels), and the weights tied across layers.
+  problem.profile.input_bytes = InputBytes(layers.front()) * problem.profile.batch_size;
+  problem.profile.ties = TiesOf(layers);
   problem.topology = topology;
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
@@ -358,6 +402,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                                     " devices (parallel.devices): the job runs on ", used,
                                     used == 1 ? " worker" : " workers"));
   }
+  AddModelNotes(layers, problem.profile.ties, plan, planned.prediction, summary);
   // Stages with replicas all-reduce their gradients before each optimizer step.
   schedule::LowerOptions lower;
   for (const StagePlan& s : plan.stages) lower.allreduce_stages.push_back(s.devices.size() > 1);

@@ -40,6 +40,7 @@ profile::ChainProfile Chain(const std::vector<double>& forward_ms,
     p.backward_ms.push_back(2 * forward_ms[i]);
     p.parameter_bytes.push_back(parameter_bytes[i]);
     p.activation_bytes.push_back(activation_bytes[i]);
+    p.saved_bytes.push_back(0);
   }
   for (size_t i = 0; i + 1 < forward_ms.size(); ++i) p.cut_bytes.push_back(activation_bytes[i]);
   return p;

@@ -54,6 +54,16 @@ struct HybridPlan {
   int micro_batches = 0;          // M = global_batch / micro_batch_size
 };
 
+// The stage of `plan` whose layer range holds `layer`, or -1.
+inline int StageOfLayer(const HybridPlan& plan, int layer) {
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    if (layer >= plan.stages[s].first_layer && layer <= plan.stages[s].last_layer) {
+      return static_cast<int>(s);
+    }
+  }
+  return -1;
+}
+
 struct StagePrediction {
   double forward_ms = 0;  // one micro-batch's forward on one replica (its share)
   double backward_ms = 0;

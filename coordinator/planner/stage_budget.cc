@@ -19,7 +19,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-StageBudget::StageBudget(const PlanningProblem& problem) : problem_(problem) {
+StageBudget::StageBudget(const PlanningProblem& problem)
+    : problem_(problem), activation_(problem.profile) {
   L_ = problem.profile.num_layers();
   D_ = UsableDeviceCount(problem);
   G_ = static_cast<double>(problem.global_batch);
@@ -29,11 +30,9 @@ StageBudget::StageBudget(const PlanningProblem& problem) : problem_(problem) {
   const profile::ChainProfile& p = problem.profile;
   work_prefix_.assign(L_ + 1, 0.0);
   weight_prefix_.assign(L_ + 1, 0.0);
-  act_prefix_.assign(L_ + 1, 0.0);
   for (int i = 0; i < L_; ++i) {
     work_prefix_[i + 1] = work_prefix_[i] + p.forward_ms[i] + p.backward_ms[i];
     weight_prefix_[i + 1] = weight_prefix_[i] + static_cast<double>(p.parameter_bytes[i]);
-    act_prefix_[i + 1] = act_prefix_[i] + static_cast<double>(p.activation_bytes[i]);
   }
   cut_.assign(L_, 0.0);
   for (int i = 0; i + 1 < L_; ++i) {
@@ -129,7 +128,7 @@ double StageBudget::StageCost(const Slot& slot, int first, int last) const {
 
 bool StageBudget::StageFits(const Slot& slot, int first, int last) const {
   return state_factor_ * (weight_prefix_[last + 1] - weight_prefix_[first]) +
-             slot.activation_scale * (act_prefix_[last + 1] - act_prefix_[first]) <=
+             slot.activation_scale * activation_.AtProfileBatch(first, last) <=
          slot.memory_bytes;
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/problem.h"
 
 namespace dapple::coordinator::dapple_search {
@@ -28,7 +29,7 @@ struct Slot {
   double ar_fixed_ms = 0;    // AllReduce: ar_fixed_ms + ar_ms_per_byte * parameter bytes
   double ar_ms_per_byte = 0;
   double memory_bytes = 0;      // the smallest device memory among its devices
-  double activation_scale = 0;  // in-flight bytes per profile-batch activation byte
+  double activation_scale = 0;  // in-flight bytes per profile-batch ActivationMemory byte
   double link_ms_per_byte = 0;  // per-step transfer ms per profile-batch cut byte to the next
 };
 
@@ -82,7 +83,9 @@ class StageBudget {
 
   // Per-step compute + AllReduce ms of layers [first, last] in `slot`.
   double StageCost(const Slot& slot, int first, int last) const;
-  // Whether weights, gradients, optimizer state and in-flight activations fit the slot's memory.
+  // Whether weights, gradients, optimizer state and in-flight activations (ActivationMemory)
+  // fit the slot's memory. Monotone in the range: a stage's bytes only grow as it takes layers
+  // on either side (a stage's input is at most its previous layer's input plus output).
   bool StageFits(const Slot& slot, int first, int last) const;
   bool StageOk(const Slot& slot, int first, int last, double T) const {
     return StageCost(slot, first, last) <= T && StageFits(slot, first, last);
@@ -128,7 +131,8 @@ class StageBudget {
   double batch_ = 1;
   double state_factor_ = 2;
   bool dapple_schedule_ = true;
-  std::vector<double> work_prefix_, weight_prefix_, act_prefix_, cut_;
+  std::vector<double> work_prefix_, weight_prefix_, cut_;
+  ActivationMemory activation_;
   double max_cut_ = 0;
   double link_weight_ = 1.0;
   bool pair_mode_ = false;

@@ -53,8 +53,7 @@ absl::StatusOr<v1::ModelProfile> EmulatedProfileFromFile(const v1::JobSpec& spec
     l->set_forward_ms(e.forward_ms() * scale);
     l->set_backward_ms(e.backward_ms() * scale);
     l->set_optimizer_ms(e.optimizer_ms() * scale);
-    l->set_activation_bytes(layers[k].output_bytes * file.batch_size());
-    l->set_parameter_bytes(layers[k].param_count * static_cast<int64_t>(sizeof(float)));
+    profile::SetLayerSizes(layers[k], file.batch_size(), l);
   }
   return out;
 }

@@ -7,9 +7,10 @@
 //   - times (forward_ms, backward_ms, optimizer_ms) are the file's, multiplied by
 //     emulation.scale, at the file's batch size (profile::ReadProfileFile: "pbs-N" in the file
 //     name or an image model's Input node);
-//   - sizes (activation_bytes, parameter_bytes) are the model's real ones (fp32), because real
-//     buffers of those sizes travel between the emulated stages and are held in memory: the
-//     simulator's transfers and memory model then describe what runs;
+//   - sizes (activation_bytes, saved_bytes, parameter_bytes) are the model's real ones (fp32,
+//     profile::SetLayerSizes), because real buffers of those sizes travel between the emulated
+//     stages and are held in memory: the simulator's transfers and memory model then describe
+//     what runs;
 //   - names are "<model layer type> (emulated as <file id> '<file name>')" and the source
 //     "emulated: <path> x <scale>"; Input nodes are dropped and the layers taken in the file's
 //     (topological) order as a chain.

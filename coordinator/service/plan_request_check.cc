@@ -107,6 +107,9 @@ absl::Status CheckProfile(const v1::ModelProfile& profile) {
       return Invalid(field + ".parameter_bytes", static_cast<double>(l.parameter_bytes()),
                      "must be >= 0");
     }
+    if (l.saved_bytes() < 0) {
+      return Invalid(field + ".saved_bytes", static_cast<double>(l.saved_bytes()), "must be >= 0");
+    }
   }
   for (int i = 0; i < profile.edges_size(); ++i) {
     const v1::ProfileEdge& e = profile.edges(i);

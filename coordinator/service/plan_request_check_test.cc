@@ -74,6 +74,9 @@ TEST(PlanRequestCheckTest, Profile) {
   p.mutable_layers(2)->set_parameter_bytes(-5);
   EXPECT_EQ(CheckProfile(p).message(), "profile.layers[2].parameter_bytes -5 must be >= 0");
   p = GoodProfile();
+  p.mutable_layers(0)->set_saved_bytes(-1);
+  EXPECT_EQ(CheckProfile(p).message(), "profile.layers[0].saved_bytes -1 must be >= 0");
+  p = GoodProfile();
   v1::ProfileEdge* e = p.add_edges();
   e->set_src(0);
   e->set_dst(3);

@@ -79,10 +79,12 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
     DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] {
                               return backend.Forward(0, rows, kernels::ForwardContext{});
                             }));
+    // Token ids have no gradient: an embedding's backward is its weight gradient only, as on
+    // stage 0 of a job.
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
                               return backend.Backward(0, /*micro_batch=*/0, rows,
                                                       /*last_stage=*/false,
-                                                      /*need_dx=*/true);
+                                                      /*need_dx=*/!info.token_input);
                             }));
     // The real step runs the update once per M micro-batches; timed here once per run.
     DAPPLE_ASSIGN_OR_RETURN(const double u,
@@ -133,9 +135,7 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     layer->set_forward_ms(times->forward_ms);
     layer->set_backward_ms(times->backward_ms);
     layer->set_optimizer_ms(times->optimizer_ms);
-    layer->set_activation_bytes(NumElements(info.output_shape) * options.batch_size *
-                                static_cast<int64_t>(sizeof(float)));
-    layer->set_parameter_bytes(info.param_count * static_cast<int64_t>(sizeof(float)));
+    profile::SetLayerSizes(info, options.batch_size, layer);
   }
   return profile;
 }

@@ -1,5 +1,9 @@
 #include "worker/runtime/layer_profiler.h"
 
+#include <cmath>
+#include <vector>
+
+#include "common/model_info.h"
 #include "common/profile/model_profile.h"
 #include "gtest/gtest.h"
 
@@ -92,6 +96,157 @@ TEST(LayerProfilerTest, MeasuresATokenModel) {
   ASSERT_EQ(p->layers_size(), 2);
   EXPECT_EQ(p->layers(0).name(), "embedding");
   EXPECT_EQ(p->layers(0).activation_bytes(), 16 * 8 * 4 * 4);
+}
+
+// examples/gpt_kjv.yaml's layer types, small: embedding 32 x 8 on 16 tokens, a transformer
+// block of 2 heads, layernorm, lm_head tied to the embedding.
+v1::JobSpec GptSpec() {
+  v1::JobSpec spec;
+  v1::ModelSpec* m = spec.mutable_model();
+  m->add_input_shape(16);
+  m->set_input_type("tokens");
+  v1::LayerSpec* l = m->add_layers();
+  l->set_type("embedding");
+  l->mutable_embedding()->set_vocab(32);
+  l->mutable_embedding()->set_dim(8);
+  l = m->add_layers();
+  l->set_type("transformer_block");
+  l->mutable_transformer_block()->set_heads(2);
+  m->add_layers()->set_type("layernorm");
+  l = m->add_layers();
+  l->set_type("lm_head");
+  l->mutable_lm_head()->set_tied(true);
+  m->set_loss("softmax_cross_entropy");
+  spec.mutable_training()->mutable_optimizer()->set_type("adamw");
+  spec.mutable_training()->mutable_optimizer()->set_lr(1e-3);
+  return spec;
+}
+
+// What the profiler fed one layer's backend: its input and whether it asked for dL/dx.
+struct Fed {
+  std::vector<float> input;
+  std::vector<bool> need_dx;
+};
+
+// A backend of host buffers that computes nothing and records what it is given: the profiler's
+// side of the contract, whatever layer kernels exist.
+class RecordingBackend : public StageBackend {
+ public:
+  RecordingBackend(int64_t in_floats, int64_t out_floats, Fed* fed)
+      : in_floats_(in_floats), out_floats_(out_floats), fed_(fed) {}
+  std::string device() const override { return "cpu"; }
+  bool device_memory() const override { return false; }
+  absl::StatusOr<void*> Input(int, int64_t rows) override {
+    input_.resize(rows * in_floats_);
+    return input_.data();
+  }
+  absl::Status LoadInput(int, const float* host, int64_t rows) override {
+    fed_->input.assign(host, host + rows * in_floats_);
+    return absl::OkStatus();
+  }
+  absl::Status Forward(int, int64_t, const kernels::ForwardContext&) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Loss(int, const int32_t*, int64_t, float, bool, int64_t*) override {
+    return 0.0;
+  }
+  absl::StatusOr<const void*> OutputForSend(int, int, int64_t rows) override {
+    output_.resize(rows * out_floats_);
+    return output_.data();
+  }
+  absl::StatusOr<void*> GradInput(int, int64_t rows) override {
+    dy_.resize(rows * out_floats_);
+    return dy_.data();
+  }
+  absl::Status Backward(int, int, int64_t, bool, bool need_dx) override {
+    fed_->need_dx.push_back(need_dx);
+    return absl::OkStatus();
+  }
+  const void* GradForSend(int) const override { return input_.data(); }
+  absl::Status OptimizerStep() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
+    return std::vector<kernels::Param*>{};
+  }
+  absl::StatusOr<StageState> ExportState() override { return StageState{}; }
+  absl::Status ImportState(const StageState&) override { return absl::OkStatus(); }
+
+ private:
+  int64_t in_floats_, out_floats_;
+  Fed* fed_;
+  std::vector<float> input_, output_, dy_;
+};
+
+TEST(LayerProfilerTest, FeedsAnEmbeddingTokenIdsAndCountsWhatGptLayersSave) {
+  const v1::JobSpec spec = GptSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  std::vector<Fed> fed(infos.size());
+  BackendFactory recording = [&](const v1::JobSpec&, int first,
+                                 int last) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
+    EXPECT_EQ(first, last);
+    return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
+                                              NumElements(infos[first].output_shape), &fed[first]);
+  };
+  ProfileOptions options;
+  options.batch_size = 3;
+  options.warmup_runs = 0;
+  options.timed_runs = 2;
+  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->layers_size(), 4);
+  // The embedding reads 3 x 16 token ids, exact integers in [0, vocab), and its backward
+  // computes no input gradient (ids have none), as on a job's stage 0.
+  ASSERT_EQ(fed[0].input.size(), 3u * 16);
+  for (float id : fed[0].input) {
+    EXPECT_EQ(id, std::floor(id));
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 32);
+  }
+  EXPECT_EQ(fed[0].need_dx, (std::vector<bool>{false, false}));
+  // Later layers get values in [-1, 1) and send their input gradient back.
+  for (size_t i = 1; i < infos.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(fed[i].input.size(), 3u * NumElements(infos[i].input_shape));
+    for (float v : fed[i].input) {
+      EXPECT_GE(v, -1);
+      EXPECT_LT(v, 1);
+    }
+    EXPECT_EQ(fed[i].need_dx, (std::vector<bool>{true, true}));
+  }
+  // Sizes are the model's: outputs cross stage boundaries, saved bytes stay on the stage.
+  for (size_t i = 0; i < infos.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(p->layers(i).activation_bytes(), infos[i].output_bytes * 3);
+    EXPECT_EQ(p->layers(i).saved_bytes(), infos[i].saved_bytes * 3);
+    EXPECT_EQ(p->layers(i).parameter_bytes(), infos[i].param_count * 4);
+  }
+  EXPECT_GT(p->layers(1).saved_bytes(), 2 * 16 * 16 * 4 * 3);  // heads x T^2 probabilities
+  EXPECT_EQ(p->layers(3).parameter_bytes(), 32 * 8 * 4);       // the tied head's copy
+  EXPECT_EQ(p->model_fingerprint(), profile::ModelFingerprint(spec.model()));
+  EXPECT_TRUE(profile::CheckProfileMatchesModel(*p, spec.model()).ok());
+}
+
+TEST(LayerProfilerTest, MeasuresAGptOnTheCpu) {
+  const v1::JobSpec spec = GptSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  ProfileOptions options;
+  options.batch_size = 2;
+  options.warmup_runs = 1;
+  options.timed_runs = 1;
+  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, Cpu(), "cpu", options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->layers_size(), 4);
+  EXPECT_TRUE(profile::CheckProfileMatchesModel(*p, spec.model()).ok());
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(p->layers(i).name(), infos[i].type);
+    EXPECT_GE(p->layers(i).forward_ms(), 0);
+    EXPECT_GE(p->layers(i).backward_ms(), 0);
+    EXPECT_EQ(p->layers(i).saved_bytes(), infos[i].saved_bytes * 2);
+  }
+  // The block's GEMMs and softmax take measurable time.
+  EXPECT_GT(p->layers(1).forward_ms(), 0);
+  EXPECT_GT(p->layers(1).backward_ms(), 0);
 }
 
 TEST(LayerProfilerTest, RejectsBadOptions) {

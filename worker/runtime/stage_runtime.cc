@@ -167,13 +167,11 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
   rt->input_shape_ = infos[range.first_layer()].input_shape;
   rt->output_shape_ = infos[range.last_layer()].output_shape;
-  rt->slot_floats_per_sample_ = NumElements(rt->input_shape_);
+  rt->slot_floats_per_sample_ =
+      StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) /
+      static_cast<int64_t>(sizeof(float));
   int64_t params = 0;
-  for (int l = range.first_layer(); l <= range.last_layer(); ++l) {
-    rt->slot_floats_per_sample_ += NumElements(infos[l].output_shape) +
-                                   infos[l].saved_bytes / static_cast<int64_t>(sizeof(float));
-    params += infos[l].param_count;
-  }
+  for (int l = range.first_layer(); l <= range.last_layer(); ++l) params += infos[l].param_count;
   rt->targets_per_sample_ = TargetsPerSample(infos);
   const std::vector<int64_t>& model_output = infos.back().output_shape;
   if (model_output.size() == 2) {

@@ -148,9 +148,10 @@ class StageRuntime {
   // splits into its wait for this step's sends (comm) and the gradient norm plus the update
   // (optimizer). idle_seconds is the rest: RECV_ACT / RECV_GRAD waits and the gaps between
   // actions, so the six parts add up to step_seconds exactly (durations are summed as integer
-  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x this replica's rows x (stage
-  // input + every layer output floats per sample) x 4; weight_bytes = parameters x 4 x (2 +
-  // optimizer copies: sgd 1 (its velocity), adamw 2). gradient_sq_norm is the backend's
+  // nanoseconds). Memory: peak_activation_bytes = peak_in_flight x this replica's rows x
+  // StageActivationBytesPerSample (common/model_info.h: the stage input, every layer's output
+  // and saved bytes); weight_bytes = parameters x 4 x (2 + optimizer copies: sgd 1 (its
+  // velocity), adamw 2). gradient_sq_norm is the backend's
   // GradientSquaredNorm() just before the update (negative when the backend cannot measure
   // it). samples = this replica's rows x M. With replicas, gradient_sq_norm is that of the
   // summed (global) gradient.
@@ -300,7 +301,8 @@ class StageRuntime {
   int eval_next_rank_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
-  // Floats per sample a slot holds: the stage input and every layer's output.
+  // Floats per sample a slot holds: the stage input, every layer's output and what it saves for
+  // its backward (common/model_info.h StageActivationBytesPerSample).
   int64_t slot_floats_per_sample_ = 0;
   int64_t weight_bytes_ = 0;  // parameters, gradients and optimizer state
   double learning_rate_ = 0;

@@ -1,0 +1,139 @@
+// The planner's memory model against the runtime's accounting, across components: a small GPT
+// planned on 2 stages (coordinator/planner MakePlan), then run for one step by the worker's
+// StageRuntime on each stage (CPU kernels, in-memory transport). Every stage's predicted peak in
+// flight and peak memory (weights, gradients, AdamW's moments, and in-flight micro-batches of the
+// stage input, the layers' outputs and what they save for the backward, attention probabilities
+// included) must be what the stage reports in its StageStepStats.
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/job_spec.h"
+#include "common/model_info.h"
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
+#include "worker/data/dataset.h"
+#include "worker/runtime/stage_runtime.h"
+#include "worker/runtime/testing/local_transport.h"
+
+namespace dapple {
+namespace {
+
+constexpr int64_t kSeqLen = 32;
+constexpr int64_t kSamples = 64;
+
+// examples/gpt_kjv.yaml's layers, narrower and shorter, with the sample count the coordinator
+// resolves from the text file at submit.
+v1::JobSpec GptSpec(const std::string& schedule) {
+  const std::string yaml = absl::StrFormat(R"yaml(
+name: gpt-memory
+model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32}
+    - {type: transformer_block, heads: 4}
+    - {type: transformer_block, heads: 4}
+    - {type: transformer_block, heads: 4}
+    - {type: transformer_block, heads: 4}
+    - {type: layernorm}
+    - {type: lm_head, tied: true}
+  loss: softmax_cross_entropy
+data: {dataset: text, path: /nonexistent/kjv.txt, seq_len: %d}
+training:
+  global_batch: 16
+  micro_batch: 4
+  epochs: 1
+  optimizer: {type: adamw, lr: 1.0e-3}
+parallel: {schedule: %s, planner: balanced, devices: 2}
+)yaml",
+                                           kSeqLen, schedule);
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(yaml, "gpt.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec out = spec.ok() ? *spec : v1::JobSpec();
+  out.mutable_data()->set_train_samples(kSamples);
+  return out;
+}
+
+// kSamples sequences of kSeqLen token ids, each target the next byte of a repeating text,
+// through the runtime's Dataset interface (worker/data/dataset.h), as a text file gives them.
+class Sequences final : public worker::Dataset {
+ public:
+  int64_t size() const override { return kSamples; }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
+  int64_t targets_per_sample() const override { return kSeqLen; }
+  int64_t num_classes() const override { return 256; }
+  bool token_inputs() const override { return true; }
+  void Gather(const int64_t* indices, int64_t count, float* inputs,
+              int32_t* targets) const override {
+    for (int64_t b = 0; b < count; ++b) {
+      for (int64_t k = 0; k < kSeqLen; ++k) {
+        const int64_t at = indices[b] * kSeqLen + k;
+        if (inputs != nullptr) inputs[b * kSeqLen + k] = static_cast<float>(Byte(at));
+        if (targets != nullptr) targets[b * kSeqLen + k] = Byte(at + 1);
+      }
+    }
+  }
+
+ private:
+  static int32_t Byte(int64_t at) { return "In the beginning\n"[at % 17]; }
+  std::vector<int64_t> shape_{kSeqLen};
+};
+
+TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
+  for (const std::string schedule : {"dapple", "gpipe"}) {
+    SCOPED_TRACE(schedule);
+    const v1::JobSpec spec = GptSpec(schedule);
+    absl::StatusOr<v1::ParallelPlan> plan = coordinator::MakePlan(spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const v1::ParallelPlanSummary& summary = plan->summary();
+    ASSERT_EQ(summary.stages_size(), 2);
+    ASSERT_EQ(summary.stages(0).last_layer(), 2);  // embedding + 2 blocks | 2 blocks + head
+    const Sequences data;
+    worker::parity::Mailbox box;
+    std::vector<std::unique_ptr<worker::parity::LocalTransport>> transports;
+    for (int s = 0; s < 2; ++s) {
+      transports.push_back(std::make_unique<worker::parity::LocalTransport>(&box, s));
+    }
+    std::vector<absl::StatusOr<worker::StepResult>> results(2, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int s = 0; s < 2; ++s) {
+      threads.emplace_back([&, s] {
+        v1::StageAssignment a;
+        *a.mutable_spec() = spec;
+        *a.mutable_plan() = summary;
+        a.set_stage(s);
+        a.set_num_stages(2);
+        *a.mutable_program() = plan->programs(s);
+        absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt =
+            worker::StageRuntime::Create(a, &data, &data, transports[s].get());
+        if (!rt.ok()) {
+          results[s] = rt.status();
+          return;
+        }
+        results[s] = (*rt)->RunStep(0);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const std::vector<LayerInfo> layers = InferLayers(spec.model()).value();
+    for (int s = 0; s < 2; ++s) {
+      SCOPED_TRACE(absl::StrFormat("stage %d", s));
+      ASSERT_TRUE(results[s].ok()) << results[s].status();
+      const v1::StageStepStats& measured = results[s]->stats;
+      const v1::PlanStageSummary& predicted = summary.stages(s);
+      EXPECT_EQ(measured.peak_in_flight(), predicted.peak_in_flight());
+      EXPECT_EQ(measured.peak_memory_bytes(), predicted.peak_memory_bytes());
+      // Per micro-batch in flight: the stage input, every output and the saved bytes (with
+      // 4 heads x T^2 attention probabilities per block) of its 4 samples.
+      const int64_t per_micro_batch =
+          4 *
+          StageActivationBytesPerSample(layers, predicted.first_layer(), predicted.last_layer());
+      EXPECT_EQ(measured.peak_activation_bytes(), measured.peak_in_flight() * per_micro_batch);
+      EXPECT_EQ(predicted.peak_memory_bytes() - measured.weight_bytes(),
+                predicted.peak_in_flight() * per_micro_batch);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dapple

@@ -79,11 +79,21 @@ Check CheckTextModel(const v1::JobSpec& spec, const std::vector<LayerInfo>& laye
   const LayerInfo& first = layers.front();
   if (first.type == "embedding" && first.params[0].shape[0] != kTextVocab) {
     return At("model.layers[0].vocab",
-              absl::StrFormat("model.layers[0].vocab %d does not match data.dataset text, whose "
-                              "tokens are the %d byte values: set vocab: %d",
+              absl::StrFormat("model.layers[0].vocab %d (embedding) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: its table needs a row "
+                              "per byte value: set vocab: %d",
                               first.params[0].shape[0], kTextVocab, kTextVocab));
   }
   const LayerInfo& last = layers.back();
+  const v1::LayerSpec& last_spec = model.layers(last.index);
+  if (last.type == "lm_head" && last_spec.lm_head().has_vocab() &&
+      last_spec.lm_head().vocab() != kTextVocab) {
+    return At(absl::StrFormat("model.layers[%d].vocab", last.index),
+              absl::StrFormat("model.layers[%d].vocab %d (lm_head) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: the head gives a logit "
+                              "per byte value: set vocab: %d",
+                              last.index, last_spec.lm_head().vocab(), kTextVocab, kTextVocab));
+  }
   const std::vector<int64_t> want = {seq_len, kTextVocab};
   if (last.output_shape != want) {
     return At(

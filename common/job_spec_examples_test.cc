@@ -102,6 +102,11 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "[32] from model.layers[3] (linear), of width 32, but the table it shares, "
        "model.layers[0] (embedding)'s [256, 64], has width 64: tied layers share one table, so "
        "the widths must match: make its input 64 wide or set tied: false with vocab: 256"},
+      {"no_lm_head.yaml",
+       "examples/bad/no_lm_head.yaml:8:7: model.layers[2] (layernorm) outputs [128, 64], the "
+       "model's output, which does not fit data.dataset text with data.seq_len 128: a language "
+       "model predicts each next byte, so the last layer must output [128, 256] (an lm_head with "
+       "vocab 256)"},
       {"heads_do_not_divide.yaml",
        "examples/bad/heads_do_not_divide.yaml:7:40: model.layers[1].heads 5 does not divide the "
        "width C = 64 of its input [128, 64] from model.layers[0] (embedding): each head attends "

@@ -98,10 +98,12 @@ Check CheckTextModel(const v1::JobSpec& spec, const std::vector<LayerInfo>& laye
   if (last.output_shape != want) {
     return At(
         absl::StrFormat("model.layers[%d]", last.index),
-        absl::StrFormat("model output %s does not fit data.dataset text with data.seq_len "
-                        "%d: a language model predicts each next byte, so the last layer "
-                        "must output [%d, %d] (an lm_head with vocab %d)",
-                        FormatShape(last.output_shape), seq_len, seq_len, kTextVocab, kTextVocab));
+        absl::StrFormat("model.layers[%d] (%s) outputs %s, the model's output, which does not "
+                        "fit data.dataset text with data.seq_len %d: a language model predicts "
+                        "each next byte, so the last layer must output [%d, %d] (an lm_head "
+                        "with vocab %d)",
+                        last.index, last.type, FormatShape(last.output_shape), seq_len, seq_len,
+                        kTextVocab, kTextVocab));
   }
   return std::nullopt;
 }
@@ -131,9 +133,11 @@ Check CheckFashionMnistModel(const v1::JobSpec& spec, const std::vector<LayerInf
     const std::string what = out.size() == 1 ? Count(out[0], "feature", "features")
                                              : absl::StrFormat("shape %s", FormatShape(out));
     return At(absl::StrFormat("model.layers[%d]", layers.size() - 1),
-              absl::StrFormat("model output has %s but fashion-mnist has %d classes: the last "
-                              "layer must output [%d]",
-                              what, kFashionMnistClasses, kFashionMnistClasses));
+              absl::StrFormat("model.layers[%d] (%s), the model's output, has %s but "
+                              "data.dataset fashion-mnist has %d classes: the last layer must "
+                              "output [%d]",
+                              layers.size() - 1, layers.back().type, what, kFashionMnistClasses,
+                              kFashionMnistClasses));
   }
   return std::nullopt;
 }

@@ -79,17 +79,20 @@ TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
   spec = Example();
   spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(12);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"model output has 12 features but fashion-mnist has 10 classes"});
+                {"model.layers[3] (linear), the model's output, has 12 features but "
+                 "data.dataset fashion-mnist has 10 classes: the last layer must output [10]"});
   spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(1);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"model output has 1 feature but fashion-mnist has 10 classes"});
+                {"model.layers[3] (linear), the model's output, has 1 feature but "
+                 "data.dataset fashion-mnist has 10 classes"});
   spec = Example();
   spec.mutable_model()->mutable_layers()->RemoveLast();
   spec.mutable_model()->mutable_layers()->RemoveLast();
   spec.mutable_model()->mutable_layers()->RemoveLast();  // only flatten: output [784]
   spec.mutable_parallel()->set_stages(1);
   spec.mutable_parallel()->set_devices(1);
-  ExpectInvalid(ValidateJobSpec(spec), {"model output has 784 features", "10 classes"});
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model.layers[0] (flatten), the model's output, has 784 features", "10 classes"});
 }
 
 TEST(ValidateJobSpecTest, Loss) {

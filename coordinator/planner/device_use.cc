@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "coordinator/planner/baseline_planners.h"
 #include "coordinator/planner/placement.h"
@@ -74,24 +75,26 @@ std::pair<int, std::string> StageLimit(const PlanningProblem& problem, const std
           absl::StrCat("at most ", Count(layers, "stage", "stages"), " (one per layer or more)")};
 }
 
-// A plan of one more device than `plan`, and what changed ("stage 1 on 2 replicas").
+// A plan on more devices than `plan`, and what changed ("stage 1 on 2 replicas").
 struct Neighbour {
   HybridPlan plan;
   std::string change;
 };
 
-// The smallest usable device index `plan` does not use, or -1.
-int FreeDevice(const PlanningProblem& problem, const HybridPlan& plan) {
+// `count` usable device indices that `plan` does not use, smallest first; fewer when there are
+// not that many.
+std::vector<int> FreeDevices(const PlanningProblem& problem, const HybridPlan& plan, int count) {
   std::vector<bool> used(UsableDeviceCount(problem), false);
   for (const StagePlan& s : plan.stages) {
     for (int d : s.devices) {
       if (d >= 0 && d < static_cast<int>(used.size())) used[d] = true;
     }
   }
-  for (size_t d = 0; d < used.size(); ++d) {
-    if (!used[d]) return static_cast<int>(d);
+  std::vector<int> free;
+  for (size_t d = 0; d < used.size() && static_cast<int>(free.size()) < count; ++d) {
+    if (!used[d]) free.push_back(static_cast<int>(d));
   }
-  return -1;
+  return free;
 }
 
 // The cut (last layer of the first part) of layers [first, last] that best balances the two
@@ -113,40 +116,73 @@ int BalancedCut(const profile::ChainProfile& p, int first, int last) {
   return best;
 }
 
-// The plans of one device more that keep `plan`'s shape but for one stage: another replica of
-// a stage, or (when the planner chooses the depth) a single-replica stage split in two.
+// The plans within `devices` that differ from `plan` in one stage: the stage on the next
+// replica count the rules allow (MicroBatchSizes), or (below `max_stages`) the stage split in
+// two at its most balanced cut, both halves on as many replicas as it had.
 std::vector<Neighbour> Neighbours(const PlanningProblem& problem, const HybridPlan& plan,
-                                  int max_stages, int max_replicas) {
+                                  int devices, int max_stages, int max_replicas) {
   std::vector<Neighbour> out;
-  const int device = FreeDevice(problem, plan);
-  if (device < 0) return out;
   const std::vector<int> replicas = ReplicasOf(plan);
+  const int used = DevicesOf(plan);
   for (size_t s = 0; s < plan.stages.size(); ++s) {
-    if (replicas[s] + 1 > max_replicas) continue;
     std::vector<int> more = replicas;
-    ++more[s];
-    if (MicroBatchSizes(problem, more).empty()) continue;
-    Neighbour n{plan, absl::StrCat("stage ", s, " on ", more[s], " replicas")};
-    n.plan.stages[s].devices.push_back(device);
-    out.push_back(std::move(n));
+    for (int r = replicas[s] + 1; r <= max_replicas && used + r - replicas[s] <= devices; ++r) {
+      more[s] = r;
+      if (MicroBatchSizes(problem, more).empty()) continue;
+      const std::vector<int> free = FreeDevices(problem, plan, r - replicas[s]);
+      if (static_cast<int>(free.size()) < r - replicas[s]) break;
+      Neighbour n{plan, absl::StrCat("stage ", s, " on ", r, " replicas")};
+      for (int d : free) n.plan.stages[s].devices.push_back(d);
+      out.push_back(std::move(n));
+      break;
+    }
   }
   if (static_cast<int>(plan.stages.size()) >= max_stages) return out;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const StagePlan& stage = plan.stages[s];
-    if (stage.last_layer == stage.first_layer || stage.devices.size() != 1) continue;
+    const int r = replicas[s];
+    if (stage.last_layer == stage.first_layer || used + r > devices) continue;
+    const std::vector<int> free = FreeDevices(problem, plan, r);
+    if (static_cast<int>(free.size()) < r) continue;
     const int cut = BalancedCut(problem.profile, stage.first_layer, stage.last_layer);
-    Neighbour n{plan, absl::StrFormat("stage %d split into layers %d-%d and %d-%d", s,
-                                      stage.first_layer, cut, cut + 1, stage.last_layer)};
+    Neighbour n{plan, absl::StrFormat("stage %d split into layers %d-%d and %d-%d%s", s,
+                                      stage.first_layer, cut, cut + 1, stage.last_layer,
+                                      r > 1 ? absl::StrCat(", ", r, " replicas each") : "")};
     StagePlan second;
     second.first_layer = cut + 1;
     second.last_layer = stage.last_layer;
-    second.devices = {device};
+    second.devices = free;
     n.plan.stages[s].last_layer = cut;
     n.plan.stages.insert(n.plan.stages.begin() + static_cast<std::ptrdiff_t>(s) + 1,
                          std::move(second));
     out.push_back(std::move(n));
   }
   return out;
+}
+
+// The replica counts a stage may have, for a note that found no plan on more devices: "a
+// stage's replicas split each micro-batch evenly, so training.micro_batch 8 allows 1, 2, 4 or
+// 8 replicas per stage"; "" when every count up to `devices` is allowed.
+std::string ReplicaRule(const PlanningProblem& problem, int devices) {
+  const int64_t b = problem.micro_batch_size;
+  if (b <= 0) return "";
+  if (problem.schedule == schedule::ScheduleKind::kPipeDream) {
+    const int64_t m = problem.global_batch / b;
+    if (m >= devices) return "";
+    return absl::StrCat("parallel.schedule pipedream allows at most training.global_batch ",
+                        problem.global_batch, " / training.micro_batch ", b, " = ",
+                        Count(m, "replica", "replicas"), " per stage");
+  }
+  std::vector<int64_t> allowed;
+  for (int64_t r = 1; r <= devices; ++r) {
+    if (b % r == 0) allowed.push_back(r);
+  }
+  if (static_cast<int64_t>(allowed.size()) == devices) return "";
+  std::string list = absl::StrJoin(allowed.begin(), allowed.end() - 1, ", ");
+  if (allowed.size() > 1) absl::StrAppend(&list, " or ");
+  absl::StrAppend(&list, allowed.back());
+  return absl::StrCat("a stage's replicas split each micro-batch evenly, so training.micro_batch ",
+                      b, " allows ", list, " replicas per stage");
 }
 
 }  // namespace
@@ -166,13 +202,13 @@ absl::StatusOr<std::string> DeviceUseNote(const PlanningProblem& problem, const 
     if (!replicas_why.empty()) absl::StrAppend(&why, " (", replicas_why, ")");
     return why;
   }
-  const double ms = planned.prediction.step_ms;
-  std::vector<Neighbour> neighbours = Neighbours(problem, plan, max_stages, max_replicas);
+  std::vector<Neighbour> neighbours = Neighbours(problem, plan, devices, max_stages, max_replicas);
   if (neighbours.empty()) {
-    return absl::StrFormat(
-        "%splanner %s predicts %.1f ms per step for this plan, and no plan on "
-        "%d devices is one replica or one stage away from it",
-        head, planner, ms, used + 1);
+    const std::string rule = ReplicaRule(problem, devices);
+    return absl::StrCat(head,
+                        "no plan within them splits a stage of this one or gives a stage more "
+                        "replicas",
+                        rule.empty() ? "" : absl::StrCat(" (", rule, ")"));
   }
   std::optional<Neighbour> best;
   Prediction best_prediction;
@@ -185,20 +221,23 @@ absl::StatusOr<std::string> DeviceUseNote(const PlanningProblem& problem, const 
     }
   }
   if (!best.has_value()) {
-    return absl::StrCat(head, "one more does not fit: every plan on ", used + 1,
-                        " devices made from this one (another replica of a stage, or a stage "
-                        "split in two) exceeds device memory");
+    return absl::StrCat(head,
+                        "more do not fit: every plan made from this one with more devices (a "
+                        "stage split in two, or a stage on more replicas) exceeds device memory");
   }
-  if (best_prediction.step_ms >= ms) {
-    return absl::StrFormat(
-        "%sone more would not make a step faster on this model: the best plan on %d devices "
-        "(%s) is predicted at %.1f ms per step vs %.1f ms for this plan",
-        head, used + 1, best->change, best_prediction.step_ms, ms);
+  const int more = DevicesOf(best->plan);
+  const std::string these = absl::StrFormat("%.1f", planned.prediction.step_ms);
+  const std::string those = absl::StrFormat("%.1f", best_prediction.step_ms);
+  if (best_prediction.step_ms >= planned.prediction.step_ms) {
+    return absl::StrCat(head, "more would not make a step faster on this model: the best plan on ",
+                        more, " devices (", best->change, ") is predicted at ",
+                        these == those ? absl::StrCat("the same ", those, " ms per step as")
+                                       : absl::StrCat(those, " ms per step vs ", these, " ms for"),
+                        " this plan");
   }
-  return absl::StrFormat(
-      "%splanner %s chose this plan, predicted at %.1f ms per step; on %d devices, %s is "
-      "predicted at %.1f ms",
-      head, planner, ms, used + 1, best->change, best_prediction.step_ms);
+  return absl::StrCat(head, "planner ", planner, " chose this plan, predicted at ", these,
+                      " ms per step; on ", more, " devices, ", best->change, " is predicted at ",
+                      those, " ms");
 }
 
 }  // namespace dapple::coordinator

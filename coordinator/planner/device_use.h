@@ -24,13 +24,17 @@ namespace dapple::coordinator {
 //     per layer or more), each on at most 1 replica (parallel.schedule pipedream sends whole
 //     micro-batches round-robin to a stage's replicas and training.global_batch 4 /
 //     training.micro_batch 4 = 1 micro-batch per step)";
-//   - else the comparison with the plans of one device more that `planned` gives by adding a
-//     replica to one of its stages or splitting one of its single-replica stages in two (when
-//     the stage count is free) at the cut that best balances their compute, each scored by
-//     SimulatePlan: "one more would not make a step faster on this model: the best plan on 3
-//     devices (stage 1 on 2 replicas) is predicted at 41.2 ms per step vs 38.0 ms for this
-//     plan"; or that none fits device memory; or, when one is faster (the planners' searches are
-//     heuristics), that one with both times; or that there is no such plan.
+//   - else the comparison with the plans within `devices` that differ from `planned` in one
+//     stage: the stage on the next replica count the rules allow, or (below the stage limit)
+//     the stage split in two at the cut that best balances their compute, both halves on its
+//     replica count; each scored by SimulatePlan. "more would not make a step faster on this
+//     model: the best plan on 3 devices (stage 1 on 2 replicas) is predicted at 41.2 ms per step
+//     vs 38.0 ms for this plan" ("at the same 38.0 ms per step as this plan" when they print
+//     alike); or that none fits device memory; or, when one is faster (the planners' searches
+//     are heuristics), that one with both times; or, when there is none, that, with the
+//     replica counts the rules allow ("no plan within them splits a stage of this one or gives
+//     a stage more replicas (a stage's replicas split each micro-batch evenly, so
+//     training.micro_batch 8 allows 1, 2, 4 or 8 replicas per stage)").
 // Errors: SimulatePlan's (kInvalidArgument for a malformed plan).
 absl::StatusOr<std::string> DeviceUseNote(const PlanningProblem& problem, const PlannedJob& planned,
                                           const std::string& planner, int devices);

@@ -84,7 +84,7 @@ TEST(DeviceUseNoteTest, APlanOnEveryDeviceHasNoNote) {
 
 // Cheap layers and slow links: a second stage sends the big activations and a second replica
 // all-reduces big weights, so both plans on 2 devices are slower.
-TEST(DeviceUseNoteTest, SaysThatOneMoreDeviceWouldBeSlower) {
+TEST(DeviceUseNoteTest, SaysThatMoreDevicesWouldBeSlower) {
   const PlanningProblem problem = Problem({0.1, 0.1}, 256 * kMiB, 256 * kMiB, 2, 1e9);
   const PlannedJob planned = OneDevicePlan(problem);
   HybridPlan replicated = planned.plan;
@@ -100,15 +100,15 @@ TEST(DeviceUseNoteTest, SaysThatOneMoreDeviceWouldBeSlower) {
   ASSERT_TRUE(note.ok()) << note.status();
   EXPECT_EQ(*note,
             absl::StrFormat(
-                "uses 1 of the 2 parallel.devices: one more would not make a "
-                "step faster on this model: the best plan on 2 devices (%s) "
-                "is predicted at %.1f ms per step vs %.1f ms for this plan",
+                "uses 1 of the 2 parallel.devices: more would not make a step faster on this "
+                "model: the best plan on 2 devices (%s) is predicted at %.1f ms per step vs "
+                "%.1f ms for this plan",
                 replica_best ? "stage 0 on 2 replicas" : "stage 0 split into layers 0-0 and 1-1",
                 replica_best ? replicated_ms : split_ms, planned.prediction.step_ms));
 }
 
-// Heavy layers and fast links: the note says which plan on one device more is faster.
-TEST(DeviceUseNoteTest, NamesAFasterPlanOnOneDeviceMore) {
+// Heavy layers and fast links: the note says which plan on more devices is faster.
+TEST(DeviceUseNoteTest, NamesAFasterPlanOnMoreDevices) {
   const PlanningProblem problem = Problem({100, 100}, kMiB, kMiB, 2, 100e9);
   const PlannedJob planned = OneDevicePlan(problem);
   absl::StatusOr<std::string> note = DeviceUseNote(problem, planned, "dapple", 2);
@@ -151,6 +151,23 @@ TEST(DeviceUseNoteTest, NamesTheLimitsNoPlanPasses) {
             "uses 3 of the 4 parallel.devices: no plan can use more: one stage (planner dp), on "
             "at most 3 replicas (a stage's replicas split every micro-batch evenly, and 3 is the "
             "largest divisor of training.micro_batch 6 up to 4)");
+}
+
+// A plan of replicated stages whose next step up needs more devices than the job has: the note
+// names the replica counts the micro-batch allows.
+TEST(DeviceUseNoteTest, SaysWhenNoPlanWithinTheDevicesIsAStageAway) {
+  const PlanningProblem problem = Problem({1, 1}, kMiB, kMiB, 12, 10e9);
+  PlannedJob planned;
+  planned.plan.planner = "dapple";
+  planned.plan.micro_batch_size = 8;
+  planned.plan.micro_batches = 1;
+  planned.plan.stages = {StagePlan{0, 1, {0, 1, 2, 3, 4, 5, 6, 7}}};
+  absl::StatusOr<std::string> note = DeviceUseNote(problem, planned, "dapple", 12);
+  ASSERT_TRUE(note.ok()) << note.status();
+  EXPECT_EQ(*note,
+            "uses 8 of the 12 parallel.devices: no plan within them splits a stage of this one "
+            "or gives a stage more replicas (a stage's replicas split each micro-batch evenly, "
+            "so training.micro_batch 8 allows 1, 2, 4 or 8 replicas per stage)");
 }
 
 // Through MakePlan: the note is in the plan's notes (what `dapplectl plan` and `get` show).

@@ -165,16 +165,17 @@ absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::stri
   return absl::OkStatus();
 }
 
-// A plan that fits no device's memory is the user's to fix: the planner's message (the memory
-// its least hungry plan needs, RunPlanner or CheckFixedPlanFits) with the spec's fields that
-// change it. Other errors pass unchanged.
-absl::Status WithMemoryFix(const absl::Status& status, const v1::JobSpec& spec,
-                           const std::string& planner, int num_stages) {
-  if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+// A planner's refusal as a job's: the planners name themselves "planner dapple: ..." (also
+// for `dapplectl plan --profile`), a job's field is parallel.planner. A plan that fits no
+// device's memory (RunPlanner or CheckFixedPlanFits: the memory its least hungry plan needs) is
+// the user's to fix: the spec's fields that change it follow.
+absl::Status AsJobPlanError(const absl::Status& status, const v1::JobSpec& spec,
+                            const std::string& planner, int num_stages) {
   std::string message(status.message());
-  // The planners name themselves "planner dapple: ..." (also for `dapplectl plan --profile`);
-  // for a job the field is parallel.planner.
   if (absl::StartsWith(message, "planner ")) message = absl::StrCat("parallel.", message);
+  if (status.code() != absl::StatusCode::kResourceExhausted) {
+    return absl::Status(status.code(), message);
+  }
   const v1::ParallelSpec& par = spec.parallel();
   std::string more;
   if (planner == kManual) {
@@ -409,7 +410,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   // Step 4: the plan and its prediction.
   absl::StatusOr<PlannedJob> planned_or =
       PlanFor(spec, planner, problem, static_cast<int>(micro_batches));
-  if (!planned_or.ok()) return WithMemoryFix(planned_or.status(), spec, planner, num_stages);
+  if (!planned_or.ok()) return AsJobPlanError(planned_or.status(), spec, planner, num_stages);
   const PlannedJob& planned = *planned_or;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());

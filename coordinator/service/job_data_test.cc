@@ -315,7 +315,9 @@ TEST_F(TextJobTest, ResumeCountsTheStepsOfTheResolvedData) {
   EXPECT_EQ(resumed->spec().data().train_samples(), 23);
   const std::string done = checkpoint(10);
   EXPECT_THAT(Submit(yaml, done).status().message(),
-              HasSubstr("it was taken after step 10 and the job runs 10 steps"));
+              HasSubstr("it was taken after step 10 and the job runs 10 steps "
+                        "(training.epochs 2 x 5 steps per epoch): nothing left to run: raise "
+                        "training.epochs to train past step 10"));
   EXPECT_THAT(Submit(TextSpec("/nonexistent/kjv.txt"), done).status().message(),
               HasSubstr("job.yaml:6:29: data.path /nonexistent/kjv.txt does not exist"));
 }

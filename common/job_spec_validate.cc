@@ -540,7 +540,8 @@ Check CheckParallel(const v1::JobSpec& spec) {
   if (manual && !explicit_ranges) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner manual needs parallel.stages as a list of "
-                              "[first_layer, last_layer] ranges, got %s",
+                              "[first_layer, last_layer] ranges, got %s: give the ranges (e.g. "
+                              "stages: [[0, 2], [3, 5]]) or another planner",
                               p.stages() == 0 ? std::string("auto") : absl::StrCat(p.stages())));
   }
   if (explicit_ranges && !manual) {

@@ -189,7 +189,7 @@ Check CheckSample(const v1::JobSpec& spec) {
   if (spec.model().input_type() != "tokens") {
     return At("sample",
               "sample applies to language models (data.dataset text, model.input_type tokens): "
-              "this model reads images");
+              "this model reads images: remove the sample section");
   }
   if (s.tokens() < 0 || s.tokens() > kMaxSampleTokens) {
     return At("sample.tokens", absl::StrFormat("sample.tokens %d must be in [0, %d] (0 = no "

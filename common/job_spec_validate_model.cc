@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/eval_metrics.h"
 #include "common/job_spec_internal.h"
 #include "common/model_info.h"
 #include "common/spec_text.h"
@@ -20,7 +21,6 @@ constexpr absl::string_view kKnownDatasets[] = {kFashionMnist, kTextDataset};
 // A text sample's length: long enough for any model here, short enough that a per-sample
 // token tensor stays small.
 constexpr int64_t kMaxSeqLen = int64_t{1} << 16;
-constexpr int32_t kMaxSampleTokens = 10000;
 constexpr size_t kMaxPromptBytes = 4096;
 constexpr double kMaxTemperature = 10;
 

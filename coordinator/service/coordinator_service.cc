@@ -946,7 +946,7 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
   RunState& run = running_.at(id);
   // Replicas of a stage hold identical weights and the last stage's replicas all get the
-  // global loss: replica 0 alone reports loss and evaluation, so no step counts twice.
+  // global loss: replica 0 alone reports loss, evaluation and sample, so no step counts twice.
   const bool last_stage = request.stage() == run.num_stages - 1 && request.replica() == 0;
   const int rank_index = run.RankOf(request.stage(), request.replica());
   const std::string rank =
@@ -983,6 +983,12 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       if (last_stage) {
         DAPPLE_RETURN_IF_ERROR(
             jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnEval(request, now, j); }));
+      }
+      break;
+    case v1::PROGRESS_SAMPLE:
+      if (last_stage) {
+        DAPPLE_RETURN_IF_ERROR(
+            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnSample(request, now, j); }));
       }
       break;
     case v1::PROGRESS_DONE:

@@ -4,29 +4,26 @@
 #include <cmath>
 
 #include "kernels/cpu/check.h"
-#include "kernels/cpu/init.h"
 
 namespace dapple::kernels {
-namespace {
-
-constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
-constexpr uint64_t kDropoutDomain = 0x44524F504F555431ULL;  // "DROPOUT1"
-
-}  // namespace
 
 bool DropoutActive(const ForwardContext& ctx, double p) { return ctx.training && p > 0; }
 
-uint64_t DropoutKey(uint64_t seed, int64_t step, int64_t sample, int layer, uint32_t site) {
-  // One mixing round per ingredient (as InitStreamKey): nearby tuples get unrelated keys.
-  uint64_t k = SplitMix64Mix(SplitMix64Mix(seed + kGoldenGamma) ^ kDropoutDomain);
-  k = SplitMix64Mix(k ^ (static_cast<uint64_t>(step) + kGoldenGamma));
-  k = SplitMix64Mix(k ^ (static_cast<uint64_t>(sample) + 2 * kGoldenGamma));
-  k = SplitMix64Mix(k ^ (static_cast<uint64_t>(static_cast<uint32_t>(layer)) + 3 * kGoldenGamma));
-  k = SplitMix64Mix(k ^ (static_cast<uint64_t>(site) + 4 * kGoldenGamma));
-  return k;
-}
-
 uint32_t DropoutThreshold(double p) { return static_cast<uint32_t>(std::llround(p * 16777216.0)); }
+
+float DropoutScale(double p) { return static_cast<float>(1.0 / (1.0 - p)); }
+
+DropoutMask MakeDropoutMask(const ForwardContext& ctx, int layer, uint32_t site, double p) {
+  DropoutMask mask;
+  mask.seed = ctx.seed;
+  mask.step = ctx.step;
+  mask.first_sample = ctx.first_sample;
+  mask.layer = layer;
+  mask.site = site;
+  mask.threshold = DropoutThreshold(p);
+  mask.scale = DropoutScale(p);
+  return mask;
+}
 
 void ApplyDropout(const ForwardContext& ctx, int layer, uint32_t site, double p, int64_t rows,
                   int64_t per_sample, const float* in, float* out) {
@@ -37,15 +34,14 @@ void ApplyDropout(const ForwardContext& ctx, int layer, uint32_t site, double p,
     if (out != in) std::copy(in, in + n, out);
     return;
   }
-  const uint64_t threshold = DropoutThreshold(p);
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  const DropoutMask mask = MakeDropoutMask(ctx, layer, site, p);
   for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t key = DropoutKey(ctx.seed, ctx.step, ctx.first_sample + r, layer, site);
+    const uint64_t key = mask.RowKey(r);
     const float* src = in + r * per_sample;
     float* dst = out + r * per_sample;
     for (int64_t e = 0; e < per_sample; ++e) {
-      const bool keep = (SplitMix64At(key, static_cast<uint64_t>(e)) >> 40) >= threshold;
-      dst[e] = keep ? src[e] * scale : 0.0f;
+      const bool keep = DropoutKeep(key, static_cast<uint64_t>(e), mask.threshold);
+      dst[e] = keep ? src[e] * mask.scale : 0.0f;
     }
   }
 }
@@ -59,7 +55,8 @@ void DropoutLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
                            const ForwardContext& ctx) {
   cache->ctx = ctx;
   y->Resize(x.shape);
-  ApplyDropout(ctx, layer_index_, 0, p_, x.rows(), x.cols(), x.data.data(), y->data.data());
+  ApplyDropout(ctx, layer_index_, kDropoutSite, p_, x.rows(), x.cols(), x.data.data(),
+               y->data.data());
 }
 
 void DropoutLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
@@ -68,7 +65,7 @@ void DropoutLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor&
                       ShapeToString(x.shape), ", got ", ShapeToString(dy.shape));
   if (dx == nullptr) return;
   dx->Resize(x.shape);
-  ApplyDropout(cache->ctx, layer_index_, 0, p_, x.rows(), x.cols(), dy.data.data(),
+  ApplyDropout(cache->ctx, layer_index_, kDropoutSite, p_, x.rows(), x.cols(), dy.data.data(),
                dx->data.data());
 }
 

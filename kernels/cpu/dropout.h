@@ -6,21 +6,10 @@
 // The mask is a pure function of (seed, step, sample, layer, site, element), never of how a
 // step's global batch is split into micro-batches, replicas and stages, so a pipeline trains
 // exactly like one device (design.md, "Tests": the parity harness), and the backward recomputes
-// it from LayerCache::ctx instead of keeping it. Exactly (all integer arithmetic but the final
-// multiply; Mix = SplitMix64Mix, G = 0x9E3779B97F4A7C15, + and * modulo 2^64, kernels/cpu/init.h):
-//
-//   key  = Mix(Mix(seed + G) ^ 0x44524F504F555431)            ("DROPOUT1": apart from init)
-//   key  = Mix(key ^ (uint64(step) + G))
-//   key  = Mix(key ^ (uint64(sample) + 2G))                   sample = ctx.first_sample + row
-//   key  = Mix(key ^ (uint64(uint32(layer)) + 3G))            layer = its index in the model
-//   key  = Mix(key ^ (uint64(site) + 4G))                     site = which dropout of the layer
-//   bits = SplitMix64At(key, element) = Mix(key + (element + 1) G)
-//                                      element = index within the sample (row-major)
-//   keep = (bits >> 40) >= threshold,  threshold = round(p * 2^24) (in double)
-//   out  = keep ? in * scale : 0,      scale = float(1 / (1 - p)) (in double, rounded once)
-//
-// so the drop probability is threshold / 2^24 (p within 3e-8). Another backend (kernels/cuda)
-// must compute this same function to drop the same elements.
+// it from LayerCache::ctx instead of keeping it. The exact function (all integer arithmetic but
+// the final multiply) is dropout_mask.h's, shared with the GPU kernels (kernels/cuda/dropout.h),
+// which therefore drop the same elements; the drop probability is DropoutThreshold(p) / 2^24
+// (p within 3e-8).
 //
 // Thread safety: pure functions; DropoutLayer as every Layer (layer.h).
 #ifndef DAPPLE_KERNELS_CPU_DROPOUT_H_
@@ -29,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/layer.h"
 
 namespace dapple::kernels {
@@ -36,11 +26,16 @@ namespace dapple::kernels {
 // True when dropout with probability p changes anything: ctx.training and p > 0.
 bool DropoutActive(const ForwardContext& ctx, double p);
 
-// The per-sample key above.
-uint64_t DropoutKey(uint64_t seed, int64_t step, int64_t sample, int layer, uint32_t site);
-
-// round(p * 2^24): an element is kept when the top 24 bits of its hash are >= this. p in [0, 1).
+// round(p * 2^24) (in double): an element is kept when the top 24 bits of its hash are >= this.
+// p in [0, 1).
 uint32_t DropoutThreshold(double p);
+
+// float(1 / (1 - p)) (in double, rounded once): what a kept element is multiplied by.
+float DropoutScale(double p);
+
+// The mask of site `site` of layer `layer` with probability p for rows starting at
+// ctx.first_sample of ctx's step (dropout_mask.h). Only meaningful when DropoutActive(ctx, p).
+DropoutMask MakeDropoutMask(const ForwardContext& ctx, int layer, uint32_t site, double p);
 
 // Dropout of `rows` samples of `per_sample` elements each (row r is sample
 // ctx.first_sample + r): out[r, e] = keep ? in[r, e] * scale : 0. The backward is the same call
@@ -53,6 +48,9 @@ void ApplyDropout(const ForwardContext& ctx, int layer, uint32_t site, double p,
 // Backward: dx = the same mask and scale applied to dy. No parameters, nothing saved.
 class DropoutLayer : public Layer {
  public:
+  // Its dropout site.
+  static constexpr uint32_t kDropoutSite = 0;
+
   // Requires p in [0, 1).
   DropoutLayer(int layer_index, double p);
 

@@ -29,10 +29,13 @@ double Differing(const std::vector<float>& a, const std::vector<float>& b) {
   return static_cast<double>(n) / static_cast<double>(a.size());
 }
 
+// The key is a compile-time function (dropout_mask.h), the same code on the host and the GPU.
+static_assert(DropoutKey(42, 7, 3, 5, 1) == 0xA32B2410C2E84680ULL);
+
 TEST(DropoutMaskTest, MatchesTheHashingStatedInTheHeader) {
-  // Computed independently (Python, from dropout.h's formulas) for seed 42, step 7, sample 3,
-  // layer 5, site 1, p = 0.25: the key, then keep for elements 0..15. Another backend must
-  // reproduce exactly these.
+  // Computed independently (Python, from dropout_mask.h's formulas) for seed 42, step 7, sample
+  // 3, layer 5, site 1, p = 0.25: the key, then keep for elements 0..15. Another backend must
+  // reproduce exactly these (kernels/cuda's dropout runs the same functions).
   EXPECT_EQ(DropoutKey(42, 7, 3, 5, 1), 0xA32B2410C2E84680ULL);
   EXPECT_EQ(DropoutThreshold(0.25), 4194304u);
   EXPECT_EQ(DropoutThreshold(0.1), 1677722u);  // round(0.1 * 2^24 = 1677721.6)

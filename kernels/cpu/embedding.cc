@@ -76,7 +76,8 @@ void EmbeddingLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
     float* out = y->data.data() + i * dim_;
     for (int64_t c = 0; c < dim_; ++c) out[c] = a[c] + b[c];
   }
-  ApplyDropout(ctx, layer_index_, 0, dropout_, n, seq_ * dim_, y->data.data(), y->data.data());
+  ApplyDropout(ctx, layer_index_, kDropoutSite, dropout_, n, seq_ * dim_, y->data.data(),
+               y->data.data());
 }
 
 void EmbeddingLayer::BackwardInput(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
@@ -97,7 +98,7 @@ void EmbeddingLayer::BackwardWeight(const Tensor& x, const Tensor& y, const Tens
     // One sample at a time: row r of the micro-batch is sample ctx.first_sample + r.
     ForwardContext sample_ctx = ctx;
     sample_ctx.first_sample = ctx.first_sample + r;
-    ApplyDropout(sample_ctx, layer_index_, 0, dropout_, 1, per_sample,
+    ApplyDropout(sample_ctx, layer_index_, kDropoutSite, dropout_, 1, per_sample,
                  dy.data.data() + r * per_sample, masked_.data());
     for (int64_t t = 0; t < seq_; ++t) {
       const float* g = masked_.data() + t * dim_;

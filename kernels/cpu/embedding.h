@@ -33,6 +33,9 @@ void InitTokenEmbedding(uint64_t seed, int embedding_layer, Tensor* table);
 // One thread per layer object.
 class EmbeddingLayer : public Layer {
  public:
+  // Its dropout site (dropout_mask.h).
+  static constexpr uint32_t kDropoutSite = 0;
+
   // Values and grads start at zero; call InitParams for the model's initial values. Requires
   // vocab, dim > 0, 0 < seq <= positions, dropout in [0, 1).
   EmbeddingLayer(int layer_index, int64_t vocab, int64_t dim, int64_t positions, int64_t seq,

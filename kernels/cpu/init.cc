@@ -3,22 +3,6 @@
 #include <cmath>
 
 namespace dapple::kernels {
-namespace {
-
-constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
-
-}  // namespace
-
-uint64_t SplitMix64Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t SplitMix64At(uint64_t key, uint64_t i) {
-  return SplitMix64Mix(key + (i + 1) * kGoldenGamma);
-}
-
 uint64_t InitStreamKey(uint64_t seed, int layer_index, InitTensor which) {
   // Mixing after each ingredient keeps nearby (seed, layer, which) triples from giving
   // overlapping or correlated sequences: the keys are scattered over the whole 2^64 state space.

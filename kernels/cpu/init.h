@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/splitmix64.h"  // SplitMix64Mix, SplitMix64At
 #include "kernels/cpu/tensor.h"
 
 namespace dapple::kernels {
@@ -35,13 +36,6 @@ enum class InitTensor : uint32_t {
 // deviation: a = 0.02 * sqrt(3), computed in double and rounded to float (the same float
 // everywhere).
 float Gpt2InitBound();
-
-// The splitmix64 output function (a bijective 64-bit mixer).
-uint64_t SplitMix64Mix(uint64_t z);
-
-// The i-th (0-based) output of the splitmix64 sequence whose state starts at `key`:
-// Mix(key + (i + 1) * 0x9E3779B97F4A7C15).
-uint64_t SplitMix64At(uint64_t key, uint64_t i);
 
 // The stream key for tensor `which` of layer `layer_index` (0-based, in ModelSpec.layers) of a
 // model initialised with `seed`.

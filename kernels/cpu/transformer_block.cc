@@ -9,9 +9,6 @@
 namespace dapple::kernels {
 namespace {
 
-constexpr uint32_t kAttentionDropoutSite = 0;
-constexpr uint32_t kMlpDropoutSite = 1;
-
 // out[i] += in[i] for i < n.
 void AddInto(const float* in, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] += in[i];

@@ -35,6 +35,10 @@ namespace dapple::kernels {
 // must not alias x, y or dy. One thread per layer object.
 class TransformerBlockLayer : public Layer {
  public:
+  // The dropout sites of the block (dropout_mask.h): on the attention branch, on the MLP branch.
+  static constexpr uint32_t kAttentionDropoutSite = 0;
+  static constexpr uint32_t kMlpDropoutSite = 1;
+
   enum ParamIndex {
     kLn1Weight,
     kLn1Bias,

@@ -429,9 +429,10 @@ absl::StatusOr<bool> TryFusedForward(const char* op, const KernelContext& ctx, G
 template <typename T>
 absl::Status Forward(const char* op, const KernelContext& ctx, const T* x, const T* w,
                      const float* b, T* y, int64_t n, int64_t in, int64_t out) {
-  DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, w, b, y}));
+  DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, w, y}));
   Gemm g{"y = x W^T", CUBLAS_OP_T, CUBLAS_OP_N, out, n, in,  kDataType<T>, kDataType<T>,
          w,           in,          x,           in,  y, out, 0.0f};
+  if (b == nullptr) return RunGemm(ctx, g);  // no bias: the LM head
   if (g_paths.lt && g_paths.fused_bias) {
     DAPPLE_ASSIGN_OR_RETURN(const bool fused, TryFusedForward<T>(op, ctx, g, b));
     if (fused) {
@@ -448,19 +449,31 @@ absl::Status Forward(const char* op, const KernelContext& ctx, const T* x, const
   return absl::OkStatus();
 }
 
+// dx = dy W.
+template <typename T>
+absl::Status BackwardInput(const char* op, const KernelContext& ctx, const T* w, const T* dy, T* dx,
+                           int64_t n, int64_t in, int64_t out) {
+  DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {w, dy, dx}));
+  return RunGemm(ctx, Gemm{"dx = dy W", CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, kDataType<T>,
+                           kDataType<T>, w, in, dy, out, dx, in, 0.0f});
+}
+
+// db += colsum(dy) (when db is not null), then dW += dy^T x.
+template <typename T>
+absl::Status BackwardWeight(const char* op, const KernelContext& ctx, const T* x, const T* dy,
+                            float* dw, float* db, int64_t n, int64_t in, int64_t out) {
+  DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, dy, dw}));
+  if (db != nullptr) DAPPLE_RETURN_IF_ERROR(ColumnSum(ctx, dy, n, out, db));
+  return RunGemm(ctx, Gemm{"dW += dy^T x", CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, kDataType<T>,
+                           CUDA_R_32F, x, in, dy, out, dw, in, 1.0f});
+}
+
 template <typename T>
 absl::Status Backward(const char* op, const KernelContext& ctx, const T* x, const T* w, const T* dy,
                       float* dw, float* db, T* dx, int64_t n, int64_t in, int64_t out) {
   DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, w, dy, dw, db}));
-  DAPPLE_RETURN_IF_ERROR(ColumnSum(ctx, dy, n, out, db));
-  DAPPLE_RETURN_IF_ERROR(
-      RunGemm(ctx, Gemm{"dW += dy^T x", CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, kDataType<T>,
-                        CUDA_R_32F, x, in, dy, out, dw, in, 1.0f}));
-  if (dx != nullptr) {
-    DAPPLE_RETURN_IF_ERROR(
-        RunGemm(ctx, Gemm{"dx = dy W", CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, kDataType<T>,
-                          kDataType<T>, w, in, dy, out, dx, in, 0.0f}));
-  }
+  DAPPLE_RETURN_IF_ERROR(BackwardWeight(op, ctx, x, dy, dw, db, n, in, out));
+  if (dx != nullptr) DAPPLE_RETURN_IF_ERROR(BackwardInput(op, ctx, w, dy, dx, n, in, out));
   return absl::OkStatus();
 }
 
@@ -491,6 +504,23 @@ absl::Status LinearBackwardBf16(const KernelContext& ctx, const bf16* x, const b
                                 const bf16* dy, float* dw, float* db, bf16* dx, int64_t n,
                                 int64_t in, int64_t out) {
   return Backward("LinearBackwardBf16", ctx, x, w, dy, dw, db, dx, n, in, out);
+}
+
+absl::Status LinearBackwardInput(const KernelContext& ctx, const float* w, const float* dy,
+                                 float* dx, int64_t n, int64_t in, int64_t out) {
+  return BackwardInput("LinearBackwardInput", ctx, w, dy, dx, n, in, out);
+}
+absl::Status LinearBackwardWeight(const KernelContext& ctx, const float* x, const float* dy,
+                                  float* dw, float* db, int64_t n, int64_t in, int64_t out) {
+  return BackwardWeight("LinearBackwardWeight", ctx, x, dy, dw, db, n, in, out);
+}
+absl::Status LinearBackwardInputBf16(const KernelContext& ctx, const bf16* w, const bf16* dy,
+                                     bf16* dx, int64_t n, int64_t in, int64_t out) {
+  return BackwardInput("LinearBackwardInputBf16", ctx, w, dy, dx, n, in, out);
+}
+absl::Status LinearBackwardWeightBf16(const KernelContext& ctx, const bf16* x, const bf16* dy,
+                                      float* dw, float* db, int64_t n, int64_t in, int64_t out) {
+  return BackwardWeight("LinearBackwardWeightBf16", ctx, x, dy, dw, db, n, in, out);
 }
 
 }  // namespace dapple::kernels::cuda

@@ -2,7 +2,8 @@
 // kernels/cpu/linear.h, on cuBLAS.
 //
 // Layouts (row-major, PyTorch's): x [n, in], W [out, in], b [out], y [n, out], dy [n, out],
-// dx [n, in], dW [out, in], db [out]. n, in, out > 0 (else kInvalidArgument).
+// dx [n, in], dW [out, in], db [out]. n, in, out > 0 (else kInvalidArgument). A null b means no
+// bias (the LM head): y = x W^T, and a null db computes no bias gradient.
 // fp32: plain fp32 GEMMs (CUBLAS_COMPUTE_32F, no TF32), so results match the CPU reference up to
 // summation order. bf16: bf16 inputs and outputs with fp32 accumulation; the parameter
 // gradients are accumulated in fp32 (mixed precision with fp32 master weights: the optimizer
@@ -30,12 +31,23 @@ absl::Status LinearBackward(const KernelContext& ctx, const float* x, const floa
                             const float* dy, float* dw, float* db, float* dx, int64_t n, int64_t in,
                             int64_t out);
 
+// Zero Bubble's B / W split (Qi et al., ICLR 2024) of LinearBackward: dx = dy W, and
+// dW += dy^T x with db += column sums of dy. The same GEMMs and reductions as LinearBackward.
+absl::Status LinearBackwardInput(const KernelContext& ctx, const float* w, const float* dy,
+                                 float* dx, int64_t n, int64_t in, int64_t out);
+absl::Status LinearBackwardWeight(const KernelContext& ctx, const float* x, const float* dy,
+                                  float* dw, float* db, int64_t n, int64_t in, int64_t out);
+
 // bf16 twins: x, w, y, dy, dx in bf16; b, dw, db in fp32.
 absl::Status LinearForwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
                                const float* b, bf16* y, int64_t n, int64_t in, int64_t out);
 absl::Status LinearBackwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
                                 const bf16* dy, float* dw, float* db, bf16* dx, int64_t n,
                                 int64_t in, int64_t out);
+absl::Status LinearBackwardInputBf16(const KernelContext& ctx, const bf16* w, const bf16* dy,
+                                     bf16* dx, int64_t n, int64_t in, int64_t out);
+absl::Status LinearBackwardWeightBf16(const KernelContext& ctx, const bf16* x, const bf16* dy,
+                                      float* dw, float* db, int64_t n, int64_t in, int64_t out);
 
 }  // namespace dapple::kernels::cuda
 

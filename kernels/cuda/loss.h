@@ -1,8 +1,10 @@
 // Softmax cross-entropy on the GPU, fused forward and backward: the CUDA twin of
 // kernels/cpu/loss.h. One thread block per row; the log-sum-exp runs in double, as on the CPU.
 //
-// logits [n, c] fp32, labels [n] int32 (device memory). Per-row results go to device arrays so
-// the caller can sum them on the host in row order (the CPU reference's order):
+// logits [n, c] fp32, labels [n] int32 (device memory): one row per target, so per-sample logits
+// [N, C] are N rows and a language model's per-token logits [N, T, V] are n = N T rows of
+// c = V (labels row-major like the logits, as kernels/cpu/loss.h). Per-row results go to device
+// arrays so the caller can sum them on the host in row order (the CPU reference's order):
 //   row_loss[r]    = -log softmax(logits[r])[labels[r]] (NaN for a label outside [0, c))
 //   row_correct[r] = 1 when argmax(logits[r]) == labels[r] (ties: the first maximum), else 0
 //   dlogits[r]     = (softmax(logits[r]) - onehot(labels[r])) * grad_scale (zero row for a bad

@@ -8,6 +8,12 @@
 3. The same parity with one stage on the GPU and one on the CPU (host staging over UCX).
 4. A GPU worker killed (SIGKILL) mid-job: the job FAILS within 20 s with a message naming it,
    and the surviving GPU worker is free again.
+5. A GPT on one GPU (two stages sharing cuda:0: embedding, transformer blocks, layernorm, tied
+   LM head, dropout) on byte-level text: examples/gpt_kjv.yaml when it exists, else a small GPT
+   of the same layout, on a text file written here (the repository's docs, so nothing needs
+   downloading) with a short max_steps. It must succeed, with finite step losses whose last is
+   below 0.75 x the first (the first is about ln 256 = 5.5). Needs the text dataset in the worker
+   (data.dataset text).
 
 Prints one line per result ("RESULT key value") for run.sh's table. Needs DAPPLE_BUILD_DIR (the
 bundle's build tree) and DAPPLE_DATA_DIR (Fashion-MNIST). Exit 0 when every check holds.
@@ -133,6 +139,74 @@ def dead_worker(c):
     check(bool(state) and state.endswith("IDLE"), "kill test: survivor %s is %s" % (survivor, state))
 
 
+GPT_STEPS = 60
+GPT_SPEC = """name: gpu-gpt
+model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 128, dropout: 0.1}
+    - {type: transformer_block, heads: 4, dropout: 0.1}
+    - {type: transformer_block, heads: 4, dropout: 0.1}
+    - {type: layernorm}
+    - {type: lm_head, tied: true}
+  loss: softmax_cross_entropy
+data: {dataset: text, path: /var/lib/dapple/datasets/kjv.txt, seq_len: 128}
+training:
+  global_batch: 32
+  micro_batch: 8
+  epochs: 20
+  optimizer: {type: adamw, lr: 1.0e-3}
+  seed: 42
+parallel:
+  schedule: dapple
+  planner: balanced
+  stages: 2
+  devices: 2
+"""
+
+
+def gpt_spec(text_path):
+    """examples/gpt_kjv.yaml (else GPT_SPEC) on `text_path`, two stages, GPT_STEPS steps."""
+    example = os.path.join(HERE, "..", "..", "examples", "gpt_kjv.yaml")
+    spec = GPT_SPEC
+    if os.path.exists(example):
+        with open(example) as f:
+            spec = f.read()
+    spec = re.sub(r"path: [^,}]*", "path: %s" % text_path, spec)
+    spec = re.sub(r"(?m)^(\s*)epochs: .*$", r"\1epochs: 20", spec)
+    spec = re.sub(r"(?m)^(\s*)stages: .*$", r"\1stages: 2", spec)
+    spec = re.sub(r"(?m)^(\s*)devices: .*$", r"\1devices: 2", spec)
+    spec = re.sub(r"(?m)^training:$", "training:\n  max_steps: %d" % GPT_STEPS, spec)
+    return spec
+
+
+def gpt(c):
+    # Some 190 KB of English: the repository's docs, concatenated.
+    docs = os.path.join(HERE, "..", "..", "docs")
+    text_path = os.path.join(c.dir, "gpt.txt")
+    with open(text_path, "w") as out:
+        for name in sorted(os.listdir(docs)):
+            if name.endswith(".md"):
+                with open(os.path.join(docs, name)) as f:
+                    out.write(f.read())
+    t0 = time.time()
+    job = c.submit(gpt_spec(text_path), "gpt.yaml")
+    j = c.wait_state(job, TERMINAL, 300)
+    losses = j.get("step_losses", [])
+    m = j.get("metrics", {})
+    result("gpt_state", j["state"])
+    result("gpt_seconds", "%.1f" % (time.time() - t0))
+    result("gpt_steps", len(losses))
+    result("gpt_first_loss", "%.3f" % losses[0] if losses else "none")
+    result("gpt_last_loss", "%.3f" % losses[-1] if losses else "none")
+    result("gpt_samples_per_second", "%.0f" % m.get("samples_per_second", 0))
+    result("gpt_devices", ",".join(d for s in j.get("plan", {}).get("stages", []) for d in s.get("devices", [])))
+    check(j["state"] == "SUCCEEDED", "gpt job %s: %s" % (j["state"], j.get("message")))
+    check(len(losses) == GPT_STEPS, "gpt job reported %d losses, expected %d" % (len(losses), GPT_STEPS))
+    check(all(x == x and abs(x) != float("inf") for x in losses), "gpt job: non-finite loss")
+    check(bool(losses) and losses[-1] < 0.75 * losses[0],
+          "gpt job: loss %s -> %s did not fall below 0.75 x the first" % (losses[:1], losses[-1:]))
+
+
 def run(c, tests):
     for name, fn in tests:
         try:
@@ -145,7 +219,7 @@ def main():
     c = cluster.Cluster(workers=2, dump=True, worker_args=["--devices", DEVICE])
     try:
         c.wait_workers(2)
-        run(c, (("parity", parity), ("demo", demo), ("dead worker", dead_worker)))
+        run(c, (("parity", parity), ("demo", demo), ("gpt", gpt), ("dead worker", dead_worker)))
     finally:
         if failures:
             print(c.all_logs()[-6000:])

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check, on a machine with an NVIDIA GPU: every gpu-labelled test, the Linear kernel
-# benchmark against cuBLAS's own GEMM, and jobs on one GPU (the demo job with 2 stages sharing the
-# GPU; GPU-vs-CPU parity), then a short table. Under 8 minutes on one H200.
+# The GPU check, on a machine with an NVIDIA GPU: every gpu-labelled test (the GPT kernels and
+# layers against their CPU twins, GPT stages against the CPU backend among them), the Linear
+# kernel benchmark against cuBLAS's own GEMM, the GPT kernels' benchmark, and jobs on one GPU
+# (the demo job with 2 stages sharing the GPU; GPU-vs-CPU parity; a GPT on text), then a short
+# table. Under 8 minutes on one H200.
 #
 # From a bundle (tests/gpu/bundle.sh; .gpu/dapple-gpu.tar.xz present): runs on a machine without
 # dapple's Debian packages, using the machine's CUDA libraries. Otherwise from the build tree.
@@ -53,14 +55,19 @@ echo "== Linear vs cuBLAS GEMM"
 timeout 180 "$BUILD/bench/linear_cuda_bench" 2>&1 | tee "$LOGS/linear_cuda_bench.log"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 
+echo "== GPT kernels (GB/s, TFLOP/s)"
+timeout 180 "$BUILD/bench/gpt_cuda_bench" 2>&1 | tee "$LOGS/gpt_cuda_bench.log"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+
 echo "== jobs on one GPU"
-PYTHONUNBUFFERED=1 timeout 480 "$PY" tests/gpu/gpu_jobs.py 2>&1 | tee "$LOGS/gpu_jobs.log"
+PYTHONUNBUFFERED=1 timeout 540 "$PY" tests/gpu/gpu_jobs.py 2>&1 | tee "$LOGS/gpu_jobs.log"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 
 echo
 echo "== summary (GPU: ${gpu:-none})"
 for r in "${rows[@]}"; do echo "$r"; done
 grep -E '^(fp32|bf16|dtype)' "$LOGS/linear_cuda_bench.log" || true
+grep -E '(transformer_block|attention)' "$LOGS/gpt_cuda_bench.log" || true
 grep '^RESULT' "$LOGS/gpu_jobs.log" | sed 's/^RESULT //' || true
 echo "overall: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
 if [[ -n "${OUT:-}" ]]; then tar -C /tmp -czf "$OUT/gpu-logs.tar.gz" dapple-gpu-logs; fi

@@ -14,9 +14,9 @@
 #include "common/status.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
-#include "kernels/cuda/activations.h"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/linear.h"
+#include "kernels/cuda/layer.h"
+#include "kernels/cuda/layer_factory.h"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/optimizer.h"
 
@@ -25,12 +25,21 @@ namespace {
 
 namespace kc = kernels::cuda;
 
-struct DeviceLayer {
-  std::string type;
+// One layer of the stage: its CUDA kernel (kernels/cuda/layer_factory.h, computing in fp32)
+// bound to the stage's device parameters, and what a micro-batch of `buffers_rows` needs.
+struct StageLayer {
+  std::unique_ptr<kc::DeviceLayer> kernel;
   int64_t in = 0;   // features per sample in
   int64_t out = 0;  // features per sample out
-  int weight = -1;  // index into params (linear)
-  int bias = -1;
+  int64_t buffers_rows = -1;
+  kc::LayerBuffers buffers;
+};
+
+// Per slot and layer: the buffers of its DeviceCache (grow-only, as every buffer here).
+struct LayerMemory {
+  std::vector<DeviceBuffer> saved;
+  std::vector<DeviceBuffer> grads;
+  kc::DeviceCache cache;
 };
 
 class CudaStageBackend : public StageBackend {
@@ -56,26 +65,14 @@ class CudaStageBackend : public StageBackend {
   }
 
   absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& context) override {
-    (void)context;  // no layer with a context-dependent forward (dropout) has a CUDA kernel yet
     Slot& s = SlotAt(slot);
+    s.rows = rows;
     for (size_t k = 0; k < layers_.size(); ++k) {
-      const DeviceLayer& l = layers_[k];
+      StageLayer& l = layers_[k];
       DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], Bytes(rows, l.out)));
-      const float* x = s.acts[k].as<float>();
-      float* y = s.acts[k + 1].as<float>();
-      if (l.type == "linear") {
-        DAPPLE_RETURN_IF_ERROR(kc::LinearForward(ctx(), x, dev_params_[l.weight].as<float>(),
-                                                 dev_params_[l.bias].as<float>(), y, rows, l.in,
-                                                 l.out));
-      } else if (l.type == "relu") {
-        DAPPLE_RETURN_IF_ERROR(kc::ReluForward(ctx(), x, y, rows * l.in));
-      } else if (l.type == "gelu") {
-        DAPPLE_RETURN_IF_ERROR(kc::GeluForward(ctx(), x, y, rows * l.in));
-      } else {  // flatten: the same bytes
-        DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
-            cudaMemcpyAsync(y, x, Bytes(rows, l.in), cudaMemcpyDeviceToDevice, stream()),
-            "flatten"));
-      }
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
+      DAPPLE_RETURN_IF_ERROR(l.kernel->Forward(ctx(), s.acts[k].data(), s.acts[k + 1].data(), rows,
+                                               &s.caches[k].cache, context, scratch));
     }
     return absl::OkStatus();
   }
@@ -83,34 +80,36 @@ class CudaStageBackend : public StageBackend {
   absl::StatusOr<double> Loss(int slot, const int32_t* labels, int64_t rows, float grad_scale,
                               bool training, int64_t* correct) override {
     Slot& s = SlotAt(slot);
-    const int64_t c = out_features_;
-    DAPPLE_RETURN_IF_ERROR(Ensure(&labels_, rows * sizeof(int32_t)));
-    DAPPLE_RETURN_IF_ERROR(Ensure(&row_loss_, rows * sizeof(double)));
-    DAPPLE_RETURN_IF_ERROR(Ensure(&row_correct_, rows * sizeof(int32_t)));
-    if (training) DAPPLE_RETURN_IF_ERROR(Ensure(&s.dlogits, Bytes(rows, c)));
+    // One target per `classes` outputs: [classes] per sample, or [T, vocab] (per token).
+    const int64_t c = classes_;
+    const int64_t targets = rows * (out_features_ / classes_);
+    DAPPLE_RETURN_IF_ERROR(Ensure(&labels_, targets * sizeof(int32_t)));
+    DAPPLE_RETURN_IF_ERROR(Ensure(&row_loss_, targets * sizeof(double)));
+    DAPPLE_RETURN_IF_ERROR(Ensure(&row_correct_, targets * sizeof(int32_t)));
+    if (training) DAPPLE_RETURN_IF_ERROR(Ensure(&s.dlogits, Bytes(rows, out_features_)));
     DAPPLE_RETURN_IF_ERROR(
-        kc::CudaStatus(cudaMemcpyAsync(labels_.data(), labels, rows * sizeof(int32_t),
+        kc::CudaStatus(cudaMemcpyAsync(labels_.data(), labels, targets * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream()),
                        "copy labels to the device"));
     DAPPLE_RETURN_IF_ERROR(
-        kc::SoftmaxCrossEntropy(ctx(), s.acts.back().as<float>(), labels_.as<int32_t>(), rows, c,
+        kc::SoftmaxCrossEntropy(ctx(), s.acts.back().as<float>(), labels_.as<int32_t>(), targets, c,
                                 grad_scale, training ? s.dlogits.as<float>() : nullptr,
                                 row_loss_.as<double>(), row_correct_.as<int32_t>()));
-    host_loss_.resize(rows);
-    host_correct_.resize(rows);
+    host_loss_.resize(targets);
+    host_correct_.resize(targets);
     DAPPLE_RETURN_IF_ERROR(
-        kc::CudaStatus(cudaMemcpyAsync(host_loss_.data(), row_loss_.data(), rows * sizeof(double),
-                                       cudaMemcpyDeviceToHost, stream()),
+        kc::CudaStatus(cudaMemcpyAsync(host_loss_.data(), row_loss_.data(),
+                                       targets * sizeof(double), cudaMemcpyDeviceToHost, stream()),
                        "copy losses to the host"));
     DAPPLE_RETURN_IF_ERROR(
         kc::CudaStatus(cudaMemcpyAsync(host_correct_.data(), row_correct_.data(),
-                                       rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()),
+                                       targets * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()),
                        "copy predictions to the host"));
     DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
     // Summed on the host in row order: the CPU reference's order, so the loss matches it.
     double total = 0;
     int64_t right = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < targets; ++r) {
       total += host_loss_[r];
       right += host_correct_[r];
     }
@@ -139,39 +138,29 @@ class CudaStageBackend : public StageBackend {
   absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
                         bool need_dx) override {
     Slot& s = SlotAt(slot);
-    const float* dy = last_stage ? s.dlogits.as<float>() : At(&grad_recv_, micro_batch).as<float>();
+    const void* dy = last_stage ? s.dlogits.data() : At(&grad_recv_, micro_batch).data();
     if (dy == nullptr) return absl::InternalError("BACKWARD without its gradient");
     int next_scratch = 0;
     for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
-      const DeviceLayer& l = layers_[k];
-      float* dx = nullptr;
+      StageLayer& l = layers_[k];
+      void* dx = nullptr;
       if (k > 0) {
         // Ping-pong between two scratch buffers: dy of this layer may be the other one.
         DeviceBuffer& buf = scratch_[next_scratch];
         next_scratch ^= 1;
         DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
-        dx = buf.as<float>();
+        dx = buf.data();
       } else if (need_dx) {
         DeviceBuffer& buf = At(&grad_send_, micro_batch);
         DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
-        dx = buf.as<float>();
+        dx = buf.data();
       }
-      const float* x = s.acts[k].as<float>();
-      if (l.type == "linear") {
-        DAPPLE_RETURN_IF_ERROR(kc::LinearBackward(
-            ctx(), x, dev_params_[l.weight].as<float>(), dy, dev_grads_[l.weight].as<float>(),
-            dev_grads_[l.bias].as<float>(), dx, rows, l.in, l.out));
-      } else if (dx != nullptr) {
-        if (l.type == "relu") {
-          DAPPLE_RETURN_IF_ERROR(kc::ReluBackward(ctx(), x, dy, dx, rows * l.in));
-        } else if (l.type == "gelu") {
-          DAPPLE_RETURN_IF_ERROR(kc::GeluBackward(ctx(), x, dy, dx, rows * l.in));
-        } else {  // flatten
-          DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
-              cudaMemcpyAsync(dx, dy, Bytes(rows, l.in), cudaMemcpyDeviceToDevice, stream()),
-              "flatten backward"));
-        }
-      }
+      const void* x = s.acts[k].data();
+      const void* y = s.acts[k + 1].data();
+      kc::DeviceCache* cache = &s.caches[k].cache;
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
+      DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardInput(ctx(), x, y, dy, dx, rows, cache, scratch));
+      DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardWeight(ctx(), x, y, dy, rows, cache, scratch));
       dy = dx;
     }
     return absl::OkStatus();
@@ -291,6 +280,48 @@ class CudaStageBackend : public StageBackend {
     return dev_->Synchronize();
   }
 
+  // Device to pageable host memory after the stream's forward; synchronised.
+  absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
+    Slot& s = SlotAt(slot);
+    if (offset < 0 || count < 0 || offset + count > s.rows * out_features_) {
+      return absl::InternalError(
+          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
+                          offset + count, s.rows * out_features_));
+    }
+    DAPPLE_RETURN_IF_ERROR(
+        kc::CudaStatus(cudaMemcpyAsync(host, s.acts.back().as<float>() + offset,
+                                       count * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+                       "copy output to the host"));
+    return dev_->Synchronize();
+  }
+
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
+    DAPPLE_RETURN_IF_ERROR(Ensure(&message_, static_cast<size_t>(bytes)));
+    return message_.data();
+  }
+
+  // On the compute stream, where the transports order their copies into and out of device
+  // buffers (worker/comm/cuda); synchronised both ways.
+  absl::Status WriteMessage(const void* host, int64_t bytes) override {
+    if (message_.empty() || static_cast<size_t>(bytes) > message_.bytes()) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+        cudaMemcpyAsync(message_.data(), host, bytes, cudaMemcpyHostToDevice, stream()),
+        "copy a message to the device"));
+    return dev_->Synchronize();
+  }
+
+  absl::Status ReadMessage(void* host, int64_t bytes) override {
+    if (message_.empty() || static_cast<size_t>(bytes) > message_.bytes()) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+        cudaMemcpyAsync(host, message_.data(), bytes, cudaMemcpyDeviceToHost, stream()),
+        "copy a message to the host"));
+    return dev_->Synchronize();
+  }
+
   absl::Status Synchronize() override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
@@ -371,34 +402,18 @@ class CudaStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
-  // Builds the device copy of `host_layers` (already initialised) and zeroed state.
+  // Builds the device copy of `host_layers` (already initialised), zeroed state and the layers'
+  // CUDA kernels bound to it.
   absl::Status Init(const std::vector<LayerInfo>& infos, int first, int last,
                     std::vector<std::unique_ptr<kernels::Layer>> host_layers,
-                    const v1::OptimizerSpec& optimizer) {
+                    const v1::JobSpec& spec) {
     host_layers_ = std::move(host_layers);
     host_params_ = kernels::CollectParams(host_layers_);
-    optimizer_ = optimizer;
+    optimizer_ = spec.training().optimizer();
     in_features_ = NumElements(infos[first].input_shape);
     out_features_ = NumElements(infos[last].output_shape);
-    int param = 0;
-    for (int i = first; i <= last; ++i) {
-      DeviceLayer l;
-      l.type = infos[i].type;
-      l.in = NumElements(infos[i].input_shape);
-      l.out = NumElements(infos[i].output_shape);
-      if (l.type == "linear") {
-        l.weight = param++;
-        l.bias = param++;
-      } else if (l.type != "relu" && l.type != "gelu" && l.type != "flatten") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.layers[", i, "]: type '", l.type, "' has no CUDA kernel"));
-      }
-      layers_.push_back(l);
-    }
-    if (param != static_cast<int>(host_params_.size())) {
-      return absl::InternalError("CPU and CUDA parameter lists differ");
-    }
-    const bool adam = optimizer.type() == "adamw";
+    classes_ = infos[last].output_shape.back();
+    const bool adam = optimizer_.type() == "adamw";
     for (kernels::Param* p : host_params_) {
       const size_t bytes = p->value.data.size() * sizeof(float);
       DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer w, dev_->Allocate(bytes));
@@ -424,14 +439,71 @@ class CudaStageBackend : public StageBackend {
       state1_.push_back(std::move(s1));
       state2_.push_back(std::move(s2));
     }
+    for (int i = first; i <= last; ++i) {
+      DAPPLE_RETURN_IF_ERROR(AddLayer(infos[i], spec.model().layers(i), *host_layers_[i - first]));
+    }
     return dev_->Synchronize();
   }
 
  private:
   struct Slot {
-    std::vector<DeviceBuffer> acts;  // acts[0] = stage input, acts[k + 1] = layer k output
+    std::vector<DeviceBuffer> acts;   // acts[0] = stage input, acts[k + 1] = layer k output
+    std::vector<LayerMemory> caches;  // per layer: what its backward needs
     DeviceBuffer dlogits;
+    int64_t rows = 0;  // of the last Forward
   };
+
+  // The CUDA kernel of `info`, bound to the device copies of the CPU layer's parameters (in
+  // its Params() order; a parameter shared with an earlier layer of the stage, the tied
+  // embedding table, is that layer's device buffer: one tensor, both gradients into it).
+  absl::Status AddLayer(const LayerInfo& info, const v1::LayerSpec& spec,
+                        kernels::Layer& host_layer) {
+    DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kc::DeviceLayer> kernel,
+                            kc::MakeCudaLayer(info, spec, kc::Dtype::kFp32));
+    std::vector<kc::DeviceParam> params;
+    for (kernels::Param* p : host_layer.Params()) {
+      const auto it = std::find(host_params_.begin(), host_params_.end(), p);
+      if (it == host_params_.end()) {
+        return absl::InternalError(absl::StrCat("model.layers[", info.index, "]: parameter ",
+                                                p->name, " missing from the stage's list"));
+      }
+      const size_t i = static_cast<size_t>(it - host_params_.begin());
+      params.push_back({dev_params_[i].as<float>(), dev_grads_[i].as<float>(), nullptr,
+                        static_cast<int64_t>(p->value.data.size())});
+    }
+    DAPPLE_RETURN_IF_ERROR(kernel->BindParams(std::move(params)));
+    StageLayer l;
+    l.kernel = std::move(kernel);
+    l.in = NumElements(info.input_shape);
+    l.out = NumElements(info.output_shape);
+    layers_.push_back(std::move(l));
+    return absl::OkStatus();
+  }
+
+  // Sizes `memory`'s cache buffers for `rows` samples of layer `l` and returns the scratch a
+  // call may use (one buffer shared by every layer and slot: the stream orders its users).
+  absl::StatusOr<kc::Scratch> Prepare(StageLayer* l, LayerMemory* memory, int64_t rows) {
+    if (l->buffers_rows != rows) {
+      DAPPLE_ASSIGN_OR_RETURN(l->buffers, l->kernel->Buffers(rows));
+      l->buffers_rows = rows;
+    }
+    const kc::LayerBuffers& b = l->buffers;
+    memory->saved.resize(b.saved.size());
+    memory->grads.resize(b.grads.size());
+    memory->cache.saved.resize(b.saved.size());
+    memory->cache.grads.resize(b.grads.size());
+    for (size_t i = 0; i < b.saved.size(); ++i) {
+      DAPPLE_RETURN_IF_ERROR(Ensure(&memory->saved[i], b.saved[i]));
+      memory->cache.saved[i] = memory->saved[i].data();
+    }
+    for (size_t i = 0; i < b.grads.size(); ++i) {
+      DAPPLE_RETURN_IF_ERROR(Ensure(&memory->grads[i], b.grads[i]));
+      memory->cache.grads[i] = memory->grads[i].data();
+    }
+    if (b.scratch == 0) return kc::Scratch{};
+    DAPPLE_RETURN_IF_ERROR(Ensure(&layer_scratch_, b.scratch));
+    return kc::Scratch{layer_scratch_.data(), b.scratch};
+  }
 
   static size_t Bytes(int64_t rows, int64_t features) {
     return static_cast<size_t>(rows * features) * sizeof(float);
@@ -450,7 +522,10 @@ class CudaStageBackend : public StageBackend {
   Slot& SlotAt(int slot) {
     if (slot >= static_cast<int>(slots_.size())) {
       slots_.resize(slot + 1);
-      for (Slot& s : slots_) s.acts.resize(layers_.size() + 1);
+      for (Slot& s : slots_) {
+        s.acts.resize(layers_.size() + 1);
+        s.caches.resize(layers_.size());
+      }
     }
     return slots_[slot];
   }
@@ -461,9 +536,10 @@ class CudaStageBackend : public StageBackend {
   }
 
   CudaDevice* dev_;
-  std::vector<DeviceLayer> layers_;
+  std::vector<StageLayer> layers_;
   int64_t in_features_ = 0;
   int64_t out_features_ = 0;
+  int64_t classes_ = 0;  // the output's last dimension: what the loss's softmax spans
   std::vector<std::unique_ptr<kernels::Layer>> host_layers_;  // host mirror of the parameters
   std::vector<kernels::Param*> host_params_;
   std::vector<DeviceBuffer> dev_params_;
@@ -477,12 +553,14 @@ class CudaStageBackend : public StageBackend {
   std::vector<DeviceBuffer> act_send_;
   std::vector<DeviceBuffer> grad_send_;
   std::vector<DeviceBuffer> grad_recv_;
-  DeviceBuffer scratch_[2];
+  DeviceBuffer scratch_[2];  // the backward's dx, ping-pong
+  DeviceBuffer layer_scratch_;
   DeviceBuffer labels_;
   DeviceBuffer row_loss_;
   DeviceBuffer row_correct_;
   std::vector<double> host_loss_;
   std::vector<int32_t> host_correct_;
+  DeviceBuffer message_;  // MessageBuffer
 };
 
 }  // namespace
@@ -502,8 +580,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::Job
       std::vector<std::unique_ptr<kernels::Layer>> host_layers,
       kernels::BuildLayers(spec.model(), first_layer, last_layer, spec.training().seed()));
   auto b = std::make_unique<CudaStageBackend>(device);
-  DAPPLE_RETURN_IF_ERROR(
-      b->Init(infos, first_layer, last_layer, std::move(host_layers), spec.training().optimizer()));
+  DAPPLE_RETURN_IF_ERROR(b->Init(infos, first_layer, last_layer, std::move(host_layers), spec));
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

@@ -1,10 +1,17 @@
 // StageBackend on one CUDA device (kernels/cuda): weights, gradients, optimizer state and every
-// activation live in device memory; only images and labels come from the host, and only the
-// per-row losses go back. Only in CUDA builds.
+// activation live in device memory; only the inputs (images, token ids) and labels come from the
+// host, and only the per-target losses go back. Only in CUDA builds.
 //
-// Weights start from exactly the CPU backend's initial values (built on the host by
-// kernels/cpu/model.h, then copied), so a GPU stage trains like the CPU stage up to fp32
-// summation order (cuBLAS GEMMs in pure fp32, no TF32). The runtime computes in fp32; the bf16
+// Generic over layer types: each layer of the stage runs the CUDA kernel of its type from
+// kernels/cuda/layer_factory.h (linear, relu, gelu, flatten, dropout, embedding, layernorm,
+// transformer_block, lm_head), bound to the stage's device parameters, with per-slot caches for
+// its backward (kernels/cuda/layer.h). The parameters are device copies of the CPU layers built
+// by kernels/cpu/model.h (the same list, order and names: HostParams mirrors them on the host),
+// so initial weights are the CPU backend's bitwise and a GPU stage trains like the CPU stage up
+// to fp32 summation order (cuBLAS GEMMs in pure fp32, no TF32; dropout drops the same elements:
+// kernels/cpu/dropout_mask.h). A tied lm_head whose embedding is on the same stage computes with
+// the embedding's device table (one buffer, both gradients into it); on another stage it keeps
+// its own copy (Param::tied_to), like the CPU backend. The runtime computes in fp32; the bf16
 // kernels of kernels/cuda are not used here yet.
 // Memory: every buffer comes from the device's caching allocator and only grows, so after the
 // first step nothing is allocated. Stream: all work on the device's compute stream (Loss

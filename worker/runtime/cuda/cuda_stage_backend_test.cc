@@ -7,11 +7,17 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <map>
+#include <ostream>
+#include <random>
+#include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -19,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "worker/device/device.h"
 #include "worker/runtime/stage_runtime.h"
+#include "worker/runtime/testing/gpt_parity_testing.h"
 #include "worker/runtime/testing/parity_testing.h"
 
 namespace dapple::worker {
@@ -181,6 +188,232 @@ TEST(CudaStageBackendTest, GradientSquaredNormMatchesCpu) {
   }
   ASSERT_GT(norm[0], 0);
   EXPECT_NEAR(norm[1], norm[0], 1e-4 * norm[0]) << "cuda " << norm[1] << " vs cpu " << norm[0];
+}
+
+// What text generation needs of a backend (StageRuntime::Generate): ReadOutput gives the CPU
+// backend's logits of the same input up to fp32 summation order, and a message written to the
+// device buffer reads back, as does one a transport copied into it.
+TEST(CudaStageBackendTest, ReadOutputAndMessagesMatchCpu) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  const v1::JobSpec spec = parity::ParitySpec({});
+  const int last = spec.model().layers_size() - 1;
+  std::vector<float> images(2 * 784);
+  for (size_t k = 0; k < images.size(); ++k) images[k] = static_cast<float>(k % 7) * 0.1f;
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = MakeCpuStageBackend(spec, 0, last);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<float> row[2] = {std::vector<float>(10), std::vector<float>(10)};
+  StageBackend* backends[2] = {cpu->get(), gpu->get()};
+  for (int k = 0; k < 2; ++k) {
+    StageBackend& b = *backends[k];
+    ASSERT_TRUE(b.LoadInput(0, images.data(), 2).ok());
+    ASSERT_TRUE(b.Forward(0, 2, kernels::ForwardContext{}).ok());
+    ASSERT_TRUE(b.ReadOutput(0, 10, 10, row[k].data()).ok()) << b.device();
+    EXPECT_EQ(b.ReadOutput(0, 11, 10, row[k].data()).code(), absl::StatusCode::kInternal);
+  }
+  for (int c = 0; c < 10; ++c) EXPECT_NEAR(row[1][c], row[0][c], 1e-4) << c;
+
+  StageBackend& b = *gpu->get();
+  auto buffer = b.MessageBuffer(sizeof(int32_t));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const int32_t token = 200;
+  ASSERT_TRUE(b.WriteMessage(&token, sizeof(token)).ok());
+  int32_t on_device = 0;
+  ASSERT_EQ(cudaMemcpy(&on_device, *buffer, sizeof(on_device), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(on_device, 200);
+  const int32_t received = 17;
+  ASSERT_EQ(cudaMemcpy(*buffer, &received, sizeof(received), cudaMemcpyHostToDevice), cudaSuccess);
+  int32_t back = 0;
+  ASSERT_TRUE(b.ReadMessage(&back, sizeof(back)).ok());
+  EXPECT_EQ(back, 17);
+}
+
+// ---- GPT stages (kernels/cuda's layer table through the backend) ----
+
+// Between any two backends' buffers (host or device: cudaMemcpyDefault), complete on return.
+absl::Status AnyCopy(void* dst, const void* src, size_t bytes) {
+  if (cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {
+    return absl::InternalError("cudaMemcpy between stages");
+  }
+  return absl::OkStatus();
+}
+
+struct GptCase {
+  std::string name;
+  std::vector<bool> gpu;  // per stage
+  int micro_batches;
+};
+
+void PrintTo(const GptCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaGptParityTest : public ::testing::TestWithParam<GptCase> {
+ protected:
+  void SetUp() override {
+    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  }
+};
+
+// Per-step loss, evaluation loss and final weights of the small GPT of gpt_parity_testing.h
+// (live dropout, tied LM head) against the single-device CPU reference, within 1e-5 relative:
+// on one GPU stage (the head computes with the embedding's device table), split into
+// micro-batches, on two GPU stages (the head's own copy, its gradient summed with the owner's)
+// and with one stage on the CPU and one on the GPU (dropout masks must be the same bits on both
+// for this to hold).
+TEST_P(CudaGptParityTest, MatchesCpuReference) {
+  const GptCase& c = GetParam();
+  const v1::JobSpec spec = parity::GptSpec(parity::GptOptions{});
+  constexpr int kSteps = 4;
+  absl::StatusOr<parity::Run> want = parity::TrainReference(spec, kSteps);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const int layers = spec.model().layers_size();
+  const int stages = static_cast<int>(c.gpu.size());
+  std::vector<std::unique_ptr<CudaDevice>> devices;  // outlive the pipeline's backends
+  parity::Pipeline p;
+  p.first_layers = stages == 1 ? std::vector<int>{0} : std::vector<int>{0, 2};
+  for (int s = 0; s < stages; ++s) {
+    const int last = s + 1 < stages ? p.first_layers[s + 1] - 1 : layers - 1;
+    absl::StatusOr<std::unique_ptr<StageBackend>> stage;
+    if (c.gpu[s]) {
+      auto dev = CudaDevice::Open(0);
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      devices.push_back(std::move(*dev));
+      stage = MakeCudaStageBackend(spec, p.first_layers[s], last, devices.back().get());
+    } else {
+      stage = MakeCpuStageBackend(spec, p.first_layers[s], last);
+    }
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    p.stages.push_back(std::move(*stage));
+  }
+  absl::StatusOr<parity::Run> got =
+      parity::TrainPipeline(spec, p, kSteps, c.micro_batches, AnyCopy);
+  ASSERT_TRUE(got.ok()) << got.status();
+  parity::ExpectGptMatchesReference(spec, *got, *want);
+  for (size_t s = 0; s < want->losses.size(); ++s) {
+    std::cout << "  step " << s + 1 << " loss " << got->losses[s] << " (CPU " << want->losses[s]
+              << ")\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaGptParityTest,
+                         ::testing::Values(GptCase{"P1M1", {true}, 1}, GptCase{"P1M4", {true}, 4},
+                                           GptCase{"P2M2", {true, true}, 2},
+                                           GptCase{"CpuThenGpuM2", {false, true}, 2},
+                                           GptCase{"GpuThenCpuM4", {true, false}, 4}),
+                         [](const auto& info) { return info.param.name; });
+
+// max |got - want| <= rtol * max |want| (NaN failing), per tensor.
+void ExpectTensorNear(const std::string& what, const std::vector<float>& got,
+                      const std::vector<float>& want, double rtol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0, worst = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(d <= rtol * scale)) ++bad;
+    if (d == d) worst = std::max(worst, d);
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements off by more than "
+                    << rtol << " x max|want| " << scale << " (worst " << worst << ")";
+}
+
+// One GPT stage's forward and backward against the CPU backend's, tensor by tensor, at 1e-4 of
+// each tensor's largest value (the transformer block's fp32 bound of kernels/cuda/layer_test.cc):
+// the whole model on one stage (loss, every gradient, the gradient norm), and a middle stage
+// (two blocks and the final layernorm: its output, its dx for the previous stage and its
+// gradients).
+TEST(CudaStageBackendTest, GptStageMatchesCpuBackend) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  const v1::JobSpec spec = parity::GptSpec(parity::GptOptions{});
+  const int64_t rows = spec.training().global_batch();
+  const int64_t seq = spec.model().input_shape(0);
+  const int64_t width = spec.model().layers(0).embedding().dim();
+  const int last = spec.model().layers_size() - 1;
+  const parity::TokenBatch batch = parity::GptBatch(spec, 0, 0, rows);
+  kernels::ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = spec.training().seed();
+  ctx.step = 2;
+  ctx.first_sample = 8;
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+
+  struct Range {
+    int first, last;
+  };
+  for (const Range range : {Range{0, last}, Range{1, last - 1}}) {
+    SCOPED_TRACE(absl::StrCat("layers ", range.first, "..", range.last));
+    const bool whole = range.first == 0;
+    auto gpu = MakeCudaStageBackend(spec, range.first, range.last, dev->get());
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto cpu = MakeCpuStageBackend(spec, range.first, range.last);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> acts(rows * seq * width), grads(rows * seq * width);
+    for (float& v : acts) v = u(rng);
+    for (float& v : grads) v = u(rng);
+    const std::vector<float>& input = whole ? batch.tokens : acts;
+
+    StageBackend* backends[2] = {cpu->get(), gpu->get()};
+    double loss[2] = {0, 0}, norm[2] = {0, 0};
+    std::vector<float> out[2], dx[2], g[2];
+    for (int k = 0; k < 2; ++k) {
+      StageBackend& b = *backends[k];
+      ASSERT_TRUE(b.LoadInput(0, input.data(), rows).ok()) << b.device();
+      ASSERT_TRUE(b.Forward(0, rows, ctx).ok()) << b.device();
+      if (whole) {
+        auto l = b.Loss(0, batch.labels.data(), rows, 1.0f / (rows * seq), true, nullptr);
+        ASSERT_TRUE(l.ok()) << b.device() << ": " << l.status();
+        loss[k] = *l;
+      } else {
+        auto send = b.OutputForSend(0, 0, rows);
+        ASSERT_TRUE(send.ok()) << send.status();
+        ASSERT_TRUE(b.Synchronize().ok());
+        out[k].resize(acts.size());
+        ASSERT_TRUE(AnyCopy(out[k].data(), *send, acts.size() * sizeof(float)).ok());
+        auto dy = b.GradInput(0, rows);
+        ASSERT_TRUE(dy.ok()) << dy.status();
+        ASSERT_TRUE(AnyCopy(*dy, grads.data(), grads.size() * sizeof(float)).ok());
+      }
+      absl::Status s = b.Backward(0, 0, rows, /*last_stage=*/whole, /*need_dx=*/!whole);
+      ASSERT_TRUE(s.ok()) << b.device() << ": " << s;
+      ASSERT_TRUE(b.Synchronize().ok());
+      if (!whole) {
+        dx[k].resize(acts.size());
+        ASSERT_TRUE(AnyCopy(dx[k].data(), b.GradForSend(0), acts.size() * sizeof(float)).ok());
+      }
+      auto n = b.GradientSquaredNorm();
+      ASSERT_TRUE(n.ok()) << n.status();
+      norm[k] = *n;
+      g[k].resize(b.GradientFloats());
+      ASSERT_TRUE(b.ReadGradients(g[k].data()).ok()) << b.device();
+    }
+    if (whole) {
+      EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);
+    } else {
+      ExpectTensorNear("stage output", out[1], out[0], 1e-4);
+      ExpectTensorNear("dx", dx[1], dx[0], 1e-4);
+    }
+    EXPECT_NEAR(norm[1], norm[0], 1e-4 * norm[0]);
+    auto params = (*cpu)->HostParams();
+    ASSERT_TRUE(params.ok());
+    size_t offset = 0;
+    for (const kernels::Param* p : *params) {
+      const size_t count = p->grad.data.size();
+      ExpectTensorNear(p->name + " gradient",
+                       std::vector<float>(g[1].begin() + offset, g[1].begin() + offset + count),
+                       std::vector<float>(g[0].begin() + offset, g[0].begin() + offset + count),
+                       1e-4);
+      offset += count;
+    }
+    ASSERT_EQ(offset, g[0].size());
+  }
 }
 
 }  // namespace

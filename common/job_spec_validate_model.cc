@@ -79,19 +79,31 @@ Check CheckTextModel(const v1::JobSpec& spec, const std::vector<LayerInfo>& laye
   const LayerInfo& first = layers.front();
   if (first.type == "embedding" && first.params[0].shape[0] != kTextVocab) {
     return At("model.layers[0].vocab",
-              absl::StrFormat("model.layers[0].vocab %d does not match data.dataset text, whose "
-                              "tokens are the %d byte values: set vocab: %d",
+              absl::StrFormat("model.layers[0].vocab %d (embedding) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: its table needs a row "
+                              "per byte value: set vocab: %d",
                               first.params[0].shape[0], kTextVocab, kTextVocab));
   }
   const LayerInfo& last = layers.back();
+  const v1::LayerSpec& last_spec = model.layers(last.index);
+  if (last.type == "lm_head" && last_spec.lm_head().has_vocab() &&
+      last_spec.lm_head().vocab() != kTextVocab) {
+    return At(absl::StrFormat("model.layers[%d].vocab", last.index),
+              absl::StrFormat("model.layers[%d].vocab %d (lm_head) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: the head gives a logit "
+                              "per byte value: set vocab: %d",
+                              last.index, last_spec.lm_head().vocab(), kTextVocab, kTextVocab));
+  }
   const std::vector<int64_t> want = {seq_len, kTextVocab};
   if (last.output_shape != want) {
     return At(
         absl::StrFormat("model.layers[%d]", last.index),
-        absl::StrFormat("model output %s does not fit data.dataset text with data.seq_len "
-                        "%d: a language model predicts each next byte, so the last layer "
-                        "must output [%d, %d] (an lm_head with vocab %d)",
-                        FormatShape(last.output_shape), seq_len, seq_len, kTextVocab, kTextVocab));
+        absl::StrFormat("model.layers[%d] (%s) outputs %s, the model's output, which does not "
+                        "fit data.dataset text with data.seq_len %d: a language model predicts "
+                        "each next byte, so the last layer must output [%d, %d] (an lm_head "
+                        "with vocab %d)",
+                        last.index, last.type, FormatShape(last.output_shape), seq_len, seq_len,
+                        kTextVocab, kTextVocab));
   }
   return std::nullopt;
 }
@@ -121,9 +133,11 @@ Check CheckFashionMnistModel(const v1::JobSpec& spec, const std::vector<LayerInf
     const std::string what = out.size() == 1 ? Count(out[0], "feature", "features")
                                              : absl::StrFormat("shape %s", FormatShape(out));
     return At(absl::StrFormat("model.layers[%d]", layers.size() - 1),
-              absl::StrFormat("model output has %s but fashion-mnist has %d classes: the last "
-                              "layer must output [%d]",
-                              what, kFashionMnistClasses, kFashionMnistClasses));
+              absl::StrFormat("model.layers[%d] (%s), the model's output, has %s but "
+                              "data.dataset fashion-mnist has %d classes: the last layer must "
+                              "output [%d]",
+                              layers.size() - 1, layers.back().type, what, kFashionMnistClasses,
+                              kFashionMnistClasses));
   }
   return std::nullopt;
 }
@@ -175,7 +189,7 @@ Check CheckSample(const v1::JobSpec& spec) {
   if (spec.model().input_type() != "tokens") {
     return At("sample",
               "sample applies to language models (data.dataset text, model.input_type tokens): "
-              "this model reads images");
+              "this model reads images: remove the sample section");
   }
   if (s.tokens() < 0 || s.tokens() > kMaxSampleTokens) {
     return At("sample.tokens", absl::StrFormat("sample.tokens %d must be in [0, %d] (0 = no "

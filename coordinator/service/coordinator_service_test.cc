@@ -1377,7 +1377,7 @@ TEST_F(CoordinatorServiceTest, PipeDreamStagesRunReplicasOneWorkerPerRank) {
       spec, {{"devices: 4", "devices: 8"}, {"micro_batch: 32", "micro_batch: 128"}}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(),
-              HasSubstr("parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+              HasSubstr("parallel.devices 8 with parallel.stages 2 gives 4 replicas per stage, but "
                         "parallel.schedule pipedream sends whole micro-batches round-robin"));
   // Planner pipedream chooses replicas itself, at most M = 2 per stage.
   auto chosen = Submit(absl::StrReplaceAll(spec, {{"planner: balanced", "planner: pipedream"},

@@ -308,6 +308,16 @@ class EndToEndTest(unittest.TestCase):
                 self.assertTrue(err.startswith("dapplectl: "), err)
                 for p in patterns:
                     self.assertRegex(err, p)
+        # Every file of examples/bad is refused by a real submit with one line at its line and
+        # column (common/job_spec_examples_test.cc and job_data_test pin the messages): the
+        # parser's refusals and the coordinator's of a data file alike.
+        bad_dir = os.path.join(cluster.SOURCE_DIR, "examples", "bad")
+        for name in sorted(os.listdir(bad_dir)):
+            with self.subTest(example=name):
+                rc, out, err = c.ctl("submit", os.path.join(bad_dir, name), check=False)
+                self.assertEqual(rc, 1, out + err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertRegex(err, r"^dapplectl: .*%s:\d+:\d+: " % re.escape(name))
         # Nothing was stored, and the coordinator is still up.
         self.assertEqual(json.loads(c.ctl("list", "-o", "json")[1]).get("jobs", []), [])
         # Usage error and unreachable coordinator have their own exit codes.

@@ -66,7 +66,11 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   }
   if (spec.training().micro_batch() <= 0 ||
       spec.training().global_batch() % spec.training().micro_batch() != 0) {
-    return absl::InvalidArgumentError("training.global_batch must be a multiple of micro_batch");
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "training.global_batch %d is not divisible by training.micro_batch %d: use a micro_batch "
+        "that divides %d",
+        spec.training().global_batch(), spec.training().micro_batch(),
+        spec.training().global_batch()));
   }
   const v1::ParallelPlanSummary& plan = assignment.plan();
   const int64_t micro_batch = spec.training().micro_batch();
@@ -76,15 +80,23 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const int d = schedule::StageReplicas(plan, s);
     if (!pipedream && micro_batch < d) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "training.micro_batch %d is smaller than the %d replicas of stage %d: split-concat "
-          "gives every replica at least one row of each micro-batch",
-          micro_batch, d, s));
+          "training.micro_batch %d is smaller than the %d replicas of stage %d: a stage's "
+          "replicas split every micro-batch (split-concat) and each needs at least one sample "
+          "of it: use a micro_batch of at least %d, or fewer parallel.devices",
+          micro_batch, d, s, d));
     }
     if (pipedream && micro_batches < d) {
+      // The largest micro_batch that makes M >= d (global_batch / d or less, dividing it).
+      const int64_t global_batch = spec.training().global_batch();
+      int64_t fits = global_batch / d;
+      while (fits > 1 && global_batch % fits != 0) --fits;
       return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d has %d replicas but a step has only %d micro-batches (global_batch / "
-          "micro_batch): 1F1B-RR gives every replica at least one whole micro-batch per step",
-          s, d, micro_batches));
+          "stage %d has %d replicas but training.global_batch %d / training.micro_batch %d = "
+          "%d micro-batches per step: parallel.schedule pipedream gives every replica at least "
+          "one whole micro-batch per step: use a micro_batch of %d or less (dividing %d), or "
+          "fewer parallel.devices",
+          s, d, global_batch, micro_batch, micro_batches, std::max<int64_t>(fits, 1),
+          global_batch));
     }
   }
   const int num_replicas = schedule::StageReplicas(plan, stage);

@@ -55,10 +55,11 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "lm_head"},
       {"indivisible_batch.yaml",
        "examples/bad/indivisible_batch.yaml:12:16: training.global_batch 256 is not divisible by "
-       "training.micro_batch 48"},
+       "training.micro_batch 48: use a micro_batch that divides 256 (1, 2, 4, 8, 16, 32, 64, 128, "
+       "256)"},
       {"too_many_stages.yaml",
        "examples/bad/too_many_stages.yaml:20:11: parallel.stages 8 is more than the 6 layers of "
-       "the model: each stage needs at least one layer"},
+       "the model: each stage needs at least one layer: set stages to at most 6"},
       {"misspelled_field.yaml",
        "examples/bad/misspelled_field.yaml:8:1: unknown field 'trainig' in the job spec; known: "
        "name, model, data, training, parallel, sample; did you mean 'training'?"},
@@ -75,6 +76,41 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
       {"too_deep.yaml",
        "examples/bad/too_deep.yaml:2:70: the job spec is nested more than 64 levels deep here (it "
        "needs 4); refused before parsing"},
+      // Real models: shapes that do not chain, sizes that do not fit the data or each other.
+      {"block_after_flatten.yaml",
+       "examples/bad/block_after_flatten.yaml:8:7: model.layers[2] (transformer_block) needs a "
+       "[T, C] input (a vector of C values per position, as an embedding outputs), got [8192] "
+       "from model.layers[1] (flatten)"},
+      {"linear_after_embedding.yaml",
+       "examples/bad/linear_after_embedding.yaml:7:7: model.layers[1] (linear) needs a flat "
+       "input, got [128, 64] from model.layers[0] (embedding): add a flatten layer before it"},
+      {"seq_len_above_positions.yaml",
+       "examples/bad/seq_len_above_positions.yaml:6:57: model.layers[0].positions 64 is smaller "
+       "than the sequence length 128 (model.input_shape [128], which data.seq_len sets for text "
+       "data): the position table has a row per position: set positions to at least 128 (or "
+       "leave it out to take the sequence length) or data.seq_len to at most 64"},
+      {"embedding_vocab_mismatch.yaml",
+       "examples/bad/embedding_vocab_mismatch.yaml:6:32: model.layers[0].vocab 128 (embedding) "
+       "does not match data.dataset text, whose tokens are the 256 byte values: its table needs "
+       "a row per byte value: set vocab: 256"},
+      {"lm_head_vocab_mismatch.yaml",
+       "examples/bad/lm_head_vocab_mismatch.yaml:9:30: model.layers[3].vocab 100 (lm_head) does "
+       "not match data.dataset text, whose tokens are the 256 byte values: the head gives a "
+       "logit per byte value: set vocab: 256"},
+      {"tied_width_mismatch.yaml",
+       "examples/bad/tied_width_mismatch.yaml:10:7: model.layers[4] (lm_head, tied: true) reads "
+       "[32] from model.layers[3] (linear), of width 32, but the table it shares, "
+       "model.layers[0] (embedding)'s [256, 64], has width 64: tied layers share one table, so "
+       "the widths must match: make its input 64 wide or set tied: false with vocab: 256"},
+      {"no_lm_head.yaml",
+       "examples/bad/no_lm_head.yaml:8:7: model.layers[2] (layernorm) outputs [128, 64], the "
+       "model's output, which does not fit data.dataset text with data.seq_len 128: a language "
+       "model predicts each next byte, so the last layer must output [128, 256] (an lm_head with "
+       "vocab 256)"},
+      {"heads_do_not_divide.yaml",
+       "examples/bad/heads_do_not_divide.yaml:7:40: model.layers[1].heads 5 does not divide the "
+       "width C = 64 of its input [128, 64] from model.layers[0] (embedding): each head attends "
+       "over C / heads values: use a divisor of 64 (1, 2, 4, 8, 16, 32, 64)"},
   };
   for (const BadExample& c : cases) {
     SCOPED_TRACE(c.file);

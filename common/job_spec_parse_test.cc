@@ -364,7 +364,8 @@ TEST(ParseJobSpecTest, EmptySourceNameIsReplaced) {
 TEST(ParseJobSpecTest, ValidationErrorsPointAtTheField) {
   ExpectParseError(Edit(kExample, "micro_batch: 32", "micro_batch: 48"),
                    "job.yaml:13:16: training.global_batch 256 is not divisible by "
-                   "training.micro_batch 48");
+                   "training.micro_batch 48: use a micro_batch that divides 256 (1, 2, 4, 8, 16, "
+                   "32, 64, 128, 256)");
   ExpectParseError(Edit(kExample, "{type: relu}", "{type: conv9}"),
                    "job.yaml:7:14: model.layers[2]: unknown layer type 'conv9'; known: flatten, "
                    "linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
@@ -373,7 +374,7 @@ TEST(ParseJobSpecTest, ValidationErrorsPointAtTheField) {
                    "job.yaml:6:27: model.layers[1].out 0 must be > 0");
   ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 8 "),
                    "job.yaml:21:11: parallel.stages 8 is more than the 4 layers of the model: "
-                   "each stage needs at least one layer");
+                   "each stage needs at least one layer: set stages to at most 4");
   ExpectParseError(Edit(Edit(kExample, "planner: balanced", "planner: manual"), "stages: 2 ",
                         "stages: [[0, 1], [3, 3]]"),
                    "job.yaml:21:20: layer 2 is missing: it is in no stage (before "

@@ -145,8 +145,10 @@ Check CheckLrSchedule(const v1::TrainingSpec& t) {
   if (!(l.min_lr() >= 0 && l.min_lr() <= t.optimizer().lr())) {
     return At("training.lr_schedule.min_lr",
               absl::StrFormat("training.lr_schedule.min_lr %s must be in [0, "
-                              "training.optimizer.lr %s]",
-                              FormatDouble(l.min_lr()), FormatDouble(t.optimizer().lr())));
+                              "training.optimizer.lr %s]: the schedule decays the learning rate "
+                              "from lr down to min_lr: set min_lr to at most %s",
+                              FormatDouble(l.min_lr()), FormatDouble(t.optimizer().lr()),
+                              FormatDouble(t.optimizer().lr())));
   }
   if (l.decay_steps() < 0) {
     return At("training.lr_schedule.decay_steps",
@@ -161,8 +163,9 @@ Check CheckLrSchedule(const v1::TrainingSpec& t) {
     return At("training.lr_schedule.decay_steps",
               absl::StrFormat("training.lr_schedule.decay_steps %d must be more than "
                               "training.lr_schedule.warmup_steps %d: the decay runs from the end "
-                              "of the warm-up to decay_steps",
-                              l.decay_steps(), l.warmup_steps()));
+                              "of the warm-up to decay_steps: set decay_steps to more than %d "
+                              "(or 0 for the job's total steps)",
+                              l.decay_steps(), l.warmup_steps(), l.warmup_steps()));
   }
   return std::nullopt;
 }
@@ -176,14 +179,16 @@ Check CheckTraining(const v1::JobSpec& spec) {
   // The text dataset's size is known once the coordinator read the file (train_samples).
   const int64_t train = spec.data().train_samples();
   if (train > 0 && t.global_batch() > train) {
+    const bool text = spec.data().dataset() == kTextDataset;
     return At("training.global_batch",
               absl::StrFormat("training.global_batch %d must be <= %d, the number of training "
-                              "samples of %s",
+                              "samples of %s: a step takes global_batch distinct samples: use a "
+                              "global_batch of at most %d%s",
                               t.global_batch(), train,
-                              spec.data().dataset() == kTextDataset
-                                  ? absl::StrFormat("data.path %s with data.seq_len %d",
-                                                    spec.data().path(), spec.data().seq_len())
-                                  : spec.data().dataset()));
+                              text ? absl::StrFormat("data.path %s with data.seq_len %d",
+                                                     spec.data().path(), spec.data().seq_len())
+                                   : "data.dataset " + spec.data().dataset(),
+                              train, text ? " (or a longer file or a smaller data.seq_len)" : ""));
   }
   if (Check c = CheckAtMost("training.global_batch", t.global_batch(), kMaxGlobalBatch)) return c;
   if (t.micro_batch() < 1) {
@@ -192,14 +197,18 @@ Check CheckTraining(const v1::JobSpec& spec) {
   }
   if (t.micro_batch() > t.global_batch()) {
     return At("training.micro_batch",
-              absl::StrFormat("training.micro_batch %d must be <= training.global_batch %d",
-                              t.micro_batch(), t.global_batch()));
+              absl::StrFormat("training.micro_batch %d must be <= training.global_batch %d: a "
+                              "step splits its global_batch samples into micro-batches: use a "
+                              "micro_batch that divides %d (%s)",
+                              t.micro_batch(), t.global_batch(), t.global_batch(),
+                              DivisorsText(t.global_batch(), t.micro_batch())));
   }
   if (t.global_batch() % t.micro_batch() != 0) {
     return At("training.micro_batch",
               absl::StrFormat("training.global_batch %d is not divisible by training.micro_batch "
-                              "%d",
-                              t.global_batch(), t.micro_batch()));
+                              "%d: use a micro_batch that divides %d (%s)",
+                              t.global_batch(), t.micro_batch(), t.global_batch(),
+                              DivisorsText(t.global_batch(), t.micro_batch())));
   }
   if (t.epochs() < 1) {
     return At("training.epochs", absl::StrFormat("training.epochs %d must be >= 1", t.epochs()));
@@ -241,6 +250,15 @@ Check CheckTraining(const v1::JobSpec& spec) {
 // "1 layer", "6 layers".
 std::string Layers(int count) { return absl::StrCat(count, count == 1 ? " layer" : " layers"); }
 
+// The resolved stage count `stages` as the spec gives it: "parallel.stages 2", or "the 2 stages
+// of parallel.stages" for a list of ranges.
+std::string StagesText(const v1::ParallelSpec& p, int stages) {
+  if (p.stage_ranges_size() > 0) {
+    return absl::StrFormat("the %s of parallel.stages", Count(stages, "stage", "stages"));
+  }
+  return absl::StrFormat("parallel.stages %d", stages);
+}
+
 // Explicit stages must partition the layers [0, num_layers) in order.
 Check CheckStageRanges(const v1::ParallelSpec& p, int num_layers) {
   for (int i = 0; i < p.stage_ranges_size(); ++i) {
@@ -254,8 +272,10 @@ Check CheckStageRanges(const v1::ParallelSpec& p, int num_layers) {
                                        RangeText(r), r.first_layer(), r.last_layer()));
     }
     if (r.last_layer() >= num_layers) {
-      return At(field, absl::StrFormat("%s %s goes past the last layer %d of the model (%s)", field,
-                                       RangeText(r), num_layers - 1, Layers(num_layers)));
+      return At(field, absl::StrFormat("%s %s goes past the last layer %d of the model (%s): end "
+                                       "it at layer %d at most",
+                                       field, RangeText(r), num_layers - 1, Layers(num_layers),
+                                       num_layers - 1));
     }
     const int expected_first = i == 0 ? 0 : p.stage_ranges(i - 1).last_layer() + 1;
     if (r.first_layer() > expected_first) {
@@ -301,7 +321,8 @@ Check CheckEmulation(const v1::ParallelSpec& p) {
     if (p.has_emulation()) {
       return At("parallel.emulation",
                 absl::StrFormat("parallel.emulation applies only to parallel.device_type "
-                                "emulated, got parallel.device_type %s",
+                                "emulated, got parallel.device_type %s: set device_type: "
+                                "emulated or remove the emulation section",
                                 p.device_type().empty() ? kDefaultDeviceType : p.device_type()));
     }
     return std::nullopt;
@@ -343,7 +364,8 @@ Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
     if (p.has_pipesgd()) {
       return At("parallel.pipesgd",
                 absl::StrFormat("parallel.pipesgd applies only to parallel.schedule pipesgd, got "
-                                "parallel.schedule %s",
+                                "parallel.schedule %s: set schedule: pipesgd or remove the "
+                                "pipesgd section",
                                 p.schedule()));
     }
     return std::nullopt;
@@ -373,7 +395,8 @@ Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
   if (p.devices() < 2) {
     return At("parallel.devices",
               absl::StrFormat("parallel.devices %d with parallel.schedule pipesgd: pipesgd is "
-                              "data parallelism: devices must be >= 2",
+                              "data parallelism: devices must be >= 2: set devices to 2 or more "
+                              "(or use schedule dapple on one device)",
                               p.devices()));
   }
   return std::nullopt;
@@ -388,7 +411,8 @@ Check CheckPipeDream(const v1::ParallelSpec& p) {
     if (p.has_pipedream()) {
       return At("parallel.pipedream",
                 absl::StrFormat("parallel.pipedream applies only to parallel.schedule pipedream, "
-                                "got parallel.schedule %s",
+                                "got parallel.schedule %s: set schedule: pipedream or remove the "
+                                "pipedream section",
                                 p.schedule()));
     }
     return std::nullopt;
@@ -422,7 +446,7 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
                             "training.micro_batch %d = %s per step: each replica "
                             "needs at least one: set devices to at most %d (%d %s per stage) "
                             "or use a smaller micro_batch",
-                            p.devices(), Count(stages, "stage", "stages"), replicas,
+                            p.devices(), StagesText(p, stages), replicas,
                             spec.training().global_batch(), spec.training().micro_batch(),
                             Count(micro_batches, "micro-batch", "micro-batches"),
                             static_cast<int64_t>(stages) * micro_batches, micro_batches,
@@ -453,11 +477,14 @@ Check CheckDevices(const v1::JobSpec& spec, int stages) {
     // dapple and pipedream choose at most min(devices, layers) stages themselves.
     if (Contains(kDepthChoosingPlanners, p.planner())) return std::nullopt;
     if (p.devices() > num_layers) {
-      return At("parallel.devices",
-                absl::StrFormat("parallel.devices %d with parallel.stages auto would make %d "
-                                "stages, more than the %s of the model: each stage needs at "
-                                "least one layer",
-                                p.devices(), p.devices(), Layers(num_layers)));
+      return At(
+          "parallel.devices",
+          absl::StrFormat("parallel.devices %d with parallel.stages auto and "
+                          "parallel.planner %s would make %d stages (one per device), more "
+                          "than the %s of the model: each stage needs at least one layer: "
+                          "set devices to at most %d, or planner dapple (which replicates "
+                          "stages)",
+                          p.devices(), p.planner(), p.devices(), Layers(num_layers), num_layers));
     }
     return std::nullopt;
   }
@@ -466,16 +493,16 @@ Check CheckDevices(const v1::JobSpec& spec, int stages) {
   // the same devices).
   if (p.devices() < stages) {
     return At("parallel.devices",
-              absl::StrFormat("parallel.devices %d is fewer than the %d stages: each stage needs "
-                              "its own device: set devices to %d (or a multiple of it)",
-                              p.devices(), stages, stages));
+              absl::StrFormat("parallel.devices %d is fewer than %s: each stage needs its own "
+                              "device: set devices to %d (or a multiple of it)",
+                              p.devices(), StagesText(p, stages), stages));
   }
   if (p.devices() % stages != 0) {
     const int lower = p.devices() / stages * stages;
     return At("parallel.devices",
-              absl::StrFormat("parallel.devices %d is not a multiple of the %d stages: each "
-                              "stage gets devices / stages replicas: set devices to %d or %d",
-                              p.devices(), stages, lower, lower + stages));
+              absl::StrFormat("parallel.devices %d is not a multiple of %s: each stage gets "
+                              "devices / stages replicas: set devices to %d or %d",
+                              p.devices(), StagesText(p, stages), lower, lower + stages));
   }
   if (!Contains(kDepthChoosingPlanners, p.planner())) {
     return CheckPipeDreamReplicas(spec, stages, p.devices() / stages);
@@ -513,13 +540,15 @@ Check CheckParallel(const v1::JobSpec& spec) {
   if (manual && !explicit_ranges) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner manual needs parallel.stages as a list of "
-                              "[first_layer, last_layer] ranges, got %s",
+                              "[first_layer, last_layer] ranges, got %s: give the ranges (e.g. "
+                              "stages: [[0, 2], [3, 5]]) or another planner",
                               p.stages() == 0 ? std::string("auto") : absl::StrCat(p.stages())));
   }
   if (explicit_ranges && !manual) {
     return At("parallel.planner",
               absl::StrFormat("parallel.stages is an explicit list of ranges, which only "
-                              "parallel.planner manual takes, got parallel.planner %s",
+                              "parallel.planner manual takes, got parallel.planner %s: set "
+                              "planner: manual, or stages to a count or auto",
                               p.planner()));
   }
   if (explicit_ranges && p.stages() != 0 && p.stages() != p.stage_ranges_size()) {
@@ -532,8 +561,8 @@ Check CheckParallel(const v1::JobSpec& spec) {
   if (!explicit_ranges && stages > num_layers) {
     return At("parallel.stages",
               absl::StrFormat("parallel.stages %d is more than the %s of the model: each stage "
-                              "needs at least one layer",
-                              stages, Layers(num_layers)));
+                              "needs at least one layer: set stages to at most %d",
+                              stages, Layers(num_layers), num_layers));
   }
   if (explicit_ranges) {
     if (Check c = CheckStageRanges(p, num_layers)) return c;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/eval_metrics.h"
 #include "common/job_spec_internal.h"
 #include "common/model_info.h"
 #include "common/spec_text.h"
@@ -20,7 +21,6 @@ constexpr absl::string_view kKnownDatasets[] = {kFashionMnist, kTextDataset};
 // A text sample's length: long enough for any model here, short enough that a per-sample
 // token tensor stays small.
 constexpr int64_t kMaxSeqLen = int64_t{1} << 16;
-constexpr int32_t kMaxSampleTokens = 10000;
 constexpr size_t kMaxPromptBytes = 4096;
 constexpr double kMaxTemperature = 10;
 
@@ -79,19 +79,31 @@ Check CheckTextModel(const v1::JobSpec& spec, const std::vector<LayerInfo>& laye
   const LayerInfo& first = layers.front();
   if (first.type == "embedding" && first.params[0].shape[0] != kTextVocab) {
     return At("model.layers[0].vocab",
-              absl::StrFormat("model.layers[0].vocab %d does not match data.dataset text, whose "
-                              "tokens are the %d byte values: set vocab: %d",
+              absl::StrFormat("model.layers[0].vocab %d (embedding) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: its table needs a row "
+                              "per byte value: set vocab: %d",
                               first.params[0].shape[0], kTextVocab, kTextVocab));
   }
   const LayerInfo& last = layers.back();
+  const v1::LayerSpec& last_spec = model.layers(last.index);
+  if (last.type == "lm_head" && last_spec.lm_head().has_vocab() &&
+      last_spec.lm_head().vocab() != kTextVocab) {
+    return At(absl::StrFormat("model.layers[%d].vocab", last.index),
+              absl::StrFormat("model.layers[%d].vocab %d (lm_head) does not match data.dataset "
+                              "text, whose tokens are the %d byte values: the head gives a logit "
+                              "per byte value: set vocab: %d",
+                              last.index, last_spec.lm_head().vocab(), kTextVocab, kTextVocab));
+  }
   const std::vector<int64_t> want = {seq_len, kTextVocab};
   if (last.output_shape != want) {
     return At(
         absl::StrFormat("model.layers[%d]", last.index),
-        absl::StrFormat("model output %s does not fit data.dataset text with data.seq_len "
-                        "%d: a language model predicts each next byte, so the last layer "
-                        "must output [%d, %d] (an lm_head with vocab %d)",
-                        FormatShape(last.output_shape), seq_len, seq_len, kTextVocab, kTextVocab));
+        absl::StrFormat("model.layers[%d] (%s) outputs %s, the model's output, which does not "
+                        "fit data.dataset text with data.seq_len %d: a language model predicts "
+                        "each next byte, so the last layer must output [%d, %d] (an lm_head "
+                        "with vocab %d)",
+                        last.index, last.type, FormatShape(last.output_shape), seq_len, seq_len,
+                        kTextVocab, kTextVocab));
   }
   return std::nullopt;
 }
@@ -121,9 +133,11 @@ Check CheckFashionMnistModel(const v1::JobSpec& spec, const std::vector<LayerInf
     const std::string what = out.size() == 1 ? Count(out[0], "feature", "features")
                                              : absl::StrFormat("shape %s", FormatShape(out));
     return At(absl::StrFormat("model.layers[%d]", layers.size() - 1),
-              absl::StrFormat("model output has %s but fashion-mnist has %d classes: the last "
-                              "layer must output [%d]",
-                              what, kFashionMnistClasses, kFashionMnistClasses));
+              absl::StrFormat("model.layers[%d] (%s), the model's output, has %s but "
+                              "data.dataset fashion-mnist has %d classes: the last layer must "
+                              "output [%d]",
+                              layers.size() - 1, layers.back().type, what, kFashionMnistClasses,
+                              kFashionMnistClasses));
   }
   return std::nullopt;
 }
@@ -175,7 +189,7 @@ Check CheckSample(const v1::JobSpec& spec) {
   if (spec.model().input_type() != "tokens") {
     return At("sample",
               "sample applies to language models (data.dataset text, model.input_type tokens): "
-              "this model reads images");
+              "this model reads images: remove the sample section");
   }
   if (s.tokens() < 0 || s.tokens() > kMaxSampleTokens) {
     return At("sample.tokens", absl::StrFormat("sample.tokens %d must be in [0, %d] (0 = no "

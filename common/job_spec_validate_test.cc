@@ -79,17 +79,20 @@ TEST(ValidateJobSpecTest, ModelMustFitFashionMnist) {
   spec = Example();
   spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(12);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"model output has 12 features but fashion-mnist has 10 classes"});
+                {"model.layers[3] (linear), the model's output, has 12 features but "
+                 "data.dataset fashion-mnist has 10 classes: the last layer must output [10]"});
   spec.mutable_model()->mutable_layers(3)->mutable_linear()->set_out(1);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"model output has 1 feature but fashion-mnist has 10 classes"});
+                {"model.layers[3] (linear), the model's output, has 1 feature but "
+                 "data.dataset fashion-mnist has 10 classes"});
   spec = Example();
   spec.mutable_model()->mutable_layers()->RemoveLast();
   spec.mutable_model()->mutable_layers()->RemoveLast();
   spec.mutable_model()->mutable_layers()->RemoveLast();  // only flatten: output [784]
   spec.mutable_parallel()->set_stages(1);
   spec.mutable_parallel()->set_devices(1);
-  ExpectInvalid(ValidateJobSpec(spec), {"model output has 784 features", "10 classes"});
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"model.layers[0] (flatten), the model's output, has 784 features", "10 classes"});
 }
 
 TEST(ValidateJobSpecTest, Loss) {
@@ -115,17 +118,28 @@ TEST(ValidateJobSpecTest, Batches) {
   ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 0 must be >= 1"});
   spec.mutable_training()->set_global_batch(60001);
   spec.mutable_training()->set_micro_batch(1);
-  ExpectInvalid(ValidateJobSpec(spec), {"training.global_batch 60001 must be <= 60000",
-                                        "training samples of fashion-mnist"});
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.global_batch 60001 must be <= 60000, the number of training samples "
+                 "of data.dataset fashion-mnist: a step takes global_batch distinct samples: use "
+                 "a global_batch of at most 60000"});
   spec = Example();
   spec.mutable_training()->set_micro_batch(0);
   ExpectInvalid(ValidateJobSpec(spec), {"training.micro_batch 0 must be >= 1"});
   spec.mutable_training()->set_micro_batch(512);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"training.micro_batch 512 must be <= training.global_batch 256"});
+                {"training.micro_batch 512 must be <= training.global_batch 256: a step splits "
+                 "its global_batch samples into micro-batches: use a micro_batch that divides 256 "
+                 "(1, 2, 4, 8, 16, 32, 64, 128, 256)"});
   spec.mutable_training()->set_micro_batch(48);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"training.global_batch 256 is not divisible by training.micro_batch 48"});
+                {"training.global_batch 256 is not divisible by training.micro_batch 48: use a "
+                 "micro_batch that divides 256 (1, 2, 4, 8, 16, 32, 64, 128, 256)"});
+  // A global batch with many divisors lists those nearest to the micro_batch asked for.
+  spec.mutable_training()->set_global_batch(720);
+  spec.mutable_training()->set_micro_batch(7);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.global_batch 720 is not divisible by training.micro_batch 7: use a "
+                 "micro_batch that divides 720 (1, ..., 4, 5, 6, 8, 9, 10, ..., 720)"});
 }
 
 TEST(ValidateJobSpecTest, EpochsAndMaxSteps) {
@@ -213,7 +227,7 @@ TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_parallel()->set_devices(8);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+                {"parallel.devices 8 with parallel.stages 2 gives 4 replicas per stage, but "
                  "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
                  "replicas and training.global_batch 256 / training.micro_batch 128 = 2 "
                  "micro-batches per step: each replica needs at least one: set devices to at "
@@ -230,13 +244,13 @@ TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
   }
   spec.mutable_parallel()->set_planner("uniform");
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 8 with 2 stages gives 4 replicas per stage",
+                {"parallel.devices 8 with parallel.stages 2 gives 4 replicas per stage",
                  "training.micro_batch 256 = 1 micro-batch per step",
                  "set devices to at most 2 (1 replica per stage)"});
   // Counts of 1 take the singular: 1 stage, 1 micro-batch.
   spec.mutable_parallel()->set_stages(1);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 8 with 1 stage gives 8 replicas per stage, but "
+                {"parallel.devices 8 with parallel.stages 1 gives 8 replicas per stage, but "
                  "parallel.schedule pipedream sends whole micro-batches round-robin to a stage's "
                  "replicas and training.global_batch 256 / training.micro_batch 256 = 1 "
                  "micro-batch per step: each replica needs at least one: set devices to at most 1 "
@@ -335,8 +349,8 @@ TEST(ValidateJobSpecTest, PlannersThatChooseTheDepthTakeMoreDevicesThanLayers) {
   spec.mutable_parallel()->set_stages(2);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_parallel()->set_stages(3);
-  ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 8 is not a multiple of the 3 stages", "set devices to 6 or 9"});
+  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 is not a multiple of parallel.stages 3",
+                                        "set devices to 6 or 9"});
 }
 
 TEST(ValidateJobSpecTest, DataParallelIsOneStageOnEveryDevice) {
@@ -372,7 +386,7 @@ TEST(ValidateJobSpecTest, StageCount) {
   spec.mutable_parallel()->set_devices(8);
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.stages 8 is more than the 4 layers of the model: each stage needs at "
-                 "least one layer"});
+                 "least one layer: set stages to at most 4"});
   spec.mutable_parallel()->set_stages(0);
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 8 with parallel.stages auto", "8 stages",
                                         "more than the 4 layers"});
@@ -408,7 +422,8 @@ TEST(ValidateJobSpecTest, StageRanges) {
   ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 2}})),
                 {"layer 3 is missing", "parallel.stages[1] [2, 2]", "last layer 3"});
   ExpectInvalid(ValidateJobSpec(Manual({{0, 1}, {2, 5}})),
-                {"parallel.stages[1] [2, 5] goes past the last layer 3"});
+                {"parallel.stages[1] [2, 5] goes past the last layer 3 of the model (4 layers): "
+                 "end it at layer 3 at most"});
   ExpectInvalid(ValidateJobSpec(Manual({{-1, 1}, {2, 3}})),
                 {"parallel.stages[0] [-1, 1]", "must be >= 0"});
   v1::JobSpec spec = Manual({{0, 1}, {2, 3}});
@@ -432,16 +447,19 @@ TEST(ValidateJobSpecTest, Devices) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_parallel()->set_devices(1);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 1 is fewer than the 2 stages", "set devices to 2"});
+                {"parallel.devices 1 is fewer than parallel.stages 2", "set devices to 2"});
   spec.mutable_parallel()->set_devices(3);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"parallel.devices 3 is not a multiple of the 2 stages",
+                {"parallel.devices 3 is not a multiple of parallel.stages 2",
                  "each stage gets devices / stages replicas", "set devices to 2 or 4"});
   spec = Manual({{0, 1}, {2, 3}});
   spec.mutable_parallel()->set_devices(6);  // 3 replicas of each stage
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_parallel()->set_devices(5);
-  ExpectInvalid(ValidateJobSpec(spec), {"parallel.devices 5 is not a multiple of the 2 stages"});
+  ExpectInvalid(
+      ValidateJobSpec(spec),
+      {"parallel.devices 5 is not a multiple of the 2 stages of parallel.stages: each stage "
+       "gets devices / stages replicas: set devices to 4 or 6"});
 }
 
 // ------------------------------------------------------------------------------ integer bounds

@@ -105,4 +105,32 @@ std::string RangeText(const v1::StageRange& r) {
   return absl::StrFormat("[%d, %d]", r.first_layer(), r.last_layer());
 }
 
+std::string DivisorsText(int64_t n, int64_t near) {
+  constexpr size_t kAll = 12;  // list every divisor up to this many
+  constexpr size_t kSide = 3;  // else this many on each side of `near`
+  std::vector<int64_t> low, high;
+  for (int64_t d = 1; d <= n / d; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  std::vector<int64_t> all(low.begin(), low.end());
+  all.insert(all.end(), high.rbegin(), high.rend());
+  if (all.size() <= kAll) return absl::StrJoin(all, ", ");
+  const size_t at = std::lower_bound(all.begin(), all.end(), near) - all.begin();
+  // No "..." for a single divisor left out: it is shown instead.
+  size_t first = at > kSide ? at - kSide : 0;
+  if (first == 1) first = 0;
+  size_t last = std::min(all.size(), at + kSide);  // exclusive
+  if (last + 1 == all.size()) last = all.size();
+  std::vector<std::string> parts;
+  if (first > 0) parts = {"1", "..."};
+  for (size_t i = first; i < last; ++i) parts.push_back(absl::StrCat(all[i]));
+  if (last < all.size()) {
+    parts.push_back("...");
+    parts.push_back(absl::StrCat(n));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 }  // namespace dapple::job_spec_internal

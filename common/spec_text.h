@@ -55,6 +55,11 @@ size_t EditDistance(absl::string_view a, absl::string_view b);
 // A stage's layer range as written in YAML and in messages: "[first_layer, last_layer]".
 std::string RangeText(const v1::StageRange& r);
 
+// The divisors of `n` (> 0) for a fix that needs one: all of them in increasing order when
+// there are at most 12 ("1, 2, 4, 8, 16, 32, 64, 128, 256"), else the ones nearest to `near`
+// between the first and the last ("1, ..., 40, 42, 44, 45, 48, 52, ..., 720720").
+std::string DivisorsText(int64_t n, int64_t near);
+
 }  // namespace dapple::job_spec_internal
 
 #endif  // DAPPLE_COMMON_SPEC_TEXT_H_

@@ -39,6 +39,19 @@ inline int64_t TotalSteps(const v1::JobSpec& spec) {
   return total;
 }
 
+// Whether the job evaluates once global step `step` (0-based) is done, by
+// training.eval_every_steps N: N > 0: after steps N, 2N, 3N, ... (counted 1-based); N == 0 (the
+// default): after the last step of every epoch (StepsPerEpoch); either way also after the job's
+// last step (TotalSteps). A pure function of the spec, so every rank of a job evaluates after the
+// same steps (the worker's loop and the runtime's PipeDream flush rule ask it).
+inline bool EvaluatesAfterStep(const v1::JobSpec& spec, int64_t step) {
+  const int64_t done = step + 1;
+  if (done == TotalSteps(spec)) return true;
+  const int64_t every = spec.training().eval_every_steps() > 0 ? spec.training().eval_every_steps()
+                                                               : StepsPerEpoch(spec);
+  return every > 0 && done > 0 && done % every == 0;
+}
+
 }  // namespace dapple
 
 #endif  // DAPPLE_COMMON_STEPS_H_

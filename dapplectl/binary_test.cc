@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,8 +93,16 @@ TEST(DapplectlBinaryTest, SubmitOfAMissingFileExitsWithOneNamingIt) {
   EXPECT_EQ(r.err, "dapplectl: cannot read job spec " + missing + ": No such file or directory\n");
 }
 
+// In a folder of this process's own: ctest runs test cases as parallel processes, and files of
+// one name written by two of them race.
+std::string TestDir() {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/binary_test.", getpid());
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = TestDir() + "/" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
@@ -149,12 +158,12 @@ TEST(DapplectlBinaryTest, SubmitOfAFileWhoseNameIsNotUtf8) {
   EXPECT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_EQ(r.out, "submitted job-1 (fmnist-mlp)\n");
   EXPECT_EQ(r.err, "");
-  EXPECT_EQ(fake.last_submit().source_name(), ::testing::TempDir() + "/caf\\xE9.yaml");
+  EXPECT_EQ(fake.last_submit().source_name(), TestDir() + "/caf\\xE9.yaml");
 
   const std::string bad = WriteFile("caf\xE9-bad.yaml", "bad: [\n");
   r = RunProcess({"--coordinator", fake.address(), "submit", bad});
   EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
-  EXPECT_EQ(r.err, "dapplectl: " + ::testing::TempDir() +
+  EXPECT_EQ(r.err, "dapplectl: " + TestDir() +
                        "/caf\\xE9-bad.yaml:4:7: YAML syntax error: end of map not found\n");
 
   const std::string missing = ::testing::TempDir() + "/no-such-caf\xE9.yaml";

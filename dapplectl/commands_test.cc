@@ -1,5 +1,8 @@
 #include "dapplectl/commands.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -46,8 +49,16 @@ Result RunCtl(std::vector<std::string> args, bool terminal = false) {
   return {code, out.str(), err.str()};
 }
 
+// In a folder of this process's own: ctest runs test cases as parallel processes, and two of
+// them writing one /tmp/tiny-pbs-4.txt raced (a reader saw it truncated).
+std::string TestDir() {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/commands_test.", getpid());
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
 std::string WriteSpec(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = TestDir() + "/" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -399,14 +410,14 @@ TEST_F(CommandsTest, SubmitRefusesTextThatIsNotUtf8WithoutSending) {
 
 TEST_F(CommandsTest, SubmitSendsANonUtf8FileNameEscaped) {
   const std::string spec = WriteSpec("caf\xE9.yaml", "name: fmnist-mlp\n");
-  const std::string escaped = ::testing::TempDir() + "/caf\\xE9.yaml";
+  const std::string escaped = TestDir() + "/caf\\xE9.yaml";
   Result r = RunCtl({"--coordinator", addr_, "submit", spec});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(fake_.last_submit().source_name(), escaped);
   const std::string bad = WriteSpec("caf\xE9-bad.yaml", "bad: [\n");
   r = RunCtl({"--coordinator", addr_, "submit", bad});
   EXPECT_EQ(r.code, kExitRefused);
-  EXPECT_EQ(r.err, "dapplectl: " + ::testing::TempDir() +
+  EXPECT_EQ(r.err, "dapplectl: " + TestDir() +
                        "/caf\\xE9-bad.yaml:4:7: YAML syntax error: end of map not found\n");
 }
 

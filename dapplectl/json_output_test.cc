@@ -120,6 +120,33 @@ TEST(JsonOutputTest, UnsetOptionalMetricIsLeftOut) {
       ParseObject(*json).fields().at("metrics").struct_value().fields().count("test_accuracy"), 1u);
 }
 
+TEST(JsonOutputTest, TextJobHasValidationMetricsAndItsSample) {
+  v1::Job job = FinishedJob();
+  job.mutable_metrics()->clear_test_accuracy();
+  job.mutable_metrics()->set_validation_loss(1.25);
+  job.mutable_metrics()->set_validation_bits_per_byte(1.8);
+  job.mutable_metrics()->set_validation_accuracy(0.5);
+  job.mutable_metrics()->set_eval_step(702);
+  job.set_sample_text("And God said,\n\"Let there be light\"");
+  absl::StatusOr<std::string> json = JobToJson(job);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct parsed = ParseObject(*json);
+  const Struct& metrics = parsed.fields().at("metrics").struct_value();
+  EXPECT_DOUBLE_EQ(metrics.fields().at("validation_loss").number_value(), 1.25);
+  EXPECT_DOUBLE_EQ(metrics.fields().at("validation_bits_per_byte").number_value(), 1.8);
+  EXPECT_DOUBLE_EQ(metrics.fields().at("validation_accuracy").number_value(), 0.5);
+  EXPECT_EQ(metrics.fields().at("eval_step").string_value(), "702");
+  EXPECT_EQ(metrics.fields().count("test_accuracy"), 0u);
+  EXPECT_EQ(parsed.fields().at("sample_text").string_value(),
+            "And God said,\n\"Let there be light\"");
+  // A job without a sample (fashion-mnist) has no sample_text key, nor validation metrics.
+  json = JobToJson(FinishedJob());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const Struct plain = ParseObject(*json);
+  EXPECT_EQ(plain.fields().count("sample_text"), 0u);
+  EXPECT_EQ(plain.fields().at("metrics").struct_value().fields().count("validation_loss"), 0u);
+}
+
 TEST(JsonOutputTest, UnspecifiedStateIsNamed) {
   v1::Job job;
   job.set_id("job-2");

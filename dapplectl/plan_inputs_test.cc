@@ -1,8 +1,12 @@
 #include "dapplectl/plan_inputs.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -12,8 +16,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
+// In a folder of this process's own: ctest runs test cases as parallel processes, and files of
+// one name written by two of them race.
 std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/plan_inputs_test.", getpid());
+  mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

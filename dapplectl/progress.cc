@@ -23,6 +23,12 @@ double EstimateEtaSeconds(const v1::JobMetrics& metrics) {
   return -1;
 }
 
+std::string ValidationSummary(const v1::JobMetrics& metrics) {
+  if (!metrics.has_validation_loss()) return "";
+  return absl::StrCat("validation loss ", FormatLoss(metrics.validation_loss()), " (",
+                      FormatLoss(metrics.validation_bits_per_byte()), " bits/byte)");
+}
+
 std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style) {
   const v1::JobMetrics& m = job.metrics();
   const bool total_known = m.total_steps() > 0;
@@ -56,6 +62,7 @@ std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style) {
     parts.push_back(absl::StrCat("loss ", FormatLoss(m.loss()),
                                  job.plan().emulated() ? " (emulated, not real)" : ""));
   }
+  if (m.has_validation_loss()) parts.push_back(ValidationSummary(m));
   if (m.samples_per_second() > 0) {
     parts.push_back(absl::StrCat(FormatRate(m.samples_per_second()), " samples/s"));
   }
@@ -72,6 +79,7 @@ std::string RenderSummaryLine(const v1::Job& job) {
     absl::StrAppend(&head, " (", job.message(), ")");
   }
   std::vector<std::string> parts;
+  if (m.has_validation_loss()) parts.push_back(ValidationSummary(m));
   if (m.has_test_accuracy()) {
     parts.push_back(absl::StrCat("test accuracy ", FormatPercent(m.test_accuracy())));
   }

@@ -23,9 +23,16 @@ struct ProgressStyle {
 // -1 when unknown (no total, or no step finished yet).
 double EstimateEtaSeconds(const v1::JobMetrics& metrics);
 
+// A text dataset's last evaluation in words, "validation loss 1.2345 (1.7810 bits/byte)"
+// (JobMetrics.validation_loss and validation_bits_per_byte: a language model's headline
+// metric); "" before the first evaluation and for jobs evaluated on a test set.
+std::string ValidationSummary(const v1::JobMetrics& metrics);
+
 // One line, no newline, e.g.
 //   "job-3 RUNNING [#########...........] step 120/702 epoch 1/3 loss 0.4213 1234 samples/s ETA
 //   0:42"
+// (a text dataset's job also shows its last evaluation after the loss: "loss 1.3012 validation
+// loss 1.2345 (1.7810 bits/byte)")
 // (style.bar = false: "job-3 RUNNING step 120/702 (17%) epoch 1/3 ..."). Fields the snapshot
 // does not have yet are left out: no step and epoch fields before the first step when the
 // total is unknown, no loss before the first step, no samples/s while 0; with an unknown total (0)
@@ -35,6 +42,8 @@ std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style = 
 
 // The line printed when the watch ends, e.g.
 //   "job-3 SUCCEEDED: test accuracy 87.12%, 1234 samples/s, 702/702 steps in 1:23"
+//   "job-4 SUCCEEDED: validation loss 1.2345 (1.7810 bits/byte), 910 samples/s, 500/500 steps
+//   in 4:10" (a text dataset)
 //   "job-3 FAILED (stage 1: worker w-2 stopped sending heartbeats): 120/702 steps in 0:10"
 // The job's message appears (in parentheses) for FAILED and CANCELLED.
 std::string RenderSummaryLine(const v1::Job& job);

@@ -107,6 +107,38 @@ TEST(SummaryLineTest, Succeeded) {
             "job-3 SUCCEEDED: test accuracy 87.12%, 1234 samples/s, 702/702 steps in 1:23");
 }
 
+void SetValidation(v1::Job* job, double loss, double bits_per_byte) {
+  job->mutable_spec()->mutable_data()->set_dataset("text");
+  job->mutable_metrics()->set_validation_loss(loss);
+  job->mutable_metrics()->set_validation_bits_per_byte(bits_per_byte);
+}
+
+TEST(ValidationSummaryTest, OnlyOnceEvaluated) {
+  v1::Job job = RunningJob(100, 300, 1, 1);
+  EXPECT_EQ(ValidationSummary(job.metrics()), "");
+  SetValidation(&job, 1.23456, 1.78108);
+  EXPECT_EQ(ValidationSummary(job.metrics()), "validation loss 1.2346 (1.7811 bits/byte)");
+}
+
+TEST(ProgressLineTest, TextJobShowsItsValidationLoss) {
+  v1::Job job = RunningJob(351, 702, 2, 3);
+  job.mutable_metrics()->set_eta_seconds(42);
+  SetValidation(&job, 1.23456, 1.78108);
+  EXPECT_EQ(RenderProgressLine(job),
+            "job-3 RUNNING [##########..........] step 351/702 epoch 2/3 loss 0.4213 "
+            "validation loss 1.2346 (1.7811 bits/byte) 1234 samples/s ETA 0:42");
+}
+
+TEST(SummaryLineTest, TextJobLeadsWithItsValidationLoss) {
+  v1::Job job = RunningJob(702, 702, 3, 3);
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.mutable_metrics()->set_elapsed_seconds(83);
+  SetValidation(&job, 1.23456, 1.78108);
+  EXPECT_EQ(RenderSummaryLine(job),
+            "job-3 SUCCEEDED: validation loss 1.2346 (1.7811 bits/byte), 1234 samples/s, "
+            "702/702 steps in 1:23");
+}
+
 TEST(SummaryLineTest, FailedShowsMessageAndNoMissingAccuracy) {
   v1::Job job = RunningJob(120, 702, 1, 3);
   job.set_state(v1::JOB_STATE_FAILED);

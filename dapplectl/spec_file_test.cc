@@ -9,14 +9,19 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple::ctl {
 namespace {
 
+// In a folder of this process's own: ctest runs test cases as parallel processes, and files of
+// one name written by two of them race.
 std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/spec_file_test.", getpid());
+  mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

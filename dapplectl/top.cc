@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "dapplectl/format.h"
 #include "dapplectl/json_output.h"
+#include "dapplectl/progress.h"
 #include "dapplectl/text_table.h"
 #include "dapplectl/trace_json.h"
 
@@ -33,6 +34,9 @@ std::string JobHeader(const v1::Job& job) {
                    FormatSteps(job.metrics().step(), job.metrics().total_steps()));
   if (job.metrics().samples_per_second() > 0) {
     absl::StrAppend(&line, "  ", FormatRate(job.metrics().samples_per_second()), " samples/s");
+  }
+  if (job.metrics().has_validation_loss()) {
+    absl::StrAppend(&line, "  ", ValidationSummary(job.metrics()));
   }
   return line;
 }
@@ -81,11 +85,19 @@ absl::StatusOr<std::string> TopToJson(const std::vector<v1::Job>& jobs) {
                       ",\"utilization\":", absl::StrFormat("%.6g", Utilization(m.last())), "}");
       stages.push_back(std::move(text));
     }
-    items.push_back(absl::StrCat(
-        "{\"id\":", JsonString(job.id()), ",\"name\":", JsonString(job.name()),
-        ",\"state\":", JsonString(JobStateName(job.state())), ",\"step\":", job.metrics().step(),
-        ",\"total_steps\":", job.metrics().total_steps(), ",\"stages\":[",
-        absl::StrJoin(stages, ","), "]}"));
+    const v1::JobMetrics& m = job.metrics();
+    // A text dataset's headline metric, once evaluated (left out otherwise, as -o json does).
+    std::string validation;
+    if (m.has_validation_loss()) {
+      validation = absl::StrCat(
+          ",\"validation_loss\":", absl::StrFormat("%.6g", m.validation_loss()),
+          ",\"validation_bits_per_byte\":", absl::StrFormat("%.6g", m.validation_bits_per_byte()));
+    }
+    items.push_back(absl::StrCat("{\"id\":", JsonString(job.id()),
+                                 ",\"name\":", JsonString(job.name()),
+                                 ",\"state\":", JsonString(JobStateName(job.state())),
+                                 ",\"step\":", m.step(), ",\"total_steps\":", m.total_steps(),
+                                 validation, ",\"stages\":[", absl::StrJoin(stages, ","), "]}"));
   }
   return absl::StrCat("{\"jobs\":[", absl::StrJoin(items, ","), "]}");
 }

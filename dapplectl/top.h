@@ -24,12 +24,14 @@
 namespace dapple::ctl {
 
 // One snapshot as text: per job a header line ("job-3 (demo)  RUNNING  step 120/234  1,234
-// samples/s") then its table indented by two spaces, jobs separated by a blank line; a job
+// samples/s", then for a text dataset once evaluated "  validation loss 1.2345 (1.7810
+// bits/byte)") then its table indented by two spaces, jobs separated by a blank line; a job
 // with no step reported yet says "  no step reported yet"; no jobs at all: "no running jobs\n".
 std::string RenderTop(const std::vector<v1::Job>& jobs);
 
 // One snapshot as one line of JSON (no newline): {"jobs": [{"id": ..., "name": ..., "state":
-// "RUNNING", "step": N, "total_steps": N, "stages": [{<StageMetrics as in -o json>,
+// "RUNNING", "step": N, "total_steps": N, ["validation_loss": f, "validation_bits_per_byte": f,
+// once a text dataset's job was evaluated,] "stages": [{<StageMetrics as in -o json>,
 // "bubble_fraction": f, "utilization": f}, ...]}, ...]}. kInternal if protobuf cannot print.
 absl::StatusOr<std::string> TopToJson(const std::vector<v1::Job>& jobs);
 

@@ -67,6 +67,19 @@ TEST(TopTest, RendersOneTablePerJob) {
             "54.0    2.0 KiB\n");
 }
 
+TEST(TopTest, TextJobHeaderShowsItsValidationLoss) {
+  v1::Job job = RunningJob();
+  job.mutable_metrics()->set_validation_loss(1.5);
+  job.mutable_metrics()->set_validation_bits_per_byte(2.164);
+  EXPECT_THAT(RenderTop({job}),
+              HasSubstr("job-3 (demo)  RUNNING  step 12/100  1234 samples/s  validation loss "
+                        "1.5000 (2.1640 bits/byte)\n"));
+  auto json = TopToJson({job});
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"total_steps\":100,\"validation_loss\":1.5,"
+                               "\"validation_bits_per_byte\":2.164,\"stages\":["));
+}
+
 TEST(TopTest, JobsWithoutStepsAndNoJobs) {
   v1::Job job = RunningJob();
   job.clear_stage_metrics();

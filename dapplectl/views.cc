@@ -2,10 +2,13 @@
 
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/eval_metrics.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/format.h"
 #include "dapplectl/progress.h"
@@ -204,27 +207,65 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
                : "-");
   AddField(&out, "SAMPLES/S",
            m.samples_per_second() > 0 ? FormatRate(m.samples_per_second()) : "-");
-  AddField(&out, "TEST ACCURACY", m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-");
-  AddField(&out, "TEST LOSS", m.has_test_loss() ? FormatLoss(m.test_loss()) : "-");
+  if (EvaluatesValidationSplit(job.spec())) {
+    AddField(&out, "VAL LOSS",
+             m.has_validation_loss()
+                 ? absl::StrCat(FormatLoss(m.validation_loss()), " (step ", m.eval_step(), ")")
+                 : "-");
+    AddField(&out, "BITS/BYTE",
+             m.has_validation_bits_per_byte() ? FormatLoss(m.validation_bits_per_byte()) : "-");
+    AddField(&out, "VAL ACCURACY",
+             m.has_validation_accuracy() ? FormatPercent(m.validation_accuracy()) : "-");
+  } else {
+    AddField(&out, "TEST ACCURACY", m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-");
+    AddField(&out, "TEST LOSS", m.has_test_loss() ? FormatLoss(m.test_loss()) : "-");
+  }
   AddField(&out, "ELAPSED", FormatClock(m.elapsed_seconds()));
   if (!IsTerminal(job.state())) AddField(&out, "ETA", FormatClock(EstimateEtaSeconds(m)));
   out += RenderRankMemory(job);
   out += RenderCheckpoints(job, now_unix_ms);
+  out += RenderSample(job);
+  return out;
+}
+
+std::string RenderSample(const v1::Job& job) {
+  if (job.sample_text().empty()) return "";
+  const v1::SampleSpec& sample = job.spec().sample();
+  std::string out;
+  AddField(&out, "SAMPLE",
+           absl::StrFormat("%d bytes generated after sample.prompt \"%s\", temperature %s",
+                           sample.tokens(), absl::CEscape(sample.prompt()),
+                           absl::StrCat(sample.temperature())));
+  for (absl::string_view line : absl::StrSplit(job.sample_text(), '\n')) {
+    absl::StrAppend(&out, "  ", line, "\n");
+  }
   return out;
 }
 
 std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                           int64_t now_unix_ms) {
   if (jobs.empty()) return "no jobs\n";
-  TextTable table({"ID", "NAME", "STATE", "STEP", "LOSS", "TEST ACC", "AGE"});
+  // Language models' headline metric gets a column when the list holds one.
+  bool validation = false;
+  for (const v1::Job& job : jobs) validation |= EvaluatesValidationSplit(job.spec());
+  std::vector<std::string> headers = {"ID", "NAME", "STATE", "STEP", "LOSS", "TEST ACC"};
+  if (validation) headers.push_back("VAL LOSS");
+  headers.push_back("AGE");
+  TextTable table(std::move(headers));
   for (const v1::Job& job : jobs) {
     const v1::JobMetrics& m = job.metrics();
     const bool started = m.step() > 0 || m.total_steps() > 0;
-    table.AddRow({job.id(), OrDash(job.name()), JobStateName(job.state()),
-                  started ? FormatSteps(m.step(), m.total_steps()) : "-",
-                  m.step() > 0 ? FormatLoss(m.loss()) : "-",
-                  m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-",
-                  AgeSince(job.created_unix_ms(), now_unix_ms)});
+    std::vector<std::string> row = {job.id(),
+                                    OrDash(job.name()),
+                                    JobStateName(job.state()),
+                                    started ? FormatSteps(m.step(), m.total_steps()) : "-",
+                                    m.step() > 0 ? FormatLoss(m.loss()) : "-",
+                                    m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-"};
+    if (validation) {
+      row.push_back(m.has_validation_loss() ? FormatLoss(m.validation_loss()) : "-");
+    }
+    row.push_back(AgeSince(job.created_unix_ms(), now_unix_ms));
+    table.AddRow(std::move(row));
   }
   return table.Render();
 }

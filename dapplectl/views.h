@@ -25,10 +25,16 @@ std::string RenderCancelled(const v1::Job& job);
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
 // then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
 // BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,
-// loss, samples/s, test accuracy and loss, elapsed, ETA), the measured memory per rank
-// (RenderRankMemory) and the checkpoints. Leaves out spec_yaml, the spec and step_losses (see
-// -o json / yaml).
+// loss, samples/s, then the last evaluation: TEST ACCURACY and TEST LOSS, or for a text
+// dataset VAL LOSS "1.2345 (step 500)", BITS/BYTE and VAL ACCURACY; elapsed, ETA), the
+// measured memory per rank (RenderRankMemory), the checkpoints and the generated sample
+// (RenderSample). Leaves out spec_yaml, the spec and step_losses (see -o json / yaml).
 std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms);
+
+// The generated text of a language model's job (Job.sample_text): empty when there is none,
+// else a line "SAMPLE        200 bytes generated after sample.prompt "\n", temperature 0.8" (the
+// prompt C-escaped) and the text, every line indented by two spaces.
+std::string RenderSample(const v1::Job& job);
 
 // The memory part of RenderJobDetails: empty when no rank reported a step (Job.stage_metrics,
 // filled while the job runs), else a "MEMORY" line and one row per rank (stage, then replica):
@@ -51,8 +57,9 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
 // "a/0-2,b/0".
 std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>& devices);
 
-// One row per job with the columns ID, NAME, STATE, STEP (x/y), LOSS, TEST ACC, AGE;
-// "-" marks a value the job does not have yet. No jobs: "no jobs\n".
+// One row per job with the columns ID, NAME, STATE, STEP (x/y), LOSS, TEST ACC, AGE, and
+// VAL LOSS before AGE when a listed job trains on a text dataset; "-" marks a value the job
+// does not have (yet). No jobs: "no jobs\n".
 std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                           int64_t now_unix_ms);
 

@@ -1,5 +1,6 @@
 #include "dapplectl/views.h"
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -73,6 +74,67 @@ TEST(ViewsTest, JobListColumns) {
             "ID      NAME         STATE     STEP      LOSS     TEST ACC   AGE\n"
             "job-3   fmnist-mlp   RUNNING   120/702   0.4213   87.12%     2m\n"
             "job-4   other        PENDING   -         -        -          5s\n");
+}
+
+// A language model's job (data.dataset text) after its last evaluation and its sample.
+v1::Job TextJob() {
+  v1::Job job = SampleJob();
+  job.set_id("job-5");
+  job.set_name("kjv-gpt");
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.mutable_spec()->mutable_data()->set_dataset("text");
+  v1::SampleSpec* sample = job.mutable_spec()->mutable_sample();
+  sample->set_prompt("\n");
+  sample->set_tokens(200);
+  sample->set_temperature(0.8);
+  v1::JobMetrics* m = job.mutable_metrics();
+  m->clear_test_accuracy();
+  m->set_step(702);
+  m->set_validation_loss(1.23456);
+  m->set_validation_bits_per_byte(1.78108);
+  m->set_validation_accuracy(0.6125);
+  m->set_eval_step(702);
+  job.set_sample_text("And God said,\nLet there be light.");
+  return job;
+}
+
+TEST(ViewsTest, JobListShowsValidationLossWhenItHoldsATextJob) {
+  google::protobuf::RepeatedPtrField<v1::Job> jobs;
+  *jobs.Add() = SampleJob();
+  *jobs.Add() = TextJob();
+  EXPECT_EQ(RenderJobList(jobs, kNowMs),
+            "ID      NAME         STATE       STEP      LOSS     TEST ACC   VAL LOSS   AGE\n"
+            "job-3   fmnist-mlp   RUNNING     120/702   0.4213   87.12%     -          2m\n"
+            "job-5   kjv-gpt      SUCCEEDED   702/702   0.4213   -          1.2346     2m\n");
+}
+
+TEST(ViewsTest, JobDetailsOfATextJobShowValidationMetricsAndTheSample) {
+  const std::string out = RenderJobDetails(TextJob(), kNowMs);
+  EXPECT_THAT(out, HasSubstr("VAL LOSS      1.2346 (step 702)\n"
+                             "BITS/BYTE     1.7811\n"
+                             "VAL ACCURACY  61.25%\n"));
+  EXPECT_THAT(out, Not(HasSubstr("TEST ACCURACY")));
+  EXPECT_THAT(out, Not(HasSubstr("TEST LOSS")));
+  EXPECT_THAT(out, HasSubstr("SAMPLE        200 bytes generated after sample.prompt \"\\n\", "
+                             "temperature 0.8\n"
+                             "  And God said,\n"
+                             "  Let there be light.\n"));
+  // The sample comes last.
+  EXPECT_TRUE(absl::EndsWith(out, "\n  Let there be light.\n")) << out;
+}
+
+TEST(ViewsTest, TextJobBeforeItsFirstEvaluation) {
+  v1::Job job = TextJob();
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.mutable_metrics()->clear_validation_loss();
+  job.mutable_metrics()->clear_validation_bits_per_byte();
+  job.mutable_metrics()->clear_validation_accuracy();
+  job.mutable_metrics()->set_eval_step(0);
+  job.clear_sample_text();
+  const std::string out = RenderJobDetails(job, kNowMs);
+  EXPECT_THAT(out, HasSubstr("VAL LOSS      -\nBITS/BYTE     -\nVAL ACCURACY  -\n"));
+  EXPECT_THAT(out, Not(HasSubstr("SAMPLE ")));
+  EXPECT_EQ(RenderSample(job), "");
 }
 
 TEST(ViewsTest, EmptyLists) {

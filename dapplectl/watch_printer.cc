@@ -2,6 +2,7 @@
 
 #include "dapplectl/format.h"
 #include "dapplectl/json_output.h"
+#include "dapplectl/views.h"
 
 namespace dapple::ctl {
 namespace {
@@ -50,7 +51,11 @@ void WatchPrinter::Finish(const v1::Job* last) {
     }
     live_line_drawn_ = false;
   }
-  if (last != nullptr && !options_.json) *out_ << RenderSummaryLine(*last) << "\n";
+  if (last != nullptr && !options_.json) {
+    *out_ << RenderSummaryLine(*last) << "\n";
+    // A language model's job ends with the text it generated.
+    if (IsTerminal(last->state())) *out_ << RenderSample(*last);
+  }
   *out_ << std::flush;
 }
 

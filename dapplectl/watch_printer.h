@@ -1,9 +1,11 @@
 // WatchPrinter: how `dapplectl watch` shows the snapshots it receives.
 //
 //   table, terminal      one live line, redrawn in place with "\r" (cut to the terminal width),
-//                        replaced at the end by the summary line
+//                        replaced at the end by the summary line (and the generated text
+//                        of a language model's job: views.h RenderSample)
 //   table, not terminal  a plain line for the first snapshot, each state change, and otherwise
 //                        at most one every 2 s (PlainProgressThrottle), then the summary line
+//                        (and the generated text)
 //   json                 one compact JSON line per distinct snapshot (JSON Lines), no summary
 //
 // Writes only to `out`. Not thread-safe: call from the watching thread.

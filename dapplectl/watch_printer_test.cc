@@ -77,6 +77,50 @@ TEST(WatchPrinterTest, PlainOutputIsThrottledButShowsEveryStateChange) {
             "job-3 FAILED (worker w-2 lost): 1000 samples/s, 3/10 steps in 0:00\n");
 }
 
+// A language model's job ends with its validation loss and the text it generated.
+v1::Job TextJobDone() {
+  v1::Job done = Snapshot("job-3", v1::JOB_STATE_SUCCEEDED, 10, 10);
+  done.mutable_spec()->mutable_data()->set_dataset("text");
+  v1::SampleSpec* sample = done.mutable_spec()->mutable_sample();
+  sample->set_prompt("\n");
+  sample->set_tokens(25);
+  sample->set_temperature(0.8);
+  done.mutable_metrics()->set_validation_loss(1.5);
+  done.mutable_metrics()->set_validation_bits_per_byte(2.164);
+  done.set_sample_text("In the beginning\nGod said");
+  return done;
+}
+
+TEST(WatchPrinterTest, TextJobEndsWithItsSample) {
+  for (bool terminal : {true, false}) {
+    std::ostringstream out;
+    WatchPrinter printer(&out, {.terminal = terminal, .columns = 200});
+    ASSERT_TRUE(printer.OnSnapshot(Snapshot("job-3", v1::JOB_STATE_RUNNING, 5, 10)).ok());
+    const v1::Job done = TextJobDone();
+    ASSERT_TRUE(printer.OnSnapshot(done).ok());
+    printer.Finish(&done);
+    EXPECT_THAT(out.str(),
+                HasSubstr("job-3 SUCCEEDED: validation loss 1.5000 (2.1640 bits/byte), 1000 "
+                          "samples/s, 10/10 steps in 0:01\n"
+                          "SAMPLE        25 bytes generated after sample.prompt \"\\n\", "
+                          "temperature 0.8\n"
+                          "  In the beginning\n"
+                          "  God said\n"))
+        << "terminal " << terminal;
+  }
+}
+
+TEST(WatchPrinterTest, JsonCarriesTheSampleInTheJob) {
+  std::ostringstream out;
+  WatchPrinter printer(&out, {.json = true});
+  const v1::Job done = TextJobDone();
+  ASSERT_TRUE(printer.OnSnapshot(done).ok());
+  printer.Finish(&done);
+  EXPECT_THAT(out.str(), HasSubstr("\"sample_text\":\"In the beginning\\nGod said\""));
+  EXPECT_THAT(out.str(), HasSubstr("\"validation_loss\":1.5"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("SAMPLE ")));
+}
+
 TEST(WatchPrinterTest, RepeatedSnapshotsArePrintedOnce) {
   std::ostringstream out;
   FakeClock clock;

@@ -57,6 +57,13 @@ std::vector<MetricDef> Build() {
       {kJobTestAccuracy, kGauge, kCoord,
        "Accuracy of the job's last test-set evaluation, in [0, 1].", job},
       {kJobTestLoss, kGauge, kCoord, "Loss of the job's last test-set evaluation.", job},
+      {kJobValidationLoss, kGauge, kCoord,
+       "Text datasets: mean per-token cross-entropy of the job's last evaluation on the "
+       "validation split, in nats.",
+       job},
+      // Not "_bits_per_byte": promtool's lint takes "bits" for a unit and wants bytes.
+      {kJobValidationBpb, kGauge, kCoord,
+       "Text datasets: the job's last validation loss in bits per byte (bpb: loss / ln 2).", job},
       {kJobEtaSeconds, kGauge, kCoord, "Estimated seconds until the job's last step.", job},
       {kJobLastStepTimestamp, kGauge, kCoord,
        "When the job's last step completed, Unix seconds (when it started RUNNING, before its "

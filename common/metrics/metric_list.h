@@ -73,6 +73,8 @@ inline constexpr char kJobLearningRate[] = "dapple_job_learning_rate";
 inline constexpr char kJobGradientNorm[] = "dapple_job_gradient_norm";
 inline constexpr char kJobTestAccuracy[] = "dapple_job_test_accuracy_ratio";
 inline constexpr char kJobTestLoss[] = "dapple_job_test_loss";
+inline constexpr char kJobValidationLoss[] = "dapple_job_validation_loss";
+inline constexpr char kJobValidationBpb[] = "dapple_job_validation_bpb";
 inline constexpr char kJobEtaSeconds[] = "dapple_job_eta_seconds";
 inline constexpr char kJobLastStepTimestamp[] = "dapple_job_last_step_timestamp_seconds";
 // --- dapple-coordinator: per job, stage and replica (Job.stage_metrics) ---

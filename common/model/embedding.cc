@@ -12,19 +12,17 @@ namespace {
 class EmbeddingType : public LayerType {
  public:
   absl::string_view name() const override { return "embedding"; }
-  absl::string_view example() const override {
-    return "{type: embedding, vocab: 256, dim: 128}";
-  }
+  absl::string_view example() const override { return "{type: embedding, vocab: 256, dim: 128}"; }
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     const v1::EmbeddingParams& p = spec.embedding();
     if (!p.has_vocab()) {
-      return LayerError(ctx, ".vocab is required for embedding layers, e.g. " +
-                                 std::string(example()));
+      return LayerError(ctx,
+                        ".vocab is required for embedding layers, e.g. " + std::string(example()));
     }
     if (!p.has_dim()) {
-      return LayerError(ctx, ".dim is required for embedding layers, e.g. " +
-                                 std::string(example()));
+      return LayerError(ctx,
+                        ".dim is required for embedding layers, e.g. " + std::string(example()));
     }
     if (p.vocab() <= 0 || p.vocab() > kMaxSampleElements) {
       return LayerError(ctx, absl::StrCat(".vocab ", p.vocab(), " must be in [1, 2^24]"));
@@ -47,10 +45,15 @@ class EmbeddingType : public LayerType {
       return LayerError(ctx, absl::StrCat(".positions ", positions, " must be in [1, 2^24]"));
     }
     if (t > positions) {
-      return LayerError(ctx, absl::StrCat(".positions ", positions,
-                                          " is smaller than the sequence length ", t,
-                                          " (model.input_shape / data.seq_len): raise positions "
-                                          "to at least ", t, " or shorten the sequence"));
+      return LayerError(
+          ctx, absl::StrCat(".positions ", positions, " is smaller than the sequence length ", t,
+                            " (model.input_shape ", ShapeText(ctx.input_shape),
+                            ", which data.seq_len sets for text data): the position table has a "
+                            "row per position: set positions to at least ",
+                            t,
+                            " (or leave it out to take the sequence length) or data.seq_len "
+                            "to at most ",
+                            positions));
     }
     if (p.has_dropout() && !(p.dropout() >= 0 && p.dropout() < 1)) {
       return LayerError(ctx, absl::StrCat(".dropout ", p.dropout(), " must be in [0, 1)"));
@@ -66,8 +69,8 @@ class EmbeddingType : public LayerType {
                    {"position_embedding", {positions, p.dim()}, ""}};
     info.param_count = (p.vocab() + positions) * p.dim();
     const double n = static_cast<double>(t * p.dim());
-    info.forward_flops = n;          // one add per output element
-    info.backward_flops = 2.0 * n;   // scatter-adds into both tables
+    info.forward_flops = n;         // one add per output element
+    info.backward_flops = 2.0 * n;  // scatter-adds into both tables
     return info;
   }
 };

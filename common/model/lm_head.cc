@@ -31,17 +31,20 @@ class LmHeadType : public LayerType {
         if (e.type == "embedding") embedding = &e;
       }
       if (embedding == nullptr) {
-        return LayerError(ctx, ".tied true needs an embedding layer earlier in the model to share "
-                               "its table with");
+        return LayerError(ctx,
+                          ".tied true needs an embedding layer earlier in the model to share "
+                          "its table with: add one, or set tied: false with a vocab");
       }
       const std::vector<int64_t>& table = embedding->params[0].shape;  // [vocab, dim]
       if (table[1] != c) {
         return LayerError(
-            ctx, absl::StrCat(" (lm_head, tied): its input width ", c, " (", ShapeText(ctx.input_shape),
-                              " from ", ctx.input_from, ") differs from the width ", table[1],
-                              " of model.layers[", embedding->index,
-                              "] (embedding)'s table [", table[0], ", ", table[1],
-                              "]: tied layers need the same width"));
+            ctx, absl::StrCat(" (lm_head, tied: true) reads ", ShapeText(ctx.input_shape), " from ",
+                              ctx.input_from, ", of width ", c,
+                              ", but the table it shares, model.layers[", embedding->index,
+                              "] (embedding)'s ", ShapeText(table), ", has width ", table[1],
+                              ": tied layers share one table, so the widths must match: make "
+                              "its input ",
+                              table[1], " wide or set tied: false with vocab: ", table[0]));
       }
       if (p.has_vocab() && vocab != table[0]) {
         return LayerError(ctx, absl::StrCat(".vocab ", vocab, " differs from the vocab ", table[0],
@@ -54,8 +57,9 @@ class LmHeadType : public LayerType {
       info.params = {{"weight", {vocab, c}, ParamName(embedding->index, "token_embedding")}};
     } else {
       if (!p.has_vocab()) {
-        return LayerError(ctx, ".vocab is required for an lm_head that is not tied, e.g. "
-                               "{type: lm_head, vocab: 256}");
+        return LayerError(ctx,
+                          ".vocab is required for an lm_head that is not tied, e.g. "
+                          "{type: lm_head, vocab: 256}");
       }
       if (vocab <= 0 || vocab > kMaxSampleElements) {
         return LayerError(ctx, absl::StrCat(".vocab ", vocab, " must be in [1, 2^24]"));
@@ -70,7 +74,8 @@ class LmHeadType : public LayerType {
     info.output_shape = ctx.input_shape;
     info.output_shape.back() = vocab;
     info.param_count = vocab * c;
-    const double n = static_cast<double>(rows) * static_cast<double>(c) * static_cast<double>(vocab);
+    const double n =
+        static_cast<double>(rows) * static_cast<double>(c) * static_cast<double>(vocab);
     info.forward_flops = 2 * n;
     info.backward_flops = 4 * n;
     return info;

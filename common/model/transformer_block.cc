@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/layer_types.h"
 #include "common/model/limits.h"
+#include "common/spec_text.h"
 
 namespace dapple::model_types {
 namespace {
@@ -33,24 +34,31 @@ class TransformerBlockType : public LayerType {
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     const v1::TransformerBlockParams& p = spec.transformer_block();
-    if (ctx.input_shape.size() != 2 || ctx.token_input) {
-      return LayerError(ctx, absl::StrCat(" (transformer_block) needs a [T, C] input of vectors, "
+    if (ctx.token_input) {
+      return LayerError(ctx, absl::StrCat(" (transformer_block) cannot read token ids ",
+                                          ShapeText(ctx.input_shape), " from ", ctx.input_from,
+                                          ": the first layer of a token model is an embedding"));
+    }
+    if (ctx.input_shape.size() != 2) {
+      return LayerError(ctx, absl::StrCat(" (transformer_block) needs a [T, C] input (a vector "
+                                          "of C values per position, as an embedding outputs), "
                                           "got ",
-                                          ctx.token_input ? "token ids " : "",
                                           ShapeText(ctx.input_shape), " from ", ctx.input_from));
     }
     const int64_t t = ctx.input_shape[0];
     const int64_t c = ctx.input_shape[1];
     if (!p.has_heads()) {
-      return LayerError(ctx, ".heads is required for transformer_block layers, e.g. " +
-                                 std::string(example()));
+      return LayerError(
+          ctx, ".heads is required for transformer_block layers, e.g. " + std::string(example()));
     }
     const int64_t h = p.heads();
     if (h <= 0) return LayerError(ctx, absl::StrCat(".heads ", h, " must be > 0"));
     if (c % h != 0) {
-      return LayerError(ctx, absl::StrCat(".heads ", h, " does not divide the width C = ", c,
-                                          " of its input ", ShapeText(ctx.input_shape),
-                                          ": use a divisor of ", c));
+      return LayerError(
+          ctx, absl::StrCat(".heads ", h, " does not divide the width C = ", c, " of its input ",
+                            ShapeText(ctx.input_shape), " from ", ctx.input_from,
+                            ": each head attends over C / heads values: use a divisor of ", c, " (",
+                            job_spec_internal::DivisorsText(c, h), ")"));
     }
     const int64_t hidden = p.has_mlp_hidden() ? p.mlp_hidden() : 4 * c;
     if (hidden <= 0 || hidden > kMaxSampleElements) {
@@ -76,27 +84,32 @@ class TransformerBlockType : public LayerType {
     }
     LayerInfo info;
     info.output_shape = {t, c};
-    info.params = {{"ln1.weight", {c}, ""},           {"ln1.bias", {c}, ""},
-                   {"attn.qkv.weight", {3 * c, c}, ""}, {"attn.qkv.bias", {3 * c}, ""},
-                   {"attn.proj.weight", {c, c}, ""},    {"attn.proj.bias", {c}, ""},
-                   {"ln2.weight", {c}, ""},           {"ln2.bias", {c}, ""},
-                   {"mlp.fc.weight", {hidden, c}, ""}, {"mlp.fc.bias", {hidden}, ""},
-                   {"mlp.proj.weight", {c, hidden}, ""}, {"mlp.proj.bias", {c}, ""}};
+    info.params = {{"ln1.weight", {c}, ""},
+                   {"ln1.bias", {c}, ""},
+                   {"attn.qkv.weight", {3 * c, c}, ""},
+                   {"attn.qkv.bias", {3 * c}, ""},
+                   {"attn.proj.weight", {c, c}, ""},
+                   {"attn.proj.bias", {c}, ""},
+                   {"ln2.weight", {c}, ""},
+                   {"ln2.bias", {c}, ""},
+                   {"mlp.fc.weight", {hidden, c}, ""},
+                   {"mlp.fc.bias", {hidden}, ""},
+                   {"mlp.proj.weight", {c, hidden}, ""},
+                   {"mlp.proj.bias", {c}, ""}};
     info.param_count = 4 * c * c + 2 * c * hidden + 9 * c + hidden;
     const double T = static_cast<double>(t), C = static_cast<double>(c);
     const double H = static_cast<double>(hidden), heads = static_cast<double>(h);
     // GEMMs: qkv 6TC^2, scores 2T^2C, probabilities x v 2T^2C, proj 2TC^2, fc 2TCH, fc2 2THC;
     // the backward computes each GEMM twice (input and weight gradients).
     const double gemm = 8 * T * C * C + 4 * T * T * C + 4 * T * C * H;
-    const double elementwise_fwd =
-        2 * kNormForward * T * C + kSoftmaxForward * heads * T * T + kGeluForward * T * H + 2 * T * C;
-    const double elementwise_bwd = 2 * kNormBackward * T * C +
-                                   kSoftmaxBackward * heads * T * T + kGeluBackward * T * H +
-                                   2 * T * C;
+    const double elementwise_fwd = 2 * kNormForward * T * C + kSoftmaxForward * heads * T * T +
+                                   kGeluForward * T * H + 2 * T * C;
+    const double elementwise_bwd = 2 * kNormBackward * T * C + kSoftmaxBackward * heads * T * T +
+                                   kGeluBackward * T * H + 2 * T * C;
     info.forward_flops = gemm + elementwise_fwd;
     info.backward_flops = 2 * gemm + elementwise_bwd;
-    info.saved_bytes = (7 * t * c + 2 * t * hidden + h * t * t + 4 * t) *
-                       static_cast<int64_t>(sizeof(float));
+    info.saved_bytes =
+        (7 * t * c + 2 * t * hidden + h * t * t + 4 * t) * static_cast<int64_t>(sizeof(float));
     return info;
   }
 };

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/eval_metrics.h"
+#include "common/utf8.h"
+
 namespace dapple::coordinator {
 
 double ProgressTracker::ElapsedSeconds(int64_t now_unix_ms) const {
@@ -36,9 +39,22 @@ void ProgressTracker::OnStep(const v1::ProgressReport& report, int64_t now_unix_
 
 void ProgressTracker::OnEval(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job) {
   v1::JobMetrics* m = job->mutable_metrics();
-  m->set_test_accuracy(report.test_accuracy());
-  m->set_test_loss(report.test_loss());
+  if (report.has_validation_loss()) {
+    m->set_validation_loss(report.validation_loss());
+    m->set_validation_bits_per_byte(report.validation_bits_per_byte());
+    m->set_validation_accuracy(report.validation_accuracy());
+  } else {
+    m->set_test_accuracy(report.test_accuracy());
+    m->set_test_loss(report.test_loss());
+  }
+  m->set_eval_step(report.step());
   m->set_elapsed_seconds(ElapsedSeconds(now_unix_ms));
+}
+
+void ProgressTracker::OnSample(const v1::ProgressReport& report, int64_t now_unix_ms,
+                               v1::Job* job) {
+  job->set_sample_text(DisplayText(report.sample_text(), kMaxSampleTextBytes));
+  job->mutable_metrics()->set_elapsed_seconds(ElapsedSeconds(now_unix_ms));
 }
 
 }  // namespace dapple::coordinator

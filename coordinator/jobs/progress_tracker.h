@@ -29,8 +29,15 @@ class ProgressTracker {
   // a repeated or older step only updates the window). Leaves metrics.total_steps as it is.
   void OnStep(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
 
-  // A PROGRESS_EVAL report of the last stage: test_accuracy and test_loss.
+  // A PROGRESS_EVAL report of the last stage: a text dataset's validation_loss,
+  // validation_bits_per_byte and validation_accuracy when the report has validation_loss,
+  // otherwise test_accuracy and test_loss; eval_step = report.step.
   void OnEval(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
+
+  // A PROGRESS_SAMPLE report of the last stage: job->sample_text, cut to kMaxSampleTextBytes
+  // (common/eval_metrics.h) and made display text (common/utf8.h DisplayText) whatever the
+  // worker sent.
+  void OnSample(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
 
   // Seconds since the job entered RUNNING (never negative).
   double ElapsedSeconds(int64_t now_unix_ms) const;

@@ -1,7 +1,9 @@
 #include "coordinator/jobs/progress_tracker.h"
 
 #include <cmath>
+#include <string>
 
+#include "common/eval_metrics.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -79,10 +81,60 @@ TEST(ProgressTrackerTest, EvalSetsTestMetrics) {
   r.set_kind(v1::PROGRESS_EVAL);
   r.set_test_accuracy(0.85);
   r.set_test_loss(0.4);
+  r.set_step(234);
   tracker.OnEval(r, 3000, &job);
   EXPECT_DOUBLE_EQ(job.metrics().test_accuracy(), 0.85);
   EXPECT_DOUBLE_EQ(job.metrics().test_loss(), 0.4);
+  EXPECT_EQ(job.metrics().eval_step(), 234);
   EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 3.0);
+  EXPECT_FALSE(job.metrics().has_validation_loss());
+  EXPECT_FALSE(job.metrics().has_validation_bits_per_byte());
+  EXPECT_FALSE(job.metrics().has_validation_accuracy());
+}
+
+TEST(ProgressTrackerTest, EvalOfATextDatasetSetsValidationMetrics) {
+  v1::Job job;
+  ProgressTracker tracker(100, 0);
+  v1::ProgressReport r;
+  r.set_kind(v1::PROGRESS_EVAL);
+  r.set_step(500);
+  r.set_validation_loss(1.2);
+  r.set_validation_bits_per_byte(1.2 / std::log(2.0));
+  r.set_validation_accuracy(0.6);
+  tracker.OnEval(r, 2000, &job);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_loss(), 1.2);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_bits_per_byte(), 1.2 / std::log(2.0));
+  EXPECT_DOUBLE_EQ(job.metrics().validation_accuracy(), 0.6);
+  EXPECT_EQ(job.metrics().eval_step(), 500);
+  // The test-set fields stay unset: a job reports one group.
+  EXPECT_FALSE(job.metrics().has_test_accuracy());
+  EXPECT_FALSE(job.metrics().has_test_loss());
+  // The next evaluation replaces them.
+  r.set_step(1000);
+  r.set_validation_loss(0.9);
+  tracker.OnEval(r, 2500, &job);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_loss(), 0.9);
+  EXPECT_EQ(job.metrics().eval_step(), 1000);
+}
+
+TEST(ProgressTrackerTest, SampleIsStoredAsDisplayText) {
+  v1::Job job;
+  ProgressTracker tracker(100, 0);
+  v1::ProgressReport r;
+  r.set_kind(v1::PROGRESS_SAMPLE);
+  r.set_sample_text("And God said\n\tLet there be light");
+  tracker.OnSample(r, 4000, &job);
+  EXPECT_EQ(job.sample_text(), "And God said\n\tLet there be light");
+  EXPECT_DOUBLE_EQ(job.metrics().elapsed_seconds(), 4.0);
+  // Whatever a worker sends, the job keeps text a terminal shows as it is, and a bounded amount.
+  r.set_sample_text("a\rb\x1b[2J");
+  tracker.OnSample(r, 4000, &job);
+  EXPECT_EQ(job.sample_text(),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD[2J");
+  r.set_sample_text(std::string(kMaxSampleTextBytes + 100, 'x'));
+  tracker.OnSample(r, 4000, &job);
+  EXPECT_EQ(job.sample_text(), std::string(kMaxSampleTextBytes, 'x'));
 }
 
 }  // namespace

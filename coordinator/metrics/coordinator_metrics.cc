@@ -24,11 +24,19 @@ constexpr v1::WorkerState kWorkerStates[] = {v1::WORKER_STATE_IDLE, v1::WORKER_S
                                              v1::WORKER_STATE_DEAD};
 
 // The per-job series besides dapple_job_state.
-constexpr const char* kJobProgress[] = {
-    m::kJobStep,         m::kJobTotalSteps,       m::kJobEpoch,
-    m::kJobLoss,         m::kJobSamplesPerSecond, m::kJobLearningRate,
-    m::kJobGradientNorm, m::kJobTestAccuracy,     m::kJobTestLoss,
-    m::kJobEtaSeconds,   m::kJobLastStepTimestamp};
+constexpr const char* kJobProgress[] = {m::kJobStep,
+                                        m::kJobTotalSteps,
+                                        m::kJobEpoch,
+                                        m::kJobLoss,
+                                        m::kJobSamplesPerSecond,
+                                        m::kJobLearningRate,
+                                        m::kJobGradientNorm,
+                                        m::kJobTestAccuracy,
+                                        m::kJobTestLoss,
+                                        m::kJobValidationLoss,
+                                        m::kJobValidationBpb,
+                                        m::kJobEtaSeconds,
+                                        m::kJobLastStepTimestamp};
 constexpr const char* kStageSeries[] = {m::kStageStep,
                                         m::kStageStepSeconds,
                                         m::kStageForwardSeconds,
@@ -168,6 +176,12 @@ void CoordinatorMetrics::SetProgressLocked(const v1::Job& job, Exported& e) {
   if (jm.step() > 0) set_->Gauge(m::kJobLoss, labels).Set(jm.loss());
   if (jm.has_test_accuracy()) set_->Gauge(m::kJobTestAccuracy, labels).Set(jm.test_accuracy());
   if (jm.has_test_loss()) set_->Gauge(m::kJobTestLoss, labels).Set(jm.test_loss());
+  if (jm.has_validation_loss()) {
+    set_->Gauge(m::kJobValidationLoss, labels).Set(jm.validation_loss());
+  }
+  if (jm.has_validation_bits_per_byte()) {
+    set_->Gauge(m::kJobValidationBpb, labels).Set(jm.validation_bits_per_byte());
+  }
   if (jm.step() > e.last_step) {
     e.last_step = jm.step();
     set_->Gauge(m::kJobLastStepTimestamp, labels)

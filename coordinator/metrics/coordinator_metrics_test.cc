@@ -308,6 +308,36 @@ TEST_F(CoordinatorMetricsTest, RanksWithoutAStepExportNothingYet) {
   EXPECT_EQ(Value(text, "dapple_job_learning_rate", Job("job-7", "mlp")), 0.05);  // the spec's
 }
 
+TEST_F(CoordinatorMetricsTest, ValidationMetricsOfATextDataset) {
+  auto metrics = NewMetrics();
+  v1::Job job = RunningJob(/*step=*/12, /*ranks=*/2);
+  job.mutable_spec()->mutable_data()->set_dataset("text");
+  metrics->OnJobState(job, v1::JOB_STATE_UNSPECIFIED);
+  const auto j = Job("job-7", "mlp");
+  std::string text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_job_validation_loss", j), std::nullopt);  // no eval yet
+  EXPECT_EQ(Value(text, "dapple_job_validation_bpb", j), std::nullopt);
+
+  job.mutable_metrics()->set_validation_loss(1.25);
+  job.mutable_metrics()->set_validation_bits_per_byte(1.8);
+  metrics->OnJobUpdate(job);
+  text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_job_validation_loss", j), 1.25);
+  EXPECT_EQ(Value(text, "dapple_job_validation_bpb", j), 1.8);
+  EXPECT_EQ(Value(text, "dapple_job_test_accuracy_ratio", j), std::nullopt);
+  EXPECT_EQ(Value(text, "dapple_job_test_loss", j), std::nullopt);
+
+  // The last evaluation's values stay after the end, and go with the job's other series.
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.set_updated_unix_ms(now_);
+  metrics->OnJobState(job, v1::JOB_STATE_RUNNING);
+  text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_job_validation_loss", j), 1.25);
+  now_ += 15 * 60 * 1000;
+  text = metrics->metric_set()->Serialize();
+  EXPECT_FALSE(absl::StrContains(text, "dapple_job_validation")) << text;
+}
+
 TEST_F(CoordinatorMetricsTest, WorkersFollowTheRegistry) {
   auto metrics = NewMetrics();
   WorkerRegistry registry;

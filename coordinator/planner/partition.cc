@@ -94,34 +94,36 @@ absl::StatusOr<std::vector<v1::StageRange>> PartitionUniform(int num_layers, int
 
 absl::Status CheckPartition(const std::vector<v1::StageRange>& ranges, int num_layers) {
   if (ranges.empty()) {
-    return absl::InvalidArgumentError("parallel.stage_ranges is empty: give one range per stage");
+    return absl::InvalidArgumentError(
+        "parallel.stages is an empty list of ranges: give one range per stage");
   }
   int next = 0;
   for (size_t s = 0; s < ranges.size(); ++s) {
     const v1::StageRange& r = ranges[s];
-    const std::string where = absl::StrCat("parallel.stage_ranges[", s, "] [", r.first_layer(),
-                                           ", ", r.last_layer(), "]");
+    const std::string where =
+        absl::StrCat("parallel.stages[", s, "] [", r.first_layer(), ", ", r.last_layer(), "]");
     if (r.first_layer() != next) {
       if (s == 0) {
         return absl::InvalidArgumentError(absl::StrCat(where, " starts at layer ", r.first_layer(),
                                                        ": the first stage must start at layer 0"));
       }
-      return absl::InvalidArgumentError(absl::StrCat(where, " starts at layer ", r.first_layer(),
-                                                     " but stage ", s - 1, " ended at layer ",
-                                                     next - 1, ": ranges must be contiguous"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " starts at layer ", r.first_layer(), " but parallel.stages[", s - 1,
+                       "] ended at layer ", next - 1, ": ranges must be contiguous"));
     }
     if (r.last_layer() < r.first_layer()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, " is empty: last_layer must be >= first_layer"));
+          absl::StrCat(where, " is empty: its last layer must be >= its first"));
     }
     if (r.last_layer() >= num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " ends past the last layer ", num_layers - 1));
+      return absl::InvalidArgumentError(absl::StrCat(where, " ends past the model's last layer ",
+                                                     num_layers - 1, ": end it at layer ",
+                                                     num_layers - 1, " at most"));
     }
     next = r.last_layer() + 1;
   }
   if (next != num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.stage_ranges end at layer ", next - 1,
+    return absl::InvalidArgumentError(absl::StrCat("parallel.stages end at layer ", next - 1,
                                                    " but the model has layers 0..", num_layers - 1,
                                                    ": cover every layer"));
   }

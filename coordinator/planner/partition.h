@@ -29,8 +29,8 @@ absl::StatusOr<std::vector<v1::StageRange>> PartitionBalanced(
 absl::StatusOr<std::vector<v1::StageRange>> PartitionUniform(int num_layers, int num_stages);
 
 // Checks that `ranges` is a partition of layers 0..num_layers-1 (see above).
-// kInvalidArgument naming the first offending range, e.g. "parallel.stage_ranges[1] starts at
-// layer 4 but stage 0 ended at layer 2: ranges must be contiguous".
+// kInvalidArgument naming the first offending range, e.g. "parallel.stages[1] starts at
+// layer 4 but parallel.stages[0] ended at layer 2: ranges must be contiguous".
 absl::Status CheckPartition(const std::vector<v1::StageRange>& ranges, int num_layers);
 
 }  // namespace dapple::coordinator

@@ -157,12 +157,12 @@ v1::StageRange Range(int first, int last) {
 TEST(CheckPartitionTest, NamesTheOffendingRange) {
   EXPECT_TRUE(CheckPartition({Range(0, 2), Range(3, 5)}, 6).ok());
   EXPECT_EQ(CheckPartition({Range(0, 2), Range(4, 5)}, 6).message(),
-            "parallel.stage_ranges[1] [4, 5] starts at layer 4 but stage 0 ended at layer 2: "
+            "parallel.stages[1] [4, 5] starts at layer 4 but parallel.stages[0] ended at layer 2: "
             "ranges must be contiguous");
   EXPECT_THAT(CheckPartition({Range(1, 5)}, 6).message(), HasSubstr("must start at layer 0"));
   EXPECT_THAT(CheckPartition({Range(0, 2), Range(3, 2)}, 6).message(), HasSubstr("is empty"));
   EXPECT_THAT(CheckPartition({Range(0, 2), Range(3, 6)}, 6).message(),
-              HasSubstr("ends past the last layer 5"));
+              HasSubstr("ends past the model's last layer 5: end it at layer 5 at most"));
   EXPECT_THAT(CheckPartition({Range(0, 2)}, 6).message(), HasSubstr("cover every layer"));
   EXPECT_THAT(CheckPartition({}, 6).message(), HasSubstr("empty"));
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/profile/cluster_topology.h"
 #include "common/status.h"
 #include "coordinator/planner/baseline_planners.h"
@@ -266,8 +267,8 @@ absl::StatusOr<PipeDreamSolution> Solve(const PlanningProblem& problem, bool exh
   const int nodes = static_cast<int>(per_node.size());
   const int per = *std::min_element(per_node.begin(), per_node.end());
   const int64_t batch = problem.schedule == schedule::ScheduleKind::kPipeDream ? 0
-                       : problem.micro_batch_size > 0 ? problem.micro_batch_size
-                                                      : problem.global_batch;
+                        : problem.micro_batch_size > 0 ? problem.micro_batch_size
+                                                       : problem.global_batch;
   const double intra = problem.topology.intra_node_bandwidth_bytes_per_s() / 1000.0;
   const double inter = problem.topology.inter_node_bandwidth_bytes_per_s() / 1000.0;
   const int R = problem.max_replicas;
@@ -366,9 +367,22 @@ absl::StatusOr<PlannedJob> PlanPipeDream(const PlanningProblem& problem) {
   const PlanEstimator estimator(problem);
   std::vector<Candidate> candidates = MicroBatchCandidates(estimator, layout);
   if (candidates.empty()) {
+    // Split-concat (every schedule but pipedream's) shares each micro-batch evenly among a
+    // stage's replicas: the micro-batch must be a multiple of every replica count.
+    int64_t lcm = 1;
+    std::vector<int> replicas;
+    for (const StagePlan& st : layout.stages) {
+      replicas.push_back(static_cast<int>(st.devices.size()));
+      lcm = std::lcm(lcm, static_cast<int64_t>(st.devices.size()));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "planner pipedream: no micro-batch size splits evenly over its replicas (micro_batch_size ",
-        problem.micro_batch_size, ")"));
+        "planner pipedream: its stages have ", absl::StrJoin(replicas, ", "),
+        " replicas, which split each micro-batch evenly only when it is a multiple of ", lcm,
+        problem.micro_batch_size > 0
+            ? absl::StrCat(", and training.micro_batch is ", problem.micro_batch_size,
+                           ": use a micro_batch that is a multiple of ", lcm,
+                           ", or parallel.planner dapple")
+            : absl::StrCat(", and no divisor of the global batch ", problem.global_batch, " is")));
   }
   return PickBySimulation(problem, std::move(candidates), kBaselineSimulatedCandidates);
 }

@@ -16,6 +16,7 @@
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/status.h"
+#include "coordinator/planner/device_use.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
@@ -108,9 +109,10 @@ HybridPlan ManualPlan(const v1::JobSpec& spec, int64_t micro_batch, int micro_ba
   return plan;
 }
 
-// kResourceExhausted for a manual plan that does not fit, naming its hungriest stage.
-absl::Status CheckManualFits(const PlanningProblem& problem, const Prediction& prediction,
-                             const HybridPlan& plan) {
+// kResourceExhausted for a plan of fixed stages and replicas (manual; balanced and uniform with
+// replicas) that does not fit, naming its hungriest stage.
+absl::Status CheckFixedPlanFits(const PlanningProblem& problem, const Prediction& prediction,
+                                const HybridPlan& plan, const std::string& planner) {
   if (prediction.fits_memory) return absl::OkStatus();
   // The stage that overflows its smallest device the most (devices may differ in memory).
   int worst = 0;
@@ -135,8 +137,8 @@ absl::Status CheckManualFits(const PlanningProblem& problem, const Prediction& p
   const StagePrediction& p = prediction.stages[worst];
   const auto [needs, has] = profile::FormatBytesApart(p.peak_memory_bytes, worst_device_bytes);
   return absl::ResourceExhaustedError(
-      absl::StrCat("the manual plan needs ", needs, " on a device (stage ", worst, ": weights ",
-                   profile::FormatBytes(p.weight_bytes), ", activations ",
+      absl::StrCat("parallel.planner ", planner, ": its plan needs ", needs, " on a device (stage ",
+                   worst, ": weights ", profile::FormatBytes(p.weight_bytes), ", activations ",
                    profile::FormatBytes(p.activation_bytes), ") but devices have ", has));
 }
 
@@ -152,15 +154,76 @@ absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::stri
     const size_t replicas = plan.stages[s].devices.size();
     if (static_cast<int64_t>(replicas) <= plan.micro_batches) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "planner ", planner, " gives stage ", s, " ", replicas,
+        "parallel.planner ", planner, " gives stage ", s, " ", replicas,
         " replicas, but parallel.schedule pipedream sends whole micro-batches round-robin to a "
         "stage's replicas and training.global_batch ",
         global_batch, " / training.micro_batch ", plan.micro_batch_size, " = ", plan.micro_batches,
         plan.micro_batches == 1 ? " micro-batch" : " micro-batches",
         " per step: each replica needs at least one (at most ", plan.micro_batches,
-        plan.micro_batches == 1 ? " replica" : " replicas", " per stage)"));
+        plan.micro_batches == 1 ? " replica" : " replicas",
+        " per stage): use fewer parallel.devices or a smaller micro_batch"));
   }
   return absl::OkStatus();
+}
+
+// A planner's refusal as a job's: the planners name themselves "planner dapple: ..." (also
+// for `dapplectl plan --profile`), a job's field is parallel.planner. A plan that fits no
+// device's memory (RunPlanner or CheckFixedPlanFits: the memory its least hungry plan needs) is
+// the user's to fix: the spec's fields that change it follow.
+absl::Status AsJobPlanError(const absl::Status& status, const v1::JobSpec& spec,
+                            const std::string& planner, int num_stages) {
+  std::string message(status.message());
+  if (absl::StartsWith(message, "planner ")) message = absl::StrCat("parallel.", message);
+  if (status.code() != absl::StatusCode::kResourceExhausted) {
+    return absl::Status(status.code(), message);
+  }
+  const v1::ParallelSpec& par = spec.parallel();
+  std::string more;
+  if (planner == kManual) {
+    more = absl::StrCat("split the model into more parallel.stages ranges (now ", num_stages,
+                        ", on parallel.devices ", par.devices(), ")");
+  } else if (planner == "dp") {
+    more =
+        "switch to parallel.planner dapple, which splits the model into stages (planner dp "
+        "holds the whole model on every device)";
+  } else if (!ChoosesDepth(planner)) {
+    more = par.stages() > 0 ? absl::StrCat("spread the model over more parallel.stages (now ",
+                                           num_stages, ", on parallel.devices ", par.devices(), ")")
+                            : absl::StrCat("spread the model over more parallel.devices (now ",
+                                           par.devices(), ", one stage each)");
+  } else {
+    more = absl::StrCat("give the job more parallel.devices (now ", par.devices(),
+                        ") for more stages");
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(message, ": to fit, ", more, ", or use a smaller training.micro_batch (now ",
+                   spec.training().micro_batch(), ") or devices with more memory"));
+}
+
+// Step 4 of MakePlan: the plan of `planner` for `problem` and its prediction.
+absl::StatusOr<PlannedJob> PlanFor(const v1::JobSpec& spec, const std::string& planner,
+                                   const PlanningProblem& problem, int micro_batches) {
+  const schedule::ScheduleKind kind = problem.schedule;
+  const int64_t global_batch = problem.global_batch;
+  PlannedJob planned;
+  if (planner == kManual) {
+    planned.plan = ManualPlan(spec, problem.micro_batch_size, micro_batches);
+    DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
+    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
+    DAPPLE_RETURN_IF_ERROR(CheckFixedPlanFits(problem, planned.prediction, planned.plan, planner));
+    return planned;
+  }
+  DAPPLE_ASSIGN_OR_RETURN(planned, RunPlanner(planner, problem));
+  const int replicas = UniformReplicas(spec, static_cast<int>(planned.plan.stages.size()));
+  if (!ChoosesDepth(planner) && replicas > 1) {
+    // balanced and uniform place one device per stage; with devices a multiple of P every
+    // stage runs on devices / P replicas, scored again by the simulator.
+    PlaceUniformReplicas(replicas, &planned.plan);
+    DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
+    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
+    DAPPLE_RETURN_IF_ERROR(CheckFixedPlanFits(problem, planned.prediction, planned.plan, planner));
+  }
+  return planned;
 }
 
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
@@ -235,7 +298,7 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec) {
   std::string field;
   if (planner == kManual) {
     stages = par.stage_ranges_size();
-    field = absl::StrCat("parallel.stage_ranges has ", stages, " ranges");
+    field = absl::StrCat("parallel.stages has ", stages, stages == 1 ? " range" : " ranges");
   } else if (par.stages() != 0) {
     stages = par.stages();
     field = absl::StrCat("parallel.stages ", stages);
@@ -244,8 +307,11 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec) {
   }
   if (stages < 1) return absl::InvalidArgumentError(absl::StrCat(field, ": need at least 1"));
   if (stages > par.devices()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " but parallel.devices is ", par.devices(), ": each stage needs its own device"));
+    return absl::InvalidArgumentError(absl::StrCat(field, " but parallel.devices is ",
+                                                   par.devices(),
+                                                   ": each stage needs its own device: set "
+                                                   "devices to at least ",
+                                                   stages));
   }
   return stages;
 }
@@ -281,9 +347,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   }
   const int64_t micro_batches = global_batch / micro_batch;
   if (micro_batches > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("training.global_batch / training.micro_batch = ", micro_batches,
-                     " micro-batches is too many"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.global_batch ", global_batch, " / training.micro_batch ", micro_batch, " = ",
+        micro_batches, " micro-batches per step is more than the maximum ",
+        std::numeric_limits<int32_t>::max(), ": use a larger micro_batch"));
   }
   DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
                           schedule::ParseScheduleKind(spec.parallel().schedule()));
@@ -300,9 +367,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                                  NominalFlopsPerSecond(inputs.device_kind, inputs.defaults)));
   }
   if (model_profile.layers_size() != num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "profile ", model_profile.source(), " has ", model_profile.layers_size(),
-        model_profile.layers_size() == 1 ? " layer" : " layers", ", the model ", num_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile ", model_profile.source(), " has ", model_profile.layers_size(),
+                     model_profile.layers_size() == 1 ? " layer" : " layers", " but the model has ",
+                     num_layers, " (model.layers): a profile needs one entry per layer"));
   }
 
   // Step 2: the topology.
@@ -311,9 +379,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
       inputs.topology.has_value() ? *inputs.topology : SingleNodeTopology(devices, inputs.defaults);
   const int available = profile::NumDevices(topology);
   if (devices > available) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.devices ", devices, " but the cluster (", topology.source(),
-                     ") has ", available, available == 1 ? " device" : " devices"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel.devices ", devices, " but the cluster (", topology.source(), ") has ", available,
+        available == 1 ? " device" : " devices", ": set devices to at most ", available,
+        ", or plan on a cluster with at least ", devices));
   }
 
   // Step 3: the problem.
@@ -340,24 +409,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 
   // Step 4: the plan and its prediction.
-  PlannedJob planned;
-  if (planner == kManual) {
-    planned.plan = ManualPlan(spec, micro_batch, static_cast<int>(micro_batches));
-    DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
-    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
-    DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
-  } else {
-    DAPPLE_ASSIGN_OR_RETURN(planned, RunPlanner(planner, problem));
-    const int replicas = UniformReplicas(spec, static_cast<int>(planned.plan.stages.size()));
-    if (!ChoosesDepth(planner) && replicas > 1) {
-      // balanced and uniform place one device per stage; with devices a multiple of P every
-      // stage runs on devices / P replicas, scored again by the simulator.
-      PlaceUniformReplicas(replicas, &planned.plan);
-      DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
-      DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
-      DAPPLE_RETURN_IF_ERROR(CheckManualFits(problem, planned.prediction, planned.plan));
-    }
-  }
+  absl::StatusOr<PlannedJob> planned_or =
+      PlanFor(spec, planner, problem, static_cast<int>(micro_batches));
+  if (!planned_or.ok()) return AsJobPlanError(planned_or.status(), spec, planner, num_stages);
+  const PlannedJob& planned = *planned_or;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());
   if (p < 1 || plan.micro_batches != micro_batches) {
@@ -379,15 +434,6 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     }
     summary->mutable_stages(s)->set_compute_flops(flops);
   }
-  // Under pipedream the planners replicate at most M times (max_replicas above): say so where
-  // that, not the devices, bounds the replicas.
-  if (kind == schedule::ScheduleKind::kPipeDream && ChoosesDepth(planner) &&
-      micro_batches < devices) {
-    summary->add_notes(absl::StrCat(
-        "at most M = ", micro_batches, micro_batches == 1 ? " replica" : " replicas",
-        " per stage: schedule pipedream sends whole micro-batches round-robin to a stage's "
-        "replicas (1F1B-RR)"));
-  }
   // The memory model counts the stashed versions of PipeDream's own bound; vertical sync keeps
   // stage 0's older versions on every stage as well (docs/schedules.md), which it does not.
   if (kind == schedule::ScheduleKind::kPipeDream && spec.parallel().pipedream().vertical_sync()) {
@@ -396,13 +442,9 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
         "micro-batches in flight, more than the predicted memory counts (2 stages: 3 versions "
         "per stage, measured)");
   }
-  int used = 0;
-  for (const StagePlan& s : plan.stages) used += static_cast<int>(s.devices.size());
-  if (used < devices) {
-    summary->add_notes(absl::StrCat("uses ", used, " of the job's ", devices,
-                                    " devices (parallel.devices): the job runs on ", used,
-                                    used == 1 ? " worker" : " workers"));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(const std::string device_use,
+                          DeviceUseNote(problem, planned, planner, devices));
+  if (!device_use.empty()) summary->add_notes(device_use);
   AddModelNotes(layers, problem.profile.ties, plan, planned.prediction, summary);
   // The collectives before each optimizer step: replicas' AllReduce, tied weights, clipping.
   DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,

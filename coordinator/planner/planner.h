@@ -25,7 +25,8 @@
 //   4. Plan: RunPlanner(parallel.planner, problem) (empty planner: balanced); manual: the
 //      spec's ranges on devices 0..P-1, scored by SimulatePlan.
 //   5. Summary: ToSummary (plan_summary.h) plus compute_flops per stage (forward + backward
-//      FLOPs per sample, common/model_info.h) and notes; programs =
+//      FLOPs per sample, common/model_info.h) and notes (on fewer devices than
+//      parallel.devices: DeviceUseNote, device_use.h, says how many and why); programs =
 //      schedule::BuildPrograms(schedule, P, M) with an ALLREDUCE for the stages with replicas.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
 #define DAPPLE_COORDINATOR_PLANNER_PLANNER_H_
@@ -106,11 +107,14 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 //     micro_batch <= 0 or not dividing global_batch; a profile that does not match the model
 //     (CheckProfileMatchesModel's message); parallel.devices beyond the topology's devices;
 //     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors; under schedule
-//     pipedream a stage with more than M replicas ("planner uniform gives stage 0 4 replicas,
-//     but parallel.schedule pipedream sends whole micro-batches round-robin ...").
-//   kResourceExhausted: no plan fits device memory (RunPlanner's message; for manual "the
-//     manual plan needs 3.2 GiB on a device (stage 0: weights 1.1 GiB, activations 2.1 GiB)
-//     but devices have 1.0 GiB").
+//     pipedream a stage with more than M replicas ("parallel.planner uniform gives stage 0 4
+//     replicas, but parallel.schedule pipedream sends whole micro-batches round-robin ...").
+//   kResourceExhausted: no plan fits device memory: RunPlanner's message with "parallel." before
+//     it, or for fixed stages and replicas "parallel.planner manual: its plan needs 3.2 GiB on
+//     a device (stage 0: weights 1.1 GiB, activations 2.1 GiB) but devices have 1.0 GiB", then
+//     the fields that change it (": to fit, split the model into more parallel.stages ranges
+//     (now 2, on parallel.devices 2), or use a smaller training.micro_batch (now 32) or devices
+//     with more memory").
 //   kFailedPrecondition: a schedule that deadlocks (BuildPrograms).
 absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInputs& inputs = {});
 

@@ -16,6 +16,7 @@
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
+#include "common/steps.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/service/emulation.h"
@@ -129,11 +130,14 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
   }
   const int64_t total = TotalSteps(spec);
   if (manifest->step() >= total) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resume from '", dir, "': it was taken after step ", manifest->step(),
-                     " and the job runs ", total,
-                     " steps (training.epochs / training.max_steps): nothing "
-                     "left to run"));
+    const int64_t max_steps = spec.training().max_steps();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resume from '", dir, "': it was taken after step ", manifest->step(),
+        " and the job runs ", total, " steps (training.epochs ", spec.training().epochs(), " x ",
+        StepsPerEpoch(spec), " steps per epoch",
+        max_steps > 0 ? absl::StrCat(", at most training.max_steps ", max_steps) : "",
+        "): nothing left to run: raise training.epochs",
+        max_steps > 0 ? " and training.max_steps" : "", " to train past step ", manifest->step()));
   }
   return dir;
 }
@@ -679,7 +683,7 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
   if (request.has_cluster()) DAPPLE_RETURN_IF_ERROR(CheckTopology(request.cluster()));
   if (request.global_batch() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("global_batch ", request.global_batch(), " must be >= 0 (0: the default)"));
+        absl::StrCat("--global-batch ", request.global_batch(), " must be >= 0 (0: the default)"));
   }
   const std::vector<v1::WorkerInfo> workers = WorkerSnapshot();
   v1::ParallelPlanSummary summary;
@@ -711,7 +715,8 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       }
       if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("with planner ", request.planner(), ": ", s.message()));
+            absl::StrCat("with --planner ", request.planner(),
+                         " in place of the spec's parallel.planner: ", s.message()));
       }
     }
     // As submit does: the plan of a spec whose data submit would refuse is refused too.
@@ -942,7 +947,7 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
   RunState& run = running_.at(id);
   // Replicas of a stage hold identical weights and the last stage's replicas all get the
-  // global loss: replica 0 alone reports loss and evaluation, so no step counts twice.
+  // global loss: replica 0 alone reports loss, evaluation and sample, so no step counts twice.
   const bool last_stage = request.stage() == run.num_stages - 1 && request.replica() == 0;
   const int rank_index = run.RankOf(request.stage(), request.replica());
   const std::string rank =
@@ -979,6 +984,12 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       if (last_stage) {
         DAPPLE_RETURN_IF_ERROR(
             jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnEval(request, now, j); }));
+      }
+      break;
+    case v1::PROGRESS_SAMPLE:
+      if (last_stage) {
+        DAPPLE_RETURN_IF_ERROR(
+            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnSample(request, now, j); }));
       }
       break;
     case v1::PROGRESS_DONE:

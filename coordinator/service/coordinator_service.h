@@ -13,7 +13,8 @@
 //   job), abort_job_ids for a job the worker reports that it must stop (ended, or not its
 //   job), or unknown_worker (never registered, or DEAD: register again).
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
-//   ReportProgress: STEP / EVAL (last stage: metrics), DONE (all ranks: SUCCEEDED), FAILED
+//   ReportProgress: STEP / EVAL / SAMPLE (last stage: metrics, the generated text), DONE (all
+//   ranks: SUCCEEDED), FAILED
 //   (job FAILED naming stage and worker), ABORTED (worker IDLE).
 //   DeregisterWorker: the worker is shutting down; it is forgotten at once, its running job
 //   FAILS and its unanswered profile requests fail.

@@ -381,6 +381,46 @@ TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
   EXPECT_TRUE(Heartbeat(w2, "job-1").abort_job_ids().size() == 1);
 }
 
+// A language model's reports (the coordinator keeps whatever the last stage measured; the
+// demo spec stands in for a text job): validation metrics, then the sample, which the job keeps
+// after it ended and across a coordinator restart.
+TEST_F(CoordinatorServiceTest, ValidationMetricsAndTheSampleArePersisted) {
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_EVAL, [](v1::ProgressReport* r) {
+                r->set_step(3);
+                r->set_validation_loss(1.5);
+                r->set_validation_bits_per_byte(2.164);
+                r->set_validation_accuracy(0.4);
+              }).ok());
+  v1::Job job = Get(id);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_loss(), 1.5);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_bits_per_byte(), 2.164);
+  EXPECT_DOUBLE_EQ(job.metrics().validation_accuracy(), 0.4);
+  EXPECT_EQ(job.metrics().eval_step(), 3);
+  EXPECT_FALSE(job.metrics().has_test_accuracy());
+  // Only the last stage's sample counts.
+  ASSERT_TRUE(Report(w1, id, 0, v1::PROGRESS_SAMPLE, [](v1::ProgressReport* r) {
+                r->set_sample_text("not from the last stage");
+              }).ok());
+  EXPECT_FALSE(Get(id).has_sample_text());
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_SAMPLE, [](v1::ProgressReport* r) {
+                r->set_step(3);
+                r->set_sample_text("And God said,\nLet there be light");
+              }).ok());
+  EXPECT_EQ(Get(id).sample_text(), "And God said,\nLet there be light");
+  ASSERT_TRUE(Report(w1, id, 0, v1::PROGRESS_DONE).ok());
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_DONE).ok());
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+
+  svc_.reset();
+  svc_ = Open();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.sample_text(), "And God said,\nLet there be light");
+  EXPECT_DOUBLE_EQ(job.metrics().validation_loss(), 1.5);
+}
+
 TEST_F(CoordinatorServiceTest, FifoWaitsForEnoughIdleWorkers) {
   ASSERT_TRUE(Submit(Spec(2)).ok());
   ASSERT_TRUE(Submit(Spec(1)).ok());
@@ -1337,7 +1377,7 @@ TEST_F(CoordinatorServiceTest, PipeDreamStagesRunReplicasOneWorkerPerRank) {
       spec, {{"devices: 4", "devices: 8"}, {"micro_batch: 32", "micro_batch: 128"}}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(),
-              HasSubstr("parallel.devices 8 with 2 stages gives 4 replicas per stage, but "
+              HasSubstr("parallel.devices 8 with parallel.stages 2 gives 4 replicas per stage, but "
                         "parallel.schedule pipedream sends whole micro-batches round-robin"));
   // Planner pipedream chooses replicas itself, at most M = 2 per stage.
   auto chosen = Submit(absl::StrReplaceAll(spec, {{"planner: balanced", "planner: pipedream"},

@@ -1,8 +1,10 @@
 #include "coordinator/service/job_data.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -141,7 +143,10 @@ TEST(ResolveJobDataTest, TheGlobalBatchMustFitTheResolvedTrainingSamples) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), absl::StrCat("job.yaml:8:17: training.global_batch 32 must be <= 23, "
                                       "the number of training samples of data.path ",
-                                      path, " with data.seq_len 4"));
+                                      path,
+                                      " with data.seq_len 4: a step takes global_batch distinct "
+                                      "samples: use a global_batch of at most 23 (or a longer "
+                                      "file or a smaller data.seq_len)"));
   // Without the text: the same rule, without a location.
   spec = Parsed(yaml);
   EXPECT_THAT(ResolveJobData(&*spec).message(),
@@ -253,6 +258,40 @@ TEST_F(TextJobTest, SubmitAndPlanRefuseABadFile) {
   EXPECT_TRUE(Plan(TextSpec(dir_.Write("t.txt", HundredBytes()))).ok());
 }
 
+// The data files of examples/bad are refused at submit (the parser cannot know them), each with
+// its one line: the data.path value's line and column, the path and the rule.
+TEST_F(TextJobTest, SubmitRefusesTheBadDataExamples) {
+  const char* env = std::getenv("DAPPLE_SOURCE_DIR");
+  const std::string root = env != nullptr && *env != '\0' ? env : DAPPLE_SOURCE_ROOT;
+  const auto submit = [&](const std::string& name) {
+    std::ifstream in(absl::StrCat(root, "/examples/bad/", name));
+    EXPECT_TRUE(in.good()) << name;
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(text);
+    req.set_source_name(absl::StrCat("examples/bad/", name));
+    v1::SubmitJobResponse resp;
+    return svc_->SubmitJob(req, &resp);
+  };
+  absl::Status missing = submit("missing_text_file.yaml");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.message(),
+            "examples/bad/missing_text_file.yaml:10:29: data.path "
+            "/var/lib/dapple/datasets/no-such-file.txt does not exist (scripts/setup writes the "
+            "King James Bible to /var/lib/dapple/datasets/kjv.txt)");
+  // Fashion-MNIST's gzip'd labels, which scripts/setup installs.
+  const std::string labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+  if (fs::exists(labels)) {
+    absl::Status binary = submit("not_text_file.yaml");
+    EXPECT_EQ(binary.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(binary.message(),
+              absl::StrCat("examples/bad/not_text_file.yaml:10:29: data.path ", labels,
+                           " is not text: byte offset 1 (0x8b) does not start a valid UTF-8 "
+                           "sequence; data.dataset text reads UTF-8 text"));
+  }
+  EXPECT_EQ(Jobs(), 0);
+}
+
 // A resumed text job counts its steps on the resolved samples (10 here): a checkpoint after
 // step 6 resumes, one after step 10 has nothing left to run; a bad file is refused first.
 TEST_F(TextJobTest, ResumeCountsTheStepsOfTheResolvedData) {
@@ -276,7 +315,9 @@ TEST_F(TextJobTest, ResumeCountsTheStepsOfTheResolvedData) {
   EXPECT_EQ(resumed->spec().data().train_samples(), 23);
   const std::string done = checkpoint(10);
   EXPECT_THAT(Submit(yaml, done).status().message(),
-              HasSubstr("it was taken after step 10 and the job runs 10 steps"));
+              HasSubstr("it was taken after step 10 and the job runs 10 steps "
+                        "(training.epochs 2 x 5 steps per epoch): nothing left to run: raise "
+                        "training.epochs to train past step 10"));
   EXPECT_THAT(Submit(TextSpec("/nonexistent/kjv.txt"), done).status().message(),
               HasSubstr("job.yaml:6:29: data.path /nonexistent/kjv.txt does not exist"));
 }

@@ -404,11 +404,8 @@ TEST_F(PlanJobTest, AnAutoJobIsPlannedAtSubmissionAndWaitsForItsStagesNotItsDevi
   EXPECT_THAT(plan.profile_source(), HasSubstr("estimated"));
   EXPECT_THAT(plan.cluster_source(), HasSubstr("one node of 4 devices"));  // no workers yet
   if (ranks < 4) {
-    EXPECT_THAT(plan.notes(),
-                ::testing::Contains(absl::StrCat("uses ", ranks,
-                                                 " of the job's 4 devices (parallel.devices): "
-                                                 "the job runs on ",
-                                                 ranks, ranks == 1 ? " worker" : " workers")));
+    EXPECT_THAT(plan.notes(), ::testing::Contains(StartsWith(
+                                  absl::StrCat("uses ", ranks, " of the 4 parallel.devices: "))));
   }
   for (const v1::PlanStageSummary& s : plan.stages()) EXPECT_TRUE(s.worker_ids().empty());
 

@@ -8,9 +8,12 @@ seconds, and a restart mid-job that stops the job on the workers; a worker SIGTE
 failing it as "shut down"; measuring a model: a worker still measuring is not asked again, one
 stopped while measuring or asked while measuring (after a coordinator restart) lets the job run
 its estimated plan at once; a duplicate --name; bad input with one-line errors and distinct exit
-codes; a text dataset checked at submit and, against the submitted size, on every worker.
+codes; a text dataset checked at submit and, against the submitted size, on every worker; a
+language model's validation loss at its evaluation cadence and the same generated sample on one
+and two stages.
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -305,6 +308,16 @@ class EndToEndTest(unittest.TestCase):
                 self.assertTrue(err.startswith("dapplectl: "), err)
                 for p in patterns:
                     self.assertRegex(err, p)
+        # Every file of examples/bad is refused by a real submit with one line at its line and
+        # column (common/job_spec_examples_test.cc and job_data_test pin the messages): the
+        # parser's refusals and the coordinator's of a data file alike.
+        bad_dir = os.path.join(cluster.SOURCE_DIR, "examples", "bad")
+        for name in sorted(os.listdir(bad_dir)):
+            with self.subTest(example=name):
+                rc, out, err = c.ctl("submit", os.path.join(bad_dir, name), check=False)
+                self.assertEqual(rc, 1, out + err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertRegex(err, r"^dapplectl: .*%s:\d+:\d+: " % re.escape(name))
         # Nothing was stored, and the coordinator is still up.
         self.assertEqual(json.loads(c.ctl("list", "-o", "json")[1]).get("jobs", []), [])
         # Usage error and unreachable coordinator have their own exit codes.
@@ -352,6 +365,56 @@ class EndToEndTest(unittest.TestCase):
         self.assertRegex(j["message"], r"\(worker ([^)]+)\): data\.path %s has 2242 bytes on worker "
                          r"\1 \(.+\) but 2200 bytes where the job was submitted "
                          r"\(data\.file_bytes\)" % re.escape(text))
+
+    def test_language_model_reports_validation_loss_and_its_sample(self):
+        c = self.c
+        text = os.path.join(c.dir, "lm-corpus.txt")
+        with open(text, "w") as f:
+            f.write(("In the beginning God created the heaven and the earth.\n"
+                     "And God said, Let there be light: and there was light.\n") * 24)
+
+        def lm_job(name, stages):
+            return "\n".join([
+                "name: %s" % name, "model:", "  layers:",
+                "    - {type: embedding, vocab: 256, dim: 16}",
+                "    - {type: transformer_block, heads: 2}",
+                "    - {type: layernorm}",
+                "    - {type: lm_head, vocab: 256}",
+                "data: {dataset: text, path: %s, seq_len: 16, validation_fraction: 0.1}" % text,
+                "training:", "  global_batch: 8", "  micro_batch: 4", "  epochs: 1",
+                "  max_steps: 12", "  eval_every_steps: 5", "  seed: 9",
+                "  optimizer: {type: sgd, lr: 0.1, momentum: 0.9}",
+                "parallel:", "  planner: uniform", "  stages: %d" % stages,
+                "sample: {prompt: \"And God\", tokens: 40, temperature: 0.8}"]) + "\n"
+
+        jobs = {}
+        for stages in (2, 1):
+            job = c.submit(lm_job("e2e-lm-p%d" % stages, stages))
+            j = c.wait_state(job, TERMINAL, timeout=120)
+            self.assertEqual(j["state"], "SUCCEEDED", j.get("message"))
+            m = j["metrics"]
+            # The language model's metrics replace the test set's; the last evaluation is the
+            # end's (eval_every_steps 5: after steps 5, 10 and 12).
+            self.assertNotIn("test_accuracy", m)
+            self.assertEqual(int(m["eval_step"]), 12)
+            self.assertGreater(m["validation_loss"], 0)
+            self.assertAlmostEqual(m["validation_bits_per_byte"], m["validation_loss"] / math.log(2))
+            self.assertTrue(0 <= m["validation_accuracy"] <= 1)
+            self.assertTrue(j.get("sample_text"), j)
+            _, out, _ = c.ctl("get", job)
+            self.assertIn("VAL LOSS", out)
+            self.assertIn("SAMPLE        40 bytes generated after sample.prompt \"And God\"", out)
+            jobs[stages] = j
+        # Synchronous training is the same on one and two stages, and the sample's draws are a
+        # pure function of the seed: the same text through two processes as through one.
+        self.assertEqual(jobs[2]["sample_text"], jobs[1]["sample_text"])
+        self.assertAlmostEqual(jobs[2]["metrics"]["validation_loss"],
+                               jobs[1]["metrics"]["validation_loss"], places=4)
+        # The last stage evaluated after steps 5, 10 and 12 (its log says so).
+        logs = "".join(cluster.read(os.path.join(c.dir, f)) for f in os.listdir(c.dir)
+                       if f.startswith("worker-"))
+        evals = re.findall(r"%s: step (\d+) \(epoch 1\): validation loss" % jobs[2]["id"], logs)
+        self.assertEqual(evals, ["5", "10", "12"])
 
     def test_diverging_job_fails(self):
         job = self.c.submit(short_job("e2e-diverge", steps=20, lr=1e30))

@@ -15,12 +15,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/eval_metrics.h"
 #include "common/logging.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "common/text_data.h"
+#include "common/utf8.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/checkpoint/stage_checkpointer.h"
 #include "worker/comm/delay_transport.h"
@@ -89,6 +91,23 @@ std::string PeerLabel(const v1::ParallelPlanSummary& plan, const v1::PeerEndpoin
              ? absl::StrFormat("stage %d replica %d, worker %s", p.stage(), p.replica(),
                                p.worker_id())
              : absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id());
+}
+
+// Puts an evaluation's metrics into its PROGRESS_EVAL report: a text dataset's validation
+// split as validation_* (bits per byte from the loss), else the test set as test_*. Returns
+// them as the log shows them.
+std::string FillEvalReport(const v1::JobSpec& spec, const EvalResult& e, v1::ProgressReport* r) {
+  if (EvaluatesValidationSplit(spec)) {
+    const double bits = BitsPerByte(e.loss);
+    r->set_validation_loss(e.loss);
+    r->set_validation_bits_per_byte(bits);
+    r->set_validation_accuracy(e.accuracy);
+    return absl::StrFormat("validation loss %.4f (%.4f bits/byte), next-byte accuracy %.4f", e.loss,
+                           bits, e.accuracy);
+  }
+  r->set_test_accuracy(e.accuracy);
+  r->set_test_loss(e.loss);
+  return absl::StrFormat("test accuracy %.4f loss %.4f", e.accuracy, e.loss);
 }
 
 }  // namespace
@@ -718,18 +737,28 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       rep.set_message(c->error);
       reporter->Report(std::move(rep));
     }
-    if (!emulated && ((step + 1) % per_epoch == 0 || step + 1 == total)) {
-      DAPPLE_ASSIGN_OR_RETURN(EvalResult e, rt->Evaluate(epoch));
+    if (!emulated && EvaluatesAfterStep(a.spec(), step)) {
+      DAPPLE_ASSIGN_OR_RETURN(EvalResult e, rt->Evaluate(step + 1));
       if (e.has_metrics && a.replica() == 0) {
         v1::ProgressReport rep = base_report(v1::PROGRESS_EVAL);
         rep.set_step(step + 1);
         rep.set_epoch(epoch);
-        rep.set_test_accuracy(e.accuracy);
-        rep.set_test_loss(e.loss);
+        const std::string metrics = FillEvalReport(a.spec(), e, &rep);
         reporter->Report(std::move(rep));
-        DAPPLE_LOG_INFO("{}: epoch {} test accuracy {:.4f} loss {:.4f}", job, epoch, e.accuracy,
-                        e.loss);
+        DAPPLE_LOG_INFO("{}: step {} (epoch {}): {}", job, step + 1, epoch, metrics);
       }
+    }
+  }
+  // A language model shows what it learned (spec.sample); an emulated one learned nothing.
+  if (!emulated && rt->GeneratesSample()) {
+    DAPPLE_ASSIGN_OR_RETURN(GenerateResult g, rt->Generate());
+    if (g.has_text) {
+      v1::ProgressReport rep = base_report(v1::PROGRESS_SAMPLE);
+      rep.set_step(total);
+      rep.set_sample_text(DisplayText(g.bytes, kMaxSampleTextBytes));
+      DAPPLE_LOG_INFO("{}: sample ({} bytes after sample.prompt):\n{}", job, g.bytes.size(),
+                      rep.sample_text());
+      reporter->Report(std::move(rep));
     }
   }
   if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport, a));

@@ -96,6 +96,7 @@ void WorkerMetrics::OnReport(const v1::ProgressReport& report) {
       break;
     case v1::PROGRESS_EVAL:
     case v1::PROGRESS_CHECKPOINT:
+    case v1::PROGRESS_SAMPLE:
     case v1::PROGRESS_KIND_UNSPECIFIED:
     case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ProgressKind_INT_MAX_SENTINEL_DO_NOT_USE_:

@@ -226,6 +226,41 @@ class EmulatedStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  // The output holds whatever it was given (zeros): nothing to generate from, so the worker
+  // skips an emulated job's sample; these exist so the backend honours the interface.
+  absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    const std::vector<float>& y = At(&outputs_, slot);
+    if (offset < 0 || count < 0 || offset + count > static_cast<int64_t>(y.size())) {
+      return absl::InternalError(
+          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
+                          offset + count, y.size()));
+    }
+    std::copy(y.begin() + offset, y.begin() + offset + count, host);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
+    if (bytes > static_cast<int64_t>(message_.size())) message_.resize(bytes);
+    return static_cast<void*>(message_.data());
+  }
+
+  absl::Status WriteMessage(const void* host, int64_t bytes) override {
+    if (bytes > static_cast<int64_t>(message_.size())) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    std::memcpy(message_.data(), host, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadMessage(void* host, int64_t bytes) override {
+    if (bytes > static_cast<int64_t>(message_.size())) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    std::memcpy(host, message_.data(), static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
@@ -281,6 +316,7 @@ class EmulatedStageBackend : public StageBackend {
   std::vector<std::vector<float>> act_send_;               // per send id
   std::vector<std::vector<float>> grad_recv_, grad_send_;  // per micro-batch
   std::vector<int64_t> grad_recv_rows_;                    // per micro-batch
+  std::vector<char> message_;                              // MessageBuffer
 };
 
 absl::Status CheckTime(double ms, const char* field, int layer) {

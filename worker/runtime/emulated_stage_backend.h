@@ -13,8 +13,9 @@
 // One wait per call (not per layer), so the sleeper's overshoot is paid once per action.
 // Nothing is computed: activations, gradients and parameters keep what they were last given
 // (zeros at first); ReadGradients returns zeros, WriteGradients checks the size and keeps
-// nothing, ScaleGradients does nothing; GradientSquaredNorm is not measured (-1). Updates are
-// counted (OptimizerUpdates, checkpoints) as on a real device.
+// nothing, ScaleGradients does nothing; GradientSquaredNorm is not measured (-1); ReadOutput
+// reads the untouched output (zeros), so the worker generates no text sample for an emulated
+// job. Updates are counted (OptimizerUpdates, checkpoints) as on a real device.
 //
 // Loss: kEmulatedLossPerSample (ln 10, the cross-entropy of a uniform guess over 10 classes)
 // per row, so Loss returns rows * kEmulatedLossPerSample; `correct` gets 0. Both are constants

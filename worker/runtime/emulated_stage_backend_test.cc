@@ -143,6 +143,30 @@ TEST(EmulatedStageBackend, BuffersAndGradientsHaveTheModelsRealSizes) {
   EXPECT_FALSE(b->ImportState(state).ok());
 }
 
+TEST(EmulatedStageBackend, OutputAndMessagesReadBackAsTheInterfaceSays) {
+  std::vector<double> ms;
+  auto b_or =
+      MakeEmulatedStageBackend(Spec(), 2, 3, Profile(), std::make_unique<RecordingSleeper>(&ms));
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::unique_ptr<StageBackend> b = std::move(*b_or);
+  ASSERT_TRUE(b->Input(0, 2).ok());
+  ASSERT_OK(b->Forward(0, 2, kernels::ForwardContext{}));
+  // Nothing is computed: the output [2, 10] reads back as zeros; outside it is an error.
+  std::vector<float> out(10, 7.0f);
+  ASSERT_OK(b->ReadOutput(0, 10, 10, out.data()));
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(b->ReadOutput(0, 15, 10, out.data()).code(), absl::StatusCode::kInternal);
+  // Messages round-trip through the buffer.
+  auto buffer = b->MessageBuffer(sizeof(int32_t));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const int32_t token = 101;
+  ASSERT_OK(b->WriteMessage(&token, sizeof(token)));
+  int32_t back = 0;
+  ASSERT_OK(b->ReadMessage(&back, sizeof(back)));
+  EXPECT_EQ(back, 101);
+  EXPECT_EQ(b->ReadMessage(&back, 1 << 20).code(), absl::StatusCode::kInternal);
+}
+
 TEST(EmulatedStageBackend, RefusesAProfileOfAnotherModel) {
   v1::ModelProfile p = Profile();
   p.mutable_layers()->RemoveLast();

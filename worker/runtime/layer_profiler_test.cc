@@ -164,6 +164,19 @@ class RecordingBackend : public StageBackend {
   }
   const void* GradForSend(int) const override { return input_.data(); }
   absl::Status OptimizerStep() override { return absl::OkStatus(); }
+  // The profiler never reads outputs or exchanges messages.
+  absl::Status ReadOutput(int, int64_t, int64_t, float*) override {
+    return absl::UnimplementedError("not used by the profiler");
+  }
+  absl::StatusOr<void*> MessageBuffer(int64_t) override {
+    return absl::UnimplementedError("not used by the profiler");
+  }
+  absl::Status WriteMessage(const void*, int64_t) override {
+    return absl::UnimplementedError("not used by the profiler");
+  }
+  absl::Status ReadMessage(void*, int64_t) override {
+    return absl::UnimplementedError("not used by the profiler");
+  }
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
     return std::vector<kernels::Param*>{};

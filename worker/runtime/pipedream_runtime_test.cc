@@ -408,8 +408,11 @@ TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
                                  &parity::TrainSet(), &parity::TestSet(), &t, nullptr, &collective);
   ASSERT_FALSE(rt.ok());
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(rt.status().message().find("stage 0 has 3 replicas but a step has only 2"),
-            std::string::npos)
+  EXPECT_EQ(rt.status().message(),
+            "stage 0 has 3 replicas but training.global_batch 64 / training.micro_batch 32 = 2 "
+            "micro-batches per step: parallel.schedule pipedream gives every replica at least "
+            "one whole micro-batch per step: use a micro_batch of 16 or less (dividing 64), or "
+            "fewer parallel.devices")
       << rt.status();
 }
 

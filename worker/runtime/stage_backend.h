@@ -130,6 +130,22 @@ class StageBackend {
     (void)host;
     return absl::UnimplementedError("this backend cannot write its weights");
   }
+  // Text generation (StageRuntime::Generate), last stage: copies `count` floats of the slot's
+  // stage output (row-major [rows, output_shape...] of its last Forward), starting at float
+  // `offset`, to `host` (a device backend synchronises first, so they are the Forward's).
+  // kInternal when [offset, offset + count) lies outside that output.
+  virtual absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) = 0;
+  // A buffer of `bytes` bytes in the backend's memory (what its transport sends from and
+  // receives into) for the small messages the runtime exchanges itself: Generate's sampled
+  // token travelling back to stage 0. One buffer, kept until the next MessageBuffer call that
+  // needs more bytes; a buffer that was sent must stay untouched until the transport's
+  // WaitSends (transport.h).
+  virtual absl::StatusOr<void*> MessageBuffer(int64_t bytes) = 0;
+  // Copies `bytes` bytes from `host` into the MessageBuffer, or from it into `host` (a device
+  // backend orders the copy after its enqueued work, including a transport's copy into the
+  // buffer, and waits for it). kInternal when `bytes` exceeds the buffer.
+  virtual absl::Status WriteMessage(const void* host, int64_t bytes) = 0;
+  virtual absl::Status ReadMessage(void* host, int64_t bytes) = 0;
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device

@@ -77,7 +77,11 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   }
   if (spec.training().micro_batch() <= 0 ||
       spec.training().global_batch() % spec.training().micro_batch() != 0) {
-    return absl::InvalidArgumentError("training.global_batch must be a multiple of micro_batch");
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "training.global_batch %d is not divisible by training.micro_batch %d: use a micro_batch "
+        "that divides %d",
+        spec.training().global_batch(), spec.training().micro_batch(),
+        spec.training().global_batch()));
   }
   const v1::ParallelPlanSummary& plan = assignment.plan();
   const int64_t micro_batch = spec.training().micro_batch();
@@ -87,15 +91,23 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
     const int d = schedule::StageReplicas(plan, s);
     if (!pipedream && micro_batch < d) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "training.micro_batch %d is smaller than the %d replicas of stage %d: split-concat "
-          "gives every replica at least one row of each micro-batch",
-          micro_batch, d, s));
+          "training.micro_batch %d is smaller than the %d replicas of stage %d: a stage's "
+          "replicas split every micro-batch (split-concat) and each needs at least one sample "
+          "of it: use a micro_batch of at least %d, or fewer parallel.devices",
+          micro_batch, d, s, d));
     }
     if (pipedream && micro_batches < d) {
+      // The largest micro_batch that makes M >= d (global_batch / d or less, dividing it).
+      const int64_t global_batch = spec.training().global_batch();
+      int64_t fits = global_batch / d;
+      while (fits > 1 && global_batch % fits != 0) --fits;
       return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d has %d replicas but a step has only %d micro-batches (global_batch / "
-          "micro_batch): 1F1B-RR gives every replica at least one whole micro-batch per step",
-          s, d, micro_batches));
+          "stage %d has %d replicas but training.global_batch %d / training.micro_batch %d = "
+          "%d micro-batches per step: parallel.schedule pipedream gives every replica at least "
+          "one whole micro-batch per step: use a micro_batch of %d or less (dividing %d), or "
+          "fewer parallel.devices",
+          s, d, global_batch, micro_batch, micro_batches, std::max<int64_t>(fits, 1),
+          global_batch));
     }
   }
   const int num_replicas = schedule::StageReplicas(plan, stage);
@@ -173,6 +185,16 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   int64_t params = 0;
   for (int l = range.first_layer(); l <= range.last_layer(); ++l) params += infos[l].param_count;
   rt->targets_per_sample_ = TargetsPerSample(infos);
+  const std::vector<int64_t>& model_output = infos.back().output_shape;
+  if (model_output.size() == 2) {
+    rt->sample_positions_ = model_output[0];
+    rt->sample_vocab_ = model_output[1];
+  }
+  // A byte-level language model: token ids in, the next byte's logits out at every position.
+  rt->generates_sample_ = TokenInput(spec.model()) && model_output.size() == 2 &&
+                          spec.model().input_shape_size() == 1 &&
+                          spec.model().input_shape(0) == model_output[0] &&
+                          model_output[1] <= 256 && spec.sample().tokens() > 0;
   rt->weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
                       (2 + OptimizerCopies(spec.training().optimizer()));
   if (backend == nullptr) {
@@ -611,7 +633,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       // evaluated, which needs this stage's evaluation first; Evaluate's own wait covers them.
       // Their buffers are safe meanwhile: an id is reused only M + K micro-batches later, after
       // 1F1B made the neighbour receive it.
-      const bool before_eval = pipedream_ && (step + 1) % steps_per_epoch_ == 0;
+      const bool before_eval = pipedream_ && EvaluatesAfterStep(assignment_.spec(), step);
       if (transport_ != nullptr && !before_eval) {
         const SteadyClock::time_point wait_start = SteadyClock::now();
         absl::Status s = transport_->WaitSends();
@@ -714,13 +736,8 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
   const Dataset& eval = *eval_;
   const int64_t chunks = (eval.size() + eval_chunk_ - 1) / eval_chunk_;
   StageBackend& b = *backend_;
-  // Evaluation runs between steps, when no micro-batch holds a slot: it borrows slot 0. Sent
-  // chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
-  // PipeDream keeps forwards of the next step in flight: it evaluates in a free slot instead.
-  if (live_slots_ != 0 && !pipedream_) return absl::InternalError("evaluation during a step");
-  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
-  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
-  const int slot = live_slots_ == 0 ? 0 : free_slots_.back();
+  // Sent chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
+  DAPPLE_ASSIGN_OR_RETURN(const int slot, SlotBetweenSteps());
   std::vector<int64_t> indices;
   std::vector<int32_t> targets;
   EvalResult result;
@@ -779,6 +796,17 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
     result.accuracy = static_cast<double>(correct) / targets_total;
   }
   return result;
+}
+
+absl::StatusOr<int> StageRuntime::SlotBetweenSteps() {
+  // Between steps no micro-batch holds a slot: borrow slot 0. PipeDream keeps forwards of the
+  // next step in flight: a free slot instead.
+  if (live_slots_ != 0 && !pipedream_) {
+    return absl::InternalError("evaluation or generation during a step");
+  }
+  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
+  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
+  return live_slots_ == 0 ? 0 : free_slots_.back();
 }
 
 }  // namespace dapple::worker

@@ -24,7 +24,7 @@
 // The ack makes WaitSends depend on the receiver having called Recv for each message, which is
 // what a rendezvous send over UcxTransport already requires.
 //
-// Tags: headers carry the caller's tag unchanged (the runtime's tags put their kind, 1-4, in the
+// Tags: headers carry the caller's tag unchanged (the runtime's tags put their kind, 1-6, in the
 // top 4 of the 48 bits); acks use kind kAckKind = 15. A caller tag of kind 15 is kInvalidArgument.
 // Do not send other traffic with kind-15 tags over the same host transport between these ranks.
 //

@@ -68,6 +68,7 @@ class CudaStageBackend : public StageBackend {
 
   absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& context) override {
     Slot& s = SlotAt(slot);
+    s.rows = rows;
     for (size_t k = 0; k < layers_.size(); ++k) {
       StageLayer& l = layers_[k];
       DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], Bytes(rows, l.out)));
@@ -328,6 +329,48 @@ class CudaStageBackend : public StageBackend {
     return dev_->Synchronize();
   }
 
+  // Device to pageable host memory after the stream's forward; synchronised.
+  absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
+    Slot& s = SlotAt(slot);
+    if (offset < 0 || count < 0 || offset + count > s.rows * out_features_) {
+      return absl::InternalError(
+          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
+                          offset + count, s.rows * out_features_));
+    }
+    DAPPLE_RETURN_IF_ERROR(
+        kc::CudaStatus(cudaMemcpyAsync(host, s.acts.back().as<float>() + offset,
+                                       count * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+                       "copy output to the host"));
+    return dev_->Synchronize();
+  }
+
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
+    DAPPLE_RETURN_IF_ERROR(Ensure(&message_, static_cast<size_t>(bytes)));
+    return message_.data();
+  }
+
+  // On the compute stream, where the transports order their copies into and out of device
+  // buffers (worker/comm/cuda); synchronised both ways.
+  absl::Status WriteMessage(const void* host, int64_t bytes) override {
+    if (message_.empty() || static_cast<size_t>(bytes) > message_.bytes()) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+        cudaMemcpyAsync(message_.data(), host, bytes, cudaMemcpyHostToDevice, stream()),
+        "copy a message to the device"));
+    return dev_->Synchronize();
+  }
+
+  absl::Status ReadMessage(void* host, int64_t bytes) override {
+    if (message_.empty() || static_cast<size_t>(bytes) > message_.bytes()) {
+      return absl::InternalError("message larger than its buffer");
+    }
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+        cudaMemcpyAsync(host, message_.data(), bytes, cudaMemcpyDeviceToHost, stream()),
+        "copy a message to the host"));
+    return dev_->Synchronize();
+  }
+
   absl::Status Synchronize() override { return dev_->Synchronize(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override {
@@ -463,6 +506,7 @@ class CudaStageBackend : public StageBackend {
     std::vector<DeviceBuffer> acts;   // acts[0] = stage input, acts[k + 1] = layer k output
     std::vector<LayerMemory> caches;  // per layer: what its backward needs
     DeviceBuffer dlogits;
+    int64_t rows = 0;  // of the last Forward
   };
 
   // cuBLAS level-1 calls take an int count: larger gradients go in chunks of this many.
@@ -588,6 +632,7 @@ class CudaStageBackend : public StageBackend {
   DeviceBuffer row_correct_;
   std::vector<double> host_loss_;
   std::vector<int32_t> host_correct_;
+  DeviceBuffer message_;  // MessageBuffer
 };
 
 }  // namespace

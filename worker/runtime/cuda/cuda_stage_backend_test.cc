@@ -190,6 +190,48 @@ TEST(CudaStageBackendTest, GradientSquaredNormMatchesCpu) {
   EXPECT_NEAR(norm[1], norm[0], 1e-4 * norm[0]) << "cuda " << norm[1] << " vs cpu " << norm[0];
 }
 
+// What text generation needs of a backend (StageRuntime::Generate): ReadOutput gives the CPU
+// backend's logits of the same input up to fp32 summation order, and a message written to the
+// device buffer reads back, as does one a transport copied into it.
+TEST(CudaStageBackendTest, ReadOutputAndMessagesMatchCpu) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  const v1::JobSpec spec = parity::ParitySpec({});
+  const int last = spec.model().layers_size() - 1;
+  std::vector<float> images(2 * 784);
+  for (size_t k = 0; k < images.size(); ++k) images[k] = static_cast<float>(k % 7) * 0.1f;
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = MakeCpuStageBackend(spec, 0, last);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<float> row[2] = {std::vector<float>(10), std::vector<float>(10)};
+  StageBackend* backends[2] = {cpu->get(), gpu->get()};
+  for (int k = 0; k < 2; ++k) {
+    StageBackend& b = *backends[k];
+    ASSERT_TRUE(b.LoadInput(0, images.data(), 2).ok());
+    ASSERT_TRUE(b.Forward(0, 2, kernels::ForwardContext{}).ok());
+    ASSERT_TRUE(b.ReadOutput(0, 10, 10, row[k].data()).ok()) << b.device();
+    EXPECT_EQ(b.ReadOutput(0, 11, 10, row[k].data()).code(), absl::StatusCode::kInternal);
+  }
+  for (int c = 0; c < 10; ++c) EXPECT_NEAR(row[1][c], row[0][c], 1e-4) << c;
+
+  StageBackend& b = *gpu->get();
+  auto buffer = b.MessageBuffer(sizeof(int32_t));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const int32_t token = 200;
+  ASSERT_TRUE(b.WriteMessage(&token, sizeof(token)).ok());
+  int32_t on_device = 0;
+  ASSERT_EQ(cudaMemcpy(&on_device, *buffer, sizeof(on_device), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(on_device, 200);
+  const int32_t received = 17;
+  ASSERT_EQ(cudaMemcpy(*buffer, &received, sizeof(received), cudaMemcpyHostToDevice), cudaSuccess);
+  int32_t back = 0;
+  ASSERT_TRUE(b.ReadMessage(&back, sizeof(back)).ok());
+  EXPECT_EQ(back, 17);
+}
+
 // ---- GPT stages (kernels/cuda's layer table through the backend) ----
 
 // Between any two backends' buffers (host or device: cudaMemcpyDefault), complete on return.

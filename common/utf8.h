@@ -1,0 +1,34 @@
+// UTF-8 structure (RFC 3629) shared by every role: dapplectl's checks of what it sends
+// (dapplectl/utf8_text.h) and the text the workers report for display (a language model's
+// generated sample: raw bytes that need not be UTF-8, while protobuf `string` fields must be).
+// Pure functions; thread-safe.
+#ifndef DAPPLE_COMMON_UTF8_H_
+#define DAPPLE_COMMON_UTF8_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace dapple {
+
+// Length (1 to 4) of the well-formed UTF-8 sequence that starts at text[i], or 0 when the bytes
+// there are not one: a continuation byte, C0 / C1 (overlong forms), F5..FF, a surrogate, a code
+// point above U+10FFFF or a sequence cut off by the end (RFC 3629, section 4). Requires
+// i < text.size().
+size_t Utf8SequenceLength(absl::string_view text, size_t i);
+
+// U+FFFD REPLACEMENT CHARACTER, in UTF-8.
+inline constexpr char kReplacementCharacter[] = "\xEF\xBF\xBD";
+
+// `bytes` as text a terminal can show: well-formed UTF-8 sequences are kept, except control
+// characters (C0 other than tab and line feed, DEL, and C1 U+0080..U+009F: a carriage return or
+// an escape sequence would redraw the terminal); every byte that does not start a well-formed
+// sequence and every such control character becomes U+FFFD. The result is valid UTF-8 of at most
+// `max_bytes` bytes: it ends before the first character that would not fit (never inside one).
+// Valid text without those controls is returned unchanged when it fits.
+std::string DisplayText(absl::string_view bytes, size_t max_bytes);
+
+}  // namespace dapple
+
+#endif  // DAPPLE_COMMON_UTF8_H_

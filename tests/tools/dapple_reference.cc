@@ -19,7 +19,8 @@
 //                            binary files, the job's total steps (common/steps.h; the
 //                            learning-rate schedule's end), every parameter's shape and the
 //                            optimizer's hyper-parameters with their defaults applied
-// Usage: dapple-reference JOB.yaml STEPS OUT_DIR [--trace]
+// Usage: dapple-reference JOB.yaml STEPS OUT_DIR [--trace]   (STEPS 0: the job's total steps,
+// common/steps.h TotalSteps)
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -128,6 +129,7 @@ absl::Status SaveTraceJson(const std::string& path, const v1::JobSpec& spec, lon
 
 absl::Status Run(const std::string& spec_path, long steps, const std::string& out, bool trace) {
   DAPPLE_ASSIGN_OR_RETURN(const v1::JobSpec spec, LoadSpec(spec_path));
+  if (steps == 0) steps = TotalSteps(spec);
   DAPPLE_ASSIGN_OR_RETURN(const worker::Datasets data, worker::LoadDatasets(spec.data()));
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<worker::ReferenceTrainer> trainer,
                           worker::ReferenceTrainer::Create(spec, data.train.get()));

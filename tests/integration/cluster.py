@@ -9,10 +9,13 @@ import math
 import os
 import shutil
 import signal
-import struct
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import param_io  # noqa: E402  (worker/runtime/param_io.h's format)
 
 BUILD_DIR = os.environ.get("DAPPLE_BUILD_DIR") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build")
@@ -206,20 +209,7 @@ SMALL_MLP = [("flatten", 0), ("linear", 64), ("relu", 0), ("linear", 32), ("gelu
 
 def load_params(path):
     """A worker's --dump-dir file (or dapple-reference's): {name: floats}."""
-    out = {}
-    with open(path, "rb") as f:
-        data = f.read()
-    off = 0
-    while off < len(data):
-        (n,) = struct.unpack_from("<I", data, off)
-        off += 4
-        name = data[off:off + n].decode()
-        off += n
-        (count,) = struct.unpack_from("<Q", data, off)
-        off += 8
-        out[name] = struct.unpack_from("<%df" % count, data, off)
-        off += 4 * count
-    return out
+    return param_io.load_params(path)
 
 
 def load_job_params(dump_dir, job, stages, replica=None):

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const
 
 std::vector<kernels::Param*> ReferenceTrainer::Params() { return params_; }
 
-double ReferenceTrainer::Step(int64_t step) {
+double ReferenceTrainer::Step(int64_t step, StepTrace* trace) {
   const int64_t b = spec_.training().global_batch();
   const int64_t spe = StepsPerEpoch(spec_);
   const int64_t epoch = step / spe;
@@ -49,6 +49,10 @@ double ReferenceTrainer::Step(int64_t step) {
   acts[0].Resize(shape);
   std::vector<int32_t> labels(b * targets_per_sample_);
   train_->Gather(idx, b, acts[0].data.data(), labels.data());
+  if (trace != nullptr) {
+    trace->inputs = acts[0].data;
+    trace->targets = labels;
+  }
   kernels::ForwardContext ctx;
   ctx.training = true;
   ctx.seed = spec_.training().seed();
@@ -65,6 +69,10 @@ double ReferenceTrainer::Step(int64_t step) {
   for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
     layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
     std::swap(dy, dx);
+  }
+  if (trace != nullptr) {
+    trace->gradients.clear();
+    for (const kernels::Param* p : params_) trace->gradients.push_back(p->grad.data);
   }
   last_sq_norm_ = 0;
   for (const kernels::Param* p : params_) {

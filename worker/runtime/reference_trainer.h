@@ -25,8 +25,18 @@ class ReferenceTrainer {
   // kInvalidArgument for a spec whose model cannot be built. `train` must outlive the trainer.
   static absl::StatusOr<std::unique_ptr<ReferenceTrainer>> Create(const v1::JobSpec& spec,
                                                                   const Dataset* train);
-  // Runs global step `step` (0-based) and returns its mean loss over the global batch.
-  double Step(int64_t step);
+  // What one Step read and computed, for oracles outside the process (tests/tools: PyTorch fed
+  // the same batches must compute the same gradients).
+  struct StepTrace {
+    std::vector<float> inputs;     // [global_batch, input_shape...] (token ids as floats)
+    std::vector<int32_t> targets;  // [global_batch, targets per sample]
+    // Each parameter's gradient of the step's mean loss, in Params() order, before clipping
+    // and the update (a tied weight once: it is one parameter here).
+    std::vector<std::vector<float>> gradients;
+  };
+  // Runs global step `step` (0-based) and returns its mean loss over the global batch. Fills
+  // `trace` when not null.
+  double Step(int64_t step, StepTrace* trace = nullptr);
   // The squared global gradient norm of the last Step, before clipping.
   double last_gradient_sq_norm() const { return last_sq_norm_; }
   // Mean loss and accuracy per target over `eval` (forward only; the evaluation split).

@@ -16,8 +16,9 @@ class LayerNormType : public LayerType {
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     if (ctx.token_input) {
-      return LayerError(ctx, " (layernorm) cannot read token ids: the first layer of a token "
-                             "model is an embedding");
+      return LayerError(ctx,
+                        " (layernorm) cannot read token ids: the first layer of a token "
+                        "model is an embedding");
     }
     const v1::LayerNormParams& p = spec.layernorm();
     if (p.has_eps() && !(p.eps() > 0 && p.eps() < 1)) {

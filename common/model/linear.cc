@@ -39,6 +39,7 @@ class LinearType : public LayerType {
     info.param_count = in * out + out;
     info.forward_flops = 2.0 * static_cast<double>(in) * static_cast<double>(out);
     info.backward_flops = 4.0 * static_cast<double>(in) * static_cast<double>(out);
+    info.backward_weight_flops = info.forward_flops;  // dW = dy^T x
     return info;
   }
 };

@@ -237,16 +237,19 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
 // a note, refused at submit at the layer's line with one clear line.
 TEST_F(PlanJobTest, ALayerWithoutAKernelIsPlannedWithANoteAndRefusedAtSubmit) {
   std::string missing;
-  for (const std::string& type : {"conv2d", "batchnorm2d", "maxpool2d", "residual_block"}) {
-    if (!HasKernel(type, KernelBackend::kCpu)) missing = type;
+  for (const char* type : {"batchnorm2d", "conv2d"}) {
+    if (!HasKernel(type, KernelBackend::kCpu)) {
+      missing = type;
+      break;
+    }
   }
   if (missing.empty()) GTEST_SKIP() << "every image layer type has a CPU kernel in this build";
-  const std::string yaml = absl::StrReplaceAll(R"(name: cnn
+  const std::string yaml = absl::StrReplaceAll(
+      R"(name: cnn
 model:
   input_shape: [1, 28, 28]
   layers:
-    - {type: conv2d, out_channels: 4, kernel: 3, padding: 1}
-    - {type: TYPE}
+    - LAYER
     - {type: relu}
     - {type: global_avgpool}
     - {type: linear, out: 10}
@@ -254,24 +257,22 @@ training: {global_batch: 64, micro_batch: 16, epochs: 1, max_steps: 2,
            optimizer: {type: sgd, lr: 0.05}}
 parallel: {stages: 2, devices: 2}
 )",
-                                               {{"TYPE", missing == "conv2d" ? "relu" : missing}});
-  const int layer = missing == "conv2d" ? 0 : 1;
-  const std::string message =
-      std::string(NoKernelError(layer, missing, KernelBackend::kCpu).message());
+      {{"LAYER", missing == "conv2d" ? "{type: conv2d, out_channels: 4, kernel: 3}"
+                                     : "{type: batchnorm2d}"}});
+  const std::string message = std::string(NoKernelError(0, missing, KernelBackend::kCpu).message());
   v1::PlanJobRequest req;
   req.set_spec_yaml(yaml);
   req.set_source_name("cnn.yaml");
   *req.mutable_cluster() = Cluster(1, 2);
   auto r = Plan(req);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(r->plan().notes(),
-              ::testing::Contains(absl::StrCat("submit would refuse this job: cnn.yaml:", 5 + layer,
-                                               ":7: ", message)));
+  EXPECT_THAT(r->plan().notes(), ::testing::Contains(absl::StrCat(
+                                     "submit would refuse this job: cnn.yaml:5:7: ", message)));
   absl::StatusOr<v1::Job> job = Submit(yaml);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(job.status().message()), ::testing::EndsWith(message));
-  EXPECT_THAT(std::string(job.status().message()), HasSubstr(absl::StrCat(":", 5 + layer, ":7: ")));
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr(":5:7: "));
 }
 
 TEST_F(PlanJobTest, APlannerFlagReplacesTheSpecsPlanner) {

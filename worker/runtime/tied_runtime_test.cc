@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,9 @@ std::string CaseName(const Case& c) {
                       c.max_grad_norm > 0 ? "_clip" : "_noclip", "_", c.optimizer,
                       c.dropout > 0 ? "_dropout" : "");
 }
+
+// gtest prints a failing case by its name rather than its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 
 class TiedGptParityTest : public ::testing::TestWithParam<Case> {};
 

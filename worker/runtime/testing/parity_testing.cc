@@ -207,7 +207,9 @@ void ExpectMatchesReference(const v1::JobSpec& spec, int steps,
       EXPECT_LE(RelativeL2(WithoutSlice(p->value.data, begin, end), WithoutSlice(want, begin, end)),
                 1e-5)
           << p->name;
-      if (p->tied_to.empty()) EXPECT_TRUE(seen.insert(name).second) << name << " twice";
+      if (p->tied_to.empty()) {
+        EXPECT_TRUE(seen.insert(name).second) << name << " twice";
+      }
     }
   }
   EXPECT_EQ(seen.size(), ref_params.size());

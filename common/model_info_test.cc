@@ -112,11 +112,13 @@ TEST(InferLayersTest, UnknownType) {
   ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 0}, {"conv9", 0}}),
                 "model.layers[3]: unknown layer type 'conv9'; known: "
                 "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-                "lm_head");
+                "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, "
+                "residual_block");
   ExpectInvalid(MakeModel({4}, {{"", 0}}),
                 "model.layers[0]: unknown layer type ''; known: "
                 "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-                "lm_head");
+                "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, "
+                "residual_block");
 }
 
 TEST(InferLayersTest, LinearNeedsFlatInput) {
@@ -176,11 +178,12 @@ TEST(InferLayersTest, ParametersOfAnotherTypeAreRefused) {
   m.mutable_layers(0)->mutable_dropout()->set_p(0.5);
   ExpectInvalid(m, "model.layers[0] (linear) sets parameters of dropout: linear takes linear");
   // An unknown type is reported as unknown, whatever its parameters.
-  m = MakeModel({4}, {{"conv2d", 0}});
+  m = MakeModel({4}, {{"conv3d", 0}});
   m.mutable_layers(0)->mutable_linear()->set_out(3);
   ExpectInvalid(m,
-                "model.layers[0]: unknown layer type 'conv2d'; known: flatten, linear, relu, gelu, "
-                "dropout, embedding, layernorm, transformer_block, lm_head");
+                "model.layers[0]: unknown layer type 'conv3d'; known: flatten, linear, relu, gelu, "
+                "dropout, embedding, layernorm, transformer_block, lm_head, conv2d, maxpool2d, "
+                "avgpool2d, global_avgpool, batchnorm2d, residual_block");
 }
 
 TEST(InferLayersTest, AtMost4096Layers) {

@@ -17,9 +17,11 @@
 namespace dapple::model_types {
 
 // Per-element cost guesses of batch normalisation (statistics, normalisation, the step sums;
-// backward: the two reductions and dx), as layernorm's.
+// backward: the two reductions and dx), as layernorm's; of the backward's 12, the reductions
+// giving the gradients of gamma and beta are the weight gradient's 4.
 inline constexpr double kBatchNormForwardPerElement = 8;
 inline constexpr double kBatchNormBackwardPerElement = 12;
+inline constexpr double kBatchNormBackwardWeightPerElement = 4;
 // ReLU, and the residual add.
 inline constexpr double kReluPerElement = 1;
 
@@ -32,7 +34,8 @@ struct Image {
 
 // ctx's input as [C, H, W], or kInvalidArgument naming both shapes and the fix ("model.layers[2]
 // (conv2d) needs a [C, H, W] input (channels, height, width), got [784] from model.layers[1]
-// (flatten): put image layers before the flatten"); token ids are refused.
+// (flatten): image layers go before the flatten, on a model.input_shape like [1, 28, 28]");
+// token ids are refused.
 absl::StatusOr<Image> ImageInput(const InferContext& ctx, absl::string_view type);
 
 // The keys of a square sliding window (convolution, pooling), defaults applied.
@@ -48,10 +51,12 @@ enum class PaddingRule { kConvolution, kPooling };
 
 // Checks `w` for a layer at ctx on `in` and returns the output image of `out_channels` channels:
 // kernel, stride and padding in [1, 2^24] (padding from 0) and the padding rule, each
-// refused at its key with its value ("model.layers[2].stride 0 must be > 0"); a kernel larger
-// than the padded input is refused naming the side ("model.layers[2].kernel 7 is larger than the
-// padded input 5 (H 3 + 2 x padding 1): ..."); an output of more than 2^24 elements per sample
-// is refused naming its shape. `type` names the layer in messages.
+// refused at its key with its value ("model.layers[2].stride 0 must be in [1, 2^24]"); a kernel
+// larger than the padded input (which would leave an empty output) is refused naming the side
+// and the layer the input comes from ("model.layers[2].kernel 7 is larger than the padded input
+// height 5 (H 3 + 2 x padding 1) of [16, 3, 3] from model.layers[1] (maxpool2d): ..."); an
+// output of more than 2^24 elements per sample is refused naming its shape. `type` names the
+// layer in messages.
 absl::StatusOr<Image> SlideWindow(const InferContext& ctx, absl::string_view type, const Image& in,
                                   const Window& w, PaddingRule rule, int64_t out_channels);
 
@@ -69,6 +74,12 @@ double ConvMacs(const Image& in, const Image& out, int64_t kernel);
 // (the position of each maximum in its window): 1 when a window has at most 255 elements
 // (kernel <= 15), else 4.
 int64_t MaxPoolWorkspaceBytesPerOutput(int64_t kernel);
+
+// Appends a batch normalisation of `channels` channels to info's parameters and buffers, each
+// name prefixed by `prefix` ("" for batchnorm2d, "bn1." in a residual block): parameters
+// <prefix>weight, <prefix>bias [channels]; buffers <prefix>running_mean, <prefix>running_var
+// [channels] (batchnorm2d.cc).
+void AddBatchNorm(absl::string_view prefix, int64_t channels, LayerInfo* info);
 
 }  // namespace dapple::model_types
 

@@ -135,8 +135,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->replica_ = replica;
   rt->num_replicas_ = num_replicas;
   // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
-  rt->rows_ = pipedream ? schedule::RowRange{0, micro_batch}
-                        : schedule::SplitRows(micro_batch, num_replicas, replica);
+  rt->rows_ = schedule::ReplicaRows(micro_batch, num_replicas, replica, pipedream);
   // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
   // (the sender's and the receiver's lists agree, so both sides pair up).
   auto overlapping = [&](int other_stage) {

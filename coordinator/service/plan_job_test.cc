@@ -236,30 +236,25 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
 // A layer type without a CPU kernel in this build: planned (plans do not depend on kernels) with
 // a note, refused at submit at the layer's line with one clear line.
 TEST_F(PlanJobTest, ALayerWithoutAKernelIsPlannedWithANoteAndRefusedAtSubmit) {
-  std::string missing;
-  for (const char* type : {"batchnorm2d", "conv2d"}) {
-    if (!HasKernel(type, KernelBackend::kCpu)) {
-      missing = type;
-      break;
-    }
-  }
-  if (missing.empty()) GTEST_SKIP() << "every image layer type has a CPU kernel in this build";
-  const std::string yaml = absl::StrReplaceAll(
-      R"(name: cnn
+  // conv2d has a CPU kernel but no CUDA one in this build: a job for CUDA workers cannot run.
+  const std::string missing = "conv2d";
+  ASSERT_TRUE(HasKernel(missing, KernelBackend::kCpu));
+  ASSERT_FALSE(HasKernel(missing, KernelBackend::kCuda))
+      << "conv2d has a CUDA kernel now: pick a type without one for this test";
+  const std::string yaml = R"(name: cnn
 model:
   input_shape: [1, 28, 28]
   layers:
-    - LAYER
+    - {type: conv2d, out_channels: 4, kernel: 3}
     - {type: relu}
     - {type: global_avgpool}
     - {type: linear, out: 10}
 training: {global_batch: 64, micro_batch: 16, epochs: 1, max_steps: 2,
            optimizer: {type: sgd, lr: 0.05}}
-parallel: {stages: 2, devices: 2}
-)",
-      {{"LAYER", missing == "conv2d" ? "{type: conv2d, out_channels: 4, kernel: 3}"
-                                     : "{type: batchnorm2d}"}});
-  const std::string message = std::string(NoKernelError(0, missing, KernelBackend::kCpu).message());
+parallel: {stages: 2, devices: 2, device_type: cuda}
+)";
+  const std::string message =
+      std::string(NoKernelError(0, missing, KernelBackend::kCuda).message());
   v1::PlanJobRequest req;
   req.set_spec_yaml(yaml);
   req.set_source_name("cnn.yaml");

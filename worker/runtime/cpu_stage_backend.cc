@@ -12,6 +12,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
+#include "worker/runtime/host_message_buffer.h"
 #include "worker/runtime/stage_backend.h"
 
 namespace dapple::worker {
@@ -196,34 +197,19 @@ class CpuStageBackend : public StageBackend {
 
   absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
     const Tensor& y = SlotAt(slot).acts.back();
-    if (offset < 0 || count < 0 || offset + count > static_cast<int64_t>(y.data.size())) {
-      return absl::InternalError(
-          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
-                          offset + count, y.data.size()));
-    }
+    DAPPLE_RETURN_IF_ERROR(CheckOutputRange(offset, count, y.data.size()));
     std::memcpy(host, y.data.data() + offset, static_cast<size_t>(count) * sizeof(float));
     return absl::OkStatus();
   }
 
-  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) message_.resize(bytes);
-    return static_cast<void*>(message_.data());
-  }
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override { return message_.Get(bytes); }
 
   absl::Status WriteMessage(const void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(message_.data(), host, static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Write(host, bytes);
   }
 
   absl::Status ReadMessage(void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(host, message_.data(), static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Read(host, bytes);
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
@@ -314,7 +300,7 @@ class CpuStageBackend : public StageBackend {
   std::vector<Tensor> act_send_;   // per send id
   std::vector<Tensor> grad_send_;  // per micro-batch
   std::vector<Tensor> grad_recv_;  // per micro-batch
-  std::vector<char> message_;      // MessageBuffer
+  HostMessageBuffer message_;      // MessageBuffer
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
+#include "worker/runtime/host_message_buffer.h"
 
 namespace dapple::worker {
 
@@ -231,34 +232,19 @@ class EmulatedStageBackend : public StageBackend {
   absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
     DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
     const std::vector<float>& y = At(&outputs_, slot);
-    if (offset < 0 || count < 0 || offset + count > static_cast<int64_t>(y.size())) {
-      return absl::InternalError(
-          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
-                          offset + count, y.size()));
-    }
+    DAPPLE_RETURN_IF_ERROR(CheckOutputRange(offset, count, y.size()));
     std::copy(y.begin() + offset, y.begin() + offset + count, host);
     return absl::OkStatus();
   }
 
-  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) message_.resize(bytes);
-    return static_cast<void*>(message_.data());
-  }
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override { return message_.Get(bytes); }
 
   absl::Status WriteMessage(const void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(message_.data(), host, static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Write(host, bytes);
   }
 
   absl::Status ReadMessage(void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(host, message_.data(), static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Read(host, bytes);
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
@@ -316,7 +302,7 @@ class EmulatedStageBackend : public StageBackend {
   std::vector<std::vector<float>> act_send_;               // per send id
   std::vector<std::vector<float>> grad_recv_, grad_send_;  // per micro-batch
   std::vector<int64_t> grad_recv_rows_;                    // per micro-batch
-  std::vector<char> message_;                              // MessageBuffer
+  HostMessageBuffer message_;                              // MessageBuffer
 };
 
 absl::Status CheckTime(double ms, const char* field, int layer) {

@@ -256,6 +256,15 @@ class StageRuntime {
   int64_t OldestNeededVersion(int64_t next_forward) const;
   int64_t NextForward(int64_t step) const;
   void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
+  // Create's parts (stage_runtime_create.cc), in its order: this replica's rows of each
+  // micro-batch and its split-concat peers; the stage's shapes and sizes from the model's layers
+  // (returned; kInvalidArgument when the plan's layer range is outside the model); PipeDream's
+  // continuous-run layout and weight stash; Pipe-SGD's updater (kInvalidArgument for more than
+  // one stage or no replica collective).
+  void InitRows();
+  absl::StatusOr<std::vector<LayerInfo>> InitShapes();
+  void InitPipeDream();
+  absl::Status InitPipeSgd(const StageCollectives& collectives);
   // Create's last check: the datasets have the model's input and target sizes, and `train` the
   // spec's training samples.
   absl::Status CheckDatasets() const;

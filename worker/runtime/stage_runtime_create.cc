@@ -164,8 +164,7 @@ void StageRuntime::InitRows() {
   const int num_stages = assignment_.num_stages();
   const bool pipedream = pipedream_;
   // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
-  rows_ = pipedream ? schedule::RowRange{0, micro_batch}
-                    : schedule::SplitRows(micro_batch, num_replicas_, replica_);
+  rows_ = schedule::ReplicaRows(micro_batch, num_replicas_, replica_, pipedream);
   // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
   // (the sender's and the receiver's lists agree, so both sides pair up).
   auto overlapping = [&](int other_stage) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model/layer_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -218,6 +219,25 @@ TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
 
 // A stage holds per sample its input (fp32, token ids too), every layer's output and what each
 // layer saves for its backward.
+TEST(CheckKernelsTest, EveryJobNeedsCpuKernelsAndCudaJobsCudaOnes) {
+  v1::ModelSpec m = SmallMlp();
+  for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
+    EXPECT_TRUE(CheckKernels(m, device_type).ok()) << device_type;
+  }
+  // Find a type without a CPU kernel, if this build has one.
+  for (const std::string& type : LayerTypeNames()) {
+    if (HasKernel(type, KernelBackend::kCpu)) continue;
+    m.mutable_layers(2)->set_type(type);
+    for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
+      int layer = -1;
+      const absl::Status s = CheckKernels(m, device_type, &layer);
+      EXPECT_EQ(s, NoKernelError(2, type, KernelBackend::kCpu)) << device_type;
+      EXPECT_EQ(layer, 2);
+    }
+    break;
+  }
+}
+
 TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {
   v1::ModelSpec model;
   model.add_input_shape(16);

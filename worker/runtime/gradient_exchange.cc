@@ -157,9 +157,6 @@ absl::Status GradientExchange::AllReduceTied() {
   return absl::OkStatus();
 }
 
-// One collective call per step carries every gradient and, on the last stage, the replica's
-// loss sum (as one more float), so the replicas step with identical gradients and report the
-// same global loss.
 absl::Status GradientExchange::StartReplicas() {
   if (replicas_done_ || norm_done_) {
     return absl::InternalError(
@@ -175,6 +172,9 @@ absl::Status GradientExchange::ReplicasReducedElsewhere() {
   return absl::OkStatus();
 }
 
+// One AllReduce per step carries every gradient and, on the last stage, the replica's loss sum
+// (as one more float), so the replicas step with identical gradients and report the same global
+// loss; only a stage with step statistics makes a second call, their AllGather, before it.
 absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
   DAPPLE_RETURN_IF_ERROR(StartReplicas());
   DAPPLE_RETURN_IF_ERROR(ApplyStepStatistics());

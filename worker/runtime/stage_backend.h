@@ -130,13 +130,12 @@ class StageBackend {
     (void)host;
     return absl::UnimplementedError("this backend cannot write its weights");
   }
-  // Step statistics (kernels/cpu/layer.h: what training Forwards accumulate over a step for
-  // the once-per-step update of the stage's buffers, e.g. batch norm's per-channel sums; the
-  // stage's layers' in layer order, concatenated). The runtime, once per update
-  // (gradient_exchange.h): reads them on every replica, sums them element-wise over the replicas in
-  // double, and applies the sum on every replica, so the buffers stay identical everywhere. The
-  // defaults are for a backend whose layers have none (0 doubles). Number of doubles (fixed for the
-  // backend's lifetime):
+  // Step statistics (kernels/cpu/layer.h): what training Forwards accumulate over a step for
+  // the once-per-update change of the stage's buffers (batch norm's per-channel sums and count),
+  // every layer's in layer order, concatenated. Once per update the runtime reads them on every
+  // replica, sums them element-wise over the replicas in double and applies the sum on every
+  // replica, so the buffers stay identical everywhere (gradient_exchange.h). The defaults are for
+  // a backend whose layers have none. Number of doubles (fixed for the backend's lifetime):
   virtual int64_t StepStatisticsSize() const { return 0; }
   // Copies the statistics accumulated since the last ApplyStepStatistics into `host`
   // (StepStatisticsSize() doubles; a device backend synchronises first).

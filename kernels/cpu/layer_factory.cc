@@ -151,6 +151,12 @@ constexpr Entry kFactories[] = {
 
 }  // namespace
 
+std::vector<std::string> CpuKernelTypes() {
+  std::vector<std::string> types;
+  for (const Entry& e : kFactories) types.emplace_back(e.type);
+  return types;
+}
+
 absl::StatusOr<std::unique_ptr<Layer>> MakeCpuLayer(const LayerInfo& info,
                                                     const v1::LayerSpec& spec, uint64_t seed) {
   for (const Entry& e : kFactories) {

@@ -211,6 +211,26 @@ TEST(ResidualBlockLayerTest, SplitBackwardMatchesPlainBackward) {
   }
 }
 
+TEST(ResidualBlockLayerTest, FirstLayerWithoutDxGetsTheSameParameterGradients) {
+  for (const Case& k : {kIdentity, kProjection}) {
+    std::unique_ptr<ResidualBlockLayer> with = MakeBlock(k);
+    std::unique_ptr<ResidualBlockLayer> without = MakeBlock(k);
+    const Tensor x = RandomTensor({2, k.c, k.h, k.w}, 6, -1, 1);
+    const ForwardContext ctx = testing::TrainingContext(1, 0, 0);
+    LayerCache c1, c2;
+    Tensor y1, y2, dx;
+    with->Forward(x, &y1, &c1, ctx);
+    without->Forward(x, &y2, &c2, ctx);
+    const Tensor dy = RandomTensor(y1.shape, 7, -1, 1);
+    with->Backward(x, y1, dy, &dx, &c1);
+    without->Backward(x, y2, dy, nullptr, &c2);
+    for (size_t i = 0; i < with->Params().size(); ++i) {
+      EXPECT_EQ(without->Params()[i]->grad.data, with->Params()[i]->grad.data)
+          << with->Params()[i]->name;
+    }
+  }
+}
+
 TEST(ResidualBlockLayerDeathTest, WrongShapeAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::unique_ptr<ResidualBlockLayer> block = MakeBlock(kProjection);

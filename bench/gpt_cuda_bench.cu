@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/cuda_bench_util.cuh"
 #include "common/model_info.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cuda/activations.h"
@@ -43,35 +44,10 @@
 namespace dapple::kernels::cuda {
 namespace {
 
-void Die(const std::string& what) {
-  std::fprintf(stderr, "gpt_cuda_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-void Check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(err));
-}
-void Check(const absl::Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
-}
-
-// Uniform values in [lo, hi) from a hash of the index (as linear_cuda_bench).
-template <typename T>
-__global__ void FillKernel(T* p, int64_t count, uint64_t seed, float lo, float hi) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float v = lo + (hi - lo) * (static_cast<float>(z >> 40) * (1.0f / 16777216.0f));
-    if constexpr (std::is_same_v<T, float>) {
-      p[i] = v;
-    } else {
-      p[i] = __float2bfloat16_rn(v);
-    }
-  }
-}
+using ::dapple::bench::Check;
+using ::dapple::bench::Die;
+using ::dapple::bench::Fill;
+using ::dapple::bench::MedianMs;
 
 // Device arrays freed at exit of the scope.
 class Arena {
@@ -84,8 +60,7 @@ class Arena {
     T* p = nullptr;
     Check(cudaMalloc(&p, std::max<int64_t>(count, 1) * sizeof(T)), "cudaMalloc");
     blocks_.push_back(p);
-    FillKernel<T><<<4096, 256, 0, stream>>>(p, count, blocks_.size(), lo, hi);
-    Check(cudaGetLastError(), "fill kernel");
+    Fill(p, count, blocks_.size(), lo, hi, stream);
     return p;
   }
   void* Bytes(size_t bytes) {
@@ -98,27 +73,6 @@ class Arena {
  private:
   std::vector<void*> blocks_;
 };
-
-double MedianMs(cudaStream_t stream, int warmup, int iters, const std::function<void()>& body) {
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<cudaEvent_t> events(iters + 1);
-  for (cudaEvent_t& e : events) Check(cudaEventCreate(&e), "cudaEventCreate");
-  Check(cudaEventRecord(events[0], stream), "cudaEventRecord");
-  for (int i = 0; i < iters; ++i) {
-    body();
-    Check(cudaEventRecord(events[i + 1], stream), "cudaEventRecord");
-  }
-  Check(cudaEventSynchronize(events[iters]), "cudaEventSynchronize");
-  std::vector<double> ms(iters);
-  for (int i = 0; i < iters; ++i) {
-    float t = 0;
-    Check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "cudaEventElapsedTime");
-    ms[i] = t;
-  }
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return iters % 2 == 1 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-}
 
 struct Shape {
   int64_t n, t, c, heads, hidden, vocab;
@@ -341,4 +295,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace dapple::kernels::cuda
 
-int main(int argc, char** argv) { return dapple::kernels::cuda::Main(argc, argv); }
+int main(int argc, char** argv) {
+  dapple::bench::BenchName() = "gpt_cuda_bench";
+  return dapple::kernels::cuda::Main(argc, argv);
+}

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/cuda_bench_util.cuh"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/linear_internal.h"
@@ -32,69 +33,17 @@
 namespace dapple::kernels::cuda {
 namespace {
 
-void Die(const std::string& what) {
-  std::fprintf(stderr, "linear_cuda_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-void Check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(err));
-}
-void Check(cublasStatus_t err, const char* what) {
-  if (err != CUBLAS_STATUS_SUCCESS) Die(std::string(what) + ": " + cublasGetStatusString(err));
-}
-void Check(const absl::Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
-}
-
-// Uniform values in [-scale, scale) from a hash of the index: any size, no host round trip.
-template <typename T>
-__global__ void FillKernel(T* p, int64_t count, uint64_t seed, float scale) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    const float v = (2.0f * u - 1.0f) * scale;
-    if constexpr (std::is_same_v<T, float>) {
-      p[i] = v;
-    } else {
-      p[i] = __float2bfloat16_rn(v);
-    }
-  }
-}
+using ::dapple::bench::Check;
+using ::dapple::bench::Die;
+using ::dapple::bench::Fill;
+using ::dapple::bench::MedianMs;
 
 template <typename T>
 T* Alloc(int64_t count, uint64_t seed, float scale, cudaStream_t stream) {
   T* p = nullptr;
   Check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
-  FillKernel<T><<<4096, 256, 0, stream>>>(p, count, seed, scale);
-  Check(cudaGetLastError(), "fill kernel");
+  Fill(p, count, seed, -scale, scale, stream);
   return p;
-}
-
-// Median milliseconds of `iters` runs of `body` after `warmup` untimed ones.
-double MedianMs(cudaStream_t stream, int warmup, int iters, const std::function<void()>& body) {
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<cudaEvent_t> events(iters + 1);
-  for (cudaEvent_t& e : events) Check(cudaEventCreate(&e), "cudaEventCreate");
-  Check(cudaEventRecord(events[0], stream), "cudaEventRecord");
-  for (int i = 0; i < iters; ++i) {
-    body();
-    Check(cudaEventRecord(events[i + 1], stream), "cudaEventRecord");
-  }
-  Check(cudaEventSynchronize(events[iters]), "cudaEventSynchronize");
-  std::vector<double> ms(iters);
-  for (int i = 0; i < iters; ++i) {
-    float t = 0;
-    Check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "cudaEventElapsedTime");
-    ms[i] = t;
-  }
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return iters % 2 == 1 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
 }
 
 struct Shape {
@@ -209,4 +158,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace dapple::kernels::cuda
 
-int main(int argc, char** argv) { return dapple::kernels::cuda::Main(argc, argv); }
+int main(int argc, char** argv) {
+  dapple::bench::BenchName() = "linear_cuda_bench";
+  return dapple::kernels::cuda::Main(argc, argv);
+}

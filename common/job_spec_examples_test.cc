@@ -50,9 +50,9 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "examples/bad/malformed.yaml:6:7: YAML syntax error: this '{' is never closed (yaml-cpp "
        "stopped at 8:5: illegal block entry)"},
       {"unknown_layer.yaml",
-       "examples/bad/unknown_layer.yaml:7:14: model.layers[1]: unknown layer type 'conv2d'; "
+       "examples/bad/unknown_layer.yaml:7:14: model.layers[1]: unknown layer type 'conv3d'; "
        "known: flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-       "lm_head"},
+       "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, residual_block"},
       {"indivisible_batch.yaml",
        "examples/bad/indivisible_batch.yaml:12:16: training.global_batch 256 is not divisible by "
        "training.micro_batch 48: use a micro_batch that divides 256 (1, 2, 4, 8, 16, 32, 64, 128, "
@@ -111,6 +111,21 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "examples/bad/heads_do_not_divide.yaml:7:40: model.layers[1].heads 5 does not divide the "
        "width C = 64 of its input [128, 64] from model.layers[0] (embedding): each head attends "
        "over C / heads values: use a divisor of 64 (1, 2, 4, 8, 16, 32, 64)"},
+      // Image models: shapes that do not chain, windows that do not fit.
+      {"conv_after_flatten.yaml",
+       "examples/bad/conv_after_flatten.yaml:11:7: model.layers[4] (conv2d) needs a [C, H, W] "
+       "input (channels, height, width), got [3136] from model.layers[3] (flatten): image "
+       "layers go before the flatten, on a model.input_shape like [1, 28, 28]"},
+      {"pool_leaves_nothing.yaml",
+       "examples/bad/pool_leaves_nothing.yaml:12:33: model.layers[5].kernel 2 is larger than "
+       "the padded input height 1 (H 1 + 2 x padding 0) of [8, 1, 1] from model.layers[4] "
+       "(maxpool2d): the maxpool2d window fits nowhere and its output would be empty: use a "
+       "kernel of at most 1, more padding, or fewer downsampling layers before it"},
+      {"conv_kernel_too_large.yaml",
+       "examples/bad/conv_kernel_too_large.yaml:12:48: model.layers[5].kernel 7 is larger than "
+       "the padded input height 3 (H 3 + 2 x padding 0) of [16, 3, 3] from model.layers[4] "
+       "(maxpool2d): the conv2d window fits nowhere and its output would be empty: use a kernel "
+       "of at most 3, more padding, or fewer downsampling layers before it"},
   };
   for (const BadExample& c : cases) {
     SCOPED_TRACE(c.file);

@@ -366,10 +366,11 @@ TEST(ParseJobSpecTest, ValidationErrorsPointAtTheField) {
                    "job.yaml:13:16: training.global_batch 256 is not divisible by "
                    "training.micro_batch 48: use a micro_batch that divides 256 (1, 2, 4, 8, 16, "
                    "32, 64, 128, 256)");
-  ExpectParseError(Edit(kExample, "{type: relu}", "{type: conv9}"),
-                   "job.yaml:7:14: model.layers[2]: unknown layer type 'conv9'; known: flatten, "
-                   "linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-                   "lm_head");
+  ExpectParseError(
+      Edit(kExample, "{type: relu}", "{type: conv9}"),
+      "job.yaml:7:14: model.layers[2]: unknown layer type 'conv9'; known: flatten, "
+      "linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
+      "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, residual_block");
   ExpectParseError(Edit(kExample, "{type: linear, out: 1024}", "{type: linear, out: 0}"),
                    "job.yaml:6:27: model.layers[1].out 0 must be > 0");
   ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 8 "),

@@ -80,6 +80,19 @@ int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int f
   return bytes;
 }
 
+absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type, int* layer) {
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const std::string& type = model.layers(i).type();
+    for (KernelBackend backend : {KernelBackend::kCpu, KernelBackend::kCuda}) {
+      if (backend == KernelBackend::kCuda && device_type != "cuda") continue;
+      if (HasKernel(type, backend)) continue;
+      if (layer != nullptr) *layer = i;
+      return NoKernelError(i, type, backend);
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string LayerDescription(const LayerInfo& info) {
   if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
     return absl::StrCat("linear ", info.input_shape[0], " -> ", info.output_shape[0]);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model/layer_type.h"
 #include "dapple/v1/job.pb.h"
 
@@ -40,6 +41,16 @@ int64_t InputBytes(const LayerInfo& info);
 // activation memory with it (worker/runtime/stage_runtime.h); the planner's memory model
 // (coordinator/planner/activation_memory.h) computes the same from a profile of the model.
 int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int first, int last);
+
+// Whether the workers can build `model`'s layers for a job of parallel.device_type
+// `device_type`: every job needs the CPU kernel of each layer's type (every backend builds the
+// CPU layers: the CPU backend computes with them, the CUDA one initialises its weights from
+// them, the emulated one keeps their weights), a job with device_type cuda the CUDA kernel too
+// (layer_registry.h HasKernel). NoKernelError of the first layer without one ("model.layers[0]
+// (conv2d): no CPU kernel in this build; the types with one: ..."), its index in `*layer` when
+// given; OK otherwise. The coordinator refuses such a job at submit.
+absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type,
+                          int* layer = nullptr);
 
 // "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.
 std::string LayerDescription(const LayerInfo& info);

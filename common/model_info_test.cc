@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model/layer_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -112,11 +113,13 @@ TEST(InferLayersTest, UnknownType) {
   ExpectInvalid(MakeModel({1, 4, 4}, {{"flatten", 0}, {"linear", 8}, {"relu", 0}, {"conv9", 0}}),
                 "model.layers[3]: unknown layer type 'conv9'; known: "
                 "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-                "lm_head");
+                "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, "
+                "residual_block");
   ExpectInvalid(MakeModel({4}, {{"", 0}}),
                 "model.layers[0]: unknown layer type ''; known: "
                 "flatten, linear, relu, gelu, dropout, embedding, layernorm, transformer_block, "
-                "lm_head");
+                "lm_head, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm2d, "
+                "residual_block");
 }
 
 TEST(InferLayersTest, LinearNeedsFlatInput) {
@@ -176,11 +179,12 @@ TEST(InferLayersTest, ParametersOfAnotherTypeAreRefused) {
   m.mutable_layers(0)->mutable_dropout()->set_p(0.5);
   ExpectInvalid(m, "model.layers[0] (linear) sets parameters of dropout: linear takes linear");
   // An unknown type is reported as unknown, whatever its parameters.
-  m = MakeModel({4}, {{"conv2d", 0}});
+  m = MakeModel({4}, {{"conv3d", 0}});
   m.mutable_layers(0)->mutable_linear()->set_out(3);
   ExpectInvalid(m,
-                "model.layers[0]: unknown layer type 'conv2d'; known: flatten, linear, relu, gelu, "
-                "dropout, embedding, layernorm, transformer_block, lm_head");
+                "model.layers[0]: unknown layer type 'conv3d'; known: flatten, linear, relu, gelu, "
+                "dropout, embedding, layernorm, transformer_block, lm_head, conv2d, maxpool2d, "
+                "avgpool2d, global_avgpool, batchnorm2d, residual_block");
 }
 
 TEST(InferLayersTest, AtMost4096Layers) {
@@ -215,6 +219,25 @@ TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
 
 // A stage holds per sample its input (fp32, token ids too), every layer's output and what each
 // layer saves for its backward.
+TEST(CheckKernelsTest, EveryJobNeedsCpuKernelsAndCudaJobsCudaOnes) {
+  v1::ModelSpec m = SmallMlp();
+  for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
+    EXPECT_TRUE(CheckKernels(m, device_type).ok()) << device_type;
+  }
+  // Find a type without a CPU kernel, if this build has one.
+  for (const std::string& type : LayerTypeNames()) {
+    if (HasKernel(type, KernelBackend::kCpu)) continue;
+    m.mutable_layers(2)->set_type(type);
+    for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
+      int layer = -1;
+      const absl::Status s = CheckKernels(m, device_type, &layer);
+      EXPECT_EQ(s, NoKernelError(2, type, KernelBackend::kCpu)) << device_type;
+      EXPECT_EQ(layer, 2);
+    }
+    break;
+  }
+}
+
 TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {
   v1::ModelSpec model;
   model.add_input_shape(16);

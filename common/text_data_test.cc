@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -16,27 +17,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// A fresh temporary folder, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "text_data_test.XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  // Writes `bytes` to the file `name` and returns its path.
-  std::string Write(const std::string& name, const std::string& bytes) const {
-    const std::string path = path_ + "/" + name;
-    std::ofstream out(path, std::ios::binary);
-    out << bytes;
-    return path;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::dapple::testing::TempDir;
 
 v1::DataSpec TextSpec(const std::string& path, int64_t seq_len, double validation_fraction) {
   v1::DataSpec data;

@@ -25,7 +25,8 @@ class Elementwise : public LayerType {
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     if (ctx.token_input) {
-      return LayerError(ctx, absl::StrCat(" (", name_, ") cannot read token ids: the first layer "
+      return LayerError(ctx, absl::StrCat(" (", name_,
+                                          ") cannot read token ids: the first layer "
                                           "of a token model is an embedding"));
     }
     LayerInfo info;
@@ -50,8 +51,9 @@ class FlattenType : public LayerType {
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     if (ctx.token_input) {
-      return LayerError(ctx, " (flatten) cannot read token ids: the first layer of a token model "
-                             "is an embedding");
+      return LayerError(ctx,
+                        " (flatten) cannot read token ids: the first layer of a token model "
+                        "is an embedding");
     }
     LayerInfo info;
     info.output_shape = {NumElements(ctx.input_shape)};

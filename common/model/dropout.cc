@@ -20,8 +20,9 @@ class DropoutType : public LayerType {
     const double p = spec.dropout().p();
     if (!(p >= 0 && p < 1)) return LayerError(ctx, absl::StrCat(".p ", p, " must be in [0, 1)"));
     if (ctx.token_input) {
-      return LayerError(ctx, " (dropout) cannot read token ids: the first layer of a token model "
-                             "is an embedding");
+      return LayerError(ctx,
+                        " (dropout) cannot read token ids: the first layer of a token model "
+                        "is an embedding");
     }
     LayerInfo info;
     info.output_shape = ctx.input_shape;

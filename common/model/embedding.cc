@@ -69,8 +69,9 @@ class EmbeddingType : public LayerType {
                    {"position_embedding", {positions, p.dim()}, ""}};
     info.param_count = (p.vocab() + positions) * p.dim();
     const double n = static_cast<double>(t * p.dim());
-    info.forward_flops = n;         // one add per output element
-    info.backward_flops = 2.0 * n;  // scatter-adds into both tables
+    info.forward_flops = n;                            // one add per output element
+    info.backward_flops = 2.0 * n;                     // scatter-adds into both tables
+    info.backward_weight_flops = info.backward_flops;  // token ids have no gradient
     return info;
   }
 };

@@ -13,15 +13,44 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// The table: messages list the types in this order.
-const LayerType* const* Table(size_t* count) {
-  static const LayerType* const kTypes[] = {
-      &model_types::Flatten(),   &model_types::Linear(),           &model_types::Relu(),
-      &model_types::Gelu(),      &model_types::Dropout(),          &model_types::Embedding(),
-      &model_types::LayerNorm(), &model_types::TransformerBlock(), &model_types::LmHead(),
+// One type and the backends with a kernel for it in this build.
+struct Entry {
+  const LayerType* type;
+  bool cpu;   // kernels/cpu/layer_factory.cc
+  bool cuda;  // kernels/cuda/layer_factory.cc
+};
+
+// The table: messages list the types in this order. The kernel columns are the one record of
+// which backend runs which type; each factory's test checks its table against them.
+const Entry* Table(size_t* count) {
+  static const Entry kTypes[] = {
+      {&model_types::Flatten(), true, true},
+      {&model_types::Linear(), true, true},
+      {&model_types::Relu(), true, true},
+      {&model_types::Gelu(), true, true},
+      {&model_types::Dropout(), true, true},
+      {&model_types::Embedding(), true, true},
+      {&model_types::LayerNorm(), true, true},
+      {&model_types::TransformerBlock(), true, true},
+      {&model_types::LmHead(), true, true},
+      {&model_types::Conv2d(), true, false},
+      {&model_types::MaxPool2d(), true, false},
+      {&model_types::AvgPool2d(), true, false},
+      {&model_types::GlobalAvgPool(), true, false},
+      {&model_types::BatchNorm2d(), true, false},
+      {&model_types::ResidualBlock(), true, false},
   };
   *count = sizeof(kTypes) / sizeof(kTypes[0]);
   return kTypes;
+}
+
+const Entry* FindEntry(absl::string_view name) {
+  size_t n = 0;
+  const Entry* entries = Table(&n);
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i].type->name() == name) return &entries[i];
+  }
+  return nullptr;
 }
 
 std::string FieldText(const pb::Message& m, const pb::FieldDescriptor* f) {
@@ -45,20 +74,42 @@ std::string FieldText(const pb::Message& m, const pb::FieldDescriptor* f) {
 }  // namespace
 
 const LayerType* FindLayerType(absl::string_view name) {
-  size_t n = 0;
-  const LayerType* const* types = Table(&n);
-  for (size_t i = 0; i < n; ++i) {
-    if (types[i]->name() == name) return types[i];
-  }
-  return nullptr;
+  const Entry* e = FindEntry(name);
+  return e == nullptr ? nullptr : e->type;
 }
 
 std::vector<std::string> LayerTypeNames() {
   size_t n = 0;
-  const LayerType* const* types = Table(&n);
+  const Entry* entries = Table(&n);
   std::vector<std::string> names;
-  for (size_t i = 0; i < n; ++i) names.emplace_back(types[i]->name());
+  for (size_t i = 0; i < n; ++i) names.emplace_back(entries[i].type->name());
   return names;
+}
+
+absl::string_view KernelBackendName(KernelBackend backend) {
+  return backend == KernelBackend::kCuda ? "CUDA" : "CPU";
+}
+
+bool HasKernel(absl::string_view type, KernelBackend backend) {
+  const Entry* e = FindEntry(type);
+  if (e == nullptr) return false;
+  return backend == KernelBackend::kCuda ? e->cuda : e->cpu;
+}
+
+std::vector<std::string> TypesWithKernel(KernelBackend backend) {
+  std::vector<std::string> names;
+  for (const std::string& name : LayerTypeNames()) {
+    if (HasKernel(name, backend)) names.push_back(name);
+  }
+  return names;
+}
+
+absl::Status NoKernelError(int index, absl::string_view type, KernelBackend backend) {
+  const std::vector<std::string> have = TypesWithKernel(backend);
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.layers[", index, "] (", type, "): no ", KernelBackendName(backend),
+                   " kernel in this build; the types with one: ",
+                   have.empty() ? std::string("none") : absl::StrJoin(have, ", ")));
 }
 
 std::string KnownLayerTypes() { return absl::StrJoin(LayerTypeNames(), ", "); }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/model/layer_type.h"
 #include "dapple/v1/job.pb.h"
@@ -28,6 +29,27 @@ std::vector<std::string> LayerTypeNames();
 
 // The same joined for messages: "flatten, linear, relu, ...".
 std::string KnownLayerTypes();
+
+// The backends dapple has kernels for. Which layer types have a kernel on which backend is
+// recorded ONCE, in the table of layer_registry.cc, so that the coordinator (which links no
+// kernels) refuses a job its workers could not build; the factories holding the kernels
+// (kernels/cpu/layer_factory.cc, kernels/cuda/layer_factory.cc) are checked against it by
+// their tests. Every backend builds the CPU layers (the CUDA backend initialises from them, the
+// emulated one keeps their weights), so every job needs the CPU kernels of its types.
+enum class KernelBackend { kCpu, kCuda };
+
+// "CPU", "CUDA".
+absl::string_view KernelBackendName(KernelBackend backend);
+
+// Whether `type` has a kernel on `backend` in this build (false for an unknown type).
+bool HasKernel(absl::string_view type, KernelBackend backend);
+
+// The types with a kernel on `backend`, in the table's order.
+std::vector<std::string> TypesWithKernel(KernelBackend backend);
+
+// kInvalidArgument "model.layers[3] (conv2d): no CPU kernel in this build; the types with one:
+// flatten, linear, ...": the one message for a layer whose type `backend` cannot run.
+absl::Status NoKernelError(int index, absl::string_view type, KernelBackend backend);
 
 // The descriptor of the field of LayerSpec.params that holds `type`'s parameters, or null for a
 // type without parameters (flatten, relu, gelu) or an unknown type.

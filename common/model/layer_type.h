@@ -45,8 +45,16 @@ struct LayerInfo {
   bool token_input = false;           // the input holds token ids (an embedding's)
   std::vector<ParamInfo> params;      // in the order the kernels list them
   int64_t param_count = 0;            // floats over `params`, tied copies included
-  double forward_flops = 0;           // per sample
-  double backward_flops = 0;          // per sample: input gradient plus weight gradient
+  // Non-trainable state the layer keeps across steps and checkpoints with its parameters (a
+  // batch norm's running statistics), named and shaped like parameters (tied_to empty), in the
+  // order the kernels list them; no gradient, no optimizer state.
+  std::vector<ParamInfo> buffers;
+  int64_t buffer_count = 0;  // floats over `buffers`
+  double forward_flops = 0;  // per sample
+  // Per sample: the input gradient plus the weight gradient (kernels/cpu/layer.h BackwardInput
+  // and BackwardWeight); backward_weight_flops is the weight gradient's part of it.
+  double backward_flops = 0;
+  double backward_weight_flops = 0;
   // Per sample, fp32: the output, and what the layer keeps from its forward for its backward
   // beyond its input and output (attention probabilities, normalised inputs, dropout masks).
   // A micro-batch in flight holds input + output_bytes + saved_bytes of every layer.
@@ -59,10 +67,10 @@ struct LayerInfo {
 struct InferContext {
   const v1::ModelSpec* model = nullptr;
   int index = 0;
-  std::string path;                   // "model.layers[3]": every message starts with it
-  std::vector<int64_t> input_shape;   // per sample
-  bool token_input = false;           // the input holds token ids (model.input_type tokens)
-  std::string input_from;             // "model.input_shape", "model.layers[2] (flatten)"
+  std::string path;                  // "model.layers[3]": every message starts with it
+  std::vector<int64_t> input_shape;  // per sample
+  bool token_input = false;          // the input holds token ids (model.input_type tokens)
+  std::string input_from;            // "model.input_shape", "model.layers[2] (flatten)"
   const std::vector<LayerInfo>* earlier = nullptr;  // the layers before this one, in order
 };
 

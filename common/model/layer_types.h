@@ -16,6 +16,12 @@ const LayerType& TransformerBlock();  // transformer_block.cc
 const LayerType& LayerNorm();         // layernorm.cc
 const LayerType& LmHead();            // lm_head.cc
 const LayerType& Dropout();           // dropout.cc
+const LayerType& Conv2d();            // conv2d.cc
+const LayerType& MaxPool2d();         // pool2d.cc
+const LayerType& AvgPool2d();         // pool2d.cc
+const LayerType& GlobalAvgPool();     // global_avgpool.cc
+const LayerType& BatchNorm2d();       // batchnorm2d.cc
+const LayerType& ResidualBlock();     // residual_block.cc
 
 }  // namespace dapple::model_types
 

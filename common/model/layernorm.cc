@@ -8,6 +8,7 @@ namespace {
 
 constexpr double kForwardPerElement = 8;
 constexpr double kBackwardPerElement = 12;
+constexpr double kBackwardWeightPerElement = 4;  // of the 12: the gradients of scale and shift
 
 class LayerNormType : public LayerType {
  public:
@@ -16,8 +17,9 @@ class LayerNormType : public LayerType {
   absl::StatusOr<LayerInfo> Infer(const v1::LayerSpec& spec,
                                   const InferContext& ctx) const override {
     if (ctx.token_input) {
-      return LayerError(ctx, " (layernorm) cannot read token ids: the first layer of a token "
-                             "model is an embedding");
+      return LayerError(ctx,
+                        " (layernorm) cannot read token ids: the first layer of a token "
+                        "model is an embedding");
     }
     const v1::LayerNormParams& p = spec.layernorm();
     if (p.has_eps() && !(p.eps() > 0 && p.eps() < 1)) {
@@ -32,6 +34,7 @@ class LayerNormType : public LayerType {
     const double n = static_cast<double>(NumElements(ctx.input_shape));
     info.forward_flops = kForwardPerElement * n;
     info.backward_flops = kBackwardPerElement * n;
+    info.backward_weight_flops = kBackwardWeightPerElement * n;
     // The mean and variance of each row (oneDNN's LayerNorm backward takes the variance; PyTorch
     // keeps 1 / std instead: the same count).
     info.saved_bytes = 2 * rows * static_cast<int64_t>(sizeof(float));

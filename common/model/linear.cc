@@ -22,13 +22,14 @@ class LinearType : public LayerType {
                                           kMaxSampleElements, ") output elements per sample"));
     }
     if (ctx.token_input) {
-      return LayerError(ctx, " (linear) cannot read token ids: the first layer of a token model "
-                             "is an embedding");
+      return LayerError(ctx,
+                        " (linear) cannot read token ids: the first layer of a token model "
+                        "is an embedding");
     }
     if (ctx.input_shape.size() != 1) {
-      return LayerError(ctx, absl::StrCat(" (linear) needs a flat input, got ",
-                                          ShapeText(ctx.input_shape), " from ", ctx.input_from,
-                                          ": add a flatten layer before it"));
+      return LayerError(
+          ctx, absl::StrCat(" (linear) needs a flat input, got ", ShapeText(ctx.input_shape),
+                            " from ", ctx.input_from, ": add a flatten layer before it"));
     }
     const int64_t in = ctx.input_shape[0];
     LayerInfo info;
@@ -38,6 +39,7 @@ class LinearType : public LayerType {
     info.param_count = in * out + out;
     info.forward_flops = 2.0 * static_cast<double>(in) * static_cast<double>(out);
     info.backward_flops = 4.0 * static_cast<double>(in) * static_cast<double>(out);
+    info.backward_weight_flops = info.forward_flops;  // dW = dy^T x
     return info;
   }
 };

@@ -78,6 +78,7 @@ class LmHeadType : public LayerType {
         static_cast<double>(rows) * static_cast<double>(c) * static_cast<double>(vocab);
     info.forward_flops = 2 * n;
     info.backward_flops = 4 * n;
+    info.backward_weight_flops = 2 * n;
     return info;
   }
 };

@@ -108,6 +108,9 @@ class TransformerBlockType : public LayerType {
                                    kGeluBackward * T * H + 2 * T * C;
     info.forward_flops = gemm + elementwise_fwd;
     info.backward_flops = 2 * gemm + elementwise_bwd;
+    // The weight gradients: one GEMM per weight matrix (qkv 6TC^2, proj 2TC^2, fc and fc2 2TCH
+    // each) and the two LayerNorms' scale and shift.
+    info.backward_weight_flops = 8 * T * C * C + 4 * T * C * H + 2 * 4 * T * C;
     info.saved_bytes =
         (7 * t * c + 2 * t * hidden + h * t * t + 4 * t) * static_cast<int64_t>(sizeof(float));
     return info;

@@ -30,4 +30,21 @@ RowRange RowOverlap(RowRange a, RowRange b) {
   return RowRange{std::max(a.begin, b.begin), std::min(a.end, b.end)};
 }
 
+RowRange ReplicaRows(int64_t micro_batch, int replicas, int replica, bool whole_micro_batches) {
+  return whole_micro_batches ? RowRange{0, micro_batch} : SplitRows(micro_batch, replicas, replica);
+}
+
+std::vector<RowRange> StepRowGroups(int64_t global_batch, int64_t micro_batch, int replicas,
+                                    bool whole_micro_batches) {
+  std::vector<RowRange> groups;
+  const int shares = whole_micro_batches ? 1 : replicas;
+  for (int64_t begin = 0; begin < global_batch; begin += micro_batch) {
+    for (int r = 0; r < shares; ++r) {
+      const RowRange rows = ReplicaRows(micro_batch, replicas, r, whole_micro_batches);
+      if (rows.size() > 0) groups.push_back({begin + rows.begin, begin + rows.end});
+    }
+  }
+  return groups;
+}
+
 }  // namespace dapple::schedule

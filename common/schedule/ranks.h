@@ -34,6 +34,22 @@ RowRange SplitRows(int64_t rows, int replicas, int replica);
 // The intersection of two ranges (size() <= 0 when they do not overlap).
 RowRange RowOverlap(RowRange a, RowRange b);
 
+// The rows of every micro-batch of `micro_batch` rows that replica `replica` of a stage with
+// `replicas` replicas computes: its split-concat share (SplitRows), or the whole micro-batch
+// under 1F1B-RR (`whole_micro_batches`: parallel.schedule pipedream, where replicas take whole
+// micro-batches in turn).
+RowRange ReplicaRows(int64_t micro_batch, int replicas, int replica, bool whole_micro_batches);
+
+// The row groups of one step's global batch as the forward calls of a stage with `replicas`
+// replicas see them, as ranges of the global batch in micro-batch then replica order:
+// micro-batch m's rows m micro_batch + ReplicaRows(...) of each replica (each micro-batch once
+// under 1F1B-RR). A layer whose output depends on the rows it is given together (batch
+// normalisation's statistics) computes on exactly these groups in the pipeline, so the
+// single-process reference (worker/runtime/reference_trainer.h) uses them too. Requires
+// micro_batch dividing global_batch.
+std::vector<RowRange> StepRowGroups(int64_t global_batch, int64_t micro_batch, int replicas,
+                                    bool whole_micro_batches);
+
 }  // namespace dapple::schedule
 
 #endif  // DAPPLE_COMMON_SCHEDULE_RANKS_H_

@@ -51,5 +51,24 @@ TEST(RanksTest, OverlapIsTheIntersection) {
   EXPECT_LE(RowOverlap({0, 2}, {2, 6}).size(), 0);
 }
 
+TEST(RanksTest, StepRowGroupsAreEachMicroBatchsReplicaShares) {
+  const std::vector<RowRange> groups = StepRowGroups(14, 7, 2, false);
+  ASSERT_EQ(groups.size(), 4u);
+  const int64_t want[4][2] = {{0, 4}, {4, 7}, {7, 11}, {11, 14}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(groups[i].begin, want[i][0]) << i;
+    EXPECT_EQ(groups[i].end, want[i][1]) << i;
+  }
+  // 1F1B-RR: whole micro-batches; one replica: the micro-batches.
+  for (bool rr : {true, false}) {
+    const std::vector<RowRange> whole = StepRowGroups(12, 4, rr ? 3 : 1, rr);
+    ASSERT_EQ(whole.size(), 3u);
+    EXPECT_EQ(whole[2].begin, 8);
+    EXPECT_EQ(whole[2].end, 12);
+  }
+  EXPECT_EQ(ReplicaRows(7, 2, 1, false).begin, SplitRows(7, 2, 1).begin);
+  EXPECT_EQ(ReplicaRows(7, 2, 1, true).size(), 7);
+}
+
 }  // namespace
 }  // namespace dapple::schedule

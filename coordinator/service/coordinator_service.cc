@@ -10,6 +10,7 @@
 #include "common/checkpoint_files.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/model_info.h"
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
@@ -97,6 +98,17 @@ std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*
 std::string DeviceTypeClause(const v1::Job& job) {
   const std::string& type = job.spec().parallel().device_type();
   return type.empty() || type == "any" ? "" : absl::StrCat(" with ", type, " devices");
+}
+
+// SubmitJob's check that the workers have a kernel for every layer of `spec` (common/model_info.h
+// CheckKernels), located at the layer in `text`: "job.yaml:6:7: model.layers[0] (conv2d): no CPU
+// kernel in this build; ...". Without it every rank would fail at start with the same error.
+absl::Status CheckJobKernels(const v1::JobSpec& spec, const SpecText& text) {
+  int layer = -1;
+  const absl::Status s = CheckKernels(spec.model(), spec.parallel().device_type(), &layer);
+  if (s.ok()) return s;
+  return JobSpecFieldError(text.yaml, text.source, absl::StrCat("model.layers[", layer, "]"),
+                           s.message());
 }
 
 // SubmitJob's check of resume_from (coordinator.proto): a published checkpoint whose spec
@@ -619,6 +631,10 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, s.message());
     return s;
   }
+  if (absl::Status s = CheckJobKernels(*spec, text); !s.ok()) {
+    DAPPLE_LOG_INFO("rejected job spec {}: {}", source, s.message());
+    return s;
+  }
   std::string resumed_from;
   if (!request.resume_from().empty()) {
     absl::StatusOr<std::string> checked = CheckResumeFrom(request.resume_from(), *spec);
@@ -736,6 +752,11 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
     absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs, &text);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());
+    // A plan does not depend on the kernels; a job that submit would refuse for want of one
+    // says so.
+    if (absl::Status s = CheckJobKernels(*spec, text); !s.ok()) {
+      summary.add_notes(absl::StrCat("submit would refuse this job: ", s.message()));
+    }
     if (hypothetical) {
       const std::string& type = spec->parallel().device_type();
       const size_t fitting = LiveFittingWorkers(workers, type).size();

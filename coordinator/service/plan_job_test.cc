@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/job_spec.h"
+#include "common/model/layer_registry.h"
 #include "common/profile/model_profile.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
@@ -230,6 +231,43 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
   v1::ListJobsResponse jobs;
   ASSERT_TRUE(svc_->ListJobs({}, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+// A layer type without a CPU kernel in this build: planned (plans do not depend on kernels) with
+// a note, refused at submit at the layer's line with one clear line.
+TEST_F(PlanJobTest, ALayerWithoutAKernelIsPlannedWithANoteAndRefusedAtSubmit) {
+  // conv2d has a CPU kernel but no CUDA one in this build: a job for CUDA workers cannot run.
+  const std::string missing = "conv2d";
+  ASSERT_TRUE(HasKernel(missing, KernelBackend::kCpu));
+  ASSERT_FALSE(HasKernel(missing, KernelBackend::kCuda))
+      << "conv2d has a CUDA kernel now: pick a type without one for this test";
+  const std::string yaml = R"(name: cnn
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: conv2d, out_channels: 4, kernel: 3}
+    - {type: relu}
+    - {type: global_avgpool}
+    - {type: linear, out: 10}
+training: {global_batch: 64, micro_batch: 16, epochs: 1, max_steps: 2,
+           optimizer: {type: sgd, lr: 0.05}}
+parallel: {stages: 2, devices: 2, device_type: cuda}
+)";
+  const std::string message =
+      std::string(NoKernelError(0, missing, KernelBackend::kCuda).message());
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(yaml);
+  req.set_source_name("cnn.yaml");
+  *req.mutable_cluster() = Cluster(1, 2);
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->plan().notes(), ::testing::Contains(absl::StrCat(
+                                     "submit would refuse this job: cnn.yaml:5:7: ", message)));
+  absl::StatusOr<v1::Job> job = Submit(yaml);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()), ::testing::EndsWith(message));
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr(":5:7: "));
 }
 
 TEST_F(PlanJobTest, APlannerFlagReplacesTheSpecsPlanner) {

@@ -28,4 +28,9 @@ void FillSymmetricUniform(uint64_t seed, int layer_index, InitTensor which, floa
   }
 }
 
+float FanInInitBound(int64_t fan_in) {
+  // Correctly rounded sqrt and division: the bound is the same float everywhere.
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+}
+
 }  // namespace dapple::kernels

@@ -23,12 +23,15 @@ namespace dapple::kernels {
 enum class InitTensor : uint32_t {
   kWeight = 0,
   kBias = 1,
-  kTokenEmbedding = 2,     // embedding: token_embedding (and a tied lm_head's copy of it)
-  kPositionEmbedding = 3,  // embedding: position_embedding
-  kAttnQkvWeight = 4,      // transformer_block: attn.qkv.weight
-  kAttnProjWeight = 5,     // transformer_block: attn.proj.weight
-  kMlpFcWeight = 6,        // transformer_block: mlp.fc.weight
-  kMlpProjWeight = 7,      // transformer_block: mlp.proj.weight
+  kTokenEmbedding = 2,       // embedding: token_embedding (and a tied lm_head's copy of it)
+  kPositionEmbedding = 3,    // embedding: position_embedding
+  kAttnQkvWeight = 4,        // transformer_block: attn.qkv.weight
+  kAttnProjWeight = 5,       // transformer_block: attn.proj.weight
+  kMlpFcWeight = 6,          // transformer_block: mlp.fc.weight
+  kMlpProjWeight = 7,        // transformer_block: mlp.proj.weight
+  kConv1Weight = 8,          // residual_block: conv1.weight
+  kConv2Weight = 9,          // residual_block: conv2.weight
+  kShortcutConvWeight = 10,  // residual_block: shortcut.conv.weight
 };
 
 // The bound a of GPT-2's initialisation of its weight matrices and embeddings, normal with
@@ -36,6 +39,13 @@ enum class InitTensor : uint32_t {
 // deviation: a = 0.02 * sqrt(3), computed in double and rounded to float (the same float
 // everywhere).
 float Gpt2InitBound();
+
+// The bound of PyTorch's default initialisation of nn.Conv2d and nn.Linear weights and biases:
+// kaiming_uniform_(a = sqrt(5)) gives U(-b, b) with b = gain sqrt(3 / fan_in), gain =
+// sqrt(2 / (1 + a^2)), so b = 1 / sqrt(fan_in) (fan_in: input features, or C k^2 for a
+// convolution); the bias uses the same bound. Computed in double and rounded once (the same float
+// everywhere). Requires fan_in > 0.
+float FanInInitBound(int64_t fan_in);
 
 // The stream key for tensor `which` of layer `layer_index` (0-based, in ModelSpec.layers) of a
 // model initialised with `seed`.

@@ -27,7 +27,7 @@ namespace dapple::kernels {
 struct Param {
   std::string name;  // "layer1.weight" (common/model ParamName)
   Tensor value;
-  Tensor grad;       // same shape as value
+  Tensor grad;  // same shape as value
   // A tied copy (common/model ParamInfo::tied_to): the name of the parameter it copies. Its
   // value starts equal to that one's and its gradient is summed with that one's before every
   // update; empty for a parameter of its own.
@@ -82,6 +82,32 @@ class Layer {
   // Parameters used by this layer (empty for parameter-free layers), in common/model's
   // ParamInfo order. Pointers stay valid for the layer's lifetime.
   virtual std::vector<Param*> Params() { return {}; }
+  // Non-trainable state kept and checkpointed with the parameters (batch norm's running
+  // statistics), in common/model's order, named like parameters ("layer3.running_mean"). Each
+  // is a Param whose `grad` is empty: no optimizer, clipping or gradient exchange touches them;
+  // only ApplyStepStatistics (and a checkpoint restore) changes them. Pointers stay valid for
+  // the layer's lifetime. Empty for layers without state.
+  virtual std::vector<Param*> Buffers() { return {}; }
+
+  // Step statistics: what training Forwards accumulate over one step's micro-batches for a
+  // once-per-step update of Buffers() (batch norm: per channel the sum and the sum of squares of
+  // its input and the element count; docs/layers.md, "Batch normalisation"). The runtime, after
+  // a step's last training Forward and before the next step's first:
+  //   1. ReadStepStatistics into StepStatisticsSize() doubles on every replica of the stage,
+  //   2. sums them element-wise over the stage's replicas (they are sums, so the result is the
+  //      statistics of the step's whole batch, whatever P, D and M are),
+  //   3. calls ApplyStepStatistics with that sum on every replica (identical buffers
+  //      everywhere), which updates the buffers and clears the accumulation.
+  // Evaluation Forwards (ctx.training false) accumulate nothing. Size 0 (the default): the layer
+  // has none, and the calls do nothing.
+  virtual int64_t StepStatisticsSize() const { return 0; }
+  // Writes the statistics accumulated since the last ApplyStepStatistics into out[0, size).
+  virtual void ReadStepStatistics(double* out) const { (void)out; }
+  // Updates Buffers() from `summed` (StepStatisticsSize() values: the element-wise sum of every
+  // replica's ReadStepStatistics) and clears this layer's accumulation. All zeros (a sum over no
+  // samples) leaves Buffers() unchanged and only clears (Pipe-SGD's fill step).
+  virtual void ApplyStepStatistics(const double* summed) { (void)summed; }
+
   // Makes the layer compute with `owner` instead of its own tied copy named `copy_name` (the
   // copy and its owner landed on the same stage: one parameter, both gradients accumulate into
   // it). Returns false when the layer has no tied copy of that name.

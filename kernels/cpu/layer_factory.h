@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/layer_type.h"
@@ -22,6 +24,10 @@ namespace dapple::kernels {
 // no CPU kernel (the table and common/model's diverged).
 absl::StatusOr<std::unique_ptr<Layer>> MakeCpuLayer(const LayerInfo& info,
                                                     const v1::LayerSpec& spec, uint64_t seed);
+
+// The types MakeCpuLayer builds, in its table's order (checked against common/model's record of
+// which types have a CPU kernel, layer_registry.h HasKernel, by layer_factory_test.cc).
+std::vector<std::string> CpuKernelTypes();
 
 }  // namespace dapple::kernels
 

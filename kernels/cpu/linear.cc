@@ -21,8 +21,7 @@ LinearLayer::LinearLayer(int layer_index, int64_t in, int64_t out)
 }
 
 void LinearLayer::InitParams(uint64_t seed) {
-  // Correctly rounded sqrt and division: the bound is the same float everywhere.
-  const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_)));
+  const float bound = FanInInitBound(in_);
   FillSymmetricUniform(seed, layer_index_, InitTensor::kWeight, bound, &weight_.value);
   FillSymmetricUniform(seed, layer_index_, InitTensor::kBias, bound, &bias_.value);
 }

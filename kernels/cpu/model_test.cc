@@ -114,7 +114,8 @@ TEST(BuildLayersTest, BadRangesAndSpecs) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
             "model.layers[2]: unknown layer type 'conv9'; known: flatten, linear, "
-            "relu, gelu, dropout, embedding, layernorm, transformer_block, lm_head");
+            "relu, gelu, dropout, embedding, layernorm, transformer_block, lm_head, conv2d, "
+            "maxpool2d, avgpool2d, global_avgpool, batchnorm2d, residual_block");
 }
 
 // Forward + loss + backward over samples [begin, begin + count) of (x, labels), accumulating into

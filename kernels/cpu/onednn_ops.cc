@@ -1,68 +1,19 @@
 #include "kernels/cpu/onednn_ops.h"
 
-#include <omp.h>
-
-#include <unordered_map>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/onednn_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace dapple::kernels {
-namespace {
 
 using dnnl::memory;
-
-// A layer sees one shape per micro-batch size (and perhaps one more for evaluation); a few
-// entries cover that without growing without bound when sizes vary.
-constexpr size_t kMaxShapes = 4;
-
-dnnl::engine& CpuEngine() {
-  // Leaked: primitives in other static objects may outlive any destruction order.
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
-
-// Before creating or executing a primitive: OpenMP's thread count is per calling thread.
-void UseComputeThreads() { omp_set_num_threads(ComputeThreads()); }
-
-memory::desc Flat(int64_t n) { return {{n}, memory::data_type::f32, memory::format_tag::a}; }
-memory::desc Matrix(int64_t rows, int64_t cols) {
-  return {{rows, cols}, memory::data_type::f32, memory::format_tag::ab};
-}
-// A memory object whose buffer is set per call: no allocation by oneDNN.
-memory Unbound(const memory::desc& d) { return memory(d, CpuEngine(), DNNL_MEMORY_NONE); }
-
-// A primitive and its arguments, whose buffers are bound before each run.
-struct Bound {
-  dnnl::primitive primitive;
-  std::unordered_map<int, memory> args;
-
-  Bound& Set(int arg, const float* p) {
-    args.at(arg).set_data_handle(const_cast<float*>(p));
-    return *this;
-  }
-  void Run(dnnl::stream& stream) {
-    UseComputeThreads();
-    primitive.execute(stream, args);
-    stream.wait();
-  }
-};
-
-// The entry of `entries` for which `matches` holds, made by `make` (evicting the oldest when
-// full) when there is none.
-template <typename Entry, typename Matches, typename Make>
-Entry& Lookup(std::vector<Entry>* entries, Matches matches, Make make) {
-  for (Entry& e : *entries) {
-    if (matches(e)) return e;
-  }
-  if (entries->size() == kMaxShapes) entries->erase(entries->begin());
-  UseComputeThreads();
-  entries->push_back(make());
-  return entries->back();
-}
-
-}  // namespace
+using onednn::Bound;
+using onednn::CpuEngine;
+using onednn::Flat;
+using onednn::Lookup;
+using onednn::Matrix;
+using onednn::Unbound;
 
 // ---- GELU ----
 

@@ -32,6 +32,19 @@ __device__ __forceinline__ bf16 FromFloat<bf16>(float v) {
 
 constexpr int kBlock = 256;
 
+// Warp-level reductions (one row per warp in the row kernels of layernorm.cu, softmax.cu and
+// loss.cu).
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kRowsPerBlock = kBlock / kWarp;
+
+// Butterfly sum over the warp: every lane gets the same total, added in the same order on every
+// run (so results are deterministic).
+__device__ __forceinline__ double WarpSum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
 // Blocks for a grid-stride loop over `count` elements: enough to fill any current GPU several
 // times over, few enough that each thread handles a handful of elements.
 inline unsigned GridFor(int64_t count, int block = kBlock) {

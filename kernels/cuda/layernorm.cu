@@ -11,16 +11,10 @@ namespace {
 using internal::FromFloat;
 using internal::ToFloat;
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kRowsPerBlock = internal::kBlock / kWarp;
-
-// Butterfly sum over the warp: every lane gets the same total, added in the same order on every
-// run.
-__device__ __forceinline__ double WarpSum(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
+using internal::kFullMask;
+using internal::kRowsPerBlock;
+using internal::kWarp;
+using internal::WarpSum;
 
 // 1 / sqrt(var + eps) in fp32 with correctly rounded operations: kernels/cpu/layernorm.cc's
 // `1.0f / std::sqrt(var + eps)`, bit for bit, whatever nvcc's math flags.

@@ -12,8 +12,9 @@ namespace {
 using internal::ToFloat;
 
 constexpr int kMaxThreads = 256;
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
+using internal::kFullMask;
+using internal::kWarp;
+using internal::WarpSum;
 
 // A candidate maximum: value and column; column == kNone means "no element seen".
 struct ArgMax {
@@ -54,9 +55,7 @@ __device__ ArgMax BlockArgMax(ArgMax v, ArgMax* scratch) {
 
 // Sums in a fixed order (the same tree for a given blockDim), so a row's loss is reproducible.
 __device__ double BlockSum(double v, double* scratch) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(kFullMask, v, offset);
-  }
+  v = WarpSum(v);
   const int warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   if (threadIdx.x % kWarp == 0) scratch[warp] = v;

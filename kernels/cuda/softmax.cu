@@ -11,14 +11,10 @@ namespace {
 using internal::FromFloat;
 using internal::ToFloat;
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kRowsPerBlock = internal::kBlock / kWarp;
-
-__device__ __forceinline__ double WarpSum(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
+using internal::kFullMask;
+using internal::kRowsPerBlock;
+using internal::kWarp;
+using internal::WarpSum;
 
 __device__ __forceinline__ float WarpMax(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {

@@ -231,12 +231,20 @@ def relative_l2(a, b):
 def reference_run(directory, name, global_batch, steps, layers=None, training_extra=()):
     """Trains `steps` steps of SMALL_MLP (or `layers`) on one process (dapple-reference, no
     pipelining; `training_extra` as spec_yaml's); returns (per-step losses, final params)."""
+    return reference_run_yaml(directory, name,
+                              spec_yaml(name, layers or SMALL_MLP, global_batch, global_batch, 1,
+                                        max_steps=steps, training_extra=training_extra), steps)
+
+
+def reference_run_yaml(directory, name, yaml_text, steps):
+    """Trains `steps` steps of the job spec `yaml_text` on one process (dapple-reference: the
+    whole global batch at once, no pipelining, whatever its parallel section says); returns
+    (per-step losses, final params)."""
     ref_dir = os.path.join(directory, "ref", name)
     os.makedirs(ref_dir, exist_ok=True)
     path = os.path.join(ref_dir, "ref.yaml")
     with open(path, "w") as f:
-        f.write(spec_yaml(name, layers or SMALL_MLP, global_batch, global_batch, 1,
-                          max_steps=steps, training_extra=training_extra))
+        f.write(yaml_text)
     subprocess.run([REFERENCE, path, str(steps), ref_dir], check=True, timeout=120)
     with open(os.path.join(ref_dir, "reference.losses")) as f:
         losses = [float(x) for x in f]

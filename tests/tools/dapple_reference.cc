@@ -2,6 +2,8 @@
 // reference of the parity harness) and writes what the harness compares:
 //   <out>/reference.losses   one mean loss per step, "%.9g" per line
 //   <out>/reference.params   all parameters (worker/runtime/param_io.h format)
+//   <out>/reference.buffers  for a model with buffers (batch norm's running statistics): all
+//                            of them after the last step (param_io format)
 // and prints "steps N seconds S samples_per_second X step_ms Y" (the single-device throughput;
 // the seconds count the training steps only).
 //
@@ -17,8 +19,9 @@
 //   <out>/reference.eval     "<loss> <accuracy>" over the evaluation split after the last step
 //   <out>/trace.json         the spec as resolved here (proto field names), the sizes of the
 //                            binary files, the job's total steps (common/steps.h; the
-//                            learning-rate schedule's end), every parameter's shape and the
-//                            optimizer's hyper-parameters with their defaults applied
+//                            learning-rate schedule's end), every parameter's and buffer's
+//                            shape and the optimizer's hyper-parameters with their defaults
+//                            applied
 // Usage: dapple-reference JOB.yaml STEPS OUT_DIR [--trace]   (STEPS 0: the job's total steps,
 // common/steps.h TotalSteps)
 #include <chrono>
@@ -101,13 +104,17 @@ absl::Status SaveTraceJson(const std::string& path, const v1::JobSpec& spec, lon
     return absl::InternalError("cannot write the spec as JSON");
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, InferLayers(spec.model()));
-  std::vector<std::string> params;
+  auto entry = [](const LayerInfo& info, const ParamInfo& p) {
+    return absl::StrCat("{\"name\": \"", ParamName(info.index, p.name), "\", \"shape\": [",
+                        absl::StrJoin(p.shape, ", "), "]}");
+  };
+  std::vector<std::string> params, buffers;
   for (const LayerInfo& info : infos) {
     for (const ParamInfo& p : info.params) {
       if (!p.tied_to.empty()) continue;  // one parameter in one process
-      params.push_back(absl::StrCat("{\"name\": \"", ParamName(info.index, p.name),
-                                    "\", \"shape\": [", absl::StrJoin(p.shape, ", "), "]}"));
+      params.push_back(entry(info, p));
     }
+    for (const ParamInfo& b : info.buffers) buffers.push_back(entry(info, b));
   }
   const v1::OptimizerSpec& o = spec.training().optimizer();
   const kernels::AdamWBetas adam = kernels::AdamWBetasOf(o);
@@ -119,10 +126,11 @@ absl::Status SaveTraceJson(const std::string& path, const v1::JobSpec& spec, lon
     << ",\n \"input_elements\": " << data.train->sample_elements()
     << ",\n \"targets_per_sample\": " << data.train->targets_per_sample()
     << ",\n \"eval_samples\": " << data.eval->size() << ",\n \"params\": ["
-    << absl::StrJoin(params, ",\n  ") << "],\n \"optimizer\": {\"type\": \"" << o.type()
-    << "\", \"lr\": " << o.lr() << ", \"momentum\": " << o.momentum()
-    << ", \"weight_decay\": " << o.weight_decay() << ", \"beta1\": " << adam.beta1
-    << ", \"beta2\": " << adam.beta2 << ", \"eps\": " << adam.eps << "}}\n";
+    << absl::StrJoin(params, ",\n  ") << "],\n \"buffers\": [" << absl::StrJoin(buffers, ",\n  ")
+    << "],\n \"optimizer\": {\"type\": \"" << o.type() << "\", \"lr\": " << o.lr()
+    << ", \"momentum\": " << o.momentum() << ", \"weight_decay\": " << o.weight_decay()
+    << ", \"beta1\": " << adam.beta1 << ", \"beta2\": " << adam.beta2 << ", \"eps\": " << adam.eps
+    << "}}\n";
   if (!f) return absl::UnavailableError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
 }
@@ -164,6 +172,9 @@ absl::Status Run(const std::string& spec_path, long steps, const std::string& ou
   std::printf("steps %ld seconds %.4f samples_per_second %.1f step_ms %.3f\n", steps, seconds,
               steps * spec.training().global_batch() / seconds, 1e3 * seconds / steps);
   DAPPLE_RETURN_IF_ERROR(worker::SaveParams(out + "/reference.params", trainer->Params()));
+  if (!trainer->Buffers().empty()) {
+    DAPPLE_RETURN_IF_ERROR(worker::SaveParams(out + "/reference.buffers", trainer->Buffers()));
+  }
   if (!trace) return absl::OkStatus();
   DAPPLE_RETURN_IF_ERROR(SaveEvalSplit(out + "/eval.bin", *data.eval));
   double eval_loss = 0, eval_accuracy = 0;

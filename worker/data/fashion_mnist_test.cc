@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/sample_order.h"
@@ -33,21 +34,7 @@ const absl::StatusOr<FashionMnist>& DebianTrain() {
   return *train;
 }
 
-// A fresh temporary folder, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "fashion_mnist_test.XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::dapple::testing::TempDir;
 
 void PutBigEndian32(std::string& out, uint32_t v) {
   out.push_back(static_cast<char>(v >> 24));

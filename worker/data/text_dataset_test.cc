@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,25 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A fresh temporary folder, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "text_dataset_test.XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string Write(const std::string& name, const std::string& bytes) const {
-    const std::string path = path_ + "/" + name;
-    std::ofstream out(path, std::ios::binary);
-    out << bytes;
-    return path;
-  }
-
- private:
-  std::string path_;
-};
+using ::dapple::testing::TempDir;
 
 v1::DataSpec TextSpec(const std::string& path, int64_t seq_len, double validation_fraction) {
   v1::DataSpec data;

@@ -18,6 +18,8 @@
 #include "common/status.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
+#include "worker/runtime/host_message_buffer.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 
@@ -231,39 +233,40 @@ class EmulatedStageBackend : public StageBackend {
   absl::Status ReadOutput(int slot, int64_t offset, int64_t count, float* host) override {
     DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
     const std::vector<float>& y = At(&outputs_, slot);
-    if (offset < 0 || count < 0 || offset + count > static_cast<int64_t>(y.size())) {
-      return absl::InternalError(
-          absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
-                          offset + count, y.size()));
-    }
+    DAPPLE_RETURN_IF_ERROR(CheckOutputRange(offset, count, y.size()));
     std::copy(y.begin() + offset, y.begin() + offset + count, host);
     return absl::OkStatus();
   }
 
-  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) message_.resize(bytes);
-    return static_cast<void*>(message_.data());
-  }
+  absl::StatusOr<void*> MessageBuffer(int64_t bytes) override { return message_.Get(bytes); }
 
   absl::Status WriteMessage(const void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(message_.data(), host, static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Write(host, bytes);
   }
 
   absl::Status ReadMessage(void* host, int64_t bytes) override {
-    if (bytes > static_cast<int64_t>(message_.size())) {
-      return absl::InternalError("message larger than its buffer");
-    }
-    std::memcpy(host, message_.data(), static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    return message_.Read(host, bytes);
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
+
+  // The real layers' sizes, so that the replicas exchange what a real job would; the values
+  // are zeros (nothing ran) and applying them changes nothing.
+  int64_t StepStatisticsSize() const override { return statistics_size_; }
+
+  absl::Status ReadStepStatistics(double* host) override {
+    std::fill(host, host + statistics_size_, 0.0);
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyStepStatistics(const double* summed) override {
+    (void)summed;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostBuffers() override { return buffers_; }
 
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
@@ -271,6 +274,7 @@ class EmulatedStageBackend : public StageBackend {
     for (const kernels::Param* p : params_) {
       if (p->tied_to.empty()) out.params.push_back({p->name, p->value.shape, p->value.data});
     }
+    out.buffers = BufferTensors(buffers_);
     for (const std::string& state : optimizer_state_names_) {
       for (const kernels::Param* p : params_) {
         if (!p->tied_to.empty()) continue;
@@ -284,8 +288,9 @@ class EmulatedStageBackend : public StageBackend {
 
   absl::Status ImportState(const StageState& state) override {
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, params_, optimizer_state_names_));
+                            MatchStageState(state, params_, buffers_, optimizer_state_names_));
     for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = matched.params[i]->data;
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value.data = matched.buffers[i]->data;
     optimizer_steps_ = state.optimizer_steps;
     return absl::OkStatus();
   }
@@ -295,6 +300,8 @@ class EmulatedStageBackend : public StageBackend {
   int64_t batch_size_ = 1;
   std::vector<std::unique_ptr<kernels::Layer>> layers_;  // owns params_ (never run)
   std::vector<kernels::Param*> params_;
+  std::vector<kernels::Param*> buffers_;  // the layers' Buffers() (never updated)
+  int64_t statistics_size_ = 0;
   std::vector<std::string> optimizer_state_names_;
   int64_t gradient_floats_ = 0;
   int64_t optimizer_steps_ = 0;
@@ -316,7 +323,7 @@ class EmulatedStageBackend : public StageBackend {
   std::vector<std::vector<float>> act_send_;               // per send id
   std::vector<std::vector<float>> grad_recv_, grad_send_;  // per micro-batch
   std::vector<int64_t> grad_recv_rows_;                    // per micro-batch
-  std::vector<char> message_;                              // MessageBuffer
+  HostMessageBuffer message_;                              // MessageBuffer
 };
 
 absl::Status CheckTime(double ms, const char* field, int layer) {
@@ -369,6 +376,8 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
   DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
+  b->buffers_ = CollectBuffers(b->layers_);
+  b->statistics_size_ = StepStatisticsSize(b->layers_);
   for (const kernels::Param* p : b->params_) b->gradient_floats_ += p->value.numel();
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Optimizer> optimizer,
                           kernels::MakeOptimizer(spec.training().optimizer()));

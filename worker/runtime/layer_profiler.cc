@@ -75,10 +75,14 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   std::vector<double> forward;
   std::vector<double> backward;
   std::vector<double> optimizer;
+  // A training forward, as in a step: dropout's masks and batch norm's batch statistics cost
+  // what they cost there, and a backward needs the forward's training state (a batch norm's
+  // backward of an evaluation forward is a bug).
+  kernels::ForwardContext ctx;
+  ctx.training = true;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
-    DAPPLE_ASSIGN_OR_RETURN(const double f, TimeMs(backend, [&] {
-                              return backend.Forward(0, rows, kernels::ForwardContext{});
-                            }));
+    DAPPLE_ASSIGN_OR_RETURN(const double f,
+                            TimeMs(backend, [&] { return backend.Forward(0, rows, ctx); }));
     // Token ids have no gradient: an embedding's backward is its weight gradient only, as on
     // stage 0 of a job.
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {

@@ -1,7 +1,9 @@
 #include "worker/runtime/reference_trainer.h"
 
 #include <algorithm>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/grad_clip.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
@@ -12,11 +14,34 @@
 #include "worker/data/sample_order.h"
 
 namespace dapple::worker {
+namespace {
 
 using kernels::Tensor;
 
-absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const v1::JobSpec& spec,
-                                                                           const Dataset* train) {
+// out = rows r of t (t [N, ...]).
+void SliceRows(const Tensor& t, schedule::RowRange r, Tensor* out) {
+  const int64_t cols = t.cols();
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = r.size();
+  out->Resize(shape);
+  std::copy(t.data.begin() + r.begin * cols, t.data.begin() + r.end * cols, out->data.begin());
+}
+
+// Rows [begin, begin + part.rows()) of *whole = part; *whole is resized to `rows` rows of
+// part's per-row shape first when `first`.
+void PlaceRows(const Tensor& part, int64_t begin, int64_t rows, bool first, Tensor* whole) {
+  if (first) {
+    std::vector<int64_t> shape = part.shape;
+    shape[0] = rows;
+    whole->Resize(shape);
+  }
+  std::copy(part.data.begin(), part.data.end(), whole->data.begin() + begin * part.cols());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
+    const v1::JobSpec& spec, const Dataset* train, const ReferenceRowSplit& split) {
   auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   t->spec_ = spec;
   t->train_ = train;
@@ -24,6 +49,29 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const
   DAPPLE_ASSIGN_OR_RETURN(
       t->layers_, kernels::BuildLayers(spec.model(), 0, num_layers - 1, spec.training().seed()));
   t->params_ = kernels::CollectParams(t->layers_);
+  for (const std::unique_ptr<kernels::Layer>& layer : t->layers_) {
+    for (kernels::Param* b : layer->Buffers()) t->buffers_.push_back(b);
+  }
+  if (!split.layer_replicas.empty() &&
+      (static_cast<int>(split.layer_replicas.size()) != num_layers ||
+       *std::min_element(split.layer_replicas.begin(), split.layer_replicas.end()) < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the reference's row split names ", split.layer_replicas.size(),
+                     " layers' replica counts (each >= 1), the model has ", num_layers));
+  }
+  const int64_t global_batch = spec.training().global_batch();
+  const int64_t micro_batch =
+      spec.training().micro_batch() > 0 ? spec.training().micro_batch() : global_batch;
+  t->groups_.resize(num_layers);
+  for (int k = 0; k < num_layers; ++k) {
+    if (t->layers_[k]->StepStatisticsSize() == 0) continue;
+    const int replicas = split.layer_replicas.empty() ? 1 : split.layer_replicas[k];
+    t->groups_[k] =
+        schedule::StepRowGroups(global_batch, micro_batch, replicas, split.whole_micro_batches);
+  }
+  t->passes_.resize(num_layers);
+  t->acts_.resize(num_layers + 1);
+  t->caches_.resize(num_layers);
   DAPPLE_ASSIGN_OR_RETURN(t->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   t->input_shape_.assign(spec.model().input_shape().begin(), spec.model().input_shape().end());
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
@@ -33,6 +81,54 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(const
 }
 
 std::vector<kernels::Param*> ReferenceTrainer::Params() { return params_; }
+std::vector<kernels::Param*> ReferenceTrainer::Buffers() { return buffers_; }
+
+void ReferenceTrainer::ForwardLayer(size_t k, const kernels::ForwardContext& ctx) {
+  kernels::Layer& layer = *layers_[k];
+  if (groups_[k].empty()) {
+    layer.Forward(acts_[k], &acts_[k + 1], &caches_[k], ctx);
+    return;
+  }
+  const int64_t rows = acts_[k].rows();
+  std::vector<GroupPass>& passes = passes_[k];
+  passes.resize(groups_[k].size());
+  for (size_t g = 0; g < passes.size(); ++g) {
+    const schedule::RowRange r = groups_[k][g];
+    GroupPass& p = passes[g];
+    SliceRows(acts_[k], r, &p.x);
+    kernels::ForwardContext group_ctx = ctx;
+    group_ctx.first_sample = ctx.first_sample + r.begin;
+    layer.Forward(p.x, &p.y, &p.cache, group_ctx);
+    PlaceRows(p.y, r.begin, rows, g == 0, &acts_[k + 1]);
+  }
+}
+
+void ReferenceTrainer::BackwardLayer(size_t k, const Tensor& dy, Tensor* dx) {
+  kernels::Layer& layer = *layers_[k];
+  Tensor* out = k > 0 ? dx : nullptr;
+  if (groups_[k].empty()) {
+    layer.Backward(acts_[k], acts_[k + 1], dy, out, &caches_[k]);
+    return;
+  }
+  Tensor dy_part, dx_part;
+  for (size_t g = 0; g < passes_[k].size(); ++g) {
+    const schedule::RowRange r = groups_[k][g];
+    GroupPass& p = passes_[k][g];
+    SliceRows(dy, r, &dy_part);
+    layer.Backward(p.x, p.y, dy_part, out != nullptr ? &dx_part : nullptr, &p.cache);
+    if (out != nullptr) PlaceRows(dx_part, r.begin, dy.rows(), g == 0, out);
+  }
+}
+
+void ReferenceTrainer::ApplyStepStatistics() {
+  std::vector<double> stats;
+  for (const std::unique_ptr<kernels::Layer>& layer : layers_) {
+    stats.resize(static_cast<size_t>(layer->StepStatisticsSize()));
+    if (stats.empty()) continue;
+    layer->ReadStepStatistics(stats.data());
+    layer->ApplyStepStatistics(stats.data());
+  }
+}
 
 double ReferenceTrainer::Step(int64_t step, StepTrace* trace) {
   const int64_t b = spec_.training().global_batch();
@@ -43,14 +139,13 @@ double ReferenceTrainer::Step(int64_t step, StepTrace* trace) {
     order_epoch_ = epoch;
   }
   const int64_t* idx = order_.data() + (step % spe) * b;
-  std::vector<Tensor> acts(layers_.size() + 1);
   std::vector<int64_t> shape{b};
   shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
-  acts[0].Resize(shape);
+  acts_[0].Resize(shape);
   std::vector<int32_t> labels(b * targets_per_sample_);
-  train_->Gather(idx, b, acts[0].data.data(), labels.data());
+  train_->Gather(idx, b, acts_[0].data.data(), labels.data());
   if (trace != nullptr) {
-    trace->inputs = acts[0].data;
+    trace->inputs = acts_[0].data;
     trace->targets = labels;
   }
   kernels::ForwardContext ctx;
@@ -58,18 +153,16 @@ double ReferenceTrainer::Step(int64_t step, StepTrace* trace) {
   ctx.seed = spec_.training().seed();
   ctx.step = step;
   ctx.first_sample = 0;
-  std::vector<kernels::LayerCache> caches(layers_.size());
-  for (size_t k = 0; k < layers_.size(); ++k) {
-    layers_[k]->Forward(acts[k], &acts[k + 1], &caches[k], ctx);
-  }
+  for (size_t k = 0; k < layers_.size(); ++k) ForwardLayer(k, ctx);
   Tensor dy, dx;
   const int64_t targets = b * targets_per_sample_;
   const double loss_sum = kernels::SoftmaxCrossEntropy(
-      acts.back(), labels.data(), 1.0f / static_cast<float>(targets), &dy, nullptr);
+      acts_.back(), labels.data(), 1.0f / static_cast<float>(targets), &dy, nullptr);
   for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
-    layers_[k]->Backward(acts[k], acts[k + 1], dy, k > 0 ? &dx : nullptr, &caches[k]);
+    BackwardLayer(k, dy, &dx);
     std::swap(dy, dx);
   }
+  ApplyStepStatistics();
   if (trace != nullptr) {
     trace->gradients.clear();
     for (const kernels::Param* p : params_) trace->gradients.push_back(p->grad.data);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/schedule/ranks.h"
 #include "dapple/v1/job.pb.h"
 #include "kernels/cpu/layer.h"
 #include "kernels/cpu/optimizer.h"
@@ -20,11 +21,22 @@
 
 namespace dapple::worker {
 
+// How the pipeline that the reference reproduces splits a step's rows (only layers with step
+// statistics see the difference).
+struct ReferenceRowSplit {
+  // The replicas of the stage that holds each layer (ModelSpec.layers order), or empty: one
+  // replica everywhere.
+  std::vector<int> layer_replicas;
+  // parallel.schedule pipedream: replicas take whole micro-batches (1F1B-RR).
+  bool whole_micro_batches = false;
+};
+
 class ReferenceTrainer {
  public:
-  // kInvalidArgument for a spec whose model cannot be built. `train` must outlive the trainer.
-  static absl::StatusOr<std::unique_ptr<ReferenceTrainer>> Create(const v1::JobSpec& spec,
-                                                                  const Dataset* train);
+  // kInvalidArgument for a spec whose model cannot be built, or a `split` whose layer_replicas
+  // is neither empty nor one positive count per layer. `train` must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<ReferenceTrainer>> Create(
+      const v1::JobSpec& spec, const Dataset* train, const ReferenceRowSplit& split = {});
   // What one Step read and computed, for oracles outside the process (tests/tools: PyTorch fed
   // the same batches must compute the same gradients).
   struct StepTrace {
@@ -43,13 +55,35 @@ class ReferenceTrainer {
   void Evaluate(const Dataset& eval, double* loss, double* accuracy);
   // Every parameter of the model in layer order ("layer<i>.weight" / "layer<i>.bias").
   std::vector<kernels::Param*> Params();
+  // Every buffer of the model in layer order (kernels/cpu/layer.h Buffers(): batch norm's
+  // running statistics, "layer<i>.running_mean"); empty for a model without.
+  std::vector<kernels::Param*> Buffers();
 
  private:
   ReferenceTrainer() = default;
+  // Runs layer k's forward on acts_[k] into acts_[k + 1] (per row group when it has any).
+  void ForwardLayer(size_t k, const kernels::ForwardContext& ctx);
+  // Runs layer k's backward from dy into *dx (not written for layer 0).
+  void BackwardLayer(size_t k, const kernels::Tensor& dy, kernels::Tensor* dx);
+  // Applies every layer's step statistics (one process: its own are the sum).
+  void ApplyStepStatistics();
+
+  // One row group's forward of one layer, kept for its backward.
+  struct GroupPass {
+    kernels::Tensor x, y;
+    kernels::LayerCache cache;
+  };
   v1::JobSpec spec_;
   const Dataset* train_ = nullptr;
   std::vector<std::unique_ptr<kernels::Layer>> layers_;
   std::vector<kernels::Param*> params_;
+  std::vector<kernels::Param*> buffers_;
+  // Per layer: its row groups (empty: the whole batch at once) and, within a step, the passes
+  // over them; the whole-batch activations and caches.
+  std::vector<std::vector<schedule::RowRange>> groups_;
+  std::vector<std::vector<GroupPass>> passes_;
+  std::vector<kernels::Tensor> acts_;
+  std::vector<kernels::LayerCache> caches_;
   std::unique_ptr<kernels::Optimizer> optimizer_;
   std::vector<int64_t> input_shape_;
   int64_t targets_per_sample_ = 1;

@@ -35,8 +35,11 @@
 // clipping, every rank), each run by GradientExchange (gradient_exchange.h). OPTIMIZER_STEP
 // then multiplies every gradient by common/grad_clip.h ClipCoefficient(training.max_grad_norm,
 // the global squared norm) when that is below 1, and updates with the learning rate of the
-// backend's update count (common/lr_schedule.h). Which of them a rank's program must hold is
-// schedule::LowerOptionsFor(spec, plan)'s (common/schedule/job_lowering.h).
+// backend's update count (common/lr_schedule.h). The layers' step statistics (batch norm's
+// running statistics, docs/layers.md "Batch normalisation") are summed over the replicas and
+// applied at the ALLREDUCE, or at OPTIMIZER_STEP on a stage without replicas: once per update.
+// Which of them a rank's program must hold is schedule::LowerOptionsFor(spec, plan)'s
+// (common/schedule/job_lowering.h).
 //
 // PipeDream's replicas (1F1B-RR, Narayanan et al., SOSP 2019, section 3.2) under schedule
 // pipedream instead: micro-batches are NOT split; global micro-batch g (step * M + m) runs whole
@@ -256,6 +259,15 @@ class StageRuntime {
   int64_t OldestNeededVersion(int64_t next_forward) const;
   int64_t NextForward(int64_t step) const;
   void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
+  // Create's parts (stage_runtime_create.cc), in its order: this replica's rows of each
+  // micro-batch and its split-concat peers; the stage's shapes and sizes from the model's layers
+  // (returned; kInvalidArgument when the plan's layer range is outside the model); PipeDream's
+  // continuous-run layout and weight stash; Pipe-SGD's updater (kInvalidArgument for more than
+  // one stage or no replica collective).
+  void InitRows();
+  absl::StatusOr<std::vector<LayerInfo>> InitShapes();
+  void InitPipeDream();
+  absl::Status InitPipeSgd(const StageCollectives& collectives);
   // Create's last check: the datasets have the model's input and target sizes, and `train` the
   // spec's training samples.
   absl::Status CheckDatasets() const;

@@ -1,12 +1,18 @@
 // Tied weights across stages on a small GPT (embedding -> 2 transformer blocks -> layernorm ->
 // lm_head tied to the embedding) trained on text, with gradient clipping and a learning-rate
-// schedule: under every (schedule, P, D, M) the per-step loss and the final weights match the
-// single-device reference within 1e-5 relative, and the embedding's table on the first stage and
-// the head's copy on the last stay bitwise equal after every step, on every replica. Every rank is
-// a thread (testing/local_job.h).
+// schedule: under gpipe and dapple, every P in {1, 2, 4} (the embedding on the first stage, the
+// tied head on the last), D in {1, 2} and M in {1, 3, 8}, the per-step loss and the final weights
+// match the single-device reference within 1e-5 relative, and the embedding's table on the first
+// stage and the head's copy on the last stay bitwise equal after every step, on every replica.
+// The same matrix runs three ways: SGD; SGD with dropout live everywhere it can be (the
+// embedding's, both blocks', and a dropout layer), whose masks are a pure function of (seed,
+// step, sample, layer, element); and AdamW (weight decay) with dropout, compared on every loss
+// and weight but the attention's key bias (parity::UncomparedSlice says why). PipeDream and
+// Pipe-SGD train the same GPT. Every rank is a thread (testing/local_job.h).
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -32,9 +38,17 @@ constexpr int kSteps = 4;
 constexpr int64_t kGlobalBatch = 24;
 constexpr char kTable[] = "layer0.token_embedding";
 
-// Layers: 0 embedding (256 x 16), 1-2 transformer_block, 3 layernorm, 4 lm_head tied to layer 0.
-v1::JobSpec TiedGptSpec(const std::string& path, const std::string& schedule, int64_t micro_batch,
-                        double max_grad_norm) {
+struct Options {
+  std::string schedule = "dapple";
+  int64_t micro_batch = kGlobalBatch;
+  double max_grad_norm = 1.0;
+  std::string optimizer = "sgd";  // sgd (lr 0.1, momentum 0.9) or adamw (lr 0.01, decay 0.01)
+  double dropout = 0;             // the embedding's, each block's and a dropout layer's p
+};
+
+// Layers: 0 embedding (256 x 16), 1-2 transformer_block, 3 layernorm, 4 lm_head tied to layer
+// 0; with dropout, a dropout layer between the blocks and the layernorm (layers 3-5 then).
+v1::JobSpec TiedGptSpec(const std::string& path, const Options& o) {
   v1::JobSpec spec;
   spec.set_name("tied-gpt");
   v1::ModelSpec* m = spec.mutable_model();
@@ -44,10 +58,17 @@ v1::JobSpec TiedGptSpec(const std::string& path, const std::string& schedule, in
   e->set_type("embedding");
   e->mutable_embedding()->set_vocab(kTextVocab);
   e->mutable_embedding()->set_dim(16);
+  if (o.dropout > 0) e->mutable_embedding()->set_dropout(o.dropout);
   for (int b = 0; b < 2; ++b) {
     v1::LayerSpec* block = m->add_layers();
     block->set_type("transformer_block");
     block->mutable_transformer_block()->set_heads(2);
+    if (o.dropout > 0) block->mutable_transformer_block()->set_dropout(o.dropout);
+  }
+  if (o.dropout > 0) {
+    v1::LayerSpec* dropout = m->add_layers();
+    dropout->set_type("dropout");
+    dropout->mutable_dropout()->set_p(o.dropout);
   }
   m->add_layers()->set_type("layernorm");
   v1::LayerSpec* head = m->add_layers();
@@ -62,20 +83,20 @@ v1::JobSpec TiedGptSpec(const std::string& path, const std::string& schedule, in
   EXPECT_TRUE(ResolveTextData(d).ok());
   v1::TrainingSpec* t = spec.mutable_training();
   t->set_global_batch(kGlobalBatch);
-  t->set_micro_batch(micro_batch);
+  t->set_micro_batch(o.micro_batch);
   t->set_epochs(1);
   t->set_seed(11);
-  // SGD, as text_runtime_test.cc explains (Adam would amplify rounding noise of a bias whose
-  // true gradient is 0).
-  t->mutable_optimizer()->set_type("sgd");
-  t->mutable_optimizer()->set_lr(0.1);
-  t->mutable_optimizer()->set_momentum(0.9);
-  t->set_max_grad_norm(max_grad_norm);
+  const bool sgd = o.optimizer == "sgd";
+  t->mutable_optimizer()->set_type(o.optimizer);
+  t->mutable_optimizer()->set_lr(sgd ? 0.1 : 0.01);
+  if (sgd) t->mutable_optimizer()->set_momentum(0.9);
+  if (!sgd) t->mutable_optimizer()->set_weight_decay(0.01);
+  t->set_max_grad_norm(o.max_grad_norm);
   t->mutable_lr_schedule()->set_warmup_steps(2);
   t->mutable_lr_schedule()->set_decay("cosine");
-  t->mutable_lr_schedule()->set_min_lr(0.01);
+  t->mutable_lr_schedule()->set_min_lr(sgd ? 0.01 : 0.001);
   t->mutable_lr_schedule()->set_decay_steps(4);
-  spec.mutable_parallel()->set_schedule(schedule);
+  spec.mutable_parallel()->set_schedule(o.schedule);
   return spec;
 }
 
@@ -85,20 +106,29 @@ struct Case {
   int replicas;  // D on every stage
   int micro_batches;
   double max_grad_norm = 1.0;
+  std::string optimizer = "sgd";
+  double dropout = 0;
 };
 
 std::string CaseName(const Case& c) {
   return absl::StrCat(c.schedule, "_P", c.stages, "_D", c.replicas, "_M", c.micro_batches,
-                      c.max_grad_norm > 0 ? "_clip" : "_noclip");
+                      c.max_grad_norm > 0 ? "_clip" : "_noclip", "_", c.optimizer,
+                      c.dropout > 0 ? "_dropout" : "");
 }
+
+// gtest prints a failing case by its name rather than its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 
 class TiedGptParityTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TiedGptParityTest, MatchesTheReferenceWithBitwiseEqualCopies) {
   const Case c = GetParam();
   parity::CorpusFile file;
-  const v1::JobSpec spec =
-      TiedGptSpec(file.path(), c.schedule, kGlobalBatch / c.micro_batches, c.max_grad_norm);
+  const v1::JobSpec spec = TiedGptSpec(file.path(), {.schedule = c.schedule,
+                                                     .micro_batch = kGlobalBatch / c.micro_batches,
+                                                     .max_grad_norm = c.max_grad_norm,
+                                                     .optimizer = c.optimizer,
+                                                     .dropout = c.dropout});
   absl::StatusOr<Datasets> data = LoadDatasets(spec.data());
   ASSERT_TRUE(data.ok()) << data.status();
   const v1::ParallelPlanSummary plan =
@@ -158,15 +188,20 @@ TEST_P(TiedGptParityTest, MatchesTheReferenceWithBitwiseEqualCopies) {
   parity::ExpectMatchesReference(spec, kSteps, firsts, run, *data->train, *data->eval);
 }
 
+// Every (schedule, P, D, M) with SGD, with SGD and dropout, and with AdamW and dropout.
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
-  for (int p : {1, 2, 4}) {
-    for (int d : {1, 2}) {
-      for (int m : {1, 3, 8}) cases.push_back({"dapple", p, d, m});
+  for (const char* schedule : {"dapple", "gpipe"}) {
+    for (int p : {1, 2, 4}) {
+      for (int d : {1, 2}) {
+        for (int m : {1, 3, 8}) {
+          cases.push_back({schedule, p, d, m});
+          cases.push_back({schedule, p, d, m, 1.0, "sgd", /*dropout=*/0.1});
+          cases.push_back({schedule, p, d, m, 1.0, "adamw", /*dropout=*/0.1});
+        }
+      }
     }
   }
-  cases.push_back({"gpipe", 2, 2, 3});
-  cases.push_back({"gpipe", 4, 1, 8});
   cases.push_back({"dapple", 4, 2, 3, /*max_grad_norm=*/0});  // tied weights alone
   return cases;
 }
@@ -179,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(All, TiedGptParityTest, ::testing::ValuesIn(AllCases())
 // tied group meets once per step.
 TEST(TiedGptPipeDreamTest, CopiesStayBitwiseEqual) {
   parity::CorpusFile file;
-  const v1::JobSpec spec = TiedGptSpec(file.path(), "pipedream", 6, 1.0);
+  const v1::JobSpec spec = TiedGptSpec(file.path(), {.schedule = "pipedream", .micro_batch = 6});
   absl::StatusOr<Datasets> data = LoadDatasets(spec.data());
   ASSERT_TRUE(data.ok()) << data.status();
   for (const std::vector<int>& replicas : {std::vector<int>{1, 1, 1}, std::vector<int>{2, 1, 2}}) {
@@ -217,7 +252,7 @@ TEST(TiedGptPipeDreamTest, CopiesStayBitwiseEqual) {
 // updater. It trains, and its replicas stay bitwise equal.
 TEST(TiedGptPipeSgdTest, OneSharedTableAndIdenticalReplicas) {
   parity::CorpusFile file;
-  v1::JobSpec spec = TiedGptSpec(file.path(), "pipesgd", 12, 1.0);
+  v1::JobSpec spec = TiedGptSpec(file.path(), {.schedule = "pipesgd", .micro_batch = 12});
   spec.mutable_parallel()->mutable_pipesgd()->set_warmup_steps(1);
   absl::StatusOr<Datasets> data = LoadDatasets(spec.data());
   ASSERT_TRUE(data.ok()) << data.status();

@@ -245,56 +245,24 @@ class CudaStageBackend : public StageBackend {
   // Device to pageable host memory after the stream's backwards; the Synchronize makes the host
   // copy complete before the AllReduce reads it.
   absl::Status ReadGradients(float* host) override {
-    for (size_t i = 0; i < dev_grads_.size(); ++i) {
-      const size_t count = host_params_[i]->grad.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(host, dev_grads_[i].data(), count * sizeof(float),
-                                         cudaMemcpyDeviceToHost, stream()),
-                         "copy gradients to the host"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kGradients, nullptr, cudaMemcpyDeviceToHost, host);
   }
 
   // Synchronised too, so the caller may reuse `host` at once and the update that follows on
   // the stream sees the reduced gradients.
   absl::Status WriteGradients(const float* host) override {
-    for (size_t i = 0; i < dev_grads_.size(); ++i) {
-      const size_t count = host_params_[i]->grad.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(dev_grads_[i].data(), host, count * sizeof(float),
-                                         cudaMemcpyHostToDevice, stream()),
-                         "copy gradients to the device"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kGradients, nullptr, cudaMemcpyHostToDevice, const_cast<float*>(host));
   }
 
   // The same copies for some parameters, synchronised the same way.
   absl::Status ReadGradientsOf(const std::vector<int>& params, float* host) override {
     DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
-    for (int i : params) {
-      const size_t count = host_params_[i]->grad.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(host, dev_grads_[i].data(), count * sizeof(float),
-                                         cudaMemcpyDeviceToHost, stream()),
-                         "copy gradients to the host"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kGradients, &params, cudaMemcpyDeviceToHost, host);
   }
 
   absl::Status WriteGradientsOf(const std::vector<int>& params, const float* host) override {
     DAPPLE_RETURN_IF_ERROR(CheckPositions(params));
-    for (int i : params) {
-      const size_t count = host_params_[i]->grad.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(dev_grads_[i].data(), host, count * sizeof(float),
-                                         cudaMemcpyHostToDevice, stream()),
-                         "copy gradients to the device"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kGradients, &params, cudaMemcpyHostToDevice, const_cast<float*>(host));
   }
 
   // PipeDream's weight stashing: the same copies for the parameters (synchronised both ways, so
@@ -306,27 +274,11 @@ class CudaStageBackend : public StageBackend {
   }
 
   absl::Status ReadWeights(float* host) override {
-    for (size_t i = 0; i < dev_params_.size(); ++i) {
-      const size_t count = host_params_[i]->value.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(host, dev_params_[i].data(), count * sizeof(float),
-                                         cudaMemcpyDeviceToHost, stream()),
-                         "copy weights to the host"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kWeights, nullptr, cudaMemcpyDeviceToHost, host);
   }
 
   absl::Status WriteWeights(const float* host) override {
-    for (size_t i = 0; i < dev_params_.size(); ++i) {
-      const size_t count = host_params_[i]->value.data.size();
-      DAPPLE_RETURN_IF_ERROR(
-          kc::CudaStatus(cudaMemcpyAsync(dev_params_[i].data(), host, count * sizeof(float),
-                                         cudaMemcpyHostToDevice, stream()),
-                         "copy weights to the device"));
-      host += count;
-    }
-    return dev_->Synchronize();
+    return Copy(Tensors::kWeights, nullptr, cudaMemcpyHostToDevice, const_cast<float*>(host));
   }
 
   // Device to pageable host memory after the stream's forward; synchronised.
@@ -431,8 +383,9 @@ class CudaStageBackend : public StageBackend {
     // Every tensor is found and checked before the first copy, so a refused import changes
     // nothing.
     const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
+    // No CUDA layer has buffers (the layer factory refuses batch norm: no CUDA kernel yet).
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, host_params_, names));
+                            MatchStageState(state, host_params_, /*stage_buffers=*/{}, names));
     const std::vector<const NamedTensor*>& params = matched.params;
     const std::vector<std::vector<const NamedTensor*>>& states = matched.optimizer_state;
     auto copy_in = [&](DeviceBuffer& dst, const NamedTensor& src) {
@@ -511,6 +464,31 @@ class CudaStageBackend : public StageBackend {
 
   // cuBLAS level-1 calls take an int count: larger gradients go in chunks of this many.
   static constexpr int64_t kBlasChunk = int64_t{1} << 30;
+
+  // Copies the gradients or weights of `params` (increasing positions; nullptr: every
+  // parameter) between their device buffers and consecutive floats at `host`, in `kind`'s
+  // direction, then synchronises the stream. A host-to-device copy only reads `host`.
+  enum class Tensors { kGradients, kWeights };
+  absl::Status Copy(Tensors which, const std::vector<int>* params, cudaMemcpyKind kind,
+                    float* host) {
+    const bool grads = which == Tensors::kGradients;
+    const bool to_host = kind == cudaMemcpyDeviceToHost;
+    const size_t n = params != nullptr ? params->size() : host_params_.size();
+    for (size_t k = 0; k < n; ++k) {
+      const int i = params != nullptr ? (*params)[k] : static_cast<int>(k);
+      const kernels::Param& p = *host_params_[i];
+      const size_t count = (grads ? p.grad : p.value).data.size();
+      void* device = (grads ? dev_grads_ : dev_params_)[i].data();
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaMemcpyAsync(to_host ? static_cast<void*>(host) : device,
+                                         to_host ? device : static_cast<const void*>(host),
+                                         count * sizeof(float), kind, stream()),
+                         absl::StrCat("copy ", grads ? "gradients" : "weights",
+                                      to_host ? " to the host" : " to the device")));
+      host += count;
+    }
+    return dev_->Synchronize();
+  }
 
   absl::Status CheckPositions(const std::vector<int>& params) const {
     for (size_t k = 0; k < params.size(); ++k) {

@@ -1,0 +1,307 @@
+// StageRuntime::Create: checks an assignment against its plan and program, then sets the
+// runtime up (this replica's rows and its split-concat peers, the stage's shapes, the backend
+// and the gradient exchange, PipeDream's and Pipe-SGD's state).
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "common/model_info.h"
+#include "common/schedule/job_lowering.h"
+#include "common/schedule/lowering.h"
+#include "common/schedule/pipedream_steps.h"
+#include "common/status.h"
+#include "common/steps.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace dapple::worker {
+namespace {
+
+// Copies of the parameters the optimizer keeps (kernels/cpu/optimizer.h): sgd its velocity
+// (allocated whatever the momentum), adamw both moments.
+int OptimizerCopies(const v1::OptimizerSpec& spec) { return spec.type() == "adamw" ? 2 : 1; }
+
+// What Create checks before it builds anything: the assignment matches its plan, the batch
+// splits over every stage's replicas, the program has the collectives the plan needs. Sets
+// `*lower` to the job's lowering options.
+absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transport* transport,
+                             schedule::LowerOptions* lower) {
+  const v1::JobSpec& spec = assignment.spec();
+  const int stage = assignment.stage();
+  const int num_stages = assignment.num_stages();
+  if (num_stages < 1 || stage < 0 || stage >= num_stages ||
+      assignment.plan().stages_size() != num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("assignment for stage %d of %d does not match a plan of %d stages", stage,
+                        num_stages, assignment.plan().stages_size()));
+  }
+  if (num_stages > 1 && transport == nullptr) {
+    return absl::InvalidArgumentError("a pipeline of more than one stage needs a transport");
+  }
+  if (spec.training().micro_batch() <= 0 ||
+      spec.training().global_batch() % spec.training().micro_batch() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "training.global_batch %d is not divisible by training.micro_batch %d: use a micro_batch "
+        "that divides %d",
+        spec.training().global_batch(), spec.training().micro_batch(),
+        spec.training().global_batch()));
+  }
+  const v1::ParallelPlanSummary& plan = assignment.plan();
+  const int64_t micro_batch = spec.training().micro_batch();
+  const bool pipedream = spec.parallel().schedule() == "pipedream";
+  const int64_t micro_batches = spec.training().global_batch() / micro_batch;
+  for (int s = 0; s < num_stages; ++s) {
+    const int d = schedule::StageReplicas(plan, s);
+    if (!pipedream && micro_batch < d) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "training.micro_batch %d is smaller than the %d replicas of stage %d: a stage's "
+          "replicas split every micro-batch (split-concat) and each needs at least one sample "
+          "of it: use a micro_batch of at least %d, or fewer parallel.devices",
+          micro_batch, d, s, d));
+    }
+    if (pipedream && micro_batches < d) {
+      // The largest micro_batch that makes M >= d (global_batch / d or less, dividing it).
+      const int64_t global_batch = spec.training().global_batch();
+      int64_t fits = global_batch / d;
+      while (fits > 1 && global_batch % fits != 0) --fits;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d has %d replicas but training.global_batch %d / training.micro_batch %d = "
+          "%d micro-batches per step: parallel.schedule pipedream gives every replica at least "
+          "one whole micro-batch per step: use a micro_batch of %d or less (dividing %d), or "
+          "fewer parallel.devices",
+          s, d, global_batch, micro_batch, micro_batches, std::max<int64_t>(fits, 1),
+          global_batch));
+    }
+  }
+  const int num_replicas = schedule::StageReplicas(plan, stage);
+  const int replica = assignment.replica();
+  if (replica < 0 || replica >= num_replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("assignment replica %d outside [0, %d): stage %d has %d replicas", replica,
+                        num_replicas, stage, num_replicas));
+  }
+  // PipeDream generates its programs itself, with the collectives.
+  if (num_replicas > 1 && !pipedream &&
+      schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stage %d has %d replicas but its program has no ALLREDUCE before OPTIMIZER_STEP "
+        "(lower it with LowerOptions.allreduce_stages[%d] = true)",
+        stage, num_replicas, stage));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(*lower, schedule::LowerOptionsFor(spec, plan));
+  if (!pipedream) {
+    DAPPLE_RETURN_IF_ERROR(schedule::CheckProgramCollectives(assignment.program(), stage, *lower));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
+    Transport* transport, std::unique_ptr<StageBackend> backend, Collective* replicas) {
+  StageCollectives collectives;
+  collectives.replicas = replicas;
+  return Create(assignment, train, eval, transport, std::move(backend), collectives);
+}
+
+absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
+    const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
+    Transport* transport, std::unique_ptr<StageBackend> backend,
+    const StageCollectives& collectives) {
+  schedule::LowerOptions lower;
+  DAPPLE_RETURN_IF_ERROR(CheckAssignment(assignment, transport, &lower));
+  const v1::JobSpec& spec = assignment.spec();
+  const int stage = assignment.stage();
+  const int num_stages = assignment.num_stages();
+  const v1::ParallelPlanSummary& plan = assignment.plan();
+  auto rt = std::unique_ptr<StageRuntime>(new StageRuntime());
+  rt->assignment_ = assignment;
+  rt->lower_ = std::move(lower);
+  rt->replica_ = assignment.replica();
+  rt->num_replicas_ = schedule::StageReplicas(plan, stage);
+  rt->pipedream_ = spec.parallel().schedule() == "pipedream";
+  rt->InitRows();
+  rt->train_ = train;
+  rt->eval_ = eval;
+  rt->transport_ = transport;
+  rt->stage_ = stage;
+  rt->num_stages_ = num_stages;
+  rt->micro_batch_size_ = spec.training().micro_batch();
+  rt->global_batch_ = spec.training().global_batch();
+  rt->num_micro_batches_ = static_cast<int>(rt->global_batch_ / rt->micro_batch_size_);
+  rt->steps_per_epoch_ = StepsPerEpoch(spec);
+  rt->seed_ = spec.training().seed();
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, rt->InitShapes());
+  const v1::PlanStageSummary& range = plan.stages(stage);
+  if (backend == nullptr) {
+    DAPPLE_ASSIGN_OR_RETURN(backend,
+                            MakeCpuStageBackend(spec, range.first_layer(), range.last_layer()));
+  }
+  rt->backend_ = std::move(backend);
+  DAPPLE_ASSIGN_OR_RETURN(
+      rt->exchange_,
+      GradientExchange::Create(assignment, rt->lower_,
+                               schedule::SplitTiedWeights(schedule::TiedWeights(infos), plan),
+                               rt->backend_.get(), collectives));
+  rt->InitPipeDream();
+  DAPPLE_RETURN_IF_ERROR(rt->InitPipeSgd(collectives));
+  rt->slot_of_.assign(rt->id_space_, -1);
+  rt->version_of_.assign(rt->id_space_, -1);
+  if (stage == 0 && train == nullptr) {
+    return absl::InvalidArgumentError("stage 0 needs the training inputs");
+  }
+  if (stage == num_stages - 1 && train == nullptr) {
+    return absl::InvalidArgumentError("the last stage needs the training targets");
+  }
+  DAPPLE_RETURN_IF_ERROR(rt->CheckDatasets());
+  return rt;
+}
+
+void StageRuntime::InitRows() {
+  const v1::ParallelPlanSummary& plan = assignment_.plan();
+  const int64_t micro_batch = assignment_.spec().training().micro_batch();
+  const int stage = assignment_.stage();
+  const int num_stages = assignment_.num_stages();
+  const bool pipedream = pipedream_;
+  // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
+  rows_ = schedule::ReplicaRows(micro_batch, num_replicas_, replica_, pipedream);
+  // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
+  // (the sender's and the receiver's lists agree, so both sides pair up).
+  auto overlapping = [&](int other_stage) {
+    std::vector<RowPeer> peers;
+    const int n = schedule::StageReplicas(plan, other_stage);
+    for (int q = 0; q < n; ++q) {
+      const schedule::RowRange o =
+          schedule::RowOverlap(rows_, schedule::SplitRows(micro_batch, n, q));
+      if (o.size() <= 0) continue;
+      peers.push_back({schedule::RankIndex(plan, other_stage, q), o.begin - rows_.begin, o.size()});
+    }
+    return peers;
+  };
+  if (stage > 0 && !pipedream) prev_peers_ = overlapping(stage - 1);
+  if (stage + 1 < num_stages && !pipedream) next_peers_ = overlapping(stage + 1);
+  if (stage > 0) eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
+  if (stage + 1 < num_stages) eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
+}
+
+absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int stage = assignment_.stage();
+  const v1::PlanStageSummary& range = assignment_.plan().stages(stage);
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
+  if (range.first_layer() < 0 || range.last_layer() < range.first_layer() ||
+      range.last_layer() >= static_cast<int>(infos.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stage %d covers layers [%d, %d] but the model has %d layers", stage,
+                        range.first_layer(), range.last_layer(), infos.size()));
+  }
+  int64_t widest = NumElements(infos[0].input_shape);
+  for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
+  eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
+  input_shape_ = infos[range.first_layer()].input_shape;
+  output_shape_ = infos[range.last_layer()].output_shape;
+  slot_floats_per_sample_ =
+      StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) /
+      static_cast<int64_t>(sizeof(float));
+  int64_t params = 0;
+  for (int l = range.first_layer(); l <= range.last_layer(); ++l) params += infos[l].param_count;
+  targets_per_sample_ = TargetsPerSample(infos);
+  const std::vector<int64_t>& model_output = infos.back().output_shape;
+  if (model_output.size() == 2) {
+    sample_positions_ = model_output[0];
+    sample_vocab_ = model_output[1];
+  }
+  // A byte-level language model: token ids in, the next byte's logits out at every position.
+  generates_sample_ = TokenInput(spec.model()) && model_output.size() == 2 &&
+                      spec.model().input_shape_size() == 1 &&
+                      spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
+                      spec.sample().tokens() > 0;
+  weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
+                  (2 + OptimizerCopies(spec.training().optimizer()));
+  return infos;
+}
+
+void StageRuntime::InitPipeDream() {
+  const v1::JobSpec& spec = assignment_.spec();
+  const v1::ParallelPlanSummary& plan = assignment_.plan();
+  const int stage = assignment_.stage();
+  const int num_stages = assignment_.num_stages();
+  // PipeDream: one continuous 1F1B run over the whole job, cut into steps
+  // (schedule/pipedream_steps.h); micro-batches of later steps are in flight across a step's end,
+  // so ids cover M + K micro-batches, and weight stashing keeps the versions they used.
+  vertical_sync_ = pipedream_ && spec.parallel().pipedream().vertical_sync();
+  total_steps_ = TotalSteps(spec);
+  id_space_ = num_micro_batches_;
+  if (pipedream_) {
+    first_step_ = assignment_.first_step();
+    schedule::PipeDreamLayout& layout = layout_;
+    for (int s = 0; s < num_stages; ++s) {
+      layout.replicas.push_back(schedule::StageReplicas(plan, s));
+    }
+    layout.num_micro_batches = num_micro_batches_;
+    layout.num_steps = RunSteps();
+    layout.first_micro_batch = first_step_ * num_micro_batches_;
+    id_space_ = num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(layout, stage));
+    stash_ = std::make_unique<WeightStash>(backend_.get(), assignment_.first_step());
+  }
+}
+
+absl::Status StageRuntime::InitPipeSgd(const StageCollectives& collectives) {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int num_stages = assignment_.num_stages();
+  // Pipe-SGD: data parallelism whose AllReduce of step t overlaps step t + 1 (its updater owns
+  // the AllReduce thread and the collective).
+  if (spec.parallel().schedule() == "pipesgd") {
+    if (num_stages != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "parallel.schedule pipesgd is data parallelism over one stage, got %d stages",
+          num_stages));
+    }
+    if (collectives.replicas == nullptr) {
+      return absl::InvalidArgumentError(
+          "parallel.schedule pipesgd needs the collective of the stage's replicas");
+    }
+    PipeSgdOptions options;
+    options.warmup_steps = spec.parallel().pipesgd().warmup_steps();
+    options.max_grad_norm = spec.training().max_grad_norm();
+    const std::string& compression = spec.parallel().pipesgd().compression();
+    if (!compression.empty()) {
+      DAPPLE_ASSIGN_OR_RETURN(options.compression, ParseCompression(compression));
+    }
+    DAPPLE_ASSIGN_OR_RETURN(pipesgd_, PipeSgdUpdater::Create(collectives.replicas, backend_.get(),
+                                                             options, assignment_.first_step()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::CheckDatasets() const {
+  // The spec's validation ties the model to data.dataset; this guards against a caller that
+  // hands the runtime another dataset than the spec's.
+  const int64_t elements = NumElements(input_shape_);
+  // The step arithmetic (steps per epoch) counts the spec's training samples; the sample order
+  // must not index past the dataset's.
+  const int64_t samples = TrainSamples(assignment_.spec());
+  if (train_ != nullptr && samples > train_->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the job counts %d training samples (data.train_samples) but the "
+                        "dataset has %d",
+                        samples, train_->size()));
+  }
+  for (const Dataset* d : {train_, eval_}) {
+    if (d == nullptr) continue;
+    if (stage_ == 0 && d->sample_elements() != elements) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset's samples have %d input elements but model.input_shape "
+                          "has %d",
+                          d->sample_elements(), elements));
+    }
+    if (stage_ == num_stages_ - 1 && d->targets_per_sample() != targets_per_sample_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the dataset has %d targets per sample but the model's output has %d",
+                          d->targets_per_sample(), targets_per_sample_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dapple::worker

@@ -1,6 +1,5 @@
-#include "kernels/cuda/batchnorm_stats.h"
-
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/batchnorm_stats.h"
 #include "kernels/cuda/device_util.cuh"
 
 namespace dapple::kernels::cuda {

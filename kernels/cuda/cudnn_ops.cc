@@ -86,8 +86,8 @@ absl::Status PickAlgorithm(absl::string_view what, const Perf* perf, int count, 
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
-        p.mathType == CUDNN_TENSOR_OP_MATH ||
-        p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || p.memory > limit) {
+        p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+        p.memory > limit) {
       continue;
     }
     *chosen = p;
@@ -185,8 +185,7 @@ absl::Status CudnnConv2d::GetPlan(const KernelContext& ctx, const ConvGeometry& 
     DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         ctx.cudnn, p->x.get(), p->y.get(), p->conv.get(), p->w.get(),
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-    DAPPLE_RETURN_IF_ERROR(
-        PickAlgorithm("conv2d backward filter", perf, returned, limit, &chosen));
+    DAPPLE_RETURN_IF_ERROR(PickAlgorithm("conv2d backward filter", perf, returned, limit, &chosen));
     p->bwd_filter = chosen.algo;
     p->bwd_filter_bytes = chosen.memory;
   }
@@ -199,9 +198,9 @@ absl::Status CudnnConv2d::Forward(const KernelContext& ctx, const ConvGeometry& 
                                   const float* weight, const float* bias, float* y) {
   Plan* p = nullptr;
   DAPPLE_RETURN_IF_ERROR(GetPlan(ctx, g, &p));
-  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-      ctx.cudnn, &kOne, p->x.get(), x, p->w.get(), weight, p->conv.get(), p->fwd, ctx.workspace,
-      p->fwd_bytes, &kZero, p->y.get(), y));
+  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(ctx.cudnn, &kOne, p->x.get(), x, p->w.get(),
+                                                       weight, p->conv.get(), p->fwd, ctx.workspace,
+                                                       p->fwd_bytes, &kZero, p->y.get(), y));
   if (bias == nullptr) return absl::OkStatus();
   DAPPLE_CUDNN_RETURN_IF_ERROR(
       cudnnAddTensor(ctx.cudnn, &kOne, p->bias.get(), bias, &kOne, p->y.get(), y));
@@ -225,11 +224,11 @@ absl::Status CudnnConv2d::BackwardFilter(const KernelContext& ctx, const ConvGeo
   Plan* p = nullptr;
   DAPPLE_RETURN_IF_ERROR(GetPlan(ctx, g, &p));
   DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      ctx.cudnn, &kOne, p->x.get(), x, p->y.get(), dy, p->conv.get(), p->bwd_filter,
-      ctx.workspace, p->bwd_filter_bytes, &kOne, p->w.get(), dweight));
+      ctx.cudnn, &kOne, p->x.get(), x, p->y.get(), dy, p->conv.get(), p->bwd_filter, ctx.workspace,
+      p->bwd_filter_bytes, &kOne, p->w.get(), dweight));
   if (dbias == nullptr) return absl::OkStatus();
-  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(ctx.cudnn, &kOne, p->y.get(), dy,
-                                                            &kOne, p->bias.get(), dbias));
+  DAPPLE_CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardBias(ctx.cudnn, &kOne, p->y.get(), dy, &kOne, p->bias.get(), dbias));
   return absl::OkStatus();
 }
 
@@ -266,9 +265,8 @@ absl::Status CudnnPool2d::GetPlan(const PoolGeometry& g, Plan** plan) {
       p->pool.get(), mode, CUDNN_PROPAGATE_NAN, static_cast<int>(g.kernel_h),
       static_cast<int>(g.kernel_w), pad, pad, stride, stride));
   int dims[4] = {0, 0, 0, 0};
-  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(p->pool.get(), p->x.get(),
-                                                                 &dims[0], &dims[1], &dims[2],
-                                                                 &dims[3]));
+  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(
+      p->pool.get(), p->x.get(), &dims[0], &dims[1], &dims[2], &dims[3]));
   if (dims[2] != g.OutH() || dims[3] != g.OutW()) {
     return absl::InternalError(absl::StrCat("pool2d: cuDNN's output ", dims[2], "x", dims[3],
                                             " differs from ", g.OutH(), "x", g.OutW()));
@@ -283,18 +281,18 @@ absl::Status CudnnPool2d::Forward(const KernelContext& ctx, const PoolGeometry& 
   DAPPLE_RETURN_IF_ERROR(CheckHandle(ctx, "pool2d"));
   Plan* p = nullptr;
   DAPPLE_RETURN_IF_ERROR(GetPlan(g, &p));
-  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(ctx.cudnn, p->pool.get(), &kOne, p->x.get(), x,
-                                                   &kZero, p->y.get(), y));
+  DAPPLE_CUDNN_RETURN_IF_ERROR(
+      cudnnPoolingForward(ctx.cudnn, p->pool.get(), &kOne, p->x.get(), x, &kZero, p->y.get(), y));
   return absl::OkStatus();
 }
 
-absl::Status CudnnPool2d::Backward(const KernelContext& ctx, const PoolGeometry& g,
-                                   const float* x, const float* y, const float* dy, float* dx) {
+absl::Status CudnnPool2d::Backward(const KernelContext& ctx, const PoolGeometry& g, const float* x,
+                                   const float* y, const float* dy, float* dx) {
   DAPPLE_RETURN_IF_ERROR(CheckHandle(ctx, "pool2d"));
   Plan* p = nullptr;
   DAPPLE_RETURN_IF_ERROR(GetPlan(g, &p));
-  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(ctx.cudnn, p->pool.get(), &kOne, p->y.get(),
-                                                    y, p->y.get(), dy, p->x.get(), x, &kZero,
+  DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnPoolingBackward(ctx.cudnn, p->pool.get(), &kOne, p->y.get(), y,
+                                                    p->y.get(), dy, p->x.get(), x, &kZero,
                                                     p->x.get(), dx));
   return absl::OkStatus();
 }
@@ -331,9 +329,9 @@ namespace {
 
 absl::Status CheckEps(double eps) {
   if (!(eps >= CUDNN_BN_MIN_EPSILON && eps > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batchnorm: eps ", eps, " must be positive and at least ",
-                     CUDNN_BN_MIN_EPSILON, " (cuDNN's minimum)"));
+    return absl::InvalidArgumentError(absl::StrCat("batchnorm: eps ", eps,
+                                                   " must be positive and at least ",
+                                                   CUDNN_BN_MIN_EPSILON, " (cuDNN's minimum)"));
   }
   return absl::OkStatus();
 }

@@ -42,10 +42,10 @@ namespace dapple::kernels::cuda {
 // (kUnavailable when cuDNN reports no usable GPU or driver).
 absl::Status CudnnStatus(cudnnStatus_t err, absl::string_view what);
 
-#define DAPPLE_CUDNN_RETURN_IF_ERROR(expr)                                                       \
-  do {                                                                                           \
+#define DAPPLE_CUDNN_RETURN_IF_ERROR(expr)                                                     \
+  do {                                                                                         \
     const absl::Status _dapple_cudnn_st = ::dapple::kernels::cuda::CudnnStatus((expr), #expr); \
-    if (!_dapple_cudnn_st.ok()) return _dapple_cudnn_st;                                         \
+    if (!_dapple_cudnn_st.ok()) return _dapple_cudnn_st;                                       \
   } while (0)
 
 // A square convolution of a batch (onednn_conv.h ConvGeometry: nn.Conv2d, dilation 1, groups 1).
@@ -117,9 +117,8 @@ class CudnnBatchNorm {
                                float* y, float* mean, float* rstd);
   // Inference: the same with the given mean [c] and variance var [c] (the running statistics).
   absl::Status ForwardInference(const KernelContext& ctx, int64_t n, int64_t c, int64_t hw,
-                                double eps, const float* x, const float* gamma,
-                                const float* beta, const float* mean, const float* var,
-                                float* y);
+                                double eps, const float* x, const float* gamma, const float* beta,
+                                const float* mean, const float* var, float* y);
   // The exact gradient of ForwardTraining at x (with its mean and rstd): OVERWRITES dx
   // [n, c, hw], dgamma [c] = sum(dy x_hat) and dbeta [c] = sum(dy).
   absl::Status Backward(const KernelContext& ctx, int64_t n, int64_t c, int64_t hw, double eps,

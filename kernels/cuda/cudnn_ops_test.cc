@@ -12,6 +12,8 @@
 // - 1e-12 relative to the sum of |terms|: the step statistics (double sums).
 // Gradient accumulation (`+=` into a gradient) is checked by starting from a non-zero gradient.
 // Without a GPU every test reports skipped.
+#include "kernels/cuda/cudnn_ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,7 +23,6 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/onednn_conv.h"
 #include "kernels/cuda/batchnorm_stats.h"
-#include "kernels/cuda/cudnn_ops.h"
 #include "kernels/cuda/testing.h"
 
 namespace dapple::kernels::cuda {
@@ -74,8 +75,8 @@ TEST_P(CudnnConvTest, MatchesOneDnn) {
 
   CudnnConv2d gpu;
   DeviceArray<float> d_x(x), d_w(w), d_b(b), d_dy(dy), d_y(ny), d_dx(nx), d_dw(w0), d_db(b0);
-  ExpectOk(gpu.Forward(Context(), g, d_x.get(), d_w.get(), has_bias ? d_b.get() : nullptr,
-                       d_y.get()));
+  ExpectOk(
+      gpu.Forward(Context(), g, d_x.get(), d_w.get(), has_bias ? d_b.get() : nullptr, d_y.get()));
   ExpectOk(gpu.BackwardData(Context(), g, d_dy.get(), d_w.get(), d_dx.get()));
   ExpectOk(gpu.BackwardFilter(Context(), g, d_x.get(), d_dy.get(), d_dw.get(),
                               has_bias ? d_db.get() : nullptr));
@@ -136,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PoolCase{PoolKind::kMax, {2, 3, 8, 8, 2, 2, 2, 0}},
                       PoolCase{PoolKind::kMax, {2, 3, 9, 9, 3, 3, 2, 1}},  // padding never wins
                       PoolCase{PoolKind::kAverage, {2, 3, 8, 8, 2, 2, 2, 0}},
-                      PoolCase{PoolKind::kAverage, {2, 3, 9, 7, 3, 3, 2, 1}},  // pads count
+                      PoolCase{PoolKind::kAverage, {2, 3, 9, 7, 3, 3, 2, 1}},   // pads count
                       PoolCase{PoolKind::kAverage, {3, 4, 5, 5, 5, 5, 1, 0}}),  // global
     [](const ::testing::TestParamInfo<PoolCase>& info) {
       const PoolGeometry& g = info.param.g;
@@ -171,10 +172,10 @@ TEST(CudnnBatchNormTest, TrainingForwardBackwardAndInferenceMatchOneDnn) {
   CudnnBatchNorm gpu;
   DeviceArray<float> d_x(x), d_g(gamma), d_b(beta), d_dy(dy), d_rm(rm), d_rv(rv), d_y(count),
       d_mean(c), d_rstd(c), d_dx(count), d_dg(c), d_db(c), d_inf(count);
-  ExpectOk(gpu.ForwardTraining(Context(), n, c, hw, eps, d_x.get(), d_g.get(), d_b.get(),
-                               d_y.get(), d_mean.get(), d_rstd.get()));
-  ExpectOk(gpu.Backward(Context(), n, c, hw, eps, d_x.get(), d_dy.get(), d_mean.get(),
-                        d_rstd.get(), d_g.get(), d_dx.get(), d_dg.get(), d_db.get()));
+  ExpectOk(gpu.ForwardTraining(Context(), n, c, hw, eps, d_x.get(), d_g.get(), d_b.get(), d_y.get(),
+                               d_mean.get(), d_rstd.get()));
+  ExpectOk(gpu.Backward(Context(), n, c, hw, eps, d_x.get(), d_dy.get(), d_mean.get(), d_rstd.get(),
+                        d_g.get(), d_dx.get(), d_dg.get(), d_db.get()));
   ExpectOk(gpu.ForwardInference(Context(), n, c, hw, eps, d_x.get(), d_g.get(), d_b.get(),
                                 d_rm.get(), d_rv.get(), d_inf.get()));
   ExpectNear("y", d_y.Download(), want_y, kRtol);
@@ -217,14 +218,14 @@ TEST(CudnnBatchNormTest, ChannelSumsAreTheDoubleSumsAndAccumulate) {
 TEST(CudnnOpsTest, NoHandleIsInvalidArgument) {
   KernelContext ctx;  // no stream, no handles: refused before touching a GPU
   CudnnConv2d conv;
-  const absl::Status s = conv.Forward(ctx, {1, 1, 3, 3, 1, 3, 1, 1}, nullptr, nullptr, nullptr,
-                                      nullptr);
+  const absl::Status s =
+      conv.Forward(ctx, {1, 1, 3, 3, 1, 3, 1, 1}, nullptr, nullptr, nullptr, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   CudnnBatchNorm bn;
-  EXPECT_EQ(bn.ForwardTraining(ctx, 1, 1, 1, 1e-5, nullptr, nullptr, nullptr, nullptr, nullptr,
-                               nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      bn.ForwardTraining(ctx, 1, 1, 1, 1e-5, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

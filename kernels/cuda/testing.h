@@ -74,8 +74,8 @@ inline void CheckCuda(cudaError_t err, const char* what) {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-// One stream, cuBLAS (default math: no TF32) and cuDNN handles bound to it and a 32 MiB workspace, as
-// worker/device sets them up; created on first use and kept for the whole process.
+// One stream, cuBLAS (default math: no TF32) and cuDNN handles bound to it and a 32 MiB workspace,
+// as worker/device sets them up; created on first use and kept for the whole process.
 inline const KernelContext& Context() {
   static const KernelContext* ctx = [] {
     auto* c = new KernelContext;

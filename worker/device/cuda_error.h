@@ -8,8 +8,8 @@
 #define DAPPLE_WORKER_DEVICE_CUDA_ERROR_H_
 
 #include <cublas_v2.h>
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <string>

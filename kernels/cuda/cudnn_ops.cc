@@ -163,7 +163,7 @@ absl::Status CudnnConv2d::GetPlan(const KernelContext& ctx, const ConvGeometry& 
   const size_t limit = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
   int returned = 0;
   {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], chosen;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT] = {}, chosen = {};
     DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
         ctx.cudnn, p->x.get(), p->w.get(), p->conv.get(), p->y.get(),
         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
@@ -172,7 +172,7 @@ absl::Status CudnnConv2d::GetPlan(const KernelContext& ctx, const ConvGeometry& 
     p->fwd_bytes = chosen.memory;
   }
   {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT], chosen;
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT] = {}, chosen = {};
     DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         ctx.cudnn, p->w.get(), p->y.get(), p->conv.get(), p->x.get(),
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
@@ -181,7 +181,8 @@ absl::Status CudnnConv2d::GetPlan(const KernelContext& ctx, const ConvGeometry& 
     p->bwd_data_bytes = chosen.memory;
   }
   {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT], chosen;
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT] = {},
+                                        chosen = {};
     DAPPLE_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         ctx.cudnn, p->x.get(), p->y.get(), p->conv.get(), p->w.get(),
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));

@@ -7,7 +7,7 @@
 // Saved (Saved): z1, a1 = relu(bn1(z1)), z2[, zs] ([N, O, H', W'] each: common/model's 3 or 4
 // per sample) and each batch norm's mean and rstd ([O]). Grads (Grad): dL/dz1, dL/dz2[, dL/dzs]
 // and the batch norms' parameter gradients, so BackwardWeight computes only the convolutions'
-// filter gradients (Zero Bubble's B / W split). Scratch: three [N, O, H', W'] tensors.
+// filter gradients (Zero Bubble's B / W split). Scratch: two [N, O, H', W'] tensors.
 #include <memory>
 #include <vector>
 
@@ -63,7 +63,7 @@ class ResidualBlockLayer : public DeviceLayer {
     LayerBuffers b;
     b.saved = {act, ch, ch, act, act, ch, ch, zs, chs, chs};
     b.grads = {act, act, zs, ch, ch, ch, ch, chs, chs};
-    b.scratch = 3 * Aligned(act);
+    b.scratch = 2 * Aligned(act);  // shortcut.bn's output (forward); dL/dsum, dL/da1
     return b;
   }
 

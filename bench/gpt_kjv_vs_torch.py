@@ -52,8 +52,17 @@ def spec_with_steps(path, steps, directory):
         spec["training"]["max_steps"] = steps
     out = os.path.join(directory, "job.yaml")
     with open(out, "w") as f:
-        yaml.safe_dump(spec, f, sort_keys=False)
+        yaml.dump(spec, f, Dumper=_SpecDumper, sort_keys=False)
     return out
+
+
+class _SpecDumper(yaml.SafeDumper):
+    """Writes a string with a line break double-quoted ("\\n"): PyYAML's default single-quoted
+    form of sample.prompt "\\n" spans lines, which dapple's parser (yaml-cpp) reads as empty."""
+
+
+_SpecDumper.add_representer(str, lambda dumper, s: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", s, style='"' if "\n" in s else None))
 
 
 def run_dapple(spec_path, out):

@@ -104,7 +104,8 @@ class Layer {
   // Writes the statistics accumulated since the last ApplyStepStatistics into out[0, size).
   virtual void ReadStepStatistics(double* out) const { (void)out; }
   // Updates Buffers() from `summed` (StepStatisticsSize() values: the element-wise sum of every
-  // replica's ReadStepStatistics) and clears this layer's accumulation.
+  // replica's ReadStepStatistics) and clears this layer's accumulation. All zeros (a sum over no
+  // samples) leaves Buffers() unchanged and only clears (Pipe-SGD's fill step).
   virtual void ApplyStepStatistics(const double* summed) { (void)summed; }
 
   // Makes the layer compute with `owner` instead of its own tied copy named `copy_name` (the

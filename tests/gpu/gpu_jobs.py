@@ -175,6 +175,7 @@ def gpt_spec(text_path):
     spec = re.sub(r"(?m)^(\s*)epochs: .*$", r"\1epochs: 20", spec)
     spec = re.sub(r"(?m)^(\s*)stages: .*$", r"\1stages: 2", spec)
     spec = re.sub(r"(?m)^(\s*)devices: .*$", r"\1devices: 2", spec)
+    spec = re.sub(r"(?m)^[ \t]*max_steps: .*\n", "", spec)  # the example's own, replaced here
     spec = re.sub(r"(?m)^training:$", "training:\n  max_steps: %d" % GPT_STEPS, spec)
     return spec
 

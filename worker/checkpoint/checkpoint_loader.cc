@@ -143,6 +143,12 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
       DAPPLE_ASSIGN_OR_RETURN(NamedTensor n, FromTensorData(t, path));
       out.state.optimizer_state.push_back(std::move(n));
     }
+    // Buffers travel with their layer like parameters (a buffer is never tied).
+    for (const v1::TensorData& t : shard.buffers()) {
+      if (!InRange(LayerOfTensor(t.name()), first_layer, last_layer)) continue;
+      DAPPLE_ASSIGN_OR_RETURN(NamedTensor n, FromTensorData(t, path));
+      out.state.buffers.push_back(std::move(n));
+    }
   }
   for (size_t i = 0; i < covered.size(); ++i) {
     if (!covered[i]) {

@@ -24,7 +24,8 @@ struct LoadedCheckpoint {
 
 // Reads `manifest_path` (a manifest.pb; shard files are relative to its folder), checks that
 // the checkpoint's model is `job_spec`'s (common/checkpoint_files.h CheckSameModel) and loads
-// the tensors of layers [first_layer, last_layer] from the replica-0 shards that hold them,
+// the tensors (parameters, buffers, optimizer state) of layers [first_layer, last_layer] from
+// the replica-0 shards that hold them,
 // plus, for a tied copy in the range whose owner's layer is outside it (an lm_head tied to the
 // embedding on another stage), the owner's tensors (parameter and optimizer state, by the
 // owner's name) from the shard that holds the owner: checkpoints hold a tied weight once.

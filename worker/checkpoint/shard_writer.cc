@@ -60,6 +60,7 @@ absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
   shard.set_last_layer(where.last_layer);
   for (const NamedTensor& t : state.params) *shard.add_params() = ToTensorData(t);
   for (const NamedTensor& t : state.optimizer_state) *shard.add_optimizer_state() = ToTensorData(t);
+  for (const NamedTensor& t : state.buffers) *shard.add_buffers() = ToTensorData(t);
   shard.set_optimizer_steps(state.optimizer_steps);
   const std::string bytes = shard.SerializeAsString();
 

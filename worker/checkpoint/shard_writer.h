@@ -1,9 +1,9 @@
 // Writes one rank's shard of a checkpoint (docs/operations.md, "Checkpoints"):
 //   <checkpoint_dir>/step-<N>.partial/stage<S>.replica<R>.shard
-// a serialized v1::CheckpointShard (the stage's parameters with GLOBAL layer indices, its
-// optimizer state, the step and the update count), through a temporary file, fsync and rename,
-// so the shard's name exists only with all its bytes. The coordinator publishes the directory
-// (manifest.pb, then renames it to step-<N>) once every rank's shard is in.
+// a serialized v1::CheckpointShard (the stage's parameters and buffers with GLOBAL layer
+// indices, its optimizer state, the step and the update count), through a temporary file, fsync
+// and rename, so the shard's name exists only with all its bytes. The coordinator publishes the
+// directory (manifest.pb, then renames it to step-<N>) once every rank's shard is in.
 //
 // TEST-ONLY fault hook: when the environment variable DAPPLE_FAULT_EXIT_DURING_CHECKPOINT is
 // set to a step N, writing the shard of step N writes half of the shard's bytes to its

@@ -14,6 +14,7 @@
 #include "kernels/cpu/optimizer.h"
 #include "worker/runtime/host_message_buffer.h"
 #include "worker/runtime/stage_backend.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 namespace {
@@ -216,12 +217,27 @@ class CpuStageBackend : public StageBackend {
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
 
+  int64_t StepStatisticsSize() const override { return statistics_size_; }
+
+  absl::Status ReadStepStatistics(double* host) override {
+    worker::ReadStepStatistics(layers_, host);
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyStepStatistics(const double* summed) override {
+    worker::ApplyStepStatistics(layers_, summed);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostBuffers() override { return buffers_; }
+
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
     // A tied copy is its owner's tensor: the owner's stage writes it (once).
     for (const kernels::Param* p : params_) {
       if (p->tied_to.empty()) out.params.push_back({p->name, p->value.shape, p->value.data});
     }
+    out.buffers = BufferTensors(buffers_);
     const std::vector<std::string> names = optimizer_->StateNames();
     const std::vector<std::vector<std::vector<float>>> state = optimizer_->State();
     for (size_t k = 0; k < names.size(); ++k) {
@@ -242,12 +258,13 @@ class CpuStageBackend : public StageBackend {
     // Everything is checked before anything changes, so a refused import leaves the stage as
     // it was.
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, params_, optimizer_->StateNames()));
+                            MatchStageState(state, params_, buffers_, optimizer_->StateNames()));
     std::vector<std::vector<std::vector<float>>> arrays(matched.optimizer_state.size());
     for (size_t k = 0; k < arrays.size(); ++k) {
       for (const NamedTensor* t : matched.optimizer_state[k]) arrays[k].push_back(t->data);
     }
     for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = matched.params[i]->data;
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value.data = matched.buffers[i]->data;
     kernels::ZeroGrads(params_);
     optimizer_->SetState(std::move(arrays), state.optimizer_steps);
     return absl::OkStatus();
@@ -257,6 +274,8 @@ class CpuStageBackend : public StageBackend {
   std::vector<int64_t> output_shape_;
   std::vector<std::unique_ptr<kernels::Layer>> layers_;
   std::vector<kernels::Param*> params_;
+  std::vector<kernels::Param*> buffers_;  // the layers' Buffers(), in layer order
+  int64_t statistics_size_ = 0;           // the layers' step statistics, concatenated
   std::unique_ptr<kernels::Optimizer> optimizer_;
   v1::TrainingSpec training_;  // the learning-rate schedule's inputs
   int64_t total_steps_ = 0;
@@ -318,6 +337,8 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobS
   DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
+  b->buffers_ = CollectBuffers(b->layers_);
+  b->statistics_size_ = worker::StepStatisticsSize(b->layers_);
   DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   b->training_ = spec.training();
   b->total_steps_ = TotalSteps(spec);

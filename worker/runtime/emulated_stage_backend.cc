@@ -19,6 +19,7 @@
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
 #include "worker/runtime/host_message_buffer.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 
@@ -251,12 +252,29 @@ class EmulatedStageBackend : public StageBackend {
 
   absl::StatusOr<std::vector<kernels::Param*>> HostParams() override { return params_; }
 
+  // The real layers' sizes, so that the replicas exchange what a real job would; the values
+  // are zeros (nothing ran) and applying them changes nothing.
+  int64_t StepStatisticsSize() const override { return statistics_size_; }
+
+  absl::Status ReadStepStatistics(double* host) override {
+    std::fill(host, host + statistics_size_, 0.0);
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyStepStatistics(const double* summed) override {
+    (void)summed;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostBuffers() override { return buffers_; }
+
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
     // A tied copy is its owner's tensor: the owner's stage writes it (once).
     for (const kernels::Param* p : params_) {
       if (p->tied_to.empty()) out.params.push_back({p->name, p->value.shape, p->value.data});
     }
+    out.buffers = BufferTensors(buffers_);
     for (const std::string& state : optimizer_state_names_) {
       for (const kernels::Param* p : params_) {
         if (!p->tied_to.empty()) continue;
@@ -270,8 +288,9 @@ class EmulatedStageBackend : public StageBackend {
 
   absl::Status ImportState(const StageState& state) override {
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, params_, optimizer_state_names_));
+                            MatchStageState(state, params_, buffers_, optimizer_state_names_));
     for (size_t i = 0; i < params_.size(); ++i) params_[i]->value.data = matched.params[i]->data;
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value.data = matched.buffers[i]->data;
     optimizer_steps_ = state.optimizer_steps;
     return absl::OkStatus();
   }
@@ -281,6 +300,8 @@ class EmulatedStageBackend : public StageBackend {
   int64_t batch_size_ = 1;
   std::vector<std::unique_ptr<kernels::Layer>> layers_;  // owns params_ (never run)
   std::vector<kernels::Param*> params_;
+  std::vector<kernels::Param*> buffers_;  // the layers' Buffers() (never updated)
+  int64_t statistics_size_ = 0;
   std::vector<std::string> optimizer_state_names_;
   int64_t gradient_floats_ = 0;
   int64_t optimizer_steps_ = 0;
@@ -355,6 +376,8 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
   DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
+  b->buffers_ = CollectBuffers(b->layers_);
+  b->statistics_size_ = StepStatisticsSize(b->layers_);
   for (const kernels::Param* p : b->params_) b->gradient_floats_ += p->value.numel();
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Optimizer> optimizer,
                           kernels::MakeOptimizer(spec.training().optimizer()));

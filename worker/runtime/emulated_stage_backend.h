@@ -15,7 +15,10 @@
 // (zeros at first); ReadGradients returns zeros, WriteGradients checks the size and keeps
 // nothing, ScaleGradients does nothing; GradientSquaredNorm is not measured (-1); ReadOutput
 // reads the untouched output (zeros), so the worker generates no text sample for an emulated
-// job. Updates are counted (OptimizerUpdates, checkpoints) as on a real device.
+// job. Step statistics have the real layers' size (the replicas exchange what a real job's
+// would) and are zeros; applying them changes nothing, so buffers (HostBuffers, checkpoints)
+// keep their initial values. Updates are counted (OptimizerUpdates, checkpoints) as on a real
+// device.
 //
 // Loss: kEmulatedLossPerSample (ln 10, the cross-entropy of a uniform guess over 10 classes)
 // per row, so Loss returns rows * kEmulatedLossPerSample; `correct` gets 0. Both are constants

@@ -6,6 +6,7 @@
 #include "common/grad_clip.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 namespace {
@@ -114,7 +115,20 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
     ex->replica_positions_.push_back(static_cast<int>(i));
     ex->replica_floats_ += params[i]->value.numel();
   }
+  ex->statistics_.resize(static_cast<size_t>(backend->StepStatisticsSize()));
   return ex;
+}
+
+// Before the gradients, on the same collective: the statistics are doubles (SumOverReplicas
+// says why they do not ride in the fp32 AllReduce). One replica applies its own.
+absl::Status GradientExchange::ApplyStepStatistics() {
+  statistics_done_ = true;
+  if (statistics_.empty()) return absl::OkStatus();
+  DAPPLE_RETURN_IF_ERROR(backend_->ReadStepStatistics(statistics_.data()));
+  if (collectives_.replicas != nullptr) {
+    DAPPLE_RETURN_IF_ERROR(SumOverReplicas(*collectives_.replicas, &statistics_, &gathered_));
+  }
+  return backend_->ApplyStepStatistics(statistics_.data());
 }
 
 absl::Status GradientExchange::AllReduceTied() {
@@ -143,10 +157,7 @@ absl::Status GradientExchange::AllReduceTied() {
   return absl::OkStatus();
 }
 
-// One collective call per step carries every gradient and, on the last stage, the replica's
-// loss sum (as one more float), so the replicas step with identical gradients and report the
-// same global loss.
-absl::Status GradientExchange::ReplicasReducedElsewhere() {
+absl::Status GradientExchange::StartReplicas() {
   if (replicas_done_ || norm_done_) {
     return absl::InternalError(
         "a second ALLREDUCE in one step (one per OPTIMIZER_STEP), or one after GLOBAL_NORM");
@@ -155,8 +166,18 @@ absl::Status GradientExchange::ReplicasReducedElsewhere() {
   return absl::OkStatus();
 }
 
+absl::Status GradientExchange::ReplicasReducedElsewhere() {
+  DAPPLE_RETURN_IF_ERROR(StartReplicas());
+  statistics_done_ = true;  // the updater sums and applies them with the gradients
+  return absl::OkStatus();
+}
+
+// One AllReduce per step carries every gradient and, on the last stage, the replica's loss sum
+// (as one more float), so the replicas step with identical gradients and report the same global
+// loss; only a stage with step statistics makes a second call, their AllGather, before it.
 absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
-  DAPPLE_RETURN_IF_ERROR(ReplicasReducedElsewhere());
+  DAPPLE_RETURN_IF_ERROR(StartReplicas());
+  DAPPLE_RETURN_IF_ERROR(ApplyStepStatistics());
   if (num_replicas_ == 1) return absl::OkStatus();  // nothing to sum
   const int64_t grads = replica_floats_;
   buffer_.resize(static_cast<size_t>(grads + (loss_sum != nullptr ? 1 : 0)));
@@ -208,13 +229,16 @@ absl::StatusOr<double> GradientExchange::PrepareUpdate() {
   if (clipping_ && !norm_done_) {
     return absl::InternalError("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM");
   }
+  // One replica without an ALLREDUCE action applies its statistics here (D > 1 applied them at
+  // the ALLREDUCE checked above).
+  if (!statistics_done_) DAPPLE_RETURN_IF_ERROR(ApplyStepStatistics());
   double sq_norm = local_sq_norm_;
   if (!norm_done_) {
     DAPPLE_ASSIGN_OR_RETURN(sq_norm, backend_->GradientSquaredNorm());
   }
   // torch.nn.utils.clip_grad_norm_ scales before the update (1: nothing to do).
   if (clip_ < 1) DAPPLE_RETURN_IF_ERROR(backend_->ScaleGradients(static_cast<float>(clip_)));
-  tied_done_ = replicas_done_ = norm_done_ = false;
+  tied_done_ = replicas_done_ = norm_done_ = statistics_done_ = false;
   local_sq_norm_ = -1;
   clip_ = 1;
   return sq_norm;

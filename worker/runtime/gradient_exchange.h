@@ -9,15 +9,23 @@
 //                   and DeepSpeed's tied embeddings).
 //   ALLREDUCE       AllReduceReplicas: the stage's replicas sum their gradients (DAPPLE,
 //                   Fan et al., PPoPP 2021, section 4), the tied tensors left out (already
-//                   global), the last stage's loss sum riding along as one more float.
+//                   global), the last stage's loss sum riding along as one more float. Right
+//                   before, on the same collective, they sum the step statistics of their
+//                   layers (step_statistics.h: batch norm's per-channel sums, one AllGather of
+//                   doubles) and every replica applies the sum to its buffers (running
+//                   statistics), so the buffers stay identical on every replica.
 //   GLOBAL_NORM     GlobalNorm: every rank of the job contributes a NormRecord (its stage's
 //                   squared gradient norm, tied copies excluded, from replica 0 only: the
 //                   replicas hold the same summed gradient) and gets every rank's; each sums
 //                   them in rank order in double, so all ranks hold bitwise the same total
 //                   (torch.nn.utils.clip_grad_norm_'s total norm, each parameter counted once),
 //                   and the clip coefficient (common/grad_clip.h) follows from it.
-//   OPTIMIZER_STEP  PrepareUpdate: checks that the update's collectives ran and multiplies every
-//                   gradient by the clip coefficient when it is below 1.
+//   OPTIMIZER_STEP  PrepareUpdate: checks that the update's collectives ran, applies the step
+//                   statistics of an unreplicated stage (no ALLREDUCE: its own are the sum) and
+//                   multiplies every gradient by the clip coefficient when it is below 1.
+// So the statistics are applied once per update, from the forwards since the previous one: under
+// gpipe and dapple exactly the step's micro-batches; under pipedream those the replica ran since
+// its last update (a replicated last stage may have run forwards of the next step).
 //
 // Every member of a collective makes the same calls in the same order (collective.h); the
 // programs guarantee it (one of each action per update on every member). A program that breaks
@@ -86,19 +94,22 @@ class GradientExchange {
 
   // TIED_ALLREDUCE. A no-op on a stage that holds no split tied weight.
   absl::Status AllReduceTied();
-  // ALLREDUCE among the replicas of every gradient but the split tied tensors; `loss_sum` (may be
-  // null: not the last stage) is summed too, through fp32. A no-op with one replica.
+  // ALLREDUCE: first the step statistics (summed over the replicas, then applied: the
+  // backend's ApplyStepStatistics), then every gradient but the split tied tensors among the
+  // replicas; `loss_sum` (may be null: not the last stage) is summed too, through fp32. With one
+  // replica only the statistics are applied.
   absl::Status AllReduceReplicas(double* loss_sum);
-  // ALLREDUCE handed to someone else (Pipe-SGD's updater reduces asynchronously): only the
-  // order is checked.
+  // ALLREDUCE handed to someone else (Pipe-SGD's updater reduces and applies the gradients and
+  // the step statistics asynchronously): only the order is checked.
   absl::Status ReplicasReducedElsewhere();
   // GLOBAL_NORM: measures the backend's GradientSquaredNorm (negative: not measured, counted as
   // 0), exchanges it (without a job collective, one rank: the total is the local value) and
   // keeps the clip coefficient of training.max_grad_norm.
   absl::StatusOr<GlobalNormResult> GlobalNorm();
   // OPTIMIZER_STEP, before the backend's update: checks that the update's ALLREDUCE (D > 1),
-  // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (clipping) ran, scales the gradients by the
-  // clip coefficient when below 1, and starts the next update's round. Returns this stage's
+  // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (clipping) ran, applies the step statistics
+  // when no ALLREDUCE did, scales the gradients by the clip coefficient when below 1, and
+  // starts the next update's round. Returns this stage's
   // squared gradient norm before clipping (GlobalNorm's measure, or measured now).
   absl::StatusOr<double> PrepareUpdate();
 
@@ -109,6 +120,11 @@ class GradientExchange {
 
  private:
   GradientExchange() = default;
+  // The ALLREDUCE's order check.
+  absl::Status StartReplicas();
+  // Reads the backend's step statistics, sums them over the replicas (when replicated) and
+  // applies the sum.
+  absl::Status ApplyStepStatistics();
 
   StageBackend* backend_ = nullptr;
   StageCollectives collectives_;
@@ -120,6 +136,7 @@ class GradientExchange {
   bool tied_done_ = false;
   bool replicas_done_ = false;
   bool norm_done_ = false;
+  bool statistics_done_ = false;
   double local_sq_norm_ = -1;
   double clip_ = 1;
   // Per split tied weight (SplitTiedWeights order, the group's buffer layout): this stage's
@@ -131,6 +148,8 @@ class GradientExchange {
   int64_t replica_floats_ = 0;
   std::vector<float> buffer_;
   std::vector<NormRecord> records_;
+  std::vector<double> statistics_;  // StepStatisticsSize() doubles
+  std::vector<double> gathered_;    // every replica's, for SumOverReplicas
 };
 
 }  // namespace dapple::worker

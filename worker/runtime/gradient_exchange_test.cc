@@ -2,6 +2,7 @@
 // owns a tied table, stage 1 holds its copy; every rank is a thread with LocalCollective groups.
 #include "worker/runtime/gradient_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -77,7 +78,21 @@ class GradientsOnlyBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  // Step statistics: what the test sets, and every ApplyStepStatistics' argument.
+  int64_t StepStatisticsSize() const override { return static_cast<int64_t>(stats.size()); }
+  absl::Status ReadStepStatistics(double* host) override {
+    std::copy(stats.begin(), stats.end(), host);
+    return absl::OkStatus();
+  }
+  absl::Status ApplyStepStatistics(const double* summed) override {
+    applied.emplace_back(summed, summed + stats.size());
+    std::fill(stats.begin(), stats.end(), 0.0);
+    return absl::OkStatus();
+  }
+
   std::vector<float> grad(int i) const { return params_[i]->grad.data; }
+  std::vector<double> stats;
+  std::vector<std::vector<double>> applied;
 
  private:
   static absl::Status Unused() { return absl::UnimplementedError("not in this test"); }
@@ -240,6 +255,60 @@ TEST(GradientExchangeTest, ClipsAtTheUpdateAndKeepsTheOrder) {
   // The next update's round starts afresh.
   ASSERT_TRUE(ex->AllReduceReplicas(nullptr).ok());
   EXPECT_THAT(ex->AllReduceReplicas(nullptr).message(), HasSubstr("a second ALLREDUCE"));
+}
+
+// Batch norm's step statistics: summed over the replicas (in double, before the gradients) and
+// applied once per update on every replica; one replica applies its own at the update; Pipe-SGD's
+// updater applies them itself.
+TEST(GradientExchangeTest, StepStatisticsAreSummedOverReplicasAndAppliedOncePerUpdate) {
+  schedule::LowerOptions plain;
+  plain.allreduce_stages = {true, false};
+  plain.tied_stages = {false, false};
+  Ranks ranks;
+  std::vector<std::unique_ptr<GradientsOnlyBackend>> replicas;
+  for (int r = 0; r < 2; ++r) {
+    replicas.push_back(std::make_unique<GradientsOnlyBackend>(
+        std::vector<kernels::Param>{WithGrad("layer0.weight", "", {1.0f + r})}));
+  }
+  // Not representable in fp32: a sum through the gradients' AllReduce would round them.
+  replicas[0]->stats = {0.1, 1e9 + 0.5};
+  replicas[1]->stats = {0.2, 3.0};
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      StageCollectives c;
+      c.replicas = ranks.collectives[r].replicas;
+      auto ex = GradientExchange::Create(Rank(0, r), plain, {}, replicas[r].get(), c);
+      if (!ex.ok()) {
+        status[r] = ex.status();
+        return;
+      }
+      if (status[r] = (*ex)->AllReduceReplicas(nullptr); !status[r].ok()) return;
+      status[r] = (*ex)->PrepareUpdate().status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "replica " << r << ": " << status[r];
+    ASSERT_EQ(replicas[r]->applied.size(), 1u) << "replica " << r;
+    EXPECT_EQ(replicas[r]->applied[0], (std::vector<double>{0.1 + 0.2, 1e9 + 0.5 + 3.0}));
+    EXPECT_THAT(replicas[r]->grad(0), ElementsAre(3.0f));
+  }
+  EXPECT_EQ(ranks.replicas.calls(), 2);  // the statistics' AllGather, the gradients' AllReduce
+
+  // One replica: no ALLREDUCE action; the update applies its own statistics, once per update.
+  GradientsOnlyBackend alone({WithGrad("layer1.weight", "", {1})});
+  alone.stats = {2.5};
+  auto ex = GradientExchange::Create(Rank(1, 0), plain, {}, &alone, StageCollectives{}).value();
+  ASSERT_TRUE(ex->PrepareUpdate().ok());
+  alone.stats = {4.0};
+  ASSERT_TRUE(ex->PrepareUpdate().ok());
+  EXPECT_EQ(alone.applied, (std::vector<std::vector<double>>{{2.5}, {4.0}}));
+  // Pipe-SGD's updater applies them with its gradients: the exchange leaves them.
+  ASSERT_TRUE(ex->ReplicasReducedElsewhere().ok());
+  ASSERT_TRUE(ex->PrepareUpdate().ok());
+  EXPECT_EQ(alone.applied.size(), 2u);
 }
 
 TEST(GradientExchangeTest, RefusesMissingOrMisshapenCollectives) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grad_clip.h"
 #include "common/status.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 
@@ -38,6 +39,9 @@ PipeSgdUpdater::PipeSgdUpdater(Collective* collective, StageBackend* backend,
       next_step_(first_step) {
   buffers_[0].resize(floats_);
   buffers_[1].resize(floats_);
+  const auto stats = static_cast<size_t>(backend->StepStatisticsSize());
+  statistics_[0].resize(stats);
+  statistics_[1].resize(stats);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -65,6 +69,10 @@ void PipeSgdUpdater::Loop() {
         mu_.Unlock();
         status = CompressedAllReduce(*collective_, options_.compression,
                                      buffers_[job.buffer].data(), floats_);
+        // The step statistics travel uncompressed, as doubles (step_statistics.h).
+        if (status.ok()) {
+          status = SumOverReplicas(*collective_, &statistics_[job.buffer], &gathered_);
+        }
         mu_.Lock();
       }
       if (status.ok()) {
@@ -113,7 +121,8 @@ absl::Status PipeSgdUpdater::Apply(int buffer) {
       DAPPLE_RETURN_IF_ERROR(Fail(backend_->ScaleGradients(static_cast<float>(factor))));
     }
   }
-  return Fail(backend_->OptimizerStep());
+  DAPPLE_RETURN_IF_ERROR(Fail(backend_->OptimizerStep()));
+  return Fail(backend_->ApplyStepStatistics(statistics_[buffer].data()));
 }
 
 absl::Status PipeSgdUpdater::CheckThread() {
@@ -139,6 +148,7 @@ absl::Status PipeSgdUpdater::OnGradients(int64_t step) {
   // was applied by OnOptimizerStep(step - 1) after its AllReduce finished.
   const int buffer = pending_buffer_ == 0 ? 1 : 0;
   DAPPLE_RETURN_IF_ERROR(Fail(backend_->ReadGradients(buffers_[buffer].data())));
+  DAPPLE_RETURN_IF_ERROR(Fail(backend_->ReadStepStatistics(statistics_[buffer].data())));
   Submit(buffer, step);
   current_buffer_ = buffer;
   gradients_read_ = true;
@@ -168,6 +178,11 @@ absl::Status PipeSgdUpdater::OnOptimizerStep(int64_t step) {
     std::vector<float>& zeros = buffers_[current_buffer_ == 0 ? 1 : 0];
     std::fill(zeros.begin(), zeros.end(), 0.0f);
     DAPPLE_RETURN_IF_ERROR(Fail(backend_->WriteGradients(zeros.data())));
+    // Likewise the step statistics (read, in the AllReduce): zeros clear them and leave the
+    // buffers.
+    std::vector<double>& no_stats = statistics_[current_buffer_ == 0 ? 1 : 0];
+    std::fill(no_stats.begin(), no_stats.end(), 0.0);
+    DAPPLE_RETURN_IF_ERROR(Fail(backend_->ApplyStepStatistics(no_stats.data())));
     pending_buffer_ = current_buffer_;
     pending_step_ = step;
   } else {

@@ -37,9 +37,16 @@
 // the rate of update t - 1.
 // With D = 1 (a one-member collective) the rule is the same, which makes staleness testable on
 // one process.
+// Step statistics (batch norm's running statistics; step_statistics.h) follow their gradient:
+// OnGradients(t) also reads the backend's statistics of step t, the AllReduce thread sums them
+// over the replicas (uncompressed, in double) after the gradient, and the update that applies
+// G(t) then applies them (ApplyStepStatistics), so the buffers lag like the weights and stay
+// identical on every replica. The fill step applies zeros (it clears the accumulation, whose
+// copy is in the AllReduce, and leaves the buffers).
 //
 // Memory: two flat gradient buffers of GradientFloats() fp32 each (one in the AllReduce, one
-// being filled or waiting to be applied) plus the compression's temporaries.
+// being filled or waiting to be applied), two of StepStatisticsSize() doubles, plus the
+// compression's temporaries.
 // Threads: one AllReduce thread, started by the constructor and joined by the destructor; it
 // sleeps on a condition variable between AllReduces. It alone uses the Collective while the
 // updater lives (collective.h: one thread at a time). The updater's methods are called by one
@@ -116,6 +123,8 @@ class PipeSgdUpdater {
   const int64_t first_step_;
   const size_t floats_;
   std::vector<float> buffers_[2];
+  std::vector<double> statistics_[2];  // the step statistics that go with buffers_[i]
+  std::vector<double> gathered_;       // the AllReduce thread's scratch
 
   // Runtime thread only.
   int64_t next_step_;            // the step the next OnGradients must name

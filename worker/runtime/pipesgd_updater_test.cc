@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "worker/comm/testing/local_collective.h"
 #include "worker/runtime/stage_backend.h"
@@ -253,6 +254,100 @@ TEST(PipeSgdUpdater, CompressedStaysCloseAndIdentical) {
       // Each applied gradient entry is off by at most ~2^-11 relative (fp16) or max|g| / 254
       // per replica (int8); over <= 5 updates at lr 0.5 that stays below 0.02.
       EXPECT_LT(MaxDiff(traces[0][t], expected[t]), 0.02) << CompressionName(c) << " step " << t;
+    }
+  }
+}
+
+// Batch norm's step statistics follow their gradient: applied by the update that applies that
+// gradient (step t's by step t's update during warm-up, none at the fill step, step t - 1's by
+// step t's update after it, the last step's by Finish), summed over the replicas, bitwise the
+// same on every replica. Model: batchnorm2d over kIn channels of 1 x 1 (input X(r, t, row, c)),
+// flatten, linear kOut; the running mean checked against the documented sequence in double.
+TEST(PipeSgdUpdater, StepStatisticsFollowTheirGradient) {
+  constexpr int kReplicas = 2, kWarmup = 1, kSteps = 4;
+  constexpr double kMomentum = 0.1;  // batchnorm2d's default
+  v1::JobSpec spec = LinearSpec();
+  v1::ModelSpec* m = spec.mutable_model();
+  m->clear_input_shape();
+  for (int64_t d : {kIn, 1, 1}) m->add_input_shape(d);
+  m->clear_layers();
+  m->add_layers()->set_type("batchnorm2d");
+  m->add_layers()->set_type("flatten");
+  v1::LayerSpec* linear = m->add_layers();
+  linear->set_type("linear");
+  linear->mutable_linear()->set_out(kOut);
+  spec.mutable_training()->set_global_batch(kReplicas * kRows);
+
+  LocalCollectiveGroup group(kReplicas);
+  // Per replica: layer0.running_mean after each step's update, then after Finish.
+  std::vector<std::vector<std::vector<float>>> means(kReplicas);
+  std::vector<absl::Status> status(kReplicas);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kReplicas; ++r) {
+    threads.emplace_back([&, r] {
+      auto run = [&]() -> absl::Status {
+        DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<StageBackend> b,
+                                MakeCpuStageBackend(spec, 0, m->layers_size() - 1));
+        LocalCollective collective(&group, r);
+        PipeSgdOptions options;
+        options.warmup_steps = kWarmup;
+        DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<PipeSgdUpdater> updater,
+                                PipeSgdUpdater::Create(&collective, b.get(), options));
+        auto record = [&]() -> absl::Status {
+          DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> buffers, b->HostBuffers());
+          means[r].push_back(buffers.at(0)->value.data);
+          return absl::OkStatus();
+        };
+        for (int t = 0; t < kSteps; ++t) {
+          std::vector<float> x(kRows * kIn);
+          std::vector<int32_t> labels(kRows);
+          for (int row = 0; row < kRows; ++row) {
+            labels[row] = Label(r, t, row);
+            for (int c = 0; c < kIn; ++c) x[row * kIn + c] = X(r, t, row, c);
+          }
+          kernels::ForwardContext ctx;
+          ctx.training = true;
+          DAPPLE_RETURN_IF_ERROR(b->LoadInput(0, x.data(), kRows));
+          DAPPLE_RETURN_IF_ERROR(b->Forward(0, kRows, ctx));
+          DAPPLE_RETURN_IF_ERROR(
+              b->Loss(0, labels.data(), kRows, 1.0f / (kReplicas * kRows), true, nullptr).status());
+          DAPPLE_RETURN_IF_ERROR(b->Backward(0, 0, kRows, true, false));
+          DAPPLE_RETURN_IF_ERROR(updater->OnGradients(t));
+          DAPPLE_RETURN_IF_ERROR(updater->OnOptimizerStep(t));
+          DAPPLE_RETURN_IF_ERROR(record());
+        }
+        DAPPLE_RETURN_IF_ERROR(updater->Finish());
+        return record();
+      };
+      status[r] = run();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kReplicas; ++r) ASSERT_TRUE(status[r].ok()) << "replica " << r << status[r];
+
+  // The mean of channel c over step t's global batch (every replica's rows).
+  auto batch_mean = [](int t, int c) {
+    double sum = 0;
+    for (int r = 0; r < kReplicas; ++r) {
+      for (int row = 0; row < kRows; ++row) sum += X(r, t, row, c);
+    }
+    return sum / (kReplicas * kRows);
+  };
+  // The step whose statistics each update applies: -1 for none (the fill step).
+  const int applied[kSteps + 1] = {0, -1, 1, 2, 3};
+  std::vector<double> want(kIn, 0.0);
+  for (int k = 0; k <= kSteps; ++k) {
+    if (applied[k] >= 0) {
+      for (int c = 0; c < kIn; ++c) {
+        want[c] = (1 - kMomentum) * want[c] + kMomentum * batch_mean(applied[k], c);
+      }
+    }
+    for (int r = 0; r < kReplicas; ++r) {
+      ASSERT_EQ(means[r][k], means[0][k]) << "replica " << r << " update " << k;
+      for (int c = 0; c < kIn; ++c) {
+        EXPECT_NEAR(means[r][k][c], want[c], 1e-6 * std::max(1.0, std::fabs(want[c])))
+            << "update " << k << " channel " << c;
+      }
     }
   }
 }

@@ -130,6 +130,33 @@ class StageBackend {
     (void)host;
     return absl::UnimplementedError("this backend cannot write its weights");
   }
+  // Step statistics (kernels/cpu/layer.h): what training Forwards accumulate over a step for
+  // the once-per-update change of the stage's buffers (batch norm's per-channel sums and count),
+  // every layer's in layer order, concatenated. Once per update the runtime reads them on every
+  // replica, sums them element-wise over the replicas in double and applies the sum on every
+  // replica, so the buffers stay identical everywhere (gradient_exchange.h). The defaults are for
+  // a backend whose layers have none. Number of doubles (fixed for the backend's lifetime):
+  virtual int64_t StepStatisticsSize() const { return 0; }
+  // Copies the statistics accumulated since the last ApplyStepStatistics into `host`
+  // (StepStatisticsSize() doubles; a device backend synchronises first).
+  virtual absl::Status ReadStepStatistics(double* host) {
+    (void)host;
+    return absl::OkStatus();
+  }
+  // Updates the buffers from `summed` (StepStatisticsSize() doubles: the sum over the stage's
+  // replicas of ReadStepStatistics) and clears the accumulation. Statistics are sums over
+  // samples, so all zeros (no samples) leaves the buffers unchanged and only clears.
+  virtual absl::Status ApplyStepStatistics(const double* summed) {
+    (void)summed;
+    return absl::OkStatus();
+  }
+  // The stage's buffers on the host (kernels::Layer::Buffers: non-trainable state such as
+  // batch norm's running statistics, named like parameters, "layer3.running_mean"), in layer
+  // order; a device backend copies them back first. Pointers stay valid until the next call.
+  // Empty by default.
+  virtual absl::StatusOr<std::vector<kernels::Param*>> HostBuffers() {
+    return std::vector<kernels::Param*>{};
+  }
   // Text generation (StageRuntime::Generate), last stage: copies `count` floats of the slot's
   // stage output (row-major [rows, output_shape...] of its last Forward), starting at float
   // `offset`, to `host` (a device backend synchronises first, so they are the Forward's).
@@ -153,17 +180,18 @@ class StageBackend {
   // tied copy whose owner is on another stage is listed (with Param::tied_to); one whose owner
   // is on this stage is the owner's parameter, listed once.
   virtual absl::StatusOr<std::vector<kernels::Param*>> HostParams() = 0;
-  // Checkpoints (stage_state.h): copies the parameters and the optimizer state to the host (a
-  // device backend synchronises first). Optimizer state not created yet (before the first
-  // update) is exported as zeros, the value the optimizer starts from. A tied copy is not
-  // exported (its owner's stage exports the tensor: a checkpoint counts it once).
+  // Checkpoints (stage_state.h): copies the parameters, the buffers (HostBuffers) and the
+  // optimizer state to the host (a device backend synchronises first). Optimizer state not created
+  // yet (before the first update) is exported as zeros, the value the optimizer starts from. A tied
+  // copy is not exported (its owner's stage exports the tensor: a checkpoint counts it once).
   virtual absl::StatusOr<StageState> ExportState() = 0;
-  // Replaces the parameters, the optimizer state and the update count by `state`'s and zeroes
-  // the gradients. `state` must hold exactly this stage's tensors (stage_state.h
-  // MatchStageState: params: every HostParams name, a tied copy by its owner's name;
-  // optimizer_state: "<that name>.<state>" for every OptimizerStateNames entry of the job's
-  // optimizer), each with the parameter's shape. kInvalidArgument naming the tensor (missing,
-  // extra, wrong shape: stage_state.h FindTensor); nothing is changed then.
+  // Replaces the parameters, the buffers, the optimizer state and the update count by
+  // `state`'s and zeroes the gradients. `state` must hold exactly this stage's tensors
+  // (stage_state.h MatchStageState: params: every HostParams name, a tied copy by its owner's
+  // name; buffers: every HostBuffers name; optimizer_state: "<that name>.<state>" for every
+  // OptimizerStateNames entry of the job's optimizer), each with the parameter's shape.
+  // kInvalidArgument naming the tensor (missing, extra, wrong shape: stage_state.h FindTensor);
+  // nothing is changed then.
   virtual absl::Status ImportState(const StageState& state) = 0;
 };
 

@@ -35,8 +35,11 @@
 // clipping, every rank), each run by GradientExchange (gradient_exchange.h). OPTIMIZER_STEP
 // then multiplies every gradient by common/grad_clip.h ClipCoefficient(training.max_grad_norm,
 // the global squared norm) when that is below 1, and updates with the learning rate of the
-// backend's update count (common/lr_schedule.h). Which of them a rank's program must hold is
-// schedule::LowerOptionsFor(spec, plan)'s (common/schedule/job_lowering.h).
+// backend's update count (common/lr_schedule.h). The layers' step statistics (batch norm's
+// running statistics, docs/layers.md "Batch normalisation") are summed over the replicas and
+// applied at the ALLREDUCE, or at OPTIMIZER_STEP on a stage without replicas: once per update.
+// Which of them a rank's program must hold is schedule::LowerOptionsFor(spec, plan)'s
+// (common/schedule/job_lowering.h).
 //
 // PipeDream's replicas (1F1B-RR, Narayanan et al., SOSP 2019, section 3.2) under schedule
 // pipedream instead: micro-batches are NOT split; global micro-batch g (step * M + m) runs whole

@@ -69,6 +69,7 @@ absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
 
 absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
                                                   const std::vector<kernels::Param*>& stage_params,
+                                                  const std::vector<kernels::Param*>& stage_buffers,
                                                   const std::vector<std::string>& state_names) {
   MatchedStageState out;
   std::vector<std::string> param_names;
@@ -79,6 +80,14 @@ absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
     param_names.push_back(CheckpointName(*p));
   }
   DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.params, param_names));
+  std::vector<std::string> buffer_names;
+  for (const kernels::Param* b : stage_buffers) {
+    DAPPLE_ASSIGN_OR_RETURN(const NamedTensor* t,
+                            FindTensor(state.buffers, b->name, b->value.shape));
+    out.buffers.push_back(t);
+    buffer_names.push_back(b->name);
+  }
+  DAPPLE_RETURN_IF_ERROR(CheckNoExtraTensors(state.buffers, buffer_names));
   out.optimizer_state.resize(state_names.size());
   std::vector<std::string> names;
   for (size_t k = 0; k < state_names.size(); ++k) {

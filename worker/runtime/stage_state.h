@@ -4,6 +4,8 @@
 //
 // Names use GLOBAL layer indices, so a tensor means the same thing under any pipeline layout:
 //   parameters        "layer<i>.weight" [out, in], "layer<i>.bias" [out]
+//   buffers           non-trainable layer state (kernels::Layer::Buffers), named like
+//                     parameters: "layer<i>.running_mean" [C], "layer<i>.bn1.running_var" [C]
 //   optimizer state   "<param name>.<state>": "momentum" (sgd's velocity buffer),
 //                     "adam_m" / "adam_v" (adamw's first and second moments); same shape as the
 //                     parameter.
@@ -32,6 +34,7 @@ struct NamedTensor {
 
 struct StageState {
   std::vector<NamedTensor> params;           // in the stage's parameter order
+  std::vector<NamedTensor> buffers;          // in the stage's buffer order (HostBuffers)
   std::vector<NamedTensor> optimizer_state;  // for each state name, every parameter's
   int64_t optimizer_steps = 0;               // updates applied (AdamW's bias correction)
 };
@@ -62,20 +65,23 @@ absl::Status CheckNoExtraTensors(const std::vector<NamedTensor>& tensors,
 
 // An import's checkpoint tensors matched to a stage, checked before anything changes (so a
 // refused import leaves the stage as it was): params[i] belongs to stage_params[i], and
-// optimizer_state[k][i] is "<stage_params[i]->name>.<state_names[k]>". The pointers point into
-// the StageState passed to MatchStageState.
+// optimizer_state[k][i] is "<stage_params[i]->name>.<state_names[k]>", buffers[j] belongs to
+// stage_buffers[j]. The pointers point into the StageState passed to MatchStageState.
 struct MatchedStageState {
   std::vector<const NamedTensor*> params;
+  std::vector<const NamedTensor*> buffers;
   std::vector<std::vector<const NamedTensor*>> optimizer_state;  // [state name][parameter]
 };
 
 // Every backend's ImportState check: the state holds exactly the stage's parameters (by
-// CheckpointName) and, for each of `state_names` (OptimizerStateNames), exactly one tensor per
-// parameter, each of its parameter's shape, and optimizer_steps >= 0. Errors (kInvalidArgument):
-// FindTensor's and CheckNoExtraTensors' messages (parameters first, then optimizer state),
+// CheckpointName), exactly its buffers (`stage_buffers`, by name) and, for each of
+// `state_names` (OptimizerStateNames), exactly one tensor per parameter, each of its
+// parameter's (buffer's) shape, and optimizer_steps >= 0. Errors (kInvalidArgument): FindTensor's
+// and CheckNoExtraTensors' messages (parameters first, then buffers, then optimizer state),
 // "checkpoint optimizer_steps -1 must be >= 0".
 absl::StatusOr<MatchedStageState> MatchStageState(const StageState& state,
                                                   const std::vector<kernels::Param*>& stage_params,
+                                                  const std::vector<kernels::Param*>& stage_buffers,
                                                   const std::vector<std::string>& state_names);
 
 }  // namespace dapple::worker

@@ -39,7 +39,7 @@ TEST(StageStateTest, MatchFindsATiedCopyByItsOwnersName) {
   state.optimizer_state = {Tensor("layer3.weight.momentum", 3),
                            Tensor("layer0.token_embedding.momentum", 4)};
   state.optimizer_steps = 5;
-  absl::StatusOr<MatchedStageState> m = MatchStageState(state, params, {"momentum"});
+  absl::StatusOr<MatchedStageState> m = MatchStageState(state, params, {}, {"momentum"});
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->params[0]->name, "layer3.weight");
   EXPECT_EQ(m->params[1]->name, "layer0.token_embedding");
@@ -47,10 +47,40 @@ TEST(StageStateTest, MatchFindsATiedCopyByItsOwnersName) {
 
   // The copy's own name is not a checkpoint tensor: checkpoints hold the table once.
   state.params[0] = Tensor("layer4.weight", 2);
-  m = MatchStageState(state, params, {"momentum"});
+  m = MatchStageState(state, params, {}, {"momentum"});
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(m.status().message(), HasSubstr("checkpoint has no tensor layer0.token_embedding"));
+}
+
+// Buffers (batch norm's running statistics) are matched by their own names, have no optimizer
+// state, and an import takes exactly the stage's.
+TEST(StageStateTest, MatchTakesExactlyTheStagesBuffers) {
+  kernels::Param weight = MakeParam("layer2.weight", "");
+  kernels::Param mean = MakeParam("layer2.running_mean", "");
+  kernels::Param var = MakeParam("layer2.running_var", "");
+  StageState state;
+  state.params = {Tensor("layer2.weight", 1)};
+  state.buffers = {Tensor("layer2.running_var", 3), Tensor("layer2.running_mean", 2)};
+  state.optimizer_state = {Tensor("layer2.weight.momentum", 4)};
+  absl::StatusOr<MatchedStageState> m =
+      MatchStageState(state, {&weight}, {&mean, &var}, {"momentum"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->buffers.size(), 2u);
+  EXPECT_EQ(m->buffers[0]->name, "layer2.running_mean");
+  EXPECT_EQ(m->buffers[1]->name, "layer2.running_var");
+
+  state.buffers.pop_back();  // running_mean missing
+  m = MatchStageState(state, {&weight}, {&mean, &var}, {"momentum"});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("checkpoint has no tensor layer2.running_mean"));
+
+  state.buffers = {Tensor("layer2.running_mean", 2), Tensor("layer2.running_var", 3),
+                   Tensor("layer7.running_var", 3)};
+  m = MatchStageState(state, {&weight}, {&mean, &var}, {"momentum"});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(),
+              HasSubstr("checkpoint tensor layer7.running_var is not a tensor of this stage"));
 }
 
 }  // namespace

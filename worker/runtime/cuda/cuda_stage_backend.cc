@@ -383,8 +383,9 @@ class CudaStageBackend : public StageBackend {
     // Every tensor is found and checked before the first copy, so a refused import changes
     // nothing.
     const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
+    // No CUDA layer has buffers (the layer factory refuses batch norm: no CUDA kernel yet).
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, host_params_, names));
+                            MatchStageState(state, host_params_, /*stage_buffers=*/{}, names));
     const std::vector<const NamedTensor*>& params = matched.params;
     const std::vector<std::vector<const NamedTensor*>>& states = matched.optimizer_state;
     auto copy_in = [&](DeviceBuffer& dst, const NamedTensor& src) {

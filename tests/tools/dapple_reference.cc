@@ -26,8 +26,8 @@
 // Usage: dapple-reference JOB.yaml STEPS OUT_DIR [--trace]   (STEPS 0: the job's total steps,
 // common/steps.h TotalSteps)
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>

@@ -210,10 +210,10 @@ absl::Status Parser::ResolveModelInput(const Field& model_section, v1::JobSpec& 
   const bool text = spec.data().dataset() == kTextDataset;
   if (model.input_type().empty()) model.set_input_type(text ? "tokens" : "float");
   if (model.input_shape().empty()) {
-    if (!text || spec.data().seq_len() <= 0) {
-      return Missing(MarkOf(model_section), "model.input_shape");
-    }
-    model.add_input_shape(spec.data().seq_len());
+    if (!text) return Missing(MarkOf(model_section), "model.input_shape");
+    // A text model's input is data.seq_len tokens; an invalid seq_len is refused at its own
+    // key by validation (data.seq_len's rule), not as a missing input_shape.
+    if (spec.data().seq_len() > 0) model.add_input_shape(spec.data().seq_len());
   }
   return absl::OkStatus();
 }

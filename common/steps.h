@@ -30,6 +30,14 @@ inline int64_t StepsPerEpoch(const v1::JobSpec& spec) {
   return b > 0 ? TrainSamples(spec) / b : 0;
 }
 
+// The 1-based epoch of the job's `done`-th step (1-based, as steps completed): every
+// StepsPerEpoch steps start a new epoch; 1 for a spec without a positive StepsPerEpoch. The
+// worker's progress reports, checkpoint manifests and a resumed job's metrics use it.
+inline int32_t EpochOfStep(const v1::JobSpec& spec, int64_t done) {
+  const int64_t per_epoch = StepsPerEpoch(spec);
+  return per_epoch > 0 && done > 0 ? static_cast<int32_t>((done - 1) / per_epoch + 1) : 1;
+}
+
 // epochs * StepsPerEpoch, capped by training.max_steps when that is > 0; 0 for a spec without
 // a positive global batch or epoch count. The coordinator's progress and every worker's loop use
 // this one function, so they agree on when a job ends.

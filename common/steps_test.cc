@@ -60,5 +60,15 @@ TEST(EvaluatesAfterStepTest, NoStepsNoEvaluation) {
   EXPECT_FALSE(EvaluatesAfterStep(spec, 5));
 }
 
+TEST(EpochOfStepTest, StepsOfAnEpochShareItsNumber) {
+  const v1::JobSpec spec = Spec(3, 0);  // 6 steps per epoch
+  EXPECT_EQ(EpochOfStep(spec, 0), 1);   // nothing done yet: the first epoch
+  EXPECT_EQ(EpochOfStep(spec, 1), 1);
+  EXPECT_EQ(EpochOfStep(spec, 6), 1);
+  EXPECT_EQ(EpochOfStep(spec, 7), 2);
+  EXPECT_EQ(EpochOfStep(spec, 18), 3);
+  EXPECT_EQ(EpochOfStep(v1::JobSpec{}, 5), 1);  // no steps per epoch
+}
+
 }  // namespace
 }  // namespace dapple

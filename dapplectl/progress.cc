@@ -57,7 +57,8 @@ std::string RenderProgressLine(const v1::Job& job, const ProgressStyle& style) {
   } else if (m.epoch() > 0) {
     parts.push_back(absl::StrCat("epoch ", m.epoch()));
   }
-  if (m.step() > 0) {
+  // NaN: no step has reported a loss in this run yet (a resumed job before its first step).
+  if (m.step() > 0 && !std::isnan(m.loss())) {
     // An emulated job's loss is a constant of the emulated device, not a result.
     parts.push_back(absl::StrCat("loss ", FormatLoss(m.loss()),
                                  job.plan().emulated() ? " (emulated, not real)" : ""));

@@ -1,5 +1,7 @@
 #include "dapplectl/progress.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace dapple::ctl {
@@ -27,6 +29,14 @@ TEST(ProgressLineTest, ZeroPercent) {
   v1::Job job = RunningJob(0, 702, 0, 3);
   EXPECT_EQ(RenderProgressLine(job),
             "job-3 RUNNING [....................] step 0/702 epoch 0/3 ETA -");
+}
+
+TEST(ProgressLineTest, AResumedJobShowsNoLossBeforeItsFirstStep) {
+  v1::Job job = RunningJob(83, 234, 1, 1);
+  job.mutable_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
+  job.mutable_metrics()->set_samples_per_second(0);
+  EXPECT_EQ(RenderProgressLine(job),
+            "job-3 RUNNING [#######.............] step 83/234 (35%) epoch 1/1 ETA -");
 }
 
 TEST(ProgressLineTest, FiftyPercent) {

@@ -23,6 +23,7 @@
 #include "worker/daemon/worker_flags.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/device/device.h"
+#include "worker/runtime/allocator_tuning.h"
 
 namespace {
 
@@ -67,6 +68,7 @@ absl::Status ResolveDevices(bool devices_given, bool cpu_fallback,
 }  // namespace
 
 int main(int argc, char** argv) {
+  dapple::worker::TuneAllocatorForTraining();
   // A signal may land on any thread (OpenBLAS starts its own before main), so the handler only
   // writes to a pipe; a dedicated thread turns that into Stop(). Installed first, so that a
   // SIGTERM during start-up (probing CUDA takes a while) still ends in an orderly exit 0.

@@ -33,12 +33,12 @@ const Entry* Table(size_t* count) {
       {&model_types::LayerNorm(), true, true},
       {&model_types::TransformerBlock(), true, true},
       {&model_types::LmHead(), true, true},
-      {&model_types::Conv2d(), true, false},
-      {&model_types::MaxPool2d(), true, false},
-      {&model_types::AvgPool2d(), true, false},
-      {&model_types::GlobalAvgPool(), true, false},
-      {&model_types::BatchNorm2d(), true, false},
-      {&model_types::ResidualBlock(), true, false},
+      {&model_types::Conv2d(), true, true},
+      {&model_types::MaxPool2d(), true, true},
+      {&model_types::AvgPool2d(), true, true},
+      {&model_types::GlobalAvgPool(), true, true},
+      {&model_types::BatchNorm2d(), true, true},
+      {&model_types::ResidualBlock(), true, true},
   };
   *count = sizeof(kTypes) / sizeof(kTypes[0]);
   return kTypes;

@@ -14,20 +14,21 @@ struct KindCode {
   v1::ActionKind kind;
   absl::string_view code;
   bool has_micro_batch;
+  absl::string_view words;  // DescribeAction's, for messages users read
 };
 
 // The one table both directions read, so printing and parsing cannot drift apart.
 constexpr KindCode kKindCodes[] = {
-    {v1::FORWARD, "F", true},
-    {v1::BACKWARD, "B", true},
-    {v1::SEND_ACT, "SEND_ACT", true},
-    {v1::RECV_ACT, "RECV_ACT", true},
-    {v1::SEND_GRAD, "SEND_GRAD", true},
-    {v1::RECV_GRAD, "RECV_GRAD", true},
-    {v1::ALLREDUCE, "ALLREDUCE", false},
-    {v1::OPTIMIZER_STEP, "STEP", false},
-    {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false},
-    {v1::GLOBAL_NORM, "GLOBAL_NORM", false},
+    {v1::FORWARD, "F", true, "the forward of micro-batch"},
+    {v1::BACKWARD, "B", true, "the backward of micro-batch"},
+    {v1::SEND_ACT, "SEND_ACT", true, "sending the activations of micro-batch"},
+    {v1::RECV_ACT, "RECV_ACT", true, "receiving the activations of micro-batch"},
+    {v1::SEND_GRAD, "SEND_GRAD", true, "sending the gradients of micro-batch"},
+    {v1::RECV_GRAD, "RECV_GRAD", true, "receiving the gradients of micro-batch"},
+    {v1::ALLREDUCE, "ALLREDUCE", false, "the gradient AllReduce over the stage's replicas"},
+    {v1::OPTIMIZER_STEP, "STEP", false, "the optimizer step"},
+    {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false, "the tied weights' gradient sum"},
+    {v1::GLOBAL_NORM, "GLOBAL_NORM", false, "the global gradient norm (clipping)"},
 };
 
 const KindCode* FindByKind(v1::ActionKind kind) {
@@ -74,6 +75,13 @@ std::string ActionToString(const v1::Action& a) {
   }
   if (!k->has_micro_batch) return absl::StrCat(a.stage(), k->code);
   return absl::StrCat(a.stage(), k->code, a.micro_batch());
+}
+
+std::string DescribeAction(const v1::Action& a) {
+  const KindCode* k = FindByKind(a.kind());
+  if (k == nullptr) return absl::StrCat("action ", ActionToString(a));
+  if (!k->has_micro_batch) return std::string(k->words);
+  return absl::StrCat(k->words, " ", a.micro_batch());
 }
 
 absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {

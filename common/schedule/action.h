@@ -26,6 +26,9 @@ bool KindHasMicroBatch(v1::ActionKind kind);
 // micro-batch. A kind outside the
 // named ones prints as "<stage>UNKNOWN(<kind>)<micro_batch>", which ParseAction rejects.
 std::string ActionToString(const v1::Action& a);
+// The action in words for messages users read, e.g. "receiving the gradients of micro-batch 5",
+// "the gradient AllReduce over the stage's replicas" (no stage: the message names it).
+std::string DescribeAction(const v1::Action& a);
 // Inverse of ActionToString for every named kind (stage, micro-batch >= 0): a decimal stage, the
 // code (case-sensitive), then a decimal micro-batch for F/B/SEND_*/RECV_* (none for ALLREDUCE,
 // TIED_ALLREDUCE, GLOBAL_NORM and STEP, which get -1). No signs, spaces or surrounding text.

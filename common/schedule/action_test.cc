@@ -35,6 +35,19 @@ TEST(ActionTest, ToStringExamples) {
   EXPECT_EQ(ActionToString(MakeAction(0, v1::OPTIMIZER_STEP, 4)), "0STEP");
 }
 
+TEST(ActionTest, DescribeInWords) {
+  EXPECT_EQ(DescribeAction(MakeAction(0, v1::RECV_GRAD, 5)),
+            "receiving the gradients of micro-batch 5");
+  EXPECT_EQ(DescribeAction(MakeAction(1, v1::FORWARD, 0)), "the forward of micro-batch 0");
+  EXPECT_EQ(DescribeAction(MakeAction(1, v1::ALLREDUCE)),
+            "the gradient AllReduce over the stage's replicas");
+  EXPECT_EQ(DescribeAction(MakeAction(1, v1::OPTIMIZER_STEP)), "the optimizer step");
+  for (int k = v1::ActionKind_MIN + 1; k <= v1::ActionKind_MAX; ++k) {
+    const std::string words = DescribeAction(MakeAction(0, static_cast<v1::ActionKind>(k), 2));
+    EXPECT_EQ(words.find("action "), std::string::npos) << "kind " << k << ": " << words;
+  }
+}
+
 TEST(ActionTest, UnknownKindPrintsAndDoesNotParse) {
   const std::string text = ActionToString(MakeAction(1, v1::ACTION_KIND_UNSPECIFIED, 3));
   EXPECT_EQ(text, "1UNKNOWN(0)3");

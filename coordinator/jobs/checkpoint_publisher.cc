@@ -153,8 +153,7 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   m.set_format_version(kCheckpointFormatVersion);
   m.set_job_id(job_id);
   m.set_step(step);
-  const int64_t per_epoch = StepsPerEpoch(job.spec);
-  m.set_epoch(per_epoch > 0 ? static_cast<int32_t>((step - 1) / per_epoch + 1) : 1);
+  m.set_epoch(EpochOfStep(job.spec, step));
   *m.mutable_spec() = job.spec;
   *m.mutable_plan() = job.plan;
   m.set_seed(job.spec.training().seed());

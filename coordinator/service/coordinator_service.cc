@@ -1,6 +1,7 @@
 #include "coordinator/service/coordinator_service.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -261,7 +262,22 @@ void CoordinatorService::Tick() {
 }
 
 void CoordinatorService::CheckHealthLocked(int64_t now) {
-  for (WorkerRecord* worker : workers_.TimedOut(now, options_.worker_timeout_ms)) {
+  // Silence measured right after our own stall is partly ours: every worker looked silent at
+  // once while their heartbeats waited behind this lock (seen under load: two healthy workers
+  // DEAD in the same pass, the running job failed). Let the queued heartbeats land first.
+  if (options_.stall_grace_ms > 0 && last_health_check_ms_ > 0 &&
+      now - last_health_check_ms_ > options_.tick_interval_ms + options_.stall_grace_ms) {
+    judge_workers_after_ms_ = now + options_.stall_grace_ms;
+    DAPPLE_LOG_WARN(
+        "coordinator stalled: health check {:.1f} s after the previous one (due every "
+        "{:.1f} s); judging worker heartbeats again in {:.1f} s",
+        (now - last_health_check_ms_) / 1000.0, options_.tick_interval_ms / 1000.0,
+        options_.stall_grace_ms / 1000.0);
+  }
+  last_health_check_ms_ = now;
+  const bool judge = now >= judge_workers_after_ms_;
+  for (WorkerRecord* worker :
+       judge ? workers_.TimedOut(now, options_.worker_timeout_ms) : std::vector<WorkerRecord*>{}) {
     const double silent_s = (now - worker->info.last_heartbeat_unix_ms()) / 1000.0;
     const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
     const std::string job_id = worker->info.job_id();
@@ -488,7 +504,12 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
         j->mutable_metrics()->set_total_steps(total_steps);
         j->mutable_metrics()->set_epochs(static_cast<int32_t>(j->spec().training().epochs()));
         // step_losses[i] stays step i + 1: the steps before first_step read as NaN.
-        if (first_step > 0) j->mutable_metrics()->set_step(first_step);
+        // A resumed job shows where it resumes; its loss is unknown until its first step here.
+        if (first_step > 0) {
+          j->mutable_metrics()->set_step(first_step);
+          j->mutable_metrics()->set_epoch(EpochOfStep(j->spec(), first_step));
+          j->mutable_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
+        }
       });
   if (!running.ok()) {
     return fail(absl::StrCat("could not start: ", running.status().message()));

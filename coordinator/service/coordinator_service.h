@@ -84,6 +84,10 @@ struct CoordinatorOptions {
   int64_t heartbeat_interval_ms = 500;  // told to workers at registration
   int64_t worker_timeout_ms = 5000;     // silence after which a worker is DEAD
   int64_t tick_interval_ms = 100;       // background pass period
+  // A background pass later than tick_interval_ms + stall_grace_ms means the coordinator itself
+  // stalled (a starved CPU, a pause): heartbeats sent meanwhile are still queued, so no worker is
+  // judged DEAD until stall_grace_ms after that pass. 0: off (tests that move the clock by hand).
+  int64_t stall_grace_ms = 1000;
   int64_t metrics_persist_interval_ms = 1000;
   int64_t watch_min_interval_ms = 100;  // WatchJob sends at most one snapshot per interval
   // A DEAD worker is listed this long after it died, then forgotten (removed, as if it had
@@ -349,6 +353,8 @@ class CoordinatorService {
   std::unique_ptr<WorkerIdStore> worker_ids_;
 
   absl::Mutex mu_;
+  int64_t last_health_check_ms_ = 0;    // CheckHealthLocked's previous pass (guarded by mu_)
+  int64_t judge_workers_after_ms_ = 0;  // no DEAD verdicts before this (a stall's grace)
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   // The generated-id sequence as last saved in worker_ids_ (WorkerRegistry::next_generated_id).
   int64_t saved_next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;

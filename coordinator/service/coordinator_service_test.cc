@@ -58,8 +58,11 @@ class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { svc_ = Open(); }
 
-  std::unique_ptr<CoordinatorService> Open(int64_t dead_worker_retention_ms = 600'000) {
+  std::unique_ptr<CoordinatorService> Open(int64_t dead_worker_retention_ms = 600'000,
+                                           int64_t stall_grace_ms = 0) {
     CoordinatorOptions options;
+    // The tests move the clock by whole seconds between passes, which would read as stalls.
+    options.stall_grace_ms = stall_grace_ms;
     options.measure_profiles = measure_;  // the MeasuredProfile tests play the measuring worker
     options.db_path = path_;
     options.heartbeat_interval_ms = 500;
@@ -575,6 +578,34 @@ TEST_F(CoordinatorServiceTest, DeadWorkerFailsItsJobNamingWorkerAndStage) {
   now_ += 5000;
   svc_->Tick();
   EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_DEAD);
+}
+
+// The coordinator's own stall (its passes late) makes every worker look silent at once; their
+// queued heartbeats land within the grace, and nobody is declared DEAD. A worker still silent
+// after the grace is.
+TEST_F(CoordinatorServiceTest, ACoordinatorStallDoesNotKillHealthyWorkers) {
+  svc_.reset();
+  svc_ = Open(600'000, /*stall_grace_ms=*/1000);
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(&w1, &w2);  // heartbeats at kStart
+  svc_->Tick();
+  now_ += 7000;  // the next pass 7 s late: both silent past the 5 s timeout
+  svc_->Tick();
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  Heartbeat(w1, id);  // w-1's queued heartbeat lands; w-2's never comes
+  now_ += 100;
+  svc_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  for (int i = 0; i < 10; ++i) {  // the grace passes at 100 ms a pass
+    now_ += 100;
+    Heartbeat(w1, id);
+    svc_->Tick();
+  }
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_DEAD);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_FAILED);
 }
 
 std::vector<std::string> WorkerIds(CoordinatorService& svc) {

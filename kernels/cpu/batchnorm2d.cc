@@ -88,20 +88,25 @@ void BatchNormChannels::ReadStepStatistics(double* out) const {
   std::copy(step_.begin(), step_.end(), out);
 }
 
-void BatchNormChannels::ApplyStepStatistics(const double* summed) {
-  const double count = summed[2 * channels_];
-  if (count > 0) {
-    for (int64_t c = 0; c < channels_; ++c) {
-      const double mean = summed[c] / count;
-      float& rm = running_mean_.value.data[c];
-      rm = static_cast<float>((1 - momentum_) * rm + momentum_ * mean);
-      if (count < 2) continue;
-      // Clamped at 0: the difference of sums may round below it for a constant channel.
-      const double var = std::max(0.0, (summed[channels_ + c] - summed[c] * mean) / (count - 1));
-      float& rv = running_var_.value.data[c];
-      rv = static_cast<float>((1 - momentum_) * rv + momentum_ * var);
-    }
+void UpdateRunningStatistics(const double* summed, int64_t channels, double momentum,
+                             float* running_mean, float* running_var) {
+  const double count = summed[2 * channels];
+  if (count <= 0) return;
+  for (int64_t c = 0; c < channels; ++c) {
+    const double mean = summed[c] / count;
+    float& rm = running_mean[c];
+    rm = static_cast<float>((1 - momentum) * rm + momentum * mean);
+    if (count < 2) continue;
+    // Clamped at 0: the difference of sums may round below it for a constant channel.
+    const double var = std::max(0.0, (summed[channels + c] - summed[c] * mean) / (count - 1));
+    float& rv = running_var[c];
+    rv = static_cast<float>((1 - momentum) * rv + momentum * var);
   }
+}
+
+void BatchNormChannels::ApplyStepStatistics(const double* summed) {
+  UpdateRunningStatistics(summed, channels_, momentum_, running_mean_.value.data.data(),
+                          running_var_.value.data.data());
   std::fill(step_.begin(), step_.end(), 0.0);
 }
 

@@ -18,6 +18,17 @@ namespace dapple::kernels {
 constexpr double kDefaultBatchNormEps = 1e-5;
 constexpr double kDefaultBatchNormMomentum = 0.1;
 
+// The once-per-step update of running statistics from step statistics `summed` ([sum [C],
+// sum of squares [C], count], summed over replicas), PyTorch's: mean = sum / count, the
+// unbiased var = (sumsq - sum mean) / (count - 1) (clamped at 0),
+//   running_mean = (1 - momentum) running_mean + momentum mean,
+//   running_var  = (1 - momentum) running_var  + momentum var,
+// in double then rounded to float. Count 0 changes nothing; a count below 2 leaves running_var
+// unchanged (the unbiased variance of one element is undefined). running_mean and running_var
+// are [C] host arrays. Shared by the CPU and the CUDA layers: one formula.
+void UpdateRunningStatistics(const double* summed, int64_t channels, double momentum,
+                             float* running_mean, float* running_var);
+
 // One batch normalisation of C channels: its parameters, buffers and step statistics, shared by
 // BatchNorm2dLayer and ResidualBlockLayer (which has three). Names are `prefix` + "weight"
 // (gamma [C], starts at 1), "bias" (beta [C], starts at 0), "running_mean" ([C], starts at 0)

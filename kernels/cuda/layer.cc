@@ -46,4 +46,30 @@ absl::Status DeviceLayer::BackwardWeight(const KernelContext& ctx, const void* x
   return absl::OkStatus();
 }
 
+absl::Status DeviceLayer::BindBuffers(std::vector<float*> buffers) {
+  if (buffers.size() != info_.buffers.size()) {
+    return absl::InternalError(absl::StrCat(Name(), ": ", buffers.size(),
+                                            " device buffers bound, the declaration has ",
+                                            info_.buffers.size()));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == nullptr) {
+      return absl::InternalError(
+          absl::StrCat(Name(), ": buffer ", info_.buffers[i].name, " bound to null"));
+    }
+  }
+  buffers_ = std::move(buffers);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceLayer::ReadStepStatistics(const KernelContext& ctx, double* host) {
+  (void)ctx, (void)host;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceLayer::ApplyStepStatistics(const KernelContext& ctx, const double* summed) {
+  (void)ctx, (void)summed;
+  return absl::OkStatus();
+}
+
 }  // namespace dapple::kernels::cuda

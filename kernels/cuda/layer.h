@@ -110,9 +110,32 @@ class DeviceLayer {
                                       const void* dy, int64_t rows, DeviceCache* cache,
                                       Scratch scratch);
 
+  // Non-trainable state (LayerInfo::buffers: batch norm's running statistics), fp32 device
+  // buffers owned by the caller, in declaration order; only ApplyStepStatistics (and the
+  // caller's checkpoint restore) writes them. kInternal when their number differs from the
+  // declaration or one is null. Layers without buffers need no call.
+  absl::Status BindBuffers(std::vector<float*> buffers);
+
+  // Step statistics, as kernels/cpu/layer.h's Layer (the same layout and values: batch norm's
+  // per-channel sum and sum of squares of its input in double, then the element count), so the
+  // runtime sums them over replicas, CPU and GPU stages alike. Training Forwards accumulate them
+  // on the device (the layer keeps that small accumulator itself); ReadStepStatistics
+  // synchronises ctx.stream and copies them to `host` (StepStatisticsSize() doubles);
+  // ApplyStepStatistics updates the buffers from the replicas' sum `summed` (host) with
+  // kernels/cpu/batchnorm2d.h's UpdateRunningStatistics, synchronously, and clears the
+  // accumulation. Size 0 (the default): none, and the calls do nothing.
+  virtual int64_t StepStatisticsSize() const { return 0; }
+  virtual absl::Status ReadStepStatistics(const KernelContext& ctx, double* host);
+  virtual absl::Status ApplyStepStatistics(const KernelContext& ctx, const double* summed);
+
  protected:
   DeviceLayer(const LayerInfo& info, Dtype dtype) : info_(info), dtype_(dtype) {}
   const DeviceParam& param(int i) const { return params_[static_cast<size_t>(i)]; }
+  float* buffer(int i) const { return buffers_[static_cast<size_t>(i)]; }
+  // True when BindParams and (for a layer with buffers) BindBuffers have succeeded.
+  bool bound() const {
+    return params_.size() == info_.params.size() && buffers_.size() == info_.buffers.size();
+  }
   // "layer3 (transformer_block)": how messages name this layer.
   std::string Name() const;
 
@@ -120,6 +143,7 @@ class DeviceLayer {
   LayerInfo info_;
   Dtype dtype_;
   std::vector<DeviceParam> params_;
+  std::vector<float*> buffers_;
 };
 
 }  // namespace dapple::kernels::cuda

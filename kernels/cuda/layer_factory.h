@@ -18,7 +18,8 @@ namespace dapple::kernels::cuda {
 // computing in `dtype`, without parameters: the caller binds them (DeviceLayer::BindParams),
 // normally device copies of the CPU layer's (kernels/cpu/layer_factory.h MakeCpuLayer), so
 // initial weights are the CPU's bitwise. Building touches no GPU. kInvalidArgument for a type
-// with no CUDA kernel ("model.layers[3]: type 'conv2d' has no CUDA kernel").
+// with no CUDA kernel ("model.layers[3]: type 'x' has no CUDA kernel") or none in `dtype`
+// (the image layers are fp32 only).
 absl::StatusOr<std::unique_ptr<DeviceLayer>> MakeCudaLayer(const LayerInfo& info,
                                                            const v1::LayerSpec& spec, Dtype dtype);
 

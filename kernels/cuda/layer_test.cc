@@ -459,11 +459,11 @@ TEST(CudaLayerFactoryTest, EveryTypeOfTheRegistryHasAKernelAndUnknownTypesAreRef
   }
   LayerInfo unknown;
   unknown.index = 3;
-  unknown.type = "conv2d";
+  unknown.type = "no_such_type";
   absl::StatusOr<std::unique_ptr<DeviceLayer>> none =
       MakeCudaLayer(unknown, v1::LayerSpec(), Dtype::kFp32);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(none.status().message(), "model.layers[3]: type 'conv2d' has no CUDA kernel");
+  EXPECT_EQ(none.status().message(), "model.layers[3]: type 'no_such_type' has no CUDA kernel");
 }
 
 // In fp32 a layer keeps exactly what common/model declares (the planner's memory model).

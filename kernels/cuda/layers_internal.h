@@ -39,6 +39,24 @@ std::unique_ptr<DeviceLayer> MakeEmbeddingLayer(const LayerInfo& info, const v1:
 std::unique_ptr<DeviceLayer> MakeTransformerBlockLayer(const LayerInfo& info,
                                                        const v1::LayerSpec& spec, Dtype dtype);
 
+// The image layers (fp32 only: the factory refuses bf16 for them).
+// conv2d_layer.cc
+std::unique_ptr<DeviceLayer> MakeConv2dLayer(const LayerInfo& info, const v1::LayerSpec& spec,
+                                             Dtype dtype);
+// pool2d_layer.cc
+std::unique_ptr<DeviceLayer> MakeMaxPool2dLayer(const LayerInfo& info, const v1::LayerSpec& spec,
+                                                Dtype dtype);
+std::unique_ptr<DeviceLayer> MakeAvgPool2dLayer(const LayerInfo& info, const v1::LayerSpec& spec,
+                                                Dtype dtype);
+std::unique_ptr<DeviceLayer> MakeGlobalAvgPoolLayer(const LayerInfo& info,
+                                                    const v1::LayerSpec& spec, Dtype dtype);
+// batchnorm2d_layer.cc
+std::unique_ptr<DeviceLayer> MakeBatchNorm2dLayer(const LayerInfo& info, const v1::LayerSpec& spec,
+                                                  Dtype dtype);
+// residual_block_layer.cc
+std::unique_ptr<DeviceLayer> MakeResidualBlockLayer(const LayerInfo& info,
+                                                    const v1::LayerSpec& spec, Dtype dtype);
+
 }  // namespace dapple::kernels::cuda::internal
 
 #endif  // DAPPLE_KERNELS_CUDA_LAYERS_INTERNAL_H_

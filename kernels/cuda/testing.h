@@ -74,8 +74,8 @@ inline void CheckCuda(cudaError_t err, const char* what) {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-// One stream, a cuBLAS handle bound to it (default math: no TF32) and a 32 MiB workspace, as
-// worker/device sets them up; created on first use and kept for the whole process.
+// One stream, cuBLAS (default math: no TF32) and cuDNN handles bound to it and a 32 MiB workspace,
+// as worker/device sets them up; created on first use and kept for the whole process.
 inline const KernelContext& Context() {
   static const KernelContext* ctx = [] {
     auto* c = new KernelContext;
@@ -83,6 +83,11 @@ inline const KernelContext& Context() {
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
       std::fprintf(stderr, "cublasCreate / cublasSetStream failed\n");
+      std::abort();
+    }
+    if (cudnnCreate(&c->cudnn) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetStream(c->cudnn, c->stream) != CUDNN_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cudnnCreate / cudnnSetStream failed\n");
       std::abort();
     }
     CheckCuda(cudaMalloc(&c->workspace, kWorkspaceBytes), "cudaMalloc(workspace)");

@@ -34,7 +34,7 @@ for b in "${BINARIES[@]}"; do
   strip --strip-debug -o "$root/build/$b" "$BUILD_DIR/$b"
 done
 # Libraries: everything ldd resolves except glibc's own and CUDA's (the machine brings those).
-skip='^(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64|linux-vdso|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.'
+skip='^(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64|linux-vdso|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn[a-z_]*)\.'
 for b in "${BINARIES[@]}"; do
   ldd "$BUILD_DIR/$b" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check, on a machine with an NVIDIA GPU: every gpu-labelled test (the GPT kernels and
-# layers against their CPU twins, GPT stages against the CPU backend among them), the Linear
-# kernel benchmark against cuBLAS's own GEMM, the GPT kernels' benchmark, and jobs on one GPU
-# (the demo job with 2 stages sharing the GPU; GPU-vs-CPU parity; a GPT on text), then a short
-# table. Under 8 minutes on one H200.
+# layers and the cuDNN image ops and layers against their CPU twins, with the tolerances their
+# test files state: kernels/cuda/cudnn_ops_test.cc, image_layers_test.cc; GPT stages against the
+# CPU backend among them), the Linear kernel benchmark against cuBLAS's own GEMM, the GPT
+# kernels' benchmark, and jobs on one GPU (the demo job with 2 stages sharing the GPU; GPU-vs-CPU
+# parity; a GPT on text; the ResNet example against the CPU reference), then a short table.
+# Under 8 minutes on one H200.
 #
 # From a bundle (tests/gpu/bundle.sh; .gpu/dapple-gpu.tar.xz present): runs on a machine without
 # dapple's Debian packages, using the machine's CUDA libraries. Otherwise from the build tree.
@@ -20,7 +22,7 @@ if [[ -f .gpu/dapple-gpu.tar.xz ]]; then
   BUILD=/tmp/dapple-gpu/build
   DATA=/tmp/dapple-gpu/data
   libdirs=/tmp/dapple-gpu/lib
-  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
     found="$(find -H /usr/local/cuda/lib64 /usr/local /usr/lib /opt \
                -name "$lib" 2>/dev/null | head -1)"
     if [[ -z "$found" ]]; then echo "run.sh: $lib not found on this machine" >&2; exit 1; fi

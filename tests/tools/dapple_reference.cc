@@ -46,6 +46,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/optimizer.h"
 #include "worker/data/dataset.h"
+#include "worker/runtime/allocator_tuning.h"
 #include "worker/runtime/param_io.h"
 #include "worker/runtime/reference_trainer.h"
 
@@ -196,6 +197,7 @@ absl::Status Run(const std::string& spec_path, long steps, const std::string& ou
 }  // namespace dapple
 
 int main(int argc, char** argv) {
+  dapple::worker::TuneAllocatorForTraining();
   const bool trace = argc == 5 && std::string(argv[4]) == "--trace";
   if (argc != 4 && !trace) {
     std::cerr << "usage: dapple-reference JOB.yaml STEPS OUT_DIR [--trace]\n";

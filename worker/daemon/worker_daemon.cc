@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "common/eval_metrics.h"
 #include "common/logging.h"
+#include "common/schedule/action.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
@@ -554,9 +555,10 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
 absl::Status NameLostReplicas(const v1::StageAssignment& a, const absl::Status& status) {
   const int replicas = schedule::StageReplicas(a.plan(), a.stage());
   // Gloo names a lost peer by its socket address only; the runtime's message says which action
-  // failed ("... action 1ALLREDUCE: ..."). The peer is one of the stage's other replicas.
+  // failed (schedule::DescribeAction). The peer is one of the stage's other replicas.
   if (replicas < 2 || status.code() != absl::StatusCode::kUnavailable ||
-      !absl::StrContains(status.message(), absl::StrCat("action ", a.stage(), "ALLREDUCE"))) {
+      !absl::StrContains(status.message(), schedule::DescribeAction(
+                                               schedule::MakeAction(a.stage(), v1::ALLREDUCE)))) {
     return status;
   }
   const v1::PlanStageSummary& stage = a.plan().stages(a.stage());
@@ -682,7 +684,6 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   StageCheckpointer checkpointer(a, &checkpoint_step_);
   DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
   const int64_t total = TotalSteps(a.spec());
-  const int64_t per_epoch = StepsPerEpoch(a.spec());
   // Replica 0 of the last stage reports the loss (every replica computes the same global
   // loss; the coordinator counts each step once); replica 0 of each stage writes checkpoints.
   const bool last = stage == num_stages - 1;
@@ -702,7 +703,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
     if (!step_result.ok()) return NameLostReplicas(a, step_result.status());
     StepResult r = *std::move(step_result);
-    const int epoch = static_cast<int>(step / per_epoch) + 1;
+    const int epoch = EpochOfStep(a.spec(), step + 1);
     if (last && !std::isfinite(r.loss)) {
       // Training cannot recover from a non-finite loss; reporting success would hide it.
       return absl::FailedPreconditionError(absl::StrFormat(

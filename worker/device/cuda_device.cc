@@ -138,6 +138,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(int index) {
   // Pure fp32 (no TF32): the parity harness compares against the CPU within 1e-5 relative.
   DAPPLE_CUBLAS_DEVICE_RETURN_IF_ERROR(index,
                                        cublasSetMathMode(dev->ctx_.cublas, CUBLAS_DEFAULT_MATH));
+  // cuDNN for the image layers (kernels/cuda/cudnn_ops.h), on the same stream; its convolutions
+  // share the workspace below (stream-ordered with cuBLAS's use of it).
+  DAPPLE_CUDNN_DEVICE_RETURN_IF_ERROR(index, cudnnCreate(&dev->ctx_.cudnn));
+  DAPPLE_CUDNN_DEVICE_RETURN_IF_ERROR(index, cudnnSetStream(dev->ctx_.cudnn, dev->ctx_.stream));
   // An explicit workspace keeps cuBLAS from allocating its own per stream behind the allocator's
   // back (and makes the footprint known up front).
   DAPPLE_CUDA_DEVICE_RETURN_IF_ERROR(index, cudaMalloc(&dev->workspace_, kCublasWorkspaceBytes));
@@ -159,6 +163,7 @@ CudaDevice::~CudaDevice() {
   if (ctx_.stream != nullptr) check(cudaStreamSynchronize(ctx_.stream));
   if (comm_stream_ != nullptr) check(cudaStreamSynchronize(comm_stream_));
   if (ctx_.cublas != nullptr) (void)cublasDestroy(ctx_.cublas);
+  if (ctx_.cudnn != nullptr) (void)cudnnDestroy(ctx_.cudnn);
   allocator_.reset();
   if (workspace_ != nullptr) check(cudaFree(workspace_));
   if (wait_event_ != nullptr) check(cudaEventDestroy(wait_event_));

@@ -9,6 +9,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <string>
@@ -45,6 +46,12 @@ inline absl::Status CublasError(int device, cublasStatus_t err, absl::string_vie
       absl::StrFormat("cuda:%d: %s: %s", device, what, cublasGetStatusString(err)));
 }
 
+inline absl::Status CudnnError(int device, cudnnStatus_t err, absl::string_view what) {
+  if (err == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrFormat("cuda:%d: %s: %s", device, what, cudnnGetErrorString(err)));
+}
+
 // "512 B", "1.5 MiB", "1.0 PiB": sizes in messages.
 inline std::string FormatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -70,6 +77,12 @@ inline std::string FormatBytes(uint64_t bytes) {
   do {                                                                                          \
     const absl::Status _dapple_dev_st = ::dapple::worker::CublasError((device), (expr), #expr); \
     if (!_dapple_dev_st.ok()) return _dapple_dev_st;                                            \
+  } while (0)
+
+#define DAPPLE_CUDNN_DEVICE_RETURN_IF_ERROR(device, expr)                                      \
+  do {                                                                                         \
+    const absl::Status _dapple_dev_st = ::dapple::worker::CudnnError((device), (expr), #expr); \
+    if (!_dapple_dev_st.ok()) return _dapple_dev_st;                                           \
   } while (0)
 
 #endif  // DAPPLE_WORKER_DEVICE_CUDA_ERROR_H_

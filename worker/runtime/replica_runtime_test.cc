@@ -391,7 +391,7 @@ TEST(ReplicaRunTest, ASecondAllReduceInAStepIsAnInternalError) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(runs[r].status.code(), absl::StatusCode::kInternal) << runs[r].status;
     EXPECT_THAT(runs[r].status.message(),
-                HasSubstr(absl::StrCat("stage 0 replica ", r, " step 1 action")));
+                HasSubstr(absl::StrCat("stage 0 replica ", r, " step 1, ")));
     EXPECT_THAT(runs[r].status.message(), HasSubstr("a second ALLREDUCE"));
     EXPECT_EQ(job.collectives[r]->allreduce_calls, 1);
   }

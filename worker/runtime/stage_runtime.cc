@@ -135,9 +135,9 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       const std::string who = num_replicas_ > 1
                                   ? absl::StrCat("stage ", stage_, " replica ", replica_)
                                   : absl::StrCat("stage ", stage_);
-      return absl::Status(s.code(),
-                          absl::StrCat(who, " step ", step + 1, " action ",
-                                       schedule::ActionToString(action), ": ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat(who, " step ", step + 1, ", ", schedule::DescribeAction(action),
+                                 ": ", s.message()));
     }
     if (i == 0) first_start = start;
     last_end = end;

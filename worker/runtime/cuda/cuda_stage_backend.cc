@@ -21,6 +21,7 @@
 #include "kernels/cuda/layer_factory.h"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/optimizer.h"
+#include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
 namespace {
@@ -341,6 +342,29 @@ class CudaStageBackend : public StageBackend {
     return host_params_;
   }
 
+  int64_t StepStatisticsSize() const override { return statistics_size_; }
+
+  absl::Status ReadStepStatistics(double* host) override {
+    for (StageLayer& l : layers_) {
+      DAPPLE_RETURN_IF_ERROR(l.kernel->ReadStepStatistics(ctx(), host));
+      host += l.kernel->StepStatisticsSize();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyStepStatistics(const double* summed) override {
+    for (StageLayer& l : layers_) {
+      DAPPLE_RETURN_IF_ERROR(l.kernel->ApplyStepStatistics(ctx(), summed));
+      summed += l.kernel->StepStatisticsSize();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<kernels::Param*>> HostBuffers() override {
+    DAPPLE_RETURN_IF_ERROR(CopyBuffersToHost());
+    return host_buffers_;
+  }
+
   absl::StatusOr<StageState> ExportState() override {
     StageState out;
     const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
@@ -374,7 +398,8 @@ class CudaStageBackend : public StageBackend {
                                         absl::StrCat(p.name, ".", names[k]), src));
       }
     }
-    DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
+    DAPPLE_RETURN_IF_ERROR(CopyBuffersToHost());
+    out.buffers = BufferTensors(host_buffers_);
     out.optimizer_steps = t_;
     return out;
   }
@@ -383,9 +408,8 @@ class CudaStageBackend : public StageBackend {
     // Every tensor is found and checked before the first copy, so a refused import changes
     // nothing.
     const std::vector<std::string> names = OptimizerStateNames(training_.optimizer().type());
-    // No CUDA layer has buffers (the layer factory refuses batch norm: no CUDA kernel yet).
     DAPPLE_ASSIGN_OR_RETURN(const MatchedStageState matched,
-                            MatchStageState(state, host_params_, /*stage_buffers=*/{}, names));
+                            MatchStageState(state, host_params_, host_buffers_, names));
     const std::vector<const NamedTensor*>& params = matched.params;
     const std::vector<std::vector<const NamedTensor*>>& states = matched.optimizer_state;
     auto copy_in = [&](DeviceBuffer& dst, const NamedTensor& src) {
@@ -403,6 +427,9 @@ class CudaStageBackend : public StageBackend {
           cudaMemsetAsync(dev_grads_[i].data(), 0,
                           host_params_[i]->value.data.size() * sizeof(float), stream()),
           "zero gradients"));
+    }
+    for (size_t i = 0; i < host_buffers_.size(); ++i) {
+      DAPPLE_RETURN_IF_ERROR(copy_in(dev_buffers_[i], *matched.buffers[i]));
     }
     // The host vectors belong to the caller: wait until the device has read them.
     DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
@@ -448,8 +475,25 @@ class CudaStageBackend : public StageBackend {
       state1_.push_back(std::move(s1));
       state2_.push_back(std::move(s2));
     }
+    // Buffers (batch norm's running statistics): device copies of the CPU layers' initial values.
+    host_buffers_ = CollectBuffers(host_layers_);
+    for (kernels::Param* b : host_buffers_) {
+      const size_t bytes = b->value.data.size() * sizeof(float);
+      DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer d, dev_->Allocate(bytes));
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemcpyAsync(d.data(), b->value.data.data(), bytes, cudaMemcpyHostToDevice, stream()),
+          "copy initial buffers to the device"));
+      dev_buffers_.push_back(std::move(d));
+    }
     for (int i = first; i <= last; ++i) {
       DAPPLE_RETURN_IF_ERROR(AddLayer(infos[i], spec.model().layers(i), *host_layers_[i - first]));
+    }
+    // The runtime sums the statistics of CPU and GPU replicas alike: the layouts must agree.
+    for (const StageLayer& l : layers_) statistics_size_ += l.kernel->StepStatisticsSize();
+    if (statistics_size_ != worker::StepStatisticsSize(host_layers_)) {
+      return absl::InternalError(absl::StrCat("step statistics: the CUDA layers have ",
+                                              statistics_size_, " values, the CPU layers ",
+                                              worker::StepStatisticsSize(host_layers_)));
     }
     return dev_->Synchronize();
   }
@@ -490,6 +534,18 @@ class CudaStageBackend : public StageBackend {
     return dev_->Synchronize();
   }
 
+  // The device buffers into the host layers' Buffers() (host_buffers_), synchronously.
+  absl::Status CopyBuffersToHost() {
+    for (size_t i = 0; i < host_buffers_.size(); ++i) {
+      std::vector<float>& host = host_buffers_[i]->value.data;
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
+          cudaMemcpyAsync(host.data(), dev_buffers_[i].data(), host.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream()),
+          "copy buffers to the host"));
+    }
+    return dev_->Synchronize();
+  }
+
   absl::Status CheckPositions(const std::vector<int>& params) const {
     for (size_t k = 0; k < params.size(); ++k) {
       if (params[k] < 0 || params[k] >= static_cast<int>(host_params_.size()) ||
@@ -521,6 +577,16 @@ class CudaStageBackend : public StageBackend {
                         static_cast<int64_t>(p->value.data.size())});
     }
     DAPPLE_RETURN_IF_ERROR(kernel->BindParams(std::move(params)));
+    std::vector<float*> buffers;
+    for (kernels::Param* b : host_layer.Buffers()) {
+      const auto it = std::find(host_buffers_.begin(), host_buffers_.end(), b);
+      if (it == host_buffers_.end()) {
+        return absl::InternalError(absl::StrCat("model.layers[", info.index, "]: buffer ", b->name,
+                                                " missing from the stage's list"));
+      }
+      buffers.push_back(dev_buffers_[static_cast<size_t>(it - host_buffers_.begin())].as<float>());
+    }
+    if (!buffers.empty()) DAPPLE_RETURN_IF_ERROR(kernel->BindBuffers(std::move(buffers)));
     StageLayer l;
     l.kernel = std::move(kernel);
     l.in = NumElements(info.input_shape);
@@ -593,9 +659,12 @@ class CudaStageBackend : public StageBackend {
   std::vector<kernels::Param*> host_params_;
   std::vector<DeviceBuffer> dev_params_;
   std::vector<DeviceBuffer> dev_grads_;
-  std::vector<DeviceBuffer> state1_;  // sgd velocity / adamw m
-  std::vector<DeviceBuffer> state2_;  // adamw v
-  v1::TrainingSpec training_;         // the optimizer and the learning-rate schedule
+  std::vector<DeviceBuffer> state1_;           // sgd velocity / adamw m
+  std::vector<DeviceBuffer> state2_;           // adamw v
+  std::vector<kernels::Param*> host_buffers_;  // the host layers' Buffers(), in layer order
+  std::vector<DeviceBuffer> dev_buffers_;      // their device copies, the layers' own
+  int64_t statistics_size_ = 0;
+  v1::TrainingSpec training_;  // the optimizer and the learning-rate schedule
   int64_t total_steps_ = 0;
   int64_t t_ = 0;  // updates applied
 

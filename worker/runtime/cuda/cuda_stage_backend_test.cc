@@ -2,7 +2,8 @@
 // the pipeline runtime on the CUDA backend (P = 1, and P = 2 with both stages on cuda:0 on two
 // threads, exchanging through an in-memory test transport) must give the reference's per-step
 // loss and final weights within 1e-5 relative (fp32 GEMMs without TF32; only summation order
-// differs). Skipped without a GPU.
+// differs). GPT and CNN stages (batch norm's statistics, buffers and checkpoints) against the CPU
+// backend. Skipped without a GPU.
 #include "worker/runtime/cuda/cuda_stage_backend.h"
 
 #include <cuda_runtime.h>
@@ -413,6 +414,129 @@ TEST(CudaStageBackendTest, GptStageMatchesCpuBackend) {
       offset += count;
     }
     ASSERT_EQ(offset, g[0].size());
+  }
+}
+
+// A small ResNet on one stage (conv2d, batchnorm2d, relu, maxpool2d, an identity and a
+// projection residual_block, global_avgpool, linear) against the CPU backend: two training
+// micro-batches (loss, every gradient at 1e-4 of its tensor's largest value: the residual
+// block's bound of kernels/cuda/image_layers_test.cc), the step statistics (the same layout; the
+// double sums within 1e-12), their application (running statistics within 1e-6 of the CPU's),
+// an evaluation forward with them (the outputs at 1e-4), and a checkpoint's buffers: exported,
+// then imported into a fresh GPU backend, which reads them back bitwise.
+TEST(CudaStageBackendTest, CnnStageWithBatchNormMatchesCpuBackend) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  v1::JobSpec spec = parity::ParitySpec({});
+  v1::ModelSpec* m = spec.mutable_model();
+  m->clear_layers();
+  m->clear_input_shape();
+  for (int64_t d : {1, 28, 28}) m->add_input_shape(d);
+  auto add = [&](const std::string& type) {
+    v1::LayerSpec* l = m->add_layers();
+    l->set_type(type);
+    return l;
+  };
+  v1::Conv2dParams* conv = add("conv2d")->mutable_conv2d();
+  conv->set_out_channels(4);
+  conv->set_kernel(3);
+  conv->set_padding(1);
+  add("batchnorm2d")->mutable_batchnorm2d()->set_momentum(0.3);
+  add("relu");
+  add("maxpool2d")->mutable_maxpool2d()->set_kernel(2);
+  add("residual_block")->mutable_residual_block()->set_out_channels(4);
+  v1::ResidualBlockParams* down = add("residual_block")->mutable_residual_block();
+  down->set_out_channels(8);
+  down->set_stride(2);
+  add("global_avgpool");
+  add("linear")->mutable_linear()->set_out(10);
+  const int last = m->layers_size() - 1;
+  const int64_t rows = 16;
+  std::vector<float> images(2 * rows * 784);
+  std::vector<int32_t> labels(2 * rows);
+  std::vector<int64_t> idx(2 * rows);
+  for (int64_t i = 0; i < 2 * rows; ++i) idx[i] = i;
+  parity::TrainSet().Gather(idx.data(), 2 * rows, images.data(), labels.data());
+
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = MakeCpuStageBackend(spec, 0, last);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StageBackend* backends[2] = {cpu->get(), gpu->get()};
+  ASSERT_GT((*cpu)->StepStatisticsSize(), 0);
+  ASSERT_EQ((*gpu)->StepStatisticsSize(), (*cpu)->StepStatisticsSize());
+  kernels::ForwardContext train;
+  train.training = true;
+  double loss[2][2];
+  std::vector<float> g[2], out[2];
+  std::vector<double> stats[2];
+  std::vector<std::vector<float>> running[2];
+  for (int k = 0; k < 2; ++k) {
+    StageBackend& b = *backends[k];
+    for (int slot = 0; slot < 2; ++slot) {
+      ASSERT_TRUE(b.LoadInput(slot, images.data() + slot * rows * 784, rows).ok()) << b.device();
+      ASSERT_TRUE(b.Forward(slot, rows, train).ok()) << b.device();
+      auto l = b.Loss(slot, labels.data() + slot * rows, rows, 1.0f / (2 * rows), true, nullptr);
+      ASSERT_TRUE(l.ok()) << b.device() << ": " << l.status();
+      loss[k][slot] = *l;
+    }
+    for (int slot = 0; slot < 2; ++slot) {
+      absl::Status s = b.Backward(slot, 0, rows, /*last_stage=*/true, /*need_dx=*/false);
+      ASSERT_TRUE(s.ok()) << b.device() << ": " << s;
+    }
+    g[k].resize(b.GradientFloats());
+    ASSERT_TRUE(b.ReadGradients(g[k].data()).ok()) << b.device();
+    stats[k].resize(b.StepStatisticsSize());
+    ASSERT_TRUE(b.ReadStepStatistics(stats[k].data()).ok()) << b.device();
+  }
+  for (int slot = 0; slot < 2; ++slot) {
+    EXPECT_NEAR(loss[1][slot], loss[0][slot], 1e-5 * std::fabs(loss[0][slot])) << slot;
+  }
+  auto params = (*cpu)->HostParams();
+  ASSERT_TRUE(params.ok());
+  size_t offset = 0;
+  for (const kernels::Param* p : *params) {
+    const size_t count = p->grad.data.size();
+    ExpectTensorNear(p->name + " gradient",
+                     std::vector<float>(g[1].begin() + offset, g[1].begin() + offset + count),
+                     std::vector<float>(g[0].begin() + offset, g[0].begin() + offset + count),
+                     1e-4);
+    offset += count;
+  }
+  for (size_t i = 0; i < stats[0].size(); ++i) {
+    EXPECT_NEAR(stats[1][i], stats[0][i], 1e-12 * (std::fabs(stats[0][i]) + 1)) << i;
+  }
+  // Both apply the CPU's statistics (one replica's sum), then evaluate with them.
+  for (int k = 0; k < 2; ++k) {
+    StageBackend& b = *backends[k];
+    ASSERT_TRUE(b.ApplyStepStatistics(stats[0].data()).ok()) << b.device();
+    auto buffers = b.HostBuffers();
+    ASSERT_TRUE(buffers.ok()) << buffers.status();
+    for (const kernels::Param* p : *buffers) running[k].push_back(p->value.data);
+    ASSERT_TRUE(b.LoadInput(0, images.data(), rows).ok());
+    ASSERT_TRUE(b.Forward(0, rows, kernels::ForwardContext{}).ok());
+    out[k].resize(rows * 10);
+    ASSERT_TRUE(b.ReadOutput(0, 0, rows * 10, out[k].data()).ok()) << b.device();
+  }
+  ASSERT_EQ(running[1].size(), running[0].size());
+  ASSERT_FALSE(running[0].empty());
+  for (size_t i = 0; i < running[0].size(); ++i) {
+    ExpectTensorNear(absl::StrCat("buffer ", i), running[1][i], running[0][i], 1e-6);
+  }
+  ExpectTensorNear("evaluation output", out[1], out[0], 1e-4);
+
+  auto state = (*gpu)->ExportState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->buffers.size(), running[1].size());
+  auto fresh = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_TRUE((*fresh)->ImportState(*state).ok());
+  auto restored = (*fresh)->HostBuffers();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_EQ(restored->size(), running[1].size());
+  for (size_t i = 0; i < running[1].size(); ++i) {
+    EXPECT_EQ((*restored)[i]->value.data, running[1][i]) << (*restored)[i]->name;
   }
 }
 

@@ -4,8 +4,9 @@
 //   <out>/reference.params   all parameters (worker/runtime/param_io.h format)
 //   <out>/reference.buffers  for a model with buffers (batch norm's running statistics): all
 //                            of them after the last step (param_io format)
-// and prints "steps N seconds S samples_per_second X step_ms Y" (the single-device throughput;
-// the seconds count the training steps only).
+// and prints "steps N seconds S samples_per_second X step_ms Y step_cpu_ms Z" (the single-device
+// throughput; the seconds count the training steps only; step_cpu_ms is the process's CPU time
+// per step, which a loaded machine does not inflate as it does the wall time).
 //
 // With --trace it also writes what an oracle outside the process (tests/torch: the same model
 // in PyTorch) needs to train the same model on the same data and compare:
@@ -26,6 +27,7 @@
 // common/steps.h TotalSteps)
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -150,10 +152,12 @@ absl::Status Run(const std::string& spec_path, long steps, const std::string& ou
   }
   std::ofstream losses(out + "/reference.losses");
   worker::ReferenceTrainer::StepTrace step_trace;
-  double seconds = 0;
+  double seconds = 0, cpu_seconds = 0;
   for (long s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
     const double loss = trainer->Step(s, trace ? &step_trace : nullptr);
+    cpu_seconds += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.9g\n", loss);
@@ -170,8 +174,9 @@ absl::Status Run(const std::string& spec_path, long steps, const std::string& ou
     return absl::UnavailableError(absl::StrCat("cannot write into ", out));
   }
   // One line for bench/: the single-device training throughput.
-  std::printf("steps %ld seconds %.4f samples_per_second %.1f step_ms %.3f\n", steps, seconds,
-              steps * spec.training().global_batch() / seconds, 1e3 * seconds / steps);
+  std::printf("steps %ld seconds %.4f samples_per_second %.1f step_ms %.3f step_cpu_ms %.3f\n",
+              steps, seconds, steps * spec.training().global_batch() / seconds,
+              1e3 * seconds / steps, 1e3 * cpu_seconds / steps);
   DAPPLE_RETURN_IF_ERROR(worker::SaveParams(out + "/reference.params", trainer->Params()));
   if (!trainer->Buffers().empty()) {
     DAPPLE_RETURN_IF_ERROR(worker::SaveParams(out + "/reference.buffers", trainer->Buffers()));

@@ -23,8 +23,9 @@ momentum 0 (their own update leaves the buffers alone), and after each step ever
 running mean and running (unbiased) variance move by the layer's momentum towards the mean and
 variance of all the inputs it saw during the step, computed here by torch in float64.
 
-The model computes in float64 (DTYPE): the exact arithmetic dapple's float32 kernels are held
-to. A float32 oracle would differ from dapple by the rounding of both; with ReLU's and max
+The oracle computes in float64 (DTYPE, Cnn's default): the exact arithmetic dapple's float32
+kernels are held to (bench/resnet_fmnist_vs_torch.py builds it in float32, PyTorch's speed at
+dapple's precision). A float32 oracle would differ from dapple by the rounding of both; with ReLU's and max
 pooling's discontinuous gradients that can also tip a unit the other way (cnn_oracle_test.py
 says how its hyper-parameters keep that away).
 
@@ -133,11 +134,12 @@ def window(size, kernel, stride, padding):
 
 class Cnn(nn.Module):
     """The model of a job spec's image layers, with `dapple_params` and `dapple_buffers`:
-    dapple's names -> this model's tensors."""
+    dapple's names -> this model's tensors, computing in `dtype` (inputs are converted)."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, dtype=DTYPE):
         super().__init__()
-        torch.set_default_dtype(DTYPE)
+        self.dtype = dtype
+        torch.set_default_dtype(dtype)
         try:
             self._build(spec)
         finally:
@@ -196,7 +198,7 @@ class Cnn(nn.Module):
             self.layers.append(m)
 
     def forward(self, x):
-        x = x.to(DTYPE)
+        x = x.to(self.dtype)
         for m in self.layers:
             x = m(x)
         return x
@@ -220,14 +222,14 @@ class Cnn(nn.Module):
 def train(trace, model):
     """Trains `model` (dapple's initial weights loaded) on the trace's batches, each step's batch
     run as its micro-batches (batch norm's row groups), the mean loss over the whole batch;
-    returns a torch_gpt.Result."""
+    returns a torch_gpt.Result (with cpu_seconds: this process's CPU time in the steps)."""
     training = trace.spec["training"]
     micro = int(training.get("micro_batch", trace.global_batch))
     opt = torch_gpt.make_optimizer(model, trace.optimizer)
     result = torch_gpt.Result()
     model.train()
     for step, (images, targets) in enumerate(trace.batches()):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         lr = torch_gpt.learning_rate(training, step, trace.total_steps)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -241,6 +243,7 @@ def train(trace, model):
         opt.step()
         model.apply_step_statistics()
         result.seconds += time.perf_counter() - t0
+        result.cpu_seconds += time.process_time() - cpu0
         result.losses.append(loss.item())
         result.learning_rates.append(lr)
     return result

@@ -239,6 +239,7 @@ class Result:
         self.learning_rates = []  # per update
         self.gradients0 = {}      # dapple name -> step 0's gradient, before clipping
         self.seconds = 0.0        # in the training steps only
+        self.cpu_seconds = 0.0    # the process's CPU time in them (torch_cnn.train sets it)
 
 
 def train(trace, model, on_step=None):

@@ -24,20 +24,13 @@ struct Entry {
 // which backend runs which type; each factory's test checks its table against them.
 const Entry* Table(size_t* count) {
   static const Entry kTypes[] = {
-      {&model_types::Flatten(), true, true},
-      {&model_types::Linear(), true, true},
-      {&model_types::Relu(), true, true},
-      {&model_types::Gelu(), true, true},
-      {&model_types::Dropout(), true, true},
-      {&model_types::Embedding(), true, true},
-      {&model_types::LayerNorm(), true, true},
-      {&model_types::TransformerBlock(), true, true},
-      {&model_types::LmHead(), true, true},
-      {&model_types::Conv2d(), true, true},
-      {&model_types::MaxPool2d(), true, true},
-      {&model_types::AvgPool2d(), true, true},
-      {&model_types::GlobalAvgPool(), true, true},
-      {&model_types::BatchNorm2d(), true, true},
+      {&model_types::Flatten(), true, true},       {&model_types::Linear(), true, true},
+      {&model_types::Relu(), true, true},          {&model_types::Gelu(), true, true},
+      {&model_types::Dropout(), true, true},       {&model_types::Embedding(), true, true},
+      {&model_types::LayerNorm(), true, true},     {&model_types::TransformerBlock(), true, true},
+      {&model_types::LmHead(), true, true},        {&model_types::Conv2d(), true, true},
+      {&model_types::MaxPool2d(), true, true},     {&model_types::AvgPool2d(), true, true},
+      {&model_types::GlobalAvgPool(), true, true}, {&model_types::BatchNorm2d(), true, true},
       {&model_types::ResidualBlock(), true, true},
   };
   *count = sizeof(kTypes) / sizeof(kTypes[0]);

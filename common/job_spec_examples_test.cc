@@ -121,6 +121,9 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "the padded input height 1 (H 1 + 2 x padding 0) of [8, 1, 1] from model.layers[4] "
        "(maxpool2d): the maxpool2d window fits nowhere and its output would be empty: use a "
        "kernel of at most 1, more padding, or fewer downsampling layers before it"},
+      {"seq_len_zero.yaml",
+       "examples/bad/seq_len_zero.yaml:10:72: data.seq_len is missing or 0: data.dataset text "
+       "needs the tokens (bytes) per sample, at least 1, e.g. seq_len: 128"},
       {"conv_kernel_too_large.yaml",
        "examples/bad/conv_kernel_too_large.yaml:12:48: model.layers[5].kernel 7 is larger than "
        "the padded input height 3 (H 3 + 2 x padding 0) of [16, 3, 3] from model.layers[4] "

@@ -42,8 +42,8 @@ Check CheckTextData(const v1::DataSpec& data) {
   if (data.seq_len() < 1) {
     return At("data.seq_len",
               data.seq_len() == 0
-                  ? "data.seq_len is required for data.dataset text: the tokens "
-                    "(bytes) per sample, e.g. 128"
+                  ? "data.seq_len is missing or 0: data.dataset text needs the tokens "
+                    "(bytes) per sample, at least 1, e.g. seq_len: 128"
                   : absl::StrFormat("data.seq_len %d must be >= 1", data.seq_len()));
   }
   if (data.seq_len() > kMaxSeqLen) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/onednn_conv.h"
 
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/onednn_util.h"
@@ -14,6 +16,7 @@ using onednn::Flat;
 using onednn::Lookup;
 using onednn::Nchw;
 using onednn::Unbound;
+using onednn::UseComputeThreads;
 
 int64_t WindowOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
   return (in + 2 * padding - kernel) / stride + 1;
@@ -21,11 +24,74 @@ int64_t WindowOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 
 // ---- convolution ----
 
+namespace {
+
+// A primitive created with format_tag::any, so oneDNN picks its own (blocked) layouts and direct
+// JIT kernels: on plain NCHW / OIHW it falls back to im2col + GEMM, which took 2.3x PyTorch's
+// convolution time on the ResNet example (docs/benchmarks.md, CNN). Each argument whose chosen
+// layout is not the caller's plain one gets a scratch buffer in that layout and a reorder from
+// the caller's buffer (inputs) or to it (outputs) around each run.
+struct Reordered {
+  struct Arg {
+    int arg;
+    memory plain;
+    memory chosen;
+    dnnl::reorder reorder;
+    bool input;
+  };
+  dnnl::primitive primitive;
+  std::vector<Arg> reordered;
+  std::unordered_map<int, memory> plain, args;
+
+  // Binds the caller's plain buffer of `arg`.
+  Reordered& Set(int arg, const void* p) {
+    plain.at(arg).set_data_handle(const_cast<void*>(p));
+    return *this;
+  }
+  void Run(dnnl::stream& stream) {
+    UseComputeThreads();
+    for (Arg& a : reordered) {
+      if (a.input) a.reorder.execute(stream, a.plain, a.chosen);
+    }
+    primitive.execute(stream, args);
+    for (Arg& a : reordered) {
+      if (!a.input) a.reorder.execute(stream, a.chosen, a.plain);
+    }
+    stream.wait();
+  }
+};
+
+struct ArgLayout {
+  int arg;
+  memory::desc plain, chosen;
+  bool input;
+};
+
+Reordered MakeReordered(dnnl::primitive primitive, const std::vector<ArgLayout>& layouts) {
+  Reordered r{std::move(primitive), {}, {}, {}};
+  for (const ArgLayout& l : layouts) {
+    memory plain = Unbound(l.plain);
+    r.plain.emplace(l.arg, plain);
+    if (l.chosen == l.plain) {
+      r.args.emplace(l.arg, plain);
+      continue;
+    }
+    memory chosen(l.chosen, CpuEngine());  // oneDNN allocates the scratch buffer
+    r.args.emplace(l.arg, chosen);
+    r.reordered.push_back({l.arg, plain, chosen,
+                           l.input ? dnnl::reorder(plain, chosen) : dnnl::reorder(chosen, plain),
+                           l.input});
+  }
+  return r;
+}
+
+}  // namespace
+
 struct Conv2dOp::Impl {
   struct Entry {
     ConvGeometry g;
     bool bias;
-    Bound forward, backward_data, backward_weights;
+    Reordered forward, backward_data, backward_weights;
   };
   Entry& Get(const ConvGeometry& g, bool bias) {
     return Lookup(
@@ -36,6 +102,10 @@ struct Conv2dOp::Impl {
           const memory::desc weights{{g.out_channels, g.c, g.kernel, g.kernel},
                                      memory::data_type::f32,
                                      memory::format_tag::oihw};
+          const auto any = [](const memory::desc& d) {
+            return memory::desc(d.dims(), memory::data_type::f32, memory::format_tag::any);
+          };
+          const memory::desc src_any = any(src), dst_any = any(dst), weights_any = any(weights);
           const memory::desc bias_md = Flat(g.out_channels);
           const memory::dims strides{g.stride, g.stride};
           // The same padding on both sides: oneDNN's output size is floor((in + 2 padding -
@@ -43,38 +113,38 @@ struct Conv2dOp::Impl {
           const memory::dims pad{g.padding, g.padding};
           const auto direct = dnnl::algorithm::convolution_direct;
           const auto fpd = dnnl::convolution_forward::primitive_desc(
-              bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, src,
-                                                     weights, bias_md, dst, strides, pad, pad)
-                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, src,
-                                                     weights, dst, strides, pad, pad),
+              bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct,
+                                                     src_any, weights_any, bias_md, dst_any,
+                                                     strides, pad, pad)
+                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct,
+                                                     src_any, weights_any, dst_any, strides, pad,
+                                                     pad),
               CpuEngine());
           const auto dpd = dnnl::convolution_backward_data::primitive_desc(
-              {direct, src, weights, dst, strides, pad, pad}, CpuEngine(), fpd);
+              {direct, src_any, weights_any, dst_any, strides, pad, pad}, CpuEngine(), fpd);
           const auto wpd = dnnl::convolution_backward_weights::primitive_desc(
-              bias ? dnnl::convolution_backward_weights::desc(direct, src, weights, bias_md, dst,
-                                                              strides, pad, pad)
-                   : dnnl::convolution_backward_weights::desc(direct, src, weights, dst, strides,
-                                                              pad, pad),
+              bias ? dnnl::convolution_backward_weights::desc(direct, src_any, weights_any, bias_md,
+                                                              dst_any, strides, pad, pad)
+                   : dnnl::convolution_backward_weights::desc(direct, src_any, weights_any, dst_any,
+                                                              strides, pad, pad),
               CpuEngine(), fpd);
-          Entry e{g,
-                  bias,
-                  {dnnl::convolution_forward(fpd),
-                   {{DNNL_ARG_SRC, Unbound(src)},
-                    {DNNL_ARG_WEIGHTS, Unbound(weights)},
-                    {DNNL_ARG_DST, Unbound(dst)}}},
-                  {dnnl::convolution_backward_data(dpd),
-                   {{DNNL_ARG_DIFF_DST, Unbound(dst)},
-                    {DNNL_ARG_WEIGHTS, Unbound(weights)},
-                    {DNNL_ARG_DIFF_SRC, Unbound(src)}}},
-                  {dnnl::convolution_backward_weights(wpd),
-                   {{DNNL_ARG_SRC, Unbound(src)},
-                    {DNNL_ARG_DIFF_DST, Unbound(dst)},
-                    {DNNL_ARG_DIFF_WEIGHTS, Unbound(weights)}}}};
+          std::vector<ArgLayout> forward = {{DNNL_ARG_SRC, src, fpd.src_desc(), true},
+                                            {DNNL_ARG_WEIGHTS, weights, fpd.weights_desc(), true},
+                                            {DNNL_ARG_DST, dst, fpd.dst_desc(), false}};
+          std::vector<ArgLayout> backward_weights = {
+              {DNNL_ARG_SRC, src, wpd.src_desc(), true},
+              {DNNL_ARG_DIFF_DST, dst, wpd.diff_dst_desc(), true},
+              {DNNL_ARG_DIFF_WEIGHTS, weights, wpd.diff_weights_desc(), false}};
           if (bias) {
-            e.forward.args.emplace(DNNL_ARG_BIAS, Unbound(bias_md));
-            e.backward_weights.args.emplace(DNNL_ARG_DIFF_BIAS, Unbound(bias_md));
+            forward.push_back({DNNL_ARG_BIAS, bias_md, bias_md, true});
+            backward_weights.push_back({DNNL_ARG_DIFF_BIAS, bias_md, bias_md, false});
           }
-          return e;
+          return Entry{g, bias, MakeReordered(dnnl::convolution_forward(fpd), forward),
+                       MakeReordered(dnnl::convolution_backward_data(dpd),
+                                     {{DNNL_ARG_DIFF_DST, dst, dpd.diff_dst_desc(), true},
+                                      {DNNL_ARG_WEIGHTS, weights, dpd.weights_desc(), true},
+                                      {DNNL_ARG_DIFF_SRC, src, dpd.diff_src_desc(), false}}),
+                       MakeReordered(dnnl::convolution_backward_weights(wpd), backward_weights)};
         });
   }
   dnnl::stream stream{CpuEngine()};
@@ -87,7 +157,7 @@ Conv2dOp::~Conv2dOp() = default;
 void Conv2dOp::Forward(const ConvGeometry& g, const float* x, const float* weight,
                        const float* bias, float* y) {
   if (g.n == 0) return;
-  Bound& b = impl_->Get(g, bias != nullptr).forward;
+  Reordered& b = impl_->Get(g, bias != nullptr).forward;
   b.Set(DNNL_ARG_SRC, x).Set(DNNL_ARG_WEIGHTS, weight).Set(DNNL_ARG_DST, y);
   if (bias != nullptr) b.Set(DNNL_ARG_BIAS, bias);
   b.Run(impl_->stream);
@@ -105,7 +175,7 @@ void Conv2dOp::BackwardData(const ConvGeometry& g, const float* dy, const float*
 
 void Conv2dOp::BackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
                                float* dweight, float* dbias) {
-  Bound& b = impl_->Get(g, dbias != nullptr).backward_weights;
+  Reordered& b = impl_->Get(g, dbias != nullptr).backward_weights;
   b.Set(DNNL_ARG_SRC, x).Set(DNNL_ARG_DIFF_DST, dy).Set(DNNL_ARG_DIFF_WEIGHTS, dweight);
   if (dbias != nullptr) b.Set(DNNL_ARG_DIFF_BIAS, dbias);
   b.Run(impl_->stream);

@@ -7,7 +7,9 @@
 // Layouts: activations NCHW (PyTorch's, [N, C, H, W] row-major), convolution weights OIHW
 // ([out_channels, C, k, k]), per-channel vectors [C]; plain row-major fp32 buffers owned by the
 // caller, which must not alias unless stated. oneDNN picks its implementation for these plain
-// layouts (DNNL_VERBOSE=1 names it).
+// layouts (DNNL_VERBOSE=1 names it), except that the convolutions run in the layouts oneDNN
+// chooses (blocked, for its direct JIT kernels), with the caller's buffers reordered into and
+// out of scratch buffers of the op around each call.
 //
 // Each op object creates its primitives on the first call with a given geometry and keeps them
 // (the few most recent: onednn_util.h), so steady-state calls only execute; primitives run with

@@ -19,6 +19,7 @@ after scripts/setup; needs python3-torch)
 """
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,10 @@ def best(runs):
     return max(r[0] for r in runs), min(r[1] for r in runs)
 
 
+def median_cpu(runs):
+    return statistics.median(r[1] for r in runs)
+
+
 def main():
     names = ["dapple, 1 process, no pipeline (dapple-reference)",
              "dapple, 1 stage x 1 process, M=8 (workers' CPU)",
@@ -147,9 +152,11 @@ def main():
         print("dapple 1 process vs PyTorch 1 thread: %.2fx by samples/s, %.2fx by CPU time per step"
               % (base_sps / t[0], t[1] / base_cpu))
     one_stage_cpu = rows[1][1][1]
-    for name, (_, cpu_ms) in rows[2:4]:
-        print("%s: CPU per step %.2fx the 1-stage job's (same M), %.2fx dapple-reference's" % (
-            name.split(", ", 2)[2].split(" (")[0], cpu_ms / one_stage_cpu, cpu_ms / base_cpu))
+    for k in (2, 3):
+        name, (_, cpu_ms) = rows[k]
+        print("%s: CPU per step %.2fx the 1-stage job's (same M; %.2fx by the medians), %.2fx "
+              "dapple-reference's" % (name.split(", ", 2)[2].split(" (")[0], cpu_ms / one_stage_cpu,
+                                      median_cpu(runs[k]) / median_cpu(runs[1]), cpu_ms / base_cpu))
     print("\n%d steps of global batch 256 each (cluster CPU: %d-step run minus a %d-step run), best "
           "of %d; %s, load average %.1f" % (STEPS, STEPS, SHORT_STEPS, REPEATS,
                                             time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]))

@@ -87,17 +87,19 @@ class CpuStageBackend : public StageBackend {
     Slot& s = SlotAt(slot);
     Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
     if (dy->rows() != rows) return absl::InternalError("BACKWARD without its gradient");
-    Tensor scratch;
-    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+    // Without the stage's input gradient, the layers below the first with parameters need no
+    // backward (the first stage's Flatten and the input gradient of the Linear above it).
+    const int end = need_dx ? 0 : first_param_layer_;
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= end; --k) {
       Tensor* dx = nullptr;
-      if (k > 0) {
-        dx = &scratch;
+      if (k > end) {
+        dx = &scratch_;
       } else if (need_dx) {
         dx = &GradAt(&grad_send_, micro_batch);
       }
       layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
-      if (k > 0) {
-        std::swap(s.dlogits, scratch);  // reuse the slot's buffer as the next dy
+      if (k > end) {
+        std::swap(s.dlogits, scratch_);  // reuse the slot's buffer as the next dy
         dy = &s.dlogits;
       }
     }
@@ -276,6 +278,8 @@ class CpuStageBackend : public StageBackend {
   std::vector<kernels::Param*> params_;
   std::vector<kernels::Param*> buffers_;  // the layers' Buffers(), in layer order
   int64_t statistics_size_ = 0;           // the layers' step statistics, concatenated
+  // The first layer with parameters (layers_.size() when none).
+  int first_param_layer_ = 0;
   std::unique_ptr<kernels::Optimizer> optimizer_;
   v1::TrainingSpec training_;  // the learning-rate schedule's inputs
   int64_t total_steps_ = 0;
@@ -319,6 +323,7 @@ class CpuStageBackend : public StageBackend {
   std::vector<Tensor> act_send_;   // per send id
   std::vector<Tensor> grad_send_;  // per micro-batch
   std::vector<Tensor> grad_recv_;  // per micro-batch
+  Tensor scratch_;                 // Backward's dx between layers, kept across calls
   HostMessageBuffer message_;      // MessageBuffer
 };
 
@@ -337,6 +342,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobS
   DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
+  b->first_param_layer_ = kernels::FirstLayerWithParams(b->layers_);
   b->buffers_ = CollectBuffers(b->layers_);
   b->statistics_size_ = worker::StepStatisticsSize(b->layers_);
   DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));

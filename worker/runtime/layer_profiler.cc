@@ -122,8 +122,12 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
                                                       /*need_dx=*/!info.token_input);
                             }));
     // The real step runs the update once per M micro-batches; timed here once per run.
-    DAPPLE_ASSIGN_OR_RETURN(const double u,
-                            TimeMs(backend, [&] { return backend.OptimizerStep(); }));
+    // The update as a step runs it (gradient_exchange.h PrepareUpdate): the gradients' squared
+    // norm (the step's reported gradient norm, and clipping's), then the optimizer step.
+    DAPPLE_ASSIGN_OR_RETURN(const double u, TimeMs(backend, [&] {
+                              DAPPLE_RETURN_IF_ERROR(backend.GradientSquaredNorm().status());
+                              return backend.OptimizerStep();
+                            }));
     if (run >= options.warmup_runs) {
       forward.push_back(f);
       backward.push_back(b);

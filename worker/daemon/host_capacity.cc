@@ -12,6 +12,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kMaxThreads = 16;
+
 double ElapsedMs(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -34,7 +36,11 @@ double CapacityFromTimes(int threads, double single_ms, double parallel_ms) {
 }
 
 double MeasureHostComputeCapacity(int threads, int trials, const std::function<void()>& work) {
-  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads <= 0) {
+    // At most kMaxThreads: more than any host runs stages at once, and the BLAS has a bounded
+    // number of per-thread buffers.
+    threads = std::min(kMaxThreads, static_cast<int>(std::thread::hardware_concurrency()));
+  }
   if (threads <= 1) return 1.0;
   const std::function<void()> run = work ? work : DefaultWork;
   constexpr int kRepeats = 4;  // work items per thread per timing

@@ -19,12 +19,14 @@ namespace dapple::worker {
 // time is not > 0.
 double CapacityFromTimes(int threads, double single_ms, double parallel_ms);
 
-// Measures the capacity with `threads` threads (std::thread::hardware_concurrency() when <= 0):
+// Measures the capacity with `threads` threads (when <= 0, std::thread::hardware_concurrency()
+// up to 16, so a larger host reports at most 16):
 // `work` (the job's kind of compute: by default single-thread sgemm of 512 x 512 x 512 through
 // the worker's dense kernel, kernels/cpu/dense.h) is timed alone, then on every thread at once;
 // the median over `trials` trials of CapacityFromTimes. About trials * (1 + threads /
 // capacity) * the work's time (about 0.2 s by default here). Other load on the host at the
-// time lowers it.
+// time changes it (under heavy load every thread gets its own share of the cores, so it comes
+// out higher, which is what two stages then see).
 double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
                                   const std::function<void()>& work = nullptr);
 

@@ -3,7 +3,8 @@
 // For each dtype (fp32: pure fp32 GEMMs, no TF32; bf16: bf16 inputs, fp32 accumulation) and
 // transformer-like shape (n tokens, in, out) it times, with CUDA events on one stream,
 //   Linear: LinearForward + LinearBackward with dx (kernels/cuda/linear.h): y = x W^T + b,
-//           dW += dy^T x, db += colsum(dy), dx = dy W;
+//           dW += dy^T x, db += colsum(dy), dx = dy W (the bias and its gradient in the GEMMs'
+//           cuBLASLt epilogues where cuBLAS offers them: the last column says which);
 //   cuBLAS: the same three products as bare cublasGemmEx calls (beta 0, no bias, no db),
 // and prints TFLOP/s for both with FLOPs = 3 * 2 n in out (bias and db not counted) and their
 // ratio (Linear / cuBLAS). Each figure is the median of the timed iterations after warm-up.
@@ -96,10 +97,13 @@ void RunShape(const KernelContext& ctx, const Shape& s, int warmup, int iters) {
   const char* bias = after.fused_bias > before.fused_bias         ? "fused"
                      : after.separate_bias > before.separate_bias ? "separate"
                                                                   : "?";
-  std::printf("%-5s %6lld %6lld %6lld %10.3f %9.1f %10.3f %9.1f %7.3f  %s\n",
+  const char* bias_grad = after.fused_bias_grad > before.fused_bias_grad         ? "fused"
+                          : after.separate_bias_grad > before.separate_bias_grad ? "separate"
+                                                                                 : "?";
+  std::printf("%-5s %6lld %6lld %6lld %10.3f %9.1f %10.3f %9.1f %7.3f  %s / %s\n",
               kBf16 ? "bf16" : "fp32", static_cast<long long>(n), static_cast<long long>(in),
               static_cast<long long>(out), linear_ms, tflop / (linear_ms * 1e-3), gemm_ms,
-              tflop / (gemm_ms * 1e-3), gemm_ms / linear_ms, bias);
+              tflop / (gemm_ms * 1e-3), gemm_ms / linear_ms, bias, bias_grad);
   std::fflush(stdout);
 
   Check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize");
@@ -144,7 +148,7 @@ int Main(int argc, char** argv) {
       "warm-up; ratio = Linear / cuBLAS throughput\n",
       iters, warmup);
   std::printf("%-5s %6s %6s %6s %10s %9s %10s %9s %7s  %s\n", "dtype", "n", "in", "out",
-              "Linear ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio", "bias");
+              "Linear ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio", "bias / bias gradient");
   const Shape shapes[] = {
       {8192, 4096, 4096}, {8192, 4096, 16384}, {8192, 16384, 4096}, {2048, 1024, 1024}};
   for (const Shape& s : shapes) RunShape<float>(ctx, s, warmup, iters);

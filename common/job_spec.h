@@ -42,6 +42,11 @@ absl::Status ValidateJobSpecAt(const v1::JobSpec& spec, absl::string_view yaml,
 // M = global_batch / micro_batch (D = 1). Requires a validated spec.
 int64_t MicroBatches(const v1::JobSpec& spec);
 
+// training.precision: whether the job computes in bf16 mixed precision ("bf16"; "" and "fp32"
+// are fp32). The one reading of the field: validation, the kernel check, the CUDA backend and
+// the MFU's peak all ask it.
+bool UsesBf16(const v1::TrainingSpec& training);
+
 // The spec back as YAML (for `dapplectl get -o yaml` and logs).
 std::string JobSpecToYaml(const v1::JobSpec& spec);
 

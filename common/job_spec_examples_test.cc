@@ -124,6 +124,10 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
       {"seq_len_zero.yaml",
        "examples/bad/seq_len_zero.yaml:10:72: data.seq_len is missing or 0: data.dataset text "
        "needs the tokens (bytes) per sample, at least 1, e.g. seq_len: 128"},
+      {"bf16_on_cpu.yaml",
+       "examples/bad/bf16_on_cpu.yaml:16:14: training.precision bf16 needs every stage on a "
+       "CUDA GPU, but parallel.device_type is cpu: set parallel.device_type: cuda (or "
+       "precision: fp32)"},
       {"conv_kernel_too_large.yaml",
        "examples/bad/conv_kernel_too_large.yaml:12:48: model.layers[5].kernel 7 is larger than "
        "the padded input height 3 (H 3 + 2 x padding 0) of [16, 3, 3] from model.layers[4] "

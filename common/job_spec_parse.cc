@@ -46,7 +46,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "checkpoint_every_steps",
                                                "max_grad_norm",
                                                "lr_schedule",
-                                               "eval_every_steps"};
+                                               "eval_every_steps",
+                                               "precision"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
@@ -127,6 +128,9 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "eval_every_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.eval_every_steps"));
     training.set_eval_every_steps(v);
+  }
+  if (const Field* f = Find(fields, "precision")) {
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(), String(*f, "training.precision"));
   }
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));

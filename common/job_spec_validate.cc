@@ -43,6 +43,8 @@ constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
 constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd"};
 constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
 constexpr char kEmulatedDeviceType[] = "emulated";
+constexpr char kCudaDeviceType[] = "cuda";
+constexpr absl::string_view kPrecisions[] = {"fp32", "bf16"};
 // parallel.emulation.scale stretches profiled times so a schedule's timing shows above the
 // host's noise; x1000 already turns a 1 ms layer into 1 s. More is a mistake (1e12 would keep
 // the workers busy for ever), so it is refused at submit.
@@ -572,6 +574,26 @@ Check CheckParallel(const v1::JobSpec& spec) {
   return CheckDevices(spec, stages);
 }
 
+// training.precision: known, and bf16 only where every stage runs on a CUDA device. Needs a
+// valid parallel.device_type. The coordinator checks at submit that every layer type has a bf16
+// CUDA kernel (common/model_info.h CheckKernels).
+Check CheckPrecision(const v1::JobSpec& spec) {
+  const std::string& precision = spec.training().precision();
+  if (!precision.empty() && !Contains(kPrecisions, precision)) {
+    return At("training.precision", absl::StrFormat("training.precision '%s' is unknown; known: %s",
+                                                    precision, absl::StrJoin(kPrecisions, ", ")));
+  }
+  const std::string& device_type = spec.parallel().device_type();
+  if (UsesBf16(spec.training()) && device_type != kCudaDeviceType) {
+    return At("training.precision",
+              absl::StrFormat("training.precision bf16 needs every stage on a CUDA GPU, but "
+                              "parallel.device_type is %s: set parallel.device_type: cuda (or "
+                              "precision: fp32)",
+                              device_type.empty() ? kDefaultDeviceType : device_type));
+  }
+  return std::nullopt;
+}
+
 // Needs a valid model and batch sizes.
 Check CheckStepActivations(const v1::JobSpec& spec) {
   absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
@@ -603,10 +625,13 @@ Check Validate(const v1::JobSpec& spec) {
   if (Check c = CheckTraining(spec)) return c;
   if (Check c = CheckSample(spec)) return c;
   if (Check c = CheckStepActivations(spec)) return c;
-  return CheckParallel(spec);
+  if (Check c = CheckParallel(spec)) return c;
+  return CheckPrecision(spec);
 }
 
 }  // namespace job_spec_internal
+
+bool UsesBf16(const v1::TrainingSpec& training) { return training.precision() == "bf16"; }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (job_spec_internal::Check violation = job_spec_internal::Validate(spec)) {

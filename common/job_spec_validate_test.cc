@@ -318,6 +318,40 @@ TEST(ValidateJobSpecTest, DeviceType) {
                 {"parallel.device_type 'gpu' is unknown; known: any, cpu, cuda"});
 }
 
+// training.precision: fp32 anywhere, bf16 only on CUDA devices (a CPU worker cannot run it,
+// and device_type any may hand a stage to one).
+TEST(ValidateJobSpecTest, Precision) {
+  v1::JobSpec spec = Example();
+  EXPECT_FALSE(UsesBf16(spec.training()));
+  for (const char* device_type : {"any", "cpu", "cuda", ""}) {
+    spec.mutable_parallel()->set_device_type(device_type);
+    for (const char* ok : {"", "fp32"}) {
+      spec.mutable_training()->set_precision(ok);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << device_type << " " << ok;
+    }
+  }
+  spec.mutable_training()->set_precision("bf16");
+  EXPECT_TRUE(UsesBf16(spec.training()));
+  spec.mutable_parallel()->set_device_type("cuda");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (const char* device_type : {"any", "cpu", "emulated"}) {
+    spec.mutable_parallel()->set_device_type(device_type);
+    if (std::string(device_type) == "emulated") {
+      spec.mutable_parallel()->mutable_emulation()->set_profile("/tmp/profile.pb");
+      spec.mutable_parallel()->mutable_emulation()->set_scale(1);
+    }
+    ExpectInvalid(
+        ValidateJobSpec(spec),
+        {absl::StrCat("training.precision bf16 needs every stage on a CUDA GPU, but "
+                      "parallel.device_type is ",
+                      device_type, ": set parallel.device_type: cuda (or precision: fp32)")});
+  }
+  spec.mutable_parallel()->set_device_type("cuda");
+  spec.mutable_parallel()->clear_emulation();
+  spec.mutable_training()->set_precision("fp16");
+  ExpectInvalid(ValidateJobSpec(spec), {"training.precision 'fp16' is unknown; known: fp32, bf16"});
+}
+
 TEST(ValidateJobSpecTest, Planner) {
   v1::JobSpec spec = Example();
   for (const char* planner : {"balanced", "uniform", "dapple", "pipedream"}) {
@@ -568,10 +602,11 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
   v1::JobSpec spec = Example();
   spec.mutable_data()->set_dataset("mnist\xff");
   ExpectInvalid(ValidateJobSpec(spec), {"data.dataset 'mnist\\xff' is unknown"});
-  ExpectParseError(Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
-                   "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
-                   "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
-                   "max_grad_norm, lr_schedule, eval_every_steps; did you mean 'epochs'?");
+  ExpectParseError(
+      Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
+      "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
+      "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
+      "max_grad_norm, lr_schedule, eval_every_steps, precision; did you mean 'epochs'?");
 }
 
 }  // namespace

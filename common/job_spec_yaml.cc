@@ -138,6 +138,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   if (t.eval_every_steps() != 0) {
     absl::StrAppend(&out, "  eval_every_steps: ", t.eval_every_steps(), "\n");
   }
+  if (!t.precision().empty()) {
+    absl::StrAppend(&out, "  precision: ", YamlString(t.precision()), "\n");
+  }
   if (t.has_lr_schedule()) {
     const v1::LrSchedule& l = t.lr_schedule();
     absl::StrAppend(&out, "  lr_schedule: {warmup_steps: ", l.warmup_steps(),

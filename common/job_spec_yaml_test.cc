@@ -77,6 +77,12 @@ TEST(JobSpecToYamlTest, RoundTrips) {
   ExpectRoundTrip(spec);
   spec.set_name("123");
   ExpectRoundTrip(spec);
+  spec.mutable_parallel()->set_device_type("cuda");
+  for (const char* precision : {"fp32", "bf16"}) {
+    spec.mutable_training()->set_precision(precision);
+    ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    ExpectRoundTrip(spec);
+  }
 }
 
 // ------------------------------------------------------------------------ keys that don't apply

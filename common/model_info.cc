@@ -80,11 +80,14 @@ int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int f
   return bytes;
 }
 
-absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type, int* layer) {
+absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type, bool bf16,
+                          int* layer) {
   for (int i = 0; i < model.layers_size(); ++i) {
     const std::string& type = model.layers(i).type();
-    for (KernelBackend backend : {KernelBackend::kCpu, KernelBackend::kCuda}) {
-      if (backend == KernelBackend::kCuda && device_type != "cuda") continue;
+    for (KernelBackend backend :
+         {KernelBackend::kCpu, KernelBackend::kCuda, KernelBackend::kCudaBf16}) {
+      if (backend != KernelBackend::kCpu && device_type != "cuda") continue;
+      if (backend == KernelBackend::kCudaBf16 && !bf16) continue;
       if (HasKernel(type, backend)) continue;
       if (layer != nullptr) *layer = i;
       return NoKernelError(i, type, backend);

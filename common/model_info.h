@@ -46,10 +46,13 @@ int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int f
 // `device_type`: every job needs the CPU kernel of each layer's type (every backend builds the
 // CPU layers: the CPU backend computes with them, the CUDA one initialises its weights from
 // them, the emulated one keeps their weights), a job with device_type cuda the CUDA kernel too
-// (layer_registry.h HasKernel). NoKernelError of the first layer without one ("model.layers[0]
-// (conv2d): no CPU kernel in this build; the types with one: ..."), its index in `*layer` when
-// given; OK otherwise. The coordinator refuses such a job at submit.
-absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type,
+// (layer_registry.h HasKernel), and with `bf16` (training.precision bf16, common/job_spec.h
+// UsesBf16) its bf16 CUDA kernel as well. NoKernelError of the first layer without one
+// ("model.layers[0] (conv2d): no CPU kernel in this build; the types with one: ..."; "no bf16
+// CUDA kernel" for an image layer in a bf16 job), its index in `*layer` when given; OK
+// otherwise. The coordinator refuses such a job at submit: a bf16 job never runs a layer in
+// fp32 silently.
+absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type, bool bf16,
                           int* layer = nullptr);
 
 // "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.

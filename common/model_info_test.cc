@@ -222,20 +222,38 @@ TEST(InferLayersTest, InputShapeDimsMustBePositiveAndBounded) {
 TEST(CheckKernelsTest, EveryJobNeedsCpuKernelsAndCudaJobsCudaOnes) {
   v1::ModelSpec m = SmallMlp();
   for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
-    EXPECT_TRUE(CheckKernels(m, device_type).ok()) << device_type;
+    EXPECT_TRUE(CheckKernels(m, device_type, false).ok()) << device_type;
   }
+  EXPECT_TRUE(CheckKernels(m, "cuda", true).ok());
   // Find a type without a CPU kernel, if this build has one.
   for (const std::string& type : LayerTypeNames()) {
     if (HasKernel(type, KernelBackend::kCpu)) continue;
     m.mutable_layers(2)->set_type(type);
     for (const char* device_type : {"", "any", "cpu", "cuda", "emulated"}) {
       int layer = -1;
-      const absl::Status s = CheckKernels(m, device_type, &layer);
+      const absl::Status s = CheckKernels(m, device_type, false, &layer);
       EXPECT_EQ(s, NoKernelError(2, type, KernelBackend::kCpu)) << device_type;
       EXPECT_EQ(layer, 2);
     }
     break;
   }
+}
+
+// The image layers run in fp32 only: a bf16 job with one is refused at its layer, an fp32 one
+// (and a bf16 job's other layers) pass.
+TEST(CheckKernelsTest, Bf16JobsNeedBf16CudaKernels) {
+  v1::ModelSpec m = SmallMlp();
+  m.mutable_layers(2)->set_type("conv2d");
+  ASSERT_FALSE(HasKernel("conv2d", KernelBackend::kCudaBf16));
+  int layer = -1;
+  EXPECT_EQ(CheckKernels(m, "cuda", true, &layer),
+            NoKernelError(2, "conv2d", KernelBackend::kCudaBf16));
+  EXPECT_EQ(layer, 2);
+  EXPECT_THAT(std::string(NoKernelError(2, "conv2d", KernelBackend::kCudaBf16).message()),
+              ::testing::StartsWith("model.layers[2] (conv2d): no bf16 CUDA kernel in this "
+                                    "build; the types with one: flatten, linear, relu, gelu, "
+                                    "dropout, embedding, layernorm, transformer_block, lm_head"));
+  EXPECT_TRUE(CheckKernels(m, "cuda", false).ok());
 }
 
 TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/compute_throughput.h"
 #include "common/status.h"
 #include "dapplectl/format.h"
 #include "dapplectl/json_output.h"
@@ -27,6 +28,12 @@ double Utilization(const v1::StageStepStats& s) {
 }
 
 std::string Percent(double fraction) { return absl::StrFormat("%.1f", fraction * 100.0); }
+
+// Achieved TFLOP/s (common/compute_throughput.h): 3 significant digits, from a CPU's 0.0912 to
+// a GPU's 412.
+std::string Tflops(const v1::StageStepStats& s) {
+  return absl::StrFormat("%.3g", s.achieved_tflops());
+}
 
 std::string JobHeader(const v1::Job& job) {
   std::string line =
@@ -55,13 +62,13 @@ std::string RenderTop(const std::vector<v1::Job>& jobs) {
       block += "  no step reported yet\n";
     } else {
       TextTable table({"STAGE", "REPLICA", "WORKER", "STEP", "STEP(ms)", "FWD", "BWD", "COMM",
-                       "IDLE", "BUBBLE%", "UTIL%", "PEAK-MEM"});
+                       "IDLE", "BUBBLE%", "UTIL%", "TFLOP/S", "MFU", "PEAK-MEM"});
       for (const v1::StageMetrics& m : job.stage_metrics()) {
         const v1::StageStepStats& s = m.last();
         table.AddRow({absl::StrCat(m.stage()), absl::StrCat(m.replica()), m.worker_id(),
                       absl::StrCat(s.step()), Ms(s.step_seconds()), Ms(s.forward_seconds()),
                       Ms(s.backward_seconds()), Ms(s.comm_seconds()), Ms(s.idle_seconds()),
-                      Percent(Bubble(s)), Percent(Utilization(s)),
+                      Percent(Bubble(s)), Percent(Utilization(s)), Tflops(s), FormatMfu(s),
                       FormatBytes(s.peak_memory_bytes())});
       }
       block += table.Render("  ");

@@ -52,6 +52,10 @@ v1::Job RunningJob() {
   // Stage 0: 100 ms step = 30 fwd + 40 bwd + 5 comm + 20 idle + 5 opt.
   *job.add_stage_metrics() = Metrics(0, "w-1", 12, 0.1, 0.03, 0.04, 0.005, 0.02, 0.005, 3 << 20);
   *job.add_stage_metrics() = Metrics(1, "w-2", 12, 0.1, 0.02, 0.03, 0.001, 0.045, 0.004, 2048);
+  // Stage 0 on a CPU (no stated peak: MFU "-"), stage 1 on an H200 in bf16.
+  job.mutable_stage_metrics(0)->mutable_last()->set_achieved_tflops(0.09123);
+  job.mutable_stage_metrics(1)->mutable_last()->set_achieved_tflops(408.46);
+  job.mutable_stage_metrics(1)->mutable_last()->set_mfu(0.413);
   return job;
 }
 
@@ -60,11 +64,11 @@ TEST(TopTest, RendersOneTablePerJob) {
   EXPECT_EQ(text,
             "job-3 (demo)  RUNNING  step 12/100  1234 samples/s\n"
             "  STAGE   REPLICA   WORKER   STEP   STEP(ms)   FWD    BWD    COMM   IDLE   BUBBLE%   "
-            "UTIL%   PEAK-MEM\n"
+            "UTIL%   TFLOP/S   MFU     PEAK-MEM\n"
             "  0       0         w-1      12     100.0      30.0   40.0   5.0    20.0   20.0      "
-            "75.0    3.0 MiB\n"
+            "75.0    0.0912    -       3.0 MiB\n"
             "  1       0         w-2      12     100.0      20.0   30.0   1.0    45.0   45.0      "
-            "54.0    2.0 KiB\n");
+            "54.0    408       41.3%   2.0 KiB\n");
 }
 
 TEST(TopTest, TextJobHeaderShowsItsValidationLoss) {

@@ -93,6 +93,8 @@ inline constexpr char kStageSkippedStepsTotal[] = "dapple_stage_skipped_steps_to
 inline constexpr char kStagePeakMemoryBytes[] = "dapple_stage_peak_memory_bytes";
 inline constexpr char kStagePeakActivationBytes[] = "dapple_stage_peak_activation_bytes";
 inline constexpr char kStageWeightBytes[] = "dapple_stage_weight_bytes";
+inline constexpr char kStageAchievedTflops[] = "dapple_stage_achieved_tflops";
+inline constexpr char kStageMfu[] = "dapple_stage_mfu_ratio";
 inline constexpr char kStagePeakInFlight[] = "dapple_stage_peak_in_flight_micro_batches";
 inline constexpr char kStageLastStepTimestamp[] = "dapple_stage_last_step_timestamp_seconds";
 // --- dapple-worker ---
@@ -105,6 +107,8 @@ inline constexpr char kWorkerActionSecondsTotal[] = "dapple_worker_action_second
 inline constexpr char kWorkerJobsTotal[] = "dapple_worker_jobs_total";
 inline constexpr char kWorkerPeakMemoryBytes[] = "dapple_worker_peak_memory_bytes";
 inline constexpr char kWorkerPeakActivationBytes[] = "dapple_worker_peak_activation_bytes";
+inline constexpr char kWorkerAchievedTflops[] = "dapple_worker_achieved_tflops";
+inline constexpr char kWorkerMfu[] = "dapple_worker_mfu_ratio";
 inline constexpr char kWorkerLastStepTimestamp[] = "dapple_worker_last_step_timestamp_seconds";
 
 }  // namespace dapple::metrics

@@ -16,22 +16,31 @@ namespace pb = google::protobuf;
 // One type and the backends with a kernel for it in this build.
 struct Entry {
   const LayerType* type;
-  bool cpu;   // kernels/cpu/layer_factory.cc
-  bool cuda;  // kernels/cuda/layer_factory.cc
+  bool cpu;        // kernels/cpu/layer_factory.cc
+  bool cuda;       // kernels/cuda/layer_factory.cc
+  bool cuda_bf16;  // kernels/cuda/layer_factory.cc, in bf16 (training.precision bf16)
 };
 
 // The table: messages list the types in this order. The kernel columns are the one record of
 // which backend runs which type; each factory's test checks its table against them.
 const Entry* Table(size_t* count) {
   static const Entry kTypes[] = {
-      {&model_types::Flatten(), true, true},       {&model_types::Linear(), true, true},
-      {&model_types::Relu(), true, true},          {&model_types::Gelu(), true, true},
-      {&model_types::Dropout(), true, true},       {&model_types::Embedding(), true, true},
-      {&model_types::LayerNorm(), true, true},     {&model_types::TransformerBlock(), true, true},
-      {&model_types::LmHead(), true, true},        {&model_types::Conv2d(), true, true},
-      {&model_types::MaxPool2d(), true, true},     {&model_types::AvgPool2d(), true, true},
-      {&model_types::GlobalAvgPool(), true, true}, {&model_types::BatchNorm2d(), true, true},
-      {&model_types::ResidualBlock(), true, true},
+      {&model_types::Flatten(), true, true, true},
+      {&model_types::Linear(), true, true, true},
+      {&model_types::Relu(), true, true, true},
+      {&model_types::Gelu(), true, true, true},
+      {&model_types::Dropout(), true, true, true},
+      {&model_types::Embedding(), true, true, true},
+      {&model_types::LayerNorm(), true, true, true},
+      {&model_types::TransformerBlock(), true, true, true},
+      {&model_types::LmHead(), true, true, true},
+      // The image layers run cuDNN in fp32 only (docs/gpu.md).
+      {&model_types::Conv2d(), true, true, false},
+      {&model_types::MaxPool2d(), true, true, false},
+      {&model_types::AvgPool2d(), true, true, false},
+      {&model_types::GlobalAvgPool(), true, true, false},
+      {&model_types::BatchNorm2d(), true, true, false},
+      {&model_types::ResidualBlock(), true, true, false},
   };
   *count = sizeof(kTypes) / sizeof(kTypes[0]);
   return kTypes;
@@ -80,13 +89,29 @@ std::vector<std::string> LayerTypeNames() {
 }
 
 absl::string_view KernelBackendName(KernelBackend backend) {
-  return backend == KernelBackend::kCuda ? "CUDA" : "CPU";
+  switch (backend) {
+    case KernelBackend::kCpu:
+      return "CPU";
+    case KernelBackend::kCuda:
+      return "CUDA";
+    case KernelBackend::kCudaBf16:
+      return "bf16 CUDA";
+  }
+  return "?";
 }
 
 bool HasKernel(absl::string_view type, KernelBackend backend) {
   const Entry* e = FindEntry(type);
   if (e == nullptr) return false;
-  return backend == KernelBackend::kCuda ? e->cuda : e->cpu;
+  switch (backend) {
+    case KernelBackend::kCpu:
+      return e->cpu;
+    case KernelBackend::kCuda:
+      return e->cuda;
+    case KernelBackend::kCudaBf16:
+      return e->cuda_bf16;
+  }
+  return false;
 }
 
 std::vector<std::string> TypesWithKernel(KernelBackend backend) {

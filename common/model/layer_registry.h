@@ -36,9 +36,11 @@ std::string KnownLayerTypes();
 // (kernels/cpu/layer_factory.cc, kernels/cuda/layer_factory.cc) are checked against it by
 // their tests. Every backend builds the CPU layers (the CUDA backend initialises from them, the
 // emulated one keeps their weights), so every job needs the CPU kernels of its types.
-enum class KernelBackend { kCpu, kCuda };
+// kCudaBf16: the CUDA kernel computing in bf16 (training.precision bf16); every type that has
+// one has a CUDA kernel too.
+enum class KernelBackend { kCpu, kCuda, kCudaBf16 };
 
-// "CPU", "CUDA".
+// "CPU", "CUDA", "bf16 CUDA".
 absl::string_view KernelBackendName(KernelBackend backend);
 
 // Whether `type` has a kernel on `backend` in this build (false for an unknown type).

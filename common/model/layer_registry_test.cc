@@ -35,6 +35,13 @@ TEST(LayerRegistryTest, KernelsPerBackend) {
   EXPECT_THAT(TypesWithKernel(KernelBackend::kCpu), Not(Contains("conv3d")));
   EXPECT_EQ(KernelBackendName(KernelBackend::kCpu), "CPU");
   EXPECT_EQ(KernelBackendName(KernelBackend::kCuda), "CUDA");
+  EXPECT_EQ(KernelBackendName(KernelBackend::kCudaBf16), "bf16 CUDA");
+  // A bf16 kernel is a CUDA kernel in bf16: the backend builds it from the same table.
+  for (const std::string& type : TypesWithKernel(KernelBackend::kCudaBf16)) {
+    EXPECT_TRUE(HasKernel(type, KernelBackend::kCuda)) << type;
+  }
+  EXPECT_TRUE(HasKernel("transformer_block", KernelBackend::kCudaBf16));
+  EXPECT_FALSE(HasKernel("conv2d", KernelBackend::kCudaBf16));
 }
 
 TEST(LayerRegistryTest, NoKernelErrorNamesTheLayerAndWhatRuns) {

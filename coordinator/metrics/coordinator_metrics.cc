@@ -50,6 +50,8 @@ constexpr const char* kStageSeries[] = {m::kStageStep,
                                         m::kStageGradientNorm,
                                         m::kStageSkippedStepsTotal,
                                         m::kStagePeakMemoryBytes,
+                                        m::kStageAchievedTflops,
+                                        m::kStageMfu,
                                         m::kStagePeakActivationBytes,
                                         m::kStageWeightBytes,
                                         m::kStagePeakInFlight,
@@ -245,6 +247,12 @@ void CoordinatorMetrics::SetStagesLocked(const v1::Job& job, Exported& e) {
         .Set(static_cast<double>(st.peak_activation_bytes()));
     set_->Gauge(m::kStageWeightBytes, labels).Set(static_cast<double>(st.weight_bytes()));
     set_->Gauge(m::kStagePeakInFlight, labels).Set(st.peak_in_flight());
+    set_->Gauge(m::kStageAchievedTflops, labels).Set(st.achieved_tflops());
+    if (st.has_mfu()) {
+      set_->Gauge(m::kStageMfu, labels).Set(st.mfu());
+    } else {
+      set_->Remove(m::kStageMfu, labels);
+    }
     set_->Gauge(m::kStageLastStepTimestamp, labels)
         .Set(static_cast<double>(sm.last_step_unix_ms()) / 1000.0);
   }

@@ -217,6 +217,10 @@ TEST_F(CoordinatorMetricsTest, ProgressAndStageSeriesFromTheJob) {
   now_ += 5000;
   job = RunningJob(/*step=*/12, /*ranks=*/2);
   job.mutable_stage_metrics(1)->set_skipped_steps(2);
+  // Rank 0 on a GPU with a stated peak (MFU), rank 1 on a CPU (achieved TFLOP/s only).
+  job.mutable_stage_metrics(0)->mutable_last()->set_achieved_tflops(400);
+  job.mutable_stage_metrics(0)->mutable_last()->set_mfu(0.4);
+  job.mutable_stage_metrics(1)->mutable_last()->set_achieved_tflops(0.05);
   metrics->OnJobUpdate(job);
   std::string text = metrics->metric_set()->Serialize();
   const auto j = Job("job-7", "mlp");
@@ -253,6 +257,10 @@ TEST_F(CoordinatorMetricsTest, ProgressAndStageSeriesFromTheJob) {
   EXPECT_EQ(Value(text, "dapple_stage_peak_activation_bytes", s1), 800);
   EXPECT_EQ(Value(text, "dapple_stage_weight_bytes", s1), 1200);
   EXPECT_EQ(Value(text, "dapple_stage_peak_in_flight_micro_batches", s0), 2);
+  EXPECT_EQ(Value(text, "dapple_stage_achieved_tflops", s0), 400);
+  EXPECT_EQ(Value(text, "dapple_stage_mfu_ratio", s0), 0.4);
+  EXPECT_EQ(Value(text, "dapple_stage_achieved_tflops", s1), 0.05);
+  EXPECT_EQ(Value(text, "dapple_stage_mfu_ratio", s1), std::nullopt);
   EXPECT_EQ(Value(text, "dapple_stage_last_step_timestamp_seconds", s0), (now_ - 500) / 1000.0);
 
   // Same step again: the timestamp stays; skipped steps count the increase only.

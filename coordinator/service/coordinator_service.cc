@@ -107,7 +107,8 @@ std::string DeviceTypeClause(const v1::Job& job) {
 // kernel in this build; ...". Without it every rank would fail at start with the same error.
 absl::Status CheckJobKernels(const v1::JobSpec& spec, const SpecText& text) {
   int layer = -1;
-  const absl::Status s = CheckKernels(spec.model(), spec.parallel().device_type(), &layer);
+  const absl::Status s =
+      CheckKernels(spec.model(), spec.parallel().device_type(), UsesBf16(spec.training()), &layer);
   if (s.ok()) return s;
   return JobSpecFieldError(text.yaml, text.source, absl::StrCat("model.layers[", layer, "]"),
                            s.message());

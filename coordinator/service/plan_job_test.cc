@@ -233,18 +233,13 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
-// A layer type without a CPU kernel in this build: planned (plans do not depend on kernels) with
-// a note, refused at submit at the layer's line with one clear line.
+// A layer type without the kernel a job needs: planned (plans do not depend on kernels) with a
+// note, refused at submit at the layer's line with one clear line. The image layers have no
+// bf16 CUDA kernel, so a bf16 job with a conv2d is such a job (never run in fp32 silently).
 TEST_F(PlanJobTest, ALayerWithoutAKernelIsPlannedWithANoteAndRefusedAtSubmit) {
-  // A job for CUDA workers with conv2d cannot run where conv2d has no CUDA kernel. Since the
-  // cuDNN image layers every type has a kernel on both backends, so no job exists to refuse:
-  // the test says so instead of passing vacuously (bring it back with the next type that lacks a
-  // kernel on a backend).
   const std::string missing = "conv2d";
   ASSERT_TRUE(HasKernel(missing, KernelBackend::kCpu));
-  if (HasKernel(missing, KernelBackend::kCuda)) {
-    GTEST_SKIP() << "every layer type has a CPU and a CUDA kernel in this build: no job to refuse";
-  }
+  ASSERT_FALSE(HasKernel(missing, KernelBackend::kCudaBf16));
   const std::string yaml = R"(name: cnn
 model:
   input_shape: [1, 28, 28]
@@ -254,11 +249,11 @@ model:
     - {type: global_avgpool}
     - {type: linear, out: 10}
 training: {global_batch: 64, micro_batch: 16, epochs: 1, max_steps: 2,
-           optimizer: {type: sgd, lr: 0.05}}
+           optimizer: {type: sgd, lr: 0.05}, precision: bf16}
 parallel: {stages: 2, devices: 2, device_type: cuda}
 )";
   const std::string message =
-      std::string(NoKernelError(0, missing, KernelBackend::kCuda).message());
+      std::string(NoKernelError(0, missing, KernelBackend::kCudaBf16).message());
   v1::PlanJobRequest req;
   req.set_spec_yaml(yaml);
   req.set_source_name("cnn.yaml");

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/layer_registry.h"
 #include "common/model_info.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/grad_check_testing.h"
@@ -464,6 +465,29 @@ TEST(CudaLayerFactoryTest, EveryTypeOfTheRegistryHasAKernelAndUnknownTypesAreRef
       MakeCudaLayer(unknown, v1::LayerSpec(), Dtype::kFp32);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(none.status().message(), "model.layers[3]: type 'no_such_type' has no CUDA kernel");
+}
+
+// The registry's bf16 column (common/model/layer_registry.h kCudaBf16, what the coordinator
+// checks a bf16 job against at submit) is what this factory builds in bf16.
+TEST(CudaLayerFactoryTest, Bf16KernelsAreTheRegistrysBf16Column) {
+  std::vector<std::string> with_case;
+  for (const Case& c : Cases()) with_case.push_back(c.model.layers(c.layer).type());
+  for (const std::string& type : TypesWithKernel(KernelBackend::kCuda)) {
+    SCOPED_TRACE(type);
+    if (HasKernel(type, KernelBackend::kCudaBf16)) {
+      // Built in bf16 by EveryTypeOfTheRegistryHasAKernelAndUnknownTypesAreRefused.
+      EXPECT_NE(std::find(with_case.begin(), with_case.end(), type), with_case.end());
+      continue;
+    }
+    LayerInfo info;
+    info.index = 2;
+    info.type = type;
+    absl::StatusOr<std::unique_ptr<DeviceLayer>> layer =
+        MakeCudaLayer(info, v1::LayerSpec(), Dtype::kBf16);
+    EXPECT_EQ(layer.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(layer.status().message(), absl::StrCat("model.layers[2]: type '", type,
+                                                     "' has no bf16 CUDA kernel (fp32 only)"));
+  }
 }
 
 // In fp32 a layer keeps exactly what common/model declares (the planner's memory model).

@@ -33,7 +33,10 @@
 //   dx      dx = dy W      dx^T [in, n]   = W^T [in, out] dy^T [out, n]
 //            m = in, n = n, k = out; A = w buffer (col-major [in, out], lda = in), op = N;
 //            B = dy buffer (col-major [out, n], ldb = out), op = N; D = dx buffer (ldd = in).
-//   db      db[o] += sum_r dy[r, o]: a column sum of the row-major dy (ColumnSumKernel).
+//   db      db[o] += sum_r dy[r, o] = sum over the dW GEMM's k of op(B)(k, o): fused into the dW
+//            GEMM as CUBLASLT_EPILOGUE_BGRADB (a bias gradient of length n = out, the columns of
+//            D, reduced over k), which overwrites its output, so it goes to the workspace and
+//            one small kernel adds it to db; else a column sum of dy (ColumnSumKernel).
 //
 // Check of the forward (the others follow the same way): D(o, r) = sum_i W^T_cm(i, o) x^T_cm(i, r)
 // = sum_i w[o * in + i] * x[r * in + i] = y[r, o], stored at o + r * out = y's row-major index.
@@ -64,16 +67,20 @@ struct Gemm {
   void* d;
   int64_t ldd;
   float beta;
-  const void* bias = nullptr;  // bias of length m added in the epilogue, when not null
+  const void* bias = nullptr;  // the epilogue's vector, when not null
   cudaDataType_t bias_type = CUDA_R_32F;
+  // With a bias: CUBLASLT_EPILOGUE_BIAS adds bias (length m) to D; CUBLASLT_EPILOGUE_BGRADB
+  // writes the column sums of op(B) (length n, reduced over k) into bias.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
 };
 
 std::string Describe(const Gemm& g) {
   return absl::StrCat("Linear GEMM ", g.what, " (m ", g.m, ", n ", g.n, ", k ", g.k,
                       g.ab_type == CUDA_R_16BF ? ", bf16 inputs" : ", fp32",
-                      g.bias == nullptr           ? ""
-                      : g.bias_type == CUDA_R_32F ? ", fp32 bias epilogue"
-                                                  : ", bf16 bias epilogue",
+                      g.bias == nullptr                        ? ""
+                      : g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? ", bias gradient epilogue"
+                      : g.bias_type == CUDA_R_32F              ? ", fp32 bias epilogue"
+                                                               : ", bf16 bias epilogue",
                       ")");
 }
 
@@ -130,7 +137,7 @@ absl::Status MakePlan(const KernelContext& ctx, const Gemm& g, uint64_t workspac
   }
   if (st != CUBLAS_STATUS_SUCCESS) return LtError(st, g, "cublasLtMatmulDescSetAttribute");
   if (g.bias != nullptr) {
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const uint32_t epilogue = g.epilogue;
     const void* bias = g.bias;  // its alignment steers the heuristic
     const int32_t bias_type = g.bias_type;
     st = cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
@@ -223,7 +230,9 @@ absl::StatusOr<LtPlan*> GetPlan(const KernelContext& ctx, const Gemm& g, const W
       g.lda,
       g.ldb,
       g.ldd,
-      g.bias != nullptr ? int64_t{g.bias_type} * 1024 + Alignment(g.bias) : int64_t{-1},
+      g.bias != nullptr
+          ? (int64_t{g.epilogue} * 1024 + int64_t{g.bias_type}) * 1024 + Alignment(g.bias)
+          : int64_t{-1},
       Alignment(g.a),
       Alignment(g.b),
       Alignment(g.d),
@@ -365,6 +374,40 @@ absl::Status ColumnSum(const KernelContext& ctx, const T* dy, int64_t n, int64_t
   return absl::OkStatus();
 }
 
+// db[j] += staged[j]: the fused bias gradient (written, not accumulated, by the epilogue) into
+// the accumulated one.
+__global__ void AccumulateKernel(const float* __restrict__ staged, float* __restrict__ db,
+                                 int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    db[i] += staged[i];
+  }
+}
+
+// dW += dy^T x (`g`) with db += colsum(dy) in its epilogue (CUBLASLT_EPILOGUE_BGRADB): the
+// epilogue writes the sums into the head of ctx.workspace, the rest goes to the GEMM, and
+// AccumulateKernel adds them to db. Returns false, having enqueued nothing, where cuBLASLt
+// offers no algorithm for it (or there is no workspace to stage the sums in).
+absl::StatusOr<bool> TryFusedBiasGradient(const char* op, const KernelContext& ctx, Gemm g,
+                                          float* db) {
+  Workspace ws = LtWorkspace(ctx.workspace, ctx.workspace_bytes);
+  const uint64_t staged_bytes = (g.n * sizeof(float) + 255) / 256 * 256;
+  if (ws.base == nullptr || ws.bytes < staged_bytes) return false;
+  float* staged = static_cast<float*>(ws.base);
+  ws.base = static_cast<char*>(ws.base) + staged_bytes;
+  ws.bytes -= staged_bytes;
+  g.bias = staged;
+  g.bias_type = CUDA_R_32F;
+  g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  DAPPLE_ASSIGN_OR_RETURN(LtPlan* const plan, GetPlan(ctx, g, ws));
+  if (!plan->found) return false;
+  DAPPLE_RETURN_IF_ERROR(RunPlan(ctx, g, *plan, ws));
+  AccumulateKernel<<<internal::GridFor(g.n), internal::kBlock, 0, ctx.stream>>>(staged, db, g.n);
+  DAPPLE_RETURN_IF_ERROR(internal::LaunchStatus(op));
+  return true;
+}
+
 absl::Status CheckArgs(const char* op, const KernelContext& ctx, int64_t n, int64_t in, int64_t out,
                        std::initializer_list<const void*> required) {
   if (n <= 0 || in <= 0 || out <= 0) {
@@ -458,14 +501,39 @@ absl::Status BackwardInput(const char* op, const KernelContext& ctx, const T* w,
                            kDataType<T>, w, in, dy, out, dx, in, 0.0f});
 }
 
-// db += colsum(dy) (when db is not null), then dW += dy^T x.
+// dW += dy^T x and, when db is not null, db += colsum(dy): in the GEMM's epilogue where
+// cuBLASLt can, else a column-sum kernel before the GEMM.
 template <typename T>
 absl::Status BackwardWeight(const char* op, const KernelContext& ctx, const T* x, const T* dy,
                             float* dw, float* db, int64_t n, int64_t in, int64_t out) {
   DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, dy, dw}));
-  if (db != nullptr) DAPPLE_RETURN_IF_ERROR(ColumnSum(ctx, dy, n, out, db));
-  return RunGemm(ctx, Gemm{"dW += dy^T x", CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, kDataType<T>,
-                           CUDA_R_32F, x, in, dy, out, dw, in, 1.0f});
+  const Gemm g{"dW += dy^T x",
+               CUBLAS_OP_N,
+               CUBLAS_OP_T,
+               in,
+               out,
+               n,
+               kDataType<T>,
+               CUDA_R_32F,
+               x,
+               in,
+               dy,
+               out,
+               dw,
+               in,
+               1.0f};
+  if (db == nullptr) return RunGemm(ctx, g);
+  if (g_paths.lt && g_paths.fused_bias_grad) {
+    DAPPLE_ASSIGN_OR_RETURN(const bool fused, TryFusedBiasGradient(op, ctx, g, db));
+    if (fused) {
+      ++g_counts.fused_bias_grad;
+      return absl::OkStatus();
+    }
+  }
+  DAPPLE_RETURN_IF_ERROR(ColumnSum(ctx, dy, n, out, db));
+  DAPPLE_RETURN_IF_ERROR(RunGemm(ctx, g));
+  ++g_counts.separate_bias_grad;
+  return absl::OkStatus();
 }
 
 template <typename T>

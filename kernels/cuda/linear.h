@@ -10,9 +10,14 @@
 // updates fp32 weights and CastToBf16 refreshes the bf16 copy used here).
 // Stream-ordered (context.h). `dx` must not alias x, y, W or dy.
 // ctx.workspace, when set, also holds scratch between the kernels of one call (the bias
-// gradient's partial sums, the bf16 copy of b for the fused bf16 bias), so it must serve
-// ctx.stream alone; with it null the ops still work, with a bias kernel instead of the fused
-// bf16 bias epilogue and a less parallel bias gradient. The bf16 forward adds b rounded to bf16.
+// gradient, the bf16 copy of b for the fused bf16 bias), so it must serve ctx.stream alone;
+// with it null the ops still work, with a bias kernel instead of the fused bf16 bias epilogue
+// and a column-sum kernel for the bias gradient. The bf16 forward adds b rounded to bf16.
+// The bias gradient: normally in the dW GEMM's epilogue (cuBLASLt CUBLASLT_EPILOGUE_BGRADB,
+// written to the workspace, then added to db), else by a column-sum kernel with a fixed
+// summation order. Either is bitwise reproducible run to run on one GPU model, cuBLAS version
+// and shape (cuBLAS's reproducibility guarantee; the algorithm is chosen once per shape and
+// cached), but the two order their sums differently, so they agree to rounding, not bitwise.
 #ifndef DAPPLE_KERNELS_CUDA_LINEAR_H_
 #define DAPPLE_KERNELS_CUDA_LINEAR_H_
 

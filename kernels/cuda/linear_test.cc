@@ -26,7 +26,8 @@ using testing::Uniform;
 
 enum class Dtype { kFp32, kBf16 };
 // Which GEMM path the Linear ops may take (linear_internal.h); kDefault lets them choose.
-enum class Path { kDefault, kNoWorkspace, kSeparateBias, kGemmEx };
+// kSeparateBiasGrad: the bias gradient by the column-sum kernel, not the BGRADB epilogue.
+enum class Path { kDefault, kNoWorkspace, kSeparateBias, kGemmEx, kSeparateBiasGrad };
 
 struct Case {
   int64_t n;
@@ -44,7 +45,8 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  static const char* const kPaths[] = {"Default", "NoWorkspace", "SeparateBias", "GemmEx"};
+  static const char* const kPaths[] = {"Default", "NoWorkspace", "SeparateBias", "GemmEx",
+                                       "SeparateBiasGrad"};
   return absl::StrCat(c.dtype == Dtype::kFp32 ? "Fp32_" : "Bf16_", c.n, "x", c.in, "x", c.out, "_",
                       kPaths[static_cast<int>(c.path)], c.with_dx ? "" : "_NoDx");
 }
@@ -147,6 +149,7 @@ TEST_P(LinearTest, MatchesCpuReference) {
   }
   internal::GemmPaths paths;
   paths.fused_bias = c.path != Path::kSeparateBias;
+  paths.fused_bias_grad = c.path != Path::kSeparateBiasGrad;
   paths.lt = c.path != Path::kGemmEx;
   internal::SetGemmPathsForTesting(paths);
   const internal::GemmPathCounts before = internal::GetGemmPathCounts();
@@ -164,16 +167,26 @@ TEST_P(LinearTest, MatchesCpuReference) {
   const int64_t gemms = c.with_dx ? 3 : 2;
   const int64_t fused = after.fused_bias - before.fused_bias;
   const int64_t separate = after.separate_bias - before.separate_bias;
+  const int64_t fused_grad = after.fused_bias_grad - before.fused_bias_grad;
+  const int64_t separate_grad = after.separate_bias_grad - before.separate_bias_grad;
   EXPECT_EQ(fused + separate, 1);
+  EXPECT_EQ(fused_grad + separate_grad, 1);
   EXPECT_EQ((after.lt - before.lt) + (after.gemm_ex - before.gemm_ex), gemms);
   if (c.path == Path::kSeparateBias || c.path == Path::kGemmEx) {
     EXPECT_EQ(separate, 1);
+  }
+  // Without cuBLASLt or a workspace to stage it in, the bias gradient cannot be fused.
+  if (c.path == Path::kSeparateBiasGrad || c.path == Path::kGemmEx ||
+      c.path == Path::kNoWorkspace) {
+    EXPECT_EQ(separate_grad, 1);
   }
   if (c.path == Path::kGemmEx) {
     EXPECT_EQ(after.lt - before.lt, 0);
   }
   // Which path the default took on this GPU (the fused epilogue is the fast one).
   std::cout << "  paths: bias " << (fused ? "fused in the epilogue" : "separate kernel")
+            << ", bias gradient "
+            << (fused_grad ? "fused in the epilogue (BGRADB)" : "column-sum kernel")
             << ", GEMMs by cuBLASLt " << after.lt - before.lt << ", by cublasGemmEx "
             << after.gemm_ex - before.gemm_ex << "\n";
 }
@@ -191,7 +204,8 @@ std::vector<Case> Cases() {
       cases.push_back({s.n, s.in, s.out, dtype, Path::kDefault, true});
     }
     for (const Shape& s : {shapes[0], shapes[3], shapes[4]}) {
-      for (Path path : {Path::kNoWorkspace, Path::kSeparateBias, Path::kGemmEx}) {
+      for (Path path :
+           {Path::kNoWorkspace, Path::kSeparateBias, Path::kGemmEx, Path::kSeparateBiasGrad}) {
         cases.push_back({s.n, s.in, s.out, dtype, path, true});
       }
     }
@@ -201,6 +215,33 @@ std::vector<Case> Cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, ::testing::ValuesIn(Cases()), CaseName);
+
+// The fused bias gradient (and the rest of the backward) is bitwise the same on every run of a
+// shape on one GPU: cuBLAS's reproducibility guarantee, the algorithm chosen once per shape.
+TEST(LinearDeterminismTest, BackwardIsBitwiseReproducible) {
+  DAPPLE_SKIP_WITHOUT_GPU();
+  KernelContext ctx = Context();
+  for (Dtype dtype : {Dtype::kFp32, Dtype::kBf16}) {
+    const Case c{2048, 1024, 1024, dtype, Path::kDefault, true};
+    SCOPED_TRACE(dtype == Dtype::kFp32 ? "fp32" : "bf16");
+    std::vector<float> x = RoundToBf16(Uniform(c.n * c.in, 11, -1, 1));
+    std::vector<float> w = RoundToBf16(Uniform(c.out * c.in, 12, -1, 1));
+    const std::vector<float> b = Uniform(c.out, 13, -1, 1);
+    std::vector<float> dy = RoundToBf16(Uniform(c.n * c.out, 14, -1, 1));
+    const std::vector<float> dw0 = Uniform(c.out * c.in, 15, -1, 1);
+    const std::vector<float> db0 = Uniform(c.out, 16, -1, 1);
+    auto run = [&] {
+      return dtype == Dtype::kBf16 ? RunGpu<bf16>(ctx, c, x, w, b, dy, dw0, db0)
+                                   : RunGpu<float>(ctx, c, x, w, b, dy, dw0, db0);
+    };
+    const Results first = run();
+    const Results second = run();
+    EXPECT_EQ(first.db, second.db);
+    EXPECT_EQ(first.dw, second.dw);
+    EXPECT_EQ(first.dx, second.dx);
+    EXPECT_EQ(first.y, second.y);
+  }
+}
 
 // Argument checks come before any CUDA call, so they hold without a GPU.
 TEST(LinearArgsTest, RejectsNonPositiveSizesNullPointersAndNoHandle) {

@@ -22,6 +22,12 @@
    in series whose fp32 sums cuDNN and oneDNN order differently (the image layers' own bounds
    are 1e-5 to 1e-4 per layer, kernels/cuda/image_layers_test.cc). Not yet run on hardware.
 
+7. bf16 mixed precision (training.precision bf16, docs/gpu.md "Mixed precision"): the demo job
+   and the GPT of check 5 again in bf16, each against its fp32 run of checks 1 and 5 (same spec,
+   seed and steps): the final evaluation loss (the demo's test_loss, the GPT's validation_loss)
+   within BF16_RTOL = 1% relative, and every stage reports achieved TFLOP/s with an MFU when the
+   GPU is in common/compute_throughput.cc's table. Not yet run on hardware.
+
 Prints one line per result ("RESULT key value") for run.sh's table. Needs DAPPLE_BUILD_DIR (the
 bundle's build tree) and DAPPLE_DATA_DIR (Fashion-MNIST). Exit 0 when every check holds.
 """
@@ -42,6 +48,8 @@ DEVICE = os.environ.get("DAPPLE_GPU_DEVICE", "cuda:0")
 RTOL = 1e-5
 RESNET_STEPS = 20
 RESNET_RTOL = 1e-4
+BF16_RTOL = 0.01
+fp32_runs = {}  # "demo" / "gpt": the fp32 job's final evaluation loss, for the bf16 checks
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 failures = []
 
@@ -72,6 +80,69 @@ def demo(c):
     result("demo_devices", ",".join(d for s in j.get("plan", {}).get("stages", []) for d in s.get("devices", [])))
     check(j["state"] == "SUCCEEDED", "demo job %s: %s" % (j["state"], j.get("message")))
     check(m.get("test_accuracy", 0) >= 0.85, "demo test accuracy %s < 0.85" % m.get("test_accuracy"))
+    fp32_runs["demo"] = (m.get("test_loss"), m.get("step"))
+
+
+def with_bf16(spec):
+    """`spec` with training.precision bf16 on CUDA workers (parallel.device_type cuda)."""
+    spec = re.sub(r"(?m)^[ \t]*(precision|device_type): .*\n", "", spec)
+    spec = re.sub(r"(?m)^training:$", "training:\n  precision: bf16", spec)
+    return re.sub(r"(?m)^parallel:$", "parallel:\n  device_type: cuda", spec)
+
+
+def stage_mfu(c, job):
+    """'stage:TFLOP/s:MFU' per stage of the RUNNING `job` (dapplectl top -o json), once one is
+    reported; MFU '-' where the GPU has no stated peak."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        j = c.get(job)
+        stages = j.get("stage_metrics", [])
+        if stages and all(s.get("last", {}).get("achieved_tflops", 0) > 0 for s in stages):
+            return ["%s:%.3g:%s" % (s.get("stage", 0), s["last"]["achieved_tflops"],
+                                    "%.3f" % s["last"]["mfu"] if "mfu" in s["last"] else "-")
+                    for s in stages]
+        if j["state"] in TERMINAL:
+            break
+        time.sleep(0.2)
+    return []
+
+
+def bf16_run(c, name, spec, loss_key, timeout):
+    """Runs `spec` in bf16 and compares its final `loss_key` with the fp32 run's."""
+    want, want_steps = fp32_runs.get(name, (None, None))
+    check(want is not None, "bf16 %s: no fp32 run to compare with" % name)
+    t0 = time.time()
+    job = c.submit(with_bf16(spec), "%s-bf16.yaml" % name)
+    mfu = stage_mfu(c, job)
+    j = c.wait_state(job, TERMINAL, timeout)
+    m = j.get("metrics", {})
+    got = m.get(loss_key)
+    result("%s_bf16_state" % name, j["state"])
+    result("%s_bf16_seconds" % name, "%.1f" % (time.time() - t0))
+    result("%s_bf16_samples_per_second" % name, "%.0f" % m.get("samples_per_second", 0))
+    result("%s_bf16_%s" % (name, loss_key), got)
+    result("%s_fp32_%s" % (name, loss_key), want)
+    result("%s_bf16_stage_tflops_mfu" % name, ",".join(mfu) or "none")
+    check(j["state"] == "SUCCEEDED", "bf16 %s job %s: %s" % (name, j["state"], j.get("message")))
+    check(m.get("step") == want_steps, "bf16 %s: %s steps, fp32 %s" % (name, m.get("step"), want_steps))
+    check(bool(mfu), "bf16 %s: no stage reported achieved TFLOP/s" % name)
+    if got is not None and want:
+        rel = abs(got / want - 1)
+        result("%s_bf16_loss_rel" % name, "%.2e" % rel)
+        check(rel <= BF16_RTOL, "bf16 %s: %s %s vs fp32 %s (%.2e relative > %g)"
+              % (name, loss_key, got, want, rel, BF16_RTOL))
+    else:
+        check(False, "bf16 %s: no %s (bf16 %s, fp32 %s)" % (name, loss_key, got, want))
+
+
+def demo_bf16(c):
+    with open(os.path.join(HERE, "..", "..", "examples", "fashion_mnist_mlp.yaml")) as f:
+        spec = f.read()
+    bf16_run(c, "demo", re.sub(r"path: [^}]*}", "path: %s}" % DATA, spec), "test_loss", 400)
+
+
+def gpt_bf16(c):
+    bf16_run(c, "gpt", gpt_spec(os.path.join(c.dir, "gpt.txt")), "validation_loss", 300)
 
 
 def parity(c, label="parity"):
@@ -211,6 +282,7 @@ def gpt(c):
     result("gpt_samples_per_second", "%.0f" % m.get("samples_per_second", 0))
     result("gpt_devices", ",".join(d for s in j.get("plan", {}).get("stages", []) for d in s.get("devices", [])))
     check(j["state"] == "SUCCEEDED", "gpt job %s: %s" % (j["state"], j.get("message")))
+    fp32_runs["gpt"] = (m.get("validation_loss"), m.get("step"))
     check(len(losses) == GPT_STEPS, "gpt job reported %d losses, expected %d" % (len(losses), GPT_STEPS))
     check(all(x == x and abs(x) != float("inf") for x in losses), "gpt job: non-finite loss")
     check(bool(losses) and losses[-1] < 0.75 * losses[0],
@@ -270,8 +342,8 @@ def main():
     c = cluster.Cluster(workers=2, dump=True, worker_args=["--devices", DEVICE])
     try:
         c.wait_workers(2)
-        run(c, (("parity", parity), ("demo", demo), ("gpt", gpt), ("resnet", resnet),
-                ("dead worker", dead_worker)))
+        run(c, (("parity", parity), ("demo", demo), ("gpt", gpt), ("demo bf16", demo_bf16),
+                ("gpt bf16", gpt_bf16), ("resnet", resnet), ("dead worker", dead_worker)))
     finally:
         if failures:
             print(c.all_logs()[-6000:])

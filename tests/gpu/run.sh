@@ -4,7 +4,12 @@
 # test files state: kernels/cuda/cudnn_ops_test.cc, image_layers_test.cc; GPT stages against the
 # CPU backend among them), the Linear kernel benchmark against cuBLAS's own GEMM, the GPT
 # kernels' benchmark, and jobs on one GPU (the demo job with 2 stages sharing the GPU; GPU-vs-CPU
-# parity; a GPT on text; the ResNet example against the CPU reference), then a short table.
+# parity; a GPT on text; the ResNet example against the CPU reference; the demo job and the GPT
+# again in bf16 against their fp32 runs, with each stage's achieved TFLOP/s and MFU), then a
+# short table. The bf16 checks (training.precision bf16, the BGRADB bias gradient, MFU) are
+# new and not yet run on hardware: kernels_cuda_test's LinearTest (SeparateBiasGrad paths) and
+# LinearDeterminismTest, cuda_stage_backend_test's CudaBf16* tests, gpu_jobs.py check 7, and
+# linear_cuda_bench's last column (which bias-gradient path each shape took).
 # Under 8 minutes on one H200.
 #
 # From a bundle (tests/gpu/bundle.sh; .gpu/dapple-gpu.tar.xz present): runs on a machine without

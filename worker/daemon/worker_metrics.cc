@@ -78,6 +78,12 @@ void WorkerMetrics::OnReport(const v1::ProgressReport& report) {
         set_->Gauge(m::kWorkerPeakMemoryBytes).Set(static_cast<double>(st.peak_memory_bytes()));
         set_->Gauge(m::kWorkerPeakActivationBytes)
             .Set(static_cast<double>(st.peak_activation_bytes()));
+        set_->Gauge(m::kWorkerAchievedTflops).Set(st.achieved_tflops());
+        if (st.has_mfu()) {
+          set_->Gauge(m::kWorkerMfu).Set(st.mfu());
+        } else {
+          set_->Remove(m::kWorkerMfu, {});
+        }
       }
       set_->Gauge(m::kWorkerLastStepTimestamp).Set(static_cast<double>(now_unix_ms_()) / 1000.0);
       break;

@@ -38,6 +38,8 @@ v1::ProgressReport Step(int64_t step, double forward, double idle) {
   st->set_idle_seconds(idle);
   st->set_peak_memory_bytes(4096 * step);
   st->set_peak_activation_bytes(1024 * step);
+  st->set_achieved_tflops(100.0 * step);
+  if (step == 1) st->set_mfu(0.1);  // step 2: a device without a stated peak
   return r;
 }
 
@@ -76,6 +78,8 @@ TEST(WorkerMetricsTest, FollowsTheDaemon) {
   EXPECT_EQ(Value(text, "dapple_worker_action_seconds_total{kind=\"idle\"}"), 1.5);
   EXPECT_EQ(Value(text, "dapple_worker_peak_memory_bytes"), 8192);
   EXPECT_EQ(Value(text, "dapple_worker_peak_activation_bytes"), 2048);
+  EXPECT_EQ(Value(text, "dapple_worker_achieved_tflops"), 200);
+  EXPECT_EQ(Value(text, "dapple_worker_mfu_ratio"), std::nullopt);  // removed: no peak at step 2
   EXPECT_EQ(Value(text, "dapple_worker_last_step_timestamp_seconds"), now / 1000.0);
 
   // The rank fails: idle again, its rank series gone, the totals stay.

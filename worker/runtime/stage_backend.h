@@ -41,6 +41,14 @@ class StageBackend {
   virtual std::string device() const = 0;
   // True when the buffers below are device memory.
   virtual bool device_memory() const = 0;
+  // The device's product name, what its stated peak is looked up by for the MFU
+  // (common/compute_throughput.h): "NVIDIA H200" on a GPU; the default is device().
+  virtual std::string device_name() const { return device(); }
+  // Seconds the device spent in training Forwards and Backwards since the last call, where the
+  // backend measures them itself (a GPU stage: CUDA events around them, since the host's action
+  // timers see little more than the launches); waits for that work. < 0 (the default): not
+  // measured, and the runtime's forward and backward action times are the compute time.
+  virtual absl::StatusOr<double> TakeComputeSeconds() { return -1.0; }
 
   // Stage input of slot `slot` sized for `rows` samples; the runtime receives into it.
   virtual absl::StatusOr<void*> Input(int slot, int64_t rows) = 0;

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/compute_throughput.h"
+#include "common/job_spec.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/schedule/action.h"
@@ -218,6 +220,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   st.set_learning_rate(learning_rate_);
   st.set_samples(rows_.size() * (pipedream_ ? own_micro_batches_ : num_micro_batches_));
   st.set_skipped(false);
+  DAPPLE_ASSIGN_OR_RETURN(const double device_seconds, backend_->TakeComputeSeconds());
+  SetComputeThroughput(train_flops_per_sample_ * static_cast<double>(st.samples()),
+                       device_seconds >= 0 ? device_seconds : Seconds(forward_ns + backward_ns),
+                       backend_->device_name(), UsesBf16(assignment_.spec().training()), &st);
   if (trace) {
     r.traced = true;
     v1::StepTrace& t = r.trace;

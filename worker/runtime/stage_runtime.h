@@ -338,7 +338,8 @@ class StageRuntime {
   // Floats per sample a slot holds: the stage input, every layer's output and what it saves for
   // its backward (common/model_info.h StageActivationBytesPerSample).
   int64_t slot_floats_per_sample_ = 0;
-  int64_t weight_bytes_ = 0;  // parameters, gradients and optimizer state
+  int64_t weight_bytes_ = 0;           // parameters, gradients and optimizer state
+  double train_flops_per_sample_ = 0;  // forward + backward of the stage's layers
   std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.

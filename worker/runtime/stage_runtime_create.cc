@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "common/compute_throughput.h"
 #include "common/model_info.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
@@ -203,6 +204,8 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   slot_floats_per_sample_ =
       StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) /
       static_cast<int64_t>(sizeof(float));
+  train_flops_per_sample_ =
+      StageTrainFlopsPerSample(infos, range.first_layer(), range.last_layer());
   int64_t params = 0;
   for (int l = range.first_layer(); l <= range.last_layer(); ++l) params += infos[l].param_count;
   targets_per_sample_ = TargetsPerSample(infos);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/model_info.h"
 #include "common/schedule/lowering.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/loss.h"
@@ -286,6 +287,33 @@ TEST(StageRuntimeStatsTest, MemoryMatchesAHandCount) {
     EXPECT_EQ(s1.peak_activation_bytes(), 1 * rows * (32 + 16 + 16 + 10) * 4);
     EXPECT_EQ(s1.weight_bytes(), (32 * 16 + 16 + 16 * 10 + 10) * 4 * (2 + copies));
     EXPECT_EQ(s1.peak_memory_bytes(), s1.weight_bytes() + s1.peak_activation_bytes());
+  }
+}
+
+// Achieved TFLOP/s per stage (common/compute_throughput.h) on CPU stages: the step's model FLOPs
+// by hand from common/model's per-layer counts, over the forward and backward seconds; no MFU
+// on a CPU (no stated peak).
+TEST(StageRuntimeStatsTest, AchievedTflopsFromTheLayersFlops) {
+  const int P = 2, M = 4;
+  v1::JobSpec spec = SmallSpec(64, 16, "sgd");
+  auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, 2, false);
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  // UniformPlan(6 layers, 2 stages): layers 0-2 and 3-5.
+  const int first[] = {0, 3};
+  for (int s = 0; s < P; ++s) {
+    SCOPED_TRACE(testing::Message() << "stage " << s);
+    ASSERT_EQ(results[s].size(), 2);
+    const v1::StageStepStats& st = results[s][1].stats;
+    double per_sample = 0;
+    for (int l = first[s]; l < first[s] + 3; ++l) {
+      per_sample += infos[l].forward_flops + infos[l].backward_flops;
+    }
+    EXPECT_GT(per_sample, 0);
+    EXPECT_DOUBLE_EQ(st.flops(), per_sample * 64);
+    EXPECT_DOUBLE_EQ(st.compute_seconds(), st.forward_seconds() + st.backward_seconds());
+    EXPECT_DOUBLE_EQ(st.achieved_tflops(), st.flops() / st.compute_seconds() / 1e12);
+    EXPECT_EQ(st.device_name(), "cpu");
+    EXPECT_FALSE(st.has_mfu());
   }
 }
 

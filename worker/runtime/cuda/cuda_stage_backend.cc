@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
 #include "common/status.h"
@@ -28,8 +29,9 @@ namespace {
 
 namespace kc = kernels::cuda;
 
-// One layer of the stage: its CUDA kernel (kernels/cuda/layer_factory.h, computing in fp32)
-// bound to the stage's device parameters, and what a micro-batch of `buffers_rows` needs.
+// One layer of the stage: its CUDA kernel (kernels/cuda/layer_factory.h, computing in the job's
+// precision) bound to the stage's device parameters, and what a micro-batch of `buffers_rows`
+// needs.
 struct StageLayer {
   std::unique_ptr<kc::DeviceLayer> kernel;
   int64_t in = 0;   // features per sample in
@@ -47,10 +49,24 @@ struct LayerMemory {
 
 class CudaStageBackend : public StageBackend {
  public:
-  explicit CudaStageBackend(CudaDevice* device) : dev_(device) {}
+  CudaStageBackend(CudaDevice* device, kc::Dtype dtype) : dev_(device), dtype_(dtype) {}
+  ~CudaStageBackend() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
 
   std::string device() const override { return absl::StrCat("cuda:", dev_->index()); }
+  std::string device_name() const override { return dev_->name(); }
   bool device_memory() const override { return true; }
+
+  // The device time between the events recorded around each training Forward and Backward
+  // (stream order puts only their kernels between the two of a pair). Waits for the last one,
+  // so the host enqueues the next step only after this one's work has run.
+  absl::StatusOr<double> TakeComputeSeconds() override {
+    DAPPLE_ASSIGN_OR_RETURN(const double seconds, SumEventPairs());
+    const double total = folded_seconds_ + seconds;
+    folded_seconds_ = 0;
+    return total;
+  }
 
   absl::StatusOr<void*> Input(int slot, int64_t rows) override {
     DeviceBuffer& x = SlotAt(slot).acts[0];
@@ -70,13 +86,17 @@ class CudaStageBackend : public StageBackend {
   absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& context) override {
     Slot& s = SlotAt(slot);
     s.rows = rows;
+    if (context.training) DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
+    DAPPLE_ASSIGN_OR_RETURN(const void* x, LayerInput(s, rows));
     for (size_t k = 0; k < layers_.size(); ++k) {
       StageLayer& l = layers_[k];
-      DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], Bytes(rows, l.out)));
+      DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], ActBytes(rows, l.out)));
       DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
-      DAPPLE_RETURN_IF_ERROR(l.kernel->Forward(ctx(), s.acts[k].data(), s.acts[k + 1].data(), rows,
+      DAPPLE_RETURN_IF_ERROR(l.kernel->Forward(ctx(), x, s.acts[k + 1].data(), rows,
                                                &s.caches[k].cache, context, scratch));
+      x = s.acts[k + 1].data();
     }
+    if (context.training) DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
     return absl::OkStatus();
   }
 
@@ -94,10 +114,11 @@ class CudaStageBackend : public StageBackend {
         kc::CudaStatus(cudaMemcpyAsync(labels_.data(), labels, targets * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream()),
                        "copy labels to the device"));
+    DAPPLE_ASSIGN_OR_RETURN(const float* logits, OutputFp32(s, &logits32_));
     DAPPLE_RETURN_IF_ERROR(
-        kc::SoftmaxCrossEntropy(ctx(), s.acts.back().as<float>(), labels_.as<int32_t>(), targets, c,
-                                grad_scale, training ? s.dlogits.as<float>() : nullptr,
-                                row_loss_.as<double>(), row_correct_.as<int32_t>()));
+        kc::SoftmaxCrossEntropy(ctx(), logits, labels_.as<int32_t>(), targets, c, grad_scale,
+                                training ? s.dlogits.as<float>() : nullptr, row_loss_.as<double>(),
+                                row_correct_.as<int32_t>()));
     host_loss_.resize(targets);
     host_correct_.resize(targets);
     DAPPLE_RETURN_IF_ERROR(
@@ -124,6 +145,10 @@ class CudaStageBackend : public StageBackend {
     if (send_id < 0) return absl::InternalError("negative send id");
     if (send_id >= static_cast<int>(act_send_.size())) act_send_.resize(send_id + 1);
     DeviceBuffer& dst = act_send_[send_id];
+    if (bf16()) {  // the stage boundary carries fp32: cast straight into the send buffer
+      DAPPLE_ASSIGN_OR_RETURN(const float* out, OutputFp32(SlotAt(slot), &dst));
+      return static_cast<const void*>(out);
+    }
     DAPPLE_RETURN_IF_ERROR(Ensure(&dst, Bytes(rows, out_features_)));
     DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(
         cudaMemcpyAsync(dst.data(), SlotAt(slot).acts.back().data(), Bytes(rows, out_features_),
@@ -143,22 +168,30 @@ class CudaStageBackend : public StageBackend {
     Slot& s = SlotAt(slot);
     const void* dy = last_stage ? s.dlogits.data() : At(&grad_recv_, micro_batch).data();
     if (dy == nullptr) return absl::InternalError("BACKWARD without its gradient");
+    DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
+    if (bf16()) {  // dL/dlogits and received gradients are fp32: the layers take bf16
+      DAPPLE_RETURN_IF_ERROR(Ensure(&dy16_, ActBytes(rows, out_features_)));
+      DAPPLE_RETURN_IF_ERROR(kc::CastToBf16(ctx(), static_cast<const float*>(dy),
+                                            dy16_.as<kc::bf16>(), rows * out_features_));
+      dy = dy16_.data();
+    }
     int next_scratch = 0;
     for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
       StageLayer& l = layers_[k];
       void* dx = nullptr;
-      if (k > 0) {
+      // In bf16 the stage's own dx is bf16 too, cast to fp32 into the send buffer below.
+      if (k > 0 || (need_dx && bf16())) {
         // Ping-pong between two scratch buffers: dy of this layer may be the other one.
         DeviceBuffer& buf = scratch_[next_scratch];
         next_scratch ^= 1;
-        DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
+        DAPPLE_RETURN_IF_ERROR(Ensure(&buf, ActBytes(rows, l.in)));
         dx = buf.data();
       } else if (need_dx) {
         DeviceBuffer& buf = At(&grad_send_, micro_batch);
         DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
         dx = buf.data();
       }
-      const void* x = s.acts[k].data();
+      const void* x = k == 0 ? LayerInputOf(s) : s.acts[k].data();
       const void* y = s.acts[k + 1].data();
       kc::DeviceCache* cache = &s.caches[k].cache;
       DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
@@ -166,7 +199,13 @@ class CudaStageBackend : public StageBackend {
       DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardWeight(ctx(), x, y, dy, rows, cache, scratch));
       dy = dx;
     }
-    return absl::OkStatus();
+    if (need_dx && bf16()) {
+      DeviceBuffer& buf = At(&grad_send_, micro_batch);
+      DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, in_features_)));
+      DAPPLE_RETURN_IF_ERROR(kc::CastToFloat(ctx(), static_cast<const kc::bf16*>(dy),
+                                             buf.as<float>(), rows * in_features_));
+    }
+    return RecordComputeEvent();
   }
 
   const void* GradForSend(int micro_batch) const override {
@@ -196,7 +235,7 @@ class CudaStageBackend : public StageBackend {
       DAPPLE_RETURN_IF_ERROR(
           kc::CudaStatus(cudaMemsetAsync(g, 0, count * sizeof(float), stream()), "zero gradients"));
     }
-    return absl::OkStatus();
+    return RefreshBf16Weights();
   }
 
   int64_t OptimizerUpdates() const override { return t_; }
@@ -279,7 +318,10 @@ class CudaStageBackend : public StageBackend {
   }
 
   absl::Status WriteWeights(const float* host) override {
-    return Copy(Tensors::kWeights, nullptr, cudaMemcpyHostToDevice, const_cast<float*>(host));
+    DAPPLE_RETURN_IF_ERROR(
+        Copy(Tensors::kWeights, nullptr, cudaMemcpyHostToDevice, const_cast<float*>(host)));
+    DAPPLE_RETURN_IF_ERROR(RefreshBf16Weights());
+    return dev_->Synchronize();
   }
 
   // Device to pageable host memory after the stream's forward; synchronised.
@@ -290,10 +332,10 @@ class CudaStageBackend : public StageBackend {
           absl::StrFormat("output floats [%d, %d) outside the stage output of %d floats", offset,
                           offset + count, s.rows * out_features_));
     }
-    DAPPLE_RETURN_IF_ERROR(
-        kc::CudaStatus(cudaMemcpyAsync(host, s.acts.back().as<float>() + offset,
-                                       count * sizeof(float), cudaMemcpyDeviceToHost, stream()),
-                       "copy output to the host"));
+    DAPPLE_ASSIGN_OR_RETURN(const float* out, OutputFp32(s, &logits32_));
+    DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(cudaMemcpyAsync(host, out + offset, count * sizeof(float),
+                                                          cudaMemcpyDeviceToHost, stream()),
+                                          "copy output to the host"));
     return dev_->Synchronize();
   }
 
@@ -431,6 +473,7 @@ class CudaStageBackend : public StageBackend {
     for (size_t i = 0; i < host_buffers_.size(); ++i) {
       DAPPLE_RETURN_IF_ERROR(copy_in(dev_buffers_[i], *matched.buffers[i]));
     }
+    DAPPLE_RETURN_IF_ERROR(RefreshBf16Weights());
     // The host vectors belong to the caller: wait until the device has read them.
     DAPPLE_RETURN_IF_ERROR(dev_->Synchronize());
     t_ = state.optimizer_steps;
@@ -447,6 +490,8 @@ class CudaStageBackend : public StageBackend {
     training_ = spec.training();
     total_steps_ = TotalSteps(spec);
     in_features_ = NumElements(infos[first].input_shape);
+    // Token ids stay fp32 whatever the precision (the embedding reads them so: layer.h).
+    cast_input_ = bf16() && !infos[first].token_input;
     out_features_ = NumElements(infos[last].output_shape);
     classes_ = infos[last].output_shape.back();
     const bool adam = training_.optimizer().type() == "adamw";
@@ -470,6 +515,11 @@ class CudaStageBackend : public StageBackend {
         DAPPLE_RETURN_IF_ERROR(
             kc::CudaStatus(cudaMemsetAsync(s2.data(), 0, bytes, stream()), "zero optimizer state"));
       }
+      if (bf16()) {
+        DAPPLE_ASSIGN_OR_RETURN(DeviceBuffer w16,
+                                dev_->Allocate(p->value.data.size() * sizeof(kc::bf16)));
+        dev_params_bf16_.push_back(std::move(w16));
+      }
       dev_params_.push_back(std::move(w));
       dev_grads_.push_back(std::move(g));
       state1_.push_back(std::move(s1));
@@ -485,6 +535,7 @@ class CudaStageBackend : public StageBackend {
           "copy initial buffers to the device"));
       dev_buffers_.push_back(std::move(d));
     }
+    DAPPLE_RETURN_IF_ERROR(RefreshBf16Weights());
     for (int i = first; i <= last; ++i) {
       DAPPLE_RETURN_IF_ERROR(AddLayer(infos[i], spec.model().layers(i), *host_layers_[i - first]));
     }
@@ -501,6 +552,7 @@ class CudaStageBackend : public StageBackend {
  private:
   struct Slot {
     std::vector<DeviceBuffer> acts;   // acts[0] = stage input, acts[k + 1] = layer k output
+    DeviceBuffer input16;             // bf16 with cast_input_: acts[0] rounded, layer 0's x
     std::vector<LayerMemory> caches;  // per layer: what its backward needs
     DeviceBuffer dlogits;
     int64_t rows = 0;  // of the last Forward
@@ -564,7 +616,7 @@ class CudaStageBackend : public StageBackend {
   absl::Status AddLayer(const LayerInfo& info, const v1::LayerSpec& spec,
                         kernels::Layer& host_layer) {
     DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kc::DeviceLayer> kernel,
-                            kc::MakeCudaLayer(info, spec, kc::Dtype::kFp32));
+                            kc::MakeCudaLayer(info, spec, dtype_));
     std::vector<kc::DeviceParam> params;
     for (kernels::Param* p : host_layer.Params()) {
       const auto it = std::find(host_params_.begin(), host_params_.end(), p);
@@ -573,7 +625,8 @@ class CudaStageBackend : public StageBackend {
                                                 p->name, " missing from the stage's list"));
       }
       const size_t i = static_cast<size_t>(it - host_params_.begin());
-      params.push_back({dev_params_[i].as<float>(), dev_grads_[i].as<float>(), nullptr,
+      params.push_back({dev_params_[i].as<float>(), dev_grads_[i].as<float>(),
+                        bf16() ? dev_params_bf16_[i].as<kc::bf16>() : nullptr,
                         static_cast<int64_t>(p->value.data.size())});
     }
     DAPPLE_RETURN_IF_ERROR(kernel->BindParams(std::move(params)));
@@ -623,6 +676,77 @@ class CudaStageBackend : public StageBackend {
   static size_t Bytes(int64_t rows, int64_t features) {
     return static_cast<size_t>(rows * features) * sizeof(float);
   }
+  // An activation or gradient between the stage's layers: the job's precision.
+  size_t ActBytes(int64_t rows, int64_t features) const {
+    return static_cast<size_t>(rows * features) * kc::DtypeBytes(dtype_);
+  }
+  bool bf16() const { return dtype_ == kc::Dtype::kBf16; }
+
+  // The bf16 copies of the fp32 master weights that bf16 layers multiply with (DeviceParam::
+  // value_bf16), rounded again after every write of the weights. Nothing in fp32.
+  absl::Status RefreshBf16Weights() {
+    for (size_t i = 0; i < dev_params_bf16_.size(); ++i) {
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CastToBf16(ctx(), dev_params_[i].as<float>(), dev_params_bf16_[i].as<kc::bf16>(),
+                         static_cast<int64_t>(host_params_[i]->value.data.size())));
+    }
+    return absl::OkStatus();
+  }
+
+  // Layer 0's x for slot `s`: the stage input (fp32: the runtime's format, and token ids), or
+  // in bf16 its rounded copy, made here.
+  absl::StatusOr<const void*> LayerInput(Slot& s, int64_t rows) {
+    if (!cast_input_) return static_cast<const void*>(s.acts[0].data());
+    DAPPLE_RETURN_IF_ERROR(Ensure(&s.input16, ActBytes(rows, in_features_)));
+    DAPPLE_RETURN_IF_ERROR(kc::CastToBf16(ctx(), s.acts[0].as<float>(), s.input16.as<kc::bf16>(),
+                                          rows * in_features_));
+    return static_cast<const void*>(s.input16.data());
+  }
+  const void* LayerInputOf(const Slot& s) const {
+    return cast_input_ ? s.input16.data() : s.acts[0].data();
+  }
+
+  // The slot's stage output as fp32 (the loss, the send buffers and the host read it so): the
+  // layer's own buffer in fp32; in bf16 cast into `dst` (grown to fit).
+  absl::StatusOr<const float*> OutputFp32(Slot& s, DeviceBuffer* dst) {
+    if (!bf16()) return s.acts.back().as<float>();
+    DAPPLE_RETURN_IF_ERROR(Ensure(dst, Bytes(s.rows, out_features_)));
+    DAPPLE_RETURN_IF_ERROR(kc::CastToFloat(ctx(), s.acts.back().as<kc::bf16>(), dst->as<float>(),
+                                           s.rows * out_features_));
+    return dst->as<float>();
+  }
+
+  // The seconds between each recorded pair of events, waiting for them; frees the events.
+  absl::StatusOr<double> SumEventPairs() {
+    double seconds = 0;
+    for (int i = 0; i + 1 < events_used_; i += 2) {
+      DAPPLE_RETURN_IF_ERROR(
+          kc::CudaStatus(cudaEventSynchronize(events_[i + 1]), "wait for a compute event"));
+      float ms = 0;
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]),
+                                            "time the forwards and backwards"));
+      seconds += static_cast<double>(ms) * 1e-3;
+    }
+    events_used_ = 0;
+    return seconds;
+  }
+
+  // Records the next event of the compute-time pairs on the stream (TakeComputeSeconds). A
+  // caller that never takes them (a test driving the backend alone) folds them into a sum
+  // instead of growing the pool without bound.
+  absl::Status RecordComputeEvent() {
+    if (events_used_ >= kMaxComputeEvents && events_used_ % 2 == 0) {
+      DAPPLE_ASSIGN_OR_RETURN(const double seconds, SumEventPairs());
+      folded_seconds_ += seconds;
+    }
+    if (events_used_ == static_cast<int>(events_.size())) {
+      cudaEvent_t e = nullptr;
+      DAPPLE_RETURN_IF_ERROR(kc::CudaStatus(cudaEventCreate(&e), "create a compute event"));
+      events_.push_back(e);
+    }
+    return kc::CudaStatus(cudaEventRecord(events_[events_used_++], stream()),
+                          "record a compute event");
+  }
   const kc::KernelContext& ctx() const { return dev_->ctx(); }
   cudaStream_t stream() const { return dev_->compute_stream(); }
 
@@ -651,6 +775,8 @@ class CudaStageBackend : public StageBackend {
   }
 
   CudaDevice* dev_;
+  kc::Dtype dtype_;          // the layers' activations (training.precision)
+  bool cast_input_ = false;  // bf16 and the stage input is not token ids
   std::vector<StageLayer> layers_;
   int64_t in_features_ = 0;
   int64_t out_features_ = 0;
@@ -659,6 +785,7 @@ class CudaStageBackend : public StageBackend {
   std::vector<kernels::Param*> host_params_;
   std::vector<DeviceBuffer> dev_params_;
   std::vector<DeviceBuffer> dev_grads_;
+  std::vector<DeviceBuffer> dev_params_bf16_;  // bf16 only: the layers' copies of dev_params_
   std::vector<DeviceBuffer> state1_;           // sgd velocity / adamw m
   std::vector<DeviceBuffer> state2_;           // adamw v
   std::vector<kernels::Param*> host_buffers_;  // the host layers' Buffers(), in layer order
@@ -673,6 +800,12 @@ class CudaStageBackend : public StageBackend {
   std::vector<DeviceBuffer> grad_send_;
   std::vector<DeviceBuffer> grad_recv_;
   DeviceBuffer scratch_[2];  // the backward's dx, ping-pong
+  DeviceBuffer dy16_;        // bf16: the stage's incoming gradient rounded
+  DeviceBuffer logits32_;    // bf16: the stage output as fp32 for the loss and ReadOutput
+  static constexpr int kMaxComputeEvents = 4096;
+  std::vector<cudaEvent_t> events_;  // pairs around training Forwards and Backwards
+  int events_used_ = 0;
+  double folded_seconds_ = 0;  // of pairs summed before TakeComputeSeconds
   DeviceBuffer layer_scratch_;
   DeviceBuffer labels_;
   DeviceBuffer row_loss_;
@@ -698,7 +831,8 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::Job
   DAPPLE_ASSIGN_OR_RETURN(
       std::vector<std::unique_ptr<kernels::Layer>> host_layers,
       kernels::BuildLayers(spec.model(), first_layer, last_layer, spec.training().seed()));
-  auto b = std::make_unique<CudaStageBackend>(device);
+  auto b = std::make_unique<CudaStageBackend>(
+      device, UsesBf16(spec.training()) ? kc::Dtype::kBf16 : kc::Dtype::kFp32);
   DAPPLE_RETURN_IF_ERROR(b->Init(infos, first_layer, last_layer, std::move(host_layers), spec));
   return std::unique_ptr<StageBackend>(std::move(b));
 }

@@ -11,8 +11,16 @@
 // to fp32 summation order (cuBLAS GEMMs in pure fp32, no TF32; dropout drops the same elements:
 // kernels/cpu/dropout_mask.h). A tied lm_head whose embedding is on the same stage computes with
 // the embedding's device table (one buffer, both gradients into it); on another stage it keeps
-// its own copy (Param::tied_to), like the CPU backend. The runtime computes in fp32; the bf16
-// kernels of kernels/cuda are not used here yet.
+// its own copy (Param::tied_to), like the CPU backend.
+// Precision (training.precision, docs/gpu.md "Mixed precision"): fp32, or bf16 mixed precision:
+// the layers compute in bf16 (GEMMs and attention products with fp32 accumulation; layernorm
+// statistics, softmax and the loss in fp32) from bf16 copies of the fp32 master weights,
+// refreshed after every write of the weights (update, checkpoint import, weight stashing);
+// gradients, optimizer state, gradient norms and reductions stay fp32. The stage boundary is
+// fp32 in both (inputs are rounded to bf16 here, outputs and input gradients cast back), so
+// transports and the runtime see one format. A layer type without a bf16 kernel (the image
+// layers) fails the build with kInvalidArgument; the coordinator refuses such jobs at submit.
+// Compute time: CUDA events around each training Forward and Backward (TakeComputeSeconds).
 // Memory: every buffer comes from the device's caching allocator and only grows, so after the
 // first step nothing is allocated. Stream: all work on the device's compute stream (Loss
 // synchronises it to read the losses; HostParams and Synchronize too).

@@ -6,6 +6,7 @@
 // backend. Skipped without a GPU.
 #include "worker/runtime/cuda/cuda_stage_backend.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -538,6 +539,173 @@ TEST(CudaStageBackendTest, CnnStageWithBatchNormMatchesCpuBackend) {
   for (size_t i = 0; i < running[1].size(); ++i) {
     EXPECT_EQ((*restored)[i]->value.data, running[1][i]) << (*restored)[i]->name;
   }
+}
+
+// ---- bf16 mixed precision (training.precision bf16) ----
+
+// |got / want - 1| of the last step's loss: the Done-when of docs/gpu.md ("Mixed precision"):
+// bf16 trains to within 1% of the fp32 run's loss after the same steps.
+constexpr double kBf16FinalLossRtol = 0.01;
+
+v1::JobSpec WithBf16(v1::JobSpec spec) {
+  spec.mutable_training()->set_precision("bf16");
+  spec.mutable_parallel()->set_device_type("cuda");
+  return spec;
+}
+
+// Per-step losses of the MLP through the runtime on the CUDA backend, P stages on cuda:0.
+std::vector<double> TrainMlpOnGpu(const v1::JobSpec& spec, int stages, int micro_batches,
+                                  int steps) {
+  auto programs =
+      schedule::BuildPrograms(schedule::ScheduleKind::kDapple, stages, micro_batches).value();
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), stages);
+  DeviceMailbox box;
+  std::vector<std::unique_ptr<CudaDevice>> devices(stages);
+  std::vector<std::unique_ptr<DeviceTestTransport>> transports(stages);
+  std::vector<std::unique_ptr<StageRuntime>> runtimes(stages);
+  for (int s = 0; s < stages; ++s) {
+    auto dev = CudaDevice::Open(0);
+    EXPECT_TRUE(dev.ok()) << dev.status();
+    if (!dev.ok()) return {};
+    devices[s] = std::move(*dev);
+    transports[s] = std::make_unique<DeviceTestTransport>(&box, s, devices[s].get());
+    auto backend = MakeCudaStageBackend(spec, plan.stages(s).first_layer(),
+                                        plan.stages(s).last_layer(), devices[s].get());
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    if (!backend.ok()) return {};
+    auto rt =
+        StageRuntime::Create(parity::Assignment(spec, plan, s, programs[s]), &parity::TrainSet(),
+                             &parity::TestSet(), transports[s].get(), std::move(*backend));
+    EXPECT_TRUE(rt.ok()) << rt.status();
+    if (!rt.ok()) return {};
+    runtimes[s] = std::move(*rt);
+  }
+  parity::PipelineRun run = parity::RunPipeline(runtimes, steps);
+  for (const absl::Status& st : run.status) EXPECT_TRUE(st.ok()) << st;
+  return run.losses;
+}
+
+void ExpectLossesClose(const std::vector<double>& bf16, const std::vector<double>& fp32) {
+  ASSERT_EQ(bf16.size(), fp32.size());
+  ASSERT_FALSE(fp32.empty());
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    std::cout << "  step " << i + 1 << " loss bf16 " << bf16[i] << " fp32 " << fp32[i] << " ("
+              << (bf16[i] / fp32[i] - 1) * 100 << "%)\n";
+    EXPECT_TRUE(std::isfinite(bf16[i])) << "step " << i + 1;
+  }
+  EXPECT_LT(fp32.back(), fp32.front()) << "the fp32 run did not train";
+  EXPECT_NEAR(bf16.back() / fp32.back(), 1.0, kBf16FinalLossRtol)
+      << "final loss bf16 " << bf16.back() << " fp32 " << fp32.back();
+}
+
+class CudaBf16MlpTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  }
+};
+
+// The demo-like MLP (sgd and adamw, one and two stages): bf16 against the fp32 GPU run.
+TEST_P(CudaBf16MlpTest, FinalLossWithinOnePercentOfFp32) {
+  const Case c = GetParam();
+  constexpr int kSteps = 30;
+  parity::SpecOptions o;
+  o.global_batch = 128;
+  o.micro_batch = 128 / c.micro_batches;
+  o.optimizer = c.optimizer;
+  o.hidden1 = 256;
+  o.hidden2 = 128;
+  o.seed = 3;
+  const v1::JobSpec fp32 = parity::ParitySpec(o);
+  const std::vector<double> want = TrainMlpOnGpu(fp32, c.stages, c.micro_batches, kSteps);
+  const std::vector<double> got = TrainMlpOnGpu(WithBf16(fp32), c.stages, c.micro_batches, kSteps);
+  ExpectLossesClose(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaBf16MlpTest,
+                         ::testing::Values(Case{1, 1, "sgd"}, Case{2, 4, "adamw"}),
+                         [](const auto& info) {
+                           return absl::StrCat("P", info.param.stages, "M",
+                                               info.param.micro_batches, info.param.optimizer);
+                         });
+
+// The small GPT (dropout, tied head; on one GPU stage and on two) in bf16 against the fp32 CPU
+// reference: final loss within 1%, and the evaluation loss too.
+TEST(CudaBf16GptTest, FinalLossWithinOnePercentOfFp32) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  parity::GptOptions o;
+  o.width = 32;
+  o.global_batch = 16;
+  const v1::JobSpec fp32 = parity::GptSpec(o);
+  const v1::JobSpec spec = WithBf16(fp32);
+  constexpr int kSteps = 20;
+  absl::StatusOr<parity::Run> want = parity::TrainReference(fp32, kSteps);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const int layers = spec.model().layers_size();
+  for (const std::vector<int>& first_layers : {std::vector<int>{0}, std::vector<int>{0, 2}}) {
+    SCOPED_TRACE(absl::StrCat(first_layers.size(), " stages"));
+    std::vector<std::unique_ptr<CudaDevice>> devices;
+    parity::Pipeline p;
+    p.first_layers = first_layers;
+    for (size_t s = 0; s < first_layers.size(); ++s) {
+      const int last = s + 1 < first_layers.size() ? first_layers[s + 1] - 1 : layers - 1;
+      auto dev = CudaDevice::Open(0);
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      devices.push_back(std::move(*dev));
+      auto stage = MakeCudaStageBackend(spec, first_layers[s], last, devices.back().get());
+      ASSERT_TRUE(stage.ok()) << stage.status();
+      p.stages.push_back(std::move(*stage));
+    }
+    absl::StatusOr<parity::Run> got = parity::TrainPipeline(spec, p, kSteps, 2, AnyCopy);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectLossesClose(got->losses, want->losses);
+    EXPECT_NEAR(got->eval_loss / want->eval_loss, 1.0, kBf16FinalLossRtol)
+        << "evaluation loss bf16 " << got->eval_loss << " fp32 " << want->eval_loss;
+  }
+}
+
+// A bf16 stage keeps fp32 master weights: HostParams after an update are fp32 values that are
+// not all representable in bf16 (the update is applied to the masters, not to the copies), and
+// the stage reports its GPU's name and a positive compute time.
+TEST(CudaBf16Test, MasterWeightsStayFp32AndComputeIsTimed) {
+  if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  parity::SpecOptions o;
+  o.global_batch = 64;
+  o.micro_batch = 64;
+  const v1::JobSpec spec = WithBf16(parity::ParitySpec(o));
+  const int last = spec.model().layers_size() - 1;
+  const int64_t rows = 64;
+  std::vector<int64_t> idx(rows);
+  for (int64_t i = 0; i < rows; ++i) idx[i] = i;
+  std::vector<float> images(rows * 784);
+  std::vector<int32_t> labels(rows);
+  parity::TrainSet().Gather(idx.data(), rows, images.data(), labels.data());
+  auto dev = CudaDevice::Open(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto gpu = MakeCudaStageBackend(spec, 0, last, dev->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  StageBackend& b = **gpu;
+  EXPECT_EQ(b.device_name(), (*dev)->name());
+  kernels::ForwardContext fctx;
+  fctx.training = true;
+  ASSERT_TRUE(b.LoadInput(0, images.data(), rows).ok());
+  ASSERT_TRUE(b.Forward(0, rows, fctx).ok());
+  ASSERT_TRUE(b.Loss(0, labels.data(), rows, 1.0f / rows, true, nullptr).ok());
+  ASSERT_TRUE(b.Backward(0, 0, rows, /*last_stage=*/true, /*need_dx=*/false).ok());
+  absl::StatusOr<double> seconds = b.TakeComputeSeconds();
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_GT(*seconds, 0);
+  EXPECT_EQ(*b.TakeComputeSeconds(), 0);  // taken
+  ASSERT_TRUE(b.OptimizerStep().ok());
+  auto params = b.HostParams();
+  ASSERT_TRUE(params.ok()) << params.status();
+  int64_t not_bf16 = 0;
+  for (const kernels::Param* p : *params) {
+    for (float v : p->value.data) {
+      not_bf16 += __bfloat162float(__float2bfloat16(v)) != v;
+    }
+  }
+  EXPECT_GT(not_bf16, 0);
 }
 
 }  // namespace

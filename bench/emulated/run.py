@@ -15,10 +15,14 @@ model's real sizes over UCX. Three tables:
   (e) PipeDream without and with 1F1B-RR (P = 2, M = 8, D = 1 and 2 replicas per stage: whole
       micro-batches round-robin): measured step time against the simulator's prediction, and
       the throughput the replicas add.
+  (m) memory per rank: the planner's predicted peak (common/memory_model.h) against what each
+      rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
+      buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
+      pipedream with 1F1B-RR and pipedream with vertical sync (P = 2, M = 8; goal: within 10%).
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m]
 """
 import argparse
 import json
@@ -58,8 +62,9 @@ def spec(cluster, name, p, m, micro_batch, schedule, steps, profile):
     return text + "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
 
 
-def run_job(c, text, steps, timeout=600):
-    """Submits, polls the per-stage stats while it runs; returns (job json, stats by stage)."""
+def run_job(c, text, steps, timeout=600, by_rank=False):
+    """Submits, polls the per-stage stats while it runs; returns (job json, stats by (stage,
+    step), or by (stage, replica, step) with `by_rank`)."""
     job = c.submit(text)
     seen = {}  # (stage, step) -> StageStepStats json
     deadline = time.time() + timeout
@@ -68,7 +73,8 @@ def run_job(c, text, steps, timeout=600):
         for sm in j.get("stage_metrics", []):
             last = sm.get("last", {})
             if "step" in last:
-                seen[(sm.get("stage", 0), int(last["step"]))] = last
+                key = (sm.get("stage", 0),) + ((sm.get("replica", 0),) if by_rank else ())
+                seen[key + (int(last["step"]),)] = last
         if j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             break
         time.sleep(0.05)
@@ -225,11 +231,56 @@ def table_e(cluster, steps, directory, p=2, m=8, micro_batch=32):
     return rows
 
 
+MEMORY_JOBS = (  # (label, schedule, replicas per stage, extra parallel lines)
+    ("gpipe", "gpipe", 1, ""),
+    ("dapple", "dapple", 1, ""),
+    ("pipedream", "pipedream", 1, ""),
+    ("pipedream 1F1B-RR", "pipedream", 2, ""),
+    ("pipedream vertical sync", "pipedream", 1, "  pipedream: {vertical_sync: true}\n"),
+)
+
+
+def table_m(cluster, steps, directory, p=2, m=8, micro_batch=32):
+    """(m) Per rank: the plan's predicted peak memory per replica of its stage against the
+    rank's measured peak (the most over its reported steps)."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=p * 2)
+    rows = []
+    try:
+        c.wait_workers(p * 2)
+        for label, schedule, d, extra in MEMORY_JOBS:
+            c.wait_workers(p * 2)
+            text = cluster.spec_yaml("emu-mem-%s-d%d" % (schedule, d), MODEL, m * micro_batch,
+                                     micro_batch, p, schedule=schedule, max_steps=steps,
+                                     devices=p * d)
+            text += extra
+            text += "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
+            j, seen = run_job(c, text, steps, by_rank=True)
+            stages = j["plan"]["stages"]
+            for (st, rep) in sorted({(s, r) for s, r, _ in seen}):
+                stats = [v for (s, r, _), v in seen.items() if s == st and r == rep]
+                peak = max(stats, key=lambda v: int(v.get("peak_memory_bytes", 0)))
+                plan_stage = stages[st]
+                rows.append((label, st, rep, int(plan_stage["peak_memory_bytes"]),
+                             int(peak.get("peak_memory_bytes", 0)), int(peak.get("weight_bytes", 0)),
+                             int(peak.get("peak_activation_bytes", 0)),
+                             int(peak.get("weight_versions", 1))))
+                r = rows[-1]
+                print("%s stage %d replica %d: predicted %d B, measured %d B (%+.1f%%): weights, "
+                      "gradients, optimizer state and stash %d B, activations and buffers %d B, "
+                      "%d weight versions" %
+                      (label, st, rep, r[3], r[4], (r[4] / r[3] - 1) * 100, r[5], r[6], r[7]),
+                      flush=True)
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e")
+    ap.add_argument("--only", default="a,b,c,d,e,m")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -273,6 +324,17 @@ def main():
                   (" (1F1B-RR)" if d > 1 else "", ", ".join(map(str, replicas)), pred, meas,
                    (meas / pred - 1) * 100, sps, peak))
         print("1F1B-RR (D = 2) / unreplicated throughput: %.2fx" % (rows[1][4] / rows[0][4]))
+    if "m" in only:
+        rows = table_m(cluster, args.steps, directory)
+        print("\n| schedule | stage | replica | predicted peak memory | measured peak memory | "
+              "measured / predicted | measured: weights, gradients, optimizer state, stash | "
+              "measured: activations, send / receive buffers | weight versions |\n"
+              "|---|---|---|---|---|---|---|---|---|")
+        for label, st, rep, pred, meas, weights, acts, versions in rows:
+            print("| %s | %d | %d | %d | %d | %.3f | %d | %d | %d |" %
+                  (label, st, rep, pred, meas, meas / pred, weights, acts, versions))
+        worst = max(abs(r[4] / r[3] - 1) for r in rows)
+        print("largest |measured / predicted - 1| over every rank: %.1f%%" % (worst * 100))
 
 if __name__ == "__main__":
     main()

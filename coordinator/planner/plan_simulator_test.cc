@@ -330,10 +330,13 @@ TEST(PlanSimulatorTest, PipeDreamSteadyStateHasNoBubbleForEqualStages) {
         const StagePrediction& st = pred->stages[s];
         EXPECT_NEAR(st.compute_ms, m * (f + b), 1e-9);
         EXPECT_NEAR(st.idle_ms, 0.0, 1e-9);
-        // Without flushes stage s always holds P - s micro-batches, even when M is smaller,
-        // and stashes P - s - 1 older weight versions.
+        // Without flushes stage s always holds P - s micro-batches, even when M is smaller.
+        // At an update its P - s - 1 in-flight micro-batches are consecutive and ran under
+        // ceil((P - s - 1) / M) versions, each stashed, plus the swap copy of the live weights
+        // (common/memory_model.h).
         EXPECT_EQ(st.peak_in_flight, p - s);
-        EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * (p - s - 1));
+        const int stashed = (p - s - 1 + m - 1) / m;
+        EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * (stashed > 0 ? stashed + 1 : 0));
         EXPECT_EQ(st.activation_bytes, 10 * (p - s));
       }
     }
@@ -341,21 +344,22 @@ TEST(PlanSimulatorTest, PipeDreamSteadyStateHasNoBubbleForEqualStages) {
 }
 
 // 1F1B-RR: stage s of D_s replicas runs with warm-up K_s = D_s + ... + D_{P-1}; a replica holds
-// ceil(K_s / D_s) WHOLE micro-batches of activations and ceil(K_s / D_s) - 1 stashed weight
-// versions. Two equal layers (f = 1, b = 2 ms at 8 samples), 1000 parameter bytes and 80
-// activation bytes at 8 samples each, micro-batches of 8, optimizer state factor 1.
+// ceil(K_s / D_s) WHOLE micro-batches of activations and stashes the versions its in-flight
+// micro-batches ran under (one here: at M = 6 they all ran under the same), plus the swap copy. Two
+// equal layers (f = 1, b = 2 ms at 8 samples), 1000 parameter bytes and 80 activation bytes at 8
+// samples each, micro-batches of 8, optimizer state factor 1.
 TEST(PlanSimulatorTest, PipeDreamReplicasHoldCeilKOverDWholeMicroBatches) {
   struct Case {
     std::vector<int> replicas;
     std::vector<int> in_flight;  // ceil(K_s / D_s), by hand
-    std::vector<int> stashed;    // versions besides the current one: ceil((K_s - 1) / D_s)
+    std::vector<int> stashed;    // weight copies besides the live one, by hand
   };
   const Case cases[] = {
-      {{2, 1}, {2, 1}, {1, 0}},  // K = 3, 1
-      {{2, 2}, {2, 1}, {2, 1}},  // K = 4, 2
-      {{1, 2}, {3, 1}, {2, 1}},  // K = 3, 2
-      {{3, 1}, {2, 1}, {1, 0}},  // K = 4, 1
-      {{1, 1}, {2, 1}, {1, 0}},  // no replicas: P - s - 1
+      {{2, 1}, {2, 1}, {2, 0}},  // K = 3, 1
+      {{2, 2}, {2, 1}, {2, 2}},  // K = 4, 2
+      {{1, 2}, {3, 1}, {2, 2}},  // K = 3, 2
+      {{3, 1}, {2, 1}, {2, 0}},  // K = 4, 1
+      {{1, 1}, {2, 1}, {2, 0}},  // no replicas
   };
   for (const Case& c : cases) {
     const int m = 6;

@@ -33,9 +33,10 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // is F_0..F_{K-1}, then (B_b, F_{b+K}), an update right after B_b when (b + 1) % M == 0
 // (schedule/pipedream_steps.h), so F_g ran under version floor((g - K + 1) / M); at the update
 // after B_b the stage holds b + 1 .. b + K - 1, the replica those with g % D == its replica.
-// The pattern repeats every D steps: enumerating D steps and D replicas is exact, and at most
-// schedule::PipeDreamReplicaVersions - 1 (the bound without M).
-int64_t StashedVersions(const schedule::PipeDreamLayout& layout, int stage) {
+// The pattern repeats every D steps: enumerating D steps is exact; `replica` < 0 takes the
+// largest over the D replicas. At most schedule::PipeDreamReplicaVersions - 1 (the bound
+// without M).
+int64_t StashedVersions(const schedule::PipeDreamLayout& layout, int stage, int replica) {
   const int64_t k = schedule::PipeDreamWarmUp(layout, stage);
   const int64_t m = layout.num_micro_batches;
   const int64_t d = layout.replicas[static_cast<size_t>(stage)];
@@ -44,6 +45,7 @@ int64_t StashedVersions(const schedule::PipeDreamLayout& layout, int stage) {
   for (int64_t t = first; t < first + d; ++t) {
     const int64_t b = t * m + m - 1;
     for (int64_t r = 0; r < d; ++r) {
+      if (replica >= 0 && r != replica % d) continue;
       int64_t distinct = 0;
       int64_t previous = -1;
       for (int64_t g = b + 1; g <= b + k - 1; ++g) {
@@ -91,7 +93,7 @@ double ReplicaRows(const ReplicaPlace& place, double micro_batch_size) {
 int WeightVersions(const ReplicaPlace& place) {
   if (place.schedule != schedule::ScheduleKind::kPipeDream) return 1;
   const schedule::PipeDreamLayout layout = Layout(place);
-  int64_t versions = 1 + StashedVersions(layout, place.stage);
+  int64_t versions = 1 + StashedVersions(layout, place.stage, place.replica);
   if (place.vertical_sync) {
     // The runtime keeps every version from stage 0's version of the step's first micro-batch
     // t M, i.e. t - ceil((K_0 - 1) / M), to the live one after the update, t + 1.

@@ -61,7 +61,10 @@ double ParameterStateBytes(double parameter_bytes, double optimizer_state_copies
 // Where a replica sits in the pipeline and what the schedule keeps.
 struct ReplicaPlace {
   schedule::ScheduleKind schedule = schedule::ScheduleKind::kDapple;
-  int stage = 0;               // s, 0-based
+  int stage = 0;  // s, 0-based
+  // The replica of the stage (0-based), or -1: the stage's largest (the plan predicts that
+  // one: a replica of a pipedream stage may stash fewer versions than its siblings).
+  int replica = -1;
   int micro_batches = 1;       // M per step (>= 1)
   std::vector<int> replicas;   // D_t of every stage (P entries, each >= 1)
   bool vertical_sync = false;  // pipedream.vertical_sync

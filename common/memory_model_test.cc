@@ -70,6 +70,14 @@ TEST(MemoryModelTest, WeightVersions) {
   EXPECT_EQ(WeightVersions(Place(ScheduleKind::kPipeDream, 0, 8, {2, 2})), 2);
   EXPECT_EQ(WeightVersions(Place(ScheduleKind::kPipeDream, 1, 8, {2, 2})), 2);
   EXPECT_EQ(WeightVersions(Place(ScheduleKind::kPipeDream, 0, 1, {2, 2})), 3);
+  // Stage 1 of 2 x 2 at M = 8: the one micro-batch in flight at an update (index 8t + 8) is
+  // always replica 0's, so replica 1 never stashes; the stage's figure is its largest replica's.
+  ReplicaPlace r = Place(ScheduleKind::kPipeDream, 1, 8, {2, 2});
+  r.replica = 0;
+  EXPECT_EQ(WeightVersions(r), 2);
+  r.replica = 1;
+  EXPECT_EQ(WeightVersions(r), 1);
+  EXPECT_EQ(ExtraWeightCopies(r), 0);
 }
 
 TEST(MemoryModelTest, CommunicationBufferIds) {

@@ -22,6 +22,7 @@
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
 #include "coordinator/planner/planners.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -139,8 +140,7 @@ absl::Status CheckFixedPlanFits(const PlanningProblem& problem, const Prediction
   const auto [needs, has] = profile::FormatBytesApart(p.peak_memory_bytes, worst_device_bytes);
   return absl::ResourceExhaustedError(
       absl::StrCat("parallel.planner ", planner, ": its plan needs ", needs, " on a device (stage ",
-                   worst, ": weights ", profile::FormatBytes(p.weight_bytes), ", activations ",
-                   profile::FormatBytes(p.activation_bytes), ") but devices have ", has));
+                   worst, ": ", StageMemoryParts(p), ") but devices have ", has));
 }
 
 // 1F1B-RR sends whole micro-batches round-robin to a stage's replicas, and the runtime needs

@@ -1,6 +1,10 @@
 #include "coordinator/planner/stage_memory.h"
 
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/profile/format_bytes.h"
 
 namespace dapple::coordinator {
 
@@ -35,6 +39,15 @@ memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const H
     sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
   }
   return memory::PredictReplicaMemory(place, sizes);
+}
+
+std::string StageMemoryParts(const StagePrediction& stage) {
+  std::string out = absl::StrCat("weights ", profile::FormatBytes(stage.weight_bytes),
+                                 ", activations ", profile::FormatBytes(stage.activation_bytes));
+  if (stage.buffer_bytes > 0) {
+    absl::StrAppend(&out, ", buffers ", profile::FormatBytes(stage.buffer_bytes));
+  }
+  return out;
 }
 
 }  // namespace dapple::coordinator

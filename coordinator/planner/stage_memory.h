@@ -7,6 +7,8 @@
 #ifndef DAPPLE_COORDINATOR_PLANNER_STAGE_MEMORY_H_
 #define DAPPLE_COORDINATOR_PLANNER_STAGE_MEMORY_H_
 
+#include <string>
+
 #include "common/memory_model.h"
 #include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/problem.h"
@@ -21,6 +23,10 @@ namespace dapple::coordinator {
 memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const HybridPlan& plan,
                                          int s, const ActivationMemory& activations,
                                          schedule::ScheduleKind schedule);
+
+// "weights 4.60 MiB, activations 20.2 MiB" and ", buffers 1.00 MiB" when it holds any: a
+// stage's predicted memory as the planners' memory errors word it.
+std::string StageMemoryParts(const StagePrediction& stage);
 
 }  // namespace dapple::coordinator
 

@@ -235,6 +235,9 @@ class StageRuntime {
   // until the next call.
   absl::StatusOr<std::vector<kernels::Param*>> Params();
   StageBackend& backend() { return *backend_; }
+  // The memory model's prediction for this replica (common/memory_model.h): what the plan
+  // predicted for its stage when it is the stage's largest replica.
+  const memory::ReplicaMemory& predicted_memory() const { return predicted_memory_; }
   // PipeDream: record every forward's and backward's WeightUse into StepResult (slow: hashes
   // the weights each time; for tests).
   void RecordWeightUses(bool on) { record_weight_uses_ = on; }

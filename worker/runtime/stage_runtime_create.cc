@@ -212,11 +212,14 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
                       spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
                       spec.sample().tokens() > 0;
   // The memory model's prediction for this replica: what the planner predicted for its stage.
-  DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
-                          schedule::ParseScheduleKind(spec.parallel().schedule()));
+  // A job's spec names a validated schedule; an assignment built by hand may leave it empty
+  // (the program alone says what runs): predict as for dapple then.
+  const absl::StatusOr<schedule::ScheduleKind> kind =
+      schedule::ParseScheduleKind(spec.parallel().schedule());
   memory::ReplicaPlace place;
-  place.schedule = kind;
+  place.schedule = kind.ok() ? *kind : schedule::ScheduleKind::kDapple;
   place.stage = stage;
+  place.replica = assignment_.replica();
   place.micro_batches = static_cast<int>(spec.training().global_batch() /
                                          std::max<int64_t>(1, spec.training().micro_batch()));
   for (int s = 0; s < assignment_.plan().stages_size(); ++s) {

@@ -27,11 +27,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "..")
-# As bench/throughput.py: this machine sets OpenBLAS variables for older builds that slow the
-# kernels of both peers; run without them (dapple's processes and this one, where PyTorch runs).
-if any(k in os.environ for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+# Both peers run in bench/peer_env.py's environment: without the machine's OpenBLAS overrides,
+# and PyTorch (in this process) on truly one thread (OpenBLAS's own threads included).
+sys.path.insert(0, HERE)
+import peer_env  # noqa: E402
+
+peer_env.reexec_in_peer_env()
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
@@ -66,10 +67,12 @@ _SpecDumper.add_representer(str, lambda dumper, s: dumper.represent_scalar(
 
 
 def run_dapple(spec_path, out):
-    """dapple-reference --trace for the job's steps; returns its mean step time in ms."""
+    """dapple-reference --trace for the job's steps; returns its mean step time and CPU time per
+    step in ms."""
     r = subprocess.run([cluster.REFERENCE, spec_path, "0", out, "--trace"], capture_output=True,
                        text=True, check=True, timeout=7200)
-    return float(re.search(r"step_ms ([0-9.]+)", r.stdout).group(1))
+    return (float(re.search(r"step_ms ([0-9.]+)", r.stdout).group(1)),
+            float(re.search(r"step_cpu_ms ([0-9.]+)", r.stdout).group(1)))
 
 
 def run_cluster(spec_path, steps):
@@ -100,13 +103,13 @@ def main():
     spec_path = spec_with_steps(args.spec, args.steps, d)
 
     t0 = time.time()
-    dapple_ms = run_dapple(spec_path, d)
+    dapple_ms, dapple_cpu_ms = run_dapple(spec_path, d)
     trace = torch_gpt.Trace(d)
     dapple_loss, dapple_acc = trace.eval_result()
-    print("dapple  (1 process, 1 thread): %d steps, %.1f ms/step, validation loss %.4f "
-          "(%.4f bits/byte, accuracy %.4f)   [%.0f s]" % (trace.steps, dapple_ms, dapple_loss,
-                                                         dapple_loss / math.log(2), dapple_acc,
-                                                         time.time() - t0), flush=True)
+    print("dapple  (1 process, 1 thread): %d steps, %.1f ms/step (%.1f ms CPU), validation loss "
+          "%.4f (%.4f bits/byte, accuracy %.4f)   [%.0f s]" % (
+              trace.steps, dapple_ms, dapple_cpu_ms, dapple_loss, dapple_loss / math.log(2),
+              dapple_acc, time.time() - t0), flush=True)
 
     t0 = time.time()
     model = torch_gpt.Gpt(trace.spec)
@@ -115,10 +118,11 @@ def main():
     tokens, targets = trace.eval_split()
     torch_loss, torch_acc = torch_gpt.evaluate(model, tokens, targets)
     torch_ms = 1e3 * result.seconds / trace.steps
-    print("PyTorch %s (1 thread):        %d steps, %.1f ms/step, validation loss %.4f "
-          "(%.4f bits/byte, accuracy %.4f)   [%.0f s]" % (torch.__version__, trace.steps, torch_ms,
-                                                         torch_loss, torch_loss / math.log(2),
-                                                         torch_acc, time.time() - t0), flush=True)
+    torch_cpu_ms = 1e3 * result.cpu_seconds / trace.steps
+    print("PyTorch %s (1 thread):        %d steps, %.1f ms/step (%.1f ms CPU), validation loss "
+          "%.4f (%.4f bits/byte, accuracy %.4f)   [%.0f s]" % (
+              torch.__version__, trace.steps, torch_ms, torch_cpu_ms, torch_loss,
+              torch_loss / math.log(2), torch_acc, time.time() - t0), flush=True)
     worst_step = max(abs(a - b) / b for a, b in zip(trace.losses(), result.losses))
     print("largest per-step training loss difference: %.2g relative" % worst_step)
 
@@ -135,6 +139,8 @@ def main():
         dapple_loss, torch_loss, 100 * diff, 100 * TOLERANCE))
     print("step time: dapple %.1f ms vs PyTorch %.1f ms: dapple %.2fx PyTorch's speed" % (
         dapple_ms, torch_ms, torch_ms / dapple_ms))
+    print("CPU time per step: dapple %.1f ms vs PyTorch %.1f ms: dapple %.2fx PyTorch's speed" % (
+        dapple_cpu_ms, torch_cpu_ms, torch_cpu_ms / dapple_cpu_ms))
     print("%s, %s" % (os.path.basename(args.spec), time.strftime("%Y-%m-%d")))
     return 0 if abs(diff) <= TOLERANCE else 1
 

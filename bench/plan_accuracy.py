@@ -4,9 +4,13 @@ before planning (the coordinator's measured profile), planned, simulated, then r
   - the demo job (examples/fashion_mnist_mlp.yaml: 2 stages, dapple 1F1B, M = 8), and gpipe;
   - P = 1 (one worker, no pipeline).
 Measured step time = global batch / samples per second over the last steps (the job's metric).
-This machine gives about one core of compute, so the two stages share it: the simulator (which
-gives each stage its own device) is expected to under-predict pipelined runs here; the P = 1 row
-is the like-for-like check of the profile and cost model.
+The two workers run on one host whose cores they share: each cpu worker measures the host's
+compute capacity at registration (worker/daemon/host_capacity.h) and the simulator slows stages
+computing at once on it (coordinator/planner/host_contention.h). After the table, each job's
+prediction term by term, per stage: the layers' forward + backward + optimizer time, the work
+outside the layers (data loading, loss, per-action cost), what sharing the host's cores adds,
+and the idle time (bubble) and transfers; layers + overhead + contention + idle + allreduce is
+the step.
 Usage: /usr/bin/python3 bench/plan_accuracy.py [STEPS]    (after scripts/setup)
 """
 import os
@@ -30,16 +34,32 @@ def run(c, name, stages, schedule):
     return plan, measured_ms
 
 
+def breakdown(name, plan):
+    """One line per stage: the prediction's terms (PlanStageSummary, ms per step)."""
+    lines = []
+    for s, st in enumerate(plan.get("stages", [])):
+        compute = st.get("compute_ms", 0.0)
+        overhead = st.get("overhead_ms", 0.0)
+        contention = st.get("contention_ms", 0.0)
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+            name, s, compute - overhead - contention, overhead, contention, st.get("idle_ms", 0.0),
+            st.get("comm_ms", 0.0), compute + st.get("idle_ms", 0.0) + st.get("allreduce_ms", 0.0)))
+    return lines
+
+
 def main():
     c = cluster.Cluster(workers=2)
     try:
         c.wait_workers(2)
+        capacities = sorted(set(w.get("host_compute_capacity", 0.0) for w in c.workers_json()))
         rows = []
+        plans = []
         for name, stages, schedule in (("acc-p1", 1, "dapple"), ("acc-dapple", 2, "dapple"),
                                        ("acc-gpipe", 2, "gpipe")):
             plan, measured = run(c, name, stages, schedule)
             rows.append((name, stages, schedule, plan["micro_batches"], plan["predicted_step_ms"],
                          measured, plan["profile_source"]))
+            plans.append((name, plan))
     finally:
         c.close()
     print("| job | P | schedule | M | predicted step ms | measured step ms | measured / predicted | profile |")
@@ -47,6 +67,15 @@ def main():
     for name, p, sched, m, pred, meas, src in rows:
         print("| %s | %d | %s | %d | %.2f | %.2f | %.2f | %s |" % (name, p, sched, m, pred, meas,
                                                              meas / pred, src))
+    print()
+    print("host compute capacity reported by the workers: %s" %
+          ", ".join("%.2f" % c for c in capacities))
+    print()
+    print("| job | stage | layers ms | overhead ms | contention ms | idle ms | transfers ms | sum ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, plan in plans:
+        for line in breakdown(name, plan):
+            print(line)
 
 
 if __name__ == "__main__":

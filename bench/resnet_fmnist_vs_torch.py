@@ -31,11 +31,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "..")
-# As bench/throughput.py: this machine sets OpenBLAS variables for older builds that slow the
-# kernels of both peers; run without them (dapple's process and this one, where PyTorch runs).
-if any(k in os.environ for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+# Both peers run in bench/peer_env.py's environment: without the machine's OpenBLAS overrides,
+# and PyTorch (in this process) on truly one thread (OpenBLAS's own threads included).
+sys.path.insert(0, HERE)
+import peer_env  # noqa: E402
+
+peer_env.reexec_in_peer_env()
 
 import torch  # noqa: E402
 import yaml  # noqa: E402

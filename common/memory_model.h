@@ -112,8 +112,10 @@ struct StageSizes {
   double activation_bytes = 0;        // one micro-batch: input + outputs + saved bytes
   double input_bytes = 0;             // one micro-batch's stage input
   double output_bytes = 0;            // one micro-batch's stage output
-  // One micro-batch's outputs of the stage's layers but the last, in layer order (empty for a
-  // one-layer stage): the gradients between layers have their sizes.
+  // One micro-batch's outputs of the stage's layers but the last, in layer order, whose
+  // gradients the backward computes: from the stage's first layer, or on the first stage (no
+  // input gradient) from its first layer with parameters (kernels::FirstLayerWithParams: the
+  // backward stops there). Empty for a one-layer stage.
   std::vector<double> inner_output_bytes;
 };
 

@@ -46,6 +46,13 @@ struct ChainProfile {
     int64_t bytes = 0;
   };
   std::vector<Tie> ties;
+  // Per-step work outside the layers (ModelProfile's fields of the same names, >= 0, 0 when
+  // unknown): stage 0 loads input_ms_per_sample per sample, the last stage runs the loss at
+  // loss_ms_per_sample per sample, and every send and receive of a micro-batch between stages
+  // costs its rank action_ms.
+  double input_ms_per_sample = 0;
+  double loss_ms_per_sample = 0;
+  double action_ms = 0;
 
   int num_layers() const { return static_cast<int>(forward_ms.size()); }
 };

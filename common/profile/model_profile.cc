@@ -178,6 +178,9 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
   ChainProfile chain;
   chain.source = profile.source();
   chain.batch_size = profile.batch_size();
+  chain.input_ms_per_sample = profile.input_ms_per_sample();
+  chain.loss_ms_per_sample = profile.loss_ms_per_sample();
+  chain.action_ms = profile.action_ms();
   for (const v1::LayerProfile& layer : profile.layers()) {
     chain.names.push_back(LayerName(layer));
     // PipeDream counts data loading (Input nodes) as no compute.

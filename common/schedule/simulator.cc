@@ -552,7 +552,7 @@ struct RunState {
 };
 
 SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
-                     bool record_slots, RunState* state) {
+                     bool record_slots, bool keep_intervals, RunState* state) {
   const int p = static_cast<int>(programs.size());
   const size_t table_size = static_cast<size_t>(p) * static_cast<size_t>(m);
   // Arrival time at the peer of each issued send, by sending stage * M + micro-batch.
@@ -577,6 +577,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   result.comm_time.assign(p, 0.0);
   result.peak_in_flight.assign(p, 0);
   result.optimizer_step_end.assign(p, {});
+  result.compute_intervals.assign(keep_intervals ? p : 0, {});
 
   std::vector<int> ready;
   ready.reserve(p);
@@ -679,6 +680,10 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
       }
       if (waiting[s]) break;
       if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, CellLabel(a)});
+      if (keep_intervals && cost > 0 &&
+          (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::OPTIMIZER_STEP)) {
+        result.compute_intervals[s].push_back({start, start + cost});
+      }
       clock[s] = start + cost;
       ++pc[s];
     }
@@ -696,14 +701,15 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
   DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p));
 
   RunState state;
-  SimulationResult result = Run(programs, costs, m, options.render_grid, &state);
+  SimulationResult result =
+      Run(programs, costs, m, options.render_grid, options.keep_compute_intervals, &state);
   const double quantum = GridQuantum(costs, p);
 
   bool deadlocked = false;
   for (int s = 0; s < p; ++s) deadlocked |= state.pc[s] < static_cast<int>(programs[s].size());
   if (deadlocked) {
     // The message shows what ran: run again with slots if the first run kept none.
-    if (!options.render_grid) result = Run(programs, costs, m, true, &state);
+    if (!options.render_grid) result = Run(programs, costs, m, true, false, &state);
     std::vector<std::string> waits;
     std::vector<std::string> suffix;
     for (int s = 0; s < p; ++s) {

@@ -76,6 +76,15 @@ struct SimulateOptions {
   // false: SimulationResult::grid stays empty and no per-action slots are kept (for callers that
   // simulate many plans). Deadlock messages show the grid either way.
   bool render_grid = true;
+  // true: SimulationResult::compute_intervals holds every FORWARD / BACKWARD / OPTIMIZER_STEP's
+  // [start, end) (for models of stages that share compute, coordinator/planner/host_contention.h).
+  bool keep_compute_intervals = false;
+};
+
+// One stretch of time a rank computed (a FORWARD, BACKWARD or OPTIMIZER_STEP of positive cost).
+struct ComputeInterval {
+  double start = 0;
+  double end = 0;
 };
 
 struct SimulationResult {
@@ -93,6 +102,8 @@ struct SimulationResult {
   // Per stage: end time of each of its OPTIMIZER_STEPs, in program order (for steady-state
   // measurements over runs of several updates).
   std::vector<std::vector<double>> optimizer_step_end;
+  // Per stage, in program order, with SimulateOptions::keep_compute_intervals (else empty).
+  std::vector<std::vector<ComputeInterval>> compute_intervals;
   std::string grid;  // time-slot by rank table (text), for messages and docs
 };
 

@@ -79,6 +79,28 @@ TEST(SimulatorTest, SmallGridIsExact) {
             "stage 1 | .  F0 B0 B0 .  .");
 }
 
+// The grid above as intervals: F0 [0, 1) and B0 [4, 6) on stage 0, F0 [1, 2) and B0 [2, 4)
+// on stage 1; none unless asked for.
+TEST(SimulatorTest, KeepsComputeIntervalsWhenAsked) {
+  SimulateOptions options;
+  options.keep_compute_intervals = true;
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kDapple, 2, 1), {}, options);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ASSERT_EQ(sim->compute_intervals.size(), 2u);
+  ASSERT_EQ(sim->compute_intervals[0].size(), 2u);
+  ASSERT_EQ(sim->compute_intervals[1].size(), 2u);
+  EXPECT_EQ(sim->compute_intervals[0][0].start, 0);
+  EXPECT_EQ(sim->compute_intervals[0][0].end, 1);
+  EXPECT_EQ(sim->compute_intervals[0][1].start, 4);
+  EXPECT_EQ(sim->compute_intervals[0][1].end, 6);
+  EXPECT_EQ(sim->compute_intervals[1][0].start, 1);
+  EXPECT_EQ(sim->compute_intervals[1][1].start, 2);
+  EXPECT_EQ(sim->compute_intervals[1][1].end, 4);
+  sim = Simulate(Build(ScheduleKind::kDapple, 2, 1));
+  ASSERT_TRUE(sim.ok());
+  EXPECT_TRUE(sim->compute_intervals.empty());
+}
+
 TEST(SimulatorTest, CommunicationCostsDelayTheReceiver) {
   ActionCosts costs;
   costs.send = 0.5;

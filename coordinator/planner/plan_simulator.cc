@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/host_contention.h"
 #include "coordinator/planner/pipesgd_model.h"
 #include "coordinator/planner/stage_memory.h"
 
@@ -232,8 +233,9 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
 
   // Per-stage and per-boundary costs, each computed once: O(L + devices) per plan.
   schedule::ActionCosts costs;
-  costs.send = 0;
-  costs.recv = 0;
+  // The interpreter's fixed cost of each send and receive (measured profiles; 0 for files).
+  costs.send = profile.action_ms;
+  costs.recv = profile.action_ms;
   costs.optimizer_step = 0;
   costs.optimizer_step_per_stage.assign(p, 0.0);
   costs.forward_per_stage.resize(p);
@@ -243,6 +245,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   schedule::LowerOptions lower;
   lower.allreduce_stages.resize(p);
   std::vector<int64_t> params(p);
+  std::vector<double> per_micro_batch_overhead(p, 0.0);
   const ActivationMemory activations(profile);
   // Tied copies on different stages (the embedding's table on the lm_head's stage) sum their
   // gradients before the optimizer step: charged as (part of) the stage's ALLREDUCE.
@@ -258,6 +261,12 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     const double share = b / replicas;
     costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
     costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
+    // Stage 0 loads each micro-batch's samples before its forward; the last stage runs the
+    // loss (and its gradient) before its backward (measured profiles; 0 for files).
+    per_micro_batch_overhead[s] = (s == 0 ? profile.input_ms_per_sample * share : 0.0) +
+                                  (s == p - 1 ? profile.loss_ms_per_sample * share : 0.0);
+    costs.forward_per_stage[s] += s == 0 ? profile.input_ms_per_sample * share : 0.0;
+    costs.backward_per_stage[s] += s == p - 1 ? profile.loss_ms_per_sample * share : 0.0;
     params[s] = ParameterBytes(profile, stage.first_layer, stage.last_layer);
     // Every replica updates the whole stage's weights once per step (measured profiles only).
     for (int l = stage.first_layer;
@@ -307,6 +316,21 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
                   : schedule::GenerateOps(kind, p, m, s),
         p, s, lower));
   }
+  // Stages whose processes share a host's cores compute slower while others compute
+  // (host_contention.h); ordinary topologies have no shared host and keep every cost.
+  const std::vector<SharedHost> shared_hosts = OversubscribedHosts(problem.topology, plan);
+  std::vector<double> slowdown(p, 1.0);
+  if (!shared_hosts.empty()) {
+    absl::StatusOr<std::vector<double>> contended =
+        ContendedSlowdown(programs, costs, shared_hosts);
+    if (!contended.ok()) {
+      return absl::InternalError(
+          absl::StrCat("simulating the plan failed: ", contended.status().message()));
+    }
+    slowdown = *std::move(contended);
+  }
+  const schedule::ActionCosts uncontended = costs;
+  if (!shared_hosts.empty()) costs = StretchCompute(costs, slowdown);
   schedule::SimulateOptions options;
   options.render_grid = false;
   absl::StatusOr<schedule::SimulationResult> sim = schedule::SimulateOps(programs, costs, options);
@@ -342,13 +366,26 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     out.backward_ms = costs.backward_per_stage[s];
     // Every update does the same work, so a per-step share of the run's totals is exact.
     out.compute_ms = sim->busy_time[s] / updates;
+    // Busy time scales with the slowdown as a whole: what it adds is (f - 1) of the
+    // uncontended busy time.
+    out.contention_ms = out.compute_ms * (1.0 - 1.0 / slowdown[s]);
+    int actions = 0;  // sends and receives of one step
+    for (const schedule::Op& op : programs[s]) {
+      actions += op.kind == v1::SEND_ACT || op.kind == v1::SEND_GRAD || op.kind == v1::RECV_ACT ||
+                 op.kind == v1::RECV_GRAD;
+    }
+    // Sends and receives occupy the rank (the simulator counts them as neither compute nor
+    // collective, so as idle): here they are the per-action overhead, inside compute_ms.
+    const double action_ms = uncontended.send * static_cast<double>(actions) / updates;
+    out.compute_ms += action_ms;
+    out.overhead_ms = per_micro_batch_overhead[s] * m * slowdown[s] + action_ms;
     out.allreduce_ms = sim->allreduce_time[s] / updates;
     out.comm_ms = sim->comm_time[s] / updates;
     // Both are differences of sums of times (step - busy - allreduce), so floating-point
     // cancellation leaves -1e-14 where a stage is never idle; idle time is never negative.
     out.idle_ms = std::max(0.0, pipedream ? prediction.step_ms - out.compute_ms - out.allreduce_ms
                                 : pipesgd ? prediction.step_ms - out.compute_ms
-                                          : sim->idle_time[s]);
+                                          : sim->idle_time[s] - action_ms);
     idle_sum += out.idle_ms;
 
     // Memory: the one model (common/memory_model.h), as the estimator predicts it.

@@ -22,6 +22,16 @@
 //   - memory per replica: the memory model (common/memory_model.h, through stage_memory.h
 //     PredictStageMemory): weights, gradients, optimizer state, stashed weight versions,
 //     activations in flight by schedule and communication buffers;
+//   - work outside the layers (measured profiles; 0 for files): stage 0's FORWARD adds
+//     profile.input_ms_per_sample per sample of its share (data loading), the last stage's
+//     BACKWARD profile.loss_ms_per_sample per sample (the loss and its gradient), and every send
+//     and receive costs its rank profile.action_ms (the interpreter and transport per action);
+//     StagePrediction.overhead_ms reports them;
+//   - stages whose replicas compute on one host's CPUs (ClusterNode.compute_capacity > 0, fewer
+//     cores than processes) share its cores: k computing at once each run at
+//     min(1, capacity / k) of their speed. Each such stage's compute is stretched by its mean
+//     slowdown under the schedule (host_contention.h ContendedSlowdown: a fixed point of
+//     simulating with stretched costs); StagePrediction.contention_ms reports what it adds;
 //   - gpipe and dapple are synchronous (one flush per step); pipedream is asynchronous: its
 //     step_ms is the steady-state time of M micro-batches of 1F1B without flushes.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_

@@ -39,6 +39,8 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
     out->set_compute_ms(p.compute_ms);
     out->set_idle_ms(p.idle_ms);
     out->set_comm_ms(p.comm_ms);
+    out->set_overhead_ms(p.overhead_ms);
+    out->set_contention_ms(p.contention_ms);
     out->set_allreduce_ms(p.allreduce_ms);
     out->set_peak_memory_bytes(p.peak_memory_bytes);
     out->set_peak_in_flight(p.peak_in_flight);

@@ -70,7 +70,14 @@ inline int StageOfLayer(const HybridPlan& plan, int layer) {
 struct StagePrediction {
   double forward_ms = 0;  // one micro-batch's forward on one replica (its share)
   double backward_ms = 0;
-  double compute_ms = 0;     // per step: forwards + backwards + optimizer step
+  double compute_ms = 0;  // per step: forwards + backwards + optimizer step + overhead_ms
+                          // + contention_ms
+  // Inside compute_ms, per step: the work outside the layers (stage 0's data loading, the last
+  // stage's loss, the interpreter's per-action cost: ChainProfile's input_ms_per_sample,
+  // loss_ms_per_sample, action_ms) and the time lost to stages computing at once on the same
+  // host's cores (ClusterNode.compute_capacity; 0 when each stage has its own device).
+  double overhead_ms = 0;
+  double contention_ms = 0;
   double idle_ms = 0;        // per step: step_ms - compute_ms - allreduce_ms (the bubble)
   double comm_ms = 0;        // per step: transfer time of activations/gradients into and out of it
   double allreduce_ms = 0;   // per step: its gradient AllReduce (0 with one replica)

@@ -35,7 +35,10 @@ memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const H
                                                ? profile.cut_bytes[stage.last_layer]
                                                : profile.activation_bytes[stage.last_layer]) *
                        scale;
-  for (int l = stage.first_layer; l < stage.last_layer; ++l) {
+  // The first stage's backward stops at its first layer with parameters (no input gradient).
+  int from = stage.first_layer;
+  while (s == 0 && from <= stage.last_layer && profile.parameter_bytes[from] == 0) ++from;
+  for (int l = from; l < stage.last_layer; ++l) {
     sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
   }
   return memory::PredictReplicaMemory(place, sizes);

@@ -1,6 +1,7 @@
 #include "coordinator/service/coordinator_service.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -890,6 +891,9 @@ absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest&
   // What the planner needs to know of the worker's device (worker_topology.h).
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());
+  // Finite and >= 1 or unknown (0): a capacity below one core would slow a lone stage.
+  const double capacity = request.host_compute_capacity();
+  worker.info.set_host_compute_capacity(std::isfinite(capacity) && capacity >= 1 ? capacity : 0);
   response->set_worker_id(worker.info.id());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();

@@ -84,6 +84,15 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
     v1::ClusterNode* node = topology.mutable_nodes(it->second);
     node->set_devices(node->devices() + 1);
     node->set_device_memory_bytes(std::min(node->device_memory_bytes(), memory));
+    // The host's compute capacity as its workers measured it (the smallest: measured under the
+    // most load), for stages that share its cores; a host with a worker that reports none (a
+    // cuda worker, an older worker) has none.
+    const double capacity = w.host_compute_capacity();
+    if (added) {
+      node->set_compute_capacity(capacity);
+    } else if (node->compute_capacity() > 0) {
+      node->set_compute_capacity(capacity > 0 ? std::min(node->compute_capacity(), capacity) : 0);
+    }
   }
   const std::string type =
       device_type.empty() || device_type == "any" ? "" : absl::StrCat(" (", device_type, ")");

@@ -35,7 +35,9 @@ std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>
 // its first device). A node's device memory is the smallest of its workers': the reported
 // device_memory_bytes, divided by the number of live workers on that host that report
 // device_memory_shared (they share its RAM) when the worker reports it shared, or
-// defaults.device_memory_bytes when it reported 0. Links and latencies come from `defaults`.
+// defaults.device_memory_bytes when it reported 0. A node's compute_capacity is the smallest
+// host_compute_capacity its workers reported, 0 when any of them reported none (cuda workers).
+// Links and latencies come from `defaults`.
 // source: "3 registered workers (cpu) on 2 hosts".
 // kFailedPrecondition when no worker fits: "no registered workers with cpu devices to plan on:
 // start workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)".

@@ -69,6 +69,24 @@ TEST(WorkerTopologyTest, CpuWorkersShareTheirHostsRamAndUnknownMemoryTakesTheDef
   EXPECT_EQ(t->source(), "6 registered workers on 3 hosts");
 }
 
+TEST(WorkerTopologyTest, ANodesComputeCapacityIsTheSmallestItsWorkersMeasured) {
+  PlanDefaults defaults;
+  std::vector<v1::WorkerInfo> workers = {
+      Worker("w-1", "h", "cpu"), Worker("w-2", "h", "cpu"),  // one host, two measurements
+      Worker("w-3", "g", "cpu"),                             // reported none
+      Worker("w-4", "k", "cpu"), Worker("w-5", "k", "cpu"),  // one of two reported none
+  };
+  workers[0].set_host_compute_capacity(1.4);
+  workers[1].set_host_compute_capacity(1.2);
+  workers[3].set_host_compute_capacity(2.0);
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "any", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nodes_size(), 3);
+  EXPECT_DOUBLE_EQ(t->nodes(0).compute_capacity(), 1.2);
+  EXPECT_EQ(t->nodes(1).compute_capacity(), 0);  // unknown: each device computes on its own
+  EXPECT_EQ(t->nodes(2).compute_capacity(), 0);
+}
+
 TEST(WorkerTopologyTest, NoFittingWorkerTellsToPassACluster) {
   const std::vector<v1::WorkerInfo> workers = {Worker("w-1", "a", "cpu")};
   absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cuda", PlanDefaults());

@@ -84,6 +84,25 @@ TEST(ReluLayerTest, BackwardMasksByInputSign) {
   EXPECT_EQ(dx.data, (std::vector<float>{0, 0, 7, 8}));
 }
 
+// Long enough for the vectorized body and its scalar remainder; in place (dx aliasing dy, which
+// the header allows) as well as into a tensor of its own.
+TEST(ReluLayerTest, BackwardOverALongTensorAndInPlace) {
+  LayerCache cache;
+  ReluLayer relu;
+  Tensor x = RandomTensor({3, 37}, 21, -1, 1);
+  x.data[5] = 0.0f;  // the subgradient at 0 is 0
+  const Tensor dy = RandomTensor({3, 37}, 22, -1, 1);
+  std::vector<float> expected(x.data.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = x.data[i] > 0 ? dy.data[i] : 0.0f;
+  Tensor y, dx;
+  relu.Forward(x, &y, &cache, {});
+  relu.Backward(x, y, dy, &dx, &cache);
+  EXPECT_EQ(dx.data, expected);
+  Tensor in_place = dy;
+  relu.Backward(x, y, in_place, &in_place, &cache);
+  EXPECT_EQ(in_place.data, expected);
+}
+
 TEST(GeluLayerTest, ForwardIsTheExactErfForm) {
   LayerCache cache;
   GeluLayer gelu;

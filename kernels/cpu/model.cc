@@ -60,6 +60,13 @@ std::vector<Param*> CollectParams(const std::vector<std::unique_ptr<Layer>>& lay
   return params;
 }
 
+int FirstLayerWithParams(const std::vector<std::unique_ptr<Layer>>& layers) {
+  for (size_t k = 0; k < layers.size(); ++k) {
+    if (!layers[k]->Params().empty()) return static_cast<int>(k);
+  }
+  return static_cast<int>(layers.size());
+}
+
 void ZeroGrads(const std::vector<Param*>& params) {
   for (Param* p : params) p->grad.Fill(0.0f);
 }

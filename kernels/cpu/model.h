@@ -26,6 +26,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const v1::ModelS
 // Every Param of `layers`, in layer order, each once (a shared tied parameter at its owner).
 std::vector<Param*> CollectParams(const std::vector<std::unique_ptr<Layer>>& layers);
 
+// The index of the first of `layers` with parameters; layers.size() when none has any. A
+// backward without the input gradient of layers[0] need not run below it: the layers there
+// have nothing to train (Flatten), and the input gradient of this one reaches no parameter.
+int FirstLayerWithParams(const std::vector<std::unique_ptr<Layer>>& layers);
+
 // Sets every Param::grad to zero.
 void ZeroGrads(const std::vector<Param*>& params);
 

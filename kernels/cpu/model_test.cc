@@ -90,6 +90,14 @@ TEST(BuildLayersTest, SeedsAndLayersGetDifferentWeights) {
   for (float v : pa[2]->value.data) EXPECT_LE(std::fabs(v), 0.1767767f);
 }
 
+TEST(FirstLayerWithParamsTest, SkipsTheParameterFreeLayersInFront) {
+  const v1::ModelSpec m = SmallMlp();
+  EXPECT_EQ(FirstLayerWithParams(Build(m, 0, 5, 1)), 1);  // flatten, then linear
+  EXPECT_EQ(FirstLayerWithParams(Build(m, 2, 5, 1)), 1);  // relu, then linear (stage-relative)
+  EXPECT_EQ(FirstLayerWithParams(Build(m, 1, 5, 1)), 0);
+  EXPECT_EQ(FirstLayerWithParams(Build(m, 0, 0, 1)), 1);  // flatten alone: none
+}
+
 TEST(BuildLayersTest, BadRangesAndSpecs) {
   const v1::ModelSpec m = SmallMlp();
   struct Case {

@@ -239,7 +239,7 @@ class Result:
         self.learning_rates = []  # per update
         self.gradients0 = {}      # dapple name -> step 0's gradient, before clipping
         self.seconds = 0.0        # in the training steps only
-        self.cpu_seconds = 0.0    # the process's CPU time in them (torch_cnn.train sets it)
+        self.cpu_seconds = 0.0    # the process's CPU time in them
 
 
 def train(trace, model, on_step=None):
@@ -252,7 +252,7 @@ def train(trace, model, on_step=None):
     params = list(model.parameters())
     result = Result()
     for step, (tokens, targets) in enumerate(trace.batches()):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         lr = learning_rate(training, step, trace.total_steps)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -267,6 +267,7 @@ def train(trace, model, on_step=None):
             norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
         opt.step()
         result.seconds += time.perf_counter() - t0
+        result.cpu_seconds += time.process_time() - cpu0
         result.losses.append(loss.item())
         result.grad_norms.append(float(norm))
         result.learning_rates.append(lr)

@@ -31,6 +31,7 @@
 #include "worker/comm/ucx_transport.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/device_memory.h"
+#include "worker/daemon/host_capacity.h"
 #include "worker/daemon/profile_runner.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/stage_links.h"
@@ -202,6 +203,10 @@ absl::Status WorkerDaemon::Register() {
         ProbeDeviceMemory(options_.devices.front(), options_.device_memory_bytes);
     req.set_device_memory_bytes(memory.bytes);
     req.set_device_memory_shared(memory.shared);
+    if (options_.devices.front() == "cpu") {
+      if (host_compute_capacity_ < 0) host_compute_capacity_ = MeasureHostComputeCapacity();
+      req.set_host_compute_capacity(host_compute_capacity_);
+    }
   }
   grpc::ClientContext ctx;
   // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a

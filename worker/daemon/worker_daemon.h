@@ -148,6 +148,10 @@ class WorkerDaemon {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // A cpu worker's host_compute_capacity (host_capacity.h), measured at the first registration
+  // (a fraction of a second) and reported again by every later one; < 0: not measured yet.
+  // Used by Register only (the daemon's loop thread).
+  double host_compute_capacity_ = -1;
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // running job, empty when idle
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);

@@ -87,20 +87,23 @@ class CpuStageBackend : public StageBackend {
     Slot& s = SlotAt(slot);
     Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
     if (dy->rows() != rows) return absl::InternalError("BACKWARD without its gradient");
-    // The gradients between the stage's layers live only during this call: two buffers of the
+    // Without the stage's input gradient, the layers below the first with parameters need no
+    // backward (the first stage's Flatten and the input gradient of the Linear above it). The
+    // gradients between the stage's layers live only during this call: two buffers of the
     // backend, used in turn (dx never aliases dy), not of the slot, so that a slot holds no
     // gradient after its backward (common/memory_model.h, "backward workspace").
+    const int end = need_dx ? 0 : first_param_layer_;
     int next = 0;
-    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= end; --k) {
       Tensor* dx = nullptr;
-      if (k > 0) {
+      if (k > end) {
         dx = &inner_grads_[next];
         next ^= 1;
       } else if (need_dx) {
         dx = &GradAt(&grad_send_, micro_batch);
       }
       layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
-      if (k > 0) dy = dx;
+      if (k > end) dy = dx;
     }
     return absl::OkStatus();
   }
@@ -299,6 +302,8 @@ class CpuStageBackend : public StageBackend {
   std::vector<kernels::Param*> params_;
   std::vector<kernels::Param*> buffers_;  // the layers' Buffers(), in layer order
   int64_t statistics_size_ = 0;           // the layers' step statistics, concatenated
+  // The first layer with parameters (layers_.size() when none).
+  int first_param_layer_ = 0;
   std::unique_ptr<kernels::Optimizer> optimizer_;
   v1::TrainingSpec training_;  // the learning-rate schedule's inputs
   int64_t total_steps_ = 0;
@@ -361,6 +366,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobS
   DAPPLE_ASSIGN_OR_RETURN(b->layers_, kernels::BuildLayers(spec.model(), first_layer, last_layer,
                                                            spec.training().seed()));
   b->params_ = kernels::CollectParams(b->layers_);
+  b->first_param_layer_ = kernels::FirstLayerWithParams(b->layers_);
   b->buffers_ = CollectBuffers(b->layers_);
   b->statistics_size_ = worker::StepStatisticsSize(b->layers_);
   DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));

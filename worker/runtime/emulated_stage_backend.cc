@@ -419,7 +419,10 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
   b->kept_floats_per_sample_ = (StageActivationBytesPerSample(infos, first_layer, last_layer) -
                                 InputBytes(infos[first_layer]) - infos[last_layer].output_bytes) /
                                static_cast<int64_t>(sizeof(float));
-  for (int l = first_layer; l < last_layer; ++l) {
+  // The first stage's backward stops at its first layer with parameters (no input gradient).
+  int from = first_layer;
+  while (first_layer == 0 && from <= last_layer && infos[from].param_count == 0) ++from;
+  for (int l = from; l < last_layer; ++l) {
     int64_t& floats = b->inner_floats_per_sample_[(last_layer - 1 - l) % 2];
     floats = std::max(floats, infos[l].output_bytes / static_cast<int64_t>(sizeof(float)));
   }

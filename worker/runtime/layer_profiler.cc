@@ -55,9 +55,22 @@ struct LayerTimes {
   double forward_ms = 0;
   double backward_ms = 0;
   double optimizer_ms = 0;
+  double load_input_ms = 0;  // LoadInput of the batch
+  double loss_ms = 0;        // Loss of the batch (with `time_loss`), else 0
 };
 
-absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info,
+// Labels for a loss over the layer's output: one per position of its last dimension's rows
+// (rows x NumElements(output) / classes of them), uniform in [0, classes).
+std::vector<int32_t> RandomLabels(int64_t rows, const LayerInfo& info, std::mt19937_64& rng) {
+  const int64_t classes = info.output_shape.empty() ? 1 : info.output_shape.back();
+  const int64_t per_sample = NumElements(info.output_shape) / std::max<int64_t>(1, classes);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(classes - 1));
+  std::vector<int32_t> labels(static_cast<size_t>(rows * per_sample));
+  for (int32_t& l : labels) l = dist(rng);
+  return labels;
+}
+
+absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_loss,
                                      const ProfileOptions& options, std::mt19937_64& rng) {
   const int64_t rows = options.batch_size;
   const int64_t input_elements = rows * NumElements(info.input_shape);
@@ -72,17 +85,35 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
     const std::vector<float> grad = RandomValues(rows * NumElements(info.output_shape), rng);
     std::memcpy(dy, grad.data(), grad.size() * sizeof(float));
   }
+  const std::vector<int32_t> labels =
+      time_loss ? RandomLabels(rows, info, rng) : std::vector<int32_t>();
   std::vector<double> forward;
   std::vector<double> backward;
   std::vector<double> optimizer;
+  std::vector<double> load_input;
+  std::vector<double> loss;
   // A training forward, as in a step: dropout's masks and batch norm's batch statistics cost
   // what they cost there, and a backward needs the forward's training state (a batch norm's
   // backward of an evaluation forward is a bug).
   kernels::ForwardContext ctx;
   ctx.training = true;
   for (int run = 0; run < options.warmup_runs + options.timed_runs; ++run) {
+    // What stage 0 does with each micro-batch of samples before its forward.
+    DAPPLE_ASSIGN_OR_RETURN(
+        const double in, TimeMs(backend, [&] { return backend.LoadInput(0, input.data(), rows); }));
     DAPPLE_ASSIGN_OR_RETURN(const double f,
                             TimeMs(backend, [&] { return backend.Forward(0, rows, ctx); }));
+    // The last stage's loss and its gradient (kept for a backward that is not timed after it:
+    // the timed backward below uses the gradient buffer, like a middle stage).
+    double l = 0;
+    if (time_loss) {
+      DAPPLE_ASSIGN_OR_RETURN(l, TimeMs(backend, [&]() -> absl::Status {
+                                return backend
+                                    .Loss(0, labels.data(), rows, 1.0f / static_cast<float>(rows),
+                                          /*training=*/true, /*correct=*/nullptr)
+                                    .status();
+                              }));
+    }
     // Token ids have no gradient: an embedding's backward is its weight gradient only, as on
     // stage 0 of a job.
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
@@ -91,15 +122,22 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
                                                       /*need_dx=*/!info.token_input);
                             }));
     // The real step runs the update once per M micro-batches; timed here once per run.
-    DAPPLE_ASSIGN_OR_RETURN(const double u,
-                            TimeMs(backend, [&] { return backend.OptimizerStep(); }));
+    // The update as a step runs it (gradient_exchange.h PrepareUpdate): the gradients' squared
+    // norm (the step's reported gradient norm, and clipping's), then the optimizer step.
+    DAPPLE_ASSIGN_OR_RETURN(const double u, TimeMs(backend, [&] {
+                              DAPPLE_RETURN_IF_ERROR(backend.GradientSquaredNorm().status());
+                              return backend.OptimizerStep();
+                            }));
     if (run >= options.warmup_runs) {
       forward.push_back(f);
       backward.push_back(b);
       optimizer.push_back(u);
+      load_input.push_back(in);
+      loss.push_back(l);
     }
   }
-  return LayerTimes{Median(forward), Median(backward), Median(optimizer)};
+  return LayerTimes{Median(forward), Median(backward), Median(optimizer), Median(load_input),
+                    Median(loss)};
 }
 
 }  // namespace
@@ -128,7 +166,8 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
       return absl::Status(backend.status().code(),
                           absl::StrCat(where, ": ", backend.status().message()));
     }
-    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, options, rng);
+    const bool last = info.index + 1 == static_cast<int>(layers.size());
+    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, last, options, rng);
     if (!times.ok()) {
       return absl::Status(times.status().code(),
                           absl::StrCat(where, ": ", times.status().message()));
@@ -139,6 +178,9 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     layer->set_forward_ms(times->forward_ms);
     layer->set_backward_ms(times->backward_ms);
     layer->set_optimizer_ms(times->optimizer_ms);
+    const double per_sample = 1.0 / static_cast<double>(options.batch_size);
+    if (info.index == 0) profile.set_input_ms_per_sample(times->load_input_ms * per_sample);
+    if (last) profile.set_loss_ms_per_sample(times->loss_ms * per_sample);
     profile::SetLayerSizes(info, options.batch_size, layer);
   }
   return profile;

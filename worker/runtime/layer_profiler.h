@@ -34,10 +34,15 @@ struct ProfileOptions {
 // options.timed_runs wall-clock measurements (each bracketed by Synchronize, so device work is
 // included); backward includes the gradient with respect to the layer's input, except for a
 // layer that reads token ids (an embedding: its weight gradient only, as on a job's stage 0);
-// optimizer_ms is the median time of one OptimizerStep of the layer's parameters (the job's
+// optimizer_ms is the median time of one update of the layer's parameters as a step runs it
+// (GradientSquaredNorm, for the step's reported gradient norm, then OptimizerStep with the job's
 // optimizer). Sizes are profile::SetLayerSizes' at batch_size samples (activation_bytes the
 // output, saved_bytes what the layer keeps for its backward, parameter_bytes its parameters:
-// the model's declaration, not a measurement).
+// the model's declaration, not a measurement). Beyond the layers: input_ms_per_sample is the
+// median LoadInput of a batch into layer 0's backend / batch_size (what stage 0 does with each
+// micro-batch's samples), loss_ms_per_sample the median Loss (softmax cross-entropy and its
+// gradient against random labels, one per row of the last dimension) of the last layer's
+// output / batch_size; action_ms stays 0 (the transport is not measured here).
 // Layer i gets id "layers[i]" and the layer type as its name (what
 // profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is
 // "measured on <device>", device_kind is `device_kind`, model_fingerprint

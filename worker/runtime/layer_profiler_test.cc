@@ -68,6 +68,10 @@ TEST(LayerProfilerTest, MeasuresEveryLayerOfTheModel) {
   EXPECT_GT(p->layers(1).optimizer_ms(), 0);  // 200k weights with momentum
   EXPECT_EQ(p->layers(0).name(), "flatten");
   EXPECT_EQ(p->layers(1).name(), "linear");
+  // Beyond the layers: the copy of a batch into stage 0's input and the last layer's loss.
+  EXPECT_GT(p->input_ms_per_sample(), 0);
+  EXPECT_GT(p->loss_ms_per_sample(), 0);
+  EXPECT_EQ(p->action_ms(), 0);  // not measured by the profiler
 }
 
 // A language model's first layer reads token ids: the profiler feeds it valid ones (the
@@ -260,6 +264,8 @@ TEST(LayerProfilerTest, MeasuresAGptOnTheCpu) {
   // The block's GEMMs and softmax take measurable time.
   EXPECT_GT(p->layers(1).forward_ms(), 0);
   EXPECT_GT(p->layers(1).backward_ms(), 0);
+  // The loss over every position's logits (one label per position).
+  EXPECT_GT(p->loss_ms_per_sample(), 0);
 }
 
 TEST(LayerProfilerTest, RejectsBadOptions) {

@@ -49,7 +49,8 @@ class ReferenceTrainer {
   // Runs global step `step` (0-based) and returns its mean loss over the global batch. Fills
   // `trace` when not null.
   double Step(int64_t step, StepTrace* trace = nullptr);
-  // The squared global gradient norm of the last Step, before clipping.
+  // The squared global gradient norm of the last Step, before clipping; 0 when
+  // training.max_grad_norm is unset (computed only for clipping).
   double last_gradient_sq_norm() const { return last_sq_norm_; }
   // Mean loss and accuracy per target over `eval` (forward only; the evaluation split).
   void Evaluate(const Dataset& eval, double* loss, double* accuracy);
@@ -63,7 +64,7 @@ class ReferenceTrainer {
   ReferenceTrainer() = default;
   // Runs layer k's forward on acts_[k] into acts_[k + 1] (per row group when it has any).
   void ForwardLayer(size_t k, const kernels::ForwardContext& ctx);
-  // Runs layer k's backward from dy into *dx (not written for layer 0).
+  // Runs layer k's backward from dy into *dx (null: no input gradient).
   void BackwardLayer(size_t k, const kernels::Tensor& dy, kernels::Tensor* dx);
   // Applies every layer's step statistics (one process: its own are the sum).
   void ApplyStepStatistics();
@@ -84,6 +85,13 @@ class ReferenceTrainer {
   std::vector<std::vector<GroupPass>> passes_;
   std::vector<kernels::Tensor> acts_;
   std::vector<kernels::LayerCache> caches_;
+  // The lowest layer whose backward runs: the first with parameters (the layers below it have
+  // none to train, so no gradient flows past it).
+  int backward_end_ = 0;
+  // A step's gradients between layers and its labels, kept across steps (no allocation per
+  // step).
+  kernels::Tensor dy_, dx_;
+  std::vector<int32_t> labels_;
   std::unique_ptr<kernels::Optimizer> optimizer_;
   std::vector<int64_t> input_shape_;
   int64_t targets_per_sample_ = 1;

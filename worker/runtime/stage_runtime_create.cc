@@ -236,7 +236,10 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
   sizes.input_bytes = static_cast<double>(dapple::InputBytes(infos[range.first_layer()]) * rows);
   sizes.output_bytes = static_cast<double>(infos[range.last_layer()].output_bytes * rows);
-  for (int l = range.first_layer(); l < range.last_layer(); ++l) {
+  // The first stage's backward stops at its first layer with parameters (no input gradient).
+  int from = range.first_layer();
+  while (stage == 0 && from <= range.last_layer() && infos[from].param_count == 0) ++from;
+  for (int l = from; l < range.last_layer(); ++l) {
     sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
   }
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);

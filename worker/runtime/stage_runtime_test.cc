@@ -277,12 +277,13 @@ TEST(StageRuntimeStatsTest, MemoryMatchesAHandCount) {
     const int copies = optimizer == "adamw" ? 2 : 1;
     // Stage 0: input 784 + flatten 784 + linear 32 + relu 32 floats per sample; dapple holds
     // min(P - 0, M) = 2 micro-batches. Per micro-batch id (M = 4) the activation it sends and
-    // the gradient it receives (32 + 32); the backward's two buffers for the gradients between
-    // its layers (relu's input 32, linear's input 784). Weights: linear 784x32 + 32.
+    // the gradient it receives (32 + 32); the backward's buffer for the gradient between its
+    // layers (relu's input 32; it stops at the linear, the first layer with parameters).
+    // Weights: linear 784x32 + 32.
     const v1::StageStepStats& s0 = results[0][0].stats;
     EXPECT_EQ(s0.peak_in_flight(), 2);
     EXPECT_EQ(s0.peak_activation_bytes(),
-              rows * (2 * (784 + 784 + 32 + 32) + M * (32 + 32) + 32 + 784) * 4);
+              rows * (2 * (784 + 784 + 32 + 32) + M * (32 + 32) + 32) * 4);
     EXPECT_EQ(s0.weight_bytes(), (784 * 32 + 32) * 4 * (2 + copies));
     EXPECT_EQ(s0.peak_memory_bytes(), s0.weight_bytes() + s0.peak_activation_bytes());
     // Stage 1: input 32 + linear 16 + gelu 16 + linear 10 and the loss's dL/dlogits 10; 1
@@ -333,8 +334,9 @@ TEST(StageRuntimeStatsTest, PeakInFlightOnFourStagesIsIndependentOfM) {
   // Per micro-batch id: the output sent and its gradient received (not the last stage), the
   // input gradient sent back (not the first).
   const int64_t per_id[P] = {32 + 32, 32 + 32 + 32, 32 + 32 + 32, 32};
-  // The backward's buffer for the one gradient between the stage's two layers.
-  const int64_t workspace[P] = {784, 32, 32, 32};
+  // The backward's buffer for the one gradient between the stage's two layers (none on stage 0:
+  // its backward stops at the linear, its first layer with parameters).
+  const int64_t workspace[P] = {0, 32, 32, 32};
   for (auto kind : {schedule::ScheduleKind::kDapple, schedule::ScheduleKind::kGPipe}) {
     for (int M : {4, 8, 16}) {
       SCOPED_TRACE(testing::Message() << schedule::ScheduleKindName(kind) << " M=" << M);

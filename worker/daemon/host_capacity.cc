@@ -1,0 +1,68 @@
+#include "worker/daemon/host_capacity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/dense.h"
+
+namespace dapple::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxThreads = 16;
+
+double ElapsedMs(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// What stages compute: one sgemm on the calling thread (the worker's BLAS runs one thread per
+// process). 512^3 is large enough to be compute-bound, small enough for about 3 ms.
+void DefaultWork() {
+  constexpr int64_t kN = 512;
+  thread_local std::vector<float> x(kN * kN, 0.5f);
+  thread_local std::vector<float> w(kN * kN, 0.25f);
+  thread_local std::vector<float> y(kN * kN);
+  kernels::DenseForward(x.data(), kN, kN, kN, w.data(), nullptr, y.data());
+}
+
+}  // namespace
+
+double CapacityFromTimes(int threads, double single_ms, double parallel_ms) {
+  if (threads <= 1 || !(single_ms > 0) || !(parallel_ms > 0)) return 1.0;
+  return std::clamp(threads * single_ms / parallel_ms, 1.0, static_cast<double>(threads));
+}
+
+double MeasureHostComputeCapacity(int threads, int trials, const std::function<void()>& work) {
+  if (threads <= 0) {
+    // At most kMaxThreads: more than any host runs stages at once, and the BLAS has a bounded
+    // number of per-thread buffers.
+    threads = std::min(kMaxThreads, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  if (threads <= 1) return 1.0;
+  const std::function<void()> run = work ? work : DefaultWork;
+  constexpr int kRepeats = 4;  // work items per thread per timing
+  auto timed = [&](int n) {
+    const Clock::time_point start = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < n; ++t) {
+      pool.emplace_back([&] {
+        for (int r = 0; r < kRepeats; ++r) run();
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    return ElapsedMs(start);
+  };
+  timed(threads);  // warm-up: pages, caches, the BLAS's buffers of every thread
+  std::vector<double> capacities;
+  for (int trial = 0; trial < std::max(1, trials); ++trial) {
+    const double single = timed(1);
+    capacities.push_back(CapacityFromTimes(threads, single, timed(threads)));
+  }
+  std::sort(capacities.begin(), capacities.end());
+  return capacities[capacities.size() / 2];
+}
+
+}  // namespace dapple::worker

@@ -1,0 +1,35 @@
+// The host's parallel compute capacity a cpu worker reports at registration
+// (RegisterWorkerRequest.host_compute_capacity): how many single-thread computations the host
+// runs at full speed at once. The coordinator puts it on the host's topology node
+// (ClusterNode.compute_capacity), and the plan simulator slows stages that compute at once on
+// the host by min(1, capacity / k) (coordinator/planner/host_contention.h). A host's vCPU count
+// says nothing about it: two vCPUs may be two hyperthreads of one core, or share a core with
+// other tenants.
+// Thread safety: every function may be called from any thread.
+#ifndef DAPPLE_WORKER_DAEMON_HOST_CAPACITY_H_
+#define DAPPLE_WORKER_DAEMON_HOST_CAPACITY_H_
+
+#include <functional>
+
+namespace dapple::worker {
+
+// The capacity from one measurement: `threads` copies of a fixed piece of work run at once took
+// `parallel_ms` (wall clock, all of them), one copy alone `single_ms`: threads * single_ms /
+// parallel_ms, clamped to [1, threads] (noise can push it outside). 1 when threads <= 1 or a
+// time is not > 0.
+double CapacityFromTimes(int threads, double single_ms, double parallel_ms);
+
+// Measures the capacity with `threads` threads (when <= 0, std::thread::hardware_concurrency()
+// up to 16, so a larger host reports at most 16):
+// `work` (the job's kind of compute: by default single-thread sgemm of 512 x 512 x 512 through
+// the worker's dense kernel, kernels/cpu/dense.h) is timed alone, then on every thread at once;
+// the median over `trials` trials of CapacityFromTimes. About trials * (1 + threads /
+// capacity) * the work's time (about 0.2 s by default here). Other load on the host at the
+// time changes it (under heavy load every thread gets its own share of the cores, so it comes
+// out higher, which is what two stages then see).
+double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
+                                  const std::function<void()>& work = nullptr);
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_DAEMON_HOST_CAPACITY_H_

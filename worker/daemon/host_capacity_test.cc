@@ -1,0 +1,37 @@
+#include "worker/daemon/host_capacity.h"
+
+#include <atomic>
+
+#include "gtest/gtest.h"
+
+namespace dapple::worker {
+namespace {
+
+TEST(HostCapacityTest, FromTimes) {
+  // Two copies at once in the time of one: two cores; in twice the time: one core.
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 10.0), 2.0);
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 20.0), 1.0);
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 16.0), 1.25);
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(4, 10.0, 20.0), 2.0);
+}
+
+TEST(HostCapacityTest, FromTimesClampsNoiseAndBadInput) {
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 8.0), 2.0);   // faster together: noise
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 40.0), 1.0);  // slower than serial: other load
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(1, 10.0, 10.0), 1.0);
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 0.0, 10.0), 1.0);
+  EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 0.0), 1.0);
+}
+
+TEST(HostCapacityTest, MeasureRunsTheWorkOnEveryThreadAndStaysInRange) {
+  std::atomic<int> calls{0};
+  const double capacity = MeasureHostComputeCapacity(3, 2, [&] { calls.fetch_add(1); });
+  EXPECT_GE(capacity, 1.0);
+  EXPECT_LE(capacity, 3.0);
+  // A warm-up on 3 threads, then per trial 1 and 3 threads, 4 work items each.
+  EXPECT_EQ(calls.load(), 4 * (3 + 2 * (1 + 3)));
+  EXPECT_DOUBLE_EQ(MeasureHostComputeCapacity(1, 2, [] {}), 1.0);
+}
+
+}  // namespace
+}  // namespace dapple::worker

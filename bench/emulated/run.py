@@ -15,14 +15,19 @@ model's real sizes over UCX. Three tables:
   (e) PipeDream without and with 1F1B-RR (P = 2, M = 8, D = 1 and 2 replicas per stage: whole
       micro-batches round-robin): measured step time against the simulator's prediction, and
       the throughput the replicas add.
+  (m) memory per rank: the planner's predicted peak (common/memory_model.h) against what each
+      rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
+      buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
+      pipedream with 1F1B-RR and pipedream with vertical sync (P = 2, M = 8; goal: within 10%).
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m]
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -58,9 +63,11 @@ def spec(cluster, name, p, m, micro_batch, schedule, steps, profile):
     return text + "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
 
 
-def run_job(c, text, steps, timeout=600):
-    """Submits, polls the per-stage stats while it runs; returns (job json, stats by stage)."""
-    job = c.submit(text)
+def run_job(c, text, steps, timeout=600, by_rank=False, job=None):
+    """Submits (unless `job`, the id of one submitted already), polls the per-stage stats while it
+    runs; returns (job json, stats by (stage, step), or by (stage, replica, step) with
+    `by_rank`)."""
+    job = job or c.submit(text)
     seen = {}  # (stage, step) -> StageStepStats json
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -68,12 +75,33 @@ def run_job(c, text, steps, timeout=600):
         for sm in j.get("stage_metrics", []):
             last = sm.get("last", {})
             if "step" in last:
-                seen[(sm.get("stage", 0), int(last["step"]))] = last
+                key = (sm.get("stage", 0),) + ((sm.get("replica", 0),) if by_rank else ())
+                seen[key + (int(last["step"]),)] = last
         if j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             break
         time.sleep(0.05)
     assert j["state"] == "SUCCEEDED", (j["state"], j.get("message"))
+    j["_job"] = job
     return j, seen
+
+
+def rank_memory(c, job, ranks, timeout=10):
+    """{(stage, replica): (measured, predicted)} from the workers' logs: each rank logs its peak
+    against the memory model's prediction for it (worker_daemon.cc) when its training ends."""
+    pattern = re.compile(re.escape(job) + r": stage (\d+) replica (\d+): peak memory (\d+) "
+                         r"bytes measured, (\d+) bytes predicted")
+    deadline = time.time() + timeout
+    while True:
+        found = {}
+        for name in os.listdir(c.dir):
+            if name.startswith("worker-") and name.endswith(".log"):
+                with open(os.path.join(c.dir, name), errors="replace") as f:
+                    for m in pattern.finditer(f.read()):
+                        found[(int(m.group(1)), int(m.group(2)))] = (int(m.group(3)),
+                                                                     int(m.group(4)))
+        if len(found) >= ranks or time.time() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def measured(j, seen, warmup):
@@ -142,8 +170,16 @@ def table_c(cluster, steps, directory, p=4, micro_batch=256, m_dapple=16):
         refused = c.submit_text(spec(cluster, "gpipe-m%d" % m_dapple, p, m_dapple, micro_batch,
                                      "gpipe", steps, profile), check=False)
         for schedule, m in (("gpipe", p), ("dapple", m_dapple)):
-            j, seen = run_job(c, spec(cluster, "mem-%s-m%d" % (schedule, m), p, m, micro_batch,
-                                      schedule, steps, profile), steps)
+            text = spec(cluster, "mem-%s-m%d" % (schedule, m), p, m, micro_batch, schedule, steps,
+                        profile)
+            # The runtime keeps a send and receive buffer per micro-batch id (docs/planner.md,
+            # "Memory model"), which grows with M: the plan may not fit the cap.
+            code, out, err = c.submit_text(text, check=False)
+            if code != 0:
+                print("memory cap %d B: %s M=%d refused: %s" %
+                      (cap, schedule, m, (out + err).strip().replace("\n", " ")), flush=True)
+                continue
+            j, seen = run_job(c, text, steps, job=json.loads(out)["id"])
             step_ms, _, peak = measured(j, seen, warmup=2)
             results[schedule] = (m, m * micro_batch, float(j["metrics"]["samples_per_second"]),
                                  peak, step_ms)
@@ -225,11 +261,63 @@ def table_e(cluster, steps, directory, p=2, m=8, micro_batch=32):
     return rows
 
 
+MEMORY_JOBS = (  # (label, schedule, replicas per stage, extra parallel lines)
+    ("gpipe", "gpipe", 1, ""),
+    ("dapple", "dapple", 1, ""),
+    ("pipedream", "pipedream", 1, ""),
+    ("pipedream 1F1B-RR", "pipedream", 2, ""),
+    ("pipedream vertical sync", "pipedream", 1, "  pipedream: {vertical_sync: true}\n"),
+)
+
+
+def table_m(cluster, steps, directory, p=2, m=8, micro_batch=32):
+    """(m) Per rank: the memory model's predicted peak for that replica (the rank logs it; the
+    plan's figure for a stage is its largest replica's) against the rank's measured peak (the
+    most over the step stats it reported to the coordinator)."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=p * 2)
+    rows = []
+    try:
+        c.wait_workers(p * 2)
+        for label, schedule, d, extra in MEMORY_JOBS:
+            c.wait_workers(p * 2)
+            text = cluster.spec_yaml("emu-mem-%s-d%d" % (schedule, d), MODEL, m * micro_batch,
+                                     micro_batch, p, schedule=schedule, max_steps=steps,
+                                     devices=p * d)
+            text += extra
+            text += "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
+            j, seen = run_job(c, text, steps, by_rank=True)
+            stages = j["plan"]["stages"]
+            logged = rank_memory(c, j["_job"], p * d)
+            for (st, rep) in sorted({(s, r) for s, r, _ in seen}):
+                stats = [v for (s, r, _), v in seen.items() if s == st and r == rep]
+                peak = max(stats, key=lambda v: int(v.get("peak_memory_bytes", 0)))
+                measured = int(peak.get("peak_memory_bytes", 0))
+                log_measured, predicted = logged[(st, rep)]
+                assert log_measured == measured, (st, rep, log_measured, measured)
+                plan_peak = int(stages[st]["peak_memory_bytes"])
+                largest = max(v[1] for (s, _), v in logged.items() if s == st)
+                assert plan_peak == largest, (st, plan_peak, largest)
+                rows.append((label, st, rep, predicted, measured, plan_peak,
+                             int(peak.get("weight_bytes", 0)),
+                             int(peak.get("peak_activation_bytes", 0)),
+                             int(peak.get("weight_versions", 1))))
+                r = rows[-1]
+                print("%s stage %d replica %d: predicted %d B, measured %d B (%+.1f%%), plan %d B:"
+                      " weights, gradients, optimizer state and stash %d B, activations and "
+                      "buffers %d B, %d weight versions" %
+                      (label, st, rep, r[3], r[4], (r[4] / r[3] - 1) * 100, r[5], r[6], r[7],
+                       r[8]), flush=True)
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e")
+    ap.add_argument("--only", default="a,b,c,d,e,m")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -251,11 +339,14 @@ def main():
         print("| schedule | M | global batch | samples/s | step ms | measured peak memory |\n"
               "|---|---|---|---|---|---|")
         for s in ("gpipe", "dapple"):
+            if s not in res:
+                continue
             m, gb, sps, peak, step_ms = res[s]
             print("| %s | %d | %d | %.0f | %.1f | %d |" % (s, m, gb, sps, step_ms, peak))
-        g, d = res["gpipe"], res["dapple"]
-        print("dapple / gpipe throughput: %.2fx; peak memory: %+.1f%%" %
-              (d[2] / g[2], (d[3] / g[3] - 1) * 100 if g[3] else float("nan")))
+        if "gpipe" in res and "dapple" in res:
+            g, d = res["gpipe"], res["dapple"]
+            print("dapple / gpipe throughput: %.2fx; peak memory: %+.1f%%" %
+                  (d[2] / g[2], (d[3] / g[3] - 1) * 100 if g[3] else float("nan")))
     if "d" in only:
         rows = table_d(cluster, args.steps, directory)
         print("\n| schedule | replicas | forward + backward ms (emulated) | step ms | ALLREDUCE "
@@ -273,6 +364,17 @@ def main():
                   (" (1F1B-RR)" if d > 1 else "", ", ".join(map(str, replicas)), pred, meas,
                    (meas / pred - 1) * 100, sps, peak))
         print("1F1B-RR (D = 2) / unreplicated throughput: %.2fx" % (rows[1][4] / rows[0][4]))
+    if "m" in only:
+        rows = table_m(cluster, args.steps, directory)
+        print("\n| schedule | stage | replica | predicted peak memory | measured peak memory | "
+              "measured / predicted | plan (stage's largest replica) | measured: weights, "
+              "gradients, optimizer state, stash | measured: activations and buffers | "
+              "weight versions |\n|---|---|---|---|---|---|---|---|---|---|")
+        for label, st, rep, pred, meas, plan_peak, weights, acts, versions in rows:
+            print("| %s | %d | %d | %d | %d | %.3f | %d | %d | %d | %d |" %
+                  (label, st, rep, pred, meas, meas / pred, plan_peak, weights, acts, versions))
+        worst = max(abs(r[4] / r[3] - 1) for r in rows)
+        print("largest |measured / predicted - 1| over every rank: %.1f%%" % (worst * 100))
 
 if __name__ == "__main__":
     main()

@@ -38,6 +38,10 @@ class ActivationMemory {
   // what a layer adds to any stage it joins, for balancing stages by memory.
   double LayerBytes(int i) const;
 
+  // The input of a stage that starts at layer `first` at the profile's batch size: the model
+  // input for 0, else cut_bytes[first - 1].
+  double InputBytes(int first) const { return input_[first]; }
+
  private:
   double batch_size_ = 1;
   std::vector<double> prefix_;  // prefix_[i]: layers < i's activation_bytes + saved_bytes

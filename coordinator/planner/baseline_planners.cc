@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_simulator.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -168,8 +169,7 @@ absl::Status MemoryError(const PlanningProblem& problem, const HybridPlan& plan,
   const auto [needs, has] = profile::FormatBytesApart(st.peak_memory_bytes, device_bytes[worst]);
   return absl::ResourceExhaustedError(absl::StrCat(
       "planner ", plan.planner, ": no plan fits device memory: the best needs ", needs,
-      " on a device (stage ", worst, ": weights ", profile::FormatBytes(st.weight_bytes),
-      ", activations ", profile::FormatBytes(st.activation_bytes), ") but devices have ", has));
+      " on a device (stage ", worst, ": ", StageMemoryParts(st), ") but devices have ", has));
 }
 
 absl::StatusOr<PlannedJob> PickBySimulation(const PlanningProblem& problem,

@@ -1,6 +1,7 @@
 // The planners on the example CNNs (examples/vgg_fmnist.yaml, examples/resnet_fmnist.yaml):
 // the image layers' FLOPs and activation sizes reach the cost and memory models through the
 // layer registry, and the early, wide stages hold most of the activations.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -47,6 +48,25 @@ int64_t SgdMomentumWeightBytes(const std::vector<LayerInfo>& layers, int first, 
   return params * 4 * 3;
 }
 
+// What a replica holds besides its weights and its micro-batches' activations
+// (common/memory_model.h), by hand: the send and receive buffers, one set per micro-batch id (M
+// under dapple: the output it sends and the gradient it receives for it unless it is the last
+// stage, the input gradient it sends back unless it is the first); the backward's two buffers
+// for the gradients between layers (the largest inner output at even and at odd distance from
+// the last layer); on the last stage each in-flight micro-batch's dL/dlogits.
+int64_t BufferBytes(const std::vector<LayerInfo>& layers, int first, int last,
+                    int64_t micro_batches, int in_flight, int64_t rows) {
+  const bool is_last = last + 1 == static_cast<int>(layers.size());
+  const int64_t per_id =
+      (is_last ? 0 : 2 * layers[last].output_bytes) + (first == 0 ? 0 : InputBytes(layers[first]));
+  int64_t buffers[2] = {0, 0};
+  for (int l = first; l < last; ++l) {
+    buffers[(last - 1 - l) % 2] = std::max(buffers[(last - 1 - l) % 2], layers[l].output_bytes);
+  }
+  const int64_t logit_gradients = is_last ? in_flight * layers[last].output_bytes : 0;
+  return rows * (micro_batches * per_id + buffers[0] + buffers[1] + logit_gradients);
+}
+
 double Flops(const std::vector<LayerInfo>& layers, int first, int last) {
   double flops = 0;
   for (int l = first; l <= last; ++l) flops += layers[l].forward_flops + layers[l].backward_flops;
@@ -78,7 +98,9 @@ TEST_P(CnnPlanningTest, TwoStagesWhoseMemoryIsWhatTheRuntimeAccounts) {
     activations[st] =
         s.stages(st).peak_in_flight() * rows * StageActivationBytesPerSample(layers, first, last);
     EXPECT_EQ(s.stages(st).peak_memory_bytes(),
-              SgdMomentumWeightBytes(layers, first, last) + activations[st]);
+              SgdMomentumWeightBytes(layers, first, last) + activations[st] +
+                  BufferBytes(layers, first, last, s.micro_batches(), s.stages(st).peak_in_flight(),
+                              rows));
   }
   // The first stage reads 28 x 28 images and keeps their 16-channel feature maps: its
   // activations outweigh its few weights and the later stage's activations, although the later

@@ -86,9 +86,7 @@ bool ReverseDp::Run(double T, std::vector<Layout>* out) const {
         const int lo_dev = D_ - u - r;
         const bool one_node = range_one_node_[u * num_r + ri] != 0;
         const double memory = range_memory_[u * num_r + ri];
-        const double in_flight = budget_.dapple_schedule()
-                                     ? std::min<double>(cur.stages + 1, budget_.MaxMicroBatches(r))
-                                     : budget_.MaxMicroBatches(r);
+        const double in_flight = budget_.InFlight(cur.stages + 1, r);
         Slot slot;
         budget_.FillSlot(slot, r, one_node, memory, in_flight);
         // Transfers: out of the stage to the one above it (placed), and into it from the one

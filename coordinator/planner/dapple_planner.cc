@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory_model.h"
 #include "common/status.h"
 #include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/baseline_planners.h"
@@ -34,7 +35,6 @@ absl::Status SmallestPlanMemoryError(const LayoutScorer& scorer, const std::vect
   const PlanningProblem& problem = scorer.problem();
   const int L = problem.profile.num_layers();
   const int D = UsableDeviceCount(problem);
-  const double state_factor = 2.0 + problem.optimizer_state_factor;
   HybridPlan smallest;
   int64_t smallest_peak = std::numeric_limits<int64_t>::max();
   auto consider = [&](const Layout& layout) {
@@ -53,7 +53,8 @@ absl::Status SmallestPlanMemoryError(const LayoutScorer& scorer, const std::vect
   const ActivationMemory activations(problem.profile);
   std::vector<double> bytes(L);
   for (int i = 0; i < L; ++i) {
-    bytes[i] = state_factor * static_cast<double>(problem.profile.parameter_bytes[i]) +
+    bytes[i] = memory::ParameterStateBytes(static_cast<double>(problem.profile.parameter_bytes[i]),
+                                           problem.optimizer_state_factor) +
                activations.LayerBytes(i);
   }
   absl::StatusOr<std::vector<std::pair<int, int>>> ranges = BalancedRanges(bytes, P);

@@ -1,6 +1,7 @@
 // The planners on a GPT (token input, transformer blocks, a tied lm_head): where they cut, what
 // memory they predict per stage, and the tied table on two stages (docs/planner.md, "What a GPT
 // layer costs").
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,25 @@ int64_t AdamWWeightBytes(const std::vector<LayerInfo>& layers, int first, int la
   return params * 4 * (2 + 2);
 }
 
+// What a replica holds besides its weights and its micro-batches' activations
+// (common/memory_model.h), by hand: the send and receive buffers, one set per micro-batch id (M
+// under dapple: the output it sends and the gradient it receives for it unless it is the last
+// stage, the input gradient it sends back unless it is the first); the backward's two buffers
+// for the gradients between layers (the largest inner output at even and at odd distance from
+// the last layer); on the last stage each in-flight micro-batch's dL/dlogits.
+int64_t BufferBytes(const std::vector<LayerInfo>& layers, int first, int last,
+                    int64_t micro_batches, int in_flight, int64_t rows) {
+  const bool is_last = last + 1 == static_cast<int>(layers.size());
+  const int64_t per_id =
+      (is_last ? 0 : 2 * layers[last].output_bytes) + (first == 0 ? 0 : InputBytes(layers[first]));
+  int64_t buffers[2] = {0, 0};
+  for (int l = first; l < last; ++l) {
+    buffers[(last - 1 - l) % 2] = std::max(buffers[(last - 1 - l) % 2], layers[l].output_bytes);
+  }
+  const int64_t logit_gradients = is_last ? in_flight * layers[last].output_bytes : 0;
+  return rows * (micro_batches * per_id + buffers[0] + buffers[1] + logit_gradients);
+}
+
 TEST(GptPlanningTest, EveryPlannerPlansTheExampleGpt) {
   for (const std::string planner : {"dapple", "pipedream", "dp", "uniform", "balanced"}) {
     SCOPED_TRACE(planner);
@@ -119,9 +139,10 @@ TEST(GptPlanningTest, TwoStagesCutBetweenTransformerBlocks) {
   }
 }
 
-// The planner's memory of a stage against what the runtime accounts for it (worker/runtime:
-// peak_in_flight x rows x StageActivationBytesPerSample, common/model_info.h) plus its weights:
-// the same bytes for an estimated profile, on both stages of a GPT.
+// The planner's memory of a stage against the model's terms computed here from the layers
+// (peak_in_flight x rows x StageActivationBytesPerSample, common/model_info.h, its weights and
+// its send and receive buffers): the same bytes for an estimated profile, on both stages of a
+// GPT.
 TEST(GptPlanningTest, StageMemoryIsWhatTheRuntimeAccounts) {
   Gpt g;
   g.planner = "manual";
@@ -139,7 +160,9 @@ TEST(GptPlanningTest, StageMemoryIsWhatTheRuntimeAccounts) {
     const int64_t activations =
         s.stages(st).peak_in_flight() * rows * StageActivationBytesPerSample(layers, first, last);
     EXPECT_EQ(s.stages(st).peak_memory_bytes(),
-              AdamWWeightBytes(layers, first, last) + activations);
+              AdamWWeightBytes(layers, first, last) + activations +
+                  BufferBytes(layers, first, last, s.micro_batches(), s.stages(st).peak_in_flight(),
+                              rows));
   }
   // Stage 0 holds its token ids as floats: 128 x 4 bytes per sample.
   EXPECT_EQ(InputBytes(layers[0]), 128 * 4);
@@ -197,7 +220,8 @@ TEST(GptPlanningTest, TiedTableCountsOnBothStagesAndItsGradientSumOnTheStep) {
   }
   const int64_t rows = 4;
   const int64_t stage1_activations = 1 * rows * StageActivationBytesPerSample(layers, 3, 6);
-  EXPECT_EQ(a.summary().stages(1).peak_memory_bytes() - stage1_activations,
+  EXPECT_EQ(a.summary().stages(1).peak_memory_bytes() - stage1_activations -
+                BufferBytes(layers, 3, 6, a.summary().micro_batches(), 1, rows),
             AdamWWeightBytes(layers, 3, 6));
   EXPECT_GE(AdamWWeightBytes(layers, 3, 6), 256 * 128 * 4 * 4);
   // Stage 0 finishes a dapple step last; the sum of the two copies' gradients before its

@@ -9,6 +9,7 @@
 #include "common/profile/chain_profile.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 
@@ -190,50 +191,19 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
 
 MemoryEstimate PlanEstimator::Memory(const HybridPlan& plan) const {
   const int P = static_cast<int>(plan.stages.size());
-  const int M = plan.micro_batches;
-  const double b = static_cast<double>(plan.micro_batch_size);
   MemoryEstimate out;
   out.stages.resize(P);
   int64_t worst_excess = std::numeric_limits<int64_t>::min();
   for (int s = 0; s < P; ++s) {
     const StagePlan& st = plan.stages[s];
     StageMemory& m = out.stages[s];
-    const double weights = static_cast<double>(ParameterBytes(st.first_layer, st.last_layer));
-    m.weight_bytes =
-        static_cast<int64_t>(std::llround((2.0 + problem_.optimizer_state_factor) * weights));
-    switch (problem_.schedule) {
-      case schedule::ScheduleKind::kGPipe:
-        m.in_flight = M;
-        break;
-      case schedule::ScheduleKind::kDapple:
-        m.in_flight = std::min(P - s, M);
-        break;
-      case schedule::ScheduleKind::kPipeSgd:
-        // One stage, 1F1B: one micro-batch in flight; two flat gradient buffers besides the
-        // accumulated gradients (worker/runtime/pipesgd_updater.h).
-        m.in_flight = std::min(P - s, M);
-        m.weight_bytes += static_cast<int64_t>(std::llround(2.0 * weights));
-        break;
-      case schedule::ScheduleKind::kPipeDream: {
-        // A continuous run: the stage holds K_s = D_s + ... + D_{P-1} in flight (P - s with one
-        // replica per stage), a replica ceil(K_s / D_s) whole micro-batches (1F1B-RR), and at
-        // most ceil((K_s - 1) / D_s) stashed weight versions besides the current one
-        // (schedule/pipedream_steps.h).
-        int64_t k = 0;
-        for (int t = s; t < P; ++t) k += static_cast<int64_t>(plan.stages[t].devices.size());
-        const int64_t d = std::max<int64_t>(1, static_cast<int64_t>(st.devices.size()));
-        m.in_flight = static_cast<int>((k + d - 1) / d);
-        m.weight_bytes += static_cast<int64_t>(std::llround(weights * ((k - 1 + d - 1) / d)));
-        break;
-      }
-    }
-    // Split-concat holds b / D samples per micro-batch on a replica, 1F1B-RR all b.
-    const double samples = problem_.schedule == schedule::ScheduleKind::kPipeDream
-                               ? b
-                               : b / static_cast<double>(st.devices.size());
-    m.activation_bytes = static_cast<int64_t>(
-        std::llround(m.in_flight * ActivationBytes(st.first_layer, st.last_layer, samples)));
-    m.peak_bytes = m.weight_bytes + m.activation_bytes;
+    const memory::ReplicaMemory predicted =
+        PredictStageMemory(problem_, plan, s, activation_, problem_.schedule);
+    m.in_flight = predicted.in_flight;
+    m.weight_bytes = predicted.WeightBytes();
+    m.activation_bytes = predicted.activations;
+    m.buffer_bytes = predicted.communication + predicted.workspace;
+    m.peak_bytes = predicted.PeakBytes();
     m.device_bytes = std::numeric_limits<int64_t>::max();
     for (int d : st.devices) {
       m.device_bytes = std::min(m.device_bytes, device_memory_[d]);

@@ -52,18 +52,14 @@ struct LatencyEstimate {
   int pivot_stage = 0;
 };
 
-// Per replica, as the simulator counts it (plan_simulator.h): weights + gradients + optimizer
-// state ((2 + optimizer_state_factor) x parameter bytes) and in_flight micro-batches of the
-// stage's activations (ActivationMemory, activation_memory.h) at micro_batch_size / replicas
-// samples, in_flight = min(P - s, M) under
-// dapple, M under gpipe; under pipedream (1F1B-RR) ceil(K_s / D_s) whole micro-batches with
-// K_s = D_s + ... + D_{P-1} (P - s with one replica per stage), plus ceil((K_s - 1) / D_s)
-// stashed weight versions (schedule::PipeDreamReplicaVersions - 1; P - s - 1 unreplicated).
+// Per replica, as the simulator counts it (plan_simulator.h): the memory model
+// (common/memory_model.h through stage_memory.h PredictStageMemory).
 struct StageMemory {
-  int64_t weight_bytes = 0;
-  int64_t activation_bytes = 0;
-  int64_t peak_bytes = 0;
-  int64_t device_bytes = 0;  // the smallest memory among the stage's devices
+  int64_t weight_bytes = 0;      // ReplicaMemory::WeightBytes (stashed versions included)
+  int64_t activation_bytes = 0;  // in_flight micro-batches of activations
+  int64_t buffer_bytes = 0;      // send and receive buffers, the backward's workspace
+  int64_t peak_bytes = 0;        // the sum of the three
+  int64_t device_bytes = 0;      // the smallest memory among the stage's devices
   int in_flight = 0;
 };
 

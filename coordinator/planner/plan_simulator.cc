@@ -19,6 +19,7 @@
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/host_contention.h"
 #include "coordinator/planner/pipesgd_model.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -217,8 +218,6 @@ absl::Status CheckLink(const v1::ClusterTopology& topology, const std::vector<in
                               " ms: a link needs bandwidth > 0 and latency >= 0"));
 }
 
-int64_t RoundBytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
-
 }  // namespace
 
 absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
@@ -246,7 +245,6 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   schedule::LowerOptions lower;
   lower.allreduce_stages.resize(p);
   std::vector<int64_t> params(p);
-  std::vector<double> activation_per_micro_batch(p);
   std::vector<double> per_micro_batch_overhead(p, 0.0);
   const ActivationMemory activations(profile);
   // Tied copies on different stages (the embedding's table on the lm_head's stage) sum their
@@ -275,9 +273,6 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
          l <= stage.last_layer && l < static_cast<int>(profile.optimizer_ms.size()); ++l) {
       costs.optimizer_step_per_stage[s] += profile.optimizer_ms[l];
     }
-    // A pipedream replica stashes a whole micro-batch's activations per micro-batch in flight.
-    activation_per_micro_batch[s] =
-        activations.PerMicroBatch(stage.first_layer, stage.last_layer, pipedream ? b : share);
     lower.allreduce_stages[s] = replicas > 1 || tied_ms[s] > 0;
     if (replicas > 1) {
       DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, stage.devices,
@@ -393,24 +388,13 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
                                           : sim->idle_time[s] - action_ms);
     idle_sum += out.idle_ms;
 
-    // A pipedream replica holds at most ceil(K_s / D_s) of its stage's K_s micro-batches in
-    // flight (P - s with one replica per stage); the simulated rank is the stage as a whole.
-    out.peak_in_flight = pipedream ? static_cast<int>(schedule::PipeDreamReplicaInFlight(layout, s))
-                                   : sim->peak_in_flight[s];
-    const double weights = static_cast<double>(params[s]);
-    // Weights, gradients and optimizer state, plus PipeDream's stashed weight versions besides
-    // the current one: at most ceil((K_s - 1) / D_s) (PipeDreamReplicaVersions - 1), P - s - 1
-    // unreplicated.
-    double weight_bytes = weights * (2.0 + problem.optimizer_state_factor);
-    if (pipedream) {
-      weight_bytes +=
-          weights * static_cast<double>(schedule::PipeDreamReplicaVersions(layout, s) - 1);
-    }
-    // Pipe-SGD's two flat gradient buffers (worker/runtime/pipesgd_updater.h).
-    if (pipesgd) weight_bytes += 2.0 * weights;
-    out.weight_bytes = RoundBytes(weight_bytes);
-    out.activation_bytes = RoundBytes(activation_per_micro_batch[s] * out.peak_in_flight);
-    out.peak_memory_bytes = out.weight_bytes + out.activation_bytes;
+    // Memory: the one model (common/memory_model.h), as the estimator predicts it.
+    const memory::ReplicaMemory predicted = PredictStageMemory(problem, plan, s, activations, kind);
+    out.peak_in_flight = predicted.in_flight;
+    out.weight_bytes = predicted.WeightBytes();
+    out.activation_bytes = predicted.activations;
+    out.buffer_bytes = predicted.communication + predicted.workspace;
+    out.peak_memory_bytes = predicted.PeakBytes();
     for (int d : plan.stages[s].devices) {
       if (out.peak_memory_bytes > profile::DeviceMemoryBytes(problem.topology, d)) {
         prediction.fits_memory = false;

@@ -19,12 +19,9 @@
 //     replicas;
 //   - OPTIMIZER_STEP of a stage costs the sum of its layers' optimizer_ms (measured profiles; 0
 //     for files), on every replica;
-//   - memory per replica: weights + gradients + optimizer_state_factor * weights, plus
-//     peak_in_flight micro-batches of activations (ActivationMemory::PerMicroBatch at b / D
-//     samples: the stage input, its layers' outputs and saved bytes, activation_memory.h);
-//     pipedream holds peak_in_flight = ceil(K_s / D_s) whole micro-batches (at b samples)
-//     and adds its stashed weight versions (at most ceil((K_s - 1) / D_s) extra copies of the
-//     weights, schedule::PipeDreamReplicaVersions - 1: P - s - 1 with one replica per stage).
+//   - memory per replica: the memory model (common/memory_model.h, through stage_memory.h
+//     PredictStageMemory): weights, gradients, optimizer state, stashed weight versions,
+//     activations in flight by schedule and communication buffers;
 //   - work outside the layers (measured profiles; 0 for files): stage 0's FORWARD adds
 //     profile.input_ms_per_sample per sample of its share (data loading), the last stage's
 //     BACKWARD profile.loss_ms_per_sample per sample (the loss and its gradient), and every send

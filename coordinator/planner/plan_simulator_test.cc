@@ -135,7 +135,7 @@ TEST(PlanSimulatorTest, MemoryByHand) {
   profile::ChainProfile profile = Equal(3, 4, 1, 2);
   profile.parameter_bytes = {1000, 1000, 3000};
   profile.activation_bytes = {100, 100, 300};
-  PlanningProblem problem = Problem(profile, Topology(1, 4, 9600), 32);
+  PlanningProblem problem = Problem(profile, Topology(1, 4, 10200), 32);
   problem.optimizer_state_factor = 1.0;
   HybridPlan plan;
   plan.stages = {{0, 1, {0}}, {2, 2, {1}}};
@@ -144,22 +144,24 @@ TEST(PlanSimulatorTest, MemoryByHand) {
 
   absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
-  // Stage 0: weights + grads + momentum = 3 x 2000; 2 micro-batches in flight x 200 x 2.
+  // Stage 0: weights + grads + momentum = 3 x 2000; 2 micro-batches in flight x 200 x 2; the
+  // backward's buffer for the gradient between its two layers (layer 0's output, 100 x 2).
   EXPECT_EQ(pred->stages[0].weight_bytes, 6000);
   EXPECT_EQ(pred->stages[0].peak_in_flight, 2);
   EXPECT_EQ(pred->stages[0].activation_bytes, 800);
-  EXPECT_EQ(pred->stages[0].peak_memory_bytes, 6800);
-  // Stage 1: 3 x 3000 + 1 x 300 x 2.
+  EXPECT_EQ(pred->stages[0].buffer_bytes, 200);
+  EXPECT_EQ(pred->stages[0].peak_memory_bytes, 7000);
+  // Stage 1: 3 x 3000 + 1 x (300 + its dL/dlogits 300) x 2.
   EXPECT_EQ(pred->stages[1].weight_bytes, 9000);
-  EXPECT_EQ(pred->stages[1].activation_bytes, 600);
-  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9600);
-  EXPECT_TRUE(pred->fits_memory);  // 9600 bytes of 9600
+  EXPECT_EQ(pred->stages[1].activation_bytes, 1200);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 10200);
+  EXPECT_TRUE(pred->fits_memory);  // 10200 bytes of 10200
 
-  // GPipe keeps all 4 micro-batches: stage 1 needs 9000 + 4 x 600 > 9600.
+  // GPipe keeps all 4 micro-batches: stage 1 needs 9000 + 4 x 1200 > 10200.
   pred = SimulatePlan(problem, plan, ScheduleKind::kGPipe);
   ASSERT_TRUE(pred.ok()) << pred.status();
   EXPECT_EQ(pred->stages[0].activation_bytes, 4 * 400);
-  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9000 + 2400);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9000 + 4800);
   EXPECT_FALSE(pred->fits_memory);
 
   // Plain SGD keeps no optimizer state; adamw two states.
@@ -178,8 +180,8 @@ TEST(PlanSimulatorTest, MemoryByHand) {
   pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
   EXPECT_EQ(pred->stages[1].weight_bytes, 9000);
-  EXPECT_EQ(pred->stages[1].activation_bytes, 300);
-  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9300);
+  EXPECT_EQ(pred->stages[1].activation_bytes, 600);
+  EXPECT_EQ(pred->stages[1].peak_memory_bytes, 9600);
 }
 
 TEST(PlanSimulatorTest, MemoryCountsTheStageInputAndWhatLayersSave) {
@@ -200,9 +202,10 @@ TEST(PlanSimulatorTest, MemoryCountsTheStageInputAndWhatLayersSave) {
   ASSERT_TRUE(pred.ok()) << pred.status();
   // Stage 0: (model input 50 + 100 + 40 + 100) x 2 (8 samples) x 2 micro-batches.
   EXPECT_EQ(pred->stages[0].activation_bytes, (50 + 100 + 40 + 100) * 2 * 2);
-  // Stage 1: (its input, the cut after layer 1, 100 + 300 + 60) x 2 x 1; the saved bytes are
-  // held, never sent: the transfer stays the cut's 100 bytes (free links here).
-  EXPECT_EQ(pred->stages[1].activation_bytes, (100 + 300 + 60) * 2);
+  // Stage 1: (its input, the cut after layer 1, 100 + 300 + 60, and the last stage's dL/dlogits
+  // 300) x 2 x 1; the saved bytes are held, never sent: the transfer stays the cut's 100 bytes
+  // (free links here).
+  EXPECT_EQ(pred->stages[1].activation_bytes, (100 + 300 + 60 + 300) * 2);
   // The analytical estimator counts the same bytes.
   const MemoryEstimate estimate = PlanEstimator(problem).Memory(plan);
   for (int s = 0; s < 2; ++s) {
@@ -212,7 +215,7 @@ TEST(PlanSimulatorTest, MemoryCountsTheStageInputAndWhatLayersSave) {
   plan.stages[1].devices = {1, 2};
   pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
-  EXPECT_EQ(pred->stages[1].activation_bytes, 100 + 300 + 60);
+  EXPECT_EQ(pred->stages[1].activation_bytes, 100 + 300 + 60 + 300);
 }
 
 // A data-parallel plan has no bubble, but step - busy - allreduce is a difference of sums of
@@ -330,32 +333,37 @@ TEST(PlanSimulatorTest, PipeDreamSteadyStateHasNoBubbleForEqualStages) {
         const StagePrediction& st = pred->stages[s];
         EXPECT_NEAR(st.compute_ms, m * (f + b), 1e-9);
         EXPECT_NEAR(st.idle_ms, 0.0, 1e-9);
-        // Without flushes stage s always holds P - s micro-batches, even when M is smaller,
-        // and stashes P - s - 1 older weight versions.
+        // Without flushes stage s always holds P - s micro-batches, even when M is smaller.
+        // At an update its P - s - 1 in-flight micro-batches are consecutive and ran under
+        // ceil((P - s - 1) / M) versions, each stashed, plus the swap copy of the live weights
+        // (common/memory_model.h).
         EXPECT_EQ(st.peak_in_flight, p - s);
-        EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * (p - s - 1));
-        EXPECT_EQ(st.activation_bytes, 10 * (p - s));
+        const int stashed = (p - s - 1 + m - 1) / m;
+        EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * (stashed > 0 ? stashed + 1 : 0));
+        // The last stage also keeps each micro-batch's dL/dlogits (its output's 10 bytes).
+        EXPECT_EQ(st.activation_bytes, (s == p - 1 ? 20 : 10) * (p - s));
       }
     }
   }
 }
 
 // 1F1B-RR: stage s of D_s replicas runs with warm-up K_s = D_s + ... + D_{P-1}; a replica holds
-// ceil(K_s / D_s) WHOLE micro-batches of activations and ceil(K_s / D_s) - 1 stashed weight
-// versions. Two equal layers (f = 1, b = 2 ms at 8 samples), 1000 parameter bytes and 80
-// activation bytes at 8 samples each, micro-batches of 8, optimizer state factor 1.
+// ceil(K_s / D_s) WHOLE micro-batches of activations and stashes the versions its in-flight
+// micro-batches ran under (one here: at M = 6 they all ran under the same), plus the swap copy. Two
+// equal layers (f = 1, b = 2 ms at 8 samples), 1000 parameter bytes and 80 activation bytes at 8
+// samples each, micro-batches of 8, optimizer state factor 1.
 TEST(PlanSimulatorTest, PipeDreamReplicasHoldCeilKOverDWholeMicroBatches) {
   struct Case {
     std::vector<int> replicas;
     std::vector<int> in_flight;  // ceil(K_s / D_s), by hand
-    std::vector<int> stashed;    // versions besides the current one: ceil((K_s - 1) / D_s)
+    std::vector<int> stashed;    // weight copies besides the live one, by hand
   };
   const Case cases[] = {
-      {{2, 1}, {2, 1}, {1, 0}},  // K = 3, 1
-      {{2, 2}, {2, 1}, {2, 1}},  // K = 4, 2
-      {{1, 2}, {3, 1}, {2, 1}},  // K = 3, 2
-      {{3, 1}, {2, 1}, {1, 0}},  // K = 4, 1
-      {{1, 1}, {2, 1}, {1, 0}},  // no replicas: P - s - 1
+      {{2, 1}, {2, 1}, {2, 0}},  // K = 3, 1
+      {{2, 2}, {2, 1}, {2, 2}},  // K = 4, 2
+      {{1, 2}, {3, 1}, {2, 2}},  // K = 3, 2
+      {{3, 1}, {2, 1}, {2, 0}},  // K = 4, 1
+      {{1, 1}, {2, 1}, {2, 0}},  // no replicas
   };
   for (const Case& c : cases) {
     const int m = 6;
@@ -373,7 +381,8 @@ TEST(PlanSimulatorTest, PipeDreamReplicasHoldCeilKOverDWholeMicroBatches) {
     for (int s = 0; s < 2; ++s) {
       const StagePrediction& st = pred->stages[s];
       EXPECT_EQ(st.peak_in_flight, c.in_flight[s]) << "stage " << s;
-      EXPECT_EQ(st.activation_bytes, 80 * c.in_flight[s]) << "stage " << s;
+      // The last stage also keeps each micro-batch's dL/dlogits (80 bytes).
+      EXPECT_EQ(st.activation_bytes, (s == 1 ? 160 : 80) * c.in_flight[s]) << "stage " << s;
       EXPECT_EQ(st.weight_bytes, 1000 * (2 + 1) + 1000 * c.stashed[s]) << "stage " << s;
       EXPECT_EQ(st.peak_memory_bytes, st.weight_bytes + st.activation_bytes);
       // The stage as a whole finishes a micro-batch every (f + b) / D_s (section 3.1).

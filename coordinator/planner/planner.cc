@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/memory_model.h"
 #include "common/profile/cluster_topology.h"
 #include "common/profile/format_bytes.h"
 #include "common/profile/model_profile.h"
@@ -21,6 +22,7 @@
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
 #include "coordinator/planner/planners.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -138,8 +140,7 @@ absl::Status CheckFixedPlanFits(const PlanningProblem& problem, const Prediction
   const auto [needs, has] = profile::FormatBytesApart(p.peak_memory_bytes, worst_device_bytes);
   return absl::ResourceExhaustedError(
       absl::StrCat("parallel.planner ", planner, ": its plan needs ", needs, " on a device (stage ",
-                   worst, ": weights ", profile::FormatBytes(p.weight_bytes), ", activations ",
-                   profile::FormatBytes(p.activation_bytes), ") but devices have ", has));
+                   worst, ": ", StageMemoryParts(p), ") but devices have ", has));
 }
 
 // 1F1B-RR sends whole micro-batches round-robin to a stage's replicas, and the runtime needs
@@ -273,11 +274,6 @@ double NominalFlopsPerSecond(absl::string_view device_kind, const PlanDefaults& 
                                                : defaults.cpu_flops_per_second;
 }
 
-double OptimizerStateFactor(const v1::OptimizerSpec& optimizer) {
-  if (optimizer.type() == "adamw") return 2.0;
-  return optimizer.momentum() != 0 ? 1.0 : 0.0;
-}
-
 std::vector<double> LayerCosts(const std::vector<LayerInfo>& layers) {
   std::vector<double> costs;
   costs.reserve(layers.size());
@@ -396,7 +392,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
   problem.schedule = kind;
-  problem.optimizer_state_factor = OptimizerStateFactor(spec.training().optimizer());
+  problem.optimizer_state_factor = memory::OptimizerStateCopies(spec.training().optimizer());
+  problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
   if (kind == schedule::ScheduleKind::kPipeDream) {
@@ -433,14 +430,6 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
       flops += layers[i].forward_flops + layers[i].backward_flops;
     }
     summary->mutable_stages(s)->set_compute_flops(flops);
-  }
-  // The memory model counts the stashed versions of PipeDream's own bound; vertical sync keeps
-  // stage 0's older versions on every stage as well (docs/schedules.md), which it does not.
-  if (kind == schedule::ScheduleKind::kPipeDream && spec.parallel().pipedream().vertical_sync()) {
-    summary->add_notes(
-        "vertical sync: every stage also keeps the weight versions stage 0 used for the "
-        "micro-batches in flight, more than the predicted memory counts (2 stages: 3 versions "
-        "per stage, measured)");
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::string device_use,
                           DeviceUseNote(problem, planned, planner, devices));

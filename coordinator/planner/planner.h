@@ -71,10 +71,6 @@ v1::ClusterTopology SingleNodeTopology(int devices, const PlanDefaults& defaults
 // "cuda" (or "cuda:..."), cpu_flops_per_second otherwise.
 double NominalFlopsPerSecond(absl::string_view device_kind, const PlanDefaults& defaults);
 
-// Optimizer state bytes per parameter byte: sgd without momentum 0, sgd with momentum 1,
-// adamw 2 (its two moments).
-double OptimizerStateFactor(const v1::OptimizerSpec& optimizer);
-
 struct PlanInputs {
   std::optional<v1::ModelProfile> profile;      // none: estimated (step 1)
   std::optional<v1::ClusterTopology> topology;  // none: SingleNodeTopology(parallel.devices)

@@ -31,8 +31,11 @@ struct PlanningProblem {
   // scored per M micro-batches in steady state; pipesgd: one replicated stage whose step is
   // Pipe-SGD's pipelined time, pipesgd_model.h).
   schedule::ScheduleKind schedule = schedule::ScheduleKind::kDapple;
-  // Optimizer state bytes per parameter byte: sgd 0, sgd with momentum 1, adamw 2.
+  // Optimizer state bytes per parameter byte (common/memory_model.h OptimizerStateCopies: sgd 0,
+  // sgd with momentum 1, adamw 2).
   double optimizer_state_factor = 1.0;
+  // pipedream.vertical_sync: every stage keeps stage 0's weight versions (memory_model.h).
+  bool vertical_sync = false;
   int max_devices = 0;   // 0: every device of the topology; otherwise use at most this many
   int max_replicas = 0;  // 0: unlimited; 1: no stage replication (the runtime has none yet)
   int num_stages = 0;    // 0: the planner chooses P; otherwise P is fixed
@@ -80,9 +83,12 @@ struct StagePrediction {
   double allreduce_ms = 0;   // per step: its gradient AllReduce (0 with one replica)
   int64_t weight_bytes = 0;  // per replica: weights + gradients + optimizer state (+ stashed
                              // versions under pipedream)
-  int64_t activation_bytes = 0;   // per replica: activations of peak_in_flight micro-batches
-  int64_t peak_memory_bytes = 0;  // weight_bytes + activation_bytes
-  int peak_in_flight = 0;         // micro-batches whose activations are held at the peak
+  int64_t activation_bytes = 0;  // per replica: activations of peak_in_flight micro-batches
+  // per replica: send and receive buffers and the backward's workspace
+  int64_t buffer_bytes = 0;
+  // weight_bytes + activation_bytes + buffer_bytes (common/memory_model.h)
+  int64_t peak_memory_bytes = 0;
+  int peak_in_flight = 0;  // micro-batches whose activations are held at the peak
 };
 
 struct Prediction {

@@ -25,8 +25,6 @@ StageBudget::StageBudget(const PlanningProblem& problem)
   D_ = UsableDeviceCount(problem);
   G_ = static_cast<double>(problem.global_batch);
   batch_ = static_cast<double>(problem.profile.batch_size);
-  state_factor_ = 2.0 + problem.optimizer_state_factor;
-  dapple_schedule_ = problem.schedule != schedule::ScheduleKind::kGPipe;
   const profile::ChainProfile& p = problem.profile;
   work_prefix_.assign(L_ + 1, 0.0);
   weight_prefix_.assign(L_ + 1, 0.0);
@@ -106,8 +104,7 @@ std::vector<Slot> StageBudget::SlotsFor(const std::vector<std::vector<int>>& dev
     const int r = static_cast<int>(devices[s].size());
     double memory = kInf;
     for (int d : devices[s]) memory = std::min(memory, memory_of_[d]);
-    const double in_flight =
-        dapple_schedule_ ? std::min<double>(P - s, MaxMicroBatches(r)) : MaxMicroBatches(r);
+    const double in_flight = InFlight(P - s, r);
     FillSlot(slots[s], r, OneNode(devices[s], nullptr), memory, in_flight);
     if (s + 1 < P) {
       const int par = std::max(r, static_cast<int>(devices[s + 1].size()));
@@ -127,7 +124,8 @@ double StageBudget::StageCost(const Slot& slot, int first, int last) const {
 }
 
 bool StageBudget::StageFits(const Slot& slot, int first, int last) const {
-  return state_factor_ * (weight_prefix_[last + 1] - weight_prefix_[first]) +
+  return memory::ParameterStateBytes(weight_prefix_[last + 1] - weight_prefix_[first],
+                                     problem_.optimizer_state_factor) +
              slot.activation_scale * activation_.AtProfileBatch(first, last) <=
          slot.memory_bytes;
 }

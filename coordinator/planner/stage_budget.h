@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory_model.h"
 #include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/problem.h"
 
@@ -56,9 +57,6 @@ class StageBudget {
   const std::vector<double>& work_prefix() const { return work_prefix_; }
   int node_of(int device) const { return node_of_[device]; }
   double memory_of(int device) const { return memory_of_[device]; }
-  // Whether stage s of P holds at most P - s micro-batches in flight (dapple, pipedream) rather
-  // than all M (gpipe).
-  bool dapple_schedule() const { return dapple_schedule_; }
 
   double link_weight() const { return link_weight_; }
   void set_link_weight(double weight) { link_weight_ = weight; }
@@ -70,6 +68,11 @@ class StageBudget {
   int64_t MinMicroBatch(int r) const { return min_micro_batch_.at(r); }
   double MaxMicroBatches(int r) const {
     return std::floor(G_ / static_cast<double>(MinMicroBatch(r)));
+  }
+  // Micro-batches in flight on a stage of r replicas with `stages_from_here` stages from it to
+  // the last (itself included), at MaxMicroBatches(r): memory::InFlightBound.
+  double InFlight(int stages_from_here, int r) const {
+    return memory::InFlightBound(problem_.schedule, stages_from_here, MaxMicroBatches(r));
   }
 
   // Fills `slot` for r replicas on one node or not, with `memory` bytes per device and
@@ -129,8 +132,6 @@ class StageBudget {
   int D_ = 0;
   double G_ = 0;
   double batch_ = 1;
-  double state_factor_ = 2;
-  bool dapple_schedule_ = true;
   std::vector<double> work_prefix_, weight_prefix_, cut_;
   ActivationMemory activation_;
   double max_cut_ = 0;

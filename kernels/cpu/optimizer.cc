@@ -31,6 +31,12 @@ void EnsureState(const std::vector<Param*>& params, std::vector<std::vector<floa
   }
 }
 
+int64_t HeldBytes(const std::vector<std::vector<float>>& arrays) {
+  size_t floats = 0;
+  for (const std::vector<float>& a : arrays) floats += a.capacity();
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
 // torch.optim.SGD (dampening 0, nesterov off). The scalars are rounded to float once, as PyTorch
 // does when it applies a Python float to a float32 tensor.
 class Sgd : public Optimizer {
@@ -39,8 +45,19 @@ class Sgd : public Optimizer {
       : momentum_(static_cast<float>(momentum)), weight_decay_(static_cast<float>(weight_decay)) {}
 
   void Step(const std::vector<Param*>& params, double lr) override {
-    EnsureState(params, &velocity_, "sgd");
     const float lr_f = static_cast<float>(lr);
+    // Without momentum v = 0 * v + g' = g' exactly: no velocity to keep (nor its memory).
+    if (momentum_ == 0 && velocity_.empty()) {
+      for (Param* param : params) {
+        float* w = param->value.data.data();
+        const float* g = param->grad.data.data();
+        const size_t n = param->value.data.size();
+        for (size_t i = 0; i < n; ++i) w[i] -= lr_f * (g[i] + weight_decay_ * w[i]);
+      }
+      ++steps_;
+      return;
+    }
+    EnsureState(params, &velocity_, "sgd");
     for (size_t p = 0; p < params.size(); ++p) {
       float* w = params[p]->value.data.data();
       const float* g = params[p]->grad.data.data();
@@ -62,8 +79,11 @@ class Sgd : public Optimizer {
     return {velocity_};
   }
   int64_t steps() const override { return steps_; }
+  int64_t StateBytes() const override { return HeldBytes(velocity_); }
   void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) override {
-    velocity_ = state.empty() ? std::vector<std::vector<float>>() : std::move(state[0]);
+    // A checkpoint's velocity without momentum is the last g', which no update reads.
+    velocity_ =
+        state.empty() || momentum_ == 0 ? std::vector<std::vector<float>>() : std::move(state[0]);
     steps_ = steps;
   }
 
@@ -117,6 +137,7 @@ class AdamW : public Optimizer {
     return {m_, v_};
   }
   int64_t steps() const override { return t_; }
+  int64_t StateBytes() const override { return HeldBytes(m_) + HeldBytes(v_); }
   void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) override {
     m_.clear();
     v_.clear();

@@ -22,6 +22,7 @@ class Optimizer {
   // optimizer.lr is only validated here).
   //  sgd (PyTorch semantics): g' = g + wd * w; v = momentum * v + g'; w -= lr * v
   //     (v = g' on the first step, as torch.optim.SGD with dampening 0; lr rounded to float).
+  //     Momentum 0 keeps no velocity (v = g' exactly, as torch.optim.SGD keeps no buffer then).
   //  adamw (Loshchilov & Hutter, ICLR 2019): w -= lr * wd * w; m = b1 m + (1-b1) g;
   //     v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
   virtual void Step(const std::vector<Param*>& params, double lr) = 0;
@@ -34,6 +35,9 @@ class Optimizer {
   virtual std::vector<std::vector<std::vector<float>>> State() const = 0;
   // Updates applied so far (Step calls).
   virtual int64_t steps() const = 0;
+  // Bytes the state arrays hold (allocated capacity): 0 before the first Step and for sgd
+  // without momentum, whose update needs no velocity (common/memory_model.h counts the same).
+  virtual int64_t StateBytes() const = 0;
   // Replaces the state and the update count. `state` is empty or has StateNames().size()
   // arrays of one vector per parameter; the next Step checks the sizes against its params.
   virtual void SetState(std::vector<std::vector<std::vector<float>>> state, int64_t steps) = 0;

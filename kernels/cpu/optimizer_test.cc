@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -58,6 +59,29 @@ TEST(SgdTest, PlainSgdWithoutMomentum) {
   spec.set_lr(0.5);
   // w -= 0.5 g: [0.75, -1.5], [0.625, -1.75], [0.875, -2.25].
   RunAndExpect(spec, {{0.75, -1.5}, {0.625, -1.75}, {0.875, -2.25}});
+}
+
+// What the memory model counts (common/memory_model.h OptimizerStateCopies): sgd without
+// momentum keeps no velocity (as torch.optim.SGD keeps no buffer), with momentum one copy of the
+// parameters, adamw two; none before the first step.
+TEST(OptimizerTest, StateBytesAreWhatTheMemoryModelCounts) {
+  for (const auto& [type, momentum, copies] :
+       {std::tuple{"sgd", 0.0, 0}, std::tuple{"sgd", 0.9, 1}, std::tuple{"adamw", 0.0, 2}}) {
+    SCOPED_TRACE(std::string(type) + " momentum " + std::to_string(momentum));
+    v1::OptimizerSpec spec;
+    spec.set_type(type);
+    spec.set_lr(0.1);
+    spec.set_momentum(momentum);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = MakeOptimizer(spec);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    Param p = TwoElementParam();
+    std::vector<Param*> params = {&p};
+    EXPECT_EQ((*opt)->StateBytes(), 0);
+    p.grad.data = kGrads[0];
+    (*opt)->Step(params, spec.lr());
+    EXPECT_EQ((*opt)->StateBytes(), copies * 2 * static_cast<int64_t>(sizeof(float)));
+    EXPECT_EQ((*opt)->State().size(), static_cast<size_t>(copies));
+  }
 }
 
 TEST(AdamWTest, DecoupledDecayOverThreeSteps) {

@@ -702,12 +702,14 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     r.set_kind(kind);
     return r;
   };
+  int64_t peak_memory = 0;  // the most any step's stats measured
   for (int64_t step = a.first_step(); step < total; ++step) {
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
     const bool traced = IsTracedStep(step, a.trace_every_steps());
     absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
     if (!step_result.ok()) return NameLostReplicas(a, step_result.status());
     StepResult r = *std::move(step_result);
+    peak_memory = std::max(peak_memory, r.stats.peak_memory_bytes());
     const int epoch = EpochOfStep(a.spec(), step + 1);
     if (last && !std::isfinite(r.loss)) {
       // Training cannot recover from a non-finite loss; reporting success would hide it.
@@ -755,6 +757,10 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       }
     }
   }
+  // This rank's peak against the memory model's prediction for it (the plan shows each stage's
+  // largest replica): bench/emulated/run.py reads the line.
+  DAPPLE_LOG_INFO("{}: stage {} replica {}: peak memory {} bytes measured, {} bytes predicted", job,
+                  stage, a.replica(), peak_memory, rt->predicted_memory().PeakBytes());
   // A language model shows what it learned (spec.sample); an emulated one learned nothing.
   if (!emulated && rt->GeneratesSample()) {
     DAPPLE_ASSIGN_OR_RETURN(GenerateResult g, rt->Generate());

@@ -88,20 +88,22 @@ class CpuStageBackend : public StageBackend {
     Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
     if (dy->rows() != rows) return absl::InternalError("BACKWARD without its gradient");
     // Without the stage's input gradient, the layers below the first with parameters need no
-    // backward (the first stage's Flatten and the input gradient of the Linear above it).
+    // backward (the first stage's Flatten and the input gradient of the Linear above it). The
+    // gradients between the stage's layers live only during this call: two buffers of the
+    // backend, used in turn (dx never aliases dy), not of the slot, so that a slot holds no
+    // gradient after its backward (common/memory_model.h, "backward workspace").
     const int end = need_dx ? 0 : first_param_layer_;
+    int next = 0;
     for (int k = static_cast<int>(layers_.size()) - 1; k >= end; --k) {
       Tensor* dx = nullptr;
       if (k > end) {
-        dx = &scratch_;
+        dx = &inner_grads_[next];
+        next ^= 1;
       } else if (need_dx) {
         dx = &GradAt(&grad_send_, micro_batch);
       }
       layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
-      if (k > end) {
-        std::swap(s.dlogits, scratch_);  // reuse the slot's buffer as the next dy
-        dy = &s.dlogits;
-      }
+      if (k > end) dy = dx;
     }
     return absl::OkStatus();
   }
@@ -117,6 +119,28 @@ class CpuStageBackend : public StageBackend {
   }
 
   int64_t OptimizerUpdates() const override { return optimizer_->steps(); }
+
+  HeldBytes Held() const override {
+    HeldBytes held;
+    held.parameters = optimizer_->StateBytes();
+    for (const kernels::Param* p : params_) {
+      held.parameters += HeldBytesOf(p->value) + HeldBytesOf(p->grad);
+    }
+    held.activations = message_.held_bytes();
+    for (const Slot& s : slots_) {
+      for (const Tensor& t : s.acts) held.activations += HeldBytesOf(t);
+      for (const kernels::LayerCache& c : s.caches) {
+        for (const Tensor& t : c.saved) held.activations += HeldBytesOf(t);
+        for (const Tensor& t : c.grads) held.activations += HeldBytesOf(t);
+      }
+      held.activations += HeldBytesOf(s.dlogits);
+    }
+    for (const std::vector<Tensor>* buffers : {&act_send_, &grad_send_, &grad_recv_}) {
+      for (const Tensor& t : *buffers) held.activations += HeldBytesOf(t);
+    }
+    held.activations += HeldBytesOf(inner_grads_[0]) + HeldBytesOf(inner_grads_[1]);
+    return held;
+  }
 
   absl::Status ScaleGradients(float factor) override {
     for (kernels::Param* p : params_) {
@@ -300,7 +324,7 @@ class CpuStageBackend : public StageBackend {
   struct Slot {
     std::vector<Tensor> acts;                 // acts[0] = stage input, acts[k + 1] = layer k output
     std::vector<kernels::LayerCache> caches;  // per layer: what its backward needs
-    Tensor dlogits;  // last stage: dL/dlogits; also the backward's dy buffer
+    Tensor dlogits;  // last stage: dL/dlogits from Loss, the backward's first dy
   };
 
   Slot& SlotAt(int slot) {
@@ -320,10 +344,10 @@ class CpuStageBackend : public StageBackend {
   }
 
   std::vector<Slot> slots_;
+  Tensor inner_grads_[2];          // the backward's gradients between layers (Backward)
   std::vector<Tensor> act_send_;   // per send id
   std::vector<Tensor> grad_send_;  // per micro-batch
   std::vector<Tensor> grad_recv_;  // per micro-batch
-  Tensor scratch_;                 // Backward's dx between layers, kept across calls
   HostMessageBuffer message_;      // MessageBuffer
 };
 

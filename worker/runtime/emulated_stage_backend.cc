@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/memory_model.h"
 #include "common/model_info.h"
 #include "common/status.h"
 #include "kernels/cpu/model.h"
@@ -127,6 +128,8 @@ class EmulatedStageBackend : public StageBackend {
                                                  At(&input_rows_, slot)));
     }
     Grow(&At(&outputs_, slot), Elements(rows, output_shape_));
+    // What the real layers would keep until the backward: their inner outputs and saved bytes.
+    Grow(&At(&kept_, slot), rows * kept_floats_per_sample_);
     At(&output_rows_, slot) = rows;
     return sleeper_->Sleep(PerRows(forward_ms_, rows));
   }
@@ -135,10 +138,11 @@ class EmulatedStageBackend : public StageBackend {
                               bool training, int64_t* correct) override {
     (void)labels;
     (void)grad_scale;
-    (void)training;
     DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
     if (At(&output_rows_, slot) != rows) return absl::InternalError("loss before its forward");
     if (correct != nullptr) *correct = 0;
+    // dL/dlogits, which the real loss keeps in the slot for its backward.
+    if (training) Grow(&At(&dlogits_, slot), Elements(rows, output_shape_));
     return static_cast<double>(rows) * kEmulatedLossPerSample;
   }
 
@@ -164,6 +168,8 @@ class EmulatedStageBackend : public StageBackend {
         last_stage ? At(&output_rows_, slot) : At(&grad_recv_rows_, micro_batch);
     if (dy_rows != rows) return absl::InternalError("BACKWARD without its gradient");
     if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
+    // The real backward's two buffers for the gradients between the stage's layers.
+    for (int i = 0; i < 2; ++i) Grow(&inner_grads_[i], rows * inner_floats_per_sample_[i]);
     return sleeper_->Sleep(PerRows(backward_ms_, rows));
   }
 
@@ -174,10 +180,30 @@ class EmulatedStageBackend : public StageBackend {
   absl::Status OptimizerStep() override {
     // Counted like a real update, so checkpoints and the learning-rate schedule see it.
     ++optimizer_steps_;
+    // The optimizer's state, created by the first update as the real optimizers do.
+    optimizer_state_.resize(static_cast<size_t>(optimizer_state_floats_));
     return sleeper_->Sleep(absl::Milliseconds(optimizer_ms_));
   }
 
   int64_t OptimizerUpdates() const override { return optimizer_steps_; }
+
+  HeldBytes Held() const override {
+    auto bytes = [](const std::vector<float>& v) {
+      return static_cast<int64_t>(v.capacity() * sizeof(float));
+    };
+    HeldBytes held;
+    held.parameters = bytes(optimizer_state_);
+    for (const kernels::Param* p : params_) {
+      held.parameters += HeldBytesOf(p->value) + HeldBytesOf(p->grad);
+    }
+    held.activations = message_.held_bytes();
+    for (const auto* buffers :
+         {&inputs_, &outputs_, &kept_, &dlogits_, &act_send_, &grad_recv_, &grad_send_}) {
+      for (const std::vector<float>& v : *buffers) held.activations += bytes(v);
+    }
+    held.activations += bytes(inner_grads_[0]) + bytes(inner_grads_[1]);
+    return held;
+  }
 
   absl::Status ScaleGradients(float factor) override {
     (void)factor;  // the gradients are zeros
@@ -305,6 +331,14 @@ class EmulatedStageBackend : public StageBackend {
   std::vector<std::string> optimizer_state_names_;
   int64_t gradient_floats_ = 0;
   int64_t optimizer_steps_ = 0;
+  // Memory the real device would hold that the emulation allocates too (Held): per sample of
+  // a slot, the layers' inner outputs and saved bytes; the optimizer's state arrays.
+  int64_t kept_floats_per_sample_ = 0;
+  // Per sample, the largest gradient between layers each backward buffer takes (the CPU
+  // backend's Backward: dx of layer k goes to buffer (last - k) % 2).
+  int64_t inner_floats_per_sample_[2] = {0, 0};
+  int64_t optimizer_state_floats_ = 0;
+  std::vector<float> optimizer_state_;
   std::unique_ptr<Sleeper> sleeper_;
 
  private:
@@ -319,6 +353,9 @@ class EmulatedStageBackend : public StageBackend {
   }
 
   std::vector<std::vector<float>> inputs_, outputs_;       // per slot
+  std::vector<std::vector<float>> kept_;                   // per slot: inner outputs, saved
+  std::vector<std::vector<float>> dlogits_;                // per slot, last stage: dL/dlogits
+  std::vector<float> inner_grads_[2];                      // the backward's workspace
   std::vector<int64_t> input_rows_, output_rows_;          // per slot
   std::vector<std::vector<float>> act_send_;               // per send id
   std::vector<std::vector<float>> grad_recv_, grad_send_;  // per micro-batch
@@ -379,6 +416,18 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
   b->buffers_ = CollectBuffers(b->layers_);
   b->statistics_size_ = StepStatisticsSize(b->layers_);
   for (const kernels::Param* p : b->params_) b->gradient_floats_ += p->value.numel();
+  b->kept_floats_per_sample_ = (StageActivationBytesPerSample(infos, first_layer, last_layer) -
+                                InputBytes(infos[first_layer]) - infos[last_layer].output_bytes) /
+                               static_cast<int64_t>(sizeof(float));
+  // The first stage's backward stops at its first layer with parameters (no input gradient).
+  int from = first_layer;
+  while (first_layer == 0 && from <= last_layer && infos[from].param_count == 0) ++from;
+  for (int l = from; l < last_layer; ++l) {
+    int64_t& floats = b->inner_floats_per_sample_[(last_layer - 1 - l) % 2];
+    floats = std::max(floats, infos[l].output_bytes / static_cast<int64_t>(sizeof(float)));
+  }
+  b->optimizer_state_floats_ =
+      memory::OptimizerStateCopies(spec.training().optimizer()) * b->gradient_floats_;
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Optimizer> optimizer,
                           kernels::MakeOptimizer(spec.training().optimizer()));
   b->optimizer_state_names_ = optimizer->StateNames();

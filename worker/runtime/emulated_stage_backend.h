@@ -20,6 +20,14 @@
 // keep their initial values. Updates are counted (OptimizerUpdates, checkpoints) as on a real
 // device.
 //
+// Memory: the emulation allocates what the real device would hold, so that the memory a
+// schedule makes a stage hold is measured (Held, StageStepStats memory figures): every slot's
+// input and output, plus per slot the layers' inner outputs and saved bytes (LayerInfo
+// output_bytes and saved_bytes: one buffer of their sum) and on the last stage dL/dlogits, the
+// backward's two buffers for the gradients between layers, the parameters and their gradients
+// (the real layers'), the optimizer's state (memory::OptimizerStateCopies arrays of the
+// parameters, from the first update on), the send and receive buffers.
+//
 // Loss: kEmulatedLossPerSample (ln 10, the cross-entropy of a uniform guess over 10 classes)
 // per row, so Loss returns rows * kEmulatedLossPerSample; `correct` gets 0. Both are constants
 // that say nothing about training; every output of an emulated job says so.

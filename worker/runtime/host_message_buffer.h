@@ -18,6 +18,8 @@ namespace dapple::worker {
 class HostMessageBuffer {
  public:
   // A buffer of at least `bytes` bytes, valid until the next Get that grows it.
+  // Bytes allocated.
+  int64_t held_bytes() const { return static_cast<int64_t>(bytes_.capacity()); }
   void* Get(int64_t bytes) {
     if (bytes > static_cast<int64_t>(bytes_.size())) bytes_.resize(bytes);
     return bytes_.data();

@@ -181,6 +181,18 @@ class StageBackend {
   // buffer, and waits for it). kInternal when `bytes` exceeds the buffer.
   virtual absl::Status WriteMessage(const void* host, int64_t bytes) = 0;
   virtual absl::Status ReadMessage(void* host, int64_t bytes) = 0;
+  // What the backend's buffers hold now, in bytes of allocated capacity (host memory for the CPU
+  // backend, what a device backend allocated on its device): `parameters` the weights, their
+  // gradients (tied copies included) and the optimizer state once created; `activations` every
+  // slot's tensors (stage input, layer outputs, what layers keep for their backward, the last
+  // stage's dL/dlogits) plus the send and receive buffers and the message buffer. The runtime
+  // reads it between actions (StageStepStats memory figures). -1 for both: the backend does not
+  // measure (the default; the runtime then reports the memory model's figures).
+  struct HeldBytes {
+    int64_t parameters = -1;
+    int64_t activations = -1;
+  };
+  virtual HeldBytes Held() const { return {}; }
   // Waits for all enqueued work (a no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
   // The stage's parameters on the host, in layer order ("layer<i>.weight" / ".bias"); a device
@@ -202,6 +214,11 @@ class StageBackend {
   // nothing is changed then.
   virtual absl::Status ImportState(const StageState& state) = 0;
 };
+
+// Allocated bytes of a host tensor (its capacity, which a smaller Resize keeps).
+inline int64_t HeldBytesOf(const kernels::Tensor& t) {
+  return static_cast<int64_t>(t.data.capacity() * sizeof(float));
+}
 
 // The CPU backend on kernels/cpu: layers [first_layer, last_layer] of `spec.model()` with the
 // deterministic initial weights of kernels/cpu/model.h and spec.training().optimizer().

@@ -94,6 +94,17 @@ void StageRuntime::ReleaseSlot(int micro_batch) {
   --live_slots_;
 }
 
+// Between actions, so a kernel's transient scratch (freed within its action) is not counted:
+// what stays allocated is what the schedule makes the stage hold.
+void StageRuntime::MeasureMemory() {
+  const StageBackend::HeldBytes held = backend_->Held();
+  if (held.parameters < 0 || held.activations < 0) return;
+  const int64_t weights = held.parameters + (pipedream_ ? stash_->held_bytes() : 0);
+  held_weight_bytes_ = std::max(held_weight_bytes_, weights);
+  held_activation_bytes_ = std::max(held_activation_bytes_, held.activations);
+  held_peak_bytes_ = std::max(held_peak_bytes_, weights + held.activations);
+}
+
 void StageRuntime::MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out) {
   const int64_t epoch = step / steps_per_epoch_;
   if (epoch != order_epoch_) {
@@ -115,6 +126,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     pending_loss_.erase(it);
   }
   peak_live_slots_ = live_slots_;
+  held_weight_bytes_ = held_activation_bytes_ = held_peak_bytes_ = -1;
   gradient_sq_norm_ = -1;
   if (pipedream_) {
     DAPPLE_RETURN_IF_ERROR(PreparePipeDreamStep(step));
@@ -143,6 +155,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     }
     if (i == 0) first_start = start;
     last_end = end;
+    MeasureMemory();
     const int64_t ns = NanosBetween(start, end);
     switch (action.kind()) {
       case v1::FORWARD:
@@ -207,14 +220,23 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   st.set_optimizer_seconds(Seconds(optimizer_ns));
   st.set_idle_seconds(Seconds(step_ns - busy_ns));
   st.set_peak_in_flight(peak_live_slots_);
-  const int64_t activation_bytes = static_cast<int64_t>(peak_live_slots_) * rows_.size() *
-                                   slot_floats_per_sample_ * static_cast<int64_t>(sizeof(float));
-  st.set_peak_activation_bytes(activation_bytes);
-  st.set_weight_bytes(weight_bytes_);
   const int64_t version_bytes = pipedream_ ? stash_->peak_stashed_bytes() : 0;
   st.set_weight_versions(pipedream_ ? stash_->peak_versions() : 1);
   st.set_weight_version_bytes(version_bytes);
-  st.set_peak_memory_bytes(weight_bytes_ + activation_bytes + version_bytes);
+  if (held_peak_bytes_ >= 0) {
+    st.set_weight_bytes(held_weight_bytes_);
+    st.set_peak_activation_bytes(held_activation_bytes_);
+    st.set_peak_memory_bytes(held_peak_bytes_);
+  } else {
+    // Not measured: the model's figures, with the in-flight count this step really reached.
+    const int64_t activations =
+        peak_live_slots_ * activation_bytes_per_micro_batch_ + predicted_memory_.communication;
+    const int64_t weights =
+        predicted_memory_.WeightBytes() - predicted_memory_.stashed_weights + version_bytes;
+    st.set_weight_bytes(weights);
+    st.set_peak_activation_bytes(activations);
+    st.set_peak_memory_bytes(weights + activations);
+  }
   r.weight_uses = std::move(weight_uses_);
   st.set_gradient_sq_norm(gradient_sq_norm_);
   st.set_learning_rate(learning_rate_);

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/memory_model.h"
 #include "common/schedule/pipedream_steps.h"
 #include "common/schedule/ranks.h"
 #include "dapple/v1/plan.pb.h"
@@ -171,20 +172,22 @@ class StageRuntime {
   // splits into its wait for this step's sends (comm) and the gradient norm plus the update
   // (optimizer); TIED_ALLREDUCE and GLOBAL_NORM count as allreduce. idle_seconds is the rest:
   // RECV_ACT / RECV_GRAD waits and the gaps between actions, so the six parts add up to
-  // step_seconds exactly (durations are summed as integer nanoseconds). Memory:
-  // peak_activation_bytes = peak_in_flight x this replica's rows x
-  // StageActivationBytesPerSample (common/model_info.h: the stage input, every layer's output
-  // and saved bytes); weight_bytes = parameters x 4 x (2 + optimizer copies: sgd 1 (its
-  // velocity), adamw 2). gradient_sq_norm is the backend's GradientSquaredNorm() (this stage's
-  // parameters, tied copies excluded) after the step's collectives and before clipping (negative
-  // when the backend cannot measure it). learning_rate is the rate of the step's update.
-  // samples = this replica's rows x M. With replicas, gradient_sq_norm is that of the summed
-  // (global) gradient.
-  // Trace timestamps (TraceEvent.start_us / end_us, StepTrace.start_us / end_us) are system
-  // clock microseconds since the Unix epoch: the system clock is read once per step and every
-  // action's offset on the steady clock is added to it, so the events of a step never go back
-  // in time. StepTrace.stage / replica / step / stats are filled; job_id, worker_id and device
-  // are the caller's.
+  // step_seconds exactly (durations are summed as integer nanoseconds). Memory is measured:
+  // after every action the runtime adds up what the backend's buffers hold (StageBackend::Held:
+  // allocated capacity) and the weight stash's copies (WeightStash::held_bytes); weight_bytes
+  // is the most the parameters, gradients, optimizer state and stashed versions held during the
+  // step, peak_activation_bytes the most the slots and the send and receive buffers held, and
+  // peak_memory_bytes the most of their sum. A backend that does not measure (Held() < 0) gets
+  // the memory model's figures (common/memory_model.h, the planner's prediction for this
+  // replica) with the measured peak_in_flight. gradient_sq_norm is the backend's
+  // GradientSquaredNorm() (this stage's parameters, tied copies excluded) after the step's
+  // collectives and before clipping (negative when the backend cannot measure it). learning_rate is
+  // the rate of the step's update. samples = this replica's rows x M. With replicas,
+  // gradient_sq_norm is that of the summed (global) gradient. Trace timestamps (TraceEvent.start_us
+  // / end_us, StepTrace.start_us / end_us) are system clock microseconds since the Unix epoch: the
+  // system clock is read once per step and every action's offset on the steady clock is added to
+  // it, so the events of a step never go back in time. StepTrace.stage / replica / step / stats are
+  // filled; job_id, worker_id and device are the caller's.
   absl::StatusOr<StepResult> RunStep(int64_t step, bool trace = false);
 
   // Forward-only pass over the whole evaluation split, through all stages, in chunks of
@@ -232,6 +235,9 @@ class StageRuntime {
   // until the next call.
   absl::StatusOr<std::vector<kernels::Param*>> Params();
   StageBackend& backend() { return *backend_; }
+  // The memory model's prediction for this replica (common/memory_model.h): what the plan
+  // predicted for its stage when it is the stage's largest replica.
+  const memory::ReplicaMemory& predicted_memory() const { return predicted_memory_; }
   // PipeDream: record every forward's and backward's WeightUse into StepResult (slow: hashes
   // the weights each time; for tests).
   void RecordWeightUses(bool on) { record_weight_uses_ = on; }
@@ -250,6 +256,8 @@ class StageRuntime {
   // The backend slot of `micro_batch`, taken from the free list at its first action.
   int SlotFor(int micro_batch);
   void ReleaseSlot(int micro_batch);
+  // Takes the step's peaks of what the backend and the weight stash hold (held_*_bytes_).
+  void MeasureMemory();
   // The dataset indices of this replica's rows of `micro_batch`.
   void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
   // PipeDream (schedule pipedream).
@@ -335,11 +343,16 @@ class StageRuntime {
   int eval_next_rank_ = 0;
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
-  // Floats per sample a slot holds: the stage input, every layer's output and what it saves for
-  // its backward (common/model_info.h StageActivationBytesPerSample).
-  int64_t slot_floats_per_sample_ = 0;
-  int64_t weight_bytes_ = 0;           // parameters, gradients and optimizer state
   double train_flops_per_sample_ = 0;  // forward + backward of the stage's layers
+  // The memory model's prediction for this replica (common/memory_model.h), and what one
+  // micro-batch of its rows holds (the stage input, every layer's output and saved bytes).
+  memory::ReplicaMemory predicted_memory_;
+  int64_t activation_bytes_per_micro_batch_ = 0;
+  // The most the backend's buffers (StageBackend::Held) and the weight stash held after any
+  // action of the step; -1 when the backend does not measure (its figures come from the model).
+  int64_t held_weight_bytes_ = -1;
+  int64_t held_activation_bytes_ = -1;
+  int64_t held_peak_bytes_ = -1;
   std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.

@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_format.h"
 #include "common/compute_throughput.h"
+#include "common/memory_model.h"
 #include "common/model_info.h"
+#include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/pipedream_steps.h"
@@ -16,10 +18,6 @@
 
 namespace dapple::worker {
 namespace {
-
-// Copies of the parameters the optimizer keeps (kernels/cpu/optimizer.h): sgd its velocity
-// (allocated whatever the momentum), adamw both moments.
-int OptimizerCopies(const v1::OptimizerSpec& spec) { return spec.type() == "adamw" ? 2 : 1; }
 
 // What Create checks before it builds anything: the assignment matches its plan, the batch
 // splits over every stage's replicas, the program has the collectives the plan needs. Sets
@@ -201,9 +199,6 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
   input_shape_ = infos[range.first_layer()].input_shape;
   output_shape_ = infos[range.last_layer()].output_shape;
-  slot_floats_per_sample_ =
-      StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) /
-      static_cast<int64_t>(sizeof(float));
   train_flops_per_sample_ =
       StageTrainFlopsPerSample(infos, range.first_layer(), range.last_layer());
   int64_t params = 0;
@@ -219,8 +214,38 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
                       spec.model().input_shape_size() == 1 &&
                       spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
                       spec.sample().tokens() > 0;
-  weight_bytes_ = params * static_cast<int64_t>(sizeof(float)) *
-                  (2 + OptimizerCopies(spec.training().optimizer()));
+  // The memory model's prediction for this replica: what the planner predicted for its stage.
+  // A job's spec names a validated schedule; an assignment built by hand may leave it empty
+  // (the program alone says what runs): predict as for dapple then.
+  const absl::StatusOr<schedule::ScheduleKind> kind =
+      schedule::ParseScheduleKind(spec.parallel().schedule());
+  memory::ReplicaPlace place;
+  place.schedule = kind.ok() ? *kind : schedule::ScheduleKind::kDapple;
+  place.stage = stage;
+  place.replica = assignment_.replica();
+  place.micro_batches = static_cast<int>(spec.training().global_batch() /
+                                         std::max<int64_t>(1, spec.training().micro_batch()));
+  for (int s = 0; s < assignment_.plan().stages_size(); ++s) {
+    place.replicas.push_back(schedule::StageReplicas(assignment_.plan(), s));
+  }
+  place.vertical_sync = spec.parallel().pipedream().vertical_sync();
+  place.num_steps = TotalSteps(spec);
+  const int64_t rows = rows_.size();
+  activation_bytes_per_micro_batch_ =
+      StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) * rows;
+  memory::StageSizes sizes;
+  sizes.parameter_bytes = static_cast<double>(params) * sizeof(float);
+  sizes.optimizer_state_copies = memory::OptimizerStateCopies(spec.training().optimizer());
+  sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
+  sizes.input_bytes = static_cast<double>(dapple::InputBytes(infos[range.first_layer()]) * rows);
+  sizes.output_bytes = static_cast<double>(infos[range.last_layer()].output_bytes * rows);
+  // The first stage's backward stops at its first layer with parameters (no input gradient).
+  int from = range.first_layer();
+  while (stage == 0 && from <= range.last_layer() && infos[from].param_count == 0) ++from;
+  for (int l = from; l < range.last_layer(); ++l) {
+    sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
+  }
+  predicted_memory_ = memory::PredictReplicaMemory(place, sizes);
   return infos;
 }
 

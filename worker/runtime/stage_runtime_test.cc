@@ -272,19 +272,28 @@ TEST(StageRuntimeStatsTest, MemoryMatchesAHandCount) {
     auto results = RunTimedPipeline(spec, schedule::ScheduleKind::kDapple, P, M, 1, false);
     ASSERT_EQ(results[0].size(), 1);
     ASSERT_EQ(results[1].size(), 1);
+    // What the CPU backend's buffers hold after the step (measured, StageBackend::Held), by
+    // hand: weights, gradients and the optimizer's arrays (sgd with momentum: the velocity;
+    // adamw: both moments).
     const int copies = optimizer == "adamw" ? 2 : 1;
     // Stage 0: input 784 + flatten 784 + linear 32 + relu 32 floats per sample; dapple holds
-    // min(P - 0, M) = 2 micro-batches. Weights: linear 784x32 + 32.
+    // min(P - 0, M) = 2 micro-batches. Per micro-batch id (M = 4) the activation it sends and
+    // the gradient it receives (32 + 32); the backward's buffer for the gradient between its
+    // layers (relu's input 32; it stops at the linear, the first layer with parameters).
+    // Weights: linear 784x32 + 32.
     const v1::StageStepStats& s0 = results[0][0].stats;
     EXPECT_EQ(s0.peak_in_flight(), 2);
-    EXPECT_EQ(s0.peak_activation_bytes(), 2 * rows * (784 + 784 + 32 + 32) * 4);
+    EXPECT_EQ(s0.peak_activation_bytes(),
+              rows * (2 * (784 + 784 + 32 + 32) + M * (32 + 32) + 32) * 4);
     EXPECT_EQ(s0.weight_bytes(), (784 * 32 + 32) * 4 * (2 + copies));
     EXPECT_EQ(s0.peak_memory_bytes(), s0.weight_bytes() + s0.peak_activation_bytes());
-    // Stage 1: input 32 + linear 16 + gelu 16 + linear 10; 1 micro-batch in flight. Weights:
-    // 32x16 + 16 and 16x10 + 10.
+    // Stage 1: input 32 + linear 16 + gelu 16 + linear 10 and the loss's dL/dlogits 10; 1
+    // micro-batch in flight; per id the input gradient it sends back (32); the backward's
+    // buffers (gelu's input 16, linear 10's input 16). Weights: 32x16 + 16 and 16x10 + 10.
     const v1::StageStepStats& s1 = results[1][0].stats;
     EXPECT_EQ(s1.peak_in_flight(), 1);
-    EXPECT_EQ(s1.peak_activation_bytes(), 1 * rows * (32 + 16 + 16 + 10) * 4);
+    EXPECT_EQ(s1.peak_activation_bytes(),
+              rows * (1 * (32 + 16 + 16 + 10 + 10) + M * 32 + 16 + 16) * 4);
     EXPECT_EQ(s1.weight_bytes(), (32 * 16 + 16 + 16 * 10 + 10) * 4 * (2 + copies));
     EXPECT_EQ(s1.peak_memory_bytes(), s1.weight_bytes() + s1.peak_activation_bytes());
   }
@@ -342,13 +351,20 @@ TEST(StageRuntimeStatsTest, PeakInFlightOnFourStagesIsIndependentOfM) {
   // 1 micro-batches on stage i whatever M is; gpipe holds all M.
   const int P = 4;
   const int64_t rows = 4;
-  // Floats per sample a slot holds (stage input + every layer output), by hand:
+  // Floats per sample a slot holds (stage input + every layer output, the last stage's
+  // dL/dlogits), by hand:
   const int64_t floats[P] = {
-      784 + 784 + 32,  // input [1, 28, 28], flatten 784, linear 32
-      32 + 32 + 32,    // input 32, relu 32, linear 32
-      32 + 32 + 32,    // input 32, relu 32, linear 32
-      32 + 32 + 10,    // input 32, relu 32, linear 10
+      784 + 784 + 32,     // input [1, 28, 28], flatten 784, linear 32
+      32 + 32 + 32,       // input 32, relu 32, linear 32
+      32 + 32 + 32,       // input 32, relu 32, linear 32
+      32 + 32 + 10 + 10,  // input 32, relu 32, linear 10, dL/dlogits 10
   };
+  // Per micro-batch id: the output sent and its gradient received (not the last stage), the
+  // input gradient sent back (not the first).
+  const int64_t per_id[P] = {32 + 32, 32 + 32 + 32, 32 + 32 + 32, 32};
+  // The backward's buffer for the one gradient between the stage's two layers (none on stage 0:
+  // its backward stops at the linear, its first layer with parameters).
+  const int64_t workspace[P] = {0, 32, 32, 32};
   for (auto kind : {schedule::ScheduleKind::kDapple, schedule::ScheduleKind::kGPipe}) {
     for (int M : {4, 8, 16}) {
       SCOPED_TRACE(testing::Message() << schedule::ScheduleKindName(kind) << " M=" << M);
@@ -361,7 +377,8 @@ TEST(StageRuntimeStatsTest, PeakInFlightOnFourStagesIsIndependentOfM) {
         const int expected = kind == schedule::ScheduleKind::kDapple ? P - s : M;
         EXPECT_EQ(r.peak_in_flight, expected) << "stage " << s;
         EXPECT_EQ(r.stats.peak_in_flight(), expected) << "stage " << s;
-        EXPECT_EQ(r.stats.peak_activation_bytes(), expected * rows * floats[s] * 4)
+        EXPECT_EQ(r.stats.peak_activation_bytes(),
+                  rows * (expected * floats[s] + M * per_id[s] + workspace[s]) * 4)
             << "stage " << s;
         EXPECT_EQ(r.stats.peak_memory_bytes(),
                   r.stats.weight_bytes() + r.stats.peak_activation_bytes())

@@ -57,6 +57,12 @@ int64_t WeightStash::stashed_bytes() const {
   return static_cast<int64_t>(stash_.size()) * floats_ * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t WeightStash::held_bytes() const {
+  size_t floats = live_.capacity();
+  for (const auto& [version, copy] : stash_) floats += copy.capacity();
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
 void WeightStash::ResetPeak() {
   peak_versions_ = versions();
   peak_bytes_ = stashed_bytes();

@@ -48,6 +48,9 @@ class WeightStash {
   // Versions held now (the live one included) and the bytes of the stashed copies.
   int versions() const { return 1 + static_cast<int>(stash_.size()); }
   int64_t stashed_bytes() const;
+  // What the stash really holds now: its copies' allocated bytes plus the copy of the live
+  // weights it keeps (once a stashed version was swapped in) for Restore.
+  int64_t held_bytes() const;
   // The most versions held at once since the last ResetPeak, and their stashed bytes.
   int peak_versions() const { return peak_versions_; }
   int64_t peak_stashed_bytes() const { return peak_bytes_; }

@@ -24,9 +24,11 @@ double CapacityFromTimes(int threads, double single_ms, double parallel_ms);
 // `work` (the job's kind of compute: by default single-thread sgemm of 512 x 512 x 512 through
 // the worker's dense kernel, kernels/cpu/dense.h) is timed alone, then on every thread at once;
 // the median over `trials` trials of CapacityFromTimes. About trials * (1 + threads /
-// capacity) * the work's time (about 0.2 s by default here). Other load on the host at the
-// time changes it (under heavy load every thread gets its own share of the cores, so it comes
-// out higher, which is what two stages then see).
+// capacity) * the work's time (about 0.2 s by default here). Workers of one host measure one at
+// a time (an exclusive flock on $TMPDIR/dapple-host-capacity.lock, /tmp by default), so this may
+// first wait for another worker's measurement; concurrent ones would see each other. Other load on
+// the host at the time changes it (under heavy load every thread gets its own share of the cores,
+// so it comes out higher, which is what two stages then see).
 double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
                                   const std::function<void()>& work = nullptr);
 

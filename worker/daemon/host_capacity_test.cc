@@ -1,6 +1,10 @@
 #include "worker/daemon/host_capacity.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -31,6 +35,33 @@ TEST(HostCapacityTest, MeasureRunsTheWorkOnEveryThreadAndStaysInRange) {
   // A warm-up on 3 threads, then per trial 1 and 3 threads, 4 work items each.
   EXPECT_EQ(calls.load(), 4 * (3 + 2 * (1 + 3)));
   EXPECT_DOUBLE_EQ(MeasureHostComputeCapacity(1, 2, [] {}), 1.0);
+}
+
+// Co-located workers measure one after the other (the host-wide flock): of two measurements
+// started at once, one's work all ends before the other's begins.
+TEST(HostCapacityTest, MeasurementsOnOneHostDoNotOverlap) {
+  using Clock = std::chrono::steady_clock;
+  struct Span {
+    std::mutex mu;
+    Clock::time_point first = Clock::time_point::max();
+    Clock::time_point last = Clock::time_point::min();
+  };
+  Span spans[2];
+  auto measure = [&](int id) {
+    MeasureHostComputeCapacity(2, 2, [&, id] {
+      const Clock::time_point start = Clock::now();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const Clock::time_point end = Clock::now();
+      std::lock_guard<std::mutex> lock(spans[id].mu);
+      spans[id].first = std::min(spans[id].first, start);
+      spans[id].last = std::max(spans[id].last, end);
+    });
+  };
+  std::thread a(measure, 0);
+  std::thread b(measure, 1);
+  a.join();
+  b.join();
+  EXPECT_TRUE(spans[0].last <= spans[1].first || spans[1].last <= spans[0].first);
 }
 
 }  // namespace

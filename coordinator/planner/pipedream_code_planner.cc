@@ -297,7 +297,11 @@ absl::StatusOr<PlannedJob> PickUnevenSplit(const PlanningProblem& problem,
     if (G % d != 0) continue;
     for (int64_t b : {d, G / d}) {
       if (b < most || (problem.micro_batch_size > 0 && b != problem.micro_batch_size)) continue;
-      if (sizes.empty() || sizes.back() != b) sizes.push_back(b);
+      // The simulation's bound on P * M, as MicroBatchSizes.
+      if (b != G && static_cast<int64_t>(replicas.size()) * (G / b) > kMaxStageMicroBatches) {
+        continue;
+      }
+      sizes.push_back(b);
     }
   }
   std::sort(sizes.begin(), sizes.end());
@@ -327,7 +331,8 @@ absl::StatusOr<PlannedJob> PickUnevenSplit(const PlanningProblem& problem,
       }
       continue;
     }
-    if (!best.has_value() || prediction.step_ms <= best->prediction.step_ms) {
+    // Sizes ascend, so the first of equal steps has the larger M.
+    if (!best.has_value() || prediction.step_ms < best->prediction.step_ms) {
       best = PlannedJob{std::move(plan), std::move(prediction)};
     }
   }

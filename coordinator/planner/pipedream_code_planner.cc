@@ -40,6 +40,7 @@ class LevelTable {
     return cells_[(static_cast<size_t>(i) * L_ + j) * n_ + m];
   }
   int machines() const { return n_; }
+  int layers() const { return L_; }
 
  private:
   int L_;
@@ -165,6 +166,40 @@ std::vector<SubStage> Expand(const LevelTable& a, int first, int last) {
   out.push_back({first, end, cell.machines});
   std::reverse(out.begin(), out.end());
   return out;
+}
+
+// analyze_partitioning from the top level down: each level splits every range of the level
+// above over its machines; a level-l stage on r units of a range whose copies start at machines
+// `bases` takes units [o, o + r) of each copy (o: the replicas of the stages before it).
+struct MachineRange {
+  int first = 0;
+  int last = 0;
+  std::vector<int> bases;  // at the end: the machines of the final stage
+};
+
+std::vector<MachineRange> ExpandLevels(const std::vector<LevelTable>& tables,
+                                       const PipeDreamCodeOptions& options) {
+  const int levels = static_cast<int>(options.levels.size());
+  std::vector<int> unit(levels, 1);  // machines per unit of level l
+  for (int l = 1; l < levels; ++l) unit[l] = unit[l - 1] * options.levels[l - 1].machines;
+  std::vector<MachineRange> ranges = {{0, tables.back().layers() - 1, {0}}};
+  for (int l = levels - 1; l >= 0; --l) {
+    std::vector<MachineRange> next;
+    for (const MachineRange& range : ranges) {
+      int offset = 0;
+      for (const SubStage& s : Expand(tables[l], range.first, range.last)) {
+        MachineRange sub{s.first, s.last, {}};
+        for (int base : range.bases) {
+          for (int t = 0; t < s.replicas; ++t) sub.bases.push_back(base + (offset + t) * unit[l]);
+        }
+        std::sort(sub.bases.begin(), sub.bases.end());
+        next.push_back(std::move(sub));
+        offset += s.replicas;
+      }
+    }
+    ranges = std::move(next);
+  }
+  return ranges;
 }
 
 absl::Status CheckOptions(const profile::ChainProfile& profile,
@@ -389,34 +424,10 @@ absl::StatusOr<PipeDreamCodeSolution> SolvePipeDreamCode(const profile::ChainPro
     return absl::InvalidArgumentError("planner pipedream-code: no plan (every range infeasible)");
   }
 
-  // Top down: a range with its units' first machines, split at each level.
-  struct Range {
-    int first = 0;
-    int last = 0;
-    std::vector<int> bases;
-  };
-  std::vector<int> unit(levels, 1);  // machines per unit of level l
-  for (int l = 1; l < levels; ++l) unit[l] = unit[l - 1] * options.levels[l - 1].machines;
-  std::vector<Range> ranges = {{0, L - 1, {0}}};
-  for (int l = levels - 1; l >= 0; --l) {
-    std::vector<Range> next;
-    for (const Range& range : ranges) {
-      int offset = 0;
-      for (const SubStage& s : Expand(tables[l], range.first, range.last)) {
-        Range sub{s.first, s.last, {}};
-        for (int base : range.bases) {
-          for (int t = 0; t < s.replicas; ++t) sub.bases.push_back(base + (offset + t) * unit[l]);
-        }
-        std::sort(sub.bases.begin(), sub.bases.end());
-        next.push_back(std::move(sub));
-        offset += s.replicas;
-      }
-    }
-    ranges = std::move(next);
-  }
+  std::vector<MachineRange> ranges = ExpandLevels(tables, options);
   PipeDreamCodeSolution solution;
   solution.time_per_stage_ms = best.time;
-  for (Range& r : ranges) {
+  for (MachineRange& r : ranges) {
     solution.stages.push_back(
         {r.first == 0 ? 0 : lead + r.first, lead + r.last, std::move(r.bases)});
   }

@@ -25,8 +25,10 @@
 //   a cut are ChainProfile.cut_bytes (the outputs consumed after the cut), or the code's own
 //   count (PipeDreamCutBytes) where the graph is at hand. This is the code's
 //   program restricted to the cuts a contiguous-stage plan can express; it finds the code's plan
-//   whenever the code's cuts are among them (the case for VGG-16 and ResNet-50 on the
-//   configurations of pipedream_code_planner_test.cc).
+//   whenever the code's cuts are among them, up to ties, which the code itself breaks
+//   differently from run to run (VGG-16 on the clusters of examples/clusters and ResNet-50 on
+//   the flat ones; ResNet-50 on two_nodes_8_gpus cuts inside residual blocks:
+//   pipedream_code_planner_test.cc).
 // Pure; thread-safe.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PIPEDREAM_CODE_PLANNER_H_
 #define DAPPLE_COORDINATOR_PLANNER_PIPEDREAM_CODE_PLANNER_H_

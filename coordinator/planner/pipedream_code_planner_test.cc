@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -232,6 +233,45 @@ TEST(PipeDreamCodeTest, ResNet50OnTwoNodesCutsWhereNoPrefixDoes) {
   EXPECT_GT(solution->time_per_stage_ms, code_ms) << Describe(solution->stages);
   std::printf("resnet50 two_nodes_8_gpus: %s, %.4f ms per stage (the code: %.4f ms)\n",
               Describe(solution->stages).c_str(), solution->time_per_stage_ms, code_ms);
+}
+
+// A residual block: 1 feeds the main branch 2 -> 3 and the downsample 4, which 5 adds. Layer l's
+// output is 10^l bytes; 0 is the Input node, which the code removes.
+TEST(PipeDreamCutBytesTest, CountsTheAugmentedAntichain) {
+  v1::ModelProfile profile;
+  profile.set_batch_size(1);
+  for (int l = 0; l < 6; ++l) {
+    v1::LayerProfile* layer = profile.add_layers();
+    layer->set_id(absl::StrCat("node", l));
+    layer->set_input(l == 0);
+    layer->set_forward_ms(l == 0 ? 0 : 1);
+    int64_t bytes = 1;
+    for (int i = 0; i < l; ++i) bytes *= 10;
+    layer->set_activation_bytes(bytes);
+  }
+  for (const auto& [src, dst] :
+       std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {1, 4}, {2, 3}, {3, 5}, {4, 5}}) {
+    v1::ProfileEdge* edge = profile.add_edges();
+    edge->set_src(src);
+    edge->set_dst(dst);
+  }
+  absl::StatusOr<std::vector<int64_t>> cuts = PipeDreamCutBytes(profile);
+  ASSERT_TRUE(cuts.ok()) << cuts.status();
+  // After 4 both branches are done, yet the code still counts 1 (its consumers 2 and 4 are
+  // each outside the other's ancestors).
+  EXPECT_EQ(*cuts, (std::vector<int64_t>{0, 10, 110, 1010, 11010}));
+  absl::StatusOr<profile::ChainProfile> chain = profile::ToChain(profile);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(chain->cut_bytes[4], 11000);
+}
+
+// On a chain the code's count is the layer's output, as cut_bytes (but for the Input node).
+TEST(PipeDreamCutBytesTest, ChainIsCutBytes) {
+  const profile::ChainProfile chain = Chain("vgg16");
+  absl::StatusOr<std::vector<int64_t>> cuts = PipeDreamCutBytes(Profile("vgg16"));
+  ASSERT_TRUE(cuts.ok()) << cuts.status();
+  ASSERT_EQ(cuts->size(), chain.cut_bytes.size());
+  for (size_t k = 1; k < cuts->size(); ++k) EXPECT_EQ((*cuts)[k], chain.cut_bytes[k]) << k;
 }
 
 // The code's rank order: a level-1 stage of r1 devices in a level-2 stage of r2 nodes takes

@@ -43,6 +43,14 @@ TEST(MemoryModelTest, InFlightBySchedule) {
   EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kPipeDream, 1, 8, {2, 2})), 1);
   EXPECT_EQ(InFlightBound(ScheduleKind::kGPipe, 2, 8), 8);
   EXPECT_EQ(InFlightBound(ScheduleKind::kDapple, 2, 8), 2);
+  // Zero bubble: P (ZB-H1) or 2P - 1 (ZB-H2) on every stage, capped at M; the bound without P.
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH1, s, 8, {1, 1, 1, 1})), 4);
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH2, s, 8, {1, 1, 1, 1})), 7);
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH2, s, 5, {1, 1, 1, 1})), 5);
+  }
+  EXPECT_EQ(InFlightBound(ScheduleKind::kZbH1, 2, 8), 2);
+  EXPECT_EQ(InFlightBound(ScheduleKind::kZbH2, 2, 8), 3);
   // Split-concat holds b / D samples of a micro-batch, 1F1B-RR whole ones.
   EXPECT_EQ(ReplicaRows(Place(ScheduleKind::kDapple, 0, 8, {2, 2}), 32), 16);
   EXPECT_EQ(ReplicaRows(Place(ScheduleKind::kPipeDream, 0, 8, {2, 2}), 32), 32);

@@ -96,6 +96,12 @@ std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, i
 // without a barrier, the step period is M(T_F+T_B+T_W). One flushed step from a cold start
 // still waits (P-1)T_F for the first forward to reach the last stage: step M(T_F+T_B+T_W) +
 // (P-1)T_F, bubble per stage (P-1)T_F.
+//
+// Whole-step checks (training.max_grad_norm, non-finite checks): OPTIMIZER_STEP comes after the
+// stage's last BACKWARD_WEIGHT, and lowering puts GLOBAL_NORM right before it, so the global norm
+// is taken over complete gradients and clipping is exact under both schedules without the
+// paper's optimizer post-validation (worker/runtime/clipping_runtime_test.cc). Its barrier is
+// what stops consecutive ZB-H2 steps from overlapping: with clipping, a step is the flushed one.
 OpProgram GenerateZbH1Ops(int num_stages, int num_micro_batches, int stage);
 OpProgram GenerateZbH2Ops(int num_stages, int num_micro_batches, int stage);
 // The order above for any warm_up >= 1 (capped at M) and weight_lag >= 0. Non-increasing warm-ups

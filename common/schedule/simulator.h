@@ -53,6 +53,11 @@
 
 namespace dapple::schedule {
 
+// The split of a backward time into its weight-gradient part (T_W = f * T_back) when a profile
+// has only the whole backward: half/half, the one rule every consumer (this simulator's default,
+// the emulated device's waits) uses; ActionCosts::backward_weight_fraction says why.
+inline constexpr double kBackwardWeightFraction = 0.5;
+
 // Costs in abstract time units (or ms); per-stage vectors override the scalars when non-empty.
 // The defaults give every existing caller its old results: free communication and AllReduce.
 struct ActionCosts {
@@ -72,7 +77,7 @@ struct ActionCosts {
   // matrix-multiply layers that dominate a stage (dense / linear: dX = dY W^T and dW = X^T dY
   // are both 2 * rows * in * out FLOPs), so T_B = T_W = T_back / 2. A plain BACKWARD still costs
   // T_back.
-  double backward_weight_fraction = 0.5;
+  double backward_weight_fraction = kBackwardWeightFraction;
   std::vector<double> backward_weight_fraction_per_stage;
   std::vector<double> forward_per_stage;
   std::vector<double> backward_per_stage;

@@ -148,6 +148,15 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
     buffer = std::max(buffer, sizes.inner_output_bytes[static_cast<size_t>(i)]);
   }
   m.workspace = RoundBytes(buffers[0] + buffers[1]);
+  if (place.schedule == schedule::ScheduleKind::kZbH1 ||
+      place.schedule == schedule::ScheduleKind::kZbH2) {
+    // The split backward never uses the two shared buffers: each slot keeps its own inner
+    // gradients from BACKWARD_INPUT for BACKWARD_WEIGHT, and keeps them allocated for reuse.
+    double inner_sum = 0;
+    for (double bytes : sizes.inner_output_bytes) inner_sum += bytes;
+    m.activations += RoundBytes(inner_sum * m.in_flight);
+    m.workspace = 0;
+  }
   // Per id: the output sent and its gradient received (not the last stage), the input gradient
   // sent back (not the first).
   const double per_id = (last ? 0.0 : 2.0 * sizes.output_bytes) + (first ? 0.0 : sizes.input_bytes);

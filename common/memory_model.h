@@ -32,7 +32,10 @@
 //                           layers, used in turn from the last layer down (dx of layer k, the
 //                           size of layer k - 1's output, goes to buffer (last - k) % 2); each
 //                           keeps the largest it held: the largest of the inner outputs at even
-//                           and at odd distance from the last layer
+//                           and at odd distance from the last layer. Under zb-h1 / zb-h2 none:
+//                           the split backward keeps, per micro-batch in flight (its slot), the
+//                           gradients of every inner output from BACKWARD_INPUT for
+//                           BACKWARD_WEIGHT, counted with the activations
 // Not counted: batch norm's running statistics (a few floats per channel), kernels' transient
 // scratch inside one action (freed before the next), the process's code and libraries.
 //

@@ -137,6 +137,12 @@ TEST(MemoryModelTest, PredictReplicaMemoryAddsEveryTerm) {
       PredictReplicaMemory(Place(ScheduleKind::kPipeSgd, 0, 4, {2}), sizes);
   EXPECT_EQ(pipesgd.gradient_buffers, 2000);
   EXPECT_EQ(pipesgd.communication, 0);
+  // The zero-bubble split: each micro-batch in flight keeps its inner gradients (50 + 40 + 70)
+  // with its activations, and no shared workspace. Stage 1 of 2 under zb-h1 holds P = 2.
+  const ReplicaMemory zb = PredictReplicaMemory(Place(ScheduleKind::kZbH1, 1, 4, {1, 1}), sizes);
+  EXPECT_EQ(zb.in_flight, 2);
+  EXPECT_EQ(zb.activations, 2 * (300 + 20 + 160));
+  EXPECT_EQ(zb.workspace, 0);
 }
 
 }  // namespace

@@ -13,12 +13,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/schedule/action.h"
+#include "common/schedule/simulator_grid.h"
 #include "common/status.h"
 
 namespace dapple::schedule {
 namespace {
 
-constexpr int kMaxGridColumns = 240;
 constexpr double kNotIssued = -1.0;
 
 // The barriers: an action of one of these kinds completes once every member stage reached its
@@ -454,111 +454,16 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
   return CheckBarriers(programs);
 }
 
-// One stretch of time a rank spent on an action (waiting is not a slot).
-struct Slot {
-  double start;
-  double end;
-  std::string label;
-};
-
-std::string CellLabel(const Op& a) {
-  switch (a.kind) {
-    case v1::FORWARD:
-      return absl::StrCat("F", a.micro_batch);
-    case v1::BACKWARD:
-    case v1::BACKWARD_INPUT:
-      return absl::StrCat("B", a.micro_batch);
-    case v1::BACKWARD_WEIGHT:
-      return absl::StrCat("W", a.micro_batch);
-    case v1::SEND_ACT:
-      return absl::StrCat("sa", a.micro_batch);
-    case v1::RECV_ACT:
-      return absl::StrCat("ra", a.micro_batch);
-    case v1::SEND_GRAD:
-      return absl::StrCat("sg", a.micro_batch);
-    case v1::RECV_GRAD:
-      return absl::StrCat("rg", a.micro_batch);
-    case v1::ALLREDUCE:
-      return "AR";
-    case v1::TIED_ALLREDUCE:
-      return "TA";
-    case v1::GLOBAL_NORM:
-      return "GN";
-    case v1::OPTIMIZER_STEP:
-      return "ST";
-    case v1::ACTION_KIND_UNSPECIFIED:
-    case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-    case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-      break;
-  }
-  return "?";
-}
-
-// The column width of the grid: the smallest positive compute cost, so unit-ish costs get one
-// column per unit; communication only when nothing computes for a positive time.
+// The column width of the grid (simulator_grid.h GridQuantum) from the costs the programs use.
 double GridQuantum(const ActionCosts& c, int num_stages, bool split_backward) {
-  double q = 0;
-  auto consider = [&q](double v) {
-    if (v > 0 && (q == 0 || v < q)) q = v;
-  };
+  std::vector<double> compute;
   for (int s = 0; s < num_stages; ++s) {
-    consider(ForwardCost(c, s));
-    consider(BackwardCost(c, s));
-    consider(OptimizerStepCost(c, s));
+    compute.insert(compute.end(), {ForwardCost(c, s), BackwardCost(c, s), OptimizerStepCost(c, s)});
     if (split_backward) {
-      consider(BackwardInputCost(c, s));
-      consider(BackwardWeightCost(c, s));
+      compute.insert(compute.end(), {BackwardInputCost(c, s), BackwardWeightCost(c, s)});
     }
   }
-  if (q == 0) {
-    consider(c.send);
-    consider(c.recv);
-  }
-  return q;
-}
-
-std::string RenderGrid(const std::vector<std::vector<Slot>>& slots, double end_time, double quantum,
-                       const std::vector<std::string>& row_suffix) {
-  const int p = static_cast<int>(slots.size());
-  int columns = 0;
-  if (quantum > 0 && end_time > 0) {
-    // The epsilon absorbs rounding in sums of costs such as 0.1 + 0.2.
-    const double exact = end_time / quantum;
-    columns = static_cast<int>(std::min<double>(std::ceil(exact - 1e-9), kMaxGridColumns));
-    if (exact > kMaxGridColumns) quantum = end_time / kMaxGridColumns;
-  }
-  size_t width = std::max<size_t>(2, absl::StrCat(columns > 0 ? columns - 1 : 0).size());
-  for (const auto& row : slots) {
-    for (const Slot& slot : row) width = std::max(width, slot.label.size());
-  }
-  const std::string row_name_last = absl::StrCat("stage ", p - 1);
-  const size_t name_width = row_name_last.size();
-
-  auto trim = [](std::string line) {
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    return line;
-  };
-  std::vector<std::string> lines;
-  lines.push_back(absl::StrFormat("one column = %g time unit%s", quantum, quantum == 1 ? "" : "s"));
-  std::string header = absl::StrFormat("%*s |", static_cast<int>(name_width), "t");
-  for (int c = 0; c < columns; ++c) absl::StrAppendFormat(&header, " %-*d", width, c);
-  lines.push_back(trim(header));
-  for (int s = 0; s < p; ++s) {
-    std::string line =
-        absl::StrFormat("%*s |", static_cast<int>(name_width), absl::StrCat("stage ", s));
-    size_t k = 0;
-    for (int c = 0; c < columns; ++c) {
-      // A cell shows what ran at the middle of its time slot.
-      const double t = (c + 0.5) * quantum;
-      while (k < slots[s].size() && slots[s][k].end <= t) ++k;
-      const bool busy = k < slots[s].size() && slots[s][k].start <= t;
-      absl::StrAppendFormat(&line, " %-*s", width, busy ? slots[s][k].label : ".");
-    }
-    line = trim(line);
-    if (!row_suffix.empty()) absl::StrAppend(&line, "  <- ", row_suffix[s]);
-    lines.push_back(line);
-  }
-  return absl::StrJoin(lines, "\n");
+  return internal::GridQuantum(compute, {c.send, c.recv});
 }
 
 // The event loop. Each rank runs until a receive finds its send not yet issued; it then waits
@@ -614,7 +519,7 @@ class Barriers {
 struct RunState {
   std::vector<int> pc;
   std::vector<double> clock;
-  std::vector<std::vector<Slot>> slots;
+  std::vector<std::vector<internal::GridSlot>> slots;
   std::unique_ptr<Barriers> barriers;
 };
 
@@ -709,7 +614,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           // action ends with it.
           for (int w : released) {
             if (record_slots && cost > 0) {
-              state->slots[w].push_back({start, start + cost, CellLabel(a)});
+              state->slots[w].push_back({start, start + cost, internal::GridCellLabel(a)});
             }
             result.allreduce_time[w] += cost;
             clock[w] = start + cost;
@@ -756,7 +661,8 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           break;  // Validate refuses these
       }
       if (waiting[s]) break;
-      if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, CellLabel(a)});
+      if (record_slots && cost > 0)
+        state->slots[s].push_back({start, start + cost, internal::GridCellLabel(a)});
       if (keep_intervals && cost > 0 &&
           (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::BACKWARD_INPUT ||
            a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP)) {
@@ -819,7 +725,7 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
     }
     return absl::FailedPreconditionError(
         absl::StrCat("deadlock: ", absl::StrJoin(waits, "; "), "; what ran:\n",
-                     RenderGrid(state.slots, result.step_time, quantum, suffix)));
+                     internal::RenderGrid(state.slots, result.step_time, quantum, suffix)));
   }
 
   double idle_sum = 0;
@@ -829,7 +735,8 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
     idle_sum += result.idle_time[s];
   }
   result.bubble_fraction = result.step_time > 0 ? idle_sum / (p * result.step_time) : 0.0;
-  if (options.render_grid) result.grid = RenderGrid(state.slots, result.step_time, quantum, {});
+  if (options.render_grid)
+    result.grid = internal::RenderGrid(state.slots, result.step_time, quantum, {});
   return result;
 }
 

@@ -40,7 +40,11 @@ constexpr int64_t kMaxDevices = 4096;
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
 constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe",   "dapple", "pipedream",
+                                                     "pipesgd", "zb-h1",  "zb-h2"};
+// The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
+// not split yet (worker/runtime/stage_backend.h).
+constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
 constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
 constexpr char kEmulatedDeviceType[] = "emulated";
 constexpr char kCudaDeviceType[] = "cuda";
@@ -527,6 +531,14 @@ Check CheckParallel(const v1::JobSpec& spec) {
                               absl::StrJoin(kDeviceTypes, ", ")));
   }
   if (Check c = CheckEmulation(p)) return c;
+  if (Contains(kSplitBackwardSchedules, p.schedule()) && p.device_type() == kCudaDeviceType) {
+    return At("parallel.schedule",
+              absl::StrFormat("parallel.schedule %s with parallel.device_type cuda is not "
+                              "implemented: the CUDA backend does not split its backward into "
+                              "BACKWARD_INPUT / BACKWARD_WEIGHT yet; use schedule dapple on cuda, "
+                              "or device_type cpu or emulated",
+                              p.schedule()));
+  }
   if (!Contains(kAvailablePlanners, p.planner())) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),

@@ -208,7 +208,22 @@ TEST(ValidateJobSpecTest, Schedule) {
   v1::JobSpec spec = Example();
   spec.mutable_parallel()->set_schedule("zerobubble");
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
-                                        "gpipe, dapple, pipedream, pipesgd"});
+                                        "gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2"});
+  for (const char* zb : {"zb-h1", "zb-h2"}) {
+    spec.mutable_parallel()->set_schedule(zb);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << zb << ": " << ValidateJobSpec(spec);
+    // With clipping too: the global norm comes after every BACKWARD_WEIGHT (generators.h).
+    v1::JobSpec clipped = spec;
+    clipped.mutable_training()->set_max_grad_norm(1.0);
+    EXPECT_TRUE(ValidateJobSpec(clipped).ok()) << zb << ": " << ValidateJobSpec(clipped);
+    // The CUDA backend does not split its backward yet.
+    v1::JobSpec cuda = spec;
+    cuda.mutable_parallel()->set_device_type("cuda");
+    ExpectInvalid(ValidateJobSpec(cuda), {absl::StrCat("parallel.schedule ", zb,
+                                                       " with parallel.device_type cuda is not "
+                                                       "implemented"),
+                                          "use schedule dapple on cuda"});
+  }
 }
 
 // schedule pipedream: stages may have replicas (1F1B-RR: whole micro-batches round-robin), at

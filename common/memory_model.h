@@ -32,7 +32,10 @@
 //                           layers, used in turn from the last layer down (dx of layer k, the
 //                           size of layer k - 1's output, goes to buffer (last - k) % 2); each
 //                           keeps the largest it held: the largest of the inner outputs at even
-//                           and at odd distance from the last layer
+//                           and at odd distance from the last layer. Under zb-h1 / zb-h2 none:
+//                           the split backward keeps, per micro-batch in flight (its slot), the
+//                           gradients of every inner output from BACKWARD_INPUT for
+//                           BACKWARD_WEIGHT, counted with the activations
 // Not counted: batch norm's running statistics (a few floats per channel), kernels' transient
 // scratch inside one action (freed before the next), the process's code and libraries.
 //
@@ -74,13 +77,16 @@ struct ReplicaPlace {
 
 // Micro-batches whose activations a replica holds at its peak: M under gpipe (all forwards
 // before the first backward), min(P - s, M) under dapple and pipesgd (1F1B), ceil(K_s / D_s)
-// under pipedream (1F1B-RR, K_s = D_s + ... + D_{P-1}: schedule::PipeDreamReplicaInFlight).
+// under pipedream (1F1B-RR, K_s = D_s + ... + D_{P-1}: schedule::PipeDreamReplicaInFlight),
+// min(P, M) under zb-h1 and min(2P - 1, M) under zb-h2 on every stage (a micro-batch counts
+// until its BACKWARD_WEIGHT: schedule/generators.h).
 int ActivationsInFlight(const ReplicaPlace& place);
 
 // The in-flight rule for a search that places stages before the whole layout is known (DAPPLE's
 // budget, coordinator/planner/stage_budget.h): `micro_batches` under gpipe, else
-// min(stages_from_here, micro_batches) with stages_from_here = P - s; a lower bound of
-// ActivationsInFlight under pipedream with replicas.
+// min(stages_from_here, micro_batches) with stages_from_here = P - s (zb-h2:
+// min(2 (P - s) - 1, M)); a lower bound of ActivationsInFlight under pipedream with replicas and
+// under the zero-bubble schedules, whose counts need P.
 double InFlightBound(schedule::ScheduleKind schedule, int stages_from_here, double micro_batches);
 
 // Samples of one micro-batch of `micro_batch_size` a replica holds: b / D_s (split-concat under

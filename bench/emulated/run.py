@@ -15,6 +15,11 @@ model's real sizes over UCX. Three tables:
   (e) PipeDream without and with 1F1B-RR (P = 2, M = 8, D = 1 and 2 replicas per stage: whole
       micro-batches round-robin): measured step time against the simulator's prediction, and
       the throughput the replicas add.
+  (z) the zero-bubble schedules zb-h1 and zb-h2 against dapple (1F1B) on equal stages with
+      T_F = T_B = T_W (the profile's backward is split half/half): measured step against the
+      simulator's prediction, bubble per stage against each schedule's formula
+      (common/schedule/generators.h), measured peak memory, and ZB-H2's step against
+      M (T_F + T_B + T_W).
   (m) memory per rank: the planner's predicted peak (common/memory_model.h) against what each
       rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
       buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
@@ -22,7 +27,7 @@ model's real sizes over UCX. Three tables:
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m,z]
 """
 import argparse
 import json
@@ -313,11 +318,53 @@ def table_m(cluster, steps, directory, p=2, m=8, micro_batch=32):
     return rows
 
 
+def zb_formulas(schedule, p, m, t):
+    """(step ms, bubble per stage) with T_F = T_B = T_W = t (common/schedule/generators.h, which
+    zero_bubble_test.cc checks against schedule::Simulate): 1F1B idles 3(P-1)t of a 3(M+P-1)t
+    step, ZB-H1 (P-1)t of a (3M+P-1)t step; ZB-H2's stages compute without a gap (the
+    parallelogram), so once consecutive steps overlap its period is 3Mt with bubble
+    (P-1)(T_F+T_B-2T_W) = 0 (one flushed step alone: 3Mt + (P-1)t)."""
+    if schedule == "dapple":
+        return 3 * t * (m + p - 1), (p - 1) / (m + p - 1)
+    if schedule == "zb-h1":
+        return 3 * t * m + (p - 1) * t, (p - 1) / (3 * m + p - 1)
+    return 3 * t * m, 0.0
+
+
+def table_z(cluster, steps, directory, micro_batch=32):
+    """(z) dapple, zb-h1, zb-h2 on P equal stages (8 layers / P each): T_F = FWD_MS * 8 / P,
+    T_B = T_W = BWD_MS / 2 * 8 / P."""
+    profile = write_profile(directory, micro_batch)
+    rows = []
+    for p, ms in ((2, (8,)), (4, (8, 32))):
+        c = cluster.Cluster(workers=p)
+        try:
+            c.wait_workers(p)
+            for m in ms:
+                for schedule in ("dapple", "zb-h1", "zb-h2"):
+                    j, seen = run_job(c, spec(cluster, "emu-%s-p%d-m%d" % (schedule, p, m), p, m,
+                                              micro_batch, schedule, steps, profile), steps)
+                    step_ms, bubble, peak = measured(j, seen, warmup=2)
+                    pred = float(j["plan"]["predicted_step_ms"])
+                    t = FWD_MS * len(MODEL) / p
+                    sim_ms, formula = zb_formulas(schedule, p, m, t)
+                    rows.append((p, m, schedule, pred, sim_ms, step_ms, bubble, formula, peak,
+                                 3 * t * m))
+                    print("P=%d M=%d %-6s plan %7.1f ms simulator %7.1f ms measured %7.1f ms "
+                          "(%+.1f%%) bubble %s vs %.3f, peak %d B, M(T_F+T_B+T_W) %.1f ms" %
+                          (p, m, schedule, pred, sim_ms, step_ms, (step_ms / sim_ms - 1) * 100,
+                           " ".join("%.3f" % b for b in bubble), formula, peak, 3 * t * m),
+                          flush=True)
+        finally:
+            c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e,m")
+    ap.add_argument("--only", default="a,b,c,d,e,m,z")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -364,6 +411,25 @@ def main():
                   (" (1F1B-RR)" if d > 1 else "", ", ".join(map(str, replicas)), pred, meas,
                    (meas / pred - 1) * 100, sps, peak))
         print("1F1B-RR (D = 2) / unreplicated throughput: %.2fx" % (rows[1][4] / rows[0][4]))
+    if "z" in only:
+        rows = table_z(cluster, args.steps, directory)
+        print("\n| P | M | schedule | plan's predicted ms | simulator ms | measured ms | error | "
+              "bubble measured (per stage) | formula | measured peak memory | "
+              "step / M(T_F+T_B+T_W) |\n|---|---|---|---|---|---|---|---|---|---|---|")
+        for p, m, s, pred, sim_ms, meas, bub, formula, peak, ideal in rows:
+            print("| %d | %d | %s | %.1f | %.1f | %.1f | %+.1f%% | %s | %.3f | %d | %.3f |" %
+                  (p, m, s, pred, sim_ms, meas, (meas / sim_ms - 1) * 100,
+                   ", ".join("%.3f" % b for b in bub), formula, peak, meas / ideal))
+        by = {(p, m, s): r for p, m, s, *r in rows}
+        for p, m in sorted({(p, m) for p, m, *_ in rows}):
+            d, h1 = by.get((p, m, "dapple")), by.get((p, m, "zb-h1"))
+            if d and h1:
+                # Idle time per stage (bubble x step), ZB-H1 over 1F1B, and their peaks.
+                ratio = statistics.mean(b * h1[2] for b in h1[3]) / statistics.mean(
+                    b * d[2] for b in d[3])
+                print("P=%d M=%d: ZB-H1 idle / 1F1B idle %.2f (bubble fraction %.2f), peak "
+                      "memory %+.1f%%" % (p, m, ratio, statistics.mean(h1[3]) /
+                                          statistics.mean(d[3]), (h1[5] / d[5] - 1) * 100))
     if "m" in only:
         rows = table_m(cluster, args.steps, directory)
         print("\n| schedule | stage | replica | predicted peak memory | measured peak memory | "

@@ -29,6 +29,8 @@ constexpr KindCode kKindCodes[] = {
     {v1::OPTIMIZER_STEP, "STEP", false, "the optimizer step"},
     {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false, "the tied weights' gradient sum"},
     {v1::GLOBAL_NORM, "GLOBAL_NORM", false, "the global gradient norm (clipping)"},
+    {v1::BACKWARD_INPUT, "BI", true, "the input-gradient backward of micro-batch"},
+    {v1::BACKWARD_WEIGHT, "BW", true, "the weight-gradient backward of micro-batch"},
 };
 
 const KindCode* FindByKind(v1::ActionKind kind) {
@@ -99,8 +101,8 @@ absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   const KindCode* k = FindByCode(code);
   if (k == nullptr) {
     return BadText(text, absl::StrCat("unknown code \"", code,
-                                      "\" (known: F, B, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, "
-                                      "ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP)"));
+                                      "\" (known: F, B, BI, BW, SEND_ACT, RECV_ACT, SEND_GRAD, "
+                                      "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP)"));
   }
 
   const absl::string_view rest = text.substr(i);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/schedule/job_lowering.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -99,6 +100,26 @@ TEST(PlannerTest, GPipeBubbleIsAtLeastDapples) {
   EXPECT_EQ(a->summary().schedule(), "gpipe");
   // Both flush once per step; early backward saves memory, not bubble (DAPPLE, section 4).
   EXPECT_GE(a->summary().bubble_fraction(), b->summary().bubble_fraction() - 1e-9);
+}
+
+// The zero-bubble schedules plan like dapple (the requested schedule, the same partition) and
+// their programs split the backward; ZB-H1's predicted bubble is below dapple's.
+TEST(PlannerTest, ZeroBubbleSchedulesPlanTheirPrograms) {
+  auto dapple = MakePlan(DemoSpec(2));
+  ASSERT_TRUE(dapple.ok()) << dapple.status();
+  for (const char* zb : {"zb-h1", "zb-h2"}) {
+    v1::JobSpec spec = DemoSpec(2);
+    spec.mutable_parallel()->set_schedule(zb);
+    auto plan = MakePlan(spec);
+    ASSERT_TRUE(plan.ok()) << zb << ": " << plan.status();
+    EXPECT_EQ(plan->summary().schedule(), zb);
+    ASSERT_EQ(plan->programs_size(), 2);
+    EXPECT_EQ(schedule::CountActions(plan->programs(0), v1::BACKWARD), 0) << zb;
+    EXPECT_GT(schedule::CountActions(plan->programs(0), v1::BACKWARD_WEIGHT), 0) << zb;
+    if (std::string(zb) == "zb-h1") {
+      EXPECT_LT(plan->summary().bubble_fraction(), dapple->summary().bubble_fraction()) << zb;
+    }
+  }
 }
 
 TEST(PlannerTest, UniformAndManual) {

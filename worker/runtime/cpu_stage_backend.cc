@@ -108,6 +108,43 @@ class CpuStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  // The split keeps each layer's dL/d output in the slot (Slot::dys) instead of the two shared
+  // buffers of Backward: BackwardWeight of layer k needs it after other micro-batches ran.
+  absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
+                             bool need_dx) override {
+    Slot& s = SlotAt(slot);
+    const Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
+    if (dy->rows() != rows) return absl::InternalError("BACKWARD_INPUT without its gradient");
+    const int end = need_dx ? 0 : first_param_layer_;
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= end; --k) {
+      Tensor* dx = nullptr;
+      if (k > end) {
+        dx = &s.dys[k - 1];
+      } else if (need_dx) {
+        dx = &GradAt(&grad_send_, micro_batch);
+      }
+      layers_[k]->BackwardInput(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
+      if (k > end) dy = dx;
+    }
+    s.split_rows = rows;
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardWeight(int slot, int micro_batch, int64_t rows, bool last_stage) override {
+    Slot& s = SlotAt(slot);
+    if (s.split_rows != rows)
+      return absl::InternalError("BACKWARD_WEIGHT without its BACKWARD_INPUT");
+    const int top = static_cast<int>(layers_.size()) - 1;
+    // Top-down, the order of Backward, so each parameter's sum is added in the same order.
+    for (int k = top; k >= first_param_layer_; --k) {
+      const Tensor& dy =
+          k < top ? s.dys[k] : (last_stage ? s.dlogits : GradAt(&grad_recv_, micro_batch));
+      layers_[k]->BackwardWeight(s.acts[k], s.acts[k + 1], dy, &s.caches[k]);
+    }
+    s.split_rows = -1;
+    return absl::OkStatus();
+  }
+
   const void* GradForSend(int micro_batch) const override {
     return grad_send_.at(micro_batch).data.data();
   }
@@ -133,6 +170,7 @@ class CpuStageBackend : public StageBackend {
         for (const Tensor& t : c.saved) held.activations += HeldBytesOf(t);
         for (const Tensor& t : c.grads) held.activations += HeldBytesOf(t);
       }
+      for (const Tensor& t : s.dys) held.activations += HeldBytesOf(t);
       held.activations += HeldBytesOf(s.dlogits);
     }
     for (const std::vector<Tensor>* buffers : {&act_send_, &grad_send_, &grad_recv_}) {
@@ -325,6 +363,11 @@ class CpuStageBackend : public StageBackend {
     std::vector<Tensor> acts;                 // acts[0] = stage input, acts[k + 1] = layer k output
     std::vector<kernels::LayerCache> caches;  // per layer: what its backward needs
     Tensor dlogits;  // last stage: dL/dlogits from Loss, the backward's first dy
+    // The split backward: dys[k] = dL/d output of layer k (k below the top layer), from
+    // BackwardInput for BackwardWeight; split_rows the rows of that BackwardInput, -1 when none
+    // awaits its BackwardWeight.
+    std::vector<Tensor> dys;
+    int64_t split_rows = -1;
   };
 
   Slot& SlotAt(int slot) {
@@ -333,6 +376,7 @@ class CpuStageBackend : public StageBackend {
       for (Slot& s : slots_) {
         s.acts.resize(layers_.size() + 1);
         s.caches.resize(layers_.size());
+        s.dys.resize(layers_.size());
       }
     }
     return slots_[slot];

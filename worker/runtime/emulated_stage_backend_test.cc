@@ -94,6 +94,29 @@ TEST(EmulatedStageBackend, WaitsTheStageLayersProfiledTimesScaledByRows) {
                               DoubleNear(18.0, 1e-9)));
 }
 
+// The zero-bubble split waits the two halves of the backward (schedule::kBackwardWeightFraction)
+// and keeps the inner layers' output gradients per slot until the weight part, as the CPU
+// backend does.
+TEST(EmulatedStageBackend, SplitBackwardWaitsTheTwoHalves) {
+  std::vector<double> ms;
+  auto b_or =
+      MakeEmulatedStageBackend(Spec(), 1, 3, Profile(), std::make_unique<RecordingSleeper>(&ms));
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::unique_ptr<StageBackend> b = std::move(*b_or);
+  ASSERT_OK(b->Input(0, 16).status());
+  ASSERT_OK(b->Forward(0, 16, kernels::ForwardContext{}));
+  ASSERT_OK(b->GradInput(0, 16).status());
+  const int64_t before = b->Held().activations;
+  ASSERT_OK(b->BackwardInput(0, 0, 16, /*last_stage=*/false, /*need_dx=*/true));  // 18 * 0.5 / 2
+  // dL/d input (784 floats per sample) to send, and layers 1 and 2's output gradients (64 + 64
+  // floats per sample) kept for the weight part.
+  EXPECT_EQ(b->Held().activations - before, 16 * (784 + 64 + 64) * 4);
+  ASSERT_OK(b->BackwardWeight(0, 0, 16, /*last_stage=*/false));
+  EXPECT_EQ(b->BackwardWeight(0, 0, 16, false).code(), absl::StatusCode::kInternal);
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_THAT(ms, ElementsAre(DoubleNear(4.5, 1e-9), DoubleNear(4.5, 1e-9), DoubleNear(4.5, 1e-9)));
+}
+
 TEST(EmulatedStageBackend, BuffersAndGradientsHaveTheModelsRealSizes) {
   std::vector<double> ms;
   // Stage 1 of 2: layers 2..3 (relu, linear 64 -> 10).

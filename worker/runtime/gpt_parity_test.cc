@@ -4,6 +4,7 @@
 // backend holding the whole model and batch (1e-5 relative). The GPU stages run the same
 // harness in worker/runtime/cuda/cuda_stage_backend_test.cc.
 #include <cstring>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "worker/runtime/testing/gpt_parity_testing.h"
@@ -16,7 +17,12 @@ absl::Status HostCopy(void* dst, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
-TEST(GptParityTest, TwoCpuStagesAndMicroBatchesTrainLikeOneDevice) {
+class GptParityTest : public ::testing::TestWithParam<bool> {};
+
+// With GetParam() the zero-bubble split: every micro-batch's BackwardInput, then every
+// BackwardWeight, through every GPT layer (embedding with dropout, transformer blocks, layer
+// norm, the tied head).
+TEST_P(GptParityTest, TwoCpuStagesAndMicroBatchesTrainLikeOneDevice) {
   const v1::JobSpec spec = parity::GptSpec(parity::GptOptions{});
   constexpr int kSteps = 3;
   absl::StatusOr<parity::Run> want = parity::TrainReference(spec, kSteps);
@@ -32,10 +38,14 @@ TEST(GptParityTest, TwoCpuStagesAndMicroBatchesTrainLikeOneDevice) {
     ASSERT_TRUE(stage.ok()) << stage.status();
     p.stages.push_back(std::move(*stage));
   }
-  absl::StatusOr<parity::Run> got = parity::TrainPipeline(spec, p, kSteps, 4, HostCopy);
+  absl::StatusOr<parity::Run> got = parity::TrainPipeline(spec, p, kSteps, 4, HostCopy, GetParam());
   ASSERT_TRUE(got.ok()) << got.status();
   parity::ExpectGptMatchesReference(spec, *got, *want);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backward, GptParityTest, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "Split" : "Whole");
+});
 
 }  // namespace
 }  // namespace dapple::worker

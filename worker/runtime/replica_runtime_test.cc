@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "gmock/gmock.h"
@@ -169,8 +170,10 @@ struct Case {
 };
 
 std::string CaseName(const Case& c) {
-  return absl::StrCat(schedule::ScheduleKindName(c.kind), "_D", absl::StrJoin(c.replicas, "_"),
-                      "_M", c.micro_batches, "_B", c.global_batch, "_", c.optimizer);
+  // gtest names take no '-': "zb-h1" becomes "zb_h1".
+  return absl::StrCat(absl::StrReplaceAll(schedule::ScheduleKindName(c.kind), {{"-", "_"}}), "_D",
+                      absl::StrJoin(c.replicas, "_"), "_M", c.micro_batches, "_B", c.global_batch,
+                      "_", c.optimizer);
 }
 
 class ReplicaParityTest : public ::testing::TestWithParam<Case> {};
@@ -272,6 +275,10 @@ std::vector<Case> AllCases() {
   cases.push_back({ScheduleKind::kDapple, {2, 2}, 4, 60});  // micro-batch 15 over 2: 8, 7
   cases.push_back({ScheduleKind::kDapple, {3, 2}, 2, 64, "adamw"});
   cases.push_back({ScheduleKind::kDapple, {2, 3, 1}, 4, 64});  // P = 3, 6 ranks
+  // The zero-bubble schedules: the AllReduce after the last BACKWARD_WEIGHT.
+  cases.push_back({ScheduleKind::kZbH1, {2, 2}, 4, 64});
+  cases.push_back({ScheduleKind::kZbH2, {2, 2}, 5, 60});
+  cases.push_back({ScheduleKind::kZbH2, {2, 1, 2}, 4, 64});
   return cases;
 }
 

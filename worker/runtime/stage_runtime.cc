@@ -162,6 +162,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
         forward_ns += ns;
         break;
       case v1::BACKWARD:
+      case v1::BACKWARD_INPUT:
+      case v1::BACKWARD_WEIGHT:
         backward_ns += ns;
         break;
       case v1::SEND_ACT:
@@ -344,6 +346,15 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       }
       return absl::OkStatus();
     }
+    // The zero-bubble split: the slot (the stashed activations) lives until the weight part.
+    case v1::BACKWARD_INPUT:
+      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_INPUT without its FORWARD");
+      return b.BackwardInput(slot_of_[m], m, rows, last, /*need_dx=*/!first);
+    case v1::BACKWARD_WEIGHT:
+      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_WEIGHT without its FORWARD");
+      DAPPLE_RETURN_IF_ERROR(b.BackwardWeight(slot_of_[m], m, rows, last));
+      ReleaseSlot(m);
+      return absl::OkStatus();
     // Split-concat: one message per overlapping neighbour replica, each a contiguous row slice
     // (rows are the outer dimension), all with the micro-batch's tag.
     case v1::SEND_ACT: {

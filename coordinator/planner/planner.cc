@@ -392,6 +392,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
   problem.schedule = kind;
+  problem.recompute = Recompute(spec.training());
   problem.optimizer_state_factor = memory::OptimizerStateCopies(spec.training().optimizer());
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;

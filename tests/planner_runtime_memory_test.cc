@@ -236,7 +236,9 @@ TEST(PlannerRuntimeMemoryTest, AMemoryCapThatOnlyRecomputationMeetsIsPlannedAndR
     EXPECT_EQ(model[s].PeakBytes(), predicted.peak_memory_bytes());
     const v1::StageStepStats& measured = results[s]->stats;
     // The same step: the same loss on the last stage.
-    if (s == 1) EXPECT_EQ(results[s]->loss, keep_results[s]->loss);
+    if (s == 1) {
+      EXPECT_EQ(results[s]->loss, keep_results[s]->loss);
+    }
     if (!predicted.recompute()) continue;
     const int first = predicted.first_layer(), last = predicted.last_layer();
     const int64_t rows = spec.training().micro_batch();

@@ -470,7 +470,12 @@ TEST(PlannerTest, RecomputationIsChosenForTheStagesThatDoNotFitWithoutIt) {
             keep->summary().stages(s).peak_memory_bytes() > capped.defaults.device_memory_bytes);
       }
       spec.mutable_training()->set_recompute("none");
-      EXPECT_EQ(MakePlan(spec, capped).status().code(), absl::StatusCode::kResourceExhausted);
+      auto refused = MakePlan(spec, capped);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+      // The error names the fix that keeps the partition and the batch.
+      EXPECT_THAT(std::string(refused.status().message()),
+                  HasSubstr(": to fit, set training.recompute: auto (a plan fits with it), or "
+                            "spread the model over more parallel.stages (now 2"));
     }
   }
 }

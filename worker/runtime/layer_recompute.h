@@ -17,6 +17,10 @@
 // Memory (common/memory_model.h, "activations"): the scratch set holds one micro-batch's
 // activations (every layer's output and saved tensors), at the largest rows it ran.
 //
+// The replayed set lives until the next Forward or Replay: a backward split into BackwardInput
+// and a later BackwardWeight (Zero Bubble's B and W) with other micro-batches' work in between
+// would need the layers' caches of its B kept until its W; not supported yet.
+//
 // Thread safety: one thread, like the backend that owns it.
 #ifndef DAPPLE_WORKER_RUNTIME_LAYER_RECOMPUTE_H_
 #define DAPPLE_WORKER_RUNTIME_LAYER_RECOMPUTE_H_

@@ -126,6 +126,15 @@ int CommunicationBufferIds(const ReplicaPlace& place) {
                           std::gcd(ids, static_cast<int64_t>(ReplicasOf(place, place.stage))));
 }
 
+double ActivationBytes(const ReplicaPlace& place, const StageSizes& sizes, int in_flight) {
+  const bool last = place.stage == NumStages(place) - 1;
+  const double dlogits = last ? sizes.output_bytes : 0.0;
+  if (!place.recompute) return (sizes.activation_bytes + dlogits) * in_flight;
+  // The scratch set: every layer's output and saved bytes; its input is the slot's.
+  const double scratch = sizes.activation_bytes - sizes.input_bytes;
+  return (sizes.input_bytes + sizes.output_bytes + dlogits) * in_flight + scratch;
+}
+
 ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& sizes) {
   const double w = sizes.parameter_bytes;
   ReplicaMemory m;
@@ -138,8 +147,7 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
   m.stashed_weights = RoundBytes(w * ExtraWeightCopies(place));
   const bool first = place.stage == 0;
   const bool last = place.stage == NumStages(place) - 1;
-  m.activations =
-      RoundBytes((sizes.activation_bytes + (last ? sizes.output_bytes : 0.0)) * m.in_flight);
+  m.activations = RoundBytes(ActivationBytes(place, sizes, m.in_flight));
   double buffers[2] = {0, 0};
   const int inner = static_cast<int>(sizes.inner_output_bytes.size());
   for (int i = 0; i < inner; ++i) {

@@ -21,7 +21,13 @@
 //   activations             ActivationsInFlight micro-batches of the stage's activations (the
 //                           stage input, every layer's output and saved bytes) at ReplicaRows
 //                           samples each; on the last stage also each one's dL/dlogits (the
-//                           loss computes it with the forward; the backward reads it)
+//                           loss computes it with the forward; the backward reads it). A stage
+//                           that recomputes (activation recomputation, Chen et al. 2016;
+//                           worker/runtime/layer_recompute.h) keeps per micro-batch in flight
+//                           only its input and its output (the output waits for its send or the
+//                           loss; the last stage's dL/dlogits as above), plus one micro-batch's
+//                           activations but the input once: the scratch set every forward and
+//                           every recomputation runs through
 //   communication buffers   per micro-batch id the replica sends or receives under
 //                           (CommunicationBufferIds): the activation it sends (its output) and
 //                           the gradient it receives for it (not the last stage), and the input
@@ -73,6 +79,8 @@ struct ReplicaPlace {
   bool vertical_sync = false;  // pipedream.vertical_sync
   // Steps of the run (PipeDream's warm-up is at most steps x M micro-batches); 0: long.
   int64_t num_steps = 0;
+  // The stage recomputes its activations (PlanStageSummary.recompute).
+  bool recompute = false;
 };
 
 // Micro-batches whose activations a replica holds at its peak: M under gpipe (all forwards
@@ -144,6 +152,12 @@ struct ReplicaMemory {
   // The replica's peak: every term.
   int64_t PeakBytes() const { return WeightBytes() + activations + communication + workspace; }
 };
+
+// The activations term of a replica holding `in_flight` micro-batches (ActivationsInFlight at
+// the peak; the runtime also asks for the count it really reached): per micro-batch in flight
+// the activations (all of them, or with recomputation the input and the output), the last
+// stage's dL/dlogits, and with recomputation the scratch set once. Bytes, not rounded.
+double ActivationBytes(const ReplicaPlace& place, const StageSizes& sizes, int in_flight);
 
 // The memory model: what a replica at `place` with `sizes` holds at its peak (the terms above,
 // each rounded to whole bytes).

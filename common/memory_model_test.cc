@@ -145,5 +145,29 @@ TEST(MemoryModelTest, PredictReplicaMemoryAddsEveryTerm) {
   EXPECT_EQ(zb.workspace, 0);
 }
 
+TEST(MemoryModelTest, RecomputationKeepsInputsAndOutputsInFlightAndOneScratchSet) {
+  StageSizes sizes;
+  sizes.parameter_bytes = 1000;
+  sizes.activation_bytes = 300;
+  sizes.input_bytes = 10;
+  sizes.output_bytes = 20;
+  // Stage 0 of 4 under gpipe, M = 8: 8 micro-batches in flight.
+  ReplicaPlace place = Place(ScheduleKind::kGPipe, 0, 8, {1, 1, 1, 1});
+  EXPECT_EQ(PredictReplicaMemory(place, sizes).activations, 8 * 300);
+  place.recompute = true;
+  // Inputs and outputs of the 8, and the scratch set: every output and saved byte (300 - 10).
+  const ReplicaMemory m = PredictReplicaMemory(place, sizes);
+  EXPECT_EQ(m.in_flight, 8);
+  EXPECT_EQ(m.activations, 8 * (10 + 20) + 290);
+  EXPECT_EQ(ActivationBytes(place, sizes, 3), 3 * (10 + 20) + 290);
+  // The rest of the replica is unchanged.
+  place.recompute = false;
+  EXPECT_EQ(m.WeightBytes(), PredictReplicaMemory(place, sizes).WeightBytes());
+  // The last stage also keeps each one's dL/dlogits (the size of its output).
+  ReplicaPlace last = Place(ScheduleKind::kDapple, 3, 8, {1, 1, 1, 1});
+  last.recompute = true;
+  EXPECT_EQ(PredictReplicaMemory(last, sizes).activations, 1 * (10 + 20 + 20) + 290);
+}
+
 }  // namespace
 }  // namespace dapple::memory

@@ -3,7 +3,7 @@
 Every layer's compute is a wait of its profiled time, so schedules, bubbles and memory can be
 measured on this machine (about one core) with real processes: a real dapple-coordinator and
 real dapple-worker processes on 127.0.0.1 (tests/integration/cluster.py), activations of the
-model's real sizes over UCX. Three tables:
+model's real sizes over UCX. Its tables:
   (a) measured step time against the simulator's prediction for the same plan
       (P = 2/4, M = 4/8, gpipe/dapple; goal: within 5%);
   (b) measured bubble (stage idle / step, from the per-stage step stats) against
@@ -24,10 +24,13 @@ model's real sizes over UCX. Three tables:
       rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
       buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
       pipedream with 1F1B-RR and pipedream with vertical sync (P = 2, M = 8; goal: within 10%).
+  (r) activation recomputation (training.recompute all against none; gpipe and dapple, P = 2,
+      M = 8): per stage the measured peak activation bytes against the memory model's
+      stage-input bound, and the step's growth against one forward per micro-batch.
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m,z]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m,r,z]
 """
 import argparse
 import json
@@ -360,11 +363,59 @@ def table_z(cluster, steps, directory, micro_batch=32):
     return rows
 
 
+def table_r(cluster, steps, directory, p=2, m=8, micro_batch=32):
+    """(r) Each schedule with training.recompute none, then all: per stage the measured peak
+    activation bytes (StageStepStats.peak_activation_bytes, max over the steps: what the
+    backend's buffers held, send and receive buffers included) and the memory model's
+    prediction for that rank (the rank logs it; its activations are the peak less the weights
+    the rank reports), the median step time after step 2 and the median forward and backward
+    seconds per step of each stage."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=p)
+    rows = []
+    try:
+        c.wait_workers(p)
+        for schedule in ("gpipe", "dapple"):
+            for recompute in ("none", "all"):
+                c.wait_workers(p)
+                text = cluster.spec_yaml("emu-rc-%s-%s" % (schedule, recompute), MODEL,
+                                         m * micro_batch, micro_batch, p, schedule=schedule,
+                                         max_steps=steps,
+                                         training_extra=["recompute: %s" % recompute])
+                text += "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % \
+                    profile
+                j, seen = run_job(c, text, steps, by_rank=True)
+                logged = rank_memory(c, j["_job"], p)
+                plan = j["plan"]
+                for st in range(p):
+                    stats = [v for (s, r, k), v in seen.items() if s == st and r == 0]
+                    later = [v for (s, r, k), v in seen.items() if s == st and r == 0 and k > 2]
+                    later = later or stats
+                    peak = max(stats, key=lambda v: int(v.get("peak_activation_bytes", 0)))
+                    acts = int(peak.get("peak_activation_bytes", 0))
+                    predicted_acts = logged[(st, 0)][1] - int(peak.get("weight_bytes", 0))
+                    med = lambda key: 1e3 * statistics.median(float(v.get(key, 0)) for v in later)
+                    rows.append((schedule, recompute, st,
+                                 bool(plan["stages"][st].get("recompute", False)), acts,
+                                 predicted_acts, med("step_seconds"), med("forward_seconds"),
+                                 med("backward_seconds"), float(plan["predicted_step_ms"]),
+                                 int(peak.get("peak_in_flight", 0))))
+                    r = rows[-1]
+                    print("%s recompute %s stage %d (plan: %s): activations %d B measured, %d B "
+                          "predicted; %d in flight; step %.1f ms (predicted %.1f), forward %.1f "
+                          "ms, backward %.1f ms per step" %
+                          (schedule, recompute, st, r[3], r[4], r[5], r[10], r[6], r[9], r[7],
+                           r[8]), flush=True)
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e,m,z")
+    ap.add_argument("--only", default="a,b,c,d,e,m,r,z")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -441,6 +492,14 @@ def main():
                   (label, st, rep, pred, meas, meas / pred, plan_peak, weights, acts, versions))
         worst = max(abs(r[4] / r[3] - 1) for r in rows)
         print("largest |measured / predicted - 1| over every rank: %.1f%%" % (worst * 100))
+    if "r" in only:
+        rows = table_r(cluster, args.steps, directory)
+        print("\n| schedule | recompute | stage | in flight | measured peak activations (bytes) | "
+              "predicted | measured step ms | predicted step ms | forward ms per step | "
+              "backward ms per step |\n|---|---|---|---|---|---|---|---|---|---|")
+        for (sched, rc, st, planned, acts, pred, step, fwd, bwd, pstep, inflight) in rows:
+            print("| %s | %s | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f |" %
+                  (sched, rc, st, inflight, acts, pred, step, pstep, fwd, bwd))
 
 if __name__ == "__main__":
     main()

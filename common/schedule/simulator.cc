@@ -115,6 +115,8 @@ absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
   DAPPLE_RETURN_IF_ERROR(
       CheckPerStage("allreduce_per_stage", costs.allreduce_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(
+      CheckPerStage("recompute_per_stage", costs.recompute_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
       CheckPerBoundary("act_transfer_per_boundary", costs.act_transfer_per_boundary, num_stages));
   DAPPLE_RETURN_IF_ERROR(
       CheckPerBoundary("grad_transfer_per_boundary", costs.grad_transfer_per_boundary, num_stages));
@@ -128,7 +130,7 @@ double ForwardCost(const ActionCosts& c, int s) {
   return PerStage(c.forward_per_stage, c.forward, s);
 }
 double BackwardCost(const ActionCosts& c, int s) {
-  return PerStage(c.backward_per_stage, c.backward, s);
+  return PerStage(c.backward_per_stage, c.backward, s) + PerStage(c.recompute_per_stage, 0.0, s);
 }
 // The zero-bubble split of the stage's backward (simulator.h, ActionCosts).
 double BackwardWeightCost(const ActionCosts& c, int s) {

@@ -83,6 +83,10 @@ struct ActionCosts {
   std::vector<double> backward_per_stage;
   std::vector<double> optimizer_step_per_stage;
   std::vector<double> allreduce_per_stage;
+  // Empty (none) or P entries: activation recomputation's forward, which a recomputing stage
+  // runs again before each micro-batch's BACKWARD (worker/runtime/layer_recompute.h); it
+  // lengthens that BACKWARD (0 for a stage that keeps its activations).
+  std::vector<double> recompute_per_stage;
   // Empty (no transfer time) or P - 1 entries. Entry s: the time one micro-batch's activation
   // (SEND_ACT on stage s) / gradient (SEND_GRAD on stage s + 1) occupies the directed link
   // between stages s and s + 1.

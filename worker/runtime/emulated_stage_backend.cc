@@ -21,6 +21,7 @@
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
 #include "worker/runtime/host_message_buffer.h"
+#include "worker/runtime/layer_recompute.h"
 #include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
@@ -129,8 +130,14 @@ class EmulatedStageBackend : public StageBackend {
                                                  At(&input_rows_, slot)));
     }
     Grow(&At(&outputs_, slot), Elements(rows, output_shape_));
-    // What the real layers would keep until the backward: their inner outputs and saved bytes.
-    Grow(&At(&kept_, slot), rows * kept_floats_per_sample_);
+    // What the real layers would keep until the backward: their inner outputs and saved bytes;
+    // with recomputation, in the one scratch set every forward runs through (which also holds
+    // the last layer's output: layer_recompute.h).
+    if (recompute_) {
+      GrowScratch(rows);
+    } else {
+      Grow(&At(&kept_, slot), rows * kept_floats_per_sample_);
+    }
     At(&output_rows_, slot) = rows;
     return sleeper_->Sleep(PerRows(forward_ms_, rows));
   }
@@ -171,6 +178,11 @@ class EmulatedStageBackend : public StageBackend {
     if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
     // The real backward's two buffers for the gradients between the stage's layers.
     for (int i = 0; i < 2; ++i) Grow(&inner_grads_[i], rows * inner_floats_per_sample_[i]);
+    // Recomputation: the micro-batch's forward again, into the scratch set, before its backward.
+    if (recompute_) {
+      GrowScratch(rows);
+      DAPPLE_RETURN_IF_ERROR(sleeper_->Sleep(PerRows(forward_ms_, rows)));
+    }
     return sleeper_->Sleep(PerRows(backward_ms_, rows));
   }
 
@@ -178,6 +190,7 @@ class EmulatedStageBackend : public StageBackend {
   // (schedule::kBackwardWeightFraction), so measured and simulated steps compare.
   absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
                              bool need_dx) override {
+    if (recompute_) return SplitBackwardWithRecomputeError();  // as the CPU backend
     DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
     DAPPLE_RETURN_IF_ERROR(CheckIndex("micro-batch", micro_batch));
     const int64_t dy_rows =
@@ -229,7 +242,7 @@ class EmulatedStageBackend : public StageBackend {
                                 &grad_recv_, &grad_send_}) {
       for (const std::vector<float>& v : *buffers) held.activations += bytes(v);
     }
-    held.activations += bytes(inner_grads_[0]) + bytes(inner_grads_[1]);
+    held.activations += bytes(inner_grads_[0]) + bytes(inner_grads_[1]) + bytes(scratch_);
     return held;
   }
 
@@ -371,6 +384,7 @@ class EmulatedStageBackend : public StageBackend {
   int64_t optimizer_state_floats_ = 0;
   std::vector<float> optimizer_state_;
   std::unique_ptr<Sleeper> sleeper_;
+  bool recompute_ = false;  // activation recomputation (layer_recompute.h)
 
  private:
   // Indices come from the runtime (slots, micro-batches, send ids); a negative one is a bug.
@@ -379,12 +393,17 @@ class EmulatedStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  void GrowScratch(int64_t rows) {
+    Grow(&scratch_, rows * kept_floats_per_sample_ + Elements(rows, output_shape_));
+  }
+
   absl::Duration PerRows(double ms, int64_t rows) const {
     return absl::Milliseconds(ms * static_cast<double>(rows) / static_cast<double>(batch_size_));
   }
 
-  std::vector<std::vector<float>> inputs_, outputs_;       // per slot
-  std::vector<std::vector<float>> kept_;                   // per slot: inner outputs, saved
+  std::vector<std::vector<float>> inputs_, outputs_;  // per slot
+  std::vector<std::vector<float>> kept_;              // per slot: inner outputs, saved
+  std::vector<float> scratch_;  // recomputation: one set of inner outputs, saved, output
   std::vector<std::vector<float>> dlogits_;                // per slot, last stage: dL/dlogits
   std::vector<std::vector<float>> split_dys_;              // per slot: the split's kept dy
   std::vector<int64_t> split_rows_;                        // per slot: awaiting its W, or -1
@@ -408,7 +427,7 @@ absl::Status CheckTime(double ms, const char* field, int layer) {
 
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
     const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
-    std::unique_ptr<Sleeper> sleeper) {
+    std::unique_ptr<Sleeper> sleeper, bool recompute) {
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   const int num_layers = static_cast<int>(infos.size());
   if (first_layer < 0 || last_layer < first_layer || last_layer >= num_layers) {
@@ -466,6 +485,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
                           kernels::MakeOptimizer(spec.training().optimizer()));
   b->optimizer_state_names_ = optimizer->StateNames();
   b->sleeper_ = sleeper != nullptr ? std::move(sleeper) : std::make_unique<PreciseSleeper>();
+  b->recompute_ = recompute;
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

@@ -244,8 +244,12 @@ inline int64_t HeldBytesOf(const kernels::Tensor& t) {
 
 // The CPU backend on kernels/cpu: layers [first_layer, last_layer] of `spec.model()` with the
 // deterministic initial weights of kernels/cpu/model.h and spec.training().optimizer().
+// `recompute` (the plan's PlanStageSummary.recompute): activation recomputation
+// (layer_recompute.h): a slot keeps only its input and output, and Backward runs the slot's
+// forward again before its backward; same results, one more forward per micro-batch.
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobSpec& spec,
-                                                                  int first_layer, int last_layer);
+                                                                  int first_layer, int last_layer,
+                                                                  bool recompute = false);
 
 }  // namespace dapple::worker
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -232,7 +233,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   } else {
     // Not measured: the model's figures, with the in-flight count this step really reached.
     const int64_t activations =
-        peak_live_slots_ * activation_bytes_per_micro_batch_ + predicted_memory_.communication;
+        std::llround(memory::ActivationBytes(memory_place_, memory_sizes_, peak_live_slots_)) +
+        predicted_memory_.communication;
     const int64_t weights =
         predicted_memory_.WeightBytes() - predicted_memory_.stashed_weights + version_bytes;
     st.set_weight_bytes(weights);

@@ -86,8 +86,9 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
     node->set_device_memory_bytes(std::min(node->device_memory_bytes(), memory));
     // The host's compute capacity as its workers measured it (the smallest: measured under the
     // most load), for stages that share its cores; a host with a worker that reports none (a
-    // cuda worker, an older worker) has none.
-    const double capacity = w.host_compute_capacity();
+    // cuda worker, an older worker) has none, and so does every host of an emulated job: its
+    // stages wait instead of computing, so they never compete for the cores.
+    const double capacity = device_type == "emulated" ? 0 : w.host_compute_capacity();
     if (added) {
       node->set_compute_capacity(capacity);
     } else if (node->compute_capacity() > 0) {

@@ -36,7 +36,8 @@ std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>
 // device_memory_bytes, divided by the number of live workers on that host that report
 // device_memory_shared (they share its RAM) when the worker reports it shared, or
 // defaults.device_memory_bytes when it reported 0. A node's compute_capacity is the smallest
-// host_compute_capacity its workers reported, 0 when any of them reported none (cuda workers).
+// host_compute_capacity its workers reported, 0 when any of them reported none (cuda workers)
+// and 0 for every node when device_type is "emulated" (emulated stages wait, using no cores).
 // Links and latencies come from `defaults`.
 // source: "3 registered workers (cpu) on 2 hosts".
 // kFailedPrecondition when no worker fits: "no registered workers with cpu devices to plan on:

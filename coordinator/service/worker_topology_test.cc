@@ -87,6 +87,20 @@ TEST(WorkerTopologyTest, ANodesComputeCapacityIsTheSmallestItsWorkersMeasured) {
   EXPECT_EQ(t->nodes(2).compute_capacity(), 0);
 }
 
+// Emulated stages wait instead of computing: they never slow each other down on a shared host.
+TEST(WorkerTopologyTest, AnEmulatedJobsHostsHaveNoComputeCapacity) {
+  std::vector<v1::WorkerInfo> workers = {Worker("w-1", "h", "cpu"), Worker("w-2", "h", "cpu")};
+  workers[0].set_host_compute_capacity(1.4);
+  workers[1].set_host_compute_capacity(1.2);
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "emulated", PlanDefaults());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nodes_size(), 1);
+  EXPECT_EQ(t->nodes(0).compute_capacity(), 0);
+  t = TopologyFromWorkers(workers, "cpu", PlanDefaults());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->nodes(0).compute_capacity(), 1.2);
+}
+
 TEST(WorkerTopologyTest, NoFittingWorkerTellsToPassACluster) {
   const std::vector<v1::WorkerInfo> workers = {Worker("w-1", "a", "cpu")};
   absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cuda", PlanDefaults());

@@ -169,6 +169,12 @@ int CommTable(v1::ActionKind kind) {
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
     case v1::OPTIMIZER_STEP:
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
+    case v1::ALLREDUCE_ASYNC:
+    case v1::STALE_OPTIMIZER_STEP:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
       break;
@@ -385,6 +391,12 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM:
         case v1::OPTIMIZER_STEP:
+        case v1::USE_WEIGHTS:
+        case v1::RESTORE_WEIGHTS:
+        case v1::STASH_WEIGHTS:
+        case v1::DROP_WEIGHTS:
+        case v1::ALLREDUCE_ASYNC:
+        case v1::STALE_OPTIMIZER_STEP:
         case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
         case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
           break;
@@ -422,7 +434,15 @@ std::string CellLabel(const Op& a) {
     case v1::GLOBAL_NORM:
       return "GN";
     case v1::OPTIMIZER_STEP:
+    case v1::STALE_OPTIMIZER_STEP:
       return "ST";
+    case v1::ALLREDUCE_ASYNC:
+      return "AA";
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
+      return "W";
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -613,13 +633,23 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           --in_flight[s];
           break;
         case v1::OPTIMIZER_STEP:
+        case v1::STALE_OPTIMIZER_STEP:
           cost = OptimizerStepCost(costs, s);
           result.busy_time[s] += cost;
           result.optimizer_step_end[s].push_back(start + cost);
           break;
+        // The asynchronous AllReduce is charged like a synchronous one: the simulator knows no
+        // overlap across steps (the plan simulator prices Pipe-SGD's with pipesgd_model.h).
         case v1::ALLREDUCE:
+        case v1::ALLREDUCE_ASYNC:
           cost = AllReduceCost(costs, s);
           result.allreduce_time[s] += cost;
+          break;
+        // Local and free: weight versions are copies the memory model counts.
+        case v1::USE_WEIGHTS:
+        case v1::RESTORE_WEIGHTS:
+        case v1::STASH_WEIGHTS:
+        case v1::DROP_WEIGHTS:
           break;
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM: {
@@ -681,7 +711,8 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
       if (waiting[s]) break;
       if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, CellLabel(a)});
       if (keep_intervals && cost > 0 &&
-          (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::OPTIMIZER_STEP)) {
+          (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::OPTIMIZER_STEP ||
+           a.kind == v1::STALE_OPTIMIZER_STEP)) {
         result.compute_intervals[s].push_back({start, start + cost});
       }
       clock[s] = start + cost;

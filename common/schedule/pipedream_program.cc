@@ -189,14 +189,26 @@ absl::Status CheckPipeDreamRun(const PipeDreamProgramOptions& options) {
   for (int s = 0; s < num_stages; ++s) {
     whole.layout.warm_ups.push_back(PipeDreamWarmUp(options.layout, s));
   }
-  std::vector<v1::RankProgram> programs;
+  // Ops, not protobuf actions: a run holds steps * M micro-batches per stage.
+  const int m = options.layout.num_micro_batches;
+  std::vector<OpProgram> programs;
   for (int s = 0; s < num_stages; ++s) {
-    programs.push_back(
-        ExpandRun(BuildPipeDreamProgram(whole, s, 0), options.layout.num_micro_batches));
+    const v1::RankProgram program = BuildPipeDreamProgram(whole, s, 0);
+    OpProgram& run = programs.emplace_back();
+    int64_t index = 0;
+    for (const v1::ProgramPhase& phase : program.phases()) {
+      for (int64_t i = 0; i < phase.steps(); ++i, ++index) {
+        const v1::StepActions& step = phase.cycle(static_cast<int>(i % phase.cycle_size()));
+        for (const v1::Action& a : step.actions()) {
+          const bool named = KindHasMicroBatch(a.kind());
+          run.push_back({a.kind(), named ? static_cast<int>(index * m + a.micro_batch()) : -1});
+        }
+      }
+    }
   }
   SimulateOptions sim;
   sim.render_grid = false;
-  const absl::StatusOr<SimulationResult> result = Simulate(programs, ActionCosts{}, sim);
+  const absl::StatusOr<SimulationResult> result = SimulateOps(programs, ActionCosts{}, sim);
   if (!result.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("schedule pipedream: ", result.status().message()));

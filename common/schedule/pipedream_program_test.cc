@@ -133,6 +133,11 @@ TEST(PipeDreamProgramTest, TheSimulatorProvesEveryRunDeadlockFree) {
   }
 }
 
+// A long run is proven in time (the whole run is simulated: steps * M micro-batches).
+TEST(PipeDreamProgramTest, ProvesALongRun) {
+  EXPECT_TRUE(CheckPipeDreamRun(Options({1, 2, 1, 1}, 16, 5000)).ok());
+}
+
 // The grid of three steps of P = 3, M = 2 (forward 1, backward 2): no flush between steps.
 TEST(PipeDreamProgramTest, ThreeStepsGrid) {
   const PipeDreamProgramOptions o = Options({1, 1, 1}, 2, 3);

@@ -405,6 +405,20 @@ TEST(PipeDreamRoundRobinTest, TrainsLikeAnUnreplicatedPipelineWithTheSameWarmUps
   }
 }
 
+// The coordinator's program covers the run: a step outside it is refused, naming the run.
+TEST(PipeDreamRuntimeTest, RefusesAStepOutsideTheProgramsRun) {
+  const v1::JobSpec spec = PipeDreamSpec(64, 32, 2);
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 1);
+  auto rt = StageRuntime::Create(
+      parity::Assignment(spec, plan, 0, schedule::JobRankProgram(spec, plan, 0, 0, 0).value()),
+      &parity::TrainSet(), &parity::TestSet(), nullptr);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const absl::StatusOr<StepResult> r = (*rt)->RunStep(2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "step 3 outside the program's run: steps 1 to 2");
+}
+
 TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
   const v1::JobSpec spec = PipeDreamSpec(64, 32, 2);  // M = 2
   const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), {3, 1});

@@ -47,6 +47,13 @@ int64_t MicroBatches(const v1::JobSpec& spec);
 // the MFU's peak all ask it.
 bool UsesBf16(const v1::TrainingSpec& training);
 
+// training.recompute (activation recomputation, worker/runtime/layer_recompute.h): "none" (or
+// empty, the default), "all" (every stage recomputes) or "auto" (the planner turns it on for the
+// stages that do not fit the device memory limit without it: coordinator/planner/recompute.h).
+// The one reading of the field; a value validation refuses reads as kNone.
+enum class RecomputeMode { kNone, kAll, kAuto };
+RecomputeMode Recompute(const v1::TrainingSpec& training);
+
 // The spec back as YAML (for `dapplectl get -o yaml` and logs).
 std::string JobSpecToYaml(const v1::JobSpec& spec);
 

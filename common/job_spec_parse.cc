@@ -47,7 +47,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "max_grad_norm",
                                                "lr_schedule",
                                                "eval_every_steps",
-                                               "precision"};
+                                               "precision",
+                                               "recompute"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
@@ -131,6 +132,9 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   }
   if (const Field* f = Find(fields, "precision")) {
     DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(), String(*f, "training.precision"));
+  }
+  if (const Field* f = Find(fields, "recompute")) {
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_recompute(), String(*f, "training.recompute"));
   }
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));

@@ -40,11 +40,16 @@ constexpr int64_t kMaxDevices = 4096;
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
 constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe",   "dapple", "pipedream",
+                                                     "pipesgd", "zb-h1",  "zb-h2"};
+// The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
+// not split yet (worker/runtime/stage_backend.h).
+constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
 constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
 constexpr char kEmulatedDeviceType[] = "emulated";
 constexpr char kCudaDeviceType[] = "cuda";
 constexpr absl::string_view kPrecisions[] = {"fp32", "bf16"};
+constexpr absl::string_view kRecomputeModes[] = {"none", "all", "auto"};
 // parallel.emulation.scale stretches profiled times so a schedule's timing shows above the
 // host's noise; x1000 already turns a 1 ms layer into 1 s. More is a mistake (1e12 would keep
 // the workers busy for ever), so it is refused at submit.
@@ -527,6 +532,14 @@ Check CheckParallel(const v1::JobSpec& spec) {
                               absl::StrJoin(kDeviceTypes, ", ")));
   }
   if (Check c = CheckEmulation(p)) return c;
+  if (Contains(kSplitBackwardSchedules, p.schedule()) && p.device_type() == kCudaDeviceType) {
+    return At("parallel.schedule",
+              absl::StrFormat("parallel.schedule %s with parallel.device_type cuda is not "
+                              "implemented: the CUDA backend does not split its backward into "
+                              "BACKWARD_INPUT / BACKWARD_WEIGHT yet; use schedule dapple on cuda, "
+                              "or device_type cpu or emulated",
+                              p.schedule()));
+  }
   if (!Contains(kAvailablePlanners, p.planner())) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),
@@ -594,6 +607,35 @@ Check CheckPrecision(const v1::JobSpec& spec) {
   return std::nullopt;
 }
 
+// training.recompute: known, not on CUDA stages (the CUDA backend does not recompute yet) and not
+// with a zero-bubble schedule (layer_recompute.h). Needs a valid parallel.device_type.
+Check CheckRecompute(const v1::JobSpec& spec) {
+  const std::string& recompute = spec.training().recompute();
+  if (!recompute.empty() && !Contains(kRecomputeModes, recompute)) {
+    return At("training.recompute",
+              absl::StrFormat("training.recompute '%s' is unknown; known: %s", recompute,
+                              absl::StrJoin(kRecomputeModes, ", ")));
+  }
+  if (Recompute(spec.training()) != RecomputeMode::kNone &&
+      spec.parallel().device_type() == kCudaDeviceType) {
+    return At("training.recompute",
+              absl::StrFormat("training.recompute %s runs on CPU and emulated stages only, but "
+                              "parallel.device_type is cuda: set recompute: none (or "
+                              "device_type: cpu or emulated)",
+                              recompute));
+  }
+  if (Recompute(spec.training()) != RecomputeMode::kNone &&
+      Contains(kSplitBackwardSchedules, spec.parallel().schedule())) {
+    return At("training.recompute",
+              absl::StrFormat("training.recompute %s with parallel.schedule %s is not supported: "
+                              "a recomputing stage replays one micro-batch's forward right before "
+                              "its backward, and %s splits that backward around other "
+                              "micro-batches' work: set recompute: none (or schedule: dapple)",
+                              recompute, spec.parallel().schedule(), spec.parallel().schedule()));
+  }
+  return std::nullopt;
+}
+
 // Needs a valid model and batch sizes.
 Check CheckStepActivations(const v1::JobSpec& spec) {
   absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
@@ -626,12 +668,19 @@ Check Validate(const v1::JobSpec& spec) {
   if (Check c = CheckSample(spec)) return c;
   if (Check c = CheckStepActivations(spec)) return c;
   if (Check c = CheckParallel(spec)) return c;
-  return CheckPrecision(spec);
+  if (Check c = CheckPrecision(spec)) return c;
+  return CheckRecompute(spec);
 }
 
 }  // namespace job_spec_internal
 
 bool UsesBf16(const v1::TrainingSpec& training) { return training.precision() == "bf16"; }
+
+RecomputeMode Recompute(const v1::TrainingSpec& training) {
+  if (training.recompute() == "all") return RecomputeMode::kAll;
+  if (training.recompute() == "auto") return RecomputeMode::kAuto;
+  return RecomputeMode::kNone;
+}
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (job_spec_internal::Check violation = job_spec_internal::Validate(spec)) {

@@ -208,7 +208,22 @@ TEST(ValidateJobSpecTest, Schedule) {
   v1::JobSpec spec = Example();
   spec.mutable_parallel()->set_schedule("zerobubble");
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
-                                        "gpipe, dapple, pipedream, pipesgd"});
+                                        "gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2"});
+  for (const char* zb : {"zb-h1", "zb-h2"}) {
+    spec.mutable_parallel()->set_schedule(zb);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << zb << ": " << ValidateJobSpec(spec);
+    // With clipping too: the global norm comes after every BACKWARD_WEIGHT (generators.h).
+    v1::JobSpec clipped = spec;
+    clipped.mutable_training()->set_max_grad_norm(1.0);
+    EXPECT_TRUE(ValidateJobSpec(clipped).ok()) << zb << ": " << ValidateJobSpec(clipped);
+    // The CUDA backend does not split its backward yet.
+    v1::JobSpec cuda = spec;
+    cuda.mutable_parallel()->set_device_type("cuda");
+    ExpectInvalid(ValidateJobSpec(cuda), {absl::StrCat("parallel.schedule ", zb,
+                                                       " with parallel.device_type cuda is not "
+                                                       "implemented"),
+                                          "use schedule dapple on cuda"});
+  }
 }
 
 // schedule pipedream: stages may have replicas (1F1B-RR: whole micro-batches round-robin), at
@@ -350,6 +365,42 @@ TEST(ValidateJobSpecTest, Precision) {
   spec.mutable_parallel()->clear_emulation();
   spec.mutable_training()->set_precision("fp16");
   ExpectInvalid(ValidateJobSpec(spec), {"training.precision 'fp16' is unknown; known: fp32, bf16"});
+}
+
+// training.recompute: none, all or auto on CPU and emulated stages; not on CUDA ones (the CUDA
+// backend does not recompute yet).
+TEST(ValidateJobSpecTest, Recompute) {
+  v1::JobSpec spec = Example();
+  EXPECT_EQ(Recompute(spec.training()), RecomputeMode::kNone);
+  for (const char* device_type : {"any", "cpu", ""}) {
+    spec.mutable_parallel()->set_device_type(device_type);
+    for (const char* ok : {"", "none", "all", "auto"}) {
+      spec.mutable_training()->set_recompute(ok);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << device_type << " " << ok;
+    }
+  }
+  spec.mutable_training()->set_recompute("all");
+  EXPECT_EQ(Recompute(spec.training()), RecomputeMode::kAll);
+  spec.mutable_training()->set_recompute("auto");
+  EXPECT_EQ(Recompute(spec.training()), RecomputeMode::kAuto);
+  spec.mutable_parallel()->set_device_type("cuda");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.recompute auto runs on CPU and emulated stages only, but "
+                 "parallel.device_type is cuda: set recompute: none (or device_type: cpu or "
+                 "emulated)"});
+  spec.mutable_training()->set_recompute("none");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_device_type("cpu");
+  spec.mutable_training()->set_recompute("selective");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.recompute 'selective' is unknown; known: none, all, auto"});
+  spec.mutable_training()->set_recompute("all");
+  spec.mutable_parallel()->set_schedule("zb-h2");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.recompute all with parallel.schedule zb-h2 is not supported: a "
+                 "recomputing stage replays one micro-batch's forward right before its backward, "
+                 "and zb-h2 splits that backward around other micro-batches' work: set recompute: "
+                 "none (or schedule: dapple)"});
 }
 
 TEST(ValidateJobSpecTest, Planner) {
@@ -606,7 +657,7 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
       Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
       "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
       "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
-      "max_grad_norm, lr_schedule, eval_every_steps, precision; did you mean 'epochs'?");
+      "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute; did you mean 'epochs'?");
 }
 
 }  // namespace

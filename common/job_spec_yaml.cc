@@ -141,6 +141,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   if (!t.precision().empty()) {
     absl::StrAppend(&out, "  precision: ", YamlString(t.precision()), "\n");
   }
+  if (!t.recompute().empty()) {
+    absl::StrAppend(&out, "  recompute: ", YamlString(t.recompute()), "\n");
+  }
   if (t.has_lr_schedule()) {
     const v1::LrSchedule& l = t.lr_schedule();
     absl::StrAppend(&out, "  lr_schedule: {warmup_steps: ", l.warmup_steps(),

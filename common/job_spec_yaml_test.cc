@@ -83,6 +83,13 @@ TEST(JobSpecToYamlTest, RoundTrips) {
     ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
     ExpectRoundTrip(spec);
   }
+  spec.mutable_parallel()->set_device_type("cpu");
+  spec.mutable_training()->set_precision("");
+  for (const char* recompute : {"none", "all", "auto"}) {
+    spec.mutable_training()->set_recompute(recompute);
+    ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    ExpectRoundTrip(spec);
+  }
 }
 
 // ------------------------------------------------------------------------ keys that don't apply

@@ -73,6 +73,11 @@ double ParameterStateBytes(double parameter_bytes, double optimizer_state_copies
 
 double InFlightBound(schedule::ScheduleKind schedule, int stages_from_here, double micro_batches) {
   if (schedule == schedule::ScheduleKind::kGPipe) return micro_batches;
+  // The zero-bubble schedules hold P (ZB-H1) or 2P - 1 (ZB-H2) on every stage; without P, the
+  // stages from here give the lower bound P - s, or 2(P - s) - 1.
+  if (schedule == schedule::ScheduleKind::kZbH2) {
+    return std::min(2.0 * stages_from_here - 1, micro_batches);
+  }
   return std::min(static_cast<double>(stages_from_here), micro_batches);
 }
 
@@ -81,6 +86,10 @@ int ActivationsInFlight(const ReplicaPlace& place) {
   if (place.schedule == schedule::ScheduleKind::kPipeDream) {
     return static_cast<int>(schedule::PipeDreamReplicaInFlight(Layout(place), place.stage));
   }
+  // Warm-up + W lag (schedule/generators.h): P on every stage under ZB-H1, 2P - 1 under ZB-H2.
+  const int p = NumStages(place);
+  if (place.schedule == schedule::ScheduleKind::kZbH1) return std::min(p, M);
+  if (place.schedule == schedule::ScheduleKind::kZbH2) return std::min(2 * p - 1, M);
   // GPipe runs every forward before the first backward; 1F1B (dapple, pipesgd) at most P - s.
   return static_cast<int>(InFlightBound(place.schedule, NumStages(place) - place.stage, M));
 }
@@ -117,6 +126,15 @@ int CommunicationBufferIds(const ReplicaPlace& place) {
                           std::gcd(ids, static_cast<int64_t>(ReplicasOf(place, place.stage))));
 }
 
+double ActivationBytes(const ReplicaPlace& place, const StageSizes& sizes, int in_flight) {
+  const bool last = place.stage == NumStages(place) - 1;
+  const double dlogits = last ? sizes.output_bytes : 0.0;
+  if (!place.recompute) return (sizes.activation_bytes + dlogits) * in_flight;
+  // The scratch set: every layer's output and saved bytes; its input is the slot's.
+  const double scratch = sizes.activation_bytes - sizes.input_bytes;
+  return (sizes.input_bytes + sizes.output_bytes + dlogits) * in_flight + scratch;
+}
+
 ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& sizes) {
   const double w = sizes.parameter_bytes;
   ReplicaMemory m;
@@ -129,8 +147,7 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
   m.stashed_weights = RoundBytes(w * ExtraWeightCopies(place));
   const bool first = place.stage == 0;
   const bool last = place.stage == NumStages(place) - 1;
-  m.activations =
-      RoundBytes((sizes.activation_bytes + (last ? sizes.output_bytes : 0.0)) * m.in_flight);
+  m.activations = RoundBytes(ActivationBytes(place, sizes, m.in_flight));
   double buffers[2] = {0, 0};
   const int inner = static_cast<int>(sizes.inner_output_bytes.size());
   for (int i = 0; i < inner; ++i) {
@@ -139,6 +156,15 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
     buffer = std::max(buffer, sizes.inner_output_bytes[static_cast<size_t>(i)]);
   }
   m.workspace = RoundBytes(buffers[0] + buffers[1]);
+  if (place.schedule == schedule::ScheduleKind::kZbH1 ||
+      place.schedule == schedule::ScheduleKind::kZbH2) {
+    // The split backward never uses the two shared buffers: each slot keeps its own inner
+    // gradients from BACKWARD_INPUT for BACKWARD_WEIGHT, and keeps them allocated for reuse.
+    double inner_sum = 0;
+    for (double bytes : sizes.inner_output_bytes) inner_sum += bytes;
+    m.activations += RoundBytes(inner_sum * m.in_flight);
+    m.workspace = 0;
+  }
   // Per id: the output sent and its gradient received (not the last stage), the input gradient
   // sent back (not the first).
   const double per_id = (last ? 0.0 : 2.0 * sizes.output_bytes) + (first ? 0.0 : sizes.input_bytes);

@@ -21,7 +21,13 @@
 //   activations             ActivationsInFlight micro-batches of the stage's activations (the
 //                           stage input, every layer's output and saved bytes) at ReplicaRows
 //                           samples each; on the last stage also each one's dL/dlogits (the
-//                           loss computes it with the forward; the backward reads it)
+//                           loss computes it with the forward; the backward reads it). A stage
+//                           that recomputes (activation recomputation, Chen et al. 2016;
+//                           worker/runtime/layer_recompute.h) keeps per micro-batch in flight
+//                           only its input and its output (the output waits for its send or the
+//                           loss; the last stage's dL/dlogits as above), plus one micro-batch's
+//                           activations but the input once: the scratch set every forward and
+//                           every recomputation runs through
 //   communication buffers   per micro-batch id the replica sends or receives under
 //                           (CommunicationBufferIds): the activation it sends (its output) and
 //                           the gradient it receives for it (not the last stage), and the input
@@ -32,7 +38,10 @@
 //                           layers, used in turn from the last layer down (dx of layer k, the
 //                           size of layer k - 1's output, goes to buffer (last - k) % 2); each
 //                           keeps the largest it held: the largest of the inner outputs at even
-//                           and at odd distance from the last layer
+//                           and at odd distance from the last layer. Under zb-h1 / zb-h2 none:
+//                           the split backward keeps, per micro-batch in flight (its slot), the
+//                           gradients of every inner output from BACKWARD_INPUT for
+//                           BACKWARD_WEIGHT, counted with the activations
 // Not counted: batch norm's running statistics (a few floats per channel), kernels' transient
 // scratch inside one action (freed before the next), the process's code and libraries.
 //
@@ -70,17 +79,22 @@ struct ReplicaPlace {
   bool vertical_sync = false;  // pipedream.vertical_sync
   // Steps of the run (PipeDream's warm-up is at most steps x M micro-batches); 0: long.
   int64_t num_steps = 0;
+  // The stage recomputes its activations (PlanStageSummary.recompute).
+  bool recompute = false;
 };
 
 // Micro-batches whose activations a replica holds at its peak: M under gpipe (all forwards
 // before the first backward), min(P - s, M) under dapple and pipesgd (1F1B), ceil(K_s / D_s)
-// under pipedream (1F1B-RR, K_s = D_s + ... + D_{P-1}: schedule::PipeDreamReplicaInFlight).
+// under pipedream (1F1B-RR, K_s = D_s + ... + D_{P-1}: schedule::PipeDreamReplicaInFlight),
+// min(P, M) under zb-h1 and min(2P - 1, M) under zb-h2 on every stage (a micro-batch counts
+// until its BACKWARD_WEIGHT: schedule/generators.h).
 int ActivationsInFlight(const ReplicaPlace& place);
 
 // The in-flight rule for a search that places stages before the whole layout is known (DAPPLE's
 // budget, coordinator/planner/stage_budget.h): `micro_batches` under gpipe, else
-// min(stages_from_here, micro_batches) with stages_from_here = P - s; a lower bound of
-// ActivationsInFlight under pipedream with replicas.
+// min(stages_from_here, micro_batches) with stages_from_here = P - s (zb-h2:
+// min(2 (P - s) - 1, M)); a lower bound of ActivationsInFlight under pipedream with replicas and
+// under the zero-bubble schedules, whose counts need P.
 double InFlightBound(schedule::ScheduleKind schedule, int stages_from_here, double micro_batches);
 
 // Samples of one micro-batch of `micro_batch_size` a replica holds: b / D_s (split-concat under
@@ -138,6 +152,12 @@ struct ReplicaMemory {
   // The replica's peak: every term.
   int64_t PeakBytes() const { return WeightBytes() + activations + communication + workspace; }
 };
+
+// The activations term of a replica holding `in_flight` micro-batches (ActivationsInFlight at
+// the peak; the runtime also asks for the count it really reached): per micro-batch in flight
+// the activations (all of them, or with recomputation the input and the output), the last
+// stage's dL/dlogits, and with recomputation the scratch set once. Bytes, not rounded.
+double ActivationBytes(const ReplicaPlace& place, const StageSizes& sizes, int in_flight);
 
 // The memory model: what a replica at `place` with `sizes` holds at its peak (the terms above,
 // each rounded to whole bytes).

@@ -43,6 +43,14 @@ TEST(MemoryModelTest, InFlightBySchedule) {
   EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kPipeDream, 1, 8, {2, 2})), 1);
   EXPECT_EQ(InFlightBound(ScheduleKind::kGPipe, 2, 8), 8);
   EXPECT_EQ(InFlightBound(ScheduleKind::kDapple, 2, 8), 2);
+  // Zero bubble: P (ZB-H1) or 2P - 1 (ZB-H2) on every stage, capped at M; the bound without P.
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH1, s, 8, {1, 1, 1, 1})), 4);
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH2, s, 8, {1, 1, 1, 1})), 7);
+    EXPECT_EQ(ActivationsInFlight(Place(ScheduleKind::kZbH2, s, 5, {1, 1, 1, 1})), 5);
+  }
+  EXPECT_EQ(InFlightBound(ScheduleKind::kZbH1, 2, 8), 2);
+  EXPECT_EQ(InFlightBound(ScheduleKind::kZbH2, 2, 8), 3);
   // Split-concat holds b / D samples of a micro-batch, 1F1B-RR whole ones.
   EXPECT_EQ(ReplicaRows(Place(ScheduleKind::kDapple, 0, 8, {2, 2}), 32), 16);
   EXPECT_EQ(ReplicaRows(Place(ScheduleKind::kPipeDream, 0, 8, {2, 2}), 32), 32);
@@ -129,6 +137,36 @@ TEST(MemoryModelTest, PredictReplicaMemoryAddsEveryTerm) {
       PredictReplicaMemory(Place(ScheduleKind::kPipeSgd, 0, 4, {2}), sizes);
   EXPECT_EQ(pipesgd.gradient_buffers, 2000);
   EXPECT_EQ(pipesgd.communication, 0);
+  // The zero-bubble split: each micro-batch in flight keeps its inner gradients (50 + 40 + 70)
+  // with its activations, and no shared workspace. Stage 1 of 2 under zb-h1 holds P = 2.
+  const ReplicaMemory zb = PredictReplicaMemory(Place(ScheduleKind::kZbH1, 1, 4, {1, 1}), sizes);
+  EXPECT_EQ(zb.in_flight, 2);
+  EXPECT_EQ(zb.activations, 2 * (300 + 20 + 160));
+  EXPECT_EQ(zb.workspace, 0);
+}
+
+TEST(MemoryModelTest, RecomputationKeepsInputsAndOutputsInFlightAndOneScratchSet) {
+  StageSizes sizes;
+  sizes.parameter_bytes = 1000;
+  sizes.activation_bytes = 300;
+  sizes.input_bytes = 10;
+  sizes.output_bytes = 20;
+  // Stage 0 of 4 under gpipe, M = 8: 8 micro-batches in flight.
+  ReplicaPlace place = Place(ScheduleKind::kGPipe, 0, 8, {1, 1, 1, 1});
+  EXPECT_EQ(PredictReplicaMemory(place, sizes).activations, 8 * 300);
+  place.recompute = true;
+  // Inputs and outputs of the 8, and the scratch set: every output and saved byte (300 - 10).
+  const ReplicaMemory m = PredictReplicaMemory(place, sizes);
+  EXPECT_EQ(m.in_flight, 8);
+  EXPECT_EQ(m.activations, 8 * (10 + 20) + 290);
+  EXPECT_EQ(ActivationBytes(place, sizes, 3), 3 * (10 + 20) + 290);
+  // The rest of the replica is unchanged.
+  place.recompute = false;
+  EXPECT_EQ(m.WeightBytes(), PredictReplicaMemory(place, sizes).WeightBytes());
+  // The last stage also keeps each one's dL/dlogits (the size of its output).
+  ReplicaPlace last = Place(ScheduleKind::kDapple, 3, 8, {1, 1, 1, 1});
+  last.recompute = true;
+  EXPECT_EQ(PredictReplicaMemory(last, sizes).activations, 1 * (10 + 20 + 20) + 290);
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ std::string TraceEventCategory(v1::ActionKind kind) {
     case v1::FORWARD:
       return "forward";
     case v1::BACKWARD:
+    case v1::BACKWARD_INPUT:
+    case v1::BACKWARD_WEIGHT:
       return "backward";
     case v1::SEND_ACT:
     case v1::SEND_GRAD:
@@ -108,7 +110,10 @@ std::string TraceEventName(const v1::TraceEvent& event) {
     case v1::FORWARD:
       return absl::StrCat("F", m);
     case v1::BACKWARD:
+    case v1::BACKWARD_INPUT:
       return absl::StrCat("B", m);
+    case v1::BACKWARD_WEIGHT:
+      return absl::StrCat("W", m);
     case v1::SEND_ACT:
     case v1::RECV_ACT:
     case v1::SEND_GRAD:

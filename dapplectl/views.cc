@@ -106,14 +106,24 @@ std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>
 
 std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster) {
   std::string out;
-  TextTable stages(
-      {"STAGE", "LAYERS", "REPLICAS", "DEVICES", "COMPUTE MS", "MEMORY GiB", "BUBBLE"});
+  // Activation recomputation gets a column when a stage recomputes (training.recompute).
+  bool recompute = false;
+  for (const v1::PlanStageSummary& s : plan.stages()) recompute = recompute || s.recompute();
+  std::vector<std::string> headers = {"STAGE",      "LAYERS",     "REPLICAS", "DEVICES",
+                                      "COMPUTE MS", "MEMORY GiB", "BUBBLE"};
+  if (recompute) headers.push_back("RECOMPUTE");
+  TextTable stages(headers);
   for (int i = 0; i < plan.stages_size(); ++i) {
     const v1::PlanStageSummary& s = plan.stages(i);
-    stages.AddRow({absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
-                   absl::StrCat(s.replicas()), OrDash(CompactDevices(s.placement())),
-                   Ms(s.compute_ms()), Gib(s.peak_memory_bytes()),
-                   FormatPercent(s.bubble_fraction())});
+    std::vector<std::string> row = {absl::StrCat(i),
+                                    absl::StrCat(s.first_layer(), "-", s.last_layer()),
+                                    absl::StrCat(s.replicas()),
+                                    OrDash(CompactDevices(s.placement())),
+                                    Ms(s.compute_ms()),
+                                    Gib(s.peak_memory_bytes()),
+                                    FormatPercent(s.bubble_fraction())};
+    if (recompute) row.push_back(s.recompute() ? "yes" : "no");
+    stages.AddRow(row);
   }
   out += stages.Render();
   AddField(&out, "STEP", absl::StrCat(Ms(plan.predicted_step_ms()), " ms (predicted)"));

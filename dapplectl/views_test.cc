@@ -237,6 +237,23 @@ TEST(ViewsTest, PlanTableThenPredictionAndSources) {
             "yet\n");
 }
 
+// A plan with a recomputing stage (training.recompute) says which, per stage.
+TEST(ViewsTest, PlanTableShowsRecomputationWhenAStageRecomputes) {
+  v1::ClusterTopology cluster;
+  for (int n = 0; n < 2; ++n) cluster.add_nodes()->set_devices(8);
+  v1::ParallelPlanSummary plan = PredictedPlan();
+  plan.mutable_stages(0)->set_recompute(true);
+  const std::string out = RenderPlan(plan, cluster);
+  EXPECT_THAT(out, ::testing::StartsWith(
+                       "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB   "
+                       "BUBBLE   RECOMPUTE\n"
+                       "0       0-2      8          node0/0-7   10.50        1.50         5.00%    "
+                       "yes\n"
+                       "1       3-5      2          node1/0-1   9.25         1.00         15.00%   "
+                       "no\n"))
+      << out;
+}
+
 TEST(ViewsTest, OneOfACountIsSingular) {
   v1::ParallelPlanSummary plan = PredictedPlan();
   plan.set_micro_batches(1);

@@ -9,6 +9,9 @@
 // predicted weights exactly and at least the predicted rest: the transformer blocks also keep, per
 // micro-batch slot, the gradients BackwardInput leaves for BackwardWeight, which the model does
 // not count yet (docs/planner.md, "Memory model").
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -87,6 +90,49 @@ class Sequences final : public worker::Dataset {
   std::vector<int64_t> shape_{kSeqLen};
 };
 
+// One step of `plan` for `spec` by a StageRuntime per stage, each on its own thread; the
+// runtime's own memory prediction of each stage in *predicted.
+std::vector<absl::StatusOr<worker::StepResult>> RunOneStep(
+    const v1::JobSpec& spec, const v1::ParallelPlan& plan,
+    std::vector<memory::ReplicaMemory>* predicted) {
+  const v1::ParallelPlanSummary& summary = plan.summary();
+  const int stages = summary.stages_size();
+  const Sequences data;
+  worker::parity::Mailbox box;
+  std::vector<std::unique_ptr<worker::parity::LocalTransport>> transports;
+  for (int s = 0; s < stages; ++s) {
+    transports.push_back(std::make_unique<worker::parity::LocalTransport>(&box, s));
+  }
+  // The head is tied to the embedding on the other stage: both stages are the tied group.
+  worker::testing::LocalCollectiveGroup tied(stages);
+  std::vector<absl::StatusOr<worker::StepResult>> results(stages, absl::UnknownError("not run"));
+  predicted->assign(stages, memory::ReplicaMemory());
+  std::vector<std::thread> threads;
+  for (int s = 0; s < stages; ++s) {
+    threads.emplace_back([&, s] {
+      v1::StageAssignment a;
+      *a.mutable_spec() = spec;
+      *a.mutable_plan() = summary;
+      a.set_stage(s);
+      a.set_num_stages(stages);
+      *a.mutable_program() = plan.programs(s);
+      worker::testing::LocalCollective member(&tied, s);
+      worker::StageCollectives collectives;
+      collectives.tied = &member;
+      absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt =
+          worker::StageRuntime::Create(a, &data, &data, transports[s].get(), nullptr, collectives);
+      if (!rt.ok()) {
+        results[s] = rt.status();
+        return;
+      }
+      (*predicted)[s] = (*rt)->predicted_memory();
+      results[s] = (*rt)->RunStep(0);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
 TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
   for (const std::string schedule : {"dapple", "gpipe"}) {
     SCOPED_TRACE(schedule);
@@ -96,39 +142,9 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
     const v1::ParallelPlanSummary& summary = plan->summary();
     ASSERT_EQ(summary.stages_size(), 2);
     ASSERT_EQ(summary.stages(0).last_layer(), 2);  // embedding + 2 blocks | 2 blocks + head
-    const Sequences data;
-    worker::parity::Mailbox box;
-    std::vector<std::unique_ptr<worker::parity::LocalTransport>> transports;
-    for (int s = 0; s < 2; ++s) {
-      transports.push_back(std::make_unique<worker::parity::LocalTransport>(&box, s));
-    }
-    // The head is tied to the embedding on the other stage: both stages are the tied group.
-    worker::testing::LocalCollectiveGroup tied(2);
-    std::vector<absl::StatusOr<worker::StepResult>> results(2, absl::UnknownError("not run"));
-    std::vector<memory::ReplicaMemory> runtime_predicted(2);
-    std::vector<std::thread> threads;
-    for (int s = 0; s < 2; ++s) {
-      threads.emplace_back([&, s] {
-        v1::StageAssignment a;
-        *a.mutable_spec() = spec;
-        *a.mutable_plan() = summary;
-        a.set_stage(s);
-        a.set_num_stages(2);
-        *a.mutable_program() = plan->programs(s);
-        worker::testing::LocalCollective member(&tied, s);
-        worker::StageCollectives collectives;
-        collectives.tied = &member;
-        absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt = worker::StageRuntime::Create(
-            a, &data, &data, transports[s].get(), nullptr, collectives);
-        if (!rt.ok()) {
-          results[s] = rt.status();
-          return;
-        }
-        runtime_predicted[s] = (*rt)->predicted_memory();
-        results[s] = (*rt)->RunStep(0);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    std::vector<memory::ReplicaMemory> runtime_predicted;
+    const std::vector<absl::StatusOr<worker::StepResult>> results =
+        RunOneStep(spec, *plan, &runtime_predicted);
     const std::vector<LayerInfo> layers = InferLayers(spec.model()).value();
     for (int s = 0; s < 2; ++s) {
       SCOPED_TRACE(absl::StrFormat("stage %d", s));
@@ -155,6 +171,88 @@ TEST(PlannerRuntimeMemoryTest, GptStagesReportThePredictedMemory) {
       EXPECT_EQ(measured.peak_memory_bytes(),
                 measured.weight_bytes() + measured.peak_activation_bytes());
     }
+  }
+}
+
+// Activation recomputation under a device memory limit that binds (training.recompute auto):
+// the planner turns it on for exactly the stages that do not fit without it, the plan fits, and
+// the runtime runs it holding what the model predicts: per micro-batch in flight only the stage
+// input and output (and the last stage's dL/dlogits), plus one micro-batch's activations.
+TEST(PlannerRuntimeMemoryTest, AMemoryCapThatOnlyRecomputationMeetsIsPlannedAndRuns) {
+  v1::JobSpec spec = GptSpec("gpipe");  // all 4 micro-batches in flight on both stages
+  spec.mutable_training()->set_global_batch(32);
+  spec.mutable_training()->set_micro_batch(8);
+  // The peaks without and with recomputation everywhere, under the default memory (both fit).
+  absl::StatusOr<v1::ParallelPlan> keep = coordinator::MakePlan(spec);
+  ASSERT_TRUE(keep.ok()) << keep.status();
+  spec.mutable_training()->set_recompute("all");
+  absl::StatusOr<v1::ParallelPlan> all = coordinator::MakePlan(spec);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(keep->summary().stages_size(), 2);
+  int64_t keep_min = std::numeric_limits<int64_t>::max(), keep_max = 0, all_max = 0;
+  for (int s = 0; s < 2; ++s) {
+    const int64_t k = keep->summary().stages(s).peak_memory_bytes();
+    const int64_t r = all->summary().stages(s).peak_memory_bytes();
+    EXPECT_FALSE(keep->summary().stages(s).recompute());
+    EXPECT_TRUE(all->summary().stages(s).recompute());
+    EXPECT_LT(r, k) << "stage " << s;
+    keep_min = std::min(keep_min, k);
+    keep_max = std::max(keep_max, k);
+    all_max = std::max(all_max, r);
+  }
+  // A cap every recomputing stage fits and at least one stage without recomputation does not.
+  coordinator::PlanInputs capped;
+  capped.defaults.device_memory_bytes = std::max(all_max, keep_min);
+  ASSERT_LT(capped.defaults.device_memory_bytes, keep_max);
+  spec.mutable_training()->set_recompute("none");
+  absl::StatusOr<v1::ParallelPlan> refused = coordinator::MakePlan(spec, capped);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+
+  spec.mutable_training()->set_recompute("auto");
+  absl::StatusOr<v1::ParallelPlan> plan = coordinator::MakePlan(spec, capped);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::ParallelPlanSummary& summary = plan->summary();
+  for (int s = 0; s < 2; ++s) {
+    const v1::PlanStageSummary& stage = summary.stages(s);
+    EXPECT_EQ(stage.recompute(),
+              keep->summary().stages(s).peak_memory_bytes() > capped.defaults.device_memory_bytes)
+        << "stage " << s;
+    EXPECT_LE(stage.peak_memory_bytes(), capped.defaults.device_memory_bytes) << "stage " << s;
+  }
+  // Recomputing adds a forward before each backward to the predicted step.
+  EXPECT_GT(summary.predicted_step_ms(), keep->summary().predicted_step_ms());
+
+  std::vector<memory::ReplicaMemory> keep_model, model;
+  const std::vector<absl::StatusOr<worker::StepResult>> keep_results =
+      RunOneStep(spec, *keep, &keep_model);
+  const std::vector<absl::StatusOr<worker::StepResult>> results = RunOneStep(spec, *plan, &model);
+  const std::vector<LayerInfo> layers = InferLayers(spec.model()).value();
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(absl::StrFormat("stage %d", s));
+    ASSERT_TRUE(keep_results[s].ok()) << keep_results[s].status();
+    ASSERT_TRUE(results[s].ok()) << results[s].status();
+    const v1::PlanStageSummary& predicted = summary.stages(s);
+    EXPECT_EQ(model[s].PeakBytes(), predicted.peak_memory_bytes());
+    const v1::StageStepStats& measured = results[s]->stats;
+    // The same step: the same loss on the last stage.
+    if (s == 1) {
+      EXPECT_EQ(results[s]->loss, keep_results[s]->loss);
+    }
+    if (!predicted.recompute()) continue;
+    const int first = predicted.first_layer(), last = predicted.last_layer();
+    const int64_t rows = spec.training().micro_batch();
+    const int64_t input = InputBytes(layers[first]) * rows;
+    const int64_t output = layers[last].output_bytes * rows;
+    const int64_t all_bytes = StageActivationBytesPerSample(layers, first, last) * rows;
+    EXPECT_EQ(
+        model[s].activations,
+        predicted.peak_in_flight() * (input + output + (s == 1 ? output : 0)) + all_bytes - input);
+    EXPECT_GE(measured.peak_activation_bytes(),
+              model[s].activations + model[s].communication + model[s].workspace);
+    // The measured drop: what the stage's buffers held without recomputation, less.
+    EXPECT_LT(measured.peak_activation_bytes(), keep_results[s]->stats.peak_activation_bytes());
+    EXPECT_EQ(measured.peak_in_flight(), predicted.peak_in_flight());
   }
 }
 

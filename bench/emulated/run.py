@@ -3,7 +3,7 @@
 Every layer's compute is a wait of its profiled time, so schedules, bubbles and memory can be
 measured on this machine (about one core) with real processes: a real dapple-coordinator and
 real dapple-worker processes on 127.0.0.1 (tests/integration/cluster.py), activations of the
-model's real sizes over UCX. Three tables:
+model's real sizes over UCX. Its tables:
   (a) measured step time against the simulator's prediction for the same plan
       (P = 2/4, M = 4/8, gpipe/dapple; goal: within 5%);
   (b) measured bubble (stage idle / step, from the per-stage step stats) against
@@ -15,14 +15,22 @@ model's real sizes over UCX. Three tables:
   (e) PipeDream without and with 1F1B-RR (P = 2, M = 8, D = 1 and 2 replicas per stage: whole
       micro-batches round-robin): measured step time against the simulator's prediction, and
       the throughput the replicas add.
+  (z) the zero-bubble schedules zb-h1 and zb-h2 against dapple (1F1B) on equal stages with
+      T_F = T_B = T_W (the profile's backward is split half/half): measured step against the
+      simulator's prediction, bubble per stage against each schedule's formula
+      (common/schedule/generators.h), measured peak memory, and ZB-H2's step against
+      M (T_F + T_B + T_W).
   (m) memory per rank: the planner's predicted peak (common/memory_model.h) against what each
       rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
       buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
       pipedream with 1F1B-RR and pipedream with vertical sync (P = 2, M = 8; goal: within 10%).
+  (r) activation recomputation (training.recompute all against none; gpipe and dapple, P = 2,
+      M = 8): per stage the measured peak activation bytes against the memory model's
+      stage-input bound, and the step's growth against one forward per micro-batch.
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m,r,z]
 """
 import argparse
 import json
@@ -313,11 +321,101 @@ def table_m(cluster, steps, directory, p=2, m=8, micro_batch=32):
     return rows
 
 
+def zb_formulas(schedule, p, m, t):
+    """(step ms, bubble per stage) with T_F = T_B = T_W = t (common/schedule/generators.h, which
+    zero_bubble_test.cc checks against schedule::Simulate): 1F1B idles 3(P-1)t of a 3(M+P-1)t
+    step, ZB-H1 (P-1)t of a (3M+P-1)t step; ZB-H2's stages compute without a gap (the
+    parallelogram), so once consecutive steps overlap its period is 3Mt with bubble
+    (P-1)(T_F+T_B-2T_W) = 0 (one flushed step alone: 3Mt + (P-1)t)."""
+    if schedule == "dapple":
+        return 3 * t * (m + p - 1), (p - 1) / (m + p - 1)
+    if schedule == "zb-h1":
+        return 3 * t * m + (p - 1) * t, (p - 1) / (3 * m + p - 1)
+    return 3 * t * m, 0.0
+
+
+def table_z(cluster, steps, directory, micro_batch=32):
+    """(z) dapple, zb-h1, zb-h2 on P equal stages (8 layers / P each): T_F = FWD_MS * 8 / P,
+    T_B = T_W = BWD_MS / 2 * 8 / P."""
+    profile = write_profile(directory, micro_batch)
+    rows = []
+    for p, ms in ((2, (8,)), (4, (8, 32))):
+        c = cluster.Cluster(workers=p)
+        try:
+            c.wait_workers(p)
+            for m in ms:
+                for schedule in ("dapple", "zb-h1", "zb-h2"):
+                    j, seen = run_job(c, spec(cluster, "emu-%s-p%d-m%d" % (schedule, p, m), p, m,
+                                              micro_batch, schedule, steps, profile), steps)
+                    step_ms, bubble, peak = measured(j, seen, warmup=2)
+                    pred = float(j["plan"]["predicted_step_ms"])
+                    t = FWD_MS * len(MODEL) / p
+                    sim_ms, formula = zb_formulas(schedule, p, m, t)
+                    rows.append((p, m, schedule, pred, sim_ms, step_ms, bubble, formula, peak,
+                                 3 * t * m))
+                    print("P=%d M=%d %-6s plan %7.1f ms simulator %7.1f ms measured %7.1f ms "
+                          "(%+.1f%%) bubble %s vs %.3f, peak %d B, M(T_F+T_B+T_W) %.1f ms" %
+                          (p, m, schedule, pred, sim_ms, step_ms, (step_ms / sim_ms - 1) * 100,
+                           " ".join("%.3f" % b for b in bubble), formula, peak, 3 * t * m),
+                          flush=True)
+        finally:
+            c.close()
+    return rows
+
+
+def table_r(cluster, steps, directory, p=2, m=8, micro_batch=32):
+    """(r) Each schedule with training.recompute none, then all: per stage the measured peak
+    activation bytes (StageStepStats.peak_activation_bytes, max over the steps: what the
+    backend's buffers held, send and receive buffers included) and the memory model's
+    prediction for that rank (the rank logs it; its activations are the peak less the weights
+    the rank reports), the median step time after step 2 and the median forward and backward
+    seconds per step of each stage."""
+    profile = write_profile(directory, micro_batch)
+    c = cluster.Cluster(workers=p)
+    rows = []
+    try:
+        c.wait_workers(p)
+        for schedule in ("gpipe", "dapple"):
+            for recompute in ("none", "all"):
+                c.wait_workers(p)
+                text = cluster.spec_yaml("emu-rc-%s-%s" % (schedule, recompute), MODEL,
+                                         m * micro_batch, micro_batch, p, schedule=schedule,
+                                         max_steps=steps,
+                                         training_extra=["recompute: %s" % recompute])
+                text += "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % \
+                    profile
+                j, seen = run_job(c, text, steps, by_rank=True)
+                logged = rank_memory(c, j["_job"], p)
+                plan = j["plan"]
+                for st in range(p):
+                    stats = [v for (s, r, k), v in seen.items() if s == st and r == 0]
+                    later = [v for (s, r, k), v in seen.items() if s == st and r == 0 and k > 2]
+                    later = later or stats
+                    peak = max(stats, key=lambda v: int(v.get("peak_activation_bytes", 0)))
+                    acts = int(peak.get("peak_activation_bytes", 0))
+                    predicted_acts = logged[(st, 0)][1] - int(peak.get("weight_bytes", 0))
+                    med = lambda key: 1e3 * statistics.median(float(v.get(key, 0)) for v in later)
+                    rows.append((schedule, recompute, st,
+                                 bool(plan["stages"][st].get("recompute", False)), acts,
+                                 predicted_acts, med("step_seconds"), med("forward_seconds"),
+                                 med("backward_seconds"), float(plan["predicted_step_ms"]),
+                                 int(peak.get("peak_in_flight", 0))))
+                    r = rows[-1]
+                    print("%s recompute %s stage %d (plan: %s): activations %d B measured, %d B "
+                          "predicted; %d in flight; step %.1f ms (predicted %.1f), forward %.1f "
+                          "ms, backward %.1f ms per step" %
+                          (schedule, recompute, st, r[3], r[4], r[5], r[10], r[6], r[9], r[7],
+                           r[8]), flush=True)
+    finally:
+        c.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e,m")
+    ap.add_argument("--only", default="a,b,c,d,e,m,r,z")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -364,6 +462,25 @@ def main():
                   (" (1F1B-RR)" if d > 1 else "", ", ".join(map(str, replicas)), pred, meas,
                    (meas / pred - 1) * 100, sps, peak))
         print("1F1B-RR (D = 2) / unreplicated throughput: %.2fx" % (rows[1][4] / rows[0][4]))
+    if "z" in only:
+        rows = table_z(cluster, args.steps, directory)
+        print("\n| P | M | schedule | plan's predicted ms | simulator ms | measured ms | error | "
+              "bubble measured (per stage) | formula | measured peak memory | "
+              "step / M(T_F+T_B+T_W) |\n|---|---|---|---|---|---|---|---|---|---|---|")
+        for p, m, s, pred, sim_ms, meas, bub, formula, peak, ideal in rows:
+            print("| %d | %d | %s | %.1f | %.1f | %.1f | %+.1f%% | %s | %.3f | %d | %.3f |" %
+                  (p, m, s, pred, sim_ms, meas, (meas / sim_ms - 1) * 100,
+                   ", ".join("%.3f" % b for b in bub), formula, peak, meas / ideal))
+        by = {(p, m, s): r for p, m, s, *r in rows}
+        for p, m in sorted({(p, m) for p, m, *_ in rows}):
+            d, h1 = by.get((p, m, "dapple")), by.get((p, m, "zb-h1"))
+            if d and h1:
+                # Idle time per stage (bubble x step), ZB-H1 over 1F1B, and their peaks.
+                ratio = statistics.mean(b * h1[2] for b in h1[3]) / statistics.mean(
+                    b * d[2] for b in d[3])
+                print("P=%d M=%d: ZB-H1 idle / 1F1B idle %.2f (bubble fraction %.2f), peak "
+                      "memory %+.1f%%" % (p, m, ratio, statistics.mean(h1[3]) /
+                                          statistics.mean(d[3]), (h1[5] / d[5] - 1) * 100))
     if "m" in only:
         rows = table_m(cluster, args.steps, directory)
         print("\n| schedule | stage | replica | predicted peak memory | measured peak memory | "
@@ -375,6 +492,14 @@ def main():
                   (label, st, rep, pred, meas, meas / pred, plan_peak, weights, acts, versions))
         worst = max(abs(r[4] / r[3] - 1) for r in rows)
         print("largest |measured / predicted - 1| over every rank: %.1f%%" % (worst * 100))
+    if "r" in only:
+        rows = table_r(cluster, args.steps, directory)
+        print("\n| schedule | recompute | stage | in flight | measured peak activations (bytes) | "
+              "predicted | measured step ms | predicted step ms | forward ms per step | "
+              "backward ms per step |\n|---|---|---|---|---|---|---|---|---|---|")
+        for (sched, rc, st, planned, acts, pred, step, fwd, bwd, pstep, inflight) in rows:
+            print("| %s | %s | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f |" %
+                  (sched, rc, st, inflight, acts, pred, step, pstep, fwd, bwd))
 
 if __name__ == "__main__":
     main()

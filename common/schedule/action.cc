@@ -30,6 +30,8 @@ constexpr KindCode kKindCodes[] = {
     {v1::OPTIMIZER_STEP, "STEP", false, "the optimizer step"},
     {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false, "the tied weights' gradient sum"},
     {v1::GLOBAL_NORM, "GLOBAL_NORM", false, "the global gradient norm (clipping)"},
+    {v1::BACKWARD_INPUT, "BI", true, "the input-gradient backward of micro-batch"},
+    {v1::BACKWARD_WEIGHT, "BW", true, "the weight-gradient backward of micro-batch"},
     {v1::USE_WEIGHTS, "USE_WEIGHTS", false, "swapping in the stashed weight version", true},
     {v1::RESTORE_WEIGHTS, "RESTORE_WEIGHTS", false, "restoring the live weights"},
     {v1::STASH_WEIGHTS, "STASH_WEIGHTS", false, "stashing the live weights before the update"},
@@ -111,8 +113,8 @@ absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   const KindCode* k = FindByCode(code);
   if (k == nullptr) {
     return BadText(text, absl::StrCat("unknown code \"", code,
-                                      "\" (known: F, B, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, "
-                                      "ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP, "
+                                      "\" (known: F, B, BI, BW, SEND_ACT, RECV_ACT, SEND_GRAD, "
+                                      "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP, "
                                       "USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, "
                                       "DROP_WEIGHTS, ALLREDUCE_ASYNC, STALE_STEP)"));
   }

@@ -1,10 +1,11 @@
 // Actions and rank programs: schedules as data (design.md, "Schedules are data").
-// Text form: "<stage><code><micro_batch>" with codes F, B, SEND_ACT, RECV_ACT, SEND_GRAD,
-// RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP; e.g. "1F3", "2SEND_ACT0", "0STEP"
-// (no micro-batch for ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM and STEP). The weight-stash kinds
-// USE_WEIGHTS and DROP_WEIGHTS show their weight_version instead ("0USE_WEIGHTS@-1");
-// RESTORE_WEIGHTS, STASH_WEIGHTS, ALLREDUCE_ASYNC and STALE_STEP (STALE_OPTIMIZER_STEP) show
-// nothing after the code. The stage is the rank's own
+// Text form: "<stage><code><micro_batch>" with codes F, B, BI (BACKWARD_INPUT), BW
+// (BACKWARD_WEIGHT), SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE,
+// GLOBAL_NORM, STEP; e.g. "1F3", "1BI3", "2SEND_ACT0", "0STEP" (no micro-batch for ALLREDUCE,
+// TIED_ALLREDUCE, GLOBAL_NORM and STEP). The weight-stash kinds USE_WEIGHTS and DROP_WEIGHTS
+// show their weight_version instead ("0USE_WEIGHTS@-1"); RESTORE_WEIGHTS, STASH_WEIGHTS,
+// ALLREDUCE_ASYNC and STALE_STEP (STALE_OPTIMIZER_STEP) show nothing after the code. The stage
+// is the rank's own
 // stage: "2SEND_ACT0" is stage 2 sending micro-batch 0's activation to stage 3, "1RECV_GRAD5" is
 // stage 1 receiving micro-batch 5's gradient from stage 2. All functions here are pure and
 // thread-safe.
@@ -21,7 +22,8 @@
 namespace dapple::schedule {
 
 v1::Action MakeAction(int stage, v1::ActionKind kind, int micro_batch = -1);
-// Whether actions of `kind` name a micro-batch: FORWARD, BACKWARD, SEND_* and RECV_* do;
+// Whether actions of `kind` name a micro-batch: FORWARD, BACKWARD, BACKWARD_INPUT,
+// BACKWARD_WEIGHT, SEND_* and RECV_* do;
 // ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM and OPTIMIZER_STEP (once per step) and unnamed kinds
 // do not.
 bool KindHasMicroBatch(v1::ActionKind kind);
@@ -33,9 +35,9 @@ std::string ActionToString(const v1::Action& a);
 // "the gradient AllReduce over the stage's replicas" (no stage: the message names it).
 std::string DescribeAction(const v1::Action& a);
 // Inverse of ActionToString for every named kind (stage, micro-batch >= 0): a decimal stage, the
-// code (case-sensitive), then a decimal micro-batch for F/B/SEND_*/RECV_* (none for ALLREDUCE,
-// TIED_ALLREDUCE, GLOBAL_NORM and STEP, which get -1). No signs, spaces or surrounding text.
-// kInvalidArgument naming the text otherwise.
+// code (case-sensitive), then a decimal micro-batch for F/B/BI/BW/SEND_*/RECV_* (none for
+// ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM and STEP, which get -1). No signs, spaces or surrounding
+// text. kInvalidArgument naming the text otherwise.
 absl::StatusOr<v1::Action> ParseAction(absl::string_view text);
 // Actions separated by single spaces.
 std::string ActionsToString(const std::vector<v1::Action>& actions);

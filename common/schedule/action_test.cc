@@ -31,6 +31,8 @@ TEST(ActionTest, ToStringExamples) {
   EXPECT_EQ(ActionToString(MakeAction(3, v1::TIED_ALLREDUCE)), "3TIED_ALLREDUCE");
   EXPECT_EQ(ActionToString(MakeAction(1, v1::GLOBAL_NORM)), "1GLOBAL_NORM");
   EXPECT_EQ(ActionToString(MakeAction(12, v1::FORWARD, 100)), "12F100");
+  EXPECT_EQ(ActionToString(MakeAction(1, v1::BACKWARD_INPUT, 3)), "1BI3");
+  EXPECT_EQ(ActionToString(MakeAction(2, v1::BACKWARD_WEIGHT, 0)), "2BW0");
   // ALLREDUCE and STEP never print a micro-batch, even a stray one.
   EXPECT_EQ(ActionToString(MakeAction(0, v1::OPTIMIZER_STEP, 4)), "0STEP");
 }
@@ -42,6 +44,10 @@ TEST(ActionTest, DescribeInWords) {
   EXPECT_EQ(DescribeAction(MakeAction(1, v1::ALLREDUCE)),
             "the gradient AllReduce over the stage's replicas");
   EXPECT_EQ(DescribeAction(MakeAction(1, v1::OPTIMIZER_STEP)), "the optimizer step");
+  EXPECT_EQ(DescribeAction(MakeAction(1, v1::BACKWARD_INPUT, 4)),
+            "the input-gradient backward of micro-batch 4");
+  EXPECT_EQ(DescribeAction(MakeAction(1, v1::BACKWARD_WEIGHT, 4)),
+            "the weight-gradient backward of micro-batch 4");
   for (int k = v1::ActionKind_MIN + 1; k <= v1::ActionKind_MAX; ++k) {
     if (!v1::ActionKind_IsValid(k)) continue;
     const std::string words = DescribeAction(MakeAction(0, static_cast<v1::ActionKind>(k), 2));
@@ -57,8 +63,9 @@ TEST(ActionTest, UnknownKindPrintsAndDoesNotParse) {
 
 TEST(ActionTest, RoundTripsEveryKind) {
   const std::vector<v1::ActionKind> kinds = {
-      v1::FORWARD,   v1::BACKWARD,  v1::SEND_ACT,       v1::RECV_ACT,    v1::SEND_GRAD,
-      v1::RECV_GRAD, v1::ALLREDUCE, v1::OPTIMIZER_STEP, v1::GLOBAL_NORM, v1::TIED_ALLREDUCE};
+      v1::FORWARD,     v1::BACKWARD,       v1::SEND_ACT,       v1::RECV_ACT,
+      v1::SEND_GRAD,   v1::RECV_GRAD,      v1::ALLREDUCE,      v1::OPTIMIZER_STEP,
+      v1::GLOBAL_NORM, v1::TIED_ALLREDUCE, v1::BACKWARD_INPUT, v1::BACKWARD_WEIGHT};
   int checked = 0;
   for (v1::ActionKind kind : kinds) {
     const bool has_mb = kind != v1::ALLREDUCE && kind != v1::OPTIMIZER_STEP &&
@@ -78,7 +85,7 @@ TEST(ActionTest, RoundTripsEveryKind) {
       }
     }
   }
-  EXPECT_EQ(checked, 10 * 5 * 5);
+  EXPECT_EQ(checked, 12 * 5 * 5);
 }
 
 TEST(ActionTest, RoundTripsWeightAndAsyncKinds) {
@@ -122,7 +129,7 @@ TEST(ActionTest, ParseRejectsMalformedTextAndNamesIt) {
         " 1F3",      "1F3x",        "1F0x1",  "1STEP2",        "1ALLREDUCE0",
         "1SEND_ACT", "1SEND_ACTS0", "1SEND0", "99999999999F1", "1F99999999999",
         "1F+3",      "1F0x3",       "1B 2",   "1GLOBAL_NORM0", "1TIED_ALLREDUCE3",
-        "1TIED"}) {
+        "1TIED",     "1BI",         "1BX3",   "1BW-1",         "1bi3"}) {
     absl::StatusOr<v1::Action> parsed = ParseAction(text);
     ASSERT_FALSE(parsed.ok()) << "accepted \"" << text << "\"";
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;

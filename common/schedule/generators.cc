@@ -12,8 +12,10 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   if (name == "dapple") return ScheduleKind::kDapple;
   if (name == "pipedream") return ScheduleKind::kPipeDream;
   if (name == "pipesgd") return ScheduleKind::kPipeSgd;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream, pipesgd)"));
+  if (name == "zb-h1") return ScheduleKind::kZbH1;
+  if (name == "zb-h2") return ScheduleKind::kZbH2;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2)"));
 }
 
 absl::string_view ScheduleKindName(ScheduleKind kind) {
@@ -26,6 +28,10 @@ absl::string_view ScheduleKindName(ScheduleKind kind) {
       return "pipedream";
     case ScheduleKind::kPipeSgd:
       return "pipesgd";
+    case ScheduleKind::kZbH1:
+      return "zb-h1";
+    case ScheduleKind::kZbH2:
+      return "zb-h2";
   }
   return "unknown";
 }
@@ -87,6 +93,40 @@ OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage) {
   return out;
 }
 
+OpProgram GenerateZeroBubbleOps(int num_micro_batches, int warm_up, int weight_lag) {
+  const int m = num_micro_batches;
+  const int w = std::min(warm_up, m);
+  OpProgram out;
+  out.reserve(3 * static_cast<size_t>(m) + 1);
+  int next_forward = 0;
+  int next_weight = 0;
+  while (next_forward < w) out.push_back({v1::FORWARD, next_forward++});
+  for (int k = 0; k < m; ++k) {
+    out.push_back({v1::BACKWARD_INPUT, k});
+    // W before the next F: the W frees a stashed activation before the F stashes one, which
+    // keeps the in-flight count at warm-up + lag.
+    if (k >= weight_lag) out.push_back({v1::BACKWARD_WEIGHT, next_weight++});
+    if (next_forward < m) out.push_back({v1::FORWARD, next_forward++});
+  }
+  // The deferred W fill the cool-down, where 1F1B waits for the last gradients.
+  while (next_weight < m) out.push_back({v1::BACKWARD_WEIGHT, next_weight++});
+  out.push_back({v1::OPTIMIZER_STEP, -1});
+  return out;
+}
+
+// Lag i keeps P in flight on every stage: the later stages, which 1F1B leaves with fewer
+// activations, defer their W instead.
+OpProgram GenerateZbH1Ops(int num_stages, int num_micro_batches, int stage) {
+  return GenerateZeroBubbleOps(num_micro_batches, num_stages - stage, stage);
+}
+
+// Stage i's first BACKWARD_INPUT can start at (2P - 1 - i)T (the first forward down to the last
+// stage and its gradient back up) and its first forward at iT: 2P - 1 - 2i forwards fill that
+// gap exactly, and 2i deferred W fill the matching gap at the end.
+OpProgram GenerateZbH2Ops(int num_stages, int num_micro_batches, int stage) {
+  return GenerateZeroBubbleOps(num_micro_batches, 2 * num_stages - 1 - 2 * stage, 2 * stage);
+}
+
 OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage) {
   switch (kind) {
     case ScheduleKind::kGPipe:
@@ -97,6 +137,10 @@ OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, 
       return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
     case ScheduleKind::kPipeSgd:
       return GeneratePipeSgdOps(num_stages, num_micro_batches, stage);
+    case ScheduleKind::kZbH1:
+      return GenerateZbH1Ops(num_stages, num_micro_batches, stage);
+    case ScheduleKind::kZbH2:
+      return GenerateZbH2Ops(num_stages, num_micro_batches, stage);
   }
   return {};
 }
@@ -117,6 +161,14 @@ std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches,
 
 std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, int stage) {
   return ToActions(stage, GeneratePipeSgdOps(num_stages, num_micro_batches, stage));
+}
+
+std::vector<v1::Action> GenerateZbH1(int num_stages, int num_micro_batches, int stage) {
+  return ToActions(stage, GenerateZbH1Ops(num_stages, num_micro_batches, stage));
+}
+
+std::vector<v1::Action> GenerateZbH2(int num_stages, int num_micro_batches, int stage) {
+  return ToActions(stage, GenerateZbH2Ops(num_stages, num_micro_batches, stage));
 }
 
 std::vector<v1::Action> Generate(ScheduleKind kind, int num_stages, int num_micro_batches,

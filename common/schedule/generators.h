@@ -1,11 +1,13 @@
 // Pure schedule generators: (P, M, stage) -> the compute actions of one training step.
-// Compute actions are FORWARD, BACKWARD and a final OPTIMIZER_STEP (Pipe-SGD: ALLREDUCE_ASYNC and
+// Compute actions are FORWARD, BACKWARD (or, for the zero-bubble schedules, BACKWARD_INPUT and
+// BACKWARD_WEIGHT) and a final OPTIMIZER_STEP (Pipe-SGD: ALLREDUCE_ASYNC and
 // STALE_OPTIMIZER_STEP); communication is added by lowering.h, never here. Every function here is
 // pure and thread-safe.
 //
 // Preconditions of the Generate* functions (unchecked; BuildPrograms in lowering.h validates):
 // num_stages P >= 1, 0 <= stage < P, num_micro_batches M >= 1. Every result holds each
-// micro-batch's FORWARD and BACKWARD exactly once (backward after forward), then one
+// micro-batch's FORWARD and BACKWARD exactly once (backward after forward; the zero-bubble
+// schedules hold BACKWARD_INPUT then BACKWARD_WEIGHT instead of BACKWARD), then one
 // OPTIMIZER_STEP with micro_batch -1, all with `stage` as their stage. (GeneratePipeDream with
 // a run of several updates is the one exception: it holds one OPTIMIZER_STEP per update.)
 //
@@ -23,10 +25,12 @@
 
 namespace dapple::schedule {
 
-enum class ScheduleKind { kGPipe, kDapple, kPipeDream, kPipeSgd };
+enum class ScheduleKind { kGPipe, kDapple, kPipeDream, kPipeSgd, kZbH1, kZbH2 };
 
-// "gpipe" | "dapple" | "pipedream" | "pipesgd"; kInvalidArgument naming the value and the known
-// names otherwise. (Job submission still refuses "pipedream": common/job_spec.cc.)
+// "gpipe" | "dapple" | "pipedream" | "pipesgd" | "zb-h1" | "zb-h2"; kInvalidArgument naming the
+// value and the known names otherwise. (Job submission still refuses "pipedream":
+// common/job_spec.cc.) (Job submission still refuses "pipedream":
+// common/job_spec.cc.)
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
 absl::string_view ScheduleKindName(ScheduleKind kind);
 
@@ -63,6 +67,50 @@ std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches,
 // OPTIMIZER_STEP (so the lowering adds no synchronous ALLREDUCE). Precondition:
 // num_stages == 1 (BuildPrograms refuses more).
 std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, int stage);
+
+// The zero-bubble handcrafted schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR
+// 2024, section 3). The backward is split into BACKWARD_INPUT ("B": dL/dx, which the previous
+// stage waits for) and BACKWARD_WEIGHT ("W": dL/dparam, which nothing downstream waits for, so
+// it can be deferred into what would be bubbles). Stage i (0-based) of P runs w_i = min(warm-up,
+// M) forwards, then per micro-batch k in order: BACKWARD_INPUT k, then BACKWARD_WEIGHT k - lag_i
+// when k >= lag_i, then the next FORWARD while forwards remain; then the deferred
+// BACKWARD_WEIGHTs in micro-batch order; then OPTIMIZER_STEP (after every W, so the ALLREDUCE
+// and GLOBAL_NORM that lowering puts before it see complete gradients).
+//
+// Figures below for equal stages with per-micro-batch costs T_F (forward), T_B (input
+// gradient), T_W (weight gradient), M >= the warm-up, one flushed step (the simulator's
+// step_time); "in flight" = forwarded micro-batches whose BACKWARD_WEIGHT has not run (their
+// activations are stashed). For comparison, 1F1B (GenerateDapple, one BACKWARD of T_B + T_W):
+// step M(T_F+T_B+T_W) + (P-1)(T_F+T_B+T_W), bubble per stage (P-1)(T_F+T_B+T_W), peak in
+// flight P - i.
+//
+// ZB-H1 (paper's Figure 3 top, "memory efficient"): warm-up P - i, lag i: every stage holds
+// at most P micro-batches in flight, 1F1B's peak (stage 0's), so the peak activation memory of
+// the pipeline does not grow. Bubble per stage (P-1)(T_F+T_B-T_W), step M(T_F+T_B+T_W) +
+// (P-1)(T_F+T_B-T_W) (exact for T_F >= T_B and T_W <= T_F, the paper's T_F = T_B = T_W in
+// particular: then (P-1)T, a third of 1F1B's 3(P-1)T).
+//
+// ZB-H2 (Figure 3 bottom, "zero bubble"): warm-up 2P - 1 - 2i, lag 2i: up to 2P - 1 micro-batches
+// in flight on every stage (about twice 1F1B's activation memory). With T_F = T_B = T_W every
+// stage is busy without a gap from its first forward to its last W (a parallelogram), so the
+// bubble inside a stage's span is (P-1)(T_F+T_B-2T_W) = 0 and, when steps follow each other
+// without a barrier, the step period is M(T_F+T_B+T_W). One flushed step from a cold start
+// still waits (P-1)T_F for the first forward to reach the last stage: step M(T_F+T_B+T_W) +
+// (P-1)T_F, bubble per stage (P-1)T_F.
+//
+// Whole-step checks (training.max_grad_norm, non-finite checks): OPTIMIZER_STEP comes after the
+// stage's last BACKWARD_WEIGHT, and lowering puts GLOBAL_NORM right before it, so the global norm
+// is taken over complete gradients and clipping is exact under both schedules without the
+// paper's optimizer post-validation (worker/runtime/clipping_runtime_test.cc). Its barrier is
+// what stops consecutive ZB-H2 steps from overlapping: with clipping, a step is the flushed one.
+OpProgram GenerateZbH1Ops(int num_stages, int num_micro_batches, int stage);
+OpProgram GenerateZbH2Ops(int num_stages, int num_micro_batches, int stage);
+// The order above for any warm_up >= 1 (capped at M) and weight_lag >= 0. Non-increasing warm-ups
+// over the stages keep a program set deadlock-free (BACKWARD_WEIGHT has no cross-stage
+// dependency, so the lag never affects it).
+OpProgram GenerateZeroBubbleOps(int num_micro_batches, int warm_up, int weight_lag);
+std::vector<v1::Action> GenerateZbH1(int num_stages, int num_micro_batches, int stage);
+std::vector<v1::Action> GenerateZbH2(int num_stages, int num_micro_batches, int stage);
 
 // Dispatch. kPipeDream here is one update of M micro-batches
 // (GeneratePipeDream(P, M, stage, M)): with a single update and no later one to overlap, its

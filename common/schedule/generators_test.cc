@@ -18,20 +18,22 @@ TEST(GeneratorsTest, ParsesScheduleNames) {
   EXPECT_EQ(ParseScheduleKind("dapple").value(), ScheduleKind::kDapple);
   EXPECT_EQ(ParseScheduleKind("pipedream").value(), ScheduleKind::kPipeDream);
   EXPECT_EQ(ParseScheduleKind("pipesgd").value(), ScheduleKind::kPipeSgd);
+  EXPECT_EQ(ParseScheduleKind("zb-h1").value(), ScheduleKind::kZbH1);
+  EXPECT_EQ(ParseScheduleKind("zb-h2").value(), ScheduleKind::kZbH2);
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple, ScheduleKind::kPipeDream,
-                            ScheduleKind::kPipeSgd}) {
+                            ScheduleKind::kPipeSgd, ScheduleKind::kZbH1, ScheduleKind::kZbH2}) {
     EXPECT_EQ(ParseScheduleKind(ScheduleKindName(kind)).value(), kind);
   }
 }
 
 TEST(GeneratorsTest, UnknownScheduleNamesValueAndKnownNames) {
-  for (const char* name : {"", "GPipe", "PipeDream", "1f1b"}) {
+  for (const char* name : {"", "GPipe", "PipeDream", "1f1b", "zb_h1", "ZB-H2", "zbh1"}) {
     absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(name);
     ASSERT_FALSE(kind.ok()) << name;
     EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(kind.status().message()), HasSubstr(std::string("\"") + name + "\""));
     EXPECT_THAT(std::string(kind.status().message()),
-                HasSubstr("gpipe, dapple, pipedream, pipesgd"));
+                HasSubstr("gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2"));
   }
 }
 

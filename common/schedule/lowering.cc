@@ -30,6 +30,9 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
         if (has_next) add(v1::SEND_ACT, m);
         break;
       case v1::BACKWARD:
+      case v1::BACKWARD_INPUT:
+        // The input gradient is what the previous stage waits for: it leaves right after the
+        // BACKWARD_INPUT, before the (deferrable) BACKWARD_WEIGHT.
         if (has_next) add(v1::RECV_GRAD, m);
         keep(i);
         if (has_prev) add(v1::SEND_GRAD, m);
@@ -42,6 +45,7 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
         if (options.global_norm) add(v1::GLOBAL_NORM, -1);
         keep(i);
         break;
+      case v1::BACKWARD_WEIGHT:  // local: needs no message
       case v1::ACTION_KIND_UNSPECIFIED:
       case v1::SEND_ACT:
       case v1::RECV_ACT:

@@ -29,7 +29,9 @@ struct LowerOptions {
 };
 
 // For stage s of P: RECV_ACT m before each FORWARD m when s > 0; SEND_ACT m after it when
-// s < P - 1; RECV_GRAD m before each BACKWARD m when s < P - 1; SEND_GRAD m after it when s > 0;
+// s < P - 1; RECV_GRAD m before each BACKWARD m or BACKWARD_INPUT m when s < P - 1; SEND_GRAD m
+// right after it when s > 0 (BACKWARD_WEIGHT gets no communication, so a zero-bubble program's
+// gradient leaves before its weight-gradient part runs);
 // before each OPTIMIZER_STEP, in this order: TIED_ALLREDUCE when options.tied_stages[s],
 // ALLREDUCE when options.allreduce_stages[s] (an entry beyond either vector counts as false),
 // GLOBAL_NORM when options.global_norm. Other actions are kept in place. Sends are non-blocking,

@@ -179,14 +179,14 @@ TEST(BuildProgramsTest, PipeDreamBuildsOneUpdateLikeDapple) {
 
 // All (P, M) cases of one schedule as text: a "== <schedule> P=<p> M=<m>" header line per case,
 // then one ProgramToString line per stage.
-std::string GoldenText(ScheduleKind kind) {
+std::string GoldenText(ScheduleKind kind, const std::vector<int>& micro_batches = {1, 2, 3, 4, 8}) {
   std::string out = absl::StrCat("# Lowered rank programs of the ", ScheduleKindName(kind),
                                  " schedule, one line per stage.\n"
                                  "# Written by common/schedule/lowering_test.cc with "
                                  "DAPPLE_UPDATE_GOLDEN=1;\n"
                                  "# reviewed by hand against generators.h and lowering.h.\n");
   for (int p : {1, 2, 3, 4}) {
-    for (int m : {1, 2, 3, 4, 8}) {
+    for (int m : micro_batches) {
       absl::StrAppend(&out, "== ", ScheduleKindName(kind), " P=", p, " M=", m, "\n");
       absl::StatusOr<std::vector<v1::RankProgram>> programs = BuildPrograms(kind, p, m);
       EXPECT_TRUE(programs.ok()) << programs.status();
@@ -205,6 +205,18 @@ TEST(GoldenTest, GPipePrograms) {
 
 TEST(GoldenTest, DapplePrograms) {
   EXPECT_TRUE(testing::MatchesGolden("dapple.golden", GoldenText(ScheduleKind::kDapple)));
+}
+
+// The zero-bubble schedules also at M = P and 2P + 1 for P in {2, 4} (ZB-H2's warm-up is
+// 2P - 1, so M = 9 is the first M where stage 0 of P = 4 has a steady phase).
+TEST(GoldenTest, ZbH1Programs) {
+  EXPECT_TRUE(testing::MatchesGolden("zb_h1.golden",
+                                     GoldenText(ScheduleKind::kZbH1, {1, 2, 3, 4, 5, 8, 9})));
+}
+
+TEST(GoldenTest, ZbH2Programs) {
+  EXPECT_TRUE(testing::MatchesGolden("zb_h2.golden",
+                                     GoldenText(ScheduleKind::kZbH2, {1, 2, 3, 4, 5, 8, 9})));
 }
 
 }  // namespace

@@ -13,12 +13,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/schedule/action.h"
+#include "common/schedule/simulator_grid.h"
 #include "common/status.h"
 
 namespace dapple::schedule {
 namespace {
 
-constexpr int kMaxGridColumns = 240;
 constexpr double kNotIssued = -1.0;
 
 // The barriers: an action of one of these kinds completes once every member stage reached its
@@ -34,6 +34,12 @@ int BarrierIndex(v1::ActionKind kind) {
   return -1;
 }
 
+// The actions that compute a micro-batch's input gradient (the one a BACKWARD_WEIGHT follows,
+// when split).
+bool IsBackwardOfInput(v1::ActionKind kind) {
+  return kind == v1::BACKWARD || kind == v1::BACKWARD_INPUT;
+}
+
 bool IsNamedKind(v1::ActionKind kind) {
   return v1::ActionKind_IsValid(kind) && kind != v1::ACTION_KIND_UNSPECIFIED;
 }
@@ -46,6 +52,14 @@ absl::Status CheckCost(absl::string_view field, double value) {
   if (!std::isfinite(value) || value < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("costs.", field, " ", value, " must be finite and >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFraction(absl::string_view field, double value) {
+  if (!std::isfinite(value) || value < 0 || value > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("costs.", field, " ", value, " must be in [0, 1]"));
   }
   return absl::OkStatus();
 }
@@ -86,12 +100,22 @@ absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
   DAPPLE_RETURN_IF_ERROR(CheckCost("allreduce", costs.allreduce));
   DAPPLE_RETURN_IF_ERROR(CheckCost("tied_allreduce", costs.tied_allreduce));
   DAPPLE_RETURN_IF_ERROR(CheckCost("global_norm", costs.global_norm));
+  DAPPLE_RETURN_IF_ERROR(CheckFraction("backward_weight_fraction", costs.backward_weight_fraction));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("forward_per_stage", costs.forward_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(CheckPerStage("backward_per_stage", costs.backward_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(CheckPerStage("backward_weight_fraction_per_stage",
+                                       costs.backward_weight_fraction_per_stage, num_stages));
+  for (size_t s = 0; s < costs.backward_weight_fraction_per_stage.size(); ++s) {
+    DAPPLE_RETURN_IF_ERROR(
+        CheckFraction(absl::StrCat("backward_weight_fraction_per_stage[", s, "]"),
+                      costs.backward_weight_fraction_per_stage[s]));
+  }
   DAPPLE_RETURN_IF_ERROR(
       CheckPerStage("optimizer_step_per_stage", costs.optimizer_step_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(
       CheckPerStage("allreduce_per_stage", costs.allreduce_per_stage, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerStage("recompute_per_stage", costs.recompute_per_stage, num_stages));
   DAPPLE_RETURN_IF_ERROR(
       CheckPerBoundary("act_transfer_per_boundary", costs.act_transfer_per_boundary, num_stages));
   DAPPLE_RETURN_IF_ERROR(
@@ -106,7 +130,15 @@ double ForwardCost(const ActionCosts& c, int s) {
   return PerStage(c.forward_per_stage, c.forward, s);
 }
 double BackwardCost(const ActionCosts& c, int s) {
-  return PerStage(c.backward_per_stage, c.backward, s);
+  return PerStage(c.backward_per_stage, c.backward, s) + PerStage(c.recompute_per_stage, 0.0, s);
+}
+// The zero-bubble split of the stage's backward (simulator.h, ActionCosts).
+double BackwardWeightCost(const ActionCosts& c, int s) {
+  return BackwardCost(c, s) *
+         PerStage(c.backward_weight_fraction_per_stage, c.backward_weight_fraction, s);
+}
+double BackwardInputCost(const ActionCosts& c, int s) {
+  return BackwardCost(c, s) - BackwardWeightCost(c, s);
 }
 double OptimizerStepCost(const ActionCosts& c, int s) {
   return PerStage(c.optimizer_step_per_stage, c.optimizer_step, s);
@@ -164,6 +196,8 @@ int CommTable(v1::ActionKind kind) {
       return 3;
     case v1::FORWARD:
     case v1::BACKWARD:
+    case v1::BACKWARD_INPUT:
+    case v1::BACKWARD_WEIGHT:
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ALLREDUCE:
     case v1::TIED_ALLREDUCE:
@@ -253,21 +287,24 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
     const OpProgram& prog = programs[s];
     for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
       DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, prog[i]));
-      if (prog[i].kind == v1::FORWARD || prog[i].kind == v1::BACKWARD) {
+      if (prog[i].kind == v1::FORWARD || IsBackwardOfInput(prog[i].kind)) {
         max_mb = std::max<int64_t>(max_mb, prog[i].micro_batch);
       }
     }
   }
   const int64_t m = max_mb + 1;
 
-  // Each stage forwards and backwards exactly 0..M-1. Sorting (not a table of size M) keeps
-  // a stray huge micro-batch number from allocating memory.
+  // Each stage forwards and backwards exactly 0..M-1 (a BACKWARD_INPUT counts as the backward;
+  // its BACKWARD_WEIGHT is checked with the data dependencies below). Sorting (not a table of
+  // size M) keeps a stray huge micro-batch number from allocating memory.
   std::vector<int> mbs;
   for (int s = 0; s < p; ++s) {
     for (v1::ActionKind kind : {v1::FORWARD, v1::BACKWARD}) {
       mbs.clear();
       for (const Op& a : programs[s]) {
-        if (a.kind == kind) mbs.push_back(a.micro_batch);
+        if (a.kind == kind || (kind == v1::BACKWARD && a.kind == v1::BACKWARD_INPUT)) {
+          mbs.push_back(a.micro_batch);
+        }
       }
       std::sort(mbs.begin(), mbs.end());
       const absl::string_view verb = kind == v1::FORWARD ? "forwards" : "backwards";
@@ -342,9 +379,13 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
 
   // Data dependencies inside each program, in program order.
   std::vector<char> forwarded(m), backwarded(m), got_act(m), got_grad(m);
+  // Per micro-batch of a zero-bubble split: 1 after its BACKWARD_INPUT, 2 after its
+  // BACKWARD_WEIGHT.
+  std::vector<char> split(m);
   for (int s = 0; s < p; ++s) {
     std::fill(forwarded.begin(), forwarded.end(), 0);
     std::fill(backwarded.begin(), backwarded.end(), 0);
+    std::fill(split.begin(), split.end(), 0);
     std::fill(got_act.begin(), got_act.end(), 0);
     std::fill(got_grad.begin(), got_grad.end(), 0);
     for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
@@ -364,11 +405,24 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
           forwarded[mb] = 1;
           break;
         case v1::BACKWARD:
+        case v1::BACKWARD_INPUT:
           if (!forwarded[mb]) return broken(v1::FORWARD, "backward before forward");
           if (s < p - 1 && !got_grad[mb]) {
             return broken(v1::RECV_GRAD, "a backward needs its output gradient");
           }
           backwarded[mb] = 1;
+          if (a.kind == v1::BACKWARD_INPUT) split[mb] = 1;
+          break;
+        case v1::BACKWARD_WEIGHT:
+          if (split[mb] == 2) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(Where(s, i, ToAction(s, a)), " appears twice"));
+          }
+          if (split[mb] != 1) {
+            return broken(v1::BACKWARD_INPUT,
+                          "a weight-gradient backward follows its input-gradient backward");
+          }
+          split[mb] = 2;
           break;
         case v1::SEND_ACT:
           if (!forwarded[mb]) {
@@ -402,116 +456,28 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
           break;
       }
     }
+    for (int mb = 0; mb < m; ++mb) {
+      if (split[mb] == 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stage ", s, " never runs ", ActionToString(MakeAction(s, v1::BACKWARD_WEIGHT, mb)),
+            " after ", ActionToString(MakeAction(s, v1::BACKWARD_INPUT, mb)),
+            " (the weight gradients of micro-batch ", mb, " would be missing from the update)"));
+      }
+    }
   }
   return CheckBarriers(programs);
 }
 
-// One stretch of time a rank spent on an action (waiting is not a slot).
-struct Slot {
-  double start;
-  double end;
-  std::string label;
-};
-
-std::string CellLabel(const Op& a) {
-  switch (a.kind) {
-    case v1::FORWARD:
-      return absl::StrCat("F", a.micro_batch);
-    case v1::BACKWARD:
-      return absl::StrCat("B", a.micro_batch);
-    case v1::SEND_ACT:
-      return absl::StrCat("sa", a.micro_batch);
-    case v1::RECV_ACT:
-      return absl::StrCat("ra", a.micro_batch);
-    case v1::SEND_GRAD:
-      return absl::StrCat("sg", a.micro_batch);
-    case v1::RECV_GRAD:
-      return absl::StrCat("rg", a.micro_batch);
-    case v1::ALLREDUCE:
-      return "AR";
-    case v1::TIED_ALLREDUCE:
-      return "TA";
-    case v1::GLOBAL_NORM:
-      return "GN";
-    case v1::OPTIMIZER_STEP:
-    case v1::STALE_OPTIMIZER_STEP:
-      return "ST";
-    case v1::ALLREDUCE_ASYNC:
-      return "AA";
-    case v1::USE_WEIGHTS:
-    case v1::RESTORE_WEIGHTS:
-    case v1::STASH_WEIGHTS:
-    case v1::DROP_WEIGHTS:
-      return "W";
-    case v1::ACTION_KIND_UNSPECIFIED:
-    case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-    case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-      break;
-  }
-  return "?";
-}
-
-// The column width of the grid: the smallest positive compute cost, so unit-ish costs get one
-// column per unit; communication only when nothing computes for a positive time.
-double GridQuantum(const ActionCosts& c, int num_stages) {
-  double q = 0;
-  auto consider = [&q](double v) {
-    if (v > 0 && (q == 0 || v < q)) q = v;
-  };
+// The column width of the grid (simulator_grid.h GridQuantum) from the costs the programs use.
+double GridQuantum(const ActionCosts& c, int num_stages, bool split_backward) {
+  std::vector<double> compute;
   for (int s = 0; s < num_stages; ++s) {
-    consider(ForwardCost(c, s));
-    consider(BackwardCost(c, s));
-    consider(OptimizerStepCost(c, s));
-  }
-  if (q == 0) {
-    consider(c.send);
-    consider(c.recv);
-  }
-  return q;
-}
-
-std::string RenderGrid(const std::vector<std::vector<Slot>>& slots, double end_time, double quantum,
-                       const std::vector<std::string>& row_suffix) {
-  const int p = static_cast<int>(slots.size());
-  int columns = 0;
-  if (quantum > 0 && end_time > 0) {
-    // The epsilon absorbs rounding in sums of costs such as 0.1 + 0.2.
-    const double exact = end_time / quantum;
-    columns = static_cast<int>(std::min<double>(std::ceil(exact - 1e-9), kMaxGridColumns));
-    if (exact > kMaxGridColumns) quantum = end_time / kMaxGridColumns;
-  }
-  size_t width = std::max<size_t>(2, absl::StrCat(columns > 0 ? columns - 1 : 0).size());
-  for (const auto& row : slots) {
-    for (const Slot& slot : row) width = std::max(width, slot.label.size());
-  }
-  const std::string row_name_last = absl::StrCat("stage ", p - 1);
-  const size_t name_width = row_name_last.size();
-
-  auto trim = [](std::string line) {
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    return line;
-  };
-  std::vector<std::string> lines;
-  lines.push_back(absl::StrFormat("one column = %g time unit%s", quantum, quantum == 1 ? "" : "s"));
-  std::string header = absl::StrFormat("%*s |", static_cast<int>(name_width), "t");
-  for (int c = 0; c < columns; ++c) absl::StrAppendFormat(&header, " %-*d", width, c);
-  lines.push_back(trim(header));
-  for (int s = 0; s < p; ++s) {
-    std::string line =
-        absl::StrFormat("%*s |", static_cast<int>(name_width), absl::StrCat("stage ", s));
-    size_t k = 0;
-    for (int c = 0; c < columns; ++c) {
-      // A cell shows what ran at the middle of its time slot.
-      const double t = (c + 0.5) * quantum;
-      while (k < slots[s].size() && slots[s][k].end <= t) ++k;
-      const bool busy = k < slots[s].size() && slots[s][k].start <= t;
-      absl::StrAppendFormat(&line, " %-*s", width, busy ? slots[s][k].label : ".");
+    compute.insert(compute.end(), {ForwardCost(c, s), BackwardCost(c, s), OptimizerStepCost(c, s)});
+    if (split_backward) {
+      compute.insert(compute.end(), {BackwardInputCost(c, s), BackwardWeightCost(c, s)});
     }
-    line = trim(line);
-    if (!row_suffix.empty()) absl::StrAppend(&line, "  <- ", row_suffix[s]);
-    lines.push_back(line);
   }
-  return absl::StrJoin(lines, "\n");
+  return internal::GridQuantum(compute, {c.send, c.recv});
 }
 
 // The event loop. Each rank runs until a receive finds its send not yet issued; it then waits
@@ -567,7 +533,7 @@ class Barriers {
 struct RunState {
   std::vector<int> pc;
   std::vector<double> clock;
-  std::vector<std::vector<Slot>> slots;
+  std::vector<std::vector<internal::GridSlot>> slots;
   std::unique_ptr<Barriers> barriers;
 };
 
@@ -632,6 +598,16 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           result.busy_time[s] += cost;
           --in_flight[s];
           break;
+        case v1::BACKWARD_INPUT:
+          cost = BackwardInputCost(costs, s);
+          result.busy_time[s] += cost;
+          break;
+        case v1::BACKWARD_WEIGHT:
+          // The stashed activations live until the weight gradients are computed.
+          cost = BackwardWeightCost(costs, s);
+          result.busy_time[s] += cost;
+          --in_flight[s];
+          break;
         case v1::OPTIMIZER_STEP:
         case v1::STALE_OPTIMIZER_STEP:
           cost = OptimizerStepCost(costs, s);
@@ -662,7 +638,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           // action ends with it.
           for (int w : released) {
             if (record_slots && cost > 0) {
-              state->slots[w].push_back({start, start + cost, CellLabel(a)});
+              state->slots[w].push_back({start, start + cost, internal::GridCellLabel(a)});
             }
             result.allreduce_time[w] += cost;
             clock[w] = start + cost;
@@ -709,9 +685,11 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           break;  // Validate refuses these
       }
       if (waiting[s]) break;
-      if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, CellLabel(a)});
+      if (record_slots && cost > 0)
+        state->slots[s].push_back({start, start + cost, internal::GridCellLabel(a)});
       if (keep_intervals && cost > 0 &&
-          (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::OPTIMIZER_STEP ||
+          (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::BACKWARD_INPUT ||
+           a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP ||
            a.kind == v1::STALE_OPTIMIZER_STEP)) {
         result.compute_intervals[s].push_back({start, start + cost});
       }
@@ -734,7 +712,11 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
   RunState state;
   SimulationResult result =
       Run(programs, costs, m, options.render_grid, options.keep_compute_intervals, &state);
-  const double quantum = GridQuantum(costs, p);
+  bool split_backward = false;
+  for (const OpProgram& prog : programs) {
+    for (const Op& op : prog) split_backward |= op.kind == v1::BACKWARD_WEIGHT;
+  }
+  const double quantum = GridQuantum(costs, p, split_backward);
 
   bool deadlocked = false;
   for (int s = 0; s < p; ++s) deadlocked |= state.pc[s] < static_cast<int>(programs[s].size());
@@ -768,7 +750,7 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
     }
     return absl::FailedPreconditionError(
         absl::StrCat("deadlock: ", absl::StrJoin(waits, "; "), "; what ran:\n",
-                     RenderGrid(state.slots, result.step_time, quantum, suffix)));
+                     internal::RenderGrid(state.slots, result.step_time, quantum, suffix)));
   }
 
   double idle_sum = 0;
@@ -778,7 +760,8 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
     idle_sum += result.idle_time[s];
   }
   result.bubble_fraction = result.step_time > 0 ? idle_sum / (p * result.step_time) : 0.0;
-  if (options.render_grid) result.grid = RenderGrid(state.slots, result.step_time, quantum, {});
+  if (options.render_grid)
+    result.grid = internal::RenderGrid(state.slots, result.step_time, quantum, {});
   return result;
 }
 

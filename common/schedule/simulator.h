@@ -7,16 +7,17 @@
 // directed link has one sender, so that is the sender's program order): the transfer starts at
 // max(send end, the link's previous transfer end). A RECV blocks until the matching SEND
 // (same micro-batch, same kind, from the neighbouring stage) has been issued, and ends `recv`
-// cost after max(its start, the transfer's end). FORWARD / BACKWARD / OPTIMIZER_STEP take their
-// cost (busy time), STALE_OPTIMIZER_STEP too; ALLREDUCE and ALLREDUCE_ASYNC take `allreduce`
-// (0 by default) on their rank: the AllReduce among that stage's replicas, which are not
-// simulated themselves (they run the same program in lockstep; no overlap across steps is
-// modelled). The weight-stash actions (USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS,
-// DROP_WEIGHTS) take no time. TIED_ALLREDUCE and GLOBAL_NORM are barriers: the k-th GLOBAL_NORM of
-// every stage, and the k-th TIED_ALLREDUCE of every stage whose program holds one, complete
-// together, at `global_norm` / `tied_allreduce` (0 by default) after the last of them started (the
-// collective among those stages' ranks; replicas again run in lockstep). Pairing: SEND_ACT m on
-// stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on stage s goes to RECV_GRAD m on stage s
+// cost after max(its start, the transfer's end). FORWARD / BACKWARD / BACKWARD_INPUT /
+// BACKWARD_WEIGHT / OPTIMIZER_STEP take their cost (busy time), STALE_OPTIMIZER_STEP too;
+// ALLREDUCE and ALLREDUCE_ASYNC take `allreduce` (0 by default) on their rank: the AllReduce among
+// that stage's replicas, which are not simulated themselves (they run the same program in
+// lockstep; no overlap across steps is modelled). The weight-stash actions (USE_WEIGHTS,
+// RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS) take no time. TIED_ALLREDUCE and GLOBAL_NORM are
+// barriers: the k-th GLOBAL_NORM of every stage, and the k-th TIED_ALLREDUCE of every stage whose
+// program holds one, complete together, at `global_norm` / `tied_allreduce` (0 by default) after
+// the last of them started (the collective among those stages' ranks; replicas again run in
+// lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on
+// stage s goes to RECV_GRAD m on stage s
 // - 1. Because sends never block, whether a program set deadlocks does not depend on the costs.
 //
 // Cost: O(actions + P * M) time and O(P * M) memory (each rank runs until it blocks and is
@@ -26,8 +27,10 @@
 // unit(s)", a header "t | 0 1 2 ..." of column numbers, then one line "stage <s> | cells" per
 // stage. Column c covers time [c*q, (c+1)*q), q = the smallest positive compute cost (so unit-ish
 // costs give one column per unit; a BACKWARD of cost 2 fills two columns), widened so there are
-// at most 240 columns. A cell shows what the rank was doing at the middle of its slot: F<m>,
-// B<m>, ST (OPTIMIZER_STEP), AR / TA / GN (ALLREDUCE / TIED_ALLREDUCE / GLOBAL_NORM, when it
+// at most 240 columns (with BACKWARD_WEIGHT actions in the programs, the smallest positive
+// BACKWARD_INPUT / BACKWARD_WEIGHT cost counts too). A cell shows what the rank was doing at the
+// middle of its slot: F<m>, B<m> (BACKWARD or BACKWARD_INPUT), W<m> (BACKWARD_WEIGHT), ST
+// (OPTIMIZER_STEP), AR / TA / GN (ALLREDUCE / TIED_ALLREDUCE / GLOBAL_NORM, when it
 // costs time), sa<m>/ra<m>/sg<m>/rg<m>
 // (send/recv of an activation/gradient, only when they cost time) or "." (idle, including
 // waiting on a receive; link transfers are not drawn). Cells are left-aligned and
@@ -52,6 +55,11 @@
 
 namespace dapple::schedule {
 
+// The split of a backward time into its weight-gradient part (T_W = f * T_back) when a profile
+// has only the whole backward: half/half, the one rule every consumer (this simulator's default,
+// the emulated device's waits) uses; ActionCosts::backward_weight_fraction says why.
+inline constexpr double kBackwardWeightFraction = 0.5;
+
 // Costs in abstract time units (or ms); per-stage vectors override the scalars when non-empty.
 // The defaults give every existing caller its old results: free communication and AllReduce.
 struct ActionCosts {
@@ -63,10 +71,24 @@ struct ActionCosts {
   double allreduce = 0.0;
   double tied_allreduce = 0.0;  // the tied weights' AllReduce (one per TIED_ALLREDUCE)
   double global_norm = 0.0;     // the job-wide norm collective (one per GLOBAL_NORM)
+  // The zero-bubble split (BACKWARD_INPUT / BACKWARD_WEIGHT, Qi et al., ICLR 2024) of a stage's
+  // backward cost T_back (backward / backward_per_stage, the whole backward as profiled):
+  // BACKWARD_WEIGHT costs f * T_back and BACKWARD_INPUT (1 - f) * T_back, f in [0, 1] this
+  // fraction (per stage when backward_weight_fraction_per_stage is non-empty). The rule when a
+  // profile has one backward time: half/half (the default), which is exact by FLOPs for the
+  // matrix-multiply layers that dominate a stage (dense / linear: dX = dY W^T and dW = X^T dY
+  // are both 2 * rows * in * out FLOPs), so T_B = T_W = T_back / 2. A plain BACKWARD still costs
+  // T_back.
+  double backward_weight_fraction = kBackwardWeightFraction;
+  std::vector<double> backward_weight_fraction_per_stage;
   std::vector<double> forward_per_stage;
   std::vector<double> backward_per_stage;
   std::vector<double> optimizer_step_per_stage;
   std::vector<double> allreduce_per_stage;
+  // Empty (none) or P entries: activation recomputation's forward, which a recomputing stage
+  // runs again before each micro-batch's BACKWARD (worker/runtime/layer_recompute.h); it
+  // lengthens that BACKWARD (0 for a stage that keeps its activations).
+  std::vector<double> recompute_per_stage;
   // Empty (no transfer time) or P - 1 entries. Entry s: the time one micro-batch's activation
   // (SEND_ACT on stage s) / gradient (SEND_GRAD on stage s + 1) occupies the directed link
   // between stages s and s + 1.
@@ -98,9 +120,11 @@ struct SimulationResult {
   // Per stage: transfer time of the activations and gradients it sends and receives (each
   // transfer counts on both of its stages; send/recv rank costs are not included).
   std::vector<double> comm_time;
-  std::vector<double> idle_time;    // per stage: step_time - busy - allreduce (the bubble)
-  double bubble_fraction = 0;       // sum(idle) / (P * step_time)
-  std::vector<int> peak_in_flight;  // per stage: max forwards whose backward is not done
+  std::vector<double> idle_time;  // per stage: step_time - busy - allreduce (the bubble)
+  double bubble_fraction = 0;     // sum(idle) / (P * step_time)
+  // Per stage: max forwards whose backward is not done (for a split backward: whose
+  // BACKWARD_WEIGHT is not done, since the stashed activations live until then).
+  std::vector<int> peak_in_flight;
   // Per stage: end time of each of its OPTIMIZER_STEPs, in program order (for steady-state
   // measurements over runs of several updates).
   std::vector<std::vector<double>> optimizer_step_end;
@@ -115,7 +139,9 @@ struct SimulationResult {
 // what ran:" followed by the grid, when no rank can move (a barrier waits "for stages 0, 2 to
 // reach GLOBAL_NORM").
 // kInvalidArgument (naming the action, its stage and index) for: an unpaired send/recv, a
-// BACKWARD before its FORWARD, a micro-batch not forwarded and backwarded exactly once per stage,
+// BACKWARD before its FORWARD, a micro-batch not forwarded and backwarded exactly once per stage
+// (by one BACKWARD or one BACKWARD_INPUT), a BACKWARD_WEIGHT not after its micro-batch's
+// BACKWARD_INPUT or run twice, a BACKWARD_INPUT without its BACKWARD_WEIGHT,
 // and also: programs[s].stage() != s or an action whose stage is not its program's, an
 // unspecified kind, a negative micro-batch, a micro-batch >= M, a send/recv toward a stage that
 // does not exist, a FORWARD on stage > 0 before its RECV_ACT, a BACKWARD on stage < P-1 before its
@@ -123,7 +149,7 @@ struct SimulationResult {
 // barrier that run it a different number of times ("stage 1 runs 2 GLOBAL_NORM but stage 0
 // runs 1: ..."), an empty
 // `programs`, or a cost that is negative / not finite / a per-stage vector whose size is not P /
-// a per-boundary vector whose size is not P - 1.
+// a per-boundary vector whose size is not P - 1, a backward_weight_fraction outside [0, 1].
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
                                           const ActionCosts& costs = {});
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,

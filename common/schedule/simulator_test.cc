@@ -130,6 +130,24 @@ TEST(SimulatorTest, PerStageCostsOverrideScalars) {
   EXPECT_DOUBLE_EQ(sim->busy_time[1], 5.5);
 }
 
+// Activation recomputation: a recomputing stage's BACKWARD runs the forward again first.
+TEST(SimulatorTest, RecomputationLengthensTheStagesBackwards) {
+  ActionCosts costs;
+  costs.forward_per_stage = {1, 3};
+  costs.backward_per_stage = {2, 2};
+  costs.recompute_per_stage = {1, 0};  // stage 0 recomputes its forward (1)
+  costs.optimizer_step = 0.5;
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kDapple, 2, 1), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // As PerStageCostsOverrideScalars, but stage 0's B0 takes 1 + 2: [6,9), STEP to 9.5.
+  EXPECT_DOUBLE_EQ(sim->step_time, 9.5);
+  EXPECT_DOUBLE_EQ(sim->busy_time[0], 4.5);
+  EXPECT_DOUBLE_EQ(sim->busy_time[1], 5.5);
+  costs.recompute_per_stage = {1};
+  EXPECT_THAT(std::string(Simulate(Build(ScheduleKind::kDapple, 2, 1), costs).status().message()),
+              HasSubstr("costs.recompute_per_stage has 1 entries for 2 stages"));
+}
+
 TEST(SimulatorTest, RejectsBadCosts) {
   const std::vector<v1::RankProgram> programs = Build(ScheduleKind::kDapple, 2, 2);
   ActionCosts costs;

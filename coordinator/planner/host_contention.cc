@@ -95,6 +95,7 @@ schedule::ActionCosts StretchCompute(const schedule::ActionCosts& costs,
     stretched.forward_per_stage[s] *= slowdown[s];
     stretched.backward_per_stage[s] *= slowdown[s];
     stretched.optimizer_step_per_stage[s] *= slowdown[s];
+    if (!stretched.recompute_per_stage.empty()) stretched.recompute_per_stage[s] *= slowdown[s];
   }
   return stretched;
 }

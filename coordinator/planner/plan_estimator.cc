@@ -103,6 +103,8 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
     const double share = b / static_cast<double>(st.devices.size());
     f[s] = ForwardMs(st.first_layer, st.last_layer, share);
     g[s] = BackwardMs(st.first_layer, st.last_layer, share);
+    // Activation recomputation: the forward again before each backward (stage_memory.h).
+    if (StageRecomputes(problem_, plan, s, activation_, problem_.schedule)) g[s] += f[s];
     AR[s] +=
         AllReduceMs(static_cast<double>(ParameterBytes(st.first_layer, st.last_layer)), st.devices);
     if (s + 1 < P) {

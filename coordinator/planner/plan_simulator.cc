@@ -220,11 +220,13 @@ absl::Status CheckLink(const v1::ClusterTopology& topology, const std::vector<in
 
 }  // namespace
 
-absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
+absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& given,
                                         schedule::ScheduleKind kind) {
   const profile::ChainProfile& profile = problem.profile;
   DAPPLE_RETURN_IF_ERROR(CheckProfile(profile));
-  DAPPLE_RETURN_IF_ERROR(CheckPlan(problem, plan, kind));
+  DAPPLE_RETURN_IF_ERROR(CheckPlan(problem, given, kind));
+  // Which stages recompute (the spec's training.recompute, or the plan's own flags).
+  const HybridPlan plan = WithRecompute(problem, given, kind);
 
   const int p = static_cast<int>(plan.stages.size());
   const int m = plan.micro_batches;
@@ -240,6 +242,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   costs.optimizer_step_per_stage.assign(p, 0.0);
   costs.forward_per_stage.resize(p);
   costs.backward_per_stage.resize(p);
+  costs.recompute_per_stage.assign(p, 0.0);
   costs.allreduce_per_stage.resize(p);
   costs.act_transfer_per_boundary.resize(p - 1);
   schedule::LowerOptions lower;
@@ -261,6 +264,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     const double share = b / replicas;
     costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
     costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
+    // Recomputation runs the layers' forward again before each backward (not the data loading).
+    if (stage.recompute) costs.recompute_per_stage[s] = costs.forward_per_stage[s];
     // Stage 0 loads each micro-batch's samples before its forward; the last stage runs the
     // loss (and its gradient) before its backward (measured profiles; 0 for files).
     const double load_ms = s == 0 ? profile.input_ms_per_sample * share : 0.0;
@@ -360,6 +365,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   prediction.stages.resize(p);
   for (int s = 0; s < p; ++s) {
     StagePrediction& out = prediction.stages[s];
+    out.recompute = plan.stages[s].recompute;
     out.forward_ms = costs.forward_per_stage[s];
     out.backward_ms = costs.backward_per_stage[s];
     // Every update does the same work, so a per-step share of the run's totals is exact.

@@ -5,6 +5,7 @@
 #include "common/profile/cluster_topology.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
+#include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
 
@@ -23,6 +24,7 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
   summary.set_placement_policy(plan.placement_policy);
   // A prediction for another plan (or none) leaves the per-stage prediction fields at 0.
   const bool predicted = prediction.stages.size() == plan.stages.size();
+  const ActivationMemory activations(problem.profile);
   int num_devices = 0;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const StagePlan& stage = plan.stages[s];
@@ -32,6 +34,7 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
     out->set_replicas(static_cast<int32_t>(stage.devices.size()));
     num_devices += static_cast<int>(stage.devices.size());
     for (int d : stage.devices) out->add_placement(profile::DeviceName(problem.topology, d));
+    out->set_recompute(StageRecomputes(problem, plan, static_cast<int>(s), activations, schedule));
     if (!predicted) continue;
     const StagePrediction& p = prediction.stages[s];
     out->set_forward_ms(p.forward_ms);

@@ -170,9 +170,10 @@ absl::Status CheckPipeDreamReplicas(schedule::ScheduleKind kind, const std::stri
 // A planner's refusal as a job's: the planners name themselves "planner dapple: ..." (also
 // for `dapplectl plan --profile`), a job's field is parallel.planner. A plan that fits no
 // device's memory (RunPlanner or CheckFixedPlanFits: the memory its least hungry plan needs) is
-// the user's to fix: the spec's fields that change it follow.
+// the user's to fix: the spec's fields that change it follow, first training.recompute: auto
+// when `fits_with_recompute` (a plan of the same planner fits with it).
 absl::Status AsJobPlanError(const absl::Status& status, const v1::JobSpec& spec,
-                            const std::string& planner, int num_stages) {
+                            const std::string& planner, int num_stages, bool fits_with_recompute) {
   std::string message(status.message());
   if (absl::StartsWith(message, "planner ")) message = absl::StrCat("parallel.", message);
   if (status.code() != absl::StatusCode::kResourceExhausted) {
@@ -195,6 +196,10 @@ absl::Status AsJobPlanError(const absl::Status& status, const v1::JobSpec& spec,
   } else {
     more = absl::StrCat("give the job more parallel.devices (now ", par.devices(),
                         ") for more stages");
+  }
+  if (fits_with_recompute) {
+    // The cheapest fix that keeps the partition and the batch: recompute where needed.
+    more = absl::StrCat("set training.recompute: auto (a plan fits with it), or ", more);
   }
   return absl::ResourceExhaustedError(
       absl::StrCat(message, ": to fit, ", more, ", or use a smaller training.micro_batch (now ",
@@ -392,6 +397,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
   problem.schedule = kind;
+  problem.recompute = Recompute(spec.training());
   problem.optimizer_state_factor = memory::OptimizerStateCopies(spec.training().optimizer());
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
@@ -408,7 +414,17 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   // Step 4: the plan and its prediction.
   absl::StatusOr<PlannedJob> planned_or =
       PlanFor(spec, planner, problem, static_cast<int>(micro_batches));
-  if (!planned_or.ok()) return AsJobPlanError(planned_or.status(), spec, planner, num_stages);
+  if (!planned_or.ok()) {
+    // A plan refused for memory without recomputation: would recomputing where needed fit?
+    bool fits_with_recompute = false;
+    if (planned_or.status().code() == absl::StatusCode::kResourceExhausted &&
+        problem.recompute == RecomputeMode::kNone && spec.parallel().device_type() != "cuda") {
+      PlanningProblem with = problem;
+      with.recompute = RecomputeMode::kAuto;
+      fits_with_recompute = PlanFor(spec, planner, with, static_cast<int>(micro_batches)).ok();
+    }
+    return AsJobPlanError(planned_or.status(), spec, planner, num_stages, fits_with_recompute);
+  }
   const PlannedJob& planned = *planned_or;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());

@@ -110,7 +110,9 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 //     a device (stage 0: weights 1.1 GiB, activations 2.1 GiB) but devices have 1.0 GiB", then
 //     the fields that change it (": to fit, split the model into more parallel.stages ranges
 //     (now 2, on parallel.devices 2), or use a smaller training.micro_batch (now 32) or devices
-//     with more memory").
+//     with more memory"); when the spec does not recompute and a plan would fit with
+//     training.recompute auto, that fix comes first (": to fit, set training.recompute: auto (a
+//     plan fits with it), or ...").
 //   kFailedPrecondition: a schedule that deadlocks (BuildPrograms).
 absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInputs& inputs = {});
 

@@ -1,8 +1,12 @@
 #include "coordinator/planner/planner.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/schedule/job_lowering.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -99,6 +103,26 @@ TEST(PlannerTest, GPipeBubbleIsAtLeastDapples) {
   EXPECT_EQ(a->summary().schedule(), "gpipe");
   // Both flush once per step; early backward saves memory, not bubble (DAPPLE, section 4).
   EXPECT_GE(a->summary().bubble_fraction(), b->summary().bubble_fraction() - 1e-9);
+}
+
+// The zero-bubble schedules plan like dapple (the requested schedule, the same partition) and
+// their programs split the backward; ZB-H1's predicted bubble is below dapple's.
+TEST(PlannerTest, ZeroBubbleSchedulesPlanTheirPrograms) {
+  auto dapple = MakePlan(DemoSpec(2));
+  ASSERT_TRUE(dapple.ok()) << dapple.status();
+  for (const char* zb : {"zb-h1", "zb-h2"}) {
+    v1::JobSpec spec = DemoSpec(2);
+    spec.mutable_parallel()->set_schedule(zb);
+    auto plan = MakePlan(spec);
+    ASSERT_TRUE(plan.ok()) << zb << ": " << plan.status();
+    EXPECT_EQ(plan->summary().schedule(), zb);
+    ASSERT_EQ(plan->programs_size(), 2);
+    EXPECT_EQ(schedule::CountActions(plan->programs(0), v1::BACKWARD), 0) << zb;
+    EXPECT_GT(schedule::CountActions(plan->programs(0), v1::BACKWARD_WEIGHT), 0) << zb;
+    if (std::string(zb) == "zb-h1") {
+      EXPECT_LT(plan->summary().bubble_fraction(), dapple->summary().bubble_fraction()) << zb;
+    }
+  }
 }
 
 TEST(PlannerTest, UniformAndManual) {
@@ -412,6 +436,69 @@ TEST(PlannerTest, PlansThatFitNoDeviceAreRefusedWithTheMemoryTheyNeed) {
                                   "parallel.stages ranges (now 2, on parallel.devices 2), or use "
                                   "a smaller training.micro_batch (now 32) or devices with more "
                                   "memory"));
+}
+
+// training.recompute (stage_memory.h StageRecomputes): all recomputes every stage; auto only
+// the stages that do not fit the device memory without it, so that a limit only recomputation
+// meets is planned (the workers run it: tests/planner_runtime_memory_test.cc).
+TEST(PlannerTest, RecomputationIsChosenForTheStagesThatDoNotFitWithoutIt) {
+  for (const char* planner : {"balanced", "dapple"}) {
+    SCOPED_TRACE(planner);
+    v1::JobSpec spec = DemoSpec(2, 2);
+    spec.mutable_parallel()->set_planner(planner);
+    spec.mutable_parallel()->set_schedule("gpipe");  // all M = 8 micro-batches in flight
+    spec.mutable_training()->set_global_batch(2048);
+    spec.mutable_training()->set_micro_batch(256);
+    auto keep = MakePlan(spec);
+    ASSERT_TRUE(keep.ok()) << keep.status();
+    spec.mutable_training()->set_recompute("all");
+    auto all = MakePlan(spec);
+    ASSERT_TRUE(all.ok()) << all.status();
+    ASSERT_EQ(Stages(*all), Stages(*keep));
+    int64_t keep_min = std::numeric_limits<int64_t>::max(), keep_max = 0, all_max = 0;
+    for (int s = 0; s < 2; ++s) {
+      const v1::PlanStageSummary& k = keep->summary().stages(s);
+      const v1::PlanStageSummary& r = all->summary().stages(s);
+      EXPECT_FALSE(k.recompute());
+      EXPECT_TRUE(r.recompute());
+      EXPECT_LT(r.peak_memory_bytes(), k.peak_memory_bytes());
+      // One more forward per micro-batch before its backward.
+      EXPECT_GT(r.compute_ms(), k.compute_ms());
+      keep_min = std::min(keep_min, k.peak_memory_bytes());
+      keep_max = std::max(keep_max, k.peak_memory_bytes());
+      all_max = std::max(all_max, r.peak_memory_bytes());
+    }
+    EXPECT_GT(all->summary().predicted_step_ms(), keep->summary().predicted_step_ms());
+
+    PlanInputs capped;
+    capped.defaults.device_memory_bytes = std::max(all_max, keep_min);
+    ASSERT_LT(capped.defaults.device_memory_bytes, keep_max);
+    spec.mutable_training()->set_recompute("auto");
+    auto plan = MakePlan(spec, capped);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int recomputing = 0;
+    for (const v1::PlanStageSummary& stage : plan->summary().stages()) {
+      EXPECT_LE(stage.peak_memory_bytes(), capped.defaults.device_memory_bytes);
+      recomputing += stage.recompute();
+    }
+    EXPECT_GE(recomputing, 1);
+    if (std::string(planner) == "balanced") {
+      // The fixed partition: exactly the stages over the limit recompute; without recomputation
+      // the plan is refused.
+      for (int s = 0; s < 2; ++s) {
+        EXPECT_EQ(
+            plan->summary().stages(s).recompute(),
+            keep->summary().stages(s).peak_memory_bytes() > capped.defaults.device_memory_bytes);
+      }
+      spec.mutable_training()->set_recompute("none");
+      auto refused = MakePlan(spec, capped);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+      // The error names the fix that keeps the partition and the batch.
+      EXPECT_THAT(std::string(refused.status().message()),
+                  HasSubstr(": to fit, set training.recompute: auto (a plan fits with it), or "
+                            "spread the model over more parallel.stages (now 2"));
+    }
+  }
 }
 
 TEST(PlannerTest, ManualPlansArePredictedToo) {

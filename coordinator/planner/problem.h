@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/profile/chain_profile.h"
 #include "common/schedule/generators.h"
 #include "coordinator/planner/pipesgd_model.h"
@@ -41,12 +42,18 @@ struct PlanningProblem {
   int num_stages = 0;    // 0: the planner chooses P; otherwise P is fixed
   // What Pipe-SGD's AllReduce carries (schedule pipesgd; pipesgd_model.h prices it).
   PipeSgdCompression pipesgd_compression = PipeSgdCompression::kNone;
+  // training.recompute: which stages recompute their activations (stage_memory.h
+  // StageRecomputes); kNone leaves it to each StagePlan::recompute (false unless set).
+  RecomputeMode recompute = RecomputeMode::kNone;
 };
 
 struct StagePlan {
   int first_layer = 0;       // inclusive, into the profile's layers
   int last_layer = 0;        // inclusive
   std::vector<int> devices;  // one per replica: global device indices, distinct across stages
+  // Activation recomputation (recompute.h): the stage keeps only its inputs (and outputs) in
+  // flight and runs each micro-batch's forward again before its backward.
+  bool recompute = false;
 };
 
 struct HybridPlan {
@@ -89,6 +96,9 @@ struct StagePrediction {
   // weight_bytes + activation_bytes + buffer_bytes (common/memory_model.h)
   int64_t peak_memory_bytes = 0;
   int peak_in_flight = 0;  // micro-batches whose activations are held at the peak
+  // The stage recomputes its activations (stage_memory.h StageRecomputes): its memory counts
+  // only inputs and outputs in flight, and each backward runs the forward again first.
+  bool recompute = false;
 };
 
 struct Prediction {

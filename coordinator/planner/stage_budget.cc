@@ -91,6 +91,7 @@ void StageBudget::FillSlot(Slot& slot, int r, bool one_node, double memory,
   slot.memory_bytes = memory;
   slot.activation_scale =
       in_flight * static_cast<double>(MinMicroBatch(r)) / static_cast<double>(r) / batch_;
+  slot.in_flight = in_flight;
 }
 
 double StageBudget::LinkMsPerByte(int par, bool one_node) const {
@@ -124,9 +125,12 @@ double StageBudget::StageCost(const Slot& slot, int first, int last) const {
 }
 
 bool StageBudget::StageFits(const Slot& slot, int first, int last) const {
+  const double scale = problem_.recompute == RecomputeMode::kNone
+                           ? slot.activation_scale
+                           : slot.activation_scale / std::max(1.0, slot.in_flight);
   return memory::ParameterStateBytes(weight_prefix_[last + 1] - weight_prefix_[first],
                                      problem_.optimizer_state_factor) +
-             slot.activation_scale * activation_.AtProfileBatch(first, last) <=
+             scale * activation_.AtProfileBatch(first, last) <=
          slot.memory_bytes;
 }
 

@@ -31,6 +31,7 @@ struct Slot {
   double ar_ms_per_byte = 0;
   double memory_bytes = 0;      // the smallest device memory among its devices
   double activation_scale = 0;  // in-flight bytes per profile-batch ActivationMemory byte
+  double in_flight = 1;         // the micro-batches in flight activation_scale counts
   double link_ms_per_byte = 0;  // per-step transfer ms per profile-batch cut byte to the next
 };
 
@@ -88,7 +89,11 @@ class StageBudget {
   double StageCost(const Slot& slot, int first, int last) const;
   // Whether weights, gradients, optimizer state and in-flight activations (ActivationMemory)
   // fit the slot's memory. Monotone in the range: a stage's bytes only grow as it takes layers
-  // on either side (a stage's input is at most its previous layer's input plus output).
+  // on either side (a stage's input is at most its previous layer's input plus output). Where
+  // the problem allows recomputation (training.recompute all or auto), the activations are
+  // those of one micro-batch, a lower bound of what a recomputing stage holds (its scratch set
+  // plus inputs and outputs in flight: memory::ActivationBytes), so no partition that fits with
+  // recomputation is pruned; the estimator and the simulator then judge the exact figure.
   bool StageFits(const Slot& slot, int first, int last) const;
   bool StageOk(const Slot& slot, int first, int last, double T) const {
     return StageCost(slot, first, last) <= T && StageFits(slot, first, last);

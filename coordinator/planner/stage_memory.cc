@@ -4,13 +4,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/profile/cluster_topology.h"
 #include "common/profile/format_bytes.h"
 
 namespace dapple::coordinator {
 
-memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const HybridPlan& plan,
-                                         int s, const ActivationMemory& activations,
-                                         schedule::ScheduleKind schedule) {
+namespace {
+
+memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan& plan, int s,
+                                const ActivationMemory& activations,
+                                schedule::ScheduleKind schedule, bool recompute) {
   const profile::ChainProfile& profile = problem.profile;
   const StagePlan& stage = plan.stages[static_cast<size_t>(s)];
   memory::ReplicaPlace place;
@@ -18,6 +21,7 @@ memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const H
   place.stage = s;
   place.micro_batches = plan.micro_batches;
   place.vertical_sync = problem.vertical_sync;
+  place.recompute = recompute;
   for (const StagePlan& st : plan.stages) {
     place.replicas.push_back(static_cast<int>(st.devices.size()));
   }
@@ -42,6 +46,44 @@ memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const H
     sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
   }
   return memory::PredictReplicaMemory(place, sizes);
+}
+
+}  // namespace
+
+bool StageRecomputes(const PlanningProblem& problem, const HybridPlan& plan, int s,
+                     const ActivationMemory& activations, schedule::ScheduleKind schedule) {
+  switch (problem.recompute) {
+    case RecomputeMode::kNone:
+      return plan.stages[static_cast<size_t>(s)].recompute;
+    case RecomputeMode::kAll:
+      return true;
+    case RecomputeMode::kAuto:
+      break;
+  }
+  const int64_t peak =
+      PredictAs(problem, plan, s, activations, schedule, /*recompute=*/false).PeakBytes();
+  for (int d : plan.stages[static_cast<size_t>(s)].devices) {
+    if (peak > profile::DeviceMemoryBytes(problem.topology, d)) return true;
+  }
+  return false;
+}
+
+HybridPlan WithRecompute(const PlanningProblem& problem, HybridPlan plan,
+                         schedule::ScheduleKind schedule) {
+  const ActivationMemory activations(problem.profile);
+  std::vector<bool> chosen(plan.stages.size());
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    chosen[s] = StageRecomputes(problem, plan, static_cast<int>(s), activations, schedule);
+  }
+  for (size_t s = 0; s < plan.stages.size(); ++s) plan.stages[s].recompute = chosen[s];
+  return plan;
+}
+
+memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const HybridPlan& plan,
+                                         int s, const ActivationMemory& activations,
+                                         schedule::ScheduleKind schedule) {
+  return PredictAs(problem, plan, s, activations, schedule,
+                   StageRecomputes(problem, plan, s, activations, schedule));
 }
 
 std::string StageMemoryParts(const StagePrediction& stage) {

@@ -15,11 +15,27 @@
 
 namespace dapple::coordinator {
 
+// Activation recomputation (TrainingSpec.recompute, worker/runtime/layer_recompute.h): whether
+// stage `s` of `plan` recomputes under problem.recompute. kNone: the plan's own
+// StagePlan::recompute; kAll: every stage; kAuto: exactly the stages that do not fit without it,
+// i.e. whose replica's peak memory without recomputation exceeds the smallest memory among the
+// stage's devices (a stage that fits keeps its activations: recomputation costs a forward per
+// micro-batch). The one decision the simulator, the estimator, the memory errors and the plan's
+// summary share. Same preconditions as PredictStageMemory.
+bool StageRecomputes(const PlanningProblem& problem, const HybridPlan& plan, int s,
+                     const ActivationMemory& activations, schedule::ScheduleKind schedule);
+
+// `plan` with every stage's StagePlan::recompute set by StageRecomputes: the choice a planner
+// makes once it has its partition (the later planner, choosing schedules too, calls it per
+// candidate).
+HybridPlan WithRecompute(const PlanningProblem& problem, HybridPlan plan,
+                         schedule::ScheduleKind schedule);
+
 // What one replica of stage `s` of `plan` holds at its peak under `schedule` (the problem's, or
-// the one a simulation asks for). `plan` must be well formed for `problem` (0 <= s < P, contiguous
-// stages, micro_batch_size > 0, devices non-empty) and `activations` built from problem.profile.
-// The micro-batch's samples on a replica are memory::ReplicaRows; the profile's bytes scale
-// linearly from its batch_size.
+// the one a simulation asks for), recomputing as StageRecomputes says. `plan` must be well formed
+// for `problem` (0 <= s < P, contiguous stages, micro_batch_size > 0, devices non-empty) and
+// `activations` built from problem.profile. The micro-batch's samples on a replica are
+// memory::ReplicaRows; the profile's bytes scale linearly from its batch_size.
 memory::ReplicaMemory PredictStageMemory(const PlanningProblem& problem, const HybridPlan& plan,
                                          int s, const ActivationMemory& activations,
                                          schedule::ScheduleKind schedule);

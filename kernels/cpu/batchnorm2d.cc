@@ -31,9 +31,9 @@ BatchNormChannels::BatchNormChannels(const std::string& prefix, int64_t channels
                       " batch norm channels ", channels, " eps ", eps, " momentum ", momentum);
 }
 
-void BatchNormChannels::Forward(const float* x, int64_t n, int64_t hw, bool training, float* y,
-                                Tensor* mean, Tensor* var) {
-  if (!training) {
+void BatchNormChannels::Forward(const float* x, int64_t n, int64_t hw, const ForwardContext& ctx,
+                                float* y, Tensor* mean, Tensor* var) {
+  if (!ctx.training) {
     op_.ForwardInference(n, channels_, hw, eps_, x, weight_.value.data.data(),
                          bias_.value.data.data(), running_mean_.value.data.data(),
                          running_var_.value.data.data(), y);
@@ -43,6 +43,7 @@ void BatchNormChannels::Forward(const float* x, int64_t n, int64_t hw, bool trai
   var->Resize({channels_});
   op_.ForwardTraining(n, channels_, hw, eps_, x, weight_.value.data.data(), bias_.value.data.data(),
                       y, mean->data.data(), var->data.data());
+  if (ctx.recompute) return;
   // The step's statistics from x itself in double (not from the float mean and variance
   // above): the step's variance is a difference of sums over the whole global batch.
   double* sum = step_.data();
@@ -136,7 +137,7 @@ void BatchNorm2dLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
   const int64_t n = Rows(x, nullptr);
   y->Resize(x.shape);
   cache->saved.resize(2);
-  norm_.Forward(x.data.data(), n, height_ * width_, ctx.training, y->data.data(), &cache->saved[0],
+  norm_.Forward(x.data.data(), n, height_ * width_, ctx, y->data.data(), &cache->saved[0],
                 &cache->saved[1]);
 }
 

@@ -54,10 +54,11 @@ class BatchNormChannels {
 
   int64_t channels() const { return channels_; }
   // y [n, C, hw] from x. Training: writes the batch mean and biased variance into *mean and
-  // *var (resized to [C]; BackwardInput needs them) and accumulates the step statistics.
-  // Evaluation: mean and var are not touched (may be null).
-  void Forward(const float* x, int64_t n, int64_t hw, bool training, float* y, Tensor* mean,
-               Tensor* var);
+  // *var (resized to [C]; BackwardInput needs them) and accumulates the step statistics unless
+  // ctx.recompute (the micro-batch was counted by its first Forward). Evaluation
+  // (ctx.training false): mean and var are not touched (may be null).
+  void Forward(const float* x, int64_t n, int64_t hw, const ForwardContext& ctx, float* y,
+               Tensor* mean, Tensor* var);
   // From the x, mean and var of a training Forward and dy = dL/dy: writes dx (overwrites; may
   // be null) and the parameter gradients dgamma and dbeta (resized to [C]) for BackwardWeight.
   void BackwardInput(const float* x, const float* dy, int64_t n, int64_t hw, const Tensor& mean,

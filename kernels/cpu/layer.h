@@ -42,6 +42,11 @@ struct ForwardContext {
   uint64_t seed = 0;         // training.seed
   int64_t step = 0;          // the global step (0-based) the micro-batch belongs to
   int64_t first_sample = 0;  // row 0's position in that step's global batch
+  // Activation recomputation (worker/runtime/layer_recompute.h): this Forward repeats a
+  // training Forward already run with the same other fields, to rebuild what the backward
+  // needs. It computes the same output and cache (dropout's masks depend on the fields above
+  // only) but adds nothing to the step statistics, which the first Forward already counted.
+  bool recompute = false;
 };
 
 // Per micro-batch state a layer keeps from its Forward for its backward, and from
@@ -99,7 +104,8 @@ class Layer {
   //   3. calls ApplyStepStatistics with that sum on every replica (identical buffers
   //      everywhere), which updates the buffers and clears the accumulation.
   // Evaluation Forwards (ctx.training false) accumulate nothing. Size 0 (the default): the layer
-  // has none, and the calls do nothing.
+  // has none, and the calls do nothing. A recomputing Forward (ForwardContext::recompute)
+  // accumulates nothing either.
   virtual int64_t StepStatisticsSize() const { return 0; }
   // Writes the statistics accumulated since the last ApplyStepStatistics into out[0, size).
   virtual void ReadStepStatistics(double* out) const { (void)out; }

@@ -147,19 +147,19 @@ void ResidualBlockLayer::Forward(const Tensor& x, Tensor* y, LayerCache* cache,
   s[kZ2].Resize(out);
   y->Resize(out);
   conv1_op_.Forward(Conv1(n), x.data.data(), conv1_.value.data.data(), nullptr, s[kZ1].data.data());
-  bn1_.Forward(s[kZ1].data.data(), n, hw, ctx.training, s[kA1].data.data(), &s[kMean1], &s[kVar1]);
+  bn1_.Forward(s[kZ1].data.data(), n, hw, ctx, s[kA1].data.data(), &s[kMean1], &s[kVar1]);
   ReluInPlace(&s[kA1]);
   conv2_op_.Forward(Conv2(n), s[kA1].data.data(), conv2_.value.data.data(), nullptr,
                     s[kZ2].data.data());
-  bn2_.Forward(s[kZ2].data.data(), n, hw, ctx.training, y->data.data(), &s[kMean2], &s[kVar2]);
+  bn2_.Forward(s[kZ2].data.data(), n, hw, ctx, y->data.data(), &s[kMean2], &s[kVar2]);
   const float* sc = x.data.data();
   if (projection_) {
     s[kZs].Resize(out);
     shortcut_out_.Resize(out);
     shortcut_op_.Forward(Shortcut(n), x.data.data(), shortcut_conv_.value.data.data(), nullptr,
                          s[kZs].data.data());
-    shortcut_bn_->Forward(s[kZs].data.data(), n, hw, ctx.training, shortcut_out_.data.data(),
-                          &s[kMeanS], &s[kVarS]);
+    shortcut_bn_->Forward(s[kZs].data.data(), n, hw, ctx, shortcut_out_.data.data(), &s[kMeanS],
+                          &s[kVarS]);
     sc = shortcut_out_.data.data();
   }
   float* yp = y->data.data();

@@ -10,6 +10,8 @@ coordinator and 4 real worker processes on 127.0.0.1.
 - Gradient clipping and a learning-rate schedule over P=2, D=2: every rank joins the job-wide
   Gloo group through the coordinator's store, runs one GLOBAL_NORM per step, and the job still
   trains exactly like dapple-reference with the same settings.
+- The zero-bubble schedules zb-h1 and zb-h2 (BACKWARD_INPUT / BACKWARD_WEIGHT) over P=2, D=2 train
+  exactly like dapple-reference too, and every rank's trace holds one W per micro-batch.
 """
 import json
 import os
@@ -44,13 +46,14 @@ class ReplicaParityTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.cluster.close()
 
-    def run_job(self, name, stages, devices, micro_batches, planner, training_extra=()):
+    def run_job(self, name, stages, devices, micro_batches, planner, training_extra=(),
+                schedule="dapple"):
         c = self.cluster
         c.wait_workers(4)  # the previous job's ranks are idle again
         job = c.submit(cluster.spec_yaml(name, cluster.SMALL_MLP, GLOBAL_BATCH,
                                          GLOBAL_BATCH // micro_batches, stages, max_steps=STEPS,
                                          planner=planner, devices=devices,
-                                         training_extra=training_extra))
+                                         training_extra=training_extra, schedule=schedule))
         j = c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=180)
         self.assertEqual(j["state"], "SUCCEEDED", "%s: %s\n%s" % (name, j.get("message"),
                                                                   c.all_logs()))
@@ -136,6 +139,18 @@ class ReplicaParityTest(unittest.TestCase):
         self.assertGreater(total ** 0.5, 0.3, name)
         for e in steps:
             self.assertAlmostEqual(e["args"]["learning_rate"], 0.025, places=9)
+
+    def test_3b_zero_bubble_schedules(self):  # before test_4 kills a worker
+        for schedule in ("zb-h1", "zb-h2"):
+            name = "replicas-%s-p2-d2" % schedule
+            job, j = self.run_job(name, stages=2, devices=4, micro_batches=4, planner="balanced",
+                                  schedule=schedule)
+            self.assertEqual(j["plan"]["schedule"], schedule)
+            self.check_parity(name, job, j, stages=2, replicas=2)
+            self.check_allreduce_once_per_step(name, job, stages=2, replicas=2)
+            _, events = self.trace_events(job)
+            weights = [e for e in events if e["name"].startswith("W")]
+            self.assertEqual(len(weights), 2 * 2 * STEPS * 4, name)
 
     def test_4_dead_replica_fails_the_job_naming_it(self):
         c = self.cluster

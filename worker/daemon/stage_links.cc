@@ -111,13 +111,23 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
     DAPPLE_ASSIGN_OR_RETURN(
         links->backend_,
         MakeEmulatedStageBackend(a.spec(), range.first_layer(), range.last_layer(),
-                                 a.emulated_profile(), std::make_unique<PreciseSleeper>(abort)));
+                                 a.emulated_profile(), std::make_unique<PreciseSleeper>(abort),
+                                 range.recompute()));
     return links;
   }
   if (!id->is_cuda()) {
-    DAPPLE_ASSIGN_OR_RETURN(links->backend_,
-                            MakeCpuStageBackend(a.spec(), range.first_layer(), range.last_layer()));
+    DAPPLE_ASSIGN_OR_RETURN(
+        links->backend_,
+        MakeCpuStageBackend(a.spec(), range.first_layer(), range.last_layer(), range.recompute()));
     return links;
+  }
+  if (range.recompute()) {
+    // The submit check refuses training.recompute with device_type cuda; a stage of an "any"
+    // job that lands on a GPU is refused here.
+    return absl::InvalidArgumentError(
+        absl::StrCat(links->device_,
+                     ": activation recomputation (training.recompute) runs on CPU and emulated "
+                     "stages only, not on CUDA stages yet"));
   }
 #if DAPPLE_HAVE_CUDA
   links->gpu_ = std::make_unique<Gpu>();

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/lr_schedule.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
@@ -56,8 +57,9 @@ struct Case {
 };
 
 std::string CaseName(const Case& c) {
-  return absl::StrCat(c.schedule, "_P", c.stages, "_D", c.replicas, "_M", c.micro_batches, "_",
-                      c.optimizer);
+  // gtest names take no '-': "zb-h2" becomes "zb_h2".
+  return absl::StrCat(absl::StrReplaceAll(c.schedule, {{"-", "_"}}), "_P", c.stages, "_D",
+                      c.replicas, "_M", c.micro_batches, "_", c.optimizer);
 }
 
 class ClippingParityTest : public ::testing::TestWithParam<Case> {};
@@ -122,6 +124,11 @@ std::vector<Case> AllCases() {
     }
   }
   cases.push_back({"dapple", 2, 2, 4, "adamw"});
+  // ZB-H2's OPTIMIZER_STEP comes after every BACKWARD_WEIGHT, so its GLOBAL_NORM sees the
+  // whole step's gradients: clipping is exact without post-validation.
+  cases.push_back({"zb-h1", 2, 1, 4});
+  cases.push_back({"zb-h2", 2, 2, 4});
+  cases.push_back({"zb-h2", 3, 1, 8});
   // PipeDream with one unreplicated stage is synchronous (warm-up 1): exact as well.
   cases.push_back({"pipedream", 1, 1});
   return cases;

@@ -13,6 +13,7 @@
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
 #include "worker/runtime/host_message_buffer.h"
+#include "worker/runtime/layer_recompute.h"
 #include "worker/runtime/stage_backend.h"
 #include "worker/runtime/step_statistics.h"
 
@@ -55,6 +56,11 @@ class CpuStageBackend : public StageBackend {
       return absl::InternalError(
           absl::StrFormat("forward of %d rows on an input of %d rows", rows, s.acts[0].rows()));
     }
+    s.ctx = ctx;
+    if (recompute_ != nullptr) {
+      recompute_->Forward(s.acts[0], ctx, &s.acts.back());
+      return absl::OkStatus();
+    }
     for (size_t k = 0; k < layers_.size(); ++k) {
       layers_[k]->Forward(s.acts[k], &s.acts[k + 1], &s.caches[k], ctx);
     }
@@ -87,6 +93,16 @@ class CpuStageBackend : public StageBackend {
     Slot& s = SlotAt(slot);
     Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
     if (dy->rows() != rows) return absl::InternalError("BACKWARD without its gradient");
+    // With recomputation the layers' inputs, outputs and caches are the scratch set's, filled
+    // again here from the slot's input (layer_recompute.h).
+    if (recompute_ != nullptr) recompute_->Replay(s.acts[0], s.ctx);
+    auto x = [&](int k) -> const Tensor& {
+      return recompute_ != nullptr ? recompute_->Input(k, s.acts[0]) : s.acts[k];
+    };
+    auto y = [&](int k) -> const Tensor& {
+      return recompute_ != nullptr ? recompute_->Output(k) : s.acts[k + 1];
+    };
+    auto cache = [&](int k) { return recompute_ != nullptr ? recompute_->Cache(k) : &s.caches[k]; };
     // Without the stage's input gradient, the layers below the first with parameters need no
     // backward (the first stage's Flatten and the input gradient of the Linear above it). The
     // gradients between the stage's layers live only during this call: two buffers of the
@@ -102,9 +118,49 @@ class CpuStageBackend : public StageBackend {
       } else if (need_dx) {
         dx = &GradAt(&grad_send_, micro_batch);
       }
-      layers_[k]->Backward(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
+      layers_[k]->Backward(x(k), y(k), *dy, dx, cache(k));
       if (k > end) dy = dx;
     }
+    return absl::OkStatus();
+  }
+
+  // The split keeps each layer's dL/d output in the slot (Slot::dys) instead of the two shared
+  // buffers of Backward: BackwardWeight of layer k needs it after other micro-batches ran.
+  absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
+                             bool need_dx) override {
+    // A recomputing stage keeps no slot's activations for a weight part that runs after other
+    // micro-batches' work; submission refuses the pair (job_spec_validate.cc CheckRecompute).
+    if (recompute_ != nullptr) return SplitBackwardWithRecomputeError();
+    Slot& s = SlotAt(slot);
+    const Tensor* dy = last_stage ? &s.dlogits : &GradAt(&grad_recv_, micro_batch);
+    if (dy->rows() != rows) return absl::InternalError("BACKWARD_INPUT without its gradient");
+    const int end = need_dx ? 0 : first_param_layer_;
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= end; --k) {
+      Tensor* dx = nullptr;
+      if (k > end) {
+        dx = &s.dys[k - 1];
+      } else if (need_dx) {
+        dx = &GradAt(&grad_send_, micro_batch);
+      }
+      layers_[k]->BackwardInput(s.acts[k], s.acts[k + 1], *dy, dx, &s.caches[k]);
+      if (k > end) dy = dx;
+    }
+    s.split_rows = rows;
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardWeight(int slot, int micro_batch, int64_t rows, bool last_stage) override {
+    Slot& s = SlotAt(slot);
+    if (s.split_rows != rows)
+      return absl::InternalError("BACKWARD_WEIGHT without its BACKWARD_INPUT");
+    const int top = static_cast<int>(layers_.size()) - 1;
+    // Top-down, the order of Backward, so each parameter's sum is added in the same order.
+    for (int k = top; k >= first_param_layer_; --k) {
+      const Tensor& dy =
+          k < top ? s.dys[k] : (last_stage ? s.dlogits : GradAt(&grad_recv_, micro_batch));
+      layers_[k]->BackwardWeight(s.acts[k], s.acts[k + 1], dy, &s.caches[k]);
+    }
+    s.split_rows = -1;
     return absl::OkStatus();
   }
 
@@ -133,12 +189,14 @@ class CpuStageBackend : public StageBackend {
         for (const Tensor& t : c.saved) held.activations += HeldBytesOf(t);
         for (const Tensor& t : c.grads) held.activations += HeldBytesOf(t);
       }
+      for (const Tensor& t : s.dys) held.activations += HeldBytesOf(t);
       held.activations += HeldBytesOf(s.dlogits);
     }
     for (const std::vector<Tensor>* buffers : {&act_send_, &grad_send_, &grad_recv_}) {
       for (const Tensor& t : *buffers) held.activations += HeldBytesOf(t);
     }
     held.activations += HeldBytesOf(inner_grads_[0]) + HeldBytesOf(inner_grads_[1]);
+    if (recompute_ != nullptr) held.activations += recompute_->HeldBytes();
     return held;
   }
 
@@ -307,6 +365,8 @@ class CpuStageBackend : public StageBackend {
   std::unique_ptr<kernels::Optimizer> optimizer_;
   v1::TrainingSpec training_;  // the learning-rate schedule's inputs
   int64_t total_steps_ = 0;
+  // Activation recomputation (layer_recompute.h); null: every slot keeps its activations.
+  std::unique_ptr<LayerRecompute> recompute_;
 
  private:
   absl::Status CheckPositions(const std::vector<int>& params) const {
@@ -325,6 +385,14 @@ class CpuStageBackend : public StageBackend {
     std::vector<Tensor> acts;                 // acts[0] = stage input, acts[k + 1] = layer k output
     std::vector<kernels::LayerCache> caches;  // per layer: what its backward needs
     Tensor dlogits;  // last stage: dL/dlogits from Loss, the backward's first dy
+    // The split backward: dys[k] = dL/d output of layer k (k below the top layer), from
+    // BackwardInput for BackwardWeight; split_rows the rows of that BackwardInput, -1 when none
+    // awaits its BackwardWeight.
+    std::vector<Tensor> dys;
+    int64_t split_rows = -1;
+    // The context of the slot's Forward; with recomputation, the Backward's replay uses it
+    // (and acts holds only the input and the output, caches nothing).
+    kernels::ForwardContext ctx;
   };
 
   Slot& SlotAt(int slot) {
@@ -333,6 +401,7 @@ class CpuStageBackend : public StageBackend {
       for (Slot& s : slots_) {
         s.acts.resize(layers_.size() + 1);
         s.caches.resize(layers_.size());
+        s.dys.resize(layers_.size());
       }
     }
     return slots_[slot];
@@ -354,7 +423,8 @@ class CpuStageBackend : public StageBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobSpec& spec,
-                                                                  int first_layer, int last_layer) {
+                                                                  int first_layer, int last_layer,
+                                                                  bool recompute) {
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   if (first_layer < 0 || last_layer < first_layer || last_layer >= static_cast<int>(infos.size())) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -372,6 +442,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobS
   DAPPLE_ASSIGN_OR_RETURN(b->optimizer_, kernels::MakeOptimizer(spec.training().optimizer()));
   b->training_ = spec.training();
   b->total_steps_ = TotalSteps(spec);
+  if (recompute) b->recompute_ = std::make_unique<LayerRecompute>(&b->layers_);
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

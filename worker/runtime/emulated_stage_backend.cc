@@ -16,10 +16,12 @@
 #include "absl/strings/str_format.h"
 #include "common/memory_model.h"
 #include "common/model_info.h"
+#include "common/schedule/simulator.h"
 #include "common/status.h"
 #include "kernels/cpu/model.h"
 #include "kernels/cpu/optimizer.h"
 #include "worker/runtime/host_message_buffer.h"
+#include "worker/runtime/layer_recompute.h"
 #include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
@@ -128,8 +130,14 @@ class EmulatedStageBackend : public StageBackend {
                                                  At(&input_rows_, slot)));
     }
     Grow(&At(&outputs_, slot), Elements(rows, output_shape_));
-    // What the real layers would keep until the backward: their inner outputs and saved bytes.
-    Grow(&At(&kept_, slot), rows * kept_floats_per_sample_);
+    // What the real layers would keep until the backward: their inner outputs and saved bytes;
+    // with recomputation, in the one scratch set every forward runs through (which also holds
+    // the last layer's output: layer_recompute.h).
+    if (recompute_) {
+      GrowScratch(rows);
+    } else {
+      Grow(&At(&kept_, slot), rows * kept_floats_per_sample_);
+    }
     At(&output_rows_, slot) = rows;
     return sleeper_->Sleep(PerRows(forward_ms_, rows));
   }
@@ -170,7 +178,40 @@ class EmulatedStageBackend : public StageBackend {
     if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
     // The real backward's two buffers for the gradients between the stage's layers.
     for (int i = 0; i < 2; ++i) Grow(&inner_grads_[i], rows * inner_floats_per_sample_[i]);
+    // Recomputation: the micro-batch's forward again, into the scratch set, before its backward.
+    if (recompute_) {
+      GrowScratch(rows);
+      DAPPLE_RETURN_IF_ERROR(sleeper_->Sleep(PerRows(forward_ms_, rows)));
+    }
     return sleeper_->Sleep(PerRows(backward_ms_, rows));
+  }
+
+  // The split waits the two parts of backward_ms by the one rule of the simulator
+  // (schedule::kBackwardWeightFraction), so measured and simulated steps compare.
+  absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
+                             bool need_dx) override {
+    if (recompute_) return SplitBackwardWithRecomputeError();  // as the CPU backend
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("micro-batch", micro_batch));
+    const int64_t dy_rows =
+        last_stage ? At(&output_rows_, slot) : At(&grad_recv_rows_, micro_batch);
+    if (dy_rows != rows) return absl::InternalError("BACKWARD_INPUT without its gradient");
+    if (need_dx) Grow(&At(&grad_send_, micro_batch), Elements(rows, input_shape_));
+    // The real split keeps every inner layer's output gradient in the slot until the weight part.
+    Grow(&At(&split_dys_, slot), rows * split_dy_floats_per_sample_);
+    At(&split_rows_, slot) = rows;
+    return sleeper_->Sleep(PerRows(backward_ms_ * (1 - schedule::kBackwardWeightFraction), rows));
+  }
+
+  absl::Status BackwardWeight(int slot, int micro_batch, int64_t rows, bool last_stage) override {
+    (void)last_stage;
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("slot", slot));
+    DAPPLE_RETURN_IF_ERROR(CheckIndex("micro-batch", micro_batch));
+    if (At(&split_rows_, slot) != rows) {
+      return absl::InternalError("BACKWARD_WEIGHT without its BACKWARD_INPUT");
+    }
+    At(&split_rows_, slot) = -1;
+    return sleeper_->Sleep(PerRows(backward_ms_ * schedule::kBackwardWeightFraction, rows));
   }
 
   const void* GradForSend(int micro_batch) const override {
@@ -197,11 +238,11 @@ class EmulatedStageBackend : public StageBackend {
       held.parameters += HeldBytesOf(p->value) + HeldBytesOf(p->grad);
     }
     held.activations = message_.held_bytes();
-    for (const auto* buffers :
-         {&inputs_, &outputs_, &kept_, &dlogits_, &act_send_, &grad_recv_, &grad_send_}) {
+    for (const auto* buffers : {&inputs_, &outputs_, &kept_, &dlogits_, &split_dys_, &act_send_,
+                                &grad_recv_, &grad_send_}) {
       for (const std::vector<float>& v : *buffers) held.activations += bytes(v);
     }
-    held.activations += bytes(inner_grads_[0]) + bytes(inner_grads_[1]);
+    held.activations += bytes(inner_grads_[0]) + bytes(inner_grads_[1]) + bytes(scratch_);
     return held;
   }
 
@@ -337,9 +378,13 @@ class EmulatedStageBackend : public StageBackend {
   // Per sample, the largest gradient between layers each backward buffer takes (the CPU
   // backend's Backward: dx of layer k goes to buffer (last - k) % 2).
   int64_t inner_floats_per_sample_[2] = {0, 0};
+  // Per sample, what the CPU backend's split backward keeps per slot from BackwardInput for
+  // BackwardWeight: the output gradient of every layer below the top that it backwards.
+  int64_t split_dy_floats_per_sample_ = 0;
   int64_t optimizer_state_floats_ = 0;
   std::vector<float> optimizer_state_;
   std::unique_ptr<Sleeper> sleeper_;
+  bool recompute_ = false;  // activation recomputation (layer_recompute.h)
 
  private:
   // Indices come from the runtime (slots, micro-batches, send ids); a negative one is a bug.
@@ -348,13 +393,20 @@ class EmulatedStageBackend : public StageBackend {
     return absl::OkStatus();
   }
 
+  void GrowScratch(int64_t rows) {
+    Grow(&scratch_, rows * kept_floats_per_sample_ + Elements(rows, output_shape_));
+  }
+
   absl::Duration PerRows(double ms, int64_t rows) const {
     return absl::Milliseconds(ms * static_cast<double>(rows) / static_cast<double>(batch_size_));
   }
 
-  std::vector<std::vector<float>> inputs_, outputs_;       // per slot
-  std::vector<std::vector<float>> kept_;                   // per slot: inner outputs, saved
+  std::vector<std::vector<float>> inputs_, outputs_;  // per slot
+  std::vector<std::vector<float>> kept_;              // per slot: inner outputs, saved
+  std::vector<float> scratch_;  // recomputation: one set of inner outputs, saved, output
   std::vector<std::vector<float>> dlogits_;                // per slot, last stage: dL/dlogits
+  std::vector<std::vector<float>> split_dys_;              // per slot: the split's kept dy
+  std::vector<int64_t> split_rows_;                        // per slot: awaiting its W, or -1
   std::vector<float> inner_grads_[2];                      // the backward's workspace
   std::vector<int64_t> input_rows_, output_rows_;          // per slot
   std::vector<std::vector<float>> act_send_;               // per send id
@@ -375,7 +427,7 @@ absl::Status CheckTime(double ms, const char* field, int layer) {
 
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
     const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
-    std::unique_ptr<Sleeper> sleeper) {
+    std::unique_ptr<Sleeper> sleeper, bool recompute) {
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   const int num_layers = static_cast<int>(infos.size());
   if (first_layer < 0 || last_layer < first_layer || last_layer >= num_layers) {
@@ -425,6 +477,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
   for (int l = from; l < last_layer; ++l) {
     int64_t& floats = b->inner_floats_per_sample_[(last_layer - 1 - l) % 2];
     floats = std::max(floats, infos[l].output_bytes / static_cast<int64_t>(sizeof(float)));
+    b->split_dy_floats_per_sample_ += infos[l].output_bytes / static_cast<int64_t>(sizeof(float));
   }
   b->optimizer_state_floats_ =
       memory::OptimizerStateCopies(spec.training().optimizer()) * b->gradient_floats_;
@@ -432,6 +485,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
                           kernels::MakeOptimizer(spec.training().optimizer()));
   b->optimizer_state_names_ = optimizer->StateNames();
   b->sleeper_ = sleeper != nullptr ? std::move(sleeper) : std::make_unique<PreciseSleeper>();
+  b->recompute_ = recompute;
   return std::unique_ptr<StageBackend>(std::move(b));
 }
 

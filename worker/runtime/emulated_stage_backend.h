@@ -10,7 +10,13 @@
 //   Forward(rows)   waits  sum over the stage's layers of forward_ms  * rows / batch_size
 //   Backward(rows)  waits  sum over the stage's layers of backward_ms * rows / batch_size
 //   OptimizerStep() waits  sum over the stage's layers of optimizer_ms (independent of rows)
+//   BackwardInput(rows) / BackwardWeight(rows) (the zero-bubble split) wait (1 - f) and f of
+//   Backward's wait, f = schedule::kBackwardWeightFraction (common/schedule/simulator.h: the
+//   profile has one backward time; half/half, the simulator's rule too)
 // One wait per call (not per layer), so the sleeper's overshoot is paid once per action.
+// One wait per call (not per layer), so the sleeper's overshoot is paid once per action; with
+// activation recomputation (`recompute`, layer_recompute.h) Backward waits the stage's forward
+// time (the recomputed forward) and then its backward time.
 // Nothing is computed: activations, gradients and parameters keep what they were last given
 // (zeros at first); ReadGradients returns zeros, WriteGradients checks the size and keeps
 // nothing, ScaleGradients does nothing; GradientSquaredNorm is not measured (-1); ReadOutput
@@ -24,7 +30,12 @@
 // schedule makes a stage hold is measured (Held, StageStepStats memory figures): every slot's
 // input and output, plus per slot the layers' inner outputs and saved bytes (LayerInfo
 // output_bytes and saved_bytes: one buffer of their sum) and on the last stage dL/dlogits, the
-// backward's two buffers for the gradients between layers, the parameters and their gradients
+// backward's two buffers for the gradients between layers (and, per slot between a
+// BackwardInput and its BackwardWeight, every inner layer's output gradient, as the CPU
+// backend's split keeps them), the parameters and their gradients
+// backward's two buffers for the gradients between layers (with recomputation: no per-slot inner
+// outputs and saved bytes, one scratch set of them plus the output instead), the parameters and
+// their gradients
 // (the real layers'), the optimizer's state (memory::OptimizerStateCopies arrays of the
 // parameters, from the first update on), the send and receive buffers.
 //
@@ -103,7 +114,7 @@ class PreciseSleeper : public Sleeper {
 // batch_size <= 0 or a negative / non-finite time.
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeEmulatedStageBackend(
     const v1::JobSpec& spec, int first_layer, int last_layer, const v1::ModelProfile& profile,
-    std::unique_ptr<Sleeper> sleeper = nullptr);
+    std::unique_ptr<Sleeper> sleeper = nullptr, bool recompute = false);
 
 }  // namespace dapple::worker
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/model_info.h"
 #include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -92,6 +93,67 @@ TEST(EmulatedStageBackend, WaitsTheStageLayersProfiledTimesScaledByRows) {
   ASSERT_EQ(ms.size(), 4u);
   EXPECT_THAT(ms, ElementsAre(DoubleNear(4.5, 1e-9), DoubleNear(9.0, 1e-9), DoubleNear(1.5, 1e-9),
                               DoubleNear(18.0, 1e-9)));
+}
+
+// The zero-bubble split waits the two halves of the backward (schedule::kBackwardWeightFraction)
+// and keeps the inner layers' output gradients per slot until the weight part, as the CPU
+// backend does.
+TEST(EmulatedStageBackend, SplitBackwardWaitsTheTwoHalves) {
+  std::vector<double> ms;
+  auto b_or =
+      MakeEmulatedStageBackend(Spec(), 1, 3, Profile(), std::make_unique<RecordingSleeper>(&ms));
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::unique_ptr<StageBackend> b = std::move(*b_or);
+  ASSERT_OK(b->Input(0, 16).status());
+  ASSERT_OK(b->Forward(0, 16, kernels::ForwardContext{}));
+  ASSERT_OK(b->GradInput(0, 16).status());
+  const int64_t before = b->Held().activations;
+  ASSERT_OK(b->BackwardInput(0, 0, 16, /*last_stage=*/false, /*need_dx=*/true));  // 18 * 0.5 / 2
+  // dL/d input (784 floats per sample) to send, and layers 1 and 2's output gradients (64 + 64
+  // floats per sample) kept for the weight part.
+  EXPECT_EQ(b->Held().activations - before, 16 * (784 + 64 + 64) * 4);
+  ASSERT_OK(b->BackwardWeight(0, 0, 16, /*last_stage=*/false));
+  EXPECT_EQ(b->BackwardWeight(0, 0, 16, false).code(), absl::StatusCode::kInternal);
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_THAT(ms, ElementsAre(DoubleNear(4.5, 1e-9), DoubleNear(4.5, 1e-9), DoubleNear(4.5, 1e-9)));
+}
+
+TEST(EmulatedStageBackend, RecomputationWaitsTheForwardAgainBeforeTheBackward) {
+  std::vector<double> ms;
+  auto b_or = MakeEmulatedStageBackend(Spec(), 1, 3, Profile(),
+                                       std::make_unique<RecordingSleeper>(&ms), /*recompute=*/true);
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::unique_ptr<StageBackend> b = std::move(*b_or);
+  ASSERT_OK(b->Input(0, 16).status());
+  ASSERT_OK(b->Forward(0, 16, kernels::ForwardContext{}));  // (2 + 3 + 4) ms * 16 / 32
+  ASSERT_OK(b->GradInput(0, 16).status());
+  ASSERT_OK(b->Backward(0, 0, 16, /*last_stage=*/false, /*need_dx=*/true));  // 4.5, then 9
+  EXPECT_THAT(ms, ElementsAre(DoubleNear(4.5, 1e-9), DoubleNear(4.5, 1e-9), DoubleNear(9.0, 1e-9)));
+}
+
+// Three micro-batches in flight: without recomputation each slot holds its inner outputs and
+// saved bytes; with it, one scratch set holds them (and the output) for all.
+TEST(EmulatedStageBackend, RecomputationHoldsOneScratchSetInsteadOfOnePerSlot) {
+  absl::StatusOr<std::vector<LayerInfo>> infos = InferLayers(Spec().model());
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  const int64_t out = (*infos)[3].output_bytes;
+  const int64_t kept = StageActivationBytesPerSample(*infos, 1, 3) - InputBytes((*infos)[1]) - out;
+  ASSERT_GT(kept, 0);
+  constexpr int kSlots = 3;
+  constexpr int64_t kRows = 16;
+  int64_t held[2];
+  for (bool recompute : {false, true}) {
+    std::vector<double> ms;
+    auto b = MakeEmulatedStageBackend(Spec(), 1, 3, Profile(),
+                                      std::make_unique<RecordingSleeper>(&ms), recompute);
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (int slot = 0; slot < kSlots; ++slot) {
+      ASSERT_OK((*b)->Input(slot, kRows).status());
+      ASSERT_OK((*b)->Forward(slot, kRows, kernels::ForwardContext{}));
+    }
+    held[recompute] = (*b)->Held().activations;
+  }
+  EXPECT_EQ(held[0] - held[1], kSlots * kRows * kept - kRows * (kept + out));
 }
 
 TEST(EmulatedStageBackend, BuffersAndGradientsHaveTheModelsRealSizes) {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "gmock/gmock.h"
@@ -166,11 +167,14 @@ struct Case {
   int micro_batches;          // M
   int64_t global_batch;
   std::string optimizer = "sgd";
+  bool recompute = false;  // every stage recomputes its activations (layer_recompute.h)
 };
 
 std::string CaseName(const Case& c) {
-  return absl::StrCat(schedule::ScheduleKindName(c.kind), "_D", absl::StrJoin(c.replicas, "_"),
-                      "_M", c.micro_batches, "_B", c.global_batch, "_", c.optimizer);
+  // gtest names take no '-': "zb-h1" becomes "zb_h1".
+  return absl::StrCat(absl::StrReplaceAll(schedule::ScheduleKindName(c.kind), {{"-", "_"}}), "_D",
+                      absl::StrJoin(c.replicas, "_"), "_M", c.micro_batches, "_B", c.global_batch,
+                      "_", c.optimizer, c.recompute ? "_recompute" : "");
 }
 
 class ReplicaParityTest : public ::testing::TestWithParam<Case> {};
@@ -186,6 +190,7 @@ TEST_P(ReplicaParityTest, MatchesSingleDeviceWithIdenticalReplicas) {
   Job job;
   job.spec = parity::ParitySpec(o);
   job.plan = ReplicatedPlan(job.spec.model().layers_size(), c.replicas);
+  for (v1::PlanStageSummary& stage : *job.plan.mutable_stages()) stage.set_recompute(c.recompute);
   schedule::LowerOptions lower;
   for (int d : c.replicas) lower.allreduce_stages.push_back(d > 1);
   auto programs = schedule::BuildPrograms(c.kind, stages, c.micro_batches, lower);
@@ -272,6 +277,19 @@ std::vector<Case> AllCases() {
   cases.push_back({ScheduleKind::kDapple, {2, 2}, 4, 60});  // micro-batch 15 over 2: 8, 7
   cases.push_back({ScheduleKind::kDapple, {3, 2}, 2, 64, "adamw"});
   cases.push_back({ScheduleKind::kDapple, {2, 3, 1}, 4, 64});  // P = 3, 6 ranks
+  // The zero-bubble schedules: the AllReduce after the last BACKWARD_WEIGHT.
+  cases.push_back({ScheduleKind::kZbH1, {2, 2}, 4, 64});
+  cases.push_back({ScheduleKind::kZbH2, {2, 2}, 5, 60});
+  cases.push_back({ScheduleKind::kZbH2, {2, 1, 2}, 4, 64});
+  // Activation recomputation on every stage, P in {2, 4} and M in {P, 2P + 1, 8}, with replicas:
+  // the recomputed forwards give exactly the activations the backward would have kept.
+  cases.push_back({ScheduleKind::kDapple, {2, 2}, 2, 64, "sgd", true});
+  cases.push_back({ScheduleKind::kDapple, {2, 1}, 5, 60, "adamw", true});
+  cases.push_back({ScheduleKind::kDapple, {1, 2}, 8, 64, "sgd", true});
+  cases.push_back({ScheduleKind::kGPipe, {2, 2}, 8, 64, "sgd", true});
+  cases.push_back({ScheduleKind::kDapple, {1, 2, 1, 1}, 4, 64, "sgd", true});
+  cases.push_back({ScheduleKind::kDapple, {1, 1, 1, 2}, 9, 72, "sgd", true});
+  cases.push_back({ScheduleKind::kGPipe, {1, 1, 2, 1}, 8, 64, "adamw", true});
   return cases;
 }
 

@@ -77,6 +77,28 @@ class StageBackend {
   // `micro_batch`, returned by GradForSend.
   virtual absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
                                 bool need_dx) = 0;
+  // The zero-bubble split of Backward (BACKWARD_INPUT / BACKWARD_WEIGHT actions; Qi et al.,
+  // ICLR 2024; common/schedule/generators.h). BackwardInput takes Backward's arguments and does
+  // its input-gradient part: dL/d input into the gradient send buffer of `micro_batch` unless
+  // `need_dx` is false, no parameter gradient; it keeps in the slot what the weight part needs
+  // (every layer's output gradient and backward cache). BackwardWeight, later, with the same
+  // slot, micro-batch, rows and last_stage (other micro-batches' actions may run in between),
+  // ADDS the parameter gradients. Together they accumulate what Backward does (each parameter
+  // gets the same sum; layers compute the two parts with the same kernels). The slot's buffers
+  // and the gradient received for `micro_batch` (GradInput) must stay untouched until
+  // BackwardWeight: the runtime frees the slot after it. kUnimplemented by default: a backend
+  // without the split (job submission refuses the zero-bubble schedules for it).
+  virtual absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
+                                     bool need_dx) {
+    (void)slot, (void)micro_batch, (void)rows, (void)last_stage, (void)need_dx;
+    return absl::UnimplementedError(
+        "this backend cannot split its backward (BACKWARD_INPUT / BACKWARD_WEIGHT)");
+  }
+  virtual absl::Status BackwardWeight(int slot, int micro_batch, int64_t rows, bool last_stage) {
+    (void)slot, (void)micro_batch, (void)rows, (void)last_stage;
+    return absl::UnimplementedError(
+        "this backend cannot split its backward (BACKWARD_INPUT / BACKWARD_WEIGHT)");
+  }
   virtual const void* GradForSend(int micro_batch) const = 0;
   // One optimizer update from the accumulated gradients, then zeroes them. The learning rate is
   // that of update OptimizerUpdates() of the spec's schedule (common/lr_schedule.h
@@ -222,8 +244,12 @@ inline int64_t HeldBytesOf(const kernels::Tensor& t) {
 
 // The CPU backend on kernels/cpu: layers [first_layer, last_layer] of `spec.model()` with the
 // deterministic initial weights of kernels/cpu/model.h and spec.training().optimizer().
+// `recompute` (the plan's PlanStageSummary.recompute): activation recomputation
+// (layer_recompute.h): a slot keeps only its input and output, and Backward runs the slot's
+// forward again before its backward; same results, one more forward per micro-batch.
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeCpuStageBackend(const v1::JobSpec& spec,
-                                                                  int first_layer, int last_layer);
+                                                                  int first_layer, int last_layer,
+                                                                  bool recompute = false);
 
 }  // namespace dapple::worker
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -162,8 +163,11 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
         forward_ns += ns;
         break;
       case v1::BACKWARD:
+      case v1::BACKWARD_INPUT:
+      case v1::BACKWARD_WEIGHT:
         backward_ns += ns;
-        ++backwards;
+        // One per micro-batch: a BACKWARD, or the weight part of a split one.
+        backwards += action.kind() != v1::BACKWARD_INPUT;
         break;
       case v1::SEND_ACT:
       case v1::SEND_GRAD:
@@ -237,7 +241,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   } else {
     // Not measured: the model's figures, with the in-flight count this step really reached.
     const int64_t activations =
-        peak_live_slots_ * activation_bytes_per_micro_batch_ + predicted_memory_.communication;
+        std::llround(memory::ActivationBytes(memory_place_, memory_sizes_, peak_live_slots_)) +
+        predicted_memory_.communication;
     const int64_t weights =
         predicted_memory_.WeightBytes() - predicted_memory_.stashed_weights + version_bytes;
     st.set_weight_bytes(weights);
@@ -338,6 +343,15 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       ReleaseSlot(m);
       return absl::OkStatus();
     }
+    // The zero-bubble split: the slot (the stashed activations) lives until the weight part.
+    case v1::BACKWARD_INPUT:
+      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_INPUT without its FORWARD");
+      return b.BackwardInput(slot_of_[m], m, rows, last, /*need_dx=*/!first);
+    case v1::BACKWARD_WEIGHT:
+      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_WEIGHT without its FORWARD");
+      DAPPLE_RETURN_IF_ERROR(b.BackwardWeight(slot_of_[m], m, rows, last));
+      ReleaseSlot(m);
+      return absl::OkStatus();
     // Split-concat: one message per overlapping neighbour replica, each a contiguous row slice
     // (rows are the outer dimension), all with the micro-batch's tag.
     case v1::SEND_ACT: {

@@ -347,10 +347,13 @@ class StageRuntime {
   std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
   std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
   double train_flops_per_sample_ = 0;  // forward + backward of the stage's layers
-  // The memory model's prediction for this replica (common/memory_model.h), and what one
-  // micro-batch of its rows holds (the stage input, every layer's output and saved bytes).
+  // The memory model's prediction for this replica (common/memory_model.h), what one
+  // micro-batch of its rows holds (the stage input, every layer's output and saved bytes), and
+  // the model's inputs (for the activations of the in-flight count a step really reached).
   memory::ReplicaMemory predicted_memory_;
   int64_t activation_bytes_per_micro_batch_ = 0;
+  memory::ReplicaPlace memory_place_;
+  memory::StageSizes memory_sizes_;
   // The most the backend's buffers (StageBackend::Held) and the weight stash held after any
   // action of the step; -1 when the backend does not measure (its figures come from the model).
   int64_t held_weight_bytes_ = -1;

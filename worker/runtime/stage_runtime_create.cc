@@ -3,6 +3,7 @@
 // and the gradient exchange, the weight stash and the asynchronous AllReduce's updater).
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "common/compute_throughput.h"
@@ -145,8 +146,8 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, rt->InitShapes());
   const v1::PlanStageSummary& range = plan.stages(stage);
   if (backend == nullptr) {
-    DAPPLE_ASSIGN_OR_RETURN(backend,
-                            MakeCpuStageBackend(spec, range.first_layer(), range.last_layer()));
+    DAPPLE_ASSIGN_OR_RETURN(backend, MakeCpuStageBackend(spec, range.first_layer(),
+                                                         range.last_layer(), range.recompute()));
   }
   rt->backend_ = std::move(backend);
   DAPPLE_ASSIGN_OR_RETURN(
@@ -240,6 +241,7 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   }
   place.vertical_sync = spec.parallel().pipedream().vertical_sync();
   place.num_steps = TotalSteps(spec);
+  place.recompute = range.recompute();
   const int64_t rows = rows_.size();
   activation_bytes_per_micro_batch_ =
       StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) * rows;
@@ -256,6 +258,8 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
     sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
   }
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);
+  memory_place_ = std::move(place);
+  memory_sizes_ = std::move(sizes);
   return infos;
 }
 

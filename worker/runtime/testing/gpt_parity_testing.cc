@@ -124,8 +124,9 @@ absl::StatusOr<double> ForwardAndLoss(const v1::JobSpec& spec, Pipeline& p,
   return p.stages[stages - 1]->Loss(slot, batch.labels.data(), rows, grad_scale, training, nullptr);
 }
 
+// `split`: only the input-gradient part (BackwardInput); the caller runs BackwardWeight later.
 absl::Status Backward(Pipeline& p, const std::vector<size_t>& out_bytes, const CopyFn& copy,
-                      int slot, int64_t rows) {
+                      int slot, int64_t rows, bool split) {
   const int stages = static_cast<int>(p.stages.size());
   for (int s = stages - 1; s >= 0; --s) {
     if (s < stages - 1) {
@@ -134,8 +135,9 @@ absl::Status Backward(Pipeline& p, const std::vector<size_t>& out_bytes, const C
       DAPPLE_ASSIGN_OR_RETURN(void* dst, p.stages[s]->GradInput(slot, rows));
       DAPPLE_RETURN_IF_ERROR(copy(dst, src, rows * out_bytes[s]));
     }
-    DAPPLE_RETURN_IF_ERROR(
-        p.stages[s]->Backward(slot, slot, rows, /*last_stage=*/s == stages - 1, /*need_dx=*/s > 0));
+    const bool last = s == stages - 1;
+    DAPPLE_RETURN_IF_ERROR(split ? p.stages[s]->BackwardInput(slot, slot, rows, last, s > 0)
+                                 : p.stages[s]->Backward(slot, slot, rows, last, s > 0));
   }
   return absl::OkStatus();
 }
@@ -204,7 +206,7 @@ TokenBatch GptBatch(const v1::JobSpec& spec, int64_t step, int64_t first_sample,
 }
 
 absl::StatusOr<Run> TrainPipeline(const v1::JobSpec& spec, Pipeline& p, int steps,
-                                  int micro_batches, const CopyFn& copy) {
+                                  int micro_batches, const CopyFn& copy, bool split_backward) {
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<size_t> out_bytes, OutputBytes(spec, p));
   const int64_t global_batch = spec.training().global_batch();
   const int64_t rows = global_batch / micro_batches;
@@ -219,7 +221,14 @@ absl::StatusOr<Run> TrainPipeline(const v1::JobSpec& spec, Pipeline& p, int step
       sum += loss;
     }
     for (int m = 0; m < micro_batches; ++m) {
-      DAPPLE_RETURN_IF_ERROR(Backward(p, out_bytes, copy, m, rows));
+      DAPPLE_RETURN_IF_ERROR(Backward(p, out_bytes, copy, m, rows, split_backward));
+    }
+    // Every weight part after every input part: the latest a zero-bubble schedule defers them.
+    for (int m = 0; split_backward && m < micro_batches; ++m) {
+      for (int s = static_cast<int>(p.stages.size()) - 1; s >= 0; --s) {
+        DAPPLE_RETURN_IF_ERROR(p.stages[s]->BackwardWeight(
+            m, m, rows, /*last_stage=*/s == static_cast<int>(p.stages.size()) - 1));
+      }
     }
     DAPPLE_RETURN_IF_ERROR(SumTiedGradients(p));
     for (auto& stage : p.stages) DAPPLE_RETURN_IF_ERROR(stage->OptimizerStep());

@@ -78,8 +78,11 @@ struct Run {
 
 // Trains `steps` steps with `micro_batches` micro-batches per step, then evaluates one batch
 // (step index `steps`, dropout off).
+// `split_backward`: the zero-bubble split instead of Backward, every micro-batch's
+// BackwardInput, then every BackwardWeight (StageBackend::BackwardInput / BackwardWeight).
 absl::StatusOr<Run> TrainPipeline(const v1::JobSpec& spec, Pipeline& pipeline, int steps,
-                                  int micro_batches, const CopyFn& copy);
+                                  int micro_batches, const CopyFn& copy,
+                                  bool split_backward = false);
 
 // The reference: one CPU backend with the whole model, one micro-batch per step.
 absl::StatusOr<Run> TrainReference(const v1::JobSpec& spec, int steps);

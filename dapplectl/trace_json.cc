@@ -87,8 +87,14 @@ std::string TraceEventCategory(v1::ActionKind kind) {
     case v1::ALLREDUCE:
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
+    case v1::ALLREDUCE_ASYNC:
       return "allreduce";
     case v1::OPTIMIZER_STEP:
+    case v1::STALE_OPTIMIZER_STEP:
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
       return "optimizer";
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -117,6 +123,12 @@ std::string TraceEventName(const v1::TraceEvent& event) {
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
     case v1::OPTIMIZER_STEP:
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
+    case v1::ALLREDUCE_ASYNC:
+    case v1::STALE_OPTIMIZER_STEP:
       return v1::ActionKind_Name(event.kind());
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:

@@ -14,7 +14,8 @@ struct KindCode {
   v1::ActionKind kind;
   absl::string_view code;
   bool has_micro_batch;
-  absl::string_view words;  // DescribeAction's, for messages users read
+  absl::string_view words;   // DescribeAction's, for messages users read
+  bool has_version = false;  // "@<weight_version>" follows the code
 };
 
 // The one table both directions read, so printing and parsing cannot drift apart.
@@ -31,6 +32,15 @@ constexpr KindCode kKindCodes[] = {
     {v1::GLOBAL_NORM, "GLOBAL_NORM", false, "the global gradient norm (clipping)"},
     {v1::BACKWARD_INPUT, "BI", true, "the input-gradient backward of micro-batch"},
     {v1::BACKWARD_WEIGHT, "BW", true, "the weight-gradient backward of micro-batch"},
+    {v1::USE_WEIGHTS, "USE_WEIGHTS", false, "swapping in the stashed weight version", true},
+    {v1::RESTORE_WEIGHTS, "RESTORE_WEIGHTS", false, "restoring the live weights"},
+    {v1::STASH_WEIGHTS, "STASH_WEIGHTS", false, "stashing the live weights before the update"},
+    {v1::DROP_WEIGHTS, "DROP_WEIGHTS", false, "dropping the stashed weights older than version",
+     true},
+    {v1::ALLREDUCE_ASYNC, "ALLREDUCE_ASYNC", false,
+     "starting the asynchronous gradient AllReduce over the stage's replicas"},
+    {v1::STALE_OPTIMIZER_STEP, "STALE_STEP", false,
+     "the optimizer step with the previous step's reduced gradient"},
 };
 
 const KindCode* FindByKind(v1::ActionKind kind) {
@@ -75,6 +85,7 @@ std::string ActionToString(const v1::Action& a) {
   if (k == nullptr) {
     return absl::StrCat(a.stage(), "UNKNOWN(", static_cast<int>(a.kind()), ")", a.micro_batch());
   }
+  if (k->has_version) return absl::StrCat(a.stage(), k->code, "@", a.weight_version());
   if (!k->has_micro_batch) return absl::StrCat(a.stage(), k->code);
   return absl::StrCat(a.stage(), k->code, a.micro_batch());
 }
@@ -82,6 +93,7 @@ std::string ActionToString(const v1::Action& a) {
 std::string DescribeAction(const v1::Action& a) {
   const KindCode* k = FindByKind(a.kind());
   if (k == nullptr) return absl::StrCat("action ", ActionToString(a));
+  if (k->has_version) return absl::StrCat(k->words, " step + (", a.weight_version(), ")");
   if (!k->has_micro_batch) return std::string(k->words);
   return absl::StrCat(k->words, " ", a.micro_batch());
 }
@@ -102,10 +114,23 @@ absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   if (k == nullptr) {
     return BadText(text, absl::StrCat("unknown code \"", code,
                                       "\" (known: F, B, BI, BW, SEND_ACT, RECV_ACT, SEND_GRAD, "
-                                      "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP)"));
+                                      "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP, "
+                                      "USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, "
+                                      "DROP_WEIGHTS, ALLREDUCE_ASYNC, STALE_STEP)"));
   }
 
   const absl::string_view rest = text.substr(i);
+  if (k->has_version) {
+    // "@<version>", the version relative to the step, usually negative.
+    int version = 0;
+    if (rest.size() < 2 || rest[0] != '@' || !absl::SimpleAtoi(rest.substr(1), &version) ||
+        rest[1] == '+') {
+      return BadText(text, absl::StrCat("expected @<weight version> after ", code));
+    }
+    v1::Action a = MakeAction(stage, k->kind, -1);
+    a.set_weight_version(version);
+    return a;
+  }
   if (!k->has_micro_batch) {
     if (!rest.empty()) {
       return BadText(text, absl::StrCat("unexpected \"", rest, "\" after ", code,

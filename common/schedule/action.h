@@ -2,7 +2,10 @@
 // Text form: "<stage><code><micro_batch>" with codes F, B, BI (BACKWARD_INPUT), BW
 // (BACKWARD_WEIGHT), SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE,
 // GLOBAL_NORM, STEP; e.g. "1F3", "1BI3", "2SEND_ACT0", "0STEP" (no micro-batch for ALLREDUCE,
-// TIED_ALLREDUCE, GLOBAL_NORM and STEP). The stage is the rank's own
+// TIED_ALLREDUCE, GLOBAL_NORM and STEP). The weight-stash kinds USE_WEIGHTS and DROP_WEIGHTS
+// show their weight_version instead ("0USE_WEIGHTS@-1"); RESTORE_WEIGHTS, STASH_WEIGHTS,
+// ALLREDUCE_ASYNC and STALE_STEP (STALE_OPTIMIZER_STEP) show nothing after the code. The stage
+// is the rank's own
 // stage: "2SEND_ACT0" is stage 2 sending micro-batch 0's activation to stage 3, "1RECV_GRAD5" is
 // stage 1 receiving micro-batch 5's gradient from stage 2. All functions here are pure and
 // thread-safe.

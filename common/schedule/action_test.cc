@@ -49,6 +49,7 @@ TEST(ActionTest, DescribeInWords) {
   EXPECT_EQ(DescribeAction(MakeAction(1, v1::BACKWARD_WEIGHT, 4)),
             "the weight-gradient backward of micro-batch 4");
   for (int k = v1::ActionKind_MIN + 1; k <= v1::ActionKind_MAX; ++k) {
+    if (!v1::ActionKind_IsValid(k)) continue;
     const std::string words = DescribeAction(MakeAction(0, static_cast<v1::ActionKind>(k), 2));
     EXPECT_EQ(words.find("action "), std::string::npos) << "kind " << k << ": " << words;
   }
@@ -85,6 +86,39 @@ TEST(ActionTest, RoundTripsEveryKind) {
     }
   }
   EXPECT_EQ(checked, 12 * 5 * 5);
+}
+
+TEST(ActionTest, RoundTripsWeightAndAsyncKinds) {
+  for (v1::ActionKind kind :
+       {v1::RESTORE_WEIGHTS, v1::STASH_WEIGHTS, v1::ALLREDUCE_ASYNC, v1::STALE_OPTIMIZER_STEP}) {
+    EXPECT_FALSE(KindHasMicroBatch(kind));
+    const std::string text = ActionToString(MakeAction(2, kind));
+    absl::StatusOr<v1::Action> parsed = ParseAction(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(parsed->kind(), kind);
+    EXPECT_EQ(ActionToString(*parsed), text);
+  }
+  EXPECT_EQ(ActionToString(MakeAction(0, v1::STALE_OPTIMIZER_STEP)), "0STALE_STEP");
+  for (v1::ActionKind kind : {v1::USE_WEIGHTS, v1::DROP_WEIGHTS}) {
+    EXPECT_FALSE(KindHasMicroBatch(kind));
+    for (int version : {-3, 0, 2}) {
+      v1::Action a = MakeAction(1, kind);
+      a.set_weight_version(version);
+      const std::string text = ActionToString(a);
+      absl::StatusOr<v1::Action> parsed = ParseAction(text);
+      ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+      EXPECT_EQ(parsed->kind(), kind);
+      EXPECT_EQ(parsed->weight_version(), version);
+      EXPECT_EQ(ActionToString(*parsed), text);
+    }
+  }
+  v1::Action use = MakeAction(0, v1::USE_WEIGHTS);
+  use.set_weight_version(-1);
+  EXPECT_EQ(ActionToString(use), "0USE_WEIGHTS@-1");
+  for (const char* bad :
+       {"0USE_WEIGHTS", "0USE_WEIGHTS3", "0DROP_WEIGHTS@", "0USE_WEIGHTS@x", "0USE_WEIGHTS@+1"}) {
+    EXPECT_EQ(ParseAction(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
   EXPECT_FALSE(KindHasMicroBatch(v1::ACTION_KIND_UNSPECIFIED));
 }
 

@@ -83,9 +83,14 @@ OpProgram GenerateDappleOps(int num_stages, int num_micro_batches, int stage) {
   return GeneratePipeDreamOps(num_stages, num_micro_batches, stage, num_micro_batches);
 }
 
-// On one stage 1F1B is F0 B0 F1 B1 ...: one micro-batch's activations in flight.
+// On one stage 1F1B is F0 B0 F1 B1 ...: one micro-batch's activations in flight. The update is
+// Pipe-SGD's: the step's gradient goes to the background AllReduce and the update applies the
+// previous step's.
 OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage) {
-  return GenerateDappleOps(num_stages, num_micro_batches, stage);
+  OpProgram out = GenerateDappleOps(num_stages, num_micro_batches, stage);
+  out.back() = {v1::ALLREDUCE_ASYNC, -1};
+  out.push_back({v1::STALE_OPTIMIZER_STEP, -1});
+  return out;
 }
 
 OpProgram GenerateZeroBubbleOps(int num_micro_batches, int warm_up, int weight_lag) {

@@ -1,7 +1,8 @@
 // Pure schedule generators: (P, M, stage) -> the compute actions of one training step.
 // Compute actions are FORWARD, BACKWARD (or, for the zero-bubble schedules, BACKWARD_INPUT and
-// BACKWARD_WEIGHT) and a final OPTIMIZER_STEP; communication is added by lowering.h, never here.
-// Every function here is pure and thread-safe.
+// BACKWARD_WEIGHT) and a final OPTIMIZER_STEP (Pipe-SGD: ALLREDUCE_ASYNC and
+// STALE_OPTIMIZER_STEP); communication is added by lowering.h, never here. Every function here is
+// pure and thread-safe.
 //
 // Preconditions of the Generate* functions (unchecked; BuildPrograms in lowering.h validates):
 // num_stages P >= 1, 0 <= stage < P, num_micro_batches M >= 1. Every result holds each
@@ -60,11 +61,11 @@ std::vector<v1::Action> GeneratePipeDream(int num_stages, int num_micro_batches,
                                           int micro_batches_per_update);
 
 // Pipe-SGD (Li et al., NeurIPS 2018): data parallelism, one stage (P = 1) replicated. Its rank
-// program is the P = 1 program: M x (FORWARD m, BACKWARD m) in micro-batch order, then
-// OPTIMIZER_STEP (lowering adds the ALLREDUCE before it for a replicated stage). What differs
-// is at run time: the AllReduce of step t overlaps step t + 1 and the update is one step stale
-// (worker/runtime/pipesgd_updater.h). Precondition: num_stages == 1 (BuildPrograms refuses
-// more).
+// program is M x (FORWARD m, BACKWARD m) in micro-batch order, then ALLREDUCE_ASYNC (the
+// step's gradient AllReduce, overlapping step t + 1) and STALE_OPTIMIZER_STEP (the update with
+// the previous step's reduced gradient: worker/runtime/pipesgd_updater.h), in place of
+// OPTIMIZER_STEP (so the lowering adds no synchronous ALLREDUCE). Precondition:
+// num_stages == 1 (BuildPrograms refuses more).
 std::vector<v1::Action> GeneratePipeSgd(int num_stages, int num_micro_batches, int stage);
 
 // The zero-bubble handcrafted schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR

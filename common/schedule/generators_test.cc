@@ -69,8 +69,10 @@ TEST(GeneratorsTest, GenerateDispatchesOnKind) {
 }
 
 TEST(GeneratorsTest, PipeSgdIsTheOneStageProgram) {
-  EXPECT_EQ(ActionsToString(GeneratePipeSgd(1, 3, 0)), "0F0 0B0 0F1 0B1 0F2 0B2 0STEP");
-  EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kPipeSgd, 1, 1, 0)), "0F0 0B0 0STEP");
+  EXPECT_EQ(ActionsToString(GeneratePipeSgd(1, 3, 0)),
+            "0F0 0B0 0F1 0B1 0F2 0B2 0ALLREDUCE_ASYNC 0STALE_STEP");
+  EXPECT_EQ(ActionsToString(Generate(ScheduleKind::kPipeSgd, 1, 1, 0)),
+            "0F0 0B0 0ALLREDUCE_ASYNC 0STALE_STEP");
 }
 
 TEST(GeneratorsTest, PipeDreamRunsOneFOneBWithoutFlushAndUpdatesEveryN) {

@@ -86,6 +86,11 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind) {
   int n = 0;
   for (const v1::Action& a : program.actions()) n += a.kind() == kind;
+  for (const v1::ProgramPhase& phase : program.phases()) {
+    for (const v1::StepActions& step : phase.cycle()) {
+      for (const v1::Action& a : step.actions()) n += a.kind() == kind;
+    }
+  }
   return n;
 }
 

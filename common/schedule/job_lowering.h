@@ -67,7 +67,7 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan);
 
-// The actions of `kind` in `program`.
+// The actions of `kind` in `program`: its actions and every step of its phases' cycles.
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind);
 
 // Whether stage `stage`'s `program` holds the collectives `lower` gives it: a TIED_ALLREDUCE

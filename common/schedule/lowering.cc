@@ -54,6 +54,12 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, int num
       case v1::ALLREDUCE:
       case v1::TIED_ALLREDUCE:
       case v1::GLOBAL_NORM:
+      case v1::USE_WEIGHTS:
+      case v1::RESTORE_WEIGHTS:
+      case v1::STASH_WEIGHTS:
+      case v1::DROP_WEIGHTS:
+      case v1::ALLREDUCE_ASYNC:
+      case v1::STALE_OPTIMIZER_STEP:
       case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
       case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
         keep(i);

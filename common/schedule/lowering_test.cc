@@ -154,7 +154,7 @@ TEST(BuildProgramsTest, PipeSgdIsOneReplicatedStage) {
   ASSERT_TRUE(programs.ok()) << programs.status();
   ASSERT_EQ(programs->size(), 1u);
   EXPECT_EQ(ProgramToString((*programs)[0]),
-            "stage 0 replica 0: 0F0 0B0 0F1 0B1 0F2 0B2 0ALLREDUCE 0STEP");
+            "stage 0 replica 0: 0F0 0B0 0F1 0B1 0F2 0B2 0ALLREDUCE_ASYNC 0STALE_STEP");
   for (int p : {2, 4}) {
     programs = BuildPrograms(ScheduleKind::kPipeSgd, p, 3);
     ASSERT_FALSE(programs.ok()) << p;

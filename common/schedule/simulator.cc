@@ -203,6 +203,12 @@ int CommTable(v1::ActionKind kind) {
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
     case v1::OPTIMIZER_STEP:
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
+    case v1::ALLREDUCE_ASYNC:
+    case v1::STALE_OPTIMIZER_STEP:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
       break;
@@ -439,6 +445,12 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM:
         case v1::OPTIMIZER_STEP:
+        case v1::USE_WEIGHTS:
+        case v1::RESTORE_WEIGHTS:
+        case v1::STASH_WEIGHTS:
+        case v1::DROP_WEIGHTS:
+        case v1::ALLREDUCE_ASYNC:
+        case v1::STALE_OPTIMIZER_STEP:
         case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
         case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
           break;
@@ -597,13 +609,23 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           --in_flight[s];
           break;
         case v1::OPTIMIZER_STEP:
+        case v1::STALE_OPTIMIZER_STEP:
           cost = OptimizerStepCost(costs, s);
           result.busy_time[s] += cost;
           result.optimizer_step_end[s].push_back(start + cost);
           break;
+        // The asynchronous AllReduce is charged like a synchronous one: the simulator knows no
+        // overlap across steps (the plan simulator prices Pipe-SGD's with pipesgd_model.h).
         case v1::ALLREDUCE:
+        case v1::ALLREDUCE_ASYNC:
           cost = AllReduceCost(costs, s);
           result.allreduce_time[s] += cost;
+          break;
+        // Local and free: weight versions are copies the memory model counts.
+        case v1::USE_WEIGHTS:
+        case v1::RESTORE_WEIGHTS:
+        case v1::STASH_WEIGHTS:
+        case v1::DROP_WEIGHTS:
           break;
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM: {
@@ -667,7 +689,8 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         state->slots[s].push_back({start, start + cost, internal::GridCellLabel(a)});
       if (keep_intervals && cost > 0 &&
           (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::BACKWARD_INPUT ||
-           a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP)) {
+           a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP ||
+           a.kind == v1::STALE_OPTIMIZER_STEP)) {
         result.compute_intervals[s].push_back({start, start + cost});
       }
       clock[s] = start + cost;

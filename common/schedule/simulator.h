@@ -8,14 +8,16 @@
 // max(send end, the link's previous transfer end). A RECV blocks until the matching SEND
 // (same micro-batch, same kind, from the neighbouring stage) has been issued, and ends `recv`
 // cost after max(its start, the transfer's end). FORWARD / BACKWARD / BACKWARD_INPUT /
-// BACKWARD_WEIGHT / OPTIMIZER_STEP take their cost (busy time); ALLREDUCE takes `allreduce` (0 by
-// default) on its rank: the AllReduce among that stage's replicas, which are not simulated
-// themselves (they run the same program in lockstep). TIED_ALLREDUCE and GLOBAL_NORM are barriers:
-// the k-th GLOBAL_NORM of every stage, and the k-th TIED_ALLREDUCE of every stage whose program
-// holds one, complete together, at `global_norm` / `tied_allreduce` (0 by default) after the last
-// of them started (the collective among those stages' ranks; replicas again run in lockstep).
-// Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on stage s goes to
-// RECV_GRAD m on stage s
+// BACKWARD_WEIGHT / OPTIMIZER_STEP take their cost (busy time), STALE_OPTIMIZER_STEP too;
+// ALLREDUCE and ALLREDUCE_ASYNC take `allreduce` (0 by default) on their rank: the AllReduce among
+// that stage's replicas, which are not simulated themselves (they run the same program in
+// lockstep; no overlap across steps is modelled). The weight-stash actions (USE_WEIGHTS,
+// RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS) take no time. TIED_ALLREDUCE and GLOBAL_NORM are
+// barriers: the k-th GLOBAL_NORM of every stage, and the k-th TIED_ALLREDUCE of every stage whose
+// program holds one, complete together, at `global_norm` / `tied_allreduce` (0 by default) after
+// the last of them started (the collective among those stages' ranks; replicas again run in
+// lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on
+// stage s goes to RECV_GRAD m on stage s
 // - 1. Because sends never block, whether a program set deadlocks does not depend on the costs.
 //
 // Cost: O(actions + P * M) time and O(P * M) memory (each rank runs until it blocks and is

@@ -40,7 +40,15 @@ std::string GridCellLabel(const Op& a) {
     case v1::GLOBAL_NORM:
       return "GN";
     case v1::OPTIMIZER_STEP:
+    case v1::STALE_OPTIMIZER_STEP:
       return "ST";
+    case v1::ALLREDUCE_ASYNC:
+      return "AA";
+    case v1::USE_WEIGHTS:
+    case v1::RESTORE_WEIGHTS:
+    case v1::STASH_WEIGHTS:
+    case v1::DROP_WEIGHTS:
+      return "W";
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:

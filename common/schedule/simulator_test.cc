@@ -345,7 +345,7 @@ TEST(SimulatorTest, GridColumnIsTheSmallestComputeCostAndIsCapped) {
 // Lowered programs as Ops, for the Op entry point.
 // Pipe-SGD's program simulates as one synchronous step (the simulator knows no staleness; the
 // planner's timing model, coordinator/planner/pipesgd_model.h, prices the overlap): M forwards
-// and backwards, then the AllReduce, then the update.
+// and backwards, then the asynchronous AllReduce (charged in full), then the stale update.
 TEST(SimulatorTest, RunsThePipeSgdProgram) {
   absl::StatusOr<std::vector<v1::RankProgram>> programs =
       BuildPrograms(ScheduleKind::kPipeSgd, 1, 4, LowerOptions{{true}});

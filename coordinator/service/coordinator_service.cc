@@ -16,6 +16,7 @@
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
+#include "common/schedule/job_programs.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
@@ -498,6 +499,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   // Emulated jobs: the profile file is read again (it was checked at submit) for the ranks.
   absl::StatusOr<std::optional<v1::ModelProfile>> emulated = EmulatedProfileOf(job.spec());
   if (!emulated.ok()) return fail(std::string(emulated.status().message()));
+  // Every rank's program for the run from first_step, proven deadlock-free by the simulator.
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      schedule::JobPrograms(job.spec(), summary, first_step);
+  if (!programs.ok()) return fail(std::string(programs.status().message()));
   absl::StatusOr<v1::Job> running =
       jobs_->Transition(id, v1::JOB_STATE_RUNNING, "", [&](v1::Job* j) {
         *j->mutable_plan() = summary;
@@ -529,7 +534,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
       assignment.set_stage(s);
       assignment.set_replica(r);
       assignment.set_num_stages(num_stages);
-      *assignment.mutable_program() = plan->programs(s);
+      *assignment.mutable_program() = (*programs)[schedule::RankIndex(summary, s, r)];
       assignment.set_first_step(first_step);
       assignment.set_checkpoint_dir(checkpoints_.JobDir(id));
       assignment.set_resume_manifest(resume_manifest);

@@ -121,7 +121,8 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   // The assignments of a job of 2 stages x 2 replicas on workers `w` (ranks in order): (stage,
-  // replica) by rank index, `schedule`, and one ALLREDUCE in every program.
+  // replica) by rank index, `schedule`, and one ALLREDUCE in every step of every program
+  // (pipedream's: the whole run of the replica, schedule::JobPrograms).
   void ExpectTwoByTwoAssignments(const std::vector<std::string>& w, const std::string& schedule) {
     for (int i = 0; i < 4; ++i) {
       v1::HeartbeatResponse hb = Heartbeat(w[i]);
@@ -134,11 +135,20 @@ class CoordinatorServiceTest : public ::testing::Test {
       EXPECT_EQ(a.plan().stages(i / 2).replicas(), 2);
       EXPECT_EQ(a.plan().stages(i / 2).worker_ids(i % 2), w[i]);
       EXPECT_EQ(a.program().stage(), i / 2);
-      int allreduces = 0;
-      for (const v1::Action& action : a.program().actions()) {
-        allreduces += action.kind() == v1::ALLREDUCE;
+      EXPECT_EQ(a.program().replica(), i % 2);
+      EXPECT_EQ(a.program().phases().empty(), schedule != "pipedream");
+      EXPECT_EQ(a.program().whole_micro_batches(), schedule == "pipedream");
+      std::vector<const google::protobuf::RepeatedPtrField<v1::Action>*> steps = {
+          &a.program().actions()};
+      if (!a.program().phases().empty()) steps.clear();
+      for (const v1::ProgramPhase& phase : a.program().phases()) {
+        for (const v1::StepActions& step : phase.cycle()) steps.push_back(&step.actions());
       }
-      EXPECT_EQ(allreduces, 1) << w[i];
+      for (const auto* actions : steps) {
+        int allreduces = 0;
+        for (const v1::Action& action : *actions) allreduces += action.kind() == v1::ALLREDUCE;
+        EXPECT_EQ(allreduces, 1) << w[i];
+      }
     }
   }
 

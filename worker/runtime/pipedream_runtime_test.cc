@@ -3,13 +3,15 @@
 // records (version and a hash of the weights actually in the backend) prove that each backward
 // computed with exactly its forward's weights and that stage i never held more than P - i
 // versions; with stage replicas (1F1B-RR), ceil(K_s / D_s) on one replica, and that 1F1B-RR
-// trains exactly like an unreplicated pipeline with the same warm-ups.
+// trains exactly like an unreplicated pipeline with the same warm-ups. Every rank runs the
+// program the coordinator would send it (schedule::JobRankProgram).
 #include <limits>
 #include <map>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_join.h"
+#include "common/schedule/job_programs.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/pipedream_steps.h"
 #include "common/schedule/ranks.h"
@@ -50,9 +52,9 @@ std::vector<StageRun> RunPipeDream(const v1::JobSpec& spec, int P, int steps) {
   std::vector<std::thread> threads;
   for (int s = 0; s < P; ++s) {
     threads.emplace_back([&, s] {
-      auto rt = StageRuntime::Create(parity::Assignment(spec, plan, s, v1::RankProgram()),
-                                     &parity::TrainSet(), &parity::TestSet(),
-                                     P > 1 ? transports[s].get() : nullptr);
+      auto rt = StageRuntime::Create(
+          parity::Assignment(spec, plan, s, schedule::JobRankProgram(spec, plan, s, 0, 0).value()),
+          &parity::TrainSet(), &parity::TestSet(), P > 1 ? transports[s].get() : nullptr);
       if (!rt.ok()) {
         out[s].status = rt.status();
         return;
@@ -190,9 +192,11 @@ TEST(PipeDreamRuntimeTest, OneStageMatchesTheReference) {
   const v1::JobSpec spec = PipeDreamSpec(64, 16, steps);
   const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 1);
   std::vector<std::unique_ptr<StageRuntime>> runtimes;
-  runtimes.push_back(StageRuntime::Create(parity::Assignment(spec, plan, 0, v1::RankProgram()),
-                                          &parity::TrainSet(), &parity::TestSet(), nullptr)
-                         .value());
+  runtimes.push_back(
+      StageRuntime::Create(
+          parity::Assignment(spec, plan, 0, schedule::JobRankProgram(spec, plan, 0, 0, 0).value()),
+          &parity::TrainSet(), &parity::TestSet(), nullptr)
+          .value());
   const parity::PipelineRun run = parity::RunPipeline(runtimes, steps);
   parity::ExpectMatchesReference(spec, steps, runtimes, run);
 }
@@ -225,7 +229,8 @@ struct RankRun {
 };
 
 // Every rank of `replicas` (one entry per stage) a thread; the replicas of a stage share a
-// LocalCollectiveGroup. `warm_ups`: SetPipeDreamWarmUpsForTesting on every rank when not empty.
+// LocalCollectiveGroup. `warm_ups`: when not empty, the programs are generated with these
+// warm-ups (schedule::PipeDreamLayout::warm_ups) instead of the replicas' K_s.
 std::vector<RankRun> RunReplicated(const v1::JobSpec& spec, const std::vector<int>& replicas,
                                    int steps, const std::vector<int64_t>& warm_ups = {}) {
   const int P = static_cast<int>(replicas.size());
@@ -248,7 +253,11 @@ std::vector<RankRun> RunReplicated(const v1::JobSpec& spec, const std::vector<in
       threads.emplace_back([&, s, r, rank] {
         RankRun& me = out[rank];
         testing::LocalCollective collective(groups[s].get(), r);
-        v1::StageAssignment a = parity::Assignment(spec, plan, s, v1::RankProgram());
+        schedule::PipeDreamProgramOptions options =
+            schedule::PipeDreamOptionsFor(spec, plan, /*first_step=*/0).value();
+        if (!warm_ups.empty()) options.layout.warm_ups = warm_ups;
+        v1::StageAssignment a =
+            parity::Assignment(spec, plan, s, schedule::BuildPipeDreamProgram(options, s, r));
         a.set_replica(r);
         auto rt = StageRuntime::Create(a, &parity::TrainSet(), &parity::TestSet(),
                                        ranks > 1 ? transports[rank].get() : nullptr, nullptr,
@@ -259,7 +268,6 @@ std::vector<RankRun> RunReplicated(const v1::JobSpec& spec, const std::vector<in
           return;
         }
         (*rt)->RecordWeightUses(true);
-        if (!warm_ups.empty()) me.status = (*rt)->SetPipeDreamWarmUpsForTesting(warm_ups);
         for (int step = 0; step < steps && me.status.ok(); ++step) {
           auto result = (*rt)->RunStep(step);
           if (!result.ok()) {
@@ -397,6 +405,20 @@ TEST(PipeDreamRoundRobinTest, TrainsLikeAnUnreplicatedPipelineWithTheSameWarmUps
   }
 }
 
+// The coordinator's program covers the run: a step outside it is refused, naming the run.
+TEST(PipeDreamRuntimeTest, RefusesAStepOutsideTheProgramsRun) {
+  const v1::JobSpec spec = PipeDreamSpec(64, 32, 2);
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 1);
+  auto rt = StageRuntime::Create(
+      parity::Assignment(spec, plan, 0, schedule::JobRankProgram(spec, plan, 0, 0, 0).value()),
+      &parity::TrainSet(), &parity::TestSet(), nullptr);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const absl::StatusOr<StepResult> r = (*rt)->RunStep(2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "step 3 outside the program's run: steps 1 to 2");
+}
+
 TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
   const v1::JobSpec spec = PipeDreamSpec(64, 32, 2);  // M = 2
   const v1::ParallelPlanSummary plan = ReplicatedPlan(spec.model().layers_size(), {3, 1});
@@ -404,8 +426,9 @@ TEST(PipeDreamRoundRobinTest, RefusesMoreReplicasThanMicroBatchesPerStep) {
   LocalTransport t(&box, 0);
   testing::LocalCollectiveGroup group(3);
   testing::LocalCollective collective(&group, 0);
-  auto rt = StageRuntime::Create(parity::Assignment(spec, plan, 0, v1::RankProgram()),
-                                 &parity::TrainSet(), &parity::TestSet(), &t, nullptr, &collective);
+  auto rt = StageRuntime::Create(
+      parity::Assignment(spec, plan, 0, schedule::JobRankProgram(spec, plan, 0, 0, 0).value()),
+      &parity::TrainSet(), &parity::TestSet(), &t, nullptr, &collective);
   ASSERT_FALSE(rt.ok());
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rt.status().message(),

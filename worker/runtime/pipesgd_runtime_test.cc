@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-#include "common/schedule/lowering.h"
+#include "common/schedule/job_programs.h"
 #include "gtest/gtest.h"
 #include "worker/comm/testing/local_collective.h"
 #include "worker/runtime/reference_trainer.h"
@@ -24,11 +24,8 @@ struct ReplicaRun {
 std::vector<ReplicaRun> RunPipeSgd(const v1::JobSpec& spec, int D, int steps) {
   v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 1);
   plan.mutable_stages(0)->set_replicas(D);
-  const int M = static_cast<int>(spec.training().global_batch() / spec.training().micro_batch());
-  schedule::LowerOptions lower;
-  lower.allreduce_stages = {true};
-  const v1::RankProgram program =
-      schedule::BuildPrograms(schedule::ScheduleKind::kPipeSgd, 1, M, lower).value()[0];
+  // The coordinator's program: ALLREDUCE_ASYNC and STALE_OPTIMIZER_STEP end every step.
+  const v1::RankProgram program = schedule::JobRankProgram(spec, plan, 0, 0, 0).value();
   testing::LocalCollectiveGroup group(D);
   std::vector<ReplicaRun> out(D);
   std::vector<std::thread> threads;

@@ -58,7 +58,7 @@ absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
 // stage that runs this micro-batch, whole.
 const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(int other_stage,
                                                                  int64_t global_mb) {
-  if (!pipedream_) return other_stage < stage_ ? prev_peers_ : next_peers_;
+  if (!whole_micro_batches_) return other_stage < stage_ ? prev_peers_ : next_peers_;
   const v1::ParallelPlanSummary& plan = assignment_.plan();
   const int d = schedule::StageReplicas(plan, other_stage);
   rr_peer_.assign(
@@ -100,7 +100,7 @@ void StageRuntime::ReleaseSlot(int micro_batch) {
 void StageRuntime::MeasureMemory() {
   const StageBackend::HeldBytes held = backend_->Held();
   if (held.parameters < 0 || held.activations < 0) return;
-  const int64_t weights = held.parameters + (pipedream_ ? stash_->held_bytes() : 0);
+  const int64_t weights = held.parameters + stash_->held_bytes();
   held_weight_bytes_ = std::max(held_weight_bytes_, weights);
   held_activation_bytes_ = std::max(held_activation_bytes_, held.activations);
   held_peak_bytes_ = std::max(held_peak_bytes_, weights + held.activations);
@@ -122,6 +122,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   const int64_t anchor_us = SystemNowMicros();
   const SteadyClock::time_point anchor = SteadyClock::now();
   step_loss_sum_ = 0;
+  loss_rows_ = rows_.size() * num_micro_batches_;
   if (auto it = pending_loss_.find(step); it != pending_loss_.end()) {
     step_loss_sum_ = it->second;
     pending_loss_.erase(it);
@@ -129,11 +130,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   peak_live_slots_ = live_slots_;
   held_weight_bytes_ = held_activation_bytes_ = held_peak_bytes_ = -1;
   gradient_sq_norm_ = -1;
-  if (pipedream_) {
-    DAPPLE_RETURN_IF_ERROR(PreparePipeDreamStep(step));
-    stash_->ResetPeak();
-  }
-  const auto& actions = pipedream_ ? step_program_.actions() : assignment_.program().actions();
+  stash_->ResetPeak();
+  DAPPLE_ASSIGN_OR_RETURN(const auto* step_actions, StepActions(step));
+  const auto& actions = *step_actions;
+  int backwards = 0;  // this rank's micro-batches of the step
   weight_uses_.clear();
   if (trace) r.trace.mutable_events()->Reserve(actions.size());
   // Integer nanoseconds, so that idle = step - the rest is exact and never negative.
@@ -166,6 +166,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       case v1::BACKWARD_INPUT:
       case v1::BACKWARD_WEIGHT:
         backward_ns += ns;
+        // One per micro-batch: a BACKWARD, or the weight part of a split one.
+        backwards += action.kind() != v1::BACKWARD_INPUT;
         break;
       case v1::SEND_ACT:
       case v1::SEND_GRAD:
@@ -174,11 +176,19 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       case v1::ALLREDUCE:
       case v1::TIED_ALLREDUCE:
       case v1::GLOBAL_NORM:
+      case v1::ALLREDUCE_ASYNC:
         allreduce_ns += ns;
         break;
       case v1::OPTIMIZER_STEP:
+      case v1::STALE_OPTIMIZER_STEP:
         comm_ns += send_wait_ns_;
         optimizer_ns += ns - send_wait_ns_;
+        break;
+      case v1::USE_WEIGHTS:
+      case v1::RESTORE_WEIGHTS:
+      case v1::STASH_WEIGHTS:
+      case v1::DROP_WEIGHTS:
+        optimizer_ns += ns;
         break;
       case v1::RECV_ACT:  // waiting for a neighbour: part of the bubble
       case v1::RECV_GRAD:
@@ -196,8 +206,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       e->set_end_us(anchor_us + NanosBetween(anchor, end) / 1000);
     }
   }
-  // PipeDream never flushes: forwards of later steps stay in flight, except after the last.
-  if (live_slots_ != 0 && (!pipedream_ || step + 1 == total_steps_)) {
+  // A program without a flush keeps forwards of later steps in flight, except after the last.
+  if (live_slots_ != 0 && (!carries_across_steps_ || step + 1 == total_steps_)) {
     return absl::InternalError(absl::StrFormat(
         "stage %d: %d micro-batches still stashed after the step (program without a backward?)",
         stage_, live_slots_));
@@ -207,11 +217,9 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   r.peak_in_flight = peak_live_slots_;
   if (stage_ == num_stages_ - 1) {
     r.has_loss = true;
-    // Pipe-SGD reduces only gradients: its loss is the mean over this replica's share.
-    r.loss = pipesgd_ != nullptr
-                 ? step_loss_sum_ /
-                       static_cast<double>(rows_.size() * num_micro_batches_ * targets_per_sample_)
-                 : step_loss_sum_ / static_cast<double>(global_batch_ * targets_per_sample_);
+    // Without a synchronous ALLREDUCE (Pipe-SGD's is asynchronous and carries only gradients)
+    // the loss is the mean over this replica's share.
+    r.loss = step_loss_sum_ / static_cast<double>(loss_rows_ * targets_per_sample_);
   }
   v1::StageStepStats& st = r.stats;
   st.set_step(step + 1);
@@ -223,8 +231,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   st.set_optimizer_seconds(Seconds(optimizer_ns));
   st.set_idle_seconds(Seconds(step_ns - busy_ns));
   st.set_peak_in_flight(peak_live_slots_);
-  const int64_t version_bytes = pipedream_ ? stash_->peak_stashed_bytes() : 0;
-  st.set_weight_versions(pipedream_ ? stash_->peak_versions() : 1);
+  const int64_t version_bytes = stash_->peak_stashed_bytes();
+  st.set_weight_versions(stash_->peak_versions());
   st.set_weight_version_bytes(version_bytes);
   if (held_peak_bytes_ >= 0) {
     st.set_weight_bytes(held_weight_bytes_);
@@ -244,7 +252,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   r.weight_uses = std::move(weight_uses_);
   st.set_gradient_sq_norm(gradient_sq_norm_);
   st.set_learning_rate(learning_rate_);
-  st.set_samples(rows_.size() * (pipedream_ ? own_micro_batches_ : num_micro_batches_));
+  st.set_samples(rows_.size() * backwards);
   st.set_skipped(false);
   DAPPLE_ASSIGN_OR_RETURN(const double device_seconds, backend_->TakeComputeSeconds());
   SetComputeThroughput(train_flops_per_sample_ * static_cast<double>(st.samples()),
@@ -273,10 +281,11 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   const bool last = stage_ == num_stages_ - 1;
   const int64_t rows = rows_.size();  // this replica's share of the micro-batch
   const bool needs_mb = schedule::KindHasMicroBatch(action.kind());
-  // Actions name micro-batches relative to the step; j >= M (PipeDream only) is micro-batch
-  // j % M of step step + j / M. Buffers and slots are keyed by the global index modulo the id
-  // space, which holds every micro-batch in flight at once; tags and data use (step, m).
-  const int max_j = pipedream_ ? id_space_ - 1 : num_micro_batches_;
+  // Actions name micro-batches relative to the step; j >= M (a program without a flush) is
+  // micro-batch j % M of step step + j / M. Buffers and slots are keyed by the global index
+  // modulo the id space, which holds every micro-batch in flight at once; tags and data use
+  // (step, m).
+  const int max_j = id_space_;
   if (needs_mb && (j < 0 || j >= max_j)) {
     return absl::InternalError(absl::StrFormat("micro-batch %d outside [0, %d)", j, max_j));
   }
@@ -302,18 +311,13 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       } else if (!received) {
         return absl::InternalError("FORWARD before its RECV_ACT");
       }
-      if (pipedream_) {
-        version_of_[m] = ForwardVersion(global_mb);
-        DAPPLE_RETURN_IF_ERROR(stash_->Use(version_of_[m]));
-        RecordWeightUse(global_mb, v1::FORWARD, version_of_[m]);
-      }
+      RecordWeightUse(global_mb, v1::FORWARD);
       kernels::ForwardContext ctx;
       ctx.training = true;
       ctx.seed = seed_;
       ctx.step = mb_step;
       ctx.first_sample = static_cast<int64_t>(mb) * micro_batch_size_ + rows_.begin;
       DAPPLE_RETURN_IF_ERROR(b.Forward(slot, rows, ctx));
-      if (pipedream_) DAPPLE_RETURN_IF_ERROR(stash_->Restore());
       if (last) {
         MicroBatchIndices(mb_step, mb, &index_scratch_);
         label_scratch_.resize(rows * targets_per_sample_);
@@ -322,8 +326,8 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         grad_scale, /*training=*/true, nullptr));
-        // 1F1B-RR on a replicated last stage runs forwards of the next step before this
-        // step's update: their loss belongs to their own step.
+        // A program without a flush (1F1B-RR on a replicated last stage) runs forwards of the
+        // next step before this step's update: their loss belongs to their own step.
         if (mb_step == step) {
           step_loss_sum_ += loss_sum;
         } else {
@@ -334,18 +338,9 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
     }
     case v1::BACKWARD: {
       if (slot_of_[m] < 0) return absl::InternalError("BACKWARD without its FORWARD");
-      // Weight stashing: the backward runs with exactly the weights its forward used.
-      if (pipedream_) {
-        DAPPLE_RETURN_IF_ERROR(stash_->Use(version_of_[m]));
-        RecordWeightUse(global_mb, v1::BACKWARD, version_of_[m]);
-      }
+      RecordWeightUse(global_mb, v1::BACKWARD);
       DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of_[m], m, rows, last, /*need_dx=*/!first));
       ReleaseSlot(m);
-      if (pipedream_) {
-        DAPPLE_RETURN_IF_ERROR(stash_->Restore());
-        version_of_[m] = -1;
-        stash_->Prune(OldestNeededVersion(NextForward(step)));
-      }
       return absl::OkStatus();
     }
     // The zero-bubble split: the slot (the stashed activations) lives until the weight part.
@@ -398,57 +393,71 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return absl::OkStatus();
     }
     case v1::ALLREDUCE:
-      // Pipe-SGD hands the gradient to its AllReduce thread and goes on.
-      if (pipesgd_ != nullptr) {
-        DAPPLE_RETURN_IF_ERROR(exchange_->ReplicasReducedElsewhere());
-        return pipesgd_->OnGradients(step);
-      }
+      if (last) loss_rows_ = global_batch_;  // the replicas' loss sums ride along
       return exchange_->AllReduceReplicas(last ? &step_loss_sum_ : nullptr);
+    case v1::ALLREDUCE_ASYNC:
+      // The updater's thread reduces the gradient while the rank goes on.
+      if (async_allreduce_ == nullptr) return absl::InternalError("no asynchronous AllReduce");
+      DAPPLE_RETURN_IF_ERROR(exchange_->ReplicasReducedElsewhere());
+      return async_allreduce_->OnGradients(step);
     case v1::TIED_ALLREDUCE:
       return exchange_->AllReduceTied();
     case v1::GLOBAL_NORM:
       return exchange_->GlobalNorm().status();
-    case v1::OPTIMIZER_STEP: {
-      // The flush: every send of this step must be done before its buffers are reused. Its
-      // wait is communication, not optimizer time (RunStep splits the action).
-      // PipeDream before an evaluation (the end of an epoch) skips it: this step's forwards of
-      // the next step's micro-batches are received by the next stage only after that stage
-      // evaluated, which needs this stage's evaluation first; Evaluate's own wait covers them.
-      // Their buffers are safe meanwhile: an id is reused only M + K micro-batches later, after
-      // 1F1B made the neighbour receive it.
-      const bool before_eval = pipedream_ && EvaluatesAfterStep(assignment_.spec(), step);
-      if (transport_ != nullptr && !before_eval) {
-        const SteadyClock::time_point wait_start = SteadyClock::now();
-        absl::Status s = transport_->WaitSends();
-        send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
-        DAPPLE_RETURN_IF_ERROR(s);
+    case v1::OPTIMIZER_STEP:
+      DAPPLE_RETURN_IF_ERROR(PrepareUpdate(step));
+      if (stash_->in_use() != stash_->current()) {
+        return absl::InternalError("update while a stashed weight version is swapped in");
       }
-      // The collectives' checks, the stage's norm and clipping (gradient_exchange.h).
-      DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, exchange_->PrepareUpdate());
-      learning_rate_ =
-          LearningRate(assignment_.spec().training(), b.OptimizerUpdates(), total_steps_);
-      if (pipesgd_ != nullptr) {
-        DAPPLE_RETURN_IF_ERROR(pipesgd_->OnOptimizerStep(step));
-        // The last step's gradient is still in its AllReduce: apply it before training ends.
-        if (step + 1 == total_steps_) DAPPLE_RETURN_IF_ERROR(pipesgd_->Finish());
-        return absl::OkStatus();
-      }
-      if (!pipedream_) return b.OptimizerStep();
-      // Keep the version being replaced while an in-flight micro-batch still needs it.
-      const int64_t current = stash_->current();
-      bool keep = vertical_sync_ && ForwardVersion(NextForward(step)) <= current;
-      for (int64_t v : version_of_) keep = keep || v == current;
-      DAPPLE_RETURN_IF_ERROR(stash_->BeforeUpdate(keep));
       DAPPLE_RETURN_IF_ERROR(b.OptimizerStep());
       stash_->AfterUpdate();
       return absl::OkStatus();
-    }
+    case v1::STALE_OPTIMIZER_STEP:
+      if (async_allreduce_ == nullptr) return absl::InternalError("no asynchronous AllReduce");
+      DAPPLE_RETURN_IF_ERROR(PrepareUpdate(step));
+      DAPPLE_RETURN_IF_ERROR(async_allreduce_->OnOptimizerStep(step));
+      // The last step's gradient is still in its AllReduce: apply it before training ends.
+      if (step + 1 == total_steps_) DAPPLE_RETURN_IF_ERROR(async_allreduce_->Finish());
+      stash_->AfterUpdate();
+      return absl::OkStatus();
+    // Weight stashing: versions relative to the step's (the updates before it).
+    case v1::USE_WEIGHTS:
+      return stash_->Use(step + action.weight_version());
+    case v1::RESTORE_WEIGHTS:
+      return stash_->Restore();
+    case v1::STASH_WEIGHTS:
+      return stash_->BeforeUpdate(/*keep=*/true);
+    case v1::DROP_WEIGHTS:
+      stash_->Prune(step + action.weight_version());
+      return absl::OkStatus();
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
       return absl::InternalError("unspecified action kind");
   }
   return absl::InternalError(absl::StrCat("unknown action kind ", action.kind()));
+}
+
+absl::Status StageRuntime::PrepareUpdate(int64_t step) {
+  // The flush: every send of this step must be done before its buffers are reused. Its wait is
+  // communication, not optimizer time (RunStep splits the action). A program without a flush
+  // skips it before an evaluation (the end of an epoch): its sends of later steps'
+  // micro-batches are received by the next stage only after that stage evaluated, which needs
+  // this stage's evaluation first; Evaluate's own wait covers them. Their buffers are safe
+  // meanwhile: an id is reused only micro_batch_ids micro-batches later, after the neighbour
+  // received it.
+  const bool before_eval = carries_across_steps_ && EvaluatesAfterStep(assignment_.spec(), step);
+  if (transport_ != nullptr && !before_eval) {
+    const SteadyClock::time_point wait_start = SteadyClock::now();
+    absl::Status s = transport_->WaitSends();
+    send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
+    DAPPLE_RETURN_IF_ERROR(s);
+  }
+  // The collectives' checks, the stage's norm and clipping (gradient_exchange.h).
+  DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, exchange_->PrepareUpdate());
+  learning_rate_ =
+      LearningRate(assignment_.spec().training(), backend_->OptimizerUpdates(), total_steps_);
+  return absl::OkStatus();
 }
 
 }  // namespace dapple::worker

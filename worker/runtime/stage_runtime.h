@@ -41,16 +41,25 @@
 // Which of them a rank's program must hold is schedule::LowerOptionsFor(spec, plan)'s
 // (common/schedule/job_lowering.h).
 //
-// PipeDream's replicas (1F1B-RR, Narayanan et al., SOSP 2019, section 3.2) under schedule
-// pipedream instead: micro-batches are NOT split; global micro-batch g (step * M + m) runs whole
-// on replica g % D_s of every stage (schedule::PipeDreamReplicaOf), which sends its activation to
-// replica g % D_{s+1} and its gradient to replica g % D_{s-1}. The rank runs its stage's
-// continuous 1F1B filtered to its own micro-batches (schedule/pipedream_steps.h: warm-up
-// K_s = D_s + ... + D_{P-1} for the stage, at most ceil(K_s / D_s) micro-batches and weight
-// versions on one replica), with one ALLREDUCE of the replicas' gradient sums before every
-// OPTIMIZER_STEP, so the replicas update together and hold bitwise-identical weights. Needs
-// D_s <= M. A replicated last stage runs forwards of the next step before this step's update;
-// their loss is counted in their own step.
+// The program is the coordinator's (common/schedule/job_programs.h) and the interpreter runs
+// it as it is, whatever the schedule: one loop over the step's actions, one switch over their
+// kinds, no branch on the schedule. What differs between schedules is in the program:
+//   - its steps: RankProgram.actions for every step, or RankProgram.phases for programs that
+//     change from step to step (PipeDream's continuous run: warm-up, steady state, cool-down);
+//   - micro-batch ids relative to the step: j >= M is micro-batch j % M of step
+//     step + j / M, run early (no flush); buffers are keyed by the global index modulo
+//     RankProgram.micro_batch_ids, a step may end with micro-batches in flight (not the last),
+//     and, before an evaluation, with its sends still in flight (the neighbour receives them
+//     only after its own evaluation; an id is reused only micro_batch_ids micro-batches later);
+//     the loss of a later step's forward counts in its own step;
+//   - RankProgram.whole_micro_batches (PipeDream's 1F1B-RR, Narayanan et al., SOSP 2019,
+//     section 3.2): micro-batches are NOT split; global micro-batch g (step * M + m) runs whole
+//     on replica g % D_s of every stage (schedule::PipeDreamReplicaOf), which sends its
+//     activation to replica g % D_{s+1} and its gradient to replica g % D_{s-1}; needs D_s <= M;
+//   - weight stashing (USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS: plan.proto),
+//     run by the rank's WeightStash (weight_stash.h) with version step + Action.weight_version;
+//   - Pipe-SGD's pipelined AllReduce (ALLREDUCE_ASYNC, STALE_OPTIMIZER_STEP), run by the rank's
+//     PipeSgdUpdater (pipesgd_updater.h), created when the program holds them.
 //
 // Thread safety: one thread drives a StageRuntime.
 #ifndef DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
@@ -64,7 +73,6 @@
 
 #include "absl/status/statusor.h"
 #include "common/memory_model.h"
-#include "common/schedule/pipedream_steps.h"
 #include "common/schedule/ranks.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/trace.pb.h"
@@ -79,8 +87,8 @@
 
 namespace dapple::worker {
 
-// PipeDream only, when StageRuntime::RecordWeightUses(true): which weights a forward or a
-// backward computed with (tests prove weight stashing with it).
+// Only with StageRuntime::RecordWeightUses(true): which weights a forward or a backward
+// computed with (tests prove weight stashing with it).
 struct WeightUse {
   int64_t micro_batch = 0;  // global: step * M + m
   v1::ActionKind kind = v1::FORWARD;
@@ -101,7 +109,7 @@ struct StepResult {
   // (job_id / worker_id / device left for the caller to fill).
   bool traced = false;
   v1::StepTrace trace;
-  std::vector<WeightUse> weight_uses;  // PipeDream with RecordWeightUses(true) only
+  std::vector<WeightUse> weight_uses;  // with RecordWeightUses(true) only
 };
 
 struct EvalResult {
@@ -136,14 +144,14 @@ class StageRuntime {
   // kInvalidArgument for a plan that does not fit the spec, naming the field: replica outside
   // [0, D_s); micro_batch smaller than some stage's replicas (a replica would own no rows);
   // D_s > 1 without `replicas`, or with a Collective of another size or rank; D_s > 1 with a
-  // program that has no ALLREDUCE before its OPTIMIZER_STEP (schedule::LowerOptions; not for
-  // pipedream, which generates its own programs); under pipedream, a stage with more replicas
-  // than M micro-batches per step (the micro_batch rule does not apply: 1F1B-RR does not split);
+  // program that has neither ALLREDUCE nor ALLREDUCE_ASYNC (schedule::LowerOptions); with
+  // whole_micro_batches, a stage with more replicas than M micro-batches per step (the
+  // micro_batch rule does not apply: 1F1B-RR does not split); a program phase without steps or
+  // actions; a program with ALLREDUCE_ASYNC on more than one stage or without `replicas`;
   // on stage 0 a dataset whose samples do not have the model's input elements, on the last stage
   // one whose targets per sample are not the loss's; a `train` with fewer samples than the spec
   // counts (common/steps.h TrainSamples); a program whose TIED_ALLREDUCE or GLOBAL_NORM actions
-  // differ from what schedule::LowerOptionsFor(spec, plan) says this stage needs (not for
-  // pipedream).
+  // differ from what schedule::LowerOptionsFor(spec, plan) says this stage needs.
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
@@ -158,19 +166,22 @@ class StageRuntime {
                                                               std::unique_ptr<StageBackend> backend,
                                                               const StageCollectives& collectives);
 
-  // Runs the rank program once for global step `step` (0-based; epoch = step / steps per epoch).
-  // Errors: whatever the transport or the Collective returns (kAborted, kUnavailable naming the
-  // peer, kDeadlineExceeded), kInternal for a program the runtime cannot run (an OPTIMIZER_STEP
-  // of a replicated stage without its ALLREDUCE, a second ALLREDUCE in a step), each prefixed
-  // with the rank and the action ("stage 1 replica 0 step 3 action 1RECV_ACT3: ...").
+  // Runs the rank program's step `step` (0-based global step; epoch = step / steps per epoch).
+  // Errors: kInvalidArgument for a step outside a phased program's run; whatever the transport
+  // or the Collective returns (kAborted, kUnavailable naming the peer, kDeadlineExceeded),
+  // kInternal for a program the runtime cannot run (an OPTIMIZER_STEP of a replicated stage
+  // without its ALLREDUCE, a second ALLREDUCE in a step, a weight version not stashed, an
+  // update while a stashed version is swapped in), each prefixed with the rank and the action
+  // ("stage 1 replica 0 step 3 action 1RECV_ACT3: ...").
   // With `trace`, also records every action's start and end into StepResult::trace.
   //
   // Timing (StepResult::stats, job.proto StageStepStats): every action is timed on the steady
   // clock. step_seconds runs from the first action's start to the last action's end; each
   // action's time goes to its kind (FORWARD: forward, the last stage's loss included;
-  // BACKWARD: backward; SEND_ACT / SEND_GRAD: comm; ALLREDUCE: allreduce); OPTIMIZER_STEP
-  // splits into its wait for this step's sends (comm) and the gradient norm plus the update
-  // (optimizer); TIED_ALLREDUCE and GLOBAL_NORM count as allreduce. idle_seconds is the rest:
+  // BACKWARD: backward; SEND_ACT / SEND_GRAD: comm; ALLREDUCE, ALLREDUCE_ASYNC: allreduce);
+  // OPTIMIZER_STEP and STALE_OPTIMIZER_STEP split into their wait for this step's sends (comm)
+  // and the gradient norm plus the update (optimizer); TIED_ALLREDUCE and GLOBAL_NORM count as
+  // allreduce, the weight-stash actions as optimizer. idle_seconds is the rest:
   // RECV_ACT / RECV_GRAD waits and the gaps between actions, so the six parts add up to
   // step_seconds exactly (durations are summed as integer nanoseconds). Memory is measured:
   // after every action the runtime adds up what the backend's buffers hold (StageBackend::Held:
@@ -238,14 +249,9 @@ class StageRuntime {
   // The memory model's prediction for this replica (common/memory_model.h): what the plan
   // predicted for its stage when it is the stage's largest replica.
   const memory::ReplicaMemory& predicted_memory() const { return predicted_memory_; }
-  // PipeDream: record every forward's and backward's WeightUse into StepResult (slow: hashes
-  // the weights each time; for tests).
+  // Record every forward's and backward's WeightUse into StepResult (slow: hashes the weights
+  // each time; for tests).
   void RecordWeightUses(bool on) { record_weight_uses_ = on; }
-  // PipeDream, tests only: run with these per-stage warm-ups (schedule::PipeDreamLayout::
-  // warm_ups; every stage of the job must get the same vector) instead of the replicas' K_s, so
-  // that an unreplicated pipeline can reproduce a replicated one. kFailedPrecondition when not
-  // pipedream, not P entries, or after the first step.
-  absl::Status SetPipeDreamWarmUpsForTesting(std::vector<int64_t> warm_ups);
 
   static constexpr int64_t kMaxEvalChunk = 1000;
   static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
@@ -260,22 +266,23 @@ class StageRuntime {
   void MeasureMemory();
   // The dataset indices of this replica's rows of `micro_batch`.
   void MicroBatchIndices(int64_t step, int micro_batch, std::vector<int64_t>* out);
-  // PipeDream (schedule pipedream).
-  int64_t RunSteps() const;  // steps of the continuous run: total - first step
-  absl::Status PreparePipeDreamStep(int64_t step);
-  int64_t ForwardVersion(int64_t global_mb) const;
-  int64_t OldestNeededVersion(int64_t next_forward) const;
-  int64_t NextForward(int64_t step) const;
-  void RecordWeightUse(int64_t global_mb, v1::ActionKind kind, int64_t version);
+  // The actions of global step `step` (stage_runtime_program.cc): the program's actions, or
+  // its phases' step; kInvalidArgument outside a phased program's run.
+  absl::StatusOr<const google::protobuf::RepeatedPtrField<v1::Action>*> StepActions(
+      int64_t step) const;
+  // OPTIMIZER_STEP's and STALE_OPTIMIZER_STEP's common start: the wait for the step's sends
+  // (measured into send_wait_ns_), the collectives' checks and clipping, the learning rate.
+  absl::Status PrepareUpdate(int64_t step);
+  void RecordWeightUse(int64_t global_mb, v1::ActionKind kind);
   // Create's parts (stage_runtime_create.cc), in its order: this replica's rows of each
   // micro-batch and its split-concat peers; the stage's shapes and sizes from the model's layers
-  // (returned; kInvalidArgument when the plan's layer range is outside the model); PipeDream's
-  // continuous-run layout and weight stash; Pipe-SGD's updater (kInvalidArgument for more than
-  // one stage or no replica collective).
+  // (returned; kInvalidArgument when the plan's layer range is outside the model); the run,
+  // the micro-batch ids and the weight stash; the updater of ALLREDUCE_ASYNC when the program
+  // holds one (kInvalidArgument for more than one stage or no replica collective).
   void InitRows();
   absl::StatusOr<std::vector<LayerInfo>> InitShapes();
-  void InitPipeDream();
-  absl::Status InitPipeSgd(const StageCollectives& collectives);
+  void InitProgram();
+  absl::Status InitAsyncAllReduce(const StageCollectives& collectives);
   // Create's last check: the datasets have the model's input and target sizes, and `train` the
   // spec's training samples.
   absl::Status CheckDatasets() const;
@@ -285,8 +292,8 @@ class StageRuntime {
   struct RowPeer;
   const std::vector<RowPeer>& PeersFor(int other_stage, int64_t global_mb);
   int64_t OutputBytes(int64_t rows) const;
-  // The slot Evaluate and Generate use between steps (PipeDream may keep forwards of the next
-  // step in flight: a free one then). kInternal during a step of another schedule.
+  // The slot Evaluate and Generate use between steps (a program without a flush may keep
+  // forwards of the next step in flight: a free one then). kInternal during a step otherwise.
   absl::StatusOr<int> SlotBetweenSteps();
   // Generate's work for the byte at `position` with a context of `context` tokens (stage 0:
   // the last `context` of `text`, which gets the new byte). Last stage: the byte in `*token`.
@@ -297,18 +304,14 @@ class StageRuntime {
   const Dataset* train_ = nullptr;
   const Dataset* eval_ = nullptr;
   Transport* transport_ = nullptr;
-  bool pipedream_ = false;
-  bool vertical_sync_ = false;
+  bool whole_micro_batches_ = false;   // RankProgram.whole_micro_batches
+  bool carries_across_steps_ = false;  // micro-batch ids beyond M: no flush at a step's end
   int64_t total_steps_ = 0;
   int64_t first_step_ = 0;
-  int id_space_ = 1;  // micro-batch ids in flight at most: M, or M + K under PipeDream
-  schedule::PipeDreamLayout layout_;         // PipeDream only: the run, for its generator
-  int own_micro_batches_ = 0;                // PipeDream: this rank's micro-batches this step
-  std::map<int64_t, double> pending_loss_;   // PipeDream: loss sums of later steps' forwards
-  std::unique_ptr<WeightStash> stash_;       // PipeDream only
-  std::unique_ptr<PipeSgdUpdater> pipesgd_;  // Pipe-SGD only
-  std::vector<int64_t> version_of_;          // per id: the weight version its forward used, or -1
-  v1::RankProgram step_program_;             // PipeDream: this step's program
+  int id_space_ = 1;                                 // RankProgram.micro_batch_ids (M when 0)
+  std::map<int64_t, double> pending_loss_;           // loss sums of later steps' forwards
+  std::unique_ptr<WeightStash> stash_;               // the weight-stash actions' state
+  std::unique_ptr<PipeSgdUpdater> async_allreduce_;  // ALLREDUCE_ASYNC's, when the program has it
   bool record_weight_uses_ = false;
   std::vector<WeightUse> weight_uses_;
   std::unique_ptr<GradientExchange> exchange_;
@@ -365,6 +368,9 @@ class StageRuntime {
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
   double step_loss_sum_ = 0;
+  // The rows the last stage's loss sum covers: this replica's over the step, or the global
+  // batch once ALLREDUCE summed the replicas' sums.
+  int64_t loss_rows_ = 0;
   double learning_rate_ = 0;  // of this step's update
   // OPTIMIZER_STEP's parts, measured inside RunAction (steady clock, ns).
   int64_t send_wait_ns_ = 0;

@@ -1,6 +1,6 @@
 // StageRuntime::Create: checks an assignment against its plan and program, then sets the
 // runtime up (this replica's rows and its split-concat peers, the stage's shapes, the backend
-// and the gradient exchange, PipeDream's and Pipe-SGD's state).
+// and the gradient exchange, the weight stash and the asynchronous AllReduce's updater).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -12,13 +12,26 @@
 #include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
-#include "common/schedule/pipedream_steps.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace dapple::worker {
 namespace {
+
+// The program's phases can be run: each covers steps and has actions for them.
+absl::Status CheckPhases(const v1::RankProgram& program) {
+  for (int i = 0; i < program.phases_size(); ++i) {
+    const v1::ProgramPhase& phase = program.phases(i);
+    if (phase.steps() <= 0 || phase.cycle().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("program phase %d covers %d steps with %d step programs: a phase needs "
+                          "at least one of each",
+                          i, phase.steps(), phase.cycle_size()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // What Create checks before it builds anything: the assignment matches its plan, the batch
 // splits over every stage's replicas, the program has the collectives the plan needs. Sets
@@ -47,18 +60,19 @@ absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transp
   }
   const v1::ParallelPlanSummary& plan = assignment.plan();
   const int64_t micro_batch = spec.training().micro_batch();
-  const bool pipedream = spec.parallel().schedule() == "pipedream";
+  // 1F1B-RR (PipeDream) runs whole micro-batches on the replicas instead of splitting them.
+  const bool round_robin = assignment.program().whole_micro_batches();
   const int64_t micro_batches = spec.training().global_batch() / micro_batch;
   for (int s = 0; s < num_stages; ++s) {
     const int d = schedule::StageReplicas(plan, s);
-    if (!pipedream && micro_batch < d) {
+    if (!round_robin && micro_batch < d) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "training.micro_batch %d is smaller than the %d replicas of stage %d: a stage's "
           "replicas split every micro-batch (split-concat) and each needs at least one sample "
           "of it: use a micro_batch of at least %d, or fewer parallel.devices",
           micro_batch, d, s, d));
     }
-    if (pipedream && micro_batches < d) {
+    if (round_robin && micro_batches < d) {
       // The largest micro_batch that makes M >= d (global_batch / d or less, dividing it).
       const int64_t global_batch = spec.training().global_batch();
       int64_t fits = global_batch / d;
@@ -79,18 +93,16 @@ absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transp
         absl::StrFormat("assignment replica %d outside [0, %d): stage %d has %d replicas", replica,
                         num_replicas, stage, num_replicas));
   }
-  // PipeDream generates its programs itself, with the collectives.
-  if (num_replicas > 1 && !pipedream &&
-      schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0) {
+  DAPPLE_RETURN_IF_ERROR(CheckPhases(assignment.program()));
+  if (num_replicas > 1 && schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0 &&
+      schedule::CountActions(assignment.program(), v1::ALLREDUCE_ASYNC) == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "stage %d has %d replicas but its program has no ALLREDUCE before OPTIMIZER_STEP "
         "(lower it with LowerOptions.allreduce_stages[%d] = true)",
         stage, num_replicas, stage));
   }
   DAPPLE_ASSIGN_OR_RETURN(*lower, schedule::LowerOptionsFor(spec, plan));
-  if (!pipedream) {
-    DAPPLE_RETURN_IF_ERROR(schedule::CheckProgramCollectives(assignment.program(), stage, *lower));
-  }
+  DAPPLE_RETURN_IF_ERROR(schedule::CheckProgramCollectives(assignment.program(), stage, *lower));
   return absl::OkStatus();
 }
 
@@ -119,7 +131,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->lower_ = std::move(lower);
   rt->replica_ = assignment.replica();
   rt->num_replicas_ = schedule::StageReplicas(plan, stage);
-  rt->pipedream_ = spec.parallel().schedule() == "pipedream";
+  rt->whole_micro_batches_ = assignment.program().whole_micro_batches();
   rt->InitRows();
   rt->train_ = train;
   rt->eval_ = eval;
@@ -143,10 +155,9 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
       GradientExchange::Create(assignment, rt->lower_,
                                schedule::SplitTiedWeights(schedule::TiedWeights(infos), plan),
                                rt->backend_.get(), collectives));
-  rt->InitPipeDream();
-  DAPPLE_RETURN_IF_ERROR(rt->InitPipeSgd(collectives));
+  rt->InitProgram();
+  DAPPLE_RETURN_IF_ERROR(rt->InitAsyncAllReduce(collectives));
   rt->slot_of_.assign(rt->id_space_, -1);
-  rt->version_of_.assign(rt->id_space_, -1);
   if (stage == 0 && train == nullptr) {
     return absl::InvalidArgumentError("stage 0 needs the training inputs");
   }
@@ -162,9 +173,8 @@ void StageRuntime::InitRows() {
   const int64_t micro_batch = assignment_.spec().training().micro_batch();
   const int stage = assignment_.stage();
   const int num_stages = assignment_.num_stages();
-  const bool pipedream = pipedream_;
   // 1F1B-RR moves whole micro-batches: every replica owns all rows of the ones it runs.
-  rows_ = schedule::ReplicaRows(micro_batch, num_replicas_, replica_, pipedream);
+  rows_ = schedule::ReplicaRows(micro_batch, num_replicas_, replica_, whole_micro_batches_);
   // Split-concat partners: every neighbouring replica whose rows overlap mine, in replica order
   // (the sender's and the receiver's lists agree, so both sides pair up).
   auto overlapping = [&](int other_stage) {
@@ -178,8 +188,8 @@ void StageRuntime::InitRows() {
     }
     return peers;
   };
-  if (stage > 0 && !pipedream) prev_peers_ = overlapping(stage - 1);
-  if (stage + 1 < num_stages && !pipedream) next_peers_ = overlapping(stage + 1);
+  if (stage > 0 && !whole_micro_batches_) prev_peers_ = overlapping(stage - 1);
+  if (stage + 1 < num_stages && !whole_micro_batches_) next_peers_ = overlapping(stage + 1);
   if (stage > 0) eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
   if (stage + 1 < num_stages) eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
 }
@@ -253,56 +263,44 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   return infos;
 }
 
-void StageRuntime::InitPipeDream() {
-  const v1::JobSpec& spec = assignment_.spec();
-  const v1::ParallelPlanSummary& plan = assignment_.plan();
-  const int stage = assignment_.stage();
-  const int num_stages = assignment_.num_stages();
-  // PipeDream: one continuous 1F1B run over the whole job, cut into steps
-  // (schedule/pipedream_steps.h); micro-batches of later steps are in flight across a step's end,
-  // so ids cover M + K micro-batches, and weight stashing keeps the versions they used.
-  vertical_sync_ = pipedream_ && spec.parallel().pipedream().vertical_sync();
-  total_steps_ = TotalSteps(spec);
-  id_space_ = num_micro_batches_;
-  if (pipedream_) {
-    first_step_ = assignment_.first_step();
-    schedule::PipeDreamLayout& layout = layout_;
-    for (int s = 0; s < num_stages; ++s) {
-      layout.replicas.push_back(schedule::StageReplicas(plan, s));
-    }
-    layout.num_micro_batches = num_micro_batches_;
-    layout.num_steps = RunSteps();
-    layout.first_micro_batch = first_step_ * num_micro_batches_;
-    id_space_ = num_micro_batches_ + static_cast<int>(schedule::PipeDreamWarmUp(layout, stage));
-    stash_ = std::make_unique<WeightStash>(backend_.get(), assignment_.first_step());
-  }
+void StageRuntime::InitProgram() {
+  // Micro-batches of later steps may be in flight across a step's end (a program without a
+  // flush): ids then cover more than M, and the weight stash keeps the versions the program's
+  // weight actions name (versions count updates from the first step on).
+  total_steps_ = TotalSteps(assignment_.spec());
+  first_step_ = assignment_.first_step();
+  const int ids = assignment_.program().micro_batch_ids();
+  id_space_ = ids > 0 ? ids : num_micro_batches_;
+  carries_across_steps_ = id_space_ > num_micro_batches_;
+  stash_ = std::make_unique<WeightStash>(backend_.get(), first_step_);
 }
 
-absl::Status StageRuntime::InitPipeSgd(const StageCollectives& collectives) {
+absl::Status StageRuntime::InitAsyncAllReduce(const StageCollectives& collectives) {
   const v1::JobSpec& spec = assignment_.spec();
   const int num_stages = assignment_.num_stages();
   // Pipe-SGD: data parallelism whose AllReduce of step t overlaps step t + 1 (its updater owns
   // the AllReduce thread and the collective).
-  if (spec.parallel().schedule() == "pipesgd") {
-    if (num_stages != 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "parallel.schedule pipesgd is data parallelism over one stage, got %d stages",
-          num_stages));
-    }
-    if (collectives.replicas == nullptr) {
-      return absl::InvalidArgumentError(
-          "parallel.schedule pipesgd needs the collective of the stage's replicas");
-    }
-    PipeSgdOptions options;
-    options.warmup_steps = spec.parallel().pipesgd().warmup_steps();
-    options.max_grad_norm = spec.training().max_grad_norm();
-    const std::string& compression = spec.parallel().pipesgd().compression();
-    if (!compression.empty()) {
-      DAPPLE_ASSIGN_OR_RETURN(options.compression, ParseCompression(compression));
-    }
-    DAPPLE_ASSIGN_OR_RETURN(pipesgd_, PipeSgdUpdater::Create(collectives.replicas, backend_.get(),
-                                                             options, assignment_.first_step()));
+  if (schedule::CountActions(assignment_.program(), v1::ALLREDUCE_ASYNC) == 0) {
+    return absl::OkStatus();
   }
+  if (num_stages != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "parallel.schedule pipesgd is data parallelism over one stage, got %d stages", num_stages));
+  }
+  if (collectives.replicas == nullptr) {
+    return absl::InvalidArgumentError(
+        "parallel.schedule pipesgd needs the collective of the stage's replicas");
+  }
+  PipeSgdOptions options;
+  options.warmup_steps = spec.parallel().pipesgd().warmup_steps();
+  options.max_grad_norm = spec.training().max_grad_norm();
+  const std::string& compression = spec.parallel().pipesgd().compression();
+  if (!compression.empty()) {
+    DAPPLE_ASSIGN_OR_RETURN(options.compression, ParseCompression(compression));
+  }
+  DAPPLE_ASSIGN_OR_RETURN(async_allreduce_,
+                          PipeSgdUpdater::Create(collectives.replicas, backend_.get(), options,
+                                                 assignment_.first_step()));
   return absl::OkStatus();
 }
 

@@ -81,9 +81,9 @@ absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
 }
 
 absl::StatusOr<int> StageRuntime::SlotBetweenSteps() {
-  // Between steps no micro-batch holds a slot: borrow slot 0. PipeDream keeps forwards of the
-  // next step in flight: a free slot instead.
-  if (live_slots_ != 0 && !pipedream_) {
+  // Between steps no micro-batch holds a slot: borrow slot 0. A program without a flush
+  // (PipeDream) keeps forwards of the next step in flight: a free slot instead.
+  if (live_slots_ != 0 && !carries_across_steps_) {
     return absl::InternalError("evaluation or generation during a step");
   }
   if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);

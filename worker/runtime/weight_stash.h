@@ -31,6 +31,8 @@ class WeightStash {
   WeightStash(StageBackend* backend, int64_t first_version);
 
   int64_t current() const { return current_; }
+  // The version the backend holds now: the stashed one swapped in by Use, else current().
+  int64_t in_use() const { return in_use_ >= 0 ? in_use_ : current_; }
 
   // Makes `version` the weights in the backend for the next compute (a no-op for current());
   // Restore() puts the live weights back. kInternal when `version` is not stashed.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
+#include "common/schedule/job_programs.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "worker/runtime/testing/parity_testing.h"
@@ -31,16 +32,9 @@ absl::StatusOr<std::unique_ptr<LocalJob>> LocalJob::Create(const v1::JobSpec& sp
   const int ranks = schedule::NumRanks(plan);
   DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,
                           schedule::LowerOptionsFor(spec, plan));
-  const bool pipedream = spec.parallel().schedule() == "pipedream";
-  std::vector<v1::RankProgram> programs(stages);
-  if (!pipedream) {
-    DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
-                            schedule::ParseScheduleKind(spec.parallel().schedule().empty()
-                                                            ? "dapple"
-                                                            : spec.parallel().schedule()));
-    const int m = static_cast<int>(spec.training().global_batch() / spec.training().micro_batch());
-    DAPPLE_ASSIGN_OR_RETURN(programs, schedule::BuildPrograms(kind, stages, m, lower));
-  }
+  // The assignments' first step is 0.
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<v1::RankProgram> programs,
+                          schedule::JobPrograms(spec, plan, /*first_step=*/0));
 
   std::vector<StageCollectives> collectives(ranks);
   // A group of `members` (global ranks, in member order) whose Collective goes to `slot`.
@@ -72,9 +66,7 @@ absl::StatusOr<std::unique_ptr<LocalJob>> LocalJob::Create(const v1::JobSpec& sp
     for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
       const int rank = schedule::RankIndex(plan, s, r);
       job->transports_.push_back(std::make_unique<LocalTransport>(&job->box_, rank));
-      v1::RankProgram program = programs[s];
-      program.set_replica(r);
-      v1::StageAssignment a = Assignment(spec, plan, s, program);
+      v1::StageAssignment a = Assignment(spec, plan, s, programs[rank]);
       a.set_replica(r);
       absl::StatusOr<std::unique_ptr<StageRuntime>> rt = StageRuntime::Create(
           a, train, test, job->transports_.back().get(), nullptr, collectives[rank]);

@@ -4,8 +4,7 @@
 // (local_transport.h) keyed by schedule::RankIndex, and every collective the job needs (the
 // replicas of each stage, the tied weights' group, the job-wide one for clipping;
 // gradient_exchange.h) is a LocalCollective group (worker/comm/testing/local_collective.h).
-// Programs are what the coordinator would hand out: BuildPrograms with
-// schedule::LowerOptionsFor(spec, plan) (none under pipedream, which generates its own).
+// Programs are what the coordinator hands out: schedule::JobPrograms(spec, plan, 0).
 // For tests only (links GoogleTest).
 #ifndef DAPPLE_WORKER_RUNTIME_TESTING_LOCAL_JOB_H_
 #define DAPPLE_WORKER_RUNTIME_TESTING_LOCAL_JOB_H_

@@ -276,19 +276,7 @@ absl::Status NoMicroBatch(const PlanningProblem& problem, int most, absl::string
 absl::StatusOr<PlannedJob> PickRoundRobin(const PlanningProblem& problem,
                                           const HybridPlan& layout) {
   const std::vector<int> replicas = Replicas(layout);
-  const PlanEstimator estimator(problem);
-  std::vector<Candidate> candidates;
-  for (int64_t b : MicroBatchSizes(problem, replicas)) {
-    Candidate c;
-    c.plan = layout;
-    c.plan.micro_batch_size = b;
-    c.plan.micro_batches = static_cast<int>(problem.global_batch / b);
-    const MemoryEstimate memory = estimator.Memory(c.plan);
-    c.fits = memory.fits;
-    c.peak_bytes = memory.peak_bytes;
-    c.estimate_ms = estimator.Latency(c.plan).step_ms;
-    candidates.push_back(std::move(c));
-  }
+  std::vector<Candidate> candidates = MicroBatchCandidates(PlanEstimator(problem), layout);
   if (candidates.empty()) {
     const int most = *std::max_element(replicas.begin(), replicas.end());
     return NoMicroBatch(problem, most,

@@ -131,10 +131,10 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
     training.set_eval_every_steps(v);
   }
   if (const Field* f = Find(fields, "precision")) {
-    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(), String(*f, "training.precision"));
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(), Choice(*f, "training.precision"));
   }
   if (const Field* f = Find(fields, "recompute")) {
-    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_recompute(), String(*f, "training.recompute"));
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_recompute(), Choice(*f, "training.recompute"));
   }
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));
@@ -150,7 +150,7 @@ absl::Status Parser::ParseOptimizer(const Field& section, v1::OptimizerSpec& opt
                              " like {type: sgd, lr: 0.05, momentum: 0.9}"));
   opt.set_type("sgd");
   if (const Field* f = Find(fields, "type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(), String(*f, "training.optimizer.type"));
+    DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(), Choice(*f, "training.optimizer.type"));
   }
   // Keys another optimizer type takes are refused, not ignored: the user meant them to matter.
   const struct {
@@ -201,7 +201,7 @@ absl::Status Parser::ParseLrSchedule(const Field& section, v1::LrSchedule& sched
   }
   schedule.set_decay("none");
   if (const Field* f = Find(fields, "decay")) {
-    DAPPLE_ASSIGN_OR_RETURN(*schedule.mutable_decay(), String(*f, "training.lr_schedule.decay"));
+    DAPPLE_ASSIGN_OR_RETURN(*schedule.mutable_decay(), Choice(*f, "training.lr_schedule.decay"));
   }
   if (const Field* f = Find(fields, "min_lr")) {
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.lr_schedule.min_lr"));
@@ -275,13 +275,13 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   }
   parallel.set_schedule(kDefaultSchedule);
   if (const Field* f = Find(fields, "schedule")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_schedule(), String(*f, "parallel.schedule"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_schedule(), Choice(*f, "parallel.schedule"));
   }
   parallel.set_stages(0);
   if (const Field* f = Find(fields, "stages")) DAPPLE_RETURN_IF_ERROR(ParseStages(*f, parallel));
   parallel.set_planner(parallel.stage_ranges_size() > 0 ? kManualPlanner : kDefaultPlanner);
   if (const Field* f = Find(fields, "planner")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_planner(), String(*f, "parallel.planner"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_planner(), Choice(*f, "parallel.planner"));
   }
   // An explicit stage count fixes the devices (one per stage); auto takes them from devices.
   parallel.set_devices(parallel.stages() > 0 ? parallel.stages() : 1);
@@ -291,7 +291,7 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   }
   parallel.set_device_type(kDefaultDeviceType);
   if (const Field* f = Find(fields, "device_type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(), String(*f, "parallel.device_type"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(), Choice(*f, "parallel.device_type"));
   }
   if (const Field* f = Find(fields, "emulation")) {
     DAPPLE_RETURN_IF_ERROR(ParseEmulation(*f, *parallel.mutable_emulation()));
@@ -334,7 +334,7 @@ absl::Status Parser::ParsePipeSgd(const Field& section, v1::PipeSgdSpec& pipesgd
   pipesgd.set_compression("none");
   if (const Field* f = Find(fields, "compression")) {
     DAPPLE_ASSIGN_OR_RETURN(*pipesgd.mutable_compression(),
-                            String(*f, "parallel.pipesgd.compression"));
+                            Choice(*f, "parallel.pipesgd.compression"));
   }
   return absl::OkStatus();
 }

@@ -59,7 +59,7 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
     }
   }
   if (const Field* f = Find(fields, "input_type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*model.mutable_input_type(), String(*f, "model.input_type"));
+    DAPPLE_ASSIGN_OR_RETURN(*model.mutable_input_type(), Choice(*f, "model.input_type"));
   }
 
   const Field* layers = Find(fields, "layers");
@@ -182,7 +182,7 @@ absl::Status Parser::ParseData(const Field* section, v1::DataSpec& data) {
   }
   data.set_dataset(std::string(kFashionMnist));
   if (const Field* f = Find(fields, "dataset")) {
-    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_dataset(), String(*f, "data.dataset"));
+    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_dataset(), Choice(*f, "data.dataset"));
   }
   // Fashion-MNIST has a Debian package and so a place to default to; a text file does not.
   if (data.dataset() == kFashionMnist) data.set_path(kDefaultDataPath);

@@ -160,6 +160,19 @@ class Parser {
     return f.value.Scalar();
   }
 
+  // A string naming one of a field's values (a schedule, a precision, ...): as String, and an
+  // explicit empty string ("") is refused, since an unset field and "" would otherwise read the
+  // same and "" would silently take the default.
+  absl::StatusOr<std::string> Choice(const Field& f, const std::string& path) const {
+    absl::StatusOr<std::string> s = String(f, path);
+    if (s.ok() && s->empty()) {
+      return Error(MarkOf(f), absl::StrFormat("%s is an empty string: give one of its values, or "
+                                              "leave the key out for its default",
+                                              path));
+    }
+    return s;
+  }
+
   absl::StatusOr<int64_t> Int(const Field& f, const std::string& path, int64_t min,
                               int64_t max) const {
     int64_t value = 0;

@@ -104,11 +104,22 @@ std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>
   return absl::StrJoin(parts, ",");
 }
 
+namespace {
+
+// Activation recomputation gets a column in the stage tables of `plan` and `get` when a stage
+// recomputes (training.recompute).
+bool AnyStageRecomputes(const v1::ParallelPlanSummary& plan) {
+  for (const v1::PlanStageSummary& s : plan.stages()) {
+    if (s.recompute()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster) {
   std::string out;
-  // Activation recomputation gets a column when a stage recomputes (training.recompute).
-  bool recompute = false;
-  for (const v1::PlanStageSummary& s : plan.stages()) recompute = recompute || s.recompute();
+  const bool recompute = AnyStageRecomputes(plan);
   std::vector<std::string> headers = {"STAGE",      "LAYERS",     "REPLICAS", "DEVICES",
                                       "COMPUTE MS", "MEMORY GiB", "BUBBLE"};
   if (recompute) headers.push_back("RECOMPUTE");
@@ -189,6 +200,8 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     if (predicted) {
       for (const char* h : {"COMPUTE MS", "MEMORY GiB", "BUBBLE"}) headers.push_back(h);
     }
+    const bool recompute = AnyStageRecomputes(plan);
+    if (recompute) headers.push_back("RECOMPUTE");
     TextTable stages(std::move(headers));
     for (int i = 0; i < plan.stages_size(); ++i) {
       const v1::PlanStageSummary& s = plan.stages(i);
@@ -201,6 +214,7 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
         row.push_back(Gib(s.peak_memory_bytes()));
         row.push_back(FormatPercent(s.bubble_fraction()));
       }
+      if (recompute) row.push_back(s.recompute() ? "yes" : "no");
       stages.AddRow(std::move(row));
     }
     out += stages.Render("  ");

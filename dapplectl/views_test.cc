@@ -302,6 +302,17 @@ TEST(ViewsTest, JobDetailsShowThePredictionOfAPlannedJob) {
   EXPECT_THAT(out, HasSubstr("NOTE          one replica per stage"));
 }
 
+// A job whose plan recomputes a stage's activations (training.recompute) says which, as plan does.
+TEST(ViewsTest, JobDetailsShowWhichStagesRecompute) {
+  v1::Job job = SampleJob();
+  *job.mutable_plan() = PredictedPlan();
+  job.mutable_plan()->mutable_stages(0)->set_recompute(true);
+  const std::string out = RenderJobDetails(job, kNowMs);
+  EXPECT_THAT(out, HasSubstr("   BUBBLE   RECOMPUTE\n"));
+  EXPECT_THAT(out, HasSubstr("  5.00%    yes\n"));
+  EXPECT_THAT(out, HasSubstr("  15.00%   no\n"));
+}
+
 // Rank (stage, replica) of a running job with its newest step's memory.
 v1::StageMetrics RankMemory(int stage, int replica, const std::string& worker, int in_flight,
                             int64_t activations, int64_t weights, int versions,

@@ -260,27 +260,24 @@ TEST(ParseJobSpecTest, DuplicateField) {
 // A field naming one of its values refuses an explicit "" (it would read as unset and silently
 // take the default), at the value's line and column.
 TEST(ParseJobSpecTest, AnEmptyStringIsNotAValue) {
-  ExpectParseError(Edit(kExample, "schedule: dapple", "schedule: \"\""),
-                   "job.yaml:19:13: parallel.schedule is an empty string: give one of its values, "
-                   "or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "planner: balanced", "planner: ''"),
-                   "job.yaml:20:12: parallel.planner is an empty string: give one of its values, "
-                   "or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "  seed: 42\n", "  seed: 42\n  recompute: \"\"\n"),
-                   "job.yaml:17:14: training.recompute is an empty string: give one of its "
-                   "values, or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "  seed: 42\n", "  seed: 42\n  precision: ''\n"),
-                   "job.yaml:17:14: training.precision is an empty string: give one of its "
-                   "values, or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "  devices: 2\n", "  devices: 2\n  device_type: ''\n"),
-                   "job.yaml:23:16: parallel.device_type is an empty string: give one of its "
-                   "values, or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "{type: sgd,", "{type: '',"),
-                   "job.yaml:15:21: training.optimizer.type is an empty string: give one of its "
-                   "values, or leave the key out for its default");
-  ExpectParseError(Edit(kExample, "dataset: fashion-mnist", "dataset: ''"),
-                   "job.yaml:10:17: data.dataset is an empty string: give one of its values, or "
-                   "leave the key out for its default");
+  struct Case {
+    std::string from, to, where;  // where: "line:column: field"
+  };
+  const Case cases[] = {
+      {"schedule: dapple", "schedule: \"\"", "19:13: parallel.schedule"},
+      {"planner: balanced", "planner: ''", "20:12: parallel.planner"},
+      {"  seed: 42\n", "  seed: 42\n  recompute: \"\"\n", "17:14: training.recompute"},
+      {"  seed: 42\n", "  seed: 42\n  precision: ''\n", "17:14: training.precision"},
+      {"  devices: 2\n", "  devices: 2\n  device_type: ''\n", "23:16: parallel.device_type"},
+      {"{type: sgd,", "{type: '',", "15:21: training.optimizer.type"},
+      {"dataset: fashion-mnist", "dataset: ''", "10:17: data.dataset"},
+  };
+  for (const Case& c : cases) {
+    ExpectParseError(Edit(kExample, c.from, c.to),
+                     "job.yaml:" + c.where +
+                         " is an empty string: give one of its values, or leave the key out for "
+                         "its default");
+  }
 }
 
 TEST(ParseJobSpecTest, WrongTypesNameFieldValueAndExpectedType) {

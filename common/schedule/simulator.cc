@@ -468,6 +468,47 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
   return CheckBarriers(programs);
 }
 
+// Validate for programs whose actions may name virtual stages (interleaved 1F1B: rank s of P runs
+// virtual stages s, s + P, ..., s + (v - 1)P). Sets *chunks to v (1 + the largest chunk named)
+// and checks every virtual stage of every rank as a stage of its own: its actions with a
+// micro-batch, plus the rank's actions without one (OPTIMIZER_STEP, the collectives), so that
+// micro-batch sets, pairing with the neighbouring virtual stages and data dependencies hold per
+// virtual stage (action indices in those messages count within the virtual stage).
+absl::Status ValidateChunks(const std::vector<OpProgram>& programs, int* num_micro_batches,
+                            int* chunks) {
+  const int p = static_cast<int>(programs.size());
+  int v = 1;
+  for (int s = 0; s < p; ++s) {
+    for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
+      const Op& op = programs[s][i];
+      if (op.stage < 0) continue;
+      if (op.stage % p != s) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(s, i, ToAction(s, op)), " names stage ", op.stage, " in stage ", s,
+            "'s program (rank ", s, " of ", p, " runs stages ", s, ", ", s + p, ", ..."));
+      }
+      v = std::max(v, op.stage / p + 1);
+    }
+  }
+  *chunks = v;
+  if (v == 1) return Validate(programs, num_micro_batches);
+  std::vector<OpProgram> virtual_programs(static_cast<size_t>(p) * v);
+  for (int s = 0; s < p; ++s) {
+    for (const Op& op : programs[s]) {
+      if (KindHasMicroBatch(op.kind)) {
+        virtual_programs[StageOf(op, s)].push_back(op);
+        continue;
+      }
+      for (int c = 0; c < v; ++c) {
+        Op copy = op;
+        copy.stage = c * p + s;
+        virtual_programs[copy.stage].push_back(copy);
+      }
+    }
+  }
+  return Validate(virtual_programs, num_micro_batches);
+}
+
 // The column width of the grid (simulator_grid.h GridQuantum) from the costs the programs use.
 double GridQuantum(const ActionCosts& c, int num_stages, bool split_backward) {
   std::vector<double> compute;
@@ -537,16 +578,25 @@ struct RunState {
   std::unique_ptr<Barriers> barriers;
 };
 
+// `chunks`: v, the virtual stages per rank (ranks are programs; costs, links and message tables
+// are per virtual stage, busy time and the grid per rank).
 SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
-                     bool record_slots, bool keep_intervals, RunState* state) {
+                     int chunks, bool record_slots, bool keep_intervals, RunState* state) {
   const int p = static_cast<int>(programs.size());
-  const size_t table_size = static_cast<size_t>(p) * static_cast<size_t>(m);
-  // Arrival time at the peer of each issued send, by sending stage * M + micro-batch.
+  const int num_virtual = p * chunks;
+  const size_t table_size = static_cast<size_t>(num_virtual) * static_cast<size_t>(m);
+  // Arrival time at the peer of each issued send, by sending (virtual) stage * M + micro-batch.
   std::vector<double> act_arrival(table_size, kNotIssued);
   std::vector<double> grad_arrival(table_size, kNotIssued);
-  // When each directed link (by sending stage) finishes its last transfer.
-  std::vector<double> act_link_free(p, 0.0);
-  std::vector<double> grad_link_free(p, 0.0);
+  // When each directed link (by sending virtual stage) finishes its last transfer.
+  std::vector<double> act_link_free(num_virtual, 0.0);
+  std::vector<double> grad_link_free(num_virtual, 0.0);
+  // Interleaved programs label each cell with its chunk too ("F3.1": micro-batch 3, chunk 1).
+  auto label = [&](const Op& a, int s) {
+    std::string cell = internal::GridCellLabel(a);
+    if (chunks > 1 && KindHasMicroBatch(a.kind)) absl::StrAppend(&cell, ".", StageOf(a, s) / p);
+    return cell;
+  };
   std::vector<int>& pc = state->pc;
   std::vector<double>& clock = state->clock;
   pc.assign(p, 0);
@@ -568,11 +618,12 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   std::vector<int> ready;
   ready.reserve(p);
   for (int s = p - 1; s >= 0; --s) ready.push_back(s);
-  // Wakes `peer` if it waits on exactly the receive (kind, mb) that was just made possible.
-  auto wake = [&](int peer, v1::ActionKind kind, int mb) {
+  // Wakes rank `peer` if it waits on exactly the receive (kind, mb) of virtual stage `peer_vs`
+  // that was just made possible.
+  auto wake = [&](int peer, v1::ActionKind kind, int mb, int peer_vs) {
     if (!waiting[peer]) return;
     const Op& next = programs[peer][pc[peer]];
-    if (next.kind != kind || next.micro_batch != mb) return;
+    if (next.kind != kind || next.micro_batch != mb || StageOf(next, peer) != peer_vs) return;
     waiting[peer] = 0;
     ready.push_back(peer);
   };
@@ -585,32 +636,33 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
     while (pc[s] < size) {
       const Op& a = prog[pc[s]];
       const int mb = a.micro_batch;
+      const int vs = StageOf(a, s);  // costs are per (virtual) stage
       double start = clock[s];
       double cost = 0;
       switch (a.kind) {
         case v1::FORWARD:
-          cost = ForwardCost(costs, s);
+          cost = ForwardCost(costs, vs);
           result.busy_time[s] += cost;
           result.peak_in_flight[s] = std::max(result.peak_in_flight[s], ++in_flight[s]);
           break;
         case v1::BACKWARD:
-          cost = BackwardCost(costs, s);
+          cost = BackwardCost(costs, vs);
           result.busy_time[s] += cost;
           --in_flight[s];
           break;
         case v1::BACKWARD_INPUT:
-          cost = BackwardInputCost(costs, s);
+          cost = BackwardInputCost(costs, vs);
           result.busy_time[s] += cost;
           break;
         case v1::BACKWARD_WEIGHT:
           // The stashed activations live until the weight gradients are computed.
-          cost = BackwardWeightCost(costs, s);
+          cost = BackwardWeightCost(costs, vs);
           result.busy_time[s] += cost;
           --in_flight[s];
           break;
         case v1::OPTIMIZER_STEP:
         case v1::STALE_OPTIMIZER_STEP:
-          cost = OptimizerStepCost(costs, s);
+          cost = OptimizerStepCost(costs, vs);
           result.busy_time[s] += cost;
           result.optimizer_step_end[s].push_back(start + cost);
           break;
@@ -618,7 +670,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         // overlap across steps (the plan simulator prices Pipe-SGD's with pipesgd_model.h).
         case v1::ALLREDUCE:
         case v1::ALLREDUCE_ASYNC:
-          cost = AllReduceCost(costs, s);
+          cost = AllReduceCost(costs, vs);
           result.allreduce_time[s] += cost;
           break;
         // Local and free: weight versions are copies the memory model counts.
@@ -638,7 +690,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           // action ends with it.
           for (int w : released) {
             if (record_slots && cost > 0) {
-              state->slots[w].push_back({start, start + cost, internal::GridCellLabel(a)});
+              state->slots[w].push_back({start, start + cost, label(a, w)});
             }
             result.allreduce_time[w] += cost;
             clock[w] = start + cost;
@@ -653,24 +705,25 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         case v1::SEND_GRAD: {
           cost = costs.send;
           const bool act = a.kind == v1::SEND_ACT;
-          const int peer = act ? s + 1 : s - 1;
+          const int peer_vs = act ? vs + 1 : vs - 1;
+          const int peer = peer_vs % p;
           const double transfer =
               TransferCost(act ? costs.act_transfer_per_boundary : costs.grad_transfer_per_boundary,
-                           act ? s : s - 1);
-          double& link_free = act ? act_link_free[s] : grad_link_free[s];
+                           act ? vs : vs - 1);
+          double& link_free = act ? act_link_free[vs] : grad_link_free[vs];
           const double transfer_end = std::max(start + cost, link_free) + transfer;
           link_free = transfer_end;
-          (act ? act_arrival : grad_arrival)[static_cast<size_t>(s) * m + mb] = transfer_end;
+          (act ? act_arrival : grad_arrival)[static_cast<size_t>(vs) * m + mb] = transfer_end;
           result.comm_time[s] += transfer;
           result.comm_time[peer] += transfer;
-          wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb);
+          wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb, peer_vs);
           break;
         }
         case v1::RECV_ACT:
         case v1::RECV_GRAD: {
           const double arrival = a.kind == v1::RECV_ACT
-                                     ? act_arrival[static_cast<size_t>(s - 1) * m + mb]
-                                     : grad_arrival[static_cast<size_t>(s + 1) * m + mb];
+                                     ? act_arrival[static_cast<size_t>(vs - 1) * m + mb]
+                                     : grad_arrival[static_cast<size_t>(vs + 1) * m + mb];
           if (arrival == kNotIssued) {
             waiting[s] = 1;
             break;
@@ -685,8 +738,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           break;  // Validate refuses these
       }
       if (waiting[s]) break;
-      if (record_slots && cost > 0)
-        state->slots[s].push_back({start, start + cost, internal::GridCellLabel(a)});
+      if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, label(a, s)});
       if (keep_intervals && cost > 0 &&
           (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::BACKWARD_INPUT ||
            a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP ||
@@ -705,24 +757,25 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
                                                    const ActionCosts& costs,
                                                    const SimulateOptions& options) {
   int m = 0;
-  DAPPLE_RETURN_IF_ERROR(Validate(programs, &m));
+  int chunks = 1;
+  DAPPLE_RETURN_IF_ERROR(ValidateChunks(programs, &m, &chunks));
   const int p = static_cast<int>(programs.size());
-  DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p));
+  DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p * chunks));
 
   RunState state;
   SimulationResult result =
-      Run(programs, costs, m, options.render_grid, options.keep_compute_intervals, &state);
+      Run(programs, costs, m, chunks, options.render_grid, options.keep_compute_intervals, &state);
   bool split_backward = false;
   for (const OpProgram& prog : programs) {
     for (const Op& op : prog) split_backward |= op.kind == v1::BACKWARD_WEIGHT;
   }
-  const double quantum = GridQuantum(costs, p, split_backward);
+  const double quantum = GridQuantum(costs, p * chunks, split_backward);
 
   bool deadlocked = false;
   for (int s = 0; s < p; ++s) deadlocked |= state.pc[s] < static_cast<int>(programs[s].size());
   if (deadlocked) {
     // The message shows what ran: run again with slots if the first run kept none.
-    if (!options.render_grid) result = Run(programs, costs, m, true, false, &state);
+    if (!options.render_grid) result = Run(programs, costs, m, chunks, true, false, &state);
     std::vector<std::string> waits;
     std::vector<std::string> suffix;
     for (int s = 0; s < p; ++s) {
@@ -739,9 +792,10 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
             absl::StrCat(missing.size() == 1 ? "stage " : "stages ", absl::StrJoin(missing, ", "),
                          " to reach ", v1::ActionKind_Name(a.kind()));
       } else {
+        const int vs = a.stage();
         awaited = ActionToString(a.kind() == v1::RECV_ACT
-                                     ? MakeAction(s - 1, v1::SEND_ACT, a.micro_batch())
-                                     : MakeAction(s + 1, v1::SEND_GRAD, a.micro_batch()));
+                                     ? MakeAction(vs - 1, v1::SEND_ACT, a.micro_batch())
+                                     : MakeAction(vs + 1, v1::SEND_GRAD, a.micro_batch()));
       }
       const std::string wait = absl::StrCat("stage ", s, " waits on ", ActionToString(a),
                                             " (action ", state.pc[s], ") for ", awaited);
@@ -779,6 +833,13 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
   // The checks only the proto form needs (stage fields), in the order the per-action checks
   // report, then the shared path on Ops.
   const int p = static_cast<int>(programs.size());
+  // Virtual stages (interleaved 1F1B): rank s runs s, s + P, ...; the per-action checks see the
+  // virtual stage among P * v.
+  int max_stage = p - 1;
+  for (const v1::RankProgram& prog : programs) {
+    for (const v1::Action& a : prog.actions()) max_stage = std::max(max_stage, a.stage());
+  }
+  const int num_virtual = p > 0 ? (max_stage / p + 1) * p : 0;
   std::vector<OpProgram> ops(p);
   for (int s = 0; s < p; ++s) {
     const v1::RankProgram& prog = programs[s];
@@ -789,12 +850,13 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
     ops[s].reserve(prog.actions_size());
     for (int i = 0; i < prog.actions_size(); ++i) {
       const v1::Action& a = prog.actions(i);
-      if (a.stage() != s) {
+      // A virtual stage of the rank (interleaved 1F1B) is checked by ValidateChunks.
+      if (a.stage() < 0 || a.stage() % p != s) {
         return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " names stage ", a.stage(),
                                                        " in stage ", s, "'s program"));
       }
-      const Op op{a.kind(), a.micro_batch()};
-      DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, op));
+      const Op op{a.kind(), a.micro_batch(), a.stage() == s ? -1 : a.stage()};
+      DAPPLE_RETURN_IF_ERROR(CheckOp(a.stage(), i, num_virtual, op));
       ops[s].push_back(op);
     }
   }

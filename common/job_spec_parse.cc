@@ -52,8 +52,9 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
-constexpr absl::string_view kParallelKeys[] = {"schedule",    "planner",   "stages",  "devices",
-                                               "device_type", "emulation", "pipesgd", "pipedream"};
+constexpr absl::string_view kParallelKeys[] = {"schedule", "planner",     "stages",
+                                               "devices",  "device_type", "emulation",
+                                               "pipesgd",  "pipedream",   "interleave"};
 constexpr absl::string_view kPipeDreamKeys[] = {"vertical_sync"};
 constexpr absl::string_view kEmulationKeys[] = {"profile", "scale"};
 constexpr absl::string_view kPipeSgdKeys[] = {"warmup_steps", "compression"};
@@ -295,6 +296,11 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   }
   if (const Field* f = Find(fields, "emulation")) {
     DAPPLE_RETURN_IF_ERROR(ParseEmulation(*f, *parallel.mutable_emulation()));
+  }
+  // Kept under any schedule, so that validation names it where it does not apply.
+  if (const Field* f = Find(fields, "interleave")) {
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.interleave"));
+    parallel.set_interleave(v);
   }
   // schedule pipesgd gets its defaults without a section; a section under another schedule is
   // kept so that validation names it.

@@ -246,10 +246,10 @@ TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
   ExpectParseError(Edit(kExample, "{type: linear, out: 10}", "{type: linear, outs: 10}"),
                    "job.yaml:8:22: unknown field 'outs' in model.layers[3] (linear); known: type, "
                    "out; did you mean 'out'?");
-  ExpectParseError(
-      Edit(kExample, "  devices: 2", "  device: 2"),
-      "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
-      "stages, devices, device_type, emulation, pipesgd, pipedream; did you mean 'devices'?");
+  ExpectParseError(Edit(kExample, "  devices: 2", "  device: 2"),
+                   "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
+                   "stages, devices, device_type, emulation, pipesgd, pipedream, interleave; did "
+                   "you mean 'devices'?");
 }
 
 TEST(ParseJobSpecTest, DuplicateField) {

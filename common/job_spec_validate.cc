@@ -40,8 +40,8 @@ constexpr int64_t kMaxDevices = 4096;
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
 constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe",   "dapple", "pipedream",
-                                                     "pipesgd", "zb-h1",  "zb-h2"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream",  "pipesgd",
+                                                     "zb-h1", "zb-h2",  "interleaved"};
 // The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
 // not split yet (worker/runtime/stage_backend.h).
 constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
@@ -584,7 +584,8 @@ Check CheckParallel(const v1::JobSpec& spec) {
   }
   if (Check c = CheckPipeSgd(p, stages)) return c;
   if (Check c = CheckPipeDream(p)) return c;
-  return CheckDevices(spec, stages);
+  if (Check c = CheckDevices(spec, stages)) return c;
+  return CheckInterleaved(spec, stages);
 }
 
 // training.precision: known, and bf16 only where every stage runs on a CUDA device. Needs a

@@ -30,6 +30,11 @@ absl::StatusOr<std::vector<v1::RankProgram>> Build(int p, int v, int m) {
   return BuildPrograms(ScheduleKind::kInterleaved, p, m, Chunks(v));
 }
 
+TEST(InterleavedGeneratorTest, NameParsesBothWays) {
+  EXPECT_EQ(ParseScheduleKind("interleaved").value(), ScheduleKind::kInterleaved);
+  EXPECT_EQ(ScheduleKindName(ScheduleKind::kInterleaved), "interleaved");
+}
+
 TEST(InterleavedGeneratorTest, FourStagesTwoChunksEightMicroBatches) {
   // Rank 0: warm-up (P - 1) * 2 + (v - 1) * P = 10 chunk forwards, groups of P = 4 micro-batches
   // through chunk 0 (stage 0) then chunk 1 (stage 4); backwards chunk 1 first.

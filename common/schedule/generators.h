@@ -135,7 +135,7 @@ std::vector<v1::Action> GenerateZbH2(int num_stages, int num_micro_batches, int 
 // (P - 1)(T_F + T_B) / v, bubble fraction (P - 1) / (vM + P - 1): 1F1B's (P - 1) / (M + P - 1)
 // with the (P - 1) divided by v. The price: v times the point-to-point messages, and more
 // activations: rank r holds InterleavedInFlight chunk activations at the peak, on rank 0 with
-// P | M (v + 1)P - 1 chunks = P + (P - 1) / v ranks' worth (1F1B: P).
+// P | M and M >= 2P (v + 1)P - 1 chunks = P + (P - 1) / v ranks' worth (1F1B: P).
 //
 // Preconditions (unchecked; BuildPrograms checks them): P >= 1, chunks v >= 1, M >= 1.
 OpProgram GenerateInterleavedOps(int num_stages, int chunks, int num_micro_batches, int stage);

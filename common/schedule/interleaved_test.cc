@@ -165,6 +165,19 @@ TEST(InterleavedSimulatorTest, ActionOnAStageOfAnotherRankIsRefused) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("names stage 1 in stage 0's program"));
 }
 
+TEST(InterleavedSimulatorTest, OpOnAStageOfAnotherRankIsRefused) {
+  OpProgram rank0 = GenerateInterleavedOps(2, 2, 2, 0);
+  rank0[0].stage = 3;  // rank 1's second chunk (lowering receives its input first)
+  absl::Status status = SimulateOps({LowerOps(rank0, 2, 0, Chunks(2)),
+                                     LowerOps(GenerateInterleavedOps(2, 2, 2, 1), 2, 1, Chunks(2))})
+                            .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr("3RECV_ACT0 (stage 0 action 0) names stage 3 in stage 0's program (rank 0 of 2 "
+                "runs stages 0, 2, ..."));
+}
+
 // Golden rank programs (P in {2, 3, 4}, v in {2, 3}, M in {P, 2P + 1, 8}) and the grid of
 // docs/schedules.md (P = 4, v = 2, M = 8, t_f = 1, t_b = 2 per chunk).
 TEST(InterleavedGoldenTest, Programs) {

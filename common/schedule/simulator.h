@@ -166,8 +166,9 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
                                           const ActionCosts& costs, const SimulateOptions& options);
 
-// The same on Ops (op.h): programs[s] is stage s's program. Same results and errors (less the
-// two about stage fields, which Ops do not have).
+// The same on Ops (op.h): programs[s] is stage s's program. Same results and errors (less
+// programs[s].stage(), which an OpProgram does not have; an Op whose stage is set and not one
+// of s, s + P, ... is refused as an action of another stage).
 absl::StatusOr<SimulationResult> SimulateOps(const std::vector<OpProgram>& programs,
                                              const ActionCosts& costs = {},
                                              const SimulateOptions& options = {});

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/job_spec_parser.h"
@@ -60,6 +61,18 @@ constexpr absl::string_view kEmulationKeys[] = {"profile", "scale"};
 constexpr absl::string_view kPipeSgdKeys[] = {"warmup_steps", "compression"};
 
 }  // namespace
+
+std::string Parser::FieldElsewhere(absl::string_view key, absl::string_view path) {
+  // A field written in the wrong section is a common slip (recompute or precision under
+  // parallel, devices under training); the unknown-field message then says where it goes.
+  const std::pair<absl::string_view, absl::Span<const absl::string_view>> sections[] = {
+      {"training", kTrainingKeys}, {"parallel", kParallelKeys}};
+  for (const auto& [section, keys] : sections) {
+    if (section == path) continue;
+    if (Contains(keys, key)) return absl::StrCat(section, ".", key);
+  }
+  return "";
+}
 
 absl::Status Parser::Parse(const YAML::Node& root, v1::JobSpec& spec) {
   if (!root.IsDefined() || root.IsNull()) {

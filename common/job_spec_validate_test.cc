@@ -353,6 +353,28 @@ TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
                  "parallel.schedule dapple"});
 }
 
+// planner pipedream-code (PipeDream's planner as its code plans): it chooses the depth and any
+// replica count, which only schedule pipedream's 1F1B-RR runs as planned.
+TEST(ValidateJobSpecTest, PipeDreamCodePlannerNeedsSchedulePipeDreamAndStagesAuto) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_planner("pipedream-code");
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(8);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner pipedream-code with parallel.schedule dapple: PipeDream's "
+                 "planner gives stages any replica count, which only its 1F1B-RR runs (whole "
+                 "micro-batches round-robin); the synchronous schedules split each micro-batch "
+                 "evenly over a stage's replicas: set schedule: pipedream, or use planner "
+                 "dapple"});
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 2 with parallel.planner pipedream-code: PipeDream's planner "
+                 "chooses the pipeline depth itself: set stages: auto (or planner pipedream for a "
+                 "fixed depth)"});
+}
+
 // schedule pipesgd: one stage (stages 1, or planner dp with stages auto), devices >= 2, and a
 // parallel.pipesgd section with defaults warmup_steps 2 and compression none.
 TEST(ValidateJobSpecTest, PipeSgdRules) {
@@ -482,7 +504,7 @@ TEST(ValidateJobSpecTest, Planner) {
   spec.mutable_parallel()->set_planner("greedy");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.planner 'greedy' is unknown; available: balanced, uniform, manual, "
-                 "dapple, pipedream, dp"});
+                 "dapple, pipedream, pipedream-code, dp"});
   spec.mutable_parallel()->set_planner("manual");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.planner manual needs parallel.stages as a list", "got 2"});

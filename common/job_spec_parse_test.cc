@@ -257,7 +257,8 @@ TEST(ParseJobSpecTest, AFieldOfAnotherSectionSaysWhereItGoes) {
   ExpectParseError(
       Edit(kExample, "  devices: 2", "  devices: 2\n  recompute: all"),
       "job.yaml:23:3: unknown field 'recompute' in parallel; known: schedule, planner, stages, "
-      "devices, device_type, emulation, pipesgd, pipedream; 'recompute' is a field of training: "
+      "devices, device_type, emulation, pipesgd, pipedream, interleave; 'recompute' is a field of "
+      "training: "
       "move it there (training.recompute)");
   ExpectParseError(Edit(kExample, "  epochs: 3\n", "  epochs: 3\n  schedule: gpipe\n"),
                    "job.yaml:15:3: unknown field 'schedule' in training; known: global_batch, "

@@ -569,8 +569,8 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
             "dapplectl: --cluster must not be empty: give a cluster file name, or leave "
             "--cluster out for the default\n"},
            {{"plan", spec, "--planner", ""},
-            "dapplectl: --planner must not be empty: give dapple, pipedream, dp, uniform, "
-            "balanced or manual, or leave --planner out for the default\n"},
+            "dapplectl: --planner must not be empty: give dapple, pipedream, pipedream-code, dp, "
+            "uniform, balanced or manual, or leave --planner out for the default\n"},
            {{"plan", ""}, "dapplectl: a job spec file name must not be empty\n"},
            // --profile-batch says what batch a --profile file's times are for: nothing else.
            {{"plan", spec, "--profile-batch", "4"},

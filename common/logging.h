@@ -3,9 +3,11 @@
 #ifndef DAPPLE_COMMON_LOGGING_H_
 #define DAPPLE_COMMON_LOGGING_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "common/job_log_capture.h"
 #include "spdlog/spdlog.h"
 
 #if !ABSL_USES_STD_STRING_VIEW
@@ -22,7 +24,13 @@ namespace dapple {
 
 // Names this process in every log line (e.g. "coordinator", "worker w-2"). Call once at start.
 // `level` is one of trace, debug, info, warn, error (unknown values mean info).
+// The process's log lines also go to ProcessJobLogCapture().
 void InitLogging(const std::string& role, const std::string& level = "info");
+
+// The process-wide capture of a job's log lines (job_log_capture.h), attached to the logger by
+// InitLogging (so: nothing is captured in a process that never called it). A worker daemon
+// begins and ends it around each rank it runs.
+const std::shared_ptr<JobLogCapture>& ProcessJobLogCapture();
 
 }  // namespace dapple
 

@@ -240,6 +240,14 @@ absl::StatusOr<v1::JobTrace> CoordinatorClient::Trace(const std::string& job_id)
   return trace;
 }
 
+absl::StatusOr<v1::GetJobLogsResponse> CoordinatorClient::Logs(v1::GetJobLogsRequest request) {
+  request.set_job_id(EscapeInvalidUtf8(request.job_id()));
+  v1::GetJobLogsResponse response;
+  DAPPLE_RETURN_IF_ERROR(
+      Unary("GetJobLogs", request, &response, &v1::Coordinator::Stub::GetJobLogs));
+  return response;
+}
+
 absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
   v1::ListWorkersResponse response;
   DAPPLE_RETURN_IF_ERROR(Unary("ListWorkers", v1::ListWorkersRequest(), &response,

@@ -68,6 +68,8 @@ class CoordinatorClient {
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
   // GetJobTrace: the job's kept traced steps (empty steps when none was traced yet).
   absl::StatusOr<v1::JobTrace> Trace(const std::string& job_id);
+  // GetJobLogs: the job's kept log lines as `request` filters them (its job_id escaped here).
+  absl::StatusOr<v1::GetJobLogsResponse> Logs(v1::GetJobLogsRequest request);
   // PlanJob: a dry run of the planner. kInvalidArgument, without sending, when the request has
   // a spec that CheckSpecText(source_name, spec_yaml) refuses.
   absl::StatusOr<v1::PlanJobResponse> Plan(v1::PlanJobRequest request);

@@ -15,9 +15,12 @@
 #include "common/job_spec.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
+#include "dapplectl/event_views.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/flag_values.h"
 #include "dapplectl/json_output.h"
+#include "dapplectl/log_views.h"
+#include "dapplectl/logs_command.h"
 #include "dapplectl/plan_inputs.h"
 #include "dapplectl/spec_file.h"
 #include "dapplectl/top.h"
@@ -164,6 +167,21 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   std::string job_id;
   CLI::App* get = app.add_subcommand("get", "show one job: state, plan, metrics");
   get->add_option("JOB", job_id, "job id, e.g. job-3")->required();
+  CLI::App* describe = app.add_subcommand(
+      "describe", "show one job in detail, then its events (submitted ... finished), newest last");
+  describe->add_option("JOB", job_id, "job id, e.g. job-3")->required();
+  std::string logs_rank, logs_tail;
+  bool logs_follow = false;
+  bool logs_collapse = false;
+  CLI::App* logs = app.add_subcommand(
+      "logs", "print the lines a job's ranks logged, each prefixed [stage/replica worker]");
+  logs->add_option("JOB", job_id, "job id")->required();
+  logs->add_option("--rank", logs_rank, "only this rank's lines")->type_name("STAGE/REPLICA");
+  logs->add_option("--tail", logs_tail, "only the newest N lines (then new ones with --follow)")
+      ->type_name("N");
+  logs->add_flag("-f,--follow", logs_follow, "print new lines as they arrive until the job ends");
+  logs->add_flag("--collapse", logs_collapse,
+                 "print a line that several ranks logged alike once, naming them all");
   CLI::App* list = app.add_subcommand("list", "list all jobs");
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a pending or running job");
   cancel->add_option("JOB", job_id, "job id")->required();
@@ -233,11 +251,13 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     const std::vector<std::string> rest = app.remaining();
     if (app.get_subcommands().empty() && !rest.empty() && !rest.front().empty() &&
         rest.front()[0] != '-') {
-      return Fail(env, kExitUsage,
-                  absl::StrCat("unknown command \"", rest.front(),
-                               "\"; commands: submit, get, list, cancel, watch, workers, plan, "
-                               "trace, top, checkpoint (see "
-                               "dapplectl --help)"));
+      return Fail(
+          env, kExitUsage,
+          absl::StrCat(
+              "unknown command \"", rest.front(),
+              "\"; commands: submit, get, describe, logs, list, cancel, watch, workers, plan, "
+              "trace, top, checkpoint (see "
+              "dapplectl --help)"));
     }
     return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
   }
@@ -259,8 +279,9 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
-  if (get->parsed() || cancel->parsed() || watch->parsed() || trace->parsed() ||
-      checkpoint->parsed() || (top->parsed() && !job_id.empty())) {
+  if (get->parsed() || describe->parsed() || logs->parsed() || cancel->parsed() ||
+      watch->parsed() || trace->parsed() || checkpoint->parsed() ||
+      (top->parsed() && !job_id.empty())) {
     if (absl::Status s = CheckJobId(job_id); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
@@ -349,6 +370,40 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     absl::StatusOr<v1::Job> job = client.Get(job_id);
     if (!job.ok()) return FailStatus(env, job.status());
     return PrintMessage(env, *format, *job, [&] { return RenderJobDetails(*job, NowUnixMs(env)); });
+  }
+  if (describe->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "describe", flags.output, true);
+    if (!format) return kExitUsage;
+    CoordinatorClient client(options);
+    absl::StatusOr<v1::Job> job = client.Get(job_id);
+    if (!job.ok()) return FailStatus(env, job.status());
+    return PrintMessage(env, *format, *job, [&] { return RenderDescribe(*job, NowUnixMs(env)); });
+  }
+  if (logs->parsed()) {
+    std::optional<Format> format = OutputFormat(env, "logs", flags.output, false);
+    if (!format) return kExitUsage;
+    if (*format != Format::kTable) {
+      return Fail(env, kExitUsage, "logs: -o json is not supported; the lines are text");
+    }
+    LogsOptions logs_options;
+    logs_options.job_id = job_id;
+    logs_options.follow = logs_follow;
+    logs_options.collapse = logs_collapse;
+    if (logs->count("--rank") > 0) {
+      absl::StatusOr<std::pair<int, int>> rank = ParseRank(logs_rank);
+      if (!rank.ok()) return Fail(env, kExitUsage, std::string(rank.status().message()));
+      logs_options.rank = *rank;
+    }
+    if (logs->count("--tail") > 0) {
+      absl::StatusOr<int64_t> tail = ParsePositiveCount("--tail", logs_tail, 1'000'000);
+      if (!tail.ok()) return Fail(env, kExitUsage, std::string(tail.status().message()));
+      logs_options.tail = static_cast<int>(*tail);
+    }
+    CoordinatorClient client(options);
+    if (absl::Status s = RunLogs(client, logs_options, env.out); !s.ok()) {
+      return FailStatus(env, s);
+    }
+    return kExitOk;
   }
   if (list->parsed()) {
     std::optional<Format> format = OutputFormat(env, "list", flags.output, true);

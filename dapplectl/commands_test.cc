@@ -8,9 +8,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/fake_coordinator_test_util.h"
 #include "gmock/gmock.h"
@@ -225,6 +227,109 @@ TEST_F(CommandsTest, GetShowsTheMemoryOfEachRank) {
   EXPECT_EQ(last.at("weight_version_bytes").string_value(), "0");
   EXPECT_EQ(last.at("weight_versions").number_value(), 1);
   EXPECT_EQ(last.at("peak_in_flight").number_value(), 1);
+}
+
+TEST_F(CommandsTest, DescribeShowsTheJobThenItsEventsAndGetJsonHasThem) {
+  v1::Job job = Snapshot("job-5", v1::JOB_STATE_SUCCEEDED, 8, 8);
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  for (const auto& [reason, message] :
+       {std::pair<const char*, const char*>{"Submitted", "submitted as PENDING"},
+        {"Started", "started: stage 0 on w-1 (cpu), stage 1 on w-2 (cpu)"},
+        {"Succeeded", "8/8 steps in 1.0 s, last loss 0.5000"}}) {
+    v1::JobEventRecord* e = job.add_events();
+    e->set_type("Normal");
+    e->set_reason(reason);
+    e->set_message(message);
+    e->set_count(1);
+    e->set_first_unix_ms(now - 120'000);
+    e->set_last_unix_ms(now - 120'000);
+  }
+  fake_.AddJob(job);
+
+  Result table = RunCtl({"--coordinator", addr_, "describe", "job-5"});
+  EXPECT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("STATE         SUCCEEDED\n"));
+  EXPECT_THAT(table.out, HasSubstr("\nEVENTS\n  TYPE     REASON      AGE   MESSAGE\n"
+                                   "  Normal   Submitted   2m    submitted as PENDING\n"
+                                   "  Normal   Started     2m    started: stage 0 on w-1 (cpu), "
+                                   "stage 1 on w-2 (cpu)\n"
+                                   "  Normal   Succeeded   2m    8/8 steps in 1.0 s, last loss "
+                                   "0.5000\n"));
+
+  Result json = RunCtl({"--coordinator", addr_, "get", "job-5", "-o", "json"});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  const auto& events = parsed.fields().at("events").list_value().values();
+  ASSERT_EQ(events.size(), 3);
+  EXPECT_EQ(events[2].struct_value().fields().at("reason").string_value(), "Succeeded");
+  EXPECT_EQ(events[2].struct_value().fields().at("count").string_value(), "1");
+
+  Result missing = RunCtl({"--coordinator", addr_, "describe", "job-9"});
+  EXPECT_EQ(missing.code, kExitRefused);
+  EXPECT_EQ(missing.err, "dapplectl: job job-9 not found\n");
+}
+
+v1::GetJobLogsResponse LogsAnswer(
+    v1::JobState state, const std::vector<std::tuple<int, int, int64_t, std::string>>& lines) {
+  v1::GetJobLogsResponse r;
+  r.set_state(state);
+  for (const auto& [stage, worker, seq, text] : lines) {
+    v1::JobLogLine* l = r.add_lines();
+    l->set_stage(stage);
+    l->set_worker_id(absl::StrCat("w-", worker));
+    l->set_seq(seq);
+    l->set_level("info");
+    l->set_text(text);
+  }
+  return r;
+}
+
+TEST_F(CommandsTest, LogsPrintsEachLineWithItsRankAndFollowsUntilTheJobEnds) {
+  fake_.ScriptLogs({LogsAnswer(v1::JOB_STATE_RUNNING,
+                               {{0, 1, 4, "starting stage 0"}, {1, 2, 5, "starting stage 1"}}),
+                    LogsAnswer(v1::JOB_STATE_RUNNING, {}),
+                    LogsAnswer(v1::JOB_STATE_SUCCEEDED, {{1, 2, 9, "stage 1 done"}})});
+  Result r = RunCtl(
+      {"--coordinator", addr_, "logs", "job-2", "--follow", "--rank", "1/0", "--tail", "20"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "[0/0 w-1] starting stage 0\n"
+            "[1/0 w-2] starting stage 1\n"
+            "[1/0 w-2] stage 1 done\n");
+  std::vector<v1::GetJobLogsRequest> requests = fake_.log_requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_TRUE(requests[0].one_rank());
+  EXPECT_EQ(requests[0].stage(), 1);
+  EXPECT_EQ(requests[0].replica(), 0);
+  EXPECT_EQ(requests[0].tail(), 20);
+  EXPECT_EQ(requests[0].after_seq(), 0);
+  // Later polls ask for what came after the last line printed, all of it.
+  EXPECT_EQ(requests[1].after_seq(), 5);
+  EXPECT_EQ(requests[1].tail(), 0);
+  EXPECT_EQ(requests[2].after_seq(), 5);
+
+  // Without --follow: one call, even while the job runs.
+  fake_.ScriptLogs({LogsAnswer(v1::JOB_STATE_RUNNING, {{0, 1, 4, "a"}})});
+  r = RunCtl({"--coordinator", addr_, "logs", "job-2"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "[0/0 w-1] a\n");
+  EXPECT_EQ(fake_.log_requests().size(), 4u);
+  EXPECT_FALSE(fake_.log_requests().back().one_rank());
+}
+
+TEST_F(CommandsTest, LogsUsageErrors) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"logs", "job-1", "--rank", "x"},
+        {"logs", "job-1", "--tail", "0"},
+        {"logs", "job-1", "-o", "json"},
+        {"logs"}}) {
+    std::vector<std::string> full = {"--coordinator", addr_};
+    full.insert(full.end(), args.begin(), args.end());
+    Result r = RunCtl(full);
+    EXPECT_EQ(r.code, kExitUsage) << args.back() << ": " << r.err;
+  }
+  EXPECT_TRUE(fake_.log_requests().empty());
 }
 
 TEST_F(CommandsTest, GetOfAnUnknownJob) {

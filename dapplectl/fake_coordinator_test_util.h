@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -223,6 +224,26 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  // GetJobLogs answers these in turn (the last one repeats; none: NOT_FOUND) and records the
+  // requests.
+  void ScriptLogs(std::vector<v1::GetJobLogsResponse> responses) {
+    absl::MutexLock lock(&mu_);
+    log_responses_ = std::move(responses);
+  }
+  std::vector<v1::GetJobLogsRequest> log_requests() const {
+    absl::MutexLock lock(&mu_);
+    return log_requests_;
+  }
+  grpc::Status GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* request,
+                          v1::GetJobLogsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    log_requests_.push_back(*request);
+    if (log_responses_.empty()) return NotFound(request->job_id());
+    const size_t i = std::min(log_requests_.size(), log_responses_.size()) - 1;
+    *response = log_responses_[i];
+    return grpc::Status::OK;
+  }
+
  private:
   static grpc::Status NotFound(const std::string& id) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", id, " not found"));
@@ -239,6 +260,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<StreamScript>> watch_scripts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::GetJobLogsResponse> log_responses_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::GetJobLogsRequest> log_requests_ ABSL_GUARDED_BY(mu_);
   grpc::Status get_status_ ABSL_GUARDED_BY(mu_);
   int get_failures_left_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status next_get_status_ ABSL_GUARDED_BY(mu_);

@@ -72,6 +72,14 @@ std::string RenderTop(const std::vector<v1::Job>& jobs) {
                       FormatBytes(s.peak_memory_bytes())});
       }
       block += table.Render("  ");
+      // The ranks the coordinator judged stragglers (StageMetrics.straggler), named below.
+      for (const v1::StageMetrics& m : job.stage_metrics()) {
+        if (!m.straggler()) continue;
+        absl::StrAppend(&block,
+                        absl::StrFormat("  STRAGGLER stage %d replica %d (%s): %.2fx the compute "
+                                        "per step of its stage's other replicas\n",
+                                        m.stage(), m.replica(), m.worker_id(), m.compute_ratio()));
+      }
     }
     blocks.push_back(std::move(block));
   }

@@ -4,7 +4,9 @@
 // where FWD / BWD / COMM / IDLE are the step's forward, backward, communication and idle
 // milliseconds, BUBBLE% = idle / step time, UTIL% = (forward + backward + optimizer) / step
 // time (compute), and PEAK-MEM the rank's peak memory (weights, gradients, optimizer state and
-// activations).
+// activations). Under the table, one line names each straggler (StageMetrics.straggler: the
+// coordinator's rule, docs/dapplectl.md "top"): "STRAGGLER stage 0 replica 1 (w-2): 2.10x the
+// compute per step of its stage's other replicas".
 //
 // Thread safety: the render functions are pure; RunTop uses its client from one thread.
 #ifndef DAPPLE_DAPPLECTL_TOP_H_

@@ -71,6 +71,21 @@ TEST(TopTest, RendersOneTablePerJob) {
             "54.0    408       41.3%   2.0 KiB\n");
 }
 
+TEST(TopTest, NamesTheStragglersUnderTheTable) {
+  v1::Job job = RunningJob();
+  job.mutable_stage_metrics(1)->set_straggler(true);
+  job.mutable_stage_metrics(1)->set_compute_ratio(2.104);
+  const std::string text = RenderTop({job});
+  EXPECT_THAT(text, ::testing::EndsWith(
+                        "  1       0         w-2      12     100.0      20.0   30.0   1.0    "
+                        "45.0   45.0      54.0    408       41.3%   2.0 KiB\n"
+                        "  STRAGGLER stage 1 replica 0 (w-2): 2.10x the compute per step of its "
+                        "stage's other replicas\n"));
+  absl::StatusOr<std::string> json = TopToJson({job});
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"straggler\":true"));
+}
+
 TEST(TopTest, TextJobHeaderShowsItsValidationLoss) {
   v1::Job job = RunningJob();
   job.mutable_metrics()->set_validation_loss(1.5);

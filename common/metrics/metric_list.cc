@@ -113,6 +113,10 @@ std::vector<MetricDef> Build() {
        "Most micro-batches whose activations the rank held at once in its last step.", stage},
       {kStageLastStepTimestamp, kGauge, kCoord,
        "When the rank's last step report arrived, Unix seconds.", stage},
+      {kStageStraggler, kGauge, kCoord,
+       "1 while the rank is a straggler: its median compute per step over the last 10 steps "
+       "stayed above 1.5x that of its stage's other replicas for 3 reports; else 0.",
+       stage},
       // dapple-worker.
       {kWorkerInfo,
        kGauge,

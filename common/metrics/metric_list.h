@@ -97,6 +97,7 @@ inline constexpr char kStageAchievedTflops[] = "dapple_stage_achieved_tflops";
 inline constexpr char kStageMfu[] = "dapple_stage_mfu_ratio";
 inline constexpr char kStagePeakInFlight[] = "dapple_stage_peak_in_flight_micro_batches";
 inline constexpr char kStageLastStepTimestamp[] = "dapple_stage_last_step_timestamp_seconds";
+inline constexpr char kStageStraggler[] = "dapple_stage_straggler";
 // --- dapple-worker ---
 inline constexpr char kWorkerInfo[] = "dapple_worker_info";
 inline constexpr char kWorkerBusy[] = "dapple_worker_busy";

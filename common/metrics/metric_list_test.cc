@@ -104,6 +104,7 @@ TEST(MetricListTest, CoversTheIssueList) {
                            kStagePeakMemoryBytes,
                            kStagePeakActivationBytes,
                            kStageLastStepTimestamp,
+                           kStageStraggler,
                            kWorkerInfo,
                            kWorkerBusy,
                            kWorkerStepsTotal,

@@ -18,8 +18,10 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
                           DatabaseLock::Acquire(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store->LoadAll());
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<EventRecorder> events,
+                          EventRecorder::Open(options.db_path));
   std::unique_ptr<JobManager> manager(
-      new JobManager(std::move(options), std::move(lock), std::move(store)));
+      new JobManager(std::move(options), std::move(lock), std::move(store), std::move(events)));
   std::vector<std::string> interrupted;
   {
     absl::MutexLock lock(&manager->mu_);
@@ -83,6 +85,16 @@ absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::s
   DAPPLE_RETURN_IF_ERROR(WriteLocked(entry, now));
   entry.version = next_version_++;
   DAPPLE_LOG_INFO("job {} ({}) submitted: PENDING", entry.job.id(), entry.job.name());
+  (void)RecordLocked(entry.job.id(), JobEventReason::kSubmitted,
+                     absl::StrCat("submitted as PENDING (schedule ", spec.parallel().schedule(),
+                                  ", parallel.devices ", spec.parallel().devices(), ")",
+                                  entry.job.resumed_from().empty()
+                                      ? ""
+                                      : absl::StrCat(", resuming from ", entry.job.resumed_from())),
+                     now);
+  if (!plan.stages().empty()) {
+    (void)RecordLocked(entry.job.id(), JobEventReason::kPlanned, PlannedMessage(plan), now);
+  }
   v1::Job result = entry.job;
   jobs_.emplace(next_seq_++, std::move(entry));
   if (options_.observer) options_.observer->OnJobState(result, v1::JOB_STATE_UNSPECIFIED);
@@ -181,6 +193,11 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& id, v1::JobSta
   next.version = next_version_++;
   *entry = std::move(next);
   if (options_.observer) options_.observer->OnJobState(entry->job, from);
+  JobEventReason reason;
+  std::string event_message;
+  if (TransitionEvent(entry->job, message, &reason, &event_message)) {
+    (void)RecordLocked(id, reason, event_message, now);
+  }
   if (message.empty()) {
     DAPPLE_LOG_INFO("job {} {} -> {}", id, JobStateName(from), JobStateName(to));
   } else {
@@ -204,6 +221,30 @@ absl::Status JobManager::Update(const std::string& id, const Mutator& mutate) {
   ChangedLocked(*entry, now);
   if (options_.observer) options_.observer->OnJobUpdate(entry->job);
   return absl::OkStatus();
+}
+
+absl::Status JobManager::RecordLocked(const std::string& id, JobEventReason reason,
+                                      const std::string& message, int64_t now) {
+  absl::Status s = events_->Record(id, reason, message, now);
+  if (!s.ok())
+    DAPPLE_LOG_WARN("job {}: event {} not recorded: {}", id, JobEventReasonName(reason),
+                    s.message());
+  return s;
+}
+
+absl::Status JobManager::RecordEvent(const std::string& id, JobEventReason reason,
+                                     const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  if (FindLocked(id) == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return RecordLocked(id, reason, message, options_.now_unix_ms());
+}
+
+absl::StatusOr<std::vector<v1::JobEventRecord>> JobManager::Events(const std::string& id) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (FindLocked(id) == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  return events_->List(id);
 }
 
 absl::Status JobManager::FlushDirty(bool force) {

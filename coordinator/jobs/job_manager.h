@@ -18,6 +18,11 @@
 // JobManager is destroyed, so a second coordinator on the same file is refused before it
 // recovers (and so fails) anything.
 //
+// Events: every job's history (event_recorder.h) is recorded here: Create records Submitted
+// (and Planned when it comes with a plan), Transition the event of the new state (Scheduled,
+// Started, Succeeded, Failed, Cancelled), and RecordEvent what is not a state change. A failed
+// event write is logged and never fails the change itself.
+//
 // Recovery (Open on an existing database): PLANNING and RUNNING jobs become FAILED with the
 // message kRestartMessage (their workers are no longer known); PENDING jobs stay PENDING;
 // terminal jobs keep their state, message and metrics. Ids continue the stored sequence.
@@ -42,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/jobs/db_lock.h"
+#include "coordinator/jobs/event_recorder.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/jobs/job_observer.h"
 #include "coordinator/jobs/job_store.h"
@@ -123,6 +129,16 @@ class JobManager {
   // CANCELLED, not RUNNING". A failed write is logged and retried by the next flush.
   absl::Status Update(const std::string& id, const Mutator& mutate);
 
+  // Records an event of job `id` that is not a state change (Measured, Planned, CheckpointSaved,
+  // WorkerLost, SkippedStep, Straggler, ...) at now_unix_ms. kNotFound "no job <id>"; a failed
+  // write is logged (events never fail their caller's work) and returned.
+  absl::Status RecordEvent(const std::string& id, JobEventReason reason,
+                           const std::string& message);
+
+  // The kept events of job `id`, newest last (EventRecorder::List). kNotFound "no job <id>";
+  // kInternal for a read error.
+  absl::StatusOr<std::vector<v1::JobEventRecord>> Events(const std::string& id) const;
+
   // Writes dirty jobs whose last write is at least the interval old (all dirty jobs when
   // `force`). Returns the first write error (the rest are still attempted).
   absl::Status FlushDirty(bool force);
@@ -144,12 +160,20 @@ class JobManager {
   };
 
   JobManager(JobManagerOptions options, std::unique_ptr<DatabaseLock> lock,
-             std::unique_ptr<JobStore> store)
-      : options_(std::move(options)), lock_(std::move(lock)), store_(std::move(store)) {}
+             std::unique_ptr<JobStore> store, std::unique_ptr<EventRecorder> events)
+      : options_(std::move(options)),
+        lock_(std::move(lock)),
+        store_(std::move(store)),
+        events_(std::move(events)) {}
 
   Entry* FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Entry* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an event (logging a failed write); under mu_ so that a job's events keep the order
+  // of its changes.
+  absl::Status RecordLocked(const std::string& id, JobEventReason reason,
+                            const std::string& message, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks a changed entry dirty, writes it if the throttle allows and wakes watchers.
   void ChangedLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -159,6 +183,7 @@ class JobManager {
   // Declared before store_ so that it is released only after the database is closed.
   const std::unique_ptr<DatabaseLock> lock_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<EventRecorder> events_;         // thread-safe on its own
   std::map<int64_t, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // by sequence number N of "job-N"
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;

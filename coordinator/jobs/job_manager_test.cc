@@ -195,6 +195,45 @@ TEST_F(JobManagerTest, ReopeningRecoversJobs) {
   EXPECT_EQ(next->id(), "job-6");
 }
 
+std::vector<std::string> EventReasons(const JobManager& jobs, const std::string& id) {
+  std::vector<std::string> out;
+  absl::StatusOr<std::vector<v1::JobEventRecord>> events = jobs.Events(id);
+  EXPECT_TRUE(events.ok()) << events.status();
+  if (!events.ok()) return out;
+  for (const v1::JobEventRecord& e : *events) out.push_back(e.reason());
+  return out;
+}
+
+TEST_F(JobManagerTest, LifecycleChangesRecordEventsThatOutliveARestart) {
+  v1::ParallelPlanSummary plan;
+  plan.set_planner("dapple");
+  plan.set_schedule("dapple");
+  plan.add_stages()->set_replicas(1);
+  {
+    auto jobs = Open();
+    ASSERT_TRUE(jobs->Create(Spec("a"), "name: a\n", plan).ok());
+    ASSERT_TRUE(jobs->Create(Spec("b"), "name: b\n").ok());
+    now_ += 1000;
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->RecordEvent("job-1", JobEventReason::kMeasured, "measured").ok());
+    ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-2", v1::JOB_STATE_CANCELLED, "cancelled by user").ok());
+    EXPECT_EQ(jobs->RecordEvent("job-9", JobEventReason::kMeasured, "x").code(),
+              absl::StatusCode::kNotFound);
+    EXPECT_EQ(jobs->Events("job-9").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(EventReasons(*jobs, "job-2"), ElementsAre("Submitted", "Cancelled"));
+  }
+  // The restart fails the running job; its history is still there, the failure last.
+  auto jobs = Open();
+  EXPECT_THAT(EventReasons(*jobs, "job-1"),
+              ElementsAre("Submitted", "Planned", "Scheduled", "Measured", "Started", "Failed"));
+  absl::StatusOr<std::vector<v1::JobEventRecord>> events = jobs->Events("job-1");
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->back().message(), kRestartMessage);
+  EXPECT_EQ(events->back().type(), "Warning");
+  EXPECT_EQ(events->front().first_unix_ms(), 1'700'000'000'000);
+}
+
 TEST_F(JobManagerTest, AwaitChangeWakesOnChangeAndTimesOut) {
   auto jobs = Open();
   ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());

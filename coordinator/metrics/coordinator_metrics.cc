@@ -55,7 +55,8 @@ constexpr const char* kStageSeries[] = {m::kStageStep,
                                         m::kStagePeakActivationBytes,
                                         m::kStageWeightBytes,
                                         m::kStagePeakInFlight,
-                                        m::kStageLastStepTimestamp};
+                                        m::kStageLastStepTimestamp,
+                                        m::kStageStraggler};
 
 std::string LowerSuffix(const std::string& enum_name, absl::string_view prefix) {
   if (!absl::StartsWith(enum_name, prefix)) return "unspecified";
@@ -255,6 +256,7 @@ void CoordinatorMetrics::SetStagesLocked(const v1::Job& job, Exported& e) {
     }
     set_->Gauge(m::kStageLastStepTimestamp, labels)
         .Set(static_cast<double>(sm.last_step_unix_ms()) / 1000.0);
+    set_->Gauge(m::kStageStraggler, labels).Set(sm.straggler() ? 1 : 0);
   }
   // A rank that is no longer listed (its worker replaced) loses its series.
   for (auto it = e.stages.begin(); it != e.stages.end();) {

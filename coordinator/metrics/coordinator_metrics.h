@@ -16,8 +16,8 @@
 //    Job.stage_metrics while the job is RUNNING: step time, forward / backward / idle /
 //    comm / allreduce / optimizer seconds of the last step, bubble ratio, samples/s, gradient
 //    norm, skipped steps (counter), peak memory / activation / weight bytes, peak in-flight
-//    micro-batches, last-step timestamp. Removed as soon as the job leaves RUNNING (or a rank's
-//    entry disappears).
+//    micro-batches, last-step timestamp, straggler (0/1). Removed as soon as the job leaves RUNNING
+//    (or a rank's entry disappears).
 //
 // Thread safety: thread-safe; the observer calls come under JobManager's lock or the service
 // mutex and take only this object's own mutex (never calling out), so no lock cycle forms.

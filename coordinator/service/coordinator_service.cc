@@ -159,6 +159,15 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
   return dir;
 }
 
+// Copies the detector's verdict on rank (stage, replica) into its Job.stage_metrics entry.
+void MarkStraggler(const StragglerDetector& stragglers, int stage, int replica, v1::Job* job) {
+  for (v1::StageMetrics& m : *job->mutable_stage_metrics()) {
+    if (m.stage() != stage || m.replica() != replica) continue;
+    m.set_straggler(stragglers.IsStraggler(stage, replica));
+    m.set_compute_ratio(stragglers.Ratio(stage, replica));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
@@ -172,6 +181,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
                           JobManager::Open(std::move(job_options)));
   if (options.profile_cache == nullptr) options.profile_cache = std::make_shared<ProfileCache>();
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<TraceStore> traces, TraceStore::Open(options.db_path));
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<LogStore> logs, LogStore::Open(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<WorkerIdStore> worker_ids,
                           WorkerIdStore::Open(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(int64_t next_worker_id, worker_ids->LoadNext());
@@ -192,6 +202,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(std::move(options), std::move(jobs)));
   service->traces_ = std::move(traces);
+  service->logs_ = std::move(logs);
   service->worker_ids_ = std::move(worker_ids);
   {
     absl::MutexLock lock(&service->mu_);
@@ -291,13 +302,11 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
     worker->dead_since_unix_ms = now;
     if (options_.profile_cache->Expire(worker->info.id(), now) > 0) WakeLocked();
     if (busy && running_.contains(job_id)) {
-      absl::Status ended =
-          EndJobLocked(job_id, v1::JOB_STATE_FAILED,
-                       absl::StrFormat("worker %s (%s of job %s) stopped heartbeating "
-                                       "(no heartbeat for %.1f s)",
-                                       worker->info.id(), rank, job_id, silent_s),
-                       now)
-              .status();
+      const std::string lost =
+          absl::StrFormat("worker %s (%s of job %s) stopped heartbeating (no heartbeat for %.1f s)",
+                          worker->info.id(), rank, job_id, silent_s);
+      (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
+      absl::Status ended = EndJobLocked(job_id, v1::JOB_STATE_FAILED, lost, now).status();
       if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
     }
   }
@@ -453,7 +462,18 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   if (asked && !measured) {
     if (std::string why = options_.profile_cache->Error(key); !why.empty()) {
       plan->mutable_summary()->add_notes(absl::StrCat("planned on the estimated profile: ", why));
+      (void)jobs_->RecordEvent(
+          id, JobEventReason::kMeasured,
+          absl::StrCat("measuring the model's layers failed: ", why, "; the estimated plan runs"));
     }
+  }
+  if (measured) {
+    (void)jobs_->RecordEvent(id, JobEventReason::kMeasured,
+                             absl::StrCat("the model's layers were measured on ", key.device_kind,
+                                          ": planned again on that profile"));
+  }
+  if (job.plan().stages().empty() || measured) {
+    (void)jobs_->RecordEvent(id, JobEventReason::kPlanned, PlannedMessage(plan->summary()));
   }
   const int num_stages = plan->programs_size();
   const int num_ranks = schedule::NumRanks(plan->summary());
@@ -814,6 +834,8 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
 absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Job* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(*response, jobs_->Get(request.job_id()));
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::JobEventRecord> events, jobs_->Events(request.job_id()));
+  for (v1::JobEventRecord& e : events) *response->add_events() = std::move(e);
   return absl::OkStatus();
 }
 
@@ -823,6 +845,33 @@ absl::Status CoordinatorService::GetJobTrace(const v1::GetJobTraceRequest& reque
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(*response, traces_->Get(request.job_id()));
   if (job.plan().stages_size() > 0) response->set_num_stages(job.plan().stages_size());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::GetJobLogs(const v1::GetJobLogsRequest& request,
+                                            v1::GetJobLogsResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  if (request.tail() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tail must be >= 0 (0: every line), got ", request.tail()));
+  }
+  LogStore::Query query;
+  query.after_seq = request.after_seq();
+  query.tail = request.tail();
+  if (request.one_rank()) {
+    const int stages = job.plan().stages_size();
+    if (request.stage() < 0 || request.stage() >= stages || request.replica() < 0 ||
+        request.replica() >= job.plan().stages(request.stage()).replicas()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", job.id(), " has no rank ", request.stage(), "/", request.replica(), ": ",
+          stages == 0 ? "it has no plan yet" : absl::StrCat("stages 0..", stages - 1)));
+    }
+    query.rank = std::make_pair(request.stage(), request.replica());
+  }
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::JobLogLine> lines, logs_->Get(job.id(), query));
+  for (v1::JobLogLine& line : lines) *response->add_lines() = std::move(line);
+  response->set_state(job.state());
   return absl::OkStatus();
 }
 
@@ -994,6 +1043,8 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
     return absl::InvalidArgumentError(
         absl::StrCat("progress report of worker ", worker->info.id(), " has no kind"));
   }
+  // Lines of a rank whose job already ended (its error, say) are kept too.
+  KeepLogLinesLocked(job, request);
   if (job.state() != v1::JOB_STATE_RUNNING) {
     if (final_report) FreeWorkerLocked(*worker, id, absl::StrCat("left ended job ", id));
     response->set_abort(true);
@@ -1017,11 +1068,28 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
   }
   switch (request.kind()) {
     case v1::PROGRESS_STEP:
+      if (request.has_stats() && request.stats().skipped()) {
+        // Coalesced per rank: the event's count is that rank's skipped steps.
+        (void)jobs_->RecordEvent(
+            id, JobEventReason::kSkippedStep,
+            absl::StrCat(rank, " skipped a step's update (non-finite loss or gradient)"));
+      }
       if (request.has_stats() || (last_stage && request.has_loss())) {
+        std::optional<StragglerDetector::Change> straggler;
         DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
-          run.stage_metrics.OnStep(request, now, j);
+          if (run.stage_metrics.OnStep(request, now, j)) {
+            straggler = run.stragglers.OnStep(request.stage(), request.replica(), request.stats());
+            MarkStraggler(run.stragglers, request.stage(), request.replica(), j);
+          }
           if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
         }));
+        if (straggler.has_value()) {
+          (void)jobs_->RecordEvent(id,
+                                   straggler->straggler ? JobEventReason::kStraggler
+                                                        : JobEventReason::kStragglerRecovered,
+                                   absl::StrCat(StragglerDetector::Describe(*straggler),
+                                                " (worker ", worker->info.id(), ")"));
+        }
       }
       if (request.has_trace()) {
         // The rank fills the trace's identity; the coordinator trusts only its own view of it.
@@ -1089,6 +1157,29 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
   return absl::OkStatus();
 }
 
+void CoordinatorService::KeepLogLinesLocked(const v1::Job& job, const v1::ProgressReport& report) {
+  if (report.log_lines().empty() && report.log_lines_dropped() <= 0) return;
+  const v1::ParallelPlanSummary& plan = job.plan();
+  if (report.stage() < 0 || report.stage() >= plan.stages_size() || report.replica() < 0 ||
+      report.replica() >= plan.stages(report.stage()).worker_ids_size() ||
+      plan.stages(report.stage()).worker_ids(report.replica()) != report.worker_id()) {
+    return;  // not this worker's rank: its lines are not the job's
+  }
+  std::vector<v1::JobLogLine> lines(report.log_lines().begin(), report.log_lines().end());
+  if (report.log_lines_dropped() > 0) {
+    v1::JobLogLine& note = lines.emplace_back();
+    note.set_unix_ms(options_.now_unix_ms());
+    note.set_level("warning");
+    note.set_text(absl::StrCat(report.log_lines_dropped(), " log lines dropped by worker ",
+                               report.worker_id(), " (its buffer of unsent lines was full)"));
+  }
+  if (absl::Status s =
+          logs_->Append(job.id(), report.stage(), report.replica(), report.worker_id(), lines);
+      !s.ok()) {
+    DAPPLE_LOG_WARN("job {}: {}", job.id(), s.message());
+  }
+}
+
 void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
                                                   const v1::ProgressReport& report, int64_t now) {
   const std::vector<v1::CheckpointInfo> published(job.checkpoints().begin(),
@@ -1102,6 +1193,10 @@ void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
   if (!s.ok()) {
     DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
   }
+  (void)jobs_->RecordEvent(
+      job.id(), JobEventReason::kCheckpointSaved,
+      absl::StrCat("checkpoint after step ", o.info.step(), " published (", o.info.reason(), ", ",
+                   o.info.bytes(), " bytes): ", o.info.path()));
 }
 
 absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocked(
@@ -1230,11 +1325,11 @@ absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequ
   const std::string rank = RankNameLocked(job_id, id, worker->info.stage());
   // The job ends first, while the worker is still known, so that EndJobLocked sees all ranks.
   if (worker->info.state() == v1::WORKER_STATE_BUSY && running_.contains(job_id)) {
+    const std::string lost =
+        absl::StrFormat("worker %s (%s of job %s) shut down", id, rank, job_id);
+    (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
     absl::Status ended =
-        EndJobLocked(job_id, v1::JOB_STATE_FAILED,
-                     absl::StrFormat("worker %s (%s of job %s) shut down", id, rank, job_id),
-                     options_.now_unix_ms())
-            .status();
+        EndJobLocked(job_id, v1::JOB_STATE_FAILED, lost, options_.now_unix_ms()).status();
     if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
   }
   DAPPLE_RETURN_IF_ERROR(workers_.Remove(id, "deregistered: shutting down"));

@@ -13,7 +13,9 @@
 //   job), abort_job_ids for a job the worker reports that it must stop (ended, or not its
 //   job), or unknown_worker (never registered, or DEAD: register again).
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
-//   ReportProgress: STEP / EVAL / SAMPLE (last stage: metrics, the generated text), DONE (all
+//   ReportProgress: any report may carry the rank's log lines (kept in LogStore, also when
+//   the job already ended, as long as the worker is one of its ranks);
+//   STEP / EVAL / SAMPLE (last stage: metrics, the generated text), DONE (all
 //   ranks: SUCCEEDED), FAILED
 //   (job FAILED naming stage and worker), ABORTED (worker IDLE).
 //   DeregisterWorker: the worker is shutting down; it is forgotten at once, its running job
@@ -69,8 +71,10 @@
 #include "coordinator/cluster/worker_registry.h"
 #include "coordinator/jobs/checkpoint_publisher.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/log_store.h"
 #include "coordinator/jobs/progress_tracker.h"
 #include "coordinator/jobs/stage_metrics_tracker.h"
+#include "coordinator/jobs/straggler_detector.h"
 #include "coordinator/jobs/trace_store.h"
 #include "coordinator/jobs/worker_id_store.h"
 #include "coordinator/planner/planner.h"
@@ -189,8 +193,9 @@ class CoordinatorService {
   // (the planner's message); kFailedPrecondition "no registered workers ... to plan on: start
   // workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)" (without spec_yaml).
   absl::Status PlanJob(const v1::PlanJobRequest& request, v1::PlanJobResponse* response);
-  // kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also CancelJob,
-  // WatchJob).
+  // The job with its events (Job.events, JobManager::Events: kept in the database, newest
+  // last). kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also
+  // CancelJob, WatchJob).
   absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);
   absl::Status ListJobs(const v1::ListJobsRequest& request,
                         v1::ListJobsResponse* response);  // newest first
@@ -220,6 +225,12 @@ class CoordinatorService {
   // JobTrace (job_id and num_stages set), not an error. kNotFound "no job job-9";
   // kInvalidArgument "job_id must not be empty"; kDataLoss / kInternal from the store.
   absl::Status GetJobTrace(const v1::GetJobTraceRequest& request, v1::JobTrace* response);
+  // The log lines the job's ranks shipped (LogStore: the newest LogStore::kLinesPerRank per
+  // rank, from the job database: also after the job ended or the coordinator restarted),
+  // filtered as the request says, by seq; response.state is the job's state. kNotFound "no job
+  // job-9"; kInvalidArgument "job_id must not be empty", a negative tail, or a rank outside the
+  // job's plan ("job job-3 has no rank 2/0: stages 0..1"); kInternal from the store.
+  absl::Status GetJobLogs(const v1::GetJobLogsRequest& request, v1::GetJobLogsResponse* response);
 
   // --- WorkerControl (workers) ---
 
@@ -283,6 +294,7 @@ class CoordinatorService {
     std::set<int> done_ranks;             // RankIndex of the ranks that reported DONE
     ProgressTracker tracker;
     StageMetricsTracker stage_metrics;  // every rank's newest step stats
+    StragglerDetector stragglers;       // judges the ranks' compute times
     // The job's store (StoreSet / StoreGet): key -> value, and the bytes of its values.
     std::map<std::string, std::string> store;
     int64_t store_bytes = 0;
@@ -341,6 +353,10 @@ class CoordinatorService {
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the log lines of `report` (and a line saying how many the worker dropped) when its
+  // worker runs rank (stage, replica) of `job` by the job's plan; a failed write is logged.
+  void KeepLogLinesLocked(const v1::Job& job, const v1::ProgressReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank's PROGRESS_CHECKPOINT report of running `job`: hands it to checkpoints_ and records a
   // published checkpoint in Job.checkpoints (a failure is logged: the job keeps running).
   void OnCheckpointReportLocked(const v1::Job& job, const v1::ProgressReport& report, int64_t now)
@@ -349,6 +365,7 @@ class CoordinatorService {
   const CoordinatorOptions options_;
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
   std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
+  std::unique_ptr<LogStore> logs_;          // set by Create; thread-safe on its own
   // The saved sequence of generated worker ids; set by Create; thread-safe on its own.
   std::unique_ptr<WorkerIdStore> worker_ids_;
 

@@ -118,6 +118,11 @@ grpc::Status GrpcCoordinator::GetJobTrace(grpc::ServerContext*,
   return ToGrpcStatus(service_->GetJobTrace(*request, response));
 }
 
+grpc::Status GrpcCoordinator::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* request,
+                                         v1::GetJobLogsResponse* response) {
+  return ToGrpcStatus(service_->GetJobLogs(*request, response));
+}
+
 grpc::Status GrpcWorkerControl::RegisterWorker(grpc::ServerContext*,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {

@@ -44,6 +44,8 @@ class GrpcCoordinator final : public v1::Coordinator::Service {
                              v1::CheckpointJobResponse* response) override;
   grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobTraceRequest* request,
                            v1::JobTrace* response) override;
+  grpc::Status GetJobLogs(grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
+                          v1::GetJobLogsResponse* response) override;
 
  private:
   CoordinatorService* service_;  // not owned

@@ -10,7 +10,8 @@ stopped while measuring or asked while measuring (after a coordinator restart) l
 its estimated plan at once; a duplicate --name; bad input with one-line errors and distinct exit
 codes; a text dataset checked at submit and, against the submitted size, on every worker; a
 language model's validation loss at its evaluation cadence and the same generated sample on one
-and two stages.
+and two stages; a job's events (describe, get -o json) and its ranks' log lines (logs), also
+after a coordinator restart.
 """
 import json
 import math
@@ -85,6 +86,35 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(len(j["step_losses"]), 60)
         self.assertLess(j["step_losses"][-1], j["step_losses"][0])
         self.assertEqual([w["state"] for w in self.c.workers_json()].count("IDLE"), 2)
+        # Its history, submitted .. finished, newest last, in get -o json and in describe.
+        reasons = [e["reason"] for e in j["events"]]
+        self.assertEqual(reasons[0], "Submitted")
+        self.assertEqual(reasons[-1], "Succeeded")
+        for reason in ("Planned", "Scheduled", "Started"):
+            self.assertIn(reason, reasons)
+        self.assertLess(reasons.index("Scheduled"), reasons.index("Started"))
+        self.assertEqual(j["events"][-1]["message"].split(" ")[0], "60/60")
+        described = self.c.ctl("describe", j["id"])[1]
+        self.assertIn("STATE         SUCCEEDED\n", described)
+        events = described[described.index("\nEVENTS\n"):]
+        self.assertRegex(events, r"\n  Normal +Submitted +\d+s +submitted as PENDING")
+        self.assertRegex(events, r"\n  Normal +Started +\d+s +started: stage 0 on %s \(cpu\), "
+                                 r"stage 1 on %s \(cpu\)\n" % tuple(j["plan"]["stages"][s]["worker_ids"][0]
+                                                                for s in (0, 1)))
+        self.assertRegex(events, r"\n  Normal +Succeeded +\d+s +60/60 steps in ")
+        # Every rank's log lines, prefixed with its stage/replica and worker, kept by the
+        # coordinator after the ranks ended.
+        workers = [st["worker_ids"][0] for st in j["plan"]["stages"]]
+        logs = self.c.ctl("logs", j["id"])[1]
+        for stage, worker in enumerate(workers):
+            self.assertIn("[%d/0 %s] %s: starting stage %d replica 0 of 2 stages\n"
+                          % (stage, worker, j["id"], stage), logs)
+            self.assertIn("[%d/0 %s] %s: stage %d done\n" % (stage, worker, j["id"], stage), logs)
+        one = self.c.ctl("logs", j["id"], "--rank", "1/0", "--tail", "1")[1]
+        self.assertEqual(one.count("\n"), 1, one)
+        self.assertTrue(one.startswith("[1/0 %s] " % workers[1]), one)
+        # --follow of an ended job prints its lines and returns.
+        self.assertEqual(self.c.ctl("logs", j["id"], "--follow", timeout=20)[1], logs)
 
     def test_auto_planned_job_runs_with_its_prediction(self):
         """stages: auto with the DAPPLE planner: planned at submission on the registered
@@ -258,6 +288,16 @@ class EndToEndTest(unittest.TestCase):
                       "(the process exited or the network failed)" % victim, j["message"])
         # Bounded: the heartbeat timeout (3 s here) plus scheduling slack.
         self.assertLess(time.time() - t0, 20)
+        events = self.c.get(job)["events"]
+        reasons = [e["reason"] for e in events]
+        self.assertEqual(reasons[-1], "Failed")
+        self.assertEqual(events[-1]["type"], "Warning")
+        self.assertEqual(events[-1]["message"], j["message"])
+        # The rank that saw its peer go may fail the job before the heartbeat timeout does:
+        # then no WorkerLost is recorded (the job had already ended).
+        for e in events:
+            if e["reason"] == "WorkerLost":
+                self.assertIn(victim, e["message"])
         # The surviving worker is aborted and becomes free again.
         self.c.wait_workers(1, "IDLE", timeout=20)
 
@@ -275,6 +315,13 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(before[k]["state"], after[k]["state"])
             self.assertEqual(before[k].get("message"), after[k].get("message"))
         self.assertEqual(after[ok]["state"], "SUCCEEDED")
+        # Events are in the database: the restarted coordinator still has them.
+        events = self.c.get(ok)["events"]
+        self.assertEqual(events[0]["reason"], "Submitted")
+        self.assertEqual(events[-1]["reason"], "Succeeded")
+        self.assertIn("Succeeded", self.c.ctl("describe", ok)[1])
+        # So are the ranks' log lines.
+        self.assertIn(": starting stage 1 replica 0 of 2 stages", self.c.ctl("logs", ok)[1])
         self.assertEqual(after[ok]["metrics"].get("test_accuracy"),
                          before[ok]["metrics"].get("test_accuracy"))
         # Missing dataset files: the job fails with a message naming the file.

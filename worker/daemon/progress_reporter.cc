@@ -8,8 +8,10 @@
 namespace dapple::worker {
 
 ProgressReporter::ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort,
-                                   std::atomic<int64_t>* checkpoint_step)
-    : stub_(stub), abort_(abort), checkpoint_step_(checkpoint_step), thread_([this] { Loop(); }) {}
+                                   std::atomic<int64_t>* checkpoint_step, JobLogCapture* logs)
+    : stub_(stub), abort_(abort), checkpoint_step_(checkpoint_step), logs_(logs), thread_([this] {
+        Loop();
+      }) {}
 
 ProgressReporter::~ProgressReporter() {
   {
@@ -40,6 +42,19 @@ void ProgressReporter::Loop() {
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
+      if (logs_ != nullptr && !front_has_logs_) {
+        // Taken once per report: a retried report keeps the lines it carries.
+        v1::ProgressReport& front = queue_.front();
+        int64_t dropped = 0;
+        for (CapturedLogLine& line : logs_->TakeLines(kLogLinesPerReport, &dropped)) {
+          v1::JobLogLine* out = front.add_log_lines();
+          out->set_unix_ms(line.unix_ms);
+          out->set_level(std::move(line.level));
+          out->set_text(std::move(line.text));
+        }
+        front.set_log_lines_dropped(dropped);
+        front_has_logs_ = true;
+      }
       report = queue_.front();
       in_flight_ = true;
     }
@@ -51,6 +66,7 @@ void ProgressReporter::Loop() {
     in_flight_ = false;
     if (s.ok()) {
       queue_.pop_front();
+      front_has_logs_ = false;
       failures = 0;
       if (ack.abort()) abort_->store(true);
       if (checkpoint_step_ != nullptr) checkpoint_step_->store(ack.checkpoint_step());
@@ -61,6 +77,7 @@ void ProgressReporter::Loop() {
       DAPPLE_LOG_WARN("progress reports for {} refused ({}); dropping {} queued", report.job_id(),
                       s.error_message(), queue_.size());
       queue_.clear();
+      front_has_logs_ = false;
       abort_->store(true);
     } else {
       if (++failures == 1) {

@@ -411,9 +411,13 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     absl::MutexLock l(&mu_);
     worker_id = worker_id_;
   }
-  DAPPLE_LOG_INFO("{}: starting stage {} of {}", assignment.job_id(), assignment.stage(),
-                  assignment.num_stages());
-  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_);
+  // Every line this process logs while it runs the rank goes to the coordinator with the
+  // rank's reports (`dapplectl logs`).
+  JobLogCapture& logs = *ProcessJobLogCapture();
+  logs.Begin();
+  DAPPLE_LOG_INFO("{}: starting stage {} replica {} of {} stages", assignment.job_id(),
+                  assignment.stage(), assignment.replica(), assignment.num_stages());
+  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_, &logs);
   if (options_.observer) options_.observer->OnRankStarted(assignment);
   // Outlives the final report: closing the connections first would let a peer report "connection
   // lost" before this rank's own cause (say, a diverged loss) reached the coordinator.
@@ -451,6 +455,7 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   if (!reporter.Flush(stopping_.load() ? kFinalReportTimeoutStopping : kFinalReportTimeout)) {
     DAPPLE_LOG_WARN("{}: could not deliver the final report", assignment.job_id());
   }
+  logs.End();
   resources = JobResources();
   absl::MutexLock l(&mu_);
   job_finished_ = true;

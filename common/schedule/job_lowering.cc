@@ -1,5 +1,7 @@
 #include "common/schedule/job_lowering.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/model_info.h"
 #include "common/schedule/ranks.h"
@@ -80,11 +82,18 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
   // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
   // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
+  // (interleaved, not runnable yet, keeps clipping's rule until its runtime exists.)
   const std::string& schedule = spec.parallel().schedule();
-  const bool synchronous = schedule != "pipedream" && schedule != "pipesgd";
+  const bool synchronous = schedule.empty() || schedule == "dapple" || schedule == "gpipe" ||
+                           schedule == "zb-h1" || schedule == "zb-h2";
   options.global_norm =
       synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
+  // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
+  // under them).
+  if (spec.parallel().schedule() == "interleaved") {
+    options.chunks = std::max(1, spec.parallel().interleave());
+  }
   return options;
 }
 

@@ -62,11 +62,13 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 //   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2; "" is
 //                        dapple): GLOBAL_NORM carries the step's job-wide decision, the
 //                        non-finite check and, with training.max_grad_norm > 0, the clipping
-//                        norm (worker/runtime/gradient_exchange.h); under pipedream only with
-//                        training.max_grad_norm > 0; never under pipesgd, whose updater clips
+//                        norm (worker/runtime/gradient_exchange.h); under pipedream and
+//                        interleaved (not runnable yet) only with training.max_grad_norm > 0;
+//                        never under pipesgd, whose updater clips
 //                        the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);
-//   clipping             global_norm and training.max_grad_norm > 0.
+//   clipping             global_norm and training.max_grad_norm > 0;
+//   chunks               parallel.interleave under schedule interleaved (at least 1), else 1.
 // kInvalidArgument: the model's InferLayers error, or a plan stage whose layer range lies
 // outside the model ("plan stage 1 covers layers [3, 9] but the model has 6 layers").
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,

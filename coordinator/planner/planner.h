@@ -99,7 +99,8 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 // empty (the scheduler fills them). programs[s] is stage s's RankProgram (replica 0).
 // Errors, one line each:
 //   kInvalidArgument: InferLayers' errors; an unknown planner ("parallel.planner 'foo' is
-//     unknown; known: balanced, uniform, manual, dapple, pipedream, dp") or schedule;
+//     unknown; known: balanced, uniform, manual, dapple, pipedream, pipedream-code, dp") or
+//     schedule;
 //     micro_batch <= 0 or not dividing global_batch; a profile that does not match the model
 //     (CheckProfileMatchesModel's message); parallel.devices beyond the topology's devices;
 //     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors; under schedule
@@ -119,7 +120,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
 // Plans a profile without a job (`dapplectl plan --profile` without JOB.yaml): planner
 // `planner` (default "dapple" when empty) on the whole `topology`, replicas unlimited, the
 // planner choosing P and M, `global_batch` samples per step (0: 16 x profile.batch_size),
-// the dapple schedule, sgd with momentum (state factor 1). The summary is ToSummary's.
+// the dapple schedule (pipedream, PipeDream's 1F1B-RR, for planner pipedream-code, which plans
+// for it), sgd with momentum (state factor 1). The summary is ToSummary's.
 // Errors: ToChain's and RunPlanner's (kInvalidArgument, kResourceExhausted).
 absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
                                                     const v1::ClusterTopology& topology,

@@ -49,7 +49,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "lr_schedule",
                                                "eval_every_steps",
                                                "precision",
-                                               "recompute"};
+                                               "recompute",
+                                               "max_consecutive_skipped_steps"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
@@ -139,6 +140,10 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "max_grad_norm")) {
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.max_grad_norm"));
     training.set_max_grad_norm(v);
+  }
+  if (const Field* f = Find(fields, "max_consecutive_skipped_steps")) {
+    DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.max_consecutive_skipped_steps"));
+    training.set_max_consecutive_skipped_steps(v);
   }
   if (const Field* f = Find(fields, "eval_every_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.eval_every_steps"));

@@ -263,7 +263,8 @@ TEST(ParseJobSpecTest, AFieldOfAnotherSectionSaysWhereItGoes) {
   ExpectParseError(Edit(kExample, "  epochs: 3\n", "  epochs: 3\n  schedule: gpipe\n"),
                    "job.yaml:15:3: unknown field 'schedule' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
-                   "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute; "
+                   "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
+                   "max_consecutive_skipped_steps; "
                    "'schedule' is a field of parallel: move it there (parallel.schedule)");
 }
 
@@ -419,6 +420,10 @@ TEST(ParseJobSpecTest, ValidationErrorsPointAtTheField) {
                    "job.yaml:21:20: layer 2 is missing: it is in no stage (before "
                    "parallel.stages[1] [3, 3] and after parallel.stages[0] [0, 1]); stages must "
                    "cover every layer exactly once");
+  ExpectParseError(
+      Edit(kExample, "  epochs: 3", "  epochs: 3\n  max_consecutive_skipped_steps: -2"),
+      "job.yaml:15:34: training.max_consecutive_skipped_steps -2 must be >= 0 (0 = "
+      "the first step with a non-finite loss or gradient fails the job)");
   ExpectParseError(Edit(kExample, "  loss: softmax_cross_entropy\n", "  loss: mse\n"),
                    "job.yaml:9:9: model.loss 'mse' is not supported; supported: "
                    "softmax_cross_entropy");

@@ -180,6 +180,33 @@ Check CheckLrSchedule(const v1::TrainingSpec& t) {
   return std::nullopt;
 }
 
+// training.max_consecutive_skipped_steps (docs/job_spec.md, "Non-finite steps"): skipping a
+// step everywhere needs one job-wide decision per step before any rank updates, which only the
+// synchronous schedules have. PipeDream updates each stage when its own micro-batches are done
+// while other stages already run the next step's forwards with the weights of the update in
+// question, and Pipe-SGD applies a step's gradient one step later: a skip would leave the ranks'
+// weight versions out of step, so there the first non-finite step fails the job.
+Check CheckSkippedSteps(const v1::JobSpec& spec) {
+  const int64_t k = spec.training().max_consecutive_skipped_steps();
+  const std::string& schedule = spec.parallel().schedule();
+  if (k < 0) {
+    return At("training.max_consecutive_skipped_steps",
+              absl::StrFormat("training.max_consecutive_skipped_steps %d must be >= 0 (0 = the "
+                              "first step with a non-finite loss or gradient fails the job)",
+                              k));
+  }
+  if (Check c = CheckAtMost("training.max_consecutive_skipped_steps", k, kMaxSteps)) return c;
+  if (k > 0 && (schedule == "pipedream" || schedule == "pipesgd")) {
+    return At("training.max_consecutive_skipped_steps",
+              absl::StrFormat("training.max_consecutive_skipped_steps %d needs a synchronous "
+                              "schedule (gpipe, dapple, zb-h1, zb-h2), got parallel.schedule %s: "
+                              "its asynchronous updates cannot skip a step on every rank "
+                              "together; use 0 (a non-finite step fails the job)",
+                              k, schedule));
+  }
+  return Check();
+}
+
 Check CheckTraining(const v1::JobSpec& spec) {
   const v1::TrainingSpec& t = spec.training();
   if (t.global_batch() < 1) {
@@ -245,6 +272,7 @@ Check CheckTraining(const v1::JobSpec& spec) {
                               "clipping)",
                               FormatDouble(t.max_grad_norm())));
   }
+  if (Check c = CheckSkippedSteps(spec)) return c;
   if (t.eval_every_steps() < 0) {
     return At("training.eval_every_steps",
               absl::StrFormat("training.eval_every_steps %d must be >= 0 (0 = after every epoch)",

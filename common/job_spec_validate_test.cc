@@ -229,6 +229,29 @@ TEST(ValidateJobSpecTest, Schedule) {
   }
 }
 
+// training.max_consecutive_skipped_steps: >= 0; > 0 only under a synchronous schedule (the
+// asynchronous ones cannot skip a step on every rank together).
+TEST(ValidateJobSpecTest, MaxConsecutiveSkippedSteps) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_max_consecutive_skipped_steps(-1);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.max_consecutive_skipped_steps -1 must be >= 0 (0 = the first step with "
+                 "a non-finite loss or gradient fails the job)"});
+  spec.mutable_training()->set_max_consecutive_skipped_steps(5);
+  for (const char* sync : {"gpipe", "dapple", "zb-h1", "zb-h2"}) {
+    spec.mutable_parallel()->set_schedule(sync);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << sync << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_parallel()->set_schedule("pipedream");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.max_consecutive_skipped_steps 5 needs a synchronous schedule (gpipe, "
+                 "dapple, zb-h1, zb-h2), got parallel.schedule pipedream: its asynchronous "
+                 "updates cannot skip a step on every rank together; use 0 (a non-finite step "
+                 "fails the job)"});
+  spec.mutable_training()->set_max_consecutive_skipped_steps(0);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 // schedule interleaved (Megatron's interleaved 1F1B): parallel.interleave v in 2..8 with it and
 // only with it, a fixed stage count P >= 2, P * v <= layers, M >= P (any M from P on, 2P + 1
 // included), not on cuda, not with recomputation or tied weights; a spec that passes every rule
@@ -745,11 +768,11 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
   v1::JobSpec spec = Example();
   spec.mutable_data()->set_dataset("mnist\xff");
   ExpectInvalid(ValidateJobSpec(spec), {"data.dataset 'mnist\\xff' is unknown"});
-  ExpectParseError(
-      Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
-      "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
-      "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
-      "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute; did you mean 'epochs'?");
+  ExpectParseError(Edit(kExample, "  epochs: 3", "  \xe9pochs: 3"),
+                   "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
+                   "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
+                   "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
+                   "max_consecutive_skipped_steps; did you mean 'epochs'?");
 }
 
 }  // namespace

@@ -135,6 +135,10 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   if (t.max_grad_norm() != 0) {
     absl::StrAppend(&out, "  max_grad_norm: ", YamlDouble(t.max_grad_norm()), "\n");
   }
+  if (t.max_consecutive_skipped_steps() != 0) {
+    absl::StrAppend(&out, "  max_consecutive_skipped_steps: ", t.max_consecutive_skipped_steps(),
+                    "\n");
+  }
   if (t.eval_every_steps() != 0) {
     absl::StrAppend(&out, "  eval_every_steps: ", t.eval_every_steps(), "\n");
   }

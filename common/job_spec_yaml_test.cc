@@ -66,6 +66,7 @@ TEST(JobSpecToYamlTest, RoundTrips) {
   spec.mutable_training()->set_seed(std::numeric_limits<uint64_t>::max());
   spec.mutable_training()->set_max_steps(100);
   spec.mutable_training()->set_checkpoint_every_steps(25);
+  spec.mutable_training()->set_max_consecutive_skipped_steps(4);
   spec.mutable_model()->mutable_layers(2)->set_type("gelu");
   spec.mutable_data()->set_path("/data/fashion mnist: \"v2\" #1\\x\t");
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);

@@ -1,5 +1,6 @@
 #include "dapplectl/views.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -231,6 +232,16 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
                : "-");
   AddField(&out, "SAMPLES/S",
            m.samples_per_second() > 0 ? FormatRate(m.samples_per_second()) : "-");
+  // Every rank skips a non-finite step together, so the most any rank counted is the job's.
+  int64_t skipped = 0;
+  for (const v1::StageMetrics& sm : job.stage_metrics()) {
+    skipped = std::max(skipped, sm.skipped_steps());
+  }
+  if (skipped > 0) {
+    AddField(&out, "SKIPPED STEPS",
+             absl::StrCat(skipped, " (a non-finite loss or gradient; at most ",
+                          job.spec().training().max_consecutive_skipped_steps(), " in a row)"));
+  }
   if (EvaluatesValidationSplit(job.spec())) {
     AddField(&out, "VAL LOSS",
              m.has_validation_loss()

@@ -137,6 +137,21 @@ TEST(ViewsTest, TextJobBeforeItsFirstEvaluation) {
   EXPECT_EQ(RenderSample(job), "");
 }
 
+// A job whose ranks skipped steps for non-finite values says how many (the most any rank
+// counted: they skip together); none: no line.
+TEST(ViewsTest, JobDetailsShowSkippedSteps) {
+  v1::Job job = SampleJob();
+  EXPECT_THAT(RenderJobDetails(job, kNowMs), Not(HasSubstr("SKIPPED STEPS")));
+  job.mutable_spec()->mutable_training()->set_max_consecutive_skipped_steps(3);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::StageMetrics* m = job.add_stage_metrics();
+    m->set_stage(rank);
+    m->set_skipped_steps(2);
+  }
+  EXPECT_THAT(RenderJobDetails(job, kNowMs),
+              HasSubstr("SKIPPED STEPS 2 (a non-finite loss or gradient; at most 3 in a row)\n"));
+}
+
 TEST(ViewsTest, EmptyLists) {
   EXPECT_EQ(RenderJobList({}, kNowMs), "no jobs\n");
   EXPECT_EQ(RenderWorkerList({}, kNowMs), "no workers\n");

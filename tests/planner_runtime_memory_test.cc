@@ -105,6 +105,8 @@ std::vector<absl::StatusOr<worker::StepResult>> RunOneStep(
   }
   // The head is tied to the embedding on the other stage: both stages are the tied group.
   worker::testing::LocalCollectiveGroup tied(stages);
+  // Every rank: the step's job-wide decision (GLOBAL_NORM, in every synchronous program).
+  worker::testing::LocalCollectiveGroup job(stages);
   std::vector<absl::StatusOr<worker::StepResult>> results(stages, absl::UnknownError("not run"));
   predicted->assign(stages, memory::ReplicaMemory());
   std::vector<std::thread> threads;
@@ -117,8 +119,10 @@ std::vector<absl::StatusOr<worker::StepResult>> RunOneStep(
       a.set_num_stages(stages);
       *a.mutable_program() = plan.programs(s);
       worker::testing::LocalCollective member(&tied, s);
+      worker::testing::LocalCollective job_member(&job, s);
       worker::StageCollectives collectives;
       collectives.tied = &member;
+      collectives.job = &job_member;
       absl::StatusOr<std::unique_ptr<worker::StageRuntime>> rt =
           worker::StageRuntime::Create(a, &data, &data, transports[s].get(), nullptr, collectives);
       if (!rt.ok()) {

@@ -80,8 +80,15 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
     options.allreduce_stages.push_back(StageReplicas(plan, s) > 1);
   }
   options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
+  // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
+  // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
+  // (interleaved, not runnable yet, keeps clipping's rule until its runtime exists.)
+  const std::string& schedule = spec.parallel().schedule();
+  const bool synchronous = schedule.empty() || schedule == "dapple" || schedule == "gpipe" ||
+                           schedule == "zb-h1" || schedule == "zb-h2";
   options.global_norm =
-      spec.training().max_grad_norm() > 0 && spec.parallel().schedule() != "pipesgd";
+      synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
+  options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
   // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
   // under them).
   if (spec.parallel().schedule() == "interleaved") {
@@ -113,14 +120,15 @@ absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
              : " holds no tied weight split across stages, but its program has a TIED_ALLREDUCE",
         " (lower it with schedule::LowerOptionsFor)"));
   }
-  if ((CountActions(program, v1::GLOBAL_NORM) > 0) != lower.global_norm) {
+  const bool has_norm = CountActions(program, v1::GLOBAL_NORM) > 0;
+  if (has_norm ? !lower.global_norm : lower.clipping) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", stage,
-        lower.global_norm
+        lower.clipping
             ? "'s program has no GLOBAL_NORM before OPTIMIZER_STEP, but training.max_grad_norm "
               "clips gradients by their global norm"
-            : "'s program has a GLOBAL_NORM, but the job does not clip gradients that way "
-              "(training.max_grad_norm 0, or schedule pipesgd)",
+            : "'s program has a GLOBAL_NORM, but the job takes no job-wide decision per step "
+              "(schedule pipedream without training.max_grad_norm, or schedule pipesgd)",
         " (lower it with schedule::LowerOptionsFor)"));
   }
   return absl::OkStatus();

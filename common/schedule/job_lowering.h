@@ -59,9 +59,15 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 // The LowerOptions of every rank of `spec` on `plan`:
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
-//   global_norm          training.max_grad_norm > 0 (gradient clipping), except under schedule
-//                        pipesgd, whose updater clips the reduced gradient it applies locally
+//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2; "" is
+//                        dapple): GLOBAL_NORM carries the step's job-wide decision, the
+//                        non-finite check and, with training.max_grad_norm > 0, the clipping
+//                        norm (worker/runtime/gradient_exchange.h); under pipedream and
+//                        interleaved (not runnable yet) only with training.max_grad_norm > 0;
+//                        never under pipesgd, whose updater clips
+//                        the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);
+//   clipping             global_norm and training.max_grad_norm > 0;
 //   chunks               parallel.interleave under schedule interleaved (at least 1), else 1.
 // kInvalidArgument: the model's InferLayers error, or a plan stage whose layer range lies
 // outside the model ("plan stage 1 covers layers [3, 9] but the model has 6 layers").
@@ -72,9 +78,12 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind);
 
 // Whether stage `stage`'s `program` holds the collectives `lower` gives it: a TIED_ALLREDUCE
-// exactly when lower.tied_stages[stage], a GLOBAL_NORM exactly when lower.global_norm (without
-// them tied copies would drift apart or clipping would be skipped; with them the rank would wait
-// for a group that does not expect it). kInvalidArgument naming the stage and the action.
+// exactly when lower.tied_stages[stage] (without it tied copies would drift apart; with it the
+// rank would wait for a group that does not expect it); a GLOBAL_NORM only when
+// lower.global_norm, and always when lower.clipping (without it clipping would be skipped). A
+// synchronous program without GLOBAL_NORM (what the coordinator never hands out, but tests
+// build) runs without the job-wide non-finite decision. kInvalidArgument naming the stage and
+// the action.
 absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
                                      const LowerOptions& lower);
 

@@ -106,13 +106,26 @@ TEST(LowerOptionsForTest, DecidesEveryCollectiveOfTheJob) {
   LowerOptions o = LowerOptionsFor(spec, plan).value();
   EXPECT_THAT(o.allreduce_stages, ElementsAre(false, true, false));
   EXPECT_THAT(o.tied_stages, ElementsAre(true, false, true));
-  EXPECT_FALSE(o.global_norm);
+  // Every synchronous schedule takes the step's job-wide non-finite decision, clipping or not.
+  EXPECT_TRUE(o.global_norm);
+  EXPECT_FALSE(o.clipping);
+  for (const char* sync : {"gpipe", "dapple", "zb-h1", "zb-h2"}) {
+    spec.mutable_parallel()->set_schedule(sync);
+    EXPECT_TRUE(LowerOptionsFor(spec, plan)->global_norm) << sync;
+  }
+  // PipeDream only for clipping.
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_FALSE(LowerOptionsFor(spec, plan)->global_norm);
 
   spec.mutable_training()->set_max_grad_norm(1.0);
   EXPECT_TRUE(LowerOptionsFor(spec, plan)->global_norm);
+  EXPECT_TRUE(LowerOptionsFor(spec, plan)->clipping);
+  spec.mutable_parallel()->set_schedule("dapple");
+  EXPECT_TRUE(LowerOptionsFor(spec, plan)->clipping);
   // Pipe-SGD clips in its updater, locally.
   spec.mutable_parallel()->set_schedule("pipesgd");
   EXPECT_FALSE(LowerOptionsFor(spec, Plan({{0, 3}}, {2}))->global_norm);
+  EXPECT_FALSE(LowerOptionsFor(spec, Plan({{0, 3}}, {2}))->clipping);
 
   const LowerOptions mlp = LowerOptionsFor(MlpSpec(), Plan({{0, 0}, {1, 1}}, {1, 1})).value();
   EXPECT_THAT(mlp.tied_stages, ElementsAre(false, false));

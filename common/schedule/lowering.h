@@ -23,9 +23,13 @@ struct LowerOptions {
   // other side is on another stage (job_lowering.h TiedStages), whose programs get one
   // TIED_ALLREDUCE right before each OPTIMIZER_STEP (before the ALLREDUCE).
   std::vector<bool> tied_stages = {};
-  // Gradient clipping: every program gets one GLOBAL_NORM right before each OPTIMIZER_STEP
-  // (after the ALLREDUCE).
+  // The step's job-wide decision (the non-finite check, and the norm of gradient clipping):
+  // every program gets one GLOBAL_NORM right before each OPTIMIZER_STEP (after the ALLREDUCE).
   bool global_norm = false;
+  // training.max_grad_norm > 0 with global_norm: a program without GLOBAL_NORM would not clip
+  // (CheckProgramCollectives refuses it); without clipping a synchronous program may lack it
+  // (hand-built test programs: no job-wide non-finite decision then). Lowering ignores it.
+  bool clipping = false;
   // v, the model chunks each rank holds (interleaved 1F1B, GenerateInterleavedOps): the
   // programs' compute actions name their virtual stage c * P + r of P * v, and communication
   // goes to the neighbouring virtual stage. 1 (the default) for every other schedule. The

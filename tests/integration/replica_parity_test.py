@@ -92,7 +92,10 @@ class ReplicaParityTest(unittest.TestCase):
             trace = json.load(f)
         return trace, [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
-    def check_allreduce_once_per_step(self, name, job, stages, replicas, collectives=1):
+    def check_allreduce_once_per_step(self, name, job, stages, replicas, collectives=2):
+        """Per rank and step, `collectives` actions of the allreduce category: the replicas'
+        ALLREDUCE, then GLOBAL_NORM (every synchronous program: the step's non-finite decision
+        and, with clipping, its norm)."""
         trace, events = self.trace_events(job)
         steps = trace["metadata"]["traced_steps"]
         self.assertEqual(steps, list(range(1, STEPS + 1)), name)
@@ -128,7 +131,7 @@ class ReplicaParityTest(unittest.TestCase):
                               training_extra=CLIPPED)
         self.check_parity(name, job, j, stages=2, replicas=2, ref=ref)
         # Per rank and step: ALLREDUCE then GLOBAL_NORM (both in the allreduce category).
-        self.check_allreduce_once_per_step(name, job, stages=2, replicas=2, collectives=2)
+        self.check_allreduce_once_per_step(name, job, stages=2, replicas=2)
         _, events = self.trace_events(job)
         norms = [e for e in events if e["name"] == "GLOBAL_NORM"]
         self.assertEqual(len(norms), 2 * 2 * STEPS, name)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 
 #include "absl/strings/match.h"
@@ -35,6 +36,7 @@
 #include "worker/daemon/profile_runner.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/stage_links.h"
+#include "worker/runtime/nonfinite_injection.h"
 #include "worker/runtime/param_io.h"
 #include "worker/runtime/stage_runtime.h"
 
@@ -691,6 +693,16 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       res->runtime, StageRuntime::Create(a, data.train.get(), data.eval.get(), runtime_transport,
                                          links->TakeBackend(), collectives));
   StageRuntime* rt = res->runtime.get();
+  if (const char* inject = std::getenv(kInjectNonFiniteEnv); inject != nullptr && *inject) {
+    // A test hook (nonfinite_injection.h): said loudly, never silently in effect.
+    DAPPLE_ASSIGN_OR_RETURN(const NonFiniteInjection injection, ParseNonFiniteInjection(inject));
+    DAPPLE_LOG_WARN(
+        "{}: stage {} replica {}: TEST HOOK {}={}: a NaN is injected on stage {} "
+        "replica {} at steps {}-{}, micro-batch {}",
+        job, stage, a.replica(), kInjectNonFiniteEnv, inject, injection.stage, injection.replica,
+        injection.first_step, injection.last_step, injection.micro_batch);
+    rt->InjectNonFinite(injection);
+  }
   StageCheckpointer checkpointer(a, &checkpoint_step_);
   DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
   const int64_t total = TotalSteps(a.spec());
@@ -716,8 +728,13 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     StepResult r = *std::move(step_result);
     peak_memory = std::max(peak_memory, r.stats.peak_memory_bytes());
     const int epoch = EpochOfStep(a.spec(), step + 1);
-    if (last && !std::isfinite(r.loss)) {
-      // Training cannot recover from a non-finite loss; reporting success would hide it.
+    if (r.stats.skipped()) {
+      // Every rank skipped it together (gradient_exchange.h); the streak limit fails RunStep.
+      DAPPLE_LOG_WARN("{}: stage {} replica {}: step {} skipped: non-finite {}", job, stage,
+                      a.replica(), step + 1, r.skip_reason);
+    } else if (last && !std::isfinite(r.loss)) {
+      // Without a job-wide decision (pipedream, pipesgd) a non-finite loss fails the job: the
+      // update has been applied, and reporting success would hide it.
       return absl::FailedPreconditionError(absl::StrFormat(
           "training diverged at step %d: loss %f (try a lower training.optimizer.lr)", step + 1,
           r.loss));

@@ -176,6 +176,11 @@ class CpuStageBackend : public StageBackend {
 
   int64_t OptimizerUpdates() const override { return optimizer_->steps(); }
 
+  absl::Status DropGradients() override {
+    kernels::ZeroGrads(params_);
+    return absl::OkStatus();
+  }
+
   HeldBytes Held() const override {
     HeldBytes held;
     held.parameters = optimizer_->StateBytes();

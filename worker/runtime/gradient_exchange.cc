@@ -1,6 +1,9 @@
 #include "worker/runtime/gradient_exchange.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "common/grad_clip.h"
@@ -22,7 +25,46 @@ absl::Status CheckMember(const Collective* c, int size, int rank, int stage, int
       stage, replica, rank, size, what, c->rank(), c->size()));
 }
 
+// The order of FirstNonFinite: lower keys first.
+std::tuple<int64_t, int, int> OrderKey(const NormRecord& r, int stage, int replica) {
+  const int64_t mb = r.micro_batch >= 0 ? r.micro_batch : std::numeric_limits<int32_t>::max();
+  return {mb, -stage, replica};
+}
+
 }  // namespace
+
+std::string DescribeNonFinite(const NonFinite& where) {
+  const char* kind = where.kind == NonFiniteKind::kLoss ? "loss" : "gradient";
+  return absl::StrFormat(
+      "%s (%s) at stage %d replica %d %s", kind, where.nan ? "NaN" : "Inf", where.stage,
+      where.replica,
+      where.micro_batch >= 0
+          ? absl::StrFormat("micro-batch %d", where.micro_batch)
+          : std::string("(micro-batch not tracked: the step's accumulated gradient)"));
+}
+
+NonFinite FirstNonFinite(const std::vector<NormRecord>& records,
+                         const std::vector<std::pair<int, int>>& places) {
+  NonFinite first;
+  int best = -1;
+  for (size_t i = 0; i < records.size() && i < places.size(); ++i) {
+    const NormRecord& r = records[i];
+    if (r.kind == static_cast<uint8_t>(NonFiniteKind::kNone)) continue;
+    if (best >= 0 && !(OrderKey(r, places[i].first, places[i].second) <
+                       OrderKey(records[best], places[best].first, places[best].second))) {
+      continue;
+    }
+    best = static_cast<int>(i);
+  }
+  if (best < 0) return first;
+  const NormRecord& r = records[best];
+  first.kind = static_cast<NonFiniteKind>(r.kind);
+  first.nan = r.nan != 0;
+  first.stage = places[best].first;
+  first.replica = places[best].second;
+  first.micro_batch = r.micro_batch;
+  return first;
+}
 
 absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
     const v1::StageAssignment& assignment, const schedule::LowerOptions& lower,
@@ -38,6 +80,16 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
   ex->counts_norm_ = replica == 0;
   ex->clipping_ = lower.global_norm;
   ex->max_grad_norm_ = assignment.spec().training().max_grad_norm();
+  ex->max_consecutive_skips_ = assignment.spec().training().max_consecutive_skipped_steps();
+  ex->stage_ = stage;
+  ex->replica_ = replica;
+  ex->places_.resize(static_cast<size_t>(schedule::NumRanks(plan)));
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
+      const int rank = schedule::RankIndex(plan, s, r);
+      if (rank >= 0 && rank < static_cast<int>(ex->places_.size())) ex->places_[rank] = {s, r};
+    }
+  }
 
   if (d > 1 && collectives.replicas == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -71,8 +123,8 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
   if (lower.global_norm && ranks > 1) {
     if (collectives.job == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "training.max_grad_norm clips by the norm over all %d ranks of the job, but stage %d "
-          "replica %d was given no job-wide collective for it",
+          "GLOBAL_NORM (the step's non-finite check and clipping norm) is taken over all %d "
+          "ranks of the job, but stage %d replica %d was given no job-wide collective for it",
           ranks, stage, replica));
     }
     DAPPLE_RETURN_IF_ERROR(CheckMember(collectives.job, ranks,
@@ -146,6 +198,7 @@ absl::Status GradientExchange::AllReduceTied() {
     }
     offset += tied_sizes_[k];
   }
+  ScanGradients(static_cast<int64_t>(buffer_.size()));  // this rank's own, before the sum
   DAPPLE_RETURN_IF_ERROR(collectives_.tied->AllReduceSum(buffer_.data(), buffer_.size()));
   offset = 0;
   for (size_t k = 0; k < tied_positions_.size(); ++k) {
@@ -183,6 +236,7 @@ absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
   buffer_.resize(static_cast<size_t>(grads + (loss_sum != nullptr ? 1 : 0)));
   if (grads > 0)
     DAPPLE_RETURN_IF_ERROR(backend_->ReadGradientsOf(replica_positions_, buffer_.data()));
+  ScanGradients(grads);  // this replica's own, before the sum
   if (loss_sum != nullptr) buffer_[grads] = static_cast<float>(*loss_sum);
   if (!buffer_.empty()) {
     DAPPLE_RETURN_IF_ERROR(collectives_.replicas->AllReduceSum(buffer_.data(), buffer_.size()));
@@ -192,6 +246,28 @@ absl::Status GradientExchange::AllReduceReplicas(double* loss_sum) {
   }
   if (loss_sum != nullptr) *loss_sum = buffer_[grads];
   return absl::OkStatus();
+}
+
+void GradientExchange::ScanGradients(int64_t floats) {
+  bool nan = false, inf = false;
+  for (int64_t i = 0; i < floats; ++i) {
+    const float v = buffer_[static_cast<size_t>(i)];
+    nan |= std::isnan(v);
+    inf |= std::isinf(v);
+  }
+  if (!nan && !inf) return;
+  if (found_.kind == static_cast<uint8_t>(NonFiniteKind::kNone)) {
+    found_.kind = static_cast<uint8_t>(NonFiniteKind::kGradient);
+    found_.micro_batch = -1;
+  }
+  if (found_.kind == static_cast<uint8_t>(NonFiniteKind::kGradient)) found_.nan |= nan;
+}
+
+void GradientExchange::NoteLoss(int micro_batch, double loss_sum) {
+  if (std::isfinite(loss_sum) || found_.kind == static_cast<uint8_t>(NonFiniteKind::kLoss)) return;
+  found_.kind = static_cast<uint8_t>(NonFiniteKind::kLoss);
+  found_.micro_batch = micro_batch;
+  found_.nan = std::isnan(loss_sum);
 }
 
 // The norm of the update's final gradients: after the replicas' and the tied weights' sums.
@@ -205,8 +281,20 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
   NormRecord mine;
   // Negative: not measured (counted as 0). A NaN stays NaN, as in PyTorch's total norm.
   mine.sq_norm = counts_norm_ && !(local_sq_norm_ < 0) ? local_sq_norm_ : 0.0;
+  // Unreplicated, the norm is of this rank's own gradient (no sum mixed others' in but the
+  // tied weights', which their own stages scanned): non-finite exactly when an element is.
+  if (num_replicas_ == 1 && !std::isfinite(local_sq_norm_) &&
+      found_.kind == static_cast<uint8_t>(NonFiniteKind::kNone)) {
+    found_.kind = static_cast<uint8_t>(NonFiniteKind::kGradient);
+    found_.micro_batch = -1;
+    found_.nan = std::isnan(local_sq_norm_);
+  }
+  mine.kind = found_.kind;
+  mine.micro_batch = found_.micro_batch;
+  mine.nan = found_.nan;
   GlobalNormResult result;
   if (collectives_.job == nullptr) {
+    records_.assign(1, mine);
     result.total_sq_norm = mine.sq_norm;
   } else {
     records_.resize(static_cast<size_t>(collectives_.job->size()));
@@ -214,11 +302,33 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
     // Rank order, in double, on every rank: bitwise the same total everywhere.
     for (const NormRecord& r : records_) result.total_sq_norm += r.sq_norm;
   }
-  clip_ = ClipCoefficient(max_grad_norm_, result.total_sq_norm);
+  // The same records on every rank: the same decision, the same streak, the same message.
+  const std::vector<std::pair<int, int>> one = {{stage_, replica_}};
+  result.first = FirstNonFinite(records_, collectives_.job == nullptr ? one : places_);
+  result.skip = result.first.kind != NonFiniteKind::kNone;
+  if (result.skip) {
+    ++consecutive_skips_;
+    if (consecutive_skips_ > max_consecutive_skips_) {
+      return absl::FailedPreconditionError(
+          max_consecutive_skips_ == 0
+              ? absl::StrFormat("non-finite %s; training.max_consecutive_skipped_steps is 0: a "
+                                "non-finite step fails the job (set it > 0 to skip such steps)",
+                                DescribeNonFinite(result.first))
+              : absl::StrFormat("non-finite %s; %d non-finite steps in a row, "
+                                "training.max_consecutive_skipped_steps allows %d",
+                                DescribeNonFinite(result.first), consecutive_skips_,
+                                max_consecutive_skips_));
+    }
+    ++skipped_updates_;
+  } else {
+    consecutive_skips_ = 0;
+  }
+  skip_ = result.skip;
+  clip_ = result.skip ? 1 : ClipCoefficient(max_grad_norm_, result.total_sq_norm);
   return result;
 }
 
-absl::StatusOr<double> GradientExchange::PrepareUpdate() {
+absl::StatusOr<UpdateDecision> GradientExchange::PrepareUpdate() {
   if (num_replicas_ > 1 && !replicas_done_) {
     return absl::InternalError(absl::StrFormat(
         "OPTIMIZER_STEP of a stage with %d replicas before their ALLREDUCE", num_replicas_));
@@ -227,7 +337,8 @@ absl::StatusOr<double> GradientExchange::PrepareUpdate() {
     return absl::InternalError("OPTIMIZER_STEP of a tied stage before its TIED_ALLREDUCE");
   }
   if (clipping_ && !norm_done_) {
-    return absl::InternalError("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM");
+    return absl::InternalError(
+        "OPTIMIZER_STEP before its GLOBAL_NORM (the non-finite decision and clipping's norm)");
   }
   // One replica without an ALLREDUCE action applies its statistics here (D > 1 applied them at
   // the ALLREDUCE checked above).
@@ -238,10 +349,14 @@ absl::StatusOr<double> GradientExchange::PrepareUpdate() {
   }
   // torch.nn.utils.clip_grad_norm_ scales before the update (1: nothing to do).
   if (clip_ < 1) DAPPLE_RETURN_IF_ERROR(backend_->ScaleGradients(static_cast<float>(clip_)));
-  tied_done_ = replicas_done_ = norm_done_ = statistics_done_ = false;
+  UpdateDecision decision;
+  decision.sq_norm = sq_norm;
+  decision.skip = skip_;
+  tied_done_ = replicas_done_ = norm_done_ = statistics_done_ = skip_ = false;
   local_sq_norm_ = -1;
   clip_ = 1;
-  return sq_norm;
+  found_ = NormRecord();
+  return decision;
 }
 
 }  // namespace dapple::worker

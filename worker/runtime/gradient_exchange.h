@@ -16,13 +16,38 @@
 //                   statistics), so the buffers stay identical on every replica.
 //   GLOBAL_NORM     GlobalNorm: every rank of the job contributes a NormRecord (its stage's
 //                   squared gradient norm, tied copies excluded, from replica 0 only: the
-//                   replicas hold the same summed gradient) and gets every rank's; each sums
-//                   them in rank order in double, so all ranks hold bitwise the same total
-//                   (torch.nn.utils.clip_grad_norm_'s total norm, each parameter counted once),
-//                   and the clip coefficient (common/grad_clip.h) follows from it.
+//                   replicas hold the same summed gradient; and what it found non-finite) and
+//                   gets every rank's; each sums the norms in rank order in double, so all ranks
+//                   hold bitwise the same total (torch.nn.utils.clip_grad_norm_'s total norm,
+//                   each parameter counted once), and the clip coefficient (common/grad_clip.h)
+//                   follows from it; each takes the same skip decision from the same records.
+//                   Lowered into every synchronous program (schedule::LowerOptionsFor).
 //   OPTIMIZER_STEP  PrepareUpdate: checks that the update's collectives ran, applies the step
 //                   statistics of an unreplicated stage (no ALLREDUCE: its own are the sum) and
-//                   multiplies every gradient by the clip coefficient when it is below 1.
+//                   multiplies every gradient by the clip coefficient when it is below 1; or,
+//                   when GLOBAL_NORM decided to skip, says so (the runtime then drops the
+//                   gradients instead of updating).
+//
+// Non-finite values (issue 17; docs/schedules.md, "Non-finite steps"). What a rank checks, each
+// fused with a pass the step makes anyway:
+//   - its loss, per micro-batch (the last stage: NoteLoss with each micro-batch's loss sum, a
+//     scalar: free), so a non-finite loss names its micro-batch;
+//   - its own gradient, once per step, before any sum mixes it with others': on a replicated
+//     stage the AllReduce's host buffer is scanned right before the AllReduce (one read of what
+//     ReadGradientsOf just wrote, cheaper than the AllReduce itself), a tied stage's tied
+//     buffer the same way before the tied sum, and on an unreplicated stage the squared norm,
+//     which the runtime measures every step anyway (StageStepStats.gradient_sq_norm), is
+//     non-finite exactly when a gradient element is (squares of floats summed in double cannot
+//     overflow): no extra pass. The accumulated gradient does not say which micro-batch made it
+//     non-finite (that would take a pass per micro-batch, M times this check), so a gradient's
+//     micro-batch is reported as not tracked (-1).
+// The decision: the step is skipped on every rank when any record is non-finite. The first
+// place (FirstNonFinite) is the one with the lowest micro-batch (a not tracked one after every
+// tracked one), then the highest stage (the backward runs from the last stage down, so of the
+// stages whose gradients of one micro-batch are non-finite the highest met it first; a loss is
+// on the last stage), then the lowest replica. training.max_consecutive_skipped_steps K: the
+// (K+1)-th non-finite step in a row fails GlobalNorm on every rank (kFailedPrecondition naming
+// the first place, the kind and the value); K = 0 fails the first.
 // So the statistics are applied once per update, from the forwards since the previous one: under
 // gpipe and dapple exactly the step's micro-batches; under pipedream those the replica ran since
 // its last update (a replicated last stage may have run forwards of the next step).
@@ -32,10 +57,6 @@
 // the order (a second ALLREDUCE before the update, an ALLREDUCE after GLOBAL_NORM, an update
 // without a collective the stage needs) gets kInternal naming the rule.
 //
-// The record is the place for more per-step job-wide facts: a non-finite gradient anywhere
-// (issue 17) adds a flag to NormRecord and a "skip this step" to GlobalNormResult, decided
-// from the same gathered records on every rank.
-//
 // Thread safety: one thread (the runtime's). Errors: the collectives' (collective.h) and the
 // backend's, unchanged.
 #ifndef DAPPLE_WORKER_RUNTIME_GRADIENT_EXCHANGE_H_
@@ -44,6 +65,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -63,18 +85,51 @@ struct StageCollectives {
   // the stages LowerOptions::tied_stages names.
   Collective* tied = nullptr;
   // Every rank of the job (size schedule::NumRanks, rank = schedule::RankIndex); GLOBAL_NORM.
-  // Needed only with LowerOptions::global_norm and more than one rank.
+  // Needed only with LowerOptions::global_norm (every synchronous schedule) and more than one
+  // rank.
   Collective* job = nullptr;
 };
 
+// What a rank found non-finite in a step.
+enum class NonFiniteKind : uint8_t { kNone = 0, kLoss = 1, kGradient = 2 };
+
 // One rank's part of GLOBAL_NORM (16 bytes on the wire, fixed layout).
 struct NormRecord {
-  double sq_norm = 0;   // this rank's squared gradient norm, 0 where another replica counts it
-  double reserved = 0;  // zero; issue 17's non-finite flag goes here
+  double sq_norm = 0;        // this rank's squared gradient norm, 0 where another replica counts it
+  int32_t micro_batch = -1;  // of a non-finite loss (0-based in the step); -1: none or a gradient
+  uint8_t kind = 0;          // NonFiniteKind; a loss wins over a gradient on one rank
+  uint8_t nan = 0;           // 1: a NaN was seen, 0: only infinities (kind != kNone)
+  uint8_t padding[2] = {0, 0};
 };
+
+// A non-finite value and where it was.
+struct NonFinite {
+  NonFiniteKind kind = NonFiniteKind::kNone;
+  bool nan = false;  // NaN, else Inf
+  int stage = -1;
+  int replica = -1;
+  int micro_batch = -1;  // -1: not tracked (a gradient)
+};
+
+// "loss (NaN) at stage 1 replica 0 micro-batch 3", "gradient (Inf) at stage 2 replica 1
+// (micro-batch not tracked: the step's accumulated gradient)".
+std::string DescribeNonFinite(const NonFinite& where);
+
+// The first non-finite place among `records` (record i from the rank at places[i] = {stage,
+// replica}), by the rule in the file comment; kind kNone when every record is finite.
+NonFinite FirstNonFinite(const std::vector<NormRecord>& records,
+                         const std::vector<std::pair<int, int>>& places);
 
 struct GlobalNormResult {
   double total_sq_norm = 0;  // over every parameter of the model, each counted once
+  bool skip = false;         // some rank found a non-finite value: every rank skips the update
+  NonFinite first;           // FirstNonFinite, when skip
+};
+
+// OPTIMIZER_STEP's part of the exchange (PrepareUpdate).
+struct UpdateDecision {
+  double sq_norm = -1;  // this stage's squared gradient norm before clipping (negative: none)
+  bool skip = false;    // drop the gradients, do not update (GlobalNorm decided)
 };
 
 class GradientExchange {
@@ -84,9 +139,9 @@ class GradientExchange {
   // (schedule::SplitTiedWeights), on `backend` (not owned). Reads backend->HostParams() once for
   // the tensors' names and sizes. kInvalidArgument naming the stage for: D_s > 1 without
   // collectives.replicas, or one of another size or rank; a tied stage without
-  // collectives.tied, or one whose size or rank is not its place in TiedGroupRanks; clipping over
-  // more than one rank without collectives.job, or one whose size or rank differ from
-  // NumRanks / RankIndex; a tied stage whose parameters hold a split tied weight twice.
+  // collectives.tied, or one whose size or rank is not its place in TiedGroupRanks; GLOBAL_NORM
+  // over more than one rank without collectives.job, or one whose size or rank differ from NumRanks
+  // / RankIndex; a tied stage whose parameters hold a split tied weight twice.
   static absl::StatusOr<std::unique_ptr<GradientExchange>> Create(
       const v1::StageAssignment& assignment, const schedule::LowerOptions& lower,
       const std::vector<schedule::TiedWeight>& split_tied, StageBackend* backend,
@@ -102,21 +157,32 @@ class GradientExchange {
   // ALLREDUCE handed to someone else (Pipe-SGD's updater reduces and applies the gradients and
   // the step statistics asynchronously): only the order is checked.
   absl::Status ReplicasReducedElsewhere();
+  // The last stage's loss sum of micro-batch `micro_batch` of the step being run (0-based):
+  // the first non-finite one is kept for GLOBAL_NORM's record.
+  void NoteLoss(int micro_batch, double loss_sum);
   // GLOBAL_NORM: measures the backend's GradientSquaredNorm (negative: not measured, counted as
-  // 0), exchanges it (without a job collective, one rank: the total is the local value) and
-  // keeps the clip coefficient of training.max_grad_norm.
+  // 0), exchanges it with what this rank found non-finite (without a job collective, one rank:
+  // the total is the local value), keeps the clip coefficient of training.max_grad_norm and
+  // the skip decision. kFailedPrecondition, on every rank alike, when this is the
+  // (K+1)-th non-finite step in a row (K = training.max_consecutive_skipped_steps):
+  // "non-finite loss (NaN) at stage 1 replica 0 micro-batch 3; 3 non-finite steps in a row,
+  // training.max_consecutive_skipped_steps allows 2".
   absl::StatusOr<GlobalNormResult> GlobalNorm();
   // OPTIMIZER_STEP, before the backend's update: checks that the update's ALLREDUCE (D > 1),
-  // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (clipping) ran, applies the step statistics
-  // when no ALLREDUCE did, scales the gradients by the clip coefficient when below 1, and
-  // starts the next update's round. Returns this stage's
-  // squared gradient norm before clipping (GlobalNorm's measure, or measured now).
-  absl::StatusOr<double> PrepareUpdate();
+  // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (when lowered) ran, applies the step
+  // statistics when no ALLREDUCE did, scales the gradients by the clip coefficient when below
+  // 1 (not when skipping), and starts the next update's round. Returns this stage's squared
+  // gradient norm before clipping (GlobalNorm's measure, or measured now) and whether
+  // GlobalNorm decided to skip this update.
+  absl::StatusOr<UpdateDecision> PrepareUpdate();
 
   // Whether this rank's squared norm counts toward the total (replica 0 of its stage).
   bool counts_norm() const { return counts_norm_; }
   // Floats of the tied tensors this rank sums in AllReduceTied (0: not a tied stage).
   int64_t tied_floats() const { return tied_floats_; }
+  // Updates skipped in a row so far (0 after an applied one), and in all.
+  int64_t consecutive_skips() const { return consecutive_skips_; }
+  int64_t skipped_updates() const { return skipped_updates_; }
 
  private:
   GradientExchange() = default;
@@ -125,13 +191,21 @@ class GradientExchange {
   // Reads the backend's step statistics, sums them over the replicas (when replicated) and
   // applies the sum.
   absl::Status ApplyStepStatistics();
+  // Notes a non-finite gradient among buffer_'s first `floats` (this rank's own, before a sum).
+  void ScanGradients(int64_t floats);
 
   StageBackend* backend_ = nullptr;
   StageCollectives collectives_;
   int num_replicas_ = 1;
   bool counts_norm_ = false;
-  bool clipping_ = false;     // LowerOptions::global_norm
+  bool clipping_ = false;     // LowerOptions::global_norm: GLOBAL_NORM precedes each update
   double max_grad_norm_ = 0;  // training.max_grad_norm
+  int64_t max_consecutive_skips_ = 0;  // training.max_consecutive_skipped_steps
+  int64_t consecutive_skips_ = 0;
+  int64_t skipped_updates_ = 0;
+  std::vector<std::pair<int, int>> places_;  // {stage, replica} of every rank (RankIndex order)
+  int stage_ = 0;
+  int replica_ = 0;
   // This update's round: which collectives ran, the norm measured and the clip coefficient.
   bool tied_done_ = false;
   bool replicas_done_ = false;
@@ -139,6 +213,8 @@ class GradientExchange {
   bool statistics_done_ = false;
   double local_sq_norm_ = -1;
   double clip_ = 1;
+  bool skip_ = false;
+  NormRecord found_;  // this rank's non-finite finding (kind, value, micro-batch)
   // Per split tied weight (SplitTiedWeights order, the group's buffer layout): this stage's
   // parameter position holding it, or -1 (it contributes zeros), and its floats.
   std::vector<int> tied_positions_;

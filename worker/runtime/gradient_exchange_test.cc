@@ -3,7 +3,9 @@
 #include "worker/runtime/gradient_exchange.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -91,6 +93,7 @@ class GradientsOnlyBackend : public StageBackend {
   }
 
   std::vector<float> grad(int i) const { return params_[i]->grad.data; }
+  std::vector<float>& mutable_grad(int i) { return params_[i]->grad.data; }
   std::vector<double> stats;
   std::vector<std::vector<double>> applied;
 
@@ -199,12 +202,12 @@ TEST(GradientExchangeTest, TiedPartialsAreSummedOnceAndTheNormCountsEachParamete
         return;
       }
       total[r] = norm->total_sq_norm;
-      absl::StatusOr<double> stage_norm = (*ex)->PrepareUpdate();
+      absl::StatusOr<UpdateDecision> stage_norm = (*ex)->PrepareUpdate();
       if (!stage_norm.ok()) {
         status[r] = stage_norm.status();
         return;
       }
-      stage_sq_norm[r] = *stage_norm;
+      stage_sq_norm[r] = stage_norm->sq_norm;
     });
   }
   for (std::thread& t : threads) t.join();
@@ -245,11 +248,11 @@ TEST(GradientExchangeTest, ClipsAtTheUpdateAndKeepsTheOrder) {
   GradientsOnlyBackend b({WithGrad("layer0.weight", "", {3, 4})});
   auto ex = GradientExchange::Create(a, lower, {}, &b, StageCollectives{}).value();
   EXPECT_THAT(ex->PrepareUpdate().status().message(),
-              HasSubstr("OPTIMIZER_STEP of a clipping job before its GLOBAL_NORM"));
+              HasSubstr("OPTIMIZER_STEP before its GLOBAL_NORM"));
   ASSERT_EQ(ex->GlobalNorm()->total_sq_norm, 25.0);
   EXPECT_THAT(ex->GlobalNorm().status().message(), HasSubstr("a second GLOBAL_NORM"));
   EXPECT_THAT(ex->AllReduceReplicas(nullptr).message(), HasSubstr("one after GLOBAL_NORM"));
-  ASSERT_EQ(ex->PrepareUpdate().value(), 25.0);
+  ASSERT_EQ(ex->PrepareUpdate().value().sq_norm, 25.0);
   const float f = static_cast<float>(1.0 / 5.000001);
   EXPECT_THAT(b.grad(0), ElementsAre(3 * f, 4 * f));
   // The next update's round starts afresh.
@@ -336,6 +339,89 @@ TEST(GradientExchangeTest, RefusesMissingOrMisshapenCollectives) {
   plain.tied_stages = {false, false};
   GradientsOnlyBackend mlp({WithGrad("layer1.weight", "", {1})});
   EXPECT_TRUE(GradientExchange::Create(Rank(1, 0), plain, {}, &mlp, StageCollectives{}).ok());
+}
+
+// One rank: a non-finite gradient or loss skips the update (no clipping then), a finite step
+// ends the streak, and the (K+1)-th non-finite step in a row fails.
+TEST(GradientExchangeTest, SkipsNonFiniteStepsUpToTheLimit) {
+  v1::StageAssignment a;
+  v1::PlanStageSummary* st = a.mutable_plan()->add_stages();
+  st->set_first_layer(0);
+  st->set_last_layer(0);
+  a.set_num_stages(1);
+  a.mutable_spec()->mutable_training()->set_max_consecutive_skipped_steps(1);
+  a.mutable_spec()->mutable_training()->set_max_grad_norm(1.0);
+  schedule::LowerOptions lower;
+  lower.global_norm = true;
+  GradientsOnlyBackend b({WithGrad("layer0.weight", "", {3, 4})});
+  auto ex = GradientExchange::Create(a, lower, {}, &b, StageCollectives{}).value();
+  const float inf = std::numeric_limits<float>::infinity();
+  // A gradient: no clipping applied to it, skip.
+  b.mutable_grad(0)[1] = inf;
+  GlobalNormResult norm = ex->GlobalNorm().value();
+  EXPECT_TRUE(norm.skip);
+  EXPECT_EQ(DescribeNonFinite(norm.first),
+            "gradient (Inf) at stage 0 replica 0 (micro-batch not tracked: the step's "
+            "accumulated gradient)");
+  EXPECT_TRUE(ex->PrepareUpdate().value().skip);
+  EXPECT_THAT(b.grad(0), ElementsAre(3, inf));
+  EXPECT_EQ(ex->consecutive_skips(), 1);
+  // A finite step ends the streak.
+  b.mutable_grad(0) = {3, 4};
+  EXPECT_FALSE(ex->GlobalNorm().value().skip);
+  EXPECT_FALSE(ex->PrepareUpdate().value().skip);
+  EXPECT_EQ(ex->consecutive_skips(), 0);
+  // A loss (micro-batch 2's, the first non-finite one), then a second non-finite step in a row.
+  ex->NoteLoss(0, 1.5);
+  ex->NoteLoss(2, std::nan(""));
+  ex->NoteLoss(3, inf);
+  norm = ex->GlobalNorm().value();
+  EXPECT_EQ(DescribeNonFinite(norm.first), "loss (NaN) at stage 0 replica 0 micro-batch 2");
+  ASSERT_TRUE(ex->PrepareUpdate().ok());
+  ex->NoteLoss(1, -inf);
+  absl::StatusOr<GlobalNormResult> fail = ex->GlobalNorm();
+  EXPECT_EQ(fail.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fail.status().message(),
+            "non-finite loss (Inf) at stage 0 replica 0 micro-batch 1; 2 non-finite steps in a "
+            "row, training.max_consecutive_skipped_steps allows 1");
+  EXPECT_EQ(ex->skipped_updates(), 2);
+}
+
+NormRecord Found(NonFiniteKind kind, int micro_batch, bool nan) {
+  NormRecord r;
+  r.kind = static_cast<uint8_t>(kind);
+  r.micro_batch = micro_batch;
+  r.nan = nan ? 1 : 0;
+  return r;
+}
+
+// The lowest micro-batch (a not tracked one last), then the highest stage, then the lowest
+// replica; the same answer whatever the order of the records.
+TEST(FirstNonFiniteTest, LowestMicroBatchThenHighestStageThenLowestReplica) {
+  const std::vector<std::pair<int, int>> places = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}};
+  std::vector<NormRecord> records(places.size());
+  EXPECT_EQ(FirstNonFinite(records, places).kind, NonFiniteKind::kNone);
+  records[1] = Found(NonFiniteKind::kGradient, -1, false);
+  records[3] = Found(NonFiniteKind::kGradient, -1, true);
+  NonFinite first = FirstNonFinite(records, places);
+  EXPECT_EQ(first.kind, NonFiniteKind::kGradient);
+  EXPECT_EQ(first.stage, 1);  // the higher stage
+  EXPECT_EQ(first.replica, 1);
+  EXPECT_TRUE(first.nan);
+  records[2] = Found(NonFiniteKind::kGradient, -1, false);
+  first = FirstNonFinite(records, places);
+  EXPECT_EQ(first.replica, 0);  // the lower replica of that stage
+  EXPECT_EQ(DescribeNonFinite(first),
+            "gradient (Inf) at stage 1 replica 0 (micro-batch not tracked: the step's "
+            "accumulated gradient)");
+  records[4] = Found(NonFiniteKind::kLoss, 3, false);
+  records[0] = Found(NonFiniteKind::kLoss, 2, true);  // (not a real place for a loss: the order)
+  first = FirstNonFinite(records, places);
+  EXPECT_EQ(DescribeNonFinite(first), "loss (NaN) at stage 0 replica 0 micro-batch 2");
+  std::reverse(records.begin(), records.end());
+  std::vector<std::pair<int, int>> reversed(places.rbegin(), places.rend());
+  EXPECT_EQ(DescribeNonFinite(FirstNonFinite(records, reversed)),
+            "loss (NaN) at stage 0 replica 0 micro-batch 2");
 }
 
 }  // namespace

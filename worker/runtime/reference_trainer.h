@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,10 @@ class ReferenceTrainer {
   // Runs global step `step` (0-based) and returns its mean loss over the global batch. Fills
   // `trace` when not null.
   double Step(int64_t step, StepTrace* trace = nullptr);
+  // From now on, Step(step) computes the loss and the gradients of `step` but drops them
+  // without an update (weights, optimizer state and update count unchanged): what the pipeline
+  // does with a step skipped for a non-finite value (worker/runtime/gradient_exchange.h).
+  void SkipUpdateOf(int64_t step) { skipped_.insert(step); }
   // The squared global gradient norm of the last Step, before clipping; 0 when
   // training.max_grad_norm is unset (computed only for clipping).
   double last_gradient_sq_norm() const { return last_sq_norm_; }
@@ -75,6 +80,7 @@ class ReferenceTrainer {
     kernels::LayerCache cache;
   };
   v1::JobSpec spec_;
+  std::set<int64_t> skipped_;  // SkipUpdateOf
   const Dataset* train_ = nullptr;
   std::vector<std::unique_ptr<kernels::Layer>> layers_;
   std::vector<kernels::Param*> params_;

@@ -100,6 +100,15 @@ class StageBackend {
         "this backend cannot split its backward (BACKWARD_INPUT / BACKWARD_WEIGHT)");
   }
   virtual const void* GradForSend(int micro_batch) const = 0;
+  // Zeroes the accumulated gradients without an update: a step skipped for a non-finite value
+  // (gradient_exchange.h). The default writes zeros through WriteGradients (nothing to do when
+  // GradientFloats() is 0); its errors.
+  virtual absl::Status DropGradients() {
+    const int64_t floats = GradientFloats();
+    if (floats <= 0) return absl::OkStatus();
+    const std::vector<float> zeros(static_cast<size_t>(floats), 0.0f);
+    return WriteGradients(zeros.data());
+  }
   // One optimizer update from the accumulated gradients, then zeroes them. The learning rate is
   // that of update OptimizerUpdates() of the spec's schedule (common/lr_schedule.h
   // LearningRate(spec.training(), OptimizerUpdates(), TotalSteps(spec))).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -130,6 +131,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   peak_live_slots_ = live_slots_;
   held_weight_bytes_ = held_activation_bytes_ = held_peak_bytes_ = -1;
   gradient_sq_norm_ = -1;
+  update_skipped_ = false;
+  skip_reason_.clear();
   stash_->ResetPeak();
   DAPPLE_ASSIGN_OR_RETURN(const auto* step_actions, StepActions(step));
   const auto& actions = *step_actions;
@@ -253,7 +256,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
   st.set_gradient_sq_norm(gradient_sq_norm_);
   st.set_learning_rate(learning_rate_);
   st.set_samples(rows_.size() * backwards);
-  st.set_skipped(false);
+  st.set_skipped(update_skipped_);
+  r.skip_reason = skip_reason_;
   DAPPLE_ASSIGN_OR_RETURN(const double device_seconds, backend_->TakeComputeSeconds());
   SetComputeThroughput(train_flops_per_sample_ * static_cast<double>(st.samples()),
                        device_seconds >= 0 ? device_seconds : Seconds(forward_ns + backward_ns),
@@ -326,10 +330,14 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
         const float grad_scale = 1.0f / static_cast<float>(global_batch_ * targets_per_sample_);
         DAPPLE_ASSIGN_OR_RETURN(double loss_sum, b.Loss(slot, label_scratch_.data(), rows,
                                                         grad_scale, /*training=*/true, nullptr));
+        if (inject_ && injection_.Hits(mb_step, mb)) {
+          loss_sum = std::numeric_limits<double>::quiet_NaN();
+        }
         // A program without a flush (1F1B-RR on a replicated last stage) runs forwards of the
         // next step before this step's update: their loss belongs to their own step.
         if (mb_step == step) {
           step_loss_sum_ += loss_sum;
+          exchange_->NoteLoss(mb, loss_sum);
         } else {
           pending_loss_[mb_step] += loss_sum;
         }
@@ -341,7 +349,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       RecordWeightUse(global_mb, v1::BACKWARD);
       DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of_[m], m, rows, last, /*need_dx=*/!first));
       ReleaseSlot(m);
-      return absl::OkStatus();
+      return MaybeInjectIntoGradient(mb_step, mb);
     }
     // The zero-bubble split: the slot (the stashed activations) lives until the weight part.
     case v1::BACKWARD_INPUT:
@@ -351,7 +359,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_WEIGHT without its FORWARD");
       DAPPLE_RETURN_IF_ERROR(b.BackwardWeight(slot_of_[m], m, rows, last));
       ReleaseSlot(m);
-      return absl::OkStatus();
+      return MaybeInjectIntoGradient(mb_step, mb);
     // Split-concat: one message per overlapping neighbour replica, each a contiguous row slice
     // (rows are the outer dimension), all with the micro-batch's tag.
     case v1::SEND_ACT: {
@@ -402,24 +410,34 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return async_allreduce_->OnGradients(step);
     case v1::TIED_ALLREDUCE:
       return exchange_->AllReduceTied();
-    case v1::GLOBAL_NORM:
-      return exchange_->GlobalNorm().status();
-    case v1::OPTIMIZER_STEP:
-      DAPPLE_RETURN_IF_ERROR(PrepareUpdate(step));
+    case v1::GLOBAL_NORM: {
+      DAPPLE_ASSIGN_OR_RETURN(const GlobalNormResult norm, exchange_->GlobalNorm());
+      if (norm.skip) skip_reason_ = DescribeNonFinite(norm.first);
+      return absl::OkStatus();
+    }
+    case v1::OPTIMIZER_STEP: {
+      DAPPLE_ASSIGN_OR_RETURN(const bool skip, PrepareUpdate(step));
       if (stash_->in_use() != stash_->current()) {
         return absl::InternalError("update while a stashed weight version is swapped in");
       }
-      DAPPLE_RETURN_IF_ERROR(b.OptimizerStep());
+      // A skipped update keeps weights, optimizer state and the update count; the version
+      // still counts the step (the same weights under the next number).
+      DAPPLE_RETURN_IF_ERROR(skip ? b.DropGradients() : b.OptimizerStep());
+      update_skipped_ = update_skipped_ || skip;
       stash_->AfterUpdate();
       return absl::OkStatus();
-    case v1::STALE_OPTIMIZER_STEP:
+    }
+    case v1::STALE_OPTIMIZER_STEP: {
       if (async_allreduce_ == nullptr) return absl::InternalError("no asynchronous AllReduce");
-      DAPPLE_RETURN_IF_ERROR(PrepareUpdate(step));
+      DAPPLE_ASSIGN_OR_RETURN(const bool skip, PrepareUpdate(step));
+      // Pipe-SGD's programs hold no GLOBAL_NORM (job_lowering.h): nothing decides a skip.
+      if (skip) return absl::InternalError("a skipped update under Pipe-SGD's stale update");
       DAPPLE_RETURN_IF_ERROR(async_allreduce_->OnOptimizerStep(step));
       // The last step's gradient is still in its AllReduce: apply it before training ends.
       if (step + 1 == total_steps_) DAPPLE_RETURN_IF_ERROR(async_allreduce_->Finish());
       stash_->AfterUpdate();
       return absl::OkStatus();
+    }
     // Weight stashing: versions relative to the step's (the updates before it).
     case v1::USE_WEIGHTS:
       return stash_->Use(step + action.weight_version());
@@ -438,7 +456,25 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   return absl::InternalError(absl::StrCat("unknown action kind ", action.kind()));
 }
 
-absl::Status StageRuntime::PrepareUpdate(int64_t step) {
+void StageRuntime::InjectNonFinite(const NonFiniteInjection& injection) {
+  inject_ = injection.stage == stage_ && injection.replica == replica_;
+  injection_ = injection;
+}
+
+absl::Status StageRuntime::MaybeInjectIntoGradient(int64_t step, int mb) {
+  if (!inject_ || stage_ == num_stages_ - 1 || !injection_.Hits(step, mb)) return absl::OkStatus();
+  const int64_t floats = backend_->GradientFloats();
+  if (floats <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kInjectNonFiniteEnv, ": stage ", stage_,
+                                                   " has no gradient to inject a NaN into"));
+  }
+  std::vector<float> grads(static_cast<size_t>(floats));
+  DAPPLE_RETURN_IF_ERROR(backend_->ReadGradients(grads.data()));
+  grads[0] = std::numeric_limits<float>::quiet_NaN();
+  return backend_->WriteGradients(grads.data());
+}
+
+absl::StatusOr<bool> StageRuntime::PrepareUpdate(int64_t step) {
   // The flush: every send of this step must be done before its buffers are reused. Its wait is
   // communication, not optimizer time (RunStep splits the action). A program without a flush
   // skips it before an evaluation (the end of an epoch): its sends of later steps'
@@ -454,10 +490,11 @@ absl::Status StageRuntime::PrepareUpdate(int64_t step) {
     DAPPLE_RETURN_IF_ERROR(s);
   }
   // The collectives' checks, the stage's norm and clipping (gradient_exchange.h).
-  DAPPLE_ASSIGN_OR_RETURN(gradient_sq_norm_, exchange_->PrepareUpdate());
+  DAPPLE_ASSIGN_OR_RETURN(const UpdateDecision decision, exchange_->PrepareUpdate());
+  gradient_sq_norm_ = decision.sq_norm;
   learning_rate_ =
       LearningRate(assignment_.spec().training(), backend_->OptimizerUpdates(), total_steps_);
-  return absl::OkStatus();
+  return decision.skip;
 }
 
 }  // namespace dapple::worker

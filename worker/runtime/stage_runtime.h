@@ -31,15 +31,22 @@
 // the same global loss. Peers are addressed by schedule::RankIndex(plan, stage, replica).
 //
 // Before each update the program may hold, in this order, TIED_ALLREDUCE (a stage holding one
-// side of a tied weight split across stages), ALLREDUCE (replicas) and GLOBAL_NORM (gradient
-// clipping, every rank), each run by GradientExchange (gradient_exchange.h). OPTIMIZER_STEP
-// then multiplies every gradient by common/grad_clip.h ClipCoefficient(training.max_grad_norm,
-// the global squared norm) when that is below 1, and updates with the learning rate of the
-// backend's update count (common/lr_schedule.h). The layers' step statistics (batch norm's
-// running statistics, docs/layers.md "Batch normalisation") are summed over the replicas and
-// applied at the ALLREDUCE, or at OPTIMIZER_STEP on a stage without replicas: once per update.
-// Which of them a rank's program must hold is schedule::LowerOptionsFor(spec, plan)'s
-// (common/schedule/job_lowering.h).
+// side of a tied weight split across stages), ALLREDUCE (replicas) and GLOBAL_NORM (every rank
+// of a synchronous schedule: the step's non-finite decision and the clipping norm), each run by
+// GradientExchange (gradient_exchange.h). OPTIMIZER_STEP then multiplies every gradient by
+// common/grad_clip.h ClipCoefficient(training.max_grad_norm, the global squared norm) when that
+// is below 1, and updates with the learning rate of the backend's update count
+// (common/lr_schedule.h). When GLOBAL_NORM found a non-finite loss or gradient on any rank,
+// every rank instead drops the step's gradients (StageBackend::DropGradients) and does not
+// update: weights, optimizer state and the update count (so the learning-rate schedule and
+// AdamW's bias correction, as Megatron-LM's skipped iterations) stay as they were, the step
+// counts as done (the next step reads the next batch) and its stats say skipped; the layers'
+// step statistics (batch norm's running statistics) were applied at the ALLREDUCE before the
+// decision, as PyTorch's GradScaler keeps a skipped step's forward effects. The layers' step
+// statistics (batch norm's running statistics, docs/layers.md "Batch normalisation") are summed
+// over the replicas and applied at the ALLREDUCE, or at OPTIMIZER_STEP on a stage without replicas:
+// once per update. Which of them a rank's program must hold is schedule::LowerOptionsFor(spec,
+// plan)'s (common/schedule/job_lowering.h).
 //
 // The program is the coordinator's (common/schedule/job_programs.h) and the interpreter runs
 // it as it is, whatever the schedule: one loop over the step's actions, one switch over their
@@ -81,6 +88,7 @@
 #include "worker/comm/transport.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/gradient_exchange.h"
+#include "worker/runtime/nonfinite_injection.h"
 #include "worker/runtime/pipesgd_updater.h"
 #include "worker/runtime/stage_backend.h"
 #include "worker/runtime/weight_stash.h"
@@ -110,6 +118,9 @@ struct StepResult {
   bool traced = false;
   v1::StepTrace trace;
   std::vector<WeightUse> weight_uses;  // with RecordWeightUses(true) only
+  // stats.skipped: where the step's first non-finite value was (gradient_exchange.h
+  // DescribeNonFinite), for the worker's log.
+  std::string skip_reason;
 };
 
 struct EvalResult {
@@ -254,6 +265,9 @@ class StageRuntime {
   // Record every forward's and backward's WeightUse into StepResult (slow: hashes the weights
   // each time; for tests).
   void RecordWeightUses(bool on) { record_weight_uses_ = on; }
+  // Tests only (nonfinite_injection.h): a NaN at `injection`'s steps and micro-batch when this
+  // rank is its stage and replica (otherwise nothing happens).
+  void InjectNonFinite(const NonFiniteInjection& injection);
 
   static constexpr int64_t kMaxEvalChunk = 1000;
   static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
@@ -274,7 +288,11 @@ class StageRuntime {
       int64_t step) const;
   // OPTIMIZER_STEP's and STALE_OPTIMIZER_STEP's common start: the wait for the step's sends
   // (measured into send_wait_ns_), the collectives' checks and clipping, the learning rate.
-  absl::Status PrepareUpdate(int64_t step);
+  // Returns whether GLOBAL_NORM decided to skip the update (a non-finite value somewhere).
+  absl::StatusOr<bool> PrepareUpdate(int64_t step);
+  // The test hook's NaN into the accumulated gradient (a stage before the last), after the
+  // backward of micro-batch `mb` of step `step`.
+  absl::Status MaybeInjectIntoGradient(int64_t step, int mb);
   void RecordWeightUse(int64_t global_mb, v1::ActionKind kind);
   // Create's parts (stage_runtime_create.cc), in its order: this replica's rows of each
   // micro-batch and its split-concat peers; the stage's shapes and sizes from the model's layers
@@ -315,6 +333,10 @@ class StageRuntime {
   std::unique_ptr<WeightStash> stash_;               // the weight-stash actions' state
   std::unique_ptr<PipeSgdUpdater> async_allreduce_;  // ALLREDUCE_ASYNC's, when the program has it
   bool record_weight_uses_ = false;
+  bool inject_ = false;  // InjectNonFinite for this rank
+  NonFiniteInjection injection_;
+  bool update_skipped_ = false;  // this step's update was skipped (a non-finite value)
+  std::string skip_reason_;
   std::vector<WeightUse> weight_uses_;
   std::unique_ptr<GradientExchange> exchange_;
   schedule::LowerOptions lower_;  // the job's (schedule::LowerOptionsFor)

@@ -158,6 +158,34 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
            absl::StrCat(OrDash(plan.cluster_source()), " (", plan.num_devices(), " of ", devices,
                         devices == 1 ? " device used)" : " devices used)"));
   for (const std::string& note : plan.notes()) AddField(&out, "NOTE", note);
+  out += RenderPlanAlternatives(plan);
+  return out;
+}
+
+std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
+  if (plan.alternatives().empty()) return "";
+  std::string out = "\nALTERNATIVES (each planned and simulated on its own)\n";
+  TextTable table(
+      {"", "SCHEDULE", "RECOMPUTE", "P", "LAYOUT", "M", "STEP MS", "BUBBLE", "MEMORY GiB"});
+  std::vector<std::string> refused;
+  for (const v1::PlanAlternative& a : plan.alternatives()) {
+    if (!a.fits()) {
+      table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(), "-", "-", "-", "-", "-",
+                    "no plan fits"});
+      refused.push_back(
+          absl::StrCat(a.schedule(), " (recompute ", a.recompute(), "): ", a.refused()));
+      continue;
+    }
+    std::vector<std::string> memory;
+    for (int64_t bytes : a.peak_memory_bytes()) memory.push_back(Gib(bytes));
+    table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(),
+                  absl::StrCat(a.peak_memory_bytes_size()), OrDash(a.layout()),
+                  absl::StrCat(a.micro_batches()), Ms(a.predicted_step_ms()),
+                  FormatPercent(a.bubble_fraction()), absl::StrJoin(memory, " ")});
+  }
+  out += table.Render();
+  AddField(&out, "CHOSEN", OrDash(plan.choice_reason()));
+  for (const std::string& line : refused) AddField(&out, "REFUSED", line);
   return out;
 }
 

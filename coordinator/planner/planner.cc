@@ -22,6 +22,7 @@
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
 #include "coordinator/planner/planners.h"
+#include "coordinator/planner/schedule_choice.h"
 #include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
@@ -31,6 +32,7 @@ constexpr char kBalanced[] = "balanced";
 constexpr char kUniform[] = "uniform";
 constexpr char kManual[] = "manual";
 constexpr char kDapple[] = "dapple";
+constexpr char kAutoSchedule[] = "auto";
 constexpr const char* kJobPlanners[] = {kBalanced, kUniform, kManual, kDapple, "pipedream", "dp"};
 
 std::string PlannerName(const v1::JobSpec& spec) {
@@ -353,8 +355,12 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
         micro_batches, " micro-batches per step is more than the maximum ",
         std::numeric_limits<int32_t>::max(), ": use a larger micro_batch"));
   }
-  DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
-                          schedule::ParseScheduleKind(spec.parallel().schedule()));
+  // parallel.schedule auto: the planner chooses (schedule_choice.h); the problem starts at dapple.
+  const bool choose_schedule = spec.parallel().schedule() == kAutoSchedule;
+  DAPPLE_ASSIGN_OR_RETURN(
+      const schedule::ScheduleKind spec_kind,
+      choose_schedule ? absl::StatusOr<schedule::ScheduleKind>(schedule::ScheduleKind::kDapple)
+                      : schedule::ParseScheduleKind(spec.parallel().schedule()));
 
   // Step 1: the profile, indexed like model.layers.
   v1::ModelProfile model_profile;
@@ -396,13 +402,13 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.topology = topology;
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
-  problem.schedule = kind;
+  problem.schedule = spec_kind;
   problem.recompute = Recompute(spec.training());
   problem.optimizer_state_factor = memory::OptimizerStateCopies(spec.training().optimizer());
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
-  if (kind == schedule::ScheduleKind::kPipeDream) {
+  if (spec_kind == schedule::ScheduleKind::kPipeDream) {
     // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
     const int cap = static_cast<int>(micro_batches);
     problem.max_replicas = problem.max_replicas > 0 ? std::min(problem.max_replicas, cap) : cap;
@@ -411,21 +417,44 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 
-  // Step 4: the plan and its prediction.
-  absl::StatusOr<PlannedJob> planned_or =
-      PlanFor(spec, planner, problem, static_cast<int>(micro_batches));
-  if (!planned_or.ok()) {
+  // Step 4: the plan and its prediction, for each (schedule, recompute) the spec leaves open.
+  const bool cuda =
+      spec.parallel().device_type() == "cuda" || absl::StartsWith(inputs.device_kind, "cuda");
+  ChoiceLimits limits;
+  limits.choose_schedule = choose_schedule;
+  limits.schedule = spec_kind;
+  limits.recompute = spec.training().recompute();
+  limits.cuda = cuda;
+  DAPPLE_ASSIGN_OR_RETURN(
+      const ScheduleChoice choice,
+      ChooseSchedule(problem, ScheduleOptions(limits), [&](const PlanningProblem& with) {
+        return PlanFor(spec, planner, with, static_cast<int>(micro_batches));
+      }));
+  if (choice.chosen < 0) {
+    // Every option refused: report the first (the spec's schedule, or dapple, as written).
+    const absl::Status& status = choice.alternatives.front().status;
     // A plan refused for memory without recomputation: would recomputing where needed fit?
     bool fits_with_recompute = false;
-    if (planned_or.status().code() == absl::StatusCode::kResourceExhausted &&
-        problem.recompute == RecomputeMode::kNone && spec.parallel().device_type() != "cuda") {
-      PlanningProblem with = problem;
-      with.recompute = RecomputeMode::kAuto;
-      fits_with_recompute = PlanFor(spec, planner, with, static_cast<int>(micro_batches)).ok();
+    if (status.code() == absl::StatusCode::kResourceExhausted &&
+        problem.recompute == RecomputeMode::kNone && !cuda) {
+      // Tried already (and refused) when an option recomputed; otherwise try it now.
+      const bool tried = std::any_of(
+          choice.alternatives.begin(), choice.alternatives.end(),
+          [](const Alternative& a) { return a.option.recompute == RecomputeMode::kAuto; });
+      if (!tried) {
+        PlanningProblem with = problem;
+        with.schedule = choice.alternatives.front().option.schedule;
+        with.recompute = RecomputeMode::kAuto;
+        fits_with_recompute = PlanFor(spec, planner, with, static_cast<int>(micro_batches)).ok();
+      }
     }
-    return AsJobPlanError(planned_or.status(), spec, planner, num_stages, fits_with_recompute);
+    return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
   }
-  const PlannedJob& planned = *planned_or;
+  const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
+  const schedule::ScheduleKind kind = chosen.option.schedule;
+  problem.schedule = kind;
+  problem.recompute = chosen.option.recompute;
+  const PlannedJob& planned = chosen.planned;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());
   if (p < 1 || plan.micro_batches != micro_batches) {
@@ -440,6 +469,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   v1::ParallelPlanSummary* summary = result.mutable_summary();
   *summary = ToSummary(problem, plan, planned.prediction, kind);
   summary->set_planner(planner);
+  AddAlternatives(choice, summary);
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
     for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
@@ -462,8 +492,20 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
 
 absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
                                                     const v1::ClusterTopology& topology,
-                                                    absl::string_view planner,
-                                                    int64_t global_batch) {
+                                                    absl::string_view planner, int64_t global_batch,
+                                                    absl::string_view schedule_name) {
+  ChoiceLimits limits;
+  limits.choose_schedule = schedule_name == kAutoSchedule;
+  if (!schedule_name.empty() && !limits.choose_schedule) {
+    DAPPLE_ASSIGN_OR_RETURN(limits.schedule, schedule::ParseScheduleKind(schedule_name));
+    if (limits.schedule == schedule::ScheduleKind::kPipeDream ||
+        limits.schedule == schedule::ScheduleKind::kPipeSgd) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedule ", schedule_name,
+                       ": a plan without a job spec is for a synchronous schedule: dapple, "
+                       "gpipe, zb-h1, zb-h2 or auto"));
+    }
+  }
   PlanningProblem problem;
   DAPPLE_ASSIGN_OR_RETURN(problem.profile, profile::ToChain(profile));
   problem.topology = topology;
@@ -476,8 +518,18 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
   problem.max_replicas = 0;
   problem.num_stages = 0;
   const std::string name = planner.empty() ? std::string(kDapple) : std::string(planner);
-  DAPPLE_ASSIGN_OR_RETURN(PlannedJob planned, RunPlanner(name, problem));
-  return ToSummary(problem, planned.plan, planned.prediction, problem.schedule);
+  DAPPLE_ASSIGN_OR_RETURN(
+      const ScheduleChoice choice,
+      ChooseSchedule(problem, ScheduleOptions(limits),
+                     [&](const PlanningProblem& with) { return RunPlanner(name, with); }));
+  if (choice.chosen < 0) return choice.alternatives.front().status;
+  const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
+  problem.schedule = chosen.option.schedule;
+  problem.recompute = chosen.option.recompute;
+  v1::ParallelPlanSummary summary =
+      ToSummary(problem, chosen.planned.plan, chosen.planned.prediction, problem.schedule);
+  AddAlternatives(choice, &summary);
+  return summary;
 }
 
 }  // namespace dapple::coordinator

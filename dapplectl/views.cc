@@ -219,6 +219,8 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
+    // parallel.schedule auto: why this schedule (`plan` shows the alternatives).
+    if (!plan.choice_reason().empty()) AddField(&out, "CHOSEN", plan.choice_reason());
     const bool predicted = plan.predicted_step_ms() > 0;
     if (predicted) {
       AddField(&out, "PREDICTED", StepLine(plan));

@@ -21,7 +21,8 @@ std::string RenderSubmitted(const v1::Job& job);
 std::string RenderCancelled(const v1::Job& job);
 
 // One job in detail, one "KEY   value" line per item: id, name, state, message, age, plan
-// (planner, schedule, M, micro-batch size, bubble %; when the plan has a prediction also
+// (planner, schedule, M, micro-batch size, bubble %, CHOSEN with the reason for the schedule
+// under parallel.schedule auto; when the plan has a prediction also
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
 // then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
 // BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,

@@ -127,7 +127,9 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(
     if (planned.ok()) {
       // The stages that recompute, fixed in the plan itself: its layout says so and the
       // summary, built under any recompute mode, agrees.
-      planned->plan = WithRecompute(with, std::move(planned->plan), option.schedule);
+      if (option.recompute != RecomputeMode::kNone) {
+        planned->plan = WithRecompute(with, std::move(planned->plan), option.schedule);
+      }
       alternative.planned = *std::move(planned);
       if (choice.chosen < 0 ||
           Beats(alternative.planned, choice.alternatives[choice.chosen].planned)) {

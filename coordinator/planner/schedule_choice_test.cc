@@ -106,8 +106,22 @@ struct Fake {
 };
 
 ScheduleChoice ChooseOrDie(const Fake& fake, const std::vector<ScheduleOption>& options) {
+  // One layer on one device: enough for WithRecompute to judge the fake plans.
   PlanningProblem problem;
-  problem.profile.batch_size = 1;
+  profile::ChainProfile& p = problem.profile;
+  p.batch_size = 1;
+  p.names = {"l"};
+  p.forward_ms = {1};
+  p.backward_ms = {2};
+  p.parameter_bytes = {4};
+  p.activation_bytes = {4};
+  p.saved_bytes = {0};
+  p.optimizer_ms = {0};
+  p.cut_bytes = {};
+  v1::ClusterNode* node = problem.topology.add_nodes();
+  node->set_name("n");
+  node->set_devices(1);
+  node->set_device_memory_bytes(int64_t{1} << 30);
   absl::StatusOr<ScheduleChoice> choice = ChooseSchedule(problem, options, fake);
   EXPECT_TRUE(choice.ok()) << choice.status();
   return choice.ok() ? *choice : ScheduleChoice();
@@ -253,22 +267,60 @@ const v1::PlanAlternative* Find(const v1::ParallelPlanSummary& s, const std::str
   return nullptr;
 }
 
-// Unlimited memory: ZB-H2 (almost no bubble) is the fastest; its programs split the backward,
-// and the summary lists every alternative with the reason.
-TEST(ScheduleAutoTest, ZbH2WinsWithoutAMemoryLimit) {
-  const v1::ParallelPlan plan = PlanOrDie(DemoSpec());
+// The demo's layers as a measured profile would name them, 1 ms forward and 2 ms backward each,
+// so that the balanced planner's two stages (3 layers each) are equal.
+v1::ModelProfile EqualLayersProfile() {
+  v1::ModelProfile p;
+  p.set_source("equal.txt");
+  p.set_batch_size(256);
+  const std::pair<const char*, int64_t> layers[] = {
+      {"flatten", 0}, {"linear", (784 * 1024 + 1024) * 4},
+      {"relu", 0},    {"linear", (1024 * 1024 + 1024) * 4},
+      {"relu", 0},    {"linear", (1024 * 10 + 10) * 4}};
+  for (const auto& [type, parameter_bytes] : layers) {
+    v1::LayerProfile* l = p.add_layers();
+    l->set_id(type);
+    l->set_name(type);
+    l->set_forward_ms(1);
+    l->set_backward_ms(2);
+    l->set_activation_bytes(256 * 1024 * 4);
+    l->set_parameter_bytes(parameter_bytes);
+  }
+  return p;
+}
+
+// Unlimited memory, equal stages: ZB-H2 (almost no bubble) is the fastest; its programs split
+// the backward, and the summary lists every alternative with the reason.
+TEST(ScheduleAutoTest, ZbH2WinsOnEqualStagesWithoutAMemoryLimit) {
+  PlanInputs inputs;
+  inputs.profile = EqualLayersProfile();
+  const v1::ParallelPlan plan = PlanOrDie(DemoSpec(), inputs);
   const v1::ParallelPlanSummary& s = plan.summary();
   EXPECT_EQ(s.schedule(), "zb-h2");
   ASSERT_EQ(s.alternatives_size(), 6);
   EXPECT_TRUE(Find(s, "zb-h2", "none")->chosen());
+  EXPECT_LT(s.predicted_step_ms(), Find(s, "zb-h1", "none")->predicted_step_ms());
   EXPECT_THAT(s.choice_reason(), ::testing::StartsWith("zb-h2: "));
   EXPECT_THAT(s.choice_reason(), HasSubstr("faster than dapple"));
   EXPECT_EQ(schedule::CountActions(plan.programs(0), v1::BACKWARD), 0);
   EXPECT_GT(schedule::CountActions(plan.programs(0), v1::BACKWARD_WEIGHT), 0);
   // The chosen plan is the zb-h2 plan a spec naming it gets.
-  const v1::ParallelPlanSummary zb = PlanAs(DemoSpec(), "zb-h2").summary();
+  const v1::ParallelPlanSummary zb = PlanAs(DemoSpec(), "zb-h2", "", inputs).summary();
   EXPECT_DOUBLE_EQ(s.predicted_step_ms(), zb.predicted_step_ms());
   EXPECT_EQ(zb.alternatives_size(), 0);  // a fixed schedule considers one option
+}
+
+// Unequal stages (the estimated profile: the second stage is the bottleneck): ZB-H1 and ZB-H2
+// tie on the step, and the tie goes to ZB-H1's smaller peak memory; both beat dapple.
+TEST(ScheduleAutoTest, ZbH1WinsATieWithZbH2ByMemory) {
+  const v1::ParallelPlanSummary s = PlanOrDie(DemoSpec()).summary();
+  EXPECT_EQ(s.schedule(), "zb-h1");
+  const v1::PlanAlternative* h2 = Find(s, "zb-h2", "none");
+  EXPECT_NEAR(h2->predicted_step_ms(), s.predicted_step_ms(), 1e-9 * s.predicted_step_ms());
+  EXPECT_GT(*std::max_element(h2->peak_memory_bytes().begin(), h2->peak_memory_bytes().end()),
+            MaxPeak(s));
+  EXPECT_THAT(s.choice_reason(), ::testing::StartsWith("zb-h1: "));
+  EXPECT_LT(s.predicted_step_ms(), Find(s, "dapple", "none")->predicted_step_ms());
 }
 
 // A memory limit between ZB-H1's peak and ZB-H2's: ZB-H1 is chosen, faster than dapple.

@@ -234,6 +234,29 @@ absl::StatusOr<PlannedJob> PlanFor(const v1::JobSpec& spec, const std::string& p
   return planned;
 }
 
+// Step 4 when every (schedule, recompute) option was refused: the first option's refusal (the
+// spec's schedule, or dapple, as written), with the recomputation fix first when recomputing
+// where needed would fit and no option tried it.
+absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
+                          const std::string& planner, const PlanningProblem& problem,
+                          int num_stages, int micro_batches, bool cuda) {
+  const absl::Status& status = choice.alternatives.front().status;
+  bool fits_with_recompute = false;
+  if (status.code() == absl::StatusCode::kResourceExhausted &&
+      problem.recompute == RecomputeMode::kNone && !cuda) {
+    const bool tried = std::any_of(
+        choice.alternatives.begin(), choice.alternatives.end(),
+        [](const Alternative& a) { return a.option.recompute == RecomputeMode::kAuto; });
+    if (!tried) {
+      PlanningProblem with = problem;
+      with.schedule = choice.alternatives.front().option.schedule;
+      with.recompute = RecomputeMode::kAuto;
+      fits_with_recompute = PlanFor(spec, planner, with, micro_batches).ok();
+    }
+  }
+  return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+}
+
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
 // copies sit (both stages hold the table; the gradient sum between them is in the prediction).
 void AddModelNotes(const std::vector<LayerInfo>& layers,
@@ -431,24 +454,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
         return PlanFor(spec, planner, with, static_cast<int>(micro_batches));
       }));
   if (choice.chosen < 0) {
-    // Every option refused: report the first (the spec's schedule, or dapple, as written).
-    const absl::Status& status = choice.alternatives.front().status;
-    // A plan refused for memory without recomputation: would recomputing where needed fit?
-    bool fits_with_recompute = false;
-    if (status.code() == absl::StatusCode::kResourceExhausted &&
-        problem.recompute == RecomputeMode::kNone && !cuda) {
-      // Tried already (and refused) when an option recomputed; otherwise try it now.
-      const bool tried = std::any_of(
-          choice.alternatives.begin(), choice.alternatives.end(),
-          [](const Alternative& a) { return a.option.recompute == RecomputeMode::kAuto; });
-      if (!tried) {
-        PlanningProblem with = problem;
-        with.schedule = choice.alternatives.front().option.schedule;
-        with.recompute = RecomputeMode::kAuto;
-        fits_with_recompute = PlanFor(spec, planner, with, static_cast<int>(micro_batches)).ok();
-      }
-    }
-    return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+    return NoOptionFits(choice, spec, planner, problem, num_stages, static_cast<int>(micro_batches),
+                        cuda);
   }
   const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
   const schedule::ScheduleKind kind = chosen.option.schedule;

@@ -45,6 +45,10 @@ Check CheckData(const v1::JobSpec& spec);
 Check CheckModel(const v1::JobSpec& spec);
 Check CheckSample(const v1::JobSpec& spec);
 
+// job_spec_validate_interleaved.cc: parallel.schedule interleaved and parallel.interleave, for a
+// spec whose other parallel fields are valid; `stages` is the fixed stage count (0 = auto).
+Check CheckInterleaved(const v1::JobSpec& spec, int stages);
+
 // Every rule of ValidateJobSpec, in its order: the first violation, or nullopt for a valid
 // spec. The message is not yet made one line (OneLine).
 Check Validate(const v1::JobSpec& spec);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/job_spec_parser.h"
@@ -52,13 +53,26 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
-constexpr absl::string_view kParallelKeys[] = {"schedule",    "planner",   "stages",  "devices",
-                                               "device_type", "emulation", "pipesgd", "pipedream"};
+constexpr absl::string_view kParallelKeys[] = {"schedule", "planner",     "stages",
+                                               "devices",  "device_type", "emulation",
+                                               "pipesgd",  "pipedream",   "interleave"};
 constexpr absl::string_view kPipeDreamKeys[] = {"vertical_sync"};
 constexpr absl::string_view kEmulationKeys[] = {"profile", "scale"};
 constexpr absl::string_view kPipeSgdKeys[] = {"warmup_steps", "compression"};
 
 }  // namespace
+
+std::string Parser::FieldElsewhere(absl::string_view key, absl::string_view path) {
+  // A field written in the wrong section is a common slip (recompute or precision under
+  // parallel, devices under training); the unknown-field message then says where it goes.
+  const std::pair<absl::string_view, absl::Span<const absl::string_view>> sections[] = {
+      {"training", kTrainingKeys}, {"parallel", kParallelKeys}};
+  for (const auto& [section, keys] : sections) {
+    if (section == path) continue;
+    if (Contains(keys, key)) return absl::StrCat(section, ".", key);
+  }
+  return "";
+}
 
 absl::Status Parser::Parse(const YAML::Node& root, v1::JobSpec& spec) {
   if (!root.IsDefined() || root.IsNull()) {
@@ -295,6 +309,11 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   }
   if (const Field* f = Find(fields, "emulation")) {
     DAPPLE_RETURN_IF_ERROR(ParseEmulation(*f, *parallel.mutable_emulation()));
+  }
+  // Kept under any schedule, so that validation names it where it does not apply.
+  if (const Field* f = Find(fields, "interleave")) {
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.interleave"));
+    parallel.set_interleave(v);
   }
   // schedule pipesgd gets its defaults without a section; a section under another schedule is
   // kept so that validation names it.

@@ -246,10 +246,25 @@ TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
   ExpectParseError(Edit(kExample, "{type: linear, out: 10}", "{type: linear, outs: 10}"),
                    "job.yaml:8:22: unknown field 'outs' in model.layers[3] (linear); known: type, "
                    "out; did you mean 'out'?");
+  ExpectParseError(Edit(kExample, "  devices: 2", "  device: 2"),
+                   "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
+                   "stages, devices, device_type, emulation, pipesgd, pipedream, interleave; did "
+                   "you mean 'devices'?");
+}
+
+// A field of training written under parallel (or the other way round) names where it goes.
+TEST(ParseJobSpecTest, AFieldOfAnotherSectionSaysWhereItGoes) {
   ExpectParseError(
-      Edit(kExample, "  devices: 2", "  device: 2"),
-      "job.yaml:22:3: unknown field 'device' in parallel; known: schedule, planner, "
-      "stages, devices, device_type, emulation, pipesgd, pipedream; did you mean 'devices'?");
+      Edit(kExample, "  devices: 2", "  devices: 2\n  recompute: all"),
+      "job.yaml:23:3: unknown field 'recompute' in parallel; known: schedule, planner, stages, "
+      "devices, device_type, emulation, pipesgd, pipedream, interleave; 'recompute' is a field of "
+      "training: "
+      "move it there (training.recompute)");
+  ExpectParseError(Edit(kExample, "  epochs: 3\n", "  epochs: 3\n  schedule: gpipe\n"),
+                   "job.yaml:15:3: unknown field 'schedule' in training; known: global_batch, "
+                   "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
+                   "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute; "
+                   "'schedule' is a field of parallel: move it there (parallel.schedule)");
 }
 
 TEST(ParseJobSpecTest, DuplicateField) {

@@ -104,6 +104,11 @@ class Parser {
     return parent.empty() ? key : absl::StrCat(parent, ".", key);
   }
 
+  // The path of another section's field named `key` ("training.recompute" for a recompute under
+  // parallel), or "" when no other section of training and parallel has one (or `path` is that
+  // section). Defined beside the sections' key lists (job_spec_parse.cc).
+  static std::string FieldElsewhere(absl::string_view key, absl::string_view path);
+
   absl::StatusOr<Fields> ReadMap(const YAML::Node& node, const YAML::Mark& where,
                                  const std::string& path, Names known, const std::string& example) {
     const std::string name = path.empty() ? "the job spec" : path;
@@ -125,10 +130,19 @@ class Parser {
       if (!Contains(known, text)) {
         std::string message = absl::StrFormat("unknown field '%s' in %s; known: %s", text, name,
                                               absl::StrJoin(known, ", "));
+        bool suggested = false;
         for (absl::string_view candidate : known) {
           if (EditDistance(text, candidate) <= 2 && text.size() > 2) {
             absl::StrAppend(&message, "; did you mean '", candidate, "'?");
+            suggested = true;
             break;
+          }
+        }
+        if (!suggested) {
+          const std::string home = FieldElsewhere(text, path);
+          if (!home.empty()) {
+            absl::StrAppend(&message, "; '", text, "' is a field of ",
+                            home.substr(0, home.rfind('.')), ": move it there (", home, ")");
           }
         }
         return Error(key.Mark(), message);

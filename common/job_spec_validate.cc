@@ -42,8 +42,8 @@ constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
 // auto: the planner chooses among the synchronous schedules (and recomputation) for the fastest
 // plan that fits (coordinator/planner/schedule_choice.h); the plan names what the workers run.
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream", "pipesgd",
-                                                     "zb-h1", "zb-h2",  "auto"};
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream",   "pipesgd",
+                                                     "zb-h1", "zb-h2",  "interleaved", "auto"};
 // The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
 // not split yet (worker/runtime/stage_backend.h).
 constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
@@ -57,11 +57,14 @@ constexpr absl::string_view kRecomputeModes[] = {"none", "all", "auto"};
 // the workers busy for ever), so it is refused at submit.
 constexpr double kMaxEmulationScale = 1000;
 
-constexpr absl::string_view kAvailablePlanners[] = {"balanced", "uniform",   "manual",
-                                                    "dapple",   "pipedream", "dp"};
+constexpr absl::string_view kAvailablePlanners[] = {
+    "balanced", "uniform", "manual", "dapple", "pipedream", "pipedream-code", "dp"};
 // Planners that choose the pipeline depth themselves with stages auto (at most
 // parallel.devices stages); balanced and uniform make one stage per device.
-constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "dp"};
+constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "pipedream-code",
+                                                        "dp"};
+// PipeDream's planner as its published code plans (coordinator/planner/pipedream_code_planner.h).
+constexpr char kPipeDreamCodePlanner[] = "pipedream-code";
 constexpr char kDataParallelPlanner[] = "dp";
 
 // Positions and lengths count characters, not bytes: a name with 'ü' in it reports the 'ü' and
@@ -416,6 +419,15 @@ Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
 constexpr char kPipeDreamSchedule[] = "pipedream";
 
 Check CheckPipeDream(const v1::ParallelSpec& p) {
+  if (p.planner() == kPipeDreamCodePlanner && p.schedule() != kPipeDreamSchedule) {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner pipedream-code with parallel.schedule %s: "
+                              "PipeDream's planner gives stages any replica count, which only "
+                              "its 1F1B-RR runs (whole micro-batches round-robin); the "
+                              "synchronous schedules split each micro-batch evenly over a "
+                              "stage's replicas: set schedule: pipedream, or use planner dapple",
+                              p.schedule()));
+  }
   if (p.schedule() != kPipeDreamSchedule) {
     if (p.has_pipedream()) {
       return At("parallel.pipedream",
@@ -425,6 +437,16 @@ Check CheckPipeDream(const v1::ParallelSpec& p) {
                                 p.schedule()));
     }
     return std::nullopt;
+  }
+  // PipeDream's code has no fixed depth and gives any replica count, which only 1F1B-RR (whole
+  // micro-batches round-robin) runs as planned: the synchronous schedules split a micro-batch
+  // evenly over a stage's replicas, which such a count need not allow.
+  if (p.planner() == kPipeDreamCodePlanner && p.stages() != 0) {
+    return At("parallel.stages",
+              absl::StrFormat("parallel.stages %d with parallel.planner pipedream-code: "
+                              "PipeDream's planner chooses the pipeline depth itself: set "
+                              "stages: auto (or planner pipedream for a fixed depth)",
+                              p.stages()));
   }
   // Planner dp is one stage on every device: no pipeline for pipedream's asynchronous 1F1B to
   // keep full (pipesgd and dapple are the data-parallel schedules). Planner pipedream replicates
@@ -586,7 +608,8 @@ Check CheckParallel(const v1::JobSpec& spec) {
   }
   if (Check c = CheckPipeSgd(p, stages)) return c;
   if (Check c = CheckPipeDream(p)) return c;
-  return CheckDevices(spec, stages);
+  if (Check c = CheckDevices(spec, stages)) return c;
+  return CheckInterleaved(spec, stages);
 }
 
 // training.precision: known, and bf16 only where every stage runs on a CUDA device. Needs a

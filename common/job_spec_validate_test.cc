@@ -2,12 +2,14 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/job_spec_test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple {
@@ -209,7 +211,7 @@ TEST(ValidateJobSpecTest, Schedule) {
   spec.mutable_parallel()->set_schedule("zerobubble");
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
                                         "gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2, "
-                                        "auto"});
+                                        "interleaved, auto"});
   // auto: the planner chooses; on cuda too (it then chooses among dapple and gpipe), with
   // recomputation where the device allows it.
   spec.mutable_parallel()->set_schedule("auto");
@@ -237,6 +239,73 @@ TEST(ValidateJobSpecTest, Schedule) {
                                                        "implemented"),
                                           "use schedule dapple on cuda"});
   }
+}
+
+// schedule interleaved (Megatron's interleaved 1F1B): parallel.interleave v in 2..8 with it and
+// only with it, a fixed stage count P >= 2, P * v <= layers, M >= P (any M from P on, 2P + 1
+// included), not on cuda, not with recomputation or tied weights; a spec that passes every rule
+// is still refused, naming what the workers lack.
+TEST(ValidateJobSpecTest, Interleaved) {
+  v1::JobSpec spec = Example();  // 4 layers, 2 stages on 2 devices, global_batch 256 / 32: M = 8
+  spec.mutable_parallel()->set_interleave(2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.interleave applies only to parallel.schedule interleaved, got "
+                 "parallel.schedule dapple"});
+  spec.mutable_parallel()->set_schedule("interleaved");
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.schedule interleaved (P = 2, v = 2, M = 8) passes every check but is "
+                 "not runnable yet",
+                 "use schedule dapple"});
+  for (int v : {0, 1, 9}) {
+    v1::JobSpec bad = spec;
+    bad.mutable_parallel()->set_interleave(v);
+    ExpectInvalid(ValidateJobSpec(bad),
+                  {v == 0 ? std::string("parallel.schedule interleaved needs parallel.interleave")
+                          : absl::StrCat("parallel.interleave ", v, " must be in 2..8")});
+  }
+  v1::JobSpec deep = spec;
+  deep.mutable_parallel()->set_interleave(3);
+  ExpectInvalid(ValidateJobSpec(deep),
+                {"parallel.interleave 3 with parallel.stages 2 makes 6 virtual stages, more than "
+                 "the 4 layers of the model: each virtual stage needs at least one layer: set "
+                 "interleave to at most 2"});
+  v1::JobSpec cuda = spec;
+  cuda.mutable_parallel()->set_device_type("cuda");
+  ExpectInvalid(ValidateJobSpec(cuda), {"parallel.device_type cuda is not implemented"});
+  v1::JobSpec auto_stages = spec;
+  auto_stages.mutable_parallel()->set_stages(0);
+  auto_stages.mutable_parallel()->set_planner("dapple");
+  ExpectInvalid(ValidateJobSpec(auto_stages),
+                {"needs parallel.stages as a count of at least 2", "got auto"});
+  // M = 1 < P = 2: the message names the micro_batch values that give the nearest valid M.
+  v1::JobSpec few = spec;
+  few.mutable_training()->set_micro_batch(256);
+  ExpectInvalid(ValidateJobSpec(few), {"training.micro_batch 256 makes M = 1 micro-batches",
+                                       "fewer than "
+                                       "parallel.stages 2",
+                                       "needs M >= stages (any M from 2 on",
+                                       "set micro_batch to 128 (M = 2) or 64 (M = 4)"});
+  // M = P and M = 2P + 1 pass the schedule's rules.
+  for (auto [global, micro] : {std::pair<int, int>{64, 32}, {160, 32}}) {
+    v1::JobSpec m = spec;
+    m.mutable_training()->set_global_batch(global);
+    m.mutable_training()->set_micro_batch(micro);
+    ExpectInvalid(ValidateJobSpec(m),
+                  {absl::StrCat("(P = 2, v = 2, M = ", global / micro, ") passes every check")});
+  }
+  v1::JobSpec recompute = spec;
+  recompute.mutable_training()->set_recompute("all");
+  ExpectInvalid(ValidateJobSpec(recompute),
+                {"training.recompute all with parallel.schedule interleaved is not supported"});
+  // The field parses, round-trips and is refused where it does not apply, at its line.
+  absl::StatusOr<v1::JobSpec> parsed =
+      ParseJobSpec(Edit(kExample, "  devices: 2\n", "  devices: 2\n  interleave: 2\n"), "job.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(std::string(parsed.status().message()),
+              ::testing::HasSubstr("job.yaml:23:15: parallel.interleave applies only to"));
+  // The canonical YAML writes it (the spec is refused, so it cannot round-trip through
+  // ParseJobSpec yet).
+  EXPECT_THAT(JobSpecToYaml(spec), ::testing::HasSubstr("\n  interleave: 2\n"));
 }
 
 // schedule pipedream: stages may have replicas (1F1B-RR: whole micro-batches round-robin), at
@@ -294,6 +363,28 @@ TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.pipedream applies only to parallel.schedule pipedream, got "
                  "parallel.schedule dapple"});
+}
+
+// planner pipedream-code (PipeDream's planner as its code plans): it chooses the depth and any
+// replica count, which only schedule pipedream's 1F1B-RR runs as planned.
+TEST(ValidateJobSpecTest, PipeDreamCodePlannerNeedsSchedulePipeDreamAndStagesAuto) {
+  v1::JobSpec spec = Example();
+  spec.mutable_parallel()->set_planner("pipedream-code");
+  spec.mutable_parallel()->set_stages(0);
+  spec.mutable_parallel()->set_devices(8);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.planner pipedream-code with parallel.schedule dapple: PipeDream's "
+                 "planner gives stages any replica count, which only its 1F1B-RR runs (whole "
+                 "micro-batches round-robin); the synchronous schedules split each micro-batch "
+                 "evenly over a stage's replicas: set schedule: pipedream, or use planner "
+                 "dapple"});
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_stages(2);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.stages 2 with parallel.planner pipedream-code: PipeDream's planner "
+                 "chooses the pipeline depth itself: set stages: auto (or planner pipedream for a "
+                 "fixed depth)"});
 }
 
 // schedule pipesgd: one stage (stages 1, or planner dp with stages auto), devices >= 2, and a
@@ -425,7 +516,7 @@ TEST(ValidateJobSpecTest, Planner) {
   spec.mutable_parallel()->set_planner("greedy");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.planner 'greedy' is unknown; available: balanced, uniform, manual, "
-                 "dapple, pipedream, dp"});
+                 "dapple, pipedream, pipedream-code, dp"});
   spec.mutable_parallel()->set_planner("manual");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"parallel.planner manual needs parallel.stages as a list", "got 2"});

@@ -171,6 +171,7 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
     absl::StrAppend(&out, "  emulation: {profile: ", YamlString(p.emulation().profile()),
                     ", scale: ", YamlDouble(p.emulation().scale()), "}\n");
   }
+  if (p.interleave() != 0) absl::StrAppend(&out, "  interleave: ", p.interleave(), "\n");
   if (p.has_pipedream()) {
     absl::StrAppend(&out, "  pipedream: {vertical_sync: ",
                     p.pipedream().vertical_sync() ? "true" : "false", "}\n");

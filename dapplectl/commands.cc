@@ -215,7 +215,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                    "devices and links: a cluster file (default: the registered workers)")
       ->type_name("FILE");
   plan->add_option("--planner", planner,
-                   "dapple, pipedream, dp, uniform, balanced (default: the job's "
+                   "dapple, pipedream, pipedream-code, dp, uniform, balanced (default: the job's "
                    "parallel.planner, or dapple without a job)")
       ->type_name("NAME");
   plan->add_option("--schedule", plan_schedule,
@@ -280,7 +280,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
          {std::tuple<const char*, const std::string*, const char*>{"--profile", &profile_file,
                                                                    "a profile file name"},
           {"--cluster", &cluster_file, "a cluster file name"},
-          {"--planner", &planner, "dapple, pipedream, dp, uniform, balanced or manual"},
+          {"--planner", &planner,
+           "dapple, pipedream, pipedream-code, dp, uniform, balanced or manual"},
           {"--schedule", &plan_schedule, "a schedule name or auto"}}) {
       if (plan->count(flag) > 0 && value->empty()) {
         return Fail(env, kExitUsage,

@@ -14,8 +14,10 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   if (name == "pipesgd") return ScheduleKind::kPipeSgd;
   if (name == "zb-h1") return ScheduleKind::kZbH1;
   if (name == "zb-h2") return ScheduleKind::kZbH2;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown schedule \"", name, "\" (known: gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2)"));
+  if (name == "interleaved") return ScheduleKind::kInterleaved;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule \"", name,
+                   "\" (known: gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2, interleaved)"));
 }
 
 absl::string_view ScheduleKindName(ScheduleKind kind) {
@@ -32,6 +34,8 @@ absl::string_view ScheduleKindName(ScheduleKind kind) {
       return "zb-h1";
     case ScheduleKind::kZbH2:
       return "zb-h2";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
   }
   return "unknown";
 }
@@ -127,7 +131,74 @@ OpProgram GenerateZbH2Ops(int num_stages, int num_micro_batches, int stage) {
   return GenerateZeroBubbleOps(num_micro_batches, 2 * num_stages - 1 - 2 * stage, 2 * stage);
 }
 
-OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage) {
+std::vector<int> InterleavedGroups(int num_stages, int num_micro_batches) {
+  const int groups = num_micro_batches / num_stages;
+  if (groups == 0) return {num_micro_batches};
+  std::vector<int> sizes(groups, num_stages);
+  // The remainder one each onto the first groups (cycling when it exceeds them): the first group
+  // is then the largest, and the warm-up it sets covers every later group (a larger later group
+  // would need a backward on the last chunk before its forward).
+  for (int i = 0; i < num_micro_batches % num_stages; ++i) ++sizes[i % groups];
+  return sizes;
+}
+
+int InterleavedWarmUp(int num_stages, int chunks, int num_micro_batches, int stage) {
+  const int first_group = InterleavedGroups(num_stages, num_micro_batches).front();
+  return std::min((num_stages - 1 - stage) * 2 + (chunks - 1) * first_group,
+                  chunks * num_micro_batches);
+}
+
+int InterleavedInFlight(int num_stages, int chunks, int num_micro_batches, int stage) {
+  return std::min(InterleavedWarmUp(num_stages, chunks, num_micro_batches, stage) + 1,
+                  chunks * num_micro_batches);
+}
+
+namespace {
+
+// Every forward (forward true) or backward of rank `stage` in order: group after group, the
+// group's micro-batches through chunk 0, 1, ..., v - 1 (backward: v - 1, ..., 0).
+OpProgram InterleavedOrder(int num_stages, int chunks, int num_micro_batches, int stage,
+                           bool forward) {
+  OpProgram out;
+  out.reserve(static_cast<size_t>(chunks) * num_micro_batches);
+  int first = 0;
+  for (int size : InterleavedGroups(num_stages, num_micro_batches)) {
+    for (int i = 0; i < chunks; ++i) {
+      const int chunk = forward ? i : chunks - 1 - i;
+      for (int mb = first; mb < first + size; ++mb) {
+        out.push_back({forward ? v1::FORWARD : v1::BACKWARD, mb, chunk * num_stages + stage});
+      }
+    }
+    first += size;
+  }
+  return out;
+}
+
+}  // namespace
+
+OpProgram GenerateInterleavedOps(int num_stages, int chunks, int num_micro_batches, int stage) {
+  const OpProgram forwards = InterleavedOrder(num_stages, chunks, num_micro_batches, stage, true);
+  const OpProgram backwards = InterleavedOrder(num_stages, chunks, num_micro_batches, stage, false);
+  const int total = static_cast<int>(forwards.size());
+  const int warm_up = InterleavedWarmUp(num_stages, chunks, num_micro_batches, stage);
+  OpProgram out;
+  out.reserve(2 * static_cast<size_t>(total) + 1);
+  int next_forward = 0;
+  int next_backward = 0;
+  while (next_forward < warm_up) out.push_back(forwards[next_forward++]);
+  // Megatron's steady phase runs the forward first: the warm-up above is one short of what
+  // stays in flight.
+  while (next_forward < total) {
+    out.push_back(forwards[next_forward++]);
+    out.push_back(backwards[next_backward++]);
+  }
+  while (next_backward < total) out.push_back(backwards[next_backward++]);
+  out.push_back({v1::OPTIMIZER_STEP, -1});
+  return out;
+}
+
+OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage,
+                      int chunks) {
   switch (kind) {
     case ScheduleKind::kGPipe:
       return GenerateGPipeOps(num_stages, num_micro_batches, stage);
@@ -141,6 +212,8 @@ OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, 
       return GenerateZbH1Ops(num_stages, num_micro_batches, stage);
     case ScheduleKind::kZbH2:
       return GenerateZbH2Ops(num_stages, num_micro_batches, stage);
+    case ScheduleKind::kInterleaved:
+      return GenerateInterleavedOps(num_stages, chunks, num_micro_batches, stage);
   }
   return {};
 }
@@ -171,9 +244,14 @@ std::vector<v1::Action> GenerateZbH2(int num_stages, int num_micro_batches, int 
   return ToActions(stage, GenerateZbH2Ops(num_stages, num_micro_batches, stage));
 }
 
+std::vector<v1::Action> GenerateInterleaved(int num_stages, int chunks, int num_micro_batches,
+                                            int stage) {
+  return ToActions(stage, GenerateInterleavedOps(num_stages, chunks, num_micro_batches, stage));
+}
+
 std::vector<v1::Action> Generate(ScheduleKind kind, int num_stages, int num_micro_batches,
-                                 int stage) {
-  return ToActions(stage, GenerateOps(kind, num_stages, num_micro_batches, stage));
+                                 int stage, int chunks) {
+  return ToActions(stage, GenerateOps(kind, num_stages, num_micro_batches, stage, chunks));
 }
 
 }  // namespace dapple::schedule

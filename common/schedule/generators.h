@@ -25,12 +25,10 @@
 
 namespace dapple::schedule {
 
-enum class ScheduleKind { kGPipe, kDapple, kPipeDream, kPipeSgd, kZbH1, kZbH2 };
+enum class ScheduleKind { kGPipe, kDapple, kPipeDream, kPipeSgd, kZbH1, kZbH2, kInterleaved };
 
-// "gpipe" | "dapple" | "pipedream" | "pipesgd" | "zb-h1" | "zb-h2"; kInvalidArgument naming the
-// value and the known names otherwise. (Job submission still refuses "pipedream":
-// common/job_spec.cc.) (Job submission still refuses "pipedream":
-// common/job_spec.cc.)
+// "gpipe" | "dapple" | "pipedream" | "pipesgd" | "zb-h1" | "zb-h2" | "interleaved";
+// kInvalidArgument naming the value and the known names otherwise.
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
 absl::string_view ScheduleKindName(ScheduleKind kind);
 
@@ -112,12 +110,57 @@ OpProgram GenerateZeroBubbleOps(int num_micro_batches, int warm_up, int weight_l
 std::vector<v1::Action> GenerateZbH1(int num_stages, int num_micro_batches, int stage);
 std::vector<v1::Action> GenerateZbH2(int num_stages, int num_micro_batches, int stage);
 
+// Megatron's interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model Training
+// on GPU Clusters Using Megatron-LM", SC'21, section 2.2.2). The model is cut into P * v
+// virtual stages ("model chunks"); rank r of P holds the v non-adjacent chunks c = 0..v-1, chunk
+// c being virtual stage c * P + r (so activations go r -> r + 1 -> ... -> P - 1 -> 0 of the next
+// chunk). Every Op of the result names its virtual stage (Op::stage) except the OPTIMIZER_STEP
+// (stage -1: the rank's, one update of all its chunks).
+//
+// The order (Megatron-Core's schedule table): the micro-batches in consecutive groups
+// (InterleavedGroups: P each when P divides M); the forwards run group after group, each group's
+// micro-batches through chunk 0, then chunk 1, ..., chunk v - 1; the backwards the same with the
+// chunks in reverse order (v - 1 first). Rank r runs InterleavedWarmUp forwards, then one
+// forward / one backward while forwards remain (steady), then the remaining backwards
+// (cool-down), then OPTIMIZER_STEP. Megatron needs P | M; spreading the remainder of M / P over
+// the first groups (a short last group deadlocks for some P, v; the remainder on the last groups
+// makes a later group larger than the warm-up covers: a backward before its forward) makes the
+// order valid and deadlock-free for EVERY M >= 1 (proven by BuildPrograms' simulation;
+// interleaved_test.cc covers P in 2..8, v in 2..8, M in 1..4P + 1). Job submission still asks
+// for M >= P (common/job_spec_validate_interleaved.cc): the figures below hold from there on.
+//
+// Figures for equal virtual stages with per-micro-batch costs T_F, T_B for a whole rank's layers
+// (T_F / v, T_B / v per chunk), any M >= P, one flushed step (interleaved_test.cc checks them for
+// P in 2..8, v in 2..4, M in P..3P): step M(T_F + T_B) + (P - 1)(T_F + T_B) / v, bubble per rank
+// (P - 1)(T_F + T_B) / v, bubble fraction (P - 1) / (vM + P - 1): 1F1B's (P - 1) / (M + P - 1)
+// with the (P - 1) divided by v. The price: v times the point-to-point messages, and more
+// activations: rank r holds InterleavedInFlight chunk activations at the peak, on rank 0 with
+// P | M and M >= 2P (v + 1)P - 1 chunks = P + (P - 1) / v ranks' worth (1F1B: P).
+//
+// Preconditions (unchecked; BuildPrograms checks them): P >= 1, chunks v >= 1, M >= 1.
+OpProgram GenerateInterleavedOps(int num_stages, int chunks, int num_micro_batches, int stage);
+std::vector<v1::Action> GenerateInterleaved(int num_stages, int chunks, int num_micro_batches,
+                                            int stage);
+// The group sizes of the order above, in order: floor(M / P) groups of P, the remainder
+// M mod P added one each to the first groups (cycling when the remainder exceeds the groups);
+// one group of M when M < P. Example: P = 4, M = 9 -> {5, 4}; P = 4, M = 11 -> {6, 5}.
+std::vector<int> InterleavedGroups(int num_stages, int num_micro_batches);
+// Megatron's warm-up of rank `stage` (forwards, each of one chunk, before the first backward):
+// min((P - 1 - r) * 2 + (v - 1) * g_0, v * M), g_0 the first group's size (P when P | M).
+// The one place the formula lives (the memory model's in-flight count is derived from it).
+int InterleavedWarmUp(int num_stages, int chunks, int num_micro_batches, int stage);
+// Most chunk activations rank `stage` holds at once: min(InterleavedWarmUp + 1, v * M) (the
+// steady phase's forward runs before its backward frees one). Each is one chunk's (1/v of the
+// rank's layers' activations, for equal chunks).
+int InterleavedInFlight(int num_stages, int chunks, int num_micro_batches, int stage);
+
 // Dispatch. kPipeDream here is one update of M micro-batches
 // (GeneratePipeDream(P, M, stage, M)): with a single update and no later one to overlap, its
 // order equals GenerateDapple's; PipeDream differs only across updates, so simulate its steady
 // state with GeneratePipeDream over several updates.
+// `chunks` (v) is used by kInterleaved only (1 for every other kind).
 std::vector<v1::Action> Generate(ScheduleKind kind, int num_stages, int num_micro_batches,
-                                 int stage);
+                                 int stage, int chunks = 1);
 
 // The Op forms of the generators above (same preconditions and order).
 OpProgram GenerateGPipeOps(int num_stages, int num_micro_batches, int stage);
@@ -131,7 +174,8 @@ OpProgram GeneratePipeDreamOps(int num_stages, int num_micro_batches, int stage,
 OpProgram GeneratePipeDreamOpsWithWarmUp(int num_micro_batches, int micro_batches_per_update,
                                          int warm_up);
 OpProgram GeneratePipeSgdOps(int num_stages, int num_micro_batches, int stage);
-OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage);
+OpProgram GenerateOps(ScheduleKind kind, int num_stages, int num_micro_batches, int stage,
+                      int chunks = 1);
 
 }  // namespace dapple::schedule
 

@@ -1,5 +1,7 @@
 #include "common/schedule/job_lowering.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/model_info.h"
 #include "common/schedule/ranks.h"
@@ -80,6 +82,11 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
   options.global_norm =
       spec.training().max_grad_norm() > 0 && spec.parallel().schedule() != "pipesgd";
+  // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
+  // under them).
+  if (spec.parallel().schedule() == "interleaved") {
+    options.chunks = std::max(1, spec.parallel().interleave());
+  }
   return options;
 }
 

@@ -61,7 +61,8 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
 //   global_norm          training.max_grad_norm > 0 (gradient clipping), except under schedule
 //                        pipesgd, whose updater clips the reduced gradient it applies locally
-//                        (worker/runtime/pipesgd_updater.h).
+//                        (worker/runtime/pipesgd_updater.h);
+//   chunks               parallel.interleave under schedule interleaved (at least 1), else 1.
 // kInvalidArgument: the model's InferLayers error, or a plan stage whose layer range lies
 // outside the model ("plan stage 1 covers layers [3, 9] but the model has 6 layers").
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,

@@ -117,6 +117,13 @@ TEST(LowerOptionsForTest, DecidesEveryCollectiveOfTheJob) {
   const LowerOptions mlp = LowerOptionsFor(MlpSpec(), Plan({{0, 0}, {1, 1}}, {1, 1})).value();
   EXPECT_THAT(mlp.tied_stages, ElementsAre(false, false));
   EXPECT_THAT(mlp.allreduce_stages, ElementsAre(false, false));
+  EXPECT_EQ(mlp.chunks, 1);
+  // parallel.interleave only under schedule interleaved.
+  v1::JobSpec interleaved = MlpSpec();
+  interleaved.mutable_parallel()->set_interleave(2);
+  EXPECT_EQ(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->chunks, 1);
+  interleaved.mutable_parallel()->set_schedule("interleaved");
+  EXPECT_EQ(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->chunks, 2);
 }
 
 TEST(LowerOptionsForTest, RefusesAStageOutsideTheModel) {

@@ -4,7 +4,9 @@
 
 namespace dapple::schedule {
 
-v1::Action ToAction(int stage, const Op& op) { return MakeAction(stage, op.kind, op.micro_batch); }
+v1::Action ToAction(int stage, const Op& op) {
+  return MakeAction(StageOf(op, stage), op.kind, op.micro_batch);
+}
 
 std::vector<v1::Action> ToActions(int stage, const OpProgram& ops) {
   std::vector<v1::Action> out;

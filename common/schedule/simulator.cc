@@ -14,39 +14,21 @@
 #include "absl/strings/str_join.h"
 #include "common/schedule/action.h"
 #include "common/schedule/simulator_grid.h"
+#include "common/schedule/simulator_validate.h"
 #include "common/status.h"
 
 namespace dapple::schedule {
 namespace {
 
+using internal::BarrierIndex;
+using internal::BarrierMembers;
+using internal::CheckOp;
+using internal::kBarrierKinds;
+using internal::kNumBarrierKinds;
+using internal::ValidateChunks;
+using internal::Where;
+
 constexpr double kNotIssued = -1.0;
-
-// The barriers: an action of one of these kinds completes once every member stage reached its
-// own action of that kind with the same count (the k-th pairs with the k-th). GLOBAL_NORM's
-// members are all stages, TIED_ALLREDUCE's the stages whose programs hold one.
-constexpr v1::ActionKind kBarrierKinds[] = {v1::GLOBAL_NORM, v1::TIED_ALLREDUCE};
-constexpr int kNumBarrierKinds = 2;
-
-int BarrierIndex(v1::ActionKind kind) {
-  for (int b = 0; b < kNumBarrierKinds; ++b) {
-    if (kBarrierKinds[b] == kind) return b;
-  }
-  return -1;
-}
-
-// The actions that compute a micro-batch's input gradient (the one a BACKWARD_WEIGHT follows,
-// when split).
-bool IsBackwardOfInput(v1::ActionKind kind) {
-  return kind == v1::BACKWARD || kind == v1::BACKWARD_INPUT;
-}
-
-bool IsNamedKind(v1::ActionKind kind) {
-  return v1::ActionKind_IsValid(kind) && kind != v1::ACTION_KIND_UNSPECIFIED;
-}
-
-std::string Where(int stage, int index, const v1::Action& a) {
-  return absl::StrCat(ActionToString(a), " (stage ", stage, " action ", index, ")");
-}
 
 absl::Status CheckCost(absl::string_view field, double value) {
   if (!std::isfinite(value) || value < 0) {
@@ -151,323 +133,6 @@ double TransferCost(const std::vector<double>& per_boundary, int b) {
   return per_boundary.empty() ? 0.0 : per_boundary[b];
 }
 
-absl::Status Duplicate(int stage, v1::ActionKind kind, int mb) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "stage ", stage, kind == v1::FORWARD ? " forwards" : " backwards", " micro-batch ", mb,
-      " more than once (", ActionToString(MakeAction(stage, kind, mb)), ")"));
-}
-
-// The checks of one action that need only its program: a named kind, a micro-batch >= 0 where
-// the kind has one, and a peer stage for sends and receives.
-absl::Status CheckOp(int s, int i, int p, const Op& op) {
-  if (!IsNamedKind(op.kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(s, i, ToAction(s, op)), " has no valid kind"));
-  }
-  if (!KindHasMicroBatch(op.kind)) return absl::OkStatus();
-  if (op.micro_batch < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(s, i, ToAction(s, op)), " has negative micro-batch ", op.micro_batch));
-  }
-  const bool no_next = s == p - 1;
-  const bool no_prev = s == 0;
-  if ((op.kind == v1::SEND_ACT && no_next) || (op.kind == v1::RECV_GRAD && no_next) ||
-      (op.kind == v1::RECV_ACT && no_prev) || (op.kind == v1::SEND_GRAD && no_prev)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(s, i, ToAction(s, op)), " has no peer: stage ", s, " is ",
-                     no_prev ? "the first" : "the last", " of ", p, " stages"));
-  }
-  return absl::OkStatus();
-}
-
-// The communication kinds' index in per-kind tables: SEND_ACT 0, RECV_ACT 1, SEND_GRAD 2,
-// RECV_GRAD 3; -1 for every other kind.
-constexpr int kNumCommTables = 4;
-
-int CommTable(v1::ActionKind kind) {
-  switch (kind) {
-    case v1::SEND_ACT:
-      return 0;
-    case v1::RECV_ACT:
-      return 1;
-    case v1::SEND_GRAD:
-      return 2;
-    case v1::RECV_GRAD:
-      return 3;
-    case v1::FORWARD:
-    case v1::BACKWARD:
-    case v1::BACKWARD_INPUT:
-    case v1::BACKWARD_WEIGHT:
-    case v1::ACTION_KIND_UNSPECIFIED:
-    case v1::ALLREDUCE:
-    case v1::TIED_ALLREDUCE:
-    case v1::GLOBAL_NORM:
-    case v1::OPTIMIZER_STEP:
-    case v1::USE_WEIGHTS:
-    case v1::RESTORE_WEIGHTS:
-    case v1::STASH_WEIGHTS:
-    case v1::DROP_WEIGHTS:
-    case v1::ALLREDUCE_ASYNC:
-    case v1::STALE_OPTIMIZER_STEP:
-    case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-    case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-      break;
-  }
-  return -1;
-}
-
-// Which of micro-batches 0..M-1 one stage sends and receives (validated: each at most once).
-struct CommMarks {
-  std::vector<char> sent_act, recv_act, sent_grad, recv_grad;
-};
-
-CommMarks Marks(const OpProgram& program, int m) {
-  CommMarks marks{std::vector<char>(m, 0), std::vector<char>(m, 0), std::vector<char>(m, 0),
-                  std::vector<char>(m, 0)};
-  std::vector<char>* const by_table[kNumCommTables] = {&marks.sent_act, &marks.recv_act,
-                                                       &marks.sent_grad, &marks.recv_grad};
-  for (const Op& op : program) {
-    const int table = CommTable(op.kind);
-    if (table >= 0) (*by_table[table])[op.micro_batch] = 1;
-  }
-  return marks;
-}
-
-// The member stages of each barrier kind (kBarrierKinds order): GLOBAL_NORM every stage,
-// TIED_ALLREDUCE the stages with at least one.
-std::vector<std::vector<char>> BarrierMembers(const std::vector<OpProgram>& programs) {
-  const int p = static_cast<int>(programs.size());
-  std::vector<std::vector<char>> members(kNumBarrierKinds, std::vector<char>(p, 0));
-  members[BarrierIndex(v1::GLOBAL_NORM)].assign(p, 1);
-  for (int s = 0; s < p; ++s) {
-    for (const Op& op : programs[s]) {
-      if (op.kind == v1::TIED_ALLREDUCE) members[BarrierIndex(v1::TIED_ALLREDUCE)][s] = 1;
-    }
-  }
-  return members;
-}
-
-// Every member of a barrier runs it equally often (the k-th of each stage meet), or some would
-// wait forever.
-absl::Status CheckBarriers(const std::vector<OpProgram>& programs) {
-  const int p = static_cast<int>(programs.size());
-  const std::vector<std::vector<char>> members = BarrierMembers(programs);
-  for (int b = 0; b < kNumBarrierKinds; ++b) {
-    const v1::ActionKind kind = kBarrierKinds[b];
-    int first = -1;
-    int64_t first_count = 0;
-    for (int s = 0; s < p; ++s) {
-      if (!members[b][s]) continue;
-      const int64_t count = std::count_if(programs[s].begin(), programs[s].end(),
-                                          [kind](const Op& op) { return op.kind == kind; });
-      if (first < 0) {
-        first = s;
-        first_count = count;
-      } else if (count != first_count) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "stage ", s, " runs ", count, " ", v1::ActionKind_Name(kind), " but stage ", first,
-            " runs ", first_count, ": a ", v1::ActionKind_Name(kind), " waits for ",
-            kind == v1::GLOBAL_NORM ? "every stage" : "every stage that holds one",
-            ", so each must run as many"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Checks everything that does not need time: kinds, micro-batch sets, order of data
-// dependencies inside each program, and send/recv pairing. Sets *num_micro_batches. Scratch
-// memory is O(M) per stage (never P x M), and the work O(actions log actions + P * M).
-absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_batches) {
-  const int p = static_cast<int>(programs.size());
-  if (p == 0) return absl::InvalidArgumentError("no rank programs to simulate");
-
-  int64_t max_mb = -1;
-  for (int s = 0; s < p; ++s) {
-    const OpProgram& prog = programs[s];
-    for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
-      DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, prog[i]));
-      if (prog[i].kind == v1::FORWARD || IsBackwardOfInput(prog[i].kind)) {
-        max_mb = std::max<int64_t>(max_mb, prog[i].micro_batch);
-      }
-    }
-  }
-  const int64_t m = max_mb + 1;
-
-  // Each stage forwards and backwards exactly 0..M-1 (a BACKWARD_INPUT counts as the backward;
-  // its BACKWARD_WEIGHT is checked with the data dependencies below). Sorting (not a table of
-  // size M) keeps a stray huge micro-batch number from allocating memory.
-  std::vector<int> mbs;
-  for (int s = 0; s < p; ++s) {
-    for (v1::ActionKind kind : {v1::FORWARD, v1::BACKWARD}) {
-      mbs.clear();
-      for (const Op& a : programs[s]) {
-        if (a.kind == kind || (kind == v1::BACKWARD && a.kind == v1::BACKWARD_INPUT)) {
-          mbs.push_back(a.micro_batch);
-        }
-      }
-      std::sort(mbs.begin(), mbs.end());
-      const absl::string_view verb = kind == v1::FORWARD ? "forwards" : "backwards";
-      for (int64_t j = 0; j < m; ++j) {
-        if (j >= static_cast<int64_t>(mbs.size()) || mbs[j] > j) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("stage ", s, " never ", verb, " micro-batch ", j, " (",
-                           ActionToString(MakeAction(s, kind, static_cast<int>(j))),
-                           " missing; the step has M=", m, ")"));
-        }
-        if (mbs[j] < j) {
-          return Duplicate(s, kind, mbs[j]);
-        }
-      }
-      // All entries are < M, so more than M of them means a repeat past the first M.
-      if (static_cast<int64_t>(mbs.size()) > m) return Duplicate(s, kind, mbs[m]);
-    }
-  }
-  *num_micro_batches = static_cast<int>(m);
-
-  // Pairing first, so a missing partner is reported as such rather than as an ordering problem
-  // it causes. First each communication action at most once per stage, with a micro-batch < M.
-  std::vector<char> seen(kNumCommTables * static_cast<size_t>(m), 0);
-  for (int s = 0; s < p; ++s) {
-    std::fill(seen.begin(), seen.end(), 0);
-    for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
-      const Op& a = programs[s][i];
-      if (!KindHasMicroBatch(a.kind)) continue;
-      const int mb = a.micro_batch;
-      if (mb >= m) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(s, i, ToAction(s, a)),
-                                                       " names micro-batch ", mb,
-                                                       " but the step forwards only 0..", m - 1));
-      }
-      const int table = CommTable(a.kind);
-      if (table >= 0 && seen[table * m + mb]++ > 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(s, i, ToAction(s, a)), " appears twice"));
-      }
-    }
-  }
-  if (p > 1) {
-    CommMarks upper = Marks(programs[0], static_cast<int>(m));
-    for (int s = 0; s + 1 < p; ++s) {
-      CommMarks lower = Marks(programs[s + 1], static_cast<int>(m));
-      for (int mb = 0; mb < m; ++mb) {
-        if (upper.sent_act[mb] == lower.recv_act[mb] &&
-            lower.sent_grad[mb] == upper.recv_grad[mb]) {
-          continue;  // the common case: no message to build
-        }
-        const std::tuple<int, int, v1::Action, v1::Action> pairs[] = {
-            {upper.sent_act[mb], lower.recv_act[mb], MakeAction(s, v1::SEND_ACT, mb),
-             MakeAction(s + 1, v1::RECV_ACT, mb)},
-            {lower.sent_grad[mb], upper.recv_grad[mb], MakeAction(s + 1, v1::SEND_GRAD, mb),
-             MakeAction(s, v1::RECV_GRAD, mb)}};
-        for (const auto& [sends, recvs, send, recv] : pairs) {
-          if (sends > recvs) {
-            return absl::InvalidArgumentError(absl::StrCat("unpaired send: ", ActionToString(send),
-                                                           " has no matching ",
-                                                           ActionToString(recv)));
-          }
-          if (recvs > sends) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("unpaired receive: ", ActionToString(recv), " has no matching ",
-                             ActionToString(send)));
-          }
-        }
-      }
-      upper = std::move(lower);
-    }
-  }
-
-  // Data dependencies inside each program, in program order.
-  std::vector<char> forwarded(m), backwarded(m), got_act(m), got_grad(m);
-  // Per micro-batch of a zero-bubble split: 1 after its BACKWARD_INPUT, 2 after its
-  // BACKWARD_WEIGHT.
-  std::vector<char> split(m);
-  for (int s = 0; s < p; ++s) {
-    std::fill(forwarded.begin(), forwarded.end(), 0);
-    std::fill(backwarded.begin(), backwarded.end(), 0);
-    std::fill(split.begin(), split.end(), 0);
-    std::fill(got_act.begin(), got_act.end(), 0);
-    std::fill(got_grad.begin(), got_grad.end(), 0);
-    for (int i = 0; i < static_cast<int>(programs[s].size()); ++i) {
-      const Op& a = programs[s][i];
-      const int mb = a.micro_batch;
-      // Builds the error only when a rule is broken: this loop sees every action.
-      auto broken = [&](v1::ActionKind before, absl::string_view rule) -> absl::Status {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(s, i, ToAction(s, a)), " comes before ",
-                         ActionToString(MakeAction(s, before, mb)), " (", rule, ")"));
-      };
-      switch (a.kind) {
-        case v1::FORWARD:
-          if (s > 0 && !got_act[mb]) {
-            return broken(v1::RECV_ACT, "a forward needs its input activation");
-          }
-          forwarded[mb] = 1;
-          break;
-        case v1::BACKWARD:
-        case v1::BACKWARD_INPUT:
-          if (!forwarded[mb]) return broken(v1::FORWARD, "backward before forward");
-          if (s < p - 1 && !got_grad[mb]) {
-            return broken(v1::RECV_GRAD, "a backward needs its output gradient");
-          }
-          backwarded[mb] = 1;
-          if (a.kind == v1::BACKWARD_INPUT) split[mb] = 1;
-          break;
-        case v1::BACKWARD_WEIGHT:
-          if (split[mb] == 2) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(Where(s, i, ToAction(s, a)), " appears twice"));
-          }
-          if (split[mb] != 1) {
-            return broken(v1::BACKWARD_INPUT,
-                          "a weight-gradient backward follows its input-gradient backward");
-          }
-          split[mb] = 2;
-          break;
-        case v1::SEND_ACT:
-          if (!forwarded[mb]) {
-            return broken(v1::FORWARD, "an activation is sent after it is computed");
-          }
-          break;
-        case v1::SEND_GRAD:
-          if (!backwarded[mb]) {
-            return broken(v1::BACKWARD, "a gradient is sent after it is computed");
-          }
-          break;
-        case v1::RECV_ACT:
-          got_act[mb] = 1;
-          break;
-        case v1::RECV_GRAD:
-          got_grad[mb] = 1;
-          break;
-        case v1::ACTION_KIND_UNSPECIFIED:
-        case v1::ALLREDUCE:
-        case v1::TIED_ALLREDUCE:
-        case v1::GLOBAL_NORM:
-        case v1::OPTIMIZER_STEP:
-        case v1::USE_WEIGHTS:
-        case v1::RESTORE_WEIGHTS:
-        case v1::STASH_WEIGHTS:
-        case v1::DROP_WEIGHTS:
-        case v1::ALLREDUCE_ASYNC:
-        case v1::STALE_OPTIMIZER_STEP:
-        case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-        case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-          break;
-      }
-    }
-    for (int mb = 0; mb < m; ++mb) {
-      if (split[mb] == 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "stage ", s, " never runs ", ActionToString(MakeAction(s, v1::BACKWARD_WEIGHT, mb)),
-            " after ", ActionToString(MakeAction(s, v1::BACKWARD_INPUT, mb)),
-            " (the weight gradients of micro-batch ", mb, " would be missing from the update)"));
-      }
-    }
-  }
-  return CheckBarriers(programs);
-}
-
 // The column width of the grid (simulator_grid.h GridQuantum) from the costs the programs use.
 double GridQuantum(const ActionCosts& c, int num_stages, bool split_backward) {
   std::vector<double> compute;
@@ -537,16 +202,25 @@ struct RunState {
   std::unique_ptr<Barriers> barriers;
 };
 
+// `chunks`: v, the virtual stages per rank (ranks are programs; costs, links and message tables
+// are per virtual stage, busy time and the grid per rank).
 SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& costs, int m,
-                     bool record_slots, bool keep_intervals, RunState* state) {
+                     int chunks, bool record_slots, bool keep_intervals, RunState* state) {
   const int p = static_cast<int>(programs.size());
-  const size_t table_size = static_cast<size_t>(p) * static_cast<size_t>(m);
-  // Arrival time at the peer of each issued send, by sending stage * M + micro-batch.
+  const int num_virtual = p * chunks;
+  const size_t table_size = static_cast<size_t>(num_virtual) * static_cast<size_t>(m);
+  // Arrival time at the peer of each issued send, by sending (virtual) stage * M + micro-batch.
   std::vector<double> act_arrival(table_size, kNotIssued);
   std::vector<double> grad_arrival(table_size, kNotIssued);
-  // When each directed link (by sending stage) finishes its last transfer.
-  std::vector<double> act_link_free(p, 0.0);
-  std::vector<double> grad_link_free(p, 0.0);
+  // When each directed link (by sending virtual stage) finishes its last transfer.
+  std::vector<double> act_link_free(num_virtual, 0.0);
+  std::vector<double> grad_link_free(num_virtual, 0.0);
+  // Interleaved programs label each cell with its chunk too ("F3.1": micro-batch 3, chunk 1).
+  auto label = [&](const Op& a, int s) {
+    std::string cell = internal::GridCellLabel(a);
+    if (chunks > 1 && KindHasMicroBatch(a.kind)) absl::StrAppend(&cell, ".", StageOf(a, s) / p);
+    return cell;
+  };
   std::vector<int>& pc = state->pc;
   std::vector<double>& clock = state->clock;
   pc.assign(p, 0);
@@ -568,11 +242,12 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   std::vector<int> ready;
   ready.reserve(p);
   for (int s = p - 1; s >= 0; --s) ready.push_back(s);
-  // Wakes `peer` if it waits on exactly the receive (kind, mb) that was just made possible.
-  auto wake = [&](int peer, v1::ActionKind kind, int mb) {
+  // Wakes rank `peer` if it waits on exactly the receive (kind, mb) of virtual stage `peer_vs`
+  // that was just made possible.
+  auto wake = [&](int peer, v1::ActionKind kind, int mb, int peer_vs) {
     if (!waiting[peer]) return;
     const Op& next = programs[peer][pc[peer]];
-    if (next.kind != kind || next.micro_batch != mb) return;
+    if (next.kind != kind || next.micro_batch != mb || StageOf(next, peer) != peer_vs) return;
     waiting[peer] = 0;
     ready.push_back(peer);
   };
@@ -585,32 +260,33 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
     while (pc[s] < size) {
       const Op& a = prog[pc[s]];
       const int mb = a.micro_batch;
+      const int vs = StageOf(a, s);  // costs are per (virtual) stage
       double start = clock[s];
       double cost = 0;
       switch (a.kind) {
         case v1::FORWARD:
-          cost = ForwardCost(costs, s);
+          cost = ForwardCost(costs, vs);
           result.busy_time[s] += cost;
           result.peak_in_flight[s] = std::max(result.peak_in_flight[s], ++in_flight[s]);
           break;
         case v1::BACKWARD:
-          cost = BackwardCost(costs, s);
+          cost = BackwardCost(costs, vs);
           result.busy_time[s] += cost;
           --in_flight[s];
           break;
         case v1::BACKWARD_INPUT:
-          cost = BackwardInputCost(costs, s);
+          cost = BackwardInputCost(costs, vs);
           result.busy_time[s] += cost;
           break;
         case v1::BACKWARD_WEIGHT:
           // The stashed activations live until the weight gradients are computed.
-          cost = BackwardWeightCost(costs, s);
+          cost = BackwardWeightCost(costs, vs);
           result.busy_time[s] += cost;
           --in_flight[s];
           break;
         case v1::OPTIMIZER_STEP:
         case v1::STALE_OPTIMIZER_STEP:
-          cost = OptimizerStepCost(costs, s);
+          cost = OptimizerStepCost(costs, vs);
           result.busy_time[s] += cost;
           result.optimizer_step_end[s].push_back(start + cost);
           break;
@@ -618,7 +294,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         // overlap across steps (the plan simulator prices Pipe-SGD's with pipesgd_model.h).
         case v1::ALLREDUCE:
         case v1::ALLREDUCE_ASYNC:
-          cost = AllReduceCost(costs, s);
+          cost = AllReduceCost(costs, vs);
           result.allreduce_time[s] += cost;
           break;
         // Local and free: weight versions are copies the memory model counts.
@@ -638,7 +314,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           // action ends with it.
           for (int w : released) {
             if (record_slots && cost > 0) {
-              state->slots[w].push_back({start, start + cost, internal::GridCellLabel(a)});
+              state->slots[w].push_back({start, start + cost, label(a, w)});
             }
             result.allreduce_time[w] += cost;
             clock[w] = start + cost;
@@ -653,24 +329,25 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         case v1::SEND_GRAD: {
           cost = costs.send;
           const bool act = a.kind == v1::SEND_ACT;
-          const int peer = act ? s + 1 : s - 1;
+          const int peer_vs = act ? vs + 1 : vs - 1;
+          const int peer = peer_vs % p;
           const double transfer =
               TransferCost(act ? costs.act_transfer_per_boundary : costs.grad_transfer_per_boundary,
-                           act ? s : s - 1);
-          double& link_free = act ? act_link_free[s] : grad_link_free[s];
+                           act ? vs : vs - 1);
+          double& link_free = act ? act_link_free[vs] : grad_link_free[vs];
           const double transfer_end = std::max(start + cost, link_free) + transfer;
           link_free = transfer_end;
-          (act ? act_arrival : grad_arrival)[static_cast<size_t>(s) * m + mb] = transfer_end;
+          (act ? act_arrival : grad_arrival)[static_cast<size_t>(vs) * m + mb] = transfer_end;
           result.comm_time[s] += transfer;
           result.comm_time[peer] += transfer;
-          wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb);
+          wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb, peer_vs);
           break;
         }
         case v1::RECV_ACT:
         case v1::RECV_GRAD: {
           const double arrival = a.kind == v1::RECV_ACT
-                                     ? act_arrival[static_cast<size_t>(s - 1) * m + mb]
-                                     : grad_arrival[static_cast<size_t>(s + 1) * m + mb];
+                                     ? act_arrival[static_cast<size_t>(vs - 1) * m + mb]
+                                     : grad_arrival[static_cast<size_t>(vs + 1) * m + mb];
           if (arrival == kNotIssued) {
             waiting[s] = 1;
             break;
@@ -685,8 +362,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           break;  // Validate refuses these
       }
       if (waiting[s]) break;
-      if (record_slots && cost > 0)
-        state->slots[s].push_back({start, start + cost, internal::GridCellLabel(a)});
+      if (record_slots && cost > 0) state->slots[s].push_back({start, start + cost, label(a, s)});
       if (keep_intervals && cost > 0 &&
           (a.kind == v1::FORWARD || a.kind == v1::BACKWARD || a.kind == v1::BACKWARD_INPUT ||
            a.kind == v1::BACKWARD_WEIGHT || a.kind == v1::OPTIMIZER_STEP ||
@@ -705,24 +381,25 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
                                                    const ActionCosts& costs,
                                                    const SimulateOptions& options) {
   int m = 0;
-  DAPPLE_RETURN_IF_ERROR(Validate(programs, &m));
+  int chunks = 1;
+  DAPPLE_RETURN_IF_ERROR(ValidateChunks(programs, &m, &chunks));
   const int p = static_cast<int>(programs.size());
-  DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p));
+  DAPPLE_RETURN_IF_ERROR(CheckCosts(costs, p * chunks));
 
   RunState state;
   SimulationResult result =
-      Run(programs, costs, m, options.render_grid, options.keep_compute_intervals, &state);
+      Run(programs, costs, m, chunks, options.render_grid, options.keep_compute_intervals, &state);
   bool split_backward = false;
   for (const OpProgram& prog : programs) {
     for (const Op& op : prog) split_backward |= op.kind == v1::BACKWARD_WEIGHT;
   }
-  const double quantum = GridQuantum(costs, p, split_backward);
+  const double quantum = GridQuantum(costs, p * chunks, split_backward);
 
   bool deadlocked = false;
   for (int s = 0; s < p; ++s) deadlocked |= state.pc[s] < static_cast<int>(programs[s].size());
   if (deadlocked) {
     // The message shows what ran: run again with slots if the first run kept none.
-    if (!options.render_grid) result = Run(programs, costs, m, true, false, &state);
+    if (!options.render_grid) result = Run(programs, costs, m, chunks, true, false, &state);
     std::vector<std::string> waits;
     std::vector<std::string> suffix;
     for (int s = 0; s < p; ++s) {
@@ -739,9 +416,10 @@ absl::StatusOr<SimulationResult> SimulateValidated(const std::vector<OpProgram>&
             absl::StrCat(missing.size() == 1 ? "stage " : "stages ", absl::StrJoin(missing, ", "),
                          " to reach ", v1::ActionKind_Name(a.kind()));
       } else {
+        const int vs = a.stage();
         awaited = ActionToString(a.kind() == v1::RECV_ACT
-                                     ? MakeAction(s - 1, v1::SEND_ACT, a.micro_batch())
-                                     : MakeAction(s + 1, v1::SEND_GRAD, a.micro_batch()));
+                                     ? MakeAction(vs - 1, v1::SEND_ACT, a.micro_batch())
+                                     : MakeAction(vs + 1, v1::SEND_GRAD, a.micro_batch()));
       }
       const std::string wait = absl::StrCat("stage ", s, " waits on ", ActionToString(a),
                                             " (action ", state.pc[s], ") for ", awaited);
@@ -779,6 +457,13 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
   // The checks only the proto form needs (stage fields), in the order the per-action checks
   // report, then the shared path on Ops.
   const int p = static_cast<int>(programs.size());
+  // Virtual stages (interleaved 1F1B): rank s runs s, s + P, ...; the per-action checks see the
+  // virtual stage among P * v.
+  int max_stage = p - 1;
+  for (const v1::RankProgram& prog : programs) {
+    for (const v1::Action& a : prog.actions()) max_stage = std::max(max_stage, a.stage());
+  }
+  const int num_virtual = p > 0 ? (max_stage / p + 1) * p : 0;
   std::vector<OpProgram> ops(p);
   for (int s = 0; s < p; ++s) {
     const v1::RankProgram& prog = programs[s];
@@ -789,12 +474,13 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
     ops[s].reserve(prog.actions_size());
     for (int i = 0; i < prog.actions_size(); ++i) {
       const v1::Action& a = prog.actions(i);
-      if (a.stage() != s) {
+      // A virtual stage of the rank (interleaved 1F1B) is checked by ValidateChunks.
+      if (a.stage() < 0 || a.stage() % p != s) {
         return absl::InvalidArgumentError(absl::StrCat(Where(s, i, a), " names stage ", a.stage(),
                                                        " in stage ", s, "'s program"));
       }
-      const Op op{a.kind(), a.micro_batch()};
-      DAPPLE_RETURN_IF_ERROR(CheckOp(s, i, p, op));
+      const Op op{a.kind(), a.micro_batch(), a.stage() == s ? -1 : a.stage()};
+      DAPPLE_RETURN_IF_ERROR(CheckOp(a.stage(), i, num_virtual, op));
       ops[s].push_back(op);
     }
   }

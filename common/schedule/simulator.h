@@ -20,6 +20,16 @@
 // stage s goes to RECV_GRAD m on stage s
 // - 1. Because sends never block, whether a program set deadlocks does not depend on the costs.
 //
+// Virtual stages (interleaved 1F1B, generators.h GenerateInterleavedOps): a program is a rank,
+// and its actions may name virtual stages (Action::stage / Op::stage): rank s of P runs s,
+// s + P, ..., s + (v - 1)P, v = 1 + the largest chunk any action names. Everything said above of
+// a stage then holds per virtual stage (micro-batch sets, pairing: SEND_ACT m on virtual stage
+// k goes to RECV_ACT m on k + 1, which runs on rank (k + 1) mod P; one directed link per virtual
+// boundary; the per-stage and per-boundary cost vectors have P * v and P * v - 1 entries, the
+// rank's actions without a micro-batch (OPTIMIZER_STEP, the collectives) taking entry s), while
+// busy, idle and comm times, peak_in_flight (chunk forwards whose backward is not done) and the
+// grid are per rank; a grid cell names the chunk after a dot ("F3.1": micro-batch 3, chunk 1).
+//
 // Cost: O(actions + P * M) time and O(P * M) memory (each rank runs until it blocks and is
 // resumed only by the send it waits for).
 //
@@ -142,7 +152,8 @@ struct SimulationResult {
 // BACKWARD before its FORWARD, a micro-batch not forwarded and backwarded exactly once per stage
 // (by one BACKWARD or one BACKWARD_INPUT), a BACKWARD_WEIGHT not after its micro-batch's
 // BACKWARD_INPUT or run twice, a BACKWARD_INPUT without its BACKWARD_WEIGHT,
-// and also: programs[s].stage() != s or an action whose stage is not its program's, an
+// and also: programs[s].stage() != s or an action whose stage is not its program's (one of s,
+// s + P, ... for virtual stages), an
 // unspecified kind, a negative micro-batch, a micro-batch >= M, a send/recv toward a stage that
 // does not exist, a FORWARD on stage > 0 before its RECV_ACT, a BACKWARD on stage < P-1 before its
 // RECV_GRAD, a SEND_ACT/SEND_GRAD before the FORWARD/BACKWARD that computes it, members of a
@@ -155,8 +166,9 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& pr
 absl::StatusOr<SimulationResult> Simulate(const std::vector<v1::RankProgram>& programs,
                                           const ActionCosts& costs, const SimulateOptions& options);
 
-// The same on Ops (op.h): programs[s] is stage s's program. Same results and errors (less the
-// two about stage fields, which Ops do not have).
+// The same on Ops (op.h): programs[s] is stage s's program. Same results and errors (less
+// programs[s].stage(), which an OpProgram does not have; an Op whose stage is set and not one
+// of s, s + P, ... is refused as an action of another stage).
 absl::StatusOr<SimulationResult> SimulateOps(const std::vector<OpProgram>& programs,
                                              const ActionCosts& costs = {},
                                              const SimulateOptions& options = {});

@@ -276,7 +276,9 @@ TEST(SimulatorValidationTest, StructuralErrorsNameTheAction) {
   for (const Case& c : std::vector<Case>{
            {{}, "no rank programs"},
            {{wrong_stage}, "programs[0] has stage 3"},
-           {{foreign_action}, "1B0 (stage 0 action 1) names stage 1 in stage 0's program"},
+           // Of 2 ranks: stage 1 is not one of rank 0's (virtual) stages 0, 2, 4, ...
+           {{foreign_action, Program(1, "1F0 1B0")},
+            "1B0 (stage 0 action 1) names stage 1 in stage 0's program"},
            {{unspecified}, "0UNKNOWN(0)0 (stage 0 action 2) has no valid kind"},
            {{negative}, "0F-2 (stage 0 action 0) has negative micro-batch -2"},
            {{Program(0, "0F0 0SEND_ACT0 0B0")}, "0SEND_ACT0 (stage 0 action 1) has no peer"},

@@ -148,7 +148,8 @@ TEST(PipeSgdModel, FillsPlansOfOneReplicatedStage) {
   EXPECT_TRUE(summary.pipesgd().pays());
   EXPECT_THAT(summary.notes(),
               ::testing::Contains(
-                  "Pipe-SGD (width 2): 12.0 ms/step vs 16.0 ms synchronous: pipelining pays off"));
+                  "Pipe-SGD (width 2): 12.0 ms/step vs 16.0 ms synchronous: pipelining pays off: "
+                  "set parallel.schedule: pipesgd to use it (updates one step stale)"));
 
   problem.schedule = schedule::ScheduleKind::kPipeSgd;
   absl::StatusOr<Prediction> pipesgd = SimulatePlan(problem, plan, problem.schedule);
@@ -159,6 +160,10 @@ TEST(PipeSgdModel, FillsPlansOfOneReplicatedStage) {
   EXPECT_NEAR(summary.predicted_step_ms(), 12.0, 1e-9);
   EXPECT_NEAR(summary.pipesgd().pipelined_step_ms(), 12.0, 1e-9);
   EXPECT_NEAR(PlanEstimator(problem).Latency(plan).step_ms, 12.0, 1e-9);
+  // Under pipesgd the line only reports: it is the schedule that runs.
+  EXPECT_THAT(summary.notes(),
+              ::testing::Contains(
+                  "Pipe-SGD (width 2): 12.0 ms/step vs 16.0 ms synchronous: pipelining pays off"));
 
   // One device per stage: no data parallelism, no Pipe-SGD line.
   HybridPlan single = plan;

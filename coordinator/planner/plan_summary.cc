@@ -1,7 +1,9 @@
 #include "coordinator/planner/plan_summary.h"
 
 #include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/profile/cluster_topology.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
@@ -58,8 +60,15 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
         problem.topology, stage.devices, prediction.stages[0].compute_ms,
         static_cast<double>(ParameterBytes(problem.profile, stage.first_layer, stage.last_layer)),
         problem.pipesgd_compression);
-    // `dapplectl plan` and `get` print notes: one line saying whether width 2 pays here.
-    summary.add_notes(PipeSgdLine(summary.pipesgd()));
+    // `dapplectl plan` and `get` print notes: one line saying whether width 2 pays here and,
+    // under another schedule, what to set to get it (a reader saw the line under dapple and
+    // took it for the schedule that runs).
+    std::string line = PipeSgdLine(summary.pipesgd());
+    if (schedule != schedule::ScheduleKind::kPipeSgd && summary.pipesgd().pays()) {
+      absl::StrAppend(&line,
+                      ": set parallel.schedule: pipesgd to use it (updates one step stale)");
+    }
+    summary.add_notes(std::move(line));
   }
   return summary;
 }

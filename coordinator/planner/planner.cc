@@ -33,7 +33,8 @@ constexpr char kUniform[] = "uniform";
 constexpr char kManual[] = "manual";
 constexpr char kDapple[] = "dapple";
 constexpr char kAutoSchedule[] = "auto";
-constexpr const char* kJobPlanners[] = {kBalanced, kUniform, kManual, kDapple, "pipedream", "dp"};
+constexpr const char* kJobPlanners[] = {
+    kBalanced, kUniform, kManual, kDapple, "pipedream", kPipeDreamCodePlanner, "dp"};
 
 std::string PlannerName(const v1::JobSpec& spec) {
   return spec.parallel().planner().empty() ? kBalanced : spec.parallel().planner();
@@ -431,8 +432,9 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
-  if (spec_kind == schedule::ScheduleKind::kPipeDream) {
+  if (spec_kind == schedule::ScheduleKind::kPipeDream && planner != kPipeDreamCodePlanner) {
     // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
+    // PipeDream's code limits replicas not at all and finds M >= every replica count itself.
     const int cap = static_cast<int>(micro_batches);
     problem.max_replicas = problem.max_replicas > 0 ? std::min(problem.max_replicas, cap) : cap;
   }
@@ -519,12 +521,22 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
   problem.global_batch =
       global_batch > 0 ? global_batch : kDefaultProfileBatches * problem.profile.batch_size;
   problem.micro_batch_size = 0;
-  problem.schedule = schedule::ScheduleKind::kDapple;
+  const std::string name = planner.empty() ? std::string(kDapple) : std::string(planner);
+  // PipeDream's code plans for its own runtime, 1F1B-RR, which runs any replica count.
+  problem.schedule = name == kPipeDreamCodePlanner ? schedule::ScheduleKind::kPipeDream
+                                                   : schedule::ScheduleKind::kDapple;
+  if (name == kPipeDreamCodePlanner) {
+    if (!schedule_name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedule ", schedule_name, " with planner ", kPipeDreamCodePlanner,
+                       ": it plans for PipeDream's 1F1B-RR (schedule pipedream) only"));
+    }
+    limits.schedule = schedule::ScheduleKind::kPipeDream;
+  }
   problem.optimizer_state_factor = 1.0;
   problem.max_devices = 0;
   problem.max_replicas = 0;
   problem.num_stages = 0;
-  const std::string name = planner.empty() ? std::string(kDapple) : std::string(planner);
   DAPPLE_ASSIGN_OR_RETURN(
       const ScheduleChoice choice,
       ChooseSchedule(problem, ScheduleOptions(limits),

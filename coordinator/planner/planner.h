@@ -104,7 +104,8 @@ absl::StatusOr<int> ResolveNumStages(const v1::JobSpec& spec);
 // empty (the scheduler fills them). programs[s] is stage s's RankProgram (replica 0).
 // Errors, one line each:
 //   kInvalidArgument: InferLayers' errors; an unknown planner ("parallel.planner 'foo' is
-//     unknown; known: balanced, uniform, manual, dapple, pipedream, dp") or schedule;
+//     unknown; known: balanced, uniform, manual, dapple, pipedream, pipedream-code, dp") or
+//     schedule;
 //     micro_batch <= 0 or not dividing global_batch; a profile that does not match the model
 //     (CheckProfileMatchesModel's message); parallel.devices beyond the topology's devices;
 //     bad stage_ranges; RunPlanner's and SimulatePlan's argument errors; under schedule
@@ -126,7 +127,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
 // planner choosing P and M, `global_batch` samples per step (0: 16 x profile.batch_size),
 // schedule `schedule` ("" : dapple; gpipe, zb-h1, zb-h2; "auto": the planner chooses the
 // schedule and recomputation as for parallel.schedule auto with training.recompute unset,
-// schedule_choice.h), sgd with momentum (state factor 1). The summary is ToSummary's, with the
+// schedule_choice.h; planner pipedream-code plans for pipedream, PipeDream's 1F1B-RR, and takes
+// no `schedule`), sgd with momentum (state factor 1). The summary is ToSummary's, with the
 // alternatives for "auto". Errors: ToChain's and RunPlanner's (kInvalidArgument,
 // kResourceExhausted: the first alternative's when none fits); kInvalidArgument for an unknown
 // or asynchronous schedule.

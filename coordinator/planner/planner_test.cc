@@ -174,7 +174,7 @@ TEST(PlannerTest, Errors) {
   planner.mutable_parallel()->set_planner("magic");
   EXPECT_EQ(MakePlan(planner).status().message(),
             "parallel.planner 'magic' is unknown; known: balanced, uniform, manual, dapple, "
-            "pipedream, dp");
+            "pipedream, pipedream-code, dp");
 
   v1::JobSpec batch = DemoSpec(2);
   batch.mutable_training()->set_micro_batch(48);
@@ -322,6 +322,40 @@ TEST(PlannerTest, PipeDreamReplicatesStagesUpToMReplicas) {
     EXPECT_THAT(plan->summary().notes(),
                 ::testing::Not(::testing::Contains(::testing::StartsWith("uses "))));
   }
+}
+
+// Planner pipedream-code under schedule pipedream: PipeDream's code limits replicas not at all
+// (MakePlan does not cap it at M), then picks an M >= every stage's replicas itself; the plan
+// runs as 1F1B-RR, and its summary and PlanProfile name the planner and that schedule.
+TEST(PlannerTest, PipeDreamCodePlansJobsForOneFOneBRoundRobin) {
+  v1::JobSpec spec = DemoSpec(4);
+  spec.mutable_parallel()->set_schedule("pipedream");
+  spec.mutable_parallel()->set_planner("pipedream-code");
+  spec.mutable_training()->set_micro_batch(64);
+  PlanInputs inputs;
+  inputs.profile = DemoProfile(100.0);
+  inputs.topology = TwoNodes(2);
+  inputs.max_replicas = 4;
+  auto plan = MakePlan(spec, inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::ParallelPlanSummary& s = plan->summary();
+  EXPECT_EQ(s.planner(), "pipedream-code");
+  EXPECT_EQ(s.schedule(), "pipedream");
+  EXPECT_EQ(s.micro_batches(), 4);
+  int devices = 0;
+  for (const v1::PlanStageSummary& stage : s.stages()) {
+    EXPECT_LE(stage.replicas(), 4);
+    devices += stage.replicas();
+  }
+  // The code uses every device (no --use_fewer_machines).
+  EXPECT_EQ(devices, 4);
+  EXPECT_GT(s.predicted_step_ms(), 0);
+  ASSERT_EQ(plan->programs_size(), s.stages_size());
+
+  auto profile_plan = PlanProfile(DemoProfile(100.0), TwoNodes(2), "pipedream-code", 256);
+  ASSERT_TRUE(profile_plan.ok()) << profile_plan.status();
+  EXPECT_EQ(profile_plan->planner(), "pipedream-code");
+  EXPECT_EQ(profile_plan->schedule(), "pipedream");
 }
 
 // Planners that place devices / P replicas (balanced, uniform, manual) are refused beyond M

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/planner/baseline_planners.h"
 #include "coordinator/planner/dapple_planner.h"
+#include "coordinator/planner/pipedream_code_planner.h"
 #include "coordinator/planner/pipedream_planner.h"
 
 namespace dapple::coordinator {
@@ -23,6 +24,8 @@ absl::StatusOr<PlannedJob> RunPlanner(absl::string_view name, const PlanningProb
     job = PlanDapple(problem);
   } else if (name == "pipedream") {
     job = PlanPipeDream(problem);
+  } else if (name == kPipeDreamCodePlanner) {
+    job = PlanPipeDreamCode(problem);
   } else if (name == "dp") {
     job = PlanDataParallel(problem);
   } else if (name == "uniform") {
@@ -31,7 +34,8 @@ absl::StatusOr<PlannedJob> RunPlanner(absl::string_view name, const PlanningProb
     job = PlanBalanced(problem);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "planner '", name, "' is unknown; known: ", absl::StrJoin(PlannerNames(), ", ")));
+        "planner '", name, "' is unknown; known: ", absl::StrJoin(PlannerNames(), ", "), ", ",
+        kPipeDreamCodePlanner));
   }
   return job;
 }

@@ -10,6 +10,11 @@
 //   uniform    equal layer counts over P stages, one device per stage.
 //   balanced   balance-by-time (torchgpipe's block partition, Kim et al. 2020): P contiguous
 //              stages minimising the slowest stage's time, one device per stage.
+//   pipedream-code  PipeDream's planner as its published code plans (pipedream_code_planner.h):
+//              no fixed depth, any replica count; for jobs only with schedule pipedream (1F1B-RR
+//              runs any count; the synchronous schedules split micro-batches evenly). Not in
+//              PlannerNames(): it refuses a fixed num_stages and a replica limit between 1 and
+//              the usable devices, which the other planners all take.
 // Pure functions; thread-safe.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLANNERS_H_
 #define DAPPLE_COORDINATOR_PLANNER_PLANNERS_H_
@@ -23,8 +28,11 @@
 
 namespace dapple::coordinator {
 
-// "dapple", "pipedream", "dp", "uniform", "balanced".
+// "dapple", "pipedream", "dp", "uniform", "balanced": the planners that take every
+// PlanningProblem. RunPlanner also knows kPipeDreamCodePlanner.
 const std::vector<std::string>& PlannerNames();
+
+inline constexpr char kPipeDreamCodePlanner[] = "pipedream-code";
 
 struct PlannedJob {
   HybridPlan plan;
@@ -39,7 +47,9 @@ struct PlannedJob {
 //   kInvalidArgument: unknown name ("planner 'foo' is unknown; known: dapple, ..."); an empty
 //     profile; global_batch <= 0; micro_batch_size not dividing global_batch; L < P ("the model
 //     has 3 layers but the plan has 4 stages: every stage needs at least one layer"); P larger
-//     than the devices; dp with max_replicas below the device count.
+//     than the devices; dp with max_replicas below the device count; pipedream-code with a
+//     fixed num_stages, with 1 < max_replicas < the usable devices, or with no micro-batch size
+//     that gives every replica one per step (PipeDreamCodeOptionsFor, PlanPipeDreamCode).
 //   kResourceExhausted: no plan of this planner fits device memory, naming the memory the best
 //     plan would need per device and the device memory ("planner dapple: no plan fits device memory: the best
 //     needs 21.4 GiB on a device (stage 0: weights 9.13 GiB, activations 12.3 GiB) but devices

@@ -123,7 +123,8 @@ TEST(RunPlannerTest, UnknownNameListsTheKnownOnes) {
   absl::StatusOr<PlannedJob> job = RunPlanner("foo", problem);
   ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job.status().message(),
-            "planner 'foo' is unknown; known: dapple, pipedream, dp, uniform, balanced");
+            "planner 'foo' is unknown; known: dapple, pipedream, dp, uniform, balanced, "
+            "pipedream-code");
 }
 
 // Equal layers: fixed P gives stages that differ by at most one layer (one device per stage, so

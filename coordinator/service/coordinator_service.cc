@@ -23,6 +23,7 @@
 #include "common/steps.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/planners.h"
 #include "coordinator/service/emulation.h"
 #include "coordinator/service/job_data.h"
 #include "coordinator/service/plan_request_check.h"
@@ -702,7 +703,10 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
   // PipeDream's 1F1B-RR sends whole micro-batches round-robin to a stage's replicas: each
   // needs at least one per step, so at most M = global_batch / micro_batch replicas (MakePlan
   // refuses a plan with more; the spec's validation refuses devices / stages > M).
-  if (spec.parallel().schedule() == "pipedream" && spec.training().micro_batch() > 0) {
+  // (PipeDream's code limits replicas only to 1 or to all devices: planner pipedream-code checks
+  // M >= D itself, planner.h.)
+  if (spec.parallel().schedule() == "pipedream" &&
+      spec.parallel().planner() != kPipeDreamCodePlanner && spec.training().micro_batch() > 0) {
     const int64_t micro_batches = spec.training().global_batch() / spec.training().micro_batch();
     inputs.max_replicas = static_cast<int>(
         std::max<int64_t>(1, std::min<int64_t>(inputs.max_replicas, micro_batches)));

@@ -803,7 +803,7 @@ TEST_F(CoordinatorServiceTest, PlannerFailureFailsTheJobWithItsMessage) {
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.message(),
             "parallel.planner 'magic' is unknown; known: balanced, uniform, manual, dapple, "
-            "pipedream, dp");
+            "pipedream, pipedream-code, dp");
   EXPECT_EQ(Worker("w-1").state(), v1::WORKER_STATE_IDLE);
 }
 

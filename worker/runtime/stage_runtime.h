@@ -152,6 +152,8 @@ class StageRuntime {
   // one whose targets per sample are not the loss's; a `train` with fewer samples than the spec
   // counts (common/steps.h TrainSamples); a program whose TIED_ALLREDUCE or GLOBAL_NORM actions
   // differ from what schedule::LowerOptionsFor(spec, plan) says this stage needs.
+  // kUnimplemented for a program with an action of another stage (the virtual stages of schedule
+  // interleaved: one layer range per stage here).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,

@@ -33,6 +33,28 @@ absl::Status CheckPhases(const v1::RankProgram& program) {
   return absl::OkStatus();
 }
 
+// Every action of `program` runs on `stage` itself: interleaved 1F1B's programs name virtual
+// stages (common/schedule/generators.h GenerateInterleavedOps), which this runtime, holding one
+// layer range per stage, cannot run; refused rather than run on the wrong layers.
+absl::Status CheckOneStage(const v1::RankProgram& program, int stage) {
+  auto check = [stage](const google::protobuf::RepeatedPtrField<v1::Action>& actions) {
+    for (const v1::Action& a : actions) {
+      if (a.stage() != stage) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "stage %d's program has an action of stage %d (%s): virtual stages (schedule "
+            "interleaved) are not supported by the worker runtime yet",
+            stage, a.stage(), v1::ActionKind_Name(a.kind())));
+      }
+    }
+    return absl::OkStatus();
+  };
+  DAPPLE_RETURN_IF_ERROR(check(program.actions()));
+  for (const v1::ProgramPhase& phase : program.phases()) {
+    for (const v1::StepActions& step : phase.cycle()) DAPPLE_RETURN_IF_ERROR(check(step.actions()));
+  }
+  return absl::OkStatus();
+}
+
 // What Create checks before it builds anything: the assignment matches its plan, the batch
 // splits over every stage's replicas, the program has the collectives the plan needs. Sets
 // `*lower` to the job's lowering options.
@@ -94,6 +116,7 @@ absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transp
                         num_replicas, stage, num_replicas));
   }
   DAPPLE_RETURN_IF_ERROR(CheckPhases(assignment.program()));
+  DAPPLE_RETURN_IF_ERROR(CheckOneStage(assignment.program(), stage));
   if (num_replicas > 1 && schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0 &&
       schedule::CountActions(assignment.program(), v1::ALLREDUCE_ASYNC) == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

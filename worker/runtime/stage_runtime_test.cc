@@ -560,5 +560,25 @@ TEST(StageRuntimeDataTest, RefusesADatasetThatDoesNotFitTheModel) {
             "the job counts 60001 training samples (data.train_samples) but the dataset has 60000");
 }
 
+// Interleaved 1F1B's programs name virtual stages; this runtime holds one layer range per stage
+// and refuses them instead of running them on the wrong layers.
+TEST(StageRuntimeDataTest, RefusesAProgramWithVirtualStages) {
+  const v1::JobSpec spec = SmallSpec(64, 64, "sgd");
+  schedule::LowerOptions chunks;
+  chunks.chunks = 2;
+  auto programs =
+      schedule::BuildPrograms(schedule::ScheduleKind::kInterleaved, 2, 1, chunks).value();
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 2);
+  Mailbox box;
+  LocalTransport t0(&box, 0);
+  const ShapeOnlyDataset images({784}, 1);
+  absl::StatusOr<std::unique_ptr<StageRuntime>> rt =
+      StageRuntime::Create(parity::Assignment(spec, plan, 0, programs[0]), &images, &images, &t0);
+  EXPECT_EQ(rt.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(rt.status().message(),
+            "stage 0's program has an action of stage 2 (RECV_ACT): virtual stages (schedule "
+            "interleaved) are not supported by the worker runtime yet");
+}
+
 }  // namespace
 }  // namespace dapple::worker

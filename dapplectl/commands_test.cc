@@ -595,8 +595,8 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
             "dapplectl: --cluster must not be empty: give a cluster file name, or leave "
             "--cluster out for the default\n"},
            {{"plan", spec, "--planner", ""},
-            "dapplectl: --planner must not be empty: give dapple, pipedream, dp, uniform, "
-            "balanced or manual, or leave --planner out for the default\n"},
+            "dapplectl: --planner must not be empty: give dapple, pipedream, pipedream-code, dp, "
+            "uniform, balanced or manual, or leave --planner out for the default\n"},
            {{"plan", spec, "--schedule", ""},
             "dapplectl: --schedule must not be empty: give a schedule name or auto, or leave "
             "--schedule out for the default\n"},

@@ -40,8 +40,10 @@ constexpr int64_t kMaxDevices = 4096;
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
 constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream",  "pipesgd",
-                                                     "zb-h1", "zb-h2",  "interleaved"};
+// auto: the planner chooses among the synchronous schedules (and recomputation) for the fastest
+// plan that fits (coordinator/planner/schedule_choice.h); the plan names what the workers run.
+constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream",   "pipesgd",
+                                                     "zb-h1", "zb-h2",  "interleaved", "auto"};
 // The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
 // not split yet (worker/runtime/stage_backend.h).
 constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};

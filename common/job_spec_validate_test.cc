@@ -211,7 +211,19 @@ TEST(ValidateJobSpecTest, Schedule) {
   spec.mutable_parallel()->set_schedule("zerobubble");
   ExpectInvalid(ValidateJobSpec(spec), {"parallel.schedule 'zerobubble' is unknown; available: "
                                         "gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2, "
-                                        "interleaved"});
+                                        "interleaved, auto"});
+  // auto: the planner chooses; on cuda too (it then chooses among dapple and gpipe), with
+  // recomputation where the device allows it.
+  spec.mutable_parallel()->set_schedule("auto");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (const char* recompute : {"none", "all", "auto"}) {
+    v1::JobSpec with = spec;
+    with.mutable_training()->set_recompute(recompute);
+    EXPECT_TRUE(ValidateJobSpec(with).ok()) << recompute << ": " << ValidateJobSpec(with);
+  }
+  v1::JobSpec on_cuda = spec;
+  on_cuda.mutable_parallel()->set_device_type("cuda");
+  EXPECT_TRUE(ValidateJobSpec(on_cuda).ok()) << ValidateJobSpec(on_cuda);
   for (const char* zb : {"zb-h1", "zb-h2"}) {
     spec.mutable_parallel()->set_schedule(zb);
     EXPECT_TRUE(ValidateJobSpec(spec).ok()) << zb << ": " << ValidateJobSpec(spec);

@@ -211,7 +211,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       ->capture_default_str();
   top->add_flag("--once", top_once, "print one snapshot and exit (the default off a terminal)");
 
-  std::string plan_file, profile_file, cluster_file, planner, global_batch, profile_batch;
+  std::string plan_file, profile_file, cluster_file, planner, plan_schedule, global_batch,
+      profile_batch;
   CLI::App* plan = app.add_subcommand(
       "plan",
       "plan a job spec, or a --profile, without running it: stages, devices, predicted step "
@@ -234,6 +235,11 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   plan->add_option("--planner", planner,
                    "dapple, pipedream, pipedream-code, dp, uniform, balanced (default: the job's "
                    "parallel.planner, or dapple without a job)")
+      ->type_name("NAME");
+  plan->add_option("--schedule", plan_schedule,
+                   "dapple, gpipe, zb-h1, zb-h2, or auto: the planner chooses the schedule and "
+                   "recomputation and lists the alternatives (default: the job's "
+                   "parallel.schedule, or dapple without a job)")
       ->type_name("NAME");
   plan->add_option("--global-batch", global_batch,
                    "without JOB: samples per step (default 16 x the profile's batch)")
@@ -296,7 +302,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                                                                    "a profile file name"},
           {"--cluster", &cluster_file, "a cluster file name"},
           {"--planner", &planner,
-           "dapple, pipedream, pipedream-code, dp, uniform, balanced or manual"}}) {
+           "dapple, pipedream, pipedream-code, dp, uniform, balanced or manual"},
+          {"--schedule", &plan_schedule, "a schedule name or auto"}}) {
       if (plan->count(flag) > 0 && value->empty()) {
         return Fail(env, kExitUsage,
                     absl::StrCat(flag, " must not be empty: give ", what, ", or leave ", flag,
@@ -476,6 +483,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       *request.mutable_cluster() = *std::move(cluster);
     }
     request.set_planner(EscapeInvalidUtf8(planner));
+    request.set_schedule(EscapeInvalidUtf8(plan_schedule));
     request.set_global_batch(global_batch_value);
     CoordinatorClient client(options);
     absl::StatusOr<v1::PlanJobResponse> response = client.Plan(std::move(request));

@@ -630,6 +630,7 @@ TEST_F(CommandsTest, PlanWithoutAJobOrAClusterSendsOnlyTheProfile) {
   EXPECT_EQ(sent.spec_yaml(), "");
   EXPECT_FALSE(sent.has_cluster());
   EXPECT_EQ(sent.global_batch(), 64);
+  EXPECT_EQ(sent.schedule(), "");  // the default: the job's, or dapple
   // -o json: the plan summary with the proto's field names.
   google::protobuf::Struct plan;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &plan).ok()) << r.out;
@@ -644,6 +645,31 @@ TEST_F(CommandsTest, PlanWithoutAJobOrAClusterSendsOnlyTheProfile) {
   EXPECT_EQ(stage.fields().at("devices").list_value().values(1).string_value(), "node0/1");
   // 64-bit integers are strings in protobuf's JSON mapping.
   EXPECT_EQ(stage.fields().at("peak_memory_bytes").string_value(), "1073741824");
+}
+
+// --schedule auto: sent as is; the coordinator chooses and the table shows the alternatives.
+TEST_F(CommandsTest, PlanScheduleAutoIsSentAndItsAlternativesShown) {
+  v1::PlanJobResponse answer = PlanAnswer();
+  v1::PlanAlternative* a = answer.mutable_plan()->add_alternatives();
+  a->set_schedule("zb-h1");
+  a->set_recompute("none");
+  a->set_fits(true);
+  a->set_chosen(true);
+  a->set_layout("1x2");
+  a->set_micro_batches(4);
+  a->set_predicted_step_ms(42.5);
+  a->add_peak_memory_bytes(int64_t{1} << 30);
+  answer.mutable_plan()->set_choice_reason(
+      "zb-h1: 3.0% faster than dapple at the same peak memory");
+  fake_.SetPlanResponse(answer);
+  const std::string profile = WriteSpec("tiny-pbs-4.txt", kProfileText);
+  Result r = RunCtl({"--coordinator", addr_, "plan", "--profile", profile, "--schedule", "auto"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(fake_.last_plan().schedule(), "auto");
+  EXPECT_THAT(r.out, HasSubstr("ALTERNATIVES (each planned and simulated on its own)\n"));
+  EXPECT_THAT(r.out, HasSubstr("*   zb-h1      none        1   1x2      4   42.50"));
+  EXPECT_THAT(r.out, HasSubstr("CHOSEN        zb-h1: 3.0% faster than dapple at the same peak "
+                               "memory\n"));
 }
 
 TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
@@ -676,6 +702,9 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
            {{"plan", spec, "--planner", ""},
             "dapplectl: --planner must not be empty: give dapple, pipedream, pipedream-code, dp, "
             "uniform, balanced or manual, or leave --planner out for the default\n"},
+           {{"plan", spec, "--schedule", ""},
+            "dapplectl: --schedule must not be empty: give a schedule name or auto, or leave "
+            "--schedule out for the default\n"},
            {{"plan", ""}, "dapplectl: a job spec file name must not be empty\n"},
            // --profile-batch says what batch a --profile file's times are for: nothing else.
            {{"plan", spec, "--profile-batch", "4"},

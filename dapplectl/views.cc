@@ -159,6 +159,34 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
            absl::StrCat(OrDash(plan.cluster_source()), " (", plan.num_devices(), " of ", devices,
                         devices == 1 ? " device used)" : " devices used)"));
   for (const std::string& note : plan.notes()) AddField(&out, "NOTE", note);
+  out += RenderPlanAlternatives(plan);
+  return out;
+}
+
+std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
+  if (plan.alternatives().empty()) return "";
+  std::string out = "\nALTERNATIVES (each planned and simulated on its own)\n";
+  TextTable table(
+      {"", "SCHEDULE", "RECOMPUTE", "P", "LAYOUT", "M", "STEP MS", "BUBBLE", "MEMORY GiB"});
+  std::vector<std::string> refused;
+  for (const v1::PlanAlternative& a : plan.alternatives()) {
+    if (!a.fits()) {
+      table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(), "-", "-", "-", "-", "-",
+                    "no plan fits"});
+      refused.push_back(
+          absl::StrCat(a.schedule(), " (recompute ", a.recompute(), "): ", a.refused()));
+      continue;
+    }
+    std::vector<std::string> memory;
+    for (int64_t bytes : a.peak_memory_bytes()) memory.push_back(Gib(bytes));
+    table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(),
+                  absl::StrCat(a.peak_memory_bytes_size()), OrDash(a.layout()),
+                  absl::StrCat(a.micro_batches()), Ms(a.predicted_step_ms()),
+                  FormatPercent(a.bubble_fraction()), absl::StrJoin(memory, " ")});
+  }
+  out += table.Render();
+  AddField(&out, "CHOSEN", OrDash(plan.choice_reason()));
+  for (const std::string& line : refused) AddField(&out, "REFUSED", line);
   return out;
 }
 
@@ -192,6 +220,8 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     AddField(&out, "M", absl::StrCat(plan.micro_batches()));
     AddField(&out, "MICRO-BATCH", absl::StrCat(plan.micro_batch_size()));
     AddField(&out, "BUBBLE", FormatPercent(plan.bubble_fraction()));
+    // parallel.schedule auto: why this schedule (`plan` shows the alternatives).
+    if (!plan.choice_reason().empty()) AddField(&out, "CHOSEN", plan.choice_reason());
     const bool predicted = plan.predicted_step_ms() > 0;
     if (predicted) {
       AddField(&out, "PREDICTED", StepLine(plan));

@@ -21,7 +21,8 @@ std::string RenderSubmitted(const v1::Job& job);
 std::string RenderCancelled(const v1::Job& job);
 
 // One job in detail, one "KEY   value" line per item: id, name, state, message, age, plan
-// (planner, schedule, M, micro-batch size, bubble %; when the plan has a prediction also
+// (planner, schedule, M, micro-batch size, bubble %, CHOSEN with the reason for the schedule
+// under parallel.schedule auto; when the plan has a prediction also
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
 // then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
 // BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,
@@ -49,8 +50,16 @@ std::string RenderRankMemory(const v1::Job& job);
 // table (devices: the topology's names, runs compacted as "node0/0-7"; compute ms per step and
 // replica; peak memory per replica), then "KEY   value" lines: STEP (predicted ms), SAMPLES/S,
 // PLANNER (with its placement policy), SCHEDULE, M (and the micro-batch size), BUBBLE,
-// PROFILE, CLUSTER (source and device count) and one NOTE line per note.
+// PROFILE, CLUSTER (source and device count) and one NOTE line per note; then
+// RenderPlanAlternatives.
 std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster);
+
+// The alternatives `plan` was chosen among (parallel.schedule auto, `plan --schedule auto`):
+// one row each (the chosen one marked *) with schedule, recompute, P, layout (layers x
+// replicas per stage, "r" on recomputing stages), M, predicted step, bubble and each stage's
+// peak memory; then CHOSEN with the reason and REFUSED with each refusal. Empty without
+// alternatives.
+std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan);
 
 // Device names compacted for tables: consecutive "<node>/<i>" of one node become
 // "<node>/<first>-<last>"; others are kept; joined by ",". {"a/0","a/1","a/2","b/0"} ->

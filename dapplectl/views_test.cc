@@ -269,6 +269,53 @@ TEST(ViewsTest, PlanTableShowsRecomputationWhenAStageRecomputes) {
       << out;
 }
 
+// parallel.schedule auto: the alternatives side by side below the plan, the chosen one marked,
+// then the reason and each refusal.
+TEST(ViewsTest, PlanShowsTheAlternativesItChoseAmong) {
+  v1::ClusterTopology cluster;
+  for (int n = 0; n < 2; ++n) cluster.add_nodes()->set_devices(8);
+  v1::ParallelPlanSummary plan = PredictedPlan();
+  EXPECT_EQ(RenderPlanAlternatives(plan), "");
+  auto add = [&](const char* schedule, const char* recompute, double step_ms, bool chosen) {
+    v1::PlanAlternative* a = plan.add_alternatives();
+    a->set_schedule(schedule);
+    a->set_recompute(recompute);
+    a->set_fits(true);
+    a->set_layout("3x8 3x2");
+    a->set_micro_batches(8);
+    a->set_predicted_step_ms(step_ms);
+    a->set_bubble_fraction(0.125);
+    a->add_peak_memory_bytes(int64_t{3} << 29);
+    a->add_peak_memory_bytes(int64_t{1} << 30);
+    a->set_chosen(chosen);
+  };
+  add("dapple", "none", 14.1, false);
+  add("zb-h1", "none", 12.35, true);
+  v1::PlanAlternative* refused = plan.add_alternatives();
+  refused->set_schedule("zb-h2");
+  refused->set_recompute("none");
+  refused->set_refused("planner dapple: no plan fits device memory");
+  plan.set_choice_reason("zb-h1: 12.4% faster than dapple at the same peak memory");
+  const std::string out = RenderPlan(plan, cluster);
+  EXPECT_THAT(out,
+              HasSubstr("NOTE          one replica per stage: the worker runtime has no "
+                        "stage replication yet\n"
+                        "\n"
+                        "ALTERNATIVES (each planned and simulated on its own)\n"
+                        "    SCHEDULE   RECOMPUTE   P   LAYOUT    M   STEP MS   BUBBLE   "
+                        "MEMORY GiB\n"
+                        "    dapple     none        2   3x8 3x2   8   14.10     12.50%   "
+                        "1.50 1.00\n"
+                        "*   zb-h1      none        2   3x8 3x2   8   12.35     12.50%   "
+                        "1.50 1.00\n"
+                        "    zb-h2      none        -   -         -   -         -        "
+                        "no plan fits\n"
+                        "CHOSEN        zb-h1: 12.4% faster than dapple at the same peak memory\n"
+                        "REFUSED       zb-h2 (recompute none): planner dapple: no plan fits "
+                        "device memory\n"))
+      << out;
+}
+
 TEST(ViewsTest, OneOfACountIsSingular) {
   v1::ParallelPlanSummary plan = PredictedPlan();
   plan.set_micro_batches(1);

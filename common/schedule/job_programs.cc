@@ -13,9 +13,11 @@
 namespace dapple::schedule {
 namespace {
 
-// A spec built by hand may leave the schedule empty: dapple's then, as job specs default.
-absl::StatusOr<ScheduleKind> KindOf(const v1::JobSpec& spec) {
-  const std::string& name = spec.parallel().schedule();
+// The plan's schedule is what runs: under parallel.schedule auto the planner chose it. A plan
+// or spec built by hand may leave it empty: the spec's then, and dapple's without either, as
+// job specs default.
+absl::StatusOr<ScheduleKind> KindOf(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan) {
+  const std::string& name = plan.schedule().empty() ? spec.parallel().schedule() : plan.schedule();
   return name.empty() ? ScheduleKind::kDapple : ParseScheduleKind(name);
 }
 
@@ -60,7 +62,7 @@ absl::StatusOr<PipeDreamProgramOptions> PipeDreamOptionsFor(const v1::JobSpec& s
 absl::StatusOr<std::vector<v1::RankProgram>> JobPrograms(const v1::JobSpec& spec,
                                                          const v1::ParallelPlanSummary& plan,
                                                          int64_t first_step) {
-  DAPPLE_ASSIGN_OR_RETURN(const ScheduleKind kind, KindOf(spec));
+  DAPPLE_ASSIGN_OR_RETURN(const ScheduleKind kind, KindOf(spec, plan));
   std::vector<v1::RankProgram> out(static_cast<size_t>(NumRanks(plan)));
   if (kind == ScheduleKind::kPipeDream) {
     DAPPLE_ASSIGN_OR_RETURN(const PipeDreamProgramOptions o,
@@ -88,7 +90,7 @@ absl::StatusOr<v1::RankProgram> JobRankProgram(const v1::JobSpec& spec,
                                                const v1::ParallelPlanSummary& plan, int stage,
                                                int replica, int64_t first_step) {
   DAPPLE_RETURN_IF_ERROR(CheckRank(plan, stage, replica));
-  DAPPLE_ASSIGN_OR_RETURN(const ScheduleKind kind, KindOf(spec));
+  DAPPLE_ASSIGN_OR_RETURN(const ScheduleKind kind, KindOf(spec, plan));
   if (kind == ScheduleKind::kPipeDream) {
     DAPPLE_ASSIGN_OR_RETURN(const PipeDreamProgramOptions o,
                             PipeDreamOptionsFor(spec, plan, first_step));

@@ -30,11 +30,12 @@ absl::StatusOr<PipeDreamProgramOptions> PipeDreamOptionsFor(const v1::JobSpec& s
                                                             int64_t first_step);
 
 // The program of every rank of `spec` on `plan` (index: RankIndex(plan, stage, replica)) for a
-// run from `first_step`: under parallel.schedule pipedream BuildPipeDreamProgram's whole run
+// run from `first_step`: under schedule pipedream BuildPipeDreamProgram's whole run
 // per replica (CheckPipeDreamRun proves it), else BuildPrograms' one-step program of the
-// rank's stage (the same for all its replicas, replica field set). An empty
-// parallel.schedule is dapple. Errors: an unknown schedule (kInvalidArgument), LowerOptionsFor's
-// and BuildPrograms' errors, and the simulator's deadlock (kFailedPrecondition).
+// rank's stage (the same for all its replicas, replica field set). The schedule is the plan's
+// (plan.schedule: what the planner chose under parallel.schedule auto), else the spec's
+// parallel.schedule; both empty is dapple. Errors: an unknown schedule (kInvalidArgument),
+// LowerOptionsFor's and BuildPrograms' errors, and the simulator's deadlock (kFailedPrecondition).
 absl::StatusOr<std::vector<v1::RankProgram>> JobPrograms(const v1::JobSpec& spec,
                                                          const v1::ParallelPlanSummary& plan,
                                                          int64_t first_step);

@@ -22,6 +22,7 @@
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
 #include "coordinator/planner/planners.h"
+#include "coordinator/planner/schedule_choice.h"
 #include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
@@ -31,8 +32,9 @@ constexpr char kBalanced[] = "balanced";
 constexpr char kUniform[] = "uniform";
 constexpr char kManual[] = "manual";
 constexpr char kDapple[] = "dapple";
-constexpr const char* kJobPlanners[] = {kBalanced,   kUniform,   kManual, kDapple,
-                                        "pipedream", kPipeDreamCodePlanner, "dp"};
+constexpr char kAutoSchedule[] = "auto";
+constexpr const char* kJobPlanners[] = {
+    kBalanced, kUniform, kManual, kDapple, "pipedream", kPipeDreamCodePlanner, "dp"};
 
 std::string PlannerName(const v1::JobSpec& spec) {
   return spec.parallel().planner().empty() ? kBalanced : spec.parallel().planner();
@@ -233,6 +235,29 @@ absl::StatusOr<PlannedJob> PlanFor(const v1::JobSpec& spec, const std::string& p
   return planned;
 }
 
+// Step 4 when every (schedule, recompute) option was refused: the first option's refusal (the
+// spec's schedule, or dapple, as written), with the recomputation fix first when recomputing
+// where needed would fit and no option tried it.
+absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
+                          const std::string& planner, const PlanningProblem& problem,
+                          int num_stages, int micro_batches, bool cuda) {
+  const absl::Status& status = choice.alternatives.front().status;
+  bool fits_with_recompute = false;
+  if (status.code() == absl::StatusCode::kResourceExhausted &&
+      problem.recompute == RecomputeMode::kNone && !cuda) {
+    const bool tried = std::any_of(
+        choice.alternatives.begin(), choice.alternatives.end(),
+        [](const Alternative& a) { return a.option.recompute == RecomputeMode::kAuto; });
+    if (!tried) {
+      PlanningProblem with = problem;
+      with.schedule = choice.alternatives.front().option.schedule;
+      with.recompute = RecomputeMode::kAuto;
+      fits_with_recompute = PlanFor(spec, planner, with, micro_batches).ok();
+    }
+  }
+  return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+}
+
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
 // copies sit (both stages hold the table; the gradient sum between them is in the prediction).
 void AddModelNotes(const std::vector<LayerInfo>& layers,
@@ -354,8 +379,12 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
         micro_batches, " micro-batches per step is more than the maximum ",
         std::numeric_limits<int32_t>::max(), ": use a larger micro_batch"));
   }
-  DAPPLE_ASSIGN_OR_RETURN(const schedule::ScheduleKind kind,
-                          schedule::ParseScheduleKind(spec.parallel().schedule()));
+  // parallel.schedule auto: the planner chooses (schedule_choice.h); the problem starts at dapple.
+  const bool choose_schedule = spec.parallel().schedule() == kAutoSchedule;
+  DAPPLE_ASSIGN_OR_RETURN(
+      const schedule::ScheduleKind spec_kind,
+      choose_schedule ? absl::StatusOr<schedule::ScheduleKind>(schedule::ScheduleKind::kDapple)
+                      : schedule::ParseScheduleKind(spec.parallel().schedule()));
 
   // Step 1: the profile, indexed like model.layers.
   v1::ModelProfile model_profile;
@@ -397,13 +426,13 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.topology = topology;
   problem.global_batch = global_batch;
   problem.micro_batch_size = micro_batch;
-  problem.schedule = kind;
+  problem.schedule = spec_kind;
   problem.recompute = Recompute(spec.training());
   problem.optimizer_state_factor = memory::OptimizerStateCopies(spec.training().optimizer());
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
-  if (kind == schedule::ScheduleKind::kPipeDream && planner != kPipeDreamCodePlanner) {
+  if (spec_kind == schedule::ScheduleKind::kPipeDream && planner != kPipeDreamCodePlanner) {
     // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
     // PipeDream's code limits replicas not at all and finds M >= every replica count itself.
     const int cap = static_cast<int>(micro_batches);
@@ -413,21 +442,28 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 
-  // Step 4: the plan and its prediction.
-  absl::StatusOr<PlannedJob> planned_or =
-      PlanFor(spec, planner, problem, static_cast<int>(micro_batches));
-  if (!planned_or.ok()) {
-    // A plan refused for memory without recomputation: would recomputing where needed fit?
-    bool fits_with_recompute = false;
-    if (planned_or.status().code() == absl::StatusCode::kResourceExhausted &&
-        problem.recompute == RecomputeMode::kNone && spec.parallel().device_type() != "cuda") {
-      PlanningProblem with = problem;
-      with.recompute = RecomputeMode::kAuto;
-      fits_with_recompute = PlanFor(spec, planner, with, static_cast<int>(micro_batches)).ok();
-    }
-    return AsJobPlanError(planned_or.status(), spec, planner, num_stages, fits_with_recompute);
+  // Step 4: the plan and its prediction, for each (schedule, recompute) the spec leaves open.
+  const bool cuda =
+      spec.parallel().device_type() == "cuda" || absl::StartsWith(inputs.device_kind, "cuda");
+  ChoiceLimits limits;
+  limits.choose_schedule = choose_schedule;
+  limits.schedule = spec_kind;
+  limits.recompute = spec.training().recompute();
+  limits.cuda = cuda;
+  DAPPLE_ASSIGN_OR_RETURN(
+      const ScheduleChoice choice,
+      ChooseSchedule(problem, ScheduleOptions(limits), [&](const PlanningProblem& with) {
+        return PlanFor(spec, planner, with, static_cast<int>(micro_batches));
+      }));
+  if (choice.chosen < 0) {
+    return NoOptionFits(choice, spec, planner, problem, num_stages, static_cast<int>(micro_batches),
+                        cuda);
   }
-  const PlannedJob& planned = *planned_or;
+  const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
+  const schedule::ScheduleKind kind = chosen.option.schedule;
+  problem.schedule = kind;
+  problem.recompute = chosen.option.recompute;
+  const PlannedJob& planned = chosen.planned;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());
   if (p < 1 || plan.micro_batches != micro_batches) {
@@ -442,6 +478,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   v1::ParallelPlanSummary* summary = result.mutable_summary();
   *summary = ToSummary(problem, plan, planned.prediction, kind);
   summary->set_planner(planner);
+  AddAlternatives(choice, summary);
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
     for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
@@ -464,8 +501,20 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
 
 absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
                                                     const v1::ClusterTopology& topology,
-                                                    absl::string_view planner,
-                                                    int64_t global_batch) {
+                                                    absl::string_view planner, int64_t global_batch,
+                                                    absl::string_view schedule_name) {
+  ChoiceLimits limits;
+  limits.choose_schedule = schedule_name == kAutoSchedule;
+  if (!schedule_name.empty() && !limits.choose_schedule) {
+    DAPPLE_ASSIGN_OR_RETURN(limits.schedule, schedule::ParseScheduleKind(schedule_name));
+    if (limits.schedule == schedule::ScheduleKind::kPipeDream ||
+        limits.schedule == schedule::ScheduleKind::kPipeSgd) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedule ", schedule_name,
+                       ": a plan without a job spec is for a synchronous schedule: dapple, "
+                       "gpipe, zb-h1, zb-h2 or auto"));
+    }
+  }
   PlanningProblem problem;
   DAPPLE_ASSIGN_OR_RETURN(problem.profile, profile::ToChain(profile));
   problem.topology = topology;
@@ -476,12 +525,30 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
   // PipeDream's code plans for its own runtime, 1F1B-RR, which runs any replica count.
   problem.schedule = name == kPipeDreamCodePlanner ? schedule::ScheduleKind::kPipeDream
                                                    : schedule::ScheduleKind::kDapple;
+  if (name == kPipeDreamCodePlanner) {
+    if (!schedule_name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedule ", schedule_name, " with planner ", kPipeDreamCodePlanner,
+                       ": it plans for PipeDream's 1F1B-RR (schedule pipedream) only"));
+    }
+    limits.schedule = schedule::ScheduleKind::kPipeDream;
+  }
   problem.optimizer_state_factor = 1.0;
   problem.max_devices = 0;
   problem.max_replicas = 0;
   problem.num_stages = 0;
-  DAPPLE_ASSIGN_OR_RETURN(PlannedJob planned, RunPlanner(name, problem));
-  return ToSummary(problem, planned.plan, planned.prediction, problem.schedule);
+  DAPPLE_ASSIGN_OR_RETURN(
+      const ScheduleChoice choice,
+      ChooseSchedule(problem, ScheduleOptions(limits),
+                     [&](const PlanningProblem& with) { return RunPlanner(name, with); }));
+  if (choice.chosen < 0) return choice.alternatives.front().status;
+  const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
+  problem.schedule = chosen.option.schedule;
+  problem.recompute = chosen.option.recompute;
+  v1::ParallelPlanSummary summary =
+      ToSummary(problem, chosen.planned.plan, chosen.planned.prediction, problem.schedule);
+  AddAlternatives(choice, &summary);
+  return summary;
 }
 
 }  // namespace dapple::coordinator

@@ -23,7 +23,12 @@
 //      simulator); dapple, pipedream and dp choose replicas themselves (dp: P = 1 on every
 //      device).
 //   4. Plan: RunPlanner(parallel.planner, problem) (empty planner: balanced); manual: the
-//      spec's ranges on devices 0..P-1, scored by SimulatePlan.
+//      spec's ranges on devices 0..P-1, scored by SimulatePlan. Once per (schedule, recompute)
+//      option the spec leaves open (schedule_choice.h ScheduleOptions: parallel.schedule auto
+//      tries dapple, zb-h1, zb-h2 and gpipe; training.recompute auto, or unset with schedule
+//      auto, tries none and auto; no zero-bubble schedule and no recomputation on CUDA), the
+//      fastest that fits chosen (ChooseSchedule); the summary lists the alternatives and the
+//      reason, and its schedule and stages' recompute are the chosen option's.
 //   5. Summary: ToSummary (plan_summary.h) plus compute_flops per stage (forward + backward
 //      FLOPs per sample, common/model_info.h) and notes (on fewer devices than
 //      parallel.devices: DeviceUseNote, device_use.h, says how many and why); programs =
@@ -120,13 +125,17 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
 // Plans a profile without a job (`dapplectl plan --profile` without JOB.yaml): planner
 // `planner` (default "dapple" when empty) on the whole `topology`, replicas unlimited, the
 // planner choosing P and M, `global_batch` samples per step (0: 16 x profile.batch_size),
-// the dapple schedule (pipedream, PipeDream's 1F1B-RR, for planner pipedream-code, which plans
-// for it), sgd with momentum (state factor 1). The summary is ToSummary's.
-// Errors: ToChain's and RunPlanner's (kInvalidArgument, kResourceExhausted).
+// schedule `schedule` ("" : dapple; gpipe, zb-h1, zb-h2; "auto": the planner chooses the
+// schedule and recomputation as for parallel.schedule auto with training.recompute unset,
+// schedule_choice.h; planner pipedream-code plans for pipedream, PipeDream's 1F1B-RR, and takes
+// no `schedule`), sgd with momentum (state factor 1). The summary is ToSummary's, with the
+// alternatives for "auto". Errors: ToChain's and RunPlanner's (kInvalidArgument,
+// kResourceExhausted: the first alternative's when none fits); kInvalidArgument for an unknown
+// or asynchronous schedule.
 absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& profile,
                                                     const v1::ClusterTopology& topology,
-                                                    absl::string_view planner,
-                                                    int64_t global_batch);
+                                                    absl::string_view planner, int64_t global_batch,
+                                                    absl::string_view schedule = "");
 
 // How many samples PlanProfile uses per step when given 0: this many profile batches.
 inline constexpr int64_t kDefaultProfileBatches = 16;

@@ -24,11 +24,8 @@
 #include "common/profile/cluster_topology.h"
 #include "common/profile/model_profile.h"
 #include "coordinator/planner/planners.h"
+#include "coordinator/planner/published_profiles_testing.h"
 #include "gtest/gtest.h"
-
-#ifndef DAPPLE_SOURCE_ROOT
-#error "DAPPLE_SOURCE_ROOT must name the source tree (coordinator/CMakeLists.txt sets it)"
-#endif
 
 namespace dapple::coordinator {
 namespace {
@@ -37,38 +34,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kClusters[] = {"two_nodes_8_gpus", "sixteen_nodes_25gbit",
                                      "sixteen_nodes_10gbit"};
 
-std::vector<std::string> ProfileFiles() {
-  std::vector<std::string> files;
-  for (const char* dir : {"dapple", "pipedream"}) {
-    const std::filesystem::path path =
-        std::filesystem::path(DAPPLE_SOURCE_ROOT) / "examples" / "profiles" / dir;
-    if (!std::filesystem::is_directory(path)) continue;
-    for (const auto& entry : std::filesystem::directory_iterator(path)) {
-      if (absl::EndsWith(entry.path().string(), ".txt")) files.push_back(entry.path().string());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-std::string Stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
-
-// PipeDream's GNMT profiles state no batch size: 64 sentences (the embedding's output is
-// 64 x 24 tokens x 1024 x 4 bytes).
-int64_t KnownBatch(const std::string& stem) {
-  return stem == "gnmt" || stem == "gnmt_large" ? 64 : 0;
-}
-
-int64_t GlobalBatch(const std::string& stem, int64_t profile_batch) {
-  static const std::map<std::string, int64_t>* const kPaper =
-      new std::map<std::string, int64_t>{{"vgg-19-pbs-32", 2048},
-                                         {"gnmt-16-pbs-64", 1024},
-                                         {"bert-48-pbs-2", 64},
-                                         {"xlnet-36-pbs-1", 128},
-                                         {"amoeba-36-pbs-1", 128}};
-  const auto it = kPaper->find(stem);
-  return it != kPaper->end() ? it->second : 16 * profile_batch;
-}
+using published::GlobalBatch;
+using published::KnownBatch;
+using published::ProfileFiles;
+using published::Stem;
 
 std::string Shape(const HybridPlan& plan) {
   std::string out;

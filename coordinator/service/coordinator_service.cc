@@ -767,8 +767,8 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       DAPPLE_ASSIGN_OR_RETURN(topology,
                               TopologyFromWorkers(workers, "any", options_.plan_defaults));
     }
-    absl::StatusOr<v1::ParallelPlanSummary> planned =
-        PlanProfile(request.profile(), topology, request.planner(), request.global_batch());
+    absl::StatusOr<v1::ParallelPlanSummary> planned = PlanProfile(
+        request.profile(), topology, request.planner(), request.global_batch(), request.schedule());
     if (!planned.ok()) return AsInputError(planned.status());
     summary = *std::move(planned);
   } else {
@@ -785,6 +785,14 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
         return absl::InvalidArgumentError(
             absl::StrCat("with --planner ", request.planner(),
                          " in place of the spec's parallel.planner: ", s.message()));
+      }
+    }
+    if (!request.schedule().empty() && request.schedule() != spec->parallel().schedule()) {
+      spec->mutable_parallel()->set_schedule(request.schedule());
+      if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("with --schedule ", request.schedule(),
+                         " in place of the spec's parallel.schedule: ", s.message()));
       }
     }
     // As submit does: the plan of a spec whose data submit would refuse is refused too.

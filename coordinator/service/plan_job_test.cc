@@ -9,6 +9,8 @@
 #include "common/job_spec.h"
 #include "common/model/layer_registry.h"
 #include "common/profile/model_profile.h"
+#include "common/schedule/job_lowering.h"
+#include "common/schedule/job_programs.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
@@ -285,6 +287,62 @@ TEST_F(PlanJobTest, APlannerFlagReplacesTheSpecsPlanner) {
   r = Plan(req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("'magic' is unknown"));
+}
+
+// parallel.schedule auto (and --schedule auto): the planner chooses; the plan names the
+// schedule the workers run and lists the alternatives; the spec keeps "auto".
+TEST_F(PlanJobTest, AScheduleAutoJobRunsTheChosenSchedule) {
+  Register();
+  Register();
+  const std::string spec =
+      absl::StrReplaceAll(Spec("balanced", "2", 2), {{"schedule: dapple", "schedule: auto"}});
+  absl::StatusOr<v1::Job> job = Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().parallel().schedule(), "auto");
+  const v1::ParallelPlanSummary& plan = job->plan();
+  EXPECT_THAT(plan.schedule(), ::testing::AnyOf("dapple", "zb-h1", "zb-h2", "gpipe"));
+  ASSERT_EQ(plan.alternatives_size(), 6);
+  int chosen = 0;
+  for (const v1::PlanAlternative& a : plan.alternatives()) {
+    if (!a.chosen()) continue;
+    ++chosen;
+    EXPECT_EQ(a.schedule(), plan.schedule());
+    EXPECT_DOUBLE_EQ(a.predicted_step_ms(), plan.predicted_step_ms());
+  }
+  EXPECT_EQ(chosen, 1);
+  EXPECT_THAT(plan.choice_reason(), StartsWith(plan.schedule()));
+  // The programs the workers get are the chosen schedule's (the spec says "auto").
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      schedule::JobPrograms(job->spec(), plan, 0);
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  const bool split = plan.schedule() == "zb-h1" || plan.schedule() == "zb-h2";
+  EXPECT_EQ(schedule::CountActions((*programs)[0], v1::BACKWARD_WEIGHT) > 0, split);
+
+  // The dry run: the same choice; --schedule auto on a spec naming dapple chooses too.
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("balanced", "2", 2));
+  auto fixed = Plan(req);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->plan().schedule(), "dapple");
+  EXPECT_EQ(fixed->plan().alternatives_size(), 0);
+  req.set_schedule("auto");
+  auto chosen_plan = Plan(req);
+  ASSERT_TRUE(chosen_plan.ok()) << chosen_plan.status();
+  EXPECT_EQ(chosen_plan->plan().schedule(), plan.schedule());
+  EXPECT_EQ(chosen_plan->plan().alternatives_size(), 6);
+  req.set_schedule("zb-h3");
+  EXPECT_THAT(Plan(req).status().message(),
+              HasSubstr("with --schedule zb-h3 in place of the spec's parallel.schedule: "
+                        "parallel.schedule 'zb-h3' is unknown"));
+  // Without a spec: a profile on a cluster, the schedule chosen among the alternatives.
+  v1::PlanJobRequest profile_only;
+  *profile_only.mutable_profile() = ChainProfile(8, "linear");
+  *profile_only.mutable_cluster() = Cluster(1, 4);
+  profile_only.set_schedule("auto");
+  auto p = Plan(profile_only);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->plan().alternatives_size(), 6);
+  EXPECT_FALSE(p->plan().choice_reason().empty());
 }
 
 TEST_F(PlanJobTest, WithoutWorkersOrAClusterAProfileSaysToPassACluster) {

@@ -251,10 +251,13 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
                       spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
                       spec.sample().tokens() > 0;
   // The memory model's prediction for this replica: what the planner predicted for its stage.
-  // A job's spec names a validated schedule; an assignment built by hand may leave it empty
-  // (the program alone says what runs): predict as for dapple then.
-  const absl::StatusOr<schedule::ScheduleKind> kind =
-      schedule::ParseScheduleKind(spec.parallel().schedule());
+  // The plan names the schedule that runs (under parallel.schedule auto the planner chose it;
+  // the spec says "auto"); an assignment built by hand may leave both empty (the program alone
+  // says what runs): predict as for dapple then.
+  const std::string& schedule_name = assignment_.plan().schedule().empty()
+                                         ? spec.parallel().schedule()
+                                         : assignment_.plan().schedule();
+  const absl::StatusOr<schedule::ScheduleKind> kind = schedule::ParseScheduleKind(schedule_name);
   memory::ReplicaPlace place;
   place.schedule = kind.ok() ? *kind : schedule::ScheduleKind::kDapple;
   place.stage = stage;

@@ -64,6 +64,12 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
   return ranks;
 }
 
+std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan) {
+  if (!plan.schedule().empty()) return plan.schedule();
+  if (!spec.parallel().schedule().empty()) return spec.parallel().schedule();
+  return "dapple";
+}
+
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan) {
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
@@ -83,15 +89,15 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
   // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
   // (interleaved, not runnable yet, keeps clipping's rule until its runtime exists.)
-  const std::string& schedule = spec.parallel().schedule();
-  const bool synchronous = schedule.empty() || schedule == "dapple" || schedule == "gpipe" ||
-                           schedule == "zb-h1" || schedule == "zb-h2";
+  const std::string schedule = RunningSchedule(spec, plan);
+  const bool synchronous =
+      schedule == "dapple" || schedule == "gpipe" || schedule == "zb-h1" || schedule == "zb-h2";
   options.global_norm =
       synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
   // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
   // under them).
-  if (spec.parallel().schedule() == "interleaved") {
+  if (schedule == "interleaved") {
     options.chunks = std::max(1, spec.parallel().interleave());
   }
   return options;

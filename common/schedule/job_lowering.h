@@ -56,11 +56,16 @@ std::vector<bool> TiedStages(const std::vector<TiedWeight>& split,
 std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
                                 const v1::ParallelPlanSummary& plan);
 
-// The LowerOptions of every rank of `spec` on `plan`:
+// The schedule `spec`'s workers run on `plan`: the plan's (under parallel.schedule auto the
+// planner chose it), else the spec's, else "dapple" (the job spec's default; a plan or spec
+// built by hand may leave both empty). Every decision that depends on the schedule reads it here.
+std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan);
+
+// The LowerOptions of every rank of `spec` on `plan` (its schedule: RunningSchedule):
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
-//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2; "" is
-//                        dapple): GLOBAL_NORM carries the step's job-wide decision, the
+//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2):
+//                        GLOBAL_NORM carries the step's job-wide decision, the
 //                        non-finite check and, with training.max_grad_norm > 0, the clipping
 //                        norm (worker/runtime/gradient_exchange.h); under pipedream and
 //                        interleaved (not runnable yet) only with training.max_grad_norm > 0;

@@ -13,12 +13,8 @@
 namespace dapple::schedule {
 namespace {
 
-// The plan's schedule is what runs: under parallel.schedule auto the planner chose it. A plan
-// or spec built by hand may leave it empty: the spec's then, and dapple's without either, as
-// job specs default.
 absl::StatusOr<ScheduleKind> KindOf(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan) {
-  const std::string& name = plan.schedule().empty() ? spec.parallel().schedule() : plan.schedule();
-  return name.empty() ? ScheduleKind::kDapple : ParseScheduleKind(name);
+  return ParseScheduleKind(RunningSchedule(spec, plan));
 }
 
 int MicroBatches(const v1::JobSpec& spec) {

@@ -254,9 +254,7 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   // The plan names the schedule that runs (under parallel.schedule auto the planner chose it;
   // the spec says "auto"); an assignment built by hand may leave both empty (the program alone
   // says what runs): predict as for dapple then.
-  const std::string& schedule_name = assignment_.plan().schedule().empty()
-                                         ? spec.parallel().schedule()
-                                         : assignment_.plan().schedule();
+  const std::string schedule_name = schedule::RunningSchedule(spec, assignment_.plan());
   const absl::StatusOr<schedule::ScheduleKind> kind = schedule::ParseScheduleKind(schedule_name);
   memory::ReplicaPlace place;
   place.schedule = kind.ok() ? *kind : schedule::ScheduleKind::kDapple;

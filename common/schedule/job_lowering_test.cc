@@ -139,6 +139,25 @@ TEST(LowerOptionsForTest, DecidesEveryCollectiveOfTheJob) {
   EXPECT_EQ(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->chunks, 2);
 }
 
+// Under parallel.schedule auto the plan names the schedule that runs, and the lowering follows
+// it (not the spec's "auto"); a plan without one falls back to the spec's, then to dapple.
+TEST(LowerOptionsForTest, FollowsThePlansSchedule) {
+  v1::JobSpec spec = MlpSpec();
+  spec.mutable_parallel()->set_schedule("auto");
+  v1::ParallelPlanSummary plan = Plan({{0, 0}, {1, 1}}, {1, 1});
+  plan.set_schedule("zb-h1");
+  EXPECT_EQ(RunningSchedule(spec, plan), "zb-h1");
+  EXPECT_TRUE(LowerOptionsFor(spec, plan)->global_norm);
+  plan.set_schedule("pipedream");
+  spec.mutable_parallel()->set_schedule("dapple");
+  EXPECT_FALSE(LowerOptionsFor(spec, plan)->global_norm);
+  plan.clear_schedule();
+  EXPECT_EQ(RunningSchedule(spec, plan), "dapple");
+  EXPECT_TRUE(LowerOptionsFor(spec, plan)->global_norm);
+  spec.mutable_parallel()->clear_schedule();
+  EXPECT_EQ(RunningSchedule(spec, plan), "dapple");
+}
+
 TEST(LowerOptionsForTest, RefusesAStageOutsideTheModel) {
   absl::StatusOr<LowerOptions> o = LowerOptionsFor(MlpSpec(), Plan({{0, 0}, {1, 5}}, {1, 1}));
   ASSERT_FALSE(o.ok());

@@ -1,6 +1,9 @@
 #include "common/schedule/ranks.h"
 
 #include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace dapple::schedule {
 
@@ -16,6 +19,11 @@ int RankIndex(const v1::ParallelPlanSummary& plan, int stage, int replica) {
 }
 
 int NumRanks(const v1::ParallelPlanSummary& plan) { return RankIndex(plan, plan.stages_size(), 0); }
+
+std::string RankName(int stage, int replica, int replicas) {
+  return replicas > 1 ? absl::StrCat("stage ", stage, " replica ", replica)
+                      : absl::StrCat("stage ", stage);
+}
 
 RowRange SplitRows(int64_t rows, int replicas, int replica) {
   const int64_t base = rows / replicas;

@@ -10,6 +10,7 @@
 #define DAPPLE_COMMON_SCHEDULE_RANKS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dapple/v1/job.pb.h"
@@ -22,6 +23,9 @@ int StageReplicas(const v1::ParallelPlanSummary& plan, int stage);
 int RankIndex(const v1::ParallelPlanSummary& plan, int stage, int replica);
 // Total ranks (sum of replicas over stages).
 int NumRanks(const v1::ParallelPlanSummary& plan);
+// How messages name rank (stage, replica) of a stage with `replicas` replicas: "stage 1" for a
+// stage of one replica (the messages of plain pipelines), "stage 1 replica 0" otherwise.
+std::string RankName(int stage, int replica, int replicas);
 
 // Half-open row range [begin, end) of a micro-batch of `rows` rows that replica `replica` of
 // `replicas` owns under split-concat.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/schedule/ranks.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
@@ -48,11 +49,6 @@ struct Statement {
 
 void BindText(sqlite3_stmt* stmt, int index, absl::string_view text) {
   sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
-std::string RankLabel(int stage, int replica, int replicas) {
-  return replicas > 1 ? absl::StrCat("stage ", stage, " replica ", replica)
-                      : absl::StrCat("stage ", stage);
 }
 
 }  // namespace
@@ -181,7 +177,7 @@ std::string StartedMessage(const v1::ParallelPlanSummary& plan) {
     const v1::PlanStageSummary& stage = plan.stages(s);
     for (int r = 0; r < stage.worker_ids_size(); ++r) {
       std::string rank =
-          absl::StrCat(RankLabel(s, r, stage.replicas()), " on ", stage.worker_ids(r));
+          absl::StrCat(schedule::RankName(s, r, stage.replicas()), " on ", stage.worker_ids(r));
       if (r < stage.devices_size()) absl::StrAppend(&rank, " (", stage.devices(r), ")");
       ranks.push_back(std::move(rank));
     }

@@ -84,13 +84,6 @@ absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::JobSpec& spec,
   return plan;
 }
 
-// "stage 1" for a stage of one replica (the messages of plain pipelines), "stage 1 replica 0"
-// for a replica of a replicated stage.
-std::string RankName(int stage, int replica, int replicas) {
-  return replicas > 1 ? absl::StrCat("stage ", stage, " replica ", replica)
-                      : absl::StrCat("stage ", stage);
-}
-
 std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers) {
   workers.erase(std::remove_if(workers.begin(), workers.end(),
                                [&](const WorkerRecord* w) { return !WorkerFits(job, *w); }),
@@ -157,15 +150,6 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
         max_steps > 0 ? " and training.max_steps" : "", " to train past step ", manifest->step()));
   }
   return dir;
-}
-
-// Copies the detector's verdict on rank (stage, replica) into its Job.stage_metrics entry.
-void MarkStraggler(const StragglerDetector& stragglers, int stage, int replica, v1::Job* job) {
-  for (v1::StageMetrics& m : *job->mutable_stage_metrics()) {
-    if (m.stage() != stage || m.replica() != replica) continue;
-    m.set_straggler(stragglers.IsStraggler(stage, replica));
-    m.set_compute_ratio(stragglers.Ratio(stage, replica));
-  }
 }
 
 }  // namespace
@@ -547,7 +531,8 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     for (int r = 0; r < replicas[s]; ++r) {
       WorkerRecord& worker = *free[schedule::RankIndex(summary, s, r)];
       (void)workers_.Transition(worker, v1::WORKER_STATE_BUSY,
-                                absl::StrCat(RankName(s, r, replicas[s]), " of job ", id), id, s);
+                                absl::StrCat(schedule::RankName(s, r, replicas[s]), " of job ", id),
+                                id, s);
       v1::StageAssignment assignment;
       assignment.set_job_id(id);
       *assignment.mutable_spec() = job.spec();
@@ -628,7 +613,8 @@ std::string CoordinatorService::RankNameLocked(const std::string& job_id,
     int index = 0;
     for (int s = 0; s < state.num_stages; ++s) {
       for (int r = 0; r < state.replicas[s]; ++r, ++index) {
-        if (state.worker_ids[index] == worker_id) return RankName(s, r, state.replicas[s]);
+        if (state.worker_ids[index] == worker_id)
+          return schedule::RankName(s, r, state.replicas[s]);
       }
     }
   }
@@ -655,9 +641,9 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
   }
   const std::string& expected = state.worker_ids[state.RankOf(stage, replica)];
   if (expected != worker) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker, " is not ", RankName(stage, replica, state.replicas[stage]),
-                     " of job ", job_id, " (", expected, " is)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker, " is not ", schedule::RankName(stage, replica, state.replicas[stage]),
+        " of job ", job_id, " (", expected, " is)"));
   }
   return absl::OkStatus();
 }
@@ -941,347 +927,6 @@ absl::Status CoordinatorService::ListWorkers(const v1::ListWorkersRequest& reque
 
 // --- WorkerControl ---
 
-absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest& request,
-                                                v1::RegisterWorkerResponse* response) {
-  absl::MutexLock lock(&mu_);
-  WorkerRecord& worker = workers_.Register(request, options_.now_unix_ms());
-  // Saved before the id is answered, so no process can ever have been told an id that a
-  // restarted coordinator hands out again (a crash between the two only skips ids).
-  const int64_t next_id = workers_.next_generated_id();
-  if (next_id > saved_next_worker_id_) {
-    if (absl::Status s = worker_ids_->SaveNext(next_id); !s.ok()) {
-      DAPPLE_LOG_ERROR("registering worker {}: {}", worker.info.id(), s.message());
-      return s;
-    }
-    saved_next_worker_id_ = next_id;
-  }
-  // What the planner needs to know of the worker's device (worker_topology.h).
-  worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
-  worker.info.set_device_memory_shared(request.device_memory_shared());
-  // Finite and >= 1 or unknown (0): a capacity below one core would slow a lone stage.
-  const double capacity = request.host_compute_capacity();
-  worker.info.set_host_compute_capacity(std::isfinite(capacity) && capacity >= 1 ? capacity : 0);
-  response->set_worker_id(worker.info.id());
-  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
-  WakeLocked();
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
-                                           v1::HeartbeatResponse* response) {
-  absl::MutexLock lock(&mu_);
-  WorkerRecord* worker = workers_.Find(request.worker_id());
-  if (worker == nullptr || worker->info.state() == v1::WORKER_STATE_DEAD) {
-    response->set_unknown_worker(true);
-    return absl::OkStatus();
-  }
-  worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
-  const std::string& reported = request.running_job_id();
-  const bool was_reporting = !worker->reported_job_id.empty();
-  worker->reported_job_id = reported;
-
-  const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
-  const std::string assigned = busy ? worker->info.job_id() : std::string();
-  const bool assigned_running = busy && running_.contains(assigned);
-  // A job the worker runs must stop unless it is running with this worker as one of its ranks:
-  // it failed or was cancelled, or this coordinator never gave it (e.g. before a restart). A
-  // rank that already reported DONE may still list its running job for a moment; it is left
-  // alone, so that it does not abort a job that can still succeed.
-  if (!reported.empty()) {
-    auto run = running_.find(reported);
-    const bool is_rank = run != running_.end() &&
-                         std::find(run->second.worker_ids.begin(), run->second.worker_ids.end(),
-                                   worker->info.id()) != run->second.worker_ids.end();
-    if (!is_rank) response->add_abort_job_ids(reported);
-  }
-  if (busy && !assigned_running && reported != assigned) {
-    FreeWorkerLocked(*worker, assigned, absl::StrCat("stopped running ended job ", assigned));
-  } else if (assigned_running && worker->pending_assignment.has_value() && reported.empty()) {
-    *response->mutable_assignment() = std::move(*worker->pending_assignment);
-    worker->pending_assignment.reset();
-    DAPPLE_LOG_INFO("worker {}: assignment delivered (stage {} of job {})", worker->info.id(),
-                    response->assignment().stage(), assigned);
-  }
-  if (!busy && reported.empty()) {
-    if (std::optional<v1::ProfileRequest> measure =
-            options_.profile_cache->TakeFor(worker->info.id())) {
-      *response->mutable_profile_request() = *std::move(measure);
-    }
-  }
-  if (was_reporting && reported.empty()) WakeLocked();  // it may be schedulable now
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::PublishEndpoint(const v1::PublishEndpointRequest& request,
-                                                 v1::PublishEndpointResponse* response) {
-  absl::MutexLock lock(&mu_);
-  DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
-  worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
-  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
-  if (job.state() != v1::JOB_STATE_RUNNING) return absl::OkStatus();  // GetPeers says ended
-  DAPPLE_RETURN_IF_ERROR(
-      CheckRankLocked(job.id(), worker->info.id(), request.stage(), request.replica()));
-  return rendezvous_.Publish(request);
-}
-
-absl::Status CoordinatorService::GetPeers(const v1::GetPeersRequest& request,
-                                          v1::GetPeersResponse* response) {
-  absl::MutexLock lock(&mu_);
-  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
-  for (v1::PeerEndpoint& peer : rendezvous_.Peers(job.id())) {
-    *response->add_peers() = std::move(peer);
-  }
-  response->set_complete(rendezvous_.Complete(job.id()));
-  response->set_job_ended(job.state() != v1::JOB_STATE_RUNNING);
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& request,
-                                                v1::ProgressAck* response) {
-  absl::MutexLock lock(&mu_);
-  const int64_t now = options_.now_unix_ms();
-  DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
-  worker->info.set_last_heartbeat_unix_ms(now);
-  const std::string& id = request.job_id();
-  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(id));
-  const bool final_report = request.kind() == v1::PROGRESS_DONE ||
-                            request.kind() == v1::PROGRESS_FAILED ||
-                            request.kind() == v1::PROGRESS_ABORTED;
-  if (request.kind() == v1::PROGRESS_KIND_UNSPECIFIED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("progress report of worker ", worker->info.id(), " has no kind"));
-  }
-  // Lines of a rank whose job already ended (its error, say) are kept too.
-  KeepLogLinesLocked(job, request);
-  if (job.state() != v1::JOB_STATE_RUNNING) {
-    if (final_report) FreeWorkerLocked(*worker, id, absl::StrCat("left ended job ", id));
-    response->set_abort(true);
-    return absl::OkStatus();
-  }
-  DAPPLE_RETURN_IF_ERROR(
-      CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
-  RunState& run = running_.at(id);
-  // Replicas of a stage hold identical weights and the last stage's replicas all get the
-  // global loss: replica 0 alone reports loss, evaluation and sample, so no step counts twice.
-  const bool last_stage = request.stage() == run.num_stages - 1 && request.replica() == 0;
-  const int rank_index = run.RankOf(request.stage(), request.replica());
-  const std::string rank =
-      absl::StrCat(RankName(request.stage(), request.replica(), run.replicas[request.stage()]),
-                   " (worker ", worker->info.id(), ")");
-  if (request.kind() == v1::PROGRESS_STEP) {
-    // Any rank's step counts: an on-demand checkpoint must lie ahead of the fastest rank.
-    checkpoints_.OnStep(
-        id, request.step(),
-        request.step_seconds() > 0 ? request.step_seconds() : request.stats().step_seconds());
-  }
-  switch (request.kind()) {
-    case v1::PROGRESS_STEP:
-      if (request.has_stats() && request.stats().skipped()) {
-        // Coalesced per rank: the event's count is that rank's skipped steps.
-        (void)jobs_->RecordEvent(
-            id, JobEventReason::kSkippedStep,
-            absl::StrCat(rank, " skipped a step's update (non-finite loss or gradient)"));
-      }
-      if (request.has_stats() || (last_stage && request.has_loss())) {
-        std::optional<StragglerDetector::Change> straggler;
-        DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
-          if (run.stage_metrics.OnStep(request, now, j)) {
-            straggler = run.stragglers.OnStep(request.stage(), request.replica(), request.stats());
-            MarkStraggler(run.stragglers, request.stage(), request.replica(), j);
-          }
-          if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
-        }));
-        if (straggler.has_value()) {
-          (void)jobs_->RecordEvent(id,
-                                   straggler->straggler ? JobEventReason::kStraggler
-                                                        : JobEventReason::kStragglerRecovered,
-                                   absl::StrCat(StragglerDetector::Describe(*straggler),
-                                                " (worker ", worker->info.id(), ")"));
-        }
-      }
-      if (request.has_trace()) {
-        // The rank fills the trace's identity; the coordinator trusts only its own view of it.
-        v1::StepTrace trace = request.trace();
-        trace.set_job_id(id);
-        trace.set_stage(request.stage());
-        trace.set_replica(request.replica());
-        trace.set_worker_id(worker->info.id());
-        if (absl::Status s = traces_->Put(trace, now); !s.ok()) {
-          // A lost timeline must not fail the job or make the rank retry its report.
-          DAPPLE_LOG_WARN("job {}: {}", id, s.message());
-        }
-      }
-      break;
-    case v1::PROGRESS_EVAL:
-      if (last_stage) {
-        DAPPLE_RETURN_IF_ERROR(
-            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnEval(request, now, j); }));
-      }
-      break;
-    case v1::PROGRESS_SAMPLE:
-      if (last_stage) {
-        DAPPLE_RETURN_IF_ERROR(
-            jobs_->Update(id, [&](v1::Job* j) { run.tracker.OnSample(request, now, j); }));
-      }
-      break;
-    case v1::PROGRESS_DONE:
-      run.done_ranks.insert(rank_index);
-      FreeWorkerLocked(*worker, id,
-                       absl::StrCat("finished stage ", request.stage(), " of job ", id));
-      if (run.done_ranks.size() == run.worker_ids.size()) {
-        DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status());
-      }
-      break;
-    case v1::PROGRESS_FAILED:
-      FreeWorkerLocked(*worker, id, absl::StrCat("failed stage ", request.stage(), " of job ", id));
-      DAPPLE_RETURN_IF_ERROR(
-          EndJobLocked(id, v1::JOB_STATE_FAILED, absl::StrCat(rank, ": ", request.message()), now)
-              .status());
-      break;
-    case v1::PROGRESS_ABORTED:
-      // A rank that finished its part has nothing left to abort.
-      if (run.done_ranks.contains(rank_index)) break;
-      // The job is still running, so nothing told this rank to stop: without it the job can
-      // never finish, so it fails rather than hangs.
-      FreeWorkerLocked(*worker, id,
-                       absl::StrCat("aborted stage ", request.stage(), " of job ", id));
-      DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_FAILED,
-                                          absl::StrCat(rank, " aborted: ", request.message()), now)
-                                 .status());
-      break;
-    case v1::PROGRESS_CHECKPOINT:
-      // Replicas are identical: replica 0 of each stage writes the stage's shard.
-      if (request.replica() == 0) OnCheckpointReportLocked(job, request, now);
-      break;
-    case v1::PROGRESS_KIND_UNSPECIFIED:
-    case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
-    case v1::ProgressKind_INT_MAX_SENTINEL_DO_NOT_USE_:
-      return absl::InvalidArgumentError(absl::StrCat("progress report of worker ",
-                                                     worker->info.id(), " has kind ",
-                                                     static_cast<int>(request.kind())));
-  }
-  // Until the on-demand checkpoint is published or abandoned, every ack asks for it.
-  response->set_checkpoint_step(checkpoints_.RequestedStep(id));
-  return absl::OkStatus();
-}
-
-void CoordinatorService::KeepLogLinesLocked(const v1::Job& job, const v1::ProgressReport& report) {
-  if (report.log_lines().empty() && report.log_lines_dropped() <= 0) return;
-  const v1::ParallelPlanSummary& plan = job.plan();
-  if (report.stage() < 0 || report.stage() >= plan.stages_size() || report.replica() < 0 ||
-      report.replica() >= plan.stages(report.stage()).worker_ids_size() ||
-      plan.stages(report.stage()).worker_ids(report.replica()) != report.worker_id()) {
-    return;  // not this worker's rank: its lines are not the job's
-  }
-  std::vector<v1::JobLogLine> lines(report.log_lines().begin(), report.log_lines().end());
-  if (report.log_lines_dropped() > 0) {
-    v1::JobLogLine& note = lines.emplace_back();
-    note.set_unix_ms(options_.now_unix_ms());
-    note.set_level("warning");
-    note.set_text(absl::StrCat(report.log_lines_dropped(), " log lines dropped by worker ",
-                               report.worker_id(), " (its buffer of unsent lines was full)"));
-  }
-  if (absl::Status s =
-          logs_->Append(job.id(), report.stage(), report.replica(), report.worker_id(), lines);
-      !s.ok()) {
-    DAPPLE_LOG_WARN("job {}: {}", job.id(), s.message());
-  }
-}
-
-void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
-                                                  const v1::ProgressReport& report, int64_t now) {
-  const std::vector<v1::CheckpointInfo> published(job.checkpoints().begin(),
-                                                  job.checkpoints().end());
-  CheckpointPublisher::Outcome o = checkpoints_.OnReport(report, published, now);
-  if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
-  absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
-    j->clear_checkpoints();
-    for (v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = std::move(info);
-  });
-  if (!s.ok()) {
-    DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
-  }
-  (void)jobs_->RecordEvent(
-      job.id(), JobEventReason::kCheckpointSaved,
-      absl::StrCat("checkpoint after step ", o.info.step(), " published (", o.info.reason(), ", ",
-                   o.info.bytes(), " bytes): ", o.info.path()));
-}
-
-absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocked(
-    const std::string& job_id, const std::string& worker) {
-  DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(worker).status());
-  DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
-  auto run = running_.find(job_id);
-  if (job.state() != v1::JOB_STATE_RUNNING || run == running_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is not running (", JobStateName(job.state()), "): its store is gone"));
-  }
-  const std::vector<std::string>& ranks = run->second.worker_ids;
-  if (std::find(ranks.begin(), ranks.end(), worker) == ranks.end()) {
-    return absl::PermissionDeniedError(absl::StrCat("worker ", worker, " runs no rank of job ",
-                                                    job_id, ": it may not use its store"));
-  }
-  return &run->second;
-}
-
-absl::Status CoordinatorService::StoreSet(const v1::StoreSetRequest& request,
-                                          v1::StoreSetResponse* response) {
-  absl::MutexLock lock(&mu_);
-  DAPPLE_ASSIGN_OR_RETURN(RunState * run, StoreUserLocked(request.job_id(), request.worker_id()));
-  const std::string& key = request.key();
-  if (key.empty() || static_cast<int64_t>(key.size()) > kMaxStoreKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "store key of ", key.size(), " bytes: a key must have 1..", kMaxStoreKeyBytes, " bytes"));
-  }
-  if (static_cast<int64_t>(request.value().size()) > kMaxStoreValueBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store value of key '", key, "' has ", request.value().size(),
-                     " bytes, more than the maximum ", kMaxStoreValueBytes));
-  }
-  auto it = run->store.find(key);
-  if (it == run->store.end()) {
-    if (static_cast<int>(run->store.size()) >= kMaxStoreKeys) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
-                                                        " store is full: ", kMaxStoreKeys,
-                                                        " keys (the most a job may set)"));
-    }
-    it = run->store.emplace(key, std::string()).first;
-  }
-  const int64_t bytes = run->store_bytes + static_cast<int64_t>(request.value().size()) -
-                        static_cast<int64_t>(it->second.size());
-  if (bytes > kMaxStoreBytes) {
-    if (it->second.empty()) run->store.erase(it);
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", request.job_id(), " store is full: setting key '", key, "' (",
-                     request.value().size(), " bytes) would hold ", bytes,
-                     " bytes of values, more than the maximum ", kMaxStoreBytes));
-  }
-  run->store_bytes = bytes;
-  it->second = request.value();
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::StoreGet(const v1::StoreGetRequest& request,
-                                          v1::StoreGetResponse* response) {
-  absl::MutexLock lock(&mu_);
-  if (request.keys().empty()) {
-    return absl::InvalidArgumentError("store get of job " + request.job_id() + " names no keys");
-  }
-  absl::StatusOr<RunState*> run = StoreUserLocked(request.job_id(), request.worker_id());
-  if (absl::IsFailedPrecondition(run.status())) {
-    // The job ended: the waiting rank stops instead of polling until its timeout.
-    response->set_job_ended(true);
-    return absl::OkStatus();
-  }
-  DAPPLE_RETURN_IF_ERROR(run.status());
-  for (const std::string& key : request.keys()) {
-    if (!(*run)->store.contains(key)) return absl::OkStatus();  // not ready
-  }
-  response->set_ready(true);
-  for (const std::string& key : request.keys()) response->add_values((*run)->store.at(key));
-  return absl::OkStatus();
-}
-
 absl::Status CoordinatorService::CheckpointJob(const v1::CheckpointJobRequest& request,
                                                v1::CheckpointJobResponse* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
@@ -1297,53 +942,6 @@ absl::Status CoordinatorService::CheckpointJob(const v1::CheckpointJobRequest& r
   DAPPLE_LOG_INFO("job {}: checkpoint after step {} requested", job.id(), step);
   *response->mutable_job() = std::move(job);
   response->set_step(step);
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::ReportProfile(const v1::ReportProfileRequest& request,
-                                               v1::ReportProfileResponse* response) {
-  absl::MutexLock lock(&mu_);
-  DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(request.worker_id()).status());
-  v1::ReportProfileRequest report = request;
-  if (report.has_profile()) {
-    report.mutable_profile()->set_source(
-        absl::StrCat(report.profile().source(), " by worker ", request.worker_id()));
-  }
-  absl::Status s = options_.profile_cache->Report(report);
-  if (s.ok() && report.error().empty()) {
-    DAPPLE_LOG_INFO("worker {}: profile of {} layers measured", request.worker_id(),
-                    report.profile().layers_size());
-  } else {
-    DAPPLE_LOG_WARN("worker {}: profile: {}", request.worker_id(),
-                    s.ok() ? report.error() : std::string(s.message()));
-  }
-  WakeLocked();
-  return s;
-}
-
-absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequest& request,
-                                                  v1::DeregisterWorkerResponse* response) {
-  absl::MutexLock lock(&mu_);
-  WorkerRecord* worker = workers_.Find(request.worker_id());
-  if (worker == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown worker ", request.worker_id()));
-  }
-  const std::string id = worker->info.id();
-  const std::string job_id = worker->info.job_id();
-  const std::string rank = RankNameLocked(job_id, id, worker->info.stage());
-  // The job ends first, while the worker is still known, so that EndJobLocked sees all ranks.
-  if (worker->info.state() == v1::WORKER_STATE_BUSY && running_.contains(job_id)) {
-    const std::string lost =
-        absl::StrFormat("worker %s (%s of job %s) shut down", id, rank, job_id);
-    (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
-    absl::Status ended =
-        EndJobLocked(job_id, v1::JOB_STATE_FAILED, lost, options_.now_unix_ms()).status();
-    if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
-  }
-  DAPPLE_RETURN_IF_ERROR(workers_.Remove(id, "deregistered: shutting down"));
-  // Its measurements will never come: the jobs waiting for them plan on estimates now.
-  options_.profile_cache->FailWorker(id, "shut down");
-  WakeLocked();  // the pending jobs' explanations count it no more
   return absl::OkStatus();
 }
 

@@ -1,6 +1,8 @@
 // CoordinatorService: the coordinator's logic behind both gRPC services (Coordinator for
 // dapplectl, WorkerControl for workers), with no gRPC in it: every handler takes the request
-// proto and fills the response proto, returning absl::Status. grpc_service.h adapts it.
+// proto and fills the response proto, returning absl::Status. grpc_service.h adapts it. The
+// user-facing handlers and the scheduling loop are in coordinator_service.cc, the worker-facing
+// ones in coordinator_service_workers.cc.
 //
 // It owns the JobManager (job lifecycle + SQLite), the WorkerRegistry (worker lifecycle), the
 // Rendezvous tables and a background thread that every tick_interval_ms (or sooner when woken

@@ -92,7 +92,9 @@ std::vector<MetricDef> Build() {
       {kStageGradientNorm, kGauge, kCoord,
        "L2 norm of the rank's parameter gradients in its last step.", stage},
       {kStageSkippedStepsTotal, kCounter, kCoord,
-       "Steps whose update the rank skipped (non-finite gradient).", stage},
+       "Steps whose update the rank skipped (a non-finite loss or gradient anywhere in the job: "
+       "every rank skips it; `training.max_consecutive_skipped_steps`).",
+       stage},
       {kStagePeakMemoryBytes, kGauge, kCoord,
        "Peak memory of the rank in its last step (weights, gradients, optimizer state and "
        "activations), bytes.",

@@ -30,7 +30,7 @@ constexpr KindCode kKindCodes[] = {
     {v1::OPTIMIZER_STEP, "STEP", false, "the optimizer step"},
     {v1::TIED_ALLREDUCE, "TIED_ALLREDUCE", false, "the tied weights' gradient sum"},
     {v1::GLOBAL_NORM, "GLOBAL_NORM", false,
-     "the step's job-wide gradient check (non-finite values, clipping norm)"},
+     "the step's job-wide check of the gradients (non-finite values; the norm for clipping)"},
     {v1::BACKWARD_INPUT, "BI", true, "the input-gradient backward of micro-batch"},
     {v1::BACKWARD_WEIGHT, "BW", true, "the weight-gradient backward of micro-batch"},
     {v1::USE_WEIGHTS, "USE_WEIGHTS", false, "swapping in the stashed weight version", true},

@@ -282,10 +282,18 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(j["state"], "FAILED")
         self.assertIn(victim, j["message"])
         self.assertIn("stage 1", j["message"])
-        # The surviving rank sees the connection close at once and says so (UCX calls it
-        # "Endpoint timeout", which is kept only in parentheses).
-        self.assertIn("peer rank 1 (stage 1, worker %s) failed: connection lost "
-                      "(the process exited or the network failed)" % victim, j["message"])
+        # The surviving rank sees the connection close at once and says so, naming the lost
+        # worker: its UCX link ("peer rank 1 (stage 1, worker w) failed: connection lost ...";
+        # UCX calls it "Endpoint timeout", which is kept only in parentheses), or, when it was
+        # waiting in the step's job-wide check (GLOBAL_NORM, over Gloo), that collective
+        # ("... (lost a peer of the step's job-wide check: connection lost ...: stage 1 (worker
+        # w))"): whichever the rank was blocked in when the peer died.
+        self.assertIn("connection lost (the process exited or the network failed)", j["message"])
+        self.assertTrue(
+            "peer rank 1 (stage 1, worker %s) failed: connection lost" % victim in j["message"]
+            or "(lost a peer of the step's job-wide check: connection lost (the process exited "
+               "or the network failed): stage 1 (worker %s))" % victim in j["message"],
+            j["message"])
         # Bounded: the heartbeat timeout (3 s here) plus scheduling slack.
         self.assertLess(time.time() - t0, 20)
         events = self.c.get(job)["events"]

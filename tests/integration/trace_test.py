@@ -148,8 +148,9 @@ class TraceTest(unittest.TestCase):
                  if e["ph"] == "M" and e["name"] == "process_name"}
         self.assertEqual(names, {1: "stage 0", 2: "stage 1"})
         cats = {pid: {e["cat"] for e in events if e["pid"] == pid} for pid in (1, 2)}
+        # "allreduce": the step's job-wide GLOBAL_NORM (the non-finite check) on every rank.
         self.assertEqual(cats[1], {"step", "forward", "backward", "send", "recv", "optimizer",
-                                   "idle"})
+                                   "allreduce", "idle"})
         self.assertEqual(cats[2], cats[1])
 
         metrics = {m["stage"]: m["last"] for m in j["stage_metrics"]}

@@ -12,10 +12,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/eval_metrics.h"
 #include "common/logging.h"
 #include "common/schedule/action.h"
@@ -564,26 +567,41 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
   return transport->WaitSends();
 }
 
-absl::Status NameLostReplicas(const v1::StageAssignment& a, const absl::Status& status) {
-  const int replicas = schedule::StageReplicas(a.plan(), a.stage());
-  // Gloo names a lost peer by its socket address only; the runtime's message says which action
-  // failed (schedule::DescribeAction). The peer is one of the stage's other replicas.
-  if (replicas < 2 || status.code() != absl::StatusCode::kUnavailable ||
-      !absl::StrContains(status.message(), schedule::DescribeAction(
-                                               schedule::MakeAction(a.stage(), v1::ALLREDUCE)))) {
+// Gloo names a lost peer by its socket address only; the runtime's message says which action
+// failed (schedule::DescribeAction), which tells the group: the stage's other replicas for its
+// ALLREDUCE, every other rank of the job for the step's GLOBAL_NORM (the non-finite check and
+// clipping norm, which a rank may be waiting in when a peer dies). The message then names them,
+// so that a user sees which worker was lost, not an address.
+absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  const v1::ParallelPlanSummary& plan = a.plan();
+  const auto in_message = [&](v1::ActionKind kind) {
+    return absl::StrContains(status.message(),
+                             schedule::DescribeAction(schedule::MakeAction(a.stage(), kind)));
+  };
+  const bool job_wide = in_message(v1::GLOBAL_NORM);
+  if (!job_wide && !(in_message(v1::ALLREDUCE) && schedule::StageReplicas(plan, a.stage()) > 1)) {
     return status;
   }
-  const v1::PlanStageSummary& stage = a.plan().stages(a.stage());
-  std::string others;
-  for (int r = 0; r < replicas; ++r) {
-    if (r == a.replica()) continue;
-    absl::StrAppend(
-        &others, others.empty() ? "" : ", ", "stage ", a.stage(), " replica ", r,
-        r < stage.worker_ids_size() ? absl::StrCat(" (worker ", stage.worker_ids(r), ")") : "");
+  std::vector<std::string> others;
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    if (!job_wide && s != a.stage()) continue;
+    const int replicas = schedule::StageReplicas(plan, s);
+    for (int r = 0; r < replicas; ++r) {
+      if (s == a.stage() && r == a.replica()) continue;
+      others.push_back(absl::StrCat(
+          schedule::RankName(s, r, replicas),
+          r < plan.stages(s).worker_ids_size()
+              ? absl::StrCat(" (worker ", plan.stages(s).worker_ids(r), ")")
+              : ""));
+    }
   }
-  return absl::Status(status.code(),
-                      absl::StrCat(status.message(), " (lost a peer of the AllReduce: ",
-                                   replicas == 2 ? "" : "one of ", others, ")"));
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), " (lost a peer of the ",
+                   job_wide ? "step's job-wide check" : "AllReduce",
+                   ": connection lost (the process exited or the network failed): ",
+                   others.size() == 1 ? "" : "one of ", absl::StrJoin(others, ", "), ")"));
 }
 
 absl::Status WorkerDaemon::JoinCollectives(const v1::StageAssignment& a,
@@ -724,7 +742,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
     const bool traced = IsTracedStep(step, a.trace_every_steps());
     absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
-    if (!step_result.ok()) return NameLostReplicas(a, step_result.status());
+    if (!step_result.ok()) return NameLostPeers(a, step_result.status());
     StepResult r = *std::move(step_result);
     peak_memory = std::max(peak_memory, r.stats.peak_memory_bytes());
     const int epoch = EpochOfStep(a.spec(), step + 1);

@@ -311,11 +311,14 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
     if (consecutive_skips_ > max_consecutive_skips_) {
       return absl::FailedPreconditionError(
           max_consecutive_skips_ == 0
-              ? absl::StrFormat("non-finite %s; training.max_consecutive_skipped_steps is 0: a "
-                                "non-finite step fails the job (set it > 0 to skip such steps)",
+              ? absl::StrFormat("training diverged: non-finite %s; "
+                                "training.max_consecutive_skipped_steps is 0: a non-finite step "
+                                "fails the job (try a lower training.optimizer.lr, or set "
+                                "max_consecutive_skipped_steps > 0 to skip such steps)",
                                 DescribeNonFinite(result.first))
-              : absl::StrFormat("non-finite %s; %d non-finite steps in a row, "
-                                "training.max_consecutive_skipped_steps allows %d",
+              : absl::StrFormat("training diverged: non-finite %s; %d non-finite steps in a "
+                                "row, training.max_consecutive_skipped_steps allows %d (try a "
+                                "lower training.optimizer.lr)",
                                 DescribeNonFinite(result.first), consecutive_skips_,
                                 max_consecutive_skips_));
     }

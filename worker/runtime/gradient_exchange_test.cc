@@ -382,8 +382,9 @@ TEST(GradientExchangeTest, SkipsNonFiniteStepsUpToTheLimit) {
   absl::StatusOr<GlobalNormResult> fail = ex->GlobalNorm();
   EXPECT_EQ(fail.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(fail.status().message(),
-            "non-finite loss (Inf) at stage 0 replica 0 micro-batch 1; 2 non-finite steps in a "
-            "row, training.max_consecutive_skipped_steps allows 1");
+            "training diverged: non-finite loss (Inf) at stage 0 replica 0 micro-batch 1; 2 "
+            "non-finite steps in a row, training.max_consecutive_skipped_steps allows 1 (try a "
+            "lower training.optimizer.lr)");
   EXPECT_EQ(ex->skipped_updates(), 2);
 }
 

@@ -178,12 +178,12 @@ TEST(NonFiniteLimitTest, TooManyInARowFailEveryRankNamingTheFirstPlace) {
   for (int rank = 0; rank < r.job->num_ranks(); ++rank) {
     const absl::Status& s = r.runs[rank].status;
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s;
-    EXPECT_THAT(s.message(), HasSubstr(" step 4, the step's job-wide gradient check"));
+    EXPECT_THAT(s.message(), HasSubstr(" step 4, the step's job-wide check of the gradients"));
     EXPECT_TRUE(absl::EndsWith(
         s.message(),
-        "): non-finite gradient (NaN) at stage 0 replica 1 (micro-batch not tracked: "
-        "the step's accumulated gradient); 3 non-finite steps in a row, "
-        "training.max_consecutive_skipped_steps allows 2"))
+        "): training diverged: non-finite gradient (NaN) at stage 0 replica 1 (micro-batch "
+        "not tracked: the step's accumulated gradient); 3 non-finite steps in a row, "
+        "training.max_consecutive_skipped_steps allows 2 (try a lower training.optimizer.lr)"))
         << s;
     // Steps 1-3 done, 2 and 3 skipped.
     ASSERT_EQ(r.runs[rank].steps.size(), 3u) << "rank " << rank;
@@ -221,11 +221,13 @@ TEST(NonFiniteLimitTest, ZeroFailsTheFirstNonFiniteStep) {
   for (int rank = 0; rank < r.job->num_ranks(); ++rank) {
     const absl::Status& s = r.runs[rank].status;
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s;
-    EXPECT_THAT(s.message(), HasSubstr(" step 2, the step's job-wide gradient check"));
+    EXPECT_THAT(s.message(), HasSubstr(" step 2, the step's job-wide check of the gradients"));
     EXPECT_TRUE(absl::EndsWith(s.message(),
-                               "): non-finite loss (NaN) at stage 1 replica 1 "
-                               "micro-batch 3; training.max_consecutive_skipped_steps is 0: a "
-                               "non-finite step fails the job (set it > 0 to skip such steps)"))
+                               "): training diverged: non-finite loss (NaN) at stage 1 "
+                               "replica 1 micro-batch 3; training.max_consecutive_skipped_steps "
+                               "is 0: a non-finite step fails the job (try a lower "
+                               "training.optimizer.lr, or set max_consecutive_skipped_steps > 0 "
+                               "to skip such steps)"))
         << s;
     EXPECT_EQ(r.runs[rank].steps.size(), 1u) << "rank " << rank;
   }

@@ -387,10 +387,11 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     return PrintMessage(env, *format, *job, [&] { return RenderDescribe(*job, NowUnixMs(env)); });
   }
   if (logs->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "logs", flags.output, false);
-    if (!format) return kExitUsage;
-    if (*format != Format::kTable) {
-      return Fail(env, kExitUsage, "logs: -o json is not supported; the lines are text");
+    // The lines are text: only the table format (the default) prints them.
+    if (flags.output != "table") {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("logs: -o ", flags.output,
+                               " is not supported: the lines are text; leave -o out"));
     }
     LogsOptions logs_options;
     logs_options.job_id = job_id;

@@ -329,6 +329,12 @@ TEST_F(CommandsTest, LogsUsageErrors) {
     Result r = RunCtl(full);
     EXPECT_EQ(r.code, kExitUsage) << args.back() << ": " << r.err;
   }
+  // Every other format gets the same advice (not "use table or json", which json contradicts).
+  for (const char* format : {"json", "yaml"}) {
+    Result r = RunCtl({"--coordinator", addr_, "logs", "job-1", "-o", format});
+    EXPECT_EQ(r.err, absl::StrCat("dapplectl: logs: -o ", format,
+                                  " is not supported: the lines are text; leave -o out\n"));
+  }
   EXPECT_TRUE(fake_.log_requests().empty());
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_files.h"
 #include "common/job_spec.h"
@@ -760,25 +761,28 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
   } else {
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(request.spec_yaml(), source);
     if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
-    if (!request.planner().empty() && request.planner() != spec->parallel().planner()) {
-      v1::ParallelSpec* parallel = spec->mutable_parallel();
+    // Both overrides first, then one validation: each alone may not fit the spec's other field
+    // (--planner pipedream-code needs schedule pipedream, which --schedule may be giving).
+    std::vector<std::string> overrides;
+    v1::ParallelSpec* parallel = spec->mutable_parallel();
+    if (!request.planner().empty() && request.planner() != parallel->planner()) {
       parallel->set_planner(request.planner());
       if (request.planner() != "manual" && parallel->stage_ranges_size() > 0) {
         parallel->clear_stage_ranges();
         parallel->set_stages(0);
       }
-      if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("with --planner ", request.planner(),
-                         " in place of the spec's parallel.planner: ", s.message()));
-      }
+      overrides.push_back(absl::StrCat("--planner ", request.planner(),
+                                       " in place of the spec's parallel.planner"));
     }
-    if (!request.schedule().empty() && request.schedule() != spec->parallel().schedule()) {
-      spec->mutable_parallel()->set_schedule(request.schedule());
+    if (!request.schedule().empty() && request.schedule() != parallel->schedule()) {
+      parallel->set_schedule(request.schedule());
+      overrides.push_back(absl::StrCat("--schedule ", request.schedule(),
+                                       " in place of the spec's parallel.schedule"));
+    }
+    if (!overrides.empty()) {
       if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("with --schedule ", request.schedule(),
-                         " in place of the spec's parallel.schedule: ", s.message()));
+            absl::StrCat("with ", absl::StrJoin(overrides, " and "), ": ", s.message()));
       }
     }
     // As submit does: the plan of a spec whose data submit would refuse is refused too.

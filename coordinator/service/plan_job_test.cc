@@ -334,6 +334,21 @@ TEST_F(PlanJobTest, AScheduleAutoJobRunsTheChosenSchedule) {
   EXPECT_THAT(Plan(req).status().message(),
               HasSubstr("with --schedule zb-h3 in place of the spec's parallel.schedule: "
                         "parallel.schedule 'zb-h3' is unknown"));
+  // Both overrides apply before the spec is checked: --planner pipedream-code needs the
+  // schedule pipedream that --schedule gives (each alone was refused against the other field).
+  req.set_spec_yaml(Spec("balanced", "auto", 2));
+  req.set_planner("pipedream-code");
+  req.set_schedule("pipedream");
+  auto pipedream_code = Plan(req);
+  ASSERT_TRUE(pipedream_code.ok()) << pipedream_code.status();
+  EXPECT_EQ(pipedream_code->plan().planner(), "pipedream-code");
+  EXPECT_EQ(pipedream_code->plan().schedule(), "pipedream");
+  req.set_schedule("gpipe");
+  EXPECT_THAT(Plan(req).status().message(),
+              HasSubstr("with --planner pipedream-code in place of the spec's parallel.planner "
+                        "and --schedule gpipe in place of the spec's parallel.schedule: "
+                        "parallel.planner pipedream-code with parallel.schedule gpipe"));
+  req.clear_planner();
   // Without a spec: a profile on a cluster, the schedule chosen among the alternatives.
   v1::PlanJobRequest profile_only;
   *profile_only.mutable_profile() = ChainProfile(8, "linear");

@@ -589,11 +589,11 @@ absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& sta
     const int replicas = schedule::StageReplicas(plan, s);
     for (int r = 0; r < replicas; ++r) {
       if (s == a.stage() && r == a.replica()) continue;
-      others.push_back(absl::StrCat(
-          schedule::RankName(s, r, replicas),
-          r < plan.stages(s).worker_ids_size()
-              ? absl::StrCat(" (worker ", plan.stages(s).worker_ids(r), ")")
-              : ""));
+      others.push_back(
+          absl::StrCat(schedule::RankName(s, r, replicas),
+                       r < plan.stages(s).worker_ids_size()
+                           ? absl::StrCat(" (worker ", plan.stages(s).worker_ids(r), ")")
+                           : ""));
     }
   }
   return absl::Status(

@@ -41,16 +41,6 @@ constexpr char kListSql[] =
     "SELECT type, reason, message, count, first_unix_ms, last_unix_ms FROM job_events "
     "WHERE job_id = ?1 ORDER BY last_unix_ms, id";
 
-// Finalizes a prepared statement when it goes out of scope.
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
-void BindText(sqlite3_stmt* stmt, int index, absl::string_view text) {
-  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
 }  // namespace
 
 absl::string_view JobEventReasonName(JobEventReason reason) {
@@ -218,7 +208,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
   }
   int64_t existing = 0;
   {
-    Statement find;
+    SqliteStatement find;
     if (sqlite3_prepare_v2(db_, kFindSql, -1, &find.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -233,7 +223,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
     }
   }
   if (existing > 0) {
-    Statement bump;
+    SqliteStatement bump;
     if (sqlite3_prepare_v2(db_, kBumpSql, -1, &bump.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -242,7 +232,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
     if (sqlite3_step(bump.stmt) != SQLITE_DONE) return failed("update");
   } else {
     {
-      Statement insert;
+      SqliteStatement insert;
       if (sqlite3_prepare_v2(db_, kInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
         return failed("prepare");
       }
@@ -253,7 +243,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
       sqlite3_bind_int64(insert.stmt, 5, now_unix_ms);
       if (sqlite3_step(insert.stmt) != SQLITE_DONE) return failed("insert");
     }
-    Statement prune;
+    SqliteStatement prune;
     if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -268,7 +258,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
 absl::StatusOr<std::vector<v1::JobEventRecord>> EventRecorder::List(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  Statement list;
+  SqliteStatement list;
   if (sqlite3_prepare_v2(db_, kListSql, -1, &list.stmt, nullptr) != SQLITE_OK) {
     return absl::InternalError(
         absl::StrCat("reading events from '", path_, "': ", sqlite3_errmsg(db_)));

@@ -37,15 +37,6 @@ constexpr char kGetSql[] =
     "WHERE job_id = ?1 AND seq > ?2 AND (?3 = 0 OR (stage = ?4 AND replica = ?5)) "
     "ORDER BY seq DESC LIMIT ?6";
 
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
-void BindText(sqlite3_stmt* stmt, int index, absl::string_view text) {
-  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(const std::string& db_path) {
@@ -81,7 +72,7 @@ absl::Status LogStore::Append(const std::string& job_id, int stage, int replica,
         absl::StrCat("writing log lines of job ", job_id, " to '", path_, "': ", s.message()));
   }
   {
-    Statement insert;
+    SqliteStatement insert;
     if (sqlite3_prepare_v2(db_, kInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -98,7 +89,7 @@ absl::Status LogStore::Append(const std::string& job_id, int stage, int replica,
     }
   }
   {
-    Statement prune;
+    SqliteStatement prune;
     if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -115,7 +106,7 @@ absl::Status LogStore::Append(const std::string& job_id, int stage, int replica,
 absl::StatusOr<std::vector<v1::JobLogLine>> LogStore::Get(const std::string& job_id,
                                                           const Query& query) const {
   absl::MutexLock lock(&mu_);
-  Statement get;
+  SqliteStatement get;
   if (sqlite3_prepare_v2(db_, kGetSql, -1, &get.stmt, nullptr) != SQLITE_OK) {
     return absl::InternalError(
         absl::StrCat("reading log lines from '", path_, "': ", sqlite3_errmsg(db_)));

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dapple::coordinator {
 
@@ -25,6 +26,18 @@ absl::StatusOr<sqlite3*> OpenSqliteDatabase(const std::string& path);
 
 // Runs `sql` (one or more statements without results). kInternal with SQLite's message.
 absl::Status ExecSql(sqlite3* db, const char* sql);
+
+// A prepared statement finalized when it goes out of scope (prepare into `stmt`; sqlite3_finalize
+// of a null statement is a no-op).
+struct SqliteStatement {
+  sqlite3_stmt* stmt = nullptr;
+  ~SqliteStatement() { sqlite3_finalize(stmt); }
+};
+
+// Binds `text` to parameter `index` (1-based) of `stmt`; SQLite copies it (SQLITE_TRANSIENT).
+inline void BindText(sqlite3_stmt* stmt, int index, absl::string_view text) {
+  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
 
 }  // namespace dapple::coordinator
 

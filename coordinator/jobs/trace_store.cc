@@ -35,12 +35,6 @@ constexpr char kGetSql[] =
     "SELECT stage, replica, step, trace FROM traces WHERE job_id = ?1 "
     "ORDER BY step, stage, replica";
 
-// Finalizes a prepared statement when it goes out of scope.
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& db_path) {
@@ -83,7 +77,7 @@ absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
   const std::string blob = trace.SerializeAsString();
   const std::string& job = trace.job_id();
   {
-    Statement put;
+    SqliteStatement put;
     if (sqlite3_prepare_v2(db_, kPutSql, -1, &put.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -96,7 +90,7 @@ absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
     if (sqlite3_step(put.stmt) != SQLITE_DONE) return failed("insert");
   }
   {
-    Statement prune;
+    SqliteStatement prune;
     if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
@@ -114,7 +108,7 @@ absl::StatusOr<v1::JobTrace> TraceStore::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   v1::JobTrace out;
   out.set_job_id(job_id);
-  Statement get;
+  SqliteStatement get;
   if (sqlite3_prepare_v2(db_, kGetSql, -1, &get.stmt, nullptr) != SQLITE_OK) {
     return absl::InternalError(
         absl::StrCat("reading traces from '", path_, "': ", sqlite3_errmsg(db_)));

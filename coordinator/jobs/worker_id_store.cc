@@ -21,12 +21,6 @@ constexpr char kSaveSql[] =
 
 constexpr char kLoadSql[] = "SELECT next FROM worker_id_sequence WHERE name = 'w'";
 
-// Finalizes a prepared statement when it goes out of scope.
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerIdStore>> WorkerIdStore::Open(const std::string& db_path) {
@@ -47,7 +41,7 @@ WorkerIdStore::~WorkerIdStore() { sqlite3_close(db_); }
 
 absl::StatusOr<int64_t> WorkerIdStore::LoadNext() const {
   absl::MutexLock lock(&mu_);
-  Statement load;
+  SqliteStatement load;
   if (sqlite3_prepare_v2(db_, kLoadSql, -1, &load.stmt, nullptr) != SQLITE_OK) {
     return absl::InternalError(
         absl::StrCat("reading the worker id sequence from '", path_, "': ", sqlite3_errmsg(db_)));
@@ -76,7 +70,7 @@ absl::Status WorkerIdStore::SaveNext(int64_t next) {
     return absl::InternalError(absl::StrCat("saving the worker id sequence (next w-", next,
                                             ") to '", path_, "': ", sqlite3_errmsg(db_)));
   };
-  Statement save;
+  SqliteStatement save;
   if (sqlite3_prepare_v2(db_, kSaveSql, -1, &save.stmt, nullptr) != SQLITE_OK) return failed();
   sqlite3_bind_int64(save.stmt, 1, next);
   if (sqlite3_step(save.stmt) != SQLITE_DONE) return failed();

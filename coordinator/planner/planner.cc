@@ -255,7 +255,9 @@ absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
       fits_with_recompute = PlanFor(spec, planner, with, micro_batches).ok();
     }
   }
-  return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+  const absl::Status refused =
+      AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+  return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
 }
 
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
@@ -541,7 +543,10 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
       const ScheduleChoice choice,
       ChooseSchedule(problem, ScheduleOptions(limits),
                      [&](const PlanningProblem& with) { return RunPlanner(name, with); }));
-  if (choice.chosen < 0) return choice.alternatives.front().status;
+  if (choice.chosen < 0) {
+    const absl::Status& refused = choice.alternatives.front().status;
+    return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
+  }
   const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
   problem.schedule = chosen.option.schedule;
   problem.recompute = chosen.option.recompute;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
@@ -192,6 +193,16 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
   }
   return absl::StrCat(name, ": ", Percent(faster), " faster than ", base_name, " ",
                       MemoryWords(chosen.planned, base.planned));
+}
+
+std::string NoneFitsNote(const ScheduleChoice& choice) {
+  if (choice.chosen >= 0 || choice.alternatives.size() < 2) return "";
+  std::vector<std::string> names;
+  for (const Alternative& a : choice.alternatives) names.push_back(OptionName(a.option));
+  const std::string last = names.back();
+  names.pop_back();
+  return absl::StrCat(" (parallel.schedule auto planned ", absl::StrJoin(names, ", "), " and ",
+                      last, ": none fits; the need above is ", names.front(), "'s)");
 }
 
 void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summary) {

@@ -98,6 +98,13 @@ std::string LayoutText(const HybridPlan& plan);
 // Empty when nothing was chosen.
 std::string ChoiceReason(const ScheduleChoice& choice);
 
+// When nothing was chosen among several alternatives, the sentence a refusal ends with, so that
+// a user of parallel.schedule auto knows every option was tried, not only the one whose need the
+// refusal states (the first's): " (parallel.schedule auto planned dapple, zb-h1, zb-h2 and gpipe
+// with recompute auto: none fits; the need above is dapple's)". Empty with one alternative or a
+// chosen one.
+std::string NoneFitsNote(const ScheduleChoice& choice);
+
 // Writes choice's alternatives (PlanAlternative, the chosen one marked) and ChoiceReason into
 // `summary`; nothing when there is only one alternative.
 void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summary);

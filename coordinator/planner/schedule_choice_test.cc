@@ -204,6 +204,9 @@ TEST(ChooseScheduleTest, NothingFits) {
   EXPECT_EQ(choice.chosen, -1);
   EXPECT_EQ(choice.alternatives.size(), 6u);
   EXPECT_EQ(ChoiceReason(choice), "");
+  EXPECT_EQ(NoneFitsNote(choice),
+            " (parallel.schedule auto planned dapple, dapple with recompute auto, zb-h1, zb-h2, "
+            "gpipe and gpipe with recompute auto: none fits; the need above is dapple's)");
   PlanningProblem problem;
   EXPECT_EQ(ChooseSchedule(problem, {}, Fake()).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -393,6 +396,10 @@ TEST(ScheduleAutoTest, NothingFitsIsRefusedAsForDapple) {
   auto plan = MakePlan(DemoSpec(), inputs);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(plan.status().message(), HasSubstr("parallel.planner balanced: no plan fits"));
+  // Every option was tried, and the refusal says so (its stated need is the first's).
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("(parallel.schedule auto planned dapple, dapple with recompute auto, "));
+  EXPECT_THAT(plan.status().message(), HasSubstr("none fits; the need above is dapple's)"));
 }
 
 TEST(ScheduleAutoTest, PlanProfileChoosesToo) {

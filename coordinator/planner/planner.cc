@@ -481,6 +481,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   *summary = ToSummary(problem, plan, planned.prediction, kind);
   summary->set_planner(planner);
   AddAlternatives(choice, summary);
+  for (std::string& note : LeftOutNotes(limits)) summary->add_notes(std::move(note));
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
     for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
@@ -553,6 +554,7 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
   v1::ParallelPlanSummary summary =
       ToSummary(problem, chosen.planned.plan, chosen.planned.prediction, problem.schedule);
   AddAlternatives(choice, &summary);
+  for (std::string& note : LeftOutNotes(limits)) summary.add_notes(std::move(note));
   return summary;
 }
 

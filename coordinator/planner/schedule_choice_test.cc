@@ -53,6 +53,26 @@ TEST(ScheduleOptionsTest, AutoTriesEverySynchronousScheduleAndRecomputationWhere
                                                                  {ScheduleKind::kGPipe, kAll}}));
 }
 
+// What auto leaves out is said in the plan's notes, so that no row is silently missing.
+TEST(ScheduleOptionsTest, WhatAutoLeavesOutIsExplained) {
+  ChoiceLimits limits;
+  limits.choose_schedule = true;
+  EXPECT_THAT(LeftOutNotes(limits), ::testing::IsEmpty());
+  limits.recompute = "all";
+  EXPECT_THAT(LeftOutNotes(limits),
+              ::testing::ElementsAre(
+                  "parallel.schedule auto with training.recompute all: zb-h1 and zb-h2 were not "
+                  "considered (a recomputed forward does not outlive their split backward; set "
+                  "recompute auto or none to include them)"));
+  limits.cuda = true;
+  EXPECT_THAT(LeftOutNotes(limits),
+              ::testing::ElementsAre("parallel.schedule auto on CUDA: zb-h1, zb-h2 and "
+                                     "activation recomputation were not considered (not "
+                                     "implemented on CUDA yet)"));
+  limits.choose_schedule = false;
+  EXPECT_THAT(LeftOutNotes(limits), ::testing::IsEmpty());
+}
+
 TEST(ScheduleOptionsTest, CudaNeverGetsAZeroBubbleScheduleOrRecomputation) {
   ChoiceLimits limits;
   limits.choose_schedule = true;

@@ -25,6 +25,7 @@
 #include "dapplectl/spec_file.h"
 #include "dapplectl/top.h"
 #include "dapplectl/trace_command.h"
+#include "dapplectl/usage_errors.h"
 #include "dapplectl/utf8_text.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
@@ -265,7 +266,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
               "trace, top, checkpoint (see "
               "dapplectl --help)"));
     }
-    return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
+    // The command being parsed, for the message and the help it points to.
+    std::string command;
+    for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    // By type: CLI11 names some errors after the subcommand that raised them.
+    const char* kind = dynamic_cast<const CLI::ExtrasError*>(&e)        ? "ExtrasError"
+                       : dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "ArgumentMismatch"
+                       : dynamic_cast<const CLI::RequiredError*>(&e)    ? "RequiredError"
+                                                                        : "";
+    return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command));
   }
 
   // Flag values are checked before anything is read or sent: a bad one is a usage error.

@@ -438,6 +438,25 @@ TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
   }
 }
 
+// The parser's errors in dapplectl's words, naming the command and its help.
+TEST_F(CommandsTest, ParseErrorsNameTheCommand) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"get", "job-1", "job-2"},
+       "dapplectl: get: unexpected argument job-2 (see dapplectl get --help)\n"},
+      {{"list", "--bogus"}, "dapplectl: list: unknown flag --bogus (see dapplectl list --help)\n"},
+      {{"logs", "job-1", "--tail", "3", "--tail", "4"},
+       "dapplectl: --tail given 2 times: give it once (see dapplectl logs --help)\n"},
+      {{"logs", "job-1", "--rank"},
+       "dapplectl: --rank needs a value: --rank STAGE/REPLICA (see dapplectl logs --help)\n"},
+      {{"submit"}, "dapplectl: submit needs FILE (see dapplectl submit --help)\n"},
+  };
+  for (const auto& [args, err] : cases) {
+    Result r = RunCtl(args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args);
+    EXPECT_EQ(r.err, err) << ::testing::PrintToString(args);
+  }
+}
+
 TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {
   for (const char* command : {"get", "cancel", "watch"}) {
     Result r = RunCtl({"--coordinator", addr_, command, ""});
@@ -609,7 +628,8 @@ TEST_F(CommandsTest, PlanSendsTheParsedFilesAndPrintsATable) {
                      cluster, "--planner", "dapple"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY"));
+  EXPECT_THAT(r.out,
+              StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY"));
   EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.0 GiB"));
   EXPECT_THAT(r.out, HasSubstr("STEP          42.50 ms (predicted)\n"));
   EXPECT_THAT(r.out, HasSubstr("SAMPLES/S     753\n"));

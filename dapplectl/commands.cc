@@ -142,8 +142,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                          std::string(kDefaultCoordinator) + ")")
           ->type_name("HOST:PORT");
   app.add_option("-o,--output", flags.output,
-                 "output format: table, json (all commands) or yaml (get, list, cancel, "
-                 "workers, submit without --watch)")
+                 "output format: table, json (all commands but trace and logs) or yaml (all "
+                 "but watch, submit --watch, top, trace and logs: those stream or write files)")
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout,
@@ -440,7 +440,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     return PrintMessage(env, *format, *job, [&] { return RenderCancelled(*job); });
   }
   if (checkpoint->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, false);
+    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, true);
     if (!format) return kExitUsage;
     CoordinatorClient client(options);
     absl::StatusOr<v1::CheckpointJobResponse> response = client.Checkpoint(job_id);
@@ -464,7 +464,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                         [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
   }
   if (plan->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "plan", flags.output, false);
+    std::optional<Format> format = OutputFormat(env, "plan", flags.output, true);
     if (!format) return kExitUsage;
     // Every file is read and checked before anything is sent.
     v1::PlanJobRequest request;

@@ -671,6 +671,12 @@ TEST_F(CommandsTest, PlanWithoutAJobOrAClusterSendsOnlyTheProfile) {
   EXPECT_EQ(stage.fields().at("devices").list_value().values(1).string_value(), "node0/1");
   // 64-bit integers are strings in protobuf's JSON mapping.
   EXPECT_EQ(stage.fields().at("peak_memory_bytes").string_value(), "1073741824");
+  // -o yaml: the same fields as YAML.
+  r = RunCtl(
+      {"--coordinator", addr_, "plan", "--profile", profile, "--global-batch", "64", "-o", "yaml"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("planner: dapple\n"));
+  EXPECT_THAT(r.out, HasSubstr("micro_batches: 4\n"));
 }
 
 // --schedule auto: sent as is; the coordinator chooses and the table shows the alternatives.
@@ -716,8 +722,6 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
             "dapplectl: --global-batch must be a whole number from 1 to 1048576, got \"0\"\n"},
            {{"plan", "--profile", profile, "--profile-batch", "x"},
             "dapplectl: --profile-batch must be a whole number from 1 to 1048576, got \"x\"\n"},
-           {{"plan", spec, "-o", "yaml"},
-            "dapplectl: plan: -o yaml is not supported; use table or json\n"},
            // An empty value is not the default: it is a mistake, named.
            {{"plan", "--profile", ""},
             "dapplectl: --profile must not be empty: give a profile file name, or leave "

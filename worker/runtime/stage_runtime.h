@@ -315,6 +315,10 @@ class StageRuntime {
   // holds one (kInvalidArgument for more than one stage or no replica collective).
   void InitRows();
   absl::StatusOr<std::vector<LayerInfo>> InitShapes();
+  // InitShapes' last part: the memory model's prediction for this replica of the rank's
+  // `ranges` (schedule::StageChunks).
+  void InitMemoryModel(const std::vector<LayerInfo>& infos,
+                       const std::vector<v1::StageRange>& ranges);
   void InitProgram();
   absl::Status InitAsyncAllReduce(const StageCollectives& collectives);
   // Create's last check: the datasets have the model's input and target sizes, and `train` the

@@ -241,11 +241,9 @@ void StageRuntime::InitRows() {
 absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   const v1::JobSpec& spec = assignment_.spec();
   const int stage = assignment_.stage();
-  const v1::PlanStageSummary& range = assignment_.plan().stages(stage);
   const std::vector<v1::StageRange> ranges = schedule::StageChunks(assignment_.plan(), stage);
   const int v = static_cast<int>(ranges.size());
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
-  int64_t params = 0;
   train_flops_per_sample_ = 0;
   for (int c = 0; c < v; ++c) {
     const v1::StageRange& r = ranges[c];
@@ -264,7 +262,6 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
     ck.output_shape = infos[r.last_layer()].output_shape;
     chunks_.push_back(std::move(ck));
     train_flops_per_sample_ += StageTrainFlopsPerSample(infos, r.first_layer(), r.last_layer());
-    for (int l = r.first_layer(); l <= r.last_layer(); ++l) params += infos[l].param_count;
   }
   int64_t widest = NumElements(infos[0].input_shape);
   for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
@@ -281,6 +278,20 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
                       spec.model().input_shape_size() == 1 &&
                       spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
                       spec.sample().tokens() > 0;
+  InitMemoryModel(infos, ranges);
+  return infos;
+}
+
+void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
+                                   const std::vector<v1::StageRange>& ranges) {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int stage = assignment_.stage();
+  const v1::PlanStageSummary& range = assignment_.plan().stages(stage);
+  const int v = static_cast<int>(ranges.size());
+  int64_t params = 0;
+  for (const v1::StageRange& r : ranges) {
+    for (int l = r.first_layer(); l <= r.last_layer(); ++l) params += infos[l].param_count;
+  }
   // The memory model's prediction for this replica: what the planner predicted for its stage.
   // The plan names the schedule that runs (under parallel.schedule auto the planner chose it;
   // the spec says "auto"); an assignment built by hand may leave both empty (the program alone
@@ -324,7 +335,6 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);
   memory_place_ = std::move(place);
   memory_sizes_ = std::move(sizes);
-  return infos;
 }
 
 void StageRuntime::InitProgram() {

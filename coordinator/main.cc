@@ -200,10 +200,6 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<dapple::coordinator::Flags> flags = dapple::coordinator::ValidateFlags(raw);
   if (!flags.ok()) return UsageError(flags.status().message());
-  // The certificate files are read before anything is opened: a wrong path costs nothing.
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      dapple::MakeServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
-  if (!credentials.ok()) return UsageError(credentials.status().message());
 
   dapple::InitLogging("coordinator", flags->log_level);
   gpr_set_log_function(ForwardGrpcLog);
@@ -215,6 +211,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // The certificate files are read before anything is opened: a wrong path costs nothing.
+  // After the signal mask: making credentials starts gRPC, whose threads must not take SIGTERM.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      dapple::MakeServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
+  if (!credentials.ok()) return UsageError(credentials.status().message());
 
   dapple::coordinator::CoordinatorOptions options;
   options.db_path = flags->db;

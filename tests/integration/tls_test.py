@@ -83,10 +83,12 @@ class TlsTest(unittest.TestCase):
             r = self.ctl(c, "list")
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("if the coordinator serves TLS, give --ca FILE or DAPPLE_CA", r.stderr)
-            # A plain-text worker never registers, and says why in its log.
+            # A plain-text worker (no --ca, no DAPPLE_CA) never registers.
             c.worker_args = []
+            os.environ.pop("DAPPLE_CA")
             c.add_worker(name="plain", log_name="plain")
-            time.sleep(2)
+            os.environ["DAPPLE_CA"] = self.ca
+            c.wait_log("worker-plain", "cannot register with the coordinator", timeout=30)
             ws = [w["id"] for w in c.workers_json()]
             self.assertNotIn("plain", ws)
             self.assertEqual(len(ws), 2, ws)

@@ -16,6 +16,8 @@
 #include "common/job_spec.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
+#include "dapplectl/config_command.h"
+#include "dapplectl/ctl_config.h"
 #include "dapplectl/event_views.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/flag_values.h"
@@ -47,6 +49,7 @@ struct Flags {
   std::string tls_cert;        // mutual TLS: this client's certificate and key
   std::string tls_key;
   bool plaintext = false;
+  std::string context;  // --context: a context of the configuration file (ctl_config.h)
 };
 
 constexpr char kCaEnv[] = "DAPPLE_CA";
@@ -162,12 +165,31 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   app.add_option("--tls-key", flags.tls_key, "key of --tls-cert")->type_name("FILE");
   app.add_flag("--plaintext", flags.plaintext,
                "talk plain text to a coordinator that is not on loopback (unencrypted)");
+  app.add_option("--context", flags.context,
+                 "use this context of the configuration file (default: its current-context; "
+                 "see dapplectl config)")
+      ->type_name("NAME");
   app.add_option("--timeout", flags.timeout,
                  "deadline in seconds of each call, connecting included (watch: of connecting "
                  "and of each reconnect after the coordinator went away; the watch itself has "
                  "none)")
       ->type_name("SECONDS")
       ->capture_default_str();
+
+  CLI::App* config_app = app.add_subcommand(
+      "config", "show and edit the contexts of the configuration file (coordinator, CA)");
+  config_app->require_subcommand(1);
+  ConfigAction config_action;
+  config_app->add_subcommand("view", "list the contexts, the current one marked");
+  config_app->add_subcommand("get-contexts", "the same as view");
+  CLI::App* use_context = config_app->add_subcommand("use-context", "make NAME the current one");
+  use_context->add_option("NAME", config_action.name, "context name")->required();
+  CLI::App* set_context = config_app->add_subcommand(
+      "set-context",
+      "create or update NAME from --coordinator, --ca, --tls-cert and --tls-key as given");
+  set_context->add_option("NAME", config_action.name, "context name")->required();
+  CLI::App* delete_context = config_app->add_subcommand("delete-context", "delete NAME");
+  delete_context->add_option("NAME", config_action.name, "context name")->required();
 
   std::string file;
   bool submit_watch = false;
@@ -279,7 +301,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
           absl::StrCat(
               "unknown command \"", rest.front(),
               "\"; commands: submit, get, describe, logs, list, cancel, watch, workers, plan, "
-              "trace, top, checkpoint (see "
+              "trace, top, checkpoint, config (see "
               "dapplectl --help)"));
     }
     // The command being parsed, for the message and the help it points to.
@@ -293,10 +315,50 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command));
   }
 
+  // The configuration file's contexts: `config` edits them; every other command may take its
+  // coordinator and TLS files from one (below the flags and environment variables).
+  const std::string config_path = ConfigPath();
+  if (config_app->parsed()) {
+    for (const CLI::App* verb : config_app->get_subcommands())
+      config_action.verb = verb->get_name();
+    auto given = [&](const char* flag, const std::string& value) -> std::optional<std::string> {
+      if (app.count(flag) == 0) return std::nullopt;
+      return value;
+    };
+    config_action.coordinator = given("--coordinator", flags.coordinator);
+    config_action.ca = given("--ca", flags.ca);
+    config_action.tls_cert = given("--tls-cert", flags.tls_cert);
+    config_action.tls_key = given("--tls-key", flags.tls_key);
+    absl::StatusOr<std::string> out = RunConfigAction(config_path, config_action);
+    if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
+    *env.out << *out << std::flush;
+    return kExitOk;
+  }
+  const Context* context = nullptr;
+  CtlConfig config;
+  if (!config_path.empty()) {
+    absl::StatusOr<CtlConfig> loaded = LoadConfig(config_path);
+    if (!loaded.ok()) return Fail(env, kExitUsage, std::string(loaded.status().message()));
+    config = *std::move(loaded);
+  }
+  const std::string context_name = flags.context.empty() ? config.current_context : flags.context;
+  if (!context_name.empty()) {
+    context = FindContext(config, context_name);
+    if (context == nullptr) {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("--context ", context_name, ": no such context in ",
+                               config_path.empty() ? "(no configuration file)" : config_path,
+                               " (contexts: ", ContextNames(config), ")"));
+    }
+  }
+
   // Flag values are checked before anything is read or sent: a bad one is a usage error.
   const char* env_address = std::getenv(kCoordinatorEnv);
   const bool from_env = coordinator->count() == 0 && env_address != nullptr;
   if (from_env) flags.coordinator = env_address;
+  if (coordinator->count() == 0 && env_address == nullptr && context != nullptr) {
+    flags.coordinator = context->coordinator;
+  }
   if (absl::Status s =
           CheckCoordinatorAddress(from_env ? kCoordinatorEnv : "--coordinator", flags.coordinator);
       !s.ok()) {
@@ -372,6 +434,13 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   options.timeout = *timeout;
   if (flags.ca.empty()) {
     if (const char* ca = std::getenv(kCaEnv); ca != nullptr) flags.ca = ca;
+  }
+  if (context != nullptr) {
+    if (flags.ca.empty()) flags.ca = context->ca;
+    if (flags.tls_cert.empty() && flags.tls_key.empty()) {
+      flags.tls_cert = context->tls_cert;
+      flags.tls_key = context->tls_key;
+    }
   }
   if (flags.ca.empty()) {
     if (absl::Status s = RequirePlaintextAllowed("coordinator", flags.coordinator, flags.plaintext,

@@ -67,7 +67,12 @@ std::string WriteSpec(const std::string& name, const std::string& text) {
 
 class CommandsTest : public ::testing::Test {
  protected:
-  void SetUp() override { unsetenv("DAPPLE_COORDINATOR"); }
+  void SetUp() override {
+    unsetenv("DAPPLE_COORDINATOR");
+    unsetenv("DAPPLE_CA");
+    // No user's configuration file (contexts) applies here.
+    setenv("DAPPLE_CONFIG", (::testing::TempDir() + "/no-dapple-config.yaml").c_str(), 1);
+  }
   FakeCoordinator fake_;
   std::string addr_ = fake_.address();
 };
@@ -455,6 +460,33 @@ TEST_F(CommandsTest, ParseErrorsNameTheCommand) {
     EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args);
     EXPECT_EQ(r.err, err) << ::testing::PrintToString(args);
   }
+}
+
+// A context of the configuration file gives the coordinator (below the flag and environment);
+// an unknown one is a usage error that names the ones there are.
+TEST_F(CommandsTest, ContextsGiveTheCoordinator) {
+  const std::string path = ::testing::TempDir() + "/dapple-ctx-commands/config.yaml";
+  std::remove(path.c_str());
+  setenv("DAPPLE_CONFIG", path.c_str(), 1);
+  Result r = RunCtl({"config", "set-context", "here", "--coordinator", addr_});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "context here created\n");
+  r = RunCtl({"config", "set-context", "far", "--coordinator", "10.9.9.9:7600"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  r = RunCtl({"--context", "here", "list"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = RunCtl({"config", "use-context", "far"});
+  EXPECT_EQ(r.out, "switched to context far\n");
+  r = RunCtl({"list"});  // far is not on loopback and has no CA
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("coordinator 10.9.9.9:7600 is not a loopback address"));
+  r = RunCtl({"--coordinator", addr_, "list"});  // the flag wins
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = RunCtl({"--context", "nope", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err,
+            "dapplectl: --context nope: no such context in " + path + " (contexts: here, far)\n");
+  unsetenv("DAPPLE_CONFIG");
 }
 
 // Off loopback, plain text only when asked for; a CA file is read before anything is sent.

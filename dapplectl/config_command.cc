@@ -1,0 +1,84 @@
+#include "dapplectl/config_command.h"
+
+#include "absl/strings/str_cat.h"
+#include "dapplectl/ctl_config.h"
+#include "dapplectl/flag_values.h"
+#include "dapplectl/text_table.h"
+
+namespace dapple::ctl {
+namespace {
+
+std::string ContextTable(const CtlConfig& config, const std::string& path) {
+  TextTable table({"CURRENT", "NAME", "COORDINATOR", "CA"});
+  for (const Context& c : config.contexts) {
+    table.AddRow({c.name == config.current_context ? "*" : "", c.name, c.coordinator,
+                  c.ca.empty() ? "- (plain text)" : c.ca});
+  }
+  std::string out = config.contexts.empty() ? "no contexts\n" : table.Render();
+  absl::StrAppend(&out, "FILE          ", path, "\n");
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunConfigAction(const std::string& path, const ConfigAction& a) {
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        "no configuration file: set DAPPLE_CONFIG (a file) or HOME");
+  }
+  absl::StatusOr<CtlConfig> loaded = LoadConfig(path);
+  if (!loaded.ok()) return loaded.status();
+  CtlConfig config = *std::move(loaded);
+  if (a.verb == "view" || a.verb == "get-contexts") return ContextTable(config, path);
+
+  Context* found = nullptr;
+  for (Context& c : config.contexts) {
+    if (c.name == a.name) found = &c;
+  }
+  if (a.verb == "use-context" || a.verb == "delete-context") {
+    if (found == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("no context '", a.name, "' in ", path,
+                                                     " (contexts: ", ContextNames(config), ")"));
+    }
+    std::string done;
+    if (a.verb == "use-context") {
+      config.current_context = a.name;
+      done = absl::StrCat("switched to context ", a.name, "\n");
+    } else {
+      std::erase_if(config.contexts, [&](const Context& c) { return c.name == a.name; });
+      if (config.current_context == a.name) config.current_context.clear();
+      done = absl::StrCat("context ", a.name, " deleted\n");
+    }
+    if (absl::Status s = SaveConfig(path, config); !s.ok()) return s;
+    return done;
+  }
+  if (a.verb != "set-context") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown config command '", a.verb, "'"));
+  }
+  const bool created = found == nullptr;
+  if (absl::Status s = CheckContextName(a.name); !s.ok()) return s;
+  if (created) {
+    if (!a.coordinator.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a new context needs --coordinator: dapplectl config set-context ", a.name,
+                       " --coordinator HOST:PORT [--ca FILE]"));
+    }
+    config.contexts.push_back(Context{a.name, "", "", "", ""});
+    found = &config.contexts.back();
+  }
+  if (a.coordinator.has_value()) {
+    if (absl::Status s = CheckCoordinatorAddress("--coordinator", *a.coordinator); !s.ok()) {
+      return s;
+    }
+    found->coordinator = *a.coordinator;
+  }
+  if (a.ca.has_value()) found->ca = *a.ca;
+  if (a.tls_cert.has_value()) found->tls_cert = *a.tls_cert;
+  if (a.tls_key.has_value()) found->tls_key = *a.tls_key;
+  // Checked as LoadConfig checks a file, so that what is written loads again.
+  if (absl::Status s = SaveConfig(path, config); !s.ok()) return s;
+  if (absl::StatusOr<CtlConfig> again = LoadConfig(path); !again.ok()) return again.status();
+  return absl::StrCat("context ", a.name, created ? " created\n" : " updated\n");
+}
+
+}  // namespace dapple::ctl

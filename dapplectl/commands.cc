@@ -496,6 +496,17 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     if (trace_file.empty()) {
       return Fail(env, kExitUsage, "trace: -o must name a file, or - for stdout");
     }
+    // trace's -o is a file while every other command's is a format: `trace job-3 -o json`
+    // would silently write a file called json.
+    if (trace_file == "table" || trace_file == "json" || trace_file == "yaml") {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("trace: -o names the file to write (the trace is always Chrome "
+                               "trace-event JSON), got '",
+                               trace_file,
+                               "', an output format: use -o trace.json, -o - for "
+                               "stdout, or -o ./",
+                               trace_file, " for a file of that name"));
+    }
     CoordinatorClient client(options);
     absl::StatusOr<std::string> summary = WriteJobTrace(client, job_id, trace_file, env.out);
     if (!summary.ok()) return FailStatus(env, summary.status());

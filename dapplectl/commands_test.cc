@@ -609,8 +609,8 @@ TEST_F(CommandsTest, PlanSendsTheParsedFilesAndPrintsATable) {
                      cluster, "--planner", "dapple"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB"));
-  EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.00"));
+  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY"));
+  EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.0 GiB"));
   EXPECT_THAT(r.out, HasSubstr("STEP          42.50 ms (predicted)\n"));
   EXPECT_THAT(r.out, HasSubstr("SAMPLES/S     753\n"));
   const v1::PlanJobRequest sent = fake_.last_plan();

@@ -247,9 +247,9 @@ absl::Status Parser::ParseRestart(const Field* section, v1::RestartSpec& restart
   restart.set_max_backoff_seconds(kDefaultRestartMaxBackoffSeconds);
   restart.set_on_rank_error(true);
   restart.set_wait_for_workers_seconds(kDefaultRestartWaitForWorkersSeconds);
-  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
-                          ReadMap(section->value, MarkOf(*section), "training.restart",
-                                  kRestartKeys, " like {max_restarts: 3, backoff_seconds: 1}"));
+  DAPPLE_ASSIGN_OR_RETURN(
+      Fields fields, ReadMap(section->value, MarkOf(*section), "training.restart", kRestartKeys,
+                             " like {max_restarts: 3, backoff_seconds: 1}"));
   if (const Field* f = Find(fields, "max_restarts")) {
     DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "training.restart.max_restarts"));
     restart.set_max_restarts(v);

@@ -24,10 +24,11 @@ absl::string_view FailureCauseName(FailureCause cause) {
 }
 
 FailureCause ClassifyRankFailure(absl::string_view message) {
-  // The worker's non-finite failures (worker/runtime: "training diverged ... non-finite loss")
-  // would come back at the same step from the same checkpoint.
-  const std::string lower = absl::AsciiStrToLower(message);
-  if (absl::StrContains(lower, "diverged") || absl::StrContains(lower, "non-finite")) {
+  // The worker's non-finite failures all say "training diverged" (worker/runtime
+  // gradient_exchange.cc, the pipedream / pipesgd runtimes); they would come back at the same
+  // step from the same checkpoint. "non-finite" alone is no sign: a lost peer of the step's
+  // non-finite check names the check.
+  if (absl::StrContains(absl::AsciiStrToLower(message), "training diverged")) {
     return FailureCause::kDiverged;
   }
   return FailureCause::kRankError;

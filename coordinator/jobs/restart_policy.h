@@ -41,8 +41,8 @@ enum class FailureCause {
 absl::string_view FailureCauseName(FailureCause cause);
 
 // The cause of a rank's PROGRESS_FAILED / PROGRESS_ABORTED report with `message`: kDiverged
-// for the non-finite failures the worker reports ("training diverged", "non-finite"), else
-// kRankError.
+// for the non-finite failures the worker reports ("training diverged ..."), else kRankError
+// (also a lost peer of the step's non-finite check, which names "non-finite values").
 FailureCause ClassifyRankFailure(absl::string_view message);
 
 // What to do with a RUNNING job whose run failed with `cause` after `restarts_done` restarts.

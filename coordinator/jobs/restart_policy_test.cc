@@ -51,6 +51,9 @@ TEST(RestartPolicyTest, ClassifiesRankFailures) {
             FailureCause::kDiverged);
   EXPECT_EQ(ClassifyRankFailure("receiving activations from stage 0: connection reset"),
             FailureCause::kRankError);
+  EXPECT_EQ(ClassifyRankFailure("the step's job-wide check of the gradients (non-finite values; "
+                                "the norm for clipping): AllGather: Connection reset by peer"),
+            FailureCause::kRankError);
   EXPECT_EQ(FailureCauseName(FailureCause::kWorkerLost), "worker_lost");
 }
 

@@ -6,7 +6,7 @@ after KILL_AFTER steps. Prints the time from the kill to the first step after th
 its parts as the job's records show them (the failure seen, the restart planned, the first
 step after it), the checkpoint the job resumed from and the steps redone.
 
-    python3 bench/restart_recovery.py [--worker-timeout-ms 2000] [--runs 3]
+    python3 bench/restart_recovery.py [--worker-timeout-ms 2000] [--heartbeat-ms 100] [--runs 3]
 """
 import argparse
 import os
@@ -30,8 +30,8 @@ def spec():
                         "  restart: {max_restarts: 3, backoff_seconds: 0.5}\n" % CKPT)
 
 
-def one_run(worker_timeout_ms):
-    c = cluster.Cluster(workers=3, worker_timeout_ms=worker_timeout_ms)
+def one_run(worker_timeout_ms, heartbeat_ms):
+    c = cluster.Cluster(workers=3, worker_timeout_ms=worker_timeout_ms, heartbeat_ms=heartbeat_ms)
     try:
         c.wait_workers(3)
         job = c.submit(spec())
@@ -72,11 +72,12 @@ def one_run(worker_timeout_ms):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker-timeout-ms", type=int, default=2000)
+    ap.add_argument("--heartbeat-ms", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     runs = []
     for i in range(args.runs):
-        r = one_run(args.worker_timeout_ms)
+        r = one_run(args.worker_timeout_ms, args.heartbeat_ms)
         runs.append(r)
         print("run %d: %.2f s kill -> first step after the restart (failure seen %.2f s, backoff + "
               "re-plan + start %.2f s, resume to first step %.2f s); cause %s, resumed after step "

@@ -162,7 +162,9 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));
   }
-  DAPPLE_RETURN_IF_ERROR(ParseRestart(Find(fields, "restart"), *training.mutable_restart()));
+  if (const Field* f = Find(fields, "restart")) {
+    DAPPLE_RETURN_IF_ERROR(ParseRestart(*f, *training.mutable_restart()));
+  }
   const Field* opt = Find(fields, "optimizer");
   if (opt == nullptr) return Missing(MarkOf(section), "training.optimizer");
   return ParseOptimizer(*opt, *training.mutable_optimizer());
@@ -238,18 +240,15 @@ absl::Status Parser::ParseLrSchedule(const Field& section, v1::LrSchedule& sched
   return absl::OkStatus();
 }
 
-absl::Status Parser::ParseRestart(const Field* section, v1::RestartSpec& restart) {
-  // Without the section the message stays empty: max_restarts 0 is the default's behaviour, and
-  // specs stored before restarts existed read the same.
-  if (section == nullptr) return absl::OkStatus();
+absl::Status Parser::ParseRestart(const Field& section, v1::RestartSpec& restart) {
   restart.set_max_restarts(kDefaultMaxRestarts);
   restart.set_backoff_seconds(kDefaultRestartBackoffSeconds);
   restart.set_max_backoff_seconds(kDefaultRestartMaxBackoffSeconds);
   restart.set_on_rank_error(true);
   restart.set_wait_for_workers_seconds(kDefaultRestartWaitForWorkersSeconds);
-  DAPPLE_ASSIGN_OR_RETURN(
-      Fields fields, ReadMap(section->value, MarkOf(*section), "training.restart", kRestartKeys,
-                             " like {max_restarts: 3, backoff_seconds: 1}"));
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
+                          ReadMap(section.value, MarkOf(section), "training.restart", kRestartKeys,
+                                  " like {max_restarts: 3, backoff_seconds: 1}"));
   if (const Field* f = Find(fields, "max_restarts")) {
     DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "training.restart.max_restarts"));
     restart.set_max_restarts(v);

@@ -809,7 +809,7 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
                    "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
                    "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
-                   "max_consecutive_skipped_steps; did you mean 'epochs'?");
+                   "max_consecutive_skipped_steps, restart; did you mean 'epochs'?");
 }
 
 }  // namespace

@@ -25,6 +25,17 @@ inline constexpr int64_t kFashionMnistTestSamples = 10000;
 // kTextDataset and kTextVocab: common/text_data.h.
 inline constexpr char kDefaultLoss[] = "softmax_cross_entropy";
 inline constexpr char kManualPlanner[] = "manual";
+// training.restart defaults (docs/job_spec.md, "Restarts"). No restart unless asked: a job
+// without checkpoints would start again from step 0, and a failing job's message is what
+// today's users and alerts expect; 1 s is about the time the failed run's ranks take to stop
+// (their heartbeats bring the abort); 60 s of no usable worker is long enough for a
+// replacement worker to start, short enough that nobody waits on a job that cannot run.
+inline constexpr int32_t kDefaultMaxRestarts = 0;
+inline constexpr double kDefaultRestartBackoffSeconds = 1;
+inline constexpr double kDefaultRestartMaxBackoffSeconds = 30;
+inline constexpr double kDefaultRestartWaitForWorkersSeconds = 60;
+inline constexpr int32_t kMaxRestarts = 100;
+inline constexpr double kMaxRestartSeconds = 86400;
 inline constexpr char kDefaultDeviceType[] = "any";
 inline constexpr absl::string_view kKnownOptimizers[] = {"sgd", "adamw"};
 // schedule pipesgd (Pipe-SGD, docs/job_spec.md): CheckPipeSgd in job_spec_validate.cc.

@@ -50,7 +50,11 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "eval_every_steps",
                                                "precision",
                                                "recompute",
-                                               "max_consecutive_skipped_steps"};
+                                               "max_consecutive_skipped_steps",
+                                               "restart"};
+constexpr absl::string_view kRestartKeys[] = {"max_restarts", "backoff_seconds",
+                                              "max_backoff_seconds", "on_rank_error",
+                                              "wait_for_workers_seconds"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
@@ -158,6 +162,9 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));
   }
+  if (const Field* f = Find(fields, "restart")) {
+    DAPPLE_RETURN_IF_ERROR(ParseRestart(*f, *training.mutable_restart()));
+  }
   const Field* opt = Find(fields, "optimizer");
   if (opt == nullptr) return Missing(MarkOf(section), "training.optimizer");
   return ParseOptimizer(*opt, *training.mutable_optimizer());
@@ -229,6 +236,38 @@ absl::Status Parser::ParseLrSchedule(const Field& section, v1::LrSchedule& sched
   if (const Field* f = Find(fields, "decay_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.lr_schedule.decay_steps"));
     schedule.set_decay_steps(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseRestart(const Field& section, v1::RestartSpec& restart) {
+  restart.set_max_restarts(kDefaultMaxRestarts);
+  restart.set_backoff_seconds(kDefaultRestartBackoffSeconds);
+  restart.set_max_backoff_seconds(kDefaultRestartMaxBackoffSeconds);
+  restart.set_on_rank_error(true);
+  restart.set_wait_for_workers_seconds(kDefaultRestartWaitForWorkersSeconds);
+  DAPPLE_ASSIGN_OR_RETURN(Fields fields,
+                          ReadMap(section.value, MarkOf(section), "training.restart", kRestartKeys,
+                                  " like {max_restarts: 3, backoff_seconds: 1}"));
+  if (const Field* f = Find(fields, "max_restarts")) {
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "training.restart.max_restarts"));
+    restart.set_max_restarts(v);
+  }
+  if (const Field* f = Find(fields, "backoff_seconds")) {
+    DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.restart.backoff_seconds"));
+    restart.set_backoff_seconds(v);
+  }
+  if (const Field* f = Find(fields, "max_backoff_seconds")) {
+    DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.restart.max_backoff_seconds"));
+    restart.set_max_backoff_seconds(v);
+  }
+  if (const Field* f = Find(fields, "on_rank_error")) {
+    DAPPLE_ASSIGN_OR_RETURN(bool v, Bool(*f, "training.restart.on_rank_error"));
+    restart.set_on_rank_error(v);
+  }
+  if (const Field* f = Find(fields, "wait_for_workers_seconds")) {
+    DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.restart.wait_for_workers_seconds"));
+    restart.set_wait_for_workers_seconds(v);
   }
   return absl::OkStatus();
 }

@@ -79,6 +79,22 @@ TEST(ParseJobSpecTest, ExampleParsesToTheExpectedProto) {
   EXPECT_EQ(MicroBatches(*spec), 8);
 }
 
+TEST(ParseJobSpecTest, RestartSectionFillsItsDefaults) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      Edit(kExample, "  seed: 42\n", "  seed: 42\n  restart: {max_restarts: 3}\n"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::RestartSpec& r = spec->training().restart();
+  EXPECT_EQ(r.max_restarts(), 3);
+  EXPECT_EQ(r.backoff_seconds(), 1);
+  EXPECT_EQ(r.max_backoff_seconds(), 30);
+  EXPECT_TRUE(r.on_rank_error());
+  EXPECT_EQ(r.wait_for_workers_seconds(), 60);
+  // Without the section: no restarts.
+  spec = ParseJobSpec(kExample, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->training().has_restart());
+}
+
 TEST(ParseJobSpecTest, FillsDefaults) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kMinimal, "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -264,7 +280,7 @@ TEST(ParseJobSpecTest, AFieldOfAnotherSectionSaysWhereItGoes) {
                    "job.yaml:15:3: unknown field 'schedule' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
                    "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
-                   "max_consecutive_skipped_steps; "
+                   "max_consecutive_skipped_steps, restart; "
                    "'schedule' is a field of parallel: move it there (parallel.schedule)");
 }
 

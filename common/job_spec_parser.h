@@ -270,6 +270,9 @@ class Parser {
   absl::Status ResolveModelInput(const Field& model_section, v1::JobSpec& spec);
   // job_spec_parse.cc: the training and parallel sections.
   absl::Status ParseLrSchedule(const Field& section, v1::LrSchedule& schedule);
+  // training.restart with its defaults filled. Without the section TrainingSpec.restart stays
+  // unset: no restarts (the default), as specs stored before restarts existed read.
+  absl::Status ParseRestart(const Field& section, v1::RestartSpec& restart);
   absl::Status ParseTraining(const Field& section, v1::TrainingSpec& training);
   absl::Status ParseOptimizer(const Field& section, v1::OptimizerSpec& opt);
   absl::Status ParseParallel(const Field* section, v1::ParallelSpec& parallel);

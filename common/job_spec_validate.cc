@@ -209,6 +209,39 @@ Check CheckSkippedSteps(const v1::JobSpec& spec) {
   return Check();
 }
 
+// training.restart (docs/job_spec.md, "Restarts"; coordinator/jobs/restart_policy.h).
+Check CheckRestart(const v1::JobSpec& spec) {
+  const v1::RestartSpec& r = spec.training().restart();
+  if (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts) {
+    return At("training.restart.max_restarts",
+              absl::StrFormat("training.restart.max_restarts %d must be in [0, %d] (0 = a "
+                              "failure fails the job)",
+                              r.max_restarts(), kMaxRestarts));
+  }
+  const struct {
+    const char* field;
+    double value;
+    double min;
+  } seconds[] = {
+      {"backoff_seconds", r.backoff_seconds(), 0},
+      {"max_backoff_seconds", r.max_backoff_seconds(), r.backoff_seconds()},
+      // Stored before restarts existed (every field 0): no restarts, nothing to wait for.
+      {"wait_for_workers_seconds", r.wait_for_workers_seconds(), r.max_restarts() > 0 ? 1 : 0},
+  };
+  for (const auto& f : seconds) {
+    if (!std::isfinite(f.value) || f.value < f.min || f.value > kMaxRestartSeconds) {
+      return At(absl::StrCat("training.restart.", f.field),
+                absl::StrFormat("training.restart.%s %g must be a number of seconds in [%g, %g]%s",
+                                f.field, f.value, f.min, kMaxRestartSeconds,
+                                std::string(f.field) == "max_backoff_seconds"
+                                    ? " (at least training.restart.backoff_seconds: the doubled "
+                                      "backoff is capped there)"
+                                    : ""));
+    }
+  }
+  return Check();
+}
+
 Check CheckTraining(const v1::JobSpec& spec) {
   const v1::TrainingSpec& t = spec.training();
   if (t.global_batch() < 1) {
@@ -275,6 +308,7 @@ Check CheckTraining(const v1::JobSpec& spec) {
                               FormatDouble(t.max_grad_norm())));
   }
   if (Check c = CheckSkippedSteps(spec)) return c;
+  if (Check c = CheckRestart(spec)) return c;
   if (t.eval_every_steps() < 0) {
     return At("training.eval_every_steps",
               absl::StrFormat("training.eval_every_steps %d must be >= 0 (0 = after every epoch)",

@@ -264,6 +264,31 @@ TEST(ValidateJobSpecTest, MaxConsecutiveSkippedSteps) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+// training.restart: max_restarts in [0, 100], the seconds finite and in range, the cap at least
+// the first backoff, at least 1 s of waiting for workers when restarts are on.
+TEST(ValidateJobSpecTest, Restart) {
+  v1::JobSpec spec = Example();
+  v1::RestartSpec* r = spec.mutable_training()->mutable_restart();
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());  // all zero: no restarts
+  r->set_max_restarts(3);
+  r->set_backoff_seconds(1);
+  r->set_max_backoff_seconds(30);
+  r->set_wait_for_workers_seconds(60);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  r->set_max_restarts(101);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.restart.max_restarts 101 must be in [0, 100]"});
+  r->set_max_restarts(3);
+  r->set_max_backoff_seconds(0.5);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.restart.max_backoff_seconds 0.5 must be a number of seconds in [1, "
+                 "86400] (at least training.restart.backoff_seconds"});
+  r->set_max_backoff_seconds(30);
+  r->set_wait_for_workers_seconds(0);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.restart.wait_for_workers_seconds 0 must be a number of seconds in [1, "
+                 "86400]"});
+}
+
 // schedule interleaved (Megatron's interleaved 1F1B): parallel.interleave v in 2..8 with it and
 // only with it, a fixed stage count P >= 2, P * v <= layers, M >= P (any M from P on, 2P + 1
 // included), not on cuda, not with recomputation or tied weights; a spec that passes every rule
@@ -784,7 +809,7 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
                    "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
                    "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
-                   "max_consecutive_skipped_steps; did you mean 'epochs'?");
+                   "max_consecutive_skipped_steps, restart; did you mean 'epochs'?");
 }
 
 }  // namespace

@@ -19,10 +19,26 @@ std::string Field(const std::string& key, const std::string& value) {
   return absl::StrCat(line, value, "\n");
 }
 
+// Automatic restarts (training.restart), when there were any: one row each.
+std::string RenderRestarts(const v1::Job& job) {
+  if (job.restart_history().empty()) return "";
+  std::string out =
+      Field("RESTARTS", absl::StrCat(job.restarts(), " (", job.steps_redone(), " steps redone)"));
+  TextTable table({"CAUSE", "FAILED AFTER", "RESUMED AFTER", "REDONE", "PLAN"});
+  for (const v1::JobRestart& r : job.restart_history()) {
+    const bool resumed = r.resumed_unix_ms() > 0;
+    table.AddRow({r.cause(), absl::StrCat(r.failed_after_step()),
+                  resumed ? absl::StrCat(r.resumed_after_step()) : "-",
+                  resumed ? absl::StrCat(r.steps_redone()) : "-",
+                  r.plan().empty() ? "-" : r.plan()});
+  }
+  return out + table.Render("  ");
+}
+
 }  // namespace
 
 std::string RenderCheckpoints(const v1::Job& job, int64_t now_unix_ms) {
-  std::string out;
+  std::string out = RenderRestarts(job);
   if (!job.resumed_from().empty()) out += Field("RESUMED FROM", job.resumed_from());
   if (job.checkpoints().empty()) return out + Field("CHECKPOINTS", "none");
   out += Field("CHECKPOINTS", absl::StrCat(job.checkpoints_size()));

@@ -32,6 +32,30 @@ TEST(CheckpointViewsTest, ResumedAndPublished) {
   EXPECT_THAT(text, HasSubstr("2m"));
 }
 
+TEST(CheckpointViewsTest, RestartsBeforeTheCheckpoints) {
+  v1::Job job;
+  job.set_restarts(2);
+  job.set_steps_redone(7);
+  v1::JobRestart* r = job.add_restart_history();
+  r->set_cause("worker_lost");
+  r->set_failed_after_step(45);
+  r->set_resumed_after_step(40);
+  r->set_steps_redone(5);
+  r->set_plan("2 stages x 1 replica");
+  r->set_resumed_unix_ms(1);
+  r = job.add_restart_history();  // still RESTARTING: not resumed yet
+  r->set_cause("rank_error");
+  r->set_failed_after_step(60);
+  const std::string text = RenderCheckpoints(job, 0);
+  EXPECT_THAT(text, HasSubstr("RESTARTS      2 (7 steps redone)\n"));
+  EXPECT_THAT(text, HasSubstr("CAUSE"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("worker_lost   45             40              5        2 stages x 1 replica"));
+  EXPECT_THAT(text, HasSubstr("rank_error    60             -               -        -"));
+  EXPECT_LT(text.find("RESTARTS"), text.find("CHECKPOINTS"));
+}
+
 TEST(CheckpointViewsTest, Requested) {
   v1::CheckpointJobResponse r;
   r.mutable_job()->set_id("job-3");

@@ -44,6 +44,7 @@ int ExitCodeForJobState(v1::JobState state) {
     case v1::JOB_STATE_PENDING:
     case v1::JOB_STATE_PLANNING:
     case v1::JOB_STATE_RUNNING:
+    case v1::JOB_STATE_RESTARTING:
       return kExitUnreachable;
     case v1::JobState_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::JobState_INT_MAX_SENTINEL_DO_NOT_USE_:

@@ -20,8 +20,8 @@ std::vector<MetricDef> Build() {
       {kJobs,
        kGauge,
        kCoord,
-       "Jobs in the job database by state (pending, planning, running, succeeded, failed, "
-       "cancelled).",
+       "Jobs in the job database by state (pending, planning, running, restarting, succeeded, "
+       "failed, cancelled).",
        {kLabelState}},
       {kJobQueueLength, kGauge, kCoord, "Jobs waiting to start (state PENDING).", {}},
       {kJobsFinishedTotal,
@@ -30,6 +30,12 @@ std::vector<MetricDef> Build() {
        "Jobs that ended since the coordinator started, by final state (succeeded, failed, "
        "cancelled).",
        {kLabelState}},
+      {kJobRestartsTotal,
+       kCounter,
+       kCoord,
+       "Automatic restarts of jobs (training.restart) since the coordinator started, by the "
+       "failure's cause (worker_lost, rank_error).",
+       {kLabelCause}},
       {kWorkers, kGauge, kCoord, "Registered workers by state (idle, busy, dead).", {kLabelState}},
       {kWorkerState,
        kGauge,

@@ -83,6 +83,7 @@ TEST(MetricListTest, CoversTheIssueList) {
                            kJobQueueLength,
                            kWorkers,
                            kJobsFinishedTotal,
+                           kJobRestartsTotal,
                            kJobStep,
                            kJobTotalSteps,
                            kJobLoss,

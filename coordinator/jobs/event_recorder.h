@@ -7,8 +7,8 @@
 // Who records: JobManager, where the lifecycle changes happen (Create: Submitted; Transition:
 // Scheduled, Started, Succeeded / Failed / Cancelled), and the coordinator service through
 // JobManager::RecordEvent for what is not a state change (Measured, Planned, CheckpointSaved,
-// WorkerLost, SkippedStep, Straggler; Restarting, Replanned, Resumed and Preempted are reserved
-// for restarts and preemption, not built yet). The messages of the structured events come from
+// WorkerLost, SkippedStep, Straggler, Replanned, Resumed; Preempted is reserved for
+// preemption, not built yet). The messages of the structured events come from
 // the functions below, never from string building at the call site.
 //
 // Bound: at most kMaxEventsPerJob entries per job (after coalescing). Adding one more drops the
@@ -50,9 +50,9 @@ enum class JobEventReason {
   kStarted,             // RUNNING on its workers
   kCheckpointSaved,     // a checkpoint was published
   kWorkerLost,          // a worker of the job died, stopped heartbeating or shut down (Warning)
-  kRestarting,          // reserved: restart policy (Warning)
-  kReplanned,           // reserved: re-planned on the live workers
-  kResumed,             // reserved: resumed from a checkpoint after a restart
+  kRestarting,          // RUNNING -> RESTARTING by the restart policy (Warning)
+  kReplanned,           // planned again on the live workers after a restart: the new shape
+  kResumed,             // running again after a restart, from a checkpoint or from scratch
   kSkippedStep,         // a step's update was skipped (non-finite values; Warning)
   kPreempted,           // reserved: preemption (Warning)
   kStraggler,           // a rank is much slower than its stage's peers (Warning)
@@ -69,8 +69,9 @@ absl::string_view JobEventReasonName(JobEventReason reason);
 absl::string_view JobEventType(JobEventReason reason);
 
 // The event a job's move to `to` records, with its message: PLANNING -> kScheduled,
-// RUNNING -> kStarted, SUCCEEDED / FAILED / CANCELLED -> kSucceeded / kFailed / kCancelled
-// (false for other states). `job` is the job after the move, `message` its state message.
+// RUNNING -> kStarted, RESTARTING -> kRestarting, SUCCEEDED / FAILED / CANCELLED -> kSucceeded /
+// kFailed / kCancelled (false for other states). `job` is the job after the move, `message` its
+// state message.
 bool TransitionEvent(const v1::Job& job, const std::string& message, JobEventReason* reason,
                      std::string* event_message);
 

@@ -19,6 +19,9 @@ bool IsAllowedTransition(v1::JobState from, v1::JobState to) {
              to == v1::JOB_STATE_CANCELLED;
     case v1::JOB_STATE_RUNNING:
       return to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
+             to == v1::JOB_STATE_CANCELLED || to == v1::JOB_STATE_RESTARTING;
+    case v1::JOB_STATE_RESTARTING:
+      return to == v1::JOB_STATE_PLANNING || to == v1::JOB_STATE_FAILED ||
              to == v1::JOB_STATE_CANCELLED;
     case v1::JOB_STATE_UNSPECIFIED:
     case v1::JOB_STATE_SUCCEEDED:
@@ -47,6 +50,8 @@ std::string JobStateName(v1::JobState state) {
       return "FAILED";
     case v1::JOB_STATE_CANCELLED:
       return "CANCELLED";
+    case v1::JOB_STATE_RESTARTING:
+      return "RESTARTING";
     case v1::JobState_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::JobState_INT_MAX_SENTINEL_DO_NOT_USE_:
       break;

@@ -4,6 +4,8 @@
 // The rules (drawn as a diagram in job_manager.h):
 //   PENDING -> PLANNING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //   PENDING | PLANNING -> FAILED | CANCELLED
+//   RUNNING -> RESTARTING -> PLANNING | FAILED | CANCELLED (automatic restarts:
+//   training.restart, coordinator/jobs/restart_policy.h; PLANNING then leads to RUNNING again)
 //   SUCCEEDED, FAILED and CANCELLED are terminal: no transition leaves them.
 //
 // Pure functions; thread-safe.

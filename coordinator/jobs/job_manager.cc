@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
     const int64_t now = manager->options_.now_unix_ms();
     for (v1::Job& job : jobs) {
       const int64_t seq = JobStore::SequenceOf(job.id());
-      if (job.state() == v1::JOB_STATE_PLANNING || job.state() == v1::JOB_STATE_RUNNING) {
+      if (job.state() == v1::JOB_STATE_PLANNING || job.state() == v1::JOB_STATE_RUNNING ||
+          job.state() == v1::JOB_STATE_RESTARTING) {
         interrupted.push_back(job.id());
       }
       Entry& entry = manager->jobs_[seq];
@@ -145,9 +146,10 @@ absl::Status JobManager::SetPendingMessage(const std::string& id, const std::str
   absl::MutexLock lock(&mu_);
   Entry* entry = FindLocked(id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
-  if (entry->job.state() != v1::JOB_STATE_PENDING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " is ", JobStateName(entry->job.state()), ", not PENDING"));
+  if (entry->job.state() != v1::JOB_STATE_PENDING &&
+      entry->job.state() != v1::JOB_STATE_RESTARTING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " is ", JobStateName(entry->job.state()), ", not PENDING or RESTARTING"));
   }
   if (entry->job.message() == message) return absl::OkStatus();
   const int64_t now = options_.now_unix_ms();

@@ -9,6 +9,8 @@
 //     │  │        └─────────────────────▶ CANCELLED
 //     │  └──────────────────────────────▶ FAILED
 //     └─────────────────────────────────▶ CANCELLED
+//   RUNNING ──▶ RESTARTING ──▶ PLANNING (the same job again) | FAILED | CANCELLED
+//   (automatic restarts: training.restart, restart_policy.h)
 //
 // Durability: every Create and Transition is written before it returns; Update (progress and
 // metrics) is written at most once per `metrics_persist_interval_ms` per job, and FlushDirty
@@ -23,8 +25,8 @@
 // Started, Succeeded, Failed, Cancelled), and RecordEvent what is not a state change. A failed
 // event write is logged and never fails the change itself.
 //
-// Recovery (Open on an existing database): PLANNING and RUNNING jobs become FAILED with the
-// message kRestartMessage (their workers are no longer known); PENDING jobs stay PENDING;
+// Recovery (Open on an existing database): PLANNING, RUNNING and RESTARTING jobs become FAILED with
+// the message kRestartMessage (their workers are no longer known); PENDING jobs stay PENDING;
 // terminal jobs keep their state, message and metrics. Ids continue the stored sequence.
 //
 // Thread safety: thread-safe. Internally one mutex; no callbacks run under it except the
@@ -107,10 +109,10 @@ class JobManager {
   // The ids of all PENDING jobs, oldest first.
   std::vector<std::string> PendingIds() const;
 
-  // Sets the message of a PENDING job (why it waits). Nothing happens when it already has
-  // `message`; otherwise the version grows, watchers wake, and the write follows Update's
-  // throttle (at most once per metrics_persist_interval_ms, the rest by FlushDirty).
-  // kNotFound; kFailedPrecondition "job job-3 is RUNNING, not PENDING".
+  // Sets the message of a PENDING or RESTARTING job (why it waits). Nothing happens when it
+  // already has `message`; otherwise the version grows, watchers wake, and the write follows
+  // Update's throttle (at most once per metrics_persist_interval_ms, the rest by FlushDirty).
+  // kNotFound; kFailedPrecondition "job job-3 is RUNNING, not PENDING or RESTARTING".
   absl::Status SetPendingMessage(const std::string& id, const std::string& message);
 
   // THE way a job's state changes. Validates `from -> to` against the lifecycle, applies

@@ -339,7 +339,7 @@ TEST_F(JobManagerTest, PendingMessageOnlyWhilePendingAndWrittenUnderTheThrottle)
   EXPECT_EQ(jobs->Get("job-1")->message(), "");
   absl::Status s = jobs->SetPendingMessage("job-1", "x");
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "job job-1 is PLANNING, not PENDING");
+  EXPECT_EQ(s.message(), "job job-1 is PLANNING, not PENDING or RESTARTING");
   EXPECT_EQ(jobs->SetPendingMessage("job-9", "x").code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(jobs->PendingIds(), ElementsAre("job-2"));
 }

@@ -17,9 +17,12 @@ namespace {
 
 namespace m = ::dapple::metrics;
 
-constexpr v1::JobState kJobStates[] = {v1::JOB_STATE_PENDING, v1::JOB_STATE_PLANNING,
-                                       v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED,
-                                       v1::JOB_STATE_FAILED,  v1::JOB_STATE_CANCELLED};
+constexpr v1::JobState kJobStates[] = {v1::JOB_STATE_PENDING,   v1::JOB_STATE_PLANNING,
+                                       v1::JOB_STATE_RUNNING,   v1::JOB_STATE_RESTARTING,
+                                       v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,
+                                       v1::JOB_STATE_CANCELLED};
+// JobRestart.cause values (coordinator/jobs/restart_policy.h FailureCauseName) that restart.
+constexpr const char* kRestartCauses[] = {"worker_lost", "rank_error"};
 constexpr v1::WorkerState kWorkerStates[] = {v1::WORKER_STATE_IDLE, v1::WORKER_STATE_BUSY,
                                              v1::WORKER_STATE_DEAD};
 
@@ -84,6 +87,8 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
     if (IsTerminal(s)) set_->Counter(m::kJobsFinishedTotal, {{m::kLabelState, JobStateLabel(s)}});
   }
   set_->Gauge(m::kJobQueueLength).Set(0);
+  for (const char* cause : kRestartCauses)
+    set_->Counter(m::kJobRestartsTotal, {{m::kLabelCause, cause}});
   for (v1::WorkerState s : kWorkerStates) {
     set_->Gauge(m::kWorkers, {{m::kLabelState, WorkerStateLabel(s)}}).Set(0);
   }
@@ -126,6 +131,11 @@ void CoordinatorMetrics::OnJobState(const v1::Job& job, v1::JobState from) {
   const bool ended = IsTerminal(to);
   if (ended && !appeared && !IsTerminal(from)) {
     set_->Counter(m::kJobsFinishedTotal, {{m::kLabelState, JobStateLabel(to)}}).Increment();
+  }
+  if (to == v1::JOB_STATE_RESTARTING && from == v1::JOB_STATE_RUNNING &&
+      !job.restart_history().empty()) {
+    set_->Counter(m::kJobRestartsTotal, {{m::kLabelCause, job.restart_history().rbegin()->cause()}})
+        .Increment();
   }
 
   auto it = exported_.find(job.id());

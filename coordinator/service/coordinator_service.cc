@@ -85,13 +85,6 @@ absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::JobSpec& spec,
   return plan;
 }
 
-std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers) {
-  workers.erase(std::remove_if(workers.begin(), workers.end(),
-                               [&](const WorkerRecord* w) { return !WorkerFits(job, *w); }),
-                workers.end());
-  return workers;
-}
-
 // " with cuda devices" for a typed job, "" for any.
 std::string DeviceTypeClause(const v1::Job& job) {
   const std::string& type = job.spec().parallel().device_type();
@@ -154,6 +147,14 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
 }
 
 }  // namespace
+
+std::vector<WorkerRecord*> CoordinatorService::Fitting(const v1::Job& job,
+                                                       std::vector<WorkerRecord*> workers) {
+  workers.erase(std::remove_if(workers.begin(), workers.end(),
+                               [&](const WorkerRecord* w) { return !WorkerFits(job, *w); }),
+                workers.end());
+  return workers;
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     CoordinatorOptions options) {
@@ -252,6 +253,7 @@ void CoordinatorService::Loop() {
 }
 
 void CoordinatorService::Tick() {
+  RestartPass();
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   CheckHealthLocked(now);
@@ -286,12 +288,13 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
                               absl::StrFormat("no heartbeat for %.1f s", silent_s));
     worker->dead_since_unix_ms = now;
     if (options_.profile_cache->Expire(worker->info.id(), now) > 0) WakeLocked();
-    if (busy && running_.contains(job_id)) {
+    // A worker of a restarted job's failed run is no rank of the run that replaced it.
+    if (busy && IsRankLocked(job_id, worker->info.id())) {
       const std::string lost =
           absl::StrFormat("worker %s (%s of job %s) stopped heartbeating (no heartbeat for %.1f s)",
                           worker->info.id(), rank, job_id, silent_s);
       (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
-      absl::Status ended = EndJobLocked(job_id, v1::JOB_STATE_FAILED, lost, now).status();
+      absl::Status ended = FailOrRestartLocked(job_id, FailureCause::kWorkerLost, lost, now);
       if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
     }
   }
@@ -412,7 +415,7 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
 }
 
 bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
-                                        int64_t now) {
+                                        int64_t now, const Replanned* replanned) {
   const std::string& id = job.id();
   if (absl::Status s = jobs_->Transition(id, v1::JOB_STATE_PLANNING, "").status(); !s.ok()) {
     DAPPLE_LOG_ERROR("job {} cannot start planning: {}", id, s.message());
@@ -426,10 +429,13 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   // A job planned on an estimated profile is planned again once its model was measured.
   const ProfileCache::Key key =
       ProfileCache::KeyOf(job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]));
-  const bool measured = WantsMeasuredProfile(job) && options_.profile_cache->Lookup(key);
-  const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
+  // A restart planned the job already (outside the lock), on the workers it found.
+  const bool measured =
+      replanned == nullptr && WantsMeasuredProfile(job) && options_.profile_cache->Lookup(key);
+  const bool asked = replanned == nullptr && options_.measure_profiles && WantsMeasuredProfile(job);
   absl::StatusOr<v1::ParallelPlan> plan =
-      job.plan().stages().empty() || measured
+      replanned != nullptr ? absl::StatusOr<v1::ParallelPlan>(replanned->plan)
+      : job.plan().stages().empty() || measured
           ? MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers_.List()))
           : PlanFromSummary(job.spec(), job.plan());
   if (!plan.ok()) return fail(std::string(plan.status().message()));
@@ -457,7 +463,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
                              absl::StrCat("the model's layers were measured on ", key.device_kind,
                                           ": planned again on that profile"));
   }
-  if (job.plan().stages().empty() || measured) {
+  if (replanned == nullptr && (job.plan().stages().empty() || measured)) {
     (void)jobs_->RecordEvent(id, JobEventReason::kPlanned, PlannedMessage(plan->summary()));
   }
   const int num_stages = plan->programs_size();
@@ -496,7 +502,12 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   // A resumed job starts after its checkpoint's step, from that checkpoint's manifest.
   int64_t first_step = 0;
   std::string resume_manifest;
-  if (!job.resumed_from().empty()) {
+  if (replanned != nullptr) {
+    first_step = replanned->first_step;
+    if (!replanned->checkpoint.empty()) {
+      resume_manifest = absl::StrCat(replanned->checkpoint, "/", kManifestFile);
+    }
+  } else if (!job.resumed_from().empty()) {
     absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(job.resumed_from());
     if (!manifest.ok()) return fail(absl::StrCat("resume: ", manifest.status().message()));
     first_step = manifest->step();
@@ -523,6 +534,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
           j->mutable_metrics()->set_epoch(EpochOfStep(j->spec(), first_step));
           j->mutable_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
         }
+        if (replanned != nullptr) RecordResume(*replanned, summary, now, j);
       });
   if (!running.ok()) {
     return fail(absl::StrCat("could not start: ", running.status().message()));
@@ -553,11 +565,16 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   }
   rendezvous_.Open(id, replicas);
   checkpoints_.OnJobStarted(id, job.spec(), summary, first_step);
+  // A restarted job's elapsed time counts its earlier runs too.
+  const int64_t started =
+      replanned != nullptr
+          ? now - static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1000.0))
+          : now;
   RunState run{num_stages,
                replicas,
                worker_ids,
                {},
-               ProgressTracker(job.spec().training().global_batch(), now)};
+               ProgressTracker(job.spec().training().global_batch(), started)};
   running_.insert_or_assign(id, std::move(run));
   return true;
 }
@@ -571,6 +588,13 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
     }
     if (to == v1::JOB_STATE_SUCCEEDED) j->mutable_metrics()->set_eta_seconds(0);
   }));
+  restarting_.erase(id);
+  StopRunLocked(id);
+  return job;
+}
+
+void CoordinatorService::StopRunLocked(const std::string& id) {
+  auto run = running_.find(id);
   if (run != running_.end()) {
     for (const std::string& worker_id : run->second.worker_ids) {
       WorkerRecord* worker = workers_.Find(worker_id);
@@ -588,7 +612,6 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
   }
   rendezvous_.Close(id);
   checkpoints_.OnJobEnded(id);
-  return job;
 }
 
 void CoordinatorService::FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id,

@@ -44,6 +44,18 @@
 // others "queued behind job-N". Refreshed on every scheduling pass when the numbers change;
 // cleared when the job starts.
 //
+// Automatic restarts (training.restart; the rules: coordinator/jobs/restart_policy.h; the
+// code: coordinator_service_restart.cc): a lost worker (DEAD, deregistered) or a rank's error
+// goes through FailOrRestartLocked. When the policy restarts, the job goes RUNNING ->
+// RESTARTING: its ranks are stopped as a cancel stops them (their heartbeats get the abort,
+// undelivered assignments are dropped). Each tick's restart pass then waits the backoff and for
+// the failed run's ranks to stop, plans the job again outside the lock on the live idle workers
+// (at most parallel.devices; the same spec, so the same global batch), reads the newest
+// published checkpoint's manifest, and starts it again under the same id (RESTARTING ->
+// PLANNING -> RUNNING), resuming after that checkpoint's step (from scratch without one).
+// Job.restarts / steps_redone / restart_history and the Restarting, Replanned and Resumed
+// events record it. No usable worker for wait_for_workers_seconds: FAILED.
+//
 // Errors by what the caller should do: kInvalidArgument (bad spec or request field),
 // kNotFound ("no job job-9", "unknown worker w-9: register again"), kFailedPrecondition
 // ("job job-3 already SUCCEEDED", a rank that is not the job's), kInternal (database write),
@@ -75,6 +87,7 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/log_store.h"
 #include "coordinator/jobs/progress_tracker.h"
+#include "coordinator/jobs/restart_policy.h"
 #include "coordinator/jobs/stage_metrics_tracker.h"
 #include "coordinator/jobs/straggler_detector.h"
 #include "coordinator/jobs/trace_store.h"
@@ -317,26 +330,59 @@ class CoordinatorService {
                                   const std::vector<v1::WorkerInfo>& workers) const;
   std::vector<v1::WorkerInfo> WorkerSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The workers of `workers` whose devices fit the job's parallel.device_type, in order.
+  static std::vector<WorkerRecord*> Fitting(const v1::Job& job, std::vector<WorkerRecord*> workers);
+
   void Loop();
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the messages of the PENDING jobs (see the class comment).
   void ExplainPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a restart hands StartJobLocked: the plan made on the live workers and where to resume.
+  struct Replanned {
+    v1::ParallelPlan plan;
+    int64_t first_step = 0;  // the checkpoint's step (0: from scratch)
+    std::string checkpoint;  // its directory ("" from scratch)
+  };
   // Starts job `id` with its stored plan (planning it now if it has none: a job stored by an
   // older version) on the first workers of `free`; false when it could not even leave PENDING
   // (then scheduling stops for this pass).
-  bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `replanned`: a restart's plan and resume point (then no planning happens here).
+  bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now,
+                      const Replanned* replanned = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // False while the job waits for its model to be measured (asking the first free worker without
   // an unanswered request when nobody has been asked yet); see "Measured profiles".
   bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, drops
-  // undelivered assignments (those workers go IDLE) and its rendezvous. Workers that already
-  // run the job stay BUSY until they stop reporting it.
+  // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, then
+  // StopRunLocked. A RESTARTING job stops waiting to restart.
   absl::StatusOr<v1::Job> EndJobLocked(const std::string& id, v1::JobState to,
                                        const std::string& message, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the run of job `id` (if any): drops undelivered assignments (those workers go
+  // IDLE), its RunState, rendezvous and checkpoint requests. Workers that already run the job
+  // stay BUSY until they stop reporting it (their heartbeats tell them to abort).
+  void StopRunLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Automatic restarts (coordinator_service_restart.cc) ---
+  // "This job's run failed" with `cause` and `message`: the one entry point for a lost worker
+  // and a rank's error. When the job is RUNNING and its restart policy allows, the job goes
+  // RESTARTING (its ranks stopped) and the restart pass takes it from there; otherwise it ends
+  // FAILED with `message` (and the policy's reason not to restart, when there is one).
+  absl::Status FailOrRestartLocked(const std::string& id, FailureCause cause,
+                                   const std::string& message, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick's first part: for every RESTARTING job, the policy's decision (wait, fail, replan);
+  // the due ones are planned outside the lock and started under it again.
+  void RestartPass() ABSL_LOCKS_EXCLUDED(mu_);
+  // Fills the job's newest JobRestart (and steps_redone, metrics.step, step_losses) as the run
+  // that `replanned` starts with plan `summary` resumes; called in the move to RUNNING.
+  static void RecordResume(const Replanned& replanned, const v1::ParallelPlanSummary& summary,
+                           int64_t now, v1::Job* job);
+  // True when worker `worker_id` runs a rank of the current run of job `job_id` (a worker of a
+  // failed run of a restarted job does not).
+  bool IsRankLocked(const std::string& job_id, const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live (not DEAD) worker `id`, or kNotFound "unknown worker <id>: register again".
   absl::StatusOr<WorkerRecord*> LiveWorkerLocked(const std::string& id)
@@ -383,6 +429,8 @@ class CoordinatorService {
       options_.keep_checkpoints};
   Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
+  // RESTARTING jobs: when they failed and when their backoff ends.
+  absl::flat_hash_map<std::string, RestartWait> restarting_ ABSL_GUARDED_BY(mu_);
   absl::CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -1566,3 +1566,85 @@ TEST_F(CoordinatorServiceTest, GeneratedWorkerIdsStartPastEveryIdTheStoredJobsNa
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+// training.restart (coordinator_service_restart.cc): a dead worker sends the job RESTARTING (its
+// other rank told to abort), and after the backoff, once that rank stopped, the same job runs
+// again on the live idle workers from step 0 (no checkpoint); the next failure finds the policy
+// exhausted and fails the job saying so.
+TEST_F(CoordinatorServiceTest, ALostWorkerRestartsTheJobOnTheLiveWorkers) {
+  const std::string w1 = Register(), w2 = Register(), w3 = Register();
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  svc_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_THAT(Get(id).worker_ids(), ElementsAre(w1, w2));
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  now_ += 4000;
+  Heartbeat(w1, id);
+  Heartbeat(w3);
+  now_ += 1000;  // w2 silent for the timeout
+  svc_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.message(),
+            "restart 1 of 1 in 1.0 s after: worker w-2 (stage 1 of job job-1) stopped "
+            "heartbeating (no heartbeat for 5.0 s)");
+  EXPECT_EQ(j.restarts(), 1);
+  ASSERT_EQ(j.restart_history_size(), 1);
+  EXPECT_EQ(j.restart_history(0).cause(), "worker_lost");
+  // The surviving rank is stopped as a cancel stops it.
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+  svc_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);  // backoff
+  Heartbeat(w1, "");
+  now_ += 1000;
+  svc_->Tick();
+  j = Get(id);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.message();
+  EXPECT_EQ(j.id(), id);
+  EXPECT_THAT(j.worker_ids(), ElementsAre(w1, w3));
+  EXPECT_EQ(j.restart_history(0).resumed_after_step(), 0);
+  EXPECT_GT(j.restart_history(0).resumed_unix_ms(), 0);
+  EXPECT_EQ(j.metrics().step(), 0);
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w3).has_assignment());
+
+  // The policy is spent: the next failure fails the job, saying so.
+  ASSERT_TRUE(Report(w3, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
+                r->set_message("receiving activations: connection lost");
+              }).ok());
+  j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(j.message(),
+            "stage 1 (worker w-3): receiving activations: connection lost (restart policy "
+            "exhausted: 1 of 1 restarts used (training.restart.max_restarts))");
+}
+
+// A divergence is never restarted: it would come back from the same checkpoint.
+TEST_F(CoordinatorServiceTest, ADivergenceIsNotRestarted) {
+  const std::string w1 = Register(), w2 = Register();
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 3}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  svc_->Tick();
+  Heartbeat(w1);
+  Heartbeat(w2);
+  ASSERT_TRUE(Report(w2, job->id(), 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
+                r->set_message("training diverged at step 2: loss nan");
+              }).ok());
+  const v1::Job j = Get(job->id());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_EQ(j.message(),
+            "stage 1 (worker w-2): training diverged at step 2: loss nan (not restarted: a "
+            "divergence would come back from the same checkpoint)");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

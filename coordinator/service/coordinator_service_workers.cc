@@ -74,7 +74,8 @@ absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
 
   const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
   const std::string assigned = busy ? worker->info.job_id() : std::string();
-  const bool assigned_running = busy && running_.contains(assigned);
+  // Running as one of its current ranks: a worker of a restarted job's failed run is not.
+  const bool assigned_running = busy && IsRankLocked(assigned, worker->info.id());
   // A job the worker runs must stop unless it is running with this worker as one of its ranks:
   // it failed or was cancelled, or this coordinator never gave it (e.g. before a restart). A
   // rank that already reported DONE may still list its running job for a moment; it is left
@@ -226,9 +227,8 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       break;
     case v1::PROGRESS_FAILED:
       FreeWorkerLocked(*worker, id, absl::StrCat("failed stage ", request.stage(), " of job ", id));
-      DAPPLE_RETURN_IF_ERROR(
-          EndJobLocked(id, v1::JOB_STATE_FAILED, absl::StrCat(rank, ": ", request.message()), now)
-              .status());
+      DAPPLE_RETURN_IF_ERROR(FailOrRestartLocked(id, ClassifyRankFailure(request.message()),
+                                                 absl::StrCat(rank, ": ", request.message()), now));
       break;
     case v1::PROGRESS_ABORTED:
       // A rank that finished its part has nothing left to abort.
@@ -237,9 +237,9 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
       // never finish, so it fails rather than hangs.
       FreeWorkerLocked(*worker, id,
                        absl::StrCat("aborted stage ", request.stage(), " of job ", id));
-      DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_FAILED,
-                                          absl::StrCat(rank, " aborted: ", request.message()), now)
-                                 .status());
+      DAPPLE_RETURN_IF_ERROR(
+          FailOrRestartLocked(id, ClassifyRankFailure(request.message()),
+                              absl::StrCat(rank, " aborted: ", request.message()), now));
       break;
     case v1::PROGRESS_CHECKPOINT:
       // Replicas are identical: replica 0 of each stage writes the stage's shard.
@@ -406,12 +406,12 @@ absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequ
   const std::string job_id = worker->info.job_id();
   const std::string rank = RankNameLocked(job_id, id, worker->info.stage());
   // The job ends first, while the worker is still known, so that EndJobLocked sees all ranks.
-  if (worker->info.state() == v1::WORKER_STATE_BUSY && running_.contains(job_id)) {
+  if (worker->info.state() == v1::WORKER_STATE_BUSY && IsRankLocked(job_id, id)) {
     const std::string lost =
         absl::StrFormat("worker %s (%s of job %s) shut down", id, rank, job_id);
     (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
     absl::Status ended =
-        EndJobLocked(job_id, v1::JOB_STATE_FAILED, lost, options_.now_unix_ms()).status();
+        FailOrRestartLocked(job_id, FailureCause::kWorkerLost, lost, options_.now_unix_ms());
     if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
   }
   DAPPLE_RETURN_IF_ERROR(workers_.Remove(id, "deregistered: shutting down"));

@@ -50,7 +50,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "eval_every_steps",
                                                "precision",
                                                "recompute",
-                                               "max_consecutive_skipped_steps"};
+                                               "max_consecutive_skipped_steps",
+                                               "checkpoint_every_minutes"};
 constexpr absl::string_view kOptimizerKeys[] = {"type",  "lr",    "momentum", "weight_decay",
                                                 "beta1", "beta2", "eps"};
 constexpr absl::string_view kLrScheduleKeys[] = {"warmup_steps", "decay", "min_lr", "decay_steps"};
@@ -136,6 +137,10 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "checkpoint_every_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.checkpoint_every_steps"));
     training.set_checkpoint_every_steps(v);
+  }
+  if (const Field* f = Find(fields, "checkpoint_every_minutes")) {
+    DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.checkpoint_every_minutes"));
+    training.set_checkpoint_every_minutes(v);
   }
   if (const Field* f = Find(fields, "max_grad_norm")) {
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.max_grad_norm"));

@@ -48,6 +48,10 @@ struct WorkerOptions {
   // --collective-host: the address this worker's Gloo AllReduce (among a stage's replicas)
   // binds to and tells the other replicas; empty: CollectiveHost(coordinator).
   std::string collective_host;
+  // --sync-checkpoints: a rank encodes and writes its checkpoint shard in the training loop
+  // (the loop stalls for the whole save) instead of on a background thread after the snapshot
+  // (stage_checkpointer.h); for measuring the difference (bench/checkpoint_stall.py).
+  bool sync_checkpoints = false;
   // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
   // between stages (worker/comm/delay_transport.h); zero: off.
   absl::Duration comm_delay_max = absl::ZeroDuration();

@@ -9,8 +9,9 @@ Each rank logs, for every checkpoint step, how long its loop was blocked ("stall
 the loop (what every save cost before asynchronous saving); by default it is the snapshot copy
 (plus any wait for a previous save still in flight), the rest happening on the writer's thread.
 Both modes run REPEATS jobs of STEPS steps checkpointing every EVERY steps, interleaved; the table
-shows the median stall, the median time of the step before a checkpoint, their ratio, and the
-job's samples/s (the background write competes with training for the CPU).
+shows the median and the largest stall, the median time of the step before a checkpoint, the
+median stall over it, the median background write, and the best job's samples/s (the background
+write competes with training for the CPU).
 Usage: /usr/bin/python3 bench/checkpoint_stall.py [STEPS [EVERY [REPEATS]]]
 (default 60 steps, every 5, 3 repeats; after scripts/setup; the checkpoint folder is on the
 build machine's disk, under the test directory in /tmp)
@@ -66,14 +67,14 @@ def run(sync):
 def main():
     print("MLP 784-1024-1024-10, global batch 256, micro-batch 32, 1 stage on CPU, %d steps, "
           "checkpoint every %d steps, %d jobs per mode" % (STEPS, EVERY, REPEATS))
-    print("%-13s %12s %12s %10s %16s %10s" % ("mode", "stall ms", "step ms", "stall/step",
-                                             "bg write ms", "samples/s"))
+    print("%-13s %10s %10s %10s %10s %12s %10s" % ("mode", "stall ms", "max ms", "step ms",
+                                                  "stall/step", "bg write ms", "samples/s"))
     for sync in (True, False):
         stalls, steps, writes, rates = run(sync)
         stall, step = statistics.median(stalls), statistics.median(steps)
-        print("%-13s %12.2f %12.2f %9.1f%% %16s %10.0f" % (
-            "synchronous" if sync else "asynchronous", stall, step, 100 * stall / step,
-            "%.2f" % statistics.median(writes) if writes else "-", max(rates)))
+        print("%-13s %10.2f %10.2f %10.2f %9.1f%% %12s %10.0f" % (
+            "synchronous" if sync else "asynchronous", stall, max(stalls), step,
+            100 * stall / step, "%.2f" % statistics.median(writes) if writes else "-", max(rates)))
 
 
 if __name__ == "__main__":

@@ -238,8 +238,10 @@ class CheckpointTest(unittest.TestCase):
         self.c.wait_workers(2)
         steps = 150
         reference = self.uninterrupted(steps + 20)
-        # Due every 0.3 s: several timed checkpoints in a run of a few seconds.
-        timed = self.run_to_end(spec("timed", steps, minutes=0.005), "timed")
+        # Due 0.12 s after the first step; the coordinator asks for a step about 2 s ahead
+        # (capped at the last step), so the rank saves it at the very end of the job: the rank's
+        # end waits for that save in flight.
+        timed = self.run_to_end(spec("timed", steps, minutes=0.002), "timed")
         self.expect_resumed_matches(timed, 0, steps, reference, 1e-6)
         published = timed.get("checkpoints", [])
         self.assertTrue(published, "no timed checkpoint in %s" % timed["id"])

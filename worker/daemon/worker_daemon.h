@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
+#include "grpcpp/security/credentials.h"
 #include "worker/daemon/daemon_observer.h"
 #include "worker/data/dataset.h"
 
@@ -52,6 +53,9 @@ struct WorkerOptions {
   // (the loop stalls for the whole save) instead of on a background thread after the snapshot
   // (stage_checkpointer.h); for measuring the difference (bench/checkpoint_stall.py).
   bool sync_checkpoints = false;
+  // How to reach the coordinator: TLS or plain text (common/grpc_tls.h; ParseWorkerFlags makes
+  // them from --ca, --tls-cert, --tls-key); null: plain text.
+  std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
   // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
   // between stages (worker/comm/delay_transport.h); zero: off.
   absl::Duration comm_delay_max = absl::ZeroDuration();

@@ -51,7 +51,8 @@ constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "precision",
                                                "recompute",
                                                "max_consecutive_skipped_steps",
-                                               "restart"};
+                                               "restart",
+                                               "checkpoint_every_minutes"};
 constexpr absl::string_view kRestartKeys[] = {"max_restarts", "backoff_seconds",
                                               "max_backoff_seconds", "on_rank_error",
                                               "wait_for_workers_seconds"};
@@ -140,6 +141,10 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
   if (const Field* f = Find(fields, "checkpoint_every_steps")) {
     DAPPLE_ASSIGN_OR_RETURN(int64_t v, Int64(*f, "training.checkpoint_every_steps"));
     training.set_checkpoint_every_steps(v);
+  }
+  if (const Field* f = Find(fields, "checkpoint_every_minutes")) {
+    DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.checkpoint_every_minutes"));
+    training.set_checkpoint_every_minutes(v);
   }
   if (const Field* f = Find(fields, "max_grad_norm")) {
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.max_grad_norm"));

@@ -280,7 +280,7 @@ TEST(ParseJobSpecTest, AFieldOfAnotherSectionSaysWhereItGoes) {
                    "job.yaml:15:3: unknown field 'schedule' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
                    "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
-                   "max_consecutive_skipped_steps, restart; "
+                   "max_consecutive_skipped_steps, restart, checkpoint_every_minutes; "
                    "'schedule' is a field of parallel: move it there (parallel.schedule)");
 }
 

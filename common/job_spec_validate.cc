@@ -31,6 +31,7 @@ constexpr size_t kMaxNameLength = 63;
 // int32 and any schedule's slot table (M * stages).
 constexpr int64_t kMaxEpochs = 100000;
 constexpr int64_t kMaxSteps = 1000000000;
+constexpr double kMaxCheckpointEveryMinutes = 7 * 24 * 60;  // a week
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
 constexpr int64_t kMaxStages = 4096;
 constexpr int64_t kMaxDevices = 4096;
@@ -300,6 +301,14 @@ Check CheckTraining(const v1::JobSpec& spec) {
   if (Check c =
           CheckAtMost("training.checkpoint_every_steps", t.checkpoint_every_steps(), kMaxSteps)) {
     return c;
+  }
+  if (!(t.checkpoint_every_minutes() >= 0 &&
+        t.checkpoint_every_minutes() <= kMaxCheckpointEveryMinutes)) {
+    return At("training.checkpoint_every_minutes",
+              absl::StrFormat("training.checkpoint_every_minutes %s must be >= 0 and at most %s "
+                              "(a week; 0 = no time-based checkpoints)",
+                              FormatDouble(t.checkpoint_every_minutes()),
+                              FormatDouble(kMaxCheckpointEveryMinutes)));
   }
   if (!(t.max_grad_norm() >= 0 && std::isfinite(t.max_grad_norm()))) {
     return At("training.max_grad_norm",

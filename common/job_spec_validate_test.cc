@@ -1,4 +1,5 @@
 // ValidateJobSpec: every rule, its message and its bounds (also as ParseJobSpec reports them).
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -166,6 +167,24 @@ TEST(ValidateJobSpecTest, CheckpointEverySteps) {
       Edit(kExample, "max_steps: 0", "max_steps: 0\n  checkpoint_every_steps: 7"), "job.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->training().checkpoint_every_steps(), 7);
+}
+
+TEST(ValidateJobSpecTest, CheckpointEveryMinutes) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_checkpoint_every_minutes(-0.5);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.checkpoint_every_minutes -0.5 must be >= 0 and at most 10080 (a week; "
+                 "0 = no time-based checkpoints)"});
+  spec.mutable_training()->set_checkpoint_every_minutes(std::nan(""));
+  ExpectInvalid(ValidateJobSpec(spec), {"training.checkpoint_every_minutes nan must be >= 0"});
+  spec.mutable_training()->set_checkpoint_every_minutes(20000);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.checkpoint_every_minutes 20000 must be >= 0"});
+  spec.mutable_training()->set_checkpoint_every_minutes(0.25);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(
+      Edit(kExample, "max_steps: 0", "max_steps: 0\n  checkpoint_every_minutes: 1.5"), "job.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->training().checkpoint_every_minutes(), 1.5);
 }
 
 TEST(ValidateJobSpecTest, Optimizer) {
@@ -809,7 +828,8 @@ TEST(Utf8Test, EveryMessageIsValidUtf8) {
                    "job.yaml:14:3: unknown field '\\xe9pochs' in training; known: global_batch, "
                    "micro_batch, epochs, optimizer, seed, max_steps, checkpoint_every_steps, "
                    "max_grad_norm, lr_schedule, eval_every_steps, precision, recompute, "
-                   "max_consecutive_skipped_steps, restart; did you mean 'epochs'?");
+                   "max_consecutive_skipped_steps, restart, checkpoint_every_minutes; did you "
+                   "mean 'epochs'?");
 }
 
 }  // namespace

@@ -132,6 +132,10 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   absl::StrAppend(&out, "}\n");
   absl::StrAppend(&out, "  seed: ", t.seed(), "\n  max_steps: ", t.max_steps(), "\n");
   absl::StrAppend(&out, "  checkpoint_every_steps: ", t.checkpoint_every_steps(), "\n");
+  if (t.checkpoint_every_minutes() != 0) {
+    absl::StrAppend(&out, "  checkpoint_every_minutes: ", YamlDouble(t.checkpoint_every_minutes()),
+                    "\n");
+  }
   if (t.max_grad_norm() != 0) {
     absl::StrAppend(&out, "  max_grad_norm: ", YamlDouble(t.max_grad_norm()), "\n");
   }

@@ -181,6 +181,30 @@ std::vector<MetricDef> Build() {
        kWork,
        "When the worker's last step completed, Unix seconds.",
        {}},
+      {kWorkerCheckpointSavesTotal,
+       kCounter,
+       kWork,
+       "Checkpoint shards the worker's ranks began to save (replica 0 of each stage).",
+       {}},
+      {kWorkerCheckpointStallSecondsTotal,
+       kCounter,
+       kWork,
+       "Seconds the worker's training loop was blocked by checkpoint saves: the snapshot copy, "
+       "a wait for the previous save still being written, and with --sync-checkpoints the "
+       "write; divided by dapple_worker_checkpoint_saves_total, the mean stall per checkpoint.",
+       {}},
+      {kWorkerCheckpointLastStallRatio,
+       kGauge,
+       kWork,
+       "The last checkpoint's stall of the training loop divided by the time of the step before "
+       "it.",
+       {}},
+      {kWorkerCheckpointShardLoadsTotal,
+       kCounter,
+       kWork,
+       "Checkpoint shards the worker's ranks resumed from, by source (memory: the worker's "
+       "in-memory copy of its newest shard; disk: the file).",
+       {kLabelSource}},
   };
 }
 

@@ -56,6 +56,7 @@ inline constexpr char kLabelWorker[] = "worker";
 inline constexpr char kLabelHostname[] = "hostname";
 inline constexpr char kLabelKind[] = "kind";
 inline constexpr char kLabelCause[] = "cause";
+inline constexpr char kLabelSource[] = "source";
 
 // --- dapple-coordinator: cluster ---
 inline constexpr char kJobs[] = "dapple_jobs";
@@ -113,6 +114,13 @@ inline constexpr char kWorkerPeakActivationBytes[] = "dapple_worker_peak_activat
 inline constexpr char kWorkerAchievedTflops[] = "dapple_worker_achieved_tflops";
 inline constexpr char kWorkerMfu[] = "dapple_worker_mfu_ratio";
 inline constexpr char kWorkerLastStepTimestamp[] = "dapple_worker_last_step_timestamp_seconds";
+inline constexpr char kWorkerCheckpointSavesTotal[] = "dapple_worker_checkpoint_saves_total";
+inline constexpr char kWorkerCheckpointStallSecondsTotal[] =
+    "dapple_worker_checkpoint_stall_seconds_total";
+inline constexpr char kWorkerCheckpointLastStallRatio[] =
+    "dapple_worker_checkpoint_last_stall_ratio";
+inline constexpr char kWorkerCheckpointShardLoadsTotal[] =
+    "dapple_worker_checkpoint_shard_loads_total";
 
 }  // namespace dapple::metrics
 

@@ -50,9 +50,10 @@ void CheckpointPublisher::OnJobStarted(const std::string& job_id, const v1::JobS
 
 void CheckpointPublisher::OnJobEnded(const std::string& job_id) { jobs_.erase(job_id); }
 
-void CheckpointPublisher::OnStep(const std::string& job_id, int64_t step, double step_seconds) {
+int64_t CheckpointPublisher::OnStep(const std::string& job_id, int64_t step, double step_seconds,
+                                    int64_t now_unix_ms) {
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
+  if (it == jobs_.end()) return 0;
   JobState& job = it->second;
   job.max_step = std::max(job.max_step, step);
   if (step_seconds > 0) {
@@ -61,6 +62,34 @@ void CheckpointPublisher::OnStep(const std::string& job_id, int64_t step, double
       job.recent_step_seconds.erase(job.recent_step_seconds.begin());
     }
   }
+  if (!job.clock_started) {
+    job.clock_started = true;
+    job.clock_unix_ms = now_unix_ms;
+  }
+  const double minutes = job.spec.training().checkpoint_every_minutes();
+  const int64_t last_step = TotalSteps(job.spec);
+  if (minutes <= 0 || job.requested > 0 || job.max_step >= last_step ||
+      static_cast<double>(now_unix_ms - job.clock_unix_ms) < minutes * 60000.0) {
+    return 0;
+  }
+  job.requested = StepAhead(job, last_step);
+  job.requested_reason = "timed";
+  // The clock restarts at the request too, so a request that is abandoned (a rank already
+  // past it) is retried T minutes later, not at every report.
+  job.clock_unix_ms = now_unix_ms;
+  DAPPLE_LOG_INFO("job {}: checkpoint after step {} requested ({} minutes passed)", job_id,
+                  job.requested, minutes);
+  return job.requested;
+}
+
+int64_t CheckpointPublisher::StepAhead(const JobState& job, int64_t last_step) {
+  double mean = 0;
+  for (double s : job.recent_step_seconds) mean += s;
+  if (!job.recent_step_seconds.empty()) mean /= job.recent_step_seconds.size();
+  int64_t ahead = kMinStepsAhead;
+  if (mean > 0)
+    ahead = std::max<int64_t>(ahead, static_cast<int64_t>(std::ceil(kLeadSeconds / mean)));
+  return std::min(job.max_step + ahead, last_step);
 }
 
 absl::StatusOr<int64_t> CheckpointPublisher::RequestOnDemand(const std::string& job_id,
@@ -76,13 +105,8 @@ absl::StatusOr<int64_t> CheckpointPublisher::RequestOnDemand(const std::string& 
                                                       " already reached its last step ", last_step,
                                                       ": nothing left to checkpoint"));
   }
-  double mean = 0;
-  for (double s : job.recent_step_seconds) mean += s;
-  if (!job.recent_step_seconds.empty()) mean /= job.recent_step_seconds.size();
-  int64_t ahead = kMinStepsAhead;
-  if (mean > 0)
-    ahead = std::max<int64_t>(ahead, static_cast<int64_t>(std::ceil(kLeadSeconds / mean)));
-  job.requested = std::min(job.max_step + ahead, last_step);
+  job.requested = StepAhead(job, last_step);
+  job.requested_reason = "on demand";
   return job.requested;
 }
 
@@ -159,7 +183,7 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   m.set_seed(job.spec.training().seed());
   m.set_samples_seen(step * job.spec.training().global_batch());
   m.set_created_unix_ms(now_unix_ms);
-  m.set_reason(job.requested == step ? "on demand" : "periodic");
+  m.set_reason(job.requested == step ? job.requested_reason : "periodic");
   // The schedule's rate of the next update: `step` updates were applied (one per step).
   m.set_learning_rate(LearningRate(job.spec.training(), step, TotalSteps(job.spec)));
   int64_t total_bytes = 0;
@@ -209,6 +233,8 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   job.shards.erase(step);
   job.finished.insert(step);
   if (job.requested == step) job.requested = 0;
+  job.clock_started = true;
+  job.clock_unix_ms = now_unix_ms;
 
   out.checkpoints = published;
   out.checkpoints.push_back(out.info);

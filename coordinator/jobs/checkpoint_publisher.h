@@ -9,6 +9,11 @@
 //
 // On demand (dapplectl checkpoint): RequestOnDemand picks a step far enough ahead that every
 // rank's next progress ack (which carries RequestedStep) reaches it before it gets there.
+// Timed (training.checkpoint_every_minutes = T > 0): OnStep requests a step the same way once T
+// minutes passed since the job's first step report or its newest published checkpoint
+// (periodic, timed or on demand: any of them restarts the clock), unless a request is pending.
+// So all ranks save after the same step, chosen by the coordinator; checkpoint_every_steps works
+// beside it unchanged.
 //
 // Pure logic plus the file system; no RPC, no clock (callers pass the time).
 // Thread safety: thread-compatible (CoordinatorService calls it under its mutex).
@@ -59,8 +64,10 @@ class CheckpointPublisher {
   // folders stay, never listed, for an operator to inspect).
   void OnJobEnded(const std::string& job_id);
 
-  // A rank reported completing `step` (1-based) in `step_seconds` (any PROGRESS_STEP report).
-  void OnStep(const std::string& job_id, int64_t step, double step_seconds);
+  // A rank reported completing `step` (1-based) in `step_seconds` (any PROGRESS_STEP report)
+  // at `now_unix_ms`. Returns the step of a timed checkpoint this report made due (requested
+  // like an on-demand one, reason "timed"; logged), else 0.
+  int64_t OnStep(const std::string& job_id, int64_t step, double step_seconds, int64_t now_unix_ms);
 
   // dapplectl checkpoint: the step after which the checkpoint will be taken: the highest step
   // any rank reported (first_step before any report) plus max(kMinStepsAhead, the steps of
@@ -70,7 +77,8 @@ class CheckpointPublisher {
   // reached its last step 100: nothing left to checkpoint".
   absl::StatusOr<int64_t> RequestOnDemand(const std::string& job_id, int64_t last_step);
 
-  // The on-demand step every rank's ProgressAck carries (0: none pending).
+  // The on-demand step every rank's ProgressAck carries (0: none pending); it is an on-demand
+  // or a timed request.
   int64_t RequestedStep(const std::string& job_id) const;
 
   struct Outcome {
@@ -92,8 +100,8 @@ class CheckpointPublisher {
   // and checkpoint_bytes, or an empty file and a message when it could not write). `published`
   // is the job's Job.checkpoints so far (oldest first). Publishing writes
   // step-<N>.partial/manifest.pb (CheckpointManifest of format 1: the job's spec and plan,
-  // step, epoch, seed, samples_seen, every shard's entry, reason "on demand" when N was
-  // requested on demand else "periodic", learning rate) and renames the folder to step-<N>. A
+  // step, epoch, seed, samples_seen, every shard's entry, reason "on demand" or "timed" when N
+  // was requested so, else "periodic", learning rate) and renames the folder to step-<N>. A
   // failure there abandons the checkpoint too (message naming the path and the reason).
   Outcome OnReport(const v1::ProgressReport& report,
                    const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
@@ -109,11 +117,18 @@ class CheckpointPublisher {
     int ranks = 0;
     int64_t max_step = 0;
     std::vector<double> recent_step_seconds;  // newest last, at most kWindow
-    int64_t requested = 0;                    // pending on-demand step, 0: none
+    int64_t requested = 0;                    // pending on-demand or timed step, 0: none
+    std::string requested_reason;             // "on demand" | "timed"
+    // Since when the timed policy counts: the first step report, then each publish or request.
+    int64_t clock_unix_ms = 0;
+    bool clock_started = false;
     std::map<int64_t, std::map<std::pair<int, int>, Shard>> shards;  // step -> (stage, replica)
     std::set<int64_t> finished;                                      // steps published or abandoned
   };
   static constexpr size_t kWindow = 20;
+
+  // The step of a new request: max_step + max(kMinStepsAhead, kLeadSeconds of steps), capped.
+  static int64_t StepAhead(const JobState& job, int64_t last_step);
 
   Outcome Abandon(const std::string& job_id, JobState& job, int64_t step, const std::string& why);
   Outcome Publish(const std::string& job_id, JobState& job, int64_t step,

@@ -185,7 +185,7 @@ TEST_F(CheckpointPublisherTest, AShardOfAnotherSizeOrNameAbandons) {
 TEST_F(CheckpointPublisherTest, OnDemandStepLiesAheadAndIsCarriedUntilPublished) {
   EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
   // No step time known yet: the minimum lead.
-  pub_->OnStep("job-1", 10, 0);
+  pub_->OnStep("job-1", 10, 0, 0);
   EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 12);
   EXPECT_EQ(pub_->RequestedStep("job-1"), 12);
   EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 12);  // still pending: the same step
@@ -196,8 +196,8 @@ TEST_F(CheckpointPublisherTest, OnDemandStepLiesAheadAndIsCarriedUntilPublished)
   EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
 
   // 0.1 s steps: 2 s is 20 steps ahead of the newest report; capped at the last step.
-  pub_->OnStep("job-1", 30, 0.1);
-  pub_->OnStep("job-1", 31, 0.1);
+  pub_->OnStep("job-1", 30, 0.1, 0);
+  pub_->OnStep("job-1", 31, 0.1, 0);
   EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 51);
   pub_->OnReport(Shard(51, 0), published_, 3);
   v1::ProgressReport failed;
@@ -210,10 +210,44 @@ TEST_F(CheckpointPublisherTest, OnDemandStepLiesAheadAndIsCarriedUntilPublished)
   EXPECT_EQ(*pub_->RequestOnDemand("job-1", 40), 40);
 }
 
+TEST_F(CheckpointPublisherTest, TimedCheckpointsAreRequestedAheadAndRestartTheClock) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_training()->set_max_steps(100);
+  spec.mutable_training()->set_checkpoint_every_minutes(0.5);  // 30 s
+  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 1, 1.0, 1000), 0);  // the clock starts at the first report
+  EXPECT_EQ(pub_->OnStep("job-1", 20, 1.0, 30999), 0);
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
+  // 30 s passed: 1 s steps, so 2 s ahead is the minimum lead of 2 steps.
+  EXPECT_EQ(pub_->OnStep("job-1", 30, 1.0, 31000), 32);
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 32);
+  EXPECT_EQ(pub_->OnStep("job-1", 31, 1.0, 90000), 0);  // one request at a time
+  EXPECT_EQ(*pub_->RequestOnDemand("job-1", 100), 32);  // dapplectl checkpoint joins it
+  pub_->OnReport(Shard(32, 0), published_, 40000);
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(32, 1), published_, 40000);
+  ASSERT_EQ(o.kind, Kind::kPublished);
+  EXPECT_EQ(o.info.reason(), "timed");
+  EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
+  // The publish restarted the clock: due again 30 s after 40 s.
+  EXPECT_EQ(pub_->OnStep("job-1", 40, 1.0, 69999), 0);
+  // A periodic checkpoint restarts it as well.
+  pub_->OnReport(Shard(40, 0), published_, 60000);
+  ASSERT_EQ(pub_->OnReport(Shard(40, 1), published_, 60000).kind, Kind::kPublished);
+  EXPECT_EQ(pub_->OnStep("job-1", 41, 1.0, 89999), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 42, 1.0, 90000), 44);
+  // Near the end the request is capped at the last step; at the last step nothing is due.
+  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 99, 1.0, 0), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 99, 1.0, 30000), 100);
+  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 100, 1.0, 0), 0);
+  EXPECT_EQ(pub_->OnStep("job-1", 100, 1.0, 30000), 0);
+}
+
 TEST_F(CheckpointPublisherTest, OnDemandRefusals) {
   absl::StatusOr<int64_t> s = pub_->RequestOnDemand("job-9", 100);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  pub_->OnStep("job-1", 100, 0.1);
+  pub_->OnStep("job-1", 100, 0.1, 0);
   s = pub_->RequestOnDemand("job-1", 100);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.status().message(), HasSubstr("already reached its last step 100"));

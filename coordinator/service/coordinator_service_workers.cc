@@ -165,7 +165,7 @@ absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& reques
     // Any rank's step counts: an on-demand checkpoint must lie ahead of the fastest rank.
     checkpoints_.OnStep(
         id, request.step(),
-        request.step_seconds() > 0 ? request.step_seconds() : request.stats().step_seconds());
+        request.step_seconds() > 0 ? request.step_seconds() : request.stats().step_seconds(), now);
   }
   switch (request.kind()) {
     case v1::PROGRESS_STEP:

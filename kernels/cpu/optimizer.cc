@@ -76,7 +76,11 @@ class Sgd : public Optimizer {
   std::vector<std::string> StateNames() const override { return {"momentum"}; }
   std::vector<std::vector<std::vector<float>>> State() const override {
     if (velocity_.empty()) return {};
-    return {velocity_};
+    // Not `return {velocity_}`: an initializer list copies its elements once more, and a
+    // checkpoint's snapshot waits for every copy (docs/operations.md, "Asynchronous saving").
+    std::vector<std::vector<std::vector<float>>> out;
+    out.push_back(velocity_);
+    return out;
   }
   int64_t steps() const override { return steps_; }
   int64_t StateBytes() const override { return HeldBytes(velocity_); }
@@ -134,7 +138,11 @@ class AdamW : public Optimizer {
   std::vector<std::string> StateNames() const override { return {"adam_m", "adam_v"}; }
   std::vector<std::vector<std::vector<float>>> State() const override {
     if (m_.empty()) return {};
-    return {m_, v_};
+    std::vector<std::vector<std::vector<float>>> out;  // one copy each (see SGD's State)
+    out.reserve(2);
+    out.push_back(m_);
+    out.push_back(v_);
+    return out;
   }
   int64_t steps() const override { return t_; }
   int64_t StateBytes() const override { return HeldBytes(m_) + HeldBytes(v_); }

@@ -10,6 +10,10 @@ workers on 127.0.0.1, driven through dapplectl.
 (c) A checkpoint saved with P = 2 resumed with P = 1 and with P = 3 gives the next step's loss of
     the uninterrupted P = 2 run within 1e-5 relative (summation order may differ); and an
     on-demand `dapplectl checkpoint` of a running job is published with reason "on demand".
+(d) Time-based checkpoints (training.checkpoint_every_minutes) saved asynchronously: every one
+    is published with reason "timed" and the job's losses equal the uninterrupted run's; resumed
+    onto the same two workers, each rank loads its shard from its worker's memory, and the
+    resumed steps' losses equal the uninterrupted run's.
 """
 import json
 import math
@@ -28,14 +32,15 @@ LONG = 100000     # max_steps of a run that is killed before it ends
 FAULT_ENV = "DAPPLE_FAULT_EXIT_DURING_CHECKPOINT"
 
 
-def spec(name, max_steps, stages=2, every=0):
+def spec(name, max_steps, stages=2, every=0, minutes=0):
     # An epoch is 468 steps of 128 samples; a long run needs more epochs (the data order of a
     # step does not depend on how many epochs the job has).
     epochs = 1 if max_steps <= 468 else 100
     text = cluster.spec_yaml(name, cluster.SMALL_MLP, 128, 32, stages, max_steps=max_steps,
                              seed=5, epochs=epochs)
+    extra = "  checkpoint_every_minutes: %g\n" % minutes if minutes else ""
     return text.replace("  max_steps: %d\n" % max_steps,
-                        "  max_steps: %d\n  checkpoint_every_steps: %d\n" % (max_steps, every))
+                        "  max_steps: %d\n  checkpoint_every_steps: %d\n%s" % (max_steps, every, extra))
 
 
 def losses(job):
@@ -225,6 +230,42 @@ class CheckpointTest(unittest.TestCase):
             self.assertTrue(close(got, want, 1e-5),
                             "P=%d step %d: resumed %.9g, P=2 uninterrupted %.9g" % (
                                 stages, requested + 1, got, want))
+
+    # -- (d) -------------------------------------------------------------------------------------
+    def test_d_timed_async_checkpoints_resume_from_memory(self):
+        for _ in range(2):
+            self.c.add_worker()
+        self.c.wait_workers(2)
+        steps = 150
+        reference = self.uninterrupted(steps + 20)
+        # Due 0.12 s after the first step; the coordinator asks for a step about 2 s ahead
+        # (capped at the last step), so the rank saves it at the very end of the job: the rank's
+        # end waits for that save in flight.
+        timed = self.run_to_end(spec("timed", steps, minutes=0.002), "timed")
+        self.expect_resumed_matches(timed, 0, steps, reference, 1e-6)
+        published = timed.get("checkpoints", [])
+        self.assertTrue(published, "no timed checkpoint in %s" % timed["id"])
+        for c in published:
+            self.assertEqual(c["reason"], "timed", c)
+        ckpt = published[-1]
+        step = int(ckpt["step"])
+        self.assertLess(step, steps + 1)
+
+        last = step + 20
+        resumed = self.run_to_end(spec("from-memory", last), "from-memory", resume_from=ckpt["path"])
+        self.expect_resumed_matches(resumed, step, last, reference, 1e-6)
+        logs = "".join(cluster.read(os.path.join(self.c.dir, "worker-%s.log" % name))
+                       for name, _ in self.c.workers)
+        loaded = [line for line in logs.splitlines()
+                  if "%s: stage" % resumed["id"] in line and " resumed layers " in line]
+        self.assertEqual(len(loaded), 2, loaded)
+        if resumed.get("worker_ids") == timed.get("worker_ids"):
+            # Each worker runs the stage (layer range) it ran before: its shard is in its memory.
+            for line in loaded:
+                self.assertIn("1 shard(s) from this worker's memory, 0 from disk", line)
+        else:
+            for line in loaded:
+                self.assertIn("shard(s) from this worker's memory", line)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "worker/checkpoint/checkpoint_loader.h"
 
+#include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -44,7 +45,8 @@ bool IsTensorOf(const std::string& name, const std::string& owner) {
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
                                                          const v1::JobSpec& job_spec,
-                                                         int first_layer, int last_layer) {
+                                                         int first_layer, int last_layer,
+                                                         const ShardMemoryCache* cache) {
   absl::StatusOr<std::string> manifest_bytes = ReadWholeFile(manifest_path);
   if (!manifest_bytes.ok()) {
     if (manifest_bytes.status().code() == absl::StatusCode::kNotFound) {
@@ -94,13 +96,32 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     if (e.replica() != 0) continue;
     if ((e.last_layer() < first_layer || e.first_layer() > last_layer) && !holds_owner(e)) continue;
     const std::string path = absl::StrCat(folder, "/", e.file());
-    absl::StatusOr<std::string> bytes = ReadWholeFile(path);
-    if (!bytes.ok()) {
-      if (bytes.status().code() == absl::StatusCode::kNotFound) {
-        return absl::NotFoundError(
-            absl::StrCat("checkpoint shard '", path, "' is missing (listed in the manifest)"));
+    std::shared_ptr<const std::string> cached;
+    if (cache != nullptr) {
+      CachedShardKey key;
+      key.job_id = m.job_id();
+      key.step = m.step();
+      key.stage = e.stage();
+      key.replica = e.replica();
+      key.first_layer = e.first_layer();
+      key.last_layer = e.last_layer();
+      cached = cache->Find(key, e.bytes());
+    }
+    absl::StatusOr<std::string> file;
+    const std::string* bytes = cached.get();
+    if (bytes != nullptr) {
+      ++out.shards_from_memory;
+    } else {
+      ++out.shards_from_disk;
+      file = ReadWholeFile(path);
+      if (!file.ok()) {
+        if (file.status().code() == absl::StatusCode::kNotFound) {
+          return absl::NotFoundError(
+              absl::StrCat("checkpoint shard '", path, "' is missing (listed in the manifest)"));
+        }
+        return file.status();
       }
-      return bytes.status();
+      bytes = &*file;
     }
     if (static_cast<int64_t>(bytes->size()) != e.bytes()) {
       return absl::DataLossError(absl::StrCat("checkpoint shard '", path, "' has ", bytes->size(),

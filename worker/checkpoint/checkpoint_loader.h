@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "dapple/v1/checkpoint.pb.h"
 #include "dapple/v1/job.pb.h"
+#include "worker/checkpoint/shard_memory_cache.h"
 #include "worker/runtime/stage_state.h"
 
 namespace dapple::worker {
@@ -20,6 +21,8 @@ namespace dapple::worker {
 struct LoadedCheckpoint {
   v1::CheckpointManifest manifest;
   StageState state;  // the tensors of layers [first_layer, last_layer] and their tied owners'
+  int shards_from_memory = 0;  // shards read from the ShardMemoryCache
+  int shards_from_disk = 0;    // shards read from their files
 };
 
 // Reads `manifest_path` (a manifest.pb; shard files are relative to its folder), checks that
@@ -29,6 +32,9 @@ struct LoadedCheckpoint {
 // plus, for a tied copy in the range whose owner's layer is outside it (an lm_head tied to the
 // embedding on another stage), the owner's tensors (parameter and optimizer state, by the
 // owner's name) from the shard that holds the owner: checkpoints hold a tied weight once.
+// With a `cache` (may be null), a shard it holds for the manifest's job and step and the entry's
+// stage, replica, layer range and size (ShardMemoryCache::Find, which also checks the checksum)
+// is taken from memory instead of its file: the same bytes, decoded and checked the same way.
 // Errors, each naming the file:
 //   kNotFound   "checkpoint manifest '<path>' does not exist", "checkpoint shard '<path>' is
 //               missing (listed in the manifest)"
@@ -40,7 +46,8 @@ struct LoadedCheckpoint {
 //   kInvalidArgument  a model that differs (naming the difference), a range outside the model
 absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
                                                          const v1::JobSpec& job_spec,
-                                                         int first_layer, int last_layer);
+                                                         int first_layer, int last_layer,
+                                                         const ShardMemoryCache* cache = nullptr);
 
 }  // namespace dapple::worker
 

@@ -35,9 +35,25 @@ void MaybeDieMidWrite(int64_t step, const std::string& path, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
-                                        const std::string& job_id, int64_t step,
-                                        const ShardLocation& where, const StageState& state) {
+std::string EncodeShard(const std::string& job_id, int64_t step, const ShardLocation& where,
+                        const StageState& state) {
+  v1::CheckpointShard shard;
+  shard.set_job_id(job_id);
+  shard.set_step(step);
+  shard.set_stage(where.stage);
+  shard.set_replica(where.replica);
+  shard.set_first_layer(where.first_layer);
+  shard.set_last_layer(where.last_layer);
+  for (const NamedTensor& t : state.params) *shard.add_params() = ToTensorData(t);
+  for (const NamedTensor& t : state.optimizer_state) *shard.add_optimizer_state() = ToTensorData(t);
+  for (const NamedTensor& t : state.buffers) *shard.add_buffers() = ToTensorData(t);
+  shard.set_optimizer_steps(state.optimizer_steps);
+  return shard.SerializeAsString();
+}
+
+absl::StatusOr<WrittenShard> WriteEncodedShard(const std::string& checkpoint_dir, int64_t step,
+                                               const ShardLocation& where,
+                                               const std::string& bytes) {
   if (checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("no checkpoint directory (StageAssignment.checkpoint_dir)");
   }
@@ -51,19 +67,6 @@ absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
     return absl::UnavailableError(
         absl::StrCat("cannot create checkpoint folder '", dir, "': ", ec.message()));
   }
-  v1::CheckpointShard shard;
-  shard.set_job_id(job_id);
-  shard.set_step(step);
-  shard.set_stage(where.stage);
-  shard.set_replica(where.replica);
-  shard.set_first_layer(where.first_layer);
-  shard.set_last_layer(where.last_layer);
-  for (const NamedTensor& t : state.params) *shard.add_params() = ToTensorData(t);
-  for (const NamedTensor& t : state.optimizer_state) *shard.add_optimizer_state() = ToTensorData(t);
-  for (const NamedTensor& t : state.buffers) *shard.add_buffers() = ToTensorData(t);
-  shard.set_optimizer_steps(state.optimizer_steps);
-  const std::string bytes = shard.SerializeAsString();
-
   WrittenShard out;
   out.file = ShardFileName(where.stage, where.replica);
   out.path = absl::StrCat(dir, "/", out.file);
@@ -71,6 +74,16 @@ absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
   MaybeDieMidWrite(step, out.path, bytes);
   if (absl::Status s = WriteFileAtomically(out.path, bytes); !s.ok()) return s;
   return out;
+}
+
+absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
+                                        const std::string& job_id, int64_t step,
+                                        const ShardLocation& where, const StageState& state) {
+  // Checked before encoding, so a misconfigured rank does not pay for it.
+  if (checkpoint_dir.empty() || step < 1) {
+    return WriteEncodedShard(checkpoint_dir, step, where, std::string());
+  }
+  return WriteEncodedShard(checkpoint_dir, step, where, EncodeShard(job_id, step, where, state));
 }
 
 }  // namespace dapple::worker

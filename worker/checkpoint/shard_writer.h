@@ -40,9 +40,20 @@ struct WrittenShard {
 // Writes `state` as the shard of `where` of checkpoint `step` (steps completed, >= 1) of job
 // `job_id`, creating <checkpoint_dir>/step-<step>.partial/ when needed. kInvalidArgument for an
 // empty checkpoint_dir or step < 1; kUnavailable naming the path when the file system refuses.
+// The same as EncodeShard then WriteEncodedShard.
 absl::StatusOr<WrittenShard> WriteShard(const std::string& checkpoint_dir,
                                         const std::string& job_id, int64_t step,
                                         const ShardLocation& where, const StageState& state);
+
+// The shard's bytes: a serialized v1::CheckpointShard of `state` (the encoding, no I/O).
+std::string EncodeShard(const std::string& job_id, int64_t step, const ShardLocation& where,
+                        const StageState& state);
+
+// WriteShard's file half: writes `bytes` (EncodeShard's) as the shard of `where` of checkpoint
+// `step`. Same errors as WriteShard.
+absl::StatusOr<WrittenShard> WriteEncodedShard(const std::string& checkpoint_dir, int64_t step,
+                                               const ShardLocation& where,
+                                               const std::string& bytes);
 
 }  // namespace dapple::worker
 

@@ -1,6 +1,7 @@
 #include "worker/checkpoint/stage_checkpointer.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint_loader.h"
@@ -9,12 +10,32 @@
 namespace dapple::worker {
 
 StageCheckpointer::StageCheckpointer(const v1::StageAssignment& assignment,
-                                     const std::atomic<int64_t>* requested_step)
-    : assignment_(assignment), requested_step_(requested_step) {
+                                     const std::atomic<int64_t>* requested_step,
+                                     AsyncShardWriter::Sink sink, ShardMemoryCache* cache)
+    : assignment_(assignment), requested_step_(requested_step), cache_(cache) {
   if (assignment.stage() >= 0 && assignment.stage() < assignment.plan().stages_size()) {
     first_layer_ = assignment.plan().stages(assignment.stage()).first_layer();
     last_layer_ = assignment.plan().stages(assignment.stage()).last_layer();
   }
+  if (sink != nullptr) {
+    writer_ = std::make_unique<AsyncShardWriter>(assignment.checkpoint_dir(), assignment.job_id(),
+                                                 Where(), std::move(sink), cache);
+  }
+}
+
+StageCheckpointer::~StageCheckpointer() = default;  // the writer waits for its save
+
+void StageCheckpointer::Finish() {
+  if (writer_ != nullptr) writer_->Finish();
+}
+
+ShardLocation StageCheckpointer::Where() const {
+  ShardLocation where;
+  where.stage = assignment_.stage();
+  where.replica = assignment_.replica();
+  where.first_layer = first_layer_;
+  where.last_layer = last_layer_;
+  return where;
 }
 
 absl::Status StageCheckpointer::Resume(StageBackend& backend) {
@@ -24,7 +45,7 @@ absl::Status StageCheckpointer::Resume(StageBackend& backend) {
     return absl::Status(s.code(), absl::StrCat("resume from '", manifest, "': ", s.message()));
   };
   absl::StatusOr<LoadedCheckpoint> loaded =
-      LoadCheckpointForLayers(manifest, assignment_.spec(), first_layer_, last_layer_);
+      LoadCheckpointForLayers(manifest, assignment_.spec(), first_layer_, last_layer_, cache_);
   if (!loaded.ok()) return prefixed(loaded.status());
   if (loaded->manifest.step() != assignment_.first_step()) {
     return prefixed(absl::FailedPreconditionError(
@@ -32,9 +53,13 @@ absl::Status StageCheckpointer::Resume(StageBackend& backend) {
                      " but the assignment starts after step ", assignment_.first_step())));
   }
   if (absl::Status s = backend.ImportState(loaded->state); !s.ok()) return prefixed(s);
-  DAPPLE_LOG_INFO("{}: stage {} resumed layers [{}, {}] from {} (after step {})",
-                  assignment_.job_id(), assignment_.stage(), first_layer_, last_layer_, manifest,
-                  loaded->manifest.step());
+  resume_sources_.shards_from_memory = loaded->shards_from_memory;
+  resume_sources_.shards_from_disk = loaded->shards_from_disk;
+  DAPPLE_LOG_INFO(
+      "{}: stage {} resumed layers [{}, {}] from {} (after step {}): {} shard(s) from this "
+      "worker's memory, {} from disk",
+      assignment_.job_id(), assignment_.stage(), first_layer_, last_layer_, manifest,
+      loaded->manifest.step(), loaded->shards_from_memory, loaded->shards_from_disk);
   return absl::OkStatus();
 }
 
@@ -57,25 +82,23 @@ std::optional<CheckpointReport> StageCheckpointer::AfterStep(int64_t step, Stage
   if (on_demand) handled_ = step;
   CheckpointReport out;
   out.step = step;
+  last_save_ = SaveTiming();
+  last_save_.step = step;
+  // The snapshot: a copy of the live tensors, the one part of a save the loop must wait for.
+  const absl::Time start = absl::Now();
   absl::StatusOr<StageState> state = backend.ExportState();
+  last_save_.snapshot_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!state.ok()) {
     out.error = absl::StrCat("stage ", assignment_.stage(), ": ", state.status().message());
     return out;
   }
-  ShardLocation where;
-  where.stage = assignment_.stage();
-  where.replica = assignment_.replica();
-  where.first_layer = first_layer_;
-  where.last_layer = last_layer_;
-  absl::StatusOr<WrittenShard> written =
-      WriteShard(assignment_.checkpoint_dir(), assignment_.job_id(), step, where, *state);
-  if (!written.ok()) {
-    out.error = absl::StrCat("stage ", assignment_.stage(), ": ", written.status().message());
-    DAPPLE_LOG_WARN("{}: checkpoint after step {}: {}", assignment_.job_id(), step, out.error);
-    return out;
+  if (writer_ != nullptr) {
+    last_save_.wait_seconds = writer_->Submit(step, *std::move(state));
+    return std::nullopt;
   }
-  out.file = written->file;
-  out.bytes = written->bytes;
+  out =
+      SaveShard(assignment_.checkpoint_dir(), assignment_.job_id(), step, Where(), *state, cache_);
+  last_save_.write_seconds = out.write_seconds;
   return out;
 }
 

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/checkpoint_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/runtime/testing/parity_testing.h"
 
 namespace dapple::worker {
@@ -36,6 +39,55 @@ class StageCheckpointerTest : public ::testing::Test {
     backend_ = std::move(*backend);
   }
   void TearDown() override { fs::remove_all(dir_); }
+
+  // Publishes step `step` by hand (the coordinator's part): a manifest of one shard, this
+  // stage's, and the folder renamed. Returns the manifest's path.
+  std::string Publish(int64_t step) {
+    const std::string partial = dir_ + "/job-4/step-" + std::to_string(step) + ".partial";
+    v1::CheckpointManifest m;
+    m.set_format_version(kCheckpointFormatVersion);
+    m.set_job_id("job-4");
+    m.set_step(step);
+    *m.mutable_spec() = assignment_.spec();
+    v1::CheckpointShardEntry* e = m.add_shards();
+    e->set_stage(1);
+    e->set_first_layer(assignment_.plan().stages(1).first_layer());
+    e->set_last_layer(assignment_.plan().stages(1).last_layer());
+    e->set_file("stage1.replica0.shard");
+    e->set_bytes(fs::file_size(partial + "/stage1.replica0.shard"));
+    EXPECT_TRUE(WriteFileAtomically(partial + "/manifest.pb", m.SerializeAsString()).ok());
+    const std::string final_dir = dir_ + "/job-4/step-" + std::to_string(step);
+    fs::rename(partial, final_dir);
+    return final_dir + "/manifest.pb";
+  }
+
+  // Every tensor of `a` and `b`, bitwise.
+  static void ExpectBitwiseEqual(const StageState& a, const StageState& b) {
+    auto same = [](const std::vector<NamedTensor>& x, const std::vector<NamedTensor>& y) {
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(x[i].name, y[i].name);
+        EXPECT_EQ(x[i].shape, y[i].shape);
+        ASSERT_EQ(x[i].data.size(), y[i].data.size());
+        EXPECT_EQ(std::memcmp(x[i].data.data(), y[i].data.data(), x[i].data.size() * 4), 0)
+            << x[i].name;
+      }
+    };
+    same(a.params, b.params);
+    same(a.optimizer_state, b.optimizer_state);
+    same(a.buffers, b.buffers);
+    EXPECT_EQ(a.optimizer_steps, b.optimizer_steps);
+  }
+
+  // The backend's state with every value of every parameter changed.
+  void ChangeWeights() {
+    absl::StatusOr<StageState> s = backend_->ExportState();
+    ASSERT_TRUE(s.ok());
+    for (NamedTensor& t : s->params) {
+      for (float& v : t.data) v += 1.0f;
+    }
+    ASSERT_TRUE(backend_->ImportState(*s).ok());
+  }
 
   std::string dir_;
   v1::StageAssignment assignment_;
@@ -94,6 +146,89 @@ TEST_F(StageCheckpointerTest, AWriteErrorIsReportedNotFatal) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->file, "");
   EXPECT_THAT(r->error, HasSubstr("stage 1: cannot create checkpoint folder"));
+}
+
+TEST_F(StageCheckpointerTest, AsyncSavesGoToTheSinkAndHoldTheSnapshotNotTheLiveWeights) {
+  absl::Mutex mu;
+  std::vector<CheckpointReport> sunk;
+  auto sink = [&](CheckpointReport r) {
+    absl::MutexLock l(&mu);
+    sunk.push_back(std::move(r));
+  };
+  ShardMemoryCache cache;
+  absl::StatusOr<StageState> before = backend_->ExportState();
+  ASSERT_TRUE(before.ok());
+  {
+    StageCheckpointer c(assignment_, &requested_, sink, &cache);
+    EXPECT_FALSE(c.AfterStep(2, *backend_).has_value());
+    EXPECT_EQ(c.last_save().step, 0);
+    // Saved in the background: nothing to send now.
+    EXPECT_FALSE(c.AfterStep(3, *backend_).has_value());
+    EXPECT_EQ(c.last_save().step, 3);
+    EXPECT_GE(c.last_save().snapshot_seconds, 0);
+    EXPECT_EQ(c.last_save().write_seconds, 0);
+    // The next step changes the weights while the writer may still be encoding the snapshot.
+    ChangeWeights();
+    c.Finish();
+    absl::MutexLock l(&mu);
+    ASSERT_EQ(sunk.size(), 1u);
+    EXPECT_EQ(sunk[0].step, 3);
+    EXPECT_EQ(sunk[0].error, "");
+    EXPECT_EQ(sunk[0].file, "stage1.replica0.shard");
+  }
+  // The file holds the weights of the snapshot, not the changed ones.
+  const std::string manifest = Publish(3);
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpointForLayers(
+      manifest, assignment_.spec(), assignment_.plan().stages(1).first_layer(),
+      assignment_.plan().stages(1).last_layer());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectBitwiseEqual(loaded->state, *before);
+}
+
+TEST_F(StageCheckpointerTest, ResumeFromMemoryEqualsResumeFromDiskBitwise) {
+  ShardMemoryCache cache;
+  StageCheckpointer writer(
+      assignment_, &requested_, [](CheckpointReport) {}, &cache);
+  writer.AfterStep(3, *backend_);
+  writer.Finish();
+  const std::string manifest = Publish(3);
+  const int first = assignment_.plan().stages(1).first_layer();
+  const int last = assignment_.plan().stages(1).last_layer();
+  absl::StatusOr<LoadedCheckpoint> memory =
+      LoadCheckpointForLayers(manifest, assignment_.spec(), first, last, &cache);
+  absl::StatusOr<LoadedCheckpoint> disk =
+      LoadCheckpointForLayers(manifest, assignment_.spec(), first, last);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  EXPECT_EQ(memory->shards_from_memory, 1);
+  EXPECT_EQ(memory->shards_from_disk, 0);
+  EXPECT_EQ(disk->shards_from_memory, 0);
+  EXPECT_EQ(disk->shards_from_disk, 1);
+  ExpectBitwiseEqual(memory->state, disk->state);
+
+  // Resume through the checkpointer (the daemon's path) reports its source.
+  v1::StageAssignment resumed = assignment_;
+  resumed.set_job_id("job-5");
+  resumed.set_resume_manifest(manifest);
+  resumed.set_first_step(3);
+  StageCheckpointer from_memory(resumed, nullptr, nullptr, &cache);
+  ASSERT_TRUE(from_memory.Resume(*backend_).ok());
+  EXPECT_EQ(from_memory.resume_sources().shards_from_memory, 1);
+  // Another worker (another cache: empty) reads the file.
+  ShardMemoryCache other;
+  StageCheckpointer from_disk(resumed, nullptr, nullptr, &other);
+  ASSERT_TRUE(from_disk.Resume(*backend_).ok());
+  EXPECT_EQ(from_disk.resume_sources().shards_from_disk, 1);
+
+  // A newer checkpoint replaced the copy of step 3 (one per job): step 3 comes from disk.
+  StageCheckpointer again(
+      assignment_, &requested_, [](CheckpointReport) {}, &cache);
+  again.AfterStep(6, *backend_);
+  again.Finish();
+  absl::StatusOr<LoadedCheckpoint> after =
+      LoadCheckpointForLayers(manifest, assignment_.spec(), first, last, &cache);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->shards_from_disk, 1);
 }
 
 TEST_F(StageCheckpointerTest, ResumeChecksTheStep) {

@@ -27,6 +27,15 @@ class DaemonObserver {
   // The daemon made `report` (before queueing it for the coordinator): PROGRESS_STEP with the
   // step's stats, PROGRESS_EVAL, and the rank's final DONE / FAILED / ABORTED.
   virtual void OnReport(const v1::ProgressReport& report) = 0;
+
+  // A checkpoint step stalled the rank's training loop for `stall_seconds` (the snapshot copy,
+  // plus the wait for the previous save or, with --sync-checkpoints, the whole write) after a
+  // step that took `step_seconds`.
+  virtual void OnCheckpointStall(double stall_seconds, double step_seconds) {}
+
+  // The rank resumed from a checkpoint reading `from_memory` shards from the worker's in-memory
+  // copy and `from_disk` shards from their files.
+  virtual void OnCheckpointLoad(int from_memory, int from_disk) {}
 };
 
 }  // namespace dapple::worker

@@ -100,6 +100,19 @@ std::string PeerLabel(const v1::ParallelPlanSummary& plan, const v1::PeerEndpoin
              : absl::StrFormat("stage %d, worker %s", p.stage(), p.worker_id());
 }
 
+// A checkpoint step's stall of the training loop, logged (bench/checkpoint_stall.py reads the
+// line) and counted in the worker's metrics.
+void ReportCheckpointStall(const v1::StageAssignment& a, const SaveTiming& t, double step_seconds,
+                           DaemonObserver* observer) {
+  const double stall = t.stall_seconds();
+  DAPPLE_LOG_INFO(
+      "{}: stage {}: checkpoint after step {} stalled the loop {:.3f} ms (snapshot {:.3f} ms, "
+      "waiting for the previous save {:.3f} ms, writing {:.3f} ms); the step took {:.3f} ms",
+      a.job_id(), a.stage(), t.step, stall * 1e3, t.snapshot_seconds * 1e3, t.wait_seconds * 1e3,
+      t.write_seconds * 1e3, step_seconds * 1e3);
+  if (observer != nullptr) observer->OnCheckpointStall(stall, step_seconds);
+}
+
 // Puts an evaluation's metrics into its PROGRESS_EVAL report: a text dataset's validation
 // split as validation_* (bits per byte from the loss), else the test set as test_*. Returns
 // them as the log shows them.
@@ -724,8 +737,6 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
         injection.first_step, injection.last_step, injection.micro_batch);
     rt->InjectNonFinite(injection);
   }
-  StageCheckpointer checkpointer(a, &checkpoint_step_);
-  DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
   const int64_t total = TotalSteps(a.spec());
   // Replica 0 of the last stage reports the loss (every replica computes the same global
   // loss; the coordinator counts each step once); replica 0 of each stage writes checkpoints.
@@ -740,6 +751,27 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     r.set_kind(kind);
     return r;
   };
+  auto checkpoint_report = [&](const CheckpointReport& c) {
+    v1::ProgressReport rep = base_report(v1::PROGRESS_CHECKPOINT);
+    rep.set_step(c.step);
+    rep.set_checkpoint_file(c.file);
+    rep.set_checkpoint_bytes(c.bytes);
+    rep.set_message(c.error);
+    reporter->Report(std::move(rep));
+  };
+  // Declared after what its sink uses: its destructor waits for the save in flight, whose report
+  // is made on the writer's thread (ProgressReporter::Report is thread-safe).
+  StageCheckpointer checkpointer(
+      a, &checkpoint_step_,
+      options_.sync_checkpoints
+          ? AsyncShardWriter::Sink()
+          : AsyncShardWriter::Sink([&](CheckpointReport c) { checkpoint_report(c); }),
+      &ShardMemoryCache::Process());
+  DAPPLE_RETURN_IF_ERROR(checkpointer.Resume(rt->backend()));
+  if (options_.observer && !a.resume_manifest().empty()) {
+    options_.observer->OnCheckpointLoad(checkpointer.resume_sources().shards_from_memory,
+                                        checkpointer.resume_sources().shards_from_disk);
+  }
   int64_t peak_memory = 0;  // the most any step's stats measured
   for (int64_t step = a.first_step(); step < total; ++step) {
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
@@ -779,14 +811,13 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       if (options_.observer) options_.observer->OnReport(rep);
       reporter->Report(std::move(rep));
     }
-    if (std::optional<CheckpointReport> c =
-            a.replica() == 0 ? checkpointer.AfterStep(step + 1, rt->backend()) : std::nullopt) {
-      v1::ProgressReport rep = base_report(v1::PROGRESS_CHECKPOINT);
-      rep.set_step(c->step);
-      rep.set_checkpoint_file(c->file);
-      rep.set_checkpoint_bytes(c->bytes);
-      rep.set_message(c->error);
-      reporter->Report(std::move(rep));
+    if (a.replica() == 0) {
+      if (std::optional<CheckpointReport> c = checkpointer.AfterStep(step + 1, rt->backend())) {
+        checkpoint_report(*c);
+      }
+      if (const SaveTiming& t = checkpointer.last_save(); t.step == step + 1) {
+        ReportCheckpointStall(a, t, r.seconds, options_.observer.get());
+      }
     }
     if (!emulated && EvaluatesAfterStep(a.spec(), step)) {
       DAPPLE_ASSIGN_OR_RETURN(EvalResult e, rt->Evaluate(step + 1));
@@ -816,6 +847,8 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
       reporter->Report(std::move(rep));
     }
   }
+  // The last checkpoint's report goes before the rank's final one.
+  checkpointer.Finish();
   if (transport != nullptr) DAPPLE_RETURN_IF_ERROR(CloseWithNeighbours(transport, a));
   if (!options_.dump_dir.empty()) {
     DAPPLE_ASSIGN_OR_RETURN(std::vector<kernels::Param*> params, rt->Params());

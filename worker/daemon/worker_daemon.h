@@ -49,6 +49,10 @@ struct WorkerOptions {
   // --collective-host: the address this worker's Gloo AllReduce (among a stage's replicas)
   // binds to and tells the other replicas; empty: CollectiveHost(coordinator).
   std::string collective_host;
+  // --sync-checkpoints: a rank encodes and writes its checkpoint shard in the training loop
+  // (the loop stalls for the whole save) instead of on a background thread after the snapshot
+  // (stage_checkpointer.h); for measuring the difference (bench/checkpoint_stall.py).
+  bool sync_checkpoints = false;
   // How to reach the coordinator: TLS or plain text (common/grpc_tls.h; ParseWorkerFlags makes
   // them from --ca, --tls-cert, --tls-key); null: plain text.
   std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;

@@ -98,6 +98,9 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
       ->take_all();
   app.add_flag("--cpu-fallback", f.cpu_fallback,
                "offer cpu instead of CUDA devices that cannot be used");
+  app.add_flag("--sync-checkpoints", o.sync_checkpoints,
+               "write checkpoint shards in the training loop instead of in the background (to "
+               "measure what asynchronous saving saves)");
   app.add_option("--dump-dir", o.dump_dir,
                  "write <job>.stage<s>.params (<job>.stage<s>.replica<r>.params for a stage "
                  "with replicas) here after each successful job (must exist)");

@@ -30,6 +30,33 @@ WorkerMetrics::WorkerMetrics(std::function<int64_t()> now_unix_ms)
   for (const char* outcome : kOutcomes) {
     set_->Counter(m::kWorkerJobsTotal, {{m::kLabelState, outcome}});
   }
+  set_->Counter(m::kWorkerCheckpointSavesTotal);
+  set_->Counter(m::kWorkerCheckpointStallSecondsTotal);
+  for (const char* source : {"memory", "disk"}) {
+    set_->Counter(m::kWorkerCheckpointShardLoadsTotal, {{m::kLabelSource, source}});
+  }
+}
+
+void WorkerMetrics::OnCheckpointStall(double stall_seconds, double step_seconds) {
+  absl::MutexLock lock(&mu_);
+  set_->Counter(m::kWorkerCheckpointSavesTotal).Increment();
+  if (stall_seconds > 0)
+    set_->Counter(m::kWorkerCheckpointStallSecondsTotal).Increment(stall_seconds);
+  if (step_seconds > 0) {
+    set_->Gauge(m::kWorkerCheckpointLastStallRatio).Set(stall_seconds / step_seconds);
+  }
+}
+
+void WorkerMetrics::OnCheckpointLoad(int from_memory, int from_disk) {
+  absl::MutexLock lock(&mu_);
+  if (from_memory > 0) {
+    set_->Counter(m::kWorkerCheckpointShardLoadsTotal, {{m::kLabelSource, "memory"}})
+        .Increment(from_memory);
+  }
+  if (from_disk > 0) {
+    set_->Counter(m::kWorkerCheckpointShardLoadsTotal, {{m::kLabelSource, "disk"}})
+        .Increment(from_disk);
+  }
 }
 
 void WorkerMetrics::OnRegistered(const std::string& worker_id, const std::string& hostname) {

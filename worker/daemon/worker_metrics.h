@@ -4,8 +4,10 @@
 // (dapple_worker_rank: job_id, stage, replica), the steps it ran and the seconds they spent by
 // kind (forward, backward, comm, allreduce, optimizer, idle: the kinds partition each step's
 // wall time, StageStepStats), ranks finished by outcome, and the peak memory, peak
-// activations and completion time of its last step. Counters are lifetime totals of the
-// process, so rate() over them is the worker's utilisation whatever jobs it ran.
+// activations and completion time of its last step, its checkpoint saves and the training
+// loop's stall at them, and the checkpoint shards it resumed from by source (memory or disk).
+// Counters are lifetime totals of the process, so rate() over them is the worker's utilisation
+// whatever jobs it ran.
 //
 // Thread safety: thread-safe.
 #ifndef DAPPLE_WORKER_DAEMON_WORKER_METRICS_H_
@@ -36,6 +38,8 @@ class WorkerMetrics : public DaemonObserver {
   void OnRegistered(const std::string& worker_id, const std::string& hostname) override;
   void OnRankStarted(const v1::StageAssignment& assignment) override;
   void OnReport(const v1::ProgressReport& report) override;
+  void OnCheckpointStall(double stall_seconds, double step_seconds) override;
+  void OnCheckpointLoad(int from_memory, int from_disk) override;
 
  private:
   void EndRankLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -111,5 +111,22 @@ TEST(WorkerMetricsTest, FollowsTheDaemon) {
   EXPECT_EQ(Value(text, "dapple_worker_busy"), 0);
 }
 
+TEST(WorkerMetricsTest, CountsCheckpointStallsAndLoadsBySource) {
+  WorkerMetrics metrics([] { return int64_t{0}; });
+  std::string text = metrics.metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_worker_checkpoint_saves_total"), 0);
+  EXPECT_EQ(Value(text, "dapple_worker_checkpoint_shard_loads_total{source=\"memory\"}"), 0);
+  metrics.OnCheckpointStall(0.002, 0.1);
+  metrics.OnCheckpointStall(0.004, 0.1);
+  metrics.OnCheckpointLoad(1, 0);
+  metrics.OnCheckpointLoad(0, 2);
+  text = metrics.metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_worker_checkpoint_saves_total"), 2);
+  EXPECT_NEAR(*Value(text, "dapple_worker_checkpoint_stall_seconds_total"), 0.006, 1e-12);
+  EXPECT_NEAR(*Value(text, "dapple_worker_checkpoint_last_stall_ratio"), 0.04, 1e-12);
+  EXPECT_EQ(Value(text, "dapple_worker_checkpoint_shard_loads_total{source=\"memory\"}"), 1);
+  EXPECT_EQ(Value(text, "dapple_worker_checkpoint_shard_loads_total{source=\"disk\"}"), 2);
+}
+
 }  // namespace
 }  // namespace dapple::worker

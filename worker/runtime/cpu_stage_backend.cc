@@ -328,14 +328,16 @@ class CpuStageBackend : public StageBackend {
     }
     out.buffers = BufferTensors(buffers_);
     const std::vector<std::string> names = optimizer_->StateNames();
-    const std::vector<std::vector<std::vector<float>>> state = optimizer_->State();
+    // Moved from, not copied: the checkpoint snapshot's time is the copies it makes.
+    std::vector<std::vector<std::vector<float>>> state = optimizer_->State();
     for (size_t k = 0; k < names.size(); ++k) {
       for (size_t i = 0; i < params_.size(); ++i) {
         const kernels::Param* p = params_[i];
         if (!p->tied_to.empty()) continue;
         NamedTensor t{absl::StrCat(p->name, ".", names[k]), p->value.shape, {}};
         // No state before the first update: zeros are what the optimizer starts from.
-        t.data = state.empty() ? std::vector<float>(p->value.data.size(), 0.0f) : state[k][i];
+        t.data = state.empty() ? std::vector<float>(p->value.data.size(), 0.0f)
+                               : std::move(state[k][i]);
         out.optimizer_state.push_back(std::move(t));
       }
     }

@@ -25,6 +25,7 @@
 #include "dapplectl/spec_file.h"
 #include "dapplectl/top.h"
 #include "dapplectl/trace_command.h"
+#include "dapplectl/usage_errors.h"
 #include "dapplectl/utf8_text.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
@@ -141,8 +142,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                          std::string(kDefaultCoordinator) + ")")
           ->type_name("HOST:PORT");
   app.add_option("-o,--output", flags.output,
-                 "output format: table, json (all commands) or yaml (get, list, cancel, "
-                 "workers, submit without --watch)")
+                 "output format: table, json (all commands but trace and logs) or yaml (all "
+                 "but watch, submit --watch, top, trace and logs: those stream or write files)")
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout,
@@ -265,7 +266,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
               "trace, top, checkpoint (see "
               "dapplectl --help)"));
     }
-    return Fail(env, kExitUsage, absl::StrCat(e.what(), " (see dapplectl --help)"));
+    // The command being parsed, for the message and the help it points to.
+    std::string command;
+    for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    // By type: CLI11 names some errors after the subcommand that raised them.
+    const char* kind = dynamic_cast<const CLI::ExtrasError*>(&e)        ? "ExtrasError"
+                       : dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "ArgumentMismatch"
+                       : dynamic_cast<const CLI::RequiredError*>(&e)    ? "RequiredError"
+                                                                        : "";
+    return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command));
   }
 
   // Flag values are checked before anything is read or sent: a bad one is a usage error.
@@ -431,7 +440,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     return PrintMessage(env, *format, *job, [&] { return RenderCancelled(*job); });
   }
   if (checkpoint->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, false);
+    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, true);
     if (!format) return kExitUsage;
     CoordinatorClient client(options);
     absl::StatusOr<v1::CheckpointJobResponse> response = client.Checkpoint(job_id);
@@ -455,7 +464,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                         [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
   }
   if (plan->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "plan", flags.output, false);
+    std::optional<Format> format = OutputFormat(env, "plan", flags.output, true);
     if (!format) return kExitUsage;
     // Every file is read and checked before anything is sent.
     v1::PlanJobRequest request;
@@ -495,6 +504,17 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   if (trace->parsed()) {
     if (trace_file.empty()) {
       return Fail(env, kExitUsage, "trace: -o must name a file, or - for stdout");
+    }
+    // trace's -o is a file while every other command's is a format: `trace job-3 -o json`
+    // would silently write a file called json.
+    if (trace_file == "table" || trace_file == "json" || trace_file == "yaml") {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("trace: -o names the file to write (the trace is always Chrome "
+                               "trace-event JSON), got '",
+                               trace_file,
+                               "', an output format: use -o trace.json, -o - for "
+                               "stdout, or -o ./",
+                               trace_file, " for a file of that name"));
     }
     CoordinatorClient client(options);
     absl::StatusOr<std::string> summary = WriteJobTrace(client, job_id, trace_file, env.out);

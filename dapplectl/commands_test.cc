@@ -438,6 +438,25 @@ TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
   }
 }
 
+// The parser's errors in dapplectl's words, naming the command and its help.
+TEST_F(CommandsTest, ParseErrorsNameTheCommand) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"get", "job-1", "job-2"},
+       "dapplectl: get: unexpected argument job-2 (see dapplectl get --help)\n"},
+      {{"list", "--bogus"}, "dapplectl: list: unknown flag --bogus (see dapplectl list --help)\n"},
+      {{"logs", "job-1", "--tail", "3", "--tail", "4"},
+       "dapplectl: --tail given 2 times: give it once (see dapplectl logs --help)\n"},
+      {{"logs", "job-1", "--rank"},
+       "dapplectl: --rank needs a value: --rank STAGE/REPLICA (see dapplectl logs --help)\n"},
+      {{"submit"}, "dapplectl: submit needs FILE (see dapplectl submit --help)\n"},
+  };
+  for (const auto& [args, err] : cases) {
+    Result r = RunCtl(args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args);
+    EXPECT_EQ(r.err, err) << ::testing::PrintToString(args);
+  }
+}
+
 TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {
   for (const char* command : {"get", "cancel", "watch"}) {
     Result r = RunCtl({"--coordinator", addr_, command, ""});
@@ -609,8 +628,9 @@ TEST_F(CommandsTest, PlanSendsTheParsedFilesAndPrintsATable) {
                      cluster, "--planner", "dapple"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB"));
-  EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.00"));
+  EXPECT_THAT(r.out,
+              StartsWith("STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY"));
+  EXPECT_THAT(r.out, HasSubstr("0       0-1      2          node0/0-1   40.00        1.0 GiB"));
   EXPECT_THAT(r.out, HasSubstr("STEP          42.50 ms (predicted)\n"));
   EXPECT_THAT(r.out, HasSubstr("SAMPLES/S     753\n"));
   const v1::PlanJobRequest sent = fake_.last_plan();
@@ -651,6 +671,12 @@ TEST_F(CommandsTest, PlanWithoutAJobOrAClusterSendsOnlyTheProfile) {
   EXPECT_EQ(stage.fields().at("devices").list_value().values(1).string_value(), "node0/1");
   // 64-bit integers are strings in protobuf's JSON mapping.
   EXPECT_EQ(stage.fields().at("peak_memory_bytes").string_value(), "1073741824");
+  // -o yaml: the same fields as YAML.
+  r = RunCtl(
+      {"--coordinator", addr_, "plan", "--profile", profile, "--global-batch", "64", "-o", "yaml"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("planner: dapple\n"));
+  EXPECT_THAT(r.out, HasSubstr("micro_batches: 4\n"));
 }
 
 // --schedule auto: sent as is; the coordinator chooses and the table shows the alternatives.
@@ -696,8 +722,6 @@ TEST_F(CommandsTest, PlanUsageErrorsSendNothing) {
             "dapplectl: --global-batch must be a whole number from 1 to 1048576, got \"0\"\n"},
            {{"plan", "--profile", profile, "--profile-batch", "x"},
             "dapplectl: --profile-batch must be a whole number from 1 to 1048576, got \"x\"\n"},
-           {{"plan", spec, "-o", "yaml"},
-            "dapplectl: plan: -o yaml is not supported; use table or json\n"},
            // An empty value is not the default: it is a mistake, named.
            {{"plan", "--profile", ""},
             "dapplectl: --profile must not be empty: give a profile file name, or leave "

@@ -1,10 +1,12 @@
 #include "dapplectl/format.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace dapple::ctl {
 namespace {
@@ -83,6 +85,28 @@ std::string FormatBytes(int64_t bytes) {
     ++unit;
   }
   return absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
+std::string FormatByteList(const std::vector<int64_t>& bytes) {
+  if (bytes.empty()) return "-";
+  const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
+  std::vector<std::string> values;
+  if (largest < 1024) {
+    for (int64_t b : bytes) values.push_back(b < 0 ? "-" : absl::StrCat(b));
+    return absl::StrCat(absl::StrJoin(values, " "), " bytes");
+  }
+  // The largest entry's unit, chosen as FormatBytes chooses it, so the two agree.
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double divisor = 1024;
+  int unit = 0;
+  while (unit < 3 && static_cast<double>(largest) / divisor >= 1023.95) {
+    divisor *= 1024;
+    ++unit;
+  }
+  for (int64_t b : bytes) {
+    values.push_back(b < 0 ? "-" : absl::StrFormat("%.1f", static_cast<double>(b) / divisor));
+  }
+  return absl::StrCat(absl::StrJoin(values, " "), " ", units[unit]);
 }
 
 }  // namespace dapple::ctl

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -44,6 +45,11 @@ std::string FormatSteps(int64_t step, int64_t total_steps);
 // A size in bytes, binary units with one decimal from 1 KiB up: "1 byte", "512 bytes", "1.5 KiB",
 // "70.0 MiB", "2.0 GiB". Negative -> "-".
 std::string FormatBytes(int64_t bytes);
+
+// Several sizes in the unit of the largest, one decimal, the unit once at the end:
+// {2.3 GiB, 1.9 GiB, 900 MiB} -> "2.3 2.0 0.9 GiB"; all below 1 KiB -> "512 100 bytes".
+// Empty -> "-". Negative entries print "-".
+std::string FormatByteList(const std::vector<int64_t>& bytes);
 
 }  // namespace dapple::ctl
 

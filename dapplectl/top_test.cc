@@ -306,6 +306,14 @@ TEST(TraceCommandTest, ClearErrors) {
   r = RunCtl(fake, {"trace", "job-3", "-o", "/no/such/dir/t.json"});
   EXPECT_EQ(r.code, kExitRefused);
   EXPECT_EQ(r.err, "dapplectl: cannot write /no/such/dir/t.json: No such file or directory\n");
+  for (const std::string format : {"json", "yaml", "table"}) {
+    r = RunCtl(fake, {"trace", "job-3", "-o", format});
+    EXPECT_EQ(r.code, kExitUsage) << format;
+    EXPECT_THAT(r.err, HasSubstr("got '" + format +
+                                 "', an output format: use -o trace.json, -o - "
+                                 "for stdout, or -o ./" +
+                                 format));
+  }
 }
 
 }  // namespace

@@ -40,11 +40,6 @@ void AddField(std::string* out, const std::string& key, const std::string& value
 
 std::string Ms(double ms) { return absl::StrFormat("%.2f", ms); }
 
-std::string Gib(int64_t bytes) {
-  return absl::StrFormat("%.2f",
-                         static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
-}
-
 std::string StepLine(const v1::ParallelPlanSummary& plan) {
   return absl::StrCat(Ms(plan.predicted_step_ms()), " ms/step, ",
                       FormatRate(plan.predicted_samples_per_second()), " samples/s");
@@ -121,8 +116,8 @@ bool AnyStageRecomputes(const v1::ParallelPlanSummary& plan) {
 std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTopology& cluster) {
   std::string out;
   const bool recompute = AnyStageRecomputes(plan);
-  std::vector<std::string> headers = {"STAGE",      "LAYERS",     "REPLICAS", "DEVICES",
-                                      "COMPUTE MS", "MEMORY GiB", "BUBBLE"};
+  std::vector<std::string> headers = {"STAGE",      "LAYERS",      "REPLICAS", "DEVICES",
+                                      "COMPUTE MS", "PEAK MEMORY", "BUBBLE"};
   if (recompute) headers.push_back("RECOMPUTE");
   TextTable stages(headers);
   for (int i = 0; i < plan.stages_size(); ++i) {
@@ -132,7 +127,7 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
                                     absl::StrCat(s.replicas()),
                                     OrDash(CompactDevices(s.placement())),
                                     Ms(s.compute_ms()),
-                                    Gib(s.peak_memory_bytes()),
+                                    FormatBytes(s.peak_memory_bytes()),
                                     FormatPercent(s.bubble_fraction())};
     if (recompute) row.push_back(s.recompute() ? "yes" : "no");
     stages.AddRow(row);
@@ -167,7 +162,7 @@ std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
   if (plan.alternatives().empty()) return "";
   std::string out = "\nALTERNATIVES (each planned and simulated on its own)\n";
   TextTable table(
-      {"", "SCHEDULE", "RECOMPUTE", "P", "LAYOUT", "M", "STEP MS", "BUBBLE", "MEMORY GiB"});
+      {"", "SCHEDULE", "RECOMPUTE", "P", "LAYOUT", "M", "STEP MS", "BUBBLE", "PEAK MEMORY"});
   std::vector<std::string> refused;
   for (const v1::PlanAlternative& a : plan.alternatives()) {
     if (!a.fits()) {
@@ -177,12 +172,11 @@ std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
           absl::StrCat(a.schedule(), " (recompute ", a.recompute(), "): ", a.refused()));
       continue;
     }
-    std::vector<std::string> memory;
-    for (int64_t bytes : a.peak_memory_bytes()) memory.push_back(Gib(bytes));
+    const std::vector<int64_t> memory(a.peak_memory_bytes().begin(), a.peak_memory_bytes().end());
     table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(),
                   absl::StrCat(a.peak_memory_bytes_size()), OrDash(a.layout()),
                   absl::StrCat(a.micro_batches()), Ms(a.predicted_step_ms()),
-                  FormatPercent(a.bubble_fraction()), absl::StrJoin(memory, " ")});
+                  FormatPercent(a.bubble_fraction()), FormatByteList(memory)});
   }
   out += table.Render();
   AddField(&out, "CHOSEN", OrDash(plan.choice_reason()));
@@ -229,7 +223,7 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     }
     std::vector<std::string> headers = {"STAGE", "LAYERS", "REPLICAS", "WORKERS", "DEVICES"};
     if (predicted) {
-      for (const char* h : {"COMPUTE MS", "MEMORY GiB", "BUBBLE"}) headers.push_back(h);
+      for (const char* h : {"COMPUTE MS", "PEAK MEMORY", "BUBBLE"}) headers.push_back(h);
     }
     const bool recompute = AnyStageRecomputes(plan);
     if (recompute) headers.push_back("RECOMPUTE");
@@ -242,7 +236,7 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
           OrDash(absl::StrJoin(s.devices(), ","))};
       if (predicted) {
         row.push_back(Ms(s.compute_ms()));
-        row.push_back(Gib(s.peak_memory_bytes()));
+        row.push_back(FormatBytes(s.peak_memory_bytes()));
         row.push_back(FormatPercent(s.bubble_fraction()));
       }
       if (recompute) row.push_back(s.recompute() ? "yes" : "no");

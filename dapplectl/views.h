@@ -24,7 +24,7 @@ std::string RenderCancelled(const v1::Job& job);
 // (planner, schedule, M, micro-batch size, bubble %, CHOSEN with the reason for the schedule
 // under parallel.schedule auto; when the plan has a prediction also
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
-// then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / MEMORY GiB /
+// then a STAGE / LAYERS / REPLICAS / WORKERS / DEVICES table, with COMPUTE MS / PEAK MEMORY /
 // BUBBLE columns when predicted, and one NOTE line per plan note), metrics (step/total, epoch,
 // loss, samples/s, then the last evaluation: TEST ACCURACY and TEST LOSS, or for a text
 // dataset VAL LOSS "1.2345 (step 500)", BITS/BYTE and VAL ACCURACY; elapsed, ETA), the
@@ -46,7 +46,7 @@ std::string RenderSample(const v1::Job& job);
 // activations). Bytes human-readable (FormatBytes: "1.5 KiB", "70.0 MiB").
 std::string RenderRankMemory(const v1::Job& job);
 
-// `dapplectl plan`: a STAGE / LAYERS / REPLICAS / DEVICES / COMPUTE MS / MEMORY GiB / BUBBLE
+// `dapplectl plan`: a STAGE / LAYERS / REPLICAS / DEVICES / COMPUTE MS / PEAK MEMORY / BUBBLE
 // table (devices: the topology's names, runs compacted as "node0/0-7"; compute ms per step and
 // replica; peak memory per replica), then "KEY   value" lines: STEP (predicted ms), SAMPLES/S,
 // PLANNER (with its placement policy), SCHEDULE, M (and the micro-batch size), BUBBLE,

@@ -237,9 +237,9 @@ TEST(ViewsTest, PlanTableThenPredictionAndSources) {
   v1::ClusterTopology cluster;
   for (int n = 0; n < 2; ++n) cluster.add_nodes()->set_devices(8);
   EXPECT_EQ(RenderPlan(PredictedPlan(), cluster),
-            "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB   BUBBLE\n"
-            "0       0-2      8          node0/0-7   10.50        1.50         5.00%\n"
-            "1       3-5      2          node1/0-1   9.25         1.00         15.00%\n"
+            "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY   BUBBLE\n"
+            "0       0-2      8          node0/0-7   10.50        1.5 GiB       5.00%\n"
+            "1       3-5      2          node1/0-1   9.25         1.0 GiB       15.00%\n"
             "STEP          12.35 ms (predicted)\n"
             "SAMPLES/S     20737\n"
             "PLANNER       dapple (placement fresh_first)\n"
@@ -260,11 +260,11 @@ TEST(ViewsTest, PlanTableShowsRecomputationWhenAStageRecomputes) {
   plan.mutable_stages(0)->set_recompute(true);
   const std::string out = RenderPlan(plan, cluster);
   EXPECT_THAT(out, ::testing::StartsWith(
-                       "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   MEMORY GiB   "
+                       "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY   "
                        "BUBBLE   RECOMPUTE\n"
-                       "0       0-2      8          node0/0-7   10.50        1.50         5.00%    "
+                       "0       0-2      8          node0/0-7   10.50        1.5 GiB       5.00%    "
                        "yes\n"
-                       "1       3-5      2          node1/0-1   9.25         1.00         15.00%   "
+                       "1       3-5      2          node1/0-1   9.25         1.0 GiB       15.00%   "
                        "no\n"))
       << out;
 }
@@ -303,11 +303,11 @@ TEST(ViewsTest, PlanShowsTheAlternativesItChoseAmong) {
                         "\n"
                         "ALTERNATIVES (each planned and simulated on its own)\n"
                         "    SCHEDULE   RECOMPUTE   P   LAYOUT    M   STEP MS   BUBBLE   "
-                        "MEMORY GiB\n"
+                        "PEAK MEMORY\n"
                         "    dapple     none        2   3x8 3x2   8   14.10     12.50%   "
-                        "1.50 1.00\n"
+                        "1.5 1.0 GiB\n"
                         "*   zb-h1      none        2   3x8 3x2   8   12.35     12.50%   "
-                        "1.50 1.00\n"
+                        "1.5 1.0 GiB\n"
                         "    zb-h2      none        -   -         -   -         -        "
                         "no plan fits\n"
                         "CHOSEN        zb-h1: 12.4% faster than dapple at the same peak memory\n"
@@ -355,12 +355,12 @@ TEST(ViewsTest, JobDetailsShowThePredictionOfAPlannedJob) {
   EXPECT_THAT(out, HasSubstr("PREDICTED     12.35 ms/step, 20737 samples/s\n"));
   EXPECT_THAT(out, HasSubstr("PROFILE       estimated from FLOPs at 50 GFLOP/s\n"));
   EXPECT_THAT(out,
-              HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS   DEVICES   COMPUTE MS   MEMORY GiB"
+              HasSubstr("  STAGE   LAYERS   REPLICAS   WORKERS   DEVICES   COMPUTE MS   PEAK MEMORY"
                         "   BUBBLE\n"
-                        "  0       0-2      8          w-1       cpu       10.50        1.50       "
-                        "  5.00%\n"
-                        "  1       3-5      2          -         -         9.25         1.00       "
-                        "  15.00%\n"));
+                        "  0       0-2      8          w-1       cpu       10.50        1.5 GiB    "
+                        "   5.00%\n"
+                        "  1       3-5      2          -         -         9.25         1.0 GiB    "
+                        "   15.00%\n"));
   EXPECT_THAT(out, HasSubstr("NOTE          one replica per stage"));
 }
 

@@ -155,8 +155,17 @@ std::string PlannedMessage(const v1::ParallelPlanSummary& plan) {
     for (const v1::PlanStageSummary& s : plan.stages()) replicas.push_back(s.replicas());
     shape = absl::StrCat(stages, " stages with ", absl::StrJoin(replicas, "/"), " replicas");
   }
+  std::vector<int> recomputing;
+  for (int s = 0; s < stages; ++s) {
+    if (plan.stages(s).recompute()) recomputing.push_back(s);
+  }
+  std::string recompute;
+  if (!recomputing.empty()) {
+    recompute = absl::StrCat(", recompute on ", recomputing.size() == 1 ? "stage " : "stages ",
+                             absl::StrJoin(recomputing, ", "));
+  }
   std::string out = absl::StrCat(shape, " by the ", plan.planner(), " planner (schedule ",
-                                 plan.schedule(), ", M=", plan.micro_batches(), ")");
+                                 plan.schedule(), ", M=", plan.micro_batches(), recompute, ")");
   if (plan.predicted_step_ms() > 0) {
     absl::StrAppend(&out, absl::StrFormat(", predicted %.1f ms/step", plan.predicted_step_ms()));
   }

@@ -81,7 +81,7 @@ bool TransitionEvent(const v1::Job& job, const std::string& message, JobEventRea
 // Messages of the structured events.
 // "2 stages x 1 replica by the dapple planner (schedule dapple, M=8), predicted 12.3 ms/step
 // (profile: estimated from FLOPs at 50 GFLOP/s)" (the prediction and the profile's source only
-// when the plan has them).
+// when the plan has them; "M=8, recompute on stages 0, 1" when stages recompute).
 std::string PlannedMessage(const v1::ParallelPlanSummary& plan);
 // "stage 0 on w-1 (cpu), stage 1 on w-2 (cpu)"; a stage with replicas "stage 0 replica 1 ...".
 std::string StartedMessage(const v1::ParallelPlanSummary& plan);

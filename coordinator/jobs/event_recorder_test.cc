@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/jobs/test_db.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -141,6 +142,11 @@ TEST(EventRecorderTest, PlannedAndStartedMessagesDescribeTheShape) {
   s1->set_replicas(1);
   s1->clear_worker_ids();
   EXPECT_EQ(PlannedMessage(plan).substr(0, 27), "2 stages with 2/1 replicas ");
+  plan.mutable_stages(0)->set_recompute(true);
+  EXPECT_THAT(PlannedMessage(plan), ::testing::HasSubstr("(schedule dapple, M=8, recompute on "
+                                                         "stage 0), predicted"));
+  s1->set_recompute(true);
+  EXPECT_THAT(PlannedMessage(plan), ::testing::HasSubstr("M=8, recompute on stages 0, 1)"));
 }
 
 TEST(EventRecorderTest, TransitionEventsFollowTheState) {

@@ -255,7 +255,9 @@ absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
       fits_with_recompute = PlanFor(spec, planner, with, micro_batches).ok();
     }
   }
-  return AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+  const absl::Status refused =
+      AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
+  return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
 }
 
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
@@ -479,6 +481,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   *summary = ToSummary(problem, plan, planned.prediction, kind);
   summary->set_planner(planner);
   AddAlternatives(choice, summary);
+  for (std::string& note : LeftOutNotes(limits)) summary->add_notes(std::move(note));
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
     for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
@@ -541,13 +544,17 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
       const ScheduleChoice choice,
       ChooseSchedule(problem, ScheduleOptions(limits),
                      [&](const PlanningProblem& with) { return RunPlanner(name, with); }));
-  if (choice.chosen < 0) return choice.alternatives.front().status;
+  if (choice.chosen < 0) {
+    const absl::Status& refused = choice.alternatives.front().status;
+    return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
+  }
   const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
   problem.schedule = chosen.option.schedule;
   problem.recompute = chosen.option.recompute;
   v1::ParallelPlanSummary summary =
       ToSummary(problem, chosen.planned.plan, chosen.planned.prediction, problem.schedule);
   AddAlternatives(choice, &summary);
+  for (std::string& note : LeftOutNotes(limits)) summary.add_notes(std::move(note));
   return summary;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
@@ -192,6 +193,36 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
   }
   return absl::StrCat(name, ": ", Percent(faster), " faster than ", base_name, " ",
                       MemoryWords(chosen.planned, base.planned));
+}
+
+std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits) {
+  if (!limits.choose_schedule) return {};
+  std::vector<std::string> split;
+  for (const CandidateSchedule& c : CandidateSchedules()) {
+    if (c.splits_backward) split.emplace_back(schedule::ScheduleKindName(c.kind));
+  }
+  const std::string names = absl::StrJoin(split, " and ");
+  if (limits.cuda) {
+    return {absl::StrCat("parallel.schedule auto on CUDA: ", absl::StrJoin(split, ", "),
+                         " and activation recomputation were not considered (not implemented "
+                         "on CUDA yet)")};
+  }
+  if (limits.recompute == "all") {
+    return {absl::StrCat("parallel.schedule auto with training.recompute all: ", names,
+                         " were not considered (a recomputed forward does not outlive their split "
+                         "backward; set recompute auto or none to include them)")};
+  }
+  return {};
+}
+
+std::string NoneFitsNote(const ScheduleChoice& choice) {
+  if (choice.chosen >= 0 || choice.alternatives.size() < 2) return "";
+  std::vector<std::string> names;
+  for (const Alternative& a : choice.alternatives) names.push_back(OptionName(a.option));
+  const std::string last = names.back();
+  names.pop_back();
+  return absl::StrCat(" (parallel.schedule auto planned ", absl::StrJoin(names, ", "), " and ",
+                      last, ": none fits; the need above is ", names.front(), "'s)");
 }
 
 void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summary) {

@@ -98,6 +98,19 @@ std::string LayoutText(const HybridPlan& plan);
 // Empty when nothing was chosen.
 std::string ChoiceReason(const ScheduleChoice& choice);
 
+// Notes for the plan on what parallel.schedule auto left out and why, so that a missing row of
+// the alternatives is explained: the zero-bubble schedules under training.recompute all (a
+// replayed forward does not outlive a split backward) and on CUDA (not implemented there), and
+// recomputation on CUDA. Empty when the schedule is fixed or nothing was left out.
+std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits);
+
+// When nothing was chosen among several alternatives, the sentence a refusal ends with, so that
+// a user of parallel.schedule auto knows every option was tried, not only the one whose need the
+// refusal states (the first's): " (parallel.schedule auto planned dapple, zb-h1, zb-h2 and gpipe
+// with recompute auto: none fits; the need above is dapple's)". Empty with one alternative or a
+// chosen one.
+std::string NoneFitsNote(const ScheduleChoice& choice);
+
 // Writes choice's alternatives (PlanAlternative, the chosen one marked) and ChoiceReason into
 // `summary`; nothing when there is only one alternative.
 void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summary);

@@ -53,6 +53,26 @@ TEST(ScheduleOptionsTest, AutoTriesEverySynchronousScheduleAndRecomputationWhere
                                                                  {ScheduleKind::kGPipe, kAll}}));
 }
 
+// What auto leaves out is said in the plan's notes, so that no row is silently missing.
+TEST(ScheduleOptionsTest, WhatAutoLeavesOutIsExplained) {
+  ChoiceLimits limits;
+  limits.choose_schedule = true;
+  EXPECT_THAT(LeftOutNotes(limits), ::testing::IsEmpty());
+  limits.recompute = "all";
+  EXPECT_THAT(LeftOutNotes(limits),
+              ::testing::ElementsAre(
+                  "parallel.schedule auto with training.recompute all: zb-h1 and zb-h2 were not "
+                  "considered (a recomputed forward does not outlive their split backward; set "
+                  "recompute auto or none to include them)"));
+  limits.cuda = true;
+  EXPECT_THAT(LeftOutNotes(limits),
+              ::testing::ElementsAre("parallel.schedule auto on CUDA: zb-h1, zb-h2 and "
+                                     "activation recomputation were not considered (not "
+                                     "implemented on CUDA yet)"));
+  limits.choose_schedule = false;
+  EXPECT_THAT(LeftOutNotes(limits), ::testing::IsEmpty());
+}
+
 TEST(ScheduleOptionsTest, CudaNeverGetsAZeroBubbleScheduleOrRecomputation) {
   ChoiceLimits limits;
   limits.choose_schedule = true;
@@ -204,6 +224,9 @@ TEST(ChooseScheduleTest, NothingFits) {
   EXPECT_EQ(choice.chosen, -1);
   EXPECT_EQ(choice.alternatives.size(), 6u);
   EXPECT_EQ(ChoiceReason(choice), "");
+  EXPECT_EQ(NoneFitsNote(choice),
+            " (parallel.schedule auto planned dapple, dapple with recompute auto, zb-h1, zb-h2, "
+            "gpipe and gpipe with recompute auto: none fits; the need above is dapple's)");
   PlanningProblem problem;
   EXPECT_EQ(ChooseSchedule(problem, {}, Fake()).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -393,6 +416,10 @@ TEST(ScheduleAutoTest, NothingFitsIsRefusedAsForDapple) {
   auto plan = MakePlan(DemoSpec(), inputs);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(plan.status().message(), HasSubstr("parallel.planner balanced: no plan fits"));
+  // Every option was tried, and the refusal says so (its stated need is the first's).
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("(parallel.schedule auto planned dapple, dapple with recompute auto, "));
+  EXPECT_THAT(plan.status().message(), HasSubstr("none fits; the need above is dapple's)"));
 }
 
 TEST(ScheduleAutoTest, PlanProfileChoosesToo) {

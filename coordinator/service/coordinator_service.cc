@@ -874,9 +874,18 @@ absl::Status CoordinatorService::GetJobLogs(const v1::GetJobLogsRequest& request
     const int stages = job.plan().stages_size();
     if (request.stage() < 0 || request.stage() >= stages || request.replica() < 0 ||
         request.replica() >= job.plan().stages(request.stage()).replicas()) {
+      // Name what is wrong: a stage past the last, or a replica past its stage's last.
+      std::string why;
+      if (stages == 0) {
+        why = "it has no plan yet";
+      } else if (request.stage() < 0 || request.stage() >= stages) {
+        why = absl::StrCat("its stages are 0..", stages - 1);
+      } else {
+        why = absl::StrCat("stage ", request.stage(), " has replicas 0..",
+                           job.plan().stages(request.stage()).replicas() - 1);
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          "job ", job.id(), " has no rank ", request.stage(), "/", request.replica(), ": ",
-          stages == 0 ? "it has no plan yet" : absl::StrCat("stages 0..", stages - 1)));
+          "job ", job.id(), " has no rank ", request.stage(), "/", request.replica(), ": ", why));
     }
     query.rank = std::make_pair(request.stage(), request.replica());
   }

@@ -293,7 +293,14 @@ TEST_F(HistoryHandlerTest, LogLinesOfEveryRankAreKeptAndServedByRankAndSeq) {
     r->set_stage(2);
   });
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status().message(), "job job-1 has no rank 2/0: stages 0..1");
+  EXPECT_EQ(bad.status().message(), "job job-1 has no rank 2/0: its stages are 0..1");
+  bad = Logs(job, [](v1::GetJobLogsRequest* r) {
+    r->set_one_rank(true);
+    r->set_stage(0);
+    r->set_replica(2);
+  });
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "job job-1 has no rank 0/2: stage 0 has replicas 0..1");
   EXPECT_EQ(Logs("job-9").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Logs("").status().code(), absl::StatusCode::kInvalidArgument);
 }

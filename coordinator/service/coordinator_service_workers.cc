@@ -321,6 +321,10 @@ void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
     j->clear_checkpoints();
     for (v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = std::move(info);
   });
+  // Written now, not at the next throttled write: a coordinator restarted in between would not
+  // list the published folder, and the ranks' replayed reports could not publish it again
+  // (its .partial folder is gone).
+  if (s.ok()) s = jobs_->FlushDirty(/*force=*/true);
   if (!s.ok()) {
     DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
   }

@@ -10,10 +10,11 @@
 // FIFO scheduling.
 //
 // Worker protocol (docs/coordinator.md):
-//   RegisterWorker -> id + heartbeat interval. Heartbeat every interval with running_job_id;
-//   the response carries a new StageAssignment once (only while the worker reports no running
-//   job), abort_job_ids for a job the worker reports that it must stop (ended, or not its
-//   job), or unknown_worker (never registered, or DEAD: register again).
+//   RegisterWorker -> id + heartbeat interval (with a RankClaim after a coordinator restart:
+//   the claimed rank back, see "Coordinator restarts" in docs/coordinator.md). Heartbeat every
+//   interval with running_job_id; the response carries a new StageAssignment once (only while the
+//   worker reports no running job), abort_job_ids for a job the worker reports that it must stop
+//   (ended, or not its job), or unknown_worker (never registered, or DEAD: register again).
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
 //   ReportProgress: any report may carry the rank's log lines (kept in LogStore, also when
 //   the job already ended, as long as the worker is one of its ranks);
@@ -240,7 +241,10 @@ class CoordinatorService {
   // the database before the id is answered (jobs/worker_id_store.h) and, on opening, raised
   // past every "w-N" the stored jobs name. kInternal "saving the worker id sequence ..." when
   // that write fails: the worker stays registered and its retry from the same process gets the
-  // same id once the sequence is saved.
+  // same id once the sequence is saved. A request with a RankClaim (reattach: the worker ran a
+  // rank before this coordinator started) is answered reattached = true and the claimed id when
+  // the claim is accepted (ReattachLocked), else reattach_refused says why and the worker is
+  // registered as any other.
   absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
   // Unknown or DEAD worker: OK with unknown_worker = true.

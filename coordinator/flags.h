@@ -41,7 +41,7 @@ inline constexpr int64_t kMaxGflops = 1'000'000'000;              // 1 EFLOP/s
 
 // The flags as typed (defaults as in docs/coordinator.md).
 struct RawFlags {
-  std::string listen = "0.0.0.0:7600";
+  std::string listen = "127.0.0.1:7600";  // loopback: plain text is allowed there alone
   std::string db = "dapple.db";
   std::string heartbeat_interval_ms = "500";
   std::string worker_timeout_ms = "5000";
@@ -59,6 +59,12 @@ struct RawFlags {
   std::string inter_node_latency_us = "20";
   std::string cpu_gflops = "50";
   std::string cuda_gflops = "50000";
+  // TLS (common/grpc_tls.h): certificate and key of the gRPC port, and a CA whose client
+  // certificates are required (mutual TLS); --plaintext: serve without TLS off loopback.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  bool plaintext = false;
 };
 
 struct Flags {
@@ -87,6 +93,12 @@ struct Flags {
   int64_t inter_node_latency_us = 0;
   int64_t cpu_gflops = 0;  // 1..1e9
   int64_t cuda_gflops = 0;
+  // TLS files as typed (read by MakeServerCredentials at start); all empty: plain text, which
+  // needs a loopback --listen or --plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  bool plaintext = false;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -94,7 +106,9 @@ struct Flags {
 // "--heartbeat-interval-ms must be an integer number of ms, got '1.5'",
 // "--worker-timeout-ms must exceed 2x --heartbeat-interval-ms (2 x 500 = 1000 ms), got 900",
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
-// "--db must name a file", "--log-level must be one of trace, debug, info, warn, error, off;
+// "--db must name a file", "--listen 0.0.0.0:7600 is not a loopback address: give --tls-cert
+// and --tls-key, or --plaintext to send tokens and jobs unencrypted", "--plaintext and
+// --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together", "--log-level must be one of trace, debug, info, warn, error, off;
 // got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
 // CheckPortFile's messages, "--metrics-port must be a port number in 0..65535 (0: no metrics
 // endpoint), got '70000'", and for the planner defaults "--cpu-gflops must be at least 1

@@ -23,7 +23,7 @@ std::string Error(const RawFlags& raw) {
 TEST(FlagsTest, DefaultsAreValid) {
   auto flags = ValidateFlags(RawFlags{});
   ASSERT_TRUE(flags.ok()) << flags.status();
-  EXPECT_EQ(flags->listen, "0.0.0.0:7600");
+  EXPECT_EQ(flags->listen, "127.0.0.1:7600");  // loopback: plain text needs no flag there
   EXPECT_EQ(flags->db, "dapple.db");
   EXPECT_EQ(flags->heartbeat_interval_ms, 500);
   EXPECT_EQ(flags->worker_timeout_ms, 5000);
@@ -189,6 +189,7 @@ TEST(FlagsTest, WorkerTimeoutMustExceedTwiceTheHeartbeatInterval) {
 
 TEST(FlagsTest, ListenIsHostColonPortWithAPortThatFits) {
   RawFlags raw;
+  raw.plaintext = true;  // the form alone here; TlsOrPlaintextOffLoopback has the rest
   for (const char* good :
        {"127.0.0.1:0", "0.0.0.0:65535", "localhost:7600", "[::]:7600", "[::1]:1"}) {
     raw.listen = good;
@@ -249,6 +250,27 @@ TEST(FlagsTest, TraceEverySteps) {
   EXPECT_EQ(Error(raw), "--trace-every-steps must be at most 1000000000 (steps), got 1000000001");
   raw.trace_every_steps = "often";
   EXPECT_EQ(Error(raw), "--trace-every-steps must be an integer number of steps, got 'often'");
+}
+
+// Off loopback the port serves TLS, or plain text when asked for; the TLS flags' own rules.
+TEST(FlagsTest, TlsOrPlaintextOffLoopback) {
+  RawFlags raw;
+  raw.listen = "0.0.0.0:7600";
+  EXPECT_EQ(Error(raw),
+            "--listen 0.0.0.0:7600 is not a loopback address: give --tls-cert and --tls-key, or "
+            "--plaintext to send tokens and jobs unencrypted");
+  raw.plaintext = true;
+  EXPECT_EQ(Error(raw), "");
+  raw.tls_cert = "c.pem";
+  EXPECT_EQ(Error(raw), "--tls-cert and --tls-key go together: give both or neither");
+  raw.tls_key = "k.pem";
+  EXPECT_EQ(Error(raw), "--plaintext and --tls-cert contradict each other: choose one");
+  raw.plaintext = false;
+  EXPECT_EQ(Error(raw), "");  // the files are read at start (common/grpc_tls.h)
+  raw.tls_cert = raw.tls_key = "";
+  raw.tls_client_ca = "ca.pem";
+  raw.listen = "127.0.0.1:7600";
+  EXPECT_EQ(Error(raw), "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first");
 }
 
 }  // namespace

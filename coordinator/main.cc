@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/metrics/metrics_server.h"
 #include "coordinator/flags.h"
@@ -156,6 +157,15 @@ int main(int argc, char** argv) {
                  "workers record a timeline of step 1 and every N-th step for dapplectl trace "
                  "(0: never)")
       ->capture_default_str();
+  app.add_option("--tls-cert", raw.tls_cert,
+                 "PEM certificate chain of the gRPC port (TLS; re-read when it changes)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", raw.tls_key, "PEM private key of --tls-cert")->type_name("FILE");
+  app.add_option("--tls-client-ca", raw.tls_client_ca,
+                 "require client certificates signed by this CA (mutual TLS for workers)")
+      ->type_name("FILE");
+  app.add_flag("--plaintext", raw.plaintext,
+               "serve without TLS on a non-loopback --listen (tokens and jobs unencrypted)");
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
@@ -201,6 +211,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // The certificate files are read before anything is opened: a wrong path costs nothing.
+  // After the signal mask: making credentials starts gRPC, whose threads must not take SIGTERM.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      dapple::MakeServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
+  if (!credentials.ok()) return UsageError(credentials.status().message());
 
   dapple::coordinator::CoordinatorOptions options;
   options.db_path = flags->db;
@@ -228,8 +243,20 @@ int main(int argc, char** argv) {
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();
 
+  if (flags->tls_cert.empty()) {
+    DAPPLE_LOG_WARN(
+        "serving plain text on {} ({}): tokens and jobs travel unencrypted; give "
+        "--tls-cert and --tls-key for TLS",
+        flags->listen, flags->plaintext ? "--plaintext" : "loopback only");
+  } else {
+    DAPPLE_LOG_INFO(
+        "TLS with {} (re-read every {} s){}", flags->tls_cert, dapple::kTlsReloadIntervalS,
+        flags->tls_client_ca.empty()
+            ? ""
+            : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
+  }
   HoldGrpcLog(true);
-  auto server = dapple::coordinator::GrpcServer::Start(flags->listen, service->get());
+  auto server = dapple::coordinator::GrpcServer::Start(flags->listen, service->get(), *credentials);
   HoldGrpcLog(false, /*drop=*/!server.ok());
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();

@@ -108,6 +108,26 @@ bool IsTransportMessage(const std::string& grpc_message) {
   return false;
 }
 
+std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& grpc_message,
+                                     absl::Duration timeout, bool tls, bool client_certificate) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  if (absl::StrContains(m, "certificate verify failed")) {
+    return "TLS: the coordinator's certificate is not signed by the --ca file (certificate "
+           "verify failed)";
+  }
+  if (absl::StrContains(m, "handshake failed")) {
+    return absl::StrCat("TLS handshake failed: ", grpc_message);
+  }
+  const std::string reason = UnreachableReason(code, grpc_message, timeout);
+  if (reason != "connection lost") return reason;
+  if (!tls) return "connection lost; if the coordinator serves TLS, give --ca FILE or DAPPLE_CA";
+  if (!client_certificate) {
+    return "connection lost; if the coordinator requires client certificates (mutual TLS), give "
+           "--tls-cert and --tls-key";
+  }
+  return reason;
+}
+
 std::string UnreachableMessage(const std::string& address, const std::string& reason) {
   return absl::StrCat("cannot reach the coordinator at ", address, " (", reason,
                       "); start dapple-coordinator or set --coordinator / DAPPLE_COORDINATOR");
@@ -133,7 +153,10 @@ CoordinatorClient::CoordinatorClient(ClientOptions options) : options_(std::move
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  channel_ = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(
+      options_.address,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+      args);
   stub_ = v1::Coordinator::NewStub(channel_);
 }
 
@@ -168,8 +191,10 @@ absl::Status CoordinatorClient::Convert(const char* method, const grpc::Status& 
     }
     return absl::UnavailableError(message.empty() ? "the coordinator is unavailable" : message);
   }
-  return absl::Status(code, UnreachableMessage(options_.address,
-                                               UnreachableReason(code, message, options_.timeout)));
+  return absl::Status(
+      code, UnreachableMessage(options_.address, UnreachableReasonWithTls(
+                                                     code, message, options_.timeout, options_.tls,
+                                                     options_.client_certificate)));
 }
 
 template <typename Request, typename Response, typename Call>

@@ -46,6 +46,10 @@ struct ClientOptions {
   // connection is detected; an answer must come within keepalive_timeout.
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // TLS or plain text (common/grpc_tls.h MakeChannelCredentials); null: plain text.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  bool tls = false;                 // credentials are TLS (--ca), for the hints of errors
+  bool client_certificate = false;  // and carry a client certificate (--tls-cert)
 };
 
 class CoordinatorClient {
@@ -117,6 +121,14 @@ class CoordinatorClient {
 // timeout", "no answer within 2 s" (kDeadlineExceeded), else the gRPC message itself.
 std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_message,
                               absl::Duration timeout);
+
+// UnreachableReason, with what TLS may have to do with it: a certificate the --ca did not sign
+// ("TLS: the coordinator's certificate is not signed by the --ca file (certificate verify
+// failed)"), a failed handshake, and for a connection closed at once the likely cause: a
+// plain-text client of a TLS port ("connection lost; if the coordinator serves TLS, give --ca
+// FILE or DAPPLE_CA"), or a TLS client without the certificate a mutual-TLS port requires.
+std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& grpc_message,
+                                     absl::Duration timeout, bool tls, bool client_certificate);
 
 // True when a WatchJob stream (or a call while reconnecting) that ended with `code` before
 // the job's terminal state means the connection or the coordinator went away, not that the

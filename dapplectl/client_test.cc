@@ -45,6 +45,24 @@ TEST(UnreachableReasonTest, FromGrpcMessages) {
   EXPECT_EQ(UnreachableReason(absl::StatusCode::kDeadlineExceeded, "", absl::Milliseconds(1500)),
             "no answer within 1.5 s");
   EXPECT_EQ(UnreachableReason(absl::StatusCode::kUnavailable, "something new", t), "something new");
+  // TLS: what the handshake said, and the likely cause of a connection closed at once.
+  EXPECT_EQ(UnreachableReasonWithTls(absl::StatusCode::kUnavailable,
+                                     "failed to connect to all addresses; last error: UNKNOWN: "
+                                     "ipv4:127.0.0.1:1: Ssl handshake failed: SSL_ERROR_SSL: "
+                                     "error:0A000086:SSL routines::certificate verify failed",
+                                     t, true, false),
+            "TLS: the coordinator's certificate is not signed by the --ca file (certificate "
+            "verify failed)");
+  EXPECT_EQ(
+      UnreachableReasonWithTls(absl::StatusCode::kUnavailable, "Socket closed", t, false, false),
+      "connection lost; if the coordinator serves TLS, give --ca FILE or DAPPLE_CA");
+  EXPECT_EQ(
+      UnreachableReasonWithTls(absl::StatusCode::kUnavailable, "Socket closed", t, true, false),
+      "connection lost; if the coordinator requires client certificates (mutual TLS), give "
+      "--tls-cert and --tls-key");
+  EXPECT_EQ(
+      UnreachableReasonWithTls(absl::StatusCode::kUnavailable, "Socket closed", t, true, true),
+      "connection lost");
 }
 
 TEST(UnreachableReasonTest, TransportMessages) {

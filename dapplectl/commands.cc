@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/grpc_tls.h"
 #include "common/job_spec.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
@@ -42,7 +43,13 @@ struct Flags {
   std::string coordinator = kDefaultCoordinator;
   std::string output = "table";
   std::string timeout = "10";  // checked by ParsePositiveSeconds after parsing
+  std::string ca;              // TLS: the CA that signed the coordinator's certificate
+  std::string tls_cert;        // mutual TLS: this client's certificate and key
+  std::string tls_key;
+  bool plaintext = false;
 };
+
+constexpr char kCaEnv[] = "DAPPLE_CA";
 
 constexpr char kCoordinatorEnv[] = "DAPPLE_COORDINATOR";
 
@@ -146,6 +153,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                  "but watch, submit --watch, top, trace and logs: those stream or write files)")
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
+  app.add_option("--ca", flags.ca,
+                 "verify the coordinator's TLS certificate against this CA file (default: "
+                 "$DAPPLE_CA; without one: plain text, on loopback or with --plaintext only)")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", flags.tls_cert, "client certificate for mutual TLS")
+      ->type_name("FILE");
+  app.add_option("--tls-key", flags.tls_key, "key of --tls-cert")->type_name("FILE");
+  app.add_flag("--plaintext", flags.plaintext,
+               "talk plain text to a coordinator that is not on loopback (unencrypted)");
   app.add_option("--timeout", flags.timeout,
                  "deadline in seconds of each call, connecting included (watch: of connecting "
                  "and of each reconnect after the coordinator went away; the watch itself has "
@@ -354,6 +370,29 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   ClientOptions options;
   options.address = flags.coordinator;
   options.timeout = *timeout;
+  if (flags.ca.empty()) {
+    if (const char* ca = std::getenv(kCaEnv); ca != nullptr) flags.ca = ca;
+  }
+  if (flags.ca.empty()) {
+    if (absl::Status s = RequirePlaintextAllowed("coordinator", flags.coordinator, flags.plaintext,
+                                                 "--ca FILE (or DAPPLE_CA)", "--plaintext");
+        !s.ok()) {
+      return Fail(env, kExitUsage, std::string(s.message()));
+    }
+  }
+  {
+    ClientTlsFiles tls;
+    tls.ca_file = flags.ca;
+    tls.cert_file = flags.tls_cert;
+    tls.key_file = flags.tls_key;
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(tls);
+    if (!credentials.ok())
+      return Fail(env, kExitUsage, std::string(credentials.status().message()));
+    options.credentials = *std::move(credentials);
+    options.tls = !flags.ca.empty();
+    options.client_certificate = !flags.tls_cert.empty();
+  }
 
   if (submit->parsed()) {
     std::optional<Format> format =

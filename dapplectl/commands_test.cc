@@ -457,6 +457,21 @@ TEST_F(CommandsTest, ParseErrorsNameTheCommand) {
   }
 }
 
+// Off loopback, plain text only when asked for; a CA file is read before anything is sent.
+TEST_F(CommandsTest, PlainTextOnlyToLoopbackOrWhenAskedFor) {
+  Result r = RunCtl({"--coordinator", "10.1.2.3:7600", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err,
+            "dapplectl: coordinator 10.1.2.3:7600 is not a loopback address: give --ca FILE (or "
+            "DAPPLE_CA), or --plaintext to send tokens and jobs unencrypted\n");
+  r = RunCtl({"--coordinator", "10.1.2.3:7600", "--ca", "/no/ca.pem", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: --ca /no/ca.pem: No such file or directory\n");
+  r = RunCtl({"--coordinator", addr_, "--tls-cert", "c.pem", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--tls-cert and --tls-key go together"));
+}
+
 TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {
   for (const char* command : {"get", "cancel", "watch"}) {
     Result r = RunCtl({"--coordinator", addr_, command, ""});

@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  absl::StatusOr<dapple::worker::WorkerFlags> flags = dapple::worker::ParseWorkerFlags(
-      std::vector<std::string>(argv + 1, argv + argc), std::getenv("DAPPLE_COORDINATOR"));
+  absl::StatusOr<dapple::worker::WorkerFlags> flags =
+      dapple::worker::ParseWorkerFlags(std::vector<std::string>(argv + 1, argv + argc),
+                                       std::getenv("DAPPLE_COORDINATOR"), std::getenv("DAPPLE_CA"));
   if (!flags.ok()) return UsageError(std::string(flags.status().message()));
   if (flags->help) {
     std::cout << flags->help_text;

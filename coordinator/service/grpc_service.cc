@@ -175,9 +175,17 @@ grpc::Status GrpcWorkerControl::ReportProfile(grpc::ServerContext*,
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
                                                               CoordinatorService* service) {
+  return Start(address, service, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
+    const std::string& address, CoordinatorService* service,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   std::unique_ptr<GrpcServer> server(new GrpcServer(service));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address,
+                           credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+                           &server->port_);
   builder.RegisterService(&server->coordinator_);
   builder.RegisterService(&server->worker_control_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

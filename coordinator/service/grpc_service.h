@@ -92,6 +92,11 @@ class GrpcServer {
   // must outlive the server. Port reuse (SO_REUSEPORT) is off, so a port another process
   // listens on is refused. kUnavailable "cannot listen on 127.0.0.1:7600: address already in
   // use" when binding fails (the reason as the OS gives it, when a probe bind can tell).
+  // `credentials`: TLS or plain text (common/grpc_tls.h MakeServerCredentials); null: plain
+  // text.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const std::string& address, CoordinatorService* service,
+      std::shared_ptr<grpc::ServerCredentials> credentials);
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            CoordinatorService* service);
 

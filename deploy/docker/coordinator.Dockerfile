@@ -23,4 +23,6 @@ VOLUME /var/lib/dapple
 # 7600: gRPC (dapplectl, workers); 9400: Prometheus /metrics.
 EXPOSE 7600 9400
 ENTRYPOINT ["/opt/dapple/bin/dapple-coordinator"]
-CMD ["--listen", "0.0.0.0:7600", "--db", "/var/lib/dapple/dapple.db", "--metrics-port", "9400"]
+# Plain text off loopback must be asked for; mount certificates and pass --tls-cert / --tls-key
+# instead (docs/coordinator.md, "TLS").
+CMD ["--listen", "0.0.0.0:7600", "--plaintext", "--db", "/var/lib/dapple/dapple.db", "--metrics-port", "9400"]

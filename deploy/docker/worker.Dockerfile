@@ -42,4 +42,5 @@ WORKDIR /var/lib/dapple
 # 9401: Prometheus /metrics (the chart gives worker i of a pod 9401 + i).
 EXPOSE 9401
 ENTRYPOINT ["/opt/dapple/bin/dapple-worker"]
-CMD ["--coordinator", "dapple:7600", "--metrics-port", "9401"]
+# Plain text to a coordinator off loopback must be asked for; with TLS pass --ca instead.
+CMD ["--coordinator", "dapple:7600", "--plaintext", "--metrics-port", "9401"]

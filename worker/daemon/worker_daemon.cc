@@ -174,8 +174,11 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options))
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kMinDnsResolutionIntervalMs);
-  channel_ =
-      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(options_.coordinator,
+                                       options_.coordinator_credentials != nullptr
+                                           ? options_.coordinator_credentials
+                                           : grpc::InsecureChannelCredentials(),
+                                       args);
   stub_ = v1::WorkerControl::NewStub(channel_);
 }
 

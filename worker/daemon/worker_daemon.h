@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
+#include "grpcpp/security/credentials.h"
 #include "worker/daemon/daemon_observer.h"
 #include "worker/data/dataset.h"
 
@@ -56,6 +57,9 @@ struct WorkerOptions {
   // --collective-host: the address this worker's Gloo AllReduce (among a stage's replicas)
   // binds to and tells the other replicas; empty: CollectiveHost(coordinator).
   std::string collective_host;
+  // How to reach the coordinator: TLS or plain text (common/grpc_tls.h; ParseWorkerFlags makes
+  // them from --ca, --tls-cert, --tls-key); null: plain text.
+  std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
   // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
   // between stages (worker/comm/delay_transport.h); zero: off.
   absl::Duration comm_delay_max = absl::ZeroDuration();

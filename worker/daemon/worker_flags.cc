@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_tls.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
 
@@ -71,7 +72,7 @@ absl::Status SplitDevices(const std::vector<std::string>& values, std::vector<st
 }  // namespace
 
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
-                                             const char* coordinator_env) {
+                                             const char* coordinator_env, const char* ca_env) {
   WorkerFlags f;
   WorkerOptions& o = f.options;
   const bool env_given = coordinator_env != nullptr && *coordinator_env != '\0';
@@ -122,6 +123,18 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--device-memory", device_memory,
                  "memory of the compute device the planner may use, e.g. 8GiB (default: a "
                  "GPU's total memory; cpu: the host's RAM shared by its cpu workers)");
+  ClientTlsFiles tls;
+  tls.ca_file = ca_env != nullptr ? ca_env : "";
+  bool plaintext = false;
+  app.add_option("--ca", tls.ca_file,
+                 "verify the coordinator's TLS certificate against this CA file (env DAPPLE_CA; "
+                 "without one: plain text, to a loopback coordinator or with --plaintext only)");
+  app.add_option("--tls-cert", tls.cert_file,
+                 "this worker's certificate, for a coordinator that requires client "
+                 "certificates (mutual TLS)");
+  app.add_option("--tls-key", tls.key_file, "key of --tls-cert");
+  app.add_flag("--plaintext", plaintext,
+               "talk plain text to a coordinator that is not on loopback (unencrypted)");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error")->capture_default_str();
   f.help_text = app.help();
 
@@ -147,6 +160,9 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         {"--device-memory", &device_memory},
         {"--metrics-port", &metrics_port},
         {"--comm-delay-max-ms", &comm_delay_max_ms},
+        {"--ca", &tls.ca_file},
+        {"--tls-cert", &tls.cert_file},
+        {"--tls-key", &tls.key_file},
         {"--log-level", &f.log_level}}) {
     if (app.count(flag) > 0) {
       if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
@@ -218,6 +234,17 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     }
     return s;
   }
+  if (tls.ca_file.empty()) {
+    if (absl::Status s = RequirePlaintextAllowed("--coordinator", o.coordinator, plaintext,
+                                                 "--ca FILE (or DAPPLE_CA)", "--plaintext");
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  o.coordinator_credentials = *std::move(credentials);
   return f;
 }
 

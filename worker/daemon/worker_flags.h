@@ -25,7 +25,11 @@ struct WorkerFlags {
 
 // Parses dapple-worker's arguments `args` (argv[1..]) and checks them with ValidateLogLevel and
 // ValidateWorkerOptions (worker_options.h). `coordinator_env` is $DAPPLE_COORDINATOR (null or
-// empty: unset), used when --coordinator is absent.
+// empty: unset), used when --coordinator is absent; `ca_env` $DAPPLE_CA, used when --ca is.
+// The coordinator is reached over TLS with --ca (the CA files are read here: a missing file is
+// "--ca /x.pem: No such file or directory"), else in plain text, which needs a loopback
+// --coordinator or --plaintext ("--coordinator 10.0.0.5:7600 is not a loopback address: give
+// --ca FILE (or DAPPLE_CA), or --plaintext ...").
 //
 // kInvalidArgument, with one line naming the flag and the value, for:
 //  - a flag without a value ("--devices needs a value ..."), one given twice (other than
@@ -40,7 +44,8 @@ struct WorkerFlags {
 //    "(from $DAPPLE_COORDINATOR)").
 // Does not look at the machine's GPUs: ResolveDevices (device.h) does that afterwards.
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
-                                             const char* coordinator_env);
+                                             const char* coordinator_env,
+                                             const char* ca_env = nullptr);
 
 }  // namespace dapple::worker
 

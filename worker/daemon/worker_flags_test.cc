@@ -45,7 +45,8 @@ TEST(WorkerFlagsTest, AllFlags) {
   absl::StatusOr<WorkerFlags> f =
       Parse({"--coordinator", "10.0.0.1:7601", "--name", "node-1", "--devices", "cpu,cuda:0",
              "--devices", "cuda:3", "--cpu-fallback", "--dump-dir", ::testing::TempDir(),
-             "--transport-timeout-s", "7", "--rendezvous-timeout-s", "9", "--log-level", "debug"});
+             "--transport-timeout-s", "7", "--rendezvous-timeout-s", "9", "--log-level", "debug",
+             "--plaintext"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.coordinator, "10.0.0.1:7601");
   EXPECT_EQ(f->options.name, "node-1");
@@ -59,10 +60,10 @@ TEST(WorkerFlagsTest, AllFlags) {
 }
 
 TEST(WorkerFlagsTest, CoordinatorFromEnvironment) {
-  absl::StatusOr<WorkerFlags> f = Parse({}, "coord:7000");
+  absl::StatusOr<WorkerFlags> f = Parse({"--plaintext"}, "coord:7000");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.coordinator, "coord:7000");
-  f = Parse({"--coordinator", "other:7001"}, "coord:7000");
+  f = Parse({"--coordinator", "other:7001", "--plaintext"}, "coord:7000");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.coordinator, "other:7001");
   f = Parse({}, "");  // set but empty: as if unset
@@ -207,6 +208,25 @@ TEST(NameTakenWarningTest, WarnsOnlyWhenTheRequestedNameWasNotGiven) {
             "--name cpu-a is taken by a live worker; registered as w-1");
   EXPECT_EQ(NameTakenWarning("cpu-a", "cpu-a"), "");
   EXPECT_EQ(NameTakenWarning("", "w-1"), "");
+}
+
+// Plain text to the coordinator only on loopback or when asked for; the CA is read at start.
+TEST(WorkerFlagsTest, TlsOrPlaintextToTheCoordinator) {
+  EXPECT_TRUE(Parse({"--coordinator", "127.0.0.1:7600"}).ok());
+  absl::StatusOr<WorkerFlags> far = Parse({"--coordinator", "10.0.0.5:7600"});
+  EXPECT_EQ(far.status().message(),
+            "--coordinator 10.0.0.5:7600 is not a loopback address: give --ca FILE (or "
+            "DAPPLE_CA), or --plaintext to send tokens and jobs unencrypted");
+  EXPECT_TRUE(Parse({"--coordinator", "10.0.0.5:7600", "--plaintext"}).ok());
+  EXPECT_EQ(Parse({"--coordinator", "10.0.0.5:7600", "--ca", "/no/ca.pem"}).status().message(),
+            "--ca /no/ca.pem: No such file or directory");
+  EXPECT_EQ(ParseWorkerFlags({"--coordinator", "10.0.0.5:7600"}, nullptr, "/no/env-ca.pem")
+                .status()
+                .message(),
+            "--ca /no/env-ca.pem: No such file or directory");
+  EXPECT_THAT(Parse({"--tls-key", "k.pem"}).status().message(),
+              HasSubstr("--tls-cert and --tls-key go together"));
+  EXPECT_THAT(Parse({"--ca"}).status().message(), HasSubstr("--ca"));
 }
 
 }  // namespace

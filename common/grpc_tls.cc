@@ -1,0 +1,134 @@
+#include "common/grpc_tls.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+
+namespace dapple {
+namespace {
+
+// The file's text, checked to hold a PEM block, so that a wrong path or file is refused at
+// start with the flag's name rather than at the first handshake.
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": not PEM (no -----BEGIN line)"));
+  }
+  return text.str();
+}
+
+absl::Status PairComplete(const std::string& cert, const std::string& key,
+                          const std::string& cert_flag, const std::string& key_flag) {
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cert_flag, " and ", key_flag, " go together: give both or neither"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTlsFiles& files) {
+  if (absl::Status s = PairComplete(files.cert_file, files.key_file, "--tls-cert", "--tls-key");
+      !s.ok()) {
+    return s;
+  }
+  if (files.cert_file.empty()) {
+    if (!files.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (absl::StatusOr<std::string> s = ReadPem("--tls-cert", files.cert_file); !s.ok()) {
+    return s.status();
+  }
+  if (absl::StatusOr<std::string> s = ReadPem("--tls-key", files.key_file); !s.ok()) {
+    return s.status();
+  }
+  if (!files.client_ca_file.empty()) {
+    if (absl::StatusOr<std::string> s = ReadPem("--tls-client-ca", files.client_ca_file); !s.ok()) {
+      return s.status();
+    }
+  }
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key_file, files.cert_file, files.client_ca_file, kTlsReloadIntervalS);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (files.client_ca_file.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientTlsFiles& files) {
+  if (absl::Status s =
+          PairComplete(files.cert_file, files.key_file, files.cert_flag, files.key_flag);
+      !s.ok()) {
+    return s;
+  }
+  if (files.ca_file.empty()) {
+    if (!files.cert_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(files.cert_flag, " needs ", files.ca_flag,
+                                                     ": a client certificate is sent over TLS"));
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions options;
+  absl::StatusOr<std::string> ca = ReadPem(files.ca_flag, files.ca_file);
+  if (!ca.ok()) return ca.status();
+  options.pem_root_certs = *std::move(ca);
+  if (!files.cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(files.cert_flag, files.cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(files.key_flag, files.key_file);
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  std::string host = address;
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    host = close == std::string::npos ? host : host.substr(1, close - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host == "localhost" || host == "::1") return true;
+  const std::vector<std::string> octets = absl::StrSplit(host, '.');
+  int first = 0;
+  return octets.size() == 4 && absl::SimpleAtoi(octets[0], &first) && first == 127;
+}
+
+absl::Status RequirePlaintextAllowed(const std::string& what, const std::string& address,
+                                     bool plaintext, const std::string& tls_hint,
+                                     const std::string& plaintext_flag) {
+  if (plaintext || IsLoopbackAddress(address)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", address, " is not a loopback address: give ", tls_hint, ", or ",
+                   plaintext_flag, " to send tokens and jobs unencrypted"));
+}
+
+}  // namespace dapple

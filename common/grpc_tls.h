@@ -1,0 +1,66 @@
+// TLS for dapple's gRPC connections (issue 16, "TLS"): the coordinator's server credentials
+// (certificate and key files, reloaded when they change; optionally client certificates
+// required: mutual TLS for workers), and the credentials dapplectl and workers connect with
+// (the CA file that verifies the coordinator, optionally their own certificate). Plain text is
+// the caller's decision (RequirePlaintextAllowed): only where asked for, or on loopback.
+//
+// Thread safety: the functions are thread-safe.
+#ifndef DAPPLE_COMMON_GRPC_TLS_H_
+#define DAPPLE_COMMON_GRPC_TLS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace dapple {
+
+// How often the coordinator looks at its certificate files for a change, seconds.
+inline constexpr unsigned int kTlsReloadIntervalS = 10;
+
+struct ServerTlsFiles {
+  std::string cert_file;       // PEM certificate chain; empty (with key_file): plain text
+  std::string key_file;        // PEM private key
+  std::string client_ca_file;  // non-empty: clients must present a certificate it signed
+};
+
+// Plain text when cert_file and key_file are both empty (and client_ca_file too), else TLS
+// whose certificate and key gRPC re-reads every kTlsReloadIntervalS (a renewed certificate is
+// served without a restart). kInvalidArgument naming the flag (--tls-cert, --tls-key,
+// --tls-client-ca) for one of cert/key without the other, a client CA without a certificate, or
+// a file that cannot be read or holds no PEM block ("--tls-cert /x.pem: No such file or
+// directory", "--tls-key k.pem: not PEM (no -----BEGIN line)").
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTlsFiles& files);
+
+struct ClientTlsFiles {
+  std::string ca_file;    // PEM CA bundle that signed the coordinator's certificate; empty:
+                          // plain text
+  std::string cert_file;  // for mutual TLS: this client's certificate chain and key
+  std::string key_file;
+  // The flag names for messages ("--ca", "--tls-cert", "--tls-key").
+  std::string ca_flag = "--ca";
+  std::string cert_flag = "--tls-cert";
+  std::string key_flag = "--tls-key";
+};
+
+// Plain text for an empty ca_file (and no certificate), else TLS verifying the server against
+// the CA. kInvalidArgument as MakeServerCredentials, naming the client's flags.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientTlsFiles& files);
+
+// Whether HOST:PORT names this machine only: 127.0.0.0/8, [::1], localhost.
+bool IsLoopbackAddress(const std::string& address);
+
+// OK when plain text to or on `address` is allowed: asked for (`plaintext`), or a loopback
+// address. kInvalidArgument otherwise: "<what> <address> is not a loopback address: give
+// <tls_hint>, or <plaintext_flag> to send tokens and jobs unencrypted".
+absl::Status RequirePlaintextAllowed(const std::string& what, const std::string& address,
+                                     bool plaintext, const std::string& tls_hint,
+                                     const std::string& plaintext_flag);
+
+}  // namespace dapple
+
+#endif  // DAPPLE_COMMON_GRPC_TLS_H_

@@ -123,14 +123,17 @@ Check CheckInterleaved(const v1::JobSpec& spec, int stages) {
                                 i, (*layers)[i].tied_layer));
     }
   }
-  // The schedule, its lowering and the simulator's proof exist (common/schedule/generators.h);
-  // the workers do not yet hold v layer ranges per stage, so the job is refused here rather
-  // than run as something else.
+  // The schedule, its lowering, the simulator's proof and the workers' runtime exist (v layer
+  // ranges per rank: worker/runtime/chunked_stage_backend.h, parity in
+  // worker/runtime/interleaved_runtime_test.cc); the planners do not cut the model into P * v
+  // virtual stages yet (PlanStageSummary.chunks), so the job is refused here rather than run
+  // as something else.
   return At("parallel.schedule",
             absl::StrFormat("parallel.schedule interleaved (P = %d, v = %d, M = %d) passes every "
-                            "check but is not runnable yet: a worker holds one layer range per "
-                            "stage and interleaved needs %d; use schedule dapple (or zb-h1)",
-                            stages, v, m, v));
+                            "check but is not runnable yet: the workers run %d layer ranges per "
+                            "stage, but the planner does not cut the model into %d virtual "
+                            "stages yet; use schedule dapple (or zb-h1)",
+                            stages, v, m, v, stages * v));
 }
 
 }  // namespace dapple::job_spec_internal

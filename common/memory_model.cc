@@ -90,6 +90,9 @@ int ActivationsInFlight(const ReplicaPlace& place) {
   const int p = NumStages(place);
   if (place.schedule == schedule::ScheduleKind::kZbH1) return std::min(p, M);
   if (place.schedule == schedule::ScheduleKind::kZbH2) return std::min(2 * p - 1, M);
+  if (place.schedule == schedule::ScheduleKind::kInterleaved) {
+    return schedule::InterleavedInFlight(p, std::max(1, place.chunks), M, place.stage);
+  }
   // GPipe runs every forward before the first backward; 1F1B (dapple, pipesgd) at most P - s.
   return static_cast<int>(InFlightBound(place.schedule, NumStages(place) - place.stage, M));
 }

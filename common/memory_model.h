@@ -81,13 +81,18 @@ struct ReplicaPlace {
   int64_t num_steps = 0;
   // The stage recomputes its activations (PlanStageSummary.recompute).
   bool recompute = false;
+  // Interleaved 1F1B: v, the layer ranges (chunks) the rank holds; StageSizes then covers all
+  // of them, its per-micro-batch activation sizes the mean over the chunks (what one chunk
+  // activation of the ActivationsInFlight ones holds on average). 1 for every other schedule.
+  int chunks = 1;
 };
 
 // Micro-batches whose activations a replica holds at its peak: M under gpipe (all forwards
 // before the first backward), min(P - s, M) under dapple and pipesgd (1F1B), ceil(K_s / D_s)
 // under pipedream (1F1B-RR, K_s = D_s + ... + D_{P-1}: schedule::PipeDreamReplicaInFlight),
 // min(P, M) under zb-h1 and min(2P - 1, M) under zb-h2 on every stage (a micro-batch counts
-// until its BACKWARD_WEIGHT: schedule/generators.h).
+// until its BACKWARD_WEIGHT: schedule/generators.h); under interleaved the chunk activations of
+// schedule::InterleavedInFlight(P, chunks, M, s).
 int ActivationsInFlight(const ReplicaPlace& place);
 
 // The in-flight rule for a search that places stages before the whole layout is known (DAPPLE's

@@ -28,7 +28,9 @@ std::vector<TiedWeight> TiedWeights(const std::vector<LayerInfo>& layers) {
 
 int StageOfLayer(const v1::ParallelPlanSummary& plan, int layer) {
   for (int s = 0; s < plan.stages_size(); ++s) {
-    if (layer >= plan.stages(s).first_layer() && layer <= plan.stages(s).last_layer()) return s;
+    for (const v1::StageRange& r : StageChunks(plan, s)) {
+      if (layer >= r.first_layer() && layer <= r.last_layer()) return s;
+    }
   }
   return -1;
 }
@@ -76,22 +78,22 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   const int num_layers = static_cast<int>(layers.size());
   LowerOptions options;
   for (int s = 0; s < plan.stages_size(); ++s) {
-    const v1::PlanStageSummary& stage = plan.stages(s);
-    if (stage.first_layer() < 0 || stage.last_layer() < stage.first_layer() ||
-        stage.last_layer() >= num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan stage ", s, " covers layers [", stage.first_layer(), ", ",
-                       stage.last_layer(), "] but the model has ", num_layers, " layers"));
+    for (const v1::StageRange& stage : StageChunks(plan, s)) {
+      if (stage.first_layer() < 0 || stage.last_layer() < stage.first_layer() ||
+          stage.last_layer() >= num_layers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan stage ", s, " covers layers [", stage.first_layer(), ", ",
+                         stage.last_layer(), "] but the model has ", num_layers, " layers"));
+      }
     }
     options.allreduce_stages.push_back(StageReplicas(plan, s) > 1);
   }
   options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
   // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
   // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
-  // (interleaved, not runnable yet, keeps clipping's rule until its runtime exists.)
   const std::string schedule = RunningSchedule(spec, plan);
-  const bool synchronous =
-      schedule == "dapple" || schedule == "gpipe" || schedule == "zb-h1" || schedule == "zb-h2";
+  const bool synchronous = schedule == "dapple" || schedule == "gpipe" || schedule == "zb-h1" ||
+                           schedule == "zb-h2" || schedule == "interleaved";
   options.global_norm =
       synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;

@@ -37,7 +37,8 @@ struct TiedWeight {
 // Every tied copy among `layers` (InferLayers' result), in layer order.
 std::vector<TiedWeight> TiedWeights(const std::vector<LayerInfo>& layers);
 
-// The stage of `plan` whose layer range holds `layer`; -1 when none does.
+// The stage (pipeline rank) of `plan` whose layer range -- one of its chunks under schedule
+// interleaved (StageChunks) -- holds `layer`; -1 when none does.
 int StageOfLayer(const v1::ParallelPlanSummary& plan, int layer);
 
 // The tied weights of `tied` whose owner and copy lie on different stages of `plan` (the ones
@@ -64,11 +65,11 @@ std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSumma
 // The LowerOptions of every rank of `spec` on `plan` (its schedule: RunningSchedule):
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
-//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2):
-//                        GLOBAL_NORM carries the step's job-wide decision, the
+//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2,
+//                        interleaved): GLOBAL_NORM carries the step's job-wide decision, the
 //                        non-finite check and, with training.max_grad_norm > 0, the clipping
-//                        norm (worker/runtime/gradient_exchange.h); under pipedream and
-//                        interleaved (not runnable yet) only with training.max_grad_norm > 0;
+//                        norm (worker/runtime/gradient_exchange.h); under pipedream
+//                        only with training.max_grad_norm > 0;
 //                        never under pipesgd, whose updater clips
 //                        the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);

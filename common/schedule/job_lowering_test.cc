@@ -137,6 +137,15 @@ TEST(LowerOptionsForTest, DecidesEveryCollectiveOfTheJob) {
   EXPECT_EQ(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->chunks, 1);
   interleaved.mutable_parallel()->set_schedule("interleaved");
   EXPECT_EQ(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->chunks, 2);
+  // Interleaved is synchronous: the job-wide decision in every program.
+  EXPECT_TRUE(LowerOptionsFor(interleaved, Plan({{0, 0}, {1, 1}}, {1, 1}))->global_norm);
+  // Its plan's chunks are checked against the model like any layer range.
+  v1::ParallelPlanSummary chunked = Plan({{0, 0}, {1, 1}}, {1, 1});
+  v1::StageRange* outside = chunked.mutable_stages(1)->add_chunks();
+  outside->set_first_layer(1);
+  outside->set_last_layer(9);
+  EXPECT_EQ(LowerOptionsFor(interleaved, chunked).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Under parallel.schedule auto the plan names the schedule that runs, and the lowering follows

@@ -25,6 +25,15 @@ std::string RankName(int stage, int replica, int replicas) {
                       : absl::StrCat("stage ", stage);
 }
 
+std::vector<v1::StageRange> StageChunks(const v1::ParallelPlanSummary& plan, int stage) {
+  const v1::PlanStageSummary& st = plan.stages(stage);
+  if (st.chunks_size() > 0) return {st.chunks().begin(), st.chunks().end()};
+  v1::StageRange range;
+  range.set_first_layer(st.first_layer());
+  range.set_last_layer(st.last_layer());
+  return {range};
+}
+
 RowRange SplitRows(int64_t rows, int replicas, int replica) {
   const int64_t base = rows / replicas;
   const int64_t extra = rows % replicas;
@@ -53,6 +62,19 @@ std::vector<RowRange> StepRowGroups(int64_t global_batch, int64_t micro_batch, i
     }
   }
   return groups;
+}
+
+std::vector<int> NeighbourStages(const v1::ParallelPlanSummary& plan, int stage) {
+  const int p = plan.stages_size();
+  const bool wrap = p > 1 && StageChunks(plan, stage).size() > 1;
+  std::vector<int> out;
+  for (int other : {stage - 1, stage + 1}) {
+    if (wrap) other = (other + p) % p;
+    if (other < 0 || other >= p || other == stage) continue;
+    if (std::find(out.begin(), out.end(), other) == out.end()) out.push_back(other);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace dapple::schedule

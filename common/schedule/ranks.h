@@ -23,6 +23,14 @@ int StageReplicas(const v1::ParallelPlanSummary& plan, int stage);
 int RankIndex(const v1::ParallelPlanSummary& plan, int stage, int replica);
 // Total ranks (sum of replicas over stages).
 int NumRanks(const v1::ParallelPlanSummary& plan);
+// The layer ranges pipeline rank `stage` of `plan` holds, in chunk order: its
+// PlanStageSummary.chunks under schedule interleaved (chunk c = virtual stage c * P + stage),
+// else the one range [first_layer, last_layer]. The one place that reads both forms.
+std::vector<v1::StageRange> StageChunks(const v1::ParallelPlanSummary& plan, int stage);
+// The pipeline ranks whose ranks exchange activations and gradients with rank `stage`'s:
+// stage - 1 and stage + 1 where they exist, and with virtual stages (StageChunks of more than one
+// range, P > 1) (stage - 1) mod P and (stage + 1) mod P; distinct, ascending, never `stage`.
+std::vector<int> NeighbourStages(const v1::ParallelPlanSummary& plan, int stage);
 // How messages name rank (stage, replica) of a stage with `replicas` replicas: "stage 1" for a
 // stage of one replica (the messages of plain pipelines), "stage 1 replica 0" otherwise.
 std::string RankName(int stage, int replica, int replicas);

@@ -1,5 +1,7 @@
 #include "common/schedule/ranks.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace dapple::schedule {
@@ -25,6 +27,38 @@ TEST(RanksTest, OneReplicaPerStageMakesTheIndexTheStage) {
   for (int s = 0; s < 4; ++s) EXPECT_EQ(RankIndex(plan, s, 0), s);
   EXPECT_EQ(StageReplicas(plan, 0), 1);
   EXPECT_EQ(NumRanks(plan), 4);
+}
+
+// A plan without chunks holds [first_layer, last_layer]; an interleaved one its chunks, and its
+// neighbours wrap around (rank 0's later chunks follow rank P - 1's earlier ones).
+TEST(RanksTest, StageChunksAndNeighbours) {
+  v1::ParallelPlanSummary plan = Plan({1, 1, 1});
+  plan.mutable_stages(1)->set_first_layer(2);
+  plan.mutable_stages(1)->set_last_layer(4);
+  ASSERT_EQ(StageChunks(plan, 1).size(), 1u);
+  EXPECT_EQ(StageChunks(plan, 1)[0].first_layer(), 2);
+  EXPECT_EQ(StageChunks(plan, 1)[0].last_layer(), 4);
+  EXPECT_EQ(NeighbourStages(plan, 0), std::vector<int>({1}));
+  EXPECT_EQ(NeighbourStages(plan, 1), std::vector<int>({0, 2}));
+  EXPECT_EQ(NeighbourStages(plan, 2), std::vector<int>({1}));
+  for (int s = 0; s < 3; ++s) {
+    for (int c = 0; c < 2; ++c) {
+      v1::StageRange* r = plan.mutable_stages(s)->add_chunks();
+      r->set_first_layer(c * 3 + s);
+      r->set_last_layer(c * 3 + s);
+    }
+  }
+  ASSERT_EQ(StageChunks(plan, 1).size(), 2u);
+  EXPECT_EQ(StageChunks(plan, 1)[1].first_layer(), 4);
+  EXPECT_EQ(NeighbourStages(plan, 0), std::vector<int>({1, 2}));
+  EXPECT_EQ(NeighbourStages(plan, 2), std::vector<int>({0, 1}));
+  v1::ParallelPlanSummary two = Plan({1, 1});
+  for (int s = 0; s < 2; ++s) {
+    two.mutable_stages(s)->add_chunks();
+    two.mutable_stages(s)->add_chunks();
+  }
+  EXPECT_EQ(NeighbourStages(two, 0), std::vector<int>({1}));
+  EXPECT_EQ(NeighbourStages(two, 1), std::vector<int>({0}));
 }
 
 TEST(RanksTest, SplitRowsCoversEveryRowOnceAndBalances) {

@@ -9,6 +9,7 @@
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "worker/device/device.h"
+#include "worker/runtime/chunked_stage_backend.h"
 #include "worker/runtime/emulated_stage_backend.h"
 
 #if DAPPLE_HAVE_CUDA
@@ -103,23 +104,35 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
     return absl::InvalidArgumentError(absl::StrCat("assigned device: ", id.status().message()));
   }
   const v1::PlanStageSummary& range = a.plan().stages(a.stage());
+  // Interleaved 1F1B: one backend per layer range the rank holds (chunked_stage_backend.h).
+  const std::vector<v1::StageRange> ranges = schedule::StageChunks(a.plan(), a.stage());
   if (a.has_emulated_profile()) {
     // device_type emulated: waits instead of compute, on any worker (no device is used); the
     // links stay UCX on host memory. The sleeper watches the abort flag: a wait may last
     // seconds (scaled profiles), and a cancelled job must not hold the worker that long.
     links->device_ = "emulated";
     DAPPLE_ASSIGN_OR_RETURN(
-        links->backend_,
-        MakeEmulatedStageBackend(a.spec(), range.first_layer(), range.last_layer(),
-                                 a.emulated_profile(), std::make_unique<PreciseSleeper>(abort),
-                                 range.recompute()));
+        links->backend_, MakeChunkedStageBackend(ranges, [&](int first, int last) {
+          return MakeEmulatedStageBackend(a.spec(), first, last, a.emulated_profile(),
+                                          std::make_unique<PreciseSleeper>(abort),
+                                          range.recompute());
+        }));
     return links;
   }
   if (!id->is_cuda()) {
-    DAPPLE_ASSIGN_OR_RETURN(
-        links->backend_,
-        MakeCpuStageBackend(a.spec(), range.first_layer(), range.last_layer(), range.recompute()));
+    DAPPLE_ASSIGN_OR_RETURN(links->backend_,
+                            MakeChunkedStageBackend(ranges, [&](int first, int last) {
+                              return MakeCpuStageBackend(a.spec(), first, last, range.recompute());
+                            }));
     return links;
+  }
+  if (ranges.size() > 1) {
+    // The submit check refuses schedule interleaved with device_type cuda; a stage of an "any"
+    // job that lands on a GPU is refused here.
+    return absl::InvalidArgumentError(
+        absl::StrCat(links->device_,
+                     ": interleaved 1F1B (layer ranges per stage) runs on CPU and emulated "
+                     "stages only, not on CUDA stages yet"));
   }
   if (range.recompute()) {
     // The submit check refuses training.recompute with device_type cuda; a stage of an "any"
@@ -169,8 +182,8 @@ absl::Status StageLinks::AddNcclIds(const v1::StageAssignment& a, v1::PublishEnd
 absl::Status StageLinks::Connect(const v1::StageAssignment& a, const v1::GetPeersResponse& peers,
                                  UcxTransport* ucx, Transport::Options options) {
   const int stage = a.stage();
-  for (int peer : {stage - 1, stage + 1}) {  // ascending: NCCL links never wait in a cycle
-    if (peer < 0 || peer >= a.num_stages()) continue;
+  // Ascending: NCCL links never wait in a cycle.
+  for (int peer : schedule::NeighbourStages(a.plan(), stage)) {
     const LinkKind kind = ChooseLink(a.plan(), stage, peer);
     absl::StrAppend(&description_, description_.empty() ? "" : "; ", "stage ", stage, " <-> ", peer,
                     ": ", LinkKindName(kind));

@@ -614,8 +614,9 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
   }
   // Every rank of the neighbouring stages: split-concat exchanges rows with each of them,
   // 1F1B-RR whole micro-batches round-robin.
+  const std::vector<int> neighbours = schedule::NeighbourStages(a.plan(), stage);
   for (const v1::PeerEndpoint& p : peers.peers()) {
-    if (p.stage() == stage - 1 || p.stage() == stage + 1) {
+    if (std::find(neighbours.begin(), neighbours.end(), p.stage()) != neighbours.end()) {
       DAPPLE_RETURN_IF_ERROR(
           transport->Connect(schedule::RankIndex(a.plan(), p.stage(), p.replica()), p.ucx_address(),
                              PeerLabel(a.plan(), p)));
@@ -632,8 +633,7 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
   const uint64_t tag = MessageTag(MessageKind::kFinish, 0, 0);
   // Every rank of the neighbouring stages, by global index.
   std::vector<int> peers;
-  for (int peer_stage : {a.stage() - 1, a.stage() + 1}) {
-    if (peer_stage < 0 || peer_stage >= a.num_stages()) continue;
+  for (int peer_stage : schedule::NeighbourStages(a.plan(), a.stage())) {
     for (int r = 0; r < schedule::StageReplicas(a.plan(), peer_stage); ++r) {
       peers.push_back(schedule::RankIndex(a.plan(), peer_stage, r));
     }

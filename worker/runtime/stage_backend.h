@@ -50,6 +50,14 @@ class StageBackend {
   // measured, and the runtime's forward and backward action times are the compute time.
   virtual absl::StatusOr<double> TakeComputeSeconds() { return -1.0; }
 
+  // Interleaved 1F1B (chunked_stage_backend.h): a rank holding v layer ranges has one backend
+  // per range behind one that covers them all. The per-slot calls below (Input .. GradForSend,
+  // ReadOutput) go to chunk(c), the backend of range c; everything about the rank's parameters
+  // (gradients, the update, state, memory) to the whole. A backend of one range (the default)
+  // is its own chunk 0. chunk(c) is null outside [0, num_chunks()).
+  virtual int num_chunks() const { return 1; }
+  virtual StageBackend* chunk(int c) { return c == 0 ? this : nullptr; }
+
   // Stage input of slot `slot` sized for `rows` samples; the runtime receives into it.
   virtual absl::StatusOr<void*> Input(int slot, int64_t rows) = 0;
   // Copies `rows` samples of host fp32 input into slot `slot`'s input (stage 0 reads images on

@@ -43,11 +43,9 @@ bool IsTracedStep(int64_t step, int every) {
   return every > 0 && (step == 0 || (step + 1) % every == 0);
 }
 
-uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch) {
-  // 4 bits kind | 28 bits step or evaluation chunk | 16 bits micro-batch = the 48 bits a
-  // Transport carries.
-  return (static_cast<uint64_t>(kind) << 44) |
-         ((static_cast<uint64_t>(index) & 0xFFFFFFFull) << 16) |
+uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch, int link) {
+  return (static_cast<uint64_t>(kind) << 44) | ((static_cast<uint64_t>(link) & 0x3Full) << 38) |
+         ((static_cast<uint64_t>(index) & 0x3FFFFFull) << 16) |
          (static_cast<uint64_t>(micro_batch) & 0xFFFFull);
 }
 
@@ -57,10 +55,10 @@ absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
 
 // Split-concat: the fixed overlapping replicas. 1F1B-RR: the one replica of the neighbouring
 // stage that runs this micro-batch, whole.
-const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(int other_stage,
-                                                                 int64_t global_mb) {
-  if (!whole_micro_batches_) return other_stage < stage_ ? prev_peers_ : next_peers_;
+const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(bool next, int64_t global_mb) {
+  if (!whole_micro_batches_) return next ? next_peers_ : prev_peers_;
   const v1::ParallelPlanSummary& plan = assignment_.plan();
+  const int other_stage = next ? stage_ + 1 : stage_ - 1;
   const int d = schedule::StageReplicas(plan, other_stage);
   rr_peer_.assign(
       1, RowPeer{schedule::RankIndex(plan, other_stage, schedule::PipeDreamReplicaOf(global_mb, d)),
@@ -68,30 +66,32 @@ const std::vector<StageRuntime::RowPeer>& StageRuntime::PeersFor(int other_stage
   return rr_peer_;
 }
 
-int64_t StageRuntime::InputBytes(int64_t rows) const {
-  return rows * NumElements(input_shape_) * static_cast<int64_t>(sizeof(float));
+int64_t StageRuntime::InputBytes(int64_t rows, int chunk) const {
+  return rows * NumElements(chunks_[chunk].input_shape) * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t StageRuntime::OutputBytes(int64_t rows) const {
-  return rows * NumElements(output_shape_) * static_cast<int64_t>(sizeof(float));
+int64_t StageRuntime::OutputBytes(int64_t rows, int chunk) const {
+  return rows * NumElements(chunks_[chunk].output_shape) * static_cast<int64_t>(sizeof(float));
 }
 
-int StageRuntime::SlotFor(int micro_batch) {
-  int& idx = slot_of_[micro_batch];
+// Peak in-flight counts every chunk's micro-batches (schedule::InterleavedInFlight's figure).
+int StageRuntime::SlotFor(int chunk, int micro_batch) {
+  int& idx = SlotOf(chunk, micro_batch);
   if (idx < 0) {
-    if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
-    idx = free_slots_.back();
-    free_slots_.pop_back();
+    Chunk& c = chunks_[chunk];
+    if (c.free_slots.empty()) c.free_slots.push_back(c.num_slots++);
+    idx = c.free_slots.back();
+    c.free_slots.pop_back();
     ++live_slots_;
     peak_live_slots_ = std::max(peak_live_slots_, live_slots_);
   }
   return idx;
 }
 
-void StageRuntime::ReleaseSlot(int micro_batch) {
-  int& idx = slot_of_[micro_batch];
+void StageRuntime::ReleaseSlot(int chunk, int micro_batch) {
+  int& idx = SlotOf(chunk, micro_batch);
   if (idx < 0) return;
-  free_slots_.push_back(idx);
+  chunks_[chunk].free_slots.push_back(idx);
   idx = -1;
   --live_slots_;
 }
@@ -281,8 +281,12 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
 // silently ignored.
 absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   const int j = action.micro_batch();
-  const bool first = stage_ == 0;
-  const bool last = stage_ == num_stages_ - 1;
+  // Virtual stage k = c * P + stage_ runs on chunk c (Create checked every action's stage); the
+  // rank's own actions (collectives, the update) name the stage itself: chunk 0.
+  const int chunk = action.stage() / num_stages_;
+  const Chunk& ck = chunks_[chunk];
+  const bool first = ck.first;
+  const bool last = ck.last;
   const int64_t rows = rows_.size();  // this replica's share of the micro-batch
   const bool needs_mb = schedule::KindHasMicroBatch(action.kind());
   // Actions name micro-batches relative to the step; j >= M (a program without a flush) is
@@ -297,17 +301,18 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
   const int64_t mb_step = global_mb / num_micro_batches_;
   const int mb = static_cast<int>(global_mb % num_micro_batches_);
   const int m = static_cast<int>(global_mb % id_space_);
-  StageBackend& b = *backend_;
+  StageBackend& b = *ck.backend;  // the chunk's: the per-micro-batch work
+  int& slot_of = SlotOf(chunk, m);
   switch (action.kind()) {
     case v1::FORWARD: {
-      const bool received = slot_of_[m] >= 0;
-      const int slot = SlotFor(m);
+      const bool received = slot_of >= 0;
+      const int slot = SlotFor(chunk, m);
       if (first) {
         MicroBatchIndices(mb_step, mb, &index_scratch_);
         DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
         float* host = static_cast<float*>(in);
         if (b.device_memory()) {
-          input_scratch_.resize(static_cast<size_t>(InputBytes(rows) / sizeof(float)));
+          input_scratch_.resize(static_cast<size_t>(InputBytes(rows, chunk) / sizeof(float)));
           host = input_scratch_.data();
         }
         train_->Gather(index_scratch_.data(), rows, host, nullptr);
@@ -345,64 +350,74 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return absl::OkStatus();
     }
     case v1::BACKWARD: {
-      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD without its FORWARD");
+      if (slot_of < 0) return absl::InternalError("BACKWARD without its FORWARD");
       RecordWeightUse(global_mb, v1::BACKWARD);
-      DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of_[m], m, rows, last, /*need_dx=*/!first));
-      ReleaseSlot(m);
+      DAPPLE_RETURN_IF_ERROR(b.Backward(slot_of, m, rows, last, /*need_dx=*/!first));
+      ReleaseSlot(chunk, m);
       return MaybeInjectIntoGradient(mb_step, mb);
     }
     // The zero-bubble split: the slot (the stashed activations) lives until the weight part.
     case v1::BACKWARD_INPUT:
-      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_INPUT without its FORWARD");
-      return b.BackwardInput(slot_of_[m], m, rows, last, /*need_dx=*/!first);
+      if (slot_of < 0) return absl::InternalError("BACKWARD_INPUT without its FORWARD");
+      return b.BackwardInput(slot_of, m, rows, last, /*need_dx=*/!first);
     case v1::BACKWARD_WEIGHT:
-      if (slot_of_[m] < 0) return absl::InternalError("BACKWARD_WEIGHT without its FORWARD");
-      DAPPLE_RETURN_IF_ERROR(b.BackwardWeight(slot_of_[m], m, rows, last));
-      ReleaseSlot(m);
+      if (slot_of < 0) return absl::InternalError("BACKWARD_WEIGHT without its FORWARD");
+      DAPPLE_RETURN_IF_ERROR(b.BackwardWeight(slot_of, m, rows, last));
+      ReleaseSlot(chunk, m);
       return MaybeInjectIntoGradient(mb_step, mb);
     // Split-concat: one message per overlapping neighbour replica, each a contiguous row slice
-    // (rows are the outer dimension), all with the micro-batch's tag.
+    // (rows are the outer dimension), all with the micro-batch's tag. The tag's link is the
+    // chunk of the lower virtual stage: k's to k + 1, k - 1's from k - 1 (PeersFor: ranks
+    // stage +- 1, mod P with virtual stages).
     case v1::SEND_ACT: {
-      if (slot_of_[m] < 0) return absl::InternalError("SEND_ACT without its FORWARD");
-      DAPPLE_ASSIGN_OR_RETURN(const void* out, b.OutputForSend(slot_of_[m], m, rows));
-      for (const RowPeer& p : PeersFor(stage_ + 1, global_mb)) {
+      if (slot_of < 0) return absl::InternalError("SEND_ACT without its FORWARD");
+      DAPPLE_ASSIGN_OR_RETURN(const void* out, b.OutputForSend(slot_of, m, rows));
+      const uint64_t tag = MessageTag(MessageKind::kActivation, mb_step, mb, chunk);
+      for (const RowPeer& p : PeersFor(/*next=*/true, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(transport_->Send(
-            p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
-            static_cast<const char*>(out) + OutputBytes(p.offset), OutputBytes(p.rows)));
+            p.rank, tag, static_cast<const char*>(out) + OutputBytes(p.offset, chunk),
+            OutputBytes(p.rows, chunk)));
       }
       return absl::OkStatus();
     }
     case v1::RECV_ACT: {
-      const int slot = SlotFor(m);
+      const int slot = SlotFor(chunk, m);
       DAPPLE_ASSIGN_OR_RETURN(void* in, b.Input(slot, rows));
-      for (const RowPeer& p : PeersFor(stage_ - 1, global_mb)) {
+      const int link = (ck.virtual_stage - 1) / num_stages_;
+      const uint64_t tag = MessageTag(MessageKind::kActivation, mb_step, mb, link);
+      for (const RowPeer& p : PeersFor(/*next=*/false, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(
-            transport_->Recv(p.rank, MessageTag(MessageKind::kActivation, mb_step, mb),
-                             static_cast<char*>(in) + InputBytes(p.offset), InputBytes(p.rows)));
+            transport_->Recv(p.rank, tag, static_cast<char*>(in) + InputBytes(p.offset, chunk),
+                             InputBytes(p.rows, chunk)));
       }
       return absl::OkStatus();
     }
     case v1::SEND_GRAD: {
       const char* dx = static_cast<const char*>(b.GradForSend(m));
-      for (const RowPeer& p : PeersFor(stage_ - 1, global_mb)) {
-        DAPPLE_RETURN_IF_ERROR(transport_->Send(p.rank,
-                                                MessageTag(MessageKind::kGradient, mb_step, mb),
-                                                dx + InputBytes(p.offset), InputBytes(p.rows)));
+      const int link = (ck.virtual_stage - 1) / num_stages_;
+      const uint64_t tag = MessageTag(MessageKind::kGradient, mb_step, mb, link);
+      for (const RowPeer& p : PeersFor(/*next=*/false, global_mb)) {
+        DAPPLE_RETURN_IF_ERROR(transport_->Send(p.rank, tag, dx + InputBytes(p.offset, chunk),
+                                                InputBytes(p.rows, chunk)));
       }
       return absl::OkStatus();
     }
     case v1::RECV_GRAD: {
       DAPPLE_ASSIGN_OR_RETURN(void* g, b.GradInput(m, rows));
-      for (const RowPeer& p : PeersFor(stage_ + 1, global_mb)) {
+      const uint64_t tag = MessageTag(MessageKind::kGradient, mb_step, mb, chunk);
+      for (const RowPeer& p : PeersFor(/*next=*/true, global_mb)) {
         DAPPLE_RETURN_IF_ERROR(
-            transport_->Recv(p.rank, MessageTag(MessageKind::kGradient, mb_step, mb),
-                             static_cast<char*>(g) + OutputBytes(p.offset), OutputBytes(p.rows)));
+            transport_->Recv(p.rank, tag, static_cast<char*>(g) + OutputBytes(p.offset, chunk),
+                             OutputBytes(p.rows, chunk)));
       }
       return absl::OkStatus();
     }
-    case v1::ALLREDUCE:
-      if (last) loss_rows_ = global_batch_;  // the replicas' loss sums ride along
-      return exchange_->AllReduceReplicas(last ? &step_loss_sum_ : nullptr);
+    case v1::ALLREDUCE: {
+      // The rank's: the last stage (the loss's rank) lets its replicas' loss sums ride along.
+      const bool loss_rank = stage_ == num_stages_ - 1;
+      if (loss_rank) loss_rows_ = global_batch_;
+      return exchange_->AllReduceReplicas(loss_rank ? &step_loss_sum_ : nullptr);
+    }
     case v1::ALLREDUCE_ASYNC:
       // The updater's thread reduces the gradient while the rank goes on.
       if (async_allreduce_ == nullptr) return absl::InternalError("no asynchronous AllReduce");
@@ -422,7 +437,8 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       }
       // A skipped update keeps weights, optimizer state and the update count; the version
       // still counts the step (the same weights under the next number).
-      DAPPLE_RETURN_IF_ERROR(skip ? b.DropGradients() : b.OptimizerStep());
+      // The rank's whole backend: every chunk drops or updates.
+      DAPPLE_RETURN_IF_ERROR(skip ? backend_->DropGradients() : backend_->OptimizerStep());
       update_skipped_ = update_skipped_ || skip;
       stash_->AfterUpdate();
       return absl::OkStatus();

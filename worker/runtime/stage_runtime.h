@@ -66,7 +66,18 @@
 //   - weight stashing (USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS: plan.proto),
 //     run by the rank's WeightStash (weight_stash.h) with version step + Action.weight_version;
 //   - Pipe-SGD's pipelined AllReduce (ALLREDUCE_ASYNC, STALE_OPTIMIZER_STEP), run by the rank's
-//     PipeSgdUpdater (pipesgd_updater.h), created when the program holds them.
+//     PipeSgdUpdater (pipesgd_updater.h), created when the program holds them;
+//   - virtual stages (Megatron's interleaved 1F1B, Narayanan et al., SC 2021, section 2.2;
+//     common/schedule/generators.h GenerateInterleavedOps): a rank of P holding v layer ranges
+//     (schedule::StageChunks, one backend each: chunked_stage_backend.h) gets actions naming
+//     virtual stage k = c * P + r; the interpreter runs each on chunk c = k / P. A chunk's
+//     micro-batches have their own slots; its neighbours are virtual stages k - 1 and k + 1, on
+//     ranks (r - 1) mod P and (r + 1) mod P, and the messages' tags carry the chunk of the lower
+//     virtual stage of their link (MessageTag), so two links between the same ranks never mix.
+//     Data enters on virtual stage 0 (rank 0's chunk 0), the loss on P * v - 1 (rank P - 1's
+//     last chunk). The rank's collectives and update cover all its chunks (the whole backend).
+//     Evaluation runs its chunks in order, each over the whole evaluation split; generation
+//     (GeneratesSample) is off.
 //
 // Thread safety: one thread drives a StageRuntime.
 #ifndef DAPPLE_WORKER_RUNTIME_STAGE_RUNTIME_H_
@@ -163,8 +174,9 @@ class StageRuntime {
   // one whose targets per sample are not the loss's; a `train` with fewer samples than the spec
   // counts (common/steps.h TrainSamples); a program whose TIED_ALLREDUCE or GLOBAL_NORM actions
   // differ from what schedule::LowerOptionsFor(spec, plan) says this stage needs.
-  // kUnimplemented for a program with an action of another stage (the virtual stages of schedule
-  // interleaved: one layer range per stage here).
+  // A program whose actions name a stage that is neither this one nor one of its virtual stages
+  // (stage + c * P, c < the plan's chunks of this stage); a backend with another number of
+  // chunks than the plan's (StageBackend::num_chunks).
   static absl::StatusOr<std::unique_ptr<StageRuntime>> Create(
       const v1::StageAssignment& assignment, const Dataset* train, const Dataset* eval,
       Transport* transport, std::unique_ptr<StageBackend> backend = nullptr,
@@ -275,9 +287,11 @@ class StageRuntime {
  private:
   StageRuntime() = default;
   absl::Status RunAction(const v1::Action& action, int64_t step);
-  // The backend slot of `micro_batch`, taken from the free list at its first action.
-  int SlotFor(int micro_batch);
-  void ReleaseSlot(int micro_batch);
+  // The backend slot of `micro_batch` on chunk `chunk`, taken from the chunk's free list at its
+  // first action.
+  int SlotFor(int chunk, int micro_batch);
+  void ReleaseSlot(int chunk, int micro_batch);
+  int& SlotOf(int chunk, int micro_batch) { return slot_of_[chunk * id_space_ + micro_batch]; }
   // Takes the step's peaks of what the backend and the weight stash hold (held_*_bytes_).
   void MeasureMemory();
   // The dataset indices of this replica's rows of `micro_batch`.
@@ -301,20 +315,30 @@ class StageRuntime {
   // holds one (kInvalidArgument for more than one stage or no replica collective).
   void InitRows();
   absl::StatusOr<std::vector<LayerInfo>> InitShapes();
+  // InitShapes' last part: the memory model's prediction for this replica of the rank's
+  // `ranges` (schedule::StageChunks).
+  void InitMemoryModel(const std::vector<LayerInfo>& infos,
+                       const std::vector<v1::StageRange>& ranges);
   void InitProgram();
   absl::Status InitAsyncAllReduce(const StageCollectives& collectives);
   // Create's last check: the datasets have the model's input and target sizes, and `train` the
   // spec's training samples.
   absl::Status CheckDatasets() const;
-  int64_t InputBytes(int64_t rows) const;
+  int64_t InputBytes(int64_t rows, int chunk = 0) const;
   // The neighbouring stage's ranks (other_stage = stage - 1 or stage + 1) that exchange global
   // micro-batch `global_mb` with this rank, and their rows (valid until the next call).
   struct RowPeer;
-  const std::vector<RowPeer>& PeersFor(int other_stage, int64_t global_mb);
-  int64_t OutputBytes(int64_t rows) const;
+  const std::vector<RowPeer>& PeersFor(bool next, int64_t global_mb);
+  int64_t OutputBytes(int64_t rows, int chunk = 0) const;
   // The slot Evaluate and Generate use between steps (a program without a flush may keep
   // forwards of the next step in flight: a free one then). kInternal during a step otherwise.
   absl::StatusOr<int> SlotBetweenSteps();
+  // Evaluate's work on chunk `chunk` (every evaluation piece through its layers, in `slot`).
+  struct EvalTotals {
+    double loss_sum = 0;
+    int64_t correct = 0;
+  };
+  absl::Status EvaluateChunk(int64_t eval_index, int chunk, int slot, EvalTotals* totals);
   // Generate's work for the byte at `position` with a context of `context` tokens (stage 0:
   // the last `context` of `text`, which gets the new byte). Last stage: the byte in `*token`.
   absl::Status GenerateByte(int64_t position, int64_t context, int slot, std::vector<int32_t>* text,
@@ -363,13 +387,23 @@ class StageRuntime {
     int64_t rows = 0;
   };
   schedule::RowRange rows_;
-  std::vector<RowPeer> prev_peers_;  // replicas of stage - 1
-  std::vector<RowPeer> next_peers_;  // replicas of stage + 1
+  std::vector<RowPeer> prev_peers_;  // replicas of stage - 1 (mod P with virtual stages)
+  std::vector<RowPeer> next_peers_;  // replicas of stage + 1 (mod P with virtual stages)
   std::vector<RowPeer> rr_peer_;     // 1F1B-RR: PeersFor's answer
   int eval_prev_rank_ = 0;           // replica 0 of stage - 1 and stage + 1
   int eval_next_rank_ = 0;
-  std::vector<int64_t> input_shape_;   // per sample, of this stage's first layer
-  std::vector<int64_t> output_shape_;  // per sample, of this stage's last layer
+  // One layer range of the rank (schedule::StageChunks): virtual stage c * P + stage.
+  struct Chunk {
+    int virtual_stage = 0;
+    bool first = false;                 // virtual stage 0: reads the inputs
+    bool last = false;                  // the last virtual stage: computes the loss
+    StageBackend* backend = nullptr;    // backend_->chunk(c)
+    std::vector<int64_t> input_shape;   // per sample, of the range's first layer
+    std::vector<int64_t> output_shape;  // per sample, of the range's last layer
+    int num_slots = 0;                  // backend slots created so far
+    std::vector<int> free_slots;
+  };
+  std::vector<Chunk> chunks_;
   double train_flops_per_sample_ = 0;  // forward + backward of the stage's layers
   // The memory model's prediction for this replica (common/memory_model.h), what one
   // micro-batch of its rows holds (the stage input, every layer's output and saved bytes), and
@@ -386,9 +420,7 @@ class StageRuntime {
   std::unique_ptr<StageBackend> backend_;
 
   // Per-step state.
-  int num_slots_ = 0;  // backend slots created so far
-  std::vector<int> free_slots_;
-  std::vector<int> slot_of_;  // micro-batch -> slot, -1 when none
+  std::vector<int> slot_of_;  // (chunk, micro-batch) -> slot, -1 when none (SlotOf)
   int live_slots_ = 0;
   int peak_live_slots_ = 0;
   double step_loss_sum_ = 0;
@@ -420,7 +452,10 @@ enum class MessageKind : uint64_t {
   kSampleActivation = 5,  // Generate: activations towards the last stage
   kSampleToken = 6,       // Generate: the sampled byte back towards stage 0
 };
-uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch);
+// 4 bits kind | 6 bits link | 22 bits step or evaluation chunk (modulo 2^22) | 16 bits
+// micro-batch = the 48 bits a Transport carries. `link`: the chunk of the lower virtual stage of
+// the two a message travels between (0 without virtual stages).
+uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch, int link = 0);
 
 }  // namespace dapple::worker
 

@@ -14,6 +14,7 @@
 #include "common/schedule/lowering.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "worker/runtime/chunked_stage_backend.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace dapple::worker {
@@ -33,17 +34,20 @@ absl::Status CheckPhases(const v1::RankProgram& program) {
   return absl::OkStatus();
 }
 
-// Every action of `program` runs on `stage` itself: interleaved 1F1B's programs name virtual
-// stages (common/schedule/generators.h GenerateInterleavedOps), which this runtime, holding one
-// layer range per stage, cannot run; refused rather than run on the wrong layers.
-absl::Status CheckOneStage(const v1::RankProgram& program, int stage) {
-  auto check = [stage](const google::protobuf::RepeatedPtrField<v1::Action>& actions) {
+// Every action of `program` runs on `stage` itself or on one of its `chunks` virtual stages
+// stage + c * P (interleaved 1F1B: common/schedule/generators.h GenerateInterleavedOps); refused
+// rather than run on the wrong layers.
+absl::Status CheckVirtualStages(const v1::RankProgram& program, int stage, int num_stages,
+                                int chunks) {
+  auto check = [&](const google::protobuf::RepeatedPtrField<v1::Action>& actions) {
     for (const v1::Action& a : actions) {
-      if (a.stage() != stage) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "stage %d's program has an action of stage %d (%s): virtual stages (schedule "
-            "interleaved) are not supported by the worker runtime yet",
-            stage, a.stage(), v1::ActionKind_Name(a.kind())));
+      if (a.stage() < stage || a.stage() >= num_stages * chunks ||
+          (a.stage() - stage) % num_stages != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "stage %d's program has an action of stage %d (%s): a rank of %d stages with %d "
+            "layer ranges runs virtual stages %d + c * %d only",
+            stage, a.stage(), v1::ActionKind_Name(a.kind()), num_stages, chunks, stage,
+            num_stages));
       }
     }
     return absl::OkStatus();
@@ -116,7 +120,9 @@ absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transp
                         num_replicas, stage, num_replicas));
   }
   DAPPLE_RETURN_IF_ERROR(CheckPhases(assignment.program()));
-  DAPPLE_RETURN_IF_ERROR(CheckOneStage(assignment.program(), stage));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckVirtualStages(assignment.program(), stage, num_stages,
+                         static_cast<int>(schedule::StageChunks(assignment.plan(), stage).size())));
   if (num_replicas > 1 && schedule::CountActions(assignment.program(), v1::ALLREDUCE) == 0 &&
       schedule::CountActions(assignment.program(), v1::ALLREDUCE_ASYNC) == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -168,13 +174,20 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
   rt->num_micro_batches_ = static_cast<int>(rt->global_batch_ / rt->micro_batch_size_);
   rt->steps_per_epoch_ = StepsPerEpoch(spec);
   rt->seed_ = spec.training().seed();
-  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, rt->InitShapes());
   const v1::PlanStageSummary& range = plan.stages(stage);
+  const std::vector<v1::StageRange> ranges = schedule::StageChunks(plan, stage);
   if (backend == nullptr) {
-    DAPPLE_ASSIGN_OR_RETURN(backend, MakeCpuStageBackend(spec, range.first_layer(),
-                                                         range.last_layer(), range.recompute()));
+    DAPPLE_ASSIGN_OR_RETURN(backend, MakeChunkedStageBackend(ranges, [&](int first, int last) {
+                              return MakeCpuStageBackend(spec, first, last, range.recompute());
+                            }));
+  }
+  if (backend->num_chunks() != static_cast<int>(ranges.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stage %d holds %d layer ranges (plan chunks) but its backend %d", stage,
+                        ranges.size(), backend->num_chunks()));
   }
   rt->backend_ = std::move(backend);
+  DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, rt->InitShapes());
   DAPPLE_ASSIGN_OR_RETURN(
       rt->exchange_,
       GradientExchange::Create(assignment, rt->lower_,
@@ -182,7 +195,7 @@ absl::StatusOr<std::unique_ptr<StageRuntime>> StageRuntime::Create(
                                rt->backend_.get(), collectives));
   rt->InitProgram();
   DAPPLE_RETURN_IF_ERROR(rt->InitAsyncAllReduce(collectives));
-  rt->slot_of_.assign(rt->id_space_, -1);
+  rt->slot_of_.assign(rt->id_space_ * rt->chunks_.size(), -1);
   if (stage == 0 && train == nullptr) {
     return absl::InvalidArgumentError("stage 0 needs the training inputs");
   }
@@ -213,32 +226,46 @@ void StageRuntime::InitRows() {
     }
     return peers;
   };
-  if (stage > 0 && !whole_micro_batches_) prev_peers_ = overlapping(stage - 1);
-  if (stage + 1 < num_stages && !whole_micro_batches_) next_peers_ = overlapping(stage + 1);
-  if (stage > 0) eval_prev_rank_ = schedule::RankIndex(plan, stage - 1, 0);
-  if (stage + 1 < num_stages) eval_next_rank_ = schedule::RankIndex(plan, stage + 1, 0);
+  // Virtual stages (interleaved): rank 0's later chunks follow rank P - 1's earlier ones.
+  const bool virtual_stages = schedule::StageChunks(plan, stage).size() > 1;
+  const bool has_prev = stage > 0 || (virtual_stages && num_stages > 1);
+  const bool has_next = stage + 1 < num_stages || (virtual_stages && num_stages > 1);
+  const int prev = (stage - 1 + num_stages) % num_stages;
+  const int next = (stage + 1) % num_stages;
+  if (has_prev && !whole_micro_batches_) prev_peers_ = overlapping(prev);
+  if (has_next && !whole_micro_batches_) next_peers_ = overlapping(next);
+  if (has_prev) eval_prev_rank_ = schedule::RankIndex(plan, prev, 0);
+  if (has_next) eval_next_rank_ = schedule::RankIndex(plan, next, 0);
 }
 
 absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   const v1::JobSpec& spec = assignment_.spec();
   const int stage = assignment_.stage();
-  const v1::PlanStageSummary& range = assignment_.plan().stages(stage);
+  const std::vector<v1::StageRange> ranges = schedule::StageChunks(assignment_.plan(), stage);
+  const int v = static_cast<int>(ranges.size());
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
-  if (range.first_layer() < 0 || range.last_layer() < range.first_layer() ||
-      range.last_layer() >= static_cast<int>(infos.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("stage %d covers layers [%d, %d] but the model has %d layers", stage,
-                        range.first_layer(), range.last_layer(), infos.size()));
+  train_flops_per_sample_ = 0;
+  for (int c = 0; c < v; ++c) {
+    const v1::StageRange& r = ranges[c];
+    if (r.first_layer() < 0 || r.last_layer() < r.first_layer() ||
+        r.last_layer() >= static_cast<int>(infos.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stage %d covers layers [%d, %d] but the model has %d layers", stage,
+                          r.first_layer(), r.last_layer(), infos.size()));
+    }
+    Chunk ck;
+    ck.virtual_stage = c * num_stages_ + stage;
+    ck.first = ck.virtual_stage == 0;
+    ck.last = ck.virtual_stage == num_stages_ * v - 1;
+    ck.backend = backend_->chunk(c);
+    ck.input_shape = infos[r.first_layer()].input_shape;
+    ck.output_shape = infos[r.last_layer()].output_shape;
+    chunks_.push_back(std::move(ck));
+    train_flops_per_sample_ += StageTrainFlopsPerSample(infos, r.first_layer(), r.last_layer());
   }
   int64_t widest = NumElements(infos[0].input_shape);
   for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
   eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
-  input_shape_ = infos[range.first_layer()].input_shape;
-  output_shape_ = infos[range.last_layer()].output_shape;
-  train_flops_per_sample_ =
-      StageTrainFlopsPerSample(infos, range.first_layer(), range.last_layer());
-  int64_t params = 0;
-  for (int l = range.first_layer(); l <= range.last_layer(); ++l) params += infos[l].param_count;
   targets_per_sample_ = TargetsPerSample(infos);
   const std::vector<int64_t>& model_output = infos.back().output_shape;
   if (model_output.size() == 2) {
@@ -246,10 +273,25 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
     sample_vocab_ = model_output[1];
   }
   // A byte-level language model: token ids in, the next byte's logits out at every position.
-  generates_sample_ = TokenInput(spec.model()) && model_output.size() == 2 &&
+  // Not with virtual stages (its byte would travel through every chunk: not implemented).
+  generates_sample_ = v == 1 && TokenInput(spec.model()) && model_output.size() == 2 &&
                       spec.model().input_shape_size() == 1 &&
                       spec.model().input_shape(0) == model_output[0] && model_output[1] <= 256 &&
                       spec.sample().tokens() > 0;
+  InitMemoryModel(infos, ranges);
+  return infos;
+}
+
+void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
+                                   const std::vector<v1::StageRange>& ranges) {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int stage = assignment_.stage();
+  const v1::PlanStageSummary& range = assignment_.plan().stages(stage);
+  const int v = static_cast<int>(ranges.size());
+  int64_t params = 0;
+  for (const v1::StageRange& r : ranges) {
+    for (int l = r.first_layer(); l <= r.last_layer(); ++l) params += infos[l].param_count;
+  }
   // The memory model's prediction for this replica: what the planner predicted for its stage.
   // The plan names the schedule that runs (under parallel.schedule auto the planner chose it;
   // the spec says "auto"); an assignment built by hand may leave both empty (the program alone
@@ -268,25 +310,31 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   place.vertical_sync = spec.parallel().pipedream().vertical_sync();
   place.num_steps = TotalSteps(spec);
   place.recompute = range.recompute();
+  place.chunks = v;
+  // Per micro-batch: the mean over the chunks (memory_model.h ReplicaPlace.chunks).
   const int64_t rows = rows_.size();
-  activation_bytes_per_micro_batch_ =
-      StageActivationBytesPerSample(infos, range.first_layer(), range.last_layer()) * rows;
   memory::StageSizes sizes;
   sizes.parameter_bytes = static_cast<double>(params) * sizeof(float);
   sizes.optimizer_state_copies = memory::OptimizerStateCopies(spec.training().optimizer());
-  sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
-  sizes.input_bytes = static_cast<double>(dapple::InputBytes(infos[range.first_layer()]) * rows);
-  sizes.output_bytes = static_cast<double>(infos[range.last_layer()].output_bytes * rows);
-  // The first stage's backward stops at its first layer with parameters (no input gradient).
-  int from = range.first_layer();
-  while (stage == 0 && from <= range.last_layer() && infos[from].param_count == 0) ++from;
-  for (int l = from; l < range.last_layer(); ++l) {
-    sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
+  int64_t activation_bytes = 0;
+  for (int c = 0; c < v; ++c) {
+    const v1::StageRange& r = ranges[c];
+    activation_bytes +=
+        StageActivationBytesPerSample(infos, r.first_layer(), r.last_layer()) * rows;
+    sizes.input_bytes += static_cast<double>(dapple::InputBytes(infos[r.first_layer()]) * rows) / v;
+    sizes.output_bytes += static_cast<double>(infos[r.last_layer()].output_bytes * rows) / v;
+    // The first stage's backward stops at its first layer with parameters (no input gradient).
+    int from = r.first_layer();
+    while (chunks_[c].first && from <= r.last_layer() && infos[from].param_count == 0) ++from;
+    for (int l = from; l < r.last_layer(); ++l) {
+      sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
+    }
   }
+  activation_bytes_per_micro_batch_ = activation_bytes / v;
+  sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);
   memory_place_ = std::move(place);
   memory_sizes_ = std::move(sizes);
-  return infos;
 }
 
 void StageRuntime::InitProgram() {
@@ -333,7 +381,7 @@ absl::Status StageRuntime::InitAsyncAllReduce(const StageCollectives& collective
 absl::Status StageRuntime::CheckDatasets() const {
   // The spec's validation ties the model to data.dataset; this guards against a caller that
   // hands the runtime another dataset than the spec's.
-  const int64_t elements = NumElements(input_shape_);
+  const int64_t elements = NumElements(chunks_[0].input_shape);
   // The step arithmetic (steps per epoch) counts the spec's training samples; the sample order
   // must not index past the dataset's.
   const int64_t samples = TrainSamples(assignment_.spec());

@@ -10,85 +10,103 @@
 namespace dapple::worker {
 
 absl::StatusOr<EvalResult> StageRuntime::Evaluate(int64_t eval_index) {
-  const bool first = stage_ == 0;
-  const bool last = stage_ == num_stages_ - 1;
   // Replicas hold identical weights: replica 0 of every stage evaluates for all of them.
   if (replica_ != 0) return EvalResult{};
   if (eval_ == nullptr) return absl::FailedPreconditionError("evaluation without an eval split");
-  const Dataset& eval = *eval_;
-  const int64_t chunks = (eval.size() + eval_chunk_ - 1) / eval_chunk_;
-  StageBackend& b = *backend_;
   // Sent chunks keep their own send buffers (ids 0..chunks-1) until WaitSends (Transport rules).
   DAPPLE_ASSIGN_OR_RETURN(const int slot, SlotBetweenSteps());
+  EvalTotals totals;
+  // Virtual stages: the rank's chunks in order, each over the whole split (sends do not block,
+  // so chunk c's sends are all out before chunk c + 1 waits for its inputs).
+  for (int c = 0; c < static_cast<int>(chunks_.size()); ++c) {
+    DAPPLE_RETURN_IF_ERROR(EvaluateChunk(eval_index, c, slot, &totals));
+  }
+  if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
+  EvalResult result;
+  if (stage_ == num_stages_ - 1) {
+    const Dataset& eval = *eval_;
+    result.has_metrics = true;
+    // Means per target, as the training loss (per sample, or per token).
+    const auto targets_total = static_cast<double>(eval.size() * targets_per_sample_);
+    result.samples = eval.size();
+    result.loss = totals.loss_sum / targets_total;
+    result.accuracy = static_cast<double>(totals.correct) / targets_total;
+  }
+  return result;
+}
+
+absl::Status StageRuntime::EvaluateChunk(int64_t eval_index, int chunk, int slot,
+                                         EvalTotals* totals) {
+  const Chunk& ck = chunks_[chunk];
+  const Dataset& eval = *eval_;
+  const int64_t pieces = (eval.size() + eval_chunk_ - 1) / eval_chunk_;
+  StageBackend& b = *ck.backend;
   std::vector<int64_t> indices;
   std::vector<int32_t> targets;
-  EvalResult result;
-  double loss_sum = 0;
-  int64_t correct = 0;
   auto with_chunk = [&](int64_t c, const absl::Status& s) {
     return absl::Status(s.code(),
                         absl::StrCat("stage ", stage_, " evaluation chunk ", c, ": ", s.message()));
   };
-  for (int64_t c = 0; c < chunks; ++c) {
+  // The link of a message: the chunk of the lower virtual stage (MessageTag).
+  const int recv_link = ck.first ? 0 : (ck.virtual_stage - 1) / num_stages_;
+  for (int64_t c = 0; c < pieces; ++c) {
     const int64_t begin = c * eval_chunk_;
     const int64_t n = std::min(eval_chunk_, eval.size() - begin);
-    const uint64_t tag = MessageTag(MessageKind::kEvalActivation, eval_index, static_cast<int>(c));
+    const auto piece = static_cast<int>(c);
     absl::StatusOr<void*> in = b.Input(slot, n);
     if (!in.ok()) return with_chunk(c, in.status());
     // The evaluation split in its stored order, chunk after chunk.
     indices.resize(n);
     for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
-    if (first) {
+    if (ck.first) {
       float* host = static_cast<float*>(*in);
       if (b.device_memory()) {
-        input_scratch_.resize(static_cast<size_t>(InputBytes(n) / sizeof(float)));
+        input_scratch_.resize(static_cast<size_t>(InputBytes(n, chunk) / sizeof(float)));
         host = input_scratch_.data();
       }
       eval.Gather(indices.data(), n, host, nullptr);
       absl::Status s = b.LoadInput(slot, host, n);
       if (!s.ok()) return with_chunk(c, s);
     } else {
-      absl::Status s = transport_->Recv(eval_prev_rank_, tag, *in, InputBytes(n));
+      absl::Status s = transport_->Recv(
+          eval_prev_rank_, MessageTag(MessageKind::kEvalActivation, eval_index, piece, recv_link),
+          *in, InputBytes(n, chunk));
       if (!s.ok()) return with_chunk(c, s);
     }
     absl::Status s = b.Forward(slot, n, kernels::ForwardContext{});
     if (!s.ok()) return with_chunk(c, s);
-    if (last) {
+    if (ck.last) {
       targets.resize(n * targets_per_sample_);
       eval.Gather(indices.data(), n, nullptr, targets.data());
       int64_t ok = 0;
       absl::StatusOr<double> sum = b.Loss(slot, targets.data(), n, 0.0f, /*training=*/false, &ok);
       if (!sum.ok()) return with_chunk(c, sum.status());
-      loss_sum += *sum;
-      correct += ok;
+      totals->loss_sum += *sum;
+      totals->correct += ok;
     } else {
-      absl::StatusOr<const void*> out = b.OutputForSend(slot, static_cast<int>(c), n);
+      absl::StatusOr<const void*> out = b.OutputForSend(slot, piece, n);
       if (!out.ok()) return with_chunk(c, out.status());
-      s = transport_->Send(eval_next_rank_, tag, *out, OutputBytes(n));
+      s = transport_->Send(eval_next_rank_,
+                           MessageTag(MessageKind::kEvalActivation, eval_index, piece, chunk), *out,
+                           OutputBytes(n, chunk));
       if (!s.ok()) return with_chunk(c, s);
     }
   }
-  if (transport_ != nullptr) DAPPLE_RETURN_IF_ERROR(transport_->WaitSends());
-  if (last) {
-    result.has_metrics = true;
-    // Means per target, as the training loss (per sample, or per token).
-    const auto targets_total = static_cast<double>(eval.size() * targets_per_sample_);
-    result.samples = eval.size();
-    result.loss = loss_sum / targets_total;
-    result.accuracy = static_cast<double>(correct) / targets_total;
-  }
-  return result;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> StageRuntime::SlotBetweenSteps() {
   // Between steps no micro-batch holds a slot: borrow slot 0. A program without a flush
   // (PipeDream) keeps forwards of the next step in flight: a free slot instead.
+  // Every chunk's backend creates a slot on its first use, so the index serves them all
+  // (programs that carry micro-batches across steps have one chunk).
   if (live_slots_ != 0 && !carries_across_steps_) {
     return absl::InternalError("evaluation or generation during a step");
   }
-  if (live_slots_ == 0 && num_slots_ == 0) free_slots_.push_back(num_slots_++);
-  if (free_slots_.empty()) free_slots_.push_back(num_slots_++);
-  return live_slots_ == 0 ? 0 : free_slots_.back();
+  Chunk& c = chunks_[0];
+  if (live_slots_ == 0 && c.num_slots == 0) c.free_slots.push_back(c.num_slots++);
+  if (c.free_slots.empty()) c.free_slots.push_back(c.num_slots++);
+  return live_slots_ == 0 ? 0 : c.free_slots.back();
 }
 
 }  // namespace dapple::worker

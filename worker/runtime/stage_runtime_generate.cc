@@ -52,7 +52,7 @@ absl::Status StageRuntime::GenerateByte(int64_t position, int64_t context, int s
                                         std::vector<int32_t>* text, int32_t* token) {
   const bool first = stage_ == 0;
   const bool last = stage_ == num_stages_ - 1;
-  StageBackend& b = *backend_;
+  StageBackend& b = *chunks_[0].backend;  // one chunk: GeneratesSample is off with more
   const uint64_t act_tag = MessageTag(MessageKind::kSampleActivation, position, 0);
   const uint64_t token_tag = MessageTag(MessageKind::kSampleToken, position, 0);
   if (first) {

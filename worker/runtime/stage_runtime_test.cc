@@ -560,9 +560,9 @@ TEST(StageRuntimeDataTest, RefusesADatasetThatDoesNotFitTheModel) {
             "the job counts 60001 training samples (data.train_samples) but the dataset has 60000");
 }
 
-// Interleaved 1F1B's programs name virtual stages; this runtime holds one layer range per stage
-// and refuses them instead of running them on the wrong layers.
-TEST(StageRuntimeDataTest, RefusesAProgramWithVirtualStages) {
+// Interleaved 1F1B's programs name virtual stages; a rank whose plan gives it one layer range
+// refuses them instead of running them on the wrong layers.
+TEST(StageRuntimeDataTest, RefusesVirtualStagesWithoutTheirLayerRanges) {
   const v1::JobSpec spec = SmallSpec(64, 64, "sgd");
   schedule::LowerOptions chunks;
   chunks.chunks = 2;
@@ -574,10 +574,10 @@ TEST(StageRuntimeDataTest, RefusesAProgramWithVirtualStages) {
   const ShapeOnlyDataset images({784}, 1);
   absl::StatusOr<std::unique_ptr<StageRuntime>> rt =
       StageRuntime::Create(parity::Assignment(spec, plan, 0, programs[0]), &images, &images, &t0);
-  EXPECT_EQ(rt.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rt.status().message(),
-            "stage 0's program has an action of stage 2 (RECV_ACT): virtual stages (schedule "
-            "interleaved) are not supported by the worker runtime yet");
+            "stage 0's program has an action of stage 2 (RECV_ACT): a rank of 2 stages with 1 "
+            "layer ranges runs virtual stages 0 + c * 2 only");
 }
 
 }  // namespace

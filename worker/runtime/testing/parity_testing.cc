@@ -45,6 +45,10 @@ v1::JobSpec ParitySpec(const SpecOptions& o) {
   add("relu", 0);
   add("linear", o.hidden2);
   add("gelu", 0);
+  for (int i = 0; i < o.extra_blocks; ++i) {
+    add("linear", o.hidden2);
+    add("relu", 0);
+  }
   add("linear", 10);
   model->set_loss("softmax_cross_entropy");
   spec.mutable_data()->set_dataset("fashion-mnist");

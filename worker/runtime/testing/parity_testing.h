@@ -33,6 +33,9 @@ struct SpecOptions {
   double weight_decay = 0;
   int64_t hidden1 = 32;  // flatten, linear hidden1, relu, linear hidden2, gelu, linear 10
   int64_t hidden2 = 16;
+  // Blocks (linear hidden2, relu) added before the last linear: a deeper model (6 + 2 n layers)
+  // for pipelines of many (virtual) stages.
+  int extra_blocks = 0;
   uint64_t seed = 7;
 };
 v1::JobSpec ParitySpec(const SpecOptions& options);

@@ -79,6 +79,10 @@ absl::string_view JobEventReasonName(JobEventReason reason) {
       return "Failed";
     case JobEventReason::kCancelled:
       return "Cancelled";
+    case JobEventReason::kCoordinatorRestarted:
+      return "CoordinatorRestarted";
+    case JobEventReason::kReattached:
+      return "Reattached";
   }
   return "Unknown";
 }
@@ -92,6 +96,7 @@ absl::string_view JobEventType(JobEventReason reason) {
     case JobEventReason::kStraggler:
     case JobEventReason::kFailed:
     case JobEventReason::kCancelled:
+    case JobEventReason::kCoordinatorRestarted:
       return "Warning";
     default:
       return "Normal";

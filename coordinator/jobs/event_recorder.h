@@ -60,12 +60,16 @@ enum class JobEventReason {
   kSucceeded,
   kFailed,     // Warning
   kCancelled,  // Warning
+  // The coordinator restarted while the job was RUNNING: it waits for the job's workers to
+  // re-register (Warning).
+  kCoordinatorRestarted,
+  kReattached,  // every rank of the job is back after a coordinator restart: running again
 };
 
 // "Submitted", "Measured", ..., "CheckpointSaved", "WorkerLost", ...
 absl::string_view JobEventReasonName(JobEventReason reason);
-// "Warning" for WorkerLost, Restarting, SkippedStep, Preempted, Straggler, Failed, Cancelled;
-// "Normal" otherwise.
+// "Warning" for WorkerLost, Restarting, SkippedStep, Preempted, Straggler, Failed, Cancelled,
+// CoordinatorRestarted; "Normal" otherwise.
 absl::string_view JobEventType(JobEventReason reason);
 
 // The event a job's move to `to` records, with its message: PLANNING -> kScheduled,

@@ -22,31 +22,50 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
                           EventRecorder::Open(options.db_path));
   std::unique_ptr<JobManager> manager(
       new JobManager(std::move(options), std::move(lock), std::move(store), std::move(events)));
-  std::vector<std::string> interrupted;
+  int requeued = 0;
+  int running = 0;
   {
     absl::MutexLock lock(&manager->mu_);
     const int64_t now = manager->options_.now_unix_ms();
     for (v1::Job& job : jobs) {
       const int64_t seq = JobStore::SequenceOf(job.id());
-      if (job.state() == v1::JOB_STATE_PLANNING || job.state() == v1::JOB_STATE_RUNNING ||
-          job.state() == v1::JOB_STATE_RESTARTING) {
-        interrupted.push_back(job.id());
-      }
       Entry& entry = manager->jobs_[seq];
       entry.job = std::move(job);
-      if (manager->options_.observer) {
-        manager->options_.observer->OnJobState(entry.job, v1::JOB_STATE_UNSPECIFIED);
-      }
       entry.version = manager->next_version_++;
       entry.last_write_unix_ms = now;
       manager->next_seq_ = std::max(manager->next_seq_, seq + 1);
+      if (entry.job.state() == v1::JOB_STATE_PLANNING) {
+        // PLANNING lasts one scheduling pass under the service's lock and hands nothing to a
+        // worker before RUNNING, so nothing of the job runs anywhere: it is queued again (no
+        // lifecycle edge leads back to PENDING; this is recovery, not a transition).
+        entry.job.set_state(v1::JOB_STATE_PENDING);
+        entry.job.set_message(kRequeuedMessage);
+        entry.job.set_updated_unix_ms(now);
+        DAPPLE_RETURN_IF_ERROR(manager->WriteLocked(entry, now));
+        (void)manager->RecordLocked(entry.job.id(), JobEventReason::kCoordinatorRestarted,
+                                    kRequeuedMessage, now);
+        ++requeued;
+      }
+      if (entry.job.state() == v1::JOB_STATE_RESTARTING) {
+        // The restart's backoff and stopped ranks lived in the old coordinator's memory alone:
+        // rather than wait for a re-plan nothing would start, the job fails with what to do.
+        entry.job.set_state(v1::JOB_STATE_FAILED);
+        entry.job.set_message(kRestartingInterruptedMessage);
+        entry.job.set_updated_unix_ms(now);
+        DAPPLE_RETURN_IF_ERROR(manager->WriteLocked(entry, now));
+        (void)manager->RecordLocked(entry.job.id(), JobEventReason::kFailed,
+                                    kRestartingInterruptedMessage, now);
+      }
+      if (entry.job.state() == v1::JOB_STATE_RUNNING) ++running;
+      if (manager->options_.observer) {
+        manager->options_.observer->OnJobState(entry.job, v1::JOB_STATE_UNSPECIFIED);
+      }
     }
   }
-  for (const std::string& id : interrupted) {
-    DAPPLE_RETURN_IF_ERROR(manager->Transition(id, v1::JOB_STATE_FAILED, kRestartMessage).status());
-  }
-  DAPPLE_LOG_INFO("job store {}: {} jobs loaded ({} interrupted by a restart)",
-                  manager->options_.db_path, jobs.size(), interrupted.size());
+  DAPPLE_LOG_INFO(
+      "job store {}: {} jobs loaded ({} RUNNING, waiting for their workers; {} PLANNING, "
+      "queued again)",
+      manager->options_.db_path, jobs.size(), running, requeued);
   return manager;
 }
 

@@ -156,6 +156,15 @@ TEST_F(JobManagerTest, UpdateOnlyWhileRunningAndPersistsAtMostOncePerInterval) {
   }
 }
 
+std::vector<std::string> EventReasons(const JobManager& jobs, const std::string& id) {
+  std::vector<std::string> out;
+  absl::StatusOr<std::vector<v1::JobEventRecord>> events = jobs.Events(id);
+  EXPECT_TRUE(events.ok()) << events.status();
+  if (!events.ok()) return out;
+  for (const v1::JobEventRecord& e : *events) out.push_back(e.reason());
+  return out;
+}
+
 TEST_F(JobManagerTest, ReopeningRecoversJobs) {
   {
     auto jobs = Open();
@@ -183,25 +192,18 @@ TEST_F(JobManagerTest, ReopeningRecoversJobs) {
   EXPECT_EQ(j1->metrics().step(), 9);
   EXPECT_DOUBLE_EQ(j1->metrics().test_accuracy(), 0.8);
   EXPECT_THAT(j1->step_losses(), ElementsAre(1.0));
-  EXPECT_EQ(jobs->Get("job-2")->state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(jobs->Get("job-2")->message(), kRestartMessage);
-  EXPECT_EQ(jobs->Get("job-2")->updated_unix_ms(), now_.load());
-  EXPECT_EQ(jobs->Get("job-3")->state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(jobs->Get("job-3")->message(), kRestartMessage);
+  // RUNNING stays RUNNING (its workers re-attach); PLANNING is queued again, ahead of job-4.
+  EXPECT_EQ(jobs->Get("job-2")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(jobs->Get("job-3")->state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(jobs->Get("job-3")->message(), kRequeuedMessage);
+  EXPECT_EQ(jobs->Get("job-3")->updated_unix_ms(), now_.load());
+  EXPECT_THAT(EventReasons(*jobs, "job-3"),
+              ElementsAre("Submitted", "Scheduled", "CoordinatorRestarted"));
   EXPECT_EQ(jobs->Get("job-4")->state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(jobs->Get("job-5")->message(), "spec was bad");
-  EXPECT_EQ(jobs->OldestPending(), "job-4");
+  EXPECT_EQ(jobs->OldestPending(), "job-3");
   auto next = jobs->Create(Spec("new"), "");
   EXPECT_EQ(next->id(), "job-6");
-}
-
-std::vector<std::string> EventReasons(const JobManager& jobs, const std::string& id) {
-  std::vector<std::string> out;
-  absl::StatusOr<std::vector<v1::JobEventRecord>> events = jobs.Events(id);
-  EXPECT_TRUE(events.ok()) << events.status();
-  if (!events.ok()) return out;
-  for (const v1::JobEventRecord& e : *events) out.push_back(e.reason());
-  return out;
 }
 
 TEST_F(JobManagerTest, LifecycleChangesRecordEventsThatOutliveARestart) {
@@ -223,13 +225,14 @@ TEST_F(JobManagerTest, LifecycleChangesRecordEventsThatOutliveARestart) {
     EXPECT_EQ(jobs->Events("job-9").status().code(), absl::StatusCode::kNotFound);
     EXPECT_THAT(EventReasons(*jobs, "job-2"), ElementsAre("Submitted", "Cancelled"));
   }
-  // The restart fails the running job; its history is still there, the failure last.
+  // The restart keeps the running job RUNNING with its history; its end is recorded after it.
   auto jobs = Open();
   EXPECT_THAT(EventReasons(*jobs, "job-1"),
-              ElementsAre("Submitted", "Planned", "Scheduled", "Measured", "Started", "Failed"));
+              ElementsAre("Submitted", "Planned", "Scheduled", "Measured", "Started"));
+  ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_FAILED, "lost").ok());
   absl::StatusOr<std::vector<v1::JobEventRecord>> events = jobs->Events("job-1");
   ASSERT_TRUE(events.ok());
-  EXPECT_EQ(events->back().message(), kRestartMessage);
+  EXPECT_EQ(events->back().message(), "lost");
   EXPECT_EQ(events->back().type(), "Warning");
   EXPECT_EQ(events->front().first_unix_ms(), 1'700'000'000'000);
 }
@@ -271,7 +274,6 @@ TEST_F(JobManagerTest, ASecondManagerOnTheSameDatabaseIsRefusedBeforeRecovering)
   auto first = Open();
   ASSERT_TRUE(first->Create(Spec("a"), "").ok());
   ASSERT_TRUE(first->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
-  ASSERT_TRUE(first->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
 
   JobManagerOptions options;
   options.db_path = path_;
@@ -281,20 +283,21 @@ TEST_F(JobManagerTest, ASecondManagerOnTheSameDatabaseIsRefusedBeforeRecovering)
   EXPECT_EQ(second.status().message(),
             absl::StrCat("database ", path_, " is in use by another dapple-coordinator (pid ",
                          getpid(), ")"));
-  // The first one's running job was not recovered (failed) by the second, on disk or here.
+  // The first one's job being planned was not recovered (queued again) by the second, on disk
+  // or here.
   {
     auto peek = JobStore::Open(path_);
     ASSERT_TRUE(peek.ok());
-    EXPECT_EQ((*peek)->LoadAll()->at(0).state(), v1::JOB_STATE_RUNNING);
+    EXPECT_EQ((*peek)->LoadAll()->at(0).state(), v1::JOB_STATE_PLANNING);
   }
-  EXPECT_EQ(first->Get("job-1")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(first->Get("job-1")->state(), v1::JOB_STATE_PLANNING);
   EXPECT_EQ(first->Create(Spec("b"), "")->id(), "job-2");
 
   // Released with the manager.
   first.reset();
   auto third = Open();
   ASSERT_NE(third, nullptr);
-  EXPECT_EQ(third->Get("job-1")->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(third->Get("job-1")->state(), v1::JOB_STATE_PENDING);
 }
 
 TEST_F(JobManagerTest, AnEmptyDatabasePathIsRefused) {

@@ -185,8 +185,9 @@ TEST_F(CoordinatorMetricsTest, JobsByStateFollowJobManagerAcrossARestart) {
     EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-3", "c", "cancelled")), 1);
     EXPECT_EQ(Value(text, "dapple_job_step", Job("job-3", "c")), std::nullopt);
   }
-  // Restart 2 minutes later: job-1 (RUNNING) is failed by the recovery, job-4 stays PENDING;
-  // job-2 and job-3 ended longer ago than the retention (60 s) and get no per-job series.
+  // Restart 2 minutes later: job-1 (RUNNING) stays RUNNING (its workers re-attach), job-4 stays
+  // PENDING; job-2 and job-3 ended longer ago than the retention (60 s) and get no per-job
+  // series.
   now_ += 120'000;
   auto metrics = NewMetrics();
   auto jobs = OpenJobs(db, metrics);
@@ -194,16 +195,22 @@ TEST_F(CoordinatorMetricsTest, JobsByStateFollowJobManagerAcrossARestart) {
   text = metrics->metric_set()->Serialize();
   EXPECT_EQ(Value(text, "dapple_jobs", State("pending")), 1);
   EXPECT_EQ(Value(text, "dapple_job_queue_length"), 1);
-  EXPECT_EQ(Value(text, "dapple_jobs", State("running")), 0);
-  EXPECT_EQ(Value(text, "dapple_jobs", State("failed")), 1);
+  EXPECT_EQ(Value(text, "dapple_jobs", State("running")), 1);
+  EXPECT_EQ(Value(text, "dapple_jobs", State("failed")), 0);
   EXPECT_EQ(Value(text, "dapple_jobs", State("succeeded")), 1);
   EXPECT_EQ(Value(text, "dapple_jobs", State("cancelled")), 1);
-  EXPECT_EQ(Value(text, "dapple_jobs_finished_total", State("failed")), 1);
   EXPECT_EQ(Value(text, "dapple_jobs_finished_total", State("succeeded")), 0);
-  EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-1", "a", "failed")), 1);
+  EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-1", "a", "running")), 1);
   EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-4", "d", "pending")), 1);
   EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-2", "b", "succeeded")), std::nullopt);
   EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-3", "c", "cancelled")), std::nullopt);
+  // Its workers do not come back: it fails, counted once.
+  ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_FAILED, "workers lost").ok());
+  text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_jobs", State("running")), 0);
+  EXPECT_EQ(Value(text, "dapple_jobs", State("failed")), 1);
+  EXPECT_EQ(Value(text, "dapple_jobs_finished_total", State("failed")), 1);
+  EXPECT_EQ(Value(text, "dapple_job_state", JobState("job-1", "a", "failed")), 1);
 }
 
 TEST_F(CoordinatorMetricsTest, ProgressAndStageSeriesFromTheJob) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/checkpoint_files.h"
+#include "coordinator/jobs/job_store.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -183,6 +184,20 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
   const std::string ckpt = dir_ + "/checkpoints/job-1/step-6";
   EXPECT_EQ(running.checkpoints(0).path(), ckpt);
   EXPECT_EQ(running.checkpoints(0).reason(), "on demand");
+  EXPECT_TRUE(fs::exists(ckpt + "/manifest.pb"));
+  // In the database at once (a restarted coordinator lists it), and a report of it delivered
+  // again (a rank's replay after a coordinator restart) changes nothing.
+  {
+    auto peek = JobStore::Open(dir_ + "/dapple.db");
+    ASSERT_TRUE(peek.ok());
+    EXPECT_EQ((*peek)->LoadAll()->at(0).checkpoints_size(), 1);
+  }
+  ASSERT_TRUE(Report(a[0], v1::PROGRESS_CHECKPOINT, [](v1::ProgressReport* r) {
+                r->set_step(6);
+                r->set_checkpoint_file(ShardFileName(0, 0));
+                r->set_checkpoint_bytes(1);
+              }).ok());
+  EXPECT_EQ(Get("job-1").checkpoints_size(), 1);
   EXPECT_TRUE(fs::exists(ckpt + "/manifest.pb"));
 
   // A rank's failure abandons a checkpoint; the job keeps running.

@@ -195,6 +195,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     service->workers_.ContinueGeneratedIdsFrom(next_worker_id);
     // A sequence raised by the jobs is saved by the next registration (RegisterWorker).
     service->saved_next_worker_id_ = saved_next_worker_id;
+    // The jobs that were running wait for their workers (coordinator_service_reattach.cc).
+    const int64_t now = service->options_.now_unix_ms();
+    for (const v1::Job& job : service->jobs_->List()) {
+      if (job.state() == v1::JOB_STATE_RUNNING) service->RecoverRunningLocked(job, now);
+    }
   }
   return service;
 }
@@ -277,6 +282,7 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
         options_.stall_grace_ms / 1000.0);
   }
   last_health_check_ms_ = now;
+  ExpireReattachLocked(now);
   const bool judge = now >= judge_workers_after_ms_;
   for (WorkerRecord* worker :
        judge ? workers_.TimedOut(now, options_.worker_timeout_ms) : std::vector<WorkerRecord*>{}) {
@@ -668,6 +674,13 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker, " is not ", schedule::RankName(stage, replica, state.replicas[stage]),
         " of job ", job_id, " (", expected, " is)"));
+  }
+  if (state.recovered && !state.reattached_ranks.contains(state.RankOf(stage, replica))) {
+    // A worker of the same name that did not claim the rank (a new process) is not that rank.
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker, " did not claim ",
+                     schedule::RankName(stage, replica, state.replicas[stage]), " of job ", job_id,
+                     " back after the coordinator restarted"));
   }
   return absl::OkStatus();
 }

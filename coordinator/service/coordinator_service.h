@@ -10,10 +10,11 @@
 // FIFO scheduling.
 //
 // Worker protocol (docs/coordinator.md):
-//   RegisterWorker -> id + heartbeat interval. Heartbeat every interval with running_job_id;
-//   the response carries a new StageAssignment once (only while the worker reports no running
-//   job), abort_job_ids for a job the worker reports that it must stop (ended, or not its
-//   job), or unknown_worker (never registered, or DEAD: register again).
+//   RegisterWorker -> id + heartbeat interval (with a RankClaim after a coordinator restart:
+//   the claimed rank back, see "Coordinator restarts" in docs/coordinator.md). Heartbeat every
+//   interval with running_job_id; the response carries a new StageAssignment once (only while the
+//   worker reports no running job), abort_job_ids for a job the worker reports that it must stop
+//   (ended, or not its job), or unknown_worker (never registered, or DEAD: register again).
 //   PublishEndpoint / GetPeers: rendezvous of the job's ranks.
 //   ReportProgress: any report may carry the rank's log lines (kept in LogStore, also when
 //   the job already ended, as long as the worker is one of its ranks);
@@ -253,7 +254,10 @@ class CoordinatorService {
   // the database before the id is answered (jobs/worker_id_store.h) and, on opening, raised
   // past every "w-N" the stored jobs name. kInternal "saving the worker id sequence ..." when
   // that write fails: the worker stays registered and its retry from the same process gets the
-  // same id once the sequence is saved.
+  // same id once the sequence is saved. A request with a RankClaim (reattach: the worker ran a
+  // rank before this coordinator started) is answered reattached = true and the claimed id when
+  // the claim is accepted (ReattachLocked), else reattach_refused says why and the worker is
+  // registered as any other.
   absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
   // Unknown or DEAD worker: OK with unknown_worker = true.
@@ -313,6 +317,14 @@ class CoordinatorService {
     // The job's store (StoreSet / StoreGet): key -> value, and the bytes of its values.
     std::map<std::string, std::string> store;
     int64_t store_bytes = 0;
+    // A RUNNING job found in the database at a restart waits for its ranks to re-register
+    // (RegisterWorker with a RankClaim) until reattach_deadline_ms (0: the first health check
+    // sets it to worker_timeout_ms from then). RankIndex of the ranks back.
+    // recovered: rebuilt at a restart; only the ranks claimed back are accepted (CheckRankLocked).
+    bool recovered = false;
+    bool reattaching = false;
+    std::set<int> reattached_ranks;
+    int64_t reattach_deadline_ms = 0;
     int RankOf(int stage, int replica) const {
       int index = replica;
       for (int s = 0; s < stage; ++s) index += replicas[s];
@@ -324,6 +336,21 @@ class CoordinatorService {
       : options_(std::move(options)), jobs_(std::move(jobs)) {
     workers_.SetObserver(options_.worker_observer);
   }
+
+  // --- Coordinator restarts (coordinator_service_reattach.cc) ---
+  // Rebuilds the RunState of RUNNING `job` found in the database at start (its plan's ranks and
+  // workers, its metrics, its rendezvous and checkpoint bookkeeping) in the reattaching mode;
+  // a job whose stored plan names no worker for some rank FAILS at once.
+  void RecoverRunningLocked(const v1::Job& job, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterWorker with a RankClaim: "" when the claim is accepted (the worker is then
+  // registered under the claimed id as that rank, BUSY, or IDLE and counted done when the claim
+  // says done), else why not (the caller registers it as a new worker).
+  std::string ReattachLocked(const v1::RegisterWorkerRequest& request, int64_t now,
+                             WorkerRecord** worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reattaching jobs whose deadline passed with ranks missing FAIL as a job that lost a worker
+  // does (the WorkerLost event, then EndJobLocked, as CheckHealthLocked), naming the missing
+  // ranks and workers.
+  void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
@@ -396,7 +423,8 @@ class CoordinatorService {
   // runs in running job `job_id`; "stage <stage>" when it runs none.
   std::string RankNameLocked(const std::string& job_id, const std::string& worker_id,
                              int stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when `worker` is rank (stage, replica) of running job `job_id`.
+  // OK when `worker` is rank (stage, replica) of running job `job_id` (and, for a job recovered at
+  // a restart, has claimed that rank back: kFailedPrecondition otherwise).
   absl::Status CheckRankLocked(const std::string& job_id, const std::string& worker, int stage,
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)

@@ -62,7 +62,11 @@ bool CoordinatorService::IsRankLocked(const std::string& job_id,
   auto run = running_.find(job_id);
   if (run == running_.end()) return false;
   const std::vector<std::string>& ranks = run->second.worker_ids;
-  return std::find(ranks.begin(), ranks.end(), worker_id) != ranks.end();
+  auto it = std::find(ranks.begin(), ranks.end(), worker_id);
+  if (it == ranks.end()) return false;
+  // A job recovered at a coordinator restart: only a worker that claimed its rank back runs it.
+  return !run->second.recovered ||
+         run->second.reattached_ranks.contains(static_cast<int>(it - ranks.begin()));
 }
 
 absl::Status CoordinatorService::FailOrRestartLocked(const std::string& id, FailureCause cause,

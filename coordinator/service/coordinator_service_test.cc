@@ -723,7 +723,8 @@ TEST_F(CoordinatorServiceTest, EndWatchesEndsOpenAndLaterWatchesButNothingElse) 
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
 }
 
-TEST_F(CoordinatorServiceTest, RestartKeepsTerminalJobsFailsRunningOnesAndKeepsPending) {
+TEST_F(CoordinatorServiceTest,
+       RestartKeepsTerminalJobsAndPendingOnesAndFailsRunningOnesNotClaimed) {
   std::string w1, w2;
   const std::string done = StartTwoStageJob(&w1, &w2);
   now_ += 1000;
@@ -761,13 +762,14 @@ TEST_F(CoordinatorServiceTest, RestartKeepsTerminalJobsFailsRunningOnesAndKeepsP
   EXPECT_THAT(after.step_losses(), ElementsAre(2.25));
   EXPECT_DOUBLE_EQ(after.metrics().test_accuracy(), 0.5);
   v1::Job interrupted = Get("job-2");
-  EXPECT_EQ(interrupted.state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(interrupted.message(), "coordinator restarted while the job was running");
+  // RUNNING, waiting for its workers to claim their ranks back.
+  EXPECT_EQ(interrupted.state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(interrupted.step_losses(), ElementsAre(2.0));
   EXPECT_EQ(Get("job-3").state(), v1::JOB_STATE_PENDING);
+  svc_->Tick();  // the wait (worker_timeout_ms) starts with the first pass
 
-  // The old workers are unknown to the new coordinator; once registered again, job-3 runs,
-  // and a worker still running job-2 is told to stop it.
+  // The old workers are unknown to the new coordinator; registered again without a claim (new
+  // processes), job-3 runs on them, and a worker still running job-2 is told to stop it.
   EXPECT_TRUE(Heartbeat(w1, "job-2").unknown_worker());
   const std::string n1 = Register("a");
   const std::string n2 = Register("b");
@@ -778,6 +780,106 @@ TEST_F(CoordinatorServiceTest, RestartKeepsTerminalJobsFailsRunningOnesAndKeepsP
   EXPECT_THAT(Get("job-3").worker_ids(), ElementsAre("a", "b"));
   auto next = Submit(Spec(2));
   EXPECT_EQ(next->id(), "job-4");
+  // job-2's workers never claimed their ranks: it fails as a job that lost its workers.
+  now_ += 5000;
+  svc_->Tick();
+  interrupted = Get("job-2");
+  EXPECT_EQ(interrupted.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(interrupted.message(),
+              HasSubstr("did not register again within 5.0 s of the coordinator restart"));
+  EXPECT_THAT(interrupted.message(), HasSubstr(absl::StrCat("worker ", w1)));
+  EXPECT_EQ(interrupted.events(interrupted.events_size() - 2).reason(), "WorkerLost");
+}
+
+// A worker registering again after the restart, claiming `stage` of `job` as `id`.
+v1::RegisterWorkerResponse Claim(CoordinatorService* svc, const std::string& id,
+                                 const std::string& job, int stage, int pid, bool done = false,
+                                 int64_t last_step = 1) {
+  v1::RegisterWorkerRequest req;
+  req.set_hostname("localhost");
+  req.set_pid(pid);
+  req.add_devices("cpu");
+  req.mutable_reattach()->set_worker_id(id);
+  req.mutable_reattach()->set_job_id(job);
+  req.mutable_reattach()->set_stage(stage);
+  req.mutable_reattach()->set_last_step(last_step);
+  req.mutable_reattach()->set_done(done);
+  v1::RegisterWorkerResponse resp;
+  EXPECT_TRUE(svc->RegisterWorker(req, &resp).ok());
+  return resp;
+}
+
+TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn) {
+  std::string w1, w2;
+  const std::string job = StartTwoStageJob(&w1, &w2);
+  now_ += 1000;
+  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_loss(2.0);
+              }).ok());
+  svc_.reset();
+  now_ += 3000;
+  svc_ = Open();
+  svc_->Tick();
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(job).events(Get(job).events_size() - 1).reason(), "CoordinatorRestarted");
+  EXPECT_TRUE(Heartbeat(w1, job).unknown_worker());
+  // Reports of a worker not back yet: "unknown worker" (the rank retries them).
+  EXPECT_EQ(Report(w2, job, 1, v1::PROGRESS_STEP).status().code(), absl::StatusCode::kNotFound);
+
+  // Identity: a worker may take back only the rank the database says it held.
+  v1::RegisterWorkerResponse wrong = Claim(svc_.get(), w2, job, 0, 900);
+  EXPECT_FALSE(wrong.reattached());
+  EXPECT_THAT(wrong.reattach_refused(), HasSubstr(absl::StrCat("held by ", w1, ", not ", w2)));
+  EXPECT_NE(wrong.worker_id(), w2);
+  EXPECT_THAT(Heartbeat(wrong.worker_id(), job).abort_job_ids(), ElementsAre(job));
+  EXPECT_FALSE(Claim(svc_.get(), w1, "job-9", 0, 901).reattached());
+
+  v1::RegisterWorkerResponse back1 = Claim(svc_.get(), w1, job, 0, 902);
+  EXPECT_TRUE(back1.reattached());
+  EXPECT_EQ(back1.worker_id(), w1);
+  // A retry whose answer was lost gets the same answer; another process may not take it.
+  EXPECT_EQ(Claim(svc_.get(), w1, job, 0, 902).worker_id(), w1);
+  EXPECT_FALSE(Claim(svc_.get(), w1, job, 0, 903).reattached());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_BUSY);
+  EXPECT_TRUE(Heartbeat(w1, job).abort_job_ids().empty());
+  // Half the ranks back: still waiting, not failed at the deadline's half.
+  now_ += 2500;
+  svc_->Tick();
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(Claim(svc_.get(), w2, job, 1, 904).reattached());
+  EXPECT_EQ(Get(job).events(Get(job).events_size() - 1).reason(), "Reattached");
+  now_ += 5000;
+  Heartbeat(w1, job);
+  Heartbeat(w2, job);
+  svc_->Tick();
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+
+  // The last stage delivers its history again: step 1 is not counted twice, step 2 follows.
+  for (int64_t step : {1, 2, 3}) {
+    ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
+                  r->set_step(step);
+                  r->set_loss(step == 1 ? 2.0 : 1.0 / static_cast<double>(step));
+                }).ok());
+  }
+  EXPECT_THAT(Get(job).step_losses(), ElementsAre(2.0, 0.5, 1.0 / 3.0));
+  EXPECT_EQ(Get(job).metrics().step(), 3);
+  ASSERT_TRUE(Report(w1, job, 0, v1::PROGRESS_DONE).ok());
+  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_DONE).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(CoordinatorServiceTest, RestartCountsARankClaimedAsDone) {
+  std::string w1, w2;
+  const std::string job = StartTwoStageJob(&w1, &w2);
+  svc_.reset();
+  svc_ = Open();
+  // Stage 0 finished (its DONE was acknowledged by the previous coordinator only).
+  EXPECT_TRUE(Claim(svc_.get(), w1, job, 0, 910, /*done=*/true, 3).reattached());
+  EXPECT_EQ(Worker(w1).state(), v1::WORKER_STATE_IDLE);
+  EXPECT_TRUE(Claim(svc_.get(), w2, job, 1, 911).reattached());
+  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_DONE).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(CoordinatorServiceTest, PlannerFailureFailsTheJobWithItsMessage) {

@@ -36,7 +36,28 @@ void MarkStraggler(const StragglerDetector& stragglers, int stage, int replica, 
 absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest& request,
                                                 v1::RegisterWorkerResponse* response) {
   absl::MutexLock lock(&mu_);
-  WorkerRecord& worker = workers_.Register(request, options_.now_unix_ms());
+  const int64_t now = options_.now_unix_ms();
+  WorkerRecord* reattached = nullptr;
+  if (request.has_reattach()) {
+    // A worker that ran a rank before this coordinator (re)started:
+    // coordinator_service_reattach.cc.
+    const std::string refused = ReattachLocked(request, now, &reattached);
+    if (!refused.empty() && request.reattach().done()) {
+      // A worker whose last rank finished says so at every registration until its next job.
+      DAPPLE_LOG_INFO("worker {} claims finished {} stage {} replica {}: not taken: {}",
+                      request.reattach().worker_id(), request.reattach().job_id(),
+                      request.reattach().stage(), request.reattach().replica(), refused);
+      response->set_reattach_refused(refused);
+    } else if (!refused.empty()) {
+      DAPPLE_LOG_WARN("worker {} (host {}, pid {}) claims {} stage {} replica {}: refused: {}",
+                      request.reattach().worker_id(), request.hostname(), request.pid(),
+                      request.reattach().job_id(), request.reattach().stage(),
+                      request.reattach().replica(), refused);
+      response->set_reattach_refused(refused);
+    }
+    response->set_reattached(reattached != nullptr);
+  }
+  WorkerRecord& worker = reattached != nullptr ? *reattached : workers_.Register(request, now);
   // Saved before the id is answered, so no process can ever have been told an id that a
   // restarted coordinator hands out again (a crash between the two only skips ids).
   const int64_t next_id = workers_.next_generated_id();
@@ -82,9 +103,15 @@ absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
   // alone, so that it does not abort a job that can still succeed.
   if (!reported.empty()) {
     auto run = running_.find(reported);
-    const bool is_rank = run != running_.end() &&
-                         std::find(run->second.worker_ids.begin(), run->second.worker_ids.end(),
-                                   worker->info.id()) != run->second.worker_ids.end();
+    bool is_rank = false;
+    if (run != running_.end()) {
+      const std::vector<std::string>& ids = run->second.worker_ids;
+      auto it = std::find(ids.begin(), ids.end(), worker->info.id());
+      // A job recovered at a restart: only a worker that claimed its rank back runs it.
+      is_rank = it != ids.end() &&
+                (!run->second.recovered ||
+                 run->second.reattached_ranks.contains(static_cast<int>(it - ids.begin())));
+    }
     if (!is_rank) response->add_abort_job_ids(reported);
   }
   if (busy && !assigned_running && reported != assigned) {
@@ -284,12 +311,20 @@ void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
                                                   const v1::ProgressReport& report, int64_t now) {
   const std::vector<v1::CheckpointInfo> published(job.checkpoints().begin(),
                                                   job.checkpoints().end());
+  for (const v1::CheckpointInfo& info : published) {
+    // Replayed by a rank after a coordinator restart (progress_reporter.h): published already.
+    if (info.step() == report.step()) return;
+  }
   CheckpointPublisher::Outcome o = checkpoints_.OnReport(report, published, now);
   if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
   absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
     j->clear_checkpoints();
     for (v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = std::move(info);
   });
+  // Written now, not at the next throttled write: a coordinator restarted in between would not
+  // list the published folder, and the ranks' replayed reports could not publish it again
+  // (its .partial folder is gone).
+  if (s.ok()) s = jobs_->FlushDirty(/*force=*/true);
   if (!s.ok()) {
     DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
   }

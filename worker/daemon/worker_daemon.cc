@@ -63,9 +63,10 @@ constexpr int kMinConnectTimeoutMs = 1000;
 constexpr int kMinDnsResolutionIntervalMs = 1000;
 // Deadline of each control RPC: they are small and the coordinator answers without waiting.
 constexpr absl::Duration kRpcDeadline = absl::Seconds(2);
-// How long the final report of a job may wait for delivery; shorter while shutting down, so a
-// SIGTERM with an unreachable coordinator still exits within seconds.
-constexpr absl::Duration kFinalReportTimeout = absl::Seconds(10);
+// How long the final report of a job (and the reports queued before it) may wait for delivery:
+// long enough for a coordinator restart to complete; shorter while shutting down, so a SIGTERM
+// with an unreachable coordinator still exits within seconds.
+constexpr absl::Duration kFinalReportTimeout = absl::Seconds(30);
 constexpr absl::Duration kFinalReportTimeoutStopping = absl::Seconds(2);
 
 std::string Hostname() {
@@ -229,6 +230,15 @@ absl::Status WorkerDaemon::Register() {
       req.set_host_compute_capacity(host_compute_capacity_);
     }
   }
+  {
+    absl::MutexLock l(&mu_);
+    if (!previous_id_.empty() && !rank_.job_id().empty()) {
+      // The coordinator forgot this worker (it restarted) while it ran a rank: claim it back.
+      *req.mutable_reattach() = rank_;
+      req.mutable_reattach()->set_worker_id(previous_id_);
+      req.mutable_reattach()->set_last_step(last_step_.load());
+    }
+  }
   grpc::ClientContext ctx;
   // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a
   // coordinator that is back is reached within one or two retries.
@@ -245,6 +255,31 @@ absl::Status WorkerDaemon::Register() {
   }
   absl::MutexLock l(&mu_);
   worker_id_ = resp.worker_id();
+  previous_id_.clear();
+  if (req.has_reattach()) {
+    const v1::RankClaim& claim = req.reattach();
+    if (resp.reattached()) {
+      DAPPLE_LOG_INFO(
+          "re-attached to {} as stage {} replica {} after the coordinator restarted "
+          "(step {}{})",
+          claim.job_id(), claim.stage(), claim.replica(), claim.last_step(),
+          claim.done() ? ", done" : "");
+      if (reporter_ != nullptr && claim.job_id() == job_id_) reporter_->Replay();
+    } else if (claim.done()) {
+      // Kept until the next job in case the previous coordinator's acknowledgement of the DONE
+      // report died with it; usually the job has simply ended.
+      DAPPLE_LOG_INFO("the coordinator did not take back finished {} stage {} replica {}: {}",
+                      claim.job_id(), claim.stage(), claim.replica(), resp.reattach_refused());
+    } else {
+      DAPPLE_LOG_WARN("the restarted coordinator refused {} stage {} replica {}: {}",
+                      claim.job_id(), claim.stage(), claim.replica(), resp.reattach_refused());
+      if (claim.job_id() == job_id_ && !job_finished_) {
+        DAPPLE_LOG_INFO("aborting {}: the coordinator no longer runs it", job_id_);
+        abort_.store(true);
+      }
+    }
+    rank_.clear_job_id();
+  }
   if (resp.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
   }
@@ -282,7 +317,9 @@ absl::Status WorkerDaemon::Run() {
       TryRegister(&warned);
     }
     absl::MutexLock l(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), heartbeat_interval_);
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || reregister_now_; };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), heartbeat_interval_);
+    reregister_now_ = false;
   }
   // Deregister before aborting the running job: the coordinator then fails it with "worker W
   // (stage S of job J) shut down" rather than with this rank's abort or a peer's lost connection,
@@ -328,6 +365,9 @@ bool WorkerDaemon::HeartbeatOnce() {
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  // Sent as soon as a connection being re-established (a restarted coordinator) is up, instead
+  // of failing now and trying again an interval later.
+  ctx.set_wait_for_ready(true);
   v1::HeartbeatResponse resp;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) {
@@ -335,15 +375,15 @@ bool WorkerDaemon::HeartbeatOnce() {
     return true;
   }
   if (resp.unknown_worker()) {
-    DAPPLE_LOG_WARN("the coordinator does not know {}: registering again", req.worker_id());
     absl::MutexLock l(&mu_);
+    // The running rank goes on: the registration claims it back (Register).
+    DAPPLE_LOG_WARN("the coordinator does not know {}: registering again{}", req.worker_id(),
+                    rank_.job_id().empty()
+                        ? ""
+                        : absl::StrCat(", claiming stage ", rank_.stage(), " replica ",
+                                       rank_.replica(), " of ", rank_.job_id()));
+    if (!worker_id_.empty()) previous_id_ = worker_id_;
     worker_id_.clear();
-    // Its jobs are gone from the coordinator's view (a restarted coordinator failed them); stop
-    // what this worker runs for them now, not when the job's next report is refused.
-    if (!job_id_.empty()) {
-      DAPPLE_LOG_INFO("aborting {}: the coordinator no longer runs it", job_id_);
-      abort_.store(true);
-    }
     return false;
   }
   for (const std::string& job : resp.abort_job_ids()) {
@@ -420,9 +460,14 @@ void WorkerDaemon::StartJob(const v1::StageAssignment& assignment) {
     }
     job_id_ = assignment.job_id();
     job_finished_ = false;
+    rank_.Clear();
+    rank_.set_job_id(assignment.job_id());
+    rank_.set_stage(assignment.stage());
+    rank_.set_replica(assignment.replica());
   }
   abort_.store(false);
   checkpoint_step_.store(0);
+  last_step_.store(assignment.first_step());
   job_thread_ = std::thread([this, assignment] { RunJob(assignment); });
 }
 
@@ -438,7 +483,14 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   logs.Begin();
   DAPPLE_LOG_INFO("{}: starting stage {} replica {} of {} stages", assignment.job_id(),
                   assignment.stage(), assignment.replica(), assignment.num_stages());
-  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_, &logs);
+  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_, &logs, [this] {
+    absl::MutexLock l(&mu_);
+    reregister_now_ = true;
+  });
+  {
+    absl::MutexLock l(&mu_);
+    reporter_ = &reporter;
+  }
   if (options_.observer) options_.observer->OnRankStarted(assignment);
   // Outlives the final report: closing the connections first would let a peer report "connection
   // lost" before this rank's own cause (say, a diverged loss) reached the coordinator.
@@ -454,6 +506,16 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   final.set_job_id(assignment.job_id());
   final.set_stage(assignment.stage());
   final.set_replica(assignment.replica());
+  {
+    // A rank that finished is claimed as done should the coordinator restart before its DONE
+    // report arrives; one that failed or stopped is not claimed (its job fails).
+    absl::MutexLock l(&mu_);
+    if (s.ok()) {
+      rank_.set_done(true);
+    } else {
+      rank_.clear_job_id();
+    }
+  }
   if (s.ok()) {
     final.set_kind(v1::PROGRESS_DONE);
     DAPPLE_LOG_INFO("{}: stage {} done", assignment.job_id(), assignment.stage());
@@ -479,6 +541,7 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   logs.End();
   resources = JobResources();
   absl::MutexLock l(&mu_);
+  reporter_ = nullptr;
   job_finished_ = true;
 }
 
@@ -534,6 +597,16 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
     grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
     if (s.ok() && peers.job_ended()) return absl::AbortedError("job ended during rendezvous");
     if (s.ok() && peers.complete()) break;
+    if (s.ok() &&
+        std::none_of(peers.peers().begin(), peers.peers().end(), [&](const v1::PeerEndpoint& p) {
+          return p.stage() == stage && p.replica() == a.replica();
+        })) {
+      // A coordinator restarted meanwhile forgot the endpoints: publish this rank's again.
+      grpc::ClientContext again;
+      again.set_deadline(DeadlineIn(kRpcDeadline));
+      v1::PublishEndpointResponse resp;
+      (void)stub_->PublishEndpoint(&again, pub, &resp);
+    }
     if (absl::Now() > deadline) {
       std::string missing;
       for (int st = 0; st < a.num_stages(); ++st) {
@@ -779,6 +852,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
     if (!step_result.ok()) return NameLostPeers(a, step_result.status());
     StepResult r = *std::move(step_result);
+    last_step_.store(step + 1);
     peak_memory = std::max(peak_memory, r.stats.peak_memory_bytes());
     const int epoch = EpochOfStep(a.spec(), step + 1);
     if (r.stats.skipped()) {

@@ -9,9 +9,17 @@
 // Reaching the coordinator: every control RPC has a deadline (2 s; PublishEndpoint 5 s, waiting
 // for a reconnect within it; progress reports 5 s, retried), and the channel's reconnect
 // backoff is bounded to 100..500 ms, so a restarted coordinator is reached again within about
-// one heartbeat interval, however often it restarted. A coordinator that answers "unknown
-// worker" (it restarted) is registered with again at once, and a job still running here is
-// aborted (the restarted coordinator failed it).
+// one heartbeat interval, however often it restarted. Heartbeats wait for a connection being
+// re-established (within their deadline) rather than failing at once, so the first heartbeat
+// after the coordinator listens again reaches it.
+//
+// Coordinator restarts (docs/coordinator.md, "Coordinator restarts"): the running rank trains on
+// while the coordinator is away (its reports wait in the ProgressReporter; the pipeline's data
+// path is worker-to-worker). A coordinator that answers "unknown worker" (a heartbeat, or a
+// progress report, which wakes the heartbeat loop at once) is registered with again at once,
+// claiming the rank this worker runs (or just finished) under its previous id
+// (RegisterWorkerRequest.reattach); accepted, the rank goes on and its acknowledged history is
+// delivered again (ProgressReporter::Replay); refused, the rank is aborted.
 #ifndef DAPPLE_WORKER_DAEMON_WORKER_DAEMON_H_
 #define DAPPLE_WORKER_DAEMON_WORKER_DAEMON_H_
 
@@ -162,6 +170,17 @@ class WorkerDaemon {
   double host_compute_capacity_ = -1;
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // running job, empty when idle
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
+  // The id the coordinator knew this worker by before it answered "unknown worker" (for the
+  // rank claim of the next registration; cleared by it).
+  std::string previous_id_ ABSL_GUARDED_BY(mu_);
+  // The rank of the running job, or of the last job when its rank finished DONE (done_ set),
+  // claimed at a re-registration; job_id empty: none.
+  v1::RankClaim rank_ ABSL_GUARDED_BY(mu_);
+  // The running job's reporter while it exists (RunJob), for Replay after a re-attach.
+  ProgressReporter* reporter_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A progress report found the coordinator without this worker: heartbeat (and register) now.
+  bool reregister_now_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> last_step_{0};  // the running rank's newest completed step
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   std::thread job_thread_;
   std::thread profile_thread_;

@@ -26,6 +26,7 @@ CheckpointReport SaveShard(const std::string& checkpoint_dir, const std::string&
   out.bytes = written->bytes;
   if (cache != nullptr) {
     CachedShardKey key;
+    key.origin = CheckpointOrigin(checkpoint_dir);
     key.job_id = job_id;
     key.step = step;
     key.stage = where.stage;

@@ -75,7 +75,7 @@ TEST_F(AsyncShardWriterTest, WritesReportsAndKeepsTheBytesInMemory) {
   absl::StatusOr<std::string> file = ReadWholeFile(path);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(static_cast<int64_t>(file->size()), r.bytes);
-  CachedShardKey key{"job-5", 4, 1, 0, 3, 5};
+  CachedShardKey key{CheckpointOrigin(dir_), "job-5", 4, 1, 0, 3, 5};
   std::shared_ptr<const std::string> cached = cache.Find(key, r.bytes);
   ASSERT_NE(cached, nullptr);
   EXPECT_EQ(*cached, *file);  // the in-memory copy is the file, byte for byte

@@ -99,6 +99,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     std::shared_ptr<const std::string> cached;
     if (cache != nullptr) {
       CachedShardKey key;
+      key.origin = CheckpointOrigin(FolderOf(folder));
       key.job_id = m.job_id();
       key.step = m.step();
       key.stage = e.stage();

@@ -1,5 +1,8 @@
 #include "worker/checkpoint/shard_memory_cache.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include "gtest/gtest.h"
 
 namespace dapple::worker {
@@ -58,6 +61,62 @@ TEST(ShardMemoryCacheTest, ChecksumSeesEveryByte) {
   EXPECT_NE(ShardChecksum(a), ShardChecksum(b));
   EXPECT_NE(ShardChecksum(a), ShardChecksum(c));
   EXPECT_EQ(ShardChecksum(a), ShardChecksum(std::string(1001, 'x')));
+}
+
+std::string FreshHostDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/dapple-host-shards-" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+int FilesIn(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+
+// The host copy outlives the process: a new cache on the same host directory (a restarted
+// worker) finds what the old one stored, for the same origin only.
+TEST(ShardMemoryCacheTest, TheHostCopyOutlivesTheProcess) {
+  const std::string dir = FreshHostDir("outlives");
+  CachedShardKey key = Key("job-1", 4);
+  key.origin = CheckpointOrigin("/ckpt/./job-1/");
+  EXPECT_EQ(key.origin, "/ckpt/job-1");
+  {
+    ShardMemoryCache before(2, dir);
+    before.Put(key, "shard-bytes");
+  }
+  ShardMemoryCache after(2, dir);
+  std::shared_ptr<const std::string> hit = after.Find(key, 11);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(*hit, "shard-bytes");
+  CachedShardKey elsewhere = key;
+  elsewhere.origin = "/other-cluster/job-1";  // another coordinator's job-1
+  EXPECT_EQ(after.Find(elsewhere, 11), nullptr);
+  EXPECT_EQ(after.Find(key, 12), nullptr);
+  // A changed byte in the host file: not trusted.
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('S');
+  }
+  EXPECT_EQ(ShardMemoryCache(2, dir).Find(key, 11), nullptr);
+}
+
+TEST(ShardMemoryCacheTest, TheHostKeepsEachRanksNewestStepWithinItsBound) {
+  const std::string dir = FreshHostDir("bound");
+  ShardMemoryCache cache(2, dir);
+  cache.Put(Key("job-1", 4), "four");
+  cache.Put(Key("job-1", 8), "eight");
+  EXPECT_EQ(FilesIn(dir), 1);  // the rank's older step went
+  EXPECT_EQ(ShardMemoryCache(2, dir).Find(Key("job-1", 4), 4), nullptr);
+  EXPECT_NE(ShardMemoryCache(2, dir).Find(Key("job-1", 8), 5), nullptr);
+  for (int stage = 0; stage < 12; ++stage) {
+    CachedShardKey k = Key("job-2", 2);
+    k.stage = stage;
+    cache.Put(k, "two");
+  }
+  EXPECT_EQ(FilesIn(dir), ShardMemoryCache::kMaxHostShards);
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "common/grpc_tls.h"
 
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -31,6 +36,56 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
   return text.str();
 }
 
+// What OpenSSL makes of a PEM text: a certificate (the first of a chain or bundle), or a private
+// key. gRPC would only say "Invalid private key" in its log and serve nobody, or fail every
+// connection with "empty address list": the mistakes are named at start instead.
+X509* ParseCertificate(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return cert;
+}
+
+EVP_PKEY* ParseKey(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return key;
+}
+
+absl::Status CheckCertificate(const std::string& flag, const std::string& path,
+                              const std::string& pem) {
+  X509* cert = ParseCertificate(pem);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", path, ": not a PEM certificate (a key, or something else, was given)"));
+  }
+  X509_free(cert);
+  return absl::OkStatus();
+}
+
+// The certificate and the key must be a pair (the key signs what the certificate's public key
+// verifies).
+absl::Status CheckPair(const std::string& cert_flag, const std::string& cert_path,
+                       const std::string& cert_pem, const std::string& key_flag,
+                       const std::string& key_path, const std::string& key_pem) {
+  if (absl::Status s = CheckCertificate(cert_flag, cert_path, cert_pem); !s.ok()) return s;
+  EVP_PKEY* key = ParseKey(key_pem);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key_flag, " ", key_path, ": not a PEM private key"));
+  }
+  X509* cert = ParseCertificate(cert_pem);
+  const bool match = X509_check_private_key(cert, key) == 1;
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  if (!match) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key_flag, " ", key_path, " is not the private key of ", cert_flag, " ", cert_path));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PairComplete(const std::string& cert, const std::string& key,
                           const std::string& cert_flag, const std::string& key_flag) {
   if (cert.empty() != key.empty()) {
@@ -55,15 +110,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     }
     return grpc::InsecureServerCredentials();
   }
-  if (absl::StatusOr<std::string> s = ReadPem("--tls-cert", files.cert_file); !s.ok()) {
-    return s.status();
-  }
-  if (absl::StatusOr<std::string> s = ReadPem("--tls-key", files.key_file); !s.ok()) {
-    return s.status();
+  absl::StatusOr<std::string> cert = ReadPem("--tls-cert", files.cert_file);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("--tls-key", files.key_file);
+  if (!key.ok()) return key.status();
+  if (absl::Status s =
+          CheckPair("--tls-cert", files.cert_file, *cert, "--tls-key", files.key_file, *key);
+      !s.ok()) {
+    return s;
   }
   if (!files.client_ca_file.empty()) {
-    if (absl::StatusOr<std::string> s = ReadPem("--tls-client-ca", files.client_ca_file); !s.ok()) {
-      return s.status();
+    absl::StatusOr<std::string> ca = ReadPem("--tls-client-ca", files.client_ca_file);
+    if (!ca.ok()) return ca.status();
+    if (absl::Status s = CheckCertificate("--tls-client-ca", files.client_ca_file, *ca); !s.ok()) {
+      return s;
     }
   }
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -96,12 +156,18 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   grpc::SslCredentialsOptions options;
   absl::StatusOr<std::string> ca = ReadPem(files.ca_flag, files.ca_file);
   if (!ca.ok()) return ca.status();
+  if (absl::Status s = CheckCertificate(files.ca_flag, files.ca_file, *ca); !s.ok()) return s;
   options.pem_root_certs = *std::move(ca);
   if (!files.cert_file.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(files.cert_flag, files.cert_file);
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = ReadPem(files.key_flag, files.key_file);
     if (!key.ok()) return key.status();
+    if (absl::Status s = CheckPair(files.cert_flag, files.cert_file, *cert, files.key_flag,
+                                   files.key_file, *key);
+        !s.ok()) {
+      return s;
+    }
     options.pem_cert_chain = *std::move(cert);
     options.pem_private_key = *std::move(key);
   }

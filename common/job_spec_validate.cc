@@ -219,6 +219,15 @@ Check CheckRestart(const v1::JobSpec& spec) {
                               "failure fails the job)",
                               r.max_restarts(), kMaxRestarts));
   }
+  if (std::isfinite(r.backoff_seconds()) && std::isfinite(r.max_backoff_seconds()) &&
+      r.backoff_seconds() <= kMaxRestartSeconds && r.backoff_seconds() > r.max_backoff_seconds()) {
+    // Named by the field the user most likely wrote: max_backoff_seconds is often the default.
+    return At("training.restart.backoff_seconds",
+              absl::StrFormat("training.restart.backoff_seconds %g is more than "
+                              "training.restart.max_backoff_seconds %g (its cap, 30 unless "
+                              "given): lower backoff_seconds or raise max_backoff_seconds",
+                              r.backoff_seconds(), r.max_backoff_seconds()));
+  }
   const struct {
     const char* field;
     double value;

@@ -299,8 +299,9 @@ TEST(ValidateJobSpecTest, Restart) {
   r->set_max_restarts(3);
   r->set_max_backoff_seconds(0.5);
   ExpectInvalid(ValidateJobSpec(spec),
-                {"training.restart.max_backoff_seconds 0.5 must be a number of seconds in [1, "
-                 "86400] (at least training.restart.backoff_seconds"});
+                {"training.restart.backoff_seconds 1 is more than "
+                 "training.restart.max_backoff_seconds 0.5 (its cap, 30 unless given): lower "
+                 "backoff_seconds or raise max_backoff_seconds"});
   r->set_max_backoff_seconds(30);
   r->set_wait_for_workers_seconds(0);
   ExpectInvalid(ValidateJobSpec(spec),

@@ -312,6 +312,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                        : dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "ArgumentMismatch"
                        : dynamic_cast<const CLI::RequiredError*>(&e)    ? "RequiredError"
                                                                         : "";
+    if (command == "config" && config_app->get_subcommands().empty()) {
+      const std::vector<std::string> stray = config_app->remaining();
+      return Fail(env, kExitUsage,
+                  absl::StrCat(stray.empty()
+                                   ? "config needs a subcommand"
+                                   : absl::StrCat("config has no subcommand '", stray.front(), "'"),
+                               ": view, get-contexts, use-context NAME, set-context NAME, "
+                               "delete-context NAME (see dapplectl config --help)"));
+    }
     return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command));
   }
 
@@ -356,9 +365,10 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   const char* env_address = std::getenv(kCoordinatorEnv);
   const bool from_env = coordinator->count() == 0 && env_address != nullptr;
   if (from_env) flags.coordinator = env_address;
-  if (coordinator->count() == 0 && env_address == nullptr && context != nullptr) {
-    flags.coordinator = context->coordinator;
-  }
+  // A context is a unit: its TLS files go with its coordinator, not with one given otherwise.
+  const bool from_context =
+      coordinator->count() == 0 && env_address == nullptr && context != nullptr;
+  if (from_context) flags.coordinator = context->coordinator;
   if (absl::Status s =
           CheckCoordinatorAddress(from_env ? kCoordinatorEnv : "--coordinator", flags.coordinator);
       !s.ok()) {
@@ -435,12 +445,24 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   if (flags.ca.empty()) {
     if (const char* ca = std::getenv(kCaEnv); ca != nullptr) flags.ca = ca;
   }
-  if (context != nullptr) {
-    if (flags.ca.empty()) flags.ca = context->ca;
-    if (flags.tls_cert.empty() && flags.tls_key.empty()) {
+  ClientTlsFiles tls;
+  if (from_context) {
+    const std::string of = absl::StrCat("context ", context->name, "'s ");
+    if (flags.ca.empty() && !context->ca.empty()) {
+      flags.ca = context->ca;
+      tls.ca_flag = of + "ca";
+    }
+    if (flags.tls_cert.empty() && flags.tls_key.empty() && !context->tls_cert.empty()) {
       flags.tls_cert = context->tls_cert;
       flags.tls_key = context->tls_key;
+      tls.cert_flag = of + "tls-cert";
+      tls.key_flag = of + "tls-key";
     }
+  }
+  if (flags.plaintext && !flags.ca.empty()) {
+    return Fail(env, kExitUsage,
+                absl::StrCat("--plaintext and ", tls.ca_flag,
+                             " contradict each other: choose one (DAPPLE_CA counts as --ca)"));
   }
   if (flags.ca.empty()) {
     if (absl::Status s = RequirePlaintextAllowed("coordinator", flags.coordinator, flags.plaintext,
@@ -450,7 +472,6 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     }
   }
   {
-    ClientTlsFiles tls;
     tls.ca_file = flags.ca;
     tls.cert_file = flags.tls_cert;
     tls.key_file = flags.tls_key;

@@ -1,5 +1,11 @@
 #include "dapplectl/config_command.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "dapplectl/ctl_config.h"
 #include "dapplectl/flag_values.h"
@@ -66,15 +72,32 @@ absl::StatusOr<std::string> RunConfigAction(const std::string& path, const Confi
     config.contexts.push_back(Context{a.name, "", "", "", ""});
     found = &config.contexts.back();
   }
+  // Files are kept absolute (a relative path would change meaning with the working folder) and
+  // must be readable now.
+  for (auto [flag, value, field] :
+       {std::tuple<const char*, const std::optional<std::string>*, std::string*>{"--ca", &a.ca,
+                                                                                 &found->ca},
+        {"--tls-cert", &a.tls_cert, &found->tls_cert},
+        {"--tls-key", &a.tls_key, &found->tls_key}}) {
+    if (!value->has_value()) continue;
+    if ((*value)->empty()) {
+      *field = "";
+      continue;
+    }
+    std::error_code ec;
+    const std::string absolute = std::filesystem::absolute(**value, ec).lexically_normal().string();
+    if (!std::ifstream(absolute)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", **value, ": ", std::strerror(errno)));
+    }
+    *field = absolute;
+  }
   if (a.coordinator.has_value()) {
     if (absl::Status s = CheckCoordinatorAddress("--coordinator", *a.coordinator); !s.ok()) {
       return s;
     }
     found->coordinator = *a.coordinator;
   }
-  if (a.ca.has_value()) found->ca = *a.ca;
-  if (a.tls_cert.has_value()) found->tls_cert = *a.tls_cert;
-  if (a.tls_key.has_value()) found->tls_key = *a.tls_key;
   // Checked as LoadConfig checks a file, so that what is written loads again.
   if (absl::Status s = SaveConfig(path, config); !s.ok()) return s;
   if (absl::StatusOr<CtlConfig> again = LoadConfig(path); !again.ok()) return again.status();

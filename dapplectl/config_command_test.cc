@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -34,8 +35,11 @@ TEST(ConfigCommandTest, ContextsAreCreatedUsedAndDeleted) {
   ConfigAction view;
   view.verb = "view";
   EXPECT_EQ(*RunConfigAction(path, view), "no contexts\nFILE          " + path + "\n");
+  const std::string ca =
+      std::filesystem::path(::testing::TempDir() + "/dapple-config-ca.pem").lexically_normal();
+  std::ofstream(ca) << "-----BEGIN CERTIFICATE-----\n";
   ConfigAction prod = Set("prod", "coord.example:7600");
-  prod.ca = "/etc/dapple/ca.pem";
+  prod.ca = ca;
   EXPECT_EQ(*RunConfigAction(path, prod), "context prod created\n");
   EXPECT_EQ(*RunConfigAction(path, Set("local", "127.0.0.1:7600")), "context local created\n");
   struct stat st;
@@ -46,20 +50,20 @@ TEST(ConfigCommandTest, ContextsAreCreatedUsedAndDeleted) {
   use.name = "prod";
   EXPECT_EQ(*RunConfigAction(path, use), "switched to context prod\n");
   const std::string table = *RunConfigAction(path, view);
-  EXPECT_THAT(table, HasSubstr("*         prod    coord.example:7600   /etc/dapple/ca.pem"));
+  EXPECT_THAT(table, HasSubstr("*         prod    coord.example:7600   " + ca));
   EXPECT_THAT(table, HasSubstr("local   127.0.0.1:7600       - (plain text)"));
   absl::StatusOr<CtlConfig> loaded = LoadConfig(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->current_context, "prod");
   ASSERT_EQ(loaded->contexts.size(), 2u);
-  EXPECT_EQ(FindContext(*loaded, "prod")->ca, "/etc/dapple/ca.pem");
+  EXPECT_EQ(FindContext(*loaded, "prod")->ca, ca);
   // An update keeps what is not given.
   ConfigAction update;
   update.verb = "set-context";
   update.name = "prod";
   update.coordinator = "coord2.example:7600";
   EXPECT_EQ(*RunConfigAction(path, update), "context prod updated\n");
-  EXPECT_EQ(FindContext(*LoadConfig(path), "prod")->ca, "/etc/dapple/ca.pem");
+  EXPECT_EQ(FindContext(*LoadConfig(path), "prod")->ca, ca);
   ConfigAction del;
   del.verb = "delete-context";
   del.name = "prod";
@@ -84,6 +88,18 @@ TEST(ConfigCommandTest, MistakesAreNamed) {
   EXPECT_THAT(RunConfigAction(path, Set("prod", "nohost")).status().message(),
               HasSubstr("--coordinator must be HOST:PORT"));
   EXPECT_EQ(RunConfigAction("", use).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Files must exist now, and are kept absolute (the working folder changes).
+  ConfigAction missing = Set("prod", "a:1");
+  missing.ca = "no/such/ca.pem";
+  EXPECT_EQ(RunConfigAction(path, missing).status().message(),
+            "--ca no/such/ca.pem: No such file or directory");
+  const std::string here = std::filesystem::current_path().string();
+  std::ofstream("dapple-config-relative-ca.pem") << "x";
+  ConfigAction relative = Set("rel", "a:1");
+  relative.ca = "./dapple-config-relative-ca.pem";
+  ASSERT_TRUE(RunConfigAction(path, relative).ok());
+  EXPECT_EQ(FindContext(*LoadConfig(path), "rel")->ca, here + "/dapple-config-relative-ca.pem");
+  std::remove("dapple-config-relative-ca.pem");
 }
 
 TEST(ConfigCommandTest, BadFilesSayWhereAndWhat) {

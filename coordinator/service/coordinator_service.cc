@@ -112,7 +112,8 @@ absl::StatusOr<std::string> CheckResumeFrom(const std::string& path, const v1::J
   while (dir.size() > 1 && absl::EndsWith(dir, "/")) dir.pop_back();
   absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
   if (!manifest.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("resume_from: ", manifest.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resume-from (resume_from): ", manifest.status().message()));
   }
   // An emulated job waits instead of computing, so its shards hold weights that were never
   // trained: a real job resuming from them would carry on at step N from untrained weights

@@ -146,6 +146,30 @@ class TlsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("is not a loopback address: give --tls-cert and --tls-key, or --plaintext",
                       r.stderr)
+        # A key that is not the certificate's, a key given as the certificate: refused at start
+        # (gRPC alone would log "Invalid private key" and serve nobody).
+        ca_key = os.path.join(self.certs, "ca.key")
+        for cert, key, says in ((self.server_cert, ca_key, "is not the private key of --tls-cert"),
+                                (self.server_key, self.server_key, "not a PEM certificate")):
+            r = subprocess.run([cluster.COORDINATOR, "--listen", "127.0.0.1:0", "--db",
+                                os.path.join(d, "y.db"), "--tls-cert", cert, "--tls-key", key],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(says, r.stderr)
+        # Clients: a key as the CA, a client key that is not its certificate's, --plaintext with
+        # a CA.
+        for args, says in ((["--ca", ca_key], "--ca %s: not a PEM certificate" % ca_key),
+                           (["--ca", self.ca, "--tls-cert", self.client_cert, "--tls-key",
+                             self.server_key], "is not the private key of --tls-cert"),
+                           (["--ca", self.ca, "--plaintext"], "contradict each other")):
+            r = subprocess.run([cluster.DAPPLECTL, "--coordinator", "127.0.0.1:1"] + args +
+                               ["list"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(says, r.stderr)
+            r = subprocess.run([cluster.WORKER, "--coordinator", "127.0.0.1:1"] + args,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(says, r.stderr)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     }
     return s;
   }
+  if (plaintext && !tls.ca_file.empty()) {
+    return Invalid(
+        "--plaintext and --ca contradict each other: choose one (DAPPLE_CA counts "
+        "as --ca)");
+  }
   if (tls.ca_file.empty()) {
     if (absl::Status s = RequirePlaintextAllowed("--coordinator", o.coordinator, plaintext,
                                                  "--ca FILE (or DAPPLE_CA)", "--plaintext");

@@ -313,7 +313,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                        : dynamic_cast<const CLI::RequiredError*>(&e)    ? "RequiredError"
                                                                         : "";
     if (command == "config" && config_app->get_subcommands().empty()) {
-      const std::vector<std::string> stray = config_app->remaining();
+      std::vector<std::string> stray = config_app->remaining();
+      if (stray.empty()) stray = app.remaining();
       return Fail(env, kExitUsage,
                   absl::StrCat(stray.empty()
                                    ? "config needs a subcommand"

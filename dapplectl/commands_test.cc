@@ -482,6 +482,12 @@ TEST_F(CommandsTest, ContextsGiveTheCoordinator) {
   EXPECT_THAT(r.err, HasSubstr("coordinator 10.9.9.9:7600 is not a loopback address"));
   r = RunCtl({"--coordinator", addr_, "list"});  // the flag wins
   EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = RunCtl({"config"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("config needs a subcommand: view, get-contexts, use-context NAME"));
+  r = RunCtl({"config", "frob"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("config has no subcommand 'frob': view, "));
   r = RunCtl({"--context", "nope", "list"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_EQ(r.err,

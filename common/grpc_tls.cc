@@ -97,19 +97,41 @@ absl::Status PairComplete(const std::string& cert, const std::string& key,
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerTlsFiles& files) {
+namespace {
+
+// The server files' shape: both of cert and key or neither, a client CA only with them.
+absl::Status CheckServerTlsShape(const ServerTlsFiles& files) {
   if (absl::Status s = PairComplete(files.cert_file, files.key_file, "--tls-cert", "--tls-key");
       !s.ok()) {
     return s;
   }
-  if (files.cert_file.empty()) {
-    if (!files.client_ca_file.empty()) {
-      return absl::InvalidArgumentError(
-          "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first");
-    }
-    return grpc::InsecureServerCredentials();
+  if (files.cert_file.empty() && !files.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckServerTlsFlags(const ServerTlsFiles& files, bool plaintext,
+                                 const std::string& listen) {
+  if (absl::Status s = CheckServerTlsShape(files); !s.ok()) return s;
+  if (!files.cert_file.empty()) {
+    if (plaintext) {
+      return absl::InvalidArgumentError(
+          "--plaintext and --tls-cert contradict each other: choose one");
+    }
+    return absl::OkStatus();
+  }
+  return RequirePlaintextAllowed("--listen", listen, plaintext, "--tls-cert and --tls-key",
+                                 "--plaintext");
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTlsFiles& files) {
+  if (absl::Status s = CheckServerTlsShape(files); !s.ok()) return s;
+  if (files.cert_file.empty()) return grpc::InsecureServerCredentials();
   absl::StatusOr<std::string> cert = ReadPem("--tls-cert", files.cert_file);
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadPem("--tls-key", files.key_file);

@@ -35,6 +35,13 @@ struct ServerTlsFiles {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& files);
 
+// The coordinator's TLS flags' rules, without reading the files: --tls-cert and --tls-key
+// together, --tls-client-ca only with them, --plaintext not with them, and without TLS a
+// loopback `listen` or --plaintext (RequirePlaintextAllowed). kInvalidArgument with the rule
+// ("--plaintext and --tls-cert contradict each other: choose one", ...).
+absl::Status CheckServerTlsFlags(const ServerTlsFiles& files, bool plaintext,
+                                 const std::string& listen);
+
 struct ClientTlsFiles {
   std::string ca_file;    // PEM CA bundle that signed the coordinator's certificate; empty:
                           // plain text

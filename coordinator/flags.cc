@@ -110,23 +110,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
                                                    kMaxPort, ", got '", raw.listen, "'"));
   }
   flags.listen = raw.listen;
-  if (raw.tls_cert.empty() != raw.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both or neither");
-  }
-  if (raw.plaintext && !raw.tls_cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--plaintext and --tls-cert contradict each other: choose one");
-  }
-  if (!raw.tls_client_ca.empty() && raw.tls_cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first");
-  }
-  if (raw.tls_cert.empty()) {
-    if (absl::Status s = RequirePlaintextAllowed("--listen", raw.listen, raw.plaintext,
-                                                 "--tls-cert and --tls-key", "--plaintext");
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = CheckServerTlsFlags({raw.tls_cert, raw.tls_key, raw.tls_client_ca},
+                                           raw.plaintext, raw.listen);
+      !s.ok()) {
+    return s;
   }
   flags.tls_cert = raw.tls_cert;
   flags.tls_key = raw.tls_key;

@@ -73,18 +73,29 @@ std::string FormatSteps(int64_t step, int64_t total_steps) {
   return absl::StrCat(step);
 }
 
+namespace {
+
+// The binary unit for `bytes` (>= 1024) and its size: switched before rounding would print
+// "1024.0 KiB".
+const char* BinaryUnit(int64_t bytes, double* divisor) {
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  *divisor = 1024;
+  int unit = 0;
+  while (unit < 3 && static_cast<double>(bytes) / *divisor >= 1023.95) {
+    *divisor *= 1024;
+    ++unit;
+  }
+  return units[unit];
+}
+
+}  // namespace
+
 std::string FormatBytes(int64_t bytes) {
   if (bytes < 0) return "-";
   if (bytes < 1024) return absl::StrCat(bytes, bytes == 1 ? " byte" : " bytes");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes) / 1024;
-  int unit = 0;
-  // Switch units before rounding would print "1024.0 KiB".
-  while (unit < 3 && value >= 1023.95) {
-    value /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.1f %s", value, units[unit]);
+  double divisor = 1;
+  const char* unit = BinaryUnit(bytes, &divisor);
+  return absl::StrFormat("%.1f %s", static_cast<double>(bytes) / divisor, unit);
 }
 
 std::string FormatByteList(const std::vector<int64_t>& bytes) {
@@ -95,18 +106,13 @@ std::string FormatByteList(const std::vector<int64_t>& bytes) {
     for (int64_t b : bytes) values.push_back(b < 0 ? "-" : absl::StrCat(b));
     return absl::StrCat(absl::StrJoin(values, " "), " bytes");
   }
-  // The largest entry's unit, chosen as FormatBytes chooses it, so the two agree.
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double divisor = 1024;
-  int unit = 0;
-  while (unit < 3 && static_cast<double>(largest) / divisor >= 1023.95) {
-    divisor *= 1024;
-    ++unit;
-  }
+  // The largest entry's unit, as FormatBytes chooses it, so the two agree.
+  double divisor = 1;
+  const char* unit = BinaryUnit(largest, &divisor);
   for (int64_t b : bytes) {
     values.push_back(b < 0 ? "-" : absl::StrFormat("%.1f", static_cast<double>(b) / divisor));
   }
-  return absl::StrCat(absl::StrJoin(values, " "), " ", units[unit]);
+  return absl::StrCat(absl::StrJoin(values, " "), " ", unit);
 }
 
 }  // namespace dapple::ctl

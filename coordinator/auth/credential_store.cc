@@ -65,18 +65,6 @@ absl::Status CheckName(absl::string_view what, const std::string& name) {
 
 }  // namespace
 
-const char* RoleName(Role role) {
-  switch (role) {
-    case Role::kUser:
-      return "user";
-    case Role::kAdmin:
-      return "admin";
-    case Role::kWorker:
-      return "worker";
-  }
-  return "user";
-}
-
 absl::StatusOr<absl::string_view> BearerToken(absl::string_view authorization) {
   constexpr absl::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size() ||

@@ -33,27 +33,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/auth/identity.h"
 
 struct sqlite3;
 
 namespace dapple::coordinator::auth {
-
-enum class Role {
-  kUser,    // acts on its tenant's jobs
-  kAdmin,   // manages tenants, users, tokens and quotas; sees every job
-  kWorker,  // a worker daemon: reports only for the ranks assigned to it
-};
-
-// "user" | "admin" | "worker".
-const char* RoleName(Role role);
-
-// Who is calling: from a verified token only, never from a field a peer sets.
-struct Identity {
-  std::string user;    // "alice", or the worker id "w-3" for a worker credential
-  std::string tenant;  // "" for admins and workers
-  Role role = Role::kUser;
-  std::string token_id;  // the 16 hex digits of the token used (for the audit log)
-};
 
 // The token in an "authorization" metadata value: "Bearer <token>" (the scheme case-insensitive,
 // one space). kUnauthenticated "authorization metadata must be 'Bearer <token>'" otherwise,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/checkpoint_files.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
@@ -77,7 +78,7 @@ class CheckpointHandlerTest : public ::testing::Test {
     req.set_source_name("job.yaml");
     req.set_resume_from(resume_from);
     v1::SubmitJobResponse resp;
-    absl::Status s = svc_->SubmitJob(req, &resp);
+    absl::Status s = svc_->SubmitJob(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp.job();
   }

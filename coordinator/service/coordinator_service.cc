@@ -688,7 +688,8 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
 
 // --- Coordinator ---
 
-absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
+absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
+                                           const v1::SubmitJobRequest& request,
                                            v1::SubmitJobResponse* response) {
   const std::string& source =
       request.source_name().empty() ? std::string(kDefaultSource) : request.source_name();
@@ -724,9 +725,13 @@ absl::Status CoordinatorService::SubmitJob(const v1::SubmitJobRequest& request,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
   }
-  DAPPLE_ASSIGN_OR_RETURN(*response->mutable_job(),
-                          jobs_->Create(*spec, request.spec_yaml(), plan->summary(),
-                                        [&](v1::Job* j) { j->set_resumed_from(resumed_from); }));
+  DAPPLE_ASSIGN_OR_RETURN(
+      *response->mutable_job(),
+      jobs_->Create(*spec, request.spec_yaml(), plan->summary(), [&](v1::Job* j) {
+        j->set_resumed_from(resumed_from);
+        j->set_owner(caller.user);
+        j->set_tenant(caller.tenant);
+      }));
   absl::MutexLock lock(&mu_);
   WakeLocked();
   return absl::OkStatus();

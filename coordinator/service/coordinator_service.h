@@ -81,6 +81,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/auth/identity.h"
 #include "coordinator/cluster/profile_cache.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
@@ -189,8 +190,10 @@ class CoordinatorService {
   // pipedream up to M = global_batch / micro_batch (1F1B-RR gives each replica whole
   // micro-batches).
   // kInvalidArgument with the parser's or the planner's message (a plan that fits no device's
-  // memory included), nothing stored; kInternal when the write fails.
-  absl::Status SubmitJob(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
+  // memory included), nothing stored; kInternal when the write fails. The job's owner and
+  // tenant are `caller`'s (Job.owner, Job.tenant): from the verified identity, never the spec.
+  absl::Status SubmitJob(const auth::Identity& caller, const v1::SubmitJobRequest& request,
+                         v1::SubmitJobResponse* response);
   // A dry run of the planner (coordinator.proto PlanJobRequest; docs/coordinator.md): nothing
   // is stored or started. With spec_yaml: the spec's data resolved as SubmitJob resolves it
   // (a text file that submit would refuse is refused here too), then MakePlan on the spec

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "common/profile/model_profile.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/test_db.h"
 #include "gmock/gmock.h"
@@ -172,7 +173,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     req.set_spec_yaml(yaml);
     req.set_source_name(source);
     v1::SubmitJobResponse resp;
-    absl::Status s = svc_->SubmitJob(req, &resp);
+    absl::Status s = svc_->SubmitJob(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp.job();
   }
@@ -1024,7 +1025,7 @@ TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorker
   v1::SubmitJobRequest submit;
   submit.set_spec_yaml(Spec(1));
   v1::SubmitJobResponse submitted;
-  ASSERT_TRUE((*svc)->SubmitJob(submit, &submitted).ok());
+  ASSERT_TRUE((*svc)->SubmitJob(auth::TestAdmin(), submit, &submitted).ok());
   v1::GetJobRequest get;
   get.set_job_id(submitted.job().id());
   v1::Job job;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
@@ -246,7 +247,7 @@ TEST_F(EmulatedJobTest, PlanDevicesSayEmulatedAndAssignmentsKeepTheWorkersDevice
   v1::SubmitJobRequest req;
   req.set_spec_yaml(EmulatedSpec(WriteProfile(4)));
   v1::SubmitJobResponse resp;
-  ASSERT_TRUE(svc_->SubmitJob(req, &resp).ok());
+  ASSERT_TRUE(svc_->SubmitJob(auth::TestAdmin(), req, &resp).ok());
   svc_->Tick();
 
   v1::GetJobRequest get;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/straggler_detector.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
@@ -84,7 +85,7 @@ class HistoryHandlerTest : public ::testing::Test {
     v1::SubmitJobRequest req;
     req.set_spec_yaml(kSpec);
     v1::SubmitJobResponse resp;
-    EXPECT_TRUE(svc_->SubmitJob(req, &resp).ok());
+    EXPECT_TRUE(svc_->SubmitJob(auth::TestAdmin(), req, &resp).ok());
     now_ += 1000;
     svc_->Tick();
     for (int i = 0; i < 4; ++i) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/checkpoint_files.h"
 #include "common/job_spec.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
@@ -185,7 +186,7 @@ class TextJobTest : public ::testing::Test {
     req.set_source_name("job.yaml");
     req.set_resume_from(resume_from);
     v1::SubmitJobResponse resp;
-    absl::Status s = svc_->SubmitJob(req, &resp);
+    absl::Status s = svc_->SubmitJob(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp.job();
   }
@@ -271,7 +272,7 @@ TEST_F(TextJobTest, SubmitRefusesTheBadDataExamples) {
     req.set_spec_yaml(text);
     req.set_source_name(absl::StrCat("examples/bad/", name));
     v1::SubmitJobResponse resp;
-    return svc_->SubmitJob(req, &resp);
+    return svc_->SubmitJob(auth::TestAdmin(), req, &resp);
   };
   absl::Status missing = submit("missing_text_file.yaml");
   EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);

@@ -11,6 +11,7 @@
 #include "common/profile/model_profile.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/job_programs.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gmock/gmock.h"
@@ -139,7 +140,7 @@ class PlanJobTest : public ::testing::Test {
     req.set_spec_yaml(yaml);
     req.set_source_name("job.yaml");
     v1::SubmitJobResponse resp;
-    absl::Status s = svc_->SubmitJob(req, &resp);
+    absl::Status s = svc_->SubmitJob(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp.job();
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
 #include "gtest/gtest.h"
@@ -76,7 +77,7 @@ class TraceHandlerTest : public ::testing::Test {
     v1::SubmitJobRequest req;
     req.set_spec_yaml(kSpec);
     v1::SubmitJobResponse resp;
-    EXPECT_TRUE(svc_->SubmitJob(req, &resp).ok());
+    EXPECT_TRUE(svc_->SubmitJob(auth::TestAdmin(), req, &resp).ok());
     svc_->Tick();
     for (int s = 0; s < 2; ++s) {
       v1::HeartbeatResponse hb = Heartbeat(w_[s]);

@@ -1,0 +1,40 @@
+// Who is calling an RPC: the identity a verified bearer token proves (credential_store.h
+// Authenticate), handed to the coordinator's handlers instead of the token (issue 16,
+// "Identity"). Never built from a field or header a peer sets freely.
+#ifndef DAPPLE_COORDINATOR_AUTH_IDENTITY_H_
+#define DAPPLE_COORDINATOR_AUTH_IDENTITY_H_
+
+#include <string>
+
+namespace dapple::coordinator::auth {
+
+enum class Role {
+  kUser,    // acts on its tenant's jobs
+  kAdmin,   // manages tenants, users, tokens and quotas; sees every job
+  kWorker,  // a worker daemon: reports only for the ranks assigned to it
+};
+
+// "user" | "admin" | "worker".
+inline const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kWorker:
+      return "worker";
+    case Role::kUser:
+      break;
+  }
+  return "user";
+}
+
+// Who is calling: from a verified token only, never from a field a peer sets.
+struct Identity {
+  std::string user;    // "alice", or the worker id "w-3" for a worker credential
+  std::string tenant;  // "" for admins and workers
+  Role role = Role::kUser;
+  std::string token_id;  // the 16 hex digits of the token used (for the audit log)
+};
+
+}  // namespace dapple::coordinator::auth
+
+#endif  // DAPPLE_COORDINATOR_AUTH_IDENTITY_H_

@@ -95,6 +95,7 @@
 #include "coordinator/jobs/trace_store.h"
 #include "coordinator/jobs/worker_id_store.h"
 #include "coordinator/planner/planner.h"
+#include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -306,6 +307,20 @@ class CoordinatorService {
   // or request; kPermissionDenied / kInvalidArgument as ProfileCache::Report.
   absl::Status ReportProfile(const v1::ReportProfileRequest& request,
                              v1::ReportProfileResponse* response);
+
+  // --- Admin: quotas (admin.proto; docs/scheduling.md). `caller` must be an admin
+  // (kPermissionDenied otherwise). coordinator_service_scheduling.cc.
+  // Replaces a tenant's quota (kNotFound for an unknown tenant; kInvalidArgument naming the
+  // field, value and rule); answers the tenant with its quota and usage.
+  absl::Status SetTenantQuota(const auth::Identity& caller,
+                              const v1::SetTenantQuotaRequest& request, v1::Tenant* response);
+  // Creates or replaces a cohort's shared devices.
+  absl::Status SetCohort(const auth::Identity& caller, const v1::SetCohortRequest& request,
+                         v1::Cohort* response);
+  // Fills quota, usage, queued_jobs and admitted_jobs of each tenant already in
+  // response->tenants (matched by name; the caller lists them from the credential store) and
+  // adds every cohort.
+  absl::Status DescribeTenants(const auth::Identity& caller, v1::ListTenantsResponse* response);
 
  private:
   // What the coordinator keeps in memory about a RUNNING job.

@@ -140,6 +140,10 @@ void QuietGrpcLogging() {
   gpr_set_log_function(DropGrpcLog);
 }
 
+void PrepareContext(const ClientOptions& options, grpc::ClientContext* context) {
+  if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
+}
+
 CoordinatorClient::CoordinatorClient(ClientOptions options) : options_(std::move(options)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -201,6 +205,7 @@ template <typename Request, typename Response, typename Call>
 absl::Status CoordinatorClient::Unary(const char* method, const Request& request,
                                       Response* response, Call call, bool wait_for_ready) {
   grpc::ClientContext context;
+  PrepareContext(options_, &context);
   context.set_deadline(DeadlineAfter(options_.timeout));
   // Fail-fast (the default) reports a refused connection at once, with gRPC's reason; the
   // deadline bounds connecting to a silent address. wait_for_ready is for reconnecting.
@@ -296,6 +301,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Reconnect(const v1::GetJobRequest& ge
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
     grpc::ClientContext context;
+    PrepareContext(options_, &context);
     context.set_deadline(absl::ToChronoTime(deadline));
     context.set_wait_for_ready(true);
     v1::Job job;
@@ -328,6 +334,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
   int empty_streams = 0;  // in a row
   while (!IsTerminal(job.state())) {
     grpc::ClientContext context;  // no deadline: a job may run for days
+    PrepareContext(options_, &context);
     v1::WatchJobRequest request;
     request.set_job_id(EscapeInvalidUtf8(job_id));
     std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub_->WatchJob(&context, request);

@@ -50,7 +50,14 @@ struct ClientOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   bool tls = false;                 // credentials are TLS (--ca), for the hints of errors
   bool client_certificate = false;  // and carry a client certificate (--tls-cert)
+  // The bearer token every call carries as `authorization: Bearer <token>` metadata; "": none
+  // (the coordinator answers UNAUTHENTICATED). Never logged or printed.
+  std::string token;
 };
+
+// Sets up `context` for one call with `options`: the bearer token's metadata. Every call of
+// every client (Coordinator, Admin) goes through here.
+void PrepareContext(const ClientOptions& options, grpc::ClientContext* context);
 
 class CoordinatorClient {
  public:

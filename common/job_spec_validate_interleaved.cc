@@ -123,17 +123,37 @@ Check CheckInterleaved(const v1::JobSpec& spec, int stages) {
                                 i, (*layers)[i].tied_layer));
     }
   }
-  // The schedule, its lowering, the simulator's proof and the workers' runtime exist (v layer
-  // ranges per rank: worker/runtime/chunked_stage_backend.h, parity in
-  // worker/runtime/interleaved_runtime_test.cc); the planners do not cut the model into P * v
-  // virtual stages yet (PlanStageSummary.chunks), so the job is refused here rather than run
-  // as something else.
-  return At("parallel.schedule",
-            absl::StrFormat("parallel.schedule interleaved (P = %d, v = %d, M = %d) passes every "
-                            "check but is not runnable yet: the workers run %d layer ranges per "
-                            "stage, but the planner does not cut the model into %d virtual "
-                            "stages yet; use schedule dapple (or zb-h1)",
-                            stages, v, m, v, stages * v));
+  // The planner cuts the layers into P * v virtual stages balanced by compute and gives every
+  // rank devices / P replicas (coordinator/planner/interleaved_partition.h InterleavedPlan),
+  // which is what balanced does for one chunk; a planner that searches partitions, replicas or
+  // depth of its own (or uniform's equal layer counts) would be silently replaced.
+  const std::string& planner = p.planner();
+  if (!planner.empty() && planner != "balanced" && planner != "dapple") {
+    return At("parallel.planner",
+              absl::StrFormat("parallel.planner %s with parallel.schedule interleaved is not "
+                              "supported: the interleaved plan cuts the layers into %d virtual "
+                              "stages balanced by compute with devices / stages replicas per "
+                              "stage: set planner: balanced (or dapple)",
+                              planner, stages * v));
+  }
+  // A rank's checkpoint shard records and reloads one layer range (worker/checkpoint), so a
+  // chunked rank could not be resumed from one: refused rather than saved unresumable.
+  const v1::TrainingSpec& t = spec.training();
+  if (t.checkpoint_every_steps() > 0 || t.checkpoint_every_minutes() > 0) {
+    const bool steps = t.checkpoint_every_steps() > 0;
+    const std::string field =
+        steps ? "training.checkpoint_every_steps" : "training.checkpoint_every_minutes";
+    const std::string value = steps ? absl::StrCat(t.checkpoint_every_steps())
+                                    : absl::StrCat(t.checkpoint_every_minutes());
+    return At(field,
+              absl::StrFormat("%s %s with parallel.schedule interleaved: periodic checkpoints "
+                              "are not supported yet (a checkpoint shard holds one layer range "
+                              "per stage, an interleaved stage holds %d of them): set "
+                              "checkpoint_every_steps and checkpoint_every_minutes to 0 (or use "
+                              "schedule dapple)",
+                              field, value, v));
+  }
+  return std::nullopt;
 }
 
 }  // namespace dapple::job_spec_internal

@@ -91,11 +91,20 @@ std::vector<double> MeanSlowdown(
 schedule::ActionCosts StretchCompute(const schedule::ActionCosts& costs,
                                      const std::vector<double>& slowdown) {
   schedule::ActionCosts stretched = costs;
-  for (size_t s = 0; s < slowdown.size(); ++s) {
-    stretched.forward_per_stage[s] *= slowdown[s];
-    stretched.backward_per_stage[s] *= slowdown[s];
-    stretched.optimizer_step_per_stage[s] *= slowdown[s];
-    if (!stretched.recompute_per_stage.empty()) stretched.recompute_per_stage[s] *= slowdown[s];
+  if (slowdown.empty()) return stretched;
+  // Interleaved 1F1B has P * v entries: virtual stage k runs on rank k mod P (simulator.h).
+  const size_t p = slowdown.size();
+  for (size_t k = 0; k < stretched.forward_per_stage.size(); ++k) {
+    stretched.forward_per_stage[k] *= slowdown[k % p];
+  }
+  for (size_t k = 0; k < stretched.backward_per_stage.size(); ++k) {
+    stretched.backward_per_stage[k] *= slowdown[k % p];
+  }
+  for (size_t k = 0; k < stretched.optimizer_step_per_stage.size(); ++k) {
+    stretched.optimizer_step_per_stage[k] *= slowdown[k % p];
+  }
+  for (size_t k = 0; k < stretched.recompute_per_stage.size(); ++k) {
+    stretched.recompute_per_stage[k] *= slowdown[k % p];
   }
   return stretched;
 }

@@ -43,7 +43,8 @@ std::vector<double> MeanSlowdown(
     const std::vector<std::vector<schedule::ComputeInterval>>& intervals);
 
 // `costs` with stage s's FORWARD, BACKWARD and OPTIMIZER_STEP costs (the per-stage vectors,
-// which must have one entry per stage) multiplied by slowdown[s].
+// which must have one entry per stage, or P * v under interleaved 1F1B: entry k is virtual
+// stage k, on rank k mod P) multiplied by slowdown[s] (slowdown[k mod P]).
 schedule::ActionCosts StretchCompute(const schedule::ActionCosts& costs,
                                      const std::vector<double>& slowdown);
 

@@ -5,16 +5,17 @@
 // common/schedule/generators.h GenerateInterleavedOps and of PlanStageSummary.chunks
 // (proto/dapple/v1/job.proto), which schedule::StageChunks reads back. Pure; thread-safe.
 //
-// Not yet wired into MakePlan (planner.h): the plan simulator still scores contiguous stages
-// only, so parallel.schedule interleaved stays refused at submit
-// (common/job_spec_validate_interleaved.cc).
+// MakePlan (planner.h) plans parallel.schedule interleaved with InterleavedPlan; the plan
+// simulator (plan_simulator.h) scores it per virtual stage (VirtualStagesOf).
 #ifndef DAPPLE_COORDINATOR_PLANNER_INTERLEAVED_PARTITION_H_
 #define DAPPLE_COORDINATOR_PLANNER_INTERLEAVED_PARTITION_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/planner/problem.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/plan.pb.h"
 
@@ -36,6 +37,29 @@ absl::StatusOr<std::vector<std::vector<v1::StageRange>>> PartitionInterleaved(
 // rank has no chunk; `summary` is unchanged then.
 absl::Status SetStageChunks(const std::vector<std::vector<v1::StageRange>>& chunks,
                             v1::ParallelPlanSummary* summary);
+
+// One virtual stage of a plan: its layers and the pipeline rank (plan stage) that runs it.
+struct VirtualStage {
+  int first_layer = 0;  // inclusive
+  int last_layer = 0;   // inclusive
+  int rank = 0;         // index into HybridPlan::stages
+};
+
+// v of `plan`: the chunks of its first stage (StagePlan::chunks), 1 when it has none.
+int ChunksOf(const HybridPlan& plan);
+
+// The virtual stages of `plan` in pipeline order: with chunks (v > 1) the P * v chunks,
+// virtual stage k = chunk k / P of rank k % P; without, its P stages. Precondition (unchecked):
+// every stage has v chunks or all have none.
+std::vector<VirtualStage> VirtualStagesOf(const HybridPlan& plan);
+
+// The interleaved plan of `problem` (its schedule kInterleaved, num_stages P >= 1, interleave v
+// >= 1, micro_batch_size > 0): PartitionInterleaved over the profile's per-layer forward +
+// backward ms, rank r on `replicas` devices r * replicas .. (r + 1) * replicas - 1 (split-concat),
+// planner `planner`. Errors: PartitionInterleaved's; kInvalidArgument when micro_batch_size
+// does not divide global_batch or replicas < 1.
+absl::StatusOr<HybridPlan> InterleavedPlan(const PlanningProblem& problem, int replicas,
+                                           const std::string& planner);
 
 }  // namespace dapple::coordinator
 

@@ -18,6 +18,7 @@
 #include "coordinator/planner/activation_memory.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/host_contention.h"
+#include "coordinator/planner/interleaved_partition.h"
 #include "coordinator/planner/pipesgd_model.h"
 #include "coordinator/planner/stage_memory.h"
 
@@ -126,28 +127,47 @@ absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan,
   const int layers = problem.profile.num_layers();
   const int stages = static_cast<int>(plan.stages.size());
   if (stages == 0) return Invalid("the plan has no stages");
+  const int v = ChunksOf(plan);
+  const bool interleaved = kind == schedule::ScheduleKind::kInterleaved;
   for (int s = 0; s < stages; ++s) {
-    const StagePlan& stage = plan.stages[s];
+    const std::vector<v1::StageRange>& chunks = plan.stages[s].chunks;
+    if (!interleaved && !chunks.empty()) {
+      return Invalid(absl::StrCat("stage ", s, " holds ", chunks.size(),
+                                  " layer ranges (chunks), which only schedule interleaved runs"));
+    }
+    if (interleaved && (static_cast<int>(chunks.size()) != v || chunks.empty() ||
+                        chunks[0].first_layer() != plan.stages[s].first_layer ||
+                        chunks[0].last_layer() != plan.stages[s].last_layer)) {
+      return Invalid(absl::StrCat("stage ", s, " holds ", chunks.size(), " chunks but stage 0 ", v,
+                                  ": under schedule interleaved every stage holds the same "
+                                  "number of chunks, the first being [first_layer, last_layer]"));
+    }
+  }
+  // Contiguity over the pipeline's (virtual) stages: the plan's stages, or its P * v chunks.
+  const std::vector<VirtualStage> virtual_stages = VirtualStagesOf(plan);
+  const char* unit = v > 1 ? "virtual stage " : "stage ";
+  for (int s = 0; s < static_cast<int>(virtual_stages.size()); ++s) {
+    const VirtualStage& stage = virtual_stages[s];
     if (stage.first_layer > stage.last_layer) {
-      return Invalid(absl::StrCat("stage ", s, " is empty (first_layer ", stage.first_layer,
+      return Invalid(absl::StrCat(unit, s, " is empty (first_layer ", stage.first_layer,
                                   " > last_layer ", stage.last_layer,
                                   "): every stage needs at least one layer"));
     }
-    const int expected_first = s == 0 ? 0 : plan.stages[s - 1].last_layer + 1;
+    const int expected_first = s == 0 ? 0 : virtual_stages[s - 1].last_layer + 1;
     if (stage.first_layer != expected_first) {
-      return Invalid(s == 0 ? absl::StrCat("stage 0 starts at layer ", stage.first_layer,
+      return Invalid(s == 0 ? absl::StrCat(unit, "0 starts at layer ", stage.first_layer,
                                            ": the first stage must start at layer 0")
-                            : absl::StrCat("stage ", s, " starts at layer ", stage.first_layer,
-                                           " but stage ", s - 1, " ends at layer ",
-                                           expected_first - 1, ": stages must be contiguous"));
+                            : absl::StrCat(unit, s, " starts at layer ", stage.first_layer, " but ",
+                                           unit, s - 1, " ends at layer ", expected_first - 1,
+                                           ": stages must be contiguous"));
     }
     if (stage.last_layer >= layers) {
-      return Invalid(absl::StrCat("stage ", s, " ends at layer ", stage.last_layer,
+      return Invalid(absl::StrCat(unit, s, " ends at layer ", stage.last_layer,
                                   " but the model has ", layers, " layers (0..", layers - 1, ")"));
     }
   }
-  if (plan.stages.back().last_layer != layers - 1) {
-    return Invalid(absl::StrCat("the last stage ends at layer ", plan.stages.back().last_layer,
+  if (virtual_stages.back().last_layer != layers - 1) {
+    return Invalid(absl::StrCat("the last stage ends at layer ", virtual_stages.back().last_layer,
                                 " but the model has ", layers, " layers (0..", layers - 1,
                                 "): stages must cover every layer"));
   }
@@ -232,6 +252,12 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   const int m = plan.micro_batches;
   const double b = static_cast<double>(plan.micro_batch_size);
   const bool pipedream = kind == schedule::ScheduleKind::kPipeDream;
+  // Interleaved 1F1B: rank s runs virtual stages s, s + P, ...; the simulator takes the compute
+  // and transfer costs per virtual stage (P * v and P * v - 1 entries) and the rank's own
+  // actions (OPTIMIZER_STEP, the collectives) from entry s. v = 1 for every other schedule.
+  const int v = ChunksOf(plan);
+  const std::vector<VirtualStage> virtual_stages = VirtualStagesOf(plan);
+  const int vp = static_cast<int>(virtual_stages.size());
 
   // Per-stage and per-boundary costs, each computed once: O(L + devices) per plan.
   schedule::ActionCosts costs;
@@ -239,22 +265,24 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   costs.send = profile.action_ms;
   costs.recv = profile.action_ms;
   costs.optimizer_step = 0;
-  costs.optimizer_step_per_stage.assign(p, 0.0);
-  costs.forward_per_stage.resize(p);
-  costs.backward_per_stage.resize(p);
-  costs.recompute_per_stage.assign(p, 0.0);
-  costs.allreduce_per_stage.resize(p);
-  costs.act_transfer_per_boundary.resize(p - 1);
+  costs.optimizer_step_per_stage.assign(vp, 0.0);
+  costs.forward_per_stage.assign(vp, 0.0);
+  costs.backward_per_stage.assign(vp, 0.0);
+  costs.recompute_per_stage.assign(vp, 0.0);
+  costs.allreduce_per_stage.assign(vp, 0.0);
+  costs.act_transfer_per_boundary.resize(vp - 1);
   schedule::LowerOptions lower;
   lower.allreduce_stages.resize(p);
-  std::vector<int64_t> params(p);
+  lower.chunks = v;
+  std::vector<int64_t> params(p, 0);
   std::vector<double> per_micro_batch_overhead(p, 0.0);
   const ActivationMemory activations(profile);
   // Tied copies on different stages (the embedding's table on the lm_head's stage) sum their
   // gradients before the optimizer step: charged as (part of) the stage's ALLREDUCE.
   const std::vector<double> tied_ms = TiedGradientMsPerStage(problem, plan);
-  for (int s = 0; s < p; ++s) {
-    const StagePlan& stage = plan.stages[s];
+  for (int k = 0; k < vp; ++k) {
+    const VirtualStage& range = virtual_stages[k];
+    const StagePlan& stage = plan.stages[range.rank];
     const int replicas = static_cast<int>(stage.devices.size());
     // Split-concat runs b / D samples of every micro-batch on each replica. PipeDream's 1F1B-RR
     // runs whole micro-batches, each on one replica, so the stage as a whole finishes one every
@@ -262,23 +290,36 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     // model of a replicated stage (Narayanan et al., SOSP 2019, section 3.1: T(i -> j, m) is
     // the stage's compute time / m). Only its memory differs (below).
     const double share = b / replicas;
-    costs.forward_per_stage[s] = ForwardMs(profile, stage.first_layer, stage.last_layer, share);
-    costs.backward_per_stage[s] = BackwardMs(profile, stage.first_layer, stage.last_layer, share);
+    costs.forward_per_stage[k] = ForwardMs(profile, range.first_layer, range.last_layer, share);
+    costs.backward_per_stage[k] = BackwardMs(profile, range.first_layer, range.last_layer, share);
     // Recomputation runs the layers' forward again before each backward (not the data loading).
-    if (stage.recompute) costs.recompute_per_stage[s] = costs.forward_per_stage[s];
-    // Stage 0 loads each micro-batch's samples before its forward; the last stage runs the
-    // loss (and its gradient) before its backward (measured profiles; 0 for files).
-    const double load_ms = s == 0 ? profile.input_ms_per_sample * share : 0.0;
-    const double loss_ms = s == p - 1 ? profile.loss_ms_per_sample * share : 0.0;
-    costs.forward_per_stage[s] += load_ms;
-    costs.backward_per_stage[s] += loss_ms;
-    per_micro_batch_overhead[s] = load_ms + loss_ms;
-    params[s] = ParameterBytes(profile, stage.first_layer, stage.last_layer);
+    if (stage.recompute) costs.recompute_per_stage[k] = costs.forward_per_stage[k];
+    // The first (virtual) stage loads each micro-batch's samples before its forward; the last
+    // runs the loss (and its gradient) before its backward (measured profiles; 0 for files).
+    const double load_ms = k == 0 ? profile.input_ms_per_sample * share : 0.0;
+    const double loss_ms = k == vp - 1 ? profile.loss_ms_per_sample * share : 0.0;
+    costs.forward_per_stage[k] += load_ms;
+    costs.backward_per_stage[k] += loss_ms;
+    per_micro_batch_overhead[range.rank] += load_ms + loss_ms;
+    params[range.rank] += ParameterBytes(profile, range.first_layer, range.last_layer);
     // Every replica updates the whole stage's weights once per step (measured profiles only).
-    for (int l = stage.first_layer;
-         l <= stage.last_layer && l < static_cast<int>(profile.optimizer_ms.size()); ++l) {
-      costs.optimizer_step_per_stage[s] += profile.optimizer_ms[l];
+    for (int l = range.first_layer;
+         l <= range.last_layer && l < static_cast<int>(profile.optimizer_ms.size()); ++l) {
+      costs.optimizer_step_per_stage[range.rank] += profile.optimizer_ms[l];
     }
+    if (k + 1 < vp) {
+      const int next_rank = virtual_stages[k + 1].rank;
+      const std::vector<int>& next = plan.stages[next_rank].devices;
+      DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, next,
+                                       absl::StrCat("stages ", range.rank, " -> ", next_rank)));
+      const double cut = static_cast<double>(profile.cut_bytes[range.last_layer]) * b /
+                         static_cast<double>(profile.batch_size);
+      costs.act_transfer_per_boundary[k] = TransferMs(problem.topology, cut, stage.devices, next);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    const StagePlan& stage = plan.stages[s];
+    const int replicas = static_cast<int>(stage.devices.size());
     lower.allreduce_stages[s] = replicas > 1 || tied_ms[s] > 0;
     if (replicas > 1) {
       DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, stage.devices,
@@ -287,16 +328,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
           AllReduceMs(problem.topology, static_cast<double>(params[s]), stage.devices);
     }
     costs.allreduce_per_stage[s] += tied_ms[s];
-    if (s + 1 < p) {
-      const std::vector<int>& next = plan.stages[s + 1].devices;
-      DAPPLE_RETURN_IF_ERROR(CheckLink(problem.topology, stage.devices, next,
-                                       absl::StrCat("stages ", s, " -> ", s + 1)));
-      const double cut = static_cast<double>(profile.cut_bytes[stage.last_layer]) * b /
-                         static_cast<double>(profile.batch_size);
-      costs.act_transfer_per_boundary[s] = TransferMs(problem.topology, cut, stage.devices, next);
-    }
   }
-  // Gradients have the activations' shape and take the same links back.
   costs.grad_transfer_per_boundary = costs.act_transfer_per_boundary;
 
   // PipeDream runs `updates` updates of M micro-batches without a flush; the synchronous
@@ -319,7 +351,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   for (int s = 0; s < p; ++s) {
     programs.push_back(schedule::LowerOps(
         pipedream ? schedule::GeneratePipeDreamOpsWithWarmUp(m * updates, m, warm_ups[s])
-                  : schedule::GenerateOps(kind, p, m, s),
+                  : schedule::GenerateOps(kind, p, m, s, v),
         p, s, lower));
   }
   // Stages whose processes share a host's cores compute slower while others compute
@@ -366,8 +398,11 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   for (int s = 0; s < p; ++s) {
     StagePrediction& out = prediction.stages[s];
     out.recompute = plan.stages[s].recompute;
-    out.forward_ms = costs.forward_per_stage[s];
-    out.backward_ms = costs.backward_per_stage[s];
+    // A rank's forward and backward of one micro-batch: all its chunks'.
+    for (int k = s; k < vp; k += p) {
+      out.forward_ms += costs.forward_per_stage[k];
+      out.backward_ms += costs.backward_per_stage[k];
+    }
     // Every update does the same work, so a per-step share of the run's totals is exact.
     out.compute_ms = sim->busy_time[s] / updates;
     // Busy time scales with the slowdown as a whole: what it adds is (f - 1) of the

@@ -33,6 +33,9 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
     v1::PlanStageSummary* out = summary.add_stages();
     out->set_first_layer(stage.first_layer);
     out->set_last_layer(stage.last_layer);
+    // Interleaved 1F1B: the rank's v layer ranges (chunk c = virtual stage c * P + s), the
+    // first being [first_layer, last_layer] (PlanStageSummary.chunks).
+    for (const v1::StageRange& chunk : stage.chunks) *out->add_chunks() = chunk;
     out->set_replicas(static_cast<int32_t>(stage.devices.size()));
     num_devices += static_cast<int>(stage.devices.size());
     for (int d : stage.devices) out->add_placement(profile::DeviceName(problem.topology, d));
@@ -65,8 +68,7 @@ v1::ParallelPlanSummary ToSummary(const PlanningProblem& problem, const HybridPl
     // took it for the schedule that runs).
     std::string line = PipeSgdLine(summary.pipesgd());
     if (schedule != schedule::ScheduleKind::kPipeSgd && summary.pipesgd().pays()) {
-      absl::StrAppend(&line,
-                      ": set parallel.schedule: pipesgd to use it (updates one step stale)");
+      absl::StrAppend(&line, ": set parallel.schedule: pipesgd to use it (updates one step stale)");
     }
     summary.add_notes(std::move(line));
   }

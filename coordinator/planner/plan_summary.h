@@ -8,7 +8,8 @@
 
 namespace dapple::coordinator {
 
-// planner, schedule name, M, micro_batch_size, per stage first/last layer, replicas, placement
+// planner, schedule name, M, micro_batch_size, per stage first/last layer (and the chunks of an
+// interleaved plan, StagePlan::chunks), replicas, placement
 // (DeviceName of each device), the prediction's per-stage fields, bubble_fraction,
 // predicted_step_ms, predicted_samples_per_second, profile_source, cluster_source,
 // placement_policy, num_devices; for a plan of one replicated stage (data parallelism) with a

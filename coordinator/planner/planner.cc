@@ -16,8 +16,10 @@
 #include "common/schedule/generators.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
+#include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "coordinator/planner/device_use.h"
+#include "coordinator/planner/interleaved_partition.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/plan_summary.h"
@@ -215,6 +217,19 @@ absl::StatusOr<PlannedJob> PlanFor(const v1::JobSpec& spec, const std::string& p
   const schedule::ScheduleKind kind = problem.schedule;
   const int64_t global_batch = problem.global_batch;
   PlannedJob planned;
+  if (kind == schedule::ScheduleKind::kInterleaved) {
+    // Megatron's interleaved 1F1B: whatever the planner, P * v virtual stages balanced by
+    // compute, each rank on parallel.devices / P replicas (interleaved_partition.h).
+    if (problem.num_stages < 1) {
+      return absl::InvalidArgumentError(
+          "parallel.schedule interleaved needs parallel.stages as a count (P)");
+    }
+    DAPPLE_ASSIGN_OR_RETURN(
+        planned.plan, InterleavedPlan(problem, UniformReplicas(spec, problem.num_stages), planner));
+    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
+    DAPPLE_RETURN_IF_ERROR(CheckFixedPlanFits(problem, planned.prediction, planned.plan, planner));
+    return planned;
+  }
   if (planner == kManual) {
     planned.plan = ManualPlan(spec, problem.micro_batch_size, micro_batches);
     DAPPLE_RETURN_IF_ERROR(CheckPipeDreamReplicas(kind, planner, planned.plan, global_batch));
@@ -441,6 +456,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     problem.max_replicas = problem.max_replicas > 0 ? std::min(problem.max_replicas, cap) : cap;
   }
   problem.num_stages = num_stages;
+  problem.interleave = std::max(1, spec.parallel().interleave());
   DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 
@@ -484,8 +500,10 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   for (std::string& note : LeftOutNotes(limits)) summary->add_notes(std::move(note));
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
-    for (int i = plan.stages[s].first_layer; i <= plan.stages[s].last_layer; ++i) {
-      flops += layers[i].forward_flops + layers[i].backward_flops;
+    for (const v1::StageRange& range : schedule::StageChunks(*summary, s)) {
+      for (int i = range.first_layer(); i <= range.last_layer(); ++i) {
+        flops += layers[i].forward_flops + layers[i].backward_flops;
+      }
     }
     summary->mutable_stages(s)->set_compute_flops(flops);
   }
@@ -510,6 +528,12 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
   limits.choose_schedule = schedule_name == kAutoSchedule;
   if (!schedule_name.empty() && !limits.choose_schedule) {
     DAPPLE_ASSIGN_OR_RETURN(limits.schedule, schedule::ParseScheduleKind(schedule_name));
+    if (limits.schedule == schedule::ScheduleKind::kInterleaved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedule ", schedule_name,
+                       ": an interleaved plan needs a job spec (its parallel.stages P and "
+                       "parallel.interleave v): dapplectl plan JOB.yaml"));
+    }
     if (limits.schedule == schedule::ScheduleKind::kPipeDream ||
         limits.schedule == schedule::ScheduleKind::kPipeSgd) {
       return absl::InvalidArgumentError(

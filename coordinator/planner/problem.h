@@ -17,6 +17,7 @@
 #include "common/profile/chain_profile.h"
 #include "common/schedule/generators.h"
 #include "coordinator/planner/pipesgd_model.h"
+#include "dapple/v1/job.pb.h"
 #include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
@@ -45,6 +46,9 @@ struct PlanningProblem {
   // training.recompute: which stages recompute their activations (stage_memory.h
   // StageRecomputes); kNone leaves it to each StagePlan::recompute (false unless set).
   RecomputeMode recompute = RecomputeMode::kNone;
+  // Interleaved 1F1B (schedule kInterleaved): v, the model chunks each pipeline rank holds
+  // (parallel.interleave); the plan's stages then carry StagePlan::chunks. 1 otherwise.
+  int interleave = 1;
 };
 
 struct StagePlan {
@@ -54,21 +58,30 @@ struct StagePlan {
   // Activation recomputation (recompute.h): the stage keeps only its inputs (and outputs) in
   // flight and runs each micro-batch's forward again before its backward.
   bool recompute = false;
+  // Interleaved 1F1B (interleaved_partition.h): the v layer ranges (model chunks) this pipeline
+  // rank holds, chunk c being virtual stage c * P + s; chunks[0] is [first_layer, last_layer]
+  // (the PlanStageSummary.chunks contract). Empty for every other schedule: one range.
+  std::vector<v1::StageRange> chunks;
 };
 
 struct HybridPlan {
-  std::string planner;            // dapple | pipedream | dp | uniform | balanced | manual
-  std::string placement_policy;   // fresh_first | append_first | scatter_first ("" if none)
-  std::vector<StagePlan> stages;  // P entries, contiguous, covering every layer once
-  int64_t micro_batch_size = 0;   // samples per micro-batch (split across a stage's replicas)
-  int micro_batches = 0;          // M = global_batch / micro_batch_size
+  std::string planner;           // dapple | pipedream | dp | uniform | balanced | manual
+  std::string placement_policy;  // fresh_first | append_first | scatter_first ("" if none)
+  // P entries, contiguous, covering every layer once (with chunks: the P * v virtual stages
+  // are, in virtual-stage order)
+  std::vector<StagePlan> stages;
+  int64_t micro_batch_size = 0;  // samples per micro-batch (split across a stage's replicas)
+  int micro_batches = 0;         // M = global_batch / micro_batch_size
 };
 
-// The stage of `plan` whose layer range holds `layer`, or -1.
+// The stage of `plan` whose layer range (or one of its chunks) holds `layer`, or -1.
 inline int StageOfLayer(const HybridPlan& plan, int layer) {
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     if (layer >= plan.stages[s].first_layer && layer <= plan.stages[s].last_layer) {
       return static_cast<int>(s);
+    }
+    for (const v1::StageRange& c : plan.stages[s].chunks) {
+      if (layer >= c.first_layer() && layer <= c.last_layer()) return static_cast<int>(s);
     }
   }
   return -1;

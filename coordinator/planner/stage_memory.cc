@@ -1,6 +1,7 @@
 #include "coordinator/planner/stage_memory.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,23 +28,36 @@ memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan
   }
   const double rows = memory::ReplicaRows(place, static_cast<double>(plan.micro_batch_size));
   const double scale = rows / static_cast<double>(profile.batch_size);
+  // The rank's layer ranges: its chunks under interleaved 1F1B (chunk c is virtual stage
+  // c * P + s), else its one range. Per micro-batch the sizes are the mean over the chunks (what
+  // one chunk activation holds on average, memory_model.h ReplicaPlace.chunks), as the worker
+  // runtime computes them (worker/runtime/stage_runtime_create.cc).
+  std::vector<std::pair<int, int>> ranges;
+  for (const v1::StageRange& c : stage.chunks) ranges.emplace_back(c.first_layer(), c.last_layer());
+  if (ranges.empty()) ranges.emplace_back(stage.first_layer, stage.last_layer);
+  const int v = static_cast<int>(ranges.size());
+  place.chunks = v;
   memory::StageSizes sizes;
-  for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
-    sizes.parameter_bytes += static_cast<double>(profile.parameter_bytes[l]);
-  }
   sizes.optimizer_state_copies = problem.optimizer_state_factor;
-  sizes.activation_bytes = activations.PerMicroBatch(stage.first_layer, stage.last_layer, rows);
-  sizes.input_bytes = activations.InputBytes(stage.first_layer) * scale;
-  // What crosses the cut after the stage; the last stage's output (its logits) otherwise.
-  sizes.output_bytes = static_cast<double>(stage.last_layer + 1 < profile.num_layers()
-                                               ? profile.cut_bytes[stage.last_layer]
-                                               : profile.activation_bytes[stage.last_layer]) *
-                       scale;
-  // The first stage's backward stops at its first layer with parameters (no input gradient).
-  int from = stage.first_layer;
-  while (s == 0 && from <= stage.last_layer && profile.parameter_bytes[from] == 0) ++from;
-  for (int l = from; l < stage.last_layer; ++l) {
-    sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
+  for (int c = 0; c < v; ++c) {
+    const auto [first, last] = ranges[static_cast<size_t>(c)];
+    for (int l = first; l <= last; ++l) {
+      sizes.parameter_bytes += static_cast<double>(profile.parameter_bytes[l]);
+    }
+    sizes.activation_bytes += activations.PerMicroBatch(first, last, rows) / v;
+    sizes.input_bytes += activations.InputBytes(first) * scale / v;
+    // What crosses the cut after the range; the model's last layer's output (its logits)
+    // otherwise.
+    sizes.output_bytes +=
+        static_cast<double>(last + 1 < profile.num_layers() ? profile.cut_bytes[last]
+                                                            : profile.activation_bytes[last]) *
+        scale / v;
+    // The first stage's backward stops at its first layer with parameters (no input gradient).
+    int from = first;
+    while (s == 0 && c == 0 && from <= last && profile.parameter_bytes[from] == 0) ++from;
+    for (int l = from; l < last; ++l) {
+      sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
+    }
   }
   return memory::PredictReplicaMemory(place, sizes);
 }

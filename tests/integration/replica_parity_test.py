@@ -12,6 +12,8 @@ coordinator and 4 real worker processes on 127.0.0.1.
   trains exactly like dapple-reference with the same settings.
 - The zero-bubble schedules zb-h1 and zb-h2 (BACKWARD_INPUT / BACKWARD_WEIGHT) over P=2, D=2 train
   exactly like dapple-reference too, and every rank's trace holds one W per micro-batch.
+- Interleaved 1F1B (P=2, v=2 model chunks per stage, planned by the coordinator) with M=4 on
+  D=2 and M=5 on D=1 trains exactly like dapple-reference.
 """
 import json
 import os
@@ -154,6 +156,48 @@ class ReplicaParityTest(unittest.TestCase):
             _, events = self.trace_events(job)
             weights = [e for e in events if e["name"].startswith("W")]
             self.assertEqual(len(weights), 2 * 2 * STEPS * 4, name)
+
+    def test_3c_interleaved(self):  # before test_4 kills a worker
+        """Interleaved 1F1B, P = 2 stages of v = 2 model chunks each (4 virtual stages of
+        SMALL_MLP's 6 layers), planned by the coordinator: M = 4 on D = 2 replicas per stage,
+        and M = 5 (not a multiple of P) on one."""
+        c = self.cluster
+        for micro_batches, replicas in ((4, 2), (5, 1)):
+            name = "interleaved-p2-v2-m%d-d%d" % (micro_batches, replicas)
+            global_batch = 16 * micro_batches
+            ref = None
+            if global_batch != GLOBAL_BATCH:
+                ref = cluster.reference_run(c.dir, "%s-ref" % name, global_batch, STEPS)
+            c.wait_workers(4)
+            job = c.submit(cluster.spec_yaml(name, cluster.SMALL_MLP, global_batch, 16, 2,
+                                             max_steps=STEPS, planner="balanced",
+                                             devices=2 * replicas, schedule="interleaved") +
+                           "  interleave: 2\n")
+            j = c.wait_state(job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=180)
+            self.assertEqual(j["state"], "SUCCEEDED", "%s: %s\n%s" % (name, j.get("message"),
+                                                                      c.all_logs()))
+            plan = j["plan"]
+            self.assertEqual(plan["schedule"], "interleaved", plan)
+            # Rank r holds virtual stages r and r + 2: 4 contiguous ranges over the 6 layers.
+            chunks = [s["chunks"] for s in plan["stages"]]
+            self.assertEqual([len(x) for x in chunks], [2, 2], plan)
+            order = [chunks[k % 2][k // 2] for k in range(4)]
+            # (JSON leaves out a field at 0.)
+            first = [r.get("first_layer", 0) for r in order]
+            last = [r.get("last_layer", 0) for r in order]
+            self.assertEqual(first[0], 0, plan)
+            self.assertEqual(first[1:], [x + 1 for x in last[:-1]], plan)
+            self.assertEqual(last[-1], len(cluster.SMALL_MLP) - 1, plan)
+            if replicas > 1:
+                self.check_parity(name, job, j, stages=2, replicas=replicas, ref=ref)
+            else:  # one replica per stage: <job>.stage<s>.params
+                cluster.check_matches_reference(
+                    self, name, j["step_losses"], cluster.load_job_params(c.dump_dir, job, 2),
+                    *(ref or (self.ref_losses, self.ref_params)), RTOL)
+            # The programs' actions name the virtual stages: each rank ran both of its chunks.
+            _, events = self.trace_events(job)
+            forwards = [e for e in events if e["name"].startswith("F")]
+            self.assertEqual(len(forwards), 2 * replicas * STEPS * micro_batches * 2, name)
 
     def test_4_dead_replica_fails_the_job_naming_it(self):
         c = self.cluster

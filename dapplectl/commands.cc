@@ -276,7 +276,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                    "parallel.planner, or dapple without a job)")
       ->type_name("NAME");
   plan->add_option("--schedule", plan_schedule,
-                   "dapple, gpipe, zb-h1, zb-h2, or auto: the planner chooses the schedule and "
+                   "dapple, gpipe, zb-h1, zb-h2, interleaved (with JOB: its parallel.interleave, "
+                   "else 2 chunks per stage), or auto: the planner chooses the schedule and "
                    "recomputation and lists the alternatives (default: the job's "
                    "parallel.schedule, or dapple without a job)")
       ->type_name("NAME");

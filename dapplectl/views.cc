@@ -102,6 +102,17 @@ std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>
 
 namespace {
 
+// A stage's layers: "0-2", or an interleaved stage's chunks in chunk order, "0-1,4-5" (chunk c
+// is virtual stage c * P + s, PlanStageSummary.chunks).
+std::string StageLayers(const v1::PlanStageSummary& s) {
+  if (s.chunks_size() <= 1) return absl::StrCat(s.first_layer(), "-", s.last_layer());
+  std::vector<std::string> parts;
+  for (const v1::StageRange& c : s.chunks()) {
+    parts.push_back(absl::StrCat(c.first_layer(), "-", c.last_layer()));
+  }
+  return absl::StrJoin(parts, ",");
+}
+
 // Activation recomputation gets a column in the stage tables of `plan` and `get` when a stage
 // recomputes (training.recompute).
 bool AnyStageRecomputes(const v1::ParallelPlanSummary& plan) {
@@ -123,7 +134,7 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
   for (int i = 0; i < plan.stages_size(); ++i) {
     const v1::PlanStageSummary& s = plan.stages(i);
     std::vector<std::string> row = {absl::StrCat(i),
-                                    absl::StrCat(s.first_layer(), "-", s.last_layer()),
+                                    StageLayers(s),
                                     absl::StrCat(s.replicas()),
                                     OrDash(CompactDevices(s.placement())),
                                     Ms(s.compute_ms()),
@@ -230,10 +241,9 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
     TextTable stages(std::move(headers));
     for (int i = 0; i < plan.stages_size(); ++i) {
       const v1::PlanStageSummary& s = plan.stages(i);
-      std::vector<std::string> row = {
-          absl::StrCat(i), absl::StrCat(s.first_layer(), "-", s.last_layer()),
-          absl::StrCat(s.replicas()), OrDash(absl::StrJoin(s.worker_ids(), ",")),
-          OrDash(absl::StrJoin(s.devices(), ","))};
+      std::vector<std::string> row = {absl::StrCat(i), StageLayers(s), absl::StrCat(s.replicas()),
+                                      OrDash(absl::StrJoin(s.worker_ids(), ",")),
+                                      OrDash(absl::StrJoin(s.devices(), ","))};
       if (predicted) {
         row.push_back(Ms(s.compute_ms()));
         row.push_back(FormatBytes(s.peak_memory_bytes()));

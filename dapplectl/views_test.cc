@@ -1,5 +1,8 @@
 #include "dapplectl/views.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -267,6 +270,28 @@ TEST(ViewsTest, PlanTableShowsRecomputationWhenAStageRecomputes) {
                        "1       3-5      2          node1/0-1   9.25         1.0 GiB       15.00%   "
                        "no\n"))
       << out;
+}
+
+// An interleaved plan (PlanStageSummary.chunks): a stage's LAYERS are its chunks in order.
+TEST(ViewsTest, PlanTableShowsAnInterleavedStagesChunks) {
+  v1::ClusterTopology cluster;
+  for (int n = 0; n < 2; ++n) cluster.add_nodes()->set_devices(8);
+  v1::ParallelPlanSummary plan = PredictedPlan();
+  plan.set_schedule("interleaved");
+  for (auto [s, ranges] : {std::pair<int, std::vector<std::pair<int, int>>>{0, {{0, 1}, {4, 4}}},
+                           {1, {{2, 3}, {5, 5}}}}) {
+    v1::PlanStageSummary* stage = plan.mutable_stages(s);
+    for (auto [first, last] : ranges) {
+      v1::StageRange* r = stage->add_chunks();
+      r->set_first_layer(first);
+      r->set_last_layer(last);
+    }
+    stage->set_first_layer(ranges[0].first);
+    stage->set_last_layer(ranges[0].second);
+  }
+  const std::string out = RenderPlan(plan, cluster);
+  EXPECT_THAT(out, ::testing::HasSubstr("\n0       0-1,4-4   8 ")) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("\n1       2-3,5-5   2 ")) << out;
 }
 
 // parallel.schedule auto: the alternatives side by side below the plan, the chosen one marked,

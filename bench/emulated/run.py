@@ -24,13 +24,16 @@ model's real sizes over UCX. Its tables:
       rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
       buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
       pipedream with 1F1B-RR and pipedream with vertical sync (P = 2, M = 8; goal: within 10%).
+  (i) interleaved 1F1B (v = 2) against dapple (1F1B) on equal stages: measured step against
+      the plan's prediction and M (T_F + T_B) + (P - 1)(T_F + T_B) / v, bubble per stage against
+      (P - 1) / (v M + P - 1).
   (r) activation recomputation (training.recompute all against none; gpipe and dapple, P = 2,
       M = 8): per stage the measured peak activation bytes against the memory model's
       stage-input bound, and the step's growth against one forward per micro-batch.
 The model has 8 layers; the emulation profile gives every layer the same times (FWD_MS, BWD_MS at
 the micro-batch size), so the stages of balanced plans are equal.
 
-Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,m,r,z]
+Usage: python3 bench/emulated/run.py [--build DIR] [--steps N] [--only a,b,c,d,e,i,m,r,z]
 """
 import argparse
 import json
@@ -363,6 +366,43 @@ def table_z(cluster, steps, directory, micro_batch=32):
     return rows
 
 
+def table_i(cluster, steps, directory, micro_batch=32, v=2):
+    """(i) interleaved 1F1B (v = 2 model chunks per stage) against dapple (1F1B) on P equal
+    stages of the 8 equal layers: with a rank's T_F = FWD_MS * 8 / P, T_B = BWD_MS * 8 / P,
+    1F1B's step is (M + P - 1)(T_F + T_B) and interleaved's M (T_F + T_B) + (P - 1)(T_F + T_B)
+    / v, bubbles (P - 1) / (M + P - 1) and (P - 1) / (v M + P - 1) (docs/schedules.md).
+    Periodic checkpoints stay off (interleaved refuses them)."""
+    profile = write_profile(directory, micro_batch)
+    rows = []
+    for p, ms in ((2, (4, 8)), (4, (8,))):
+        c = cluster.Cluster(workers=p)
+        try:
+            c.wait_workers(p)
+            for m in ms:
+                for schedule in ("dapple", "interleaved"):
+                    text = spec(cluster, "emu-%s-p%d-m%d" % (schedule, p, m), p, m, micro_batch,
+                                schedule, steps, profile)
+                    chunks = v if schedule == "interleaved" else 1
+                    if chunks > 1:
+                        text += "  interleave: %d\n" % chunks
+                    j, seen = run_job(c, text, steps)
+                    step_ms, bubble, peak = measured(j, seen, warmup=2)
+                    pred = float(j["plan"]["predicted_step_ms"])
+                    rank = (FWD_MS + BWD_MS) * len(MODEL) / p
+                    sim_ms = m * rank + (p - 1) * rank / chunks
+                    formula = (p - 1) / (chunks * m + p - 1)
+                    rows.append((p, m, schedule, chunks, pred, sim_ms, step_ms, bubble, formula,
+                                 peak))
+                    print("P=%d M=%d %-11s v=%d plan %7.1f ms formula %7.1f ms measured %7.1f "
+                          "ms (%+.1f%%) bubble %s vs %.3f, peak %d B" %
+                          (p, m, schedule, chunks, pred, sim_ms, step_ms,
+                           (step_ms / pred - 1) * 100, " ".join("%.3f" % b for b in bubble),
+                           formula, peak), flush=True)
+        finally:
+            c.close()
+    return rows
+
+
 def table_r(cluster, steps, directory, p=2, m=8, micro_batch=32):
     """(r) Each schedule with training.recompute none, then all: per stage the measured peak
     activation bytes (StageStepStats.peak_activation_bytes, max over the steps: what the
@@ -415,7 +455,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"))
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="a,b,c,d,e,m,r,z")
+    ap.add_argument("--only", default="a,b,c,d,e,i,m,r,z")
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
@@ -481,6 +521,15 @@ def main():
                 print("P=%d M=%d: ZB-H1 idle / 1F1B idle %.2f (bubble fraction %.2f), peak "
                       "memory %+.1f%%" % (p, m, ratio, statistics.mean(h1[3]) /
                                           statistics.mean(d[3]), (h1[5] / d[5] - 1) * 100))
+    if "i" in only:
+        rows = table_i(cluster, args.steps, directory)
+        print("\n| P | M | schedule | v | plan's predicted ms | formula ms | measured ms | error "
+              "(vs plan) | bubble measured (per stage) | (P-1)/(vM+P-1) | measured peak memory "
+              "|\n|---|---|---|---|---|---|---|---|---|---|---|")
+        for p, m, s, v, pred, sim_ms, meas, bub, formula, peak in rows:
+            print("| %d | %d | %s | %d | %.1f | %.1f | %.1f | %+.1f%% | %s | %.3f | %d |" %
+                  (p, m, s, v, pred, sim_ms, meas, (meas / pred - 1) * 100,
+                   ", ".join("%.3f" % b for b in bub), formula, peak))
     if "m" in only:
         rows = table_m(cluster, args.steps, directory)
         print("\n| schedule | stage | replica | predicted peak memory | measured peak memory | "

@@ -820,6 +820,14 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
       parallel->set_schedule(request.schedule());
       overrides.push_back(absl::StrCat("--schedule ", request.schedule(),
                                        " in place of the spec's parallel.schedule"));
+      // parallel.interleave belongs to schedule interleaved alone: 2 model chunks per stage
+      // where the spec has none (Megatron's smallest), dropped under another schedule.
+      if (request.schedule() == "interleaved" && parallel->interleave() == 0) {
+        parallel->set_interleave(2);
+        overrides.push_back("parallel.interleave 2 (unset in the spec)");
+      } else if (request.schedule() != "interleaved") {
+        parallel->set_interleave(0);
+      }
     }
     if (!overrides.empty()) {
       if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {

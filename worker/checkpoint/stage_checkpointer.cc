@@ -1,5 +1,8 @@
 #include "worker/checkpoint/stage_checkpointer.h"
 
+#include <algorithm>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -16,6 +19,7 @@ StageCheckpointer::StageCheckpointer(const v1::StageAssignment& assignment,
   if (assignment.stage() >= 0 && assignment.stage() < assignment.plan().stages_size()) {
     first_layer_ = assignment.plan().stages(assignment.stage()).first_layer();
     last_layer_ = assignment.plan().stages(assignment.stage()).last_layer();
+    chunks_ = std::max(1, assignment.plan().stages(assignment.stage()).chunks_size());
   }
   if (sink != nullptr) {
     writer_ = std::make_unique<AsyncShardWriter>(assignment.checkpoint_dir(), assignment.job_id(),
@@ -27,6 +31,12 @@ StageCheckpointer::~StageCheckpointer() = default;  // the writer waits for its 
 
 void StageCheckpointer::Finish() {
   if (writer_ != nullptr) writer_->Finish();
+}
+
+std::string StageCheckpointer::Unsupported() const {
+  return absl::StrCat("stage ", assignment_.stage(), " holds ", chunks_,
+                      " layer ranges (interleaved): checkpoints of interleaved stages are not "
+                      "supported yet");
 }
 
 ShardLocation StageCheckpointer::Where() const {
@@ -44,6 +54,7 @@ absl::Status StageCheckpointer::Resume(StageBackend& backend) {
   auto prefixed = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("resume from '", manifest, "': ", s.message()));
   };
+  if (chunks_ > 1) return prefixed(absl::UnimplementedError(Unsupported()));
   absl::StatusOr<LoadedCheckpoint> loaded =
       LoadCheckpointForLayers(manifest, assignment_.spec(), first_layer_, last_layer_, cache_);
   if (!loaded.ok()) return prefixed(loaded.status());
@@ -82,6 +93,11 @@ std::optional<CheckpointReport> StageCheckpointer::AfterStep(int64_t step, Stage
   if (on_demand) handled_ = step;
   CheckpointReport out;
   out.step = step;
+  if (chunks_ > 1) {
+    // A shard of one range would hold v ranges' tensors and resume only the first.
+    out.error = Unsupported();
+    return out;
+  }
   last_save_ = SaveTiming();
   last_save_.step = step;
   // The snapshot: a copy of the live tensors, the one part of a save the loop must wait for.

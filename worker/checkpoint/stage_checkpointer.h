@@ -7,7 +7,12 @@
 //     .checkpoint_every_steps divides N, or when the coordinator asked for a checkpoint after
 //     step N (on demand or timed: ProgressAck.checkpoint_step, surfaced by the progress reporter
 //     into an atomic); a rank that learns of a request for a step it already passed reports
-//     that as an error instead (once per request).
+//     that as an error instead (once per request);
+//   - an interleaved rank (PlanStageSummary.chunks: v layer ranges) neither saves nor resumes:
+//     a shard and the loader hold one layer range per rank. Periodic checkpoints are refused
+//     at submit (common/job_spec_validate_interleaved.cc); a requested one is answered with an
+//     error report ("stage 0 holds 2 layer ranges (interleaved): checkpoints of interleaved
+//     stages are not supported yet"), a resume manifest refused with kUnimplemented.
 // Saving copies the stage's tensors (StageBackend::ExportState: the snapshot, the only part the
 // loop waits for) and then, with a sink, hands the snapshot to an AsyncShardWriter whose thread
 // encodes, writes and reports it (asynchronous); without a sink AfterStep encodes and writes it
@@ -85,11 +90,14 @@ class StageCheckpointer {
   const std::atomic<int64_t>* requested_step_;
   int first_layer_ = 0;
   int last_layer_ = 0;
+  int chunks_ = 1;  // layer ranges the rank holds (interleaved 1F1B: v)
   // The newest on-demand step this rank saved or reported as missed: acks go on carrying the
   // request until the coordinator publishes it, and a step already saved must not then be
   // reported as missed (that would abandon the checkpoint this rank just wrote).
   int64_t handled_ = 0;
   ShardLocation Where() const;
+  // The error of a save or resume of an interleaved rank (chunks_ > 1).
+  std::string Unsupported() const;
 
   ShardMemoryCache* cache_;
   std::unique_ptr<AsyncShardWriter> writer_;  // null: synchronous

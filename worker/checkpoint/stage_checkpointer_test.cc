@@ -115,6 +115,31 @@ TEST_F(StageCheckpointerTest, PeriodicAndOnDemand) {
   EXPECT_TRUE(fs::exists(dir_ + "/job-4/step-5.partial/stage1.replica0.shard"));
 }
 
+// An interleaved rank (v layer ranges, PlanStageSummary.chunks) neither saves a shard (it would
+// record one range) nor resumes: a requested checkpoint gets an error report, a resume
+// kUnimplemented.
+TEST_F(StageCheckpointerTest, AnInterleavedRankNeitherSavesNorResumes) {
+  v1::PlanStageSummary* stage = assignment_.mutable_plan()->mutable_stages(1);
+  for (int c = 0; c < 2; ++c) {
+    v1::StageRange* r = stage->add_chunks();
+    r->set_first_layer(stage->first_layer());
+    r->set_last_layer(stage->last_layer());
+  }
+  StageCheckpointer c(assignment_, &requested_);
+  requested_ = 2;
+  std::optional<CheckpointReport> r = c.AfterStep(2, *backend_);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->step, 2);
+  EXPECT_THAT(r->error, HasSubstr("stage 1 holds 2 layer ranges (interleaved): checkpoints of "
+                                  "interleaved stages are not supported yet"));
+  EXPECT_FALSE(fs::exists(dir_ + "/job-4/step-2.partial"));
+  assignment_.set_resume_manifest(dir_ + "/job-4/step-2/manifest.pb");
+  StageCheckpointer resumed(assignment_, &requested_);
+  const absl::Status s = resumed.Resume(*backend_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoints of interleaved stages"));
+}
+
 TEST_F(StageCheckpointerTest, AMissedRequestIsReportedOnce) {
   StageCheckpointer c(assignment_, &requested_);
   requested_ = 7;  // learnt only after step 8

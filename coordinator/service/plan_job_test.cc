@@ -361,6 +361,27 @@ TEST_F(PlanJobTest, AScheduleAutoJobRunsTheChosenSchedule) {
   EXPECT_FALSE(p->plan().choice_reason().empty());
 }
 
+// --schedule interleaved on a spec without parallel.interleave plans 2 model chunks per stage;
+// back to dapple, the spec's interleave is dropped.
+TEST_F(PlanJobTest, ScheduleInterleavedPlansChunksPerStage) {
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec("balanced", "2", 2));
+  req.set_schedule("interleaved");
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().schedule(), "interleaved");
+  ASSERT_EQ(r->plan().stages_size(), 2);
+  for (const v1::PlanStageSummary& s : r->plan().stages()) EXPECT_EQ(s.chunks_size(), 2);
+  req.set_spec_yaml(absl::StrReplaceAll(Spec("balanced", "2", 2), {{"schedule: dapple",
+                                                                    "schedule: interleaved\n  "
+                                                                    "interleave: 3"}}));
+  req.set_schedule("dapple");
+  r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().schedule(), "dapple");
+  EXPECT_EQ(r->plan().stages(0).chunks_size(), 0);
+}
+
 TEST_F(PlanJobTest, WithoutWorkersOrAClusterAProfileSaysToPassACluster) {
   v1::PlanJobRequest profile_only;
   *profile_only.mutable_profile() = ChainProfile(4, "Linear");

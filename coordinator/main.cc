@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
   auto metrics = std::make_shared<dapple::coordinator::CoordinatorMetrics>();
   options.job_observer = metrics;
   options.worker_observer = metrics;
+  options.scheduling_observer = metrics;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   (*service)->Start();

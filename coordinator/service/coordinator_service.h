@@ -97,6 +97,7 @@
 #include "coordinator/planner/planner.h"
 #include "coordinator/scheduling/quota_store.h"
 #include "coordinator/scheduling/scheduling_manager.h"
+#include "coordinator/scheduling/scheduling_observer.h"
 #include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -151,6 +152,9 @@ struct CoordinatorOptions {
   // `name` exists, kNotFound "no tenant <name>" otherwise. Null: every valid tenant name (1-63
   // of [a-z0-9-], starting with a letter) is taken to exist. SetTenantQuota calls it.
   std::function<absl::Status(const std::string& name)> tenant_exists;
+  // Told each scheduling pass's per-tenant state and every preemption (the per-tenant metrics);
+  // null: nobody.
+  std::shared_ptr<scheduling::SchedulingObserver> scheduling_observer;
 };
 
 class CoordinatorService {
@@ -410,6 +414,11 @@ class CoordinatorService {
   void AdvancePreemptionsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING -> PENDING (preemptions + 1, last_preemption), its ranks told to stop.
   void StopPreemptedLocked(const std::string& id, const std::string& why, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells options_.scheduling_observer the pass's per-tenant state (`reasons`: each queued
+  // job's pending reason).
+  void ObserveLocked(const scheduling::ClusterState& state,
+                     const std::map<std::string, std::string>& reasons, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per job id, its live workers still BUSY with it and heartbeating (for a PENDING job: its
   // preempted ranks that have not stopped yet).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -154,7 +155,8 @@ std::string CoordinatorService::IdleWorkersMessageLocked(const v1::Job& job) {
 void CoordinatorService::ScheduleLocked(int64_t now) {
   options_.profile_cache->Expire(/*dead_worker_id=*/"", now);
   AdvancePreemptionsLocked(now);
-  const scheduling::SchedulingDecision decision = ManagerLocked().Decide(ClusterStateLocked(now));
+  const scheduling::ClusterState state = ClusterStateLocked(now);
+  const scheduling::SchedulingDecision decision = ManagerLocked().Decide(state);
   for (const scheduling::Preemption& p : decision.preempt)
     BeginPreemptionLocked(p.id, p.reason, now);
   // Why each queued job waits: the policy's answer, or what stopped an admitted one here.
@@ -179,6 +181,7 @@ void CoordinatorService::ScheduleLocked(int64_t now) {
   }
   const std::map<std::string, int> busy = StoppingRanksLocked(now);
   std::set<std::string> pending;
+  std::map<std::string, std::string> reasons;  // queued job -> its pending reason
   for (const std::string& id : jobs_->PendingIds()) {
     pending.insert(id);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
@@ -206,10 +209,34 @@ void CoordinatorService::ScheduleLocked(int64_t now) {
     if (absl::Status s = jobs_->SetPendingMessage(id, message, reason); !s.ok()) {
       DAPPLE_LOG_WARN("job {}: {}", id, s.message());
     }
+    reasons[id] = reason;
+  }
+  if (options_.scheduling_observer != nullptr) {
+    ObserveLocked(state, reasons, now);
   }
   // Forget what no queued job needs any more (started, cancelled, ended).
   absl::erase_if(requeued_at_, [&](const auto& e) { return !pending.contains(e.first); });
   absl::erase_if(measuring_, [&](const auto& e) { return !pending.contains(e.first); });
+}
+
+void CoordinatorService::ObserveLocked(const scheduling::ClusterState& state,
+                                       const std::map<std::string, std::string>& reasons,
+                                       int64_t now) {
+  std::map<std::string, scheduling::TenantSchedulingState> tenants;
+  auto label = [](const std::string& tenant) {
+    return tenant.empty() ? std::string(scheduling::kAdminTenantLabel) : tenant;
+  };
+  for (auto& [tenant, usage] : ManagerLocked().Usage(state)) tenants[tenant].devices = usage;
+  for (const scheduling::Workload& w : state.workloads) {
+    scheduling::TenantSchedulingState& t = tenants[label(w.tenant)];
+    if (w.tenant.empty() && w.admitted) {
+      for (const auto& [type, n] : w.devices) t.devices[type].in_use += n;
+    }
+    if (w.admitted) continue;
+    for (const auto& [type, n] : w.devices) t.pending_devices += n;
+    if (auto r = reasons.find(w.id); r != reasons.end()) ++t.pending_by_reason[r->second];
+  }
+  options_.scheduling_observer->OnSchedulingPass(tenants, now);
 }
 
 void CoordinatorService::BeginPreemptionLocked(const std::string& id, const std::string& reason,
@@ -218,6 +245,11 @@ void CoordinatorService::BeginPreemptionLocked(const std::string& id, const std:
   absl::StatusOr<v1::Job> job = jobs_->Get(id);
   // A RESTARTING job is the restart pass's: it is not preempted.
   if (!job.ok() || job->state() != v1::JOB_STATE_RUNNING || !running_.contains(id)) return;
+  if (options_.scheduling_observer != nullptr) {
+    options_.scheduling_observer->OnPreempted(
+        job->tenant().empty() ? std::string(scheduling::kAdminTenantLabel) : job->tenant(),
+        absl::StartsWith(reason, "reclaimed") ? "reclaim" : "priority");
+  }
   absl::StatusOr<int64_t> step = checkpoints_.RequestOnDemand(id, TotalSteps(job->spec()));
   if (!step.ok()) {
     const std::string from = job->checkpoints().empty()

@@ -7,7 +7,8 @@
 // It owns the JobManager (job lifecycle + SQLite), the WorkerRegistry (worker lifecycle), the
 // Rendezvous tables and a background thread that every tick_interval_ms (or sooner when woken
 // by a submit, a registration or a freed worker) runs Tick(): health check, progress flush,
-// FIFO scheduling.
+// scheduling (coordinator_service_scheduling.cc: tenants' quotas through the SchedulingManager,
+// preemption, pending reasons; docs/scheduling.md).
 //
 // Worker protocol (docs/coordinator.md):
 //   RegisterWorker -> id + heartbeat interval (with a RankClaim after a coordinator restart:
@@ -40,10 +41,10 @@
 //
 // A job needs one worker per device of its stored plan (the sum of its stages' replicas: P
 // today), which may be fewer than parallel.devices when the planner chose fewer stages.
-// Pending jobs say why they wait, in their message: the oldest "waiting for 3 idle workers:
-// 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing), the
-// others "queued behind job-N". Refreshed on every scheduling pass when the numbers change;
-// cleared when the job starts.
+// Pending jobs say why they wait, in Job.pending_reason (scheduling_policy.h PendingReasonName)
+// and their message, e.g. an admin's job short of workers "waiting for 3 idle workers:
+// 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing). Refreshed
+// on every scheduling pass when they change; cleared when the job starts.
 //
 // Automatic restarts (training.restart; the rules: coordinator/jobs/restart_policy.h; the
 // code: coordinator_service_restart.cc): a lost worker (DEAD, deregistered) or a rank's error

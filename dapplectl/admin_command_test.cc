@@ -446,6 +446,47 @@ TEST_F(AdminCommandTest, AServerWithoutTheAdminServiceIsNamed) {
                        "dapple-coordinator of the same version?)\n");
 }
 
+// A shared cluster's jobs through `list`, `get` and `describe`: owners, the pending reason, the
+// scheduling facts; -o json carries the new fields.
+TEST_F(AdminCommandTest, JobViewsShowOwnersReasonsAndPreemptions) {
+  FakeCoordinator coordinator;
+  v1::Job job = ::dapple::ctl::testing::Snapshot("job-4", v1::JOB_STATE_PENDING, 0, 0);
+  job.set_owner("bob");
+  job.set_tenant("team-a");
+  job.set_pending_reason("WaitingForQuota");
+  job.set_message("3 of 4 cpu devices of tenant team-a in use by 2 jobs");
+  job.set_preemptions(1);
+  job.set_last_preemption("reclaimed by tenant team-b");
+  job.mutable_spec()->set_priority(5);
+  coordinator.AddJob(job);
+
+  Result r = RunCtl(coordinator.address(), {"list"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("OWNER"));
+  EXPECT_THAT(r.out, HasSubstr("bob/team-a"));
+  EXPECT_THAT(r.out, HasSubstr("WaitingForQuota: 3 of 4 cpu devices of tenant team-a in use by "
+                               "2 jobs\n"));
+  r = RunCtl(coordinator.address(), {"get", "job-4"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("REASON        WaitingForQuota: 3 of 4 cpu devices"));
+  r = RunCtl(coordinator.address(), {"describe", "job-4"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("OWNER         bob\nTENANT        team-a\nPRIORITY      5\n"
+                               "PREEMPTIONS   1 (last: reclaimed by tenant team-b)\n"));
+  r = RunCtl(coordinator.address(), {"get", "job-4", "-o", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok()) << r.out;
+  EXPECT_EQ(json.fields().at("owner").string_value(), "bob");
+  EXPECT_EQ(json.fields().at("tenant").string_value(), "team-a");
+  EXPECT_EQ(json.fields().at("pending_reason").string_value(), "WaitingForQuota");
+  EXPECT_EQ(json.fields().at("preemptions").number_value(), 1);
+  EXPECT_EQ(json.fields().at("last_preemption").string_value(), "reclaimed by tenant team-b");
+  r = RunCtl(coordinator.address(), {"list", "-o", "yaml"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pending_reason: WaitingForQuota"));
+}
+
 TEST_F(AdminCommandTest, WhoAmI) {
   FakeCoordinator coordinator;
   v1::WhoAmIResponse who;

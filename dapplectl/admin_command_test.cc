@@ -388,6 +388,9 @@ TEST_F(AdminCommandTest, UsageErrorsNameTheFlagTheValueAndTheRuleAndSendNothing)
        "admin has no subcommand 'frobnicate': tenant, quota, cohort, user, token, join-token, "
        "audit (see dapplectl admin --help)"},
       {{"auth"}, "auth needs a subcommand: whoami (see dapplectl auth --help)"},
+      {{"admin", "tokn", "list"},
+       "admin has no subcommand 'tokn' (did you mean token?): tenant, quota, cohort, user, "
+       "token, join-token, audit (see dapplectl admin --help)"},
       {{"admin", "tenant", "create"},
        "admin tenant create needs NAME (see dapplectl admin tenant create --help)"},
       {{"admin", "token", "list", "--bogus"},

@@ -293,12 +293,18 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
         deepest.get_subcommands().empty()) {
       std::vector<std::string> stray = deepest.remaining();
       if (stray.empty()) stray = app.remaining();
+      std::vector<std::string> names;
+      for (const CLI::App* sub : deepest.get_subcommands(std::function<bool(const CLI::App*)>())) {
+        names.push_back(sub->get_name());
+      }
+      const std::string closest = stray.empty() ? "" : SuggestFlag(stray.front(), names);
       return Fail(
           env, kExitUsage,
           absl::StrCat(stray.empty()
                            ? absl::StrCat(command, " needs a subcommand")
                            : absl::StrCat(command, " has no subcommand '", stray.front(), "'"),
-                       ": ", SubcommandNames(deepest), " (see dapplectl ", command, " --help)"));
+                       closest.empty() ? "" : absl::StrCat(" (did you mean ", closest, "?)"), ": ",
+                       SubcommandNames(deepest), " (see dapplectl ", command, " --help)"));
     }
     // One unknown flag: the closest flag of the command (or a global one), if any is close.
     std::string suggestion;

@@ -34,7 +34,8 @@ inline constexpr size_t kMaxSuggestionDistance = 2;
 
 // The flag of `flags` ("--tail", "-o") closest to `unknown` ("--tial", "--tail=3": the part
 // before '=' is compared) by edit distance (insertions, deletions, substitutions), if that is at
-// most kMaxSuggestionDistance; the first of equally close ones; "" when none is close. Pure.
+// most kMaxSuggestionDistance; the first of equally close ones; "" when none is close. Also used
+// for a command group's subcommand names ("tokn" -> "token"). Pure.
 std::string SuggestFlag(absl::string_view unknown, const std::vector<std::string>& flags);
 
 }  // namespace dapple::ctl

@@ -46,6 +46,8 @@ struct RawFlags {
   std::string heartbeat_interval_ms = "500";
   std::string worker_timeout_ms = "5000";
   std::string dead_worker_retention_s = "600";
+  std::string starvation_after_s = "600";
+  std::string preemption_checkpoint_timeout_s = "30";
   std::string log_level = "info";
   std::string port_file;           // empty: none
   std::string metrics_port = "0";  // kDefaultMetricsPort
@@ -73,6 +75,11 @@ struct Flags {
   int64_t heartbeat_interval_ms = 0;
   int64_t worker_timeout_ms = 0;
   int64_t dead_worker_retention_s = 0;
+  // Scheduling (docs/scheduling.md): a queued job that waited this long holds the devices it
+  // needs as they come free, 0..604800; a preempted job's checkpoint is waited for this long
+  // before it is stopped anyway, 1..3600.
+  int64_t starvation_after_s = 0;
+  int64_t preemption_checkpoint_timeout_s = 0;
   std::string log_level;  // trace | debug | info | warn | error | off
   std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
   int metrics_port = 0;   // 0..65535; 0: no metrics endpoint
@@ -108,11 +115,12 @@ struct Flags {
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
 // "--db must name a file", "--listen 0.0.0.0:7600 is not a loopback address: give --tls-cert
 // and --tls-key, or --plaintext to send tokens and jobs unencrypted", "--plaintext and
-// --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together", "--log-level must be one of trace, debug, info, warn, error, off;
-// got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
-// CheckPortFile's messages, "--metrics-port must be a port number in 0..65535 (0: no metrics
-// endpoint), got '70000'", and for the planner defaults "--cpu-gflops must be at least 1
-// (GFLOP/s), got 0". Looks at the file system for --port-file only (nothing is created).
+// --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together",
+// "--log-level must be one of trace, debug, info, warn, error, off; got 'loud'",
+// "--dead-worker-retention-s must be at most 604800 (s), got 999999", and CheckPortFile's messages,
+// "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '70000'", and for
+// the planner defaults "--cpu-gflops must be at least 1 (GFLOP/s), got 0". Looks at the file system
+// for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 
 // Whether the coordinator will be able to write its port to `path` (through a temporary file

@@ -57,6 +57,9 @@ inline constexpr char kLabelHostname[] = "hostname";
 inline constexpr char kLabelKind[] = "kind";
 inline constexpr char kLabelCause[] = "cause";
 inline constexpr char kLabelSource[] = "source";
+inline constexpr char kLabelTenant[] = "tenant";
+inline constexpr char kLabelDeviceType[] = "device_type";
+inline constexpr char kLabelReason[] = "reason";
 
 // --- dapple-coordinator: cluster ---
 inline constexpr char kJobs[] = "dapple_jobs";
@@ -65,6 +68,15 @@ inline constexpr char kJobsFinishedTotal[] = "dapple_jobs_finished_total";
 inline constexpr char kJobRestartsTotal[] = "dapple_job_restarts_total";
 inline constexpr char kWorkers[] = "dapple_workers";
 inline constexpr char kWorkerState[] = "dapple_worker_state";
+// --- dapple-coordinator: per tenant (docs/scheduling.md) ---
+inline constexpr char kTenantNominalDevices[] = "dapple_tenant_nominal_devices";
+inline constexpr char kTenantInUseDevices[] = "dapple_tenant_in_use_devices";
+inline constexpr char kTenantBorrowedDevices[] = "dapple_tenant_borrowed_devices";
+inline constexpr char kTenantLentDevices[] = "dapple_tenant_lent_devices";
+inline constexpr char kTenantPendingJobs[] = "dapple_tenant_pending_jobs";
+inline constexpr char kTenantWaitedDeviceSecondsTotal[] =
+    "dapple_tenant_waited_device_seconds_total";
+inline constexpr char kTenantPreemptionsTotal[] = "dapple_tenant_preemptions_total";
 // --- dapple-coordinator: per job ---
 inline constexpr char kJobState[] = "dapple_job_state";
 inline constexpr char kJobStep[] = "dapple_job_step";

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dapple::coordinator {
 
@@ -65,6 +66,10 @@ struct RawFlags {
   std::string tls_key;
   std::string tls_client_ca;
   bool plaintext = false;
+  // Where the first start writes the admin's token and the cluster join token (docs/security.md,
+  // "Bootstrap"); empty: admin.token / join.token in --db's folder.
+  std::string admin_token_file;
+  std::string join_token_file;
 };
 
 struct Flags {
@@ -99,6 +104,10 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   bool plaintext = false;
+  // As typed: "" means the default next to --db (auth::DefaultTokenFile). Checked like
+  // --port-file when given (CheckOutputFile), and never the same file.
+  std::string admin_token_file;
+  std::string join_token_file;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -108,11 +117,12 @@ struct Flags {
 // "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'",
 // "--db must name a file", "--listen 0.0.0.0:7600 is not a loopback address: give --tls-cert
 // and --tls-key, or --plaintext to send tokens and jobs unencrypted", "--plaintext and
-// --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together", "--log-level must be one of trace, debug, info, warn, error, off;
-// got 'loud'", "--dead-worker-retention-s must be at most 604800 (s), got 999999", and
-// CheckPortFile's messages, "--metrics-port must be a port number in 0..65535 (0: no metrics
-// endpoint), got '70000'", and for the planner defaults "--cpu-gflops must be at least 1
-// (GFLOP/s), got 0". Looks at the file system for --port-file only (nothing is created).
+// --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together",
+// "--log-level must be one of trace, debug, info, warn, error, off; got 'loud'",
+// "--dead-worker-retention-s must be at most 604800 (s), got 999999", and CheckPortFile's messages,
+// "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '70000'", and for
+// the planner defaults "--cpu-gflops must be at least 1 (GFLOP/s), got 0". Looks at the file system
+// for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 
 // Whether the coordinator will be able to write its port to `path` (through a temporary file
@@ -123,6 +133,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 //   "--port-file '/no/such/port': cannot use folder '/no/such': No such file or directory"
 //   "--port-file '/ro/port': cannot create files in '/ro': Permission denied"
 absl::Status CheckPortFile(const std::string& path);
+// The same rules for any file the coordinator writes, naming `flag` and suggesting
+// '<path>/<example>' for a folder (--admin-token-file, --join-token-file).
+absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
+                             absl::string_view example);
 
 }  // namespace dapple::coordinator
 

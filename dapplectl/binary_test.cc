@@ -330,13 +330,16 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   for (const int signal_number : {SIGTERM, SIGKILL}) {
     SCOPED_TRACE(signal_number == SIGTERM ? "SIGTERM" : "SIGKILL");
     // A job that stays PENDING (no workers), so only the restart can end its watch early.
-    const ProcessResult submitted = RunProcess({"--coordinator", address, "submit", spec});
+    // The admin's token, written by the coordinator's first start next to its database.
+    const ProcessResult submitted = RunProcess(
+        {"--coordinator", address, "--token-file", dir + "/admin.token", "submit", spec});
     ASSERT_EQ(submitted.exit_code, kExitOk) << submitted.err;
     std::string job = std::string(absl::StripPrefix(submitted.out, "submitted "));
     job = job.substr(0, job.find(' '));
 
     RunningProcess watch =
-        children.Start(dapplectl, {"--coordinator", address, "--timeout", "10", "watch", job});
+        children.Start(dapplectl, {"--coordinator", address, "--token-file", dir + "/admin.token",
+                                   "--timeout", "10", "watch", job});
     const std::string first = AwaitLine(watch.out);  // the watch has its first snapshot
     ASSERT_THAT(first, StartsWith(job + " PENDING"));
 
@@ -429,8 +432,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
                                         "intra_node: {bandwidth: 130 GB/s, latency: 5 us}\n"
                                         "inter_node: {bandwidth: 25 Gbit/s, latency: 10 us}\n");
 
-  ProcessResult r = RunProcess(
-      {"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster, "-o", "json"});
+  ProcessResult r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token",
+                                "plan", "--profile", profile, "--cluster", cluster, "-o", "json"});
   ASSERT_EQ(r.exit_code, kExitOk) << r.err;
   for (const char* key :
        {"\"planner\": \"dapple\"", "\"stages\": [",

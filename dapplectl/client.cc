@@ -140,6 +140,14 @@ void QuietGrpcLogging() {
   gpr_set_log_function(DropGrpcLog);
 }
 
+absl::Status AuthenticationError(const ClientOptions& options, const std::string& message) {
+  if (options.token.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(kNoTokenMessage, " (the coordinator said: ", message, ")"));
+  }
+  return absl::UnauthenticatedError(absl::StrCat("the coordinator refused the token: ", message));
+}
+
 void PrepareContext(const ClientOptions& options, grpc::ClientContext* context) {
   if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
 }
@@ -173,6 +181,7 @@ absl::Status CoordinatorClient::Convert(const char* method, const grpc::Status& 
           "the server at ", options_.address, " does not implement dapple.v1.Coordinator/", method,
           " (is it a dapple-coordinator of the same version?)"));
     }
+    if (code == absl::StatusCode::kUnauthenticated) return AuthenticationError(options_, message);
     const std::string failed =
         absl::StrCat(method, " failed with ", absl::StatusCodeToString(code));
     if (message.empty()) return absl::Status(code, failed);

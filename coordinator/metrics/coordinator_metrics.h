@@ -32,6 +32,7 @@
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics/metric_set.h"
 #include "coordinator/cluster/worker_observer.h"
@@ -67,6 +68,10 @@ class CoordinatorMetrics : public JobObserver, public WorkerObserver {
   void OnJobUpdate(const v1::Job& job) override;
   void OnWorkerState(const v1::WorkerInfo& worker, v1::WorkerState from) override;
   void OnWorkerRemoved(const v1::WorkerInfo& worker) override;
+
+  // A call refused as unauthenticated (coordinator/auth/authenticator.h), by `reason`:
+  // dapple_auth_failures_total{reason}.
+  void OnAuthFailure(absl::string_view reason);
 
   // Removes the per-job series of jobs that ended at least ended_job_retention_ms ago. Runs
   // before every collection; public for tests.

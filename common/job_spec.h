@@ -2,6 +2,7 @@
 #ifndef DAPPLE_COMMON_JOB_SPEC_H_
 #define DAPPLE_COMMON_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -10,12 +11,23 @@
 
 namespace dapple {
 
+// The largest job spec text accepted, in bytes: a spec is a page of YAML; the limit stops a wrong
+// file (a data set, a checkpoint) before it is parsed. The coordinator enforces it itself
+// (ParseJobSpec), whatever client sent the text; dapplectl checks it before sending.
+inline constexpr int64_t kMaxJobSpecBytes = int64_t{1} << 20;
+// The most layers a model may have: far beyond published models (GPT-3 has 96 blocks, ResNet-152
+// about 500 layers) and small enough that the planners' tables over layer ranges stay small.
+inline constexpr int kMaxModelLayers = 4096;
+
 // Parses the YAML job spec of design.md into a JobSpec, filling defaults, then validates it
 // (ValidateJobSpec). `source` names the text in messages (a file name, or "<spec>").
 // Errors (all kInvalidArgument, one line each):
 //   syntax:  "job.yaml:4:7: YAML syntax error: <what>" (line and column 1-based)
 //   unknown or misplaced keys, wrong value types: "job.yaml:3:1: unknown field 'trainig' in
 //   the job spec; known: name, model, data, training, parallel"
+//   size:    "job.yaml is 1048585 bytes; a job spec may be at most 1048576 bytes (1 MiB)"
+//            (checked before parsing), "job.yaml:5:5: model.layers has 4097 layers; a model
+//            may have at most 4096"
 //   any rule of ValidateJobSpec.
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view source);
 

@@ -274,6 +274,20 @@ absl::Status Parser::ParseRestart(const Field& section, v1::RestartSpec& restart
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.restart.wait_for_workers_seconds"));
     restart.set_wait_for_workers_seconds(v);
   }
+  // A setting that would silently do nothing is refused: the user meant restarts to happen.
+  if (restart.max_restarts() == 0) {
+    for (absl::string_view key : kRestartKeys) {
+      if (key == "max_restarts") continue;
+      if (const Field* f = Find(fields, std::string(key))) {
+        return Error(MarkOf(*f),
+                     absl::StrCat("training.restart.", key,
+                                  " has no effect while training.restart.max_restarts is 0 (no "
+                                  "restarts, the default): set max_restarts to at least 1, or "
+                                  "remove ",
+                                  key));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -443,8 +457,14 @@ absl::StatusOr<v1::JobSpec> ParseAndValidate(absl::string_view yaml, const std::
 }  // namespace job_spec_internal
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view source) {
-  absl::StatusOr<v1::JobSpec> spec = job_spec_internal::ParseAndValidate(
-      yaml, source.empty() ? std::string("<spec>") : std::string(source));
+  const std::string name = source.empty() ? std::string("<spec>") : std::string(source);
+  // Before the parser sees it: yaml-cpp's tree of a large text costs many times its size.
+  if (static_cast<int64_t>(yaml.size()) > kMaxJobSpecBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", yaml.size(), " bytes; a job spec may be at most ",
+                     kMaxJobSpecBytes, " bytes (", kMaxJobSpecBytes >> 20, " MiB)"));
+  }
+  absl::StatusOr<v1::JobSpec> spec = job_spec_internal::ParseAndValidate(yaml, name);
   if (!spec.ok()) {
     return absl::InvalidArgumentError(job_spec_internal::OneLine(spec.status().message()));
   }

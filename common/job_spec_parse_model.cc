@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/job_spec_parser.h"
 #include "common/model/layer_registry.h"
@@ -69,6 +70,11 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
                  absl::StrFormat("model.layers must be a list of layers like - {type: linear, "
                                  "out: 10}, got %s",
                                  Describe(layers->value)));
+  }
+  if (layers->value.size() > static_cast<size_t>(kMaxModelLayers)) {
+    return Error(MarkOf(*layers),
+                 absl::StrFormat("model.layers has %d layers; a model may have at most %d",
+                                 layers->value.size(), kMaxModelLayers));
   }
   for (size_t i = 0; i < layers->value.size(); ++i) {
     const std::string path = absl::StrFormat("model.layers[%d]", i);

@@ -742,5 +742,48 @@ TEST(NestingTest, BracketsInScalarsAndCommentsAreNotNesting) {
       {"job.yaml:1:7: name must be a string, got a list"});
 }
 
+// The coordinator's own limits, whatever client sent the text (issue 16, "Hostile input").
+TEST(LimitsTest, SpecBytesAreCheckedBeforeParsing) {
+  std::string big = kExample;
+  big.append(kMaxJobSpecBytes + 9 - big.size(), '#');
+  ExpectInvalid(ParseJobSpec(big, "big.yaml").status(),
+                {"big.yaml is 1048585 bytes; a job spec may be at most 1048576 bytes (1 MiB)"});
+  // A text of binary garbage past the limit gets the same answer, not a parser error.
+  ExpectInvalid(ParseJobSpec(std::string(kMaxJobSpecBytes + 1, '\x01'), "").status(),
+                {"<spec> is 1048577 bytes"});
+}
+
+TEST(LimitsTest, ModelLayersAreBounded) {
+  std::string layers;
+  // 4094 relus for the flatten, with the example's other 3 layers: 4097.
+  for (int i = 0; i < kMaxModelLayers - 2; ++i) layers += "    - {type: relu}\n";
+  const std::string yaml = Edit(kExample, "    - {type: flatten}\n", layers);
+  ASSERT_LE(yaml.size(), static_cast<size_t>(kMaxJobSpecBytes));
+  ExpectInvalid(ParseJobSpec(yaml, "job.yaml").status(),
+                {"job.yaml:5:5: model.layers has 4097 layers; a model may have at most 4096"});
+}
+
+// Restart settings without restarts would do nothing: refused where they are.
+TEST(RestartTest, SettingsWithoutRestartsAreRefused) {
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "  seed: 42\n", "  seed: 42\n  restart: {backoff_seconds: 2}\n"),
+                   "job.yaml")
+          .status(),
+      {"job.yaml:17:",
+       "training.restart.backoff_seconds has no effect while training.restart.max_restarts "
+       "is 0 (no restarts, the default): set max_restarts to at least 1, or remove "
+       "backoff_seconds"});
+  ExpectInvalid(
+      ParseJobSpec(Edit(kExample, "  seed: 42\n",
+                        "  seed: 42\n  restart: {max_restarts: 0, on_rank_error: false}\n"),
+                   "job.yaml")
+          .status(),
+      {"training.restart.on_rank_error has no effect"});
+  EXPECT_TRUE(
+      ParseJobSpec(Edit(kExample, "  seed: 42\n", "  seed: 42\n  restart: {max_restarts: 0}\n"),
+                   "job.yaml")
+          .ok());
+}
+
 }  // namespace
 }  // namespace dapple

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/eval_metrics.h"
+#include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/model_info.h"
 #include "common/spec_text.h"
@@ -169,6 +170,11 @@ Check CheckData(const v1::JobSpec& spec) {
 
 Check CheckModel(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
+  if (model.layers_size() > kMaxModelLayers) {
+    return At("model.layers", absl::StrFormat("model.layers has %d layers; a model may have at "
+                                              "most %d",
+                                              model.layers_size(), kMaxModelLayers));
+  }
   absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(model);
   if (!layers.ok()) {
     const std::string message(layers.status().message());

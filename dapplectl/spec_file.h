@@ -10,12 +10,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_spec.h"
 
 namespace dapple::ctl {
 
-// The largest job spec dapplectl sends, in bytes. Specs are a page of YAML; the limit stops a
-// wrong file (a data set, a checkpoint) before it travels.
-inline constexpr int64_t kMaxSpecBytes = int64_t{1} << 20;
+// The largest job spec dapplectl sends, in bytes: the coordinator's own limit
+// (common/job_spec.h), checked here so that a wrong file does not travel.
+inline constexpr int64_t kMaxSpecBytes = kMaxJobSpecBytes;
 
 // Checks `text`, the contents of the spec file `name` (as the user typed it; invalid UTF-8 in
 // it is escaped in messages), against what SubmitJob accepts. kInvalidArgument:

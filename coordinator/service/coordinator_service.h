@@ -355,6 +355,9 @@ class CoordinatorService {
     bool recovered = false;
     bool reattaching = false;
     std::set<int> reattached_ranks;
+    // The newest step the re-attached ranks' claims name (RankClaim.last_step): the ranks trained
+    // on while the coordinator was away, so the job row's step is behind it.
+    int64_t reattached_step = 0;
     int64_t reattach_deadline_ms = 0;
     int RankOf(int stage, int replica) const {
       int index = replica;

@@ -109,6 +109,7 @@ std::string CoordinatorService::ReattachLocked(const v1::RegisterWorkerRequest& 
   }
   *out = &worker;
   run.reattached_ranks.insert(rank);
+  run.reattached_step = std::max(run.reattached_step, claim.last_step());
   if (claim.done()) {
     // Its DONE report may have been acknowledged by the previous coordinator only.
     run.done_ranks.insert(rank);
@@ -124,11 +125,12 @@ std::string CoordinatorService::ReattachLocked(const v1::RegisterWorkerRequest& 
   if (run.reattached_ranks.size() < run.worker_ids.size()) return "";
   run.reattaching = false;
   absl::StatusOr<v1::Job> job = jobs_->Get(id);
+  const int64_t stored_step = job.ok() ? job->metrics().step() : 0;
   (void)jobs_->RecordEvent(
       id, JobEventReason::kReattached,
       absl::StrFormat("all %d ranks re-attached after the coordinator restart; running on from "
                       "step %d",
-                      run.worker_ids.size(), job.ok() ? job->metrics().step() : 0));
+                      run.worker_ids.size(), std::max(stored_step, run.reattached_step)));
   if (run.done_ranks.size() == run.worker_ids.size()) {
     absl::Status s = EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status();
     if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());

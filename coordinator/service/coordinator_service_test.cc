@@ -860,8 +860,12 @@ TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn
   now_ += 2500;
   svc_->Tick();
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_TRUE(Claim(svc_.get(), w2, job, 1, 904).reattached());
+  // The ranks trained on while the coordinator was away: the event names their newest step,
+  // not the job row's (step 1).
+  EXPECT_TRUE(Claim(svc_.get(), w2, job, 1, 904, /*done=*/false, /*last_step=*/7).reattached());
   EXPECT_EQ(Get(job).events(Get(job).events_size() - 1).reason(), "Reattached");
+  EXPECT_THAT(Get(job).events(Get(job).events_size() - 1).message(),
+              HasSubstr("running on from step 7"));
   now_ += 5000;
   Heartbeat(w1, job);
   Heartbeat(w2, job);

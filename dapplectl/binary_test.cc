@@ -350,7 +350,8 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
     current = start_coordinator(port, &again);
     ASSERT_EQ(again, port);
 
-    const ProcessResult cancelled = RunProcess({"--coordinator", address, "cancel", job});
+    const ProcessResult cancelled =
+        RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "cancel", job});
     ASSERT_EQ(cancelled.exit_code, kExitOk) << cancelled.err;
     const ProcessResult watched = children.Finish(watch);
     EXPECT_EQ(watched.exit_code, kExitJobCancelled) << watched.err;
@@ -442,8 +443,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
     EXPECT_THAT(r.out, HasSubstr(key)) << r.out;
   }
 
-  r = RunProcess({"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster,
-                  "--planner", "pipedream"});
+  r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "plan",
+                  "--profile", profile, "--cluster", cluster, "--planner", "pipedream"});
   ASSERT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES"));
   EXPECT_THAT(r.out, HasSubstr("\nSAMPLES/S "));
@@ -452,7 +453,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
   EXPECT_THAT(r.out, HasSubstr("two-nodes.yaml"));
 
   // Without --cluster the coordinator plans on its workers, and it has none.
-  r = RunProcess({"--coordinator", address, "plan", "--profile", profile});
+  r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "plan",
+                  "--profile", profile});
   EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
   EXPECT_EQ(r.err,
             "dapplectl: no registered workers to plan on: start workers, or give a cluster file "
@@ -469,7 +471,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
     for (const std::vector<std::string>& args : {std::vector<std::string>{"plan", path},
                                                  {"plan", path, "--profile", profile},
                                                  {"submit", path}}) {
-      std::vector<std::string> full = {"--coordinator", address};
+      std::vector<std::string> full = {"--coordinator", address, "--token-file",
+                                       dir + "/admin.token"};
       full.insert(full.end(), args.begin(), args.end());
       r = RunProcess(full);
       EXPECT_EQ(r.exit_code, kExitRefused) << name << " " << args[0] << ": " << r.err;

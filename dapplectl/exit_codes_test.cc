@@ -43,10 +43,12 @@ TEST(ExitCodesTest, GrpcCodesShareTheNumbersOfAbslCodes) {
             static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(static_cast<int>(grpc::StatusCode::UNAUTHENTICATED),
             static_cast<int>(absl::StatusCode::kUnauthenticated));
-  // Every gRPC code maps to one of 0, 1, 3.
+  // Every gRPC code maps to one of 0, 1, 3, 6, 7.
   for (int c = 0; c <= 16; ++c) {
     const int rc = ExitCodeForStatusCode(static_cast<absl::StatusCode>(c));
-    EXPECT_TRUE(rc == kExitOk || rc == kExitRefused || rc == kExitUnreachable) << c;
+    EXPECT_TRUE(rc == kExitOk || rc == kExitRefused || rc == kExitUnreachable ||
+                rc == kExitUnauthenticated || rc == kExitPermissionDenied)
+        << c;
     EXPECT_EQ(rc == kExitOk, c == 0) << c;
   }
 }

@@ -62,7 +62,7 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "the model: each stage needs at least one layer: set stages to at most 6"},
       {"misspelled_field.yaml",
        "examples/bad/misspelled_field.yaml:8:1: unknown field 'trainig' in the job spec; known: "
-       "name, model, data, training, parallel, sample; did you mean 'training'?"},
+       "name, model, data, training, parallel, sample, priority; did you mean 'training'?"},
       {"huge_epochs.yaml",
        "examples/bad/huge_epochs.yaml:14:11: training.epochs 9223372036854775807 is more than "
        "the maximum 100000"},

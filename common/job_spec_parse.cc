@@ -36,8 +36,8 @@ constexpr double kDefaultEps = 1e-8;
 // parallel.pipesgd.warmup_steps when not given (schedule pipesgd).
 constexpr int kDefaultPipeSgdWarmup = 2;
 
-constexpr absl::string_view kRootKeys[] = {"name",     "model",    "data",
-                                           "training", "parallel", "sample"};
+constexpr absl::string_view kRootKeys[] = {"name",     "model",  "data",    "training",
+                                           "parallel", "sample", "priority"};
 constexpr absl::string_view kTrainingKeys[] = {"global_batch",
                                                "micro_batch",
                                                "epochs",
@@ -92,6 +92,10 @@ absl::Status Parser::Parse(const YAML::Node& root, v1::JobSpec& spec) {
   const Field* name = Find(fields, "name");
   if (name == nullptr) return Missing(YAML::Mark::null_mark(), "name");
   DAPPLE_ASSIGN_OR_RETURN(*spec.mutable_name(), String(*name, "name"));
+  if (const Field* f = Find(fields, "priority")) {
+    DAPPLE_ASSIGN_OR_RETURN(int32_t priority, Int32(*f, "priority"));
+    spec.set_priority(priority);
+  }
 
   const Field* model = Find(fields, "model");
   if (model == nullptr) return Missing(YAML::Mark::null_mark(), "model");

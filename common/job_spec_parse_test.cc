@@ -250,10 +250,25 @@ TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
   ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value"});
 }
 
+TEST(ParseJobSpecTest, PriorityParsedValidatedAndWritten) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(kExample, "training:", "priority: 7\ntraining:"), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->priority(), 7);
+  absl::StatusOr<v1::JobSpec> again = ParseJobSpec(JobSpecToYaml(*spec), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->priority(), 7);
+  absl::StatusOr<v1::JobSpec> high =
+      ParseJobSpec(Edit(kExample, "training:", "priority: 1001\ntraining:"), "job.yaml");
+  ASSERT_FALSE(high.ok());
+  EXPECT_THAT(std::string(high.status().message()),
+              HasSubstr("priority 1001 must be in [-1000, 1000]"));
+}
+
 TEST(ParseJobSpecTest, UnknownFieldNamesLineKnownFieldsAndSuggestion) {
   ExpectParseError(Edit(kExample, "training:", "trainig:"),
                    "job.yaml:11:1: unknown field 'trainig' in the job spec; known: name, model, "
-                   "data, training, parallel, sample; did you mean 'training'?");
+                   "data, training, parallel, sample, priority; did you mean 'training'?");
   ExpectParseError(Edit(kExample, "lr: 0.05", "lrate: 0.05"),
                    "job.yaml:15:26: unknown field 'lrate' in training.optimizer; known: type, lr, "
                    "momentum, weight_decay, beta1, beta2, eps");

@@ -67,6 +67,9 @@ constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "
 // PipeDream's planner as its published code plans (coordinator/planner/pipedream_code_planner.h).
 constexpr char kPipeDreamCodePlanner[] = "pipedream-code";
 constexpr char kDataParallelPlanner[] = "dp";
+// JobSpec.priority's range (docs/scheduling.md).
+constexpr int32_t kMinPriority = -1000;
+constexpr int32_t kMaxPriority = 1000;
 
 // Positions and lengths count characters, not bytes: a name with 'ü' in it reports the 'ü' and
 // where it is as a reader counts. A byte that is not UTF-8 counts as one character.
@@ -767,6 +770,12 @@ Check CheckStepActivations(const v1::JobSpec& spec) {
 
 Check Validate(const v1::JobSpec& spec) {
   if (Check c = CheckName(spec)) return c;
+  if (spec.priority() < kMinPriority || spec.priority() > kMaxPriority) {
+    return At("priority",
+              absl::StrFormat("priority %d must be in [%d, %d] (higher runs first within the "
+                              "tenant's queue and may preempt lower ones)",
+                              spec.priority(), kMinPriority, kMaxPriority));
+  }
   if (Check c = CheckData(spec)) return c;
   if (Check c = CheckModel(spec)) return c;
   if (Check c = CheckTraining(spec)) return c;

@@ -90,6 +90,7 @@ std::string LayerParamsYaml(const v1::LayerSpec& layer) {
 std::string JobSpecToYaml(const v1::JobSpec& spec) {
   std::string out;
   absl::StrAppend(&out, "name: ", YamlString(spec.name()), "\n");
+  if (spec.priority() != 0) absl::StrAppend(&out, "priority: ", spec.priority(), "\n");
 
   const v1::ModelSpec& model = spec.model();
   absl::StrAppend(&out, "model:\n  input_shape: ", FormatShape(model.input_shape()), "\n");

@@ -144,6 +144,13 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
                               kMinDeadWorkerRetentionS, kMaxDeadWorkerRetentionS, "s");
   if (!retention.ok()) return retention.status();
   flags.dead_worker_retention_s = *retention;
+  auto starvation = ParseCount("--starvation-after-s", raw.starvation_after_s, 0, 604800, "s");
+  if (!starvation.ok()) return starvation.status();
+  flags.starvation_after_s = *starvation;
+  auto preemption = ParseCount("--preemption-checkpoint-timeout-s",
+                               raw.preemption_checkpoint_timeout_s, 1, 3600, "s");
+  if (!preemption.ok()) return preemption.status();
+  flags.preemption_checkpoint_timeout_s = *preemption;
   bool known_level = false;
   for (const char* level : kLogLevels) known_level = known_level || raw.log_level == level;
   if (!known_level) {

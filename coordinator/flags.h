@@ -47,6 +47,8 @@ struct RawFlags {
   std::string heartbeat_interval_ms = "500";
   std::string worker_timeout_ms = "5000";
   std::string dead_worker_retention_s = "600";
+  std::string starvation_after_s = "600";
+  std::string preemption_checkpoint_timeout_s = "30";
   std::string log_level = "info";
   std::string port_file;           // empty: none
   std::string metrics_port = "0";  // kDefaultMetricsPort
@@ -78,6 +80,11 @@ struct Flags {
   int64_t heartbeat_interval_ms = 0;
   int64_t worker_timeout_ms = 0;
   int64_t dead_worker_retention_s = 0;
+  // Scheduling (docs/scheduling.md): a queued job that waited this long holds the devices it
+  // needs as they come free, 0..604800; a preempted job's checkpoint is waited for this long
+  // before it is stopped anyway, 1..3600.
+  int64_t starvation_after_s = 0;
+  int64_t preemption_checkpoint_timeout_s = 0;
   std::string log_level;  // trace | debug | info | warn | error | off
   std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
   int metrics_port = 0;   // 0..65535; 0: no metrics endpoint

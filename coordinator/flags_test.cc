@@ -29,6 +29,8 @@ TEST(FlagsTest, DefaultsAreValid) {
   EXPECT_EQ(flags->worker_timeout_ms, 5000);
   EXPECT_EQ(flags->log_level, "info");
   EXPECT_EQ(flags->dead_worker_retention_s, 600);
+  EXPECT_EQ(flags->starvation_after_s, 600);
+  EXPECT_EQ(flags->preemption_checkpoint_timeout_s, 30);
   EXPECT_EQ(flags->port_file, "");
 }
 
@@ -90,6 +92,13 @@ TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {
   EXPECT_EQ(Error(raw), "");
   raw.dead_worker_retention_s = "604801";
   EXPECT_EQ(Error(raw), "--dead-worker-retention-s must be at most 604800 (s), got 604801");
+  raw.dead_worker_retention_s = "600";
+  raw.starvation_after_s = "604801";
+  EXPECT_EQ(Error(raw), "--starvation-after-s must be at most 604800 (s), got 604801");
+  raw.starvation_after_s = "0";
+  raw.preemption_checkpoint_timeout_s = "0";
+  EXPECT_EQ(Error(raw), "--preemption-checkpoint-timeout-s must be at least 1 (s), got 0");
+  raw.preemption_checkpoint_timeout_s = "30";
   raw.dead_worker_retention_s = "-1";
   EXPECT_EQ(Error(raw), "--dead-worker-retention-s must be at least 0 (s), got -1");
   raw.dead_worker_retention_s = "10m";

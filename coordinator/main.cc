@@ -146,6 +146,14 @@ int main(int argc, char** argv) {
   app.add_option("--dead-worker-retention-s", raw.dead_worker_retention_s,
                  "a DEAD worker is listed this long, then forgotten (0..604800)")
       ->capture_default_str();
+  app.add_option("--starvation-after-s", raw.starvation_after_s,
+                 "a queued job that waited this long holds the devices it needs as they come "
+                 "free: no job after it takes them (0..604800; docs/scheduling.md)")
+      ->capture_default_str();
+  app.add_option("--preemption-checkpoint-timeout-s", raw.preemption_checkpoint_timeout_s,
+                 "a preempted job saves a checkpoint first; after this long without it, it is "
+                 "stopped anyway (1..3600)")
+      ->capture_default_str();
   app.add_option("--log-level", raw.log_level, "trace | debug | info | warn | error | off")
       ->capture_default_str();
   app.add_option("--metrics-port", raw.metrics_port,
@@ -236,6 +244,8 @@ int main(int argc, char** argv) {
   options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
   options.worker_timeout_ms = flags->worker_timeout_ms;
   options.dead_worker_retention_ms = flags->dead_worker_retention_s * 1000;
+  options.starvation_after_ms = flags->starvation_after_s * 1000;
+  options.preemption_checkpoint_timeout_ms = flags->preemption_checkpoint_timeout_s * 1000;
   options.trace_every_steps = flags->trace_every_steps;
   dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
   plan.device_memory_bytes = flags->default_device_memory_mib << 20;
@@ -251,6 +261,7 @@ int main(int argc, char** argv) {
   auto metrics = std::make_shared<dapple::coordinator::CoordinatorMetrics>();
   options.job_observer = metrics;
   options.worker_observer = metrics;
+  options.scheduling_observer = metrics;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   // After Create: the database is locked against a second coordinator before anything is

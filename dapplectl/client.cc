@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/format.h"
+#include "dapplectl/rpc_call.h"
 #include "dapplectl/spec_file.h"
 #include "dapplectl/utf8_text.h"
 #include "google/protobuf/stubs/logging.h"
@@ -20,13 +21,6 @@
 namespace dapple::ctl {
 namespace {
 
-// Jobs carry per-step losses, and ListJobs returns every job: allow more than gRPC's 4 MiB.
-constexpr int kMaxReceiveBytes = 512 << 20;
-
-std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
-  return absl::ToChronoTime(absl::Now() + d);
-}
-
 std::string Seconds(absl::Duration d) { return absl::StrFormat("%g s", absl::ToDoubleSeconds(d)); }
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
@@ -34,14 +28,6 @@ absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::Status
 // Pause between reconnect attempts that failed fast (a closing coordinator cancels calls
 // instead of waiting for them).
 constexpr absl::Duration kReconnectPause = absl::Milliseconds(100);
-
-// Reconnect backoff of the channel (gRPC's defaults: 1 s, then up to 120 s): a restarted
-// coordinator is found within about a second rather than minutes into a watch's --timeout.
-constexpr int kInitialReconnectBackoffMs = 100;
-constexpr int kMaxReconnectBackoffMs = 1000;
-// gRPC 1.51 takes GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as the shortest time a connection attempt
-// may take before it is abandoned (default 20 s); 1 s keeps attempts to a silent host short.
-constexpr int kMinConnectTimeoutMs = 1000;
 
 void DropGrpcLog(gpr_log_func_args*) {}
 
@@ -152,76 +138,20 @@ void PrepareContext(const ClientOptions& options, grpc::ClientContext* context) 
   if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
 }
 
-CoordinatorClient::CoordinatorClient(ClientOptions options) : options_(std::move(options)) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
-  // A server-streaming watch sends no data after its request; without this gRPC stops
-  // pinging after two pings and keepalive would no longer notice a dead coordinator host.
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  channel_ = grpc::CreateCustomChannel(
-      options_.address,
-      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
-      args);
-  stub_ = v1::Coordinator::NewStub(channel_);
-}
+CoordinatorClient::CoordinatorClient(ClientOptions options)
+    : options_(std::move(options)),
+      channel_(MakeChannel(options_)),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
 
 absl::Status CoordinatorClient::Convert(const char* method, const grpc::Status& status) {
-  const absl::StatusCode code = ToAbsl(status.error_code());
-  const std::string& message = status.error_message();
-  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
-    if (code == absl::StatusCode::kUnimplemented) {
-      return absl::UnimplementedError(absl::StrCat(
-          "the server at ", options_.address, " does not implement dapple.v1.Coordinator/", method,
-          " (is it a dapple-coordinator of the same version?)"));
-    }
-    if (code == absl::StatusCode::kUnauthenticated) return AuthenticationError(options_, message);
-    const std::string failed =
-        absl::StrCat(method, " failed with ", absl::StatusCodeToString(code));
-    if (message.empty()) return absl::Status(code, failed);
-    // These codes come from gRPC or the server's machinery (a message that did not parse, a
-    // limit, an exception) rather than from the coordinator's answer: name the call.
-    if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown ||
-        code == absl::StatusCode::kResourceExhausted) {
-      return absl::Status(code, absl::StrCat(failed, ": ", message));
-    }
-    return absl::Status(code, message);
-  }
-  // The coordinator itself may answer UNAVAILABLE ("retry later"); only gRPC's transport
-  // messages, or a channel that never became ready, mean it could not be reached.
-  const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
-  if (connected && !IsTransportMessage(message)) {
-    if (code == absl::StatusCode::kDeadlineExceeded) {
-      return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", options_.address,
-                                                      " did not answer ", method, " within ",
-                                                      Seconds(options_.timeout)));
-    }
-    return absl::UnavailableError(message.empty() ? "the coordinator is unavailable" : message);
-  }
-  return absl::Status(
-      code, UnreachableMessage(options_.address, UnreachableReasonWithTls(
-                                                     code, message, options_.timeout, options_.tls,
-                                                     options_.client_certificate)));
+  return ConvertCallStatus(options_, *channel_, "dapple.v1.Coordinator", method, status);
 }
 
 template <typename Request, typename Response, typename Call>
 absl::Status CoordinatorClient::Unary(const char* method, const Request& request,
                                       Response* response, Call call, bool wait_for_ready) {
-  grpc::ClientContext context;
-  PrepareContext(options_, &context);
-  context.set_deadline(DeadlineAfter(options_.timeout));
-  // Fail-fast (the default) reports a refused connection at once, with gRPC's reason; the
-  // deadline bounds connecting to a silent address. wait_for_ready is for reconnecting.
-  context.set_wait_for_ready(wait_for_ready);
-  const grpc::Status status = (stub_.get()->*call)(&context, request, response);
-  if (status.ok()) return absl::OkStatus();
-  return Convert(method, status);
+  return CallUnary(options_, *channel_, "dapple.v1.Coordinator", method, *stub_, request, response,
+                   call, wait_for_ready);
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
@@ -301,6 +231,13 @@ absl::StatusOr<v1::PlanJobResponse> CoordinatorClient::Plan(v1::PlanJobRequest r
   request.set_source_name(EscapeInvalidUtf8(request.source_name()));
   v1::PlanJobResponse response;
   DAPPLE_RETURN_IF_ERROR(Unary("PlanJob", request, &response, &v1::Coordinator::Stub::PlanJob));
+  return response;
+}
+
+absl::StatusOr<v1::WhoAmIResponse> CoordinatorClient::WhoAmI() {
+  v1::WhoAmIResponse response;
+  DAPPLE_RETURN_IF_ERROR(
+      Unary("WhoAmI", v1::WhoAmIRequest(), &response, &v1::Coordinator::Stub::WhoAmI));
   return response;
 }
 

@@ -93,6 +93,10 @@ class CoordinatorClient {
   // PlanJob: a dry run of the planner. kInvalidArgument, without sending, when the request has
   // a spec that CheckSpecText(source_name, spec_yaml) refuses.
   absl::StatusOr<v1::PlanJobResponse> Plan(v1::PlanJobRequest request);
+  // WhoAmI: the identity the coordinator sees for options().token (`dapplectl auth whoami`):
+  // user, tenant, role, the token's id and expiry, never its secret. kUnauthenticated from the
+  // coordinator without a valid token.
+  absl::StatusOr<v1::WhoAmIResponse> WhoAmI();
 
   // Follows the job until it reaches a terminal state and returns that last snapshot.
   // `on_snapshot` is called (on this thread) with every snapshot: first the job as GetJob

@@ -2,20 +2,24 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "common/grpc_tls.h"
 #include "common/job_spec.h"
+#include "dapplectl/admin_command.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
+#include "dapplectl/command_output.h"
 #include "dapplectl/config_command.h"
 #include "dapplectl/ctl_config.h"
 #include "dapplectl/event_views.h"
@@ -37,8 +41,6 @@
 namespace dapple::ctl {
 namespace {
 
-enum class Format { kTable, kJson, kYaml };
-
 // The largest --global-batch / --profile-batch: a job spec's training.global_batch limit.
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
 
@@ -58,46 +60,7 @@ constexpr char kCaEnv[] = "DAPPLE_CA";
 
 constexpr char kCoordinatorEnv[] = "DAPPLE_COORDINATOR";
 
-// Prints "dapplectl: <message>" on one line and returns `exit_code`.
-int Fail(const Environment& env, int exit_code, const std::string& message) {
-  std::string line = absl::StrReplaceAll(message, {{"\r\n", " "}, {"\n", " "}});
-  absl::StripTrailingAsciiWhitespace(&line);
-  *env.err << "dapplectl: " << line << "\n" << std::flush;
-  return exit_code;
-}
-
-int FailStatus(const Environment& env, const absl::Status& status) {
-  return Fail(env, ExitCodeForStatusCode(status.code()), std::string(status.message()));
-}
-
-// The -o value for `command`, or nullopt after printing a usage error.
-std::optional<Format> OutputFormat(const Environment& env, const std::string& command,
-                                   const std::string& output, bool yaml_allowed) {
-  if (output == "table") return Format::kTable;
-  if (output == "json") return Format::kJson;
-  if (output == "yaml" && yaml_allowed) return Format::kYaml;
-  Fail(env, kExitUsage,
-       absl::StrCat(command, ": -o ", output, " is not supported; use table or json",
-                    yaml_allowed ? " or yaml" : ""));
-  return std::nullopt;
-}
-
 int64_t NowUnixMs(const Environment& env) { return absl::ToUnixMillis(env.now()); }
-
-// Prints `message` in `format` (table text is produced by `table`).
-template <typename Message>
-int PrintMessage(const Environment& env, Format format, const Message& message,
-                 const std::function<std::string()>& table) {
-  if (format == Format::kTable) {
-    *env.out << table() << std::flush;
-    return kExitOk;
-  }
-  absl::StatusOr<std::string> text =
-      format == Format::kJson ? MessageToJson(message, /*pretty=*/true) : MessageToYaml(message);
-  if (!text.ok()) return FailStatus(env, text.status());
-  *env.out << *text << std::flush;
-  return kExitOk;
-}
 
 int Watch(const Environment& env, CoordinatorClient& client, const std::string& job_id,
           Format format) {
@@ -291,6 +254,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                    "without JOB: samples per step (default 16 x the profile's batch)")
       ->type_name("N");
 
+  AdminCommands admin_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -308,12 +273,10 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
           absl::StrCat(
               "unknown command \"", rest.front(),
               "\"; commands: submit, get, describe, logs, list, cancel, watch, workers, plan, "
-              "trace, top, checkpoint, config (see "
-              "dapplectl --help)"));
+              "trace, top, checkpoint, config, admin, auth (see dapplectl --help)"));
     }
     // The command being parsed, for the message and the help it points to.
-    std::string command;
-    for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    const std::string command = ParsedCommandPath(app);
     // By type: CLI11 names some errors after the subcommand that raised them.
     const char* kind = dynamic_cast<const CLI::ExtrasError*>(&e)        ? "ExtrasError"
                        : dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "ArgumentMismatch"
@@ -329,7 +292,43 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                                ": view, get-contexts, use-context NAME, set-context NAME, "
                                "delete-context NAME (see dapplectl config --help)"));
     }
-    return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command));
+    // A command group (admin, admin tenant, auth ...) without its subcommand, or with a word
+    // that is none of them.
+    const CLI::App& deepest = DeepestParsedCommand(app);
+    if (kind == std::string("RequiredError") && !command.empty() &&
+        !deepest.get_subcommands(std::function<bool(const CLI::App*)>()).empty() &&
+        deepest.get_subcommands().empty()) {
+      std::vector<std::string> stray = deepest.remaining();
+      if (stray.empty()) stray = app.remaining();
+      std::vector<std::string> names;
+      for (const CLI::App* sub : deepest.get_subcommands(std::function<bool(const CLI::App*)>())) {
+        names.push_back(sub->get_name());
+      }
+      const std::string closest = stray.empty() ? "" : SuggestFlag(stray.front(), names);
+      return Fail(
+          env, kExitUsage,
+          absl::StrCat(stray.empty()
+                           ? absl::StrCat(command, " needs a subcommand")
+                           : absl::StrCat(command, " has no subcommand '", stray.front(), "'"),
+                       closest.empty() ? "" : absl::StrCat(" (did you mean ", closest, "?)"), ": ",
+                       SubcommandNames(deepest), " (see dapplectl ", command, " --help)"));
+    }
+    // One unknown flag: the closest flag of the command (or a global one), if any is close.
+    std::string suggestion;
+    if (kind == std::string("ExtrasError")) {
+      std::vector<std::string> unknown_flags;
+      for (const std::string& word : app.remaining()) {
+        if (absl::StartsWith(word, "-")) unknown_flags.push_back(word);
+      }
+      if (unknown_flags.size() == 1) {
+        std::vector<std::string> known = FlagNames(deepest);
+        if (&deepest != &app) {
+          for (std::string& name : FlagNames(app)) known.push_back(std::move(name));
+        }
+        suggestion = SuggestFlag(unknown_flags.front(), known);
+      }
+    }
+    return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command, suggestion));
   }
 
   // The configuration file's contexts: `config` edits them; every other command may take its
@@ -395,6 +394,12 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       watch->parsed() || trace->parsed() || checkpoint->parsed() ||
       (top->parsed() && !job_id.empty())) {
     if (absl::Status s = CheckJobId(job_id); !s.ok()) {
+      return Fail(env, kExitUsage, std::string(s.message()));
+    }
+  }
+
+  if (admin_commands.parsed()) {
+    if (absl::Status s = admin_commands.CheckArguments(); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
@@ -506,6 +511,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     options.token = *std::move(token);
   }
 
+  if (admin_commands.parsed()) return admin_commands.Run(options, flags.output, env);
   if (submit->parsed()) {
     std::optional<Format> format =
         OutputFormat(env, "submit", flags.output, /*yaml_allowed=*/!submit_watch);

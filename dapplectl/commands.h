@@ -23,7 +23,8 @@ struct Environment {
 // Runs `dapplectl argv[1..]` and returns the process exit code (exit_codes.h). Global flags:
 // --coordinator ADDR (default: $DAPPLE_COORDINATOR, else 127.0.0.1:7600), -o/--output
 // table|json|yaml, --timeout SECONDS (unary calls, default 10). Commands: submit, get, list,
-// describe, logs, cancel, watch, workers, plan, trace, top, checkpoint (see docs/dapplectl.md).
+// describe, logs, cancel, watch, workers, plan, trace, top, checkpoint, config, admin ... and
+// auth whoami (admin_command.h) (see docs/dapplectl.md).
 // --help prints to env.out and returns 0.
 int RunDapplectl(int argc, const char* const* argv, const Environment& env);
 

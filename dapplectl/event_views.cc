@@ -35,7 +35,7 @@ std::string RenderJobEvents(const google::protobuf::RepeatedPtrField<v1::JobEven
 }
 
 std::string RenderDescribe(const v1::Job& job, int64_t now_unix_ms) {
-  return absl::StrCat(RenderJobDetails(job, now_unix_ms), "\n",
+  return absl::StrCat(RenderJobDetails(job, now_unix_ms), RenderJobScheduling(job), "\n",
                       RenderJobEvents(job.events(), now_unix_ms));
 }
 

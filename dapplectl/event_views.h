@@ -20,7 +20,8 @@ std::string EventAge(const v1::JobEventRecord& event, int64_t now_unix_ms);
 std::string RenderJobEvents(const google::protobuf::RepeatedPtrField<v1::JobEventRecord>& events,
                             int64_t now_unix_ms);
 
-// The whole of `describe`: RenderJobDetails (views.h), a blank line, RenderJobEvents.
+// The whole of `describe`: RenderJobDetails and RenderJobScheduling (views.h: owner, tenant,
+// priority, preemptions), a blank line, RenderJobEvents.
 std::string RenderDescribe(const v1::Job& job, int64_t now_unix_ms);
 
 }  // namespace dapple::ctl

@@ -244,6 +244,27 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  // What WhoAmI answers (an empty response until set), and the `authorization` metadata of its
+  // last call ("" without one).
+  void SetWhoAmI(v1::WhoAmIResponse response) {
+    absl::MutexLock lock(&mu_);
+    who_ = std::move(response);
+  }
+  std::string last_whoami_authorization() const {
+    absl::MutexLock lock(&mu_);
+    return whoami_authorization_;
+  }
+  grpc::Status WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest*,
+                      v1::WhoAmIResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find("authorization");
+    whoami_authorization_ =
+        it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+    *response = who_;
+    return grpc::Status::OK;
+  }
+
  private:
   static grpc::Status NotFound(const std::string& id) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", id, " not found"));
@@ -274,6 +295,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   grpc::Status plan_status_ ABSL_GUARDED_BY(mu_);
   v1::PlanJobRequest last_plan_ ABSL_GUARDED_BY(mu_);
   int plan_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::WhoAmIResponse who_ ABSL_GUARDED_BY(mu_);
+  std::string whoami_authorization_ ABSL_GUARDED_BY(mu_);
 };
 
 // A job snapshot for scripts.

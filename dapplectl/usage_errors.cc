@@ -45,7 +45,9 @@ bool RewriteMissingValue(absl::string_view what, std::string* out) {
   const size_t required = rest.find(" required ");
   if (required == absl::string_view::npos) return false;
   const absl::string_view type = rest.substr(required + absl::string_view(" required ").size());
-  *out = absl::StrCat(name, " needs a value: ", name, " ", type);
+  // TEXT is CLI11's name for a value without a type name of its own: it says nothing.
+  *out = type == "TEXT" || type.empty() ? absl::StrCat(name, " needs a value")
+                                        : absl::StrCat(name, " needs a value: ", name, " ", type);
   return true;
 }
 
@@ -74,10 +76,41 @@ bool RewriteExtras(absl::string_view what, absl::string_view command, std::strin
   return true;
 }
 
+// Levenshtein distance, for the few dozen short flag names of one command.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
+std::string SuggestFlag(absl::string_view unknown, const std::vector<std::string>& flags) {
+  // "--tail=3": the name alone.
+  unknown = unknown.substr(0, unknown.find('='));
+  std::string best;
+  size_t best_distance = kMaxSuggestionDistance + 1;
+  for (const std::string& flag : flags) {
+    const size_t d = EditDistance(unknown, flag);
+    if (d < best_distance) {
+      best = flag;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 std::string UsageErrorText(absl::string_view error_name, absl::string_view what,
-                           absl::string_view command) {
+                           absl::string_view command, absl::string_view suggestion) {
   std::string text;
   bool rewritten = false;
   if (error_name == "ArgumentMismatch") {
@@ -90,6 +123,7 @@ std::string UsageErrorText(absl::string_view error_name, absl::string_view what,
     rewritten = true;
   }
   if (!rewritten) text = std::string(what);
+  if (!suggestion.empty()) absl::StrAppend(&text, "; did you mean ", suggestion, "?");
   const std::string help =
       command.empty() ? "dapplectl --help" : absl::StrCat("dapplectl ", command, " --help");
   return absl::StrCat(text, " (see ", help, ")");

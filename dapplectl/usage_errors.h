@@ -5,6 +5,7 @@
 #define DAPPLE_DAPPLECTL_USAGE_ERRORS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -22,8 +23,20 @@ namespace dapple::ctl {
 //   RequiredError "JOB is required" -> "get needs JOB"
 // Anything else is `what` unchanged. Always ends with the help to read: " (see dapplectl get
 // --help)", or " (see dapplectl --help)" without a command. Pure; thread-safe.
+// `suggestion` (SuggestFlag's answer for an unknown flag; "" : none) is added as "; did you
+// mean --tail?" before the help: "logs: unknown flag --tial; did you mean --tail? (see dapplectl
+// logs --help)".
 std::string UsageErrorText(absl::string_view error_name, absl::string_view what,
-                           absl::string_view command);
+                           absl::string_view command, absl::string_view suggestion = "");
+
+// The largest edit distance at which SuggestFlag proposes a flag.
+inline constexpr size_t kMaxSuggestionDistance = 2;
+
+// The flag of `flags` ("--tail", "-o") closest to `unknown` ("--tial", "--tail=3": the part
+// before '=' is compared) by edit distance (insertions, deletions, substitutions), if that is at
+// most kMaxSuggestionDistance; the first of equally close ones; "" when none is close. Also used
+// for a command group's subcommand names ("tokn" -> "token"). Pure.
+std::string SuggestFlag(absl::string_view unknown, const std::vector<std::string>& flags);
 
 }  // namespace dapple::ctl
 

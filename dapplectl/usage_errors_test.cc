@@ -28,6 +28,27 @@ TEST(UsageErrorsTest, ExtrasInTheOrderTypedFlagsApart) {
       "get: unknown flag --bogus; unexpected argument x (see dapplectl get --help)");
 }
 
+TEST(UsageErrorsTest, AValueWithoutATypeNameIsNotCalledText) {
+  EXPECT_EQ(UsageErrorText("ArgumentMismatch", "--output: 1 required TEXT missing", "list"),
+            "--output needs a value (see dapplectl list --help)");
+}
+
+TEST(UsageErrorsTest, SuggestFlagWithinTwoEdits) {
+  const std::vector<std::string> flags = {"--tail", "--rank", "--follow", "-f", "--collapse"};
+  EXPECT_EQ(SuggestFlag("--tial", flags), "--tail");
+  EXPECT_EQ(SuggestFlag("--tail=3", flags), "--tail");
+  EXPECT_EQ(SuggestFlag("--folow", flags), "--follow");
+  EXPECT_EQ(SuggestFlag("--collapsed", flags), "--collapse");
+  EXPECT_EQ(SuggestFlag("--bogus", flags), "");
+  EXPECT_EQ(SuggestFlag("--verbose", {}), "");
+}
+
+TEST(UsageErrorsTest, ASuggestionComesBeforeTheHelp) {
+  EXPECT_EQ(UsageErrorText("ExtrasError", "The following argument was not expected: --tial", "logs",
+                           "--tail"),
+            "logs: unknown flag --tial; did you mean --tail? (see dapplectl logs --help)");
+}
+
 TEST(UsageErrorsTest, MissingArgumentNamesTheCommand) {
   EXPECT_EQ(UsageErrorText("RequiredError", "FILE is required", "submit"),
             "submit needs FILE (see dapplectl submit --help)");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -46,6 +47,37 @@ std::string StepLine(const v1::ParallelPlanSummary& plan) {
 }
 
 }  // namespace
+
+std::string PendingReasonText(const v1::Job& job) {
+  if (job.state() != v1::JOB_STATE_PENDING) return "";
+  const std::string& reason = job.pending_reason();
+  const std::string& message = job.message();
+  if (reason.empty()) return message;
+  if (message.empty() || absl::StartsWith(message, reason)) {
+    return message.empty() ? reason : message;
+  }
+  return absl::StrCat(reason, ": ", message);
+}
+
+std::string OwnerText(const v1::Job& job) {
+  if (job.owner().empty()) return "";
+  if (job.tenant().empty()) return job.owner();
+  return absl::StrCat(job.owner(), "/", job.tenant());
+}
+
+std::string RenderJobScheduling(const v1::Job& job) {
+  std::string out;
+  AddField(&out, "OWNER", OrDash(job.owner()));
+  AddField(&out, "TENANT",
+           job.tenant().empty() && !job.owner().empty() ? "- (an admin's job: outside every quota)"
+                                                        : OrDash(job.tenant()));
+  AddField(&out, "PRIORITY", absl::StrCat(job.spec().priority()));
+  AddField(&out, "PREEMPTIONS",
+           job.last_preemption().empty()
+               ? absl::StrCat(job.preemptions())
+               : absl::StrCat(job.preemptions(), " (last: ", job.last_preemption(), ")"));
+  return out;
+}
 
 std::string RenderRankMemory(const v1::Job& job) {
   if (job.stage_metrics().empty()) return "";
@@ -198,7 +230,12 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   AddField(&out, "ID", job.id());
   AddField(&out, "NAME", OrDash(job.name()));
   AddField(&out, "STATE", JobStateName(job.state()));
-  AddField(&out, "MESSAGE", OrDash(job.message()));
+  // A pending job's message is why it waits: shown with its stable reason name.
+  if (job.state() == v1::JOB_STATE_PENDING && !job.pending_reason().empty()) {
+    AddField(&out, "REASON", PendingReasonText(job));
+  } else {
+    AddField(&out, "MESSAGE", OrDash(job.message()));
+  }
   AddField(&out, "AGE", AgeSince(job.created_unix_ms(), now_unix_ms));
 
   const v1::ParallelPlanSummary& plan = job.plan();
@@ -306,24 +343,36 @@ std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
   if (jobs.empty()) return "no jobs\n";
   // Language models' headline metric gets a column when the list holds one.
   bool validation = false;
-  for (const v1::Job& job : jobs) validation |= EvaluatesValidationSplit(job.spec());
-  std::vector<std::string> headers = {"ID", "NAME", "STATE", "STEP", "LOSS", "TEST ACC"};
+  // OWNER when a job has one (coordinators with authentication), REASON when one waits.
+  bool owners = false;
+  bool reasons = false;
+  for (const v1::Job& job : jobs) {
+    validation |= EvaluatesValidationSplit(job.spec());
+    owners |= !job.owner().empty();
+    reasons |= !PendingReasonText(job).empty();
+  }
+  std::vector<std::string> headers = {"ID", "NAME"};
+  if (owners) headers.push_back("OWNER");
+  for (const char* h : {"STATE", "STEP", "LOSS", "TEST ACC"}) headers.push_back(h);
   if (validation) headers.push_back("VAL LOSS");
   headers.push_back("AGE");
+  // Last: the reason is a sentence that would push every other column apart.
+  if (reasons) headers.push_back("REASON");
   TextTable table(std::move(headers));
   for (const v1::Job& job : jobs) {
     const v1::JobMetrics& m = job.metrics();
     const bool started = m.step() > 0 || m.total_steps() > 0;
-    std::vector<std::string> row = {job.id(),
-                                    OrDash(job.name()),
-                                    JobStateName(job.state()),
-                                    started ? FormatSteps(m.step(), m.total_steps()) : "-",
-                                    m.step() > 0 ? FormatLoss(m.loss()) : "-",
-                                    m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-"};
+    std::vector<std::string> row = {job.id(), OrDash(job.name())};
+    if (owners) row.push_back(OrDash(OwnerText(job)));
+    row.push_back(JobStateName(job.state()));
+    row.push_back(started ? FormatSteps(m.step(), m.total_steps()) : "-");
+    row.push_back(m.step() > 0 ? FormatLoss(m.loss()) : "-");
+    row.push_back(m.has_test_accuracy() ? FormatPercent(m.test_accuracy()) : "-");
     if (validation) {
       row.push_back(m.has_validation_loss() ? FormatLoss(m.validation_loss()) : "-");
     }
     row.push_back(AgeSince(job.created_unix_ms(), now_unix_ms));
+    if (reasons) row.push_back(OrDash(PendingReasonText(job)));
     table.AddRow(std::move(row));
   }
   return table.Render();

@@ -20,7 +20,21 @@ std::string RenderSubmitted(const v1::Job& job);
 // "cancelled job-3\n".
 std::string RenderCancelled(const v1::Job& job);
 
-// One job in detail, one "KEY   value" line per item: id, name, state, message, age, plan
+// Why a PENDING job waits: its pending_reason and message, "WaitingForQuota: 3 of 4 cpu devices
+// of tenant team-a in use by 2 jobs" (the message alone when it already starts with the reason
+// or there is no reason; the reason alone without a message). "" for a job that is not PENDING.
+std::string PendingReasonText(const v1::Job& job);
+
+// The OWNER column: "alice/team-a" (owner/tenant), "admin" (an admin's job, no tenant), "" for a
+// job without an owner (a coordinator without authentication).
+std::string OwnerText(const v1::Job& job);
+
+// `describe`'s scheduling lines: OWNER, TENANT, PRIORITY (spec.priority), PREEMPTIONS (the
+// count, then "(last: <Job.last_preemption>)" once preempted).
+std::string RenderJobScheduling(const v1::Job& job);
+
+// One job in detail, one "KEY   value" line per item: id, name, state, message (for a PENDING job
+// with a pending_reason: REASON, PendingReasonText, instead), age, plan
 // (planner, schedule, M, micro-batch size, bubble %, CHOSEN with the reason for the schedule
 // under parallel.schedule auto; when the plan has a prediction also
 // PREDICTED "12.30 ms/step, 20812 samples/s" and PROFILE (where its layer costs came from);
@@ -67,8 +81,10 @@ std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan);
 std::string CompactDevices(const google::protobuf::RepeatedPtrField<std::string>& devices);
 
 // One row per job with the columns ID, NAME, STATE, STEP (x/y), LOSS, TEST ACC, AGE, and
-// VAL LOSS before AGE when a listed job trains on a text dataset; "-" marks a value the job
-// does not have (yet). No jobs: "no jobs\n".
+// VAL LOSS before AGE when a listed job trains on a text dataset, OWNER (OwnerText) after NAME
+// when a listed job has an owner, REASON (PendingReasonText) last when a listed job is PENDING
+// with a reason or message; "-" marks a value the job does not have (yet). No jobs:
+// "no jobs\n".
 std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                           int64_t now_unix_ms);
 

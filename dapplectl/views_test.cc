@@ -76,6 +76,73 @@ TEST(ViewsTest, JobListColumns) {
             "job-4   other        PENDING   -         -        -          5s\n");
 }
 
+// A shared cluster's jobs: OWNER (owner/tenant) after NAME, REASON of the pending ones last.
+TEST(ViewsTest, JobListShowsOwnersAndWhyPendingJobsWait) {
+  google::protobuf::RepeatedPtrField<v1::Job> jobs;
+  v1::Job* running = jobs.Add();
+  *running = SampleJob();
+  running->set_owner("alice");
+  running->set_tenant("team-a");
+  v1::Job* pending = jobs.Add();
+  pending->set_id("job-4");
+  pending->set_name("other");
+  pending->set_state(v1::JOB_STATE_PENDING);
+  pending->set_created_unix_ms(kNowMs - 5'000);
+  pending->set_owner("admin");
+  pending->set_pending_reason("WaitingForQuota");
+  pending->set_message("3 of 4 cpu devices of tenant team-a in use by 2 jobs");
+  EXPECT_EQ(RenderJobList(jobs, kNowMs),
+            "ID      NAME         OWNER          STATE     STEP      LOSS     TEST ACC   AGE   "
+            "REASON\n"
+            "job-3   fmnist-mlp   alice/team-a   RUNNING   120/702   0.4213   87.12%     2m    -\n"
+            "job-4   other        admin          PENDING   -         -        -          5s    "
+            "WaitingForQuota: 3 of 4 cpu devices of tenant team-a in use by 2 jobs\n");
+}
+
+TEST(ViewsTest, PendingReasonText) {
+  v1::Job job;
+  job.set_state(v1::JOB_STATE_PENDING);
+  EXPECT_EQ(PendingReasonText(job), "");
+  job.set_message("waiting for 4 free devices");
+  EXPECT_EQ(PendingReasonText(job), "waiting for 4 free devices");
+  job.set_pending_reason("WaitingForDevices");
+  EXPECT_EQ(PendingReasonText(job), "WaitingForDevices: waiting for 4 free devices");
+  job.set_message("WaitingForDevices: 4 of 8");
+  EXPECT_EQ(PendingReasonText(job), "WaitingForDevices: 4 of 8");
+  job.clear_message();
+  EXPECT_EQ(PendingReasonText(job), "WaitingForDevices");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(PendingReasonText(job), "");
+}
+
+TEST(ViewsTest, JobDetailsShowThePendingReasonAndSchedulingFacts) {
+  v1::Job job = SampleJob();
+  job.set_state(v1::JOB_STATE_PENDING);
+  job.set_pending_reason("WaitingForPreemption");
+  job.set_message("job-1 of tenant team-b is being checkpointed and stopped");
+  job.set_owner("bob");
+  job.set_tenant("team-a");
+  job.mutable_spec()->set_priority(10);
+  const std::string details = RenderJobDetails(job, kNowMs);
+  EXPECT_THAT(details, HasSubstr("STATE         PENDING\nREASON        WaitingForPreemption: job-1 "
+                                 "of tenant team-b is being checkpointed and stopped\n"));
+  EXPECT_THAT(details, Not(HasSubstr("MESSAGE")));
+  EXPECT_EQ(RenderJobScheduling(job),
+            "OWNER         bob\n"
+            "TENANT        team-a\n"
+            "PRIORITY      10\n"
+            "PREEMPTIONS   0\n");
+  job.set_preemptions(2);
+  job.set_last_preemption("reclaimed by tenant team-b (within its nominal quota)");
+  job.set_tenant("");
+  job.set_owner("admin");
+  EXPECT_EQ(RenderJobScheduling(job),
+            "OWNER         admin\n"
+            "TENANT        - (an admin's job: outside every quota)\n"
+            "PRIORITY      10\n"
+            "PREEMPTIONS   2 (last: reclaimed by tenant team-b (within its nominal quota))\n");
+}
+
 // A language model's job (data.dataset text) after its last evaluation and its sample.
 v1::Job TextJob() {
   v1::Job job = SampleJob();
@@ -259,13 +326,14 @@ TEST(ViewsTest, PlanTableShowsRecomputationWhenAStageRecomputes) {
   v1::ParallelPlanSummary plan = PredictedPlan();
   plan.mutable_stages(0)->set_recompute(true);
   const std::string out = RenderPlan(plan, cluster);
-  EXPECT_THAT(out, ::testing::StartsWith(
-                       "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY   "
-                       "BUBBLE   RECOMPUTE\n"
-                       "0       0-2      8          node0/0-7   10.50        1.5 GiB       5.00%    "
-                       "yes\n"
-                       "1       3-5      2          node1/0-1   9.25         1.0 GiB       15.00%   "
-                       "no\n"))
+  EXPECT_THAT(out,
+              ::testing::StartsWith(
+                  "STAGE   LAYERS   REPLICAS   DEVICES     COMPUTE MS   PEAK MEMORY   "
+                  "BUBBLE   RECOMPUTE\n"
+                  "0       0-2      8          node0/0-7   10.50        1.5 GiB       5.00%    "
+                  "yes\n"
+                  "1       3-5      2          node1/0-1   9.25         1.0 GiB       15.00%   "
+                  "no\n"))
       << out;
 }
 

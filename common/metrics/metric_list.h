@@ -58,6 +58,8 @@ inline constexpr char kLabelKind[] = "kind";
 inline constexpr char kLabelCause[] = "cause";
 inline constexpr char kLabelReason[] = "reason";
 inline constexpr char kLabelSource[] = "source";
+inline constexpr char kLabelTenant[] = "tenant";
+inline constexpr char kLabelDeviceType[] = "device_type";
 
 // --- dapple-coordinator: cluster ---
 inline constexpr char kJobs[] = "dapple_jobs";
@@ -67,6 +69,15 @@ inline constexpr char kJobRestartsTotal[] = "dapple_job_restarts_total";
 inline constexpr char kAuthFailuresTotal[] = "dapple_auth_failures_total";
 inline constexpr char kWorkers[] = "dapple_workers";
 inline constexpr char kWorkerState[] = "dapple_worker_state";
+// --- dapple-coordinator: per tenant (docs/scheduling.md) ---
+inline constexpr char kTenantNominalDevices[] = "dapple_tenant_nominal_devices";
+inline constexpr char kTenantInUseDevices[] = "dapple_tenant_in_use_devices";
+inline constexpr char kTenantBorrowedDevices[] = "dapple_tenant_borrowed_devices";
+inline constexpr char kTenantLentDevices[] = "dapple_tenant_lent_devices";
+inline constexpr char kTenantPendingJobs[] = "dapple_tenant_pending_jobs";
+inline constexpr char kTenantWaitedDeviceSecondsTotal[] =
+    "dapple_tenant_waited_device_seconds_total";
+inline constexpr char kTenantPreemptionsTotal[] = "dapple_tenant_preemptions_total";
 // --- dapple-coordinator: per job ---
 inline constexpr char kJobState[] = "dapple_job_state";
 inline constexpr char kJobStep[] = "dapple_job_step";

@@ -133,6 +133,10 @@ bool TransitionEvent(const v1::Job& job, const std::string& message, JobEventRea
       *reason = JobEventReason::kCancelled;
       *event_message = message.empty() ? "cancelled" : message;
       return true;
+    case v1::JOB_STATE_PENDING:  // only a preempted job moves back to PENDING
+      *reason = JobEventReason::kPreempted;
+      *event_message = message.empty() ? "preempted" : message;
+      return true;
     case v1::JOB_STATE_RESTARTING:
       *reason = JobEventReason::kRestarting;
       *event_message = message.empty() ? "restarting" : message;

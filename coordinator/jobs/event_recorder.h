@@ -54,7 +54,7 @@ enum class JobEventReason {
   kReplanned,           // planned again on the live workers after a restart: the new shape
   kResumed,             // running again after a restart, from a checkpoint or from scratch
   kSkippedStep,         // a step's update was skipped (non-finite values; Warning)
-  kPreempted,           // reserved: preemption (Warning)
+  kPreempted,           // RUNNING -> PENDING by the scheduler (reclaim, priority; Warning)
   kStraggler,           // a rank is much slower than its stage's peers (Warning)
   kStragglerRecovered,  // a straggler computes like its peers again
   kSucceeded,
@@ -72,7 +72,8 @@ absl::string_view JobEventReasonName(JobEventReason reason);
 // CoordinatorRestarted; "Normal" otherwise.
 absl::string_view JobEventType(JobEventReason reason);
 
-// The event a job's move to `to` records, with its message: PLANNING -> kScheduled,
+// The event a job's move to `to` records, with its message: PENDING -> kPreempted,
+// PLANNING -> kScheduled,
 // RUNNING -> kStarted, RESTARTING -> kRestarting, SUCCEEDED / FAILED / CANCELLED -> kSucceeded /
 // kFailed / kCancelled (false for other states). `job` is the job after the move, `message` its
 // state message.

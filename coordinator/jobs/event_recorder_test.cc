@@ -153,8 +153,11 @@ TEST(EventRecorderTest, TransitionEventsFollowTheState) {
   v1::Job job;
   JobEventReason reason;
   std::string message;
-  job.set_state(v1::JOB_STATE_PENDING);
-  EXPECT_FALSE(TransitionEvent(job, "", &reason, &message));
+  job.set_state(v1::JOB_STATE_PENDING);  // back to PENDING: preempted
+  ASSERT_TRUE(
+      TransitionEvent(job, "reclaimed: tenant a needs its nominal quota back", &reason, &message));
+  EXPECT_EQ(reason, JobEventReason::kPreempted);
+  EXPECT_EQ(message, "reclaimed: tenant a needs its nominal quota back");
   job.set_state(v1::JOB_STATE_FAILED);
   ASSERT_TRUE(TransitionEvent(job, "worker w-2 stopped heartbeating", &reason, &message));
   EXPECT_EQ(reason, JobEventReason::kFailed);

@@ -18,8 +18,10 @@ bool IsAllowedTransition(v1::JobState from, v1::JobState to) {
       return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_FAILED ||
              to == v1::JOB_STATE_CANCELLED;
     case v1::JOB_STATE_RUNNING:
+      // PENDING: preempted by the scheduler (checkpointed, stopped, queued again).
       return to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
-             to == v1::JOB_STATE_CANCELLED || to == v1::JOB_STATE_RESTARTING;
+             to == v1::JOB_STATE_CANCELLED || to == v1::JOB_STATE_RESTARTING ||
+             to == v1::JOB_STATE_PENDING;
     case v1::JOB_STATE_RESTARTING:
       return to == v1::JOB_STATE_PLANNING || to == v1::JOB_STATE_FAILED ||
              to == v1::JOB_STATE_CANCELLED;

@@ -25,6 +25,7 @@ TEST(JobLifecycleTest, ExactlyTheDiagramEdgesAreAllowed) {
       {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED},
       {v1::JOB_STATE_RUNNING, v1::JOB_STATE_FAILED},
       {v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_PENDING},  // preempted
   };
   for (S from : kAll) {
     for (S to : kAll) {

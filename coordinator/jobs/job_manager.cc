@@ -161,7 +161,17 @@ std::vector<std::string> JobManager::PendingIds() const {
   return ids;
 }
 
-absl::Status JobManager::SetPendingMessage(const std::string& id, const std::string& message) {
+int JobManager::PendingOfTenant(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [seq, entry] : jobs_) {
+    if (entry.job.state() == v1::JOB_STATE_PENDING && entry.job.tenant() == tenant) ++n;
+  }
+  return n;
+}
+
+absl::Status JobManager::SetPendingMessage(const std::string& id, const std::string& message,
+                                           const std::string& reason) {
   absl::MutexLock lock(&mu_);
   Entry* entry = FindLocked(id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
@@ -170,9 +180,12 @@ absl::Status JobManager::SetPendingMessage(const std::string& id, const std::str
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, " is ", JobStateName(entry->job.state()), ", not PENDING or RESTARTING"));
   }
-  if (entry->job.message() == message) return absl::OkStatus();
+  if (entry->job.message() == message && entry->job.pending_reason() == reason) {
+    return absl::OkStatus();
+  }
   const int64_t now = options_.now_unix_ms();
   entry->job.set_message(message);
+  entry->job.set_pending_reason(reason);
   entry->job.set_updated_unix_ms(now);
   ChangedLocked(*entry, now);
   return absl::OkStatus();
@@ -209,6 +222,8 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& id, v1::JobSta
   if (mutate) mutate(&next.job);
   next.job.set_state(to);
   next.job.set_message(message);
+  // A reason is the scheduler's, for a queued job; the next pass sets it again.
+  next.job.clear_pending_reason();
   next.job.set_updated_unix_ms(now);
   DAPPLE_RETURN_IF_ERROR(WriteLocked(next, now));
   next.version = next_version_++;

@@ -119,19 +119,24 @@ class JobManager {
   // The ids of all PENDING jobs, oldest first.
   std::vector<std::string> PendingIds() const;
 
-  // Sets the message of a PENDING or RESTARTING job (why it waits). Nothing happens when it
-  // already has `message`; otherwise the version grows, watchers wake, and the write follows
+  // PENDING jobs of `tenant` ("" : the operator's), counted without copying any.
+  int PendingOfTenant(const std::string& tenant) const;
+
+  // Sets the message and pending_reason (scheduling_policy.h PendingReasonName; "" for none)
+  // of a PENDING or RESTARTING job (why it waits): the one place both change. Nothing happens
+  // when it already has both; otherwise the version grows, watchers wake, and the write follows
   // Update's throttle (at most once per metrics_persist_interval_ms, the rest by FlushDirty).
   // kNotFound; kFailedPrecondition "job job-3 is RUNNING, not PENDING or RESTARTING".
-  absl::Status SetPendingMessage(const std::string& id, const std::string& message);
+  absl::Status SetPendingMessage(const std::string& id, const std::string& message,
+                                 const std::string& reason = "");
 
   // THE way a job's state changes. Validates `from -> to` against the lifecycle, applies
   // `mutate` (optional; it must not touch id, state, message or timestamps), sets state,
-  // message (kept as given; empty clears it) and updated_unix_ms, persists, logs one line and
-  // wakes watchers. Returns the job after the change.
-  // Errors: kNotFound "no job job-9"; kFailedPrecondition "job job-3 already SUCCEEDED" from a
-  // terminal state, "job job-3 is PENDING: cannot go to RUNNING" for another missing edge;
-  // kInternal on a write error (then nothing changes).
+  // message (kept as given; empty clears it), clears pending_reason, sets updated_unix_ms,
+  // persists, logs one line and wakes watchers. Returns the job after the change. Errors: kNotFound
+  // "no job job-9"; kFailedPrecondition "job job-3 already SUCCEEDED" from a terminal state, "job
+  // job-3 is PENDING: cannot go to RUNNING" for another missing edge; kInternal on a write error
+  // (then nothing changes).
   absl::StatusOr<v1::Job> Transition(const std::string& id, v1::JobState to,
                                      const std::string& message, const Mutator& mutate = {});
 

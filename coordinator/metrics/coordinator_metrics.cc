@@ -373,4 +373,52 @@ void CoordinatorMetrics::OnWorkerRemoved(const v1::WorkerInfo& worker) {
   workers_.erase(it);
 }
 
+void CoordinatorMetrics::OnSchedulingPass(
+    const std::map<std::string, scheduling::TenantSchedulingState>& tenants, int64_t now_unix_ms) {
+  namespace m = metrics;
+  static constexpr scheduling::PendingReason kReasons[] = {
+      scheduling::PendingReason::kMisconfigured,
+      scheduling::PendingReason::kExceedsMaximum,
+      scheduling::PendingReason::kWaitingForQuota,
+      scheduling::PendingReason::kWaitingForDevices,
+      scheduling::PendingReason::kWaitingForPreemption,
+      scheduling::PendingReason::kBeingMeasured};
+  absl::MutexLock lock(&mu_);
+  const double waited_s =
+      last_pass_unix_ms_ > 0 ? std::max<int64_t>(0, now_unix_ms - last_pass_unix_ms_) / 1000.0 : 0;
+  last_pass_unix_ms_ = now_unix_ms;
+  // Tenants seen before and absent now read 0.
+  std::map<std::string, scheduling::TenantSchedulingState> all = tenants;
+  for (const auto& [tenant, types] : tenant_types_) {
+    scheduling::TenantSchedulingState& t = all[tenant];
+    for (const std::string& type : types) t.devices[type];
+  }
+  for (const auto& [tenant, t] : all) {
+    for (const auto& [type, u] : t.devices) {
+      const prometheus::Labels labels = {{m::kLabelTenant, tenant}, {m::kLabelDeviceType, type}};
+      set_->Gauge(m::kTenantNominalDevices, labels).Set(static_cast<double>(u.nominal));
+      set_->Gauge(m::kTenantInUseDevices, labels).Set(static_cast<double>(u.in_use));
+      set_->Gauge(m::kTenantBorrowedDevices, labels).Set(static_cast<double>(u.borrowed));
+      set_->Gauge(m::kTenantLentDevices, labels).Set(static_cast<double>(u.lent));
+      tenant_types_[tenant].insert(type);
+    }
+    for (scheduling::PendingReason r : kReasons) {
+      const char* name = scheduling::PendingReasonName(r);
+      auto n = t.pending_by_reason.find(name);
+      set_->Gauge(m::kTenantPendingJobs, {{m::kLabelTenant, tenant}, {m::kLabelReason, name}})
+          .Set(n == t.pending_by_reason.end() ? 0 : n->second);
+    }
+    set_->Counter(m::kTenantWaitedDeviceSecondsTotal, {{m::kLabelTenant, tenant}})
+        .Increment(static_cast<double>(t.pending_devices) * waited_s);
+    tenant_types_[tenant];
+  }
+}
+
+void CoordinatorMetrics::OnPreempted(const std::string& tenant, const std::string& kind) {
+  namespace m = metrics;
+  absl::MutexLock lock(&mu_);
+  set_->Counter(m::kTenantPreemptionsTotal, {{m::kLabelTenant, tenant}, {m::kLabelReason, kind}})
+      .Increment();
+}
+
 }  // namespace dapple::coordinator

@@ -18,6 +18,10 @@
 //    norm, skipped steps (counter), peak memory / activation / weight bytes, peak in-flight
 //    micro-batches, last-step timestamp, straggler (0/1). Removed as soon as the job leaves RUNNING
 //    (or a rank's entry disappears).
+//  - per tenant (label tenant; an admin's jobs "_admin"), from every scheduling pass
+//    (scheduling_observer.h): nominal, in-use, borrowed and lent devices per device type,
+//    queued jobs per pending reason, device-seconds waited (counter), and preemptions per
+//    reason (counter). A tenant that disappears keeps its series at 0.
 //
 // Thread safety: thread-safe; the observer calls come under JobManager's lock or the service
 // mutex and take only this object's own mutex (never calling out), so no lock cycle forms.
@@ -28,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -38,6 +43,7 @@
 #include "coordinator/cluster/worker_observer.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/job_observer.h"
+#include "coordinator/scheduling/scheduling_observer.h"
 #include "dapple/v1/job.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -55,7 +61,9 @@ std::string JobStateLabel(v1::JobState state);
 // "idle", "busy", "dead" ("unspecified" otherwise): the `state` label of a worker.
 std::string WorkerStateLabel(v1::WorkerState state);
 
-class CoordinatorMetrics : public JobObserver, public WorkerObserver {
+class CoordinatorMetrics : public JobObserver,
+                           public WorkerObserver,
+                           public scheduling::SchedulingObserver {
  public:
   explicit CoordinatorMetrics(CoordinatorMetricsOptions options = {});
   // Detaches from the set (a scrape still in flight then only collects).
@@ -68,6 +76,9 @@ class CoordinatorMetrics : public JobObserver, public WorkerObserver {
   void OnJobUpdate(const v1::Job& job) override;
   void OnWorkerState(const v1::WorkerInfo& worker, v1::WorkerState from) override;
   void OnWorkerRemoved(const v1::WorkerInfo& worker) override;
+  void OnSchedulingPass(const std::map<std::string, scheduling::TenantSchedulingState>& tenants,
+                        int64_t now_unix_ms) override;
+  void OnPreempted(const std::string& tenant, const std::string& kind) override;
 
   // A call refused as unauthenticated (coordinator/auth/authenticator.h), by `reason`:
   // dapple_auth_failures_total{reason}.
@@ -112,6 +123,9 @@ class CoordinatorMetrics : public JobObserver, public WorkerObserver {
   };
   std::map<std::string, WorkerSeen> workers_ ABSL_GUARDED_BY(mu_);
   std::map<v1::WorkerState, int64_t> worker_counts_ ABSL_GUARDED_BY(mu_);
+  // Per tenant the device types of its exported device series; the previous pass's time.
+  std::map<std::string, std::set<std::string>> tenant_types_ ABSL_GUARDED_BY(mu_);
+  int64_t last_pass_unix_ms_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dapple::coordinator

@@ -416,3 +416,44 @@ TEST_F(CoordinatorMetricsTest, WorkersFollowTheRegistry) {
 
 }  // namespace
 }  // namespace dapple::coordinator
+
+namespace dapple::coordinator {
+namespace {
+
+TEST(CoordinatorMetricsTenantTest, PerTenantSeriesFollowTheSchedulingPasses) {
+  CoordinatorMetrics metrics;
+  std::map<std::string, scheduling::TenantSchedulingState> tenants;
+  scheduling::TenantSchedulingState& a = tenants["team-a"];
+  a.devices["cpu"] = scheduling::TenantUsage{4, 6, 2, 0};
+  a.pending_by_reason["WaitingForQuota"] = 2;
+  a.pending_devices = 3;
+  metrics.OnSchedulingPass(tenants, 1'000);
+  metrics.OnSchedulingPass(tenants, 11'000);  // 3 devices waited 10 s
+  metrics.OnPreempted("team-a", "reclaim");
+  std::string text = metrics.metric_set()->Serialize();
+  const prometheus::Labels cpu = {{"device_type", "cpu"}, {"tenant", "team-a"}};
+  EXPECT_EQ(Value(text, "dapple_tenant_nominal_devices", cpu), 4);
+  EXPECT_EQ(Value(text, "dapple_tenant_in_use_devices", cpu), 6);
+  EXPECT_EQ(Value(text, "dapple_tenant_borrowed_devices", cpu), 2);
+  EXPECT_EQ(Value(text, "dapple_tenant_lent_devices", cpu), 0);
+  EXPECT_EQ(Value(text, "dapple_tenant_pending_jobs",
+                  {{"reason", "WaitingForQuota"}, {"tenant", "team-a"}}),
+            2);
+  EXPECT_EQ(Value(text, "dapple_tenant_pending_jobs",
+                  {{"reason", "Misconfigured"}, {"tenant", "team-a"}}),
+            0);
+  EXPECT_EQ(Value(text, "dapple_tenant_waited_device_seconds_total", {{"tenant", "team-a"}}), 30);
+  EXPECT_EQ(
+      Value(text, "dapple_tenant_preemptions_total", {{"reason", "reclaim"}, {"tenant", "team-a"}}),
+      1);
+  // A tenant gone from the passes reads 0.
+  metrics.OnSchedulingPass({}, 12'000);
+  text = metrics.metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_tenant_in_use_devices", cpu), 0);
+  EXPECT_EQ(Value(text, "dapple_tenant_pending_jobs",
+                  {{"reason", "WaitingForQuota"}, {"tenant", "team-a"}}),
+            0);
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -46,15 +46,6 @@ absl::Status CheckJobId(const std::string& id) {
   return absl::OkStatus();
 }
 
-// Workers a job needs to start: one per device of its stored plan; a job stored without a
-// plan (by an older version) is planned with one stage per device.
-int WorkersNeeded(const v1::Job& job) {
-  if (job.plan().stages().empty()) return std::max(1, job.spec().parallel().devices());
-  int needed = 0;
-  for (const v1::PlanStageSummary& s : job.plan().stages()) needed += std::max(1, s.replicas());
-  return needed;
-}
-
 bool WorkerFits(const v1::Job& job, const WorkerRecord& worker) {
   return WorkerFitsDeviceType(job.spec().parallel().device_type(), worker.info);
 }
@@ -85,12 +76,6 @@ absl::StatusOr<v1::ParallelPlan> PlanFromSummary(const v1::JobSpec& spec,
   *plan.mutable_summary() = summary;
   for (v1::RankProgram& program : programs) *plan.add_programs() = std::move(program);
   return plan;
-}
-
-// " with cuda devices" for a typed job, "" for any.
-std::string DeviceTypeClause(const v1::Job& job) {
-  const std::string& type = job.spec().parallel().device_type();
-  return type.empty() || type == "any" ? "" : absl::StrCat(" with ", type, " devices");
 }
 
 // SubmitJob's check that the workers have a kernel for every layer of `spec` (common/model_info.h
@@ -174,6 +159,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<WorkerIdStore> worker_ids,
                           WorkerIdStore::Open(options.db_path));
   DAPPLE_ASSIGN_OR_RETURN(int64_t next_worker_id, worker_ids->LoadNext());
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<scheduling::QuotaStore> quotas,
+                          scheduling::QuotaStore::Open(options.db_path));
   // A database written before the sequence was saved has none: the ids its jobs name still
   // must not come back for other processes.
   const int64_t saved_next_worker_id = next_worker_id;
@@ -193,6 +180,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->traces_ = std::move(traces);
   service->logs_ = std::move(logs);
   service->worker_ids_ = std::move(worker_ids);
+  service->quotas_ = std::move(quotas);
   {
     absl::MutexLock lock(&service->mu_);
     service->workers_.ContinueGeneratedIdsFrom(next_worker_id);
@@ -319,49 +307,6 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
   }
 }
 
-void CoordinatorService::ScheduleLocked(int64_t now) {
-  options_.profile_cache->Expire(/*dead_worker_id=*/"", now);
-  while (std::optional<std::string> id = jobs_->OldestPending()) {
-    absl::StatusOr<v1::Job> job = jobs_->Get(*id);
-    if (!job.ok()) break;
-    const std::vector<WorkerRecord*> free = Fitting(*job, workers_.Schedulable());
-    if (static_cast<int>(free.size()) < WorkersNeeded(*job)) break;  // FIFO: later jobs wait
-    if (!ProfileReadyLocked(*job, free, now)) break;
-    if (!StartJobLocked(*job, free, now)) break;
-  }
-  ExplainPendingLocked();
-}
-
-void CoordinatorService::ExplainPendingLocked() {
-  const std::vector<std::string> pending = jobs_->PendingIds();
-  if (pending.empty()) return;
-  const std::string& head = pending.front();
-  absl::StatusOr<v1::Job> job = jobs_->Get(head);
-  if (!job.ok()) return;
-  const int needed = WorkersNeeded(*job);
-  // SetPendingMessage does nothing for an unchanged message, so the steady state costs no
-  // writes and wakes no watcher.
-  auto set = [&](const std::string& id, const std::string& message) {
-    absl::Status s = jobs_->SetPendingMessage(id, message);
-    if (!s.ok()) DAPPLE_LOG_WARN("job {}: {}", id, s.message());
-  };
-  if (head == measuring_job_) {
-    set(head, measuring_message_);
-    for (size_t i = 1; i < pending.size(); ++i)
-      set(pending[i], absl::StrCat("queued behind ", head));
-    return;
-  }
-  const std::string typed = DeviceTypeClause(*job);
-  std::string counts =
-      absl::StrCat(workers_.CountLive(), " registered, ", workers_.Schedulable().size(), " idle");
-  if (!typed.empty()) {
-    absl::StrAppend(&counts, ", ", Fitting(*job, workers_.Schedulable()).size(), " idle", typed);
-  }
-  set(head, absl::StrCat("waiting for ", needed, needed == 1 ? " idle worker" : " idle workers",
-                         typed, ": ", counts));
-  for (size_t i = 1; i < pending.size(); ++i) set(pending[i], absl::StrCat("queued behind ", head));
-}
-
 namespace {
 
 // A job whose stages come from a profile (every planner but manual) and whose stored plan used
@@ -382,7 +327,7 @@ std::string FirstDevice(const WorkerRecord& w) {
 
 bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
                                             const std::vector<WorkerRecord*>& free, int64_t now) {
-  measuring_job_.clear();
+  measuring_.erase(job.id());
   if (!options_.measure_profiles || !WantsMeasuredProfile(job) || free.empty()) return true;
   ProfileCache& cache = *options_.profile_cache;
   const std::string device = FirstDevice(*free[0]);
@@ -403,9 +348,9 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
         }
       }
       if (asked == nullptr) {
-        measuring_job_ = job.id();
-        measuring_message_ = absl::StrCat("waiting to measure the model's layers on ", device,
-                                          ": every free worker is measuring another model");
+        measuring_[job.id()] = {key,
+                                absl::StrCat("waiting to measure the model's layers on ", device,
+                                             ": every free worker is measuring another model")};
         return false;
       }
       cache.Request(asked->info.id(), job.spec(), FirstDevice(*asked),
@@ -417,9 +362,8 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
     case ProfileCache::State::kPending:
       break;
   }
-  measuring_job_ = job.id();
-  measuring_message_ = absl::StrCat("measuring the model's layers on ", device,
-                                    " before planning (a worker times each layer)");
+  measuring_[job.id()] = {key, absl::StrCat("measuring the model's layers on ", device,
+                                            " before planning (a worker times each layer)")};
   return false;
 }
 
@@ -511,11 +455,18 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   // A resumed job starts after its checkpoint's step, from that checkpoint's manifest.
   int64_t first_step = 0;
   std::string resume_manifest;
+  // A preempted job resumes from its newest published checkpoint (the one it saved before
+  // stopping, when it could), else as it first started.
+  const bool preempted = replanned == nullptr && job.preemptions() > 0;
   if (replanned != nullptr) {
     first_step = replanned->first_step;
     if (!replanned->checkpoint.empty()) {
       resume_manifest = absl::StrCat(replanned->checkpoint, "/", kManifestFile);
     }
+  } else if (preempted && !job.checkpoints().empty()) {
+    const v1::CheckpointInfo& newest = *job.checkpoints().rbegin();
+    first_step = newest.step();
+    resume_manifest = absl::StrCat(newest.path(), "/", kManifestFile);
   } else if (!job.resumed_from().empty()) {
     absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(job.resumed_from());
     if (!manifest.ok()) return fail(absl::StrCat("resume: ", manifest.status().message()));
@@ -544,6 +495,15 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
           j->mutable_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
         }
         if (replanned != nullptr) RecordResume(*replanned, summary, now, j);
+        if (preempted) {
+          // The steps after the checkpoint run again and report again (as a restart's do).
+          j->set_steps_redone(j->steps_redone() +
+                              std::max<int64_t>(0, j->metrics().step() - first_step));
+          j->mutable_metrics()->set_step(first_step);
+          j->mutable_metrics()->set_epoch(first_step > 0 ? EpochOfStep(j->spec(), first_step) : 0);
+          while (j->step_losses_size() > first_step) j->mutable_step_losses()->RemoveLast();
+          j->clear_stage_metrics();
+        }
       });
   if (!running.ok()) {
     return fail(absl::StrCat("could not start: ", running.status().message()));
@@ -574,9 +534,9 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   }
   rendezvous_.Open(id, replicas);
   checkpoints_.OnJobStarted(id, job.spec(), summary, first_step);
-  // A restarted job's elapsed time counts its earlier runs too.
+  // A restarted or preempted job's elapsed time counts its earlier runs too.
   const int64_t started =
-      replanned != nullptr
+      replanned != nullptr || preempted
           ? now - static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1000.0))
           : now;
   RunState run{num_stages,
@@ -584,6 +544,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
                worker_ids,
                {},
                ProgressTracker(job.spec().training().global_batch(), started)};
+  run.admitted_unix_ms = now;
   running_.insert_or_assign(id, std::move(run));
   return true;
 }
@@ -727,6 +688,18 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
     return absl::InvalidArgumentError(spec.status().message());
   }
   const SpecText text{request.spec_yaml(), source};
+  // A tenant at its limit of queued jobs is refused before any work (CheckSubmit below checks
+  // again with the plan's devices, under the lock).
+  if (!caller.tenant.empty()) {
+    absl::MutexLock lock(&mu_);
+    scheduling::Workload probe;
+    probe.tenant = caller.tenant;
+    if (absl::Status s = ManagerLocked().CheckSubmit(probe, jobs_->PendingOfTenant(caller.tenant));
+        s.code() == absl::StatusCode::kResourceExhausted) {
+      DAPPLE_LOG_INFO("refused job {} of tenant {}: {}", source, caller.tenant, s.message());
+      return s;
+    }
+  }
   // Outside the lock: reads the data file. Before the resume check, whose step count needs the
   // resolved samples.
   if (absl::Status s = ResolveJobData(&*spec, &text); !s.ok()) {
@@ -754,6 +727,20 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
   }
+  // Checked and stored under the lock, so that concurrent submits count each other.
+  absl::MutexLock lock(&mu_);
+  v1::Job planned;
+  *planned.mutable_spec() = *spec;
+  *planned.mutable_plan() = plan->summary();
+  scheduling::Workload workload;
+  workload.tenant = caller.tenant;
+  workload.devices[scheduling::DeviceTypeKey(spec->parallel().device_type())] =
+      WorkersNeeded(planned);
+  if (absl::Status s = ManagerLocked().CheckSubmit(workload, jobs_->PendingOfTenant(caller.tenant));
+      !s.ok()) {
+    DAPPLE_LOG_INFO("refused job {} of tenant {}: {}", source, caller.tenant, s.message());
+    return s;
+  }
   DAPPLE_ASSIGN_OR_RETURN(
       *response->mutable_job(),
       jobs_->Create(*spec, request.spec_yaml(), plan->summary(), [&](v1::Job* j) {
@@ -761,7 +748,6 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
         j->set_owner(caller.user);
         j->set_tenant(caller.tenant);
       }));
-  absl::MutexLock lock(&mu_);
   WakeLocked();
   return absl::OkStatus();
 }

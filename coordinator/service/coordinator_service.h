@@ -7,7 +7,8 @@
 // It owns the JobManager (job lifecycle + SQLite), the WorkerRegistry (worker lifecycle), the
 // Rendezvous tables and a background thread that every tick_interval_ms (or sooner when woken
 // by a submit, a registration or a freed worker) runs Tick(): health check, progress flush,
-// FIFO scheduling.
+// scheduling (coordinator_service_scheduling.cc: tenants' quotas through the SchedulingManager,
+// preemption, pending reasons; docs/scheduling.md).
 //
 // Worker protocol (docs/coordinator.md):
 //   RegisterWorker -> id + heartbeat interval (with a RankClaim after a coordinator restart:
@@ -40,10 +41,10 @@
 //
 // A job needs one worker per device of its stored plan (the sum of its stages' replicas: P
 // today), which may be fewer than parallel.devices when the planner chose fewer stages.
-// Pending jobs say why they wait, in their message: the oldest "waiting for 3 idle workers:
-// 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing), the
-// others "queued behind job-N". Refreshed on every scheduling pass when the numbers change;
-// cleared when the job starts.
+// Pending jobs say why they wait, in Job.pending_reason (scheduling_policy.h PendingReasonName)
+// and their message, e.g. an admin's job short of workers "waiting for 3 idle workers:
+// 2 registered, 2 idle" (registered = IDLE or BUSY; idle = IDLE and running nothing). Refreshed
+// on every scheduling pass when they change; cleared when the job starts.
 //
 // Automatic restarts (training.restart; the rules: coordinator/jobs/restart_policy.h; the
 // code: coordinator_service_restart.cc): a lost worker (DEAD, deregistered) or a rank's error
@@ -95,6 +96,9 @@
 #include "coordinator/jobs/trace_store.h"
 #include "coordinator/jobs/worker_id_store.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/scheduling/quota_store.h"
+#include "coordinator/scheduling/scheduling_manager.h"
+#include "coordinator/scheduling/scheduling_observer.h"
 #include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -139,6 +143,19 @@ struct CoordinatorOptions {
   // coordinator/cluster/worker_observer.h: the Prometheus metrics); null: nobody.
   std::shared_ptr<JobObserver> job_observer;
   std::shared_ptr<WorkerObserver> worker_observer;
+  // Scheduling (docs/scheduling.md): a queued job that waited this long holds the devices it
+  // needs as they come free (QuotaPolicy's starvation rule; --starvation-after-s).
+  int64_t starvation_after_ms = 10 * 60 * 1000;
+  // A preempted job is asked for a checkpoint first and stopped once it is published, or after
+  // this long without it (then it resumes from its newest earlier checkpoint, or from scratch).
+  int64_t preemption_checkpoint_timeout_ms = 30'000;
+  // TENANT EXISTENCE HOOK (issue 16, wired at merge to auth::CredentialStore): OK when tenant
+  // `name` exists, kNotFound "no tenant <name>" otherwise. Null: every valid tenant name (1-63
+  // of [a-z0-9-], starting with a letter) is taken to exist. SetTenantQuota calls it.
+  std::function<absl::Status(const std::string& name)> tenant_exists;
+  // Told each scheduling pass's per-tenant state and every preemption (the per-tenant metrics);
+  // null: nobody.
+  std::shared_ptr<scheduling::SchedulingObserver> scheduling_observer;
 };
 
 class CoordinatorService {
@@ -171,9 +188,9 @@ class CoordinatorService {
 
   // One background pass now: workers silent for worker_timeout_ms become DEAD (failing their
   // running job), workers DEAD for dead_worker_retention_ms are forgotten (one log line each),
-  // progress older than the persist interval is written, then pending jobs are
-  // started FIFO while enough schedulable workers exist, and the PENDING jobs' messages say
-  // why they still wait.
+  // progress older than the persist interval is written, then the scheduling pass
+  // (coordinator_service_scheduling.cc: preemptions advanced, the policy's decision applied) and
+  // the PENDING jobs' reasons and messages say why they still wait.
   void Tick();
 
   // --- Coordinator (dapplectl) ---
@@ -343,6 +360,7 @@ class CoordinatorService {
     std::vector<std::string> worker_ids;  // by rank (schedule::RankIndex)
     std::set<int> done_ranks;             // RankIndex of the ranks that reported DONE
     ProgressTracker tracker;
+    int64_t admitted_unix_ms = 0;       // when it started (or was recovered): preemption order
     StageMetricsTracker stage_metrics;  // every rank's newest step stats
     StragglerDetector stragglers;       // judges the ranks' compute times
     // The job's store (StoreSet / StoreGet): key -> value, and the bytes of its values.
@@ -404,8 +422,33 @@ class CoordinatorService {
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the messages of the PENDING jobs (see the class comment).
-  void ExplainPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Scheduling (coordinator_service_scheduling.cc; docs/scheduling.md) ---
+  // The policy's snapshot: every PENDING, RUNNING and RESTARTING job as a Workload (a PENDING
+  // job whose preempted ranks still run, and a RUNNING one being preempted, hold their devices:
+  // admitted and stopping) and the idle live workers per device type.
+  scheduling::ClusterState ClusterStateLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The manager on the stored quotas (rebuilt after SetTenantQuota / SetCohort).
+  const scheduling::SchedulingManager& ManagerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Preemption, step 1: asks the RUNNING job for an on-demand checkpoint (stops it at once when
+  // none can be taken) and records the Preempted event.
+  void BeginPreemptionLocked(const std::string& id, const std::string& reason, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Step 2, each pass: a job whose checkpoint was published, or whose wait ran out, is stopped.
+  void AdvancePreemptionsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RUNNING -> PENDING (preemptions + 1, last_preemption), its ranks told to stop.
+  void StopPreemptedLocked(const std::string& id, const std::string& why, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells options_.scheduling_observer the pass's per-tenant state (`reasons`: each queued
+  // job's pending reason).
+  void ObserveLocked(const scheduling::ClusterState& state,
+                     const std::map<std::string, std::string>& reasons, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per job id, its live workers still BUSY with it and heartbeating (for a PENDING job: its
+  // preempted ranks that have not stopped yet).
+  std::map<std::string, int> StoppingRanksLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The old FIFO message of an operator's job short of idle workers: "waiting for 3 idle
+  // workers: 2 registered, 2 idle" ("" when enough are idle).
+  std::string IdleWorkersMessageLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a restart hands StartJobLocked: the plan made on the live workers and where to resume.
   struct Replanned {
     v1::ParallelPlan plan;
@@ -419,7 +462,8 @@ class CoordinatorService {
   bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now,
                       const Replanned* replanned = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // False while the job waits for its model to be measured (asking the first free worker without
-  // an unanswered request when nobody has been asked yet); see "Measured profiles".
+  // an unanswered request when nobody has been asked yet; measuring_ then has the job); see
+  // "Measured profiles".
   bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, then
@@ -503,9 +547,27 @@ class CoordinatorService {
   absl::CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // The head PENDING job's message while its model is being measured ("" otherwise).
-  std::string measuring_job_ ABSL_GUARDED_BY(mu_);
-  std::string measuring_message_ ABSL_GUARDED_BY(mu_);
+  // PENDING jobs whose model is being measured (ProfileReadyLocked said no): the cache key and
+  // the message. The job waits as BeingMeasured while the key's measurement is in flight.
+  struct Measuring {
+    ProfileCache::Key key;
+    std::string message;
+  };
+  absl::flat_hash_map<std::string, Measuring> measuring_ ABSL_GUARDED_BY(mu_);
+  // Tenants' quotas and cohorts (set by Create; thread-safe on its own) and the manager built
+  // on them (null: rebuilt by ManagerLocked).
+  std::unique_ptr<scheduling::QuotaStore> quotas_;
+  std::unique_ptr<scheduling::SchedulingManager> manager_ ABSL_GUARDED_BY(mu_);
+  // RUNNING jobs being preempted: why, the on-demand checkpoint step they save first (0: none)
+  // and when they are stopped anyway.
+  struct Preempting {
+    std::string reason;
+    int64_t checkpoint_step = 0;
+    int64_t deadline_ms = 0;
+  };
+  absl::flat_hash_map<std::string, Preempting> preempting_ ABSL_GUARDED_BY(mu_);
+  // When preempted jobs entered the queue again (their place in it; others: created_unix_ms).
+  absl::flat_hash_map<std::string, int64_t> requeued_at_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by the owner's thread only
 };
 

@@ -436,22 +436,23 @@ TEST_F(CoordinatorServiceTest, ValidationMetricsAndTheSampleArePersisted) {
   EXPECT_DOUBLE_EQ(job.metrics().validation_loss(), 1.5);
 }
 
-TEST_F(CoordinatorServiceTest, FifoWaitsForEnoughIdleWorkers) {
+TEST_F(CoordinatorServiceTest, AJobThatDoesNotFitDoesNotBlockTheOnesBehindIt) {
   ASSERT_TRUE(Submit(Spec(2)).ok());
   ASSERT_TRUE(Submit(Spec(1)).ok());
   const std::string w1 = Register();
   svc_->Tick();
-  // job-2 would fit on one worker, but job-1 is older and goes first.
+  // job-1 needs 2 of the 1 idle worker: job-2 behind it starts (no head-of-line blocking), and
+  // job-1 gets no part of what it needs (all or nothing).
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
-  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get("job-2").worker_ids(), ElementsAre(w1));
   const std::string w2 = Register();
   svc_->Tick();
-  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
   const std::string w3 = Register();
   svc_->Tick();
-  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
-  EXPECT_THAT(Get("job-2").worker_ids(), ElementsAre(w3));
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get("job-1").worker_ids(), ElementsAre(w2, w3));
   v1::ListJobsResponse list;
   ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   ASSERT_EQ(list.jobs_size(), 2);
@@ -1117,34 +1118,36 @@ TEST_F(CoordinatorServiceTest, DeviceTypeChoosesWhichWorkersRunTheJob) {
 
 TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
   ASSERT_TRUE(Submit(Spec(3)).ok());  // job-1 needs 3
-  ASSERT_TRUE(Submit(Spec(1)).ok());  // job-2 fits one worker but is behind job-1
+  ASSERT_TRUE(Submit(Spec(1)).ok());  // job-2 fits one worker
   ASSERT_TRUE(Submit(Spec(1)).ok());  // job-3
   svc_->Tick();
   EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 0 registered, 0 idle");
-  EXPECT_EQ(Get("job-2").message(), "queued behind job-1");
-  EXPECT_EQ(Get("job-3").message(), "queued behind job-1");
+  EXPECT_EQ(Get("job-1").pending_reason(), "WaitingForDevices");
+  EXPECT_EQ(Get("job-2").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
+  EXPECT_EQ(Get("job-3").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
   v1::ListJobsResponse list;
   ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   EXPECT_EQ(list.jobs(2).message(), "waiting for 3 idle workers: 0 registered, 0 idle");
 
-  const std::string w1 = Register();
-  const std::string w2 = Register();
+  // No head-of-line blocking: job-1 does not fit, so job-2 and job-3 behind it start.
+  Register();
+  Register();
   svc_->Tick();
-  EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 2 registered, 2 idle");
+  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get("job-3").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get("job-2").message(), "");  // cleared when it starts
+  EXPECT_EQ(Get("job-2").pending_reason(), "");
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
-  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);  // FIFO holds
-
-  // A busy worker counts as registered, not idle; a DEAD one not at all.
-  const std::string w3 = Register();
+  // A busy worker counts as registered, not idle.
+  EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 2 registered, 0 idle");
+  Register();
+  Register();
   svc_->Tick();
-  ASSERT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(Get("job-1").message(), "");  // cleared when it starts
-  EXPECT_EQ(Get("job-2").message(), "waiting for 1 idle worker: 3 registered, 0 idle");
-  EXPECT_EQ(Get("job-3").message(), "queued behind job-2");
+  EXPECT_EQ(Get("job-1").message(), "waiting for 3 idle workers: 4 registered, 2 idle");
 
   // Watchers see the explanation, then its clearing when the job starts.
   v1::WatchJobRequest watch;
-  watch.set_job_id("job-2");
+  watch.set_job_id("job-1");
   absl::Mutex mu;
   std::vector<std::string> seen;
   std::atomic<bool> stop{false};
@@ -1176,10 +1179,9 @@ TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
   stop = true;  // ends the watch within 100 ms should the second snapshot never come
   watcher.join();
   ASSERT_TRUE(first && second);
-  EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(seen[0], "waiting for 1 idle worker: 3 registered, 0 idle");
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(seen[0], "waiting for 3 idle workers: 4 registered, 2 idle");
   EXPECT_EQ(seen[1], "");
-  EXPECT_EQ(Get("job-3").message(), "waiting for 1 idle worker: 4 registered, 0 idle");
 }
 
 TEST_F(CoordinatorServiceTest, PendingMessageWritesStayUnderTheThrottle) {

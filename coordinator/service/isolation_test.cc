@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/auth/identity.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/grpc_auth_test_util.h"
 #include "coordinator/service/grpc_service.h"
@@ -42,7 +43,7 @@ model:
     - {type: linear, out: 10}
 data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
 training: {global_batch: 8, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
-parallel: {schedule: gpipe, planner: uniform, stages: 2, devices: 2}
+parallel: {schedule: gpipe, planner: uniform, stages: 2, devices: 2, device_type: cpu}
 )";
 
 constexpr int64_t kStart = 1'800'000'000'000;
@@ -68,6 +69,16 @@ class IsolationTest : public ::testing::Test {
     auth::CredentialStore& store = *auth_->store;
     ASSERT_TRUE(store.CreateTenant("team-a").ok());
     ASSERT_TRUE(store.CreateTenant("team-b").ok());
+    // Each tenant may run 2 cpu devices (docs/scheduling.md): the quotas are not under test.
+    for (const char* tenant : {"team-a", "team-b"}) {
+      v1::SetTenantQuotaRequest quota;
+      quota.set_tenant(tenant);
+      v1::DeviceQuota* d = quota.mutable_quota()->add_devices();
+      d->set_device_type("cpu");
+      d->set_nominal(2);
+      v1::Tenant described;
+      ASSERT_TRUE(service_->SetTenantQuota(auth::TestAdmin(), quota, &described).ok());
+    }
     ASSERT_TRUE(store.CreateUser("team-a", "alice", auth::Role::kUser).ok());
     ASSERT_TRUE(store.CreateUser("team-b", "bob", auth::Role::kUser).ok());
     alice_ = store.IssueToken("alice", std::nullopt)->token;

@@ -19,6 +19,18 @@ std::string ComputeDevice(const v1::WorkerInfo& worker) {
 
 }  // namespace
 
+int WorkersNeeded(const v1::Job& job) {
+  if (job.plan().stages().empty()) return std::max(1, job.spec().parallel().devices());
+  int needed = 0;
+  for (const v1::PlanStageSummary& s : job.plan().stages()) needed += std::max(1, s.replicas());
+  return needed;
+}
+
+std::string DeviceTypeClause(const v1::Job& job) {
+  const std::string& type = job.spec().parallel().device_type();
+  return type.empty() || type == "any" ? "" : absl::StrCat(" with ", type, " devices");
+}
+
 bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& worker) {
   // An emulated stage computes nothing (it waits), so any worker can run it.
   if (device_type.empty() || device_type == "any" || device_type == "emulated") return true;

@@ -10,10 +10,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/planner/planner.h"
+#include "dapple/v1/job.pb.h"
 #include "dapple/v1/profile.pb.h"
 #include "dapple/v1/worker.pb.h"
 
 namespace dapple::coordinator {
+
+// Workers a job needs to start: one per device of its stored plan; a job stored without a
+// plan (by an older version) is planned with one stage per device.
+int WorkersNeeded(const v1::Job& job);
+
+// " with cuda devices" for a typed job, "" for any.
+std::string DeviceTypeClause(const v1::Job& job);
 
 // Whether `worker` may run a stage of a job whose parallel.device_type is `device_type`:
 // "cpu" / "cuda" take only workers whose first device (the one a stage computes on) is of that

@@ -89,7 +89,6 @@ class TlsTest(unittest.TestCase):
             os.environ.pop("DAPPLE_CA")
             c.add_worker(name="plain", log_name="plain")
             os.environ["DAPPLE_CA"] = self.ca
-        os.environ["DAPPLE_TOKEN"] = c.admin_token
             c.wait_log("worker-plain", "cannot register with the coordinator", timeout=30)
             ws = [w["id"] for w in c.workers_json()]
             self.assertNotIn("plain", ws)

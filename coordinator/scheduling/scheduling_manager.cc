@@ -1,0 +1,127 @@
+#include "coordinator/scheduling/scheduling_manager.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace dapple::coordinator::scheduling {
+namespace {
+
+// The operator's "unlimited" nominal quota: more devices than any cluster has, small enough
+// that sums of a few of them never overflow.
+constexpr int64_t kUnlimited = int64_t{1} << 40;
+
+int64_t Get(const DeviceCounts& counts, const std::string& type) {
+  auto it = counts.find(type);
+  return it == counts.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+std::string DeviceTypeKey(const std::string& parallel_device_type) {
+  return parallel_device_type.empty() ? "any" : parallel_device_type;
+}
+
+absl::StatusOr<SchedulingManager> SchedulingManager::Create(SchedulingConfig config) {
+  absl::StatusOr<QuotaPolicy> policy = QuotaPolicy::Create(std::move(config));
+  if (!policy.ok()) return policy.status();
+  return SchedulingManager(*std::move(policy));
+}
+
+SchedulingDecision SchedulingManager::Decide(ClusterState state) const {
+  SchedulingConfig config = policy_.config();
+  TenantConfig op;
+  op.name = kOperatorQueue;
+  op.max_queued_jobs = 1 << 30;
+  bool any_operator = false;
+  for (Workload& w : state.workloads) {
+    if (!w.tenant.empty()) continue;
+    any_operator = true;
+    w.tenant = kOperatorQueue;
+    w.priority = 0;  // FIFO: never preempting another operator job
+    for (const auto& [type, n] : w.devices) op.nominal[type] = kUnlimited;
+  }
+  if (!any_operator) return policy_.Decide(state);
+  config.tenants.push_back(std::move(op));
+  // The stored configuration was valid, and the operator's queue is in no cohort.
+  absl::StatusOr<QuotaPolicy> policy = QuotaPolicy::Create(std::move(config));
+  if (!policy.ok()) return policy_.Decide(state);
+  return policy->Decide(state);
+}
+
+absl::Status SchedulingManager::CheckSubmit(const Workload& workload,
+                                            int queued_jobs_of_tenant) const {
+  if (workload.tenant.empty()) return absl::OkStatus();
+  const TenantConfig* tenant = nullptr;
+  for (const TenantConfig& t : policy_.config().tenants) {
+    if (t.name == workload.tenant) tenant = &t;
+  }
+  if (tenant != nullptr && queued_jobs_of_tenant >= tenant->max_queued_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant ", workload.tenant, " has ", queued_jobs_of_tenant,
+                     " queued jobs (its max_queued_jobs): wait for some to start or cancel some"));
+  }
+  absl::Status s = policy_.CheckSubmit(workload, queued_jobs_of_tenant);
+  if (!s.ok() && (tenant == nullptr || absl::StrContains(s.message(), "has no quota for"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        s.message(), " (misconfigured: an admin sets it with `dapplectl admin quota set ",
+        workload.tenant, " --nominal TYPE=N`)"));
+  }
+  return s;
+}
+
+std::map<std::string, std::map<std::string, TenantUsage>> SchedulingManager::Usage(
+    const ClusterState& state) const {
+  const SchedulingConfig& config = policy_.config();
+  std::map<std::string, std::map<std::string, TenantUsage>> out;
+  for (const TenantConfig& t : config.tenants) {
+    auto& usage = out[t.name];
+    for (const auto& [type, n] : t.nominal) usage[type].nominal = n;
+  }
+  for (const Workload& w : state.workloads) {
+    if (!w.admitted || !out.contains(w.tenant)) continue;
+    for (const auto& [type, n] : w.devices) out[w.tenant][type].in_use += n;
+  }
+  // Per cohort and type: what members borrow beyond the cohort's shared devices was lent by
+  // the members below their nominal quota, attributed in name order up to their lending caps.
+  std::map<std::string, std::set<std::string>> types_of_cohort;
+  for (const TenantConfig& t : config.tenants) {
+    if (t.cohort.empty()) continue;
+    for (auto& [type, u] : out[t.name]) {
+      u.borrowed = std::max<int64_t>(0, u.in_use - u.nominal);
+      types_of_cohort[t.cohort].insert(type);
+    }
+  }
+  for (const auto& [cohort, types] : types_of_cohort) {
+    int64_t shared_unused = 0;
+    for (const std::string& type : types) {
+      int64_t borrowed = 0;
+      for (const TenantConfig& t : config.tenants) {
+        if (t.cohort == cohort) borrowed += out[t.name][type].borrowed;
+      }
+      shared_unused = 0;
+      for (const CohortConfig& c : config.cohorts) {
+        if (c.name == cohort) shared_unused = Get(c.shared, type);
+      }
+      borrowed -= std::min(borrowed, shared_unused);
+      for (const TenantConfig& t : config.tenants) {
+        if (t.cohort != cohort || borrowed <= 0) continue;
+        TenantUsage& u = out[t.name][type];
+        int64_t cap = std::max<int64_t>(0, u.nominal - u.in_use);
+        if (t.lending_limit) cap = std::min(cap, Get(*t.lending_limit, type));
+        u.lent = std::min(cap, borrowed);
+        borrowed -= u.lent;
+      }
+    }
+  }
+  for (const TenantConfig& t : config.tenants) {
+    if (!t.cohort.empty()) continue;
+    for (auto& [type, u] : out[t.name]) u.borrowed = std::max<int64_t>(0, u.in_use - u.nominal);
+  }
+  return out;
+}
+
+}  // namespace dapple::coordinator::scheduling

@@ -1,0 +1,36 @@
+// Told what each scheduling pass found per tenant, and about every preemption: the per-tenant
+// Prometheus metrics (coordinator/metrics/coordinator_metrics.h) implement it.
+#ifndef DAPPLE_COORDINATOR_SCHEDULING_SCHEDULING_OBSERVER_H_
+#define DAPPLE_COORDINATOR_SCHEDULING_SCHEDULING_OBSERVER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "coordinator/scheduling/scheduling_manager.h"
+
+namespace dapple::coordinator::scheduling {
+
+// The tenant label of an admin's jobs (tenant ""), as the per-tenant checkpoint folders name it.
+inline constexpr char kAdminTenantLabel[] = "_admin";
+
+struct TenantSchedulingState {
+  std::map<std::string, TenantUsage> devices;    // by device type (tenants with a quota)
+  std::map<std::string, int> pending_by_reason;  // PendingReasonName -> queued jobs
+  int64_t pending_devices = 0;                   // devices its queued jobs need, all types
+};
+
+// Called under the coordinator's lock: implementations must not call back into it.
+class SchedulingObserver {
+ public:
+  virtual ~SchedulingObserver() = default;
+  // Every tenant with a quota or a queued or admitted job, by tenant label.
+  virtual void OnSchedulingPass(const std::map<std::string, TenantSchedulingState>& tenants,
+                                int64_t now_unix_ms) = 0;
+  // A job of `tenant` (label) is preempted; kind "reclaim" or "priority".
+  virtual void OnPreempted(const std::string& tenant, const std::string& kind) = 0;
+};
+
+}  // namespace dapple::coordinator::scheduling
+
+#endif  // DAPPLE_COORDINATOR_SCHEDULING_SCHEDULING_OBSERVER_H_

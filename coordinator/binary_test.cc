@@ -2,6 +2,7 @@
 // flag errors, a port that is taken, and a database another coordinator holds.
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/testing/subprocess.h"
+#include "common/token_file.h"
 #include "dapple/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -64,11 +66,13 @@ class CoordinatorBinaryTest : public ::testing::Test {
   }
 
   // Starts a coordinator on 127.0.0.1:0 with database `db` and waits for its port.
-  int StartCoordinator(const std::string& db, Child* child) {
+  int StartCoordinator(const std::string& db, Child* child,
+                       const std::vector<std::string>& extra = {}) {
     const std::string port_file = absl::StrCat(dir_, "/port-", started_++);
-    *child = Spawn(
-        {"--listen", "127.0.0.1:0", "--db", db, "--port-file", port_file, "--log-level", "error"},
-        dir_);
+    std::vector<std::string> args = {"--listen",    "127.0.0.1:0", "--db",        db,
+                                     "--port-file", port_file,     "--log-level", "error"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    *child = Spawn(args, dir_);
     running_.push_back(*child);
     const auto start = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - start < kDeadline) {
@@ -172,6 +176,34 @@ TEST_F(CoordinatorBinaryTest, ASecondCoordinatorOnTheSameDatabaseExits1AndTheFir
   EXPECT_EQ(Stop(third).exit_code, 0);
 }
 
+// The first start creates the admin and the join token and writes their files (0600) where the
+// flags say; later starts write nothing.
+TEST_F(CoordinatorBinaryTest, TheFirstStartWritesTheTokenFilesOnce) {
+  const std::string db = dir_ + "/boot.db";
+  const std::string admin = dir_ + "/boot-admin.token";
+  const std::string join = dir_ + "/boot-join.token";
+  for (int start = 0; start < 2; ++start) {
+    Child child;
+    ASSERT_GT(
+        StartCoordinator(db, &child, {"--admin-token-file", admin, "--join-token-file", join}), 0);
+    Result stopped = Stop(child);
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+    struct stat st {};
+    if (start == 0) {
+      ASSERT_EQ(stat(admin.c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600);
+      ASSERT_EQ(stat(join.c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600);
+      EXPECT_TRUE(absl::StartsWith(*common::ReadTokenFile(admin), "dpl_"));
+      std::remove(admin.c_str());
+      std::remove(join.c_str());
+    } else {
+      EXPECT_NE(stat(admin.c_str(), &st), 0);  // not written again
+      EXPECT_NE(stat(join.c_str(), &st), 0);
+    }
+  }
+}
+
 // SIGTERM with a `dapplectl watch` open: the stream must end UNAVAILABLE (clients reconnect on
 // it), not CANCELLED, and the coordinator must exit 0 well within its 2 s grace.
 TEST_F(CoordinatorBinaryTest, SigtermEndsAnOpenWatchWithUnavailable) {
@@ -187,14 +219,25 @@ data: {dataset: fashion-mnist, path: /nowhere}
 training: {global_batch: 4, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
 )");
   v1::SubmitJobResponse submitted;
+  // The first start wrote the admin's token next to the database (docs/security.md).
+  absl::StatusOr<std::string> token = common::ReadTokenFile(dir_ + "/admin.token");
+  ASSERT_TRUE(token.ok()) << token.status();
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    grpc::Status s = stub->SubmitJob(&ctx, submit, &submitted);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);  // no token
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    ctx.AddMetadata("authorization", "Bearer " + *token);
     grpc::Status s = stub->SubmitJob(&ctx, submit, &submitted);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   grpc::ClientContext watch_ctx;
   watch_ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+  watch_ctx.AddMetadata("authorization", "Bearer " + *token);
   v1::WatchJobRequest watch;
   watch.set_job_id(submitted.job().id());
   auto reader = stub->WatchJob(&watch_ctx, watch);

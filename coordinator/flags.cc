@@ -78,14 +78,19 @@ bool ValidListen(const std::string& listen) {
 }  // namespace
 
 absl::Status CheckPortFile(const std::string& path) {
+  return CheckOutputFile("--port-file", path, "port");
+}
+
+absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
+                             absl::string_view example) {
   const auto fail = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat("--port-file '", path, "'", what));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "'", what));
   };
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     const bool slash = !path.empty() && path.back() == '/';
     return fail(absl::StrCat(" is a directory; name a file in it, e.g. '", path, slash ? "" : "/",
-                             "port'"));
+                             example, "'"));
   }
   // The temporary file goes next to `path`, then is renamed over it: both need the folder.
   const size_t slash = path.rfind('/');
@@ -158,6 +163,26 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
     if (absl::Status s = CheckPortFile(raw.port_file); !s.ok()) return s;
   }
   flags.port_file = raw.port_file;
+  // Written only at the first start (bootstrap); checked like --port-file whenever given.
+  if (!raw.admin_token_file.empty()) {
+    if (absl::Status s = CheckOutputFile("--admin-token-file", raw.admin_token_file, "admin.token");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!raw.join_token_file.empty()) {
+    if (absl::Status s = CheckOutputFile("--join-token-file", raw.join_token_file, "join.token");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!raw.admin_token_file.empty() && raw.admin_token_file == raw.join_token_file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--admin-token-file and --join-token-file must differ, both are '",
+                     raw.admin_token_file, "'"));
+  }
+  flags.admin_token_file = raw.admin_token_file;
+  flags.join_token_file = raw.join_token_file;
   if (!AllDigits(raw.metrics_port) || raw.metrics_port.size() > 5 ||
       !absl::SimpleAtoi(raw.metrics_port, &flags.metrics_port) || flags.metrics_port > kMaxPort) {
     return absl::InvalidArgumentError(absl::StrCat(

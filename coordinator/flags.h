@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dapple::coordinator {
 
@@ -67,6 +68,10 @@ struct RawFlags {
   std::string tls_key;
   std::string tls_client_ca;
   bool plaintext = false;
+  // Where the first start writes the admin's token and the cluster join token (docs/security.md,
+  // "Bootstrap"); empty: admin.token / join.token in --db's folder.
+  std::string admin_token_file;
+  std::string join_token_file;
 };
 
 struct Flags {
@@ -106,6 +111,10 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   bool plaintext = false;
+  // As typed: "" means the default next to --db (auth::DefaultTokenFile). Checked like
+  // --port-file when given (CheckOutputFile), and never the same file.
+  std::string admin_token_file;
+  std::string join_token_file;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -131,6 +140,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);
 //   "--port-file '/no/such/port': cannot use folder '/no/such': No such file or directory"
 //   "--port-file '/ro/port': cannot create files in '/ro': Permission denied"
 absl::Status CheckPortFile(const std::string& path);
+// The same rules for any file the coordinator writes, naming `flag` and suggesting
+// '<path>/<example>' for a folder (--admin-token-file, --join-token-file).
+absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
+                             absl::string_view example);
 
 }  // namespace dapple::coordinator
 

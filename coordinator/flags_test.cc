@@ -142,6 +142,22 @@ TEST_F(PortFileTest, AFolderIsRefusedUpFront) {
                             dir_ + "/port'");
 }
 
+TEST_F(PortFileTest, TokenFilesFollowThePortFilesRules) {
+  RawFlags raw;
+  raw.admin_token_file = dir_;
+  EXPECT_EQ(Error(raw), "--admin-token-file '" + dir_ +
+                            "' is a directory; name a file in it, e.g. '" + dir_ + "/admin.token'");
+  raw.admin_token_file = dir_ + "/t";
+  raw.join_token_file = dir_ + "/no/such/join.token";
+  EXPECT_EQ(Error(raw), "--join-token-file '" + raw.join_token_file + "': cannot use folder '" +
+                            dir_ + "/no/such': No such file or directory");
+  raw.join_token_file = dir_ + "/t";
+  EXPECT_EQ(Error(raw),
+            "--admin-token-file and --join-token-file must differ, both are '" + dir_ + "/t'");
+  raw.join_token_file = dir_ + "/j";
+  EXPECT_EQ(Error(raw), "");
+}
+
 TEST_F(PortFileTest, AMissingOrUnwritableFolderIsRefusedWithTheReason) {
   RawFlags raw;
   raw.port_file = dir_ + "/no/such/port";

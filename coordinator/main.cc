@@ -26,6 +26,10 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/metrics/metrics_server.h"
+#include "coordinator/auth/audit_log.h"
+#include "coordinator/auth/authenticator.h"
+#include "coordinator/auth/bootstrap.h"
+#include "coordinator/auth/credential_store.h"
 #include "coordinator/flags.h"
 #include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/service/coordinator_service.h"
@@ -174,6 +178,14 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   app.add_flag("--plaintext", raw.plaintext,
                "serve without TLS on a non-loopback --listen (tokens and jobs unencrypted)");
+  app.add_option("--admin-token-file", raw.admin_token_file,
+                 "first start only: write the admin's token here, mode 0600 (default: "
+                 "admin.token next to --db)")
+      ->type_name("FILE");
+  app.add_option("--join-token-file", raw.join_token_file,
+                 "first start only: write the cluster's join token for workers here, mode 0600 "
+                 "(default: join.token next to --db)")
+      ->type_name("FILE");
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
@@ -252,6 +264,22 @@ int main(int argc, char** argv) {
   options.scheduling_observer = metrics;
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
+  // After Create: the database is locked against a second coordinator before anything is
+  // bootstrapped in it.
+  namespace auth = dapple::coordinator::auth;
+  auto credential_store = auth::CredentialStore::Open(flags->db, options.now_unix_ms);
+  if (!credential_store.ok()) return Fail(credential_store.status());
+  auto audit = auth::AuditLog::Open(flags->db, options.now_unix_ms);
+  if (!audit.ok()) return Fail(audit.status());
+  const std::string admin_token_file = flags->admin_token_file.empty()
+                                           ? auth::DefaultTokenFile(flags->db, "admin.token")
+                                           : flags->admin_token_file;
+  const std::string join_token_file = flags->join_token_file.empty()
+                                          ? auth::DefaultTokenFile(flags->db, "join.token")
+                                          : flags->join_token_file;
+  const auth::Authenticator authenticator(
+      credential_store->get(),
+      [metrics](absl::string_view reason) { metrics->OnAuthFailure(reason); });
   (*service)->Start();
 
   if (flags->tls_cert.empty()) {
@@ -267,9 +295,23 @@ int main(int argc, char** argv) {
             : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
   }
   HoldGrpcLog(true);
-  auto server = dapple::coordinator::GrpcServer::Start(flags->listen, service->get(), *credentials);
+  auto server = dapple::coordinator::GrpcServer::Start(
+      flags->listen, service->get(),
+      dapple::coordinator::GrpcAuth{&authenticator, credential_store->get(), audit->get()},
+      *credentials);
   HoldGrpcLog(false, /*drop=*/!server.ok());
   if (!server.ok()) return Fail(server.status());
+  // After the bind: a coordinator refused its port (another one serves there) writes nothing.
+  // Calls arriving meanwhile find no admin yet and are refused as unauthenticated.
+  absl::StatusOr<bool> bootstrapped =
+      auth::Bootstrap(**credential_store, admin_token_file, join_token_file);
+  if (!bootstrapped.ok()) return Fail(bootstrapped.status());
+  if (*bootstrapped) {
+    DAPPLE_LOG_INFO(
+        "first start: created admin 'admin'; its token is in {}, the workers' join token in {} "
+        "(docs/security.md)",
+        admin_token_file, join_token_file);
+  }
   const int port = (*server)->port();
   // After the gRPC bind, so that a second coordinator on the same address or database is
   // refused for that reason first.

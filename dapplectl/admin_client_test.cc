@@ -81,7 +81,9 @@ TEST(AdminClientTest, WithoutATokenNoAuthorizationIsSentAndTheAnswerIsKept) {
   EXPECT_THAT(fake.authorizations(), Each(std::string()));
   absl::StatusOr<v1::ListTenantsResponse> tenants = client.ListTenants();
   EXPECT_EQ(tenants.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(tenants.status().message(), "no token");
+  // The coordinator's answer is kept, after what to do about it (client.h AuthenticationError).
+  EXPECT_EQ(tenants.status().message(),
+            std::string(kNoTokenMessage) + " (the coordinator said: no token)");
 }
 
 TEST(AdminClientTest, AWrongTokenIsRefused) {

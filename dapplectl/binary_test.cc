@@ -330,13 +330,16 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   for (const int signal_number : {SIGTERM, SIGKILL}) {
     SCOPED_TRACE(signal_number == SIGTERM ? "SIGTERM" : "SIGKILL");
     // A job that stays PENDING (no workers), so only the restart can end its watch early.
-    const ProcessResult submitted = RunProcess({"--coordinator", address, "submit", spec});
+    // The admin's token, written by the coordinator's first start next to its database.
+    const ProcessResult submitted = RunProcess(
+        {"--coordinator", address, "--token-file", dir + "/admin.token", "submit", spec});
     ASSERT_EQ(submitted.exit_code, kExitOk) << submitted.err;
     std::string job = std::string(absl::StripPrefix(submitted.out, "submitted "));
     job = job.substr(0, job.find(' '));
 
     RunningProcess watch =
-        children.Start(dapplectl, {"--coordinator", address, "--timeout", "10", "watch", job});
+        children.Start(dapplectl, {"--coordinator", address, "--token-file", dir + "/admin.token",
+                                   "--timeout", "10", "watch", job});
     const std::string first = AwaitLine(watch.out);  // the watch has its first snapshot
     ASSERT_THAT(first, StartsWith(job + " PENDING"));
 
@@ -347,7 +350,8 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
     current = start_coordinator(port, &again);
     ASSERT_EQ(again, port);
 
-    const ProcessResult cancelled = RunProcess({"--coordinator", address, "cancel", job});
+    const ProcessResult cancelled =
+        RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "cancel", job});
     ASSERT_EQ(cancelled.exit_code, kExitOk) << cancelled.err;
     const ProcessResult watched = children.Finish(watch);
     EXPECT_EQ(watched.exit_code, kExitJobCancelled) << watched.err;
@@ -429,8 +433,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
                                         "intra_node: {bandwidth: 130 GB/s, latency: 5 us}\n"
                                         "inter_node: {bandwidth: 25 Gbit/s, latency: 10 us}\n");
 
-  ProcessResult r = RunProcess(
-      {"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster, "-o", "json"});
+  ProcessResult r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token",
+                                "plan", "--profile", profile, "--cluster", cluster, "-o", "json"});
   ASSERT_EQ(r.exit_code, kExitOk) << r.err;
   for (const char* key :
        {"\"planner\": \"dapple\"", "\"stages\": [",
@@ -439,8 +443,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
     EXPECT_THAT(r.out, HasSubstr(key)) << r.out;
   }
 
-  r = RunProcess({"--coordinator", address, "plan", "--profile", profile, "--cluster", cluster,
-                  "--planner", "pipedream"});
+  r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "plan",
+                  "--profile", profile, "--cluster", cluster, "--planner", "pipedream"});
   ASSERT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_THAT(r.out, StartsWith("STAGE   LAYERS   REPLICAS   DEVICES"));
   EXPECT_THAT(r.out, HasSubstr("\nSAMPLES/S "));
@@ -449,7 +453,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
   EXPECT_THAT(r.out, HasSubstr("two-nodes.yaml"));
 
   // Without --cluster the coordinator plans on its workers, and it has none.
-  r = RunProcess({"--coordinator", address, "plan", "--profile", profile});
+  r = RunProcess({"--coordinator", address, "--token-file", dir + "/admin.token", "plan",
+                  "--profile", profile});
   EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
   EXPECT_EQ(r.err,
             "dapplectl: no registered workers to plan on: start workers, or give a cluster file "
@@ -466,7 +471,8 @@ TEST(DapplectlBinaryTest, PlanAPublishedProfileWithTheRealCoordinator) {
     for (const std::vector<std::string>& args : {std::vector<std::string>{"plan", path},
                                                  {"plan", path, "--profile", profile},
                                                  {"submit", path}}) {
-      std::vector<std::string> full = {"--coordinator", address};
+      std::vector<std::string> full = {"--coordinator", address, "--token-file",
+                                       dir + "/admin.token"};
       full.insert(full.end(), args.begin(), args.end());
       r = RunProcess(full);
       EXPECT_EQ(r.exit_code, kExitRefused) << name << " " << args[0] << ": " << r.err;

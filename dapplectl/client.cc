@@ -126,6 +126,14 @@ void QuietGrpcLogging() {
   gpr_set_log_function(DropGrpcLog);
 }
 
+absl::Status AuthenticationError(const ClientOptions& options, const std::string& message) {
+  if (options.token.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(kNoTokenMessage, " (the coordinator said: ", message, ")"));
+  }
+  return absl::UnauthenticatedError(absl::StrCat("the coordinator refused the token: ", message));
+}
+
 void PrepareContext(const ClientOptions& options, grpc::ClientContext* context) {
   if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
 }

@@ -55,6 +55,15 @@ struct ClientOptions {
   std::string token;
 };
 
+// What dapplectl says when it has no token to send (exit code 6).
+inline constexpr char kNoTokenMessage[] =
+    "no token: set DAPPLE_TOKEN, --token-file or a context's token-file";
+
+// The kUnauthenticated error of a call the coordinator answered UNAUTHENTICATED with `message`:
+// kNoTokenMessage when `options` has no token, else "the coordinator refused the token:
+// <message>" (e.g. "token dpl_<id> expired"). Every client converts through here.
+absl::Status AuthenticationError(const ClientOptions& options, const std::string& message);
+
 // Sets up `context` for one call with `options`: the bearer token's metadata. Every call of
 // every client (Coordinator, Admin) goes through here.
 void PrepareContext(const ClientOptions& options, grpc::ClientContext* context);

@@ -30,6 +30,7 @@
 #include "dapplectl/logs_command.h"
 #include "dapplectl/plan_inputs.h"
 #include "dapplectl/spec_file.h"
+#include "dapplectl/token_source.h"
 #include "dapplectl/top.h"
 #include "dapplectl/trace_command.h"
 #include "dapplectl/usage_errors.h"
@@ -51,7 +52,8 @@ struct Flags {
   std::string tls_cert;        // mutual TLS: this client's certificate and key
   std::string tls_key;
   bool plaintext = false;
-  std::string context;  // --context: a context of the configuration file (ctl_config.h)
+  std::string context;     // --context: a context of the configuration file (ctl_config.h)
+  std::string token_file;  // --token-file: the bearer token (token_source.h)
 };
 
 constexpr char kCaEnv[] = "DAPPLE_CA";
@@ -128,6 +130,10 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   app.add_option("--tls-key", flags.tls_key, "key of --tls-cert")->type_name("FILE");
   app.add_flag("--plaintext", flags.plaintext,
                "talk plain text to a coordinator that is not on loopback (unencrypted)");
+  app.add_option("--token-file", flags.token_file,
+                 "file holding the bearer token (default: $DAPPLE_TOKEN, $DAPPLE_TOKEN_FILE, "
+                 "else the context's token-file)")
+      ->type_name("FILE");
   app.add_option("--context", flags.context,
                  "use this context of the configuration file (default: its current-context; "
                  "see dapplectl config)")
@@ -149,7 +155,8 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   use_context->add_option("NAME", config_action.name, "context name")->required();
   CLI::App* set_context = config_app->add_subcommand(
       "set-context",
-      "create or update NAME from --coordinator, --ca, --tls-cert and --tls-key as given");
+      "create or update NAME from --coordinator, --ca, --tls-cert, --tls-key and --token-file "
+      "as given");
   set_context->add_option("NAME", config_action.name, "context name")->required();
   CLI::App* delete_context = config_app->add_subcommand("delete-context", "delete NAME");
   delete_context->add_option("NAME", config_action.name, "context name")->required();
@@ -339,6 +346,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     config_action.ca = given("--ca", flags.ca);
     config_action.tls_cert = given("--tls-cert", flags.tls_cert);
     config_action.tls_key = given("--tls-key", flags.tls_key);
+    config_action.token_file = given("--token-file", flags.token_file);
     absl::StatusOr<std::string> out = RunConfigAction(config_path, config_action);
     if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
     *env.out << *out << std::flush;
@@ -489,6 +497,19 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     options.credentials = *std::move(credentials);
     options.tls = !flags.ca.empty();
     options.client_certificate = !flags.tls_cert.empty();
+  }
+  {
+    TokenSources sources;
+    sources.flag_file = flags.token_file;
+    sources.env_token = std::getenv("DAPPLE_TOKEN");
+    sources.env_token_file = std::getenv("DAPPLE_TOKEN_FILE");
+    if (from_context) {
+      sources.context_file = context->token_file;
+      sources.context_name = context->name;
+    }
+    absl::StatusOr<std::string> token = ResolveToken(sources);
+    if (!token.ok()) return FailStatus(env, token.status());
+    options.token = *std::move(token);
   }
 
   if (admin_commands.parsed()) return admin_commands.Run(options, flags.output, env);

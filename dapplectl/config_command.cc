@@ -69,7 +69,7 @@ absl::StatusOr<std::string> RunConfigAction(const std::string& path, const Confi
           absl::StrCat("a new context needs --coordinator: dapplectl config set-context ", a.name,
                        " --coordinator HOST:PORT [--ca FILE]"));
     }
-    config.contexts.push_back(Context{a.name, "", "", "", ""});
+    config.contexts.push_back(Context{a.name, "", "", "", "", ""});
     found = &config.contexts.back();
   }
   // Files are kept absolute (a relative path would change meaning with the working folder) and
@@ -78,7 +78,8 @@ absl::StatusOr<std::string> RunConfigAction(const std::string& path, const Confi
        {std::tuple<const char*, const std::optional<std::string>*, std::string*>{"--ca", &a.ca,
                                                                                  &found->ca},
         {"--tls-cert", &a.tls_cert, &found->tls_cert},
-        {"--tls-key", &a.tls_key, &found->tls_key}}) {
+        {"--tls-key", &a.tls_key, &found->tls_key},
+        {"--token-file", &a.token_file, &found->token_file}}) {
     if (!value->has_value()) continue;
     if ((*value)->empty()) {
       *field = "";

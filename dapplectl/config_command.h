@@ -15,7 +15,7 @@ struct ConfigAction {
   std::string verb;
   std::string name;  // the context, for use-, set- and delete-context
   // set-context: the fields to set (unset: kept; a new context needs a coordinator).
-  std::optional<std::string> coordinator, ca, tls_cert, tls_key;
+  std::optional<std::string> coordinator, ca, tls_cert, tls_key, token_file;
 };
 
 // Runs `action` on the file at `path` and returns what to print:

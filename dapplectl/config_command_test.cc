@@ -112,7 +112,9 @@ TEST(ConfigCommandTest, BadFilesSayWhereAndWhat) {
   EXPECT_THAT(load("contexts: [\n"), HasSubstr(path + ":2:1: "));
   EXPECT_EQ(load("context: []\n"), path + ": unknown key 'context' (current-context, contexts)");
   EXPECT_EQ(load("contexts:\n  - {name: a, coordinator: x:1, token: t}\n"),
-            path + ": unknown key 'token' in a context (name, coordinator, ca, tls-cert, tls-key)");
+            path +
+                ": unknown key 'token' in a context (name, coordinator, ca, tls-cert, tls-key, "
+                "token-file)");
   EXPECT_EQ(load("current-context: b\ncontexts:\n  - {name: a, coordinator: x:1}\n"),
             path + ": current-context 'b' names no context (a)");
   EXPECT_EQ(load("contexts:\n  - {name: a}\n"), path + ": context 'a' has no coordinator");

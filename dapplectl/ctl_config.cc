@@ -86,10 +86,12 @@ absl::StatusOr<CtlConfig> LoadConfig(const std::string& path) {
               c.tls_cert = value;
             } else if (name == "tls-key") {
               c.tls_key = value;
+            } else if (name == "token-file") {
+              c.token_file = value;
             } else {
               return Invalid(path, absl::StrCat("unknown key '", name,
                                                 "' in a context (name, coordinator, ca, "
-                                                "tls-cert, tls-key)"));
+                                                "tls-cert, tls-key, token-file)"));
             }
           }
           config.contexts.push_back(std::move(c));
@@ -135,6 +137,7 @@ absl::Status SaveConfig(const std::string& path, const CtlConfig& config) {
     if (!c.ca.empty()) out << YAML::Key << "ca" << YAML::Value << c.ca;
     if (!c.tls_cert.empty()) out << YAML::Key << "tls-cert" << YAML::Value << c.tls_cert;
     if (!c.tls_key.empty()) out << YAML::Key << "tls-key" << YAML::Value << c.tls_key;
+    if (!c.token_file.empty()) out << YAML::Key << "token-file" << YAML::Value << c.token_file;
     out << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;

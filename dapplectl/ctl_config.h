@@ -11,9 +11,11 @@
 //       ca: /home/me/dapple/ca.pem          # optional: TLS
 //       tls-cert: /home/me/dapple/me.pem    # optional: mutual TLS
 //       tls-key: /home/me/dapple/me.key
+//       token-file: /home/me/dapple/prod.token  # optional: the bearer token (docs/security.md)
 //
 // Precedence of each setting: the flag, then its environment variable (DAPPLE_COORDINATOR,
-// DAPPLE_CA), then the context (--context NAME, else current-context), then the default.
+// DAPPLE_CA), then the context (--context NAME, else current-context), then the default. The
+// token: --token-file, DAPPLE_TOKEN, DAPPLE_TOKEN_FILE, the context's token-file (token_source.h).
 //
 // Thread safety: the functions are thread-compatible (they read and write files).
 #ifndef DAPPLE_DAPPLECTL_CTL_CONFIG_H_
@@ -33,6 +35,7 @@ struct Context {
   std::string ca;           // "" : plain text
   std::string tls_cert;
   std::string tls_key;
+  std::string token_file;  // "" : none
 };
 
 struct CtlConfig {

@@ -16,7 +16,6 @@ int ExitCodeForStatusCode(absl::StatusCode code) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAborted:
@@ -24,8 +23,11 @@ int ExitCodeForStatusCode(absl::StatusCode code) {
     case absl::StatusCode::kUnimplemented:
     case absl::StatusCode::kInternal:
     case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kUnauthenticated:
       return kExitRefused;
+    case absl::StatusCode::kUnauthenticated:
+      return kExitUnauthenticated;
+    case absl::StatusCode::kPermissionDenied:
+      return kExitPermissionDenied;
     default:
       // absl::StatusCode reserves values beyond the 17 gRPC codes; treat them as refusals.
       return kExitRefused;
@@ -64,6 +66,9 @@ const char* ExitCodesHelp() {
          "  3  the coordinator could not be reached or stopped answering\n"
          "  4  the job FAILED (watch, submit --watch)\n"
          "  5  the job was CANCELLED (watch, submit --watch)\n"
+         "  6  not authenticated: no token, an unreadable token file, or the coordinator\n"
+         "     refused the token (revoked, expired, unknown)\n"
+         "  7  permission denied (another tenant's job, admin only)\n"
          "  130  interrupted by Ctrl-C (SIGINT: the shell's 128 + 2); a watched job keeps\n"
          "     running\n";
 }

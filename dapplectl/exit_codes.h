@@ -9,6 +9,10 @@
 //   3  the coordinator could not be reached, or stopped answering (UNAVAILABLE, DEADLINE_EXCEEDED)
 //   4  the watched job FAILED
 //   5  the watched job was CANCELLED
+//   6  not authenticated: no token ("no token: set DAPPLE_TOKEN, --token-file or a context's
+//      token-file"), an unreadable token file, or the coordinator refused the token
+//      (UNAUTHENTICATED: "the coordinator refused the token: token dpl_<id> expired")
+//   7  permission denied (PERMISSION_DENIED: another tenant's job, "admin only")
 //   130  (not returned by dapplectl) interrupted by Ctrl-C: SIGINT ends the process, and the
 //      shell reports 128 + 2; the job itself keeps running
 #ifndef DAPPLE_DAPPLECTL_EXIT_CODES_H_
@@ -25,12 +29,15 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;
 inline constexpr int kExitJobFailed = 4;
 inline constexpr int kExitJobCancelled = 5;
+inline constexpr int kExitUnauthenticated = 6;
+inline constexpr int kExitPermissionDenied = 7;
 // What a shell reports for a dapplectl ended by SIGINT (Ctrl-C): 128 + signal 2. dapplectl
 // keeps SIGINT's default action, so it never returns this itself; it is listed for scripts.
 inline constexpr int kExitInterrupted = 130;
 
 // The exit code for a call that ended with `code` (gRPC and absl codes share their numbers):
-// OK -> kExitOk; UNAVAILABLE, DEADLINE_EXCEEDED -> kExitUnreachable; every other code (the
+// OK -> kExitOk; UNAVAILABLE, DEADLINE_EXCEEDED -> kExitUnreachable; UNAUTHENTICATED ->
+// kExitUnauthenticated; PERMISSION_DENIED -> kExitPermissionDenied; every other code (the
 // coordinator answered, but with an error) -> kExitRefused.
 int ExitCodeForStatusCode(absl::StatusCode code);
 

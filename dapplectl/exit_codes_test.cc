@@ -15,6 +15,8 @@ TEST(ExitCodesTest, ConstantsAreTheDocumentedNumbers) {
   EXPECT_EQ(kExitUnreachable, 3);
   EXPECT_EQ(kExitJobFailed, 4);
   EXPECT_EQ(kExitJobCancelled, 5);
+  EXPECT_EQ(kExitUnauthenticated, 6);
+  EXPECT_EQ(kExitPermissionDenied, 7);
   EXPECT_EQ(kExitInterrupted, 128 + 2);  // SIGINT is 2 on every POSIX system dapple runs on
 }
 
@@ -27,6 +29,8 @@ TEST(ExitCodesTest, StatusCodeMapping) {
   EXPECT_EQ(ExitCodeForStatusCode(absl::StatusCode::kUnimplemented), kExitRefused);
   EXPECT_EQ(ExitCodeForStatusCode(absl::StatusCode::kUnavailable), kExitUnreachable);
   EXPECT_EQ(ExitCodeForStatusCode(absl::StatusCode::kDeadlineExceeded), kExitUnreachable);
+  EXPECT_EQ(ExitCodeForStatusCode(absl::StatusCode::kUnauthenticated), kExitUnauthenticated);
+  EXPECT_EQ(ExitCodeForStatusCode(absl::StatusCode::kPermissionDenied), kExitPermissionDenied);
 }
 
 TEST(ExitCodesTest, GrpcCodesShareTheNumbersOfAbslCodes) {
@@ -39,10 +43,12 @@ TEST(ExitCodesTest, GrpcCodesShareTheNumbersOfAbslCodes) {
             static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(static_cast<int>(grpc::StatusCode::UNAUTHENTICATED),
             static_cast<int>(absl::StatusCode::kUnauthenticated));
-  // Every gRPC code maps to one of 0, 1, 3.
+  // Every gRPC code maps to one of 0, 1, 3, 6, 7.
   for (int c = 0; c <= 16; ++c) {
     const int rc = ExitCodeForStatusCode(static_cast<absl::StatusCode>(c));
-    EXPECT_TRUE(rc == kExitOk || rc == kExitRefused || rc == kExitUnreachable) << c;
+    EXPECT_TRUE(rc == kExitOk || rc == kExitRefused || rc == kExitUnreachable ||
+                rc == kExitUnauthenticated || rc == kExitPermissionDenied)
+        << c;
     EXPECT_EQ(rc == kExitOk, c == 0) << c;
   }
 }

@@ -53,6 +53,8 @@ absl::Status ConvertCallStatus(const ClientOptions& options, grpc::Channel& chan
           absl::StrCat("the server at ", options.address, " does not implement ", service, "/",
                        method, " (is it a dapple-coordinator of the same version?)"));
     }
+    // No token, or one the coordinator refused: exit code 6 with what to do (client.h).
+    if (code == absl::StatusCode::kUnauthenticated) return AuthenticationError(options, message);
     const std::string failed =
         absl::StrCat(method, " failed with ", absl::StatusCodeToString(code));
     if (message.empty()) return absl::Status(code, failed);

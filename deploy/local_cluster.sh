@@ -164,11 +164,16 @@ start_all() {
   [[ -n "$bound" ]] || fail_start coordinator "the coordinator did not listen within 20 s"
   local address="127.0.0.1:$bound"
   echo "$address" >"$run_dir/address"
+  # The first start of a database writes its admin's token and the join token next to it
+  # (docs/security.md); a restart on the same run folder keeps the files of the first.
+  local auth=0
+  if has_flag "$coordinator" --join-token-file; then auth=1; fi
 
   local worker_metrics=0
   if ((metrics_port > 0)) && has_flag "$worker" --metrics-port; then worker_metrics=1; fi
   for i in $(seq 1 "$workers"); do
     local wargs=(--coordinator "$address" --name "local-w$i" --devices "$devices")
+    ((auth)) && wargs+=(--join-token-file "$run_dir/join.token")
     ((worker_metrics)) && wargs+=(--metrics-port "$((metrics_port + i))")
     launch "worker-$i" "$worker" "${wargs[@]}" "${worker_flags[@]}"
   done
@@ -179,7 +184,7 @@ start_all() {
     for i in $(seq 1 "$workers"); do
       alive "worker-$i" || fail_start "worker-$i" "worker local-w$i exited"
     done
-    registered="$("$ctl" --coordinator "$address" workers -o json 2>/dev/null |
+    registered="$(DAPPLE_TOKEN_FILE="$run_dir/admin.token" "$ctl" --coordinator "$address" workers -o json 2>/dev/null |
       python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("id","").startswith("local-w") and not w.get("state","").endswith("DEAD")))' 2>/dev/null || echo 0)"
     ((registered >= workers)) && break
     sleep 0.2
@@ -192,6 +197,7 @@ start_all() {
 local_cluster: coordinator $address, $workers worker(s) (local-w1..local-w$workers, devices $devices)
   run folder: $run_dir (logs: coordinator.log, worker-<i>.log; database dapple.db)
   export DAPPLE_COORDINATOR=$address
+  export DAPPLE_TOKEN_FILE=$run_dir/admin.token   # the admin's token (docs/security.md)
   $ctl workers
   $ctl submit $SRC/examples/fashion_mnist_mlp.yaml --watch
 EOF

@@ -78,13 +78,18 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  absl::StatusOr<dapple::worker::WorkerFlags> flags =
-      dapple::worker::ParseWorkerFlags(std::vector<std::string>(argv + 1, argv + argc),
-                                       std::getenv("DAPPLE_COORDINATOR"), std::getenv("DAPPLE_CA"));
+  absl::StatusOr<dapple::worker::WorkerFlags> flags = dapple::worker::ParseWorkerFlags(
+      std::vector<std::string>(argv + 1, argv + argc), std::getenv("DAPPLE_COORDINATOR"),
+      std::getenv("DAPPLE_CA"), std::getenv("DAPPLE_JOIN_TOKEN"));
   if (!flags.ok()) return UsageError(std::string(flags.status().message()));
   if (flags->help) {
     std::cout << flags->help_text;
     return 0;
+  }
+  if (flags->options.join_token.empty()) {
+    return UsageError(
+        "no join token: give --join-token-file FILE (the coordinator writes join.token next to "
+        "its database at its first start) or set DAPPLE_JOIN_TOKEN");
   }
   dapple::worker::WorkerOptions opts = flags->options;
   const std::string log_level = flags->log_level;

@@ -36,6 +36,12 @@ std::vector<MetricDef> Build() {
        "Automatic restarts of jobs (training.restart) since the coordinator started, by the "
        "failure's cause (worker_lost, rank_error).",
        {kLabelCause}},
+      {kAuthFailuresTotal,
+       kCounter,
+       kCoord,
+       "Calls refused as unauthenticated since the coordinator started, by reason (missing, "
+       "malformed, unknown, revoked, expired).",
+       {kLabelReason}},
       {kWorkers, kGauge, kCoord, "Registered workers by state (idle, busy, dead).", {kLabelState}},
       {kWorkerState,
        kGauge,

@@ -56,16 +56,17 @@ inline constexpr char kLabelWorker[] = "worker";
 inline constexpr char kLabelHostname[] = "hostname";
 inline constexpr char kLabelKind[] = "kind";
 inline constexpr char kLabelCause[] = "cause";
+inline constexpr char kLabelReason[] = "reason";
 inline constexpr char kLabelSource[] = "source";
 inline constexpr char kLabelTenant[] = "tenant";
 inline constexpr char kLabelDeviceType[] = "device_type";
-inline constexpr char kLabelReason[] = "reason";
 
 // --- dapple-coordinator: cluster ---
 inline constexpr char kJobs[] = "dapple_jobs";
 inline constexpr char kJobQueueLength[] = "dapple_job_queue_length";
 inline constexpr char kJobsFinishedTotal[] = "dapple_jobs_finished_total";
 inline constexpr char kJobRestartsTotal[] = "dapple_job_restarts_total";
+inline constexpr char kAuthFailuresTotal[] = "dapple_auth_failures_total";
 inline constexpr char kWorkers[] = "dapple_workers";
 inline constexpr char kWorkerState[] = "dapple_worker_state";
 // --- dapple-coordinator: per tenant (docs/scheduling.md) ---

@@ -25,6 +25,8 @@ constexpr char kSchema[] =
     "  revoked_unix_ms INTEGER NOT NULL)";
 
 constexpr absl::string_view kPrefix = "dpl_";
+// The join token's user: not a valid user name (CheckName), so no admin can create it.
+constexpr char kJoinUser[] = "_join";
 constexpr size_t kIdHex = 16;
 constexpr size_t kSecretHex = 64;
 constexpr size_t kTokenSize = 4 + kIdHex + 1 + kSecretHex;
@@ -61,6 +63,21 @@ absl::Status CheckName(absl::string_view what, const std::string& name) {
   return absl::InvalidArgumentError(
       absl::StrCat(what, " name '", absl::CEscape(name.substr(0, 80)),
                    "' must be 1-63 characters of a-z, 0-9 and '-', starting with a letter"));
+}
+
+std::string ColumnText(sqlite3_stmt* stmt, int column) {
+  const unsigned char* value = sqlite3_column_text(stmt, column);
+  return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value));
+}
+
+v1::TokenInfo TokenRow(sqlite3_stmt* stmt) {
+  v1::TokenInfo info;
+  info.set_id(ColumnText(stmt, 0));
+  info.set_user(ColumnText(stmt, 1));
+  info.set_created_unix_ms(sqlite3_column_int64(stmt, 2));
+  info.set_expires_unix_ms(sqlite3_column_int64(stmt, 3));
+  info.set_revoked_unix_ms(sqlite3_column_int64(stmt, 4));
+  return info;
 }
 
 }  // namespace
@@ -169,7 +186,13 @@ absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::IssueToken(
     }
     BindText(find.stmt, 1, user);
     if (sqlite3_step(find.stmt) != SQLITE_ROW) {
-      return absl::NotFoundError(absl::StrCat("no user ", user));
+      return absl::NotFoundError(absl::StrCat("no user ", absl::CEscape(user.substr(0, 80))));
+    }
+    const std::string role = ColumnText(find.stmt, 0);
+    if (role != "user" && role != "admin") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          user, " is a ", role, ": only users and admins get tokens (workers get credentials ",
+          "when they register, the join token is rotated)"));
     }
   }
   return Issue(user, ttl_ms.has_value() ? now_() + *ttl_ms : 0);
@@ -193,6 +216,17 @@ absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::IssueWorkerCredent
     BindText(upsert.stmt, 1, worker_id);
     sqlite3_bind_int64(upsert.stmt, 2, now_());
     if (sqlite3_step(upsert.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+    // A user or admin of the same name must not get a worker's token (nor a worker theirs).
+    SqliteStatement role;
+    if (sqlite3_prepare_v2(db_, "SELECT role FROM users WHERE name = ?1", -1, &role.stmt,
+                           nullptr) != SQLITE_OK) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    BindText(role.stmt, 1, worker_id);
+    if (sqlite3_step(role.stmt) != SQLITE_ROW || ColumnText(role.stmt, 0) != "worker") {
+      return absl::AlreadyExistsError(
+          absl::StrCat("worker id ", worker_id, " is the name of a user, not of a worker"));
+    }
   }
   return Issue(worker_id, 0);
 }
@@ -290,9 +324,128 @@ absl::StatusOr<Identity> CredentialStore::Authenticate(absl::string_view token) 
   identity.user = text(3);
   identity.tenant = text(4);
   const std::string role = text(5);
-  identity.role = role == "admin" ? Role::kAdmin : role == "worker" ? Role::kWorker : Role::kUser;
+  if (role == "admin") {
+    identity.role = Role::kAdmin;
+  } else if (role == "worker") {
+    identity.role = Role::kWorker;
+  } else if (role == "join") {
+    identity.role = Role::kJoin;
+  } else if (role == "user") {
+    identity.role = Role::kUser;
+  } else {
+    return Unauthenticated(absl::StrCat("token dpl_", id, " belongs to a user of no known role"));
+  }
   identity.token_id = id;
   return identity;
+}
+
+absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::RotateJoinToken() {
+  {
+    absl::MutexLock lock(&mu_);
+    SqliteStatement upsert;
+    if (sqlite3_prepare_v2(db_,
+                           "INSERT INTO users (name, tenant, role, created_unix_ms) "
+                           "VALUES (?1, '', 'join', ?2) ON CONFLICT (name) DO NOTHING",
+                           -1, &upsert.stmt, nullptr) != SQLITE_OK) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    BindText(upsert.stmt, 1, kJoinUser);
+    sqlite3_bind_int64(upsert.stmt, 2, now_());
+    if (sqlite3_step(upsert.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+    SqliteStatement revoke;
+    if (sqlite3_prepare_v2(db_,
+                           "UPDATE tokens SET revoked_unix_ms = ?2 "
+                           "WHERE user = ?1 AND revoked_unix_ms = 0",
+                           -1, &revoke.stmt, nullptr) != SQLITE_OK) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    BindText(revoke.stmt, 1, kJoinUser);
+    sqlite3_bind_int64(revoke.stmt, 2, now_());
+    if (sqlite3_step(revoke.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  return Issue(kJoinUser, 0);
+}
+
+absl::StatusOr<bool> CredentialStore::HasAdmin() const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement find;
+  if (sqlite3_prepare_v2(db_, "SELECT 1 FROM users WHERE role = 'admin' LIMIT 1", -1, &find.stmt,
+                         nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  return sqlite3_step(find.stmt) == SQLITE_ROW;
+}
+
+absl::StatusOr<std::vector<v1::Tenant>> CredentialStore::ListTenants() const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement list;
+  if (sqlite3_prepare_v2(db_, "SELECT name, created_unix_ms FROM tenants ORDER BY name", -1,
+                         &list.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  std::vector<v1::Tenant> tenants;
+  while (sqlite3_step(list.stmt) == SQLITE_ROW) {
+    v1::Tenant& t = tenants.emplace_back();
+    t.set_name(ColumnText(list.stmt, 0));
+    t.set_created_unix_ms(sqlite3_column_int64(list.stmt, 1));
+  }
+  return tenants;
+}
+
+absl::StatusOr<std::vector<v1::User>> CredentialStore::ListUsers(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement list;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT name, tenant, role, created_unix_ms FROM users "
+                         "WHERE role IN ('user', 'admin') AND (?1 = '' OR tenant = ?1) "
+                         "ORDER BY name",
+                         -1, &list.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  BindText(list.stmt, 1, tenant);
+  std::vector<v1::User> users;
+  while (sqlite3_step(list.stmt) == SQLITE_ROW) {
+    v1::User& u = users.emplace_back();
+    u.set_name(ColumnText(list.stmt, 0));
+    u.set_tenant(ColumnText(list.stmt, 1));
+    u.set_role(ColumnText(list.stmt, 2));
+    u.set_created_unix_ms(sqlite3_column_int64(list.stmt, 3));
+  }
+  return users;
+}
+
+absl::StatusOr<std::vector<v1::TokenInfo>> CredentialStore::ListTokens(
+    const std::string& user) const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement list;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT t.id, t.user, t.created_unix_ms, t.expires_unix_ms, "
+                         "t.revoked_unix_ms FROM tokens t JOIN users u ON u.name = t.user "
+                         "WHERE u.role IN ('user', 'admin') AND (?1 = '' OR t.user = ?1) "
+                         "ORDER BY t.created_unix_ms, t.id",
+                         -1, &list.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  BindText(list.stmt, 1, user);
+  std::vector<v1::TokenInfo> tokens;
+  while (sqlite3_step(list.stmt) == SQLITE_ROW) tokens.push_back(TokenRow(list.stmt));
+  return tokens;
+}
+
+absl::StatusOr<v1::TokenInfo> CredentialStore::GetToken(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement find;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT id, user, created_unix_ms, expires_unix_ms, revoked_unix_ms "
+                         "FROM tokens WHERE id = ?1",
+                         -1, &find.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  BindText(find.stmt, 1, id);
+  if (sqlite3_step(find.stmt) != SQLITE_ROW) {
+    return absl::NotFoundError(absl::StrCat("no token ", absl::CEscape(id.substr(0, 40))));
+  }
+  return TokenRow(find.stmt);
 }
 
 }  // namespace dapple::coordinator::auth

@@ -14,8 +14,13 @@
 //   tokens(id TEXT PRIMARY KEY, user TEXT, secret_sha256 TEXT, created_unix_ms INTEGER,
 //          expires_unix_ms INTEGER (0: never), revoked_unix_ms INTEGER (0: not revoked))
 //
-// Not wired into the gRPC services yet: the interceptor that calls Authenticate for every RPC,
-// `dapplectl admin` and the worker join flow are the rest of issue 16.
+// Roles: "user" and "admin" (CreateUser), "worker" (a row per worker id, created by
+// IssueWorkerCredential) and "join": the cluster's join token is a token of the reserved user
+// "_join" (a name CreateUser never accepts), of role "join", which proves Role::kJoin: it may only
+// register workers. RotateJoinToken revokes the previous join token and issues a new one.
+// Authenticate refuses a row whose role is none of these.
+//
+// The coordinator calls Authenticate for every RPC (coordinator/auth/authenticator.h).
 //
 // Thread safety: thread-safe (one internal mutex around the connection).
 #ifndef DAPPLE_COORDINATOR_AUTH_CREDENTIAL_STORE_H_
@@ -27,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -34,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/auth/identity.h"
+#include "dapple/v1/admin.pb.h"
 
 struct sqlite3;
 
@@ -67,12 +74,27 @@ class CredentialStore {
     std::string id;               // the 16 hex digits, to list or revoke it
     int64_t expires_unix_ms = 0;  // 0: never
   };
-  // A new token for `user` (kNotFound when unknown), expiring after `ttl_ms` (> 0) or never.
+  // A new token for `user` (kNotFound when unknown; kInvalidArgument for a worker or the join
+  // token's user), expiring after `ttl_ms` (> 0) or never.
   absl::StatusOr<IssuedToken> IssueToken(const std::string& user, std::optional<int64_t> ttl_ms);
   // A credential for worker `worker_id` ("w-3"), issued at registration; role kWorker.
   absl::StatusOr<IssuedToken> IssueWorkerCredential(const std::string& worker_id);
   // Revokes token `id`: kNotFound when unknown; revoking twice is OK.
   absl::Status RevokeToken(const std::string& id);
+  // A new cluster join token (never expiring); every earlier join token is revoked.
+  absl::StatusOr<IssuedToken> RotateJoinToken();
+
+  // True when some user of role admin exists (the coordinator bootstraps one otherwise).
+  absl::StatusOr<bool> HasAdmin() const;
+  // Tenants by name (created_unix_ms filled; quota and usage are the scheduler's).
+  absl::StatusOr<std::vector<v1::Tenant>> ListTenants() const;
+  // Users and admins (not workers, not the join token) by name; `tenant` "" lists all.
+  absl::StatusOr<std::vector<v1::User>> ListUsers(const std::string& tenant) const;
+  // Tokens of users and admins (not of workers or the join token) by creation time; `user` ""
+  // lists all. Never a secret.
+  absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(const std::string& user) const;
+  // Token `id`'s public facts; kNotFound "no token <id>".
+  absl::StatusOr<v1::TokenInfo> GetToken(const std::string& id) const;
 
   // The identity a token proves, or kUnauthenticated with the reason ("malformed token",
   // "unknown token", "token dpl_<id> was revoked", "token dpl_<id> expired"), never the

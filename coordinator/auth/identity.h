@@ -12,15 +12,18 @@ enum class Role {
   kUser,    // acts on its tenant's jobs
   kAdmin,   // manages tenants, users, tokens and quotas; sees every job
   kWorker,  // a worker daemon: reports only for the ranks assigned to it
+  kJoin,    // the cluster's join token: may only register a worker (RegisterWorker)
 };
 
-// "user" | "admin" | "worker".
+// "user" | "admin" | "worker" | "join".
 inline const char* RoleName(Role role) {
   switch (role) {
     case Role::kAdmin:
       return "admin";
     case Role::kWorker:
       return "worker";
+    case Role::kJoin:
+      return "join";
     case Role::kUser:
       break;
   }
@@ -29,8 +32,8 @@ inline const char* RoleName(Role role) {
 
 // Who is calling: from a verified token only, never from a field a peer sets.
 struct Identity {
-  std::string user;    // "alice", or the worker id "w-3" for a worker credential
-  std::string tenant;  // "" for admins and workers
+  std::string user;    // "alice", the worker id "w-3" for a worker credential, "_join"
+  std::string tenant;  // "" for admins, workers and the join token
   Role role = Role::kUser;
   std::string token_id;  // the 16 hex digits of the token used (for the audit log)
 };

@@ -19,6 +19,9 @@ inline Identity TestWorker(const std::string& worker_id) {
   return Identity{worker_id, "", Role::kWorker, "00000000000000c0"};
 }
 
+// The cluster's join token (RegisterWorker).
+inline Identity TestJoin() { return Identity{"_join", "", Role::kJoin, "00000000000000d0"}; }
+
 }  // namespace dapple::coordinator::auth
 
 #endif  // DAPPLE_COORDINATOR_AUTH_TEST_IDENTITIES_H_

@@ -87,6 +87,9 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
     if (IsTerminal(s)) set_->Counter(m::kJobsFinishedTotal, {{m::kLabelState, JobStateLabel(s)}});
   }
   set_->Gauge(m::kJobQueueLength).Set(0);
+  for (const char* reason : {"missing", "malformed", "unknown", "revoked", "expired"}) {
+    set_->Counter(m::kAuthFailuresTotal, {{m::kLabelReason, reason}});
+  }
   for (const char* cause : kRestartCauses)
     set_->Counter(m::kJobRestartsTotal, {{m::kLabelCause, cause}});
   for (v1::WorkerState s : kWorkerStates) {
@@ -303,6 +306,10 @@ void CoordinatorMetrics::RemoveJobLocked(const std::string& id, Exported& e) {
     with_state[m::kLabelState] = JobStateLabel(s);
     set_->Remove(m::kJobState, with_state);
   }
+}
+
+void CoordinatorMetrics::OnAuthFailure(absl::string_view reason) {
+  set_->Counter(m::kAuthFailuresTotal, {{m::kLabelReason, std::string(reason)}}).Increment();
 }
 
 void CoordinatorMetrics::ExpireEndedJobs() {

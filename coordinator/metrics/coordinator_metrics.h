@@ -37,6 +37,7 @@
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics/metric_set.h"
 #include "coordinator/cluster/worker_observer.h"
@@ -78,6 +79,10 @@ class CoordinatorMetrics : public JobObserver,
   void OnSchedulingPass(const std::map<std::string, scheduling::TenantSchedulingState>& tenants,
                         int64_t now_unix_ms) override;
   void OnPreempted(const std::string& tenant, const std::string& kind) override;
+
+  // A call refused as unauthenticated (coordinator/auth/authenticator.h), by `reason`:
+  // dapple_auth_failures_total{reason}.
+  void OnAuthFailure(absl::string_view reason);
 
   // Removes the per-job series of jobs that ended at least ended_job_retention_ms ago. Runs
   // before every collection; public for tests.

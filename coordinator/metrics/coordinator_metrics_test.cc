@@ -140,6 +140,24 @@ TEST_F(CoordinatorMetricsTest, ClusterSeriesExistFromTheStart) {
     EXPECT_EQ(Value(text, "dapple_workers", State(s)), 0);
 }
 
+// Refused authentications by reason (coordinator/auth/authenticator.h), each series from the
+// start.
+TEST_F(CoordinatorMetricsTest, AuthFailuresAreCountedByReason) {
+  auto metrics = NewMetrics();
+  for (const char* r : {"missing", "malformed", "unknown", "revoked", "expired"}) {
+    EXPECT_EQ(Value(metrics->metric_set()->Serialize(), "dapple_auth_failures_total",
+                    {{"reason", r}}),
+              0)
+        << r;
+  }
+  metrics->OnAuthFailure("unknown");
+  metrics->OnAuthFailure("unknown");
+  metrics->OnAuthFailure("expired");
+  const std::string text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_auth_failures_total", {{"reason", "unknown"}}), 2);
+  EXPECT_EQ(Value(text, "dapple_auth_failures_total", {{"reason", "expired"}}), 1);
+}
+
 // The gauges follow JobManager's lifecycle, including a restart's recovery: the restarted
 // coordinator counts every stored job, and the RUNNING job it fails is a failure it reports.
 TEST_F(CoordinatorMetricsTest, JobsByStateFollowJobManagerAcrossARestart) {

@@ -63,7 +63,7 @@ class CheckpointHandlerTest : public ::testing::Test {
       req.set_pid(100 + i);
       req.add_devices("cpu");
       v1::RegisterWorkerResponse resp;
-      ASSERT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+      ASSERT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
       workers_.push_back(resp.worker_id());
     }
   }
@@ -91,7 +91,7 @@ class CheckpointHandlerTest : public ::testing::Test {
       v1::HeartbeatRequest req;
       req.set_worker_id(w);
       v1::HeartbeatResponse resp;
-      EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+      EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker((req).worker_id()), req, &resp).ok());
       EXPECT_TRUE(resp.has_assignment()) << w;
       out[resp.assignment().stage()] = resp.assignment();
     }
@@ -107,7 +107,7 @@ class CheckpointHandlerTest : public ::testing::Test {
     req.set_kind(kind);
     fill(&req);
     v1::ProgressAck ack;
-    absl::Status s = svc_->ReportProgress(req, &ack);
+    absl::Status s = svc_->ReportProgress(auth::TestWorker((req).worker_id()), req, &ack);
     if (!s.ok()) return s;
     return ack;
   }
@@ -129,7 +129,7 @@ class CheckpointHandlerTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    EXPECT_TRUE(svc_->GetJob(req, &job).ok());
+    EXPECT_TRUE(svc_->GetJob(auth::TestAdmin(), req, &job).ok());
     return job;
   }
 
@@ -137,7 +137,7 @@ class CheckpointHandlerTest : public ::testing::Test {
     v1::CheckpointJobRequest req;
     req.set_job_id(id);
     v1::CheckpointJobResponse resp;
-    absl::Status s = svc_->CheckpointJob(req, &resp);
+    absl::Status s = svc_->CheckpointJob(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp;
   }

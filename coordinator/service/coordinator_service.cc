@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "coordinator/auth/access.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/planners.h"
@@ -633,7 +635,8 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
   }
   const std::string& expected = state.worker_ids[state.RankOf(stage, replica)];
   if (expected != worker) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    // A worker's credential used for a rank not assigned to it (docs/security.md).
+    return absl::PermissionDeniedError(absl::StrCat(
         "worker ", worker, " is not ", schedule::RankName(stage, replica, state.replicas[stage]),
         " of job ", job_id, " (", expected, " is)"));
   }
@@ -648,6 +651,31 @@ absl::Status CoordinatorService::CheckRankLocked(const std::string& job_id,
 }
 
 // --- Coordinator ---
+
+absl::StatusOr<std::string> CoordinatorService::CheckResumeOwner(const auth::Identity& caller,
+                                                                 const std::string& dir) {
+  if (caller.role == auth::Role::kAdmin) return dir;
+  // Whose checkpoint it is: the job that wrote it (its manifest), which must be the caller's
+  // tenant's, and the folder must be that job's own under the checkpoint root, so that a
+  // manifest copied elsewhere cannot point at another tenant's shards.
+  const absl::Status denied = absl::PermissionDeniedError(absl::StrCat(
+      "--resume-from '", dir, "' is not a checkpoint of a job of tenant ", caller.tenant));
+  absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
+  if (!manifest.ok() || manifest->job_id().empty()) return denied;
+  absl::StatusOr<v1::Job> owner = jobs_->Get(manifest->job_id());
+  if (!owner.ok() || !auth::CanAccessJob(caller, *owner)) return denied;
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) return denied;
+  std::string job_dir;
+  {
+    absl::MutexLock lock(&mu_);
+    job_dir = checkpoints_.JobDir(owner->id());
+  }
+  const std::filesystem::path root = std::filesystem::weakly_canonical(job_dir, ec);
+  if (ec || !absl::StartsWith(real.string(), root.string() + "/")) return denied;
+  return dir;
+}
 
 absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
                                            const v1::SubmitJobRequest& request,
@@ -685,6 +713,7 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   std::string resumed_from;
   if (!request.resume_from().empty()) {
     absl::StatusOr<std::string> checked = CheckResumeFrom(request.resume_from(), *spec);
+    if (checked.ok()) checked = CheckResumeOwner(caller, *checked);
     if (!checked.ok()) {
       DAPPLE_LOG_INFO("rejected resume of {}: {}", source, checked.status().message());
       return checked.status();
@@ -758,7 +787,8 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
   return inputs;
 }
 
-absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
+absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
+                                         const v1::PlanJobRequest& request,
                                          v1::PlanJobResponse* response) {
   const std::string& source =
       request.source_name().empty() ? std::string(kDefaultSource) : request.source_name();
@@ -865,27 +895,36 @@ absl::Status CoordinatorService::PlanJob(const v1::PlanJobRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Job* response) {
+absl::Status CoordinatorService::GetJob(const auth::Identity& caller,
+                                        const v1::GetJobRequest& request, v1::Job* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(*response, jobs_->Get(request.job_id()));
+  if (absl::Status s = auth::CheckJobAccess(caller, *response); !s.ok()) {
+    response->Clear();
+    return s;
+  }
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::JobEventRecord> events, jobs_->Events(request.job_id()));
   for (v1::JobEventRecord& e : events) *response->add_events() = std::move(e);
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::GetJobTrace(const v1::GetJobTraceRequest& request,
+absl::Status CoordinatorService::GetJobTrace(const auth::Identity& caller,
+                                             const v1::GetJobTraceRequest& request,
                                              v1::JobTrace* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, job));
   DAPPLE_ASSIGN_OR_RETURN(*response, traces_->Get(request.job_id()));
   if (job.plan().stages_size() > 0) response->set_num_stages(job.plan().stages_size());
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::GetJobLogs(const v1::GetJobLogsRequest& request,
+absl::Status CoordinatorService::GetJobLogs(const auth::Identity& caller,
+                                            const v1::GetJobLogsRequest& request,
                                             v1::GetJobLogsResponse* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, job));
   if (request.tail() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tail must be >= 0 (0: every line), got ", request.tail()));
@@ -918,27 +957,35 @@ absl::Status CoordinatorService::GetJobLogs(const v1::GetJobLogsRequest& request
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::ListJobs(const v1::ListJobsRequest& request,
+absl::Status CoordinatorService::ListJobs(const auth::Identity& caller,
+                                          const v1::ListJobsRequest& request,
                                           v1::ListJobsResponse* response) {
-  for (v1::Job& job : jobs_->List()) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : jobs_->List()) {
+    if (auth::CanAccessJob(caller, job)) *response->add_jobs() = std::move(job);
+  }
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request, v1::Job* response) {
+absl::Status CoordinatorService::CancelJob(const auth::Identity& caller,
+                                           const v1::CancelJobRequest& request, v1::Job* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   absl::MutexLock lock(&mu_);
+  DAPPLE_ASSIGN_OR_RETURN(const v1::Job job, jobs_->Get(request.job_id()));
+  DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, job));
   DAPPLE_ASSIGN_OR_RETURN(*response, EndJobLocked(request.job_id(), v1::JOB_STATE_CANCELLED,
                                                   kCancelledByUser, options_.now_unix_ms()));
   WakeLocked();
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::WatchJob(const v1::WatchJobRequest& request,
+absl::Status CoordinatorService::WatchJob(const auth::Identity& caller,
+                                          const v1::WatchJobRequest& request,
                                           const JobEventSink& send,
                                           const std::function<bool()>& cancelled) {
   const std::string& id = request.job_id();
   DAPPLE_RETURN_IF_ERROR(CheckJobId(id));
   DAPPLE_ASSIGN_OR_RETURN(JobManager::Snapshot snapshot, jobs_->GetSnapshot(id));
+  DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, snapshot.job));
   // A watch that starts during shutdown gets no snapshot: its client reconnects elsewhere
   // (or later) rather than looping on one snapshot per stream.
   if (jobs_->IsShutdown()) return absl::UnavailableError("coordinator is shutting down");
@@ -967,20 +1014,38 @@ absl::Status CoordinatorService::WatchJob(const v1::WatchJobRequest& request,
   }
 }
 
-absl::Status CoordinatorService::ListWorkers(const v1::ListWorkersRequest& request,
+absl::Status CoordinatorService::ListWorkers(const auth::Identity& caller,
+                                             const v1::ListWorkersRequest& request,
                                              v1::ListWorkersResponse* response) {
   absl::MutexLock lock(&mu_);
-  for (v1::WorkerInfo& info : workers_.List()) *response->add_workers() = std::move(info);
+  absl::flat_hash_map<std::string, bool> visible;  // job id -> the caller may see it
+  for (v1::WorkerInfo& info : workers_.List()) {
+    if (!info.job_id().empty()) {
+      auto [it, added] = visible.try_emplace(info.job_id(), false);
+      if (added) {
+        absl::StatusOr<v1::Job> job = jobs_->Get(info.job_id());
+        it->second = job.ok() && auth::CanAccessJob(caller, *job);
+      }
+      // Another tenant's work: the worker is shown busy, but not with what.
+      if (!it->second) {
+        info.clear_job_id();
+        info.clear_stage();
+      }
+    }
+    *response->add_workers() = std::move(info);
+  }
   return absl::OkStatus();
 }
 
 // --- WorkerControl ---
 
-absl::Status CoordinatorService::CheckpointJob(const v1::CheckpointJobRequest& request,
+absl::Status CoordinatorService::CheckpointJob(const auth::Identity& caller,
+                                               const v1::CheckpointJobRequest& request,
                                                v1::CheckpointJobResponse* response) {
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   absl::MutexLock lock(&mu_);
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, job));
   if (job.state() != v1::JOB_STATE_RUNNING || !running_.contains(job.id())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job.id(), " is ", JobStateName(job.state()),

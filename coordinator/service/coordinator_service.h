@@ -229,24 +229,27 @@ class CoordinatorService {
   // does not match the model (naming the first mismatch), a plan that fits no device's memory
   // (the planner's message); kFailedPrecondition "no registered workers ... to plan on: start
   // workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)" (without spec_yaml).
-  absl::Status PlanJob(const v1::PlanJobRequest& request, v1::PlanJobResponse* response);
+  absl::Status PlanJob(const auth::Identity& caller, const v1::PlanJobRequest& request,
+                       v1::PlanJobResponse* response);
   // The job with its events (Job.events, JobManager::Events: kept in the database, newest
   // last). kNotFound "no job job-9"; kInvalidArgument "job_id must not be empty" (also
   // CancelJob, WatchJob).
-  absl::Status GetJob(const v1::GetJobRequest& request, v1::Job* response);
-  absl::Status ListJobs(const v1::ListJobsRequest& request,
+  absl::Status GetJob(const auth::Identity& caller, const v1::GetJobRequest& request,
+                      v1::Job* response);
+  absl::Status ListJobs(const auth::Identity& caller, const v1::ListJobsRequest& request,
                         v1::ListJobsResponse* response);  // newest first
   // PENDING / PLANNING / RUNNING -> CANCELLED "cancelled by user"; kFailedPrecondition
   // "job job-3 already SUCCEEDED" for a terminal job; kNotFound "no job job-9".
-  absl::Status CancelJob(const v1::CancelJobRequest& request, v1::Job* response);
+  absl::Status CancelJob(const auth::Identity& caller, const v1::CancelJobRequest& request,
+                         v1::Job* response);
   // Sends the current snapshot, then one per change (at most one per watch_min_interval_ms,
   // the newest), and returns OK after sending a terminal state or when `send` returns false.
   // kCancelled once `cancelled()` is true (polled every 100 ms), kUnavailable after
   // EndWatches / Shutdown, kNotFound for an unknown job, kInvalidArgument for an empty job
   // id. Blocks the calling thread meanwhile.
-  absl::Status WatchJob(const v1::WatchJobRequest& request, const JobEventSink& send,
-                        const std::function<bool()>& cancelled);
-  absl::Status ListWorkers(const v1::ListWorkersRequest& request,
+  absl::Status WatchJob(const auth::Identity& caller, const v1::WatchJobRequest& request,
+                        const JobEventSink& send, const std::function<bool()>& cancelled);
+  absl::Status ListWorkers(const auth::Identity& caller, const v1::ListWorkersRequest& request,
                            v1::ListWorkersResponse* response);  // registration order
   // dapplectl checkpoint: asks every rank of the RUNNING job to save a checkpoint after
   // response.step (CheckpointPublisher::RequestOnDemand: the highest reported step plus about
@@ -254,20 +257,22 @@ class CoordinatorService {
   // acks until it is published or abandoned. kFailedPrecondition "job job-3 is PENDING, not
   // RUNNING: only a running job can be checkpointed" / "... already reached its last step";
   // kNotFound; kInvalidArgument for an empty id.
-  absl::Status CheckpointJob(const v1::CheckpointJobRequest& request,
+  absl::Status CheckpointJob(const auth::Identity& caller, const v1::CheckpointJobRequest& request,
                              v1::CheckpointJobResponse* response);
   // The traced steps kept for the job (the newest TraceStore::kStepsPerRank per rank, from
   // the job database: also after the job ended or the coordinator restarted), by step, stage
   // and replica; num_stages from the job's plan. A job with no traced step yet gets an empty
   // JobTrace (job_id and num_stages set), not an error. kNotFound "no job job-9";
   // kInvalidArgument "job_id must not be empty"; kDataLoss / kInternal from the store.
-  absl::Status GetJobTrace(const v1::GetJobTraceRequest& request, v1::JobTrace* response);
+  absl::Status GetJobTrace(const auth::Identity& caller, const v1::GetJobTraceRequest& request,
+                           v1::JobTrace* response);
   // The log lines the job's ranks shipped (LogStore: the newest LogStore::kLinesPerRank per
   // rank, from the job database: also after the job ended or the coordinator restarted),
   // filtered as the request says, by seq; response.state is the job's state. kNotFound "no job
   // job-9"; kInvalidArgument "job_id must not be empty", a negative tail, or a rank outside the
   // job's plan ("job job-3 has no rank 2/0: stages 0..1"); kInternal from the store.
-  absl::Status GetJobLogs(const v1::GetJobLogsRequest& request, v1::GetJobLogsResponse* response);
+  absl::Status GetJobLogs(const auth::Identity& caller, const v1::GetJobLogsRequest& request,
+                          v1::GetJobLogsResponse* response);
 
   // --- WorkerControl (workers) ---
 
@@ -279,27 +284,33 @@ class CoordinatorService {
   // rank before this coordinator started) is answered reattached = true and the claimed id when
   // the claim is accepted (ReattachLocked), else reattach_refused says why and the worker is
   // registered as any other.
-  absl::Status RegisterWorker(const v1::RegisterWorkerRequest& request,
+  absl::Status RegisterWorker(const auth::Identity& caller,
+                              const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
   // Unknown or DEAD worker: OK with unknown_worker = true.
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
+  absl::Status Heartbeat(const auth::Identity& caller, const v1::HeartbeatRequest& request,
+                         v1::HeartbeatResponse* response);
   // Stores the rank's endpoint while the job is RUNNING (ignored once it ended). kNotFound for
   // an unknown worker or job; kFailedPrecondition when the worker is not that rank of the job;
   // kInvalidArgument for a stage / replica outside the plan.
-  absl::Status PublishEndpoint(const v1::PublishEndpointRequest& request,
+  absl::Status PublishEndpoint(const auth::Identity& caller,
+                               const v1::PublishEndpointRequest& request,
                                v1::PublishEndpointResponse* response);
   // kNotFound for an unknown job.
-  absl::Status GetPeers(const v1::GetPeersRequest& request, v1::GetPeersResponse* response);
+  absl::Status GetPeers(const auth::Identity& caller, const v1::GetPeersRequest& request,
+                        v1::GetPeersResponse* response);
   // Applies a rank's report (see the protocol above). ack.abort is true when the job was
   // already not RUNNING when the report arrived. kNotFound for an unknown worker or job;
   // kFailedPrecondition when the worker is not that rank of the running job;
   // kInvalidArgument for PROGRESS_KIND_UNSPECIFIED.
-  absl::Status ReportProgress(const v1::ProgressReport& request, v1::ProgressAck* response);
+  absl::Status ReportProgress(const auth::Identity& caller, const v1::ProgressReport& request,
+                              v1::ProgressAck* response);
   // Forgets the worker at once (any state). When it is BUSY in a RUNNING job (the assignment
   // delivered or not), the job FAILS with "worker w-2 (stage 1 of job job-3) shut down" and
   // its other ranks are told to abort by their heartbeats. Its unanswered profile requests fail
   // at once ("worker w-2 shut down before reporting the profile"). kNotFound "unknown worker w-9".
-  absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
+  absl::Status DeregisterWorker(const auth::Identity& caller,
+                                const v1::DeregisterWorkerRequest& request,
                                 v1::DeregisterWorkerResponse* response);
   // The per-job key-value store the ranks of a running job rendezvous through (Gloo's
   // rendezvous among a stage's replicas: worker/daemon/coordinator_store.h). It exists while
@@ -314,15 +325,17 @@ class CoordinatorService {
   static constexpr int64_t kMaxStoreKeyBytes = 1024;
   static constexpr int64_t kMaxStoreValueBytes = int64_t{1} << 20;
   static constexpr int64_t kMaxStoreBytes = int64_t{16} << 20;  // all values of one job
-  absl::Status StoreSet(const v1::StoreSetRequest& request, v1::StoreSetResponse* response);
+  absl::Status StoreSet(const auth::Identity& caller, const v1::StoreSetRequest& request,
+                        v1::StoreSetResponse* response);
   // ready = every key of request.keys is set, values then in request order (none otherwise);
   // job_ended = the job is no longer RUNNING (the caller stops waiting). Never blocks: callers
   // poll. Errors as StoreSet (a job that ended is OK with job_ended), kInvalidArgument for no
   // keys.
-  absl::Status StoreGet(const v1::StoreGetRequest& request, v1::StoreGetResponse* response);
+  absl::Status StoreGet(const auth::Identity& caller, const v1::StoreGetRequest& request,
+                        v1::StoreGetResponse* response);
   // A worker's measured profile (or why it could not measure). kNotFound for an unknown worker
   // or request; kPermissionDenied / kInvalidArgument as ProfileCache::Report.
-  absl::Status ReportProfile(const v1::ReportProfileRequest& request,
+  absl::Status ReportProfile(const auth::Identity& caller, const v1::ReportProfileRequest& request,
                              v1::ReportProfileResponse* response);
 
   // --- Admin: quotas (admin.proto; docs/scheduling.md). `caller` must be an admin
@@ -390,6 +403,12 @@ class CoordinatorService {
   // does (the WorkerLost event, then EndJobLocked, as CheckHealthLocked), naming the missing
   // ranks and workers.
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // `dir` (a checked --resume-from) when `caller` may resume from it: an admin from any; a user
+  // only from a checkpoint its manifest says a job of the user's tenant wrote, inside that job's
+  // checkpoint folder. kPermissionDenied otherwise.
+  absl::StatusOr<std::string> CheckResumeOwner(const auth::Identity& caller, const std::string& dir)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
@@ -488,8 +507,9 @@ class CoordinatorService {
   // runs in running job `job_id`; "stage <stage>" when it runs none.
   std::string RankNameLocked(const std::string& job_id, const std::string& worker_id,
                              int stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when `worker` is rank (stage, replica) of running job `job_id` (and, for a job recovered at
-  // a restart, has claimed that rank back: kFailedPrecondition otherwise).
+  // OK when `worker` is rank (stage, replica) of running job `job_id` (kPermissionDenied "worker
+  // w-1 is not stage 1 of job job-1 (w-2 is)" otherwise) and, for a job recovered at a restart,
+  // has claimed that rank back (kFailedPrecondition otherwise).
   absl::Status CheckRankLocked(const std::string& job_id, const std::string& worker, int stage,
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)

@@ -1,6 +1,7 @@
 #include "coordinator/service/coordinator_service.h"
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,7 +85,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     req.add_devices(device);
     req.set_name(name);
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     EXPECT_EQ(resp.heartbeat_interval_ms(), 500);
     return resp.worker_id();
   }
@@ -94,7 +95,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     req.set_worker_id(worker);
     req.set_running_job_id(running);
     v1::HeartbeatResponse resp;
-    EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker((req).worker_id()), req, &resp).ok());
     return resp;
   }
   // Registers four workers, submits `spec` (2 stages x 2 replicas) as job-1 and starts it:
@@ -163,7 +164,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     req.set_kind(kind);
     if (fill) fill(&req);
     v1::ProgressAck ack;
-    absl::Status s = svc_->ReportProgress(req, &ack);
+    absl::Status s = svc_->ReportProgress(auth::TestWorker((req).worker_id()), req, &ack);
     if (!s.ok()) return s;
     return ack;
   }
@@ -182,7 +183,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    EXPECT_TRUE(svc_->GetJob(req, &job).ok()) << id;
+    EXPECT_TRUE(svc_->GetJob(auth::TestAdmin(), req, &job).ok()) << id;
     return job;
   }
 
@@ -190,14 +191,14 @@ class CoordinatorServiceTest : public ::testing::Test {
     v1::CancelJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    absl::Status s = svc_->CancelJob(req, &job);
+    absl::Status s = svc_->CancelJob(auth::TestAdmin(), req, &job);
     if (!s.ok()) return s;
     return job;
   }
 
   v1::WorkerInfo Worker(const std::string& id) {
     v1::ListWorkersResponse resp;
-    EXPECT_TRUE(svc_->ListWorkers({}, &resp).ok());
+    EXPECT_TRUE(svc_->ListWorkers(auth::TestAdmin(), {}, &resp).ok());
     for (const v1::WorkerInfo& w : resp.workers()) {
       if (w.id() == id) return w;
     }
@@ -243,7 +244,7 @@ TEST_F(CoordinatorServiceTest, InvalidSpecIsRejectedWithTheParsersMessageAndNotS
     EXPECT_EQ(job.status().message(), expected.status().message());
   }
   v1::ListJobsResponse list;
-  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);
   // Nothing stored means the next id is still job-1.
   EXPECT_EQ(Submit(Spec())->id(), "job-1");
@@ -300,7 +301,7 @@ TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
     v1::GetPeersRequest peers_req;
     peers_req.set_job_id("job-1");
     v1::GetPeersResponse peers;
-    ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+    ASSERT_TRUE(svc_->GetPeers(auth::TestWorker("w-1"), peers_req, &peers).ok());
     EXPECT_FALSE(peers.complete());
     EXPECT_FALSE(peers.job_ended());
     v1::PublishEndpointRequest pub;
@@ -309,7 +310,7 @@ TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
     pub.set_stage(stage);
     pub.set_ucx_address(absl::StrCat("addr-", stage));
     v1::PublishEndpointResponse pub_resp;
-    ASSERT_TRUE(svc_->PublishEndpoint(pub, &pub_resp).ok());
+    ASSERT_TRUE(svc_->PublishEndpoint(auth::TestWorker((pub).worker_id()), pub, &pub_resp).ok());
   }
   {
     v1::PublishEndpointRequest wrong;
@@ -317,14 +318,14 @@ TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
     wrong.set_worker_id(w1);
     wrong.set_stage(1);
     v1::PublishEndpointResponse r;
-    absl::Status s = svc_->PublishEndpoint(wrong, &r);
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    absl::Status s = svc_->PublishEndpoint(auth::TestWorker((wrong).worker_id()), wrong, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
     EXPECT_EQ(s.message(), "worker w-1 is not stage 1 of job job-1 (w-2 is)");
   }
   v1::GetPeersRequest peers_req;
   peers_req.set_job_id("job-1");
   v1::GetPeersResponse peers;
-  ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+  ASSERT_TRUE(svc_->GetPeers(auth::TestWorker("w-1"), peers_req, &peers).ok());
   EXPECT_TRUE(peers.complete());
   ASSERT_EQ(peers.peers_size(), 2);
   EXPECT_EQ(peers.peers(0).worker_id(), "w-1");
@@ -390,7 +391,7 @@ TEST_F(CoordinatorServiceTest, SubmitScheduleAssignProgressDoneSucceeds) {
   auto late = Report(w2, "job-1", 1, v1::PROGRESS_STEP);
   ASSERT_TRUE(late.ok());
   EXPECT_TRUE(late->abort());
-  ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+  ASSERT_TRUE(svc_->GetPeers(auth::TestWorker("w-1"), peers_req, &peers).ok());
   EXPECT_TRUE(peers.job_ended());
   EXPECT_TRUE(Heartbeat(w2, "job-1").abort_job_ids().size() == 1);
 }
@@ -453,7 +454,7 @@ TEST_F(CoordinatorServiceTest, AJobThatDoesNotFitDoesNotBlockTheOnesBehindIt) {
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(Get("job-1").worker_ids(), ElementsAre(w2, w3));
   v1::ListJobsResponse list;
-  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   ASSERT_EQ(list.jobs_size(), 2);
   EXPECT_EQ(list.jobs(0).id(), "job-2");  // newest first
 }
@@ -622,7 +623,7 @@ TEST_F(CoordinatorServiceTest, ACoordinatorStallDoesNotKillHealthyWorkers) {
 
 std::vector<std::string> WorkerIds(CoordinatorService& svc) {
   v1::ListWorkersResponse resp;
-  EXPECT_TRUE(svc.ListWorkers({}, &resp).ok());
+  EXPECT_TRUE(svc.ListWorkers(auth::TestAdmin(), {}, &resp).ok());
   std::vector<std::string> ids;
   for (const v1::WorkerInfo& w : resp.workers()) ids.push_back(w.id());
   return ids;
@@ -682,7 +683,7 @@ TEST_F(CoordinatorServiceTest, ZeroRetentionForgetsADeadWorkerInTheSamePass) {
 TEST_F(CoordinatorServiceTest, AnEmptyJobIdIsAnInvalidArgumentNotAMissingJob) {
   v1::GetJobRequest get;
   v1::Job job;
-  absl::Status s = svc_->GetJob(get, &job);
+  absl::Status s = svc_->GetJob(auth::TestAdmin(), get, &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "job_id must not be empty");
   auto cancelled = Cancel("");
@@ -690,7 +691,7 @@ TEST_F(CoordinatorServiceTest, AnEmptyJobIdIsAnInvalidArgumentNotAMissingJob) {
   EXPECT_EQ(cancelled.status().message(), "job_id must not be empty");
   v1::WatchJobRequest watch;
   s = svc_->WatchJob(
-      watch, [](const v1::JobEvent&) { return true; }, [] { return false; });
+      auth::TestAdmin(), watch, [](const v1::JobEvent&) { return true; }, [] { return false; });
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "job_id must not be empty");
 }
@@ -706,7 +707,8 @@ TEST_F(CoordinatorServiceTest, EndWatchesEndsOpenAndLaterWatchesButNothingElse) 
   int sent = 0;
   const absl::Time start = absl::Now();
   absl::Status s = svc_->WatchJob(
-      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [] { return false; });
+      auth::TestAdmin(), req, [&](const v1::JobEvent&) { return ++sent > 0; },
+      [] { return false; });
   ender.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(s.message(), "coordinator is shutting down");
@@ -715,7 +717,8 @@ TEST_F(CoordinatorServiceTest, EndWatchesEndsOpenAndLaterWatchesButNothingElse) 
   // A later watch ends at once, without a snapshot; other calls still work.
   sent = 0;
   s = svc_->WatchJob(
-      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [] { return false; });
+      auth::TestAdmin(), req, [&](const v1::JobEvent&) { return ++sent > 0; },
+      [] { return false; });
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(sent, 0);
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
@@ -793,10 +796,12 @@ TEST_F(CoordinatorServiceTest,
   EXPECT_EQ(interrupted.events(interrupted.events_size() - 2).reason(), "WorkerLost");
 }
 
-// A worker registering again after the restart, claiming `stage` of `job` as `id`.
+// A worker registering again after the restart, claiming `stage` of `job` as `id`, with the
+// credential of `id` unless `caller` is given.
 v1::RegisterWorkerResponse Claim(CoordinatorService* svc, const std::string& id,
                                  const std::string& job, int stage, int pid, bool done = false,
-                                 int64_t last_step = 1) {
+                                 int64_t last_step = 1,
+                                 std::optional<auth::Identity> caller = std::nullopt) {
   v1::RegisterWorkerRequest req;
   req.set_hostname("localhost");
   req.set_pid(pid);
@@ -807,7 +812,7 @@ v1::RegisterWorkerResponse Claim(CoordinatorService* svc, const std::string& id,
   req.mutable_reattach()->set_last_step(last_step);
   req.mutable_reattach()->set_done(done);
   v1::RegisterWorkerResponse resp;
-  EXPECT_TRUE(svc->RegisterWorker(req, &resp).ok());
+  EXPECT_TRUE(svc->RegisterWorker(caller.value_or(auth::TestWorker(id)), req, &resp).ok());
   return resp;
 }
 
@@ -829,6 +834,13 @@ TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn
   // Reports of a worker not back yet: "unknown worker" (the rank retries them).
   EXPECT_EQ(Report(w2, job, 1, v1::PROGRESS_STEP).status().code(), absl::StatusCode::kNotFound);
 
+  // A claim proves nothing without the claimed worker's own credential (docs/security.md).
+  for (const auth::Identity& caller : {auth::TestJoin(), auth::TestWorker(w2)}) {
+    v1::RegisterWorkerResponse stolen = Claim(svc_.get(), w1, job, 0, 899, false, 1, caller);
+    EXPECT_FALSE(stolen.reattached());
+    EXPECT_THAT(stolen.reattach_refused(), HasSubstr("must carry that worker's credential"));
+    EXPECT_NE(stolen.worker_id(), w1);
+  }
   // Identity: a worker may take back only the rank the database says it held.
   v1::RegisterWorkerResponse wrong = Claim(svc_.get(), w2, job, 0, 900);
   EXPECT_FALSE(wrong.reattached());
@@ -919,7 +931,24 @@ TEST_F(CoordinatorServiceTest, ReportsAreCheckedAgainstThePlan) {
   std::string w1, w2;
   const std::string id = StartTwoStageJob(&w1, &w2);
   auto wrong = Report(w1, id, 1, v1::PROGRESS_STEP);
-  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied);  // w2's rank
+  // A worker's credential acts for that worker alone, and only workers report.
+  v1::ProgressReport theirs;
+  theirs.set_worker_id(w1);
+  theirs.set_job_id(id);
+  theirs.set_kind(v1::PROGRESS_STEP);
+  v1::ProgressAck ack;
+  for (const auth::Identity& caller : {auth::TestWorker(w2), auth::TestAdmin(),
+                                       auth::TestUser("team-a", "alice"), auth::TestJoin()}) {
+    EXPECT_EQ(svc_->ReportProgress(caller, theirs, &ack).code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  v1::GetPeersRequest peers;
+  peers.set_job_id(id);
+  v1::GetPeersResponse peers_resp;
+  EXPECT_EQ(svc_->GetPeers(auth::TestWorker("w-9"), peers, &peers_resp).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(svc_->GetPeers(auth::TestWorker(w2), peers, &peers_resp).ok());
   auto outside = Report(w1, id, 5, v1::PROGRESS_STEP);
   EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Report(w1, "job-9", 0, v1::PROGRESS_STEP).status().code(), absl::StatusCode::kNotFound);
@@ -945,7 +974,7 @@ TEST_F(CoordinatorServiceTest, WatchJobStreamsChangesUntilTheTerminalState) {
     v1::WatchJobRequest req;
     req.set_job_id(id);
     result = svc_->WatchJob(
-        req,
+        auth::TestAdmin(), req,
         [&](const v1::JobEvent& e) {
           absl::MutexLock lock(&mu);
           events.push_back(e.job());
@@ -994,7 +1023,8 @@ TEST_F(CoordinatorServiceTest, WatchJobEndsOnClientCancelAndShutdown) {
   });
   const absl::Time start = absl::Now();
   absl::Status s = svc_->WatchJob(
-      req, [&](const v1::JobEvent&) { return ++sent > 0; }, [&] { return gone.load(); });
+      auth::TestAdmin(), req, [&](const v1::JobEvent&) { return ++sent > 0; },
+      [&] { return gone.load(); });
   client.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(sent, 1);
@@ -1005,13 +1035,14 @@ TEST_F(CoordinatorServiceTest, WatchJobEndsOnClientCancelAndShutdown) {
     svc_->Shutdown();
   });
   s = svc_->WatchJob(
-      req, [](const v1::JobEvent&) { return true; }, [] { return false; });
+      auth::TestAdmin(), req, [](const v1::JobEvent&) { return true; }, [] { return false; });
   stopper.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
 
   req.set_job_id("job-9");
   EXPECT_EQ(svc_->WatchJob(
-                    req, [](const v1::JobEvent&) { return true; }, [] { return false; })
+                    auth::TestAdmin(), req, [](const v1::JobEvent&) { return true; },
+                    [] { return false; })
                 .code(),
             absl::StatusCode::kNotFound);
 }
@@ -1026,7 +1057,7 @@ TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorker
   ASSERT_TRUE(svc.ok()) << svc.status();
   (*svc)->Start();
   v1::RegisterWorkerResponse reg;
-  ASSERT_TRUE((*svc)->RegisterWorker({}, &reg).ok());
+  ASSERT_TRUE((*svc)->RegisterWorker(auth::TestJoin(), {}, &reg).ok());
   v1::SubmitJobRequest submit;
   submit.set_spec_yaml(Spec(1));
   v1::SubmitJobResponse submitted;
@@ -1039,7 +1070,7 @@ TEST(CoordinatorServiceThreadTest, BackgroundThreadSchedulesAndDetectsDeadWorker
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   bool seen_running = false;
   while (absl::Now() < deadline) {
-    ASSERT_TRUE((*svc)->GetJob(get, &job).ok());
+    ASSERT_TRUE((*svc)->GetJob(auth::TestAdmin(), get, &job).ok());
     seen_running |= job.state() == v1::JOB_STATE_RUNNING;
     if (job.state() == v1::JOB_STATE_FAILED) break;
     absl::SleepFor(absl::Milliseconds(5));
@@ -1095,7 +1126,7 @@ TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
   EXPECT_EQ(Get("job-2").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
   EXPECT_EQ(Get("job-3").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
   v1::ListJobsResponse list;
-  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   EXPECT_EQ(list.jobs(2).message(), "waiting for 3 idle workers: 0 registered, 0 idle");
 
   // No head-of-line blocking: job-1 does not fit, so job-2 and job-3 behind it start.
@@ -1122,7 +1153,7 @@ TEST_F(CoordinatorServiceTest, PendingJobsSayWhyTheyWait) {
   std::atomic<bool> stop{false};
   std::thread watcher([&] {
     (void)svc_->WatchJob(
-        watch,
+        auth::TestAdmin(), watch,
         [&](const v1::JobEvent& e) {
           absl::MutexLock lock(&mu);
           seen.push_back(e.job().message());
@@ -1179,18 +1210,18 @@ TEST_F(CoordinatorServiceTest, DeregisteringABusyWorkerFailsItsJobAtOnce) {
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(w2);
   v1::DeregisterWorkerResponse resp;
-  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  ASSERT_TRUE(svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp).ok());
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.message(), "worker w-2 (stage 1 of job job-1) shut down");
   v1::ListWorkersResponse workers;
-  ASSERT_TRUE(svc_->ListWorkers({}, &workers).ok());
+  ASSERT_TRUE(svc_->ListWorkers(auth::TestAdmin(), {}, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1);
   EXPECT_EQ(workers.workers(0).id(), w1);
   // The other rank is told to stop; the gone worker is unknown from now on.
   EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
   EXPECT_TRUE(Heartbeat(w2, id).unknown_worker());
-  absl::Status again = svc_->DeregisterWorker(req, &resp);
+  absl::Status again = svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp);
   EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(again.message(), "unknown worker w-2");
 }
@@ -1205,7 +1236,7 @@ TEST_F(CoordinatorServiceTest, DeregisteringBeforeDeliveryFailsTheJobAndFreesThe
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(w1);
   v1::DeregisterWorkerResponse resp;
-  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  ASSERT_TRUE(svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp).ok());
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Get("job-1").message(), "worker w-1 (stage 0 of job job-1) shut down");
   EXPECT_EQ(Worker(w2).state(), v1::WORKER_STATE_IDLE);
@@ -1217,13 +1248,13 @@ TEST_F(CoordinatorServiceTest, DeregisteringAnIdleWorkerIsNeverScheduledAgain) {
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(w1);
   v1::DeregisterWorkerResponse resp;
-  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  ASSERT_TRUE(svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp).ok());
   ASSERT_TRUE(Submit(Spec(1)).ok());
   svc_->Tick();
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(Get("job-1").message(), "waiting for 1 idle worker: 0 registered, 0 idle");
   req.set_worker_id("w-9");
-  absl::Status unknown = svc_->DeregisterWorker(req, &resp);
+  absl::Status unknown = svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(unknown.message(), "unknown worker w-9");
 }
@@ -1278,7 +1309,10 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsForItsModelToBeMeasuredTh
   EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_PENDING);
 
   v1::ReportProfileResponse resp;
-  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w1, hb.profile_request()), &resp).ok());
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w1, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
   svc_->Tick();
   job = Get(job.id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
@@ -1302,13 +1336,16 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileFailureOrDeathRunsTheEstimatedPlan
   ASSERT_TRUE(hb.has_profile_request());
   // A report from another worker is refused and changes nothing.
   v1::ReportProfileResponse resp;
-  EXPECT_EQ(svc_->ReportProfile(MeasuredAnswer(w2, hb.profile_request()), &resp).code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w2, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w2, hb.profile_request()), &resp)
+          .code(),
+      absl::StatusCode::kPermissionDenied);
   v1::ReportProfileRequest failed;
   failed.set_worker_id(w1);
   failed.set_request_id(hb.profile_request().request_id());
   failed.set_error("model.layers[1] (linear): out of memory");
-  ASSERT_TRUE(svc_->ReportProfile(failed, &resp).ok());
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker((failed).worker_id()), failed, &resp).ok());
   svc_->Tick();
   v1::Job job = Get(submitted->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
@@ -1367,7 +1404,10 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerStillMeasuringIsNotAskedAga
   EXPECT_EQ(hb.profile_request().spec().name(), "demo");
   EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
   v1::ReportProfileResponse resp;
-  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w2, hb.profile_request()), &resp).ok());
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w2, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w2, hb.profile_request()), &resp)
+          .ok());
   svc_->Tick();
   v1::Job job = Get(small->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
@@ -1394,7 +1434,11 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasu
   EXPECT_FALSE(Heartbeat(w1).has_profile_request());
   // The first measurement ends (and is cached); then w-1 is asked for the second model.
   v1::ReportProfileResponse resp;
-  ASSERT_TRUE(svc_->ReportProfile(MeasuredAnswer(w1, big_request.profile_request()), &resp).ok());
+  ASSERT_TRUE(
+      svc_->ReportProfile(
+              auth::TestWorker((MeasuredAnswer(w1, big_request.profile_request())).worker_id()),
+              MeasuredAnswer(w1, big_request.profile_request()), &resp)
+          .ok());
   svc_->Tick();
   EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
   v1::HeartbeatResponse hb = Heartbeat(w1);
@@ -1407,7 +1451,7 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasu
   busy.set_worker_id(w1);
   busy.set_request_id(hb.profile_request().request_id());
   busy.set_error(absl::StrCat("worker ", w1, " is measuring another model (request profile-1)"));
-  ASSERT_TRUE(svc_->ReportProfile(busy, &resp).ok());
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker((busy).worker_id()), busy, &resp).ok());
   svc_->Tick();
   job = Get(small->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
@@ -1428,7 +1472,7 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerThatDeregistersFailsItsRequ
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(w1);
   v1::DeregisterWorkerResponse resp;
-  ASSERT_TRUE(svc_->DeregisterWorker(req, &resp).ok());
+  ASSERT_TRUE(svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp).ok());
   svc_->Tick();  // no time passed: not the 60 s deadline
   v1::Job job = Get(submitted->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
@@ -1452,7 +1496,7 @@ absl::Status Publish(CoordinatorService* svc, const std::string& job, const std:
   pub.set_replica(replica);
   pub.set_ucx_address(absl::StrCat("addr-", stage, "-", replica));
   v1::PublishEndpointResponse resp;
-  return svc->PublishEndpoint(pub, &resp);
+  return svc->PublishEndpoint(auth::TestWorker((pub).worker_id()), pub, &resp);
 }
 
 TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
@@ -1470,12 +1514,12 @@ TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
   peers_req.set_job_id("job-1");
   v1::GetPeersResponse peers;
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+    ASSERT_TRUE(svc_->GetPeers(auth::TestWorker("w-1"), peers_req, &peers).ok());
     EXPECT_FALSE(peers.complete());
     ASSERT_TRUE(Publish(svc_.get(), "job-1", w[i], i / 2, i % 2).ok()) << w[i];
   }
   peers.Clear();
-  ASSERT_TRUE(svc_->GetPeers(peers_req, &peers).ok());
+  ASSERT_TRUE(svc_->GetPeers(auth::TestWorker("w-1"), peers_req, &peers).ok());
   EXPECT_TRUE(peers.complete());
   ASSERT_EQ(peers.peers_size(), 4);
   EXPECT_EQ(peers.peers(3).replica(), 1);
@@ -1484,7 +1528,7 @@ TEST_F(CoordinatorServiceTest, ReplicatedStagesRunOneWorkerPerRank) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "job job-1 has replicas 0..1 of stage 0, got replica 2");
   s = Publish(svc_.get(), "job-1", w[0], 1, 1);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "worker w-1 is not stage 1 replica 1 of job job-1 (w-4 is)");
 
   // Only replica 0 of the last stage counts the loss; replica 1's report is stats only.
@@ -1570,7 +1614,7 @@ TEST_F(CoordinatorServiceTest, StoreServesOnlyTheJobsRanksWhileItRuns) {
     req.set_key(key);
     req.set_value(value);
     v1::StoreSetResponse resp;
-    return svc_->StoreSet(req, &resp);
+    return svc_->StoreSet(auth::TestWorker((req).worker_id()), req, &resp);
   };
   auto get = [&](const std::string& worker, std::vector<std::string> keys,
                  v1::StoreGetResponse* resp) {
@@ -1579,7 +1623,7 @@ TEST_F(CoordinatorServiceTest, StoreServesOnlyTheJobsRanksWhileItRuns) {
     req.set_worker_id(worker);
     for (const std::string& k : keys) req.add_keys(k);
     resp->Clear();
-    return svc_->StoreGet(req, resp);
+    return svc_->StoreGet(auth::TestWorker((req).worker_id()), req, resp);
   };
   v1::StoreGetResponse resp;
   ASSERT_TRUE(get(w[0], {"job-1/stage-0/1"}, &resp).ok());

@@ -16,6 +16,7 @@
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "common/steps.h"
+#include "coordinator/auth/access.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/service/coordinator_service.h"
 
@@ -33,15 +34,23 @@ void MarkStraggler(const StragglerDetector& stragglers, int stage, int replica, 
 
 }  // namespace
 
-absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest& request,
+absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
+                                                const v1::RegisterWorkerRequest& request,
                                                 v1::RegisterWorkerResponse* response) {
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   WorkerRecord* reattached = nullptr;
   if (request.has_reattach()) {
     // A worker that ran a rank before this coordinator (re)started:
-    // coordinator_service_reattach.cc.
-    const std::string refused = ReattachLocked(request, now, &reattached);
+    // coordinator_service_reattach.cc. Only the claimed worker's own credential may claim its
+    // rank (contract 4): the join token proves no particular worker.
+    const std::string& claimed = request.reattach().worker_id();
+    const std::string refused =
+        caller.role == auth::Role::kWorker && caller.user == claimed
+            ? ReattachLocked(request, now, &reattached)
+            : absl::StrCat("a claim of worker ", claimed,
+                           "'s rank must carry that worker's credential, not a ",
+                           auth::RoleName(caller.role), " token");
     if (!refused.empty() && request.reattach().done()) {
       // A worker whose last rank finished says so at every registration until its next job.
       DAPPLE_LOG_INFO("worker {} claims finished {} stage {} replica {}: not taken: {}",
@@ -80,8 +89,10 @@ absl::Status CoordinatorService::RegisterWorker(const v1::RegisterWorkerRequest&
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
+absl::Status CoordinatorService::Heartbeat(const auth::Identity& caller,
+                                           const v1::HeartbeatRequest& request,
                                            v1::HeartbeatResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   WorkerRecord* worker = workers_.Find(request.worker_id());
   if (worker == nullptr || worker->info.state() == v1::WORKER_STATE_DEAD) {
@@ -132,8 +143,10 @@ absl::Status CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::PublishEndpoint(const v1::PublishEndpointRequest& request,
+absl::Status CoordinatorService::PublishEndpoint(const auth::Identity& caller,
+                                                 const v1::PublishEndpointRequest& request,
                                                  v1::PublishEndpointResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
   worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
@@ -144,10 +157,23 @@ absl::Status CoordinatorService::PublishEndpoint(const v1::PublishEndpointReques
   return rendezvous_.Publish(request);
 }
 
-absl::Status CoordinatorService::GetPeers(const v1::GetPeersRequest& request,
+absl::Status CoordinatorService::GetPeers(const auth::Identity& caller,
+                                          const v1::GetPeersRequest& request,
                                           v1::GetPeersResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, caller.user));
   absl::MutexLock lock(&mu_);
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
+  // Only the job's own ranks learn its endpoints.
+  auto run = running_.find(job.id());
+  if (run == running_.end()) {
+    response->set_job_ended(job.state() != v1::JOB_STATE_RUNNING);
+    return absl::OkStatus();
+  }
+  const std::vector<std::string>& ranks = run->second.worker_ids;
+  if (std::find(ranks.begin(), ranks.end(), caller.user) == ranks.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", caller.user, " runs no rank of job ", job.id()));
+  }
   for (v1::PeerEndpoint& peer : rendezvous_.Peers(job.id())) {
     *response->add_peers() = std::move(peer);
   }
@@ -156,8 +182,10 @@ absl::Status CoordinatorService::GetPeers(const v1::GetPeersRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::ReportProgress(const v1::ProgressReport& request,
+absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
+                                                const v1::ProgressReport& request,
                                                 v1::ProgressAck* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
@@ -351,8 +379,10 @@ absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocke
   return &run->second;
 }
 
-absl::Status CoordinatorService::StoreSet(const v1::StoreSetRequest& request,
+absl::Status CoordinatorService::StoreSet(const auth::Identity& caller,
+                                          const v1::StoreSetRequest& request,
                                           v1::StoreSetResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   DAPPLE_ASSIGN_OR_RETURN(RunState * run, StoreUserLocked(request.job_id(), request.worker_id()));
   const std::string& key = request.key();
@@ -388,8 +418,10 @@ absl::Status CoordinatorService::StoreSet(const v1::StoreSetRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::StoreGet(const v1::StoreGetRequest& request,
+absl::Status CoordinatorService::StoreGet(const auth::Identity& caller,
+                                          const v1::StoreGetRequest& request,
                                           v1::StoreGetResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   if (request.keys().empty()) {
     return absl::InvalidArgumentError("store get of job " + request.job_id() + " names no keys");
@@ -409,8 +441,10 @@ absl::Status CoordinatorService::StoreGet(const v1::StoreGetRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::ReportProfile(const v1::ReportProfileRequest& request,
+absl::Status CoordinatorService::ReportProfile(const auth::Identity& caller,
+                                               const v1::ReportProfileRequest& request,
                                                v1::ReportProfileResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(request.worker_id()).status());
   v1::ReportProfileRequest report = request;
@@ -430,8 +464,10 @@ absl::Status CoordinatorService::ReportProfile(const v1::ReportProfileRequest& r
   return s;
 }
 
-absl::Status CoordinatorService::DeregisterWorker(const v1::DeregisterWorkerRequest& request,
+absl::Status CoordinatorService::DeregisterWorker(const auth::Identity& caller,
+                                                  const v1::DeregisterWorkerRequest& request,
                                                   v1::DeregisterWorkerResponse* response) {
+  DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
   WorkerRecord* worker = workers_.Find(request.worker_id());
   if (worker == nullptr) {

@@ -229,7 +229,7 @@ class EmulatedJobTest : public ::testing::Test {
     req.set_pid(next_pid_++);
     req.add_devices("cpu");
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     return resp.worker_id();
   }
 
@@ -253,7 +253,7 @@ TEST_F(EmulatedJobTest, PlanDevicesSayEmulatedAndAssignmentsKeepTheWorkersDevice
   v1::GetJobRequest get;
   get.set_job_id(resp.job().id());
   v1::Job job;
-  ASSERT_TRUE(svc_->GetJob(get, &job).ok());
+  ASSERT_TRUE(svc_->GetJob(auth::TestAdmin(), get, &job).ok());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
   EXPECT_TRUE(job.plan().emulated());
   ASSERT_EQ(job.plan().stages_size(), 2);
@@ -266,7 +266,7 @@ TEST_F(EmulatedJobTest, PlanDevicesSayEmulatedAndAssignmentsKeepTheWorkersDevice
     v1::HeartbeatRequest hb;
     hb.set_worker_id(worker);
     v1::HeartbeatResponse hb_resp;
-    ASSERT_TRUE(svc_->Heartbeat(hb, &hb_resp).ok());
+    ASSERT_TRUE(svc_->Heartbeat(auth::TestWorker((hb).worker_id()), hb, &hb_resp).ok());
     ASSERT_TRUE(hb_resp.has_assignment()) << worker;
     const v1::StageAssignment& a = hb_resp.assignment();
     EXPECT_EQ(a.device(), "cpu") << worker;  // one of the worker's devices (worker.proto)

@@ -67,130 +67,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-grpc::Status GrpcCoordinator::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
-                                        v1::SubmitJobResponse* response) {
-  // Until every RPC is authenticated (issue 16, the next change), a caller is the cluster's
-  // administrator, as every caller was before owners existed.
-  const auth::Identity caller{"admin", "", auth::Role::kAdmin, ""};
-  return ToGrpcStatus(service_->SubmitJob(caller, *request, response));
-}
-
-grpc::Status GrpcCoordinator::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
-                                     v1::Job* response) {
-  return ToGrpcStatus(service_->GetJob(*request, response));
-}
-
-grpc::Status GrpcCoordinator::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
-                                       v1::ListJobsResponse* response) {
-  return ToGrpcStatus(service_->ListJobs(*request, response));
-}
-
-grpc::Status GrpcCoordinator::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                                        v1::Job* response) {
-  return ToGrpcStatus(service_->CancelJob(*request, response));
-}
-
-grpc::Status GrpcCoordinator::WatchJob(grpc::ServerContext* context,
-                                       const v1::WatchJobRequest* request,
-                                       grpc::ServerWriter<v1::JobEvent>* writer) {
-  return ToGrpcStatus(service_->WatchJob(
-      *request, [writer](const v1::JobEvent& event) { return writer->Write(event); },
-      [context] { return context->IsCancelled(); }));
-}
-
-grpc::Status GrpcCoordinator::ListWorkers(grpc::ServerContext*,
-                                          const v1::ListWorkersRequest* request,
-                                          v1::ListWorkersResponse* response) {
-  return ToGrpcStatus(service_->ListWorkers(*request, response));
-}
-
-grpc::Status GrpcCoordinator::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* request,
-                                      v1::PlanJobResponse* response) {
-  return ToGrpcStatus(service_->PlanJob(*request, response));
-}
-
-grpc::Status GrpcCoordinator::CheckpointJob(grpc::ServerContext*,
-                                            const v1::CheckpointJobRequest* request,
-                                            v1::CheckpointJobResponse* response) {
-  return ToGrpcStatus(service_->CheckpointJob(*request, response));
-}
-
-grpc::Status GrpcCoordinator::GetJobTrace(grpc::ServerContext*,
-                                          const v1::GetJobTraceRequest* request,
-                                          v1::JobTrace* response) {
-  return ToGrpcStatus(service_->GetJobTrace(*request, response));
-}
-
-grpc::Status GrpcCoordinator::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* request,
-                                         v1::GetJobLogsResponse* response) {
-  return ToGrpcStatus(service_->GetJobLogs(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::RegisterWorker(grpc::ServerContext*,
-                                               const v1::RegisterWorkerRequest* request,
-                                               v1::RegisterWorkerResponse* response) {
-  return ToGrpcStatus(service_->RegisterWorker(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
-                                          v1::HeartbeatResponse* response) {
-  return ToGrpcStatus(service_->Heartbeat(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::PublishEndpoint(grpc::ServerContext*,
-                                                const v1::PublishEndpointRequest* request,
-                                                v1::PublishEndpointResponse* response) {
-  return ToGrpcStatus(service_->PublishEndpoint(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::GetPeers(grpc::ServerContext*, const v1::GetPeersRequest* request,
-                                         v1::GetPeersResponse* response) {
-  return ToGrpcStatus(service_->GetPeers(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::StoreSet(grpc::ServerContext*, const v1::StoreSetRequest* request,
-                                         v1::StoreSetResponse* response) {
-  return ToGrpcStatus(service_->StoreSet(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::StoreGet(grpc::ServerContext*, const v1::StoreGetRequest* request,
-                                         v1::StoreGetResponse* response) {
-  return ToGrpcStatus(service_->StoreGet(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::ReportProgress(grpc::ServerContext*,
-                                               const v1::ProgressReport* request,
-                                               v1::ProgressAck* response) {
-  return ToGrpcStatus(service_->ReportProgress(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::DeregisterWorker(grpc::ServerContext*,
-                                                 const v1::DeregisterWorkerRequest* request,
-                                                 v1::DeregisterWorkerResponse* response) {
-  return ToGrpcStatus(service_->DeregisterWorker(*request, response));
-}
-
-grpc::Status GrpcWorkerControl::ReportProfile(grpc::ServerContext*,
-                                              const v1::ReportProfileRequest* request,
-                                              v1::ReportProfileResponse* response) {
-  return ToGrpcStatus(service_->ReportProfile(*request, response));
-}
-
-absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                              CoordinatorService* service) {
-  return Start(address, service, nullptr);
-}
-
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
-    const std::string& address, CoordinatorService* service,
+    const std::string& address, CoordinatorService* service, GrpcAuth auth,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
-  std::unique_ptr<GrpcServer> server(new GrpcServer(service));
+  if (auth.authenticator == nullptr || auth.credentials == nullptr || auth.audit == nullptr) {
+    return absl::InvalidArgumentError(
+        "GrpcServer::Start needs an authenticator, a credential "
+        "store and an audit log");
+  }
+  std::unique_ptr<GrpcServer> server(new GrpcServer(service, auth));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address,
                            credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(&server->coordinator_);
   builder.RegisterService(&server->worker_control_);
+  builder.RegisterService(&server->admin_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // `dapplectl watch` keeps a quiet stream open for as long as a job runs and pings it every

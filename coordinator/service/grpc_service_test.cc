@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "coordinator/jobs/test_db.h"
+#include "coordinator/service/grpc_auth_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -55,7 +56,8 @@ class GrpcServiceTest : public ::testing::Test {
     ASSERT_TRUE(svc.ok()) << svc.status();
     service_ = std::move(*svc);
     service_->Start();
-    auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
+    auth_ = std::make_unique<TestGrpcAuth>(options.db_path);
+    auto server = GrpcServer::Start("127.0.0.1:0", service_.get(), auth_->auth());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     ASSERT_GT(server_->port(), 0);
@@ -71,6 +73,7 @@ class GrpcServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<TestGrpcAuth> auth_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<v1::WorkerControl::Stub> workers_;
@@ -83,6 +86,7 @@ TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
   v1::SubmitJobResponse submitted;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->admin_token);
     ctx.set_deadline(Deadline());
     grpc::Status s = coordinator_->SubmitJob(&ctx, submit, &submitted);
     ASSERT_TRUE(s.ok()) << s.error_message();
@@ -95,6 +99,7 @@ TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
   v1::Job job;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->admin_token);
     ctx.set_deadline(Deadline());
     ASSERT_TRUE(coordinator_->GetJob(&ctx, get, &job).ok());
   }
@@ -103,6 +108,7 @@ TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
 
   // Watch: the first event is the PENDING snapshot; a cancel ends the stream with CANCELLED.
   grpc::ClientContext watch_ctx;
+  AddToken(&watch_ctx, auth_->admin_token);
   watch_ctx.set_deadline(Deadline());
   v1::WatchJobRequest watch;
   watch.set_job_id("job-1");
@@ -112,6 +118,7 @@ TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
   EXPECT_EQ(event.job().state(), v1::JOB_STATE_PENDING);
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->admin_token);
     ctx.set_deadline(Deadline());
     v1::CancelJobRequest cancel;
     cancel.set_job_id("job-1");
@@ -131,6 +138,7 @@ TEST_F(GrpcServiceTest, ErrorsArriveWithTheirCodeAndMessage) {
   submit.set_source_name("bad.yaml");
   v1::SubmitJobResponse resp;
   grpc::ClientContext ctx;
+  AddToken(&ctx, auth_->admin_token);
   ctx.set_deadline(Deadline());
   grpc::Status s = coordinator_->SubmitJob(&ctx, submit, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -138,6 +146,7 @@ TEST_F(GrpcServiceTest, ErrorsArriveWithTheirCodeAndMessage) {
   EXPECT_THAT(s.error_message(), HasSubstr("trainig"));
 
   grpc::ClientContext ctx2;
+  AddToken(&ctx2, auth_->admin_token);
   ctx2.set_deadline(Deadline());
   v1::GetJobRequest get;
   get.set_job_id("job-9");
@@ -148,6 +157,7 @@ TEST_F(GrpcServiceTest, ErrorsArriveWithTheirCodeAndMessage) {
 
   // Both services share the port.
   grpc::ClientContext ctx3;
+  AddToken(&ctx3, auth_->store->IssueWorkerCredential("w-5")->token);
   ctx3.set_deadline(Deadline());
   v1::HeartbeatRequest hb;
   hb.set_worker_id("w-5");
@@ -162,10 +172,12 @@ TEST_F(GrpcServiceTest, ShutdownEndsAnOpenWatchPromptly) {
   v1::SubmitJobResponse submitted;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->admin_token);
     ctx.set_deadline(Deadline());
     ASSERT_TRUE(coordinator_->SubmitJob(&ctx, submit, &submitted).ok());
   }
   grpc::ClientContext watch_ctx;
+  AddToken(&watch_ctx, auth_->admin_token);
   watch_ctx.set_deadline(Deadline());
   v1::WatchJobRequest watch;
   watch.set_job_id("job-1");
@@ -192,10 +204,12 @@ TEST_F(GrpcServiceTest, ServerShutdownEndsAnOpenWatchWithUnavailableWellBeforeTh
   v1::SubmitJobResponse submitted;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->admin_token);
     ctx.set_deadline(Deadline());
     ASSERT_TRUE(coordinator_->SubmitJob(&ctx, submit, &submitted).ok());
   }
   grpc::ClientContext watch_ctx;
+  AddToken(&watch_ctx, auth_->admin_token);
   watch_ctx.set_deadline(Deadline());
   v1::WatchJobRequest watch;
   watch.set_job_id("job-1");
@@ -221,7 +235,7 @@ namespace {
 
 TEST_F(GrpcServiceTest, APortInUseIsRefusedNamingTheReason) {
   const std::string address = absl::StrCat("127.0.0.1:", server_->port());
-  auto second = GrpcServer::Start(address, service_.get());
+  auto second = GrpcServer::Start(address, service_.get(), auth_->auth());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(second.status().message(),
@@ -232,19 +246,23 @@ TEST_F(GrpcServiceTest, DeregisterWorkerThroughARealStub) {
   v1::RegisterWorkerResponse registered;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->join_token);
     ctx.set_deadline(Deadline());
     ASSERT_TRUE(workers_->RegisterWorker(&ctx, {}, &registered).ok());
   }
+  EXPECT_EQ(registered.worker_credential().size(), 85u);
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(registered.worker_id());
   v1::DeregisterWorkerResponse resp;
   {
     grpc::ClientContext ctx;
+    AddToken(&ctx, registered.worker_credential());
     ctx.set_deadline(Deadline());
     grpc::Status s = workers_->DeregisterWorker(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   grpc::ClientContext ctx;
+  AddToken(&ctx, registered.worker_credential());
   ctx.set_deadline(Deadline());
   grpc::Status again = workers_->DeregisterWorker(&ctx, req, &resp);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::NOT_FOUND);

@@ -66,7 +66,7 @@ class HistoryHandlerTest : public ::testing::Test {
     req.set_pid(next_pid_++);
     req.add_devices("cpu");
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     return resp.worker_id();
   }
 
@@ -75,7 +75,7 @@ class HistoryHandlerTest : public ::testing::Test {
     req.set_worker_id(worker);
     req.set_running_job_id(running);
     v1::HeartbeatResponse resp;
-    EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker((req).worker_id()), req, &resp).ok());
     return resp;
   }
 
@@ -106,7 +106,7 @@ class HistoryHandlerTest : public ::testing::Test {
     r.set_kind(kind);
     if (fill) fill(&r);
     v1::ProgressAck ack;
-    return svc_->ReportProgress(r, &ack);
+    return svc_->ReportProgress(auth::TestWorker((r).worker_id()), r, &ack);
   }
 
   absl::Status Step(const std::string& job, int rank, int64_t step, double compute_s) {
@@ -133,7 +133,7 @@ class HistoryHandlerTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    absl::Status s = svc_->GetJob(req, &job);
+    absl::Status s = svc_->GetJob(auth::TestAdmin(), req, &job);
     EXPECT_TRUE(s.ok()) << s;
     return job;
   }
@@ -151,7 +151,7 @@ class HistoryHandlerTest : public ::testing::Test {
     req.set_job_id(id);
     if (fill) fill(&req);
     v1::GetJobLogsResponse resp;
-    absl::Status s = svc_->GetJobLogs(req, &resp);
+    absl::Status s = svc_->GetJobLogs(auth::TestAdmin(), req, &resp);
     if (!s.ok()) return s;
     return resp;
   }
@@ -189,7 +189,7 @@ TEST_F(HistoryHandlerTest, AJobsEventsRunFromSubmittedToSucceededAndOutliveARest
   EXPECT_EQ(done.events(3).first_unix_ms(), kStart + 1000);
   // Not in the listing, nor in the stored row: only GetJob reads them.
   v1::ListJobsResponse list;
-  ASSERT_TRUE(svc_->ListJobs({}, &list).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &list).ok());
   EXPECT_TRUE(list.jobs(0).events().empty());
   svc_.reset();
   svc_ = Open();

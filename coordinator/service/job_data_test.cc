@@ -176,7 +176,7 @@ class TextJobTest : public ::testing::Test {
     req.set_pid(next_pid_++);
     req.add_devices("cpu");
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     return resp.worker_id();
   }
 
@@ -196,12 +196,12 @@ class TextJobTest : public ::testing::Test {
     req.set_spec_yaml(yaml);
     req.set_source_name("job.yaml");
     v1::PlanJobResponse resp;
-    return svc_->PlanJob(req, &resp);
+    return svc_->PlanJob(auth::TestAdmin(), req, &resp);
   }
 
   int Jobs() {
     v1::ListJobsResponse list;
-    EXPECT_TRUE(svc_->ListJobs(v1::ListJobsRequest(), &list).ok());
+    EXPECT_TRUE(svc_->ListJobs(auth::TestAdmin(), v1::ListJobsRequest(), &list).ok());
     return list.jobs_size();
   }
 
@@ -224,14 +224,14 @@ TEST_F(TextJobTest, SubmitStoresTheResolvedDataAndAssignmentsCarryIt) {
   v1::GetJobRequest get;
   get.set_job_id(job->id());
   v1::Job running;
-  ASSERT_TRUE(svc_->GetJob(get, &running).ok());
+  ASSERT_TRUE(svc_->GetJob(auth::TestAdmin(), get, &running).ok());
   ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.message();
   EXPECT_EQ(running.metrics().total_steps(), 10);
   for (const std::string& worker : w) {
     v1::HeartbeatRequest hb;
     hb.set_worker_id(worker);
     v1::HeartbeatResponse resp;
-    ASSERT_TRUE(svc_->Heartbeat(hb, &resp).ok());
+    ASSERT_TRUE(svc_->Heartbeat(auth::TestWorker((hb).worker_id()), hb, &resp).ok());
     ASSERT_TRUE(resp.has_assignment()) << worker;
     EXPECT_EQ(resp.assignment().spec().data().file_bytes(), 100);
     EXPECT_EQ(resp.assignment().spec().data().train_samples(), 23);

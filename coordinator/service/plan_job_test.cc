@@ -124,13 +124,13 @@ class PlanJobTest : public ::testing::Test {
     req.set_device_memory_bytes(memory);
     req.set_device_memory_shared(shared);
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     return resp.worker_id();
   }
 
   absl::StatusOr<v1::PlanJobResponse> Plan(const v1::PlanJobRequest& request) {
     v1::PlanJobResponse response;
-    absl::Status s = svc_->PlanJob(request, &response);
+    absl::Status s = svc_->PlanJob(auth::TestAdmin(), request, &response);
     if (!s.ok()) return s;
     return response;
   }
@@ -149,7 +149,7 @@ class PlanJobTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    EXPECT_TRUE(svc_->GetJob(req, &job).ok()) << id;
+    EXPECT_TRUE(svc_->GetJob(auth::TestAdmin(), req, &job).ok()) << id;
     return job;
   }
 
@@ -232,7 +232,7 @@ TEST_F(PlanJobTest, ASpecIsPlannedOnTheRegisteredWorkersLikeASubmission) {
   EXPECT_EQ(r->cluster().nodes(0).name(), "host-a");
   // Nothing was stored.
   v1::ListJobsResponse jobs;
-  ASSERT_TRUE(svc_->ListJobs({}, &jobs).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
@@ -498,7 +498,7 @@ TEST_F(PlanJobTest, AnUnreadableEmulationProfileIsRefusedAtItsPlaceInTheSpec) {
     EXPECT_EQ(Plan(req).status().message(), expected);
   }
   v1::ListJobsResponse list;
-  ASSERT_TRUE(svc_->ListJobs(v1::ListJobsRequest(), &list).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);
 }
 
@@ -561,7 +561,7 @@ TEST_F(PlanJobTest, AnAutoJobIsPlannedAtSubmissionAndWaitsForItsStagesNotItsDevi
   v1::HeartbeatRequest hb;
   hb.set_worker_id(running.worker_ids(0));
   v1::HeartbeatResponse resp;
-  ASSERT_TRUE(svc_->Heartbeat(hb, &resp).ok());
+  ASSERT_TRUE(svc_->Heartbeat(auth::TestWorker((hb).worker_id()), hb, &resp).ok());
   ASSERT_TRUE(resp.has_assignment());
   EXPECT_EQ(resp.assignment().num_stages(), p);
   EXPECT_GT(resp.assignment().program().actions_size(), 0);
@@ -587,7 +587,7 @@ TEST_F(PlanJobTest, ASubmissionThatFitsNoDeviceFailsWithThePlannersMessage) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(job.status().message(), HasSubstr("but devices have"));
   v1::ListJobsResponse jobs;
-  ASSERT_TRUE(svc_->ListJobs({}, &jobs).ok());
+  ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), {}, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
@@ -661,7 +661,7 @@ TEST_F(PlanJobTest, AMeasuredProfileFromTheCacheIsPreferred) {
 TEST_F(PlanJobTest, RegisteredWorkersKeepTheirReportedMemory) {
   const std::string id = Register("h", 12 * kGiB, /*shared=*/true);
   v1::ListWorkersResponse workers;
-  ASSERT_TRUE(svc_->ListWorkers({}, &workers).ok());
+  ASSERT_TRUE(svc_->ListWorkers(auth::TestAdmin(), {}, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1);
   EXPECT_EQ(workers.workers(0).id(), id);
   EXPECT_EQ(workers.workers(0).device_memory_bytes(), 12 * kGiB);

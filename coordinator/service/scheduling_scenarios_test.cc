@@ -83,7 +83,7 @@ class SchedulingScenariosTest : public ::testing::Test {
       req.set_pid(100 + i);
       req.add_devices("cpu");
       v1::RegisterWorkerResponse resp;
-      ASSERT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+      ASSERT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     }
   }
 
@@ -117,7 +117,7 @@ class SchedulingScenariosTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    EXPECT_TRUE(svc_->GetJob(req, &job).ok()) << id;
+    EXPECT_TRUE(svc_->GetJob(auth::TestAdmin(), req, &job).ok()) << id;
     return job;
   }
 
@@ -126,13 +126,13 @@ class SchedulingScenariosTest : public ::testing::Test {
     req.set_worker_id(worker);
     req.set_running_job_id(running);
     v1::HeartbeatResponse resp;
-    EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker((req).worker_id()), req, &resp).ok());
     return resp;
   }
 
   int BusyWorkers() {
     v1::ListWorkersResponse resp;
-    EXPECT_TRUE(svc_->ListWorkers({}, &resp).ok());
+    EXPECT_TRUE(svc_->ListWorkers(auth::TestAdmin(), {}, &resp).ok());
     int busy = 0;
     for (const v1::WorkerInfo& w : resp.workers()) busy += w.state() == v1::WORKER_STATE_BUSY;
     return busy;
@@ -159,7 +159,7 @@ class SchedulingScenariosTest : public ::testing::Test {
     req.set_kind(kind);
     fill(&req);
     v1::ProgressAck ack;
-    absl::Status s = svc_->ReportProgress(req, &ack);
+    absl::Status s = svc_->ReportProgress(auth::TestWorker((req).worker_id()), req, &ack);
     if (!s.ok()) return s;
     return ack;
   }

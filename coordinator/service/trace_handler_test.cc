@@ -58,7 +58,7 @@ class TraceHandlerTest : public ::testing::Test {
     req.set_pid(next_pid_++);
     req.add_devices("cpu");
     v1::RegisterWorkerResponse resp;
-    EXPECT_TRUE(svc_->RegisterWorker(req, &resp).ok());
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
     return resp.worker_id();
   }
 
@@ -66,7 +66,7 @@ class TraceHandlerTest : public ::testing::Test {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
     v1::HeartbeatResponse resp;
-    EXPECT_TRUE(svc_->Heartbeat(req, &resp).ok());
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker((req).worker_id()), req, &resp).ok());
     return resp;
   }
 
@@ -122,14 +122,14 @@ class TraceHandlerTest : public ::testing::Test {
       *t->mutable_stats() = *st;
     }
     v1::ProgressAck ack;
-    return svc_->ReportProgress(r, &ack);
+    return svc_->ReportProgress(auth::TestWorker((r).worker_id()), r, &ack);
   }
 
   absl::StatusOr<v1::JobTrace> Trace(const std::string& job) {
     v1::GetJobTraceRequest req;
     req.set_job_id(job);
     v1::JobTrace out;
-    absl::Status s = svc_->GetJobTrace(req, &out);
+    absl::Status s = svc_->GetJobTrace(auth::TestAdmin(), req, &out);
     if (!s.ok()) return s;
     return out;
   }
@@ -138,7 +138,7 @@ class TraceHandlerTest : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
-    EXPECT_TRUE(svc_->GetJob(req, &job).ok());
+    EXPECT_TRUE(svc_->GetJob(auth::TestAdmin(), req, &job).ok());
     return job;
   }
 
@@ -224,7 +224,7 @@ TEST_F(TraceHandlerTest, TracesAreKeptAfterTheJobEndsAndAcrossARestart) {
     done.set_stage(s);
     done.set_kind(v1::PROGRESS_DONE);
     v1::ProgressAck ack;
-    ASSERT_TRUE(svc_->ReportProgress(done, &ack).ok());
+    ASSERT_TRUE(svc_->ReportProgress(auth::TestWorker((done).worker_id()), done, &ack).ok());
   }
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Trace(id)->steps_size(), 2);

@@ -93,8 +93,12 @@ class LocalClusterTest(unittest.TestCase):
         for name, pid in pids.items():
             self.assertTrue(pid_alive(pid), name)
 
+        # The admin's token, written next to the database at the first start (docs/security.md).
+        self.assertIn("export DAPPLE_TOKEN_FILE=%s/admin.token" % self.run_dir, r.stdout)
+        env = dict(os.environ, DAPPLE_TOKEN_FILE=os.path.join(self.run_dir, "admin.token"))
+        env.pop("DAPPLE_TOKEN", None)
         w = subprocess.run([DAPPLECTL, "--coordinator", address, "workers", "-o", "json"],
-                           capture_output=True, text=True, timeout=20)
+                           capture_output=True, text=True, timeout=20, env=env)
         self.assertEqual(w.returncode, 0, w.stderr)
         workers = json.loads(w.stdout)["workers"]
         self.assertEqual(sorted(x["id"] for x in workers), ["local-w1", "local-w2"])

@@ -46,6 +46,11 @@ class Cluster:
         self.coordinator = None
         self.workers = []
         self.address = None
+        # Written by the coordinator's first start next to its database (docs/security.md):
+        # dapplectl calls carry the admin's token, workers join with the join token.
+        self.admin_token_file = os.path.join(self.dir, "admin.token")
+        self.join_token_file = os.path.join(self.dir, "join.token")
+        self.admin_token = None
         self.start_coordinator()
         for _ in range(workers):
             self.add_worker()
@@ -68,6 +73,8 @@ class Cluster:
             port = read(port_file).strip() if os.path.exists(port_file) else ""
             if port:
                 self.address = "127.0.0.1:%d" % int(port)
+                if self.admin_token is None:
+                    self.admin_token = read(self.admin_token_file).strip()
                 return
             if self.coordinator.poll() is not None:
                 raise RuntimeError("coordinator exited: " + self.log("coordinator"))
@@ -82,7 +89,8 @@ class Cluster:
         """Starts a worker; its output goes to worker-<log_name or name>.log (see log())."""
         i = len(self.workers) + 1
         name = name or "it-w%d" % i
-        cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60"]
+        cmd = [WORKER, "--coordinator", self.address, "--name", name, "--transport-timeout-s", "60",
+               "--join-token-file", self.join_token_file]
         if self.dump_dir:
             cmd += ["--dump-dir", self.dump_dir]
         cmd += self.worker_args
@@ -139,9 +147,14 @@ class Cluster:
         return "\n".join(out)
 
     # -- dapplectl -------------------------------------------------------------------------
-    def ctl(self, *args, timeout=60, check=True):
-        """Runs dapplectl; returns (exit code, stdout, stderr)."""
-        env = dict(os.environ, DAPPLE_COORDINATOR=self.address)
+    def ctl(self, *args, timeout=60, check=True, token=None):
+        """Runs dapplectl as the admin (or with `token`; "" for none); returns (exit code,
+        stdout, stderr)."""
+        env = dict(os.environ, DAPPLE_COORDINATOR=self.address,
+                   DAPPLE_TOKEN=self.admin_token if token is None else token)
+        if not env["DAPPLE_TOKEN"]:
+            del env["DAPPLE_TOKEN"]
+        env.pop("DAPPLE_TOKEN_FILE", None)
         r = subprocess.run([DAPPLECTL] + list(args), env=env, capture_output=True, text=True,
                            timeout=timeout)
         if check and r.returncode != 0:

@@ -383,6 +383,22 @@ class EndToEndTest(unittest.TestCase):
             capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("127.0.0.1:1", r.stderr)
+        # Authentication (docs/security.md): no token, a refused token, exit code 6.
+        rc, _, err = c.ctl("list", token="", check=False)
+        self.assertEqual(rc, 6, err)
+        self.assertIn("no token: set DAPPLE_TOKEN, --token-file or a context's token-file", err)
+        rc, _, err = c.ctl("list", token="dpl_" + "0" * 16 + "_" + "0" * 64, check=False)
+        self.assertEqual(rc, 6, err)
+        self.assertIn("the coordinator refused the token: unknown token", err)
+        # A worker whose join token is refused says so and exits instead of retrying forever.
+        bad = os.path.join(c.dir, "bad.token")
+        with open(bad, "w") as f:
+            f.write("dpl_" + "1" * 16 + "_" + "1" * 64 + "\n")
+        r = subprocess.run([cluster.WORKER, "--coordinator", c.address, "--join-token-file", bad],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("the coordinator refused the join token: unknown token; check "
+                      "--join-token-file", r.stdout + r.stderr)
 
     def test_text_data_is_checked_at_submit_and_on_every_worker(self):
         c = self.c
@@ -596,7 +612,8 @@ class EndToEndTest(unittest.TestCase):
             if shutil.which("nvidia-smi") else None
         if probe is not None and probe.returncode == 0 and "GPU" in probe.stdout:
             self.skipTest("this machine has a GPU")
-        r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--devices", "cuda:0"],
+        r = subprocess.run([cluster.WORKER, "--coordinator", self.c.address, "--devices", "cuda:0",
+                            "--join-token-file", self.c.join_token_file],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         lines = [l for l in r.stderr.splitlines() if l.strip()]

@@ -66,26 +66,10 @@ class MetricsCluster(cluster.Cluster):
 
     def start_coordinator(self):
         # cluster.Cluster.start_coordinator with --metrics-port.
-        port_file = os.path.join(self.dir, "port")
-        if os.path.exists(port_file):
-            os.remove(port_file)
-        with open(os.path.join(self.dir, "coordinator.log"), "ab") as log:
-            self.coordinator = subprocess.Popen(
-                [cluster.COORDINATOR, "--listen", self.address or "127.0.0.1:0", "--port-file",
-                 port_file, "--db", self.db, "--heartbeat-interval-ms", str(self.heartbeat_ms),
-                 "--worker-timeout-ms", str(self.worker_timeout_ms),
-                 "--metrics-port", str(self.coordinator_metrics_port)],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            port = cluster.read(port_file).strip() if os.path.exists(port_file) else ""
-            if port:
-                self.address = "127.0.0.1:%d" % int(port)
-                return
-            if self.coordinator.poll() is not None:
-                raise RuntimeError("coordinator exited: " + self.log("coordinator"))
-            time.sleep(0.05)
-        raise RuntimeError("coordinator did not write its port in 20 s")
+        if "--metrics-port" not in self.coordinator_args:
+            self.coordinator_args = self.coordinator_args + [
+                "--metrics-port", str(self.coordinator_metrics_port)]
+        super().start_coordinator()
 
     def add_worker(self, name=None, log_name=None):
         port = free_port()

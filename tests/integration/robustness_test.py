@@ -35,7 +35,8 @@ class DelayedCluster(cluster.Cluster):
         name = name or "it-w%d" % i
         cmd = [cluster.WORKER, "--coordinator", self.address, "--name", name,
                "--transport-timeout-s", str(TRANSPORT_TIMEOUT_S),
-               "--comm-delay-max-ms", str(DELAY_MAX_MS), "--dump-dir", self.dump_dir]
+               "--comm-delay-max-ms", str(DELAY_MAX_MS), "--dump-dir", self.dump_dir,
+               "--join-token-file", self.join_token_file]
         with open(os.path.join(self.dir, "worker-%s.log" % (log_name or name)), "ab") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.workers.append((name, p))

@@ -64,6 +64,7 @@ class TlsTest(unittest.TestCase):
                                                  "--tls-key", self.server_key],
                     worker_args=["--ca", self.ca])
         os.environ["DAPPLE_CA"] = self.ca  # the Cluster's own dapplectl calls
+        os.environ["DAPPLE_TOKEN"] = c.admin_token  # and this test's
         try:
             c.wait_workers(2)
             job = c.submit(spec_yaml("tls", SMALL_MLP, 64, 32, 2, max_steps=4))
@@ -94,6 +95,7 @@ class TlsTest(unittest.TestCase):
             self.assertEqual(len(ws), 2, ws)
         finally:
             os.environ.pop("DAPPLE_CA", None)
+            os.environ.pop("DAPPLE_TOKEN", None)
             c.close()
 
     def test_mutual_tls_refuses_a_worker_without_a_client_certificate(self):
@@ -101,6 +103,7 @@ class TlsTest(unittest.TestCase):
                                                  "--tls-key", self.server_key,
                                                  "--tls-client-ca", self.ca])
         os.environ["DAPPLE_CA"] = self.ca
+        os.environ["DAPPLE_TOKEN"] = c.admin_token
         try:
             # dapplectl needs a client certificate too once the port requires one.
             r = self.ctl(c, "workers", ca=self.ca)
@@ -131,6 +134,7 @@ class TlsTest(unittest.TestCase):
             self.assertNotIn("nocert", names)
         finally:
             os.environ.pop("DAPPLE_CA", None)
+            os.environ.pop("DAPPLE_TOKEN", None)
             c.close()
 
     def test_bad_tls_flags_are_refused_at_start(self):

@@ -22,18 +22,21 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
-StoreCalls StoreCallsOver(v1::WorkerControl::StubInterface* stub, absl::Duration rpc_deadline) {
+StoreCalls StoreCallsOver(v1::WorkerControl::StubInterface* stub, absl::Duration rpc_deadline,
+                          const CallAuth* auth) {
   StoreCalls calls;
-  calls.set = [stub, rpc_deadline](const v1::StoreSetRequest& request) {
+  calls.set = [stub, rpc_deadline, auth](const v1::StoreSetRequest& request) {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(rpc_deadline));
+    if (auth != nullptr) auth->Attach(&ctx);
     v1::StoreSetResponse response;
     return FromGrpc(stub->StoreSet(&ctx, request, &response));
   };
-  calls.get = [stub, rpc_deadline](
-                  const v1::StoreGetRequest& request) -> absl::StatusOr<v1::StoreGetResponse> {
+  calls.get = [stub, rpc_deadline,
+               auth](const v1::StoreGetRequest& request) -> absl::StatusOr<v1::StoreGetResponse> {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(rpc_deadline));
+    if (auth != nullptr) auth->Attach(&ctx);
     v1::StoreGetResponse response;
     if (absl::Status s = FromGrpc(stub->StoreGet(&ctx, request, &response)); !s.ok()) return s;
     return response;

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
 #include "gloo/rendezvous/store.h"
+#include "worker/daemon/call_auth.h"
 
 namespace dapple::worker {
 
@@ -41,7 +42,10 @@ struct StoreCalls {
 
 // StoreSet / StoreGet through `stub` (not owned; must outlive the calls), each with a deadline
 // of `rpc_deadline`. A gRPC error becomes absl::Status with the same code and message.
-StoreCalls StoreCallsOver(v1::WorkerControl::StubInterface* stub, absl::Duration rpc_deadline);
+// `auth` (may be null: no token) adds the worker's credential to each call; it and `stub` must
+// outlive the calls.
+StoreCalls StoreCallsOver(v1::WorkerControl::StubInterface* stub, absl::Duration rpc_deadline,
+                          const CallAuth* auth = nullptr);
 
 class CoordinatorStore : public gloo::rendezvous::Store {
  public:

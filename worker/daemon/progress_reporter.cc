@@ -16,8 +16,9 @@ constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
 ProgressReporter::ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort,
                                    std::atomic<int64_t>* checkpoint_step, JobLogCapture* logs,
-                                   std::function<void()> on_unknown_worker)
+                                   const CallAuth* auth, std::function<void()> on_unknown_worker)
     : stub_(stub),
+      auth_(auth),
       abort_(abort),
       checkpoint_step_(checkpoint_step),
       logs_(logs),
@@ -97,6 +98,7 @@ void ProgressReporter::Loop() {
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (auth_ != nullptr) auth_->Attach(&ctx);
     v1::ProgressAck ack;
     grpc::Status s = stub_->ReportProgress(&ctx, report, &ack);
     bool unknown_worker = false;
@@ -104,6 +106,7 @@ void ProgressReporter::Loop() {
       absl::MutexLock l(&mu_);
       in_flight_ = false;
       const bool refused = s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                           s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
                            s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                            (s.error_code() == grpc::StatusCode::NOT_FOUND && abort_->load());
       if (s.ok()) {

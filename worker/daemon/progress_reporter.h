@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/job_log_capture.h"
 #include "dapple/v1/worker.grpc.pb.h"
+#include "worker/daemon/call_auth.h"
 #include "worker/daemon/report_buffer.h"
 
 namespace dapple::worker {
@@ -44,10 +45,12 @@ class ProgressReporter {
   static constexpr int kLogLinesPerReport = 200;
 
   // `logs` (may be null: no lines are sent) must outlive the reporter.
-  // `on_unknown_worker` (may be empty) is called from the reporter's thread, without its lock.
+  // `auth` (may be null: no token) adds the worker's credential to every report and must
+  // outlive the reporter. `on_unknown_worker` (may be empty) is called from the reporter's
+  // thread, without its lock.
   ProgressReporter(v1::WorkerControl::Stub* stub, std::atomic<bool>* abort,
                    std::atomic<int64_t>* checkpoint_step = nullptr, JobLogCapture* logs = nullptr,
-                   std::function<void()> on_unknown_worker = {});
+                   const CallAuth* auth = nullptr, std::function<void()> on_unknown_worker = {});
   ~ProgressReporter();  // stops the thread; undelivered reports are dropped
 
   void Report(v1::ProgressReport report);
@@ -61,6 +64,7 @@ class ProgressReporter {
   void Loop();
 
   v1::WorkerControl::Stub* stub_;
+  const CallAuth* auth_;
   std::atomic<bool>* abort_;
   std::atomic<int64_t>* checkpoint_step_;
   JobLogCapture* logs_;

@@ -29,6 +29,13 @@ constexpr auto kDeadline = std::chrono::seconds(20);
   return o;
 }
 
+// Options() with a join token in DAPPLE_JOIN_TOKEN (a worker refuses to start without one).
+::dapple::testing::ProcessOptions WithJoinToken() {
+  ::dapple::testing::ProcessOptions o = Options();
+  o.set_env = {{"DAPPLE_JOIN_TOKEN", "dpl_" + std::string(16, '0') + "_" + std::string(64, '0')}};
+  return o;
+}
+
 Result RunWorker(const std::vector<std::string>& args) {
   return ::dapple::testing::RunProcess(::dapple::testing::BuiltBinaryPath("worker/dapple-worker"),
                                        args, Options());
@@ -68,6 +75,18 @@ TEST(WorkerBinaryTest, UnknownFlag) {
   ExpectUsageError({"--bogus"}, "unknown flag '--bogus' (see --help)");
 }
 
+TEST(WorkerBinaryTest, NoJoinTokenIsRefused) {
+  ::dapple::testing::ProcessOptions o = Options();
+  o.unset_env.push_back("DAPPLE_JOIN_TOKEN");
+  const Result r = ::dapple::testing::RunProcess(
+      ::dapple::testing::BuiltBinaryPath("worker/dapple-worker"), {"--devices", "cpu"}, o);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no join token: give --join-token-file FILE"));
+  ExpectUsageError({"--join-token-file", "/no/such/join.token"},
+                   "--join-token-file: cannot read token file '/no/such/join.token': No such "
+                   "file or directory");
+}
+
 TEST(WorkerBinaryTest, Help) {
   const Result r = RunWorker({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -79,7 +98,7 @@ TEST(WorkerBinaryTest, SigtermWithoutCoordinatorExitsPromptly) {
   // Port 1: nothing listens there, so every registration attempt is refused.
   ::dapple::testing::RunningProcess child = ::dapple::testing::StartProcess(
       ::dapple::testing::BuiltBinaryPath("worker/dapple-worker"),
-      {"--coordinator", "127.0.0.1:1", "--devices", "cpu", "--log-level", "info"}, Options());
+      {"--coordinator", "127.0.0.1:1", "--devices", "cpu", "--log-level", "info"}, WithJoinToken());
   ASSERT_GT(child.pid, 0);
   // Signal only once the worker runs its registration loop; read its stderr until then.
   std::string early;

@@ -243,8 +243,31 @@ absl::Status WorkerDaemon::Register() {
   // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a
   // coordinator that is back is reached within one or two retries.
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  // A rank claim needs this worker's own credential (the coordinator honours it only then);
+  // a registration as a new worker uses the join token.
+  const bool with_credential = req.has_reattach() && auth_.HasCredential();
+  if (with_credential) {
+    auth_.Attach(&ctx);
+  } else {
+    auth_.AttachJoin(&ctx);
+  }
   v1::RegisterWorkerResponse resp;
   grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    if (with_credential) {
+      // The credential is gone (revoked, or a new database): register anew with the join token.
+      DAPPLE_LOG_WARN(
+          "the coordinator refused this worker's credential ({}): registering with "
+          "the join token",
+          s.error_message());
+      auth_.SetCredential("");
+      return absl::UnavailableError(
+          absl::StrCat("re-registering with the coordinator at ", options_.coordinator));
+    }
+    return absl::UnauthenticatedError(absl::StrCat("the coordinator refused the join token: ",
+                                                   s.error_message(), "; check --join-token-file"));
+  }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
                                                options_.coordinator, ": ", s.error_message()));
@@ -253,6 +276,7 @@ absl::Status WorkerDaemon::Register() {
     return absl::UnavailableError(absl::StrCat("the coordinator at ", options_.coordinator,
                                                " answered the registration without a worker id"));
   }
+  if (!resp.worker_credential().empty()) auth_.SetCredential(resp.worker_credential());
   absl::MutexLock l(&mu_);
   worker_id_ = resp.worker_id();
   previous_id_.clear();
@@ -290,8 +314,13 @@ absl::Status WorkerDaemon::Register() {
   return absl::OkStatus();
 }
 
-void WorkerDaemon::TryRegister(bool* warned) {
+absl::Status WorkerDaemon::TryRegister(bool* warned) {
   absl::Status s = Register();
+  // A refused join token does not get better by retrying: the operator must fix it.
+  if (absl::IsUnauthenticated(s)) {
+    DAPPLE_LOG_ERROR("{}", s.message());
+    return s;
+  }
   if (s.ok()) {
     if (*warned) DAPPLE_LOG_INFO("the coordinator at {} is reachable again", options_.coordinator);
     *warned = false;
@@ -300,6 +329,7 @@ void WorkerDaemon::TryRegister(bool* warned) {
                     absl::FormatDuration(heartbeat_interval_));
     *warned = true;
   }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerDaemon::Run() {
@@ -310,11 +340,18 @@ absl::Status WorkerDaemon::Run() {
       if (stop_) break;
     }
     ReapJob(/*wait=*/false);
+    absl::Status registered = absl::OkStatus();
     if (WorkerId().empty()) {
-      TryRegister(&warned);
+      registered = TryRegister(&warned);
     } else if (!HeartbeatOnce()) {
       // The coordinator forgot this worker (it restarted): register now, not an interval later.
-      TryRegister(&warned);
+      registered = TryRegister(&warned);
+    }
+    if (!registered.ok()) {
+      abort_.store(true);
+      ReapJob(/*wait=*/true);
+      JoinProfile();
+      return registered;
     }
     absl::MutexLock l(&mu_);
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || reregister_now_; };
@@ -345,6 +382,7 @@ void WorkerDaemon::Deregister() {
   v1::DeregisterWorkerResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  auth_.Attach(&ctx);
   // The last call of this process: wait out a reconnect in progress (the channel may still be
   // backing off after the coordinator restarted) instead of failing with its last error.
   ctx.set_wait_for_ready(true);
@@ -365,11 +403,24 @@ bool WorkerDaemon::HeartbeatOnce() {
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  auth_.Attach(&ctx);
   // Sent as soon as a connection being re-established (a restarted coordinator) is up, instead
   // of failing now and trying again an interval later.
   ctx.set_wait_for_ready(true);
   v1::HeartbeatResponse resp;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    // The credential no longer works (revoked; a coordinator on a new database): register again
+    // with the join token, as a worker the coordinator forgot.
+    DAPPLE_LOG_WARN("the coordinator refused this worker's credential ({}): registering again",
+                    s.error_message());
+    auth_.SetCredential("");
+    absl::MutexLock l(&mu_);
+    if (!worker_id_.empty()) previous_id_ = worker_id_;
+    worker_id_.clear();
+    return false;
+  }
   if (!s.ok()) {
     DAPPLE_LOG_DEBUG("heartbeat failed: {}", s.error_message());
     return true;
@@ -427,6 +478,7 @@ void WorkerDaemon::StartProfile(const v1::ProfileRequest& request) {
 void WorkerDaemon::SendProfileReport(const v1::ReportProfileRequest& report) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  auth_.Attach(&ctx);
   v1::ReportProfileResponse resp;
   grpc::Status s = stub_->ReportProfile(&ctx, report, &resp);
   if (!s.ok()) DAPPLE_LOG_WARN("could not report the profile: {}", s.error_message());
@@ -483,7 +535,7 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   logs.Begin();
   DAPPLE_LOG_INFO("{}: starting stage {} replica {} of {} stages", assignment.job_id(),
                   assignment.stage(), assignment.replica(), assignment.num_stages());
-  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_, &logs, [this] {
+  ProgressReporter reporter(stub_.get(), &abort_, &checkpoint_step_, &logs, &auth_, [this] {
     absl::MutexLock l(&mu_);
     reregister_now_ = true;
   });
@@ -578,6 +630,7 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(absl::Seconds(5)));
+    auth_.Attach(&ctx);
     // A connection being re-established is waited for (within the deadline) rather than failing
     // the job on the spot.
     ctx.set_wait_for_ready(true);
@@ -592,6 +645,7 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
     if (abort_.load()) return absl::AbortedError("aborted during rendezvous");
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(kRpcDeadline));
+    auth_.Attach(&ctx);
     v1::GetPeersRequest req;
     req.set_job_id(a.job_id());
     grpc::Status s = stub_->GetPeers(&ctx, req, &peers);
@@ -604,6 +658,7 @@ absl::Status WorkerDaemon::ConnectNeighbours(const v1::StageAssignment& a,
       // A coordinator restarted meanwhile forgot the endpoints: publish this rank's again.
       grpc::ClientContext again;
       again.set_deadline(DeadlineIn(kRpcDeadline));
+      auth_.Attach(&again);
       v1::PublishEndpointResponse resp;
       (void)stub_->PublishEndpoint(&again, pub, &resp);
     }
@@ -710,7 +765,7 @@ absl::Status WorkerDaemon::JoinCollectives(const v1::StageAssignment& a,
   store_options.worker_id = worker_id;
   store_options.timeout = options_.transport_timeout;
   store_options.abort = &abort_;
-  CoordinatorStore store(StoreCallsOver(stub_.get(), kRpcDeadline), store_options);
+  CoordinatorStore store(StoreCallsOver(stub_.get(), kRpcDeadline, &auth_), store_options);
   const std::string host = options_.collective_host.empty() ? CollectiveHost(options_.coordinator)
                                                             : options_.collective_host;
   auto join = [&](int member, int size, const std::string& group, const std::string& label) {

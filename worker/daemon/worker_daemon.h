@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
 #include "grpcpp/security/credentials.h"
+#include "worker/daemon/call_auth.h"
 #include "worker/daemon/daemon_observer.h"
 #include "worker/data/dataset.h"
 
@@ -64,6 +65,9 @@ struct WorkerOptions {
   // How to reach the coordinator: TLS or plain text (common/grpc_tls.h; ParseWorkerFlags makes
   // them from --ca, --tls-cert, --tls-key); null: plain text.
   std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
+  // The cluster's join token (--join-token-file or $DAPPLE_JOIN_TOKEN): RegisterWorker carries
+  // it; every later call carries the worker credential the coordinator answered (call_auth.h).
+  std::string join_token;
   // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
   // between stages (worker/comm/delay_transport.h); zero: off.
   absl::Duration comm_delay_max = absl::ZeroDuration();
@@ -112,8 +116,10 @@ class WorkerDaemon {
   struct JobResources;  // transport, links and runtime of the running job (worker_daemon.cc)
 
   absl::Status Register();
-  // Register, logging the first failure of a streak (and the recovery) only.
-  void TryRegister(bool* warned);
+  // Register, logging the first failure of a streak (and the recovery) only. kUnauthenticated
+  // when the coordinator refused the join token (logged: "the coordinator refused the join
+  // token: ...; check --join-token-file"): Run then stops and returns it (exit code 1).
+  absl::Status TryRegister(bool* warned);
   void Deregister();
   // False when the coordinator answered that it does not know this worker (worker_id_ is then
   // cleared and a running job aborted); true otherwise, also when the call failed.
@@ -160,6 +166,7 @@ class WorkerDaemon {
   WorkerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
+  CallAuth auth_{options_.join_token};  // after options_: built from it
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,12 +3,14 @@
 #include <cstdint>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_tls.h"
+#include "common/token_file.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
 
@@ -72,7 +74,8 @@ absl::Status SplitDevices(const std::vector<std::string>& values, std::vector<st
 }  // namespace
 
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
-                                             const char* coordinator_env, const char* ca_env) {
+                                             const char* coordinator_env, const char* ca_env,
+                                             const char* join_token_env) {
   WorkerFlags f;
   WorkerOptions& o = f.options;
   const bool env_given = coordinator_env != nullptr && *coordinator_env != '\0';
@@ -138,6 +141,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--tls-key", tls.key_file, "key of --tls-cert");
   app.add_flag("--plaintext", plaintext,
                "talk plain text to a coordinator that is not on loopback (unencrypted)");
+  std::string join_token_file;
+  app.add_option("--join-token-file", join_token_file,
+                 "the cluster's join token (the coordinator writes join.token next to its "
+                 "database at its first start; env DAPPLE_JOIN_TOKEN holds the token itself)");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error")->capture_default_str();
   f.help_text = app.help();
 
@@ -166,6 +173,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         {"--ca", &tls.ca_file},
         {"--tls-cert", &tls.cert_file},
         {"--tls-key", &tls.key_file},
+        {"--join-token-file", &join_token_file},
         {"--log-level", &f.log_level}}) {
     if (app.count(flag) > 0) {
       if (absl::Status s = CheckNotAFlag(flag, *value); !s.ok()) return s;
@@ -253,6 +261,13 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
       MakeChannelCredentials(tls);
   if (!credentials.ok()) return credentials.status();
   o.coordinator_credentials = *std::move(credentials);
+  if (app.count("--join-token-file") > 0) {
+    absl::StatusOr<std::string> token = common::ReadTokenFile(join_token_file);
+    if (!token.ok()) return Invalid(absl::StrCat("--join-token-file: ", token.status().message()));
+    o.join_token = *std::move(token);
+  } else if (join_token_env != nullptr) {
+    o.join_token = std::string(absl::StripAsciiWhitespace(join_token_env));
+  }
   return f;
 }
 

@@ -43,9 +43,13 @@ struct WorkerFlags {
 //  - whatever ValidateWorkerOptions / ValidateLogLevel reject (a bad $DAPPLE_COORDINATOR says
 //    "(from $DAPPLE_COORDINATOR)").
 // Does not look at the machine's GPUs: ResolveDevices (device.h) does that afterwards.
+// `join_token_env` is $DAPPLE_JOIN_TOKEN (the token itself), used when --join-token-file is
+// absent; the file is read here ("--join-token-file: cannot read token file '/x': No such file
+// or directory"). Neither: options.join_token stays empty (main refuses to start).
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
                                              const char* coordinator_env,
-                                             const char* ca_env = nullptr);
+                                             const char* ca_env = nullptr,
+                                             const char* join_token_env = nullptr);
 
 }  // namespace dapple::worker
 

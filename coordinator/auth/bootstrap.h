@@ -1,0 +1,29 @@
+// The first start of a coordinator (issue 16, contract 3): when its database has no admin, it
+// creates user `admin` (role admin) with a token that never expires and a cluster join token,
+// and writes them to the admin token file and the join token file (mode 0600, the token and a
+// newline). Later starts find the admin and write nothing (the operator may delete the files
+// once the tokens are stored elsewhere, e.g. in a Kubernetes Secret). The paths are logged by
+// the caller, never the tokens.
+#ifndef DAPPLE_COORDINATOR_AUTH_BOOTSTRAP_H_
+#define DAPPLE_COORDINATOR_AUTH_BOOTSTRAP_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/auth/credential_store.h"
+
+namespace dapple::coordinator::auth {
+
+// "<folder of db_path>/<name>" ("dapple.db" -> "<name>").
+std::string DefaultTokenFile(const std::string& db_path, const std::string& name);
+
+// true when it bootstrapped (created the admin and wrote both files), false when the database
+// already has an admin. Both files are opened (created or truncated, 0600) before anything is
+// stored, so a file that cannot be written leaves the database as it was:
+// kFailedPrecondition "cannot write the admin token file '/x/admin.token': Permission denied".
+absl::StatusOr<bool> Bootstrap(CredentialStore& store, const std::string& admin_token_file,
+                               const std::string& join_token_file);
+
+}  // namespace dapple::coordinator::auth
+
+#endif  // DAPPLE_COORDINATOR_AUTH_BOOTSTRAP_H_

@@ -1,0 +1,74 @@
+#include "coordinator/auth/bootstrap.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/token_file.h"
+#include "coordinator/jobs/test_db.h"
+#include "gtest/gtest.h"
+
+namespace dapple::coordinator::auth {
+namespace {
+
+using ::dapple::coordinator::FreshDbPath;
+
+TEST(BootstrapTest, TheFirstStartWritesTheTokensOnceMode0600) {
+  const std::string db = FreshDbPath();
+  std::unique_ptr<CredentialStore> store = *CredentialStore::Open(db, [] { return 1000; });
+  EXPECT_EQ(DefaultTokenFile("/var/lib/dapple/dapple.db", "admin.token"),
+            "/var/lib/dapple/admin.token");
+  // Paths of this test alone (the test folder is shared).
+  const std::string admin_file = db + ".admin.token";
+  const std::string join_file = db + ".join.token";
+  EXPECT_EQ(DefaultTokenFile("dapple.db", "join.token"), "join.token");
+  absl::StatusOr<bool> first = Bootstrap(*store, admin_file, join_file);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(*first);
+  struct stat st {};
+  ASSERT_EQ(stat(admin_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  ASSERT_EQ(stat(join_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  absl::StatusOr<Identity> admin = store->Authenticate(*common::ReadTokenFile(admin_file));
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(admin->user, "admin");
+  EXPECT_EQ(admin->role, Role::kAdmin);
+  EXPECT_EQ(store->Authenticate(*common::ReadTokenFile(join_file))->role, Role::kJoin);
+  // Later starts write nothing.
+  std::filesystem::remove(admin_file);
+  EXPECT_FALSE(*Bootstrap(*store, admin_file, join_file));
+  EXPECT_FALSE(std::filesystem::exists(admin_file));
+  std::filesystem::remove(join_file);
+}
+
+TEST(BootstrapTest, AnUnwritableFileLeavesTheDatabaseAsItWas) {
+  const std::string db = FreshDbPath();
+  std::unique_ptr<CredentialStore> store = *CredentialStore::Open(db, [] { return 1000; });
+  absl::StatusOr<bool> r = Bootstrap(*store, "/no/such/folder/admin.token", db + ".join.token");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "cannot write the admin token file '/no/such/folder/admin.token': No such file or "
+            "directory");
+  EXPECT_FALSE(*store->HasAdmin());
+}
+
+TEST(TokenFileTest, ReadsTheTokenAndSaysWhyNot) {
+  const std::string base = FreshDbPath();
+  EXPECT_EQ(common::ReadTokenFile(base + ".none").status().message(),
+            "cannot read token file '" + base + ".none': No such file or directory");
+  std::FILE* f = std::fopen((base + ".t").c_str(), "w");
+  std::fputs("  dpl_x \n", f);
+  std::fclose(f);
+  EXPECT_EQ(*common::ReadTokenFile(base + ".t"), "dpl_x");
+  f = std::fopen((base + ".e").c_str(), "w");
+  std::fclose(f);
+  EXPECT_EQ(common::ReadTokenFile(base + ".e").status().message(),
+            "token file '" + base + ".e' is empty");
+  std::remove((base + ".t").c_str());
+  std::remove((base + ".e").c_str());
+}
+
+}  // namespace
+}  // namespace dapple::coordinator::auth

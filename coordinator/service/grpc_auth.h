@@ -1,0 +1,29 @@
+// What the gRPC adapters need to authenticate callers and keep the audit log (issue 16): one
+// Authenticator for every RPC (coordinator/auth/authenticator.h), the credential store (Admin,
+// RegisterWorker's worker credentials, WhoAmI) and the audit log. Not owned; they outlive the
+// server.
+#ifndef DAPPLE_COORDINATOR_SERVICE_GRPC_AUTH_H_
+#define DAPPLE_COORDINATOR_SERVICE_GRPC_AUTH_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "coordinator/auth/audit_log.h"
+#include "coordinator/auth/authenticator.h"
+#include "coordinator/auth/credential_store.h"
+
+namespace dapple::coordinator {
+
+struct GrpcAuth {
+  const auth::Authenticator* authenticator = nullptr;
+  auth::CredentialStore* credentials = nullptr;
+  auth::AuditLog* audit = nullptr;
+};
+
+// THE absl::Status -> grpc::Status conversion: same code (the enums agree numerically), same
+// message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace dapple::coordinator
+
+#endif  // DAPPLE_COORDINATOR_SERVICE_GRPC_AUTH_H_

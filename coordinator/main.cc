@@ -262,6 +262,22 @@ int main(int argc, char** argv) {
   options.job_observer = metrics;
   options.worker_observer = metrics;
   options.scheduling_observer = metrics;
+  // Quotas only for tenants that exist: the credential store owns them. It is opened after the
+  // service (which locks the database first), so the hook reads it through this slot, which
+  // outlives the service.
+  dapple::coordinator::auth::CredentialStore* tenants = nullptr;
+  options.tenant_exists = [&tenants](const std::string& name) -> absl::Status {
+    if (tenants == nullptr) return absl::UnavailableError("the credential store is not open yet");
+    absl::StatusOr<std::vector<dapple::v1::Tenant>> all = tenants->ListTenants();
+    if (!all.ok()) return all.status();
+    for (const dapple::v1::Tenant& t : *all) {
+      if (t.name() == name) return absl::OkStatus();
+    }
+    return absl::NotFoundError(absl::StrCat("no tenant '", name,
+                                            "': create it first with dapplectl admin tenant "
+                                            "create ",
+                                            name));
+  };
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());
   // After Create: the database is locked against a second coordinator before anything is
@@ -269,6 +285,7 @@ int main(int argc, char** argv) {
   namespace auth = dapple::coordinator::auth;
   auto credential_store = auth::CredentialStore::Open(flags->db, options.now_unix_ms);
   if (!credential_store.ok()) return Fail(credential_store.status());
+  tenants = credential_store->get();
   auto audit = auth::AuditLog::Open(flags->db, options.now_unix_ms);
   if (!audit.ok()) return Fail(audit.status());
   const std::string admin_token_file = flags->admin_token_file.empty()

@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.RegisterService(&server->coordinator_);
   builder.RegisterService(&server->worker_control_);
   builder.RegisterService(&server->admin_);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // `dapplectl watch` keeps a quiet stream open for as long as a job runs and pings it every
   // 30 s; gRPC's defaults would answer those pings with GOAWAY ("too many pings").

@@ -25,8 +25,13 @@ namespace dapple::coordinator {
 // from any thread; Shutdown is idempotent.
 class GrpcServer {
  public:
-  // Largest message accepted or sent (plans of big models, checkpoints later).
+  // Largest message sent (the plans and programs of big models in heartbeat answers).
   static constexpr int kMaxMessageBytes = 64 << 20;
+  // Largest message accepted from any client: the biggest a request needs is a PlanJob profile
+  // of kMaxPlanLayers layers (about 100 bytes each) or a worker's measured profile; a job spec
+  // is at most 1 MiB (common/job_spec.h). gRPC refuses more with RESOURCE_EXHAUSTED before a
+  // handler runs, so a hostile client costs at most this much per call in flight.
+  static constexpr int kMaxReceiveMessageBytes = 16 << 20;
 
   // Listens on `address` ("host:port"; port 0 picks a free port) and serves `service`, which
   // must outlive the server. Port reuse (SO_REUSEPORT) is off, so a port another process

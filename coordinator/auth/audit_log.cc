@@ -26,11 +26,6 @@ std::string OneLine(absl::string_view text, size_t max) {
   return line;
 }
 
-std::string ColumnText(sqlite3_stmt* stmt, int column) {
-  const unsigned char* value = sqlite3_column_text(stmt, column);
-  return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& db_path,

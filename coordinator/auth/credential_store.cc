@@ -65,11 +65,6 @@ absl::Status CheckName(absl::string_view what, const std::string& name) {
                    "' must be 1-63 characters of a-z, 0-9 and '-', starting with a letter"));
 }
 
-std::string ColumnText(sqlite3_stmt* stmt, int column) {
-  const unsigned char* value = sqlite3_column_text(stmt, column);
-  return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value));
-}
-
 v1::TokenInfo TokenRow(sqlite3_stmt* stmt) {
   v1::TokenInfo info;
   info.set_id(ColumnText(stmt, 0));
@@ -304,10 +299,7 @@ absl::StatusOr<Identity> CredentialStore::Authenticate(absl::string_view token) 
   }
   BindText(find.stmt, 1, id);
   if (sqlite3_step(find.stmt) != SQLITE_ROW) return Unauthenticated("unknown token");
-  auto text = [&](int column) {
-    const unsigned char* value = sqlite3_column_text(find.stmt, column);
-    return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value));
-  };
+  auto text = [&](int column) { return ColumnText(find.stmt, column); };
   const std::string stored = text(0);
   if (stored.size() != presented.size() ||
       CRYPTO_memcmp(stored.data(), presented.data(), stored.size()) != 0) {

@@ -288,11 +288,7 @@ absl::StatusOr<std::vector<v1::JobEventRecord>> EventRecorder::List(
   BindText(list.stmt, 1, job_id);
   std::vector<v1::JobEventRecord> events;
   int rc;
-  auto text = [&](int column) {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(list.stmt, column));
-    return std::string(p != nullptr ? p : "",
-                       static_cast<size_t>(sqlite3_column_bytes(list.stmt, column)));
-  };
+  auto text = [&](int column) { return ColumnText(list.stmt, column); };
   while ((rc = sqlite3_step(list.stmt)) == SQLITE_ROW) {
     v1::JobEventRecord& e = events.emplace_back();
     e.set_type(text(0));

@@ -118,11 +118,7 @@ absl::StatusOr<std::vector<v1::JobLogLine>> LogStore::Get(const std::string& job
   sqlite3_bind_int(get.stmt, 5, query.rank.has_value() ? query.rank->second : 0);
   sqlite3_bind_int64(get.stmt, 6, query.tail > 0 ? query.tail : -1);  // -1: no limit
   std::vector<v1::JobLogLine> lines;
-  auto text = [&](int column) {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(get.stmt, column));
-    return std::string(p != nullptr ? p : "",
-                       static_cast<size_t>(sqlite3_column_bytes(get.stmt, column)));
-  };
+  auto text = [&](int column) { return ColumnText(get.stmt, column); };
   int rc;
   while ((rc = sqlite3_step(get.stmt)) == SQLITE_ROW) {
     v1::JobLogLine& line = lines.emplace_back();

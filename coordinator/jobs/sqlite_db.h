@@ -39,6 +39,14 @@ inline void BindText(sqlite3_stmt* stmt, int index, absl::string_view text) {
   sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
 }
 
+// Column `column` (0-based) of the current row of `stmt` as text: "" for NULL, every byte of the
+// value otherwise (sqlite3_column_bytes, so an embedded NUL does not cut it short).
+inline std::string ColumnText(sqlite3_stmt* stmt, int column) {
+  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, column));
+  return p == nullptr ? std::string()
+                      : std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt, column)));
+}
+
 }  // namespace dapple::coordinator
 
 #endif  // DAPPLE_COORDINATOR_JOBS_SQLITE_DB_H_

@@ -549,16 +549,22 @@ TEST_F(IsolationTest, WorkerCredentialsActForTheirOwnWorkerAndRanks) {
 
 TEST_F(IsolationTest, HostileMetadataIsRefusedWithoutHarm) {
   auto get = [&](const std::function<void(grpc::ClientContext*)>& prepare) {
+    // Each call on its own connection: the oversized header below makes the server reset its
+    // connection, and a reset (GOAWAY) can reach a call already sent on a shared channel as
+    // UNAVAILABLE even with wait_for_ready. A fresh channel per call keeps every verdict the
+    // server's own.
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    auto stub = v1::Coordinator::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    // The oversized header below makes the server reset the connection: later calls wait for
-    // the channel to connect again instead of failing fast with UNAVAILABLE.
     ctx.set_wait_for_ready(true);
     prepare(&ctx);
     v1::GetJobRequest req;
     req.set_job_id("job-1");
     v1::Job job;
-    return coordinator_->GetJob(&ctx, req, &job);
+    return stub->GetJob(&ctx, req, &job);
   };
   // 1 MB of token: gRPC's metadata limit (8 KiB) or the length check refuses it.
   EXPECT_FALSE(get([](grpc::ClientContext* c) {

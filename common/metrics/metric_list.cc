@@ -80,6 +80,13 @@ std::vector<MetricDef> Build() {
        kCoord,
        "Device-seconds a tenant's queued jobs waited (each job's devices times its time queued).",
        {kLabelTenant}},
+      {kTenantWithinQuotaWaitSeconds,
+       kGauge,
+       kCoord,
+       "Seconds the longest-waiting queued job of a tenant that fits its nominal quota (next to "
+       "what the tenant uses) has waited, per device type; 0: none waits. Minutes: the tenant is "
+       "starved within its quota (alert DappleTenantStarvedWithinQuota).",
+       {kLabelTenant, kLabelDeviceType}},
       {kTenantPreemptionsTotal,
        kCounter,
        kCoord,

@@ -393,13 +393,20 @@ void CoordinatorMetrics::OnSchedulingPass(
     scheduling::TenantSchedulingState& t = all[tenant];
     for (const std::string& type : types) t.devices[type];
   }
-  for (const auto& [tenant, t] : all) {
+  for (auto& [tenant, t] : all) {
+    // Every type of the tenant's quota or use reads its wait, 0 when no job waits within quota.
+    for (const auto& [type, queued] : t.oldest_within_quota_unix_ms) t.devices[type];
     for (const auto& [type, u] : t.devices) {
       const prometheus::Labels labels = {{m::kLabelTenant, tenant}, {m::kLabelDeviceType, type}};
       set_->Gauge(m::kTenantNominalDevices, labels).Set(static_cast<double>(u.nominal));
       set_->Gauge(m::kTenantInUseDevices, labels).Set(static_cast<double>(u.in_use));
       set_->Gauge(m::kTenantBorrowedDevices, labels).Set(static_cast<double>(u.borrowed));
       set_->Gauge(m::kTenantLentDevices, labels).Set(static_cast<double>(u.lent));
+      auto queued = t.oldest_within_quota_unix_ms.find(type);
+      set_->Gauge(m::kTenantWithinQuotaWaitSeconds, labels)
+          .Set(queued == t.oldest_within_quota_unix_ms.end()
+                   ? 0.0
+                   : std::max<int64_t>(0, now_unix_ms - queued->second) / 1000.0);
       tenant_types_[tenant].insert(type);
     }
     for (scheduling::PendingReason r : kReasons) {

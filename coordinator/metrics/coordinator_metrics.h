@@ -20,8 +20,10 @@
 //    (or a rank's entry disappears).
 //  - per tenant (label tenant; an admin's jobs "_admin"), from every scheduling pass
 //    (scheduling_observer.h): nominal, in-use, borrowed and lent devices per device type,
-//    queued jobs per pending reason, device-seconds waited (counter), and preemptions per
-//    reason (counter). A tenant that disappears keeps its series at 0.
+//    queued jobs per pending reason, device-seconds waited (counter), preemptions per
+//    reason (counter), and per device type the seconds its longest-waiting job within its
+//    nominal quota has waited (0: none; the signal of DappleTenantStarvedWithinQuota). A tenant
+//    that disappears keeps its series at 0.
 //
 // Thread safety: thread-safe; the observer calls come under JobManager's lock or the service
 // mutex and take only this object's own mutex (never calling out), so no lock cycle forms.

@@ -145,9 +145,8 @@ TEST_F(CoordinatorMetricsTest, ClusterSeriesExistFromTheStart) {
 TEST_F(CoordinatorMetricsTest, AuthFailuresAreCountedByReason) {
   auto metrics = NewMetrics();
   for (const char* r : {"missing", "malformed", "unknown", "revoked", "expired"}) {
-    EXPECT_EQ(Value(metrics->metric_set()->Serialize(), "dapple_auth_failures_total",
-                    {{"reason", r}}),
-              0)
+    EXPECT_EQ(
+        Value(metrics->metric_set()->Serialize(), "dapple_auth_failures_total", {{"reason", r}}), 0)
         << r;
   }
   metrics->OnAuthFailure("unknown");
@@ -446,10 +445,22 @@ TEST(CoordinatorMetricsTenantTest, PerTenantSeriesFollowTheSchedulingPasses) {
   EXPECT_EQ(
       Value(text, "dapple_tenant_preemptions_total", {{"reason", "reclaim"}, {"tenant", "team-a"}}),
       1);
+  EXPECT_EQ(Value(text, "dapple_tenant_within_quota_wait_seconds", cpu), 0);
+  // A job within a's nominal quota queued at 5 s, on a type a neither holds nor uses yet.
+  a.oldest_within_quota_unix_ms["cuda"] = 5'000;
+  metrics.OnSchedulingPass(tenants, 11'500);
+  text = metrics.metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_tenant_within_quota_wait_seconds",
+                  {{"device_type", "cuda"}, {"tenant", "team-a"}}),
+            6.5);
+  EXPECT_EQ(Value(text, "dapple_tenant_within_quota_wait_seconds", cpu), 0);
   // A tenant gone from the passes reads 0.
   metrics.OnSchedulingPass({}, 12'000);
   text = metrics.metric_set()->Serialize();
   EXPECT_EQ(Value(text, "dapple_tenant_in_use_devices", cpu), 0);
+  EXPECT_EQ(Value(text, "dapple_tenant_within_quota_wait_seconds",
+                  {{"device_type", "cuda"}, {"tenant", "team-a"}}),
+            0);
   EXPECT_EQ(Value(text, "dapple_tenant_pending_jobs",
                   {{"reason", "WaitingForQuota"}, {"tenant", "team-a"}}),
             0);

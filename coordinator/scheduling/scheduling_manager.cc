@@ -124,4 +124,27 @@ std::map<std::string, std::map<std::string, TenantUsage>> SchedulingManager::Usa
   return out;
 }
 
+std::map<std::string, std::map<std::string, int64_t>> SchedulingManager::OldestWithinQuota(
+    const ClusterState& state,
+    const std::map<std::string, std::map<std::string, TenantUsage>>& usage) {
+  std::map<std::string, std::map<std::string, int64_t>> out;
+  for (const Workload& w : state.workloads) {
+    if (w.admitted || w.measuring || w.devices.empty()) continue;
+    auto u = usage.find(w.tenant);
+    if (u == usage.end()) continue;
+    bool fits = true;
+    for (const auto& [type, n] : w.devices) {
+      auto t = u->second.find(type);
+      const TenantUsage held = t == u->second.end() ? TenantUsage{} : t->second;
+      if (held.in_use + n > held.nominal) fits = false;
+    }
+    if (!fits) continue;
+    for (const auto& [type, n] : w.devices) {
+      auto [it, inserted] = out[w.tenant].emplace(type, w.queued_unix_ms);
+      if (!inserted) it->second = std::min(it->second, w.queued_unix_ms);
+    }
+  }
+  return out;
+}
+
 }  // namespace dapple::coordinator::scheduling

@@ -66,6 +66,19 @@ class SchedulingManager {
 
   const SchedulingConfig& config() const { return policy_.config(); }
 
+  // The signal of the alert "tenant starved within its quota" (docs/operations.md,
+  // DappleTenantStarvedWithinQuota): per tenant of `usage` (Usage(state)) and device type, when
+  // the longest-waiting of the tenant's queued jobs that fits its nominal quota next to what the
+  // tenant already uses entered the queue (Workload::queued_unix_ms). A job fits when, for every
+  // type it needs, in_use + needed <= nominal. Jobs being measured are left out (not admissible
+  // yet), and so is the operator's queue (tenant "", not in `usage`). A type of a tenant with no
+  // such job is absent. Such a job should be admitted within a pass or two (reclaim preempts
+  // borrowers for it); one that waits for minutes means reclaim is not firing or the cluster has
+  // fewer live devices than the quotas promise.
+  static std::map<std::string, std::map<std::string, int64_t>> OldestWithinQuota(
+      const ClusterState& state,
+      const std::map<std::string, std::map<std::string, TenantUsage>>& usage);
+
  private:
   explicit SchedulingManager(QuotaPolicy policy) : policy_(std::move(policy)) {}
   QuotaPolicy policy_;

@@ -18,6 +18,9 @@ struct TenantSchedulingState {
   std::map<std::string, TenantUsage> devices;    // by device type (tenants with a quota)
   std::map<std::string, int> pending_by_reason;  // PendingReasonName -> queued jobs
   int64_t pending_devices = 0;                   // devices its queued jobs need, all types
+  // Per device type, when its longest-waiting queued job that fits its nominal quota entered
+  // the queue (SchedulingManager::OldestWithinQuota); a type with no such job is absent.
+  std::map<std::string, int64_t> oldest_within_quota_unix_ms;
 };
 
 // Called under the coordinator's lock: implementations must not call back into it.

@@ -226,7 +226,11 @@ void CoordinatorService::ObserveLocked(const scheduling::ClusterState& state,
   auto label = [](const std::string& tenant) {
     return tenant.empty() ? std::string(scheduling::kAdminTenantLabel) : tenant;
   };
-  for (auto& [tenant, usage] : ManagerLocked().Usage(state)) tenants[tenant].devices = usage;
+  const auto usage = ManagerLocked().Usage(state);
+  for (const auto& [tenant, devices] : usage) tenants[tenant].devices = devices;
+  for (auto& [tenant, oldest] : scheduling::SchedulingManager::OldestWithinQuota(state, usage)) {
+    tenants[tenant].oldest_within_quota_unix_ms = std::move(oldest);
+  }
   for (const scheduling::Workload& w : state.workloads) {
     scheduling::TenantSchedulingState& t = tenants[label(w.tenant)];
     if (w.tenant.empty() && w.admitted) {

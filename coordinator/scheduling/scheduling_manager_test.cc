@@ -145,6 +145,30 @@ TEST(SchedulingManagerTest, UsageCountsBorrowedAndLent) {
   EXPECT_FALSE(usage.contains(""));
 }
 
+TEST(SchedulingManagerTest, OldestWithinQuotaIsTheLongestWaitingJobThatFitsNominal) {
+  SchedulingManager m = TwoTenants();
+  ClusterState state;
+  state.now_unix_ms = 100'000;
+  // b borrowed a's quota: 3 of 4 devices; a holds 1 of its 2.
+  state.workloads.push_back(Admitted(Job("b1", "b", 3, 0), 1'000));
+  state.workloads.push_back(Admitted(Job("a0", "a", 1, 0), 1'000));
+  state.workloads.push_back(Job("a1", "a", 1, 20'000));  // fits: 1 + 1 <= 2
+  state.workloads.push_back(Job("a2", "a", 1, 30'000));  // fits too, queued later
+  state.workloads.push_back(Job("a3", "a", 2, 10'000));  // 1 + 2 > 2: would borrow
+  Workload measured = Job("a4", "a", 1, 5'000);
+  measured.measuring = true;  // not admissible yet
+  state.workloads.push_back(measured);
+  state.workloads.push_back(Job("b2", "b", 1, 1'000));  // b is above its nominal quota
+  state.workloads.push_back(Job("op", "", 1, 2'000));   // the operator's queue has no quota
+  const auto usage = m.Usage(state);
+  const auto oldest = SchedulingManager::OldestWithinQuota(state, usage);
+  ASSERT_EQ(oldest.size(), 1u);
+  EXPECT_EQ(oldest.at("a"), (std::map<std::string, int64_t>{{"cpu", 20'000}}));
+  // Once a's jobs are admitted (or gone), nothing of a waits within its quota.
+  state.workloads.erase(state.workloads.begin() + 2, state.workloads.begin() + 4);
+  EXPECT_TRUE(SchedulingManager::OldestWithinQuota(state, m.Usage(state)).empty());
+}
+
 TEST(SchedulingManagerTest, DeviceTypeKey) {
   EXPECT_EQ(DeviceTypeKey(""), "any");
   EXPECT_EQ(DeviceTypeKey("cuda"), "cuda");

@@ -4,7 +4,8 @@ with deploy/prometheus's scrape config shape and alert rules.
 
 Checks (issue 6, "Done when"): every target is up; `promtool check metrics` passes on every
 /metrics endpoint; every query of every panel of deploy/grafana/dashboards/*.json and the signal
-of every alert rule (and every recording rule) returns data through /api/v1/query; then a worker
+of every alert rule (and every recording rule) returns data through /api/v1/query (the tenants
+dashboard for the tenant of the admin's jobs, "_admin"); then a worker
 is SIGKILLed, so that it goes DEAD and its job FAILS, and the full expressions of
 DappleWorkerDead and DappleJobFailed return data (DappleJobFailed firing); `promtool check
 rules` and `promtool test rules` pass on deploy/prometheus. Every wait has a deadline; every
@@ -37,8 +38,10 @@ RULES = os.path.join(DEPLOY, "prometheus", "alerts.yml")
 RULES_TEST = os.path.join(DEPLOY, "prometheus", "alerts_test.yml")
 SCRAPE_CONFIG = os.path.join(DEPLOY, "prometheus", "prometheus.yml")
 DASHBOARDS = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
-# Grafana's variables as the test substitutes them ($job: the running job's id).
+# Grafana's variables as the test substitutes them ($job: the running job's id; $tenant: the
+# tenant of the admin's jobs, which the test submits).
 RANGE_VARS = {"$__rate_interval": "5s", "$__interval": "1s", "$__range": "1m"}
+TENANT = "_admin"
 # Series a job exports only when it trains on a text dataset (its validation split's metrics).
 TEXT_ONLY_SERIES = re.compile(r"\bdapple_job_validation_")
 # `<signal> <op> <threshold>` (alerts.yml's rule shape).
@@ -168,7 +171,7 @@ def dashboard_queries(job_id):
             dashboard = json.load(f)
         for panel in dashboard["panels"]:
             for target in panel.get("targets", []):
-                expr = target["expr"].replace("$job", job_id)
+                expr = target["expr"].replace("$job", job_id).replace("$tenant", TENANT)
                 for var, value in RANGE_VARS.items():
                     expr = expr.replace(var, value)
                 assert "$" not in expr, (path, panel["title"], expr)
@@ -249,7 +252,8 @@ class MetricsTest(unittest.TestCase):
         groups = prom.api("/api/v1/rules")["groups"]
         rules = [r for g in groups for r in g["rules"]]
         alerts = {r["name"]: r for r in rules if r["type"] == "alerting"}
-        self.assertEqual(set(alerts), {"DappleJobStuck", "DappleWorkerDead", "DappleJobFailed"})
+        self.assertEqual(set(alerts), {"DappleJobStuck", "DappleWorkerDead", "DappleJobFailed",
+                                       "DappleTenantStarvedWithinQuota"})
         signals = []
         for r in rules:
             if r["type"] == "recording":

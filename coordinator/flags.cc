@@ -81,6 +81,19 @@ absl::Status CheckPortFile(const std::string& path) {
   return CheckOutputFile("--port-file", path, "port");
 }
 
+absl::Status CheckInputFile(absl::string_view flag, const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path, "' cannot be read: ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path, "' is a directory; name the file"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
                              absl::string_view example) {
   const auto fail = [&](absl::string_view what) {
@@ -183,6 +196,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
   }
   flags.admin_token_file = raw.admin_token_file;
   flags.join_token_file = raw.join_token_file;
+  if (!raw.tenants_file.empty()) {
+    if (absl::Status s = CheckInputFile("--tenants-file", raw.tenants_file); !s.ok()) return s;
+  }
+  flags.tenants_file = raw.tenants_file;
   if (!AllDigits(raw.metrics_port) || raw.metrics_port.size() > 5 ||
       !absl::SimpleAtoi(raw.metrics_port, &flags.metrics_port) || flags.metrics_port > kMaxPort) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -72,6 +72,9 @@ struct RawFlags {
   // "Bootstrap"); empty: admin.token / join.token in --db's folder.
   std::string admin_token_file;
   std::string join_token_file;
+  // A YAML file of tenants, cohorts and quotas applied at every start (scheduling/tenants_file.h);
+  // empty: none.
+  std::string tenants_file;
 };
 
 struct Flags {
@@ -115,6 +118,8 @@ struct Flags {
   // --port-file when given (CheckOutputFile), and never the same file.
   std::string admin_token_file;
   std::string join_token_file;
+  // "" or a readable regular file (CheckInputFile); its content is checked when read at start.
+  std::string tenants_file;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.
@@ -144,6 +149,10 @@ absl::Status CheckPortFile(const std::string& path);
 // '<path>/<example>' for a folder (--admin-token-file, --join-token-file).
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
                              absl::string_view example);
+// Whether the coordinator can read `path`, a regular file (--tenants-file). kInvalidArgument:
+//   "--tenants-file '/no/such.yaml' cannot be read: No such file or directory"
+//   "--tenants-file '/etc' is a directory; name the file"
+absl::Status CheckInputFile(absl::string_view flag, const std::string& path);
 
 }  // namespace dapple::coordinator
 

@@ -158,6 +158,18 @@ TEST_F(PortFileTest, TokenFilesFollowThePortFilesRules) {
   EXPECT_EQ(Error(raw), "");
 }
 
+TEST_F(PortFileTest, TenantsFileMustBeAReadableFile) {
+  RawFlags raw;
+  raw.tenants_file = dir_ + "/tenants.yaml";
+  EXPECT_EQ(Error(raw),
+            "--tenants-file '" + raw.tenants_file + "' cannot be read: No such file or directory");
+  std::ofstream(raw.tenants_file) << "tenants: []\n";
+  EXPECT_EQ(Error(raw), "");
+  EXPECT_EQ(ValidateFlags(raw)->tenants_file, raw.tenants_file);
+  raw.tenants_file = dir_;
+  EXPECT_EQ(Error(raw), "--tenants-file '" + dir_ + "' is a directory; name the file");
+}
+
 TEST_F(PortFileTest, AMissingOrUnwritableFolderIsRefusedWithTheReason) {
   RawFlags raw;
   raw.port_file = dir_ + "/no/such/port";

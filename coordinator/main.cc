@@ -12,9 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,7 @@
 #include "coordinator/auth/credential_store.h"
 #include "coordinator/flags.h"
 #include "coordinator/metrics/coordinator_metrics.h"
+#include "coordinator/scheduling/tenants_file.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/grpc_service.h"
 
@@ -118,6 +122,93 @@ int Fail(const absl::Status& status) {
 
 // A flag or usage error: one line, exit 2 (CLI11's own codes, 105 / 114 ..., would say
 // nothing to a script).
+// --tenants-file: read, validated and applied as the system (an admin identity no token
+// proves; every change is in the audit log as user "_system"). kInvalidArgument for a file that
+// does not parse or break a rule (with its line and column); the apply's errors otherwise.
+absl::Status ApplyTenantsFileAtStart(const std::string& path,
+                                     dapple::coordinator::auth::CredentialStore& credentials,
+                                     dapple::coordinator::CoordinatorService& service,
+                                     dapple::coordinator::auth::AuditLog& audit) {
+  namespace auth = dapple::coordinator::auth;
+  namespace scheduling = dapple::coordinator::scheduling;
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  text.resize(scheduling::kMaxTenantsFileBytes + 1);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenants-file '", path, "' cannot be read: ", std::strerror(errno)));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  absl::StatusOr<scheduling::TenantsFile> file = scheduling::ParseTenantsFile(text, path);
+  if (!file.ok()) return file.status();
+  const auth::Identity system{"_system", "", auth::Role::kAdmin, ""};
+  auto audited = [&](const char* action, const std::string& target, absl::Status s) {
+    if (absl::Status a = audit.Record(system, action, target, s, "--tenants-file " + path);
+        !a.ok()) {
+      DAPPLE_LOG_WARN("audit log: {}", a.message());
+    }
+    return s;
+  };
+  auto describe = [&]() -> absl::StatusOr<dapple::v1::ListTenantsResponse> {
+    absl::StatusOr<std::vector<dapple::v1::Tenant>> tenants = credentials.ListTenants();
+    if (!tenants.ok()) return tenants.status();
+    dapple::v1::ListTenantsResponse response;
+    for (const dapple::v1::Tenant& t : *tenants) response.add_tenants()->set_name(t.name());
+    if (absl::Status s = service.DescribeTenants(system, &response); !s.ok()) return s;
+    return response;
+  };
+  scheduling::TenantsTarget target;
+  target.list_tenants = [&]() -> absl::StatusOr<std::vector<std::string>> {
+    absl::StatusOr<std::vector<dapple::v1::Tenant>> tenants = credentials.ListTenants();
+    if (!tenants.ok()) return tenants.status();
+    std::vector<std::string> names;
+    for (const dapple::v1::Tenant& t : *tenants) names.push_back(t.name());
+    return names;
+  };
+  target.create_tenant = [&](const std::string& name) {
+    return audited("CreateTenant", "tenant " + name, credentials.CreateTenant(name));
+  };
+  target.quotas = [&]() -> absl::StatusOr<std::map<std::string, dapple::v1::TenantQuota>> {
+    absl::StatusOr<dapple::v1::ListTenantsResponse> all = describe();
+    if (!all.ok()) return all.status();
+    std::map<std::string, dapple::v1::TenantQuota> out;
+    for (const dapple::v1::Tenant& t : all->tenants()) {
+      if (t.has_quota()) out[t.name()] = t.quota();
+    }
+    return out;
+  };
+  target.cohorts = [&]() -> absl::StatusOr<std::map<std::string, dapple::v1::Cohort>> {
+    absl::StatusOr<dapple::v1::ListTenantsResponse> all = describe();
+    if (!all.ok()) return all.status();
+    std::map<std::string, dapple::v1::Cohort> out;
+    for (const dapple::v1::Cohort& c : all->cohorts()) out[c.name()] = c;
+    return out;
+  };
+  target.set_cohort = [&](const dapple::v1::Cohort& cohort) {
+    dapple::v1::SetCohortRequest request;
+    *request.mutable_cohort() = cohort;
+    dapple::v1::Cohort response;
+    return audited("SetCohort", "cohort " + cohort.name(),
+                   service.SetCohort(system, request, &response));
+  };
+  target.set_quota = [&](const std::string& tenant, const dapple::v1::TenantQuota& quota) {
+    dapple::v1::SetTenantQuotaRequest request;
+    request.set_tenant(tenant);
+    *request.mutable_quota() = quota;
+    dapple::v1::Tenant response;
+    return audited("SetTenantQuota", "tenant " + tenant,
+                   service.SetTenantQuota(system, request, &response));
+  };
+  absl::StatusOr<scheduling::TenantsApplied> applied = ApplyTenantsFile(*file, target);
+  if (!applied.ok()) return applied.status();
+  DAPPLE_LOG_INFO(
+      "--tenants-file {}: {} tenants ({} created), {} cohorts; {} quotas and {} cohorts changed",
+      path, file->tenants.size(), applied->tenants_created, file->cohorts.size(),
+      applied->quotas_set, applied->cohorts_set);
+  return absl::OkStatus();
+}
+
 constexpr int kUsageExit = 2;
 int UsageError(absl::string_view message) {
   std::string line(message);
@@ -185,6 +276,10 @@ int main(int argc, char** argv) {
   app.add_option("--join-token-file", raw.join_token_file,
                  "first start only: write the cluster's join token for workers here, mode 0600 "
                  "(default: join.token next to --db)")
+      ->type_name("FILE");
+  app.add_option("--tenants-file", raw.tenants_file,
+                 "YAML file of tenants, cohorts and quotas applied at every start: creates "
+                 "missing tenants, sets changed quotas, never deletes (docs/scheduling.md)")
       ->type_name("FILE");
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
@@ -328,6 +423,15 @@ int main(int argc, char** argv) {
         "first start: created admin 'admin'; its token is in {}, the workers' join token in {} "
         "(docs/security.md)",
         admin_token_file, join_token_file);
+  }
+  if (!flags->tenants_file.empty()) {
+    if (absl::Status s =
+            ApplyTenantsFileAtStart(flags->tenants_file, **credential_store, **service, **audit);
+        !s.ok()) {
+      (*server)->Shutdown(kShutdownGrace);
+      (*service)->Shutdown();
+      return Fail(s);
+    }
   }
   const int port = (*server)->port();
   // After the gRPC bind, so that a second coordinator on the same address or database is

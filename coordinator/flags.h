@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -75,6 +76,9 @@ struct RawFlags {
   // A YAML file of tenants, cohorts and quotas applied at every start (scheduling/tenants_file.h);
   // empty: none.
   std::string tenants_file;
+  // The folders whose files jobs may name (--data-root, repeated or comma-separated; empty: the
+  // defaults, coordinator/service/data_roots.h DefaultDataRoots).
+  std::vector<std::string> data_roots;
 };
 
 struct Flags {
@@ -120,6 +124,9 @@ struct Flags {
   std::string join_token_file;
   // "" or a readable regular file (CheckInputFile); its content is checked when read at start.
   std::string tenants_file;
+  // As typed (empty: the defaults); checked by DataRoots::Create at start, with the rule that
+  // none of them holds the coordinator's own files (CheckOwnFilesOutside).
+  std::vector<std::string> data_roots;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.

@@ -19,7 +19,8 @@ struct TenantSchedulingState {
   std::map<std::string, int> pending_by_reason;  // PendingReasonName -> queued jobs
   int64_t pending_devices = 0;                   // devices its queued jobs need, all types
   // Per device type, when its longest-waiting queued job that fits its nominal quota entered
-  // the queue (SchedulingManager::OldestWithinQuota); a type with no such job is absent.
+  // the queue (SchedulingManager::OldestWithinQuota); a type with no such job is absent. As of
+  // the snapshot the pass decided on: a job admitted by this pass leaves it at the next one.
   std::map<std::string, int64_t> oldest_within_quota_unix_ms;
 };
 

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +76,7 @@ class SchedulingScenariosTest : public ::testing::Test {
     options.starvation_after_ms = 60'000;
     options.preemption_checkpoint_timeout_ms = 30'000;
     options.now_unix_ms = [this] { return now_; };
+    options.scheduling_observer = observer_;
     auto svc = CoordinatorService::Create(options);
     ASSERT_TRUE(svc.ok()) << svc.status();
     svc_ = std::move(*svc);
@@ -222,8 +225,19 @@ class SchedulingScenariosTest : public ::testing::Test {
     return false;
   }
 
+  // The last scheduling pass's per-tenant state (what the Prometheus metrics export).
+  struct LastPass : scheduling::SchedulingObserver {
+    void OnSchedulingPass(const std::map<std::string, scheduling::TenantSchedulingState>& t,
+                          int64_t) override {
+      tenants = t;
+    }
+    void OnPreempted(const std::string&, const std::string&) override {}
+    std::map<std::string, scheduling::TenantSchedulingState> tenants;
+  };
+
   std::string dir_;
   int64_t now_ = kStart;
+  std::shared_ptr<LastPass> observer_ = std::make_shared<LastPass>();
   std::unique_ptr<CoordinatorService> svc_;
 };
 
@@ -294,6 +308,45 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
     EXPECT_EQ(a.resume_manifest(),
               absl::StrCat(dir_, "/checkpoints/job-1/step-", ckpt, "/", kManifestFile));
   }
+}
+
+// The signal of DappleTenantStarvedWithinQuota: a job within its tenant's nominal quota waiting
+// for a borrower to stop is seen from its submit until it is admitted; the borrower's job, above
+// its tenant's quota, never is.
+TEST_F(SchedulingScenariosTest, AJobWithinItsNominalQuotaIsSeenWaitingUntilAdmitted) {
+  Open(4);
+  ASSERT_TRUE(SetQuota("a", 2).ok());
+  ASSERT_TRUE(SetQuota("b", 2).ok());
+  ASSERT_TRUE(Submit("b", Spec(4)).ok());  // job-1 borrows a's 2 devices
+  svc_->Tick();
+  std::vector<v1::StageAssignment> b = Deliver("job-1");
+  EXPECT_TRUE(observer_->tenants.at("a").oldest_within_quota_unix_ms.empty());
+  now_ += 1000;
+  const int64_t submitted = now_;
+  ASSERT_TRUE(Submit("a", Spec(2)).ok());  // job-2, within a's nominal quota
+  svc_->Tick();
+  now_ += 5000;
+  svc_->Tick();
+  ASSERT_EQ(Get("job-2").pending_reason(), "WaitingForPreemption");
+  EXPECT_EQ(observer_->tenants.at("a").oldest_within_quota_unix_ms,
+            (std::map<std::string, int64_t>{{"cpu", submitted}}));
+  EXPECT_TRUE(observer_->tenants.at("b").oldest_within_quota_unix_ms.empty());
+  // b's job checkpoints and stops: a's is admitted and nothing waits within quota any more.
+  const int64_t ckpt = Steps(b, 5);
+  Steps(b, ckpt);
+  Checkpoint(b, ckpt);
+  svc_->Tick();
+  StopRanks(b, "job-1");
+  svc_->Tick();
+  ASSERT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);
+  // A pass reports the state it started from (job-2 still queued); the next one sees it run.
+  EXPECT_EQ(observer_->tenants.at("a").oldest_within_quota_unix_ms.size(), 1u);
+  now_ += 100;
+  svc_->Tick();
+  EXPECT_TRUE(observer_->tenants.at("a").oldest_within_quota_unix_ms.empty());
+  // job-1 is queued again, above b's nominal quota (it needs 4 of b's 2): not within quota.
+  EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
+  EXPECT_TRUE(observer_->tenants.at("b").oldest_within_quota_unix_ms.empty());
 }
 
 TEST_F(SchedulingScenariosTest, PriorityPreemptsLowerPriorityAndTheCheckpointWaitIsBounded) {

@@ -89,7 +89,11 @@ stop_all() {
   for f in "$pids"/*.pid; do
     [[ -e "$f" ]] || continue
     name="$(basename "$f" .pid)"
+    read -r pid exe <"$f"
     while alive "$name" && ((SECONDS < deadline)); do sleep 0.1; done
+    # An exiting process drops its command line before it is gone: wait for the end itself.
+    while [[ -r "/proc/$pid/status" ]] && ! grep -q '^State:[[:space:]]*[ZX]' "/proc/$pid/status" 2>/dev/null &&
+      [[ ! -s "/proc/$pid/cmdline" ]] && ((SECONDS < deadline)); do sleep 0.05; done
     if alive "$name"; then
       read -r pid exe <"$f"
       echo "local_cluster: $name (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL" >&2
@@ -129,8 +133,14 @@ launch() {  # launch NAME BINARY ARGS... : starts BINARY in its own session, log
   local deadline=$((SECONDS + 5))
   while [[ ! -s "$pidtmp" ]] && ((SECONDS < deadline)); do sleep 0.02; done
   [[ -s "$pidtmp" ]] || die "$name did not start"
-  echo "$(cat "$pidtmp") $exe" >"$pids/$name.pid"
+  local pid
+  pid="$(cat "$pidtmp")"
+  echo "$pid $exe" >"$pids/$name.pid"
   rm -f "$pidtmp"
+  # sh writes its pid before it execs the binary: until the exec, alive() reads "sh" and would
+  # take the process for gone. Wait for it (a process that already ended stops the wait).
+  deadline=$((SECONDS + 5))
+  while ! alive "$name" && [[ -s "/proc/$pid/cmdline" ]] && ((SECONDS < deadline)); do sleep 0.01; done
 }
 
 fail_start() {  # fail_start NAME MESSAGE: prints NAME's log, stops what started, exits 1

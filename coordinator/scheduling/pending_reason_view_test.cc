@@ -49,7 +49,10 @@ v1::Job AsStored(const SchedulingDecision& decision, const std::string& id) {
 
 TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
   SchedulingConfig config;
-  config.tenants = {Tenant("a", 4), Tenant("b", 2), Tenant("c", 4)};
+  TenantConfig untyped;
+  untyped.name = "d";
+  untyped.nominal = {{"any", 2}};
+  config.tenants = {Tenant("a", 4), Tenant("b", 2), Tenant("c", 4), untyped};
   absl::StatusOr<QuotaPolicy> policy = QuotaPolicy::Create(std::move(config));
   ASSERT_TRUE(policy.ok()) << policy.status();
   ClusterState s;
@@ -71,7 +74,7 @@ TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
   // Apart: while a preempted job stops, every job it would make room for waits for it.
   s.workloads = {stopping, high};
   for (Pending& p : policy->Decide(s).pending) d.pending.push_back(std::move(p));
-  const std::map<std::string, std::string> expected = {
+  std::map<std::string, std::string> expected = {
       {"no-queue",
        "Misconfigured: tenant z has no quota for cpu devices and cannot borrow them; ask an "
        "admin: dapplectl admin quota set z --nominal cpu=N ..."},
@@ -88,6 +91,11 @@ TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
        "first); it starts then"},
       {"measured", "BeingMeasured: its layers are profiled on a worker before it can be planned"},
   };
+  // The quota of jobs without parallel.device_type reads "any type", not "any devices".
+  s.workloads = {Job("untyped", "d", "any", 2)};
+  for (Pending& p : policy->Decide(s).pending) d.pending.push_back(std::move(p));
+  expected["untyped"] =
+      "WaitingForDevices: the cluster has 0 devices (any type) free; this job needs 2";
   for (const auto& [id, text] : expected) {
     const v1::Job job = AsStored(d, id);
     EXPECT_EQ(ctl::PendingReasonText(job), text) << id;

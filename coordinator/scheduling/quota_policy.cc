@@ -18,7 +18,9 @@ int64_t Get(const DeviceCounts& counts, const std::string& type) {
   return it == counts.end() ? 0 : it->second;
 }
 
+// "3 cpu devices"; for the quota of jobs without a device type "3 devices (any type)".
 std::string Devices(int64_t n, const std::string& type) {
+  if (type == "any") return absl::StrCat(n, n == 1 ? " device" : " devices", " (any type)");
   return absl::StrCat(n, " ", type, n == 1 ? " device" : " devices");
 }
 

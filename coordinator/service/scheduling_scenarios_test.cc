@@ -429,7 +429,9 @@ TEST_F(SchedulingScenariosTest, EveryPendingReason) {
   EXPECT_EQ(Get("job-2").pending_reason(), "ExceedsMaximum");
   EXPECT_THAT(Get("job-2").message(), HasSubstr("more than tenant a can ever use"));
   EXPECT_EQ(Get("job-3").pending_reason(), "Misconfigured");
-  EXPECT_EQ(Get("job-3").message(), "tenant b has no quota for cpu devices and cannot borrow them");
+  EXPECT_EQ(Get("job-3").message(),
+            "tenant b has no quota for cpu devices and cannot borrow them; ask an admin: dapplectl "
+            "admin quota set b --nominal cpu=N ...");
 }
 
 TEST_F(SchedulingScenariosTest, BeingMeasured) {

@@ -19,8 +19,7 @@ namespace dapple::ctl {
 
 // The device types a quota counts (admin.proto DeviceQuota; a job's parallel.device_type
 // other than "any").
-// "any": the quota of jobs that leave parallel.device_type unset (docs/scheduling.md).
-inline constexpr const char* kQuotaDeviceTypes[] = {"cpu", "cuda", "emulated", "any"};
+inline constexpr const char* kQuotaDeviceTypes[] = {"cpu", "cuda", "emulated"};
 
 // The most devices of one type in a TYPE=N value.
 inline constexpr int64_t kMaxQuotaDevices = 1'000'000;
@@ -40,7 +39,7 @@ absl::Status CheckTokenId(absl::string_view id);
 // Parses the values of `flag` ("--nominal"), each TYPE=N or several joined by ',' (CLI11 splits
 // them): TYPE one of kQuotaDeviceTypes, N a whole number from 0 to kMaxQuotaDevices, each TYPE
 // once. Errors name the flag, the value and the rule: "--nominal must be TYPE=N (e.g. cpu=4),
-// got \"cpu\"", "--nominal cpu=4: device type must be one of cpu, cuda, emulated, any, got
+// got \"cpu\"", "--nominal cpu=4: device type must be one of cpu, cuda, emulated, got
 // \"gpu\"",
 // "--nominal gives cpu twice".
 absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> ParseDeviceCounts(

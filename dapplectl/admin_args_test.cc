@@ -37,14 +37,13 @@ TEST(AdminArgsTest, TokenIds) {
 
 TEST(AdminArgsTest, DeviceCounts) {
   absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> counts =
-      ParseDeviceCounts("--nominal", {"cpu=4", "emulated=0", "cuda=1000000", "any=2"});
+      ParseDeviceCounts("--nominal", {"cpu=4", "emulated=0", "cuda=1000000"});
   ASSERT_TRUE(counts.ok()) << counts.status();
-  // "any": the quota of jobs without parallel.device_type (the coordinator's type for them).
-  EXPECT_THAT(*counts, ::testing::ElementsAre(std::make_pair(std::string("cpu"), int64_t{4}),
-                                              std::make_pair(std::string("emulated"), int64_t{0}),
-                                              std::make_pair(std::string("cuda"), int64_t{1000000}),
-                                              std::make_pair(std::string("any"), int64_t{2})));
-  for (const char* bad : {"cpu", "=4", "cpu=", "cpu=1000001", "cpu=+1", "cpu=1.5", "gpu=1",
+  EXPECT_THAT(*counts,
+              ::testing::ElementsAre(std::make_pair(std::string("cpu"), int64_t{4}),
+                                     std::make_pair(std::string("emulated"), int64_t{0}),
+                                     std::make_pair(std::string("cuda"), int64_t{1000000})));
+  for (const char* bad : {"cpu", "=4", "cpu=", "cpu=1000001", "cpu=+1", "cpu=1.5", "any=1",
                           "cpu=99999999999999999999", "cpu =1"}) {
     EXPECT_EQ(ParseDeviceCounts("--nominal", {bad}).status().code(),
               absl::StatusCode::kInvalidArgument)

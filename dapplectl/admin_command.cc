@@ -36,8 +36,7 @@ void AdminCommands::AddQuotaFlags(CLI::App* command, QuotaOptions* values) {
       ->type_name("COHORT");
   command
       ->add_option("--nominal", values->nominal,
-                   "devices guaranteed to the tenant, per device type (cpu, cuda, emulated; any: "
-                   "for jobs without parallel.device_type); "
+                   "devices guaranteed to the tenant, per device type (cpu, cuda, emulated); "
                    "repeat the flag or join with ','")
       ->type_name("TYPE=N")
       ->delimiter(',')

@@ -49,10 +49,7 @@ v1::Job AsStored(const SchedulingDecision& decision, const std::string& id) {
 
 TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
   SchedulingConfig config;
-  TenantConfig untyped;
-  untyped.name = "d";
-  untyped.nominal = {{"any", 2}};
-  config.tenants = {Tenant("a", 4), Tenant("b", 2), Tenant("c", 4), untyped};
+  config.tenants = {Tenant("a", 4), Tenant("b", 2), Tenant("c", 4)};
   absl::StatusOr<QuotaPolicy> policy = QuotaPolicy::Create(std::move(config));
   ASSERT_TRUE(policy.ok()) << policy.status();
   ClusterState s;
@@ -91,11 +88,13 @@ TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
        "first); it starts then"},
       {"measured", "BeingMeasured: its layers are profiled on a worker before it can be planned"},
   };
-  // The quota of jobs without parallel.device_type reads "any type", not "any devices".
-  s.workloads = {Job("untyped", "d", "any", 2)};
+  // A job without a device type of a tenant that holds neither cuda nor cpu devices.
+  s.workloads = {Job("untyped", "z", "any", 2)};
   for (Pending& p : policy->Decide(s).pending) d.pending.push_back(std::move(p));
   expected["untyped"] =
-      "WaitingForDevices: the cluster has 0 devices (any type) free; this job needs 2";
+      "Misconfigured: tenant z has no quota for cuda or cpu devices (a job without "
+      "parallel.device_type runs on either) and cannot borrow them; ask an admin: dapplectl "
+      "admin quota set z --nominal cpu=N ...";
   for (const auto& [id, text] : expected) {
     const v1::Job job = AsStored(d, id);
     EXPECT_EQ(ctl::PendingReasonText(job), text) << id;

@@ -27,11 +27,15 @@ std::string Devices(int64_t n, const std::string& type) {
 // What a tenant's job reads when the tenant has no quota for `type` (no queue at all, or none
 // for that type): what is wrong and the command that fixes it.
 std::string NoQuotaMessage(const std::string& tenant, const std::string& type) {
-  const std::string devices = type == "any" ? "any devices (jobs without parallel.device_type)"
-                                            : absl::StrCat(type, " devices");
-  return absl::StrCat("tenant ", tenant, " has no quota for ", devices,
+  // A job without a device type is charged to a cuda or cpu quota (SchedulingManager::
+  // ChargedDeviceType): the fix is one of those.
+  const bool any = type == "any";
+  return absl::StrCat("tenant ", tenant, " has no quota for ",
+                      any ? "cuda or cpu devices (a job without parallel.device_type runs on "
+                            "either)"
+                          : absl::StrCat(type, " devices"),
                       " and cannot borrow them; ask an admin: dapplectl admin quota set ", tenant,
-                      " --nominal ", type, "=N ...");
+                      " --nominal ", any ? "cpu" : type, "=N ...");
 }
 
 // The device type a workload needs (the first of them, "any" when none is named).

@@ -153,7 +153,8 @@ bool AnyQuotaFlag(const QuotaFlags& flags) {
 
 absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags) {
   v1::TenantQuota quota;
-  if (flags.cohort.has_value()) {
+  const bool in_cohort = flags.cohort.has_value() && *flags.cohort != kNoCohort;
+  if (in_cohort) {
     if (absl::Status s = CheckAccountName("--cohort", *flags.cohort); !s.ok()) return s;
     quota.set_cohort(*flags.cohort);
   }
@@ -168,7 +169,7 @@ absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags) {
   if (!lending.ok()) return lending.status();
   for (const char* flag : {"--borrowing-limit", "--lending-limit"}) {
     const bool given = flag[2] == 'b' ? !borrowing->empty() : !lending->empty();
-    if (given && !flags.cohort.has_value()) {
+    if (given && !in_cohort) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, " needs --cohort: a tenant outside a cohort neither borrows nor lends"));
     }

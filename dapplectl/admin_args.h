@@ -39,7 +39,8 @@ absl::Status CheckTokenId(absl::string_view id);
 // Parses the values of `flag` ("--nominal"), each TYPE=N or several joined by ',' (CLI11 splits
 // them): TYPE one of kQuotaDeviceTypes, N a whole number from 0 to kMaxQuotaDevices, each TYPE
 // once. Errors name the flag, the value and the rule: "--nominal must be TYPE=N (e.g. cpu=4),
-// got \"cpu\"", "--nominal cpu=4: device type must be one of cpu, cuda, emulated, got \"gpu\"",
+// got \"cpu\"", "--nominal cpu=4: device type must be one of cpu, cuda, emulated, got
+// \"gpu\"",
 // "--nominal gives cpu twice".
 absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> ParseDeviceCounts(
     absl::string_view flag, const std::vector<std::string>& values);
@@ -51,6 +52,9 @@ absl::StatusOr<int64_t> ParseTtlSeconds(absl::string_view flag, absl::string_vie
 
 // Parses --weight: a decimal number greater than 0 and at most 1000.
 absl::StatusOr<double> ParseWeight(absl::string_view flag, absl::string_view text);
+
+// `--cohort none`: no cohort (so no cohort may be named "none").
+inline constexpr char kNoCohort[] = "none";
 
 // The quota flags of `admin tenant create` and `admin quota set`, as given (nullopt or empty:
 // not given).
@@ -71,7 +75,8 @@ bool AnyQuotaFlag(const QuotaFlags& flags);
 // own rules: a lending limit above the type's nominal quota ("--lending-limit cpu=8 is above
 // --nominal cpu=4: a tenant lends only its own quota") and a borrowing or lending limit without
 // --cohort ("--borrowing-limit needs --cohort: a tenant outside a cohort neither borrows nor
-// lends") are refused; --cohort must be a name (CheckAccountName).
+// lends") are refused; --cohort must be a name (CheckAccountName) or "none" (no cohort: the
+// quota's cohort stays "", and limits are refused as without --cohort).
 absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags);
 
 }  // namespace dapple::ctl

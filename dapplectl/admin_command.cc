@@ -31,7 +31,8 @@ void AdminCommands::AddQuotaFlags(CLI::App* command, QuotaOptions* values) {
   values->app = command;
   command
       ->add_option("--cohort", values->cohort,
-                   "cohort whose members borrow each other's unused quota")
+                   "cohort whose members borrow each other's unused quota; 'none': no cohort "
+                   "(quota set without --cohort keeps the tenant's cohort)")
       ->type_name("COHORT");
   command
       ->add_option("--nominal", values->nominal,
@@ -181,6 +182,10 @@ absl::Status AdminCommands::CheckArguments() {
   }
   if (cohort_set_->parsed()) {
     if (absl::Status s = CheckAccountName("cohort name", name_); !s.ok()) return s;
+    if (name_ == kNoCohort) {
+      return absl::InvalidArgumentError(
+          "cohort name \"none\" is reserved: --cohort none means no cohort");
+    }
     absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> shared =
         ParseDeviceCounts("--shared", shared_);
     if (!shared.ok()) return shared.status();
@@ -273,8 +278,20 @@ int AdminCommands::RunAdmin(const ClientOptions& options, const std::string& out
     v1::SetTenantQuotaRequest request;
     request.set_tenant(name_);
     *request.mutable_quota() = quota_;
+    // The quota replaces the tenant's whole quota, but without --cohort the tenant stays in its
+    // cohort (docs/dapplectl.md): read it first, and say so.
+    const bool keep_cohort = !Given(set_quota_).cohort.has_value();
+    if (keep_cohort) {
+      absl::StatusOr<v1::ListTenantsResponse> tenants = client.ListTenants();
+      if (!tenants.ok()) return FailStatus(env, tenants.status());
+      for (const v1::Tenant& t : tenants->tenants()) {
+        if (t.name() == name_) request.mutable_quota()->set_cohort(t.quota().cohort());
+      }
+    }
+    const std::string kept = request.quota().cohort();
     absl::StatusOr<v1::Tenant> tenant = client.SetTenantQuota(std::move(request));
     if (!tenant.ok()) return FailStatus(env, tenant.status());
+    if (keep_cohort) *env.err << KeptCohortNote(kept) << "\n" << std::flush;
     return PrintMessage(env, *format, *tenant, [&] { return RenderTenantChanged(*tenant, false); });
   }
   if (cohort_set_->parsed()) {

@@ -1,6 +1,11 @@
 // `dapplectl admin ...` and `dapplectl auth whoami` against in-process fakes: what each command
 // sends, prints (table, JSON, YAML) and exits with; every usage error (exit 2, nothing sent);
 // and that no command but `token issue` and `join-token rotate` prints a token's secret.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -179,6 +184,73 @@ TEST_F(AdminCommandTest, QuotaSetReplacesTheQuota) {
   EXPECT_EQ(r.err, "dapplectl: no tenant team-z\n");
 }
 
+// Without a token the message says where dapplectl looked; the token-file of the context in use
+// goes with it also when --coordinator or DAPPLE_COORDINATOR gives the address.
+TEST_F(AdminCommandTest, TheContextsTokenFollowsTheContextAndMissingTokensSayWhere) {
+  fake_.RequireToken("tok-of-here");
+  Result r = Run({"admin", "tenant", "list"});
+  EXPECT_EQ(r.code, kExitUnauthenticated);
+  EXPECT_EQ(r.err,
+            "dapplectl: no token: set DAPPLE_TOKEN, --token-file or a context's token-file; "
+            "looked at --token-file (not given), DAPPLE_TOKEN (not set), DAPPLE_TOKEN_FILE (not "
+            "set), no context in use (the coordinator said: no token)\n");
+  const std::string dir = ::testing::TempDir() + "/admin-ctx-token-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string token_file = dir + "/here.token";
+  std::ofstream(token_file) << "tok-of-here\n";
+  std::filesystem::permissions(
+      token_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::ofstream(dir + "/config.yaml")
+      << "current-context: here\ncontexts:\n  - name: here\n    coordinator: 127.0.0.1:1\n"
+      << "    token-file: " << token_file << "\n  - name: bare\n    coordinator: 127.0.0.1:1\n";
+  setenv("DAPPLE_CONFIG", (dir + "/config.yaml").c_str(), 1);
+  r = Run({"admin", "tenant", "list"});  // --coordinator gives the address
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  setenv("DAPPLE_COORDINATOR", fake_.address().c_str(), 1);
+  {
+    std::vector<const char*> argv = {"dapplectl", "admin", "tenant", "list"};
+    std::ostringstream out, err;
+    Environment env;
+    env.out = &out;
+    env.err = &err;
+    EXPECT_EQ(RunDapplectl(static_cast<int>(argv.size()), argv.data(), env), kExitOk) << err.str();
+  }
+  unsetenv("DAPPLE_COORDINATOR");
+  r = Run({"--context", "bare", "admin", "tenant", "list"});
+  EXPECT_EQ(r.code, kExitUnauthenticated);
+  EXPECT_THAT(r.err, HasSubstr("DAPPLE_TOKEN_FILE (not set), context bare (no token-file)"));
+  setenv("DAPPLE_CONFIG", (::testing::TempDir() + "/no-dapple-config.yaml").c_str(), 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(AdminCommandTest, QuotaSetKeepsTheCohortUnlessToldAndSaysSo) {
+  v1::Tenant a;
+  a.set_name("team-a");
+  a.mutable_quota()->set_cohort("research");
+  fake_.AddTenant(a);
+  Result r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=4"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(fake_.last<v1::SetTenantQuotaRequest>("SetTenantQuota").quota().cohort(), "research");
+  EXPECT_EQ(r.err,
+            "cohort: research (kept: --cohort was not given; --cohort none takes the tenant out "
+            "of it)\n");
+  // --cohort none: out of it, and nothing to say.
+  r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=4", "--cohort", "none"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(fake_.last<v1::SetTenantQuotaRequest>("SetTenantQuota").quota().cohort(), "");
+  EXPECT_EQ(r.err, "");
+  r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=4"});
+  EXPECT_EQ(r.err, "cohort: none (kept: --cohort was not given; --cohort C joins C)\n");
+  // A limit needs a real cohort.
+  r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=4", "--cohort", "none",
+           "--lending-limit", "cpu=1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  // "none" is no cohort's name.
+  r = Run({"admin", "cohort", "set", "none", "--shared", "cpu=1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cohort name \"none\" is reserved"));
+}
+
 TEST_F(AdminCommandTest, CohortSet) {
   Result r = Run({"admin", "cohort", "set", "research", "--shared", "cpu=4,cuda=2"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
@@ -224,7 +296,8 @@ TEST_F(AdminCommandTest, TokenIssuePrintsTheTokenAloneOnStdout) {
   EXPECT_EQ(fake_.last<v1::IssueTokenRequest>("IssueToken").ttl_seconds(), 25 * 3600);
   EXPECT_EQ(r.err,
             "dapplectl: token 0000000000000001 of alice (expires in 1d) is shown only this once: "
-            "keep it secret, e.g. dapplectl admin token issue alice > alice.token\n");
+            "keep it secret, in a file of yours alone, e.g. (umask 077; dapplectl admin token "
+            "issue alice > alice.token)\n");
   EXPECT_THAT(r.err, Not(HasSubstr(kFakeSecret)));
   // Without --ttl: never expires.
   r = Run({"admin", "token", "issue", "alice"});
@@ -256,6 +329,11 @@ TEST_F(AdminCommandTest, TokenListAndRevokeNeverShowSecrets) {
   r = Run({"admin", "token", "revoke", "00000000000000ff"});
   EXPECT_EQ(r.code, kExitRefused);
   EXPECT_EQ(r.err, "dapplectl: no token 00000000000000ff\n");
+  // Revoking again changes nothing, and says so (FAILED_PRECONDITION: refused).
+  r = Run({"admin", "token", "revoke", "0000000000000001"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "dapplectl: token dpl_0000000000000001 is already revoked\n");
 }
 
 TEST_F(AdminCommandTest, JoinTokenRotatePrintsTheTokenAloneOnStdout) {
@@ -421,6 +499,13 @@ TEST_F(AdminCommandTest, NoOtherCommandPrintsASecret) {
   ASSERT_EQ(Run({"admin", "user", "create", "alice", "--tenant", "team-a"}).code, kExitOk);
   ASSERT_EQ(Run({"admin", "token", "issue", "alice"}).code, kExitOk);
   ASSERT_EQ(Run({"admin", "join-token", "rotate"}).code, kExitOk);
+  // A token of its own to revoke per format: revoking one twice is refused.
+  std::map<std::string, std::string> revoke_id;
+  for (const char* output : {"table", "json", "yaml"}) {
+    Result issued = Run({"admin", "token", "issue", "alice"});
+    ASSERT_EQ(issued.code, kExitOk) << issued.err;
+    revoke_id[output] = issued.out.substr(4, 16);
+  }
   for (const char* output : {"table", "json", "yaml"}) {
     for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
              {"admin", "tenant", "list"},
@@ -428,7 +513,7 @@ TEST_F(AdminCommandTest, NoOtherCommandPrintsASecret) {
              {"admin", "cohort", "set", "c", "--shared", "cpu=1"},
              {"admin", "user", "list"},
              {"admin", "token", "list"},
-             {"admin", "token", "revoke", "0000000000000001"},
+             {"admin", "token", "revoke", revoke_id.at(output)},
              {"admin", "audit"}}) {
       std::vector<std::string> with_output = args;
       with_output.insert(with_output.end(), {"-o", output});

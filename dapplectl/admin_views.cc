@@ -122,6 +122,12 @@ std::string RenderTenantChanged(const v1::Tenant& tenant, bool created) {
                       table.Render());
 }
 
+std::string KeptCohortNote(const std::string& cohort) {
+  if (cohort.empty()) return "cohort: none (kept: --cohort was not given; --cohort C joins C)";
+  return absl::StrCat("cohort: ", cohort,
+                      " (kept: --cohort was not given; --cohort none takes the tenant out of it)");
+}
+
 std::string RenderCohortSet(const v1::Cohort& cohort) {
   const std::string shared = SharedDevices(cohort);
   return absl::StrCat("set cohort ", cohort.name(), ": shared ",
@@ -175,14 +181,15 @@ std::string RenderTokenRevoked(const v1::TokenInfo& token) {
 std::string TokenIssuedNote(const v1::TokenInfo& token, int64_t now_unix_ms) {
   const std::string expiry = ExpiryText(token.expires_unix_ms(), now_unix_ms);
   return absl::StrCat("token ", token.id(), " of ", token.user(), " (expires ", expiry,
-                      ") is shown only this once: keep it secret, e.g. dapplectl admin token "
-                      "issue ",
-                      token.user(), " > ", token.user(), ".token");
+                      ") is shown only this once: keep it secret, in a file of yours alone, e.g. "
+                      "(umask 077; dapplectl admin token issue ",
+                      token.user(), " > ", token.user(), ".token)");
 }
 
 std::string JoinTokenRotatedNote() {
-  return "the new cluster join token is shown only this once: keep it secret (e.g. dapplectl "
-         "admin join-token rotate > join.token; dapple-worker --join-token-file join.token); "
+  return "the new cluster join token is shown only this once: keep it secret (e.g. (umask 077; "
+         "dapplectl admin join-token rotate > join.token); dapple-worker --join-token-file "
+         "join.token); "
          "the previous one no longer registers workers";
 }
 

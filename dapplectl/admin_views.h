@@ -26,6 +26,10 @@ std::string RenderTenants(const v1::ListTenantsResponse& response);
 // then the tenant's rows as RenderTenants shows them.
 std::string RenderTenantChanged(const v1::Tenant& tenant, bool created);
 
+// What `admin quota set` without --cohort says on stderr: the cohort it kept ("" : none), e.g.
+// "cohort: research (kept: --cohort was not given; --cohort none takes the tenant out of it)".
+std::string KeptCohortNote(const std::string& cohort);
+
 // "set cohort research: shared cpu=4, cuda=2\n" ("shared nothing" without devices).
 std::string RenderCohortSet(const v1::Cohort& cohort);
 

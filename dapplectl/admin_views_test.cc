@@ -74,7 +74,8 @@ TEST(AdminViewsTest, NotesNeverCarryTheSecret) {
   info.set_user("bob");
   EXPECT_EQ(TokenIssuedNote(info, 0),
             "token 0123456789abcdef of bob (expires never) is shown only this once: keep it "
-            "secret, e.g. dapplectl admin token issue bob > bob.token");
+            "secret, in a file of yours alone, e.g. (umask 077; dapplectl admin token issue bob > "
+            "bob.token)");
   EXPECT_THAT(JoinTokenRotatedNote(), HasSubstr("--join-token-file"));
 }
 

@@ -129,7 +129,8 @@ void QuietGrpcLogging() {
 absl::Status AuthenticationError(const ClientOptions& options, const std::string& message) {
   if (options.token.empty()) {
     return absl::UnauthenticatedError(
-        absl::StrCat(kNoTokenMessage, " (the coordinator said: ", message, ")"));
+        absl::StrCat(kNoTokenMessage, options.token_search.empty() ? "" : "; ",
+                     options.token_search, " (the coordinator said: ", message, ")"));
   }
   return absl::UnauthenticatedError(absl::StrCat("the coordinator refused the token: ", message));
 }

@@ -53,6 +53,9 @@ struct ClientOptions {
   // The bearer token every call carries as `authorization: Bearer <token>` metadata; "": none
   // (the coordinator answers UNAUTHENTICATED). Never logged or printed.
   std::string token;
+  // Without a token: where dapplectl looked for one (token_source.h DescribeTokenSearch), for
+  // the "no token" message; "": not said.
+  std::string token_search;
 };
 
 // What dapplectl says when it has no token to send (exit code 6).
@@ -60,7 +63,8 @@ inline constexpr char kNoTokenMessage[] =
     "no token: set DAPPLE_TOKEN, --token-file or a context's token-file";
 
 // The kUnauthenticated error of a call the coordinator answered UNAUTHENTICATED with `message`:
-// kNoTokenMessage when `options` has no token, else "the coordinator refused the token:
+// kNoTokenMessage (then "; " and options.token_search when set) when `options` has no token,
+// else "the coordinator refused the token:
 // <message>" (e.g. "token dpl_<id> expired"). Every client converts through here.
 absl::Status AuthenticationError(const ClientOptions& options, const std::string& message);
 

@@ -503,13 +503,16 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     sources.flag_file = flags.token_file;
     sources.env_token = std::getenv("DAPPLE_TOKEN");
     sources.env_token_file = std::getenv("DAPPLE_TOKEN_FILE");
-    if (from_context) {
+    // The context's token goes with the context in use, whatever gives the address
+    // (token_source.h).
+    if (context != nullptr) {
       sources.context_file = context->token_file;
       sources.context_name = context->name;
     }
     absl::StatusOr<std::string> token = ResolveToken(sources);
     if (!token.ok()) return FailStatus(env, token.status());
     options.token = *std::move(token);
+    if (options.token.empty()) options.token_search = DescribeTokenSearch(sources);
   }
 
   if (admin_commands.parsed()) return admin_commands.Run(options, flags.output, env);

@@ -15,10 +15,11 @@ namespace dapple::ctl {
 namespace {
 
 std::string ContextTable(const CtlConfig& config, const std::string& path) {
-  TextTable table({"CURRENT", "NAME", "COORDINATOR", "CA"});
+  TextTable table({"CURRENT", "NAME", "COORDINATOR", "CA", "TOKEN-FILE"});
   for (const Context& c : config.contexts) {
     table.AddRow({c.name == config.current_context ? "*" : "", c.name, c.coordinator,
-                  c.ca.empty() ? "- (plain text)" : c.ca});
+                  c.ca.empty() ? "- (plain text)" : c.ca,
+                  c.token_file.empty() ? "-" : c.token_file});
   }
   std::string out = config.contexts.empty() ? "no contexts\n" : table.Render();
   absl::StrAppend(&out, "FILE          ", path, "\n");

@@ -40,6 +40,10 @@ TEST(ConfigCommandTest, ContextsAreCreatedUsedAndDeleted) {
   std::ofstream(ca) << "-----BEGIN CERTIFICATE-----\n";
   ConfigAction prod = Set("prod", "coord.example:7600");
   prod.ca = ca;
+  const std::string token =
+      std::filesystem::path(::testing::TempDir() + "/dapple-config-prod.token").lexically_normal();
+  std::ofstream(token) << "dpl_x\n";
+  prod.token_file = token;
   EXPECT_EQ(*RunConfigAction(path, prod), "context prod created\n");
   EXPECT_EQ(*RunConfigAction(path, Set("local", "127.0.0.1:7600")), "context local created\n");
   struct stat st;
@@ -50,8 +54,12 @@ TEST(ConfigCommandTest, ContextsAreCreatedUsedAndDeleted) {
   use.name = "prod";
   EXPECT_EQ(*RunConfigAction(path, use), "switched to context prod\n");
   const std::string table = *RunConfigAction(path, view);
-  EXPECT_THAT(table, HasSubstr("*         prod    coord.example:7600   " + ca));
+  EXPECT_THAT(table, HasSubstr("CA" + std::string(ca.size() - 2 + 3, ' ') + "TOKEN-FILE\n"));
+  EXPECT_THAT(table,
+              HasSubstr("*         prod    coord.example:7600   " + ca + "   " + token + "\n"));
+  // A context without a token-file shows "-".
   EXPECT_THAT(table, HasSubstr("local   127.0.0.1:7600       - (plain text)"));
+  EXPECT_THAT(table, ::testing::ContainsRegex("local +127.0.0.1:7600 +- \\(plain text\\) +-\n"));
   absl::StatusOr<CtlConfig> loaded = LoadConfig(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->current_context, "prod");

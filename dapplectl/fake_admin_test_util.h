@@ -178,6 +178,10 @@ class FakeAdmin final : public v1::Admin::Service {
     if (it == tokens_.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no token ", r->id()));
     }
+    if (it->second.revoked_unix_ms() != 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("token dpl_", r->id(), " is already revoked"));
+    }
     it->second.set_revoked_unix_ms(2000);
     *response->mutable_info() = it->second;
     return grpc::Status::OK;

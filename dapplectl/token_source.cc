@@ -37,4 +37,21 @@ absl::StatusOr<std::string> ResolveToken(const TokenSources& sources) {
   return std::string();
 }
 
+std::string DescribeTokenSearch(const TokenSources& sources) {
+  auto state = [](bool given, const char* missing) { return given ? "given" : missing; };
+  std::string out = absl::StrCat(
+      "looked at --token-file (", state(!sources.flag_file.empty(), "not given"),
+      "), DAPPLE_TOKEN (", state(sources.env_token != nullptr, "not set"), "), DAPPLE_TOKEN_FILE (",
+      state(sources.env_token_file != nullptr, "not set"), "), ");
+  if (sources.context_name.empty()) {
+    absl::StrAppend(&out, "no context in use");
+  } else if (sources.context_file.empty()) {
+    absl::StrAppend(&out, "context ", sources.context_name, " (no token-file)");
+  } else {
+    absl::StrAppend(&out, "context ", sources.context_name, " (token-file ", sources.context_file,
+                    ")");
+  }
+  return out;
+}
+
 }  // namespace dapple::ctl

@@ -3,9 +3,12 @@
 //   1. --token-file PATH,
 //   2. $DAPPLE_TOKEN (the token itself),
 //   3. $DAPPLE_TOKEN_FILE (a file holding it),
-//   4. the context's token-file (ctl_config.h; only for a context in use).
+//   4. the token-file of the context in use (--context NAME, else the configuration's
+//      current-context; ctl_config.h), also when --coordinator or DAPPLE_COORDINATOR gives the
+//      address: like kubectl's --server, an address given otherwise replaces the context's
+//      coordinator (and its TLS files), not its credentials.
 // None: "" (calls go without a token; a coordinator's UNAUTHENTICATED then says "no token: ...",
-// exit code 6).
+// where dapplectl looked (DescribeTokenSearch), exit code 6).
 #ifndef DAPPLE_DAPPLECTL_TOKEN_SOURCE_H_
 #define DAPPLE_DAPPLECTL_TOKEN_SOURCE_H_
 
@@ -27,6 +30,11 @@ struct TokenSources {
 // cannot be read or is empty, e.g. "--token-file: cannot read token file '/x': No such file or
 // directory", "DAPPLE_TOKEN is empty".
 absl::StatusOr<std::string> ResolveToken(const TokenSources& sources);
+
+// Where ResolveToken looked, for the message of a call that went without a token: "looked at
+// --token-file (not given), DAPPLE_TOKEN (not set), DAPPLE_TOKEN_FILE (not set), context prod
+// (no token-file)"; the last item reads "no context in use" without one.
+std::string DescribeTokenSearch(const TokenSources& sources);
 
 }  // namespace dapple::ctl
 

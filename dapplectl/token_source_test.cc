@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dapplectl/ctl_config.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple::ctl {
@@ -61,6 +62,20 @@ TEST(TokenSourceTest, UnreadableSourcesAreUnauthenticatedAndNamed) {
   EXPECT_EQ(ResolveToken(s).status().message(),
             "context prod's token-file: cannot read token file '/no/such/token': No such file "
             "or directory");
+}
+
+TEST(TokenSourceTest, TheSearchIsDescribed) {
+  TokenSources s;
+  EXPECT_EQ(DescribeTokenSearch(s),
+            "looked at --token-file (not given), DAPPLE_TOKEN (not set), DAPPLE_TOKEN_FILE (not "
+            "set), no context in use");
+  s.context_name = "prod";
+  EXPECT_EQ(DescribeTokenSearch(s),
+            "looked at --token-file (not given), DAPPLE_TOKEN (not set), DAPPLE_TOKEN_FILE (not "
+            "set), context prod (no token-file)");
+  s.context_file = "/home/me/prod.token";
+  EXPECT_THAT(DescribeTokenSearch(s),
+              ::testing::EndsWith("context prod (token-file /home/me/prod.token)"));
 }
 
 TEST(TokenSourceTest, AContextKeepsItsTokenFile) {

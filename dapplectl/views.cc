@@ -394,10 +394,13 @@ std::string RenderWorkerList(const google::protobuf::RepeatedPtrField<v1::Worker
   TextTable table({"ID", "HOSTNAME", "PID", "DEVICES", "STATE", "JOB", "STAGE", "HEARTBEAT"});
   for (const v1::WorkerInfo& w : workers) {
     const bool busy = w.state() == v1::WORKER_STATE_BUSY;
+    // Another tenant's work comes without job id and stage (the coordinator clears both): its
+    // stage is unknown, not stage 0.
+    const bool known_job = busy && !w.job_id().empty();
     const std::string heartbeat = AgeSince(w.last_heartbeat_unix_ms(), now_unix_ms);
     table.AddRow({w.id(), OrDash(w.hostname()), absl::StrCat(w.pid()),
                   OrDash(absl::StrJoin(w.devices(), ",")), WorkerStateName(w.state()),
-                  busy ? OrDash(w.job_id()) : "-", busy ? absl::StrCat(w.stage()) : "-",
+                  known_job ? w.job_id() : "-", known_job ? absl::StrCat(w.stage()) : "-",
                   heartbeat == "-" ? heartbeat : absl::StrCat(heartbeat, " ago")});
   }
   return table.Render();

@@ -89,7 +89,8 @@ std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                           int64_t now_unix_ms);
 
 // One row per worker: ID, HOSTNAME, PID, DEVICES, STATE, JOB, STAGE, HEARTBEAT (age of the
-// last heartbeat). JOB and STAGE are "-" unless the worker is BUSY. No workers: "no workers\n".
+// last heartbeat). JOB and STAGE are "-" unless the worker is BUSY with a job the caller may see
+// (a worker running another tenant's job is BUSY with "-" "-"). No workers: "no workers\n".
 std::string RenderWorkerList(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& workers,
                              int64_t now_unix_ms);
 

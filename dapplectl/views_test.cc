@@ -534,5 +534,20 @@ TEST(ViewsTest, WorkerList) {
             "w-2   node-b     7      cuda:0,cuda:1   IDLE    -       -       1m ago\n");
 }
 
+TEST(RenderWorkerListTest, AnotherTenantsWorkShowsNeitherJobNorStage) {
+  // What the coordinator answers a user of another tenant: job id and stage cleared.
+  google::protobuf::RepeatedPtrField<v1::WorkerInfo> workers;
+  v1::WorkerInfo* busy = workers.Add();
+  busy->set_id("w-1");
+  busy->set_hostname("node-a");
+  busy->set_pid(4242);
+  busy->add_devices("cpu");
+  busy->set_state(v1::WORKER_STATE_BUSY);
+  busy->set_last_heartbeat_unix_ms(kNowMs - 1'500);
+  EXPECT_EQ(RenderWorkerList(workers, kNowMs),
+            "ID    HOSTNAME   PID    DEVICES   STATE   JOB   STAGE   HEARTBEAT\n"
+            "w-1   node-a     4242   cpu       BUSY    -     -       1s ago\n");
+}
+
 }  // namespace
 }  // namespace dapple::ctl

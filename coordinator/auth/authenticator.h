@@ -50,11 +50,44 @@ class Authenticator {
   // The reason label of a kUnauthenticated status of Authenticate.
   static std::string FailureReason(const absl::Status& status);
 
+  const CredentialStore& store() const { return *store_; }
+
  private:
   absl::Status Fail(absl::Status status) const;
 
   const CredentialStore* store_;
   FailureSink on_failure_;
+};
+
+// Keeps checking, while a stream is open, that the identity it was opened with still holds
+// (issue 16: a revoked token ends the streams already open with it). Check() answers OK until
+// the stream's token is revoked, expires, or stops proving the same user, tenant and role (its
+// user deleted, say); then kUnauthenticated with Authenticate's reason ("token dpl_<id> was
+// revoked", "token dpl_<id> expired", "unknown token"), and the same status on every later call.
+//
+// Cost: one atomic load and one clock read per Check(); the token is read from the store again
+// only when the store's revocation generation moved (credential_store.h) or its expiry passed.
+// A stream that calls Check() every T ends at most T (plus one store read) after the change:
+// WatchJob checks at every snapshot and every 100 ms while it waits (docs/security.md).
+//
+// Thread safety: one object per stream, used by its handler's thread only.
+class StreamRecheck {
+ public:
+  // `authorization`: the metadata value the stream was authenticated with; `identity`: what
+  // it proved. `authenticator` must outlive this object.
+  StreamRecheck(const Authenticator* authenticator, std::string authorization, Identity identity);
+  // The same for a call authenticated from `context`'s metadata.
+  static StreamRecheck ForCall(const Authenticator* authenticator,
+                               const grpc::ServerContext& context, Identity identity);
+
+  absl::Status Check();
+
+ private:
+  const Authenticator* authenticator_;
+  const std::string authorization_;
+  const Identity identity_;
+  uint64_t generation_;
+  absl::Status refused_;
 };
 
 }  // namespace dapple::coordinator::auth

@@ -95,5 +95,33 @@ TEST_F(AuthenticatorTest, TheJoinTokenProvesTheJoinRoleAndRotates) {
   EXPECT_FALSE(*store_->HasAdmin());
 }
 
+TEST_F(AuthenticatorTest, AnOpenStreamEndsOnceItsTokenIsRevokedOrExpires) {
+  absl::StatusOr<CredentialStore::IssuedToken> kept = store_->IssueToken("alice", std::nullopt);
+  absl::StatusOr<CredentialStore::IssuedToken> revoked = store_->IssueToken("alice", std::nullopt);
+  absl::StatusOr<CredentialStore::IssuedToken> expiring = store_->IssueToken("alice", 500);
+  auto open = [&](const CredentialStore::IssuedToken& t) {
+    const std::string value = "Bearer " + t.token;
+    absl::StatusOr<Identity> identity = With(value);
+    EXPECT_TRUE(identity.ok()) << identity.status();
+    EXPECT_EQ(identity->token_expires_unix_ms, t.expires_unix_ms);
+    return StreamRecheck(auth_.get(), value, *identity);
+  };
+  StreamRecheck kept_stream = open(*kept);
+  StreamRecheck revoked_stream = open(*revoked);
+  StreamRecheck expiring_stream = open(*expiring);
+  EXPECT_TRUE(kept_stream.Check().ok());
+  EXPECT_TRUE(revoked_stream.Check().ok());
+  ASSERT_TRUE(store_->RevokeToken(revoked->id).ok());
+  EXPECT_TRUE(kept_stream.Check().ok());  // read again (the generation moved), still valid
+  const absl::Status ended = revoked_stream.Check();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ended.message(), "token dpl_" + revoked->id + " was revoked");
+  EXPECT_EQ(revoked_stream.Check(), ended);  // sticky
+  EXPECT_TRUE(expiring_stream.Check().ok());
+  now_ += 500;
+  EXPECT_EQ(expiring_stream.Check().message(), "token dpl_" + expiring->id + " expired");
+  EXPECT_TRUE(kept_stream.Check().ok());
+}
+
 }  // namespace
 }  // namespace dapple::coordinator::auth

@@ -290,7 +290,10 @@ absl::Status CredentialStore::RevokeToken(const std::string& id) {
   BindText(update.stmt, 1, id);
   sqlite3_bind_int64(update.stmt, 2, now_());
   if (sqlite3_step(update.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
-  if (sqlite3_changes(db_) > 0) return absl::OkStatus();
+  if (sqlite3_changes(db_) > 0) {
+    revocation_generation_.fetch_add(1);
+    return absl::OkStatus();
+  }
   SqliteStatement find;
   if (sqlite3_prepare_v2(db_, "SELECT 1 FROM tokens WHERE id = ?1", -1, &find.stmt, nullptr) !=
       SQLITE_OK) {
@@ -300,7 +303,8 @@ absl::Status CredentialStore::RevokeToken(const std::string& id) {
   if (sqlite3_step(find.stmt) != SQLITE_ROW) {
     return absl::NotFoundError(absl::StrCat("no token ", absl::CEscape(id.substr(0, 40))));
   }
-  return absl::OkStatus();  // revoked already
+  return absl::FailedPreconditionError(
+      absl::StrCat("token dpl_", absl::CEscape(id.substr(0, 40)), " is already revoked"));
 }
 
 absl::Status CredentialStore::Unauthenticated(std::string reason) const {
@@ -357,6 +361,7 @@ absl::StatusOr<Identity> CredentialStore::Authenticate(absl::string_view token) 
     return Unauthenticated(absl::StrCat("token dpl_", id, " belongs to a user of no known role"));
   }
   identity.token_id = id;
+  identity.token_expires_unix_ms = expires;
   return identity;
 }
 
@@ -383,6 +388,7 @@ absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::RotateJoinToken() 
     BindText(revoke.stmt, 1, kJoinUser);
     sqlite3_bind_int64(revoke.stmt, 2, now_());
     if (sqlite3_step(revoke.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+    if (sqlite3_changes(db_) > 0) revocation_generation_.fetch_add(1);
   }
   return Issue(kJoinUser, 0);
 }

@@ -79,9 +79,10 @@ class CredentialStore {
   absl::StatusOr<IssuedToken> IssueToken(const std::string& user, std::optional<int64_t> ttl_ms);
   // A credential for worker `worker_id` ("w-3"), issued at registration; role kWorker.
   absl::StatusOr<IssuedToken> IssueWorkerCredential(const std::string& worker_id);
-  // Revokes token `id`: kNotFound when unknown; revoking twice is OK. kFailedPrecondition
-  // "token <id> is the last valid admin token: ..." for the only admin token that
-  // authenticates now (not revoked, not expired): the cluster would have no administrator.
+  // Revokes token `id`: kNotFound "no token <id>" when unknown; kFailedPrecondition "token
+  // dpl_<id> is already revoked" when it was (the caller learns its revoke changed nothing), and
+  // "token <id> is the last valid admin token: ..." for the only admin token that authenticates
+  // now (not revoked, not expired): the cluster would have no administrator.
   absl::Status RevokeToken(const std::string& id);
   // A new cluster join token (never expiring); every earlier join token is revoked.
   absl::StatusOr<IssuedToken> RotateJoinToken();
@@ -111,6 +112,14 @@ class CredentialStore {
 
   int64_t failed_authentications() const { return failed_.load(); }
 
+  // Bumped by every change that can end an identity proved earlier: a token revoked (also by
+  // RotateJoinToken), and any future deletion of a user or tenant. An open stream re-reads its
+  // token only when this moved (authenticator.h StreamRecheck), so checking it is one atomic
+  // load.
+  uint64_t revocation_generation() const { return revocation_generation_.load(); }
+  // The store's clock (the one token expiry is measured against).
+  int64_t now_unix_ms() const { return now_(); }
+
  private:
   CredentialStore(sqlite3* db, std::string path, std::function<int64_t()> now)
       : db_(db), path_(std::move(path)), now_(std::move(now)) {}
@@ -122,6 +131,7 @@ class CredentialStore {
   const std::string path_;
   const std::function<int64_t()> now_;
   mutable std::atomic<int64_t> failed_{0};
+  std::atomic<uint64_t> revocation_generation_{0};
 };
 
 }  // namespace dapple::coordinator::auth

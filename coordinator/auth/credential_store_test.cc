@@ -88,8 +88,14 @@ TEST_F(CredentialStoreTest, RefusalsSayWhyAndAreCounted) {
   now_ += 60000;
   EXPECT_EQ(refused(token->token), "token dpl_" + token->id + " expired");
   absl::StatusOr<CredentialStore::IssuedToken> other = store_->IssueToken("alice", std::nullopt);
+  const uint64_t generation = store_->revocation_generation();
   ASSERT_TRUE(store_->RevokeToken(other->id).ok());
-  ASSERT_TRUE(store_->RevokeToken(other->id).ok());  // twice is fine
+  EXPECT_EQ(store_->revocation_generation(), generation + 1);
+  // Twice: the admin learns that the second revoke changed nothing.
+  const absl::Status again = store_->RevokeToken(other->id);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.message(), "token dpl_" + other->id + " is already revoked");
+  EXPECT_EQ(store_->revocation_generation(), generation + 1);
   EXPECT_EQ(refused(other->token), "token dpl_" + other->id + " was revoked");
   EXPECT_EQ(store_->RevokeToken("0123456789abcdef").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->failed_authentications(), 7);

@@ -4,6 +4,7 @@
 #ifndef DAPPLE_COORDINATOR_AUTH_IDENTITY_H_
 #define DAPPLE_COORDINATOR_AUTH_IDENTITY_H_
 
+#include <cstdint>
 #include <string>
 
 namespace dapple::coordinator::auth {
@@ -40,7 +41,8 @@ struct Identity {
   std::string user;    // "alice", the worker id "w-3" for a worker credential, "_join"
   std::string tenant;  // "" for admins, workers and the join token
   Role role = Role::kUser;
-  std::string token_id;  // the 16 hex digits of the token used (for the audit log)
+  std::string token_id;               // the 16 hex digits of the token used (for the audit log)
+  int64_t token_expires_unix_ms = 0;  // when that token expires; 0: never
 };
 
 }  // namespace dapple::coordinator::auth

@@ -18,8 +18,32 @@ int64_t Get(const DeviceCounts& counts, const std::string& type) {
   return it == counts.end() ? 0 : it->second;
 }
 
+// "3 cpu devices"; for the quota of jobs without a device type "3 devices (any type)".
 std::string Devices(int64_t n, const std::string& type) {
+  if (type == "any") return absl::StrCat(n, n == 1 ? " device" : " devices", " (any type)");
   return absl::StrCat(n, " ", type, n == 1 ? " device" : " devices");
+}
+
+// What a tenant's job reads when the tenant has no quota for `type` (no queue at all, or none
+// for that type): what is wrong and the command that fixes it.
+std::string NoQuotaMessage(const std::string& tenant, const std::string& type) {
+  // A job without a device type is charged to a cuda or cpu quota (SchedulingManager::
+  // ChargedDeviceType): the fix is one of those.
+  const bool any = type == "any";
+  return absl::StrCat("tenant ", tenant, " has no quota for ",
+                      any ? "cuda or cpu devices (a job without parallel.device_type runs on "
+                            "either)"
+                          : absl::StrCat(type, " devices"),
+                      " and cannot borrow them; ask an admin: dapplectl admin quota set ", tenant,
+                      " --nominal ", any ? "cpu" : type, "=N ...");
+}
+
+// The device type a workload needs (the first of them, "any" when none is named).
+std::string FirstType(const Workload& w) {
+  for (const auto& [type, n] : w.devices) {
+    if (n > 0) return type;
+  }
+  return w.devices.empty() ? "any" : w.devices.begin()->first;
 }
 
 absl::Status CheckCounts(const DeviceCounts& counts, const std::string& field) {
@@ -165,8 +189,7 @@ int64_t QuotaPolicy::MaxDevices(const std::string& tenant, const std::string& ty
 absl::Status QuotaPolicy::CheckSubmit(const Workload& w, int queued_jobs_of_tenant) const {
   const TenantConfig* t = Tenant(w.tenant);
   if (t == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tenant '", w.tenant, "' has no queue: an admin must create it first"));
+    return absl::InvalidArgumentError(NoQuotaMessage(w.tenant, FirstType(w)));
   }
   int64_t total = 0;
   for (const auto& [type, n] : w.devices) {
@@ -175,9 +198,7 @@ absl::Status QuotaPolicy::CheckSubmit(const Workload& w, int queued_jobs_of_tena
     const int64_t most = MaxDevices(w.tenant, type);
     if (most == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tenant ", w.tenant, " has no quota for ", type,
-                       " devices and cannot borrow them: ask an admin for a quota, or use "
-                       "another parallel.device_type"));
+          absl::StrCat(NoQuotaMessage(w.tenant, type), ", or use another parallel.device_type"));
     }
     if (n > most) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -323,11 +344,10 @@ class QuotaPolicy::Round {
       if (w.admitted) continue;
       const int t = TenantOf(w);
       if (t < 0) {
-        Wait(w, PendingReason::kMisconfigured,
-             absl::StrCat("tenant '", w.tenant, "' has no queue: an admin must create it"));
+        Wait(w, PendingReason::kMisconfigured, NoQuotaMessage(w.tenant, FirstType(w)));
       } else if (w.measuring) {
         Wait(w, PendingReason::kBeingMeasured,
-             "being measured: its layers are profiled on a worker before it can be planned");
+             "its layers are profiled on a worker before it can be planned");
       } else if (Admissible(w)) {
         queues[t].push_back(&w);
       }
@@ -347,9 +367,7 @@ class QuotaPolicy::Round {
       if (need <= 0) continue;
       const int64_t most = p_.MaxDevices(w.tenant, type);
       if (most == 0) {
-        Wait(w, PendingReason::kMisconfigured,
-             absl::StrCat("tenant ", w.tenant, " has no quota for ", type,
-                          " devices and cannot borrow them"));
+        Wait(w, PendingReason::kMisconfigured, NoQuotaMessage(w.tenant, type));
         return false;
       }
       if (need > most) {
@@ -408,8 +426,8 @@ class QuotaPolicy::Round {
 
   void WaitForPreemption(const Workload& w, size_t jobs) {
     Wait(w, PendingReason::kWaitingForPreemption,
-         absl::StrCat("waiting for ", jobs, jobs == 1 ? " preempted job" : " preempted jobs",
-                      " to stop (they save a checkpoint first)"));
+         absl::StrCat(jobs, jobs == 1 ? " preempted job is" : " preempted jobs are",
+                      " stopping to make room (saving a checkpoint first); it starts then"));
   }
 
   // Reclaim within the nominal quota, else preemption of lower priority within the tenant.
@@ -495,9 +513,8 @@ class QuotaPolicy::Round {
     for (const auto& [type, need] : w.devices) {
       if (need <= 0) continue;
       if (fit == Fit::kDevices) {
-        parts.push_back(absl::StrCat(Get(ledger_.free, type), " of the ", type,
-                                     " devices it needs are free in the cluster; this job needs ",
-                                     need));
+        parts.push_back(absl::StrCat("the cluster has ", Devices(Get(ledger_.free, type), type),
+                                     " free; this job needs ", need));
         continue;
       }
       const int64_t used = Get(ledger_.usage[t], type);
@@ -516,11 +533,9 @@ class QuotaPolicy::Round {
       parts.push_back(std::move(part));
     }
     if (fit == Fit::kQuota) {
-      Wait(w, PendingReason::kWaitingForQuota,
-           absl::StrCat("waiting for quota: ", absl::StrJoin(parts, "; ")));
+      Wait(w, PendingReason::kWaitingForQuota, absl::StrJoin(parts, "; "));
     } else {
-      Wait(w, PendingReason::kWaitingForDevices,
-           absl::StrCat("waiting for free devices: ", absl::StrJoin(parts, "; ")));
+      Wait(w, PendingReason::kWaitingForDevices, absl::StrJoin(parts, "; "));
     }
   }
 

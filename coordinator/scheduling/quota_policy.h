@@ -20,7 +20,7 @@
 //     within its tenant's nominal quota, the most recently admitted jobs of cohort members that
 //     are borrowing, lowest priority first (reclaim); otherwise its own tenant's jobs of lower
 //     priority, lowest first, then most recently admitted. Only when the preemptions found make
-//     it fit; while preempted jobs are stopping it waits ("waiting for preempted jobs to stop").
+//     it fit; while preempted jobs are stopping it waits (WaitingForPreemption).
 // Pure and deterministic; thread-compatible (const methods may run concurrently).
 #ifndef DAPPLE_COORDINATOR_SCHEDULING_QUOTA_POLICY_H_
 #define DAPPLE_COORDINATOR_SCHEDULING_QUOTA_POLICY_H_
@@ -43,8 +43,10 @@ class QuotaPolicy : public SchedulingPolicy {
   static absl::StatusOr<QuotaPolicy> Create(SchedulingConfig config);
 
   // At submit, before the job is queued: InvalidArgument for a job that can never run here
-  // (unknown tenant, no device, a device type the tenant has no quota for and cannot borrow,
-  // more devices than the tenant can ever use: "exceeds the tenant's maximum");
+  // (unknown tenant, no device, a device type the tenant has no quota for and cannot borrow:
+  // "tenant a has no quota for cuda devices and cannot borrow them; ask an admin: dapplectl
+  // admin quota set a --nominal cuda=N ..., or use another parallel.device_type"; more devices
+  // than the tenant can ever use: "exceeds the tenant's maximum");
   // ResourceExhausted when the tenant already has max_queued_jobs queued jobs.
   absl::Status CheckSubmit(const Workload& workload, int queued_jobs_of_tenant) const;
 

@@ -148,7 +148,8 @@ TEST(QuotaPolicyTest, SubmitRefusesWhatCanNeverRun) {
   EXPECT_THAT(policy.CheckSubmit(gpu, 0).message(),
               HasSubstr("tenant a has no quota for cuda devices and cannot borrow them"));
   EXPECT_THAT(policy.CheckSubmit(Job("j", "z", 1), 0).message(),
-              HasSubstr("tenant 'z' has no queue"));
+              HasSubstr("tenant z has no quota for cpu devices and cannot borrow them; ask an "
+                        "admin: dapplectl admin quota set z --nominal cpu=N ..."));
   absl::Status full = policy.CheckSubmit(Job("j", "a", 1), 2);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), HasSubstr("already has 2 queued jobs, its limit"));
@@ -220,7 +221,7 @@ TEST(QuotaPolicyTest, ReclaimPreemptsTheNewestBorrowingJobThenAdmits) {
   d = c.Step(policy);
   EXPECT_THAT(d.preempt, IsEmpty());
   EXPECT_EQ(Find(d, "b1")->reason, PendingReason::kWaitingForPreemption);
-  EXPECT_THAT(Find(d, "b1")->message, HasSubstr("waiting for 1 preempted job to stop"));
+  EXPECT_THAT(Find(d, "b1")->message, HasSubstr("1 preempted job is stopping"));
   c.Stop("a2");
   d = c.Step(policy);
   EXPECT_THAT(d.admit, ElementsAre("b1"));
@@ -303,9 +304,7 @@ TEST(QuotaPolicyTest, EveryPendingReason) {
   EXPECT_EQ(Find(d, "z")->reason, PendingReason::kMisconfigured);
   // b's quota allows 2; the cluster has 1 free device.
   EXPECT_EQ(Find(d, "d")->reason, PendingReason::kWaitingForDevices);
-  EXPECT_EQ(Find(d, "d")->message,
-            "waiting for free devices: 1 of the cpu devices it needs are free in the cluster; "
-            "this job needs 2");
+  EXPECT_EQ(Find(d, "d")->message, "the cluster has 1 cpu device free; this job needs 2");
   EXPECT_STREQ(PendingReasonName(PendingReason::kWaitingForPreemption), "WaitingForPreemption");
 }
 

@@ -4,7 +4,6 @@
 #include <set>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace dapple::coordinator::scheduling {
@@ -76,13 +75,8 @@ absl::Status SchedulingManager::CheckSubmit(const Workload& workload,
                      queued_jobs_of_tenant == 1 ? " queued job" : " queued jobs",
                      " (its max_queued_jobs): wait for some to start or cancel some"));
   }
-  absl::Status s = policy_.CheckSubmit(workload, queued_jobs_of_tenant);
-  if (!s.ok() && (tenant == nullptr || absl::StrContains(s.message(), "has no quota for"))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        s.message(), " (misconfigured: an admin sets it with `dapplectl admin quota set ",
-        workload.tenant, " --nominal TYPE=N`)"));
-  }
-  return s;
+  // The policy's refusals say what to do (a no-quota one names the admin's command).
+  return policy_.CheckSubmit(workload, queued_jobs_of_tenant);
 }
 
 std::map<std::string, std::map<std::string, TenantUsage>> SchedulingManager::Usage(

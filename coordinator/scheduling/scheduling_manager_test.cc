@@ -127,7 +127,7 @@ TEST(SchedulingManagerTest, CheckSubmitRefusesWhatCanNeverRunAndAFullQueue) {
   EXPECT_THAT(none.message(), HasSubstr("no quota for cuda devices"));
   EXPECT_THAT(none.message(), HasSubstr("dapplectl admin quota set team-a"));
   absl::Status unknown = m.CheckSubmit(Job("x", "team-z", 1, 0), 0);
-  EXPECT_THAT(unknown.message(), HasSubstr("tenant 'team-z' has no queue"));
+  EXPECT_THAT(unknown.message(), HasSubstr("tenant team-z has no quota for cpu devices"));
   EXPECT_THAT(unknown.message(), HasSubstr("dapplectl admin quota set team-z"));
 }
 

@@ -97,7 +97,8 @@ struct Pending {
   std::string id;
   PendingReason reason = PendingReason::kWaitingForQuota;
   // For the job's owner: what it waits for, with counts of its own tenant's use only; never
-  // another tenant's job ids.
+  // another tenant's job ids. Never repeats the reason (dapplectl shows "<reason>: <message>";
+  // the texts: docs/scheduling.md, "Pending reasons").
   std::string message;
 };
 

@@ -190,9 +190,9 @@ void CoordinatorService::ScheduleLocked(int64_t now) {
     std::string message;
     if (auto b = busy.find(id); b != busy.end()) {
       reason = PendingReasonName(PendingReason::kWaitingForPreemption);
-      message =
-          absl::StrCat("preempted (", job->last_preemption(), "): waiting for its ", b->second,
-                       b->second == 1 ? " rank" : " ranks", " to stop, then queued again");
+      message = absl::StrCat("preempted (", job->last_preemption(), "): its ", b->second,
+                             b->second == 1 ? " rank is" : " ranks are",
+                             " stopping, then it is queued again");
     } else if (auto w = why.find(id); w != why.end()) {
       reason = PendingReasonName(w->second.first);
       message = w->second.second;

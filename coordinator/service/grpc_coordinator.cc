@@ -61,9 +61,19 @@ grpc::Status GrpcCoordinator::WatchJob(grpc::ServerContext* context,
                                        const v1::WatchJobRequest* request,
                                        grpc::ServerWriter<v1::JobEvent>* writer) {
   DAPPLE_COORDINATOR_CALLER(caller, context);
-  return ToGrpcStatus(service_->WatchJob(
-      caller, *request, [writer](const v1::JobEvent& event) { return writer->Write(event); },
-      [context] { return context->IsCancelled(); }));
+  // A token revoked or expired while the stream is open ends it with UNAUTHENTICATED: checked
+  // before every snapshot and at each of WatchJob's 100 ms polls while it waits.
+  auth::StreamRecheck recheck = auth::StreamRecheck::ForCall(auth_.authenticator, *context, caller);
+  absl::Status refused;
+  auto still_valid = [&] {
+    if (refused.ok()) refused = recheck.Check();
+    return refused.ok();
+  };
+  const absl::Status s = service_->WatchJob(
+      caller, *request,
+      [&](const v1::JobEvent& event) { return still_valid() && writer->Write(event); },
+      [&] { return context->IsCancelled() || !still_valid(); });
+  return ToGrpcStatus(refused.ok() ? s : refused);
 }
 
 grpc::Status GrpcCoordinator::ListWorkers(grpc::ServerContext* context,

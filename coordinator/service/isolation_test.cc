@@ -5,7 +5,9 @@
 // credential (used for the Coordinator and Admin services, and for another worker's calls).
 // Each answer is the documented code, and no answer carries the other tenant's job in any field.
 // Then hostile input: a 1 MB token, binary metadata, and 2000 failed logins, which must not slow
-// a valid user's calls beyond the bound stated below and are counted.
+// a valid user's calls beyond the bound stated below and are counted. Last, what outlives one
+// call: open WatchJob streams end once their token is revoked or expires, and ListWorkers hides
+// which job (and stage) another tenant's worker runs.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +55,29 @@ constexpr int64_t kStart = 1'800'000'000'000;
 struct Caller {
   std::string name;
   std::string token;
+};
+
+// A WatchJob stream on job-1, read to its end on its own thread.
+struct OpenWatch {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+  std::thread thread;
+  std::atomic<bool> ended{false};
+  grpc::Status status;  // once ended
+  std::chrono::steady_clock::time_point ended_at;
+
+  ~OpenWatch() {
+    ctx.TryCancel();
+    if (thread.joinable()) thread.join();
+  }
+  // True when the stream ended within `limit`.
+  bool WaitEnded(std::chrono::milliseconds limit) const {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!ended.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return ended.load();
+  }
 };
 
 class IsolationTest : public ::testing::Test {
@@ -387,6 +413,36 @@ class IsolationTest : public ::testing::Test {
     return out;
   }
 
+  // WatchJob on job-1 as `token`, open (its first snapshot read), then read on a thread.
+  std::unique_ptr<OpenWatch> Watch(const std::string& token) {
+    auto w = std::make_unique<OpenWatch>();
+    Prepare(&w->ctx, token);
+    v1::WatchJobRequest req;
+    req.set_job_id("job-1");
+    w->reader = coordinator_->WatchJob(&w->ctx, req);
+    v1::JobEvent first;
+    EXPECT_TRUE(w->reader->Read(&first));
+    w->thread = std::thread([w = w.get()] {
+      v1::JobEvent event;
+      while (w->reader->Read(&event)) {
+      }
+      w->status = w->reader->Finish();
+      w->ended_at = std::chrono::steady_clock::now();
+      w->ended = true;
+    });
+    return w;
+  }
+
+  // Admin.RevokeToken of `token`'s id, as the admin.
+  grpc::Status Revoke(const std::string& token) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, auth_->admin_token);
+    v1::RevokeTokenRequest req;
+    req.set_id(token.substr(4, 16));
+    v1::RevokeTokenResponse resp;
+    return admin_->RevokeToken(&ctx, req, &resp);
+  }
+
   std::atomic<int64_t> now_{kStart};
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<TestGrpcAuth> auth_;
@@ -643,6 +699,86 @@ TEST_F(IsolationTest, ThousandsOfFailedLoginsDoNotSlowAValidUser) {
       flooded, during.size());
   EXPECT_LE(flooded, 5 * base + 20.0);
   EXPECT_EQ(auth_->failures.load() - failures_before, 2000);
+}
+
+// A stream opened with a token ends with UNAUTHENTICATED within the bound of docs/security.md
+// (1 s) once that token is revoked or expires; another token's revocation ends nothing.
+TEST_F(IsolationTest, RevokedOrExpiredTokensEndOpenWatches) {
+  auth::CredentialStore& store = *auth_->store;
+  const std::string revocable = store.IssueToken("alice", std::nullopt)->token;
+  const std::string expiring = store.IssueToken("alice", 5000)->token;
+  std::unique_ptr<OpenWatch> revoked = Watch(revocable);
+  std::unique_ptr<OpenWatch> expired = Watch(expiring);
+  std::unique_ptr<OpenWatch> kept = Watch(alice_);
+  auto still_open = [](const OpenWatch& w) {
+    // A stream may end by itself only with the job (OK), never UNAUTHENTICATED.
+    return !w.ended.load() || w.status.error_code() != StatusCode::UNAUTHENTICATED;
+  };
+  ASSERT_TRUE(Revoke(bob_).ok());  // moves the store's revocation generation
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(revoked->ended.load());
+  EXPECT_FALSE(expired->ended.load());
+  EXPECT_TRUE(still_open(*kept));
+
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Revoke(revocable).ok());
+  ASSERT_TRUE(revoked->WaitEnded(std::chrono::seconds(5)));
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(revoked->ended_at - start);
+  std::printf("revoked token: its open WatchJob ended %lld ms after RevokeToken\n",
+              static_cast<long long>(took.count()));
+  EXPECT_LE(took.count(), 1000);
+  EXPECT_EQ(revoked->status.error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(revoked->status.error_message(), "token " + revocable.substr(0, 20) + " was revoked");
+  EXPECT_FALSE(expired->ended.load());
+  EXPECT_TRUE(still_open(*kept));
+
+  start = std::chrono::steady_clock::now();
+  now_ += 6000;  // past the expiring token's 5 s
+  ASSERT_TRUE(expired->WaitEnded(std::chrono::seconds(5)));
+  took = std::chrono::duration_cast<std::chrono::milliseconds>(expired->ended_at - start);
+  std::printf("expired token: its open WatchJob ended %lld ms after the expiry\n",
+              static_cast<long long>(took.count()));
+  EXPECT_LE(took.count(), 1000);
+  EXPECT_EQ(expired->status.error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(expired->status.error_message(), "token " + expiring.substr(0, 20) + " expired");
+  EXPECT_TRUE(still_open(*kept));
+
+  // Revoking it again changes nothing and says so.
+  const grpc::Status again = Revoke(revocable);
+  EXPECT_EQ(again.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(again.error_message(), "token " + revocable.substr(0, 20) + " is already revoked");
+}
+
+// A worker busy with another tenant's job: every field of its WorkerInfo as the owner and an
+// admin see it, but job id and stage, which are cleared (dapplectl shows BUSY, "-", "-").
+TEST_F(IsolationTest, AnotherTenantSeesAWorkerBusyButNotWithWhat) {
+  auto workers = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, token);
+    v1::ListWorkersResponse resp;
+    EXPECT_TRUE(coordinator_->ListWorkers(&ctx, {}, &resp).ok());
+    std::map<std::string, v1::WorkerInfo> by_id;
+    for (const v1::WorkerInfo& w : resp.workers()) by_id[w.id()] = w;
+    return by_id;
+  };
+  const std::map<std::string, v1::WorkerInfo> admin = workers(auth_->admin_token);
+  const std::map<std::string, v1::WorkerInfo> alice = workers(alice_);
+  const std::map<std::string, v1::WorkerInfo> bob = workers(bob_);
+  ASSERT_EQ(admin.size(), 2u);
+  ASSERT_EQ(bob.size(), 2u);
+  std::set<int> stages;
+  for (const auto& [id, full] : admin) {
+    EXPECT_EQ(full.state(), v1::WORKER_STATE_BUSY) << id;
+    EXPECT_EQ(full.job_id(), "job-1") << id;
+    stages.insert(full.stage());
+    EXPECT_EQ(alice.at(id).SerializeAsString(), full.SerializeAsString()) << id;
+    v1::WorkerInfo hidden = full;
+    hidden.clear_job_id();
+    hidden.clear_stage();
+    EXPECT_EQ(bob.at(id).SerializeAsString(), hidden.SerializeAsString())
+        << id << ": " << bob.at(id).ShortDebugString();
+  }
+  EXPECT_EQ(stages, (std::set<int>{0, 1}));  // stage 1 would read as 0 if it were not hidden
 }
 
 }  // namespace

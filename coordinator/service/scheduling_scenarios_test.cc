@@ -267,7 +267,8 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get("job-2").pending_reason(), "WaitingForPreemption");
   EXPECT_EQ(Get("job-2").message(),
-            "waiting for 1 preempted job to stop (they save a checkpoint first)");
+            "1 preempted job is stopping to make room (saving a checkpoint first); it starts "
+            "then");
   EXPECT_TRUE(HasEvent("job-1", "Preempted", "reclaimed: tenant a needs its nominal quota back"));
   const int64_t ckpt = Steps(b, 5);
   ASSERT_GT(ckpt, 5);
@@ -283,7 +284,7 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
       HasEvent("job-1", "Preempted", absl::StrCat("stopped after its checkpoint at step ", ckpt)));
   // Its ranks hold their devices until they stop: job-2 waits for them, job-1 says so.
   EXPECT_EQ(preempted.pending_reason(), "WaitingForPreemption");
-  EXPECT_THAT(preempted.message(), HasSubstr("waiting for its 4 ranks to stop"));
+  EXPECT_THAT(preempted.message(), HasSubstr("its 4 ranks are stopping"));
   EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_PENDING);
   StopRanks(b, "job-1");
   svc_->Tick();
@@ -291,8 +292,8 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
   EXPECT_EQ(BusyWorkers(), 2);  // never a part of job-1 on the 2 left
   EXPECT_EQ(Get("job-1").pending_reason(), "WaitingForQuota");
   EXPECT_EQ(Get("job-1").message(),
-            "waiting for quota: tenant b uses 0 cpu devices in 0 jobs (nominal quota 2), its "
-            "cohort has 0 to lend; this job needs 4");
+            "tenant b uses 0 cpu devices in 0 jobs (nominal quota 2), its cohort has 0 to lend; "
+            "this job needs 4");
 
   // a's job ends: b's job is admitted again and resumes after the checkpoint by itself.
   Finish(Deliver("job-2"));
@@ -389,9 +390,7 @@ TEST_F(SchedulingScenariosTest, NeverAPartialStartAndNoHeadOfLineBlocking) {
   svc_->Tick();
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(Get("job-1").pending_reason(), "WaitingForDevices");
-  EXPECT_EQ(Get("job-1").message(),
-            "waiting for free devices: 3 of the cpu devices it needs are free in the cluster; "
-            "this job needs 4");
+  EXPECT_EQ(Get("job-1").message(), "the cluster has 3 cpu devices free; this job needs 4");
   EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);  // not blocked by job-1
   EXPECT_EQ(BusyWorkers(), 2);                             // none for job-1
 }
@@ -477,8 +476,8 @@ TEST_F(SchedulingScenariosTest, EveryPendingReason) {
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get("job-2").pending_reason(), "WaitingForQuota");
   EXPECT_EQ(Get("job-2").message(),
-            "waiting for quota: tenant a uses 2 cpu devices in 1 job (nominal quota 2), its "
-            "cohort has 1 to lend; this job needs 2");
+            "tenant a uses 2 cpu devices in 1 job (nominal quota 2), its cohort has 1 to lend; "
+            "this job needs 2");
   EXPECT_EQ(Get("job-3").pending_reason(), "WaitingForDevices");
   EXPECT_EQ(Get("job-4").pending_reason(), "WaitingForDevices");
   EXPECT_EQ(Get("job-4").message(),
@@ -493,7 +492,9 @@ TEST_F(SchedulingScenariosTest, EveryPendingReason) {
   EXPECT_EQ(Get("job-2").pending_reason(), "ExceedsMaximum");
   EXPECT_THAT(Get("job-2").message(), HasSubstr("more than tenant a can ever use"));
   EXPECT_EQ(Get("job-3").pending_reason(), "Misconfigured");
-  EXPECT_EQ(Get("job-3").message(), "tenant b has no quota for cpu devices and cannot borrow them");
+  EXPECT_EQ(Get("job-3").message(),
+            "tenant b has no quota for cpu devices and cannot borrow them; ask an admin: dapplectl "
+            "admin quota set b --nominal cpu=N ...");
 }
 
 TEST_F(SchedulingScenariosTest, BeingMeasured) {

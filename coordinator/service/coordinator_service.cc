@@ -62,6 +62,7 @@ std::vector<WorkerRecord*> CoordinatorService::Fitting(const v1::Job& job,
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     CoordinatorOptions options) {
+  DAPPLE_ASSIGN_OR_RETURN(DataRoots data_roots, DataRoots::Create(options.data_roots));
   JobManagerOptions job_options;
   job_options.db_path = options.db_path;
   job_options.now_unix_ms = options.now_unix_ms;
@@ -108,6 +109,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->logs_ = std::move(logs);
   service->worker_ids_ = std::move(worker_ids);
   service->quotas_ = std::move(quotas);
+  service->data_roots_ = std::move(data_roots);
   {
     absl::MutexLock lock(&service->mu_);
     service->workers_.ContinueGeneratedIdsFrom(next_worker_id);

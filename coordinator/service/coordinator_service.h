@@ -111,6 +111,7 @@
 #include "coordinator/scheduling/quota_store.h"
 #include "coordinator/scheduling/scheduling_manager.h"
 #include "coordinator/scheduling/scheduling_observer.h"
+#include "coordinator/service/data_roots.h"
 #include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -168,6 +169,9 @@ struct CoordinatorOptions {
   // Told each scheduling pass's per-tenant state and every preemption (the per-tenant metrics);
   // null: nobody.
   std::shared_ptr<scheduling::SchedulingObserver> scheduling_observer;
+  // The folders whose files a job may name (data.path, parallel.emulation.profile;
+  // coordinator/service/data_roots.h, --data-root). Create refuses a relative root or "/".
+  std::vector<std::string> data_roots = DefaultDataRoots();
 };
 
 class CoordinatorService {
@@ -511,9 +515,11 @@ class CoordinatorService {
   void StopRunLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // What StartJobLocked needs of a PENDING or RESTARTING job that reads files or plans, made
-  // before the lock by PrepareStarts: its emulation profile (emulated jobs), and its plan on
+  // before the lock by PrepareStarts: the check of its files against the data roots, its
+  // emulation profile (emulated jobs), and its plan on
   // the registered workers when it has none stored or its model was measured since.
   struct Prepared {
+    std::optional<absl::Status> files;  // CheckJobFiles on the data roots (every job)
     std::optional<absl::StatusOr<std::optional<v1::ModelProfile>>> emulated;
     std::optional<absl::StatusOr<v1::ParallelPlan>> plan;
   };
@@ -580,6 +586,7 @@ class CoordinatorService {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
+  DataRoots data_roots_;  // from options_.data_roots; set by Create, then read-only
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
   std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
   std::unique_ptr<LogStore> logs_;          // set by Create; thread-safe on its own

@@ -29,6 +29,7 @@
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/planners.h"
 #include "coordinator/service/coordinator_service.h"
+#include "coordinator/service/data_roots.h"
 #include "coordinator/service/emulation.h"
 #include "coordinator/service/job_data.h"
 #include "coordinator/service/plan_request_check.h"
@@ -131,18 +132,21 @@ void CoordinatorService::PrepareStarts() {
     {
       absl::MutexLock lock(&mu_);
       auto it = prepared_.find(job.id());
-      if (it != prepared_.end() && (!want_plan || it->second.plan.has_value()) &&
+      if (it != prepared_.end() && it->second.files.has_value() &&
+          (!want_plan || it->second.plan.has_value()) &&
           (!want_emulated || it->second.emulated.has_value())) {
         continue;
       }
     }
     // The slow part, without the lock: the job's files and its planning.
     Prepared prepared;
+    prepared.files = CheckJobFiles(job.spec(), data_roots_);
     if (want_emulated) prepared.emulated = EmulatedProfileOf(job.spec());
     if (want_plan)
       prepared.plan = MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers));
     absl::MutexLock lock(&mu_);
     Prepared& kept = prepared_[job.id()];
+    kept.files = std::move(prepared.files);
     if (prepared.emulated.has_value()) kept.emulated = std::move(prepared.emulated);
     if (prepared.plan.has_value()) kept.plan = std::move(prepared.plan);
   }
@@ -299,9 +303,8 @@ void CoordinatorService::AssignRanksLocked(const v1::Job& job,
 bool CoordinatorService::PreparedLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
                                         const Replanned* replanned) const {
   auto it = prepared_.find(job.id());
-  if (IsEmulated(job.spec()) && (it == prepared_.end() || !it->second.emulated.has_value())) {
-    return false;
-  }
+  if (it == prepared_.end() || !it->second.files.has_value()) return false;
+  if (IsEmulated(job.spec()) && !it->second.emulated.has_value()) return false;
   if (replanned != nullptr) return true;
   const bool measured = WantsMeasuredProfile(job) &&
                         options_.profile_cache
@@ -337,8 +340,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   // before the lock (PrepareStarts). What was prepared is used once: a preempted job is
   // prepared again.
   absl::StatusOr<std::optional<v1::ModelProfile>> emulated = std::optional<v1::ModelProfile>();
-  if (auto it = prepared_.find(id); it != prepared_.end() && it->second.emulated.has_value()) {
-    emulated = *std::move(it->second.emulated);
+  absl::Status files = absl::OkStatus();
+  if (auto it = prepared_.find(id); it != prepared_.end()) {
+    if (it->second.emulated.has_value()) emulated = *std::move(it->second.emulated);
+    if (it->second.files.has_value()) files = *it->second.files;
   }
   prepared_.erase(id);
   if (!plan.ok()) return fail(std::string(plan.status().message()));
@@ -363,6 +368,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   absl::StatusOr<StartPoint> start = StartPointLocked(job, replanned);
   if (!start.ok()) return fail(std::string(start.status().message()));
   const int64_t first_step = start->first_step;
+  // The files were checked at submit; again (before the lock), since the roots may have
+  // changed since (a restart with other --data-root) and a job from an older database was never
+  // checked.
+  if (!files.ok()) return fail(std::string(files.message()));
   if (!emulated.ok()) return fail(std::string(emulated.status().message()));
   // Every rank's program for the run from first_step, proven deadlock-free by the simulator.
   absl::StatusOr<std::vector<v1::RankProgram>> programs =

@@ -154,6 +154,11 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   // again with the plan's devices, under the lock).
   if (!caller.tenant.empty()) {
     absl::MutexLock lock(&mu_);
+    // A job for any device is charged to a type the tenant has quota for and runs there; the
+    // stored spec names it, before planning, so that the plan is made on those workers.
+    const std::string charged =
+        ManagerLocked().ChargedDeviceType(caller.tenant, spec->parallel().device_type());
+    if (charged != "any") spec->mutable_parallel()->set_device_type(charged);
     scheduling::Workload probe;
     probe.tenant = caller.tenant;
     if (absl::Status s = ManagerLocked().CheckSubmit(probe, jobs_->PendingOfTenant(caller.tenant));
@@ -164,7 +169,7 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   }
   // Outside the lock: reads the data file. Before the resume check, whose step count needs the
   // resolved samples.
-  if (absl::Status s = ResolveJobData(&*spec, &text); !s.ok()) {
+  if (absl::Status s = ResolveJobData(&*spec, data_roots_, &text); !s.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, s.message());
     return s;
   }
@@ -287,7 +292,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     DAPPLE_RETURN_IF_ERROR(ApplyPlanOverrides(request, &*spec));
     // As submit does: the plan of a spec whose data submit would refuse is refused too.
     const SpecText text{request.spec_yaml(), source};
-    DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, &text));
+    DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, data_roots_, &text));
     PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
     if (request.has_profile()) inputs.profile = request.profile();
     // Without a cluster file the topology is submit's: the registered workers when there are

@@ -75,7 +75,8 @@ class CheckpointManager {
   // mutex (RequestedStep, OnStep... do not wait for the disk), one publish at a time: under
   // that one, `published` gives the job's Job.checkpoints now and `record` is handed the
   // outcome (kPublished: record it in the job), so two publishes of one job never record over
-  // each other; RequestedStep stays the step until `record` returned. Reads and writes files: call without the service's mutex.
+  // each other; RequestedStep stays the step until `record` returned. Reads and writes files: call
+  // without the service's mutex.
   CheckpointPublisher::Outcome OnReport(
       const v1::ProgressReport& report,
       const std::function<std::vector<v1::CheckpointInfo>()>& published,

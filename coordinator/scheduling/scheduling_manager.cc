@@ -73,7 +73,8 @@ absl::Status SchedulingManager::CheckSubmit(const Workload& workload,
   if (tenant != nullptr && queued_jobs_of_tenant >= tenant->max_queued_jobs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("tenant ", workload.tenant, " has ", queued_jobs_of_tenant,
-                     " queued jobs (its max_queued_jobs): wait for some to start or cancel some"));
+                     queued_jobs_of_tenant == 1 ? " queued job" : " queued jobs",
+                     " (its max_queued_jobs): wait for some to start or cancel some"));
   }
   absl::Status s = policy_.CheckSubmit(workload, queued_jobs_of_tenant);
   if (!s.ok() && (tenant == nullptr || absl::StrContains(s.message(), "has no quota for"))) {

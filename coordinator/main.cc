@@ -252,8 +252,8 @@ int main(int argc, char** argv) {
                  "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
       ->capture_default_str();
   app.add_option("--checkpoint-dir", raw.checkpoint_dir,
-                 "root of the jobs' checkpoint folders, <dir>/<job id>/step-<N> (default: "
-                 "\"checkpoints\" next to --db)");
+                 "root of the jobs' checkpoint folders, <dir>/<tenant>/<job id>/step-<N> "
+                 "(_admin for admins' jobs; default: \"checkpoints\" next to --db)");
   app.add_option("--keep-checkpoints", raw.keep_checkpoints,
                  "published checkpoints kept per job; older ones are deleted (0: all)")
       ->capture_default_str();

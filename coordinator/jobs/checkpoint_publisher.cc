@@ -34,12 +34,15 @@ std::string DefaultCheckpointRoot(const std::string& db_path) {
 }
 
 std::string CheckpointPublisher::JobDir(const std::string& job_id) const {
-  return absl::StrCat(root_, "/", job_id);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? std::string() : it->second.dir;
 }
 
-void CheckpointPublisher::OnJobStarted(const std::string& job_id, const v1::JobSpec& spec,
-                                       const v1::ParallelPlanSummary& plan, int64_t first_step) {
+void CheckpointPublisher::OnJobStarted(const std::string& job_id, const std::string& job_dir,
+                                       const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan,
+                                       int64_t first_step) {
   JobState job;
+  job.dir = job_dir;
   job.spec = spec;
   job.plan = plan;
   // One shard per stage: its replicas hold identical weights, so replica 0 alone writes it.
@@ -115,29 +118,36 @@ int64_t CheckpointPublisher::RequestedStep(const std::string& job_id) const {
   return it == jobs_.end() ? 0 : it->second.requested;
 }
 
-CheckpointPublisher::Outcome CheckpointPublisher::Abandon(const std::string& job_id, JobState& job,
-                                                          int64_t step, const std::string& why) {
+CheckpointPublisher::Outcome CheckpointPublisher::Abandoned(const std::string& job_id, int64_t step,
+                                                            const std::string& why) {
   Outcome out;
   out.kind = Outcome::Kind::kAbandoned;
   out.message =
       absl::StrCat("checkpoint after step ", step, " of job ", job_id, " abandoned: ", why);
   DAPPLE_LOG_WARN("{}", out.message);
-  job.shards.erase(step);
-  job.finished.insert(step);
-  if (job.requested == step) job.requested = 0;
-  RemoveQuietly(absl::StrCat(JobDir(job_id), "/", PartialCheckpointDirName(step)));
   return out;
 }
 
-CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
-    const v1::ProgressReport& report, const std::vector<v1::CheckpointInfo>& published,
-    int64_t now_unix_ms) {
-  Outcome out;
+CheckpointPublisher::Collected CheckpointPublisher::Abandon(const std::string& job_id,
+                                                            JobState& job, int64_t step,
+                                                            const std::string& why) {
+  Collected c;
+  c.outcome = Abandoned(job_id, step, why);
+  job.shards.erase(step);
+  job.finished.insert(step);
+  if (job.requested == step) job.requested = 0;
+  c.remove_dir = absl::StrCat(job.dir, "/", PartialCheckpointDirName(step));
+  return c;
+}
+
+CheckpointPublisher::Collected CheckpointPublisher::Collect(const v1::ProgressReport& report,
+                                                            int64_t now_unix_ms) {
+  Collected c;
   auto it = jobs_.find(report.job_id());
-  if (it == jobs_.end()) return out;
+  if (it == jobs_.end()) return c;
   JobState& job = it->second;
   const int64_t step = report.step();
-  if (step < 1 || job.finished.contains(step)) return out;
+  if (step < 1 || job.finished.contains(step)) return c;
   const std::string rank = absl::StrCat("stage ", report.stage(), " replica ", report.replica());
   if (report.checkpoint_file().empty()) {
     return Abandon(
@@ -159,23 +169,19 @@ CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
   shards[{report.stage(), report.replica()}] =
       Shard{report.checkpoint_file(), report.checkpoint_bytes()};
   if (static_cast<int>(shards.size()) < job.ranks) {
-    out.kind = Outcome::Kind::kWaiting;
-    return out;
+    c.outcome.kind = Outcome::Kind::kWaiting;
+    return c;
   }
-  return Publish(report.job_id(), job, step, published, now_unix_ms);
-}
-
-CheckpointPublisher::Outcome CheckpointPublisher::Publish(
-    const std::string& job_id, JobState& job, int64_t step,
-    const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms) {
-  const std::string job_dir = JobDir(job_id);
-  const std::string partial = absl::StrCat(job_dir, "/", PartialCheckpointDirName(step));
-  const std::string final_dir = absl::StrCat(job_dir, "/", CheckpointDirName(step));
-  const auto& shards = job.shards.at(step);
-
-  v1::CheckpointManifest m;
+  // Every shard is in: the files are the publisher's task from here (outside any lock). The
+  // step counts as finished now, so a report delivered twice cannot publish it twice.
+  PublishTask task;
+  task.job_id = report.job_id();
+  task.dir = job.dir;
+  task.step = step;
+  task.keep = keep_;
+  v1::CheckpointManifest& m = task.manifest;
   m.set_format_version(kCheckpointFormatVersion);
-  m.set_job_id(job_id);
+  m.set_job_id(report.job_id());
   m.set_step(step);
   m.set_epoch(EpochOfStep(job.spec, step));
   *m.mutable_spec() = job.spec;
@@ -186,21 +192,10 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   m.set_reason(job.requested == step ? job.requested_reason : "periodic");
   // The schedule's rate of the next update: `step` updates were applied (one per step).
   m.set_learning_rate(LearningRate(job.spec.training(), step, TotalSteps(job.spec)));
-  int64_t total_bytes = 0;
   for (const auto& [key, shard] : shards) {
     const auto [stage, replica] = key;
     if (stage < 0 || stage >= job.plan.stages_size()) {
-      return Abandon(job_id, job, step, absl::StrCat("stage ", stage, " is not in the plan"));
-    }
-    // The shard must be there with the size the rank reported, or the manifest would lie.
-    const std::string path = absl::StrCat(partial, "/", shard.file);
-    std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    if (ec || static_cast<int64_t>(size) != shard.bytes) {
-      return Abandon(job_id, job, step,
-                     ec ? absl::StrCat("shard '", path, "': ", ec.message())
-                        : absl::StrCat("shard '", path, "' has ", size,
-                                       " bytes, its rank reported ", shard.bytes));
+      return Abandon(task.job_id, job, step, absl::StrCat("stage ", stage, " is not in the plan"));
     }
     v1::CheckpointShardEntry* e = m.add_shards();
     e->set_stage(stage);
@@ -209,16 +204,43 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
     e->set_last_layer(job.plan.stages(stage).last_layer());
     e->set_file(shard.file);
     e->set_bytes(shard.bytes);
-    total_bytes += shard.bytes;
   }
-  if (absl::Status s =
-          WriteFileAtomically(absl::StrCat(partial, "/", kManifestFile), m.SerializeAsString());
+  job.shards.erase(step);
+  job.finished.insert(step);
+  c.task = std::move(task);
+  return c;
+}
+
+CheckpointPublisher::Outcome CheckpointPublisher::Publish(
+    const PublishTask& task, const std::vector<v1::CheckpointInfo>& published) {
+  const std::string& job_dir = task.dir;
+  const int64_t step = task.step;
+  const std::string partial = absl::StrCat(job_dir, "/", PartialCheckpointDirName(step));
+  const std::string final_dir = absl::StrCat(job_dir, "/", CheckpointDirName(step));
+  auto abandon = [&](const std::string& why) {
+    RemoveQuietly(partial);
+    return Abandoned(task.job_id, step, why);
+  };
+  int64_t total_bytes = 0;
+  for (const v1::CheckpointShardEntry& e : task.manifest.shards()) {
+    // The shard must be there with the size the rank reported, or the manifest would lie.
+    const std::string path = absl::StrCat(partial, "/", e.file());
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec || static_cast<int64_t>(size) != e.bytes()) {
+      return abandon(ec ? absl::StrCat("shard '", path, "': ", ec.message())
+                        : absl::StrCat("shard '", path, "' has ", size,
+                                       " bytes, its rank reported ", e.bytes()));
+    }
+    total_bytes += e.bytes();
+  }
+  if (absl::Status s = WriteFileAtomically(absl::StrCat(partial, "/", kManifestFile),
+                                           task.manifest.SerializeAsString());
       !s.ok()) {
-    return Abandon(job_id, job, step, std::string(s.message()));
+    return abandon(std::string(s.message()));
   }
   if (std::rename(partial.c_str(), final_dir.c_str()) != 0) {
-    return Abandon(
-        job_id, job, step,
+    return abandon(
         absl::StrCat("cannot rename '", partial, "' to '", final_dir, "': ", std::strerror(errno)));
   }
   if (absl::Status s = SyncDirectory(job_dir); !s.ok()) DAPPLE_LOG_WARN("{}", s.message());
@@ -227,28 +249,44 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   out.kind = Outcome::Kind::kPublished;
   out.info.set_step(step);
   out.info.set_path(final_dir);
-  out.info.set_created_unix_ms(now_unix_ms);
+  out.info.set_created_unix_ms(task.manifest.created_unix_ms());
   out.info.set_bytes(total_bytes);
-  out.info.set_reason(m.reason());
-  job.shards.erase(step);
-  job.finished.insert(step);
-  if (job.requested == step) job.requested = 0;
-  job.clock_started = true;
-  job.clock_unix_ms = now_unix_ms;
-
+  out.info.set_reason(task.manifest.reason());
   out.checkpoints = published;
   out.checkpoints.push_back(out.info);
   std::stable_sort(
       out.checkpoints.begin(), out.checkpoints.end(),
       [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) { return a.step() < b.step(); });
-  while (keep_ > 0 && static_cast<int>(out.checkpoints.size()) > keep_) {
-    DAPPLE_LOG_INFO("job {}: deleting checkpoint {} (keeping the newest {})", job_id,
-                    out.checkpoints.front().path(), keep_);
+  while (task.keep > 0 && static_cast<int>(out.checkpoints.size()) > task.keep) {
+    DAPPLE_LOG_INFO("job {}: deleting checkpoint {} (keeping the newest {})", task.job_id,
+                    out.checkpoints.front().path(), task.keep);
     RemoveQuietly(out.checkpoints.front().path());
     out.checkpoints.erase(out.checkpoints.begin());
   }
-  DAPPLE_LOG_INFO("job {}: checkpoint after step {} published at {} ({} bytes, {})", job_id, step,
-                  final_dir, total_bytes, m.reason());
+  DAPPLE_LOG_INFO("job {}: checkpoint after step {} published at {} ({} bytes, {})", task.job_id,
+                  step, final_dir, total_bytes, task.manifest.reason());
+  return out;
+}
+
+void CheckpointPublisher::Finish(const PublishTask& task, const Outcome& outcome) {
+  auto it = jobs_.find(task.job_id);
+  if (it == jobs_.end()) return;  // ended meanwhile
+  JobState& job = it->second;
+  if (job.requested == task.step) job.requested = 0;
+  if (outcome.kind == Outcome::Kind::kPublished) {
+    job.clock_started = true;
+    job.clock_unix_ms = task.manifest.created_unix_ms();
+  }
+}
+
+CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
+    const v1::ProgressReport& report, const std::vector<v1::CheckpointInfo>& published,
+    int64_t now_unix_ms) {
+  Collected c = Collect(report, now_unix_ms);
+  if (!c.remove_dir.empty()) RemoveQuietly(c.remove_dir);
+  if (!c.task.has_value()) return c.outcome;
+  Outcome out = Publish(*c.task, published);
+  Finish(*c.task, out);
   return out;
 }
 

@@ -1,7 +1,7 @@
 // The coordinator's half of checkpoints (docs/operations.md, "Checkpoints"): it collects the
 // ranks' PROGRESS_CHECKPOINT reports of each (job, step), and once every stage of the plan wrote
 // its shard (replica 0 of each stage: replicas hold identical weights; a shard reported by
-// another replica abandons the checkpoint) into <root>/<job id>/step-<N>.partial/ it writes
+// another replica abandons the checkpoint) into <job dir>/step-<N>.partial/ it writes
 // manifest.pb there (temporary file, fsync, rename) and renames the folder to step-<N>: the atomic
 // publish. A checkpoint that any rank could not write is abandoned: its .partial folder is removed
 // (best effort) and the job keeps running. Published checkpoints beyond the newest `keep` of a job
@@ -16,12 +16,16 @@
 // beside it unchanged.
 //
 // Pure logic plus the file system; no RPC, no clock (callers pass the time).
-// Thread safety: thread-compatible (CoordinatorService calls it under its mutex).
+// Where a job's folder is (<root>/<tenant>/<job id>) is decided by its caller, CheckpointManager
+// (coordinator/checkpoints/checkpoint_manager.h), and handed to OnJobStarted.
+// Thread safety: thread-compatible (CheckpointManager calls it under its mutex), but Publish is
+// static and thread-safe: the files are written outside that mutex.
 #ifndef DAPPLE_COORDINATOR_JOBS_CHECKPOINT_PUBLISHER_H_
 #define DAPPLE_COORDINATOR_JOBS_CHECKPOINT_PUBLISHER_H_
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -48,17 +52,17 @@ class CheckpointPublisher {
   // ... and enough steps for about this long at the job's current step time.
   static constexpr double kLeadSeconds = 2.0;
 
-  // `root`: where jobs' checkpoint folders go (created when needed). `keep` >= 1: published
-  // checkpoints kept per job (older ones are deleted); 0 keeps all.
-  CheckpointPublisher(std::string root, int keep) : root_(std::move(root)), keep_(keep) {}
+  // `keep` >= 1: published checkpoints kept per job (older ones are deleted); 0 keeps all.
+  explicit CheckpointPublisher(int keep) : keep_(keep) {}
 
-  const std::string& root() const { return root_; }
-  // <root>/<job id>: StageAssignment.checkpoint_dir of every rank of the job.
+  // The folder OnJobStarted was given for the started job `job_id` ("" for another job).
   std::string JobDir(const std::string& job_id) const;
 
   // A job starts (RUNNING) with `plan` (its stages' layer ranges and replicas) from step
-  // `first_step` (0, or the resumed checkpoint's step). Forgets any earlier state of the job.
-  void OnJobStarted(const std::string& job_id, const v1::JobSpec& spec,
+  // `first_step` (0, or the resumed checkpoint's step); its ranks write into `job_dir`
+  // (StageAssignment.checkpoint_dir; created by them when needed) and its checkpoints are
+  // published there. Forgets any earlier state of the job.
+  void OnJobStarted(const std::string& job_id, const std::string& job_dir, const v1::JobSpec& spec,
                     const v1::ParallelPlanSummary& plan, int64_t first_step);
   // The job ended: its requests and unfinished checkpoints are forgotten (their .partial
   // folders stay, never listed, for an operator to inspect).
@@ -103,8 +107,30 @@ class CheckpointPublisher {
   // step, epoch, seed, samples_seen, every shard's entry, reason "on demand" or "timed" when N
   // was requested so, else "periodic", learning rate) and renames the folder to step-<N>. A
   // failure there abandons the checkpoint too (message naming the path and the reason).
+  // Collect, then Publish, then Finish, in one call.
   Outcome OnReport(const v1::ProgressReport& report,
                    const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
+
+  // OnReport in three parts, so that the files are written without the caller's lock:
+  // Collect (the state, no file) records a report; when it completes a checkpoint it returns
+  // the PublishTask, which Publish (the files, no state: thread-safe) carries out, and Finish
+  // records the outcome in the state. A step being published counts as finished: a report
+  // of it delivered again is ignored.
+  struct PublishTask {
+    std::string job_id;
+    std::string dir;  // the job's folder
+    int64_t step = 0;
+    v1::CheckpointManifest manifest;  // with every shard's entry
+    int keep = 0;
+  };
+  struct Collected {
+    Outcome outcome;                  // kWaiting, kIgnored, kAbandoned (without `task`)
+    std::optional<PublishTask> task;  // every shard is in: publish it
+    std::string remove_dir;           // an abandoned .partial folder, to remove (best effort)
+  };
+  Collected Collect(const v1::ProgressReport& report, int64_t now_unix_ms);
+  static Outcome Publish(const PublishTask& task, const std::vector<v1::CheckpointInfo>& published);
+  void Finish(const PublishTask& task, const Outcome& outcome);
 
  private:
   struct Shard {
@@ -112,6 +138,7 @@ class CheckpointPublisher {
     int64_t bytes = 0;
   };
   struct JobState {
+    std::string dir;  // the job's checkpoint folder
     v1::JobSpec spec;
     v1::ParallelPlanSummary plan;
     int ranks = 0;
@@ -123,18 +150,17 @@ class CheckpointPublisher {
     int64_t clock_unix_ms = 0;
     bool clock_started = false;
     std::map<int64_t, std::map<std::pair<int, int>, Shard>> shards;  // step -> (stage, replica)
-    std::set<int64_t> finished;                                      // steps published or abandoned
+    std::set<int64_t> finished;  // published, publishing, abandoned
   };
   static constexpr size_t kWindow = 20;
 
   // The step of a new request: max_step + max(kMinStepsAhead, kLeadSeconds of steps), capped.
   static int64_t StepAhead(const JobState& job, int64_t last_step);
 
-  Outcome Abandon(const std::string& job_id, JobState& job, int64_t step, const std::string& why);
-  Outcome Publish(const std::string& job_id, JobState& job, int64_t step,
-                  const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
+  // A checkpoint that cannot complete: logged, its state forgotten, its .partial folder named.
+  Collected Abandon(const std::string& job_id, JobState& job, int64_t step, const std::string& why);
+  static Outcome Abandoned(const std::string& job_id, int64_t step, const std::string& why);
 
-  std::string root_;
   int keep_;
   std::map<std::string, JobState> jobs_;
 };

@@ -46,8 +46,8 @@ class CheckpointPublisherTest : public ::testing::Test {
     char tmpl[] = "/tmp/ckpt-pub-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     root_ = tmpl;
-    pub_ = std::make_unique<CheckpointPublisher>(root_, 2);
-    pub_->OnJobStarted("job-1", Spec(), TwoStages(), 0);
+    pub_ = std::make_unique<CheckpointPublisher>(2);
+    pub_->OnJobStarted("job-1", root_ + "/job-1", Spec(), TwoStages(), 0);
   }
   void TearDown() override { fs::remove_all(root_); }
 
@@ -75,7 +75,7 @@ TEST_F(CheckpointPublisherTest, ReplicatedStagesPublishOneShardPerStage) {
   v1::ParallelPlanSummary plan = TwoStages();
   plan.mutable_stages(0)->set_replicas(2);
   plan.mutable_stages(1)->set_replicas(2);
-  pub_->OnJobStarted("job-1", Spec(), plan, 0);
+  pub_->OnJobStarted("job-1", root_ + "/job-1", Spec(), plan, 0);
   EXPECT_EQ(pub_->OnReport(Shard(2, 0), published_, 1000).kind, Kind::kWaiting);
   // Replica 0 of each stage writes the stage's shard: two shards publish four ranks' weights.
   CheckpointPublisher::Outcome o = pub_->OnReport(Shard(2, 1), published_, 1000);
@@ -214,7 +214,7 @@ TEST_F(CheckpointPublisherTest, TimedCheckpointsAreRequestedAheadAndRestartTheCl
   v1::JobSpec spec = Spec();
   spec.mutable_training()->set_max_steps(100);
   spec.mutable_training()->set_checkpoint_every_minutes(0.5);  // 30 s
-  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  pub_->OnJobStarted("job-1", root_ + "/job-1", spec, TwoStages(), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 1, 1.0, 1000), 0);  // the clock starts at the first report
   EXPECT_EQ(pub_->OnStep("job-1", 20, 1.0, 30999), 0);
   EXPECT_EQ(pub_->RequestedStep("job-1"), 0);
@@ -236,10 +236,10 @@ TEST_F(CheckpointPublisherTest, TimedCheckpointsAreRequestedAheadAndRestartTheCl
   EXPECT_EQ(pub_->OnStep("job-1", 41, 1.0, 89999), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 42, 1.0, 90000), 44);
   // Near the end the request is capped at the last step; at the last step nothing is due.
-  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  pub_->OnJobStarted("job-1", root_ + "/job-1", spec, TwoStages(), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 99, 1.0, 0), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 99, 1.0, 30000), 100);
-  pub_->OnJobStarted("job-1", spec, TwoStages(), 0);
+  pub_->OnJobStarted("job-1", root_ + "/job-1", spec, TwoStages(), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 100, 1.0, 0), 0);
   EXPECT_EQ(pub_->OnStep("job-1", 100, 1.0, 30000), 0);
 }
@@ -256,7 +256,7 @@ TEST_F(CheckpointPublisherTest, OnDemandRefusals) {
 }
 
 TEST_F(CheckpointPublisherTest, AResumedJobCountsFromItsFirstStep) {
-  pub_->OnJobStarted("job-2", Spec(), TwoStages(), 40);
+  pub_->OnJobStarted("job-2", root_ + "/job-2", Spec(), TwoStages(), 40);
   EXPECT_EQ(*pub_->RequestOnDemand("job-2", 100), 42);
 }
 

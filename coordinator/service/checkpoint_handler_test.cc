@@ -73,13 +73,14 @@ class CheckpointHandlerTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  absl::StatusOr<v1::Job> Submit(const std::string& yaml, const std::string& resume_from = "") {
+  absl::StatusOr<v1::Job> Submit(const std::string& yaml, const std::string& resume_from = "",
+                                 const auth::Identity& who = auth::TestAdmin()) {
     v1::SubmitJobRequest req;
     req.set_spec_yaml(yaml);
     req.set_source_name("job.yaml");
     req.set_resume_from(resume_from);
     v1::SubmitJobResponse resp;
-    absl::Status s = svc_->SubmitJob(auth::TestAdmin(), req, &resp);
+    absl::Status s = svc_->SubmitJob(who, req, &resp);
     if (!s.ok()) return s;
     return resp.job();
   }
@@ -159,7 +160,7 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
 
   std::vector<v1::StageAssignment> a = Start();
   for (const v1::StageAssignment& s : a) {
-    EXPECT_EQ(s.checkpoint_dir(), dir_ + "/checkpoints/job-1");  // next to the database
+    EXPECT_EQ(s.checkpoint_dir(), dir_ + "/checkpoints/_admin/job-1");  // next to the database
     EXPECT_EQ(s.first_step(), 0);
     EXPECT_EQ(s.resume_manifest(), "");
   }
@@ -183,7 +184,7 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
   EXPECT_EQ(ack->checkpoint_step(), 0);
   v1::Job running = Get("job-1");
   ASSERT_EQ(running.checkpoints_size(), 1);
-  const std::string ckpt = dir_ + "/checkpoints/job-1/step-6";
+  const std::string ckpt = dir_ + "/checkpoints/_admin/job-1/step-6";
   EXPECT_EQ(running.checkpoints(0).path(), ckpt);
   EXPECT_EQ(running.checkpoints(0).reason(), "on demand");
   EXPECT_TRUE(fs::exists(ckpt + "/manifest.pb"));
@@ -208,12 +209,12 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
                 r->set_step(8);
                 r->set_message("disk full");
               }).ok());
-  EXPECT_FALSE(fs::exists(dir_ + "/checkpoints/job-1/step-8.partial"));
+  EXPECT_FALSE(fs::exists(dir_ + "/checkpoints/_admin/job-1/step-8.partial"));
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get("job-1").checkpoints_size(), 1);
 
   // Refusals of resume_from, naming the rule.
-  absl::StatusOr<v1::Job> bad = Submit(Spec(), dir_ + "/checkpoints/job-1/step-8.partial");
+  absl::StatusOr<v1::Job> bad = Submit(Spec(), dir_ + "/checkpoints/_admin/job-1/step-8.partial");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("not a published checkpoint"));
   bad = Submit(Spec(4), ckpt);
@@ -235,7 +236,7 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
     EXPECT_EQ(s.job_id(), "job-2");
     EXPECT_EQ(s.first_step(), 6);
     EXPECT_EQ(s.resume_manifest(), ckpt + "/manifest.pb");
-    EXPECT_EQ(s.checkpoint_dir(), dir_ + "/checkpoints/job-2");
+    EXPECT_EQ(s.checkpoint_dir(), dir_ + "/checkpoints/_admin/job-2");
   }
   EXPECT_EQ(Get("job-2").metrics().step(), 6);
   ASSERT_TRUE(Report(b[1], v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
@@ -246,6 +247,54 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
   ASSERT_EQ(job2.step_losses_size(), 7);  // step_losses[i] is step i + 1
   EXPECT_TRUE(std::isnan(job2.step_losses(5)));
   EXPECT_EQ(job2.step_losses(6), 0.5);
+}
+
+// Issue 16: checkpoint folders are per tenant, and a user of another tenant learns nothing
+// about a tenant's checkpoint from --resume-from: its answer is that of a checkpoint that does
+// not exist, decided before the manifest (and so the spec's fit) is looked at.
+TEST_F(CheckpointHandlerTest, ResumeFromAnotherTenantsCheckpointReadsAsNoCheckpoint) {
+  const auth::Identity alice = auth::TestUser("a", "alice");
+  const auth::Identity bob = auth::TestUser("b", "bob");
+  for (const std::string tenant : {"a", "b"}) {
+    v1::SetTenantQuotaRequest req;
+    req.set_tenant(tenant);
+    v1::DeviceQuota* d = req.mutable_quota()->add_devices();
+    d->set_device_type("cpu");
+    d->set_nominal(2);
+    v1::Tenant t;
+    ASSERT_TRUE(svc_->SetTenantQuota(auth::TestAdmin(), req, &t).ok());
+  }
+  // Tenants' quotas are per device type.
+  auto Spec = [](int seed = 3) {
+    return absl::StrReplaceAll(::dapple::coordinator::Spec(seed),
+                               {{"devices: 2}", "devices: 2, device_type: cpu}"}});
+  };
+  ASSERT_TRUE(Submit(Spec(), "", alice).ok());
+  std::vector<v1::StageAssignment> a = Start();
+  for (const v1::StageAssignment& s : a) {
+    EXPECT_EQ(s.checkpoint_dir(), dir_ + "/checkpoints/a/job-1");
+  }
+  ASSERT_TRUE(Report(a[0], v1::PROGRESS_STEP, [](v1::ProgressReport* r) { r->set_step(4); }).ok());
+  ASSERT_TRUE(Checkpoint("job-1").ok());
+  ASSERT_TRUE(ReportShard(a[0], 6).ok());
+  ASSERT_TRUE(ReportShard(a[1], 6).ok());
+  const std::string ckpt = dir_ + "/checkpoints/a/job-1/step-6";
+  ASSERT_EQ(Get("job-1").checkpoints_size(), 1);
+  ASSERT_EQ(Get("job-1").checkpoints(0).path(), ckpt);
+
+  const absl::Status theirs = Submit(Spec(), ckpt, bob).status();
+  EXPECT_EQ(theirs.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(theirs.message(), "--resume-from '" + ckpt + "': no checkpoint of tenant b there");
+  // A spec that does not fit the checkpoint: the same answer (nothing about the model).
+  EXPECT_EQ(Submit(Spec(4), ckpt, bob).status(), theirs);
+  // Alice's own: the model check, then the resume.
+  EXPECT_THAT(Submit(Spec(4), ckpt, alice).status().message(), HasSubstr("training.seed differs"));
+  absl::StatusOr<v1::Job> resumed = Submit(Spec(), ckpt, alice);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->resumed_from(), ckpt);
+  // Gone: bob's answer is the same as before.
+  fs::remove_all(ckpt);
+  EXPECT_EQ(Submit(Spec(), ckpt, bob).status(), theirs);
 }
 
 // The same job with parallel.device_type `type` ("emulated": on a profile of one entry per
@@ -278,7 +327,7 @@ TEST_F(CheckpointHandlerTest, EmulatedCheckpointsResumeOnlyIntoEmulatedJobs) {
   ASSERT_TRUE(Checkpoint("job-1").ok());
   ASSERT_TRUE(ReportShard(a[0], 6).ok());
   ASSERT_TRUE(ReportShard(a[1], 6).ok());
-  const std::string real = dir_ + "/checkpoints/job-1/step-6";
+  const std::string real = dir_ + "/checkpoints/_admin/job-1/step-6";
   ASSERT_TRUE(fs::exists(real + "/manifest.pb"));
   for (const v1::StageAssignment& s : a) {
     ASSERT_TRUE(Report(s, v1::PROGRESS_DONE, [](v1::ProgressReport*) {}).ok());
@@ -297,7 +346,7 @@ TEST_F(CheckpointHandlerTest, EmulatedCheckpointsResumeOnlyIntoEmulatedJobs) {
   ASSERT_EQ(asked->step(), 10);
   ASSERT_TRUE(ReportShard(b[0], 10).ok());
   ASSERT_TRUE(ReportShard(b[1], 10).ok());
-  const std::string fake = dir_ + "/checkpoints/job-2/step-10";
+  const std::string fake = dir_ + "/checkpoints/_admin/job-2/step-10";
   ASSERT_TRUE(fs::exists(fake + "/manifest.pb"));
   for (const v1::StageAssignment& s : b) {
     ASSERT_TRUE(Report(s, v1::PROGRESS_DONE, [](v1::ProgressReport*) {}).ok());

@@ -1,14 +1,20 @@
 // CoordinatorService: the coordinator's logic behind both gRPC services (Coordinator for
 // dapplectl, WorkerControl for workers), with no gRPC in it: every handler takes the request
-// proto and fills the response proto, returning absl::Status. grpc_service.h adapts it. The
-// user-facing handlers and the scheduling loop are in coordinator_service.cc, the worker-facing
-// ones in coordinator_service_workers.cc.
+// proto and fills the response proto, returning absl::Status. grpc_service.h adapts it. Its
+// parts, one concern per file: coordinator_service.cc (the job handlers, the background loop,
+// ending runs), coordinator_service_start.cc (starting a run: what reads files or plans is
+// prepared before the lock), coordinator_service_submit.cc (SubmitJob and PlanJob: parsing,
+// data, resume checks and planning, all outside the lock), coordinator_service_workers.cc (the
+// WorkerControl handlers), coordinator_service_scheduling.cc (the scheduling pass),
+// coordinator_service_restart.cc and coordinator_service_reattach.cc (automatic restarts,
+// coordinator restarts).
 //
 // It owns the JobManager (job lifecycle + SQLite), the WorkerRegistry (worker lifecycle), the
-// Rendezvous tables and a background thread that every tick_interval_ms (or sooner when woken
-// by a submit, a registration or a freed worker) runs Tick(): health check, progress flush,
-// scheduling (coordinator_service_scheduling.cc: tenants' quotas through the SchedulingManager,
-// preemption, pending reasons; docs/scheduling.md).
+// CheckpointManager (coordinator/checkpoints: per-tenant checkpoint folders, publishing, who may
+// resume from what), the Rendezvous tables and a background thread that every tick_interval_ms (or
+// sooner when woken by a submit, a registration or a freed worker) runs Tick(): health check,
+// progress flush, scheduling (coordinator_service_scheduling.cc: tenants' quotas through the
+// SchedulingManager, preemption, pending reasons; docs/scheduling.md).
 //
 // Worker protocol (docs/coordinator.md):
 //   RegisterWorker -> id + heartbeat interval (with a RankClaim after a coordinator restart:
@@ -64,7 +70,12 @@
 // kUnavailable (WatchJob while shutting down).
 //
 // Thread safety: thread-safe; every handler may be called from any thread. Lock order: the
-// service mutex before the JobManager's.
+// service mutex before the CheckpointManager's, before the JobManager's. No file is read or
+// written and no plan is made under the service mutex: submits plan and read before taking it,
+// Tick prepares the jobs it may start before it (PrepareStarts), a restart plans and reads its
+// checkpoint before it (RestartPass), a checkpoint is published after ReportProgress released
+// it. (Under it still: the SQLite stores' writes, and a starting job's rank programs built and
+// checked by the schedule simulator, schedule::JobPrograms.)
 #ifndef DAPPLE_COORDINATOR_SERVICE_COORDINATOR_SERVICE_H_
 #define DAPPLE_COORDINATOR_SERVICE_COORDINATOR_SERVICE_H_
 
@@ -72,6 +83,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -83,10 +95,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/auth/identity.h"
+#include "coordinator/checkpoints/checkpoint_manager.h"
 #include "coordinator/cluster/profile_cache.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
-#include "coordinator/jobs/checkpoint_publisher.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/log_store.h"
 #include "coordinator/jobs/progress_tracker.h"
@@ -132,9 +144,9 @@ struct CoordinatorOptions {
   // Measure jobs' models before planning them (see "Measured profiles"); false: plan on the
   // profile known at submission (unit tests of the scheduler that do not play the worker).
   bool measure_profiles = true;
-  // Root of the jobs' checkpoint folders (<root>/<job id>/step-<N>/; docs/operations.md,
-  // "Checkpoints"); empty: "checkpoints" next to db_path. Published checkpoints kept per job
-  // (older ones are deleted); 0: all.
+  // Root of the jobs' checkpoint folders (<root>/<tenant>/<job id>/step-<N>/, "_admin" for
+  // admins' jobs; docs/operations.md, "Checkpoints"); empty: "checkpoints" next to db_path.
+  // Published checkpoints kept per job (older ones are deleted); 0: all.
   std::string checkpoint_dir;
   int keep_checkpoints = kDefaultKeepCheckpoints;
   // Workers record a timeline of step 1 and of every this many steps (StageAssignment
@@ -395,9 +407,11 @@ class CoordinatorService {
 
   // --- Coordinator restarts (coordinator_service_reattach.cc) ---
   // Rebuilds the RunState of RUNNING `job` found in the database at start (its plan's ranks and
-  // workers, its metrics, its rendezvous and checkpoint bookkeeping) in the reattaching mode;
-  // a job whose stored plan names no worker for some rank FAILS at once.
-  void RecoverRunningLocked(const v1::Job& job, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // workers, its metrics, its rendezvous and checkpoint bookkeeping: its ranks keep writing to
+  // `checkpoint_dir`, CheckpointManager::RecoveredJobDir) in the reattaching mode; a job whose
+  // stored plan names no worker for some rank FAILS at once.
+  void RecoverRunningLocked(const v1::Job& job, const std::string& checkpoint_dir, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RegisterWorker with a RankClaim: "" when the claim is accepted (the worker is then
   // registered under the claimed id as that rank, BUSY, or IDLE and counted done when the claim
   // says done), else why not (the caller registers it as a new worker).
@@ -407,12 +421,6 @@ class CoordinatorService {
   // does (the WorkerLost event, then EndJobLocked, as CheckHealthLocked), naming the missing
   // ranks and workers.
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // `dir` (a checked --resume-from) when `caller` may resume from it: an admin from any; a user
-  // only from a checkpoint its manifest says a job of the user's tenant wrote, inside that job's
-  // checkpoint folder. kPermissionDenied otherwise.
-  absl::StatusOr<std::string> CheckResumeOwner(const auth::Identity& caller, const std::string& dir)
-      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
@@ -459,12 +467,38 @@ class CoordinatorService {
     int64_t first_step = 0;  // the checkpoint's step (0: from scratch)
     std::string checkpoint;  // its directory ("" from scratch)
   };
-  // Starts job `id` with its stored plan (planning it now if it has none: a job stored by an
-  // older version) on the first workers of `free`; false when it could not even leave PENDING
-  // (then scheduling stops for this pass).
+  // Starts job `id` with its stored plan (or the one PrepareStarts made: a job stored by an
+  // older version, or whose model was measured) on the first workers of `free`; false when it
+  // could not even leave PENDING, or was not prepared yet (then the loop is woken for another
+  // pass).
   // `replanned`: a restart's plan and resume point (then no planning happens here).
   bool StartJobLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now,
                       const Replanned* replanned = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StartJobLocked's plan: `replanned`'s, else the stored one (made into rank programs), or a
+  // new one when there is none or the model was measured since (recording the Measured and
+  // Planned events). Errors: the planner's.
+  absl::StatusOr<v1::ParallelPlan> PlanToStartLocked(const v1::Job& job,
+                                                     const std::vector<WorkerRecord*>& free,
+                                                     const Replanned* replanned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a starting job resumes: after `first_step` from `resume_manifest` ("" and 0: from
+  // scratch). A restart's checkpoint, a preempted job's newest one, or its --resume-from (whose
+  // step CheckpointManager read outside the lock); kNotFound "resume: ..." when that was not
+  // read.
+  struct StartPoint {
+    int64_t first_step = 0;
+    std::string resume_manifest;
+  };
+  absl::StatusOr<StartPoint> StartPointLocked(const v1::Job& job, const Replanned* replanned) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands each rank of `summary` (its stages' replicas set) its StageAssignment on the workers
+  // of `free` in RankIndex order (BUSY, pending_assignment), with the job's checkpoint folder
+  // (CheckpointManager::JobDir), and starts the job's checkpoint bookkeeping.
+  void AssignRanksLocked(const v1::Job& job, const v1::ParallelPlanSummary& summary,
+                         const std::vector<WorkerRecord*>& free,
+                         const std::vector<v1::RankProgram>& programs, const StartPoint& start,
+                         const std::optional<v1::ModelProfile>& emulated)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // False while the job waits for its model to be measured (asking the first free worker without
   // an unanswered request when nobody has been asked yet; measuring_ then has the job); see
   // "Measured profiles".
@@ -479,6 +513,22 @@ class CoordinatorService {
   // IDLE), its RunState, rendezvous and checkpoint requests. Workers that already run the job
   // stay BUSY until they stop reporting it (their heartbeats tell them to abort).
   void StopRunLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // What StartJobLocked needs of a PENDING or RESTARTING job that reads files or plans, made
+  // before the lock by PrepareStarts: the check of its files against the data roots, its
+  // emulation profile (emulated jobs), and its plan on
+  // the registered workers when it has none stored or its model was measured since.
+  struct Prepared {
+    std::optional<absl::Status> files;  // CheckJobFiles on the data roots (every job)
+    std::optional<absl::StatusOr<std::optional<v1::ModelProfile>>> emulated;
+    std::optional<absl::StatusOr<v1::ParallelPlan>> plan;
+  };
+  // Tick's first part, without the lock: prepares every waiting job not prepared yet (the
+  // lock is taken only to look and to store).
+  void PrepareStarts() ABSL_LOCKS_EXCLUDED(mu_);
+  // True when StartJobLocked has what it needs of `job` (see Prepared) on `free`.
+  bool PreparedLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free,
+                      const Replanned* replanned) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Automatic restarts (coordinator_service_restart.cc) ---
   // "This job's run failed" with `cause` and `message`: the one entry point for a lost worker
@@ -518,14 +568,22 @@ class CoordinatorService {
                                int replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeWorkerLocked(WorkerRecord& worker, const std::string& job_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's PROGRESS_STEP report of running job `run` (already checked to be that rank's;
+  // `rank` names it in events, `last_stage`: replica 0 of the last stage, whose loss counts):
+  // skipped-step and straggler events, stage metrics, progress, the step's trace.
+  absl::Status OnStepReportLocked(RunState& run, const v1::ProgressReport& request,
+                                  const std::string& rank, bool last_stage, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the log lines of `report` (and a line saying how many the worker dropped) when its
   // worker runs rank (stage, replica) of `job` by the job's plan; a failed write is logged.
   void KeepLogLinesLocked(const v1::Job& job, const v1::ProgressReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank's PROGRESS_CHECKPOINT report of running `job`: hands it to checkpoints_ and records a
-  // published checkpoint in Job.checkpoints (a failure is logged: the job keeps running).
-  void OnCheckpointReportLocked(const v1::Job& job, const v1::ProgressReport& report, int64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's PROGRESS_CHECKPOINT report of running `job` (checked under the lock by
+  // ReportProgress): hands it to checkpoints_, which writes the files, and records a published
+  // checkpoint in Job.checkpoints (a failure is logged: the job keeps running). Outside the
+  // lock.
+  void OnCheckpointReport(const v1::Job& job, const v1::ProgressReport& report, int64_t now)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   DataRoots data_roots_;  // from options_.data_roots; set by Create, then read-only
@@ -541,10 +599,11 @@ class CoordinatorService {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   // The generated-id sequence as last saved in worker_ids_ (WorkerRegistry::next_generated_id).
   int64_t saved_next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
-  CheckpointPublisher checkpoints_ ABSL_GUARDED_BY(mu_){
-      options_.checkpoint_dir.empty() ? DefaultCheckpointRoot(options_.db_path)
-                                      : options_.checkpoint_dir,
-      options_.keep_checkpoints};
+  // Checkpoint folders, publishing, resuming; thread-safe on its own (its mutex after mu_).
+  CheckpointManager checkpoints_{options_.checkpoint_dir.empty()
+                                     ? DefaultCheckpointRoot(options_.db_path)
+                                     : options_.checkpoint_dir,
+                                 options_.keep_checkpoints};
   Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
   // RESTARTING jobs: when they failed and when their backoff ends.
@@ -571,6 +630,8 @@ class CoordinatorService {
     int64_t deadline_ms = 0;
   };
   absl::flat_hash_map<std::string, Preempting> preempting_ ABSL_GUARDED_BY(mu_);
+  // Jobs prepared by PrepareStarts (forgotten when they start or end).
+  absl::flat_hash_map<std::string, Prepared> prepared_ ABSL_GUARDED_BY(mu_);
   // When preempted jobs entered the queue again (their place in it; others: created_unix_ms).
   absl::flat_hash_map<std::string, int64_t> requeued_at_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by the owner's thread only

@@ -17,7 +17,8 @@
 
 namespace dapple::coordinator {
 
-void CoordinatorService::RecoverRunningLocked(const v1::Job& job, int64_t now) {
+void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::string& checkpoint_dir,
+                                              int64_t now) {
   const v1::ParallelPlanSummary& plan = job.plan();
   // Elapsed time continues from the stored value rather than restarting at zero.
   const int64_t running_since =
@@ -42,7 +43,7 @@ void CoordinatorService::RecoverRunningLocked(const v1::Job& job, int64_t now) {
   run.reattaching = true;
   running_.insert_or_assign(job.id(), std::move(run));
   rendezvous_.Open(job.id(), running_.at(job.id()).replicas);
-  checkpoints_.OnJobStarted(job.id(), job.spec(), plan, job.metrics().step());
+  checkpoints_.OnJobStarted(job, checkpoint_dir, plan, job.metrics().step());
   if (!complete) {
     // Written by a version that did not store the ranks' workers: nobody can claim them.
     absl::Status s = EndJobLocked(job.id(), v1::JOB_STATE_FAILED,

@@ -28,23 +28,6 @@ namespace {
 // worker died and will be judged DEAD later): it is not waited for.
 constexpr int kStoppingHeartbeats = 3;
 
-// The newest published checkpoint of `job` whose manifest reads (older ones when the newest
-// is unreadable), or none. Reads files: call outside the lock.
-struct ResumePoint {
-  int64_t step = 0;
-  std::string dir;
-};
-ResumePoint NewestCheckpoint(const v1::Job& job) {
-  for (int i = job.checkpoints_size() - 1; i >= 0; --i) {
-    const std::string& dir = job.checkpoints(i).path();
-    absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
-    if (manifest.ok()) return ResumePoint{manifest->step(), dir};
-    DAPPLE_LOG_WARN("job {}: checkpoint {} cannot be resumed from: {}", job.id(), dir,
-                    manifest.status().message());
-  }
-  return ResumePoint{};
-}
-
 // The spec a restart plans with: the job's own (same global batch, micro-batch, schedule) on
 // `devices` workers; a fixed stage count above them becomes what they can hold.
 v1::JobSpec SpecOn(const v1::JobSpec& spec, int devices) {
@@ -188,7 +171,7 @@ void CoordinatorService::RestartPass() {
   }
   for (Due& d : due) {
     // Outside the lock: the manifest read and the planner's search.
-    const ResumePoint resume = NewestCheckpoint(d.job);
+    const CheckpointManager::ResumePoint resume = CheckpointManager::NewestCheckpoint(d.job);
     const v1::JobSpec spec = SpecOn(d.job.spec(), d.devices);
     absl::StatusOr<v1::ParallelPlan> plan =
         MakeJobPlan(spec, SubmissionPlanInputs(spec, d.workers));

@@ -186,7 +186,7 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
                                                 const v1::ProgressReport& request,
                                                 v1::ProgressAck* response) {
   DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
-  absl::MutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
   worker->info.set_last_heartbeat_unix_ms(now);
@@ -222,43 +222,10 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
         id, request.step(),
         request.step_seconds() > 0 ? request.step_seconds() : request.stats().step_seconds(), now);
   }
+  bool publish = false;
   switch (request.kind()) {
     case v1::PROGRESS_STEP:
-      if (request.has_stats() && request.stats().skipped()) {
-        // Coalesced per rank: the event's count is that rank's skipped steps.
-        (void)jobs_->RecordEvent(
-            id, JobEventReason::kSkippedStep,
-            absl::StrCat(rank, " skipped a step's update (non-finite loss or gradient)"));
-      }
-      if (request.has_stats() || (last_stage && request.has_loss())) {
-        std::optional<StragglerDetector::Change> straggler;
-        DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
-          if (run.stage_metrics.OnStep(request, now, j)) {
-            straggler = run.stragglers.OnStep(request.stage(), request.replica(), request.stats());
-            MarkStraggler(run.stragglers, request.stage(), request.replica(), j);
-          }
-          if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
-        }));
-        if (straggler.has_value()) {
-          (void)jobs_->RecordEvent(id,
-                                   straggler->straggler ? JobEventReason::kStraggler
-                                                        : JobEventReason::kStragglerRecovered,
-                                   absl::StrCat(StragglerDetector::Describe(*straggler),
-                                                " (worker ", worker->info.id(), ")"));
-        }
-      }
-      if (request.has_trace()) {
-        // The rank fills the trace's identity; the coordinator trusts only its own view of it.
-        v1::StepTrace trace = request.trace();
-        trace.set_job_id(id);
-        trace.set_stage(request.stage());
-        trace.set_replica(request.replica());
-        trace.set_worker_id(worker->info.id());
-        if (absl::Status s = traces_->Put(trace, now); !s.ok()) {
-          // A lost timeline must not fail the job or make the rank retry its report.
-          DAPPLE_LOG_WARN("job {}: {}", id, s.message());
-        }
-      }
+      DAPPLE_RETURN_IF_ERROR(OnStepReportLocked(run, request, rank, last_stage, now));
       break;
     case v1::PROGRESS_EVAL:
       if (last_stage) {
@@ -297,8 +264,9 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
                               absl::StrCat(rank, " aborted: ", request.message()), now));
       break;
     case v1::PROGRESS_CHECKPOINT:
-      // Replicas are identical: replica 0 of each stage writes the stage's shard.
-      if (request.replica() == 0) OnCheckpointReportLocked(job, request, now);
+      // Replicas are identical: replica 0 of each stage writes the stage's shard. Published
+      // below, outside the lock (it writes and syncs files).
+      publish = request.replica() == 0;
       break;
     case v1::PROGRESS_KIND_UNSPECIFIED:
     case v1::ProgressKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -307,8 +275,53 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
                                                      worker->info.id(), " has kind ",
                                                      static_cast<int>(request.kind())));
   }
+  lock.Release();
+  if (publish) OnCheckpointReport(job, request, now);
   // Until the on-demand checkpoint is published or abandoned, every ack asks for it.
   response->set_checkpoint_step(checkpoints_.RequestedStep(id));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::OnStepReportLocked(RunState& run,
+                                                    const v1::ProgressReport& request,
+                                                    const std::string& rank, bool last_stage,
+                                                    int64_t now) {
+  const std::string& id = request.job_id();
+  if (request.has_stats() && request.stats().skipped()) {
+    // Coalesced per rank: the event's count is that rank's skipped steps.
+    (void)jobs_->RecordEvent(
+        id, JobEventReason::kSkippedStep,
+        absl::StrCat(rank, " skipped a step's update (non-finite loss or gradient)"));
+  }
+  if (request.has_stats() || (last_stage && request.has_loss())) {
+    std::optional<StragglerDetector::Change> straggler;
+    DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
+      if (run.stage_metrics.OnStep(request, now, j)) {
+        straggler = run.stragglers.OnStep(request.stage(), request.replica(), request.stats());
+        MarkStraggler(run.stragglers, request.stage(), request.replica(), j);
+      }
+      if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
+    }));
+    if (straggler.has_value()) {
+      (void)jobs_->RecordEvent(
+          id,
+          straggler->straggler ? JobEventReason::kStraggler : JobEventReason::kStragglerRecovered,
+          absl::StrCat(StragglerDetector::Describe(*straggler), " (worker ", request.worker_id(),
+                       ")"));
+    }
+  }
+  if (request.has_trace()) {
+    // The rank fills the trace's identity; the coordinator trusts only its own view of it.
+    v1::StepTrace trace = request.trace();
+    trace.set_job_id(id);
+    trace.set_stage(request.stage());
+    trace.set_replica(request.replica());
+    trace.set_worker_id(request.worker_id());
+    if (absl::Status s = traces_->Put(trace, now); !s.ok()) {
+      // A lost timeline must not fail the job or make the rank retry its report.
+      DAPPLE_LOG_WARN("job {}: {}", id, s.message());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -335,31 +348,36 @@ void CoordinatorService::KeepLogLinesLocked(const v1::Job& job, const v1::Progre
   }
 }
 
-void CoordinatorService::OnCheckpointReportLocked(const v1::Job& job,
-                                                  const v1::ProgressReport& report, int64_t now) {
-  const std::vector<v1::CheckpointInfo> published(job.checkpoints().begin(),
-                                                  job.checkpoints().end());
-  for (const v1::CheckpointInfo& info : published) {
+void CoordinatorService::OnCheckpointReport(const v1::Job& job, const v1::ProgressReport& report,
+                                            int64_t now) {
+  for (const v1::CheckpointInfo& info : job.checkpoints()) {
     // Replayed by a rank after a coordinator restart (progress_reporter.h): published already.
     if (info.step() == report.step()) return;
   }
-  CheckpointPublisher::Outcome o = checkpoints_.OnReport(report, published, now);
-  if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
-  absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
-    j->clear_checkpoints();
-    for (v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = std::move(info);
-  });
-  // Written now, not at the next throttled write: a coordinator restarted in between would not
-  // list the published folder, and the ranks' replayed reports could not publish it again
-  // (its .partial folder is gone).
-  if (s.ok()) s = jobs_->FlushDirty(/*force=*/true);
-  if (!s.ok()) {
-    DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
-  }
-  (void)jobs_->RecordEvent(
-      job.id(), JobEventReason::kCheckpointSaved,
-      absl::StrCat("checkpoint after step ", o.info.step(), " published (", o.info.reason(), ", ",
-                   o.info.bytes(), " bytes): ", o.info.path()));
+  auto published = [&] {
+    absl::StatusOr<v1::Job> current = jobs_->Get(job.id());
+    const v1::Job& j = current.ok() ? *current : job;
+    return std::vector<v1::CheckpointInfo>(j.checkpoints().begin(), j.checkpoints().end());
+  };
+  auto record = [&](const CheckpointPublisher::Outcome& o) {
+    if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
+    absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
+      j->clear_checkpoints();
+      for (const v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = info;
+    });
+    // Written now, not at the next throttled write: a coordinator restarted in between would
+    // not list the published folder, and the ranks' replayed reports could not publish it
+    // again (its .partial folder is gone).
+    if (s.ok()) s = jobs_->FlushDirty(/*force=*/true);
+    if (!s.ok()) {
+      DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
+    }
+    (void)jobs_->RecordEvent(
+        job.id(), JobEventReason::kCheckpointSaved,
+        absl::StrCat("checkpoint after step ", o.info.step(), " published (", o.info.reason(), ", ",
+                     o.info.bytes(), " bytes): ", o.info.path()));
+  };
+  (void)checkpoints_.OnReport(report, published, record, now);
 }
 
 absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocked(

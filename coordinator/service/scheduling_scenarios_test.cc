@@ -307,7 +307,7 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
   for (const v1::StageAssignment& a : Deliver("job-1")) {
     EXPECT_EQ(a.first_step(), ckpt);
     EXPECT_EQ(a.resume_manifest(),
-              absl::StrCat(dir_, "/checkpoints/job-1/step-", ckpt, "/", kManifestFile));
+              absl::StrCat(dir_, "/checkpoints/b/job-1/step-", ckpt, "/", kManifestFile));
   }
 }
 

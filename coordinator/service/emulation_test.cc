@@ -218,6 +218,7 @@ class EmulatedJobTest : public ::testing::Test {
     options.measure_profiles = false;
     options.db_path = path_;
     options.now_unix_ms = [this] { return now_.load(); };
+    options.data_roots.push_back(::testing::TempDir());  // the profiles are written there
     auto svc = CoordinatorService::Create(options);
     ASSERT_TRUE(svc.ok()) << svc.status();
     svc_ = std::move(*svc);

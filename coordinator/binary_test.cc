@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +101,8 @@ class CoordinatorBinaryTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorBinaryTest, FlagErrorsExit2WithOneLine) {
+  // Paths in messages are lexically normal (the test folder may be "/tmp//...").
+  const std::string dir = std::filesystem::path(dir_).lexically_normal().string();
   struct Case {
     std::vector<std::string> args;
     std::string message;
@@ -123,6 +126,14 @@ TEST_F(CoordinatorBinaryTest, FlagErrorsExit2WithOneLine) {
       {{"--port-file", dir_}, "--port-file '" + dir_ + "' is a directory"},
       {{"--port-file", dir_ + "/none/port"},
        "cannot use folder '" + dir_ + "/none': No such file or directory"},
+      // Jobs' files: no relative root, not "/", none holding the coordinator's own files (the
+      // database is dapple.db in the working folder here).
+      {{"--data-root", "datasets"}, "--data-root 'datasets' must be an absolute path"},
+      {{"--data-root", "/usr/share/datasets,/"}, "--data-root / would let every job read"},
+      {{"--data-root", dir_}, "--data-root " + dir + " contains --db " + dir + "/dapple.db"},
+      {{"--data-root", "/usr/share/datasets", "--data-root", dir_ + "/ck", "--checkpoint-dir",
+        dir_ + "/ck/"},
+       "contains --checkpoint-dir " + dir + "/ck"},
   };
   for (const Case& c : cases) {
     const std::string what = absl::StrJoin(c.args, " ");
@@ -215,7 +226,7 @@ TEST_F(CoordinatorBinaryTest, SigtermEndsAnOpenWatchWithUnavailable) {
   v1::SubmitJobRequest submit;
   submit.set_spec_yaml(R"(name: watched
 model: {input_shape: [784], layers: [{type: linear, out: 10}]}
-data: {dataset: fashion-mnist, path: /nowhere}
+data: {dataset: fashion-mnist, path: /usr/share/datasets/nowhere}
 training: {global_batch: 4, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
 )");
   v1::SubmitJobResponse submitted;

@@ -183,6 +183,7 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
   }
   flags.admin_token_file = raw.admin_token_file;
   flags.join_token_file = raw.join_token_file;
+  flags.data_roots = raw.data_roots;
   if (!AllDigits(raw.metrics_port) || raw.metrics_port.size() > 5 ||
       !absl::SimpleAtoi(raw.metrics_port, &flags.metrics_port) || flags.metrics_port > kMaxPort) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -72,6 +73,9 @@ struct RawFlags {
   // "Bootstrap"); empty: admin.token / join.token in --db's folder.
   std::string admin_token_file;
   std::string join_token_file;
+  // The folders whose files jobs may name (--data-root, repeated or comma-separated; empty: the
+  // defaults, coordinator/service/data_roots.h DefaultDataRoots).
+  std::vector<std::string> data_roots;
 };
 
 struct Flags {
@@ -115,6 +119,9 @@ struct Flags {
   // --port-file when given (CheckOutputFile), and never the same file.
   std::string admin_token_file;
   std::string join_token_file;
+  // As typed (empty: the defaults); checked by DataRoots::Create at start, with the rule that
+  // none of them holds the coordinator's own files (CheckOwnFilesOutside).
+  std::vector<std::string> data_roots;
 };
 
 // Checks every rule; kInvalidArgument with a one-line message for the first broken one, e.g.

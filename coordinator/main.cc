@@ -21,6 +21,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/grpc_tls.h"
@@ -186,6 +187,13 @@ int main(int argc, char** argv) {
                  "first start only: write the cluster's join token for workers here, mode 0600 "
                  "(default: join.token next to --db)")
       ->type_name("FILE");
+  app.add_option("--data-root", raw.data_roots,
+                 "a folder whose files jobs may name in data.path and "
+                 "parallel.emulation.profile; repeat it or separate with commas (default: "
+                 "/usr/share/datasets,/var/lib/dapple/datasets); must not hold --db, the tokens "
+                 "or the checkpoints")
+      ->delimiter(',')
+      ->type_name("DIR");
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
@@ -237,7 +245,31 @@ int main(int argc, char** argv) {
       dapple::MakeServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
   if (!credentials.ok()) return UsageError(credentials.status().message());
 
+  namespace auth = dapple::coordinator::auth;
+  const std::string admin_token_file = flags->admin_token_file.empty()
+                                           ? auth::DefaultTokenFile(flags->db, "admin.token")
+                                           : flags->admin_token_file;
+  const std::string join_token_file = flags->join_token_file.empty()
+                                          ? auth::DefaultTokenFile(flags->db, "join.token")
+                                          : flags->join_token_file;
   dapple::coordinator::CoordinatorOptions options;
+  if (!flags->data_roots.empty()) options.data_roots = flags->data_roots;
+  {
+    absl::StatusOr<dapple::coordinator::DataRoots> roots =
+        dapple::coordinator::DataRoots::Create(options.data_roots);
+    if (!roots.ok()) return UsageError(roots.status().message());
+    const std::string checkpoint_root = flags->checkpoint_dir.empty()
+                                            ? dapple::coordinator::DefaultCheckpointRoot(flags->db)
+                                            : flags->checkpoint_dir;
+    if (absl::Status s = dapple::coordinator::CheckOwnFilesOutside(
+            *roots, {{"--db", flags->db},
+                     {"--admin-token-file", admin_token_file},
+                     {"--join-token-file", join_token_file},
+                     {"--checkpoint-dir", checkpoint_root}});
+        !s.ok()) {
+      return UsageError(s.message());
+    }
+  }
   options.db_path = flags->db;
   options.checkpoint_dir = flags->checkpoint_dir;
   options.keep_checkpoints = static_cast<int>(flags->keep_checkpoints);
@@ -282,18 +314,11 @@ int main(int argc, char** argv) {
   if (!service.ok()) return Fail(service.status());
   // After Create: the database is locked against a second coordinator before anything is
   // bootstrapped in it.
-  namespace auth = dapple::coordinator::auth;
   auto credential_store = auth::CredentialStore::Open(flags->db, options.now_unix_ms);
   if (!credential_store.ok()) return Fail(credential_store.status());
   tenants = credential_store->get();
   auto audit = auth::AuditLog::Open(flags->db, options.now_unix_ms);
   if (!audit.ok()) return Fail(audit.status());
-  const std::string admin_token_file = flags->admin_token_file.empty()
-                                           ? auth::DefaultTokenFile(flags->db, "admin.token")
-                                           : flags->admin_token_file;
-  const std::string join_token_file = flags->join_token_file.empty()
-                                          ? auth::DefaultTokenFile(flags->db, "join.token")
-                                          : flags->join_token_file;
   const auth::Authenticator authenticator(
       credential_store->get(),
       [metrics](absl::string_view reason) { metrics->OnAuthFailure(reason); });
@@ -311,6 +336,8 @@ int main(int argc, char** argv) {
             ? ""
             : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
   }
+  DAPPLE_LOG_INFO("jobs may read files under: {} (--data-root)",
+                  absl::StrJoin(options.data_roots, ", "));
   HoldGrpcLog(true);
   auto server = dapple::coordinator::GrpcServer::Start(
       flags->listen, service->get(),
@@ -328,6 +355,16 @@ int main(int argc, char** argv) {
         "first start: created admin 'admin'; its token is in {}, the workers' join token in {} "
         "(docs/security.md)",
         admin_token_file, join_token_file);
+  } else {
+    absl::StatusOr<std::optional<std::string>> recovered =
+        auth::RecoverAdminToken(**credential_store, admin_token_file);
+    if (!recovered.ok()) return Fail(recovered.status());
+    if (recovered->has_value()) {
+      DAPPLE_LOG_WARN(
+          "no admin token was valid (all revoked or expired): issued a new token for admin "
+          "'{}' in {} (docs/security.md, \"Recovering the admin token\")",
+          **recovered, admin_token_file);
+    }
   }
   const int port = (*server)->port();
   // After the gRPC bind, so that a second coordinator on the same address or database is

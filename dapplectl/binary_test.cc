@@ -308,7 +308,7 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   const std::string spec = dir + "/job.yaml";
   std::ofstream(spec) << "name: restarted\n"
                          "model: {input_shape: [784], layers: [{type: linear, out: 10}]}\n"
-                         "data: {dataset: fashion-mnist, path: /nowhere}\n"
+                         "data: {dataset: fashion-mnist, path: /usr/share/datasets/nowhere}\n"
                          "training: {global_batch: 4, micro_batch: 4, epochs: 1,\n"
                          "           optimizer: {type: sgd, lr: 0.1}}\n";
   Children children;

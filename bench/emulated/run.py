@@ -41,7 +41,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -459,7 +458,8 @@ def main():
     args = ap.parse_args()
     os.environ["DAPPLE_BUILD_DIR"] = os.path.abspath(args.build)
     import cluster  # noqa: E402  (reads DAPPLE_BUILD_DIR at import)
-    directory = tempfile.mkdtemp(prefix="dapple-emu-")
+    # The coordinator reads the profiles written there: one of its data roots (--data-root).
+    directory = cluster.data_dir()
     only = args.only.split(",")
     if "a" in only or "b" in only:
         rows = table_ab(cluster, args.build, args.steps, directory)

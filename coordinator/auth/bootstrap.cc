@@ -72,4 +72,18 @@ absl::StatusOr<bool> Bootstrap(CredentialStore& store, const std::string& admin_
   return true;
 }
 
+absl::StatusOr<std::optional<std::string>> RecoverAdminToken(CredentialStore& store,
+                                                             const std::string& admin_token_file) {
+  absl::StatusOr<std::optional<std::string>> admin = store.RecoverableAdmin();
+  if (!admin.ok() || !admin->has_value()) return admin;
+  Fd fd;
+  if (absl::Status s = OpenSecret("admin token", admin_token_file, &fd); !s.ok()) return s;
+  absl::StatusOr<CredentialStore::IssuedToken> token = store.IssueToken(**admin, std::nullopt);
+  if (!token.ok()) return token.status();
+  if (absl::Status s = WriteSecret("admin token", admin_token_file, fd, token->token); !s.ok()) {
+    return s;
+  }
+  return admin;
+}
+
 }  // namespace dapple::coordinator::auth

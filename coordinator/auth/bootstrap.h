@@ -7,6 +7,7 @@
 #ifndef DAPPLE_COORDINATOR_AUTH_BOOTSTRAP_H_
 #define DAPPLE_COORDINATOR_AUTH_BOOTSTRAP_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,16 @@ std::string DefaultTokenFile(const std::string& db_path, const std::string& name
 // kFailedPrecondition "cannot write the admin token file '/x/admin.token': Permission denied".
 absl::StatusOr<bool> Bootstrap(CredentialStore& store, const std::string& admin_token_file,
                                const std::string& join_token_file);
+
+// Recovery of a cluster whose admins all lost their tokens (every admin token revoked or
+// expired; RevokeToken refuses the last valid one, but expiry cannot be refused): at a start
+// that finds no valid admin token, a new never-expiring token for
+// CredentialStore::RecoverableAdmin is written to `admin_token_file` (0600, replacing its
+// content). Whoever can restart the coordinator and read its files holds it anyway, so this
+// grants nothing new. Returns the admin's name when it recovered, std::nullopt when some admin
+// token is valid (or there is no admin: Bootstrap's case). Errors as Bootstrap's.
+absl::StatusOr<std::optional<std::string>> RecoverAdminToken(CredentialStore& store,
+                                                             const std::string& admin_token_file);
 
 }  // namespace dapple::coordinator::auth
 

@@ -43,6 +43,37 @@ TEST(BootstrapTest, TheFirstStartWritesTheTokensOnceMode0600) {
   std::filesystem::remove(join_file);
 }
 
+// Every admin token expired: a start writes a new one for the admin to the admin token file;
+// while one is valid, nothing is written.
+TEST(BootstrapTest, AStartWithoutAValidAdminTokenRecoversOne) {
+  const std::string db = FreshDbPath();
+  int64_t now = 1000;
+  std::unique_ptr<CredentialStore> store = *CredentialStore::Open(db, [&] { return now; });
+  const std::string admin_file = db + ".admin.token";
+  const std::string join_file = db + ".join.token";
+  ASSERT_TRUE(*Bootstrap(*store, admin_file, join_file));
+  EXPECT_EQ(*RecoverAdminToken(*store, admin_file), std::nullopt);
+  const std::string bootstrap_token = *common::ReadTokenFile(admin_file);
+  // The admin moves to an expiring token and revokes the bootstrap one; then it expires.
+  absl::StatusOr<CredentialStore::IssuedToken> expiring = store->IssueToken("admin", 5000);
+  ASSERT_TRUE(expiring.ok());
+  ASSERT_TRUE(store->RevokeToken(store->Authenticate(bootstrap_token)->token_id).ok());
+  now += 5000;
+  absl::StatusOr<std::optional<std::string>> recovered = RecoverAdminToken(*store, admin_file);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(*recovered, "admin");
+  const std::string token = *common::ReadTokenFile(admin_file);
+  EXPECT_NE(token, bootstrap_token);
+  absl::StatusOr<Identity> who = store->Authenticate(token);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->role, Role::kAdmin);
+  struct stat st {};
+  ASSERT_EQ(stat(admin_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  std::filesystem::remove(admin_file);
+  std::filesystem::remove(join_file);
+}
+
 TEST(BootstrapTest, AnUnwritableFileLeavesTheDatabaseAsItWas) {
   const std::string db = FreshDbPath();
   std::unique_ptr<CredentialStore> store = *CredentialStore::Open(db, [] { return 1000; });

@@ -249,8 +249,37 @@ absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::Issue(const std::s
   return IssuedToken{absl::StrCat(kPrefix, *id, "_", *secret), *id, expires_unix_ms};
 }
 
+// Tokens of admins that authenticate now (not revoked, not expired at ?1).
+constexpr char kValidAdminTokens[] =
+    "FROM tokens t JOIN users u ON u.name = t.user WHERE u.role = 'admin' AND "
+    "t.revoked_unix_ms = 0 AND (t.expires_unix_ms = 0 OR t.expires_unix_ms > ?1)";
+
 absl::Status CredentialStore::RevokeToken(const std::string& id) {
   absl::MutexLock lock(&mu_);
+  // The last valid admin token stays: without it nobody could administer the cluster until a
+  // restart recovers one (RecoverableAdmin). Checked under the lock, so two revocations at
+  // once cannot both pass.
+  {
+    SqliteStatement guard;
+    if (sqlite3_prepare_v2(
+            db_,
+            absl::StrCat("SELECT (SELECT COUNT(*) ", kValidAdminTokens,
+                         " AND t.id = ?2), (SELECT COUNT(*) ", kValidAdminTokens, ")")
+                .c_str(),
+            -1, &guard.stmt, nullptr) != SQLITE_OK) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    sqlite3_bind_int64(guard.stmt, 1, now_());
+    BindText(guard.stmt, 2, id);
+    if (sqlite3_step(guard.stmt) != SQLITE_ROW) return absl::InternalError(sqlite3_errmsg(db_));
+    if (sqlite3_column_int64(guard.stmt, 0) > 0 && sqlite3_column_int64(guard.stmt, 1) <= 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "token ", id,
+          " is the last valid admin token: revoking it would leave nobody able to administer "
+          "the cluster; issue another admin token first (dapplectl admin token issue <admin>), "
+          "then revoke this one"));
+    }
+  }
   SqliteStatement update;
   if (sqlite3_prepare_v2(db_,
                          "UPDATE tokens SET revoked_unix_ms = ?2 "
@@ -356,6 +385,27 @@ absl::StatusOr<CredentialStore::IssuedToken> CredentialStore::RotateJoinToken() 
     if (sqlite3_step(revoke.stmt) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   }
   return Issue(kJoinUser, 0);
+}
+
+absl::StatusOr<std::optional<std::string>> CredentialStore::RecoverableAdmin() const {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement valid;
+  if (sqlite3_prepare_v2(db_, absl::StrCat("SELECT 1 ", kValidAdminTokens, " LIMIT 1").c_str(), -1,
+                         &valid.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  sqlite3_bind_int64(valid.stmt, 1, now_());
+  if (sqlite3_step(valid.stmt) == SQLITE_ROW) return std::optional<std::string>();
+  // The bootstrap admin first, else the first admin by name.
+  SqliteStatement admin;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT name FROM users WHERE role = 'admin' "
+                         "ORDER BY name <> 'admin', name LIMIT 1",
+                         -1, &admin.stmt, nullptr) != SQLITE_OK) {
+    return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  if (sqlite3_step(admin.stmt) != SQLITE_ROW) return std::optional<std::string>();
+  return std::optional<std::string>(ColumnText(admin.stmt, 0));
 }
 
 absl::StatusOr<bool> CredentialStore::HasAdmin() const {

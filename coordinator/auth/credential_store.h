@@ -79,13 +79,20 @@ class CredentialStore {
   absl::StatusOr<IssuedToken> IssueToken(const std::string& user, std::optional<int64_t> ttl_ms);
   // A credential for worker `worker_id` ("w-3"), issued at registration; role kWorker.
   absl::StatusOr<IssuedToken> IssueWorkerCredential(const std::string& worker_id);
-  // Revokes token `id`: kNotFound when unknown; revoking twice is OK.
+  // Revokes token `id`: kNotFound when unknown; revoking twice is OK. kFailedPrecondition
+  // "token <id> is the last valid admin token: ..." for the only admin token that
+  // authenticates now (not revoked, not expired): the cluster would have no administrator.
   absl::Status RevokeToken(const std::string& id);
   // A new cluster join token (never expiring); every earlier join token is revoked.
   absl::StatusOr<IssuedToken> RotateJoinToken();
 
   // True when some user of role admin exists (the coordinator bootstraps one otherwise).
   absl::StatusOr<bool> HasAdmin() const;
+  // The admin to give a new token at start (bootstrap.h RecoverAdminToken) when admins exist
+  // but none holds a token that authenticates now (all revoked or expired): user "admin" if it
+  // is one, else the first admin by name. std::nullopt when some admin token is valid, or when
+  // there is no admin at all (Bootstrap's case).
+  absl::StatusOr<std::optional<std::string>> RecoverableAdmin() const;
   // Tenants by name (created_unix_ms filled; quota and usage are the scheduler's).
   absl::StatusOr<std::vector<v1::Tenant>> ListTenants() const;
   // Users and admins (not workers, not the join token) by name; `tenant` "" lists all.

@@ -97,6 +97,43 @@ TEST_F(CredentialStoreTest, RefusalsSayWhyAndAreCounted) {
   EXPECT_THAT(refused(wrong_secret), Not(HasSubstr(wrong_secret.substr(21))));
 }
 
+// The only admin token that authenticates now cannot be revoked; once another exists it can.
+// Expired and revoked admin tokens do not count, users' tokens are never held back.
+TEST_F(CredentialStoreTest, TheLastValidAdminTokenIsKept) {
+  absl::StatusOr<CredentialStore::IssuedToken> first = store_->IssueToken("root", std::nullopt);
+  ASSERT_TRUE(first.ok());
+  absl::StatusOr<CredentialStore::IssuedToken> expiring = store_->IssueToken("root", 1000);
+  ASSERT_TRUE(expiring.ok());
+  now_ += 1000;  // `expiring` no longer authenticates
+  absl::Status s = store_->RevokeToken(first->id);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "token " + first->id +
+                             " is the last valid admin token: revoking it would leave nobody "
+                             "able to administer the cluster; issue another admin token first "
+                             "(dapplectl admin token issue <admin>), then revoke this one");
+  EXPECT_TRUE(store_->Authenticate(first->token).ok());
+  EXPECT_EQ(*store_->RecoverableAdmin(), std::nullopt);
+  ASSERT_TRUE(store_->CreateUser("", "ops", Role::kAdmin).ok());
+  absl::StatusOr<CredentialStore::IssuedToken> second = store_->IssueToken("ops", std::nullopt);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(store_->RevokeToken(first->id).ok());
+  EXPECT_EQ(store_->RevokeToken(second->id).code(), absl::StatusCode::kFailedPrecondition);
+  // A user's last token is theirs to revoke.
+  absl::StatusOr<CredentialStore::IssuedToken> alice = store_->IssueToken("alice", std::nullopt);
+  EXPECT_TRUE(store_->RevokeToken(alice->id).ok());
+}
+
+// When every admin token expired, a restart recovers one for an admin (bootstrap.h).
+TEST_F(CredentialStoreTest, AnAdminWithoutAValidTokenIsRecoverable) {
+  EXPECT_EQ(*store_->RecoverableAdmin(), "root");  // root has no token at all
+  ASSERT_TRUE(store_->CreateUser("", "admin", Role::kAdmin).ok());
+  EXPECT_EQ(*store_->RecoverableAdmin(), "admin");  // the bootstrap admin first
+  ASSERT_TRUE(store_->IssueToken("root", 500).ok());
+  EXPECT_EQ(*store_->RecoverableAdmin(), std::nullopt);
+  now_ += 500;
+  EXPECT_EQ(*store_->RecoverableAdmin(), "admin");
+}
+
 TEST_F(CredentialStoreTest, WorkersGetTheirOwnCredential) {
   absl::StatusOr<CredentialStore::IssuedToken> token = store_->IssueWorkerCredential("w-3");
   ASSERT_TRUE(token.ok()) << token.status();

@@ -52,6 +52,7 @@ class CheckpointHandlerTest : public ::testing::Test {
     dir_ = tmpl;
     CoordinatorOptions options;
     options.db_path = dir_ + "/dapple.db";
+    options.data_roots.push_back(dir_);  // the emulation profiles are written there
     options.measure_profiles = false;
     options.now_unix_ms = [] { return int64_t{1'700'000'000'000}; };
     auto svc = CoordinatorService::Create(options);

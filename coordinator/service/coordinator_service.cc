@@ -146,6 +146,7 @@ std::vector<WorkerRecord*> CoordinatorService::Fitting(const v1::Job& job,
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     CoordinatorOptions options) {
+  DAPPLE_ASSIGN_OR_RETURN(DataRoots data_roots, DataRoots::Create(options.data_roots));
   JobManagerOptions job_options;
   job_options.db_path = options.db_path;
   job_options.now_unix_ms = options.now_unix_ms;
@@ -181,6 +182,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->logs_ = std::move(logs);
   service->worker_ids_ = std::move(worker_ids);
   service->quotas_ = std::move(quotas);
+  service->data_roots_ = std::move(data_roots);
   {
     absl::MutexLock lock(&service->mu_);
     service->workers_.ContinueGeneratedIdsFrom(next_worker_id);
@@ -473,6 +475,11 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     first_step = manifest->step();
     resume_manifest = absl::StrCat(job.resumed_from(), "/", kManifestFile);
   }
+  // The files were checked at submit; again here, since the roots may have changed since (a
+  // restart with other --data-root) and a job from an older database was never checked.
+  if (absl::Status s = CheckJobFiles(job.spec(), data_roots_); !s.ok()) {
+    return fail(std::string(s.message()));
+  }
   // Emulated jobs: the profile file is read again (it was checked at submit) for the ranks.
   absl::StatusOr<std::optional<v1::ModelProfile>> emulated = EmulatedProfileOf(job.spec());
   if (!emulated.ok()) return fail(std::string(emulated.status().message()));
@@ -702,7 +709,7 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   }
   // Outside the lock: reads the data file. Before the resume check, whose step count needs the
   // resolved samples.
-  if (absl::Status s = ResolveJobData(&*spec, &text); !s.ok()) {
+  if (absl::Status s = ResolveJobData(&*spec, data_roots_, &text); !s.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, s.message());
     return s;
   }
@@ -853,7 +860,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     }
     // As submit does: the plan of a spec whose data submit would refuse is refused too.
     const SpecText text{request.spec_yaml(), source};
-    DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, &text));
+    DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, data_roots_, &text));
     PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
     if (request.has_profile()) inputs.profile = request.profile();
     // Without a cluster file the topology is submit's: the registered workers when there are

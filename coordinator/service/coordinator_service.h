@@ -99,6 +99,7 @@
 #include "coordinator/scheduling/quota_store.h"
 #include "coordinator/scheduling/scheduling_manager.h"
 #include "coordinator/scheduling/scheduling_observer.h"
+#include "coordinator/service/data_roots.h"
 #include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -156,6 +157,9 @@ struct CoordinatorOptions {
   // Told each scheduling pass's per-tenant state and every preemption (the per-tenant metrics);
   // null: nobody.
   std::shared_ptr<scheduling::SchedulingObserver> scheduling_observer;
+  // The folders whose files a job may name (data.path, parallel.emulation.profile;
+  // coordinator/service/data_roots.h, --data-root). Create refuses a relative root or "/".
+  std::vector<std::string> data_roots = DefaultDataRoots();
 };
 
 class CoordinatorService {
@@ -524,6 +528,7 @@ class CoordinatorService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
+  DataRoots data_roots_;  // from options_.data_roots; set by Create, then read-only
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
   std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
   std::unique_ptr<LogStore> logs_;          // set by Create; thread-safe on its own

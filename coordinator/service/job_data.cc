@@ -6,7 +6,10 @@
 
 namespace dapple::coordinator {
 
-absl::Status ResolveJobData(v1::JobSpec* spec, const SpecText* text) {
+absl::Status ResolveJobData(v1::JobSpec* spec, const DataRoots& roots, const SpecText* text) {
+  // Before anything reads a file the spec names (data_roots.h): a refused path is answered
+  // from the spec and the roots alone.
+  if (absl::Status s = CheckJobFiles(*spec, roots, text); !s.ok()) return s;
   if (spec->data().dataset() != kTextDataset) return absl::OkStatus();
   // As for the emulation profile: the file is judged after the spec parsed, and its refusal
   // points at the line that names it.

@@ -8,13 +8,17 @@
 #define DAPPLE_COORDINATOR_SERVICE_JOB_DATA_H_
 
 #include "absl/status/status.h"
+#include "coordinator/service/data_roots.h"
 #include "coordinator/service/emulation.h"
 #include "dapple/v1/job.pb.h"
 
 namespace dapple::coordinator {
 
-// Resolves `spec`'s data section (common/text_data.h ResolveTextData): for data.dataset text,
-// reads data.path and sets data.train_samples, data.eval_samples and data.file_bytes, then
+// Resolves `spec`'s data section. First every file the spec names is checked against `roots`
+// (CheckJobFiles: data.path, parallel.emulation.profile; refused before any file is read, at
+// the field's location with `text`: "job.yaml:9:9: data.path /etc/passwd is outside the
+// coordinator's data roots (...)"). Then (common/text_data.h ResolveTextData): for data.dataset
+// text, reads data.path and sets data.train_samples, data.eval_samples and data.file_bytes, then
 // validates the spec again, since rules such as training.global_batch <= data.train_samples
 // need the counts. Other datasets are left as the parser filled them. Errors are
 // kInvalidArgument (whatever the reader's code: the user's file or spec is the input to fix),
@@ -23,7 +27,8 @@ namespace dapple::coordinator {
 // a violated rule at its field ("job.yaml:14:17: training.global_batch 4096 must be <= 1678,
 // the number of training samples of data.path /d/kjv.txt with data.seq_len 128"). Reads the
 // whole file (up to common/text_data.h kMaxTextFileBytes): call it outside locks. Thread-safe.
-absl::Status ResolveJobData(v1::JobSpec* spec, const SpecText* text = nullptr);
+absl::Status ResolveJobData(v1::JobSpec* spec, const DataRoots& roots,
+                            const SpecText* text = nullptr);
 
 }  // namespace dapple::coordinator
 

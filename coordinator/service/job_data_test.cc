@@ -6,8 +6,10 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/checkpoint_files.h"
 #include "common/job_spec.h"
@@ -45,11 +47,15 @@ std::string TextSpec(const std::string& path, int global_batch = 4) {
   return absl::StrReplaceAll(kTextSpec, {{"{PATH}", path}, {"{GB}", absl::StrCat(global_batch)}});
 }
 
+// The data root of these tests: the test folders are in it, the job databases (FreshDbPath)
+// are not.
+std::string DataFolder() { return absl::StrCat(::testing::TempDir(), "/job_data_test"); }
+
 // A fresh folder for the running test's files (ctest runs tests as parallel processes).
 class TestDir {
  public:
   TestDir() {
-    path_ = absl::StrCat(::testing::TempDir(), "/job_data_test-",
+    path_ = absl::StrCat(DataFolder(), "/",
                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path_);
     fs::create_directories(path_);
@@ -75,12 +81,26 @@ absl::StatusOr<v1::JobSpec> Parsed(const std::string& yaml) {
   return ParseJobSpec(yaml, "job.yaml");
 }
 
+// The tests' files are under the test folder; "/nonexistent" is a root so that a missing file
+// gets the reader's answer; the defaults hold examples/bad's paths.
+std::vector<std::string> TestRootList() {
+  std::vector<std::string> roots = DefaultDataRoots();
+  roots.push_back(DataFolder());
+  roots.push_back("/nonexistent");
+  return roots;
+}
+
+const DataRoots& TestRoots() {
+  static const DataRoots* roots = new DataRoots(*DataRoots::Create(TestRootList()));
+  return *roots;
+}
+
 TEST(ResolveJobDataTest, FillsTheCountsOfATextFile) {
   TestDir dir;
   absl::StatusOr<v1::JobSpec> spec = Parsed(TextSpec(dir.Write("t.txt", HundredBytes())));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->data().train_samples(), 0);  // unknown until the file is read
-  ASSERT_TRUE(ResolveJobData(&*spec).ok());
+  ASSERT_TRUE(ResolveJobData(&*spec, TestRoots()).ok());
   EXPECT_EQ(spec->data().train_samples(), 23);
   EXPECT_EQ(spec->data().eval_samples(), 1);
   EXPECT_EQ(spec->data().file_bytes(), 100);
@@ -91,7 +111,7 @@ TEST(ResolveJobDataTest, LeavesFashionMnistAsTheParserFilledIt) {
   spec.mutable_data()->set_dataset("fashion-mnist");
   spec.mutable_data()->set_path("/nonexistent");  // workers read it; the coordinator does not
   spec.mutable_data()->set_train_samples(60000);
-  ASSERT_TRUE(ResolveJobData(&spec).ok());
+  ASSERT_TRUE(ResolveJobData(&spec, TestRoots()).ok());
   EXPECT_EQ(spec.data().train_samples(), 60000);
   EXPECT_EQ(spec.data().file_bytes(), 0);
 }
@@ -106,7 +126,7 @@ TEST(ResolveJobDataTest, RefusesABadFileAtTheDataPathLine) {
     absl::StatusOr<v1::JobSpec> spec = Parsed(yaml);
     EXPECT_TRUE(spec.ok()) << spec.status();
     const SpecText text{yaml, "job.yaml"};
-    absl::Status s = ResolveJobData(&*spec, &text);
+    absl::Status s = ResolveJobData(&*spec, TestRoots(), &text);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     return std::string(s.message());
   };
@@ -140,7 +160,7 @@ TEST(ResolveJobDataTest, TheGlobalBatchMustFitTheResolvedTrainingSamples) {
   absl::StatusOr<v1::JobSpec> spec = Parsed(yaml);
   ASSERT_TRUE(spec.ok()) << spec.status();  // the parser cannot know the file's samples
   const SpecText text{yaml, "job.yaml"};
-  absl::Status s = ResolveJobData(&*spec, &text);
+  absl::Status s = ResolveJobData(&*spec, TestRoots(), &text);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), absl::StrCat("job.yaml:8:17: training.global_batch 32 must be <= 23, "
                                       "the number of training samples of data.path ",
@@ -150,7 +170,7 @@ TEST(ResolveJobDataTest, TheGlobalBatchMustFitTheResolvedTrainingSamples) {
                                       "file or a smaller data.seq_len)"));
   // Without the text: the same rule, without a location.
   spec = Parsed(yaml);
-  EXPECT_THAT(ResolveJobData(&*spec).message(),
+  EXPECT_THAT(ResolveJobData(&*spec, TestRoots()).message(),
               HasSubstr("training.global_batch 32 must be <= 23"));
 }
 
@@ -165,6 +185,7 @@ class TextJobTest : public ::testing::Test {
     options.measure_profiles = false;
     options.db_path = FreshDbPath();
     options.now_unix_ms = [this] { return now_.load(); };
+    options.data_roots = TestRootList();
     auto svc = CoordinatorService::Create(options);
     ASSERT_TRUE(svc.ok()) << svc.status();
     svc_ = std::move(*svc);
@@ -259,6 +280,39 @@ TEST_F(TextJobTest, SubmitAndPlanRefuseABadFile) {
   EXPECT_TRUE(Plan(TextSpec(dir_.Write("t.txt", HundredBytes()))).ok());
 }
 
+// A path outside the data roots (here the coordinator's own database, readable by the
+// coordinator) is refused by submit and the dry run alike before anything reads it, at the
+// data.path line, with the same words whether the file exists or not; nothing is stored.
+TEST_F(TextJobTest, SubmitAndPlanRefuseAPathOutsideTheDataRoots) {
+  const std::string db = FreshDbPath();
+  { std::ofstream(db) << "secret"; }
+  for (const std::string& path : {db, db + ".missing"}) {
+    const std::string yaml = TextSpec(path);
+    const std::string expected = absl::StrCat(
+        "job.yaml:6:29: data.path ", path, " is outside the coordinator's data roots (",
+        absl::StrJoin(TestRoots().roots(), ", "),
+        "): a job may read files under them only; put the file there or ask an admin to add its "
+        "folder with --data-root");
+    EXPECT_EQ(Submit(yaml).status().message(), expected);
+    EXPECT_EQ(Plan(yaml).message(), expected);
+  }
+  // Fashion-MNIST's folder is read by the workers only; it is checked at submit all the same.
+  const std::string fmnist = absl::StrCat(R"(name: fmnist
+model:
+  input_shape: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: linear, out: 10}
+data: {dataset: fashion-mnist, path: )",
+                                          fs::path(db).parent_path().string(), R"(}
+training: {global_batch: 8, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
+parallel: {stages: 1}
+)");
+  EXPECT_THAT(Submit(fmnist).status().message(),
+              HasSubstr("is outside the coordinator's data roots"));
+  EXPECT_EQ(Jobs(), 0);
+}
+
 // The data files of examples/bad are refused at submit (the parser cannot know them), each with
 // its one line: the data.path value's line and column, the path and the rule.
 TEST_F(TextJobTest, SubmitRefusesTheBadDataExamples) {
@@ -299,7 +353,7 @@ TEST_F(TextJobTest, ResumeCountsTheStepsOfTheResolvedData) {
   const std::string yaml = TextSpec(dir_.Write("t.txt", HundredBytes()));
   absl::StatusOr<v1::JobSpec> spec = Parsed(yaml);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  ASSERT_TRUE(ResolveJobData(&*spec).ok());
+  ASSERT_TRUE(ResolveJobData(&*spec, TestRoots()).ok());
   auto checkpoint = [&](int64_t step) {
     const std::string ckpt = absl::StrCat(dir_.path(), "/", CheckpointDirName(step));
     fs::create_directories(ckpt);

@@ -110,6 +110,8 @@ class PlanJobTest : public ::testing::Test {
     options.now_unix_ms = [this] { return now_; };
     options.plan_defaults = defaults_;
     options.profile_cache = cache_;
+    options.data_roots.push_back("/nonexistent");
+    options.data_roots.push_back(::testing::TempDir());
     auto svc = CoordinatorService::Create(options);
     EXPECT_TRUE(svc.ok()) << svc.status();
     return svc.ok() ? std::move(*svc) : nullptr;
@@ -487,7 +489,8 @@ TEST_F(PlanJobTest, RequestsAreChecked) {
 // is stored.
 TEST_F(PlanJobTest, AnUnreadableEmulationProfileIsRefusedAtItsPlaceInTheSpec) {
   for (const auto& [profile, why] : std::vector<std::pair<std::string, std::string>>{
-           {"/nonexistent/x-pbs-4.txt", "No such file or directory"}, {"/", "Is a directory"}}) {
+           {"/nonexistent/x-pbs-4.txt", "No such file or directory"},
+           {::testing::TempDir(), "Is a directory"}}) {
     const std::string yaml = Spec("balanced", "2", 2) +
                              "  device_type: emulated\n  emulation: {profile: " + profile + "}\n";
     const std::string expected =
@@ -500,6 +503,12 @@ TEST_F(PlanJobTest, AnUnreadableEmulationProfileIsRefusedAtItsPlaceInTheSpec) {
     req.set_source_name("job.yaml");
     EXPECT_EQ(Plan(req).status().message(), expected);
   }
+  // A file outside the data roots is refused before it is read (data_roots.h).
+  const std::string outside =
+      Spec("balanced", "2", 2) + "  device_type: emulated\n  emulation: {profile: /etc/passwd}\n";
+  EXPECT_THAT(Submit(outside).status().message(),
+              HasSubstr("job.yaml:24:24: parallel.emulation.profile /etc/passwd is outside the "
+                        "coordinator's data roots (/usr/share/datasets, "));
   v1::ListJobsResponse list;
   ASSERT_TRUE(svc_->ListJobs(auth::TestAdmin(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);

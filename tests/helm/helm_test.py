@@ -180,6 +180,14 @@ class ChartTest(unittest.TestCase):
             self.assertEqual(args["--checkpoint-dir"], ck["mountPath"], name)
             self.assertEqual(int(args["--keep-checkpoints"]), ck["keep"], name)
             self.assertEqual(ck["mountPath"] in mounts, ck["enabled"], name)
+            # Jobs read the image's datasets and the dataset volume, nothing of the
+            # coordinator's own (its database, tokens, checkpoints).
+            roots = args["--data-root"].split(",")
+            self.assertIn(r.values["worker"]["dataset"]["mountPath"], roots, name)
+            for own in ("/var/lib/dapple/dapple.db", "/var/lib/dapple/admin.token",
+                        ck["mountPath"] + "/x"):
+                for root in roots:
+                    self.assertFalse(own.startswith(root.rstrip("/") + "/"), (name, own, root))
 
     def test_coordinator_is_one_replica_recreated(self):
         for name, r in self.both:

@@ -4,6 +4,7 @@ dapple-worker processes on 127.0.0.1, driven through the real dapplectl binary.
 Every wait has a deadline; every process started is killed on close(), so a failing test never
 leaves processes behind or hangs the suite.
 """
+import atexit
 import json
 import math
 import os
@@ -24,6 +25,25 @@ COORDINATOR = os.path.join(BUILD_DIR, "coordinator", "dapple-coordinator")
 WORKER = os.path.join(BUILD_DIR, "worker", "dapple-worker")
 DAPPLECTL = os.path.join(BUILD_DIR, "dapplectl", "dapplectl")
 REFERENCE = os.path.join(BUILD_DIR, "tests", "dapple-reference")
+# Where scripts/setup puts the datasets: the coordinator's default --data-root folders.
+DEFAULT_DATA_ROOTS = ["/usr/share/datasets", "/var/lib/dapple/datasets"]
+_data_dir = None
+
+
+def data_dir():
+    """A folder for this process's data files (text corpora, emulation profiles): every Cluster's
+    coordinator lets jobs read it (--data-root), as it does the datasets and examples/profiles.
+    The cluster folders, which hold the tokens and databases, stay outside."""
+    global _data_dir
+    if _data_dir is None:
+        _data_dir = tempfile.mkdtemp(prefix="dapple-it-data-")
+        atexit.register(shutil.rmtree, _data_dir, True)
+    return _data_dir
+
+
+def data_roots():
+    return DEFAULT_DATA_ROOTS + [data_dir(),
+                                 os.path.abspath(os.path.join(SOURCE_DIR, "examples", "profiles"))]
 
 
 def read(path):
@@ -37,6 +57,8 @@ class Cluster:
         self.dir = tempfile.mkdtemp(prefix="dapple-it-")
         self.worker_args = list(worker_args)  # extra flags for every worker, e.g. --devices
         self.coordinator_args = list(coordinator_args)  # e.g. --trace-every-steps 3
+        if "--data-root" not in self.coordinator_args:
+            self.coordinator_args += ["--data-root", ",".join(data_roots())]
         self.db = os.path.join(self.dir, "dapple.db")
         self.worker_timeout_ms = worker_timeout_ms
         self.heartbeat_ms = heartbeat_ms

@@ -312,7 +312,8 @@ class EndToEndTest(unittest.TestCase):
     def test_restart_keeps_jobs(self):
         ok = self.c.submit(short_job("e2e-before-restart", steps=5))
         self.c.wait_state(ok, TERMINAL, timeout=60)
-        bad = self.c.submit(short_job("e2e-nodata", steps=5, data_path="/nonexistent/fmnist"))
+        missing = os.path.join(cluster.data_dir(), "no-fmnist")
+        bad = self.c.submit(short_job("e2e-nodata", steps=5, data_path=missing))
         self.c.wait_state(bad, TERMINAL, timeout=60)
         before = {j["id"]: j for j in json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]}
         self.c.stop_coordinator()
@@ -334,7 +335,7 @@ class EndToEndTest(unittest.TestCase):
                          before[ok]["metrics"].get("test_accuracy"))
         # Missing dataset files: the job fails with a message naming the file.
         self.assertEqual(after[bad]["state"], "FAILED")
-        self.assertIn("/nonexistent/fmnist", after[bad]["message"])
+        self.assertIn(missing, after[bad]["message"])
         self.assertIn("train-images-idx3-ubyte.gz", after[bad]["message"])
         # Workers re-register with the restarted coordinator and take new jobs; ids continue.
         self.c.wait_workers(2, "IDLE", timeout=20)
@@ -402,7 +403,7 @@ class EndToEndTest(unittest.TestCase):
 
     def test_text_data_is_checked_at_submit_and_on_every_worker(self):
         c = self.c
-        text = os.path.join(c.dir, "corpus.txt")
+        text = os.path.join(cluster.data_dir(), "corpus.txt")
         with open(text, "w") as f:
             f.write("In the beginning God created the heaven and the earth.\n" * 40)  # 2200 bytes
 
@@ -417,10 +418,19 @@ class EndToEndTest(unittest.TestCase):
                 "parallel:", "  stages: 1", "  devices: 3"]) + "\n"
 
         # A missing file is refused at submit, at its line and column; nothing is stored.
-        rc, out, err = c.submit_text(text_job("e2e-nofile", "/nonexistent/kjv.txt"), "nofile.yaml",
-                                     check=False)
+        nofile = os.path.join(cluster.data_dir(), "no-kjv.txt")
+        rc, out, err = c.submit_text(text_job("e2e-nofile", nofile), "nofile.yaml", check=False)
         self.assertEqual(rc, 1, out + err)
-        self.assertRegex(err, r"nofile\.yaml:6:29: data\.path /nonexistent/kjv\.txt does not exist")
+        self.assertRegex(err, r"nofile\.yaml:6:29: data\.path %s does not exist" % re.escape(nofile))
+        # A file outside the coordinator's data roots (here its own admin token) is refused
+        # before it is read, in the same words whether it exists or not: nothing of it comes back.
+        for path in (c.admin_token_file, c.admin_token_file + ".missing"):
+            rc, out, err = c.submit_text(text_job("e2e-leak", path), "leak.yaml", check=False)
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn("leak.yaml:6:29: data.path %s is outside the coordinator's data roots ("
+                          % path, err)
+            self.assertNotIn(c.admin_token, out + err)
+            self.assertNotIn("does not exist", err)
         self.assertEqual(json.loads(c.ctl("list", "-o", "json")[1]).get("jobs", []), [])
         # Accepted: the coordinator counted the file's samples (floor(2200 x 0.95) = 2090
         # training bytes: 130 samples of 16), so an epoch is floor(130 / 6) = 21 steps.
@@ -439,7 +449,7 @@ class EndToEndTest(unittest.TestCase):
 
     def test_language_model_reports_validation_loss_and_its_sample(self):
         c = self.c
-        text = os.path.join(c.dir, "lm-corpus.txt")
+        text = os.path.join(cluster.data_dir(), "lm-corpus.txt")
         with open(text, "w") as f:
             f.write(("In the beginning God created the heaven and the earth.\n"
                      "And God said, Let there be light: and there was light.\n") * 24)

@@ -70,7 +70,7 @@ class GptParityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = cluster.Cluster(workers=4, dump=True)
-        cls.corpus = os.path.join(cls.cluster.dir, "genesis.txt")
+        cls.corpus = os.path.join(cluster.data_dir(), "genesis.txt")
         with open(cls.corpus, "w") as f:
             f.write(VERSES * 8)
         cls.cluster.wait_workers(4)

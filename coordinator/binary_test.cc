@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/fashion_mnist_files.h"
 #include "common/testing/subprocess.h"
 #include "common/token_file.h"
 #include "dapple/v1/coordinator.grpc.pb.h"
@@ -219,16 +220,23 @@ TEST_F(CoordinatorBinaryTest, TheFirstStartWritesTheTokenFilesOnce) {
 // it), not CANCELLED, and the coordinator must exit 0 well within its 2 s grace.
 TEST_F(CoordinatorBinaryTest, SigtermEndsAnOpenWatchWithUnavailable) {
   Child coordinator;
-  const int port = StartCoordinator(dir_ + "/w.db", &coordinator);
+  // A Fashion-MNIST folder as submit checks it (its four files; never read: no worker runs).
+  const std::string fmnist = dir_ + "/data/fmnist";
+  std::filesystem::create_directories(fmnist);
+  for (const bool train : {true, false}) {
+    for (const bool images : {true, false}) std::ofstream(FashionMnistFile(fmnist, train, images));
+  }
+  const int port = StartCoordinator(dir_ + "/w.db", &coordinator, {"--data-root", dir_ + "/data"});
   ASSERT_GT(port, 0);
   auto stub = v1::Coordinator::NewStub(
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest submit;
-  submit.set_spec_yaml(R"(name: watched
+  submit.set_spec_yaml(absl::StrCat(R"(name: watched
 model: {input_shape: [784], layers: [{type: linear, out: 10}]}
-data: {dataset: fashion-mnist, path: /usr/share/datasets/nowhere}
+data: {dataset: fashion-mnist, path: )",
+                                    fmnist, R"(}
 training: {global_batch: 4, micro_batch: 4, epochs: 1, optimizer: {type: sgd, lr: 0.1}}
-)");
+)"));
   v1::SubmitJobResponse submitted;
   // The first start wrote the admin's token next to the database (docs/security.md).
   absl::StatusOr<std::string> token = common::ReadTokenFile(dir_ + "/admin.token");

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/fashion_mnist_files.h"
 #include "common/testing/subprocess.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/fake_coordinator_test_util.h"
@@ -306,9 +307,17 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   std::string dir = ::testing::TempDir() + "/dapplectl-restart-XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
   const std::string spec = dir + "/job.yaml";
+  // A Fashion-MNIST folder as submit checks it (its four files; never read: no worker runs).
+  const std::string fmnist = dir + "/data/fmnist";
+  std::filesystem::create_directories(fmnist);
+  for (const bool train : {true, false}) {
+    for (const bool images : {true, false}) std::ofstream(FashionMnistFile(fmnist, train, images));
+  }
   std::ofstream(spec) << "name: restarted\n"
                          "model: {input_shape: [784], layers: [{type: linear, out: 10}]}\n"
-                         "data: {dataset: fashion-mnist, path: /usr/share/datasets/nowhere}\n"
+                         "data: {dataset: fashion-mnist, path: "
+                      << fmnist
+                      << "}\n"
                          "training: {global_batch: 4, micro_batch: 4, epochs: 1,\n"
                          "           optimizer: {type: sgd, lr: 0.1}}\n";
   Children children;
@@ -316,9 +325,10 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
   // Starts a coordinator on 127.0.0.1:`port` (0: a free one) and returns it with its port.
   const auto start_coordinator = [&](int port, int* bound) {
     const std::string port_file = absl::StrCat(dir, "/port-", started++);
-    RunningProcess child = children.Start(
-        coordinator, {"--listen", absl::StrCat("127.0.0.1:", port), "--db", dir + "/jobs.db",
-                      "--port-file", port_file, "--log-level", "error"});
+    RunningProcess child =
+        children.Start(coordinator, {"--listen", absl::StrCat("127.0.0.1:", port), "--db",
+                                     dir + "/jobs.db", "--port-file", port_file, "--log-level",
+                                     "error", "--data-root", dir + "/data"});
     *bound = AwaitPort(port_file);
     return child;
   };

@@ -22,6 +22,9 @@ absl::StatusOr<std::string> ResolveToken(const TokenSources& sources) {
   if (sources.env_token != nullptr) {
     const std::string token(absl::StripAsciiWhitespace(sources.env_token));
     if (token.empty()) return absl::UnauthenticatedError("DAPPLE_TOKEN is empty");
+    if (absl::Status s = common::CheckTokenText(token); !s.ok()) {
+      return absl::UnauthenticatedError(absl::StrCat("DAPPLE_TOKEN ", s.message()));
+    }
     return token;
   }
   if (sources.env_token_file != nullptr) {

@@ -49,6 +49,12 @@ TEST(TokenSourceTest, UnreadableSourcesAreUnauthenticatedAndNamed) {
   s = TokenSources();
   s.env_token = "";
   EXPECT_EQ(ResolveToken(s).status().message(), "DAPPLE_TOKEN is empty");
+  // gRPC would abort the process on such a header value and log it in hex.
+  s.env_token = "dpl_secret\nsecond";
+  EXPECT_EQ(ResolveToken(s).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ResolveToken(s).status().message(),
+            "DAPPLE_TOKEN holds byte 0x0a at offset 10: a token is one word of printable "
+            "characters (dpl_...); is there a second line or a stray character?");
   s = TokenSources();
   s.context_file = "/no/such/token";
   s.context_name = "prod";

@@ -12,11 +12,12 @@ absl::Status CheckService(const Identity& caller, Service service) {
     case Service::kCoordinator:
       if (caller.role == Role::kAdmin || caller.role == Role::kUser) return absl::OkStatus();
       return absl::PermissionDeniedError(absl::StrCat(
-          "a ", RoleName(caller.role), " credential may not call the Coordinator service"));
+          RoleWithArticle(caller.role), " credential may not call the Coordinator service"));
     case Service::kWorkerControl:
       if (caller.role == Role::kWorker || caller.role == Role::kJoin) return absl::OkStatus();
-      return absl::PermissionDeniedError(absl::StrCat(
-          "only workers call the WorkerControl service, not a ", RoleName(caller.role), " token"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("only workers call the WorkerControl service, not ",
+                       RoleWithArticle(caller.role), " token"));
   }
   return absl::PermissionDeniedError("unknown service");
 }
@@ -34,8 +35,8 @@ absl::Status CheckJobAccess(const Identity& caller, const v1::Job& job) {
 absl::Status CheckWorker(const Identity& caller, absl::string_view worker_id) {
   if (caller.role != Role::kWorker) {
     return absl::PermissionDeniedError(
-        absl::StrCat("only a worker's credential may act for worker ", worker_id, ", not a ",
-                     RoleName(caller.role), " token"));
+        absl::StrCat("only a worker's credential may act for worker ", worker_id, ", not ",
+                     RoleWithArticle(caller.role), " token"));
   }
   if (caller.user != worker_id) {
     return absl::PermissionDeniedError(absl::StrCat("the credential of worker ", caller.user,

@@ -99,6 +99,28 @@ TEST(TokenFileTest, ReadsTheTokenAndSaysWhyNot) {
             "token file '" + base + ".e' is empty");
   std::remove((base + ".t").c_str());
   std::remove((base + ".e").c_str());
+  // A folder, and a file of two tokens: refused by what is wrong, never echoing the token.
+  EXPECT_EQ(common::ReadTokenFile(::testing::TempDir()).status().message(),
+            "cannot read token file '" + ::testing::TempDir() + "': Is a directory");
+  const std::string secret = "dpl_0123456789abcdef_" + std::string(64, 'a');
+  f = std::fopen((base + ".two").c_str(), "w");
+  std::fputs((secret + "\n" + secret + "\n").c_str(), f);
+  std::fclose(f);
+  absl::Status two = common::ReadTokenFile(base + ".two").status();
+  EXPECT_EQ(two.message(), "token file '" + base +
+                               ".two' holds byte 0x0a at offset 85: a token is one word of "
+                               "printable characters (dpl_...); is there a second line or a "
+                               "stray character?");
+  EXPECT_EQ(two.message().find("dpl_0123"), absl::string_view::npos);
+  std::remove((base + ".two").c_str());
+}
+
+TEST(TokenFileTest, OnlyPrintableWordsCanBeTokens) {
+  EXPECT_TRUE(common::CheckTokenText("dpl_0123456789abcdef_" + std::string(64, 'a')).ok());
+  for (const std::string bad : {std::string("a b"), std::string("a\tb"), std::string("a\x7f"),
+                                std::string("a\0b", 3), std::string("\xc3\xa9")}) {
+    EXPECT_EQ(common::CheckTokenText(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

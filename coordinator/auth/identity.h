@@ -30,6 +30,11 @@ inline const char* RoleName(Role role) {
   return "user";
 }
 
+// RoleName with its article, for messages: "an admin", "a user", "a worker", "a join".
+inline std::string RoleWithArticle(Role role) {
+  return std::string(role == Role::kAdmin ? "an " : "a ") + RoleName(role);
+}
+
 // Who is calling: from a verified token only, never from a field a peer sets.
 struct Identity {
   std::string user;    // "alice", the worker id "w-3" for a worker credential, "_join"

@@ -25,6 +25,17 @@ std::string DeviceTypeKey(const std::string& parallel_device_type) {
   return parallel_device_type.empty() ? "any" : parallel_device_type;
 }
 
+std::string SchedulingManager::ChargedDeviceType(const std::string& tenant,
+                                                 const std::string& parallel_device_type) const {
+  const std::string key = DeviceTypeKey(parallel_device_type);
+  if (key != "any" || tenant.empty()) return key;
+  // The faster devices first: a tenant with both quotas trains on its GPUs.
+  for (const char* type : {"cuda", "cpu"}) {
+    if (policy_.MaxDevices(tenant, type) > 0) return type;
+  }
+  return key;
+}
+
 absl::StatusOr<SchedulingManager> SchedulingManager::Create(SchedulingConfig config) {
   absl::StatusOr<QuotaPolicy> policy = QuotaPolicy::Create(std::move(config));
   if (!policy.ok()) return policy.status();
@@ -62,7 +73,8 @@ absl::Status SchedulingManager::CheckSubmit(const Workload& workload,
   if (tenant != nullptr && queued_jobs_of_tenant >= tenant->max_queued_jobs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("tenant ", workload.tenant, " has ", queued_jobs_of_tenant,
-                     " queued jobs (its max_queued_jobs): wait for some to start or cancel some"));
+                     queued_jobs_of_tenant == 1 ? " queued job" : " queued jobs",
+                     " (its max_queued_jobs): wait for some to start or cancel some"));
   }
   absl::Status s = policy_.CheckSubmit(workload, queued_jobs_of_tenant);
   if (!s.ok() && (tenant == nullptr || absl::StrContains(s.message(), "has no quota for"))) {

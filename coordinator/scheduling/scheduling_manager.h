@@ -60,6 +60,16 @@ class SchedulingManager {
   // device type: the message names `dapplectl admin quota set`; more than the tenant's maximum).
   absl::Status CheckSubmit(const Workload& workload, int queued_jobs_of_tenant) const;
 
+  // The device type a job of tenant `tenant` with parallel.device_type `parallel_device_type` is
+  // charged to, chosen once at submit (Kueue's flavor assignment): a concrete type (cpu, cuda,
+  // emulated) as given; for "any" or empty, the first of cuda, cpu that the tenant can ever hold
+  // devices of (QuotaPolicy::MaxDevices > 0: its nominal quota or what it may borrow), so that
+  // the job is charged to that quota and runs on workers of that type. "any" when it can hold
+  // neither (CheckSubmit then refuses the job, naming the quota to set) and for the operator's
+  // jobs (tenant "", outside every quota: they run on any worker).
+  std::string ChargedDeviceType(const std::string& tenant,
+                                const std::string& parallel_device_type) const;
+
   // Per tenant and device type what `state`'s admitted workloads hold against the quotas (every
   // configured tenant, each type of its quota or use).
   std::map<std::string, std::map<std::string, TenantUsage>> Usage(const ClusterState& state) const;

@@ -131,6 +131,27 @@ TEST(SchedulingManagerTest, CheckSubmitRefusesWhatCanNeverRunAndAFullQueue) {
   EXPECT_THAT(unknown.message(), HasSubstr("dapplectl admin quota set team-z"));
 }
 
+// A job for any device is charged to a type its tenant can hold (cuda before cpu); a concrete
+// type stays; the operator's jobs and tenants without any quota keep "any".
+TEST(SchedulingManagerTest, AJobForAnyDeviceIsChargedToATypeItsTenantHasQuotaFor) {
+  SchedulingConfig config;
+  config.tenants.push_back({"cpus", "c", {{"cpu", 2}}});
+  config.tenants.push_back({"both", "", {{"cpu", 2}, {"cuda", 1}}});
+  config.tenants.push_back({"none", "", {}});
+  TenantConfig borrower{"borrower", "c", {}};  // nothing nominal, borrows the cohort's cpus
+  config.tenants.push_back(borrower);
+  SchedulingManager m = *SchedulingManager::Create(config);
+  EXPECT_EQ(m.ChargedDeviceType("cpus", ""), "cpu");
+  EXPECT_EQ(m.ChargedDeviceType("cpus", "any"), "cpu");
+  EXPECT_EQ(m.ChargedDeviceType("cpus", "cuda"), "cuda");  // refused by CheckSubmit, by name
+  EXPECT_EQ(m.ChargedDeviceType("both", "any"), "cuda");
+  EXPECT_EQ(m.ChargedDeviceType("both", "emulated"), "emulated");
+  EXPECT_EQ(m.ChargedDeviceType("borrower", ""), "cpu");
+  EXPECT_EQ(m.ChargedDeviceType("none", ""), "any");
+  EXPECT_EQ(m.ChargedDeviceType("", ""), "any");
+  EXPECT_EQ(m.ChargedDeviceType("", "cpu"), "cpu");
+}
+
 TEST(SchedulingManagerTest, UsageCountsBorrowedAndLent) {
   SchedulingManager m = TwoTenants();
   ClusterState s;

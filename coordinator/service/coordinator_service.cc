@@ -699,6 +699,11 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   // again with the plan's devices, under the lock).
   if (!caller.tenant.empty()) {
     absl::MutexLock lock(&mu_);
+    // A job for any device is charged to a type the tenant has quota for and runs there; the
+    // stored spec names it, before planning, so that the plan is made on those workers.
+    const std::string charged =
+        ManagerLocked().ChargedDeviceType(caller.tenant, spec->parallel().device_type());
+    if (charged != "any") spec->mutable_parallel()->set_device_type(charged);
     scheduling::Workload probe;
     probe.tenant = caller.tenant;
     if (absl::Status s = ManagerLocked().CheckSubmit(probe, jobs_->PendingOfTenant(caller.tenant));

@@ -49,8 +49,8 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
         caller.role == auth::Role::kWorker && caller.user == claimed
             ? ReattachLocked(request, now, &reattached)
             : absl::StrCat("a claim of worker ", claimed,
-                           "'s rank must carry that worker's credential, not a ",
-                           auth::RoleName(caller.role), " token");
+                           "'s rank must carry that worker's credential, not ",
+                           auth::RoleWithArticle(caller.role), " token");
     if (!refused.empty() && request.reattach().done()) {
       // A worker whose last rank finished says so at every registration until its next job.
       DAPPLE_LOG_INFO("worker {} claims finished {} stage {} replica {}: not taken: {}",

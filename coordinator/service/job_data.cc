@@ -1,7 +1,9 @@
 #include "coordinator/service/job_data.h"
 
 #include "absl/strings/string_view.h"
+#include "common/fashion_mnist_files.h"
 #include "common/job_spec.h"
+#include "common/job_spec_internal.h"
 #include "common/text_data.h"
 
 namespace dapple::coordinator {
@@ -10,6 +12,13 @@ absl::Status ResolveJobData(v1::JobSpec* spec, const DataRoots& roots, const Spe
   // Before anything reads a file the spec names (data_roots.h): a refused path is answered
   // from the spec and the roots alone.
   if (absl::Status s = CheckJobFiles(*spec, roots, text); !s.ok()) return s;
+  if (spec->data().dataset() == job_spec_internal::kFashionMnist) {
+    // The workers read the files; a folder without them is refused here rather than failing
+    // the job once it holds its workers.
+    absl::Status s = CheckFashionMnistFolder(spec->data().path());
+    if (s.ok() || text == nullptr) return s;
+    return JobSpecFieldError(text->yaml, text->source, "data.path", s.message());
+  }
   if (spec->data().dataset() != kTextDataset) return absl::OkStatus();
   // As for the emulation profile: the file is judged after the spec parsed, and its refusal
   // points at the line that names it.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/checkpoint_files.h"
+#include "common/fashion_mnist_files.h"
 #include "common/job_spec.h"
 #include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
@@ -106,11 +107,28 @@ TEST(ResolveJobDataTest, FillsTheCountsOfATextFile) {
   EXPECT_EQ(spec->data().file_bytes(), 100);
 }
 
-TEST(ResolveJobDataTest, LeavesFashionMnistAsTheParserFilledIt) {
+// The coordinator checks that the folder has the four files (the workers read them): a folder
+// without them is refused at data.path; one with them is left as the parser filled it.
+TEST(ResolveJobDataTest, AFashionMnistFolderNeedsItsFourFiles) {
+  TestDir dir;
   v1::JobSpec spec;
   spec.mutable_data()->set_dataset("fashion-mnist");
-  spec.mutable_data()->set_path("/nonexistent");  // workers read it; the coordinator does not
+  spec.mutable_data()->set_path(dir.path());
   spec.mutable_data()->set_train_samples(60000);
+  absl::Status s = ResolveJobData(&spec, TestRoots());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat("data.path ", dir.path(),
+                                      " is not a Fashion-MNIST folder: it has no "
+                                      "train-images-idx3-ubyte.gz (data.dataset fashion-mnist "
+                                      "reads the four gzip IDX files of Debian's "
+                                      "dataset-fashion-mnist, installed in "
+                                      "/usr/share/datasets/fashion-mnist)"));
+  for (const bool train : {true, false}) {
+    for (const bool images : {true, false}) {
+      const std::string file = FashionMnistFile(dir.path(), train, images);
+      dir.Write(file.substr(file.rfind('/') + 1), "");  // never read here
+    }
+  }
   ASSERT_TRUE(ResolveJobData(&spec, TestRoots()).ok());
   EXPECT_EQ(spec.data().train_samples(), 60000);
   EXPECT_EQ(spec.data().file_bytes(), 0);

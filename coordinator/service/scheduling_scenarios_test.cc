@@ -383,6 +383,16 @@ TEST_F(SchedulingScenariosTest, SubmitRefusesWhatCanNeverRunAndAFullQueue) {
   std::string cuda = absl::StrReplaceAll(Spec(1), {{"device_type: cpu", "device_type: cuda"}});
   absl::StatusOr<v1::Job> typed = Submit("a", cuda);
   EXPECT_THAT(typed.status().message(), HasSubstr("tenant a has no quota for cuda devices"));
+  // A job for any device (the README's examples name none) is charged to the cpu quota, the
+  // only one tenant a has, and its stored spec says so; it counts like the others.
+  std::string any = absl::StrReplaceAll(Spec(1), {{", device_type: cpu", ""}});
+  absl::StatusOr<v1::Job> untyped = Submit("a", any);
+  ASSERT_TRUE(untyped.ok()) << untyped.status();
+  EXPECT_EQ(untyped->spec().parallel().device_type(), "cpu");
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(untyped->id());
+  v1::Job cancelled;
+  ASSERT_TRUE(svc_->CancelJob(auth::TestAdmin(), cancel, &cancelled).ok());
   ASSERT_TRUE(Submit("a", Spec(2)).ok());
   ASSERT_TRUE(Submit("a", Spec(2)).ok());
   absl::StatusOr<v1::Job> full = Submit("a", Spec(1));

@@ -312,7 +312,14 @@ class EndToEndTest(unittest.TestCase):
     def test_restart_keeps_jobs(self):
         ok = self.c.submit(short_job("e2e-before-restart", steps=5))
         self.c.wait_state(ok, TERMINAL, timeout=60)
-        missing = os.path.join(cluster.data_dir(), "no-fmnist")
+        # A folder with the four file names (what submit checks) but not their data: the
+        # workers find out when they read it.
+        missing = os.path.join(cluster.data_dir(), "bad-fmnist")
+        os.makedirs(missing, exist_ok=True)
+        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+            with open(os.path.join(missing, name), "w") as f:
+                f.write("not gzip")
         bad = self.c.submit(short_job("e2e-nodata", steps=5, data_path=missing))
         self.c.wait_state(bad, TERMINAL, timeout=60)
         before = {j["id"]: j for j in json.loads(self.c.ctl("list", "-o", "json")[1])["jobs"]}
@@ -333,7 +340,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn(": starting stage 1 replica 0 of 2 stages", self.c.ctl("logs", ok)[1])
         self.assertEqual(after[ok]["metrics"].get("test_accuracy"),
                          before[ok]["metrics"].get("test_accuracy"))
-        # Missing dataset files: the job fails with a message naming the file.
+        # Unreadable dataset files: the job fails with a message naming the file.
         self.assertEqual(after[bad]["state"], "FAILED")
         self.assertIn(missing, after[bad]["message"])
         self.assertIn("train-images-idx3-ubyte.gz", after[bad]["message"])

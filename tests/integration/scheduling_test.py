@@ -11,6 +11,9 @@ jobs submitted with the users' own tokens.
 - No head-of-line blocking, no partial start: a job that does not fit the free devices waits
   (WaitingForDevices, shown by `dapplectl get`) holding no worker, and a smaller one submitted
   after it starts.
+- No starvation of a big job: once a 4-device job has waited --starvation-after-s, the devices
+  that come free are held for it; small jobs submitted after that wait for it, though each of
+  them would fit a freed device.
 """
 import json
 import os
@@ -31,6 +34,8 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 # From a quota's holder submitting to the borrower's job stopping: the checkpoint a few steps
 # ahead plus the stop; generous for a loaded 2-core machine.
 RECLAIM_BOUND_S = 60
+# --starvation-after-s of the starvation scenario.
+STARVATION_S = 2
 
 
 def job_spec(name, steps, devices, priority=None, stages=2):
@@ -45,8 +50,9 @@ def job_spec(name, steps, devices, priority=None, stages=2):
 
 
 class SchedulingTest(unittest.TestCase):
-    def setUp(self):
-        self.c = cluster.Cluster(workers=4, worker_timeout_ms=3000)
+    def setUp(self, coordinator_args=()):
+        self.c = cluster.Cluster(workers=4, worker_timeout_ms=3000,
+                                 coordinator_args=coordinator_args)
         self.c.wait_workers(4)
         self.tokens = {}
 
@@ -108,7 +114,9 @@ class SchedulingTest(unittest.TestCase):
         self.tenant("team-b", "--cohort", "research", "--nominal", "cpu=2")
         self.user("alice", "team-a")
         self.user("bob", "team-b")
-        steps = 120
+        # Long enough that the job cannot end before the reclaim reaches it (a step takes ~10 ms
+        # on a quiet machine, and the lender's submit a second).
+        steps = 300
         borrower = self.submit_as("bob", job_spec("borrower", steps, devices=4), "borrower")
         self.wait_running_at(borrower, 2 * CKPT + 2)  # 4 devices: 2 of them team-a's, borrowed
         submitted = time.time()
@@ -131,7 +139,7 @@ class SchedulingTest(unittest.TestCase):
     def test_priority_preempts_within_a_tenant(self):
         self.tenant("solo", "--nominal", "cpu=2")
         self.user("carol", "solo")
-        steps = 100
+        steps = 300  # as in the reclaim scenario: the preemption must find it running
         low = self.submit_as("carol", job_spec("low", steps, devices=2, priority=0), "low")
         self.wait_running_at(low, 2 * CKPT + 2)
         submitted = time.time()
@@ -165,6 +173,37 @@ class SchedulingTest(unittest.TestCase):
         self.c.ctl("cancel", admin_job, check=False)  # it may have ended by itself
         b = self.c.wait_state(big, TERMINAL, timeout=240)
         self.assertEqual(b["state"], "SUCCEEDED", b.get("message"))
+
+    def test_no_starvation_of_a_big_job(self):
+        self.c.close()
+        self.setUp(coordinator_args=["--starvation-after-s", str(STARVATION_S)])
+        self.tenant("solo", "--nominal", "cpu=4")
+        self.user("dave", "solo")
+        # Four 1-device jobs of different lengths hold the 4 workers.
+        first = [self.submit_as("dave", job_spec("first%d" % i, 150 + 50 * i, devices=1, stages=1),
+                                "first%d" % i) for i in range(4)]
+        for j in first:
+            self.wait_running_at(j, 1)
+        big = self.submit_as("dave", job_spec("big", 20, devices=4), "big")
+        time.sleep(STARVATION_S + 0.5)
+        self.assertEqual(self.c.get(big)["state"], "PENDING")
+        # Small jobs that each fit one freed device, submitted once the big one is starving.
+        later = [self.submit_as("dave", job_spec("later%d" % i, 20, devices=1, stages=1),
+                                "later%d" % i) for i in range(4)]
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            states = {j: self.c.get(j)["state"] for j in later}
+            self.assertEqual(set(states.values()), {"PENDING"},
+                             "a later small job started before the starving big one: %s" % states)
+            b = self.c.get(big)
+            if b["state"] != "PENDING":
+                break
+            time.sleep(0.05)
+        b = self.c.wait_state(big, TERMINAL, timeout=240)
+        self.assertEqual(b["state"], "SUCCEEDED", b.get("message"))
+        for j in first + later:
+            s = self.c.wait_state(j, TERMINAL, timeout=240)
+            self.assertEqual(s["state"], "SUCCEEDED", s.get("message"))
 
 
 if __name__ == "__main__":

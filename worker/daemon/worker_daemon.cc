@@ -265,8 +265,9 @@ absl::Status WorkerDaemon::Register() {
       return absl::UnavailableError(
           absl::StrCat("re-registering with the coordinator at ", options_.coordinator));
     }
-    return absl::UnauthenticatedError(absl::StrCat("the coordinator refused the join token: ",
-                                                   s.error_message(), "; check --join-token-file"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("the coordinator refused the join token: ", s.error_message(), "; check ",
+                     options_.join_token_source));
   }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",

@@ -68,6 +68,8 @@ struct WorkerOptions {
   // The cluster's join token (--join-token-file or $DAPPLE_JOIN_TOKEN): RegisterWorker carries
   // it; every later call carries the worker credential the coordinator answered (call_auth.h).
   std::string join_token;
+  // Where join_token came from, named when the coordinator refuses it.
+  std::string join_token_source = "--join-token-file";
   // --comm-delay-max-ms (fault injection): a random 0..this wait before every send and receive
   // between stages (worker/comm/delay_transport.h); zero: off.
   absl::Duration comm_delay_max = absl::ZeroDuration();

@@ -267,6 +267,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     o.join_token = *std::move(token);
   } else if (join_token_env != nullptr) {
     o.join_token = std::string(absl::StripAsciiWhitespace(join_token_env));
+    o.join_token_source = "DAPPLE_JOIN_TOKEN";
+    if (absl::Status s = common::CheckTokenText(o.join_token); !s.ok()) {
+      return Invalid(absl::StrCat("DAPPLE_JOIN_TOKEN ", s.message()));
+    }
   }
   return f;
 }

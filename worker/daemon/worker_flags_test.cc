@@ -42,11 +42,10 @@ TEST(WorkerFlagsTest, Defaults) {
 }
 
 TEST(WorkerFlagsTest, AllFlags) {
-  absl::StatusOr<WorkerFlags> f =
-      Parse({"--coordinator", "10.0.0.1:7601", "--name", "node-1", "--devices", "cpu,cuda:0",
-             "--devices", "cuda:3", "--cpu-fallback", "--dump-dir", ::testing::TempDir(),
-             "--transport-timeout-s", "7", "--rendezvous-timeout-s", "9", "--log-level", "debug",
-             "--plaintext"});
+  absl::StatusOr<WorkerFlags> f = Parse(
+      {"--coordinator", "10.0.0.1:7601", "--name", "node-1", "--devices", "cpu,cuda:0", "--devices",
+       "cuda:3", "--cpu-fallback", "--dump-dir", ::testing::TempDir(), "--transport-timeout-s", "7",
+       "--rendezvous-timeout-s", "9", "--log-level", "debug", "--plaintext"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.coordinator, "10.0.0.1:7601");
   EXPECT_EQ(f->options.name, "node-1");
@@ -74,6 +73,20 @@ TEST(WorkerFlagsTest, CoordinatorFromEnvironment) {
   EXPECT_THAT(std::string(f.status().message()),
               HasSubstr("--coordinator 'nonsense' must be HOST:PORT"));
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("(from $DAPPLE_COORDINATOR)"));
+}
+
+// $DAPPLE_JOIN_TOKEN is named as the token's source; bytes gRPC would abort on are refused
+// without echoing the token.
+TEST(WorkerFlagsTest, JoinTokenFromEnvironment) {
+  absl::StatusOr<WorkerFlags> f = ParseWorkerFlags({}, nullptr, nullptr, " dpl_x \n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.join_token, "dpl_x");
+  EXPECT_EQ(f->options.join_token_source, "DAPPLE_JOIN_TOKEN");
+  f = ParseWorkerFlags({}, nullptr, nullptr, "dpl_secret\tx");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "DAPPLE_JOIN_TOKEN holds byte 0x09 at offset 10: a token is one word of printable "
+            "characters (dpl_...); is there a second line or a stray character?");
 }
 
 TEST(WorkerFlagsTest, Help) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fashion_mnist_files.h"
 #include "common/status.h"
 
 namespace dapple::worker {
@@ -202,14 +203,12 @@ absl::StatusOr<std::vector<int32_t>> ReadLabels(const std::string& path, int64_t
 }  // namespace
 
 absl::StatusOr<FashionMnist> LoadFashionMnist(const std::string& dir, Split split) {
-  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  std::string base = dir;
-  if (!base.empty() && base.back() != '/') base += '/';
+  const bool train = split == Split::kTrain;
   DAPPLE_ASSIGN_OR_RETURN(std::vector<uint8_t> pixels,
-                          ReadImages(base + prefix + "-images-idx3-ubyte.gz"));
+                          ReadImages(FashionMnistFile(dir, train, /*images=*/true)));
   const auto images = static_cast<int64_t>(pixels.size()) / (kRows * kCols);
   DAPPLE_ASSIGN_OR_RETURN(std::vector<int32_t> labels,
-                          ReadLabels(base + prefix + "-labels-idx1-ubyte.gz", images));
+                          ReadLabels(FashionMnistFile(dir, train, /*images=*/false), images));
   return FashionMnist(std::move(pixels), std::move(labels));
 }
 

@@ -136,23 +136,6 @@ Check CheckInterleaved(const v1::JobSpec& spec, int stages) {
                               "stage: set planner: balanced (or dapple)",
                               planner, stages * v));
   }
-  // A rank's checkpoint shard records and reloads one layer range (worker/checkpoint), so a
-  // chunked rank could not be resumed from one: refused rather than saved unresumable.
-  const v1::TrainingSpec& t = spec.training();
-  if (t.checkpoint_every_steps() > 0 || t.checkpoint_every_minutes() > 0) {
-    const bool steps = t.checkpoint_every_steps() > 0;
-    const std::string field =
-        steps ? "training.checkpoint_every_steps" : "training.checkpoint_every_minutes";
-    const std::string value = steps ? absl::StrCat(t.checkpoint_every_steps())
-                                    : absl::StrCat(t.checkpoint_every_minutes());
-    return At(field,
-              absl::StrFormat("%s %s with parallel.schedule interleaved: periodic checkpoints "
-                              "are not supported yet (a checkpoint shard holds one layer range "
-                              "per stage, an interleaved stage holds %d of them): set "
-                              "checkpoint_every_steps and checkpoint_every_minutes to 0 (or use "
-                              "schedule dapple)",
-                              field, value, v));
-  }
   return std::nullopt;
 }
 

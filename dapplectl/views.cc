@@ -208,15 +208,17 @@ std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
       {"", "SCHEDULE", "RECOMPUTE", "P", "LAYOUT", "M", "STEP MS", "BUBBLE", "PEAK MEMORY"});
   std::vector<std::string> refused;
   for (const v1::PlanAlternative& a : plan.alternatives()) {
+    // Interleaved 1F1B once per v: "interleaved v=2".
+    const std::string schedule =
+        a.interleave() > 0 ? absl::StrCat(a.schedule(), " v=", a.interleave()) : a.schedule();
     if (!a.fits()) {
-      table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(), "-", "-", "-", "-", "-",
+      table.AddRow({a.chosen() ? "*" : "", schedule, a.recompute(), "-", "-", "-", "-", "-",
                     "no plan fits"});
-      refused.push_back(
-          absl::StrCat(a.schedule(), " (recompute ", a.recompute(), "): ", a.refused()));
+      refused.push_back(absl::StrCat(schedule, " (recompute ", a.recompute(), "): ", a.refused()));
       continue;
     }
     const std::vector<int64_t> memory(a.peak_memory_bytes().begin(), a.peak_memory_bytes().end());
-    table.AddRow({a.chosen() ? "*" : "", a.schedule(), a.recompute(),
+    table.AddRow({a.chosen() ? "*" : "", schedule, a.recompute(),
                   absl::StrCat(a.peak_memory_bytes_size()), OrDash(a.layout()),
                   absl::StrCat(a.micro_batches()), Ms(a.predicted_step_ms()),
                   FormatPercent(a.bubble_fraction()), FormatByteList(memory)});

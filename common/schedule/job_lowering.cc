@@ -98,9 +98,12 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
       synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
   // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
-  // under them).
+  // under them): the plan's chunks, which parallel.schedule auto chose; the spec's
+  // parallel.interleave for a plan without them (built by hand).
   if (schedule == "interleaved") {
-    options.chunks = std::max(1, spec.parallel().interleave());
+    options.chunks = plan.stages_size() > 0 && plan.stages(0).chunks_size() > 0
+                         ? plan.stages(0).chunks_size()
+                         : std::max(1, spec.parallel().interleave());
   }
   return options;
 }

@@ -74,7 +74,9 @@ std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSumma
 //                        the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);
 //   clipping             global_norm and training.max_grad_norm > 0;
-//   chunks               parallel.interleave under schedule interleaved (at least 1), else 1.
+//   chunks               under schedule interleaved the plan's chunks per stage
+//                        (PlanStageSummary.chunks, also when parallel.schedule auto chose
+//                        interleaved), else parallel.interleave (at least 1); else 1.
 // kInvalidArgument: the model's InferLayers error, or a plan stage whose layer range lies
 // outside the model ("plan stage 1 covers layers [3, 9] but the model has 6 layers").
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,

@@ -202,6 +202,8 @@ CheckpointPublisher::Collected CheckpointPublisher::Collect(const v1::ProgressRe
     e->set_replica(replica);
     e->set_first_layer(job.plan.stages(stage).first_layer());
     e->set_last_layer(job.plan.stages(stage).last_layer());
+    // An interleaved rank's shard holds all its chunks: the loader reads them from here.
+    *e->mutable_chunks() = job.plan.stages(stage).chunks();
     e->set_file(shard.file);
     e->set_bytes(shard.bytes);
   }

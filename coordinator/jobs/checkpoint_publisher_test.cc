@@ -95,6 +95,42 @@ TEST_F(CheckpointPublisherTest, ReplicatedStagesPublishOneShardPerStage) {
       << o.message;
 }
 
+// An interleaved plan (each stage two chunks): one shard per stage, its entry listing the
+// stage's chunks, whose layers the loader reads from it (worker/checkpoint/checkpoint_loader.h).
+TEST_F(CheckpointPublisherTest, InterleavedStagesListTheirChunks) {
+  v1::ParallelPlanSummary plan;
+  plan.set_schedule("interleaved");
+  const int bounds[2][2][2] = {{{0, 1}, {4, 4}}, {{2, 3}, {5, 5}}};  // [stage][chunk]
+  for (const auto& stage_bounds : bounds) {
+    v1::PlanStageSummary* stage = plan.add_stages();
+    stage->set_replicas(1);
+    stage->set_first_layer(stage_bounds[0][0]);
+    stage->set_last_layer(stage_bounds[0][1]);
+    for (const auto& b : stage_bounds) {
+      v1::StageRange* r = stage->add_chunks();
+      r->set_first_layer(b[0]);
+      r->set_last_layer(b[1]);
+    }
+  }
+  pub_->OnJobStarted("job-1", Spec(), plan, 0);
+  EXPECT_EQ(pub_->OnReport(Shard(2, 0), published_, 1000).kind, Kind::kWaiting);
+  CheckpointPublisher::Outcome o = pub_->OnReport(Shard(2, 1), published_, 1000);
+  ASSERT_EQ(o.kind, Kind::kPublished) << o.message;
+  absl::StatusOr<v1::CheckpointManifest> m = ReadCheckpointManifest(o.info.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards_size(), 2);
+  for (int s = 0; s < 2; ++s) {
+    const v1::CheckpointShardEntry& e = m->shards(s);
+    EXPECT_EQ(e.first_layer(), bounds[s][0][0]);
+    EXPECT_EQ(e.last_layer(), bounds[s][0][1]);
+    ASSERT_EQ(e.chunks_size(), 2);
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_EQ(e.chunks(c).first_layer(), bounds[s][c][0]);
+      EXPECT_EQ(e.chunks(c).last_layer(), bounds[s][c][1]);
+    }
+  }
+}
+
 TEST(DefaultCheckpointRootTest, NextToTheDatabase) {
   EXPECT_EQ(DefaultCheckpointRoot("/var/lib/dapple/dapple.db"), "/var/lib/dapple/checkpoints");
   EXPECT_EQ(DefaultCheckpointRoot("dapple.db"), "checkpoints");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -19,6 +20,7 @@
 #include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "coordinator/planner/device_use.h"
+#include "coordinator/planner/interleaved_choice.h"
 #include "coordinator/planner/interleaved_partition.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_simulator.h"
@@ -220,15 +222,46 @@ absl::StatusOr<PlannedJob> PlanFor(const v1::JobSpec& spec, const std::string& p
   if (kind == schedule::ScheduleKind::kInterleaved) {
     // Megatron's interleaved 1F1B: whatever the planner, P * v virtual stages balanced by
     // compute, each rank on parallel.devices / P replicas (interleaved_partition.h).
-    if (problem.num_stages < 1) {
-      return absl::InvalidArgumentError(
-          "parallel.schedule interleaved needs parallel.stages as a count (P)");
+    auto at_depth = [&](int p) -> absl::StatusOr<PlannedJob> {
+      PlanningProblem fixed = problem;
+      fixed.num_stages = p;
+      PlannedJob out;
+      DAPPLE_ASSIGN_OR_RETURN(out.plan, InterleavedPlan(fixed, UniformReplicas(spec, p), planner));
+      DAPPLE_ASSIGN_OR_RETURN(out.prediction, SimulatePlan(fixed, out.plan, kind));
+      DAPPLE_RETURN_IF_ERROR(CheckFixedPlanFits(fixed, out.prediction, out.plan, planner));
+      return out;
+    };
+    if (problem.num_stages > 0) return at_depth(problem.num_stages);
+    // parallel.schedule auto with a planner that chooses the depth: every depth the job allows
+    // (interleaved_choice.h), the fastest that fits, ties to the smaller peak memory.
+    InterleavedJob job;
+    job.num_layers = static_cast<int>(problem.profile.forward_ms.size());
+    job.devices = spec.parallel().devices();
+    job.max_replicas = problem.max_replicas;
+    job.micro_batches = micro_batches;
+    absl::Status refused = absl::InvalidArgumentError(
+        absl::StrCat("interleaved 1F1B with v = ", problem.interleave, ": no depth P >= 2 divides ",
+                     "parallel.devices ", job.devices, " with P * v <= ", job.num_layers,
+                     " layers and P <= M = ", micro_batches));
+    std::optional<PlannedJob> best;
+    for (int p : InterleavedDepths(job, problem.interleave)) {
+      absl::StatusOr<PlannedJob> at = at_depth(p);
+      if (!at.ok()) {
+        // The shallowest depth's refusal speaks for all (the most memory per device).
+        if (!best.has_value() && refused.code() == absl::StatusCode::kInvalidArgument) {
+          refused = at.status();
+        }
+        continue;
+      }
+      const double step = at->prediction.step_ms;
+      if (!best.has_value() || step < best->prediction.step_ms * (1 - 1e-9) ||
+          (step <= best->prediction.step_ms * (1 + 1e-9) &&
+           MaxPeakMemory(at->prediction) < MaxPeakMemory(best->prediction))) {
+        best = *std::move(at);
+      }
     }
-    DAPPLE_ASSIGN_OR_RETURN(
-        planned.plan, InterleavedPlan(problem, UniformReplicas(spec, problem.num_stages), planner));
-    DAPPLE_ASSIGN_OR_RETURN(planned.prediction, SimulatePlan(problem, planned.plan, kind));
-    DAPPLE_RETURN_IF_ERROR(CheckFixedPlanFits(problem, planned.prediction, planned.plan, planner));
-    return planned;
+    if (!best.has_value()) return refused;
+    return *std::move(best);
   }
   if (planner == kManual) {
     planned.plan = ManualPlan(spec, problem.micro_batch_size, micro_batches);
@@ -468,6 +501,22 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   limits.schedule = spec_kind;
   limits.recompute = spec.training().recompute();
   limits.cuda = cuda;
+  InterleavedJob interleaved_job;
+  interleaved_job.num_layers = num_layers;
+  interleaved_job.num_stages = num_stages;
+  interleaved_job.devices = devices;
+  interleaved_job.max_replicas = problem.max_replicas;
+  interleaved_job.micro_batches = micro_batches;
+  interleaved_job.planner = planner;
+  interleaved_job.recompute = spec.training().recompute();
+  interleaved_job.cuda = cuda;
+  for (int i = 0; i < num_layers && interleaved_job.tied_layer < 0; ++i) {
+    if (layers[i].tied_layer >= 0) {
+      interleaved_job.tied_layer = i;
+      interleaved_job.tied_owner = layers[i].tied_layer;
+    }
+  }
+  SetInterleaveLimits(interleaved_job, &limits);
   DAPPLE_ASSIGN_OR_RETURN(
       const ScheduleChoice choice,
       ChooseSchedule(problem, ScheduleOptions(limits), [&](const PlanningProblem& with) {
@@ -481,6 +530,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   const schedule::ScheduleKind kind = chosen.option.schedule;
   problem.schedule = kind;
   problem.recompute = chosen.option.recompute;
+  if (chosen.option.interleave > 0) problem.interleave = chosen.option.interleave;
   const PlannedJob& planned = chosen.planned;
   const HybridPlan& plan = planned.plan;
   const int p = static_cast<int>(plan.stages.size());

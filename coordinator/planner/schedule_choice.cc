@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/planner/interleaved_partition.h"
 #include "coordinator/planner/stage_memory.h"
 
 namespace dapple::coordinator {
@@ -50,6 +51,7 @@ const std::vector<CandidateSchedule>& CandidateSchedules() {
           {ScheduleKind::kDapple, /*splits_backward=*/false},
           {ScheduleKind::kZbH1, /*splits_backward=*/true},
           {ScheduleKind::kZbH2, /*splits_backward=*/true},
+          {ScheduleKind::kInterleaved, /*splits_backward=*/false},
           {ScheduleKind::kGPipe, /*splits_backward=*/false},
       };
   return *kCandidates;
@@ -69,6 +71,9 @@ absl::string_view RecomputeModeName(RecomputeMode mode) {
 
 std::string OptionName(const ScheduleOption& option) {
   std::string name(schedule::ScheduleKindName(option.schedule));
+  if (option.schedule == ScheduleKind::kInterleaved && option.interleave > 0) {
+    absl::StrAppend(&name, " v=", option.interleave);
+  }
   if (option.recompute != RecomputeMode::kNone) {
     absl::StrAppend(&name, " with recompute ", RecomputeModeName(option.recompute));
   }
@@ -100,6 +105,16 @@ std::vector<ScheduleOption> ScheduleOptions(const ChoiceLimits& limits) {
   for (const CandidateSchedule& c : schedules) {
     // A chosen schedule must run where the job runs; a fixed one was validated at submit.
     if (limits.choose_schedule && c.splits_backward && limits.cuda) continue;
+    if (c.kind == ScheduleKind::kInterleaved) {
+      // Only where the job allows it (limits.interleave: checked by the caller), one option per
+      // v; a fixed interleaved schedule is planned with its spec's v (problem.interleave).
+      if (limits.choose_schedule) {
+        for (int v : limits.interleave) options.push_back({c.kind, RecomputeMode::kNone, v});
+        continue;
+      }
+      options.push_back({c.kind, modes.front(), 0});
+      continue;
+    }
     for (RecomputeMode mode : modes) {
       if (c.splits_backward && mode != RecomputeMode::kNone) continue;
       options.push_back({c.kind, mode});
@@ -122,6 +137,8 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(
     PlanningProblem with = problem;
     with.schedule = option.schedule;
     with.recompute = option.recompute;
+    // 0: a fixed interleaved schedule keeps the problem's v (the spec's).
+    if (option.interleave > 0) with.interleave = option.interleave;
     Alternative alternative;
     alternative.option = option;
     absl::StatusOr<PlannedJob> planned = plan(with);
@@ -153,8 +170,13 @@ int64_t MaxPeakMemory(const Prediction& prediction) {
 std::string LayoutText(const HybridPlan& plan) {
   std::string out;
   for (const StagePlan& stage : plan.stages) {
-    absl::StrAppend(&out, out.empty() ? "" : " ", stage.last_layer - stage.first_layer + 1, "x",
-                    stage.devices.size(), stage.recompute ? "r" : "");
+    int layers = stage.last_layer - stage.first_layer + 1;
+    if (!stage.chunks.empty()) {
+      layers = 0;
+      for (const v1::StageRange& r : stage.chunks) layers += r.last_layer() - r.first_layer() + 1;
+    }
+    absl::StrAppend(&out, out.empty() ? "" : " ", layers, "x", stage.devices.size(),
+                    stage.recompute ? "r" : "");
   }
   return out;
 }
@@ -197,22 +219,27 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
 
 std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits) {
   if (!limits.choose_schedule) return {};
+  std::vector<std::string> notes;
+  if (limits.interleave.empty() && !limits.interleave_left_out.empty()) {
+    notes.push_back(absl::StrCat("parallel.schedule auto: interleaved 1F1B was not considered (",
+                                 limits.interleave_left_out, ")"));
+  }
   std::vector<std::string> split;
   for (const CandidateSchedule& c : CandidateSchedules()) {
     if (c.splits_backward) split.emplace_back(schedule::ScheduleKindName(c.kind));
   }
   const std::string names = absl::StrJoin(split, " and ");
   if (limits.cuda) {
-    return {absl::StrCat("parallel.schedule auto on CUDA: ", absl::StrJoin(split, ", "),
-                         " and activation recomputation were not considered (not implemented "
-                         "on CUDA yet)")};
+    notes.push_back(absl::StrCat("parallel.schedule auto on CUDA: ", absl::StrJoin(split, ", "),
+                                 " and activation recomputation were not considered (not "
+                                 "implemented on CUDA yet)"));
+  } else if (limits.recompute == "all") {
+    notes.push_back(absl::StrCat("parallel.schedule auto with training.recompute all: ", names,
+                                 " were not considered (a recomputed forward does not outlive "
+                                 "their split backward; set recompute auto or none to include "
+                                 "them)"));
   }
-  if (limits.recompute == "all") {
-    return {absl::StrCat("parallel.schedule auto with training.recompute all: ", names,
-                         " were not considered (a recomputed forward does not outlive their split "
-                         "backward; set recompute auto or none to include them)")};
-  }
-  return {};
+  return notes;
 }
 
 std::string NoneFitsNote(const ScheduleChoice& choice) {
@@ -232,6 +259,9 @@ void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summ
     v1::PlanAlternative* out = summary->add_alternatives();
     out->set_schedule(std::string(schedule::ScheduleKindName(a.option.schedule)));
     out->set_recompute(std::string(RecomputeModeName(a.option.recompute)));
+    if (a.option.schedule == ScheduleKind::kInterleaved) {
+      out->set_interleave(a.status.ok() ? ChunksOf(a.planned.plan) : a.option.interleave);
+    }
     out->set_chosen(static_cast<int>(i) == choice.chosen);
     out->set_fits(a.status.ok());
     if (!a.status.ok()) {

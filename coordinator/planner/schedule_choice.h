@@ -5,6 +5,8 @@
 // wins. Ties (a step within a relative 1e-9) go to the smaller peak memory, then to the option
 // listed first: the simplest schedule (dapple's 1F1B) and no recomputation first, so a schedule
 // that only matches 1F1B is never chosen over it, and gpipe (last) only when it is faster.
+// Interleaved 1F1B (Megatron-LM, SC'21, section 2.2.2) is one option per v the job allows
+// (ChoiceLimits::interleave), each planned by InterleavedPlan (interleaved_partition.h).
 // Pure; thread-safe.
 #ifndef DAPPLE_COORDINATOR_PLANNER_SCHEDULE_CHOICE_H_
 #define DAPPLE_COORDINATOR_PLANNER_SCHEDULE_CHOICE_H_
@@ -33,8 +35,9 @@ struct CandidateSchedule {
   bool splits_backward = false;
 };
 
-// The candidates, in the order ties go: dapple (1F1B), zb-h1, zb-h2, gpipe. A new synchronous
-// schedule is one more entry here (and its memory and time in the simulator).
+// The candidates, in the order ties go: dapple (1F1B), zb-h1, zb-h2, interleaved, gpipe. A new
+// synchronous schedule is one more entry here (and its memory and time in the simulator).
+// interleaved stands for one option per v of ChoiceLimits::interleave (none when it is empty).
 const std::vector<CandidateSchedule>& CandidateSchedules();
 
 // What the spec allows the choice to range over.
@@ -47,21 +50,29 @@ struct ChoiceLimits {
   std::string recompute;
   // The job runs on CUDA stages: no splitting schedule, no recomputation.
   bool cuda = false;
+  // With choose_schedule: the v's of interleaved 1F1B to try (ascending, each >= 2), never with
+  // recomputation; empty: interleaved is not considered, and interleave_left_out says why (one
+  // clause, "the model has 3 layers, fewer than 2 per stage"; empty: no note).
+  std::vector<int> interleave;
+  std::string interleave_left_out;
 };
 
 struct ScheduleOption {
   schedule::ScheduleKind schedule = schedule::ScheduleKind::kDapple;
   RecomputeMode recompute = RecomputeMode::kNone;
+  int interleave = 1;  // v under kInterleaved (PlanningProblem::interleave); 1 otherwise
 };
 
 // The options `limits` allows, in tie order (schedules as CandidateSchedules, each with
-// recompute none before auto). Never empty: a fixed schedule with its recompute at least.
+// recompute none before auto; interleaved once per v of limits.interleave, ascending). Never
+// empty: a fixed schedule with its recompute at least.
 std::vector<ScheduleOption> ScheduleOptions(const ChoiceLimits& limits);
 
 // "none" | "all" | "auto".
 absl::string_view RecomputeModeName(RecomputeMode mode);
 
-// "zb-h1", "dapple with recompute auto": the option as the reason and the docs name it.
+// "zb-h1", "dapple with recompute auto", "interleaved v=2": the option as the reason and the
+// docs name it.
 std::string OptionName(const ScheduleOption& option);
 
 struct Alternative {
@@ -75,8 +86,9 @@ struct ScheduleChoice {
   int chosen = -1;                        // index into alternatives; -1: none found a plan
 };
 
-// Plans `problem` under every option (problem.schedule and problem.recompute replaced by the
-// option's) with `plan` (the job's planner) and picks the fastest plan that fits, ties as the
+// Plans `problem` under every option (problem.schedule, problem.recompute and
+// problem.interleave replaced by the option's) with `plan` (the job's planner, which plans
+// kInterleaved with InterleavedPlan) and picks the fastest plan that fits, ties as the
 // file comment says. The result holds every alternative, failed ones with their status; it is
 // an error only when `options` is empty (kInvalidArgument).
 absl::StatusOr<ScheduleChoice> ChooseSchedule(
@@ -86,7 +98,8 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(
 // The largest peak memory of one replica over the prediction's stages (bytes).
 int64_t MaxPeakMemory(const Prediction& prediction);
 
-// "4x2 6x1r": per stage its layer count x replicas, "r" after a stage that recomputes.
+// "4x2 6x1r": per stage its layer count x replicas, "r" after a stage that recomputes; an
+// interleaved stage's count is that of all its chunks.
 std::string LayoutText(const HybridPlan& plan);
 
 // The one sentence saying why choice.chosen won, against the first alternative (the baseline:
@@ -101,7 +114,8 @@ std::string ChoiceReason(const ScheduleChoice& choice);
 // Notes for the plan on what parallel.schedule auto left out and why, so that a missing row of
 // the alternatives is explained: the zero-bubble schedules under training.recompute all (a
 // replayed forward does not outlive a split backward) and on CUDA (not implemented there), and
-// recomputation on CUDA. Empty when the schedule is fixed or nothing was left out.
+// recomputation on CUDA, and interleaved 1F1B with limits.interleave_left_out. Empty when the
+// schedule is fixed or nothing was left out.
 std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits);
 
 // When nothing was chosen among several alternatives, the sentence a refusal ends with, so that

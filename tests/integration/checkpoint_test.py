@@ -10,6 +10,10 @@ workers on 127.0.0.1, driven through dapplectl.
 (c) A checkpoint saved with P = 2 resumed with P = 1 and with P = 3 gives the next step's loss of
     the uninterrupted P = 2 run within 1e-5 relative (summation order may differ); and an
     on-demand `dapplectl checkpoint` of a running job is published with reason "on demand".
+(e) Interleaved 1F1B (P = 2 stages of v = 2 model chunks): a job checkpointing every K steps is
+    stopped after a checkpoint C; resumed from C its losses match an uninterrupted interleaved
+    run's within 1e-6 relative, and C resumed as a plain 2-stage dapple job gives the next
+    step's loss within 1e-5.
 (d) Time-based checkpoints (training.checkpoint_every_minutes) saved asynchronously: every one
     is published with reason "timed" and the job's losses equal the uninterrupted run's; resumed
     onto the same two workers, each rank loads its shard from its worker's memory, and the
@@ -32,12 +36,15 @@ LONG = 100000     # max_steps of a run that is killed before it ends
 FAULT_ENV = "DAPPLE_FAULT_EXIT_DURING_CHECKPOINT"
 
 
-def spec(name, max_steps, stages=2, every=0, minutes=0):
+def spec(name, max_steps, stages=2, every=0, minutes=0, interleave=0):
     # An epoch is 468 steps of 128 samples; a long run needs more epochs (the data order of a
     # step does not depend on how many epochs the job has).
     epochs = 1 if max_steps <= 468 else 100
     text = cluster.spec_yaml(name, cluster.SMALL_MLP, 128, 32, stages, max_steps=max_steps,
-                             seed=5, epochs=epochs)
+                             seed=5, epochs=epochs,
+                             schedule="interleaved" if interleave else "dapple")
+    if interleave:
+        text += "  interleave: %d\n" % interleave  # parallel is the last section
     extra = "  checkpoint_every_minutes: %g\n" % minutes if minutes else ""
     return text.replace("  max_steps: %d\n" % max_steps,
                         "  max_steps: %d\n  checkpoint_every_steps: %d\n%s" % (max_steps, every, extra))
@@ -266,6 +273,51 @@ class CheckpointTest(unittest.TestCase):
         else:
             for line in loaded:
                 self.assertIn("shard(s) from this worker's memory", line)
+
+    # -- (e) -------------------------------------------------------------------------------------
+    def test_e_interleaved_resumes_exactly(self):
+        for _ in range(2):
+            self.c.add_worker()
+        self.c.wait_workers(2)
+        path = os.path.join(self.c.dir, "interleaved-long.yaml")
+        with open(path, "w") as f:
+            f.write(spec("interleaved-stopped", LONG, every=K, interleave=2))
+        job = json.loads(self.c.ctl("submit", path, "-o", "json")[1])["id"]
+        j, published = self.wait_checkpoint(job)
+        self.assertEqual(j["plan"]["schedule"], "interleaved", j["plan"])
+        self.assertEqual([len(s["chunks"]) for s in j["plan"]["stages"]], [2, 2], j["plan"])
+        self.c.ctl("cancel", job)
+        self.c.wait_state(job, TERMINAL, 30)
+        ckpt = published[0]
+        step = int(ckpt["step"])
+        self.assertEqual(step % K, 0)
+        self.assertEqual(ckpt["reason"], "periodic")
+
+        last = step + K
+        self.c.wait_workers(2)
+        reference = losses(self.run_to_end(spec("interleaved-reference", last, interleave=2),
+                                           "interleaved-reference"))
+        resumed = self.run_to_end(spec("interleaved-resumed", last, every=K, interleave=2),
+                                  "interleaved-resumed", resume_from=ckpt["path"])
+        self.assertEqual(resumed["resumed_from"], ckpt["path"])
+        self.expect_resumed_matches(resumed, step, last, reference, 1e-6)
+        # The resumed job checkpoints on (after its last step).
+        self.assertIn(last, [int(c["step"]) for c in resumed.get("checkpoints", [])])
+        logs = "".join(cluster.read(os.path.join(self.c.dir, "worker-%s.log" % name))
+                       for name, _ in self.c.workers)
+        loaded = [line for line in logs.splitlines()
+                  if "%s: stage" % resumed["id"] in line and " resumed layers " in line]
+        self.assertEqual(len(loaded), 2, loaded)
+        for line in loaded:
+            self.assertIn(" and 1 more chunk(s) from ", line)
+
+        # The interleaved checkpoint in a plain 2-stage pipeline: the next step's loss.
+        plain = self.run_to_end(spec("interleaved-to-dapple", step + 1), "interleaved-to-dapple",
+                                resume_from=ckpt["path"])
+        got, want = losses(plain)[step], reference[step]
+        self.assertTrue(close(got, want, 1e-5),
+                        "dapple P=2 step %d: resumed %.9g, interleaved uninterrupted %.9g" % (
+                            step + 1, got, want))
 
 
 if __name__ == "__main__":

@@ -22,15 +22,30 @@ std::string FolderOf(const std::string& path) {
 
 bool InRange(int layer, int first, int last) { return layer >= first && layer <= last; }
 
-// The owners of the tied copies in [first, last] whose own layer lies outside it: the stage
+bool InRanges(int layer, const std::vector<v1::StageRange>& ranges) {
+  for (const v1::StageRange& r : ranges) {
+    if (InRange(layer, r.first_layer(), r.last_layer())) return true;
+  }
+  return false;
+}
+
+// The layer ranges a manifest entry's shard holds: an interleaved stage's chunks, else its one
+// range.
+std::vector<v1::StageRange> EntryRanges(const v1::CheckpointShardEntry& e) {
+  if (e.chunks_size() > 0) return {e.chunks().begin(), e.chunks().end()};
+  v1::StageRange r;
+  r.set_first_layer(e.first_layer());
+  r.set_last_layer(e.last_layer());
+  return {r};
+}
+
+// The owners of the tied copies in `ranges` whose own layer lies outside them: the stage
 // imports their tensors into its copies (checkpoints hold a tied weight once, at its owner).
-std::vector<schedule::TiedWeight> OwnersOutside(const std::vector<LayerInfo>& layers, int first,
-                                                int last) {
+std::vector<schedule::TiedWeight> OwnersOutside(const std::vector<LayerInfo>& layers,
+                                                const std::vector<v1::StageRange>& ranges) {
   std::vector<schedule::TiedWeight> out;
   for (const schedule::TiedWeight& w : schedule::TiedWeights(layers)) {
-    if (InRange(w.copy_layer, first, last) && !InRange(w.owner_layer, first, last)) {
-      out.push_back(w);
-    }
+    if (InRanges(w.copy_layer, ranges) && !InRanges(w.owner_layer, ranges)) out.push_back(w);
   }
   return out;
 }
@@ -46,6 +61,16 @@ bool IsTensorOf(const std::string& name, const std::string& owner) {
 absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
                                                          const v1::JobSpec& job_spec,
                                                          int first_layer, int last_layer,
+                                                         const ShardMemoryCache* cache) {
+  v1::StageRange range;
+  range.set_first_layer(first_layer);
+  range.set_last_layer(last_layer);
+  return LoadCheckpointForRanges(manifest_path, job_spec, {range}, cache);
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpointForRanges(const std::string& manifest_path,
+                                                         const v1::JobSpec& job_spec,
+                                                         const std::vector<v1::StageRange>& ranges,
                                                          const ShardMemoryCache* cache) {
   absl::StatusOr<std::string> manifest_bytes = ReadWholeFile(manifest_path);
   if (!manifest_bytes.ok()) {
@@ -66,35 +91,40 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
         absl::StrCat("checkpoint '", manifest_path, "' does not fit the job: ", s.message()));
   }
   const int layers = job_spec.model().layers_size();
-  if (first_layer < 0 || last_layer < first_layer || last_layer >= layers) {
-    return absl::InvalidArgumentError(absl::StrCat("layers [", first_layer, ", ", last_layer,
-                                                   "] outside a model of ", layers, " layers"));
+  if (ranges.empty()) return absl::InvalidArgumentError("no layer range to load");
+  for (const v1::StageRange& r : ranges) {
+    if (r.first_layer() < 0 || r.last_layer() < r.first_layer() || r.last_layer() >= layers) {
+      return absl::InvalidArgumentError(absl::StrCat("layers [", r.first_layer(), ", ",
+                                                     r.last_layer(), "] outside a model of ",
+                                                     layers, " layers"));
+    }
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> infos, InferLayers(job_spec.model()));
-  const std::vector<schedule::TiedWeight> owners = OwnersOutside(infos, first_layer, last_layer);
+  const std::vector<schedule::TiedWeight> owners = OwnersOutside(infos, ranges);
   // The tensors this stage takes: those of its layers, and those of the owners of its tied
   // copies (whichever shard holds them).
   auto wanted = [&](const std::string& name) {
-    if (InRange(LayerOfTensor(name), first_layer, last_layer)) return true;
+    if (InRanges(LayerOfTensor(name), ranges)) return true;
     for (const schedule::TiedWeight& w : owners) {
       if (IsTensorOf(name, w.owner)) return true;
     }
     return false;
   };
-  auto holds_owner = [&](const v1::CheckpointShardEntry& e) {
-    for (const schedule::TiedWeight& w : owners) {
-      if (InRange(w.owner_layer, e.first_layer(), e.last_layer())) return true;
-    }
-    return false;
-  };
   const std::string folder = FolderOf(manifest_path);
-  std::vector<bool> covered(last_layer - first_layer + 1, false);
+  // covered[l]: a shard holding layer l was read (only the ranges' layers are checked).
+  std::vector<bool> covered(layers, false);
   std::vector<bool> owner_covered(owners.size(), false);
   bool have_steps = false;
   for (const v1::CheckpointShardEntry& e : m.shards()) {
     // Replicas of a stage hold the same weights after the AllReduce: replica 0 speaks for all.
     if (e.replica() != 0) continue;
-    if ((e.last_layer() < first_layer || e.first_layer() > last_layer) && !holds_owner(e)) continue;
+    const std::vector<v1::StageRange> held = EntryRanges(e);
+    bool needed = false;
+    for (int l = 0; l < layers && !needed; ++l) needed = InRanges(l, held) && InRanges(l, ranges);
+    for (const schedule::TiedWeight& w : owners) {
+      needed = needed || InRanges(w.owner_layer, held);
+    }
+    if (!needed) continue;
     const std::string path = absl::StrCat(folder, "/", e.file());
     std::shared_ptr<const std::string> cached;
     if (cache != nullptr) {
@@ -148,12 +178,9 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     }
     have_steps = true;
     out.state.optimizer_steps = shard.optimizer_steps();
-    for (int l = std::max(first_layer, e.first_layer()); l <= std::min(last_layer, e.last_layer());
-         ++l) {
-      covered[l - first_layer] = true;
-    }
+    for (int l = 0; l < layers; ++l) covered[l] = covered[l] || InRanges(l, held);
     for (size_t i = 0; i < owners.size(); ++i) {
-      if (InRange(owners[i].owner_layer, e.first_layer(), e.last_layer())) owner_covered[i] = true;
+      if (InRanges(owners[i].owner_layer, held)) owner_covered[i] = true;
     }
     for (const v1::TensorData& t : shard.params()) {
       if (!wanted(t.name())) continue;
@@ -167,15 +194,15 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& mani
     }
     // Buffers travel with their layer like parameters (a buffer is never tied).
     for (const v1::TensorData& t : shard.buffers()) {
-      if (!InRange(LayerOfTensor(t.name()), first_layer, last_layer)) continue;
+      if (!InRanges(LayerOfTensor(t.name()), ranges)) continue;
       DAPPLE_ASSIGN_OR_RETURN(NamedTensor n, FromTensorData(t, path));
       out.state.buffers.push_back(std::move(n));
     }
   }
-  for (size_t i = 0; i < covered.size(); ++i) {
-    if (!covered[i]) {
+  for (int l = 0; l < layers; ++l) {
+    if (InRanges(l, ranges) && !covered[l]) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest '", manifest_path,
-                                              "' lists no shard holding layer ", first_layer + i));
+                                              "' lists no shard holding layer ", l));
     }
   }
   for (size_t i = 0; i < owners.size(); ++i) {

@@ -9,6 +9,7 @@
 #define DAPPLE_WORKER_CHECKPOINT_CHECKPOINT_LOADER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dapple/v1/checkpoint.pb.h"
@@ -47,6 +48,16 @@ struct LoadedCheckpoint {
 absl::StatusOr<LoadedCheckpoint> LoadCheckpointForLayers(const std::string& manifest_path,
                                                          const v1::JobSpec& job_spec,
                                                          int first_layer, int last_layer,
+                                                         const ShardMemoryCache* cache = nullptr);
+
+// The same for several layer ranges at once (an interleaved rank's chunks, PlanStageSummary
+// .chunks), each shard read once: the tensors of every layer in any of `ranges`. A manifest
+// entry with chunks (CheckpointShardEntry.chunks: a shard saved by an interleaved rank) holds
+// the layers of all its chunks; without, those of [first_layer, last_layer]. So interleaved
+// and plain checkpoints load into either layout. kInvalidArgument also for no range.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpointForRanges(const std::string& manifest_path,
+                                                         const v1::JobSpec& job_spec,
+                                                         const std::vector<v1::StageRange>& ranges,
                                                          const ShardMemoryCache* cache = nullptr);
 
 }  // namespace dapple::worker

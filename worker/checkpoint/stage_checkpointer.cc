@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/schedule/ranks.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/shard_writer.h"
@@ -19,7 +20,7 @@ StageCheckpointer::StageCheckpointer(const v1::StageAssignment& assignment,
   if (assignment.stage() >= 0 && assignment.stage() < assignment.plan().stages_size()) {
     first_layer_ = assignment.plan().stages(assignment.stage()).first_layer();
     last_layer_ = assignment.plan().stages(assignment.stage()).last_layer();
-    chunks_ = std::max(1, assignment.plan().stages(assignment.stage()).chunks_size());
+    ranges_ = schedule::StageChunks(assignment.plan(), assignment.stage());
   }
   if (sink != nullptr) {
     writer_ = std::make_unique<AsyncShardWriter>(assignment.checkpoint_dir(), assignment.job_id(),
@@ -31,12 +32,6 @@ StageCheckpointer::~StageCheckpointer() = default;  // the writer waits for its 
 
 void StageCheckpointer::Finish() {
   if (writer_ != nullptr) writer_->Finish();
-}
-
-std::string StageCheckpointer::Unsupported() const {
-  return absl::StrCat("stage ", assignment_.stage(), " holds ", chunks_,
-                      " layer ranges (interleaved): checkpoints of interleaved stages are not "
-                      "supported yet");
 }
 
 ShardLocation StageCheckpointer::Where() const {
@@ -54,9 +49,12 @@ absl::Status StageCheckpointer::Resume(StageBackend& backend) {
   auto prefixed = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("resume from '", manifest, "': ", s.message()));
   };
-  if (chunks_ > 1) return prefixed(absl::UnimplementedError(Unsupported()));
+  // An interleaved rank loads all its chunks' layers at once (ImportState sends each tensor to
+  // the chunk that holds its layer).
   absl::StatusOr<LoadedCheckpoint> loaded =
-      LoadCheckpointForLayers(manifest, assignment_.spec(), first_layer_, last_layer_, cache_);
+      ranges_.empty()
+          ? LoadCheckpointForLayers(manifest, assignment_.spec(), first_layer_, last_layer_, cache_)
+          : LoadCheckpointForRanges(manifest, assignment_.spec(), ranges_, cache_);
   if (!loaded.ok()) return prefixed(loaded.status());
   if (loaded->manifest.step() != assignment_.first_step()) {
     return prefixed(absl::FailedPreconditionError(
@@ -67,10 +65,11 @@ absl::Status StageCheckpointer::Resume(StageBackend& backend) {
   resume_sources_.shards_from_memory = loaded->shards_from_memory;
   resume_sources_.shards_from_disk = loaded->shards_from_disk;
   DAPPLE_LOG_INFO(
-      "{}: stage {} resumed layers [{}, {}] from {} (after step {}): {} shard(s) from this "
+      "{}: stage {} resumed layers [{}, {}]{} from {} (after step {}): {} shard(s) from this "
       "worker's memory, {} from disk",
-      assignment_.job_id(), assignment_.stage(), first_layer_, last_layer_, manifest,
-      loaded->manifest.step(), loaded->shards_from_memory, loaded->shards_from_disk);
+      assignment_.job_id(), assignment_.stage(), first_layer_, last_layer_,
+      ranges_.size() > 1 ? absl::StrCat(" and ", ranges_.size() - 1, " more chunk(s)") : "",
+      manifest, loaded->manifest.step(), loaded->shards_from_memory, loaded->shards_from_disk);
   return absl::OkStatus();
 }
 
@@ -93,11 +92,6 @@ std::optional<CheckpointReport> StageCheckpointer::AfterStep(int64_t step, Stage
   if (on_demand) handled_ = step;
   CheckpointReport out;
   out.step = step;
-  if (chunks_ > 1) {
-    // A shard of one range would hold v ranges' tensors and resume only the first.
-    out.error = Unsupported();
-    return out;
-  }
   last_save_ = SaveTiming();
   last_save_.step = step;
   // The snapshot: a copy of the live tensors, the one part of a save the loop must wait for.

@@ -8,11 +8,10 @@
 //     step N (on demand or timed: ProgressAck.checkpoint_step, surfaced by the progress reporter
 //     into an atomic); a rank that learns of a request for a step it already passed reports
 //     that as an error instead (once per request);
-//   - an interleaved rank (PlanStageSummary.chunks: v layer ranges) neither saves nor resumes:
-//     a shard and the loader hold one layer range per rank. Periodic checkpoints are refused
-//     at submit (common/job_spec_validate_interleaved.cc); a requested one is answered with an
-//     error report ("stage 0 holds 2 layer ranges (interleaved): checkpoints of interleaved
-//     stages are not supported yet"), a resume manifest refused with kUnimplemented.
+//   - an interleaved rank (PlanStageSummary.chunks: v layer ranges) saves one shard holding all
+//     its chunks' tensors (ShardLocation's range is chunk 0's; the coordinator's manifest entry
+//     lists the chunks, CheckpointShardEntry.chunks) and resumes the layers of all its chunks
+//     (LoadCheckpointForRanges), from a checkpoint of any layout, interleaved or not.
 // Saving copies the stage's tensors (StageBackend::ExportState: the snapshot, the only part the
 // loop waits for) and then, with a sink, hands the snapshot to an AsyncShardWriter whose thread
 // encodes, writes and reports it (asynchronous); without a sink AfterStep encodes and writes it
@@ -29,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "dapple/v1/plan.pb.h"
@@ -90,14 +90,14 @@ class StageCheckpointer {
   const std::atomic<int64_t>* requested_step_;
   int first_layer_ = 0;
   int last_layer_ = 0;
-  int chunks_ = 1;  // layer ranges the rank holds (interleaved 1F1B: v)
+  // The rank's layer ranges (schedule::StageChunks: v of them under interleaved 1F1B, one
+  // otherwise); empty when the stage is not in the plan.
+  std::vector<v1::StageRange> ranges_;
   // The newest on-demand step this rank saved or reported as missed: acks go on carrying the
   // request until the coordinator publishes it, and a step already saved must not then be
   // reported as missed (that would abandon the checkpoint this rank just wrote).
   int64_t handled_ = 0;
   ShardLocation Where() const;
-  // The error of a save or resume of an interleaved rank (chunks_ > 1).
-  std::string Unsupported() const;
 
   ShardMemoryCache* cache_;
   std::unique_ptr<AsyncShardWriter> writer_;  // null: synchronous

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "common/checkpoint_files.h"
+#include "common/schedule/ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/checkpoint/checkpoint_loader.h"
+#include "worker/runtime/chunked_stage_backend.h"
 #include "worker/runtime/testing/parity_testing.h"
 
 namespace dapple::worker {
@@ -53,6 +55,7 @@ class StageCheckpointerTest : public ::testing::Test {
     e->set_stage(1);
     e->set_first_layer(assignment_.plan().stages(1).first_layer());
     e->set_last_layer(assignment_.plan().stages(1).last_layer());
+    *e->mutable_chunks() = assignment_.plan().stages(1).chunks();  // as the coordinator does
     e->set_file("stage1.replica0.shard");
     e->set_bytes(fs::file_size(partial + "/stage1.replica0.shard"));
     EXPECT_TRUE(WriteFileAtomically(partial + "/manifest.pb", m.SerializeAsString()).ok());
@@ -115,29 +118,82 @@ TEST_F(StageCheckpointerTest, PeriodicAndOnDemand) {
   EXPECT_TRUE(fs::exists(dir_ + "/job-4/step-5.partial/stage1.replica0.shard"));
 }
 
-// An interleaved rank (v layer ranges, PlanStageSummary.chunks) neither saves a shard (it would
-// record one range) nor resumes: a requested checkpoint gets an error report, a resume
-// kUnimplemented.
-TEST_F(StageCheckpointerTest, AnInterleavedRankNeitherSavesNorResumes) {
-  v1::PlanStageSummary* stage = assignment_.mutable_plan()->mutable_stages(1);
-  for (int c = 0; c < 2; ++c) {
-    v1::StageRange* r = stage->add_chunks();
-    r->set_first_layer(stage->first_layer());
-    r->set_last_layer(stage->last_layer());
+// An interleaved rank (v layer ranges, PlanStageSummary.chunks: P = 2, v = 2 over the six
+// layers, rank 1 holding virtual stages 1 and 3) saves one shard of all its chunks and resumes
+// every chunk's parameters and optimizer state bitwise; a plain stage of one of those chunks'
+// layers loads them from the same checkpoint (any layout).
+TEST_F(StageCheckpointerTest, AnInterleavedRankSavesAndResumesAllItsChunks) {
+  const v1::JobSpec& spec = assignment_.spec();
+  ASSERT_EQ(spec.model().layers_size(), 6);
+  v1::ParallelPlanSummary* plan = assignment_.mutable_plan();
+  plan->set_schedule("interleaved");
+  const int bounds[2][2][2] = {{{0, 0}, {3, 3}}, {{1, 2}, {4, 5}}};  // [rank][chunk]
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::PlanStageSummary* stage = plan->mutable_stages(rank);
+    stage->clear_chunks();
+    for (const auto& b : bounds[rank]) {
+      v1::StageRange* r = stage->add_chunks();
+      r->set_first_layer(b[0]);
+      r->set_last_layer(b[1]);
+    }
+    stage->set_first_layer(bounds[rank][0][0]);
+    stage->set_last_layer(bounds[rank][0][1]);
   }
+  auto make = [&](int first, int last) { return MakeCpuStageBackend(spec, first, last); };
+  absl::StatusOr<std::unique_ptr<StageBackend>> rank =
+      MakeChunkedStageBackend(schedule::StageChunks(*plan, 1), make);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  // Momentum in the optimizer state: one update with a gradient of ones.
+  const std::vector<float> ones(static_cast<size_t>((*rank)->GradientFloats()), 1.0f);
+  ASSERT_TRUE((*rank)->WriteGradients(ones.data()).ok());
+  ASSERT_TRUE((*rank)->OptimizerStep().ok());
+
   StageCheckpointer c(assignment_, &requested_);
   requested_ = 2;
-  std::optional<CheckpointReport> r = c.AfterStep(2, *backend_);
+  std::optional<CheckpointReport> r = c.AfterStep(2, **rank);
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->step, 2);
-  EXPECT_THAT(r->error, HasSubstr("stage 1 holds 2 layer ranges (interleaved): checkpoints of "
-                                  "interleaved stages are not supported yet"));
-  EXPECT_FALSE(fs::exists(dir_ + "/job-4/step-2.partial"));
-  assignment_.set_resume_manifest(dir_ + "/job-4/step-2/manifest.pb");
+  EXPECT_EQ(r->error, "");
+  EXPECT_EQ(r->file, "stage1.replica0.shard");
+  absl::StatusOr<StageState> saved = (*rank)->ExportState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_FALSE(saved->optimizer_state.empty());
+  const std::string manifest = Publish(2);
+
+  // Weights and momentum changed by another update, then the checkpoint restores them.
+  ASSERT_TRUE((*rank)->WriteGradients(ones.data()).ok());
+  ASSERT_TRUE((*rank)->OptimizerStep().ok());
+  assignment_.set_resume_manifest(manifest);
+  assignment_.set_first_step(2);
   StageCheckpointer resumed(assignment_, &requested_);
-  const absl::Status s = resumed.Resume(*backend_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoints of interleaved stages"));
+  ASSERT_TRUE(resumed.Resume(**rank).ok());
+  absl::StatusOr<StageState> back = (*rank)->ExportState();
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectBitwiseEqual(*saved, *back);
+
+  // A plain stage of layers [4, 5] (chunk 1 of rank 1) loads them from the interleaved shard.
+  absl::StatusOr<LoadedCheckpoint> plain = LoadCheckpointForLayers(manifest, spec, 4, 5);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::unique_ptr<StageBackend>> chunk1 = make(4, 5);
+  ASSERT_TRUE(chunk1.ok());
+  ASSERT_TRUE((*chunk1)->ImportState(plain->state).ok());
+  absl::StatusOr<StageState> chunk1_state = (*chunk1)->ExportState();
+  ASSERT_TRUE(chunk1_state.ok());
+  StageState want;
+  want.optimizer_steps = saved->optimizer_steps;
+  auto layers_4_5 = [](const std::vector<NamedTensor>& from, std::vector<NamedTensor>* to) {
+    for (const NamedTensor& t : from) {
+      if (LayerOfTensor(t.name) >= 4) to->push_back(t);
+    }
+  };
+  layers_4_5(saved->params, &want.params);
+  layers_4_5(saved->optimizer_state, &want.optimizer_state);
+  layers_4_5(saved->buffers, &want.buffers);
+  ExpectBitwiseEqual(want, *chunk1_state);
+
+  // Layers no shard holds (rank 0 wrote none here) are named.
+  const absl::StatusOr<LoadedCheckpoint> missing = LoadCheckpointForLayers(manifest, spec, 3, 4);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("no shard holding layer 3"));
 }
 
 TEST_F(StageCheckpointerTest, AMissedRequestIsReportedOnce) {

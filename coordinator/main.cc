@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -433,6 +434,15 @@ int main(int argc, char** argv) {
   }
   DAPPLE_LOG_INFO("jobs may read files under: {} (--data-root)",
                   absl::StrJoin(options.data_roots, ", "));
+  for (const std::string& root : options.data_roots) {
+    struct stat st {};
+    if (stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      DAPPLE_LOG_WARN(
+          "--data-root {} is not a folder here (yet): files jobs name under it do not "
+          "exist until it does",
+          root);
+    }
+  }
   HoldGrpcLog(true);
   auto server = dapple::coordinator::GrpcServer::Start(
       flags->listen, service->get(),

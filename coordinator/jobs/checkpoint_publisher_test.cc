@@ -112,7 +112,7 @@ TEST_F(CheckpointPublisherTest, InterleavedStagesListTheirChunks) {
       r->set_last_layer(b[1]);
     }
   }
-  pub_->OnJobStarted("job-1", Spec(), plan, 0);
+  pub_->OnJobStarted("job-1", root_ + "/job-1", Spec(), plan, 0);
   EXPECT_EQ(pub_->OnReport(Shard(2, 0), published_, 1000).kind, Kind::kWaiting);
   CheckpointPublisher::Outcome o = pub_->OnReport(Shard(2, 1), published_, 1000);
   ASSERT_EQ(o.kind, Kind::kPublished) << o.message;

@@ -272,8 +272,8 @@ int main(int argc, char** argv) {
   app.add_flag("--plaintext", raw.plaintext,
                "serve without TLS on a non-loopback --listen (tokens and jobs unencrypted)");
   app.add_option("--admin-token-file", raw.admin_token_file,
-                 "first start only: write the admin's token here, mode 0600 (default: "
-                 "admin.token next to --db)")
+                 "first start, and a start that finds no valid admin token: write the admin's "
+                 "token here, mode 0600 (default: admin.token next to --db)")
       ->type_name("FILE");
   app.add_option("--join-token-file", raw.join_token_file,
                  "first start only: write the cluster's join token for workers here, mode 0600 "

@@ -80,7 +80,11 @@ TEST(ScheduleAutoRuntimeTest, TheChosenScheduleTrainsLikeOneDevice) {
   const v1::ParallelPlanSummary s = PlanAndRun(AutoSpec(), int64_t{16} << 30);
   EXPECT_NE(s.schedule(), "auto");
   EXPECT_TRUE(s.schedule() == "zb-h1" || s.schedule() == "zb-h2") << s.schedule();
-  EXPECT_EQ(s.alternatives_size(), 6);
+  // The six schedules, and interleaved 1F1B for each v the model's layers allow (2 here).
+  EXPECT_EQ(s.alternatives_size(), 8);
+  int interleaved = 0;
+  for (const v1::PlanAlternative& a : s.alternatives()) interleaved += a.interleave() > 1;
+  EXPECT_EQ(interleaved, 2);
 }
 
 TEST(ScheduleAutoRuntimeTest, RecomputationChosenWhenOnlyItFitsTrainsLikeOneDevice) {

@@ -283,12 +283,15 @@ class CheckpointTest(unittest.TestCase):
         with open(path, "w") as f:
             f.write(spec("interleaved-stopped", LONG, every=K, interleave=2))
         job = json.loads(self.c.ctl("submit", path, "-o", "json")[1])["id"]
-        j, published = self.wait_checkpoint(job)
+        j, _ = self.wait_checkpoint(job)
         self.assertEqual(j["plan"]["schedule"], "interleaved", j["plan"])
         self.assertEqual([len(s["chunks"]) for s in j["plan"]["stages"]], [2, 2], j["plan"])
         self.c.ctl("cancel", job)
-        self.c.wait_state(job, TERMINAL, 30)
-        ckpt = published[0]
+        j = self.c.wait_state(job, TERMINAL, 30)
+        # The newest checkpoint: the job may have published --keep-checkpoints more after the one
+        # seen first, and the older ones are deleted.
+        ckpt = max(j["checkpoints"], key=lambda c: int(c["step"]))
+        self.assertTrue(os.path.exists(os.path.join(ckpt["path"], "manifest.pb")), ckpt)
         step = int(ckpt["step"])
         self.assertEqual(step % K, 0)
         self.assertEqual(ckpt["reason"], "periodic")

@@ -610,6 +610,10 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
     }
     limits.schedule = schedule::ScheduleKind::kPipeDream;
   }
+  // Interleaved 1F1B's depth and chunks are bounded by the job's layers, M and runtime (CUDA,
+  // tied weights): without a spec there is no job to check them against.
+  limits.interleave_left_out =
+      "a plan without a job spec does not try it: dapplectl plan JOB.yaml --schedule auto";
   problem.optimizer_state_factor = 1.0;
   problem.max_devices = 0;
   problem.max_replicas = 0;

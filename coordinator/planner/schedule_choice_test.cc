@@ -17,6 +17,7 @@ namespace dapple::coordinator {
 namespace {
 
 using schedule::ScheduleKind;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 std::vector<std::pair<ScheduleKind, RecomputeMode>> Pairs(const std::vector<ScheduleOption>& o) {
@@ -448,6 +449,10 @@ TEST(ScheduleAutoTest, PlanProfileChoosesToo) {
   auto chosen = PlanProfile(profile, topology, "", 64, "auto");
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(chosen->alternatives_size(), 6);
+  // Interleaved needs a job's P, v, layers and M: the plan says so rather than omit it silently.
+  EXPECT_THAT(chosen->notes(),
+              Contains(HasSubstr("interleaved 1F1B was not considered (a plan without a job "
+                                 "spec does not try it: dapplectl plan JOB.yaml")));
   auto dapple = PlanProfile(profile, topology, "", 64);
   ASSERT_TRUE(dapple.ok()) << dapple.status();
   EXPECT_EQ(dapple->schedule(), "dapple");

@@ -324,7 +324,7 @@ TEST_F(AdminCommandTest, TokenListAndRevokeNeverShowSecrets) {
   EXPECT_EQ(fake_.last<v1::ListTokensRequest>("ListTokens").user(), "alice");
   EXPECT_EQ(r.out,
             "ID                 USER    AGE   EXPIRES          STATE\n"
-            "0000000000000001   alice   9s    in 29m           revoked 8s ago\n"
+            "0000000000000001   alice   9s    in 30m           revoked 8s ago\n"
             "0000000000000002   alice   9s    expired 4s ago   expired\n");
   r = Run({"admin", "token", "revoke", "00000000000000ff"});
   EXPECT_EQ(r.code, kExitRefused);

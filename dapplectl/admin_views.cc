@@ -153,7 +153,7 @@ std::string RenderUsers(const google::protobuf::RepeatedPtrField<v1::User>& user
 std::string ExpiryText(int64_t expires_unix_ms, int64_t now_unix_ms) {
   if (expires_unix_ms <= 0) return "never";
   const double seconds = static_cast<double>(expires_unix_ms - now_unix_ms) / 1000.0;
-  if (seconds > 0) return absl::StrCat("in ", FormatAge(seconds));
+  if (seconds > 0) return absl::StrCat("in ", FormatRemaining(seconds));
   return absl::StrCat("expired ", FormatAge(-seconds), " ago");
 }
 

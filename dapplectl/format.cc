@@ -55,6 +55,16 @@ std::string FormatAge(double seconds) {
   return absl::StrCat(static_cast<int64_t>(seconds / 86400), "d");
 }
 
+std::string FormatRemaining(double seconds) {
+  if (!std::isfinite(seconds)) return "-";
+  const int64_t total = std::max<int64_t>(0, std::llround(seconds));
+  // Each unit's threshold is where the nearest count of the next unit is 1.
+  if (total < 60) return absl::StrCat(total, "s");
+  if (total < 3600 - 30) return absl::StrCat(std::max<int64_t>(1, (total + 30) / 60), "m");
+  if (total < 86400 - 1800) return absl::StrCat((total + 1800) / 3600, "h");
+  return absl::StrCat((total + 43200) / 86400, "d");
+}
+
 std::string FormatPercent(double fraction) { return absl::StrFormat("%.2f%%", fraction * 100.0); }
 
 std::string FormatLoss(double loss) {

@@ -30,6 +30,12 @@ std::string FormatClock(double seconds);
 // "23h", "1d", "400d". Negative (clock skew) counts as 0; NaN -> "-".
 std::string FormatAge(double seconds);
 
+// A time left in seconds (a token's expiry), in FormatAge's units but rounded to the nearest:
+// a token made with --expires 24h reads "1d" a second later, not "23h"; --expires 90m reads
+// "2h" (1.5 h rounds up). A unit is used while the rounded count is below the next
+// unit's: "59s", "1m" .. "59m", "1h" .. "23h", "1d" ... Negative -> "0s"; NaN or infinite -> "-".
+std::string FormatRemaining(double seconds);
+
 // A fraction in [0, 1] as a percentage with two decimals: 0.87123 -> "87.12%".
 std::string FormatPercent(double fraction);
 

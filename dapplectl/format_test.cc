@@ -63,6 +63,23 @@ TEST(FormatTest, Age) {
   EXPECT_EQ(FormatAge(std::nan("")), "-");
 }
 
+TEST(FormatTest, Remaining) {
+  EXPECT_EQ(FormatRemaining(0), "0s");
+  EXPECT_EQ(FormatRemaining(59.4), "59s");
+  EXPECT_EQ(FormatRemaining(59.6), "1m");
+  EXPECT_EQ(FormatRemaining(89), "1m");
+  EXPECT_EQ(FormatRemaining(90), "2m");
+  EXPECT_EQ(FormatRemaining(3569), "59m");
+  EXPECT_EQ(FormatRemaining(3570), "1h");
+  EXPECT_EQ(FormatRemaining(5400), "2h");
+  EXPECT_EQ(FormatRemaining(84599), "23h");
+  EXPECT_EQ(FormatRemaining(86399), "1d");  // --expires 24h, a second later
+  EXPECT_EQ(FormatRemaining(30 * 86400 - 10), "30d");
+  EXPECT_EQ(FormatRemaining(-5), "0s");
+  EXPECT_EQ(FormatRemaining(std::nan("")), "-");
+  EXPECT_EQ(FormatRemaining(std::numeric_limits<double>::infinity()), "-");
+}
+
 TEST(FormatTest, Numbers) {
   EXPECT_EQ(FormatPercent(0.87123), "87.12%");
   EXPECT_EQ(FormatPercent(1.0), "100.00%");

@@ -401,8 +401,8 @@ int main(int argc, char** argv) {
     for (const dapple::v1::Tenant& t : *all) {
       if (t.name() == name) return absl::OkStatus();
     }
-    return absl::NotFoundError(absl::StrCat("no tenant '", name,
-                                            "': create it first with dapplectl admin tenant "
+    return absl::NotFoundError(absl::StrCat("no tenant ", name,
+                                            ": create it first with dapplectl admin tenant "
                                             "create ",
                                             name));
   };

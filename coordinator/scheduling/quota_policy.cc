@@ -505,6 +505,19 @@ class QuotaPolicy::Round {
     return false;
   }
 
+  // Whether a tenant of t's cohort other than t uses more of `type` than its nominal quota.
+  bool CohortBorrows(int t, const std::string& type) const {
+    const std::string& cohort = Config(t).cohort;
+    if (cohort.empty()) return false;
+    for (int o = 0; o < static_cast<int>(p_.config_.tenants.size()); ++o) {
+      if (o != t && Config(o).cohort == cohort &&
+          Get(ledger_.usage[o], type) > Get(Config(o).nominal, type)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // The pending reason of a job that neither fits nor preempts: its own tenant's use only.
   void Explain(const Workload& w, Fit fit) {
     const int t = TenantOf(w);
@@ -530,6 +543,14 @@ class QuotaPolicy::Round {
                         " to lend");
       }
       absl::StrAppend(&part, "; this job needs ", need);
+      // Reclaim serves only a job within the nominal quota (Kueue's rule): say so when the
+      // tenant's unused quota is what others borrow, or "why is my quota not reclaimed".
+      if (fit == Fit::kQuota && used < nominal && used + need > nominal &&
+          CohortBorrows(t, type)) {
+        absl::StrAppend(&part, ", more than the ", nominal - used,
+                        " left of its nominal quota, which other tenants of the cohort borrow "
+                        "and which is reclaimed only for a job within it");
+      }
       parts.push_back(std::move(part));
     }
     if (fit == Fit::kQuota) {

@@ -184,6 +184,25 @@ TEST(QuotaPolicyTest, BorrowsWhenTheLenderIsIdle) {
                         "its cohort has 2 to lend; this job needs 3"));
 }
 
+TEST(QuotaPolicyTest, AJobBeyondTheNominalQuotaSaysWhyTheLentQuotaIsNotReclaimed) {
+  const QuotaPolicy policy = Make({Tenant("a", 2), Tenant("b", 2)});
+  Cluster c;
+  c.workloads = {Running("a0", "a", 4, 1), Job("b1", "b", 3, 2)};
+  SchedulingDecision d = c.Step(policy);
+  EXPECT_THAT(d.preempt, IsEmpty());  // reclaim serves only a job within b's nominal 2
+  EXPECT_EQ(Find(d, "b1")->reason, PendingReason::kWaitingForQuota);
+  EXPECT_EQ(Find(d, "b1")->message,
+            "tenant b uses 0 cpu devices in 0 jobs (nominal quota 2), its cohort has 0 to lend; "
+            "this job needs 3, more than the 2 left of its nominal quota, which other tenants of "
+            "the cohort borrow and which is reclaimed only for a job within it");
+  // Nobody borrows: the plain message.
+  c.workloads = {Running("a0", "a", 2, 1), Job("b1", "b", 3, 2)};
+  d = c.Step(policy);
+  EXPECT_EQ(Find(d, "b1")->message,
+            "tenant b uses 0 cpu devices in 0 jobs (nominal quota 2), its cohort has 0 to lend; "
+            "this job needs 3");
+}
+
 TEST(QuotaPolicyTest, BorrowingAndLendingLimitsHold) {
   TenantConfig a = Tenant("a", 4);
   a.borrowing_limit = DeviceCounts{{"cpu", 1}};

@@ -112,6 +112,8 @@ std::string RenderTenants(const v1::ListTenantsResponse& response) {
       cohorts.AddRow({c.name(), OrDash(SharedDevices(c))});
     absl::StrAppend(&out, "\n", cohorts.Render());
   }
+  if (!response.notes().empty()) absl::StrAppend(&out, "\n");
+  for (const std::string& note : response.notes()) absl::StrAppend(&out, "NOTE  ", note, "\n");
   return out;
 }
 

@@ -19,7 +19,8 @@ namespace dapple::ctl {
 // outside a cohort, else BORROW LIMIT "none" / LEND LIMIT "all" when no type sets one, "0" when
 // another type does (admin.proto DeviceQuota). A tenant without quota or use: one row, DEVICE
 // "-". Then, when there are cohorts, a blank line and a COHORT / SHARED table ("cpu=4, cuda=8").
-// No tenants: "no tenants\n" (then the cohorts).
+// No tenants: "no tenants\n" (then the cohorts). Then, when the response has notes, a blank line
+// and "NOTE  <note>\n" for each.
 std::string RenderTenants(const v1::ListTenantsResponse& response);
 
 // "created tenant team-a\n" (or "set the quota of tenant team-a\n" when `created` is false),

@@ -44,6 +44,10 @@ TEST(AdminViewsTest, EmptyLists) {
   v1::ListTenantsResponse cohorts_only;
   cohorts_only.add_cohorts()->set_name("c");
   EXPECT_EQ(RenderTenants(cohorts_only), "no tenants\n\nCOHORT   SHARED\nc        -\n");
+  cohorts_only.add_notes("the nominal quotas total 6 cpu devices, more than the 4 ...");
+  EXPECT_EQ(RenderTenants(cohorts_only),
+            "no tenants\n\nCOHORT   SHARED\nc        -\n\n"
+            "NOTE  the nominal quotas total 6 cpu devices, more than the 4 ...\n");
   v1::Cohort empty;
   empty.set_name("c");
   EXPECT_EQ(RenderCohortSet(empty), "set cohort c: shared nothing\n");

@@ -79,6 +79,32 @@ absl::Status SchedulingManager::CheckSubmit(const Workload& workload,
   return policy_.CheckSubmit(workload, queued_jobs_of_tenant);
 }
 
+std::vector<std::string> SchedulingManager::NominalBeyondDevices(const ClusterState& state) const {
+  DeviceCounts promised;
+  for (const TenantConfig& t : policy_.config().tenants) {
+    for (const auto& [type, n] : t.nominal) promised[type] += n;
+  }
+  for (const CohortConfig& c : policy_.config().cohorts) {
+    for (const auto& [type, n] : c.shared) promised[type] += n;
+  }
+  DeviceCounts devices = state.free_devices;
+  for (const Workload& w : state.workloads) {
+    if (!w.admitted) continue;
+    for (const auto& [type, n] : w.devices) devices[type] += n;
+  }
+  std::vector<std::string> notes;
+  for (const auto& [type, n] : promised) {
+    const auto d = devices.find(type);
+    const int64_t have = d == devices.end() ? 0 : d->second;
+    if (n <= have) continue;
+    notes.push_back(absl::StrCat("the nominal quotas total ", n, " ", type,
+                                 n == 1 ? " device" : " devices", ", more than the ", have,
+                                 " the live workers have: a nominal quota is guaranteed only as "
+                                 "far as those devices exist"));
+  }
+  return notes;
+}
+
 std::map<std::string, std::map<std::string, TenantUsage>> SchedulingManager::Usage(
     const ClusterState& state) const {
   const SchedulingConfig& config = policy_.config();

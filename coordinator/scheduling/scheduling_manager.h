@@ -76,6 +76,14 @@ class SchedulingManager {
 
   const SchedulingConfig& config() const { return policy_.config(); }
 
+  // What an admin should know of the quotas against `state`'s devices (ListTenants' notes):
+  // per device type whose nominal quotas (every tenant's, plus every cohort's shared devices)
+  // total more than the cluster's live devices of that type (state.free_devices plus what the
+  // admitted workloads hold), "the nominal quotas total 6 cpu devices, more than the 4 the live
+  // workers have: a nominal quota is guaranteed only as far as those devices exist". A type no
+  // worker has is named as 0. Types in name order; empty when every quota is covered.
+  std::vector<std::string> NominalBeyondDevices(const ClusterState& state) const;
+
   // The signal of the alert "tenant starved within its quota" (docs/operations.md,
   // DappleTenantStarvedWithinQuota): per tenant of `usage` (Usage(state)) and device type, when
   // the longest-waiting of the tenant's queued jobs that fits its nominal quota next to what the

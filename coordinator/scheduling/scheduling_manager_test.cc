@@ -166,6 +166,32 @@ TEST(SchedulingManagerTest, UsageCountsBorrowedAndLent) {
   EXPECT_FALSE(usage.contains(""));
 }
 
+TEST(SchedulingManagerTest, NominalQuotasBeyondTheLiveDevicesAreNoted) {
+  SchedulingManager m = TwoTenants();  // a and b: cpu 2 each
+  ClusterState s;
+  s.free_devices = {{"cpu", 1}};
+  s.workloads = {Admitted(Job("job-1", "b", 3, 1), 10), Job("job-2", "a", 8, 2)};
+  EXPECT_THAT(m.NominalBeyondDevices(s), IsEmpty());  // 1 free + 3 held = 4 = 2 + 2
+  s.workloads.pop_back();
+  s.workloads.front().devices = {{"cpu", 2}};
+  EXPECT_THAT(m.NominalBeyondDevices(s),
+              ElementsAre("the nominal quotas total 4 cpu devices, more than the 3 the live "
+                          "workers have: a nominal quota is guaranteed only as far as those "
+                          "devices exist"));
+  // A cohort's shared devices are promised too; a type no worker has counts 0.
+  SchedulingConfig config = m.config();
+  for (CohortConfig& cohort : config.cohorts) {
+    if (cohort.name == "c") cohort.shared["cuda"] = 1;
+  }
+  absl::StatusOr<SchedulingManager> with_cohort = SchedulingManager::Create(config);
+  ASSERT_TRUE(with_cohort.ok()) << with_cohort.status();
+  s.free_devices = {{"cpu", 2}};
+  EXPECT_THAT(with_cohort->NominalBeyondDevices(s),
+              ElementsAre("the nominal quotas total 1 cuda device, more than the 0 the live "
+                          "workers have: a nominal quota is guaranteed only as far as those "
+                          "devices exist"));
+}
+
 TEST(SchedulingManagerTest, OldestWithinQuotaIsTheLongestWaitingJobThatFitsNominal) {
   SchedulingManager m = TwoTenants();
   ClusterState state;

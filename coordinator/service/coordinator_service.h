@@ -365,7 +365,7 @@ class CoordinatorService {
                          v1::Cohort* response);
   // Fills quota, usage, queued_jobs and admitted_jobs of each tenant already in
   // response->tenants (matched by name; the caller lists them from the credential store) and
-  // adds every cohort.
+  // adds every cohort and the notes of nominal quotas beyond the live devices.
   absl::Status DescribeTenants(const auth::Identity& caller, v1::ListTenantsResponse* response);
 
  private:

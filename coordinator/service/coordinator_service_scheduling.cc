@@ -402,6 +402,9 @@ absl::Status CoordinatorService::DescribeTenants(const auth::Identity& caller,
     tenant.set_admitted_jobs(admitted);
   }
   for (const auto& [name, cohort] : quotas_->Cohorts()) *response->add_cohorts() = cohort;
+  for (std::string& note : ManagerLocked().NominalBeyondDevices(state)) {
+    response->add_notes(std::move(note));
+  }
   return absl::OkStatus();
 }
 

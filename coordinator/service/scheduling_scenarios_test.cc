@@ -26,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 
 constexpr int64_t kStart = 1'700'000'000'000;
@@ -393,6 +394,18 @@ TEST_F(SchedulingScenariosTest, NeverAPartialStartAndNoHeadOfLineBlocking) {
   EXPECT_EQ(Get("job-1").message(), "the cluster has 3 cpu devices free; this job needs 4");
   EXPECT_EQ(Get("job-2").state(), v1::JOB_STATE_RUNNING);  // not blocked by job-1
   EXPECT_EQ(BusyWorkers(), 2);                             // none for job-1
+  // The admin sees that a's nominal 8 is more than the 3 live devices: not guaranteed.
+  v1::ListTenantsResponse tenants;
+  tenants.add_tenants()->set_name("a");
+  ASSERT_TRUE(svc_->DescribeTenants(auth::TestAdmin(), &tenants).ok());
+  EXPECT_THAT(tenants.notes(),
+              ElementsAre("the nominal quotas total 8 cpu devices, more than the 3 the live "
+                          "workers have: a nominal quota is guaranteed only as far as those "
+                          "devices exist"));
+  ASSERT_TRUE(SetQuota("a", 3, /*cohort=*/"").ok());
+  tenants.clear_notes();
+  ASSERT_TRUE(svc_->DescribeTenants(auth::TestAdmin(), &tenants).ok());
+  EXPECT_THAT(tenants.notes(), IsEmpty());
 }
 
 TEST_F(SchedulingScenariosTest, ABigJobIsNotStarvedBySmallOnes) {

@@ -545,8 +545,7 @@ class QuotaPolicy::Round {
       absl::StrAppend(&part, "; this job needs ", need);
       // Reclaim serves only a job within the nominal quota (Kueue's rule): say so when the
       // tenant's unused quota is what others borrow, or "why is my quota not reclaimed".
-      if (fit == Fit::kQuota && used < nominal && used + need > nominal &&
-          CohortBorrows(t, type)) {
+      if (fit == Fit::kQuota && used < nominal && used + need > nominal && CohortBorrows(t, type)) {
         absl::StrAppend(&part, ", more than the ", nominal - used,
                         " left of its nominal quota, which other tenants of the cohort borrow "
                         "and which is reclaimed only for a job within it");

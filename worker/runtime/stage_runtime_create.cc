@@ -265,7 +265,8 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
   }
   int64_t widest = NumElements(infos[0].input_shape);
   for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
-  eval_chunk_ = std::clamp<int64_t>(kMaxEvalActivationFloats / widest, 1, kMaxEvalChunk);
+  eval_chunk_ = std::clamp<int64_t>(
+      std::min<int64_t>(kMaxEvalActivationFloats / widest, micro_batch_size_), 1, kMaxEvalChunk);
   targets_per_sample_ = TargetsPerSample(infos);
   const std::vector<int64_t>& model_output = infos.back().output_shape;
   if (model_output.size() == 2) {

@@ -49,6 +49,16 @@ absl::Status StageRuntime::EvaluateChunk(int64_t eval_index, int chunk, int slot
   };
   // The link of a message: the chunk of the lower virtual stage (MessageTag).
   const int recv_link = ck.first ? 0 : (ck.virtual_stage - 1) / num_stages_;
+  // Send buffers. A flushed program has no send in flight between steps, so evaluation reuses
+  // the training's first send ids, and with one chunk per rank it keeps at most
+  // kEvalSendsInFlight pieces in flight: it waits for the sent ones before reusing their ids, so
+  // an evaluation holds no more than a step (one buffer per piece held every piece's activations
+  // at once: gigabytes for a GPT's validation split). Two cases cannot wait mid-evaluation and
+  // keep one buffer per piece: virtual stages (a rank's later chunk receives what its earlier
+  // chunk's neighbour sends), and a program without a flush, whose training sends still out are
+  // received by the neighbour only after its own evaluation; those take ids after the
+  // training's, so that no evaluation piece overwrites a training send in flight.
+  const bool bounded_sends = chunks_.size() == 1 && !carries_across_steps_;
   for (int64_t c = 0; c < pieces; ++c) {
     const int64_t begin = c * eval_chunk_;
     const int64_t n = std::min(eval_chunk_, eval.size() - begin);
@@ -84,7 +94,14 @@ absl::Status StageRuntime::EvaluateChunk(int64_t eval_index, int chunk, int slot
       totals->loss_sum += *sum;
       totals->correct += ok;
     } else {
-      absl::StatusOr<const void*> out = b.OutputForSend(slot, piece, n);
+      if (bounded_sends && c > 0 && c % kEvalSendsInFlight == 0) {
+        s = transport_->WaitSends();
+        if (!s.ok()) return with_chunk(c, s);
+      }
+      const int send_id = bounded_sends           ? piece % kEvalSendsInFlight
+                          : carries_across_steps_ ? id_space_ + piece
+                                                  : piece;
+      absl::StatusOr<const void*> out = b.OutputForSend(slot, send_id, n);
       if (!out.ok()) return with_chunk(c, out.status());
       s = transport_->Send(eval_next_rank_,
                            MessageTag(MessageKind::kEvalActivation, eval_index, piece, chunk), *out,

@@ -201,6 +201,9 @@ TEST_F(CoordinatorBinaryTest, TheFirstStartWritesTheTokenFilesOnce) {
     Result stopped = Stop(child);
     EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
     struct stat st {};
+    // The database (token hashes, every tenant's specs) is the owner's alone (umask 077).
+    ASSERT_EQ(stat(db.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 077, 0);
     if (start == 0) {
       ASSERT_EQ(stat(admin.c_str(), &st), 0);
       EXPECT_EQ(st.st_mode & 0777, 0600);

@@ -222,6 +222,10 @@ int UsageError(absl::string_view message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Everything the coordinator writes (the database with token hashes and every tenant's specs
+  // and logs, checkpoint folders, token files) is its owner's alone: tenant isolation must not
+  // end at the API for another local user (docs/security.md).
+  ::umask(077);
   CLI::App app{"dapple-coordinator: job queue, planner, worker registry and rendezvous"};
   dapple::coordinator::RawFlags raw;
   // Numbers are taken as text: ValidateFlags checks them, with messages naming the rule

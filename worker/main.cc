@@ -4,6 +4,7 @@
 // Exit codes: 0 after a signal (or --help), 2 for a bad flag or a stray argument (one line on
 // stderr, worker_flags.h), 1 otherwise (also one line on stderr, e.g. --devices cuda:0 on a
 // machine without a usable GPU).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +69,10 @@ absl::Status ResolveDevices(bool devices_given, bool cpu_fallback,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Checkpoint shards (a tenant's weights) and every other file the worker writes are its
+  // owner's alone; the coordinator runs as the same user (the Helm chart: uid 10001) and reads
+  // them (docs/security.md).
+  ::umask(077);
   dapple::worker::TuneAllocatorForTraining();
   // A signal may land on any thread (OpenBLAS starts its own before main), so the handler only
   // writes to a pipe; a dedicated thread turns that into Stop(). Installed first, so that a

@@ -133,6 +133,12 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(step % K, 0)
         self.assertTrue(os.path.exists(os.path.join(ckpt["path"], "manifest.pb")))
         self.assertEqual(ckpt["reason"], "periodic")
+        # A tenant's weights are the daemons' user's alone: no folder or shard is readable by
+        # another local user (umask 077 in both daemons).
+        tenant_dir = os.path.dirname(os.path.dirname(ckpt["path"]))
+        for root, dirs, files in os.walk(tenant_dir):
+            for name in [root] + [os.path.join(root, f) for f in files]:
+                self.assertEqual(os.stat(name).st_mode & 0o077, 0, name)
 
         last = step + 2 * K
         reference = self.uninterrupted(last)

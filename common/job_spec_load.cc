@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,83 @@ std::optional<TooDeep> FindTooDeep(absl::string_view text) {
   return std::nullopt;
 }
 
+// The first line (0-based) up to `last_line` whose indentation holds a tab before content
+// (a blank or comment line's whitespace does not count), if any.
+std::optional<int> TabIndentedLine(absl::string_view text, int last_line) {
+  int line = 0;
+  for (size_t start = 0; start < text.size() && line <= last_line; ++line) {
+    size_t end = text.find('\n', start);
+    if (end == absl::string_view::npos) end = text.size();
+    const absl::string_view row = text.substr(start, end - start);
+    const size_t content = row.find_first_not_of(" \t\r");
+    if (content != absl::string_view::npos && row[content] != '#' &&
+        row.substr(0, content).find('\t') != absl::string_view::npos) {
+      return line;
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+// Where a quoted scalar of `node` (or below it) opens a quote that does not close on its own
+// line: its line, column and quote character, 1-based, and the line where it closes (0: never). A
+// quote left open takes in the lines after it up to the next quote character, and what is left
+// parses as a different document ("missing required field 'model'"), so the open quote is what the
+// message must name. No value of a job spec needs more than one line.
+struct OpenQuote {
+  int line = 0;
+  int column = 0;
+  char quote = 0;
+  int end_line = 0;  // 0: the quote is never closed
+};
+
+// `seen`: the positions of the collections visited, so that an alias (even a cyclic one,
+// `a: &x [*x]`) is walked once.
+std::optional<OpenQuote> MultiLineQuote(const YAML::Node& node, absl::string_view text,
+                                        std::set<int>* seen) {
+  if (node.IsScalar()) {
+    const YAML::Mark mark = node.Mark();
+    if (mark.is_null() || mark.pos < 0 || static_cast<size_t>(mark.pos) >= text.size()) {
+      return std::nullopt;
+    }
+    const char q = text[mark.pos];
+    if (q != '"' && q != '\'') return std::nullopt;
+    int line = mark.line;
+    for (size_t i = mark.pos + 1; i < text.size(); ++i) {
+      const char c = text[i];
+      if (q == '"' && c == '\\') {
+        ++i;  // an escape; an escaped line break also continues the value on the next line
+        if (i < text.size() && text[i] == '\n') ++line;
+        continue;
+      }
+      if (c == '\n') {
+        ++line;
+        continue;
+      }
+      if (c != q) continue;
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+        continue;
+      }
+      if (line == mark.line) return std::nullopt;
+      return OpenQuote{mark.line + 1, mark.column + 1, q, line + 1};
+    }
+    // Never closed: yaml-cpp takes the rest of the text as the value.
+    return OpenQuote{mark.line + 1, mark.column + 1, q, 0};
+  }
+  if ((node.IsSequence() || node.IsMap()) && seen->insert(node.Mark().pos).second) {
+    for (YAML::const_iterator it = node.begin(); it != node.end(); ++it) {
+      if (node.IsMap()) {
+        if (auto q = MultiLineQuote(it->first, text, seen)) return q;
+        if (auto q = MultiLineQuote(it->second, text, seen)) return q;
+      } else if (auto q = MultiLineQuote(*it, text, seen)) {
+        return q;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
@@ -200,6 +278,16 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::strin
           name, open->line + 1, open->column + 1, open->symbol, e.mark.line + 1, e.mark.column + 1,
           e.msg));
     }
+    // yaml-cpp's words for a tab in the indentation ("illegal map value", at the line's end)
+    // do not name it.
+    std::optional<int> tab;
+    if (e.msg.find("tab") == std::string::npos) tab = TabIndentedLine(yaml, e.mark.line);
+    if (tab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d:1: YAML syntax error: this line is indented with a tab; YAML indents with "
+          "spaces only (yaml-cpp stopped at %d:%d: %s)",
+          name, *tab + 1, e.mark.line + 1, e.mark.column + 1, e.msg));
+    }
     return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: YAML syntax error: %s", name,
                                                       e.mark.line + 1, e.mark.column + 1, e.msg));
   }
@@ -208,7 +296,16 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::strin
         "%s:%d:%d: the job spec must be one YAML document, found %d (separated by ---)", name,
         documents[1].Mark().line + 1, documents[1].Mark().column + 1, documents.size()));
   }
-  return documents.empty() ? YAML::Node() : documents[0];
+  if (documents.empty()) return YAML::Node();
+  std::set<int> seen;
+  if (std::optional<OpenQuote> open = MultiLineQuote(documents[0], yaml, &seen)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: this %c is not closed on its line: the value runs on to %s (close the "
+        "quote; every value of a job spec fits on one line)",
+        name, open->line, open->column, open->quote,
+        open->end_line > 0 ? absl::StrFormat("line %d", open->end_line) : "the end of the text"));
+  }
+  return documents[0];
 }
 
 }  // namespace dapple::job_spec_internal

@@ -250,6 +250,28 @@ TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
   ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value"});
 }
 
+// Found by a fresh user: a tab indenting a nested field read "illegal map value" at the line's
+// end, and an unclosed quote "missing required field 'model'".
+TEST(ParseJobSpecTest, ATabIndentAndAnUnclosedQuoteAreNamed) {
+  ExpectParseError(Edit(kExample, "  global_batch: 256", "\tglobal_batch: 256"),
+                   "job.yaml:12:1: YAML syntax error: this line is indented with a tab; YAML "
+                   "indents with spaces only (yaml-cpp stopped at 12:14: illegal map value)");
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: \"fmnist-mlp"),
+                   "job.yaml:1:7: this \" is not closed on its line: the value runs on to the end "
+                   "of the text (close the quote; every value of a job spec fits on one line)");
+  // YAML allows a quoted value over lines; in a job spec it is a quote closed too late.
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: 'fmnist\n  -mlp'"),
+                   "job.yaml:1:7: this ' is not closed on its line: the value runs on to line 2 "
+                   "(close the quote; every value of a job spec fits on one line)");
+  // Quotes closed on their line, escapes and doubled single quotes are fine.
+  EXPECT_TRUE(ParseJobSpec(Edit(Edit(kExample, "name: fmnist-mlp", "name: 'fmnist-mlp'"),
+                                "{type: relu}", "{type: \"re\\\"lu\"}"),
+                           "job.yaml")
+                  .status()
+                  .message()
+                  .find("not closed") == absl::string_view::npos);
+}
+
 TEST(ParseJobSpecTest, PriorityParsedValidatedAndWritten) {
   absl::StatusOr<v1::JobSpec> spec =
       ParseJobSpec(Edit(kExample, "training:", "priority: 7\ntraining:"), "job.yaml");

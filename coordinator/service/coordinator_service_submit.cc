@@ -312,6 +312,23 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     if (absl::Status s = CheckJobKernels(*spec, text); !s.ok()) {
       summary.add_notes(absl::StrCat("submit would refuse this job: ", s.message()));
     }
+    // A user's plan is checked against the tenant's quota as submit checks it, so that a plan
+    // that fits the cluster but never the tenant says so before the submit.
+    if (!caller.tenant.empty()) {
+      v1::Job planned;
+      *planned.mutable_spec() = *spec;
+      *planned.mutable_plan() = summary;
+      absl::MutexLock lock(&mu_);
+      scheduling::Workload workload;
+      workload.tenant = caller.tenant;
+      workload.devices[scheduling::DeviceTypeKey(ManagerLocked().ChargedDeviceType(
+          caller.tenant, spec->parallel().device_type()))] = WorkersNeeded(planned);
+      if (absl::Status s =
+              ManagerLocked().CheckSubmit(workload, jobs_->PendingOfTenant(caller.tenant));
+          !s.ok()) {
+        summary.add_notes(absl::StrCat("submit would refuse this job: ", s.message()));
+      }
+    }
     if (hypothetical) {
       const std::string& type = spec->parallel().device_type();
       const size_t fitting = LiveFittingWorkers(workers, type).size();

@@ -24,6 +24,7 @@ namespace dapple::coordinator {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -406,6 +407,30 @@ TEST_F(SchedulingScenariosTest, NeverAPartialStartAndNoHeadOfLineBlocking) {
   tenants.clear_notes();
   ASSERT_TRUE(svc_->DescribeTenants(auth::TestAdmin(), &tenants).ok());
   EXPECT_THAT(tenants.notes(), IsEmpty());
+}
+
+// Found by a fresh user: `dapplectl plan` showed a 2-device plan that submit then refused for
+// the tenant's quota. The plan says so now, with submit's words.
+TEST_F(SchedulingScenariosTest, APlanBeyondTheTenantsQuotaSaysSubmitWouldRefuseIt) {
+  Open(2);
+  ASSERT_TRUE(SetQuota("a", 1, /*cohort=*/"").ok());
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(Spec(2));
+  req.set_source_name("job.yaml");
+  v1::PlanJobResponse resp;
+  ASSERT_TRUE(svc_->PlanJob(auth::TestUser("a", "user-a"), req, &resp).ok());
+  EXPECT_THAT(resp.plan().notes(),
+              Contains("submit would refuse this job: the job needs 2 cpu devices, more than "
+                       "tenant a can ever use (its maximum: 1, nominal quota 1 + what it may "
+                       "borrow 0): exceeds the tenant's maximum; use fewer parallel.devices"));
+  EXPECT_FALSE(Submit("a", Spec(2)).ok());
+  // Within the quota, and for an admin (no quota), no such note.
+  ASSERT_TRUE(SetQuota("a", 2, /*cohort=*/"").ok());
+  for (const auth::Identity& who : {auth::TestUser("a", "user-a"), auth::TestAdmin()}) {
+    resp.Clear();
+    ASSERT_TRUE(svc_->PlanJob(who, req, &resp).ok());
+    EXPECT_THAT(resp.plan().notes(), Not(Contains(HasSubstr("submit would refuse"))));
+  }
 }
 
 TEST_F(SchedulingScenariosTest, ABigJobIsNotStarvedBySmallOnes) {

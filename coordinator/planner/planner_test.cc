@@ -51,6 +51,30 @@ std::vector<std::pair<int, int>> Stages(const v1::ParallelPlan& plan) {
   return out;
 }
 
+// Found by a fresh user: Pipe-SGD with SGD momentum 0.9 reached 56% test accuracy where dapple
+// reached 81%, and nothing said why. The plan notes it above momentum 0.5.
+TEST(PlannerTest, PipeSgdWithHighMomentumIsNoted) {
+  for (const double momentum : {0.9, 0.5}) {
+    v1::JobSpec spec = DemoSpec(2, 1);
+    spec.mutable_parallel()->set_schedule("pipesgd");
+    spec.mutable_parallel()->set_planner("dp");
+    spec.mutable_training()->mutable_optimizer()->set_type("sgd");
+    spec.mutable_training()->mutable_optimizer()->set_momentum(momentum);
+    PlanInputs inputs;
+    inputs.max_replicas = 2;
+    auto plan = MakePlan(spec, inputs);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const auto noted = ::testing::Contains(::testing::HasSubstr(
+        "Pipe-SGD applies each update one step late, which adds momentum of its own: with "
+        "training.optimizer.momentum 0.9 training may oscillate; 0.5 or less suits it"));
+    if (momentum > 0.5) {
+      EXPECT_THAT(plan->summary().notes(), noted);
+    } else {
+      EXPECT_THAT(plan->summary().notes(), ::testing::Not(noted));
+    }
+  }
+}
+
 TEST(PlannerTest, BalancedDemoMlpOnTwoStages) {
   auto plan = MakePlan(DemoSpec(2));
   ASSERT_TRUE(plan.ok()) << plan.status();

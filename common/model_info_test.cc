@@ -271,7 +271,9 @@ TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {
   const std::vector<LayerInfo> infos = InferLayers(model).value();
   EXPECT_EQ(InputBytes(infos[0]), 16 * 4);  // 16 token ids as floats
   EXPECT_EQ(InputBytes(infos[1]), 16 * 8 * 4);
-  const int64_t block_saved = (7 * 16 * 8 + 2 * 16 * 32 + 2 * 16 * 16 + 4 * 16) * 4;
+  // The forward's saved tensors, then the gradients BackwardInput keeps for BackwardWeight.
+  const int64_t block_saved =
+      (7 * 16 * 8 + 2 * 16 * 32 + 2 * 16 * 16 + 4 * 16 + 7 * 16 * 8 + 16 * 32) * 4;
   EXPECT_EQ(infos[1].saved_bytes, block_saved);
   EXPECT_EQ(StageActivationBytesPerSample(infos, 0, 0), 16 * 4 + 16 * 8 * 4);
   EXPECT_EQ(StageActivationBytesPerSample(infos, 1, 2),

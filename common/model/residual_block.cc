@@ -86,7 +86,11 @@ class ResidualBlockType : public LayerType {
         info.backward_weight_flops + 2 * macs +
         norms * (kBatchNormBackwardPerElement - kBatchNormBackwardWeightPerElement) * n +
         2 * kReluPerElement * n + n;
-    info.saved_bytes = (projection ? 4 : 3) * out->Elements() * static_cast<int64_t>(sizeof(float));
+    // The forward's saved tensors (3 or 4 per output element), plus the gradients of the batch
+    // norms' outputs BackwardInput keeps in the same per-micro-batch cache for BackwardWeight
+    // (2 or 3 per output element; kernels/cpu/residual_block.cc).
+    info.saved_bytes =
+        (projection ? 4 + 3 : 3 + 2) * out->Elements() * static_cast<int64_t>(sizeof(float));
     return info;
   }
 };

@@ -33,8 +33,8 @@ TEST(ResidualBlockTest, IdentityShortcut) {
   EXPECT_EQ(l[0].forward_flops, 2 * macs + 2 * 8 * n + 2 * n + n);
   EXPECT_EQ(l[0].backward_weight_flops, 2 * macs + 2 * 4 * n);
   EXPECT_EQ(l[0].backward_flops, 4 * macs + 2 * 12 * n + 2 * n + n);
-  // a1, r1 and a2.
-  EXPECT_EQ(l[0].saved_bytes, 3 * 16 * 14 * 14 * 4);
+  // a1, r1 and a2, then dL/dz1 and dL/dz2 (kept from BackwardInput for BackwardWeight).
+  EXPECT_EQ(l[0].saved_bytes, (3 + 2) * 16 * 14 * 14 * 4);
 }
 
 TEST(ResidualBlockTest, ProjectionShortcutOnStrideOrChannels) {
@@ -58,7 +58,8 @@ TEST(ResidualBlockTest, ProjectionShortcutOnStrideOrChannels) {
   const double macs = n * 16 * 9 + n * 32 * 9 + n * 16;
   EXPECT_EQ(l[0].forward_flops, 2 * macs + 3 * 8 * n + 2 * n + n);
   EXPECT_EQ(l[0].backward_weight_flops, 2 * macs + 3 * 4 * n);
-  EXPECT_EQ(l[0].saved_bytes, 4 * 32 * 4 * 4 * 4);  // a1, r1, a2 and the shortcut's convolution
+  EXPECT_EQ(l[0].saved_bytes,
+            (4 + 3) * 32 * 4 * 4 * 4);  // a1, r1, a2, the shortcut conv; 3 gradients
   // Stride 1 but more channels: a projection too.
   EXPECT_THAT(l[1].output_shape, ElementsAre(64, 4, 4));
   EXPECT_EQ(l[1].params.size(), 9u);

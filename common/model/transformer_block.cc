@@ -111,8 +111,13 @@ class TransformerBlockType : public LayerType {
     // The weight gradients: one GEMM per weight matrix (qkv 6TC^2, proj 2TC^2, fc and fc2 2TCH
     // each) and the two LayerNorms' scale and shift.
     info.backward_weight_flops = 8 * T * C * C + 4 * T * C * H + 2 * 4 * T * C;
-    info.saved_bytes =
-        (7 * t * c + 2 * t * hidden + h * t * t + 4 * t) * static_cast<int64_t>(sizeof(float));
+    // What the forward saves for the backward (ln1 and ln2 outputs, attention output, the
+    // residual a, qkv: 7TC; fc and gelu outputs: 2TH; the probabilities: heads T^2; the two
+    // LayerNorms' mean and variance: 4T), plus the gradients BackwardInput keeps in the same
+    // per-micro-batch cache for BackwardWeight (fc2, ln2, proj and ln1 outputs' 4TC, qkv's 3TC,
+    // fc's TH), which stay allocated with it (kernels/cpu/transformer_block.cc).
+    info.saved_bytes = (7 * t * c + 2 * t * hidden + h * t * t + 4 * t + 7 * t * c + t * hidden) *
+                       static_cast<int64_t>(sizeof(float));
     return info;
   }
 };

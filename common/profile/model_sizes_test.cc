@@ -46,12 +46,13 @@ TEST(ModelSizesTest, EstimatedGptProfileCarriesOutputsAndSavedBytes) {
   EXPECT_EQ(profile->layers(1).activation_bytes(), T * C * f);
   EXPECT_EQ(profile->layers(2).activation_bytes(), T * C * f);
   EXPECT_EQ(profile->layers(3).activation_bytes(), T * kVocab * f);
-  // The block keeps 7TC + 2TH + hT^2 + 4T floats per sample (H = 4C): its attention
-  // probabilities grow with heads x T^2. A layernorm keeps a mean and 1/std per row; the
+  // The block keeps 7TC + 2TH + hT^2 + 4T floats per sample (H = 4C) from its forward, its
+  // attention probabilities growing with heads x T^2, and 7TC + TH gradients from BackwardInput
+  // for BackwardWeight. A layernorm keeps a mean and 1/std per row; the
   // embedding and the head keep nothing beyond their input and output.
   EXPECT_EQ(profile->layers(0).saved_bytes(), 0);
   EXPECT_EQ(profile->layers(1).saved_bytes(),
-            (7 * T * C + 2 * T * 4 * C + kHeads * T * T + 4 * T) * f);
+            (7 * T * C + 2 * T * 4 * C + kHeads * T * T + 4 * T + 7 * T * C + T * 4 * C) * f);
   EXPECT_EQ(profile->layers(2).saved_bytes(), 2 * T * f);
   EXPECT_EQ(profile->layers(3).saved_bytes(), 0);
   // The tied head holds its own copy of the table.

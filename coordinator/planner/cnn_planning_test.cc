@@ -102,11 +102,12 @@ TEST(CnnPlanningTest, EarlyConvolutionsHoldMostOfTheActivations) {
             StageActivationBytesPerSample(layers, 4, last));
   // A 16 x 28 x 28 map per layer output: 50176 bytes each for the conv, batch norm and ReLU.
   EXPECT_EQ(layers[0].output_bytes, 16 * 28 * 28 * 4);
-  // ResNet: each block saves three (four with a projection) maps of its output's size.
+  // ResNet: each block saves three (four with a projection) maps of its output's size, and
+  // keeps two (three) gradients of that size from BackwardInput for BackwardWeight.
   const std::vector<LayerInfo> resnet =
       InferLayers(ExampleSpec("resnet_fmnist.yaml").model()).value();
-  EXPECT_EQ(resnet[4].saved_bytes, 3 * 16 * 14 * 14 * 4);
-  EXPECT_EQ(resnet[5].saved_bytes, 4 * 32 * 7 * 7 * 4);
+  EXPECT_EQ(resnet[4].saved_bytes, (3 + 2) * 16 * 14 * 14 * 4);
+  EXPECT_EQ(resnet[5].saved_bytes, (4 + 3) * 32 * 7 * 7 * 4);
 }
 
 }  // namespace

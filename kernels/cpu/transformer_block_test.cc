@@ -135,14 +135,18 @@ TEST(TransformerBlockLayerTest, ParamsAndSavedBytesAreCommonModels) {
     EXPECT_EQ(params[i]->name, ParamName(1, info.params[i].name));
     EXPECT_EQ(params[i]->value.shape, info.params[i].shape) << params[i]->name;
   }
-  // What Forward keeps is exactly what common/model charges for.
+  // What Forward keeps, and BackwardInput adds for BackwardWeight in the same cache, is exactly
+  // what common/model charges for.
   const int64_t n = 3;
   LayerCache cache;
-  Tensor y;
-  block.Forward(RandomTensor({n, kT, kC}, 1, -1, 1), &y, &cache, {});
-  int64_t saved = 0;
-  for (const Tensor& t : cache.saved) saved += t.bytes();
-  EXPECT_EQ(saved, n * info.saved_bytes);
+  Tensor y, dx;
+  const Tensor x = RandomTensor({n, kT, kC}, 1, -1, 1);
+  block.Forward(x, &y, &cache, {});
+  block.BackwardInput(x, y, RandomTensor({n, kT, kC}, 2, -1, 1), &dx, &cache);
+  int64_t kept = 0;
+  for (const Tensor& t : cache.saved) kept += t.bytes();
+  for (const Tensor& t : cache.grads) kept += t.bytes();
+  EXPECT_EQ(kept, n * info.saved_bytes);
 }
 
 TEST(TransformerBlockLayerTest, InitIsGpt2s) {

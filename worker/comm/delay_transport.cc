@@ -64,13 +64,17 @@ absl::Status DelayTransport::Track(absl::Status status) {
 
 absl::Status DelayTransport::Send(int peer, uint64_t tag, const void* data, size_t bytes) {
   if (!error_.ok()) return error_;
-  if (absl::Status s = Delay("send to", peer); !s.ok()) return s;
+  if (!options_.delays_tag || options_.delays_tag(tag)) {
+    if (absl::Status s = Delay("send to", peer); !s.ok()) return s;
+  }
   return Track(inner_->Send(peer, tag, data, bytes));
 }
 
 absl::Status DelayTransport::Recv(int peer, uint64_t tag, void* data, size_t bytes) {
   if (!error_.ok()) return error_;
-  if (absl::Status s = Delay("receive from", peer); !s.ok()) return s;
+  if (!options_.delays_tag || options_.delays_tag(tag)) {
+    if (absl::Status s = Delay("receive from", peer); !s.ok()) return s;
+  }
   return Track(inner_->Recv(peer, tag, data, bytes));
 }
 

@@ -49,6 +49,10 @@ class DelayTransport : public Transport {
     const std::atomic<bool>* abort = nullptr;  // polled while waiting; may be null
     // Tests only: replaces the wait (and with it the abort polling). Null: sleep.
     std::function<void(absl::Duration)> sleep;
+    // Which messages wait, by tag (the worker: training activations and gradients, so that an
+    // evaluation's many small pieces and the closing handshake are not what a test measures).
+    // Null: every one. A message it skips draws no delay.
+    std::function<bool(uint64_t tag)> delays_tag;
   };
 
   // kInvalidArgument when `inner` is null or max_delay is outside 0..kMaxDelay.

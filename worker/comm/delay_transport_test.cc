@@ -115,6 +115,29 @@ TEST(DelayTransportTest, ZeroMaxDelayForwardsWithoutWaiting) {
   EXPECT_EQ(inner.log.size(), 2);
 }
 
+// The worker delays only the training's activations and gradients (delays_tag): a skipped
+// message is forwarded at once and draws nothing, so the others' sequence is unchanged.
+TEST(DelayTransportTest, OnlyTheSelectedTagsWait) {
+  RecordingTransport inner;
+  std::vector<absl::Duration> slept;
+  DelayTransport::Options o;
+  o.max_delay = absl::Milliseconds(5);
+  o.seed = 3;
+  o.sleep = [&](absl::Duration d) { slept.push_back(d); };
+  o.delays_tag = [](uint64_t tag) { return tag % 2 == 0; };
+  auto t = DelayTransport::Create(&inner, o).value();
+  char c;
+  ASSERT_TRUE(t->Send(1, 1, "a", 1).ok());
+  ASSERT_TRUE(t->Recv(1, 3, &c, 1).ok());
+  EXPECT_EQ(t->delays(), 0);
+  ASSERT_TRUE(t->Send(1, 2, "b", 1).ok());
+  ASSERT_TRUE(t->Recv(1, 4, &c, 1).ok());
+  EXPECT_EQ(t->delays(), 2);
+  EXPECT_EQ(inner.log.size(), 4);
+  const std::vector<absl::Duration> two = Draws(3, absl::Milliseconds(5), 2);
+  EXPECT_EQ(slept, two);
+}
+
 TEST(DelayTransportTest, RejectsBadOptions) {
   RecordingTransport inner;
   DelayTransport::Options o;

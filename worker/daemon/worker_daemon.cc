@@ -843,10 +843,18 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     delay.seed = DelayTransport::RankSeed(a.spec().training().seed(),
                                           schedule::RankIndex(a.plan(), stage, a.replica()));
     delay.abort = &abort_;
+    // The training's messages only: an evaluation sends one piece per micro-batch of its
+    // split (thousands), which the delays would stretch past the closing handshake's timeout.
+    delay.delays_tag = [](uint64_t tag) {
+      const MessageKind kind = MessageKindOf(tag);
+      return kind == MessageKind::kActivation || kind == MessageKind::kGradient;
+    };
     DAPPLE_ASSIGN_OR_RETURN(res->delay, DelayTransport::Create(runtime_transport, delay));
     runtime_transport = res->delay.get();
-    DAPPLE_LOG_WARN("{}: fault injection: a random 0..{} ms delay before every send and receive",
-                    job, absl::ToInt64Milliseconds(options_.comm_delay_max));
+    DAPPLE_LOG_WARN(
+        "{}: fault injection: a random 0..{} ms delay before every send and receive of "
+        "activations and gradients",
+        job, absl::ToInt64Milliseconds(options_.comm_delay_max));
   }
   StageCollectives collectives;
   collectives.replicas = res->replicas.get();

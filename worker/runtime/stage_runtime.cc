@@ -49,6 +49,8 @@ uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch, int link) 
          (static_cast<uint64_t>(micro_batch) & 0xFFFFull);
 }
 
+MessageKind MessageKindOf(uint64_t tag) { return static_cast<MessageKind>((tag >> 44) & 0xFull); }
+
 absl::StatusOr<std::vector<kernels::Param*>> StageRuntime::Params() {
   return backend_->HostParams();
 }

@@ -459,6 +459,8 @@ enum class MessageKind : uint64_t {
 // micro-batch = the 48 bits a Transport carries. `link`: the chunk of the lower virtual stage of
 // the two a message travels between (0 without virtual stages).
 uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch, int link = 0);
+// The kind a MessageTag carries (its top 4 bits).
+MessageKind MessageKindOf(uint64_t tag);
 
 }  // namespace dapple::worker
 

@@ -509,11 +509,8 @@ class QuotaPolicy::Round {
   bool CohortBorrows(int t, const std::string& type) const {
     const std::string& cohort = Config(t).cohort;
     if (cohort.empty()) return false;
-    for (int o = 0; o < static_cast<int>(p_.config_.tenants.size()); ++o) {
-      if (o != t && Config(o).cohort == cohort &&
-          Get(ledger_.usage[o], type) > Get(Config(o).nominal, type)) {
-        return true;
-      }
+    for (int o : p_.Members(cohort)) {
+      if (o != t && Get(ledger_.usage[o], type) > Get(Config(o).nominal, type)) return true;
     }
     return false;
   }

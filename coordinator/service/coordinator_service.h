@@ -441,6 +441,11 @@ class CoordinatorService {
   scheduling::ClusterState ClusterStateLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The manager on the stored quotas (rebuilt after SetTenantQuota / SetCohort).
   const scheduling::SchedulingManager& ManagerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SchedulingManager::CheckSubmit for `planned` (its spec and plan) submitted by `caller`: the
+  // plan's workers charged to the device type the tenant's quota gives the spec's
+  // parallel.device_type. OK for an admin. SubmitJob refuses on its answer; PlanJob notes it.
+  absl::Status CheckTenantQuotaLocked(const auth::Identity& caller, const v1::Job& planned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Preemption, step 1: asks the RUNNING job for an on-demand checkpoint (stops it at once when
   // none can be taken) and records the Preempted event.
   void BeginPreemptionLocked(const std::string& id, const std::string& reason, int64_t now)

@@ -202,12 +202,7 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   v1::Job planned;
   *planned.mutable_spec() = *spec;
   *planned.mutable_plan() = plan->summary();
-  scheduling::Workload workload;
-  workload.tenant = caller.tenant;
-  workload.devices[scheduling::DeviceTypeKey(spec->parallel().device_type())] =
-      WorkersNeeded(planned);
-  if (absl::Status s = ManagerLocked().CheckSubmit(workload, jobs_->PendingOfTenant(caller.tenant));
-      !s.ok()) {
+  if (absl::Status s = CheckTenantQuotaLocked(caller, planned); !s.ok()) {
     DAPPLE_LOG_INFO("refused job {} of tenant {}: {}", source, caller.tenant, s.message());
     return s;
   }
@@ -255,6 +250,17 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
     if (topology.ok()) inputs.topology = *std::move(topology);
   }
   return inputs;
+}
+
+absl::Status CoordinatorService::CheckTenantQuotaLocked(const auth::Identity& caller,
+                                                        const v1::Job& planned) {
+  // Submit stored the charged type in the spec already; a plan's spec may still say "any".
+  const scheduling::SchedulingManager& manager = ManagerLocked();
+  scheduling::Workload workload;
+  workload.tenant = caller.tenant;
+  workload.devices[scheduling::DeviceTypeKey(manager.ChargedDeviceType(
+      caller.tenant, planned.spec().parallel().device_type()))] = WorkersNeeded(planned);
+  return manager.CheckSubmit(workload, jobs_->PendingOfTenant(caller.tenant));
 }
 
 absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
@@ -319,13 +325,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
       *planned.mutable_spec() = *spec;
       *planned.mutable_plan() = summary;
       absl::MutexLock lock(&mu_);
-      scheduling::Workload workload;
-      workload.tenant = caller.tenant;
-      workload.devices[scheduling::DeviceTypeKey(ManagerLocked().ChargedDeviceType(
-          caller.tenant, spec->parallel().device_type()))] = WorkersNeeded(planned);
-      if (absl::Status s =
-              ManagerLocked().CheckSubmit(workload, jobs_->PendingOfTenant(caller.tenant));
-          !s.ok()) {
+      if (absl::Status s = CheckTenantQuotaLocked(caller, planned); !s.ok()) {
         summary.add_notes(absl::StrCat("submit would refuse this job: ", s.message()));
       }
     }

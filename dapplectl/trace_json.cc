@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/schedule/action.h"
 
 namespace dapple::ctl {
 namespace {
@@ -35,8 +36,6 @@ std::string StatsArgs(const v1::StageStepStats& s) {
       ", \"learning_rate\": ", Number(s.learning_rate()), ", \"samples\": ", s.samples(),
       ", \"skipped\": ", s.skipped() ? "true" : "false");
 }
-
-bool IsWait(v1::ActionKind kind) { return kind == v1::RECV_ACT || kind == v1::RECV_GRAD; }
 
 }  // namespace
 
@@ -87,6 +86,7 @@ std::string TraceEventCategory(v1::ActionKind kind) {
     case v1::ALLREDUCE:
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
+    case v1::GLOBAL_NORM_ASYNC:
     case v1::ALLREDUCE_ASYNC:
       return "allreduce";
     case v1::OPTIMIZER_STEP:
@@ -129,6 +129,7 @@ std::string TraceEventName(const v1::TraceEvent& event) {
     case v1::DROP_WEIGHTS:
     case v1::ALLREDUCE_ASYNC:
     case v1::STALE_OPTIMIZER_STEP:
+    case v1::GLOBAL_NORM_ASYNC:
       return v1::ActionKind_Name(event.kind());
     case v1::ACTION_KIND_UNSPECIFIED:
     case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
@@ -208,7 +209,7 @@ std::string TraceToChromeJson(const v1::JobTrace& trace) {
     std::vector<std::pair<int64_t, int64_t>> idle;
     int64_t idle_from = s->start_us();
     for (const v1::TraceEvent& e : s->events()) {
-      if (IsWait(e.kind())) continue;
+      if (schedule::KindIsWait(e.kind())) continue;
       if (e.start_us() > idle_from) idle.emplace_back(idle_from, e.start_us());
       idle_from = std::max(idle_from, e.end_us());
     }

@@ -19,7 +19,7 @@ model's real sizes over UCX. Its tables:
       T_F = T_B = T_W (the profile's backward is split half/half): measured step against the
       simulator's prediction, bubble per stage against each schedule's formula
       (common/schedule/generators.h), measured peak memory, and ZB-H2's step against
-      M (T_F + T_B + T_W).
+      M (T_F + T_B + T_W), with its deferred non-finite check and with the barrier.
   (m) memory per rank: the planner's predicted peak (common/memory_model.h) against what each
       rank's buffers really held (StageStepStats.peak_memory_bytes: the backend's allocated
       buffers and the weight stash, measured between actions) for gpipe, dapple, pipedream,
@@ -67,9 +67,9 @@ def write_profile(directory, micro_batch):
     return path
 
 
-def spec(cluster, name, p, m, micro_batch, schedule, steps, profile):
+def spec(cluster, name, p, m, micro_batch, schedule, steps, profile, training_extra=()):
     text = cluster.spec_yaml(name, MODEL, m * micro_batch, micro_batch, p, schedule=schedule,
-                             max_steps=steps)
+                             max_steps=steps, training_extra=training_extra)
     return text + "  device_type: emulated\n  emulation: {profile: %s, scale: 1}\n" % profile
 
 
@@ -328,7 +328,10 @@ def zb_formulas(schedule, p, m, t):
     zero_bubble_test.cc checks against schedule::Simulate): 1F1B idles 3(P-1)t of a 3(M+P-1)t
     step, ZB-H1 (P-1)t of a (3M+P-1)t step; ZB-H2's stages compute without a gap (the
     parallelogram), so once consecutive steps overlap its period is 3Mt with bubble
-    (P-1)(T_F+T_B-2T_W) = 0 (one flushed step alone: 3Mt + (P-1)t)."""
+    (P-1)(T_F+T_B-2T_W) = 0 (one flushed step alone: 3Mt + (P-1)t, which is every step of
+    "zb-h2 barrier": the job-wide check at a barrier, as with clipping or skipped steps)."""
+    if schedule == "zb-h2 barrier":
+        return 3 * t * m + (p - 1) * t, (p - 1) / (3 * m + p - 1)
     if schedule == "dapple":
         return 3 * t * (m + p - 1), (p - 1) / (m + p - 1)
     if schedule == "zb-h1":
@@ -346,16 +349,22 @@ def table_z(cluster, steps, directory, micro_batch=32):
         try:
             c.wait_workers(p)
             for m in ms:
-                for schedule in ("dapple", "zb-h1", "zb-h2"):
-                    j, seen = run_job(c, spec(cluster, "emu-%s-p%d-m%d" % (schedule, p, m), p, m,
-                                              micro_batch, schedule, steps, profile), steps)
+                # "zb-h2 barrier": zb-h2 where the job-wide non-finite check may skip a step
+                # (max_consecutive_skipped_steps 1, no step is non-finite here), so it stays a
+                # barrier (GLOBAL_NORM) instead of the deferred GLOBAL_NORM_ASYNC.
+                for schedule in ("dapple", "zb-h1", "zb-h2", "zb-h2 barrier"):
+                    runs = schedule.split()[0]
+                    extra = ("max_consecutive_skipped_steps: 1",) if " " in schedule else ()
+                    name = "emu-%s-p%d-m%d" % (schedule.replace(" ", "-"), p, m)
+                    j, seen = run_job(c, spec(cluster, name, p, m, micro_batch, runs, steps,
+                                              profile, extra), steps)
                     step_ms, bubble, peak = measured(j, seen, warmup=2)
                     pred = float(j["plan"]["predicted_step_ms"])
                     t = FWD_MS * len(MODEL) / p
                     sim_ms, formula = zb_formulas(schedule, p, m, t)
                     rows.append((p, m, schedule, pred, sim_ms, step_ms, bubble, formula, peak,
                                  3 * t * m))
-                    print("P=%d M=%d %-6s plan %7.1f ms simulator %7.1f ms measured %7.1f ms "
+                    print("P=%d M=%d %-13s plan %7.1f ms simulator %7.1f ms measured %7.1f ms "
                           "(%+.1f%%) bubble %s vs %.3f, peak %d B, M(T_F+T_B+T_W) %.1f ms" %
                           (p, m, schedule, pred, sim_ms, step_ms, (step_ms / sim_ms - 1) * 100,
                            " ".join("%.3f" % b for b in bubble), formula, peak, 3 * t * m),
@@ -521,6 +530,10 @@ def main():
                 print("P=%d M=%d: ZB-H1 idle / 1F1B idle %.2f (bubble fraction %.2f), peak "
                       "memory %+.1f%%" % (p, m, ratio, statistics.mean(h1[3]) /
                                           statistics.mean(d[3]), (h1[5] / d[5] - 1) * 100))
+            h2, barrier = by.get((p, m, "zb-h2")), by.get((p, m, "zb-h2 barrier"))
+            if h2 and barrier:
+                print("P=%d M=%d: ZB-H2 step with the deferred check / with the barrier %.3f "
+                      "(formula %.3f)" % (p, m, h2[2] / barrier[2], h2[1] / barrier[1]))
     if "i" in only:
         rows = table_i(cluster, args.steps, directory)
         print("\n| P | M | schedule | v | plan's predicted ms | formula ms | measured ms | error "

@@ -42,6 +42,8 @@ constexpr KindCode kKindCodes[] = {
      "starting the asynchronous gradient AllReduce over the stage's replicas"},
     {v1::STALE_OPTIMIZER_STEP, "STALE_STEP", false,
      "the optimizer step with the previous step's reduced gradient"},
+    {v1::GLOBAL_NORM_ASYNC, "GLOBAL_NORM_ASYNC", false,
+     "the step's job-wide non-finite check, awaited later (the decision of the step before)"},
 };
 
 const KindCode* FindByKind(v1::ActionKind kind) {
@@ -99,6 +101,10 @@ std::string DescribeAction(const v1::Action& a) {
   return absl::StrCat(k->words, " ", a.micro_batch());
 }
 
+bool KindIsWait(v1::ActionKind kind) {
+  return kind == v1::RECV_ACT || kind == v1::RECV_GRAD || kind == v1::GLOBAL_NORM;
+}
+
 absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   size_t i = 0;
   while (i < text.size() && IsDigit(text[i])) ++i;
@@ -113,11 +119,12 @@ absl::StatusOr<v1::Action> ParseAction(absl::string_view text) {
   const absl::string_view code = text.substr(code_begin, i - code_begin);
   const KindCode* k = FindByCode(code);
   if (k == nullptr) {
-    return BadText(text, absl::StrCat("unknown code \"", code,
-                                      "\" (known: F, B, BI, BW, SEND_ACT, RECV_ACT, SEND_GRAD, "
-                                      "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP, "
-                                      "USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, "
-                                      "DROP_WEIGHTS, ALLREDUCE_ASYNC, STALE_STEP)"));
+    return BadText(text,
+                   absl::StrCat("unknown code \"", code,
+                                "\" (known: F, B, BI, BW, SEND_ACT, RECV_ACT, SEND_GRAD, "
+                                "RECV_GRAD, ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM, STEP, "
+                                "USE_WEIGHTS, RESTORE_WEIGHTS, STASH_WEIGHTS, "
+                                "DROP_WEIGHTS, ALLREDUCE_ASYNC, STALE_STEP, GLOBAL_NORM_ASYNC)"));
   }
 
   const absl::string_view rest = text.substr(i);

@@ -27,6 +27,11 @@ v1::Action MakeAction(int stage, v1::ActionKind kind, int micro_batch = -1);
 // ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM and OPTIMIZER_STEP (once per step) and unnamed kinds
 // do not.
 bool KindHasMicroBatch(v1::ActionKind kind);
+// Whether a rank running an action of `kind` waits for others rather than works: RECV_ACT and
+// RECV_GRAD (a neighbour's message) and GLOBAL_NORM (the job-wide barrier; its 16 bytes per
+// rank take microseconds). Their time is the bubble (StageStepStats.idle_seconds), as the
+// simulator counts it; the runtime's statistics and `dapplectl trace` both ask here.
+bool KindIsWait(v1::ActionKind kind);
 // The text form above. ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM and STEP never show a
 // micro-batch. A kind outside the
 // named ones prints as "<stage>UNKNOWN(<kind>)<micro_batch>", which ParseAction rejects.

@@ -72,6 +72,13 @@ std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSumma
   return "dapple";
 }
 
+bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
+                          int64_t max_consecutive_skipped_steps) {
+  // Without clipping and with no step to skip, the decision can only fail the job: it need not
+  // hold the update (3 T M per zb-h2 step instead of 3 T M + (P - 1) T).
+  return schedule == "zb-h2" && !(max_grad_norm > 0) && max_consecutive_skipped_steps == 0;
+}
+
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan) {
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
@@ -97,6 +104,9 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   options.global_norm =
       synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
+  options.deferred_check =
+      options.global_norm && DefersNonFiniteCheck(schedule, spec.training().max_grad_norm(),
+                                                  spec.training().max_consecutive_skipped_steps());
   // The interleaved schedule's v (1 for every other schedule: BuildPrograms refuses chunks
   // under them): the plan's chunks, which parallel.schedule auto chose; the spec's
   // parallel.interleave for a plan without them (built by hand).
@@ -131,7 +141,16 @@ absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
              : " holds no tied weight split across stages, but its program has a TIED_ALLREDUCE",
         " (lower it with schedule::LowerOptionsFor)"));
   }
-  const bool has_norm = CountActions(program, v1::GLOBAL_NORM) > 0;
+  if (CountActions(program, v1::GLOBAL_NORM_ASYNC) > 0 && !lower.deferred_check) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage,
+        "'s program has a GLOBAL_NORM_ASYNC, but the job's decision may change the update "
+        "(gradient clipping, skipped steps) or the job takes none: it needs GLOBAL_NORM or "
+        "nothing",
+        " (lower it with schedule::LowerOptionsFor)"));
+  }
+  const bool has_norm = CountActions(program, v1::GLOBAL_NORM) > 0 ||
+                        CountActions(program, v1::GLOBAL_NORM_ASYNC) > 0;
   if (has_norm ? !lower.global_norm : lower.clipping) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", stage,

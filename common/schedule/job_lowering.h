@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model/layer_type.h"
 #include "common/schedule/lowering.h"
 #include "dapple/v1/job.pb.h"
@@ -62,6 +63,16 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 // built by hand may leave both empty). Every decision that depends on the schedule reads it here.
 std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan);
 
+// Whether a job under `schedule` (a RunningSchedule name) takes its job-wide non-finite check
+// without a barrier (GLOBAL_NORM_ASYNC, plan.proto): zb-h2, whose stages end a step (P - 1) T_F
+// apart and, not held, start the next one at once, when the decision cannot change the update
+// (training.max_grad_norm 0: no clipping; training.max_consecutive_skipped_steps 0: no step is
+// skipped, a non-finite one fails the job). Under the other synchronous schedules the first
+// stage ends each step last, so their barrier costs nothing. The one rule LowerOptionsFor and
+// the planner's step model (coordinator/planner/plan_simulator.h) follow.
+bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
+                          int64_t max_consecutive_skipped_steps);
+
 // The LowerOptions of every rank of `spec` on `plan` (its schedule: RunningSchedule):
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
@@ -74,6 +85,8 @@ std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSumma
 //                        the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);
 //   clipping             global_norm and training.max_grad_norm > 0;
+//   deferred_check       global_norm and DefersNonFiniteCheck: GLOBAL_NORM_ASYNC, the check
+//                        without its barrier, so that consecutive steps overlap;
 //   chunks               under schedule interleaved the plan's chunks per stage
 //                        (PlanStageSummary.chunks, also when parallel.schedule auto chose
 //                        interleaved), else parallel.interleave (at least 1); else 1.

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/model_info.h"
 #include "common/schedule/action.h"
@@ -165,6 +167,44 @@ TEST(LowerOptionsForTest, FollowsThePlansSchedule) {
   EXPECT_TRUE(LowerOptionsFor(spec, plan)->global_norm);
   spec.mutable_parallel()->clear_schedule();
   EXPECT_EQ(RunningSchedule(spec, plan), "dapple");
+}
+
+// zb-h2 without clipping and without skipped steps: the decision can only fail the job, so it
+// is deferred (GLOBAL_NORM_ASYNC, no barrier); with either, or under any other schedule, the
+// barrier stays. A program must carry the form its options say.
+TEST(LowerOptionsForTest, DefersTheCheckOnlyWhereItCannotChangeTheUpdate) {
+  v1::JobSpec spec = MlpSpec();
+  const v1::ParallelPlanSummary plan = Plan({{0, 0}, {1, 1}}, {1, 1});
+  spec.mutable_parallel()->set_schedule("zb-h2");
+  LowerOptions o = LowerOptionsFor(spec, plan).value();
+  EXPECT_TRUE(o.global_norm);
+  EXPECT_TRUE(o.deferred_check);
+  absl::StatusOr<std::vector<v1::RankProgram>> programs =
+      BuildPrograms(ScheduleKind::kZbH2, 2, 4, o);
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(CountActions((*programs)[s], v1::GLOBAL_NORM), 0);
+    EXPECT_EQ(CountActions((*programs)[s], v1::GLOBAL_NORM_ASYNC), 1);
+    EXPECT_TRUE(absl::EndsWith(ProgramToString((*programs)[s]),
+                               absl::StrCat(s, "GLOBAL_NORM_ASYNC ", s, "STEP")));
+    EXPECT_TRUE(CheckProgramCollectives((*programs)[s], s, o).ok());
+  }
+  // The same program where the decision may change the update is refused.
+  v1::JobSpec clipped = spec;
+  clipped.mutable_training()->set_max_grad_norm(1.0);
+  const LowerOptions co = LowerOptionsFor(clipped, plan).value();
+  EXPECT_FALSE(co.deferred_check);
+  const absl::Status refused = CheckProgramCollectives((*programs)[0], 0, co);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("GLOBAL_NORM_ASYNC, but the job's decision may "
+                                           "change the update"));
+  v1::JobSpec skipping = spec;
+  skipping.mutable_training()->set_max_consecutive_skipped_steps(1);
+  EXPECT_FALSE(LowerOptionsFor(skipping, plan)->deferred_check);
+  for (const char* other : {"gpipe", "dapple", "zb-h1", "interleaved"}) {
+    spec.mutable_parallel()->set_schedule(other);
+    EXPECT_FALSE(LowerOptionsFor(spec, plan)->deferred_check) << other;
+  }
 }
 
 TEST(LowerOptionsForTest, RefusesAStageOutsideTheModel) {

@@ -49,7 +49,9 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, StageOf
         if (tied) add(v1::TIED_ALLREDUCE, -1, field);
         if (allreduce) add(v1::ALLREDUCE, -1, field);
         // The norm of the final (summed) gradients, which the update then scales.
-        if (options.global_norm) add(v1::GLOBAL_NORM, -1, field);
+        if (options.global_norm) {
+          add(options.deferred_check ? v1::GLOBAL_NORM_ASYNC : v1::GLOBAL_NORM, -1, field);
+        }
         keep(i);
         break;
       case v1::BACKWARD_WEIGHT:  // local: needs no message
@@ -67,6 +69,7 @@ void LowerEach(size_t size, KindOf kind_of, MicroBatchOf micro_batch_of, StageOf
       case v1::DROP_WEIGHTS:
       case v1::ALLREDUCE_ASYNC:
       case v1::STALE_OPTIMIZER_STEP:
+      case v1::GLOBAL_NORM_ASYNC:
       case v1::ActionKind_INT_MIN_SENTINEL_DO_NOT_USE_:
       case v1::ActionKind_INT_MAX_SENTINEL_DO_NOT_USE_:
         keep(i);

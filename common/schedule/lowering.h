@@ -30,6 +30,10 @@ struct LowerOptions {
   // (CheckProgramCollectives refuses it); without clipping a synchronous program may lack it
   // (hand-built test programs: no job-wide non-finite decision then). Lowering ignores it.
   bool clipping = false;
+  // With global_norm: GLOBAL_NORM_ASYNC in its place (the same check without the barrier:
+  // plan.proto). Only for a decision that cannot change the update (no clipping, no skipped
+  // steps); job_lowering.h says for which schedules.
+  bool deferred_check = false;
   // v, the model chunks each rank holds (interleaved 1F1B, GenerateInterleavedOps): the
   // programs' compute actions name their virtual stage c * P + r of P * v, and communication
   // goes to the neighbouring virtual stage. 1 (the default) for every other schedule. The
@@ -44,8 +48,9 @@ struct LowerOptions {
 // a zero-bubble program's gradient leaves before its weight-gradient part runs); before each
 // OPTIMIZER_STEP, in this order: TIED_ALLREDUCE when options.tied_stages[s], ALLREDUCE when
 // options.allreduce_stages[s] (an entry beyond either vector counts as false), GLOBAL_NORM when
-// options.global_norm. Other actions are kept in place. Sends are non-blocking, receives block,
-// TIED_ALLREDUCE and GLOBAL_NORM are barriers (simulator.h).
+// options.global_norm (GLOBAL_NORM_ASYNC with options.deferred_check). Other actions are kept in
+// place. Sends are non-blocking, receives block, TIED_ALLREDUCE and GLOBAL_NORM are barriers
+// (simulator.h).
 v1::RankProgram Lower(const std::vector<v1::Action>& compute, int num_stages, int stage,
                       const LowerOptions& options = {});
 // The same pass on Ops (op.h).

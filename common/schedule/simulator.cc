@@ -297,7 +297,9 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           cost = AllReduceCost(costs, vs);
           result.allreduce_time[s] += cost;
           break;
-        // Local and free: weight versions are copies the memory model counts.
+        // Local and free: weight versions are copies the memory model counts; the deferred
+        // check's AllGather runs beside the rank (16 bytes per rank, awaited a step later).
+        case v1::GLOBAL_NORM_ASYNC:
         case v1::USE_WEIGHTS:
         case v1::RESTORE_WEIGHTS:
         case v1::STASH_WEIGHTS:

@@ -12,12 +12,13 @@
 // ALLREDUCE and ALLREDUCE_ASYNC take `allreduce` (0 by default) on their rank: the AllReduce among
 // that stage's replicas, which are not simulated themselves (they run the same program in
 // lockstep; no overlap across steps is modelled). The weight-stash actions (USE_WEIGHTS,
-// RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS) take no time. TIED_ALLREDUCE and GLOBAL_NORM are
-// barriers: the k-th GLOBAL_NORM of every stage, and the k-th TIED_ALLREDUCE of every stage whose
-// program holds one, complete together, at `global_norm` / `tied_allreduce` (0 by default) after
-// the last of them started (the collective among those stages' ranks; replicas again run in
-// lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m on
-// stage s goes to RECV_GRAD m on stage s
+// RESTORE_WEIGHTS, STASH_WEIGHTS, DROP_WEIGHTS) take no time, and so does GLOBAL_NORM_ASYNC (its
+// AllGather runs beside the rank and is awaited a step later: not a barrier). TIED_ALLREDUCE and
+// GLOBAL_NORM are barriers: the k-th GLOBAL_NORM of every stage, and the k-th TIED_ALLREDUCE of
+// every stage whose program holds one, complete together, at `global_norm` / `tied_allreduce` (0 by
+// default) after the last of them started (the collective among those stages' ranks; replicas again
+// run in lockstep). Pairing: SEND_ACT m on stage s goes to RECV_ACT m on stage s + 1; SEND_GRAD m
+// on stage s goes to RECV_GRAD m on stage s
 // - 1. Because sends never block, whether a program set deadlocks does not depend on the costs.
 //
 // Virtual stages (interleaved 1F1B, generators.h GenerateInterleavedOps): a program is a rank,

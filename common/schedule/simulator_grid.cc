@@ -44,6 +44,7 @@ std::string GridCellLabel(const Op& a) {
       return "ST";
     case v1::ALLREDUCE_ASYNC:
       return "AA";
+    case v1::GLOBAL_NORM_ASYNC:
     case v1::USE_WEIGHTS:
     case v1::RESTORE_WEIGHTS:
     case v1::STASH_WEIGHTS:

@@ -95,6 +95,7 @@ int CommTable(v1::ActionKind kind) {
     case v1::ALLREDUCE:
     case v1::TIED_ALLREDUCE:
     case v1::GLOBAL_NORM:
+    case v1::GLOBAL_NORM_ASYNC:
     case v1::OPTIMIZER_STEP:
     case v1::USE_WEIGHTS:
     case v1::RESTORE_WEIGHTS:
@@ -341,6 +342,7 @@ absl::Status Validate(const std::vector<OpProgram>& programs, int* num_micro_bat
         case v1::ALLREDUCE:
         case v1::TIED_ALLREDUCE:
         case v1::GLOBAL_NORM:
+        case v1::GLOBAL_NORM_ASYNC:
         case v1::OPTIMIZER_STEP:
         case v1::USE_WEIGHTS:
         case v1::RESTORE_WEIGHTS:

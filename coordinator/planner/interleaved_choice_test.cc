@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
@@ -249,6 +251,35 @@ TEST(InterleavedChoiceTest, InterleavedLosesWhenTransfersCostMore) {
     EXPECT_TRUE(a->fits()) << v;
     EXPECT_FALSE(a->chosen()) << v;
     EXPECT_GT(a->predicted_step_ms(), Find(s, "dapple")->predicted_step_ms()) << v;
+  }
+}
+
+// The rows of docs/planner.md's table "where interleaved wins and where it loses" (each
+// option's predicted step), printed for the docs:
+//   build/coordinator/coordinator_planner_test --gtest_filter='*PrintsTheDocsTable' | grep '^| '
+TEST(InterleavedChoiceTest, PrintsTheDocsTable) {
+  struct Case {
+    const char* name;
+    int micro_batches;
+    double bandwidth, latency_ms;
+  };
+  for (const Case& c : {Case{"M = 4, free links", 4, 1e18, 0},
+                        Case{"M = 4, 100 MB/s links, 0.5 ms latency", 4, 1e8, 0.5},
+                        Case{"M = 64, free links", 64, 1e18, 0}}) {
+    PlanInputs inputs;
+    inputs.profile = EqualProfile(16, int64_t{1} << 20);
+    inputs.topology = Node(4, c.bandwidth, c.latency_ms);
+    absl::StatusOr<v1::ParallelPlan> plan = MakePlan(AutoSpec(16, 4, c.micro_batches), inputs);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const v1::ParallelPlanSummary& s = plan->summary();
+    auto ms = [&](const char* schedule, int v = 0) {
+      const v1::PlanAlternative* a = Find(s, schedule, v);
+      return a == nullptr ? std::string("-") : absl::StrFormat("%.1f ms", a->predicted_step_ms());
+    };
+    std::printf("| %s | %s | %s | %s | %s / %s / %s | %s |\n", c.name, ms("dapple").c_str(),
+                ms("zb-h1").c_str(), ms("zb-h2").c_str(), ms("interleaved", 2).c_str(),
+                ms("interleaved", 3).c_str(), ms("interleaved", 4).c_str(),
+                s.choice_reason().c_str());
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/profile/cluster_topology.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/lowering.h"
 #include "common/schedule/op.h"
 #include "common/schedule/pipedream_steps.h"
@@ -67,6 +68,15 @@ double SteadyUpdateMs(const std::vector<double>& ends, const PipeDreamRun& run) 
 }
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Steps simulated back to back: the first fills the pipeline, the distance between the last
+// two updates is the steady state (ZB-H2 with equal stages is periodic from the second step on).
+constexpr int kBackToBackSteps = 3;
+
+bool DefersNonFiniteCheck(const PlanningProblem& problem, schedule::ScheduleKind kind) {
+  return schedule::DefersNonFiniteCheck(schedule::ScheduleKindName(kind), problem.max_grad_norm,
+                                        problem.max_consecutive_skipped_steps);
+}
 
 absl::Status CheckProfile(const profile::ChainProfile& profile) {
   const size_t layers = profile.forward_ms.size();
@@ -344,15 +354,28 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     warm_ups[s] = layout.replicas[s] + (s + 1 < p ? warm_ups[s + 1] : 0);
   }
   const PipeDreamRun run = PlanPipeDreamRun(warm_ups[0], m);
-  const int updates = pipedream ? run.updates : 1;
+  // A synchronous schedule whose steps no barrier separates (zb-h2 with the deferred non-finite
+  // check) runs kBackToBackSteps steps in a row (micro-batches of step k numbered from k M), and
+  // a step is the steady-state distance between the last two updates.
+  const bool back_to_back = DefersNonFiniteCheck(problem, kind);
+  const int updates = pipedream ? run.updates : back_to_back ? kBackToBackSteps : 1;
   layout.num_steps = updates;
   std::vector<schedule::OpProgram> programs;
   programs.reserve(p);
   for (int s = 0; s < p; ++s) {
-    programs.push_back(schedule::LowerOps(
-        pipedream ? schedule::GeneratePipeDreamOpsWithWarmUp(m * updates, m, warm_ups[s])
-                  : schedule::GenerateOps(kind, p, m, s, v),
-        p, s, lower));
+    schedule::OpProgram compute;
+    if (pipedream) {
+      compute = schedule::GeneratePipeDreamOpsWithWarmUp(m * updates, m, warm_ups[s]);
+    } else {
+      const schedule::OpProgram one = schedule::GenerateOps(kind, p, m, s, v);
+      for (int k = 0; k < updates; ++k) {
+        for (schedule::Op op : one) {
+          if (op.micro_batch >= 0) op.micro_batch += k * m;
+          compute.push_back(op);
+        }
+      }
+    }
+    programs.push_back(schedule::LowerOps(compute, p, s, lower));
   }
   // Stages whose processes share a host's cores compute slower while others compute
   // (host_contention.h); ordinary topologies have no shared host: a slowdown of 1 everywhere
@@ -382,6 +405,10 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   const bool pipesgd = kind == schedule::ScheduleKind::kPipeSgd && p == 1;
   if (pipedream) {
     prediction.step_ms = SteadyUpdateMs(sim->optimizer_step_end[0], run);
+  } else if (back_to_back) {
+    for (const std::vector<double>& ends : sim->optimizer_step_end) {
+      prediction.step_ms = std::max(prediction.step_ms, ends[updates - 1] - ends[updates - 2]);
+    }
   } else if (pipesgd) {
     prediction.step_ms = PipeSgdTimeOn(problem.topology, plan.stages[0].devices, sim->busy_time[0],
                                        static_cast<double>(params[0]), problem.pipesgd_compression)
@@ -422,7 +449,8 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     out.comm_ms = sim->comm_time[s] / updates;
     // Both are differences of sums of times (step - busy - allreduce), so floating-point
     // cancellation leaves -1e-14 where a stage is never idle; idle time is never negative.
-    out.idle_ms = std::max(0.0, pipedream ? prediction.step_ms - out.compute_ms - out.allreduce_ms
+    out.idle_ms = std::max(0.0, pipedream || back_to_back
+                                    ? prediction.step_ms - out.compute_ms - out.allreduce_ms
                                 : pipesgd ? prediction.step_ms - out.compute_ms
                                           : sim->idle_time[s] - action_ms);
     idle_sum += out.idle_ms;

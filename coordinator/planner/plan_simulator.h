@@ -33,7 +33,12 @@
 //     slowdown under the schedule (host_contention.h ContendedSlowdown: a fixed point of
 //     simulating with stretched costs); StagePrediction.contention_ms reports what it adds;
 //   - gpipe and dapple are synchronous (one flush per step); pipedream is asynchronous: its
-//     step_ms is the steady-state time of M micro-batches of 1F1B without flushes.
+//     step_ms is the steady-state time of M micro-batches of 1F1B without flushes. zb-h2 is
+//     synchronous, but where its non-finite check takes no barrier
+//     (schedule::DefersNonFiniteCheck: no clipping, no skipped steps) its steps run back to
+//     back, the next one's first forwards during the last stage's drain: step_ms is then the
+//     steady-state distance between updates (of 3 simulated steps, the last two), 3 T M
+//     rather than the flushed step's 3 T M + (P - 1) T with equal stages.
 #ifndef DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_
 #define DAPPLE_COORDINATOR_PLANNER_PLAN_SIMULATOR_H_
 

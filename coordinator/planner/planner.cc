@@ -509,6 +509,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   }
   problem.num_stages = num_stages;
   problem.interleave = std::max(1, spec.parallel().interleave());
+  problem.max_grad_norm = spec.training().max_grad_norm();
+  problem.max_consecutive_skipped_steps = spec.training().max_consecutive_skipped_steps();
   DAPPLE_ASSIGN_OR_RETURN(problem.pipesgd_compression,
                           ParsePipeSgdCompression(spec.parallel().pipesgd().compression()));
 

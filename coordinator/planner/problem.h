@@ -49,6 +49,12 @@ struct PlanningProblem {
   // Interleaved 1F1B (schedule kInterleaved): v, the model chunks each pipeline rank holds
   // (parallel.interleave); the plan's stages then carry StagePlan::chunks. 1 otherwise.
   int interleave = 1;
+  // training.max_grad_norm and training.max_consecutive_skipped_steps: whether the job-wide
+  // non-finite check holds each step until every rank ended it (schedule::DefersNonFiniteCheck).
+  // zb-h2 without either (the defaults) runs its steps back to back: plan_simulator.h scores it
+  // in steady state.
+  double max_grad_norm = 0;
+  int64_t max_consecutive_skipped_steps = 0;
 };
 
 struct StagePlan {

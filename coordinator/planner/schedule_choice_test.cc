@@ -336,10 +336,13 @@ TEST(ScheduleAutoTest, ZbH2WinsOnEqualStagesWithoutAMemoryLimit) {
   EXPECT_EQ(zb.alternatives_size(), 0);  // a fixed schedule considers one option
 }
 
-// Unequal stages (the estimated profile: the second stage is the bottleneck): ZB-H1 and ZB-H2
-// tie on the step, and the tie goes to ZB-H1's smaller peak memory; both beat dapple.
+// Unequal stages (the estimated profile: the second stage is the bottleneck) with gradient
+// clipping, which keeps the non-finite check a barrier between steps: ZB-H1 and ZB-H2 tie on the
+// (flushed) step, and the tie goes to ZB-H1's smaller peak memory; both beat dapple.
 TEST(ScheduleAutoTest, ZbH1WinsATieWithZbH2ByMemory) {
-  const v1::ParallelPlanSummary s = PlanOrDie(DemoSpec()).summary();
+  v1::JobSpec spec = DemoSpec();
+  spec.mutable_training()->set_max_grad_norm(1.0);
+  const v1::ParallelPlanSummary s = PlanOrDie(spec).summary();
   EXPECT_EQ(s.schedule(), "zb-h1");
   const v1::PlanAlternative* h2 = Find(s, "zb-h2", "none");
   EXPECT_NEAR(h2->predicted_step_ms(), s.predicted_step_ms(), 1e-9 * s.predicted_step_ms());
@@ -347,6 +350,20 @@ TEST(ScheduleAutoTest, ZbH1WinsATieWithZbH2ByMemory) {
             MaxPeak(s));
   EXPECT_THAT(s.choice_reason(), ::testing::StartsWith("zb-h1: "));
   EXPECT_LT(s.predicted_step_ms(), Find(s, "dapple", "none")->predicted_step_ms());
+}
+
+// The same job without clipping (and without skipped steps): zb-h2's check is deferred
+// (schedule::DefersNonFiniteCheck), its steps run back to back, and its steady-state step beats
+// ZB-H1's flushed one; the same with max_consecutive_skipped_steps > 0 is the flushed step again.
+TEST(ScheduleAutoTest, ZbH2StepsBackToBackWithoutABarrier) {
+  const v1::ParallelPlanSummary s = PlanOrDie(DemoSpec()).summary();
+  EXPECT_EQ(s.schedule(), "zb-h2");
+  EXPECT_LT(s.predicted_step_ms(), Find(s, "zb-h1", "none")->predicted_step_ms());
+  v1::JobSpec skipping = DemoSpec();
+  skipping.mutable_training()->set_max_consecutive_skipped_steps(1);
+  const v1::ParallelPlanSummary flushed = PlanAs(skipping, "zb-h2").summary();
+  EXPECT_LT(s.predicted_step_ms(), flushed.predicted_step_ms());
+  EXPECT_EQ(PlanOrDie(skipping).summary().schedule(), "zb-h1");
 }
 
 // A memory limit between ZB-H1's peak and ZB-H2's: ZB-H1 is chosen, faster than dapple.

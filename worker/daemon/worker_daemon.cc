@@ -724,7 +724,7 @@ absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& sta
     return absl::StrContains(status.message(),
                              schedule::DescribeAction(schedule::MakeAction(a.stage(), kind)));
   };
-  const bool job_wide = in_message(v1::GLOBAL_NORM);
+  const bool job_wide = in_message(v1::GLOBAL_NORM) || in_message(v1::GLOBAL_NORM_ASYNC);
   if (!job_wide && !(in_message(v1::ALLREDUCE) && schedule::StageReplicas(plan, a.stage()) > 1)) {
     return status;
   }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grad_clip.h"
 #include "common/schedule/ranks.h"
@@ -83,6 +84,7 @@ absl::StatusOr<std::unique_ptr<GradientExchange>> GradientExchange::Create(
   ex->max_consecutive_skips_ = assignment.spec().training().max_consecutive_skipped_steps();
   ex->stage_ = stage;
   ex->replica_ = replica;
+  ex->one_place_ = {{stage, replica}};
   ex->places_.resize(static_cast<size_t>(schedule::NumRanks(plan)));
   for (int s = 0; s < plan.stages_size(); ++s) {
     for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
@@ -271,7 +273,7 @@ void GradientExchange::NoteLoss(int micro_batch, double loss_sum) {
 }
 
 // The norm of the update's final gradients: after the replicas' and the tied weights' sums.
-absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
+absl::StatusOr<NormRecord> GradientExchange::MeasureRecord() {
   if (norm_done_) return absl::InternalError("a second GLOBAL_NORM before an update");
   if ((num_replicas_ > 1 && !replicas_done_) || (tied_floats_ > 0 && !tied_done_)) {
     return absl::InternalError("GLOBAL_NORM before this step's ALLREDUCE or TIED_ALLREDUCE");
@@ -292,6 +294,28 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
   mine.kind = found_.kind;
   mine.micro_batch = found_.micro_batch;
   mine.nan = found_.nan;
+  return mine;
+}
+
+const std::vector<std::pair<int, int>>& GradientExchange::Places() const {
+  return collectives_.job == nullptr ? one_place_ : places_;
+}
+
+namespace {
+
+// The failure of a non-finite step under training.max_consecutive_skipped_steps 0.
+std::string DivergedAtZero(const std::string& at, const NonFinite& first) {
+  return absl::StrFormat(
+      "training diverged%s: non-finite %s; training.max_consecutive_skipped_steps is 0: a "
+      "non-finite step fails the job (try a lower training.optimizer.lr, or set "
+      "max_consecutive_skipped_steps > 0 to skip such steps)",
+      at, DescribeNonFinite(first));
+}
+
+}  // namespace
+
+absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
+  DAPPLE_ASSIGN_OR_RETURN(const NormRecord mine, MeasureRecord());
   GlobalNormResult result;
   if (collectives_.job == nullptr) {
     records_.assign(1, mine);
@@ -303,19 +327,14 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
     for (const NormRecord& r : records_) result.total_sq_norm += r.sq_norm;
   }
   // The same records on every rank: the same decision, the same streak, the same message.
-  const std::vector<std::pair<int, int>> one = {{stage_, replica_}};
-  result.first = FirstNonFinite(records_, collectives_.job == nullptr ? one : places_);
+  result.first = FirstNonFinite(records_, Places());
   result.skip = result.first.kind != NonFiniteKind::kNone;
   if (result.skip) {
     ++consecutive_skips_;
     if (consecutive_skips_ > max_consecutive_skips_) {
       return absl::FailedPreconditionError(
           max_consecutive_skips_ == 0
-              ? absl::StrFormat("training diverged: non-finite %s; "
-                                "training.max_consecutive_skipped_steps is 0: a non-finite step "
-                                "fails the job (try a lower training.optimizer.lr, or set "
-                                "max_consecutive_skipped_steps > 0 to skip such steps)",
-                                DescribeNonFinite(result.first))
+              ? DivergedAtZero("", result.first)
               : absl::StrFormat("training diverged: non-finite %s; %d non-finite steps in a "
                                 "row, training.max_consecutive_skipped_steps allows %d (try a "
                                 "lower training.optimizer.lr)",
@@ -329,6 +348,46 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
   skip_ = result.skip;
   clip_ = result.skip ? 1 : ClipCoefficient(max_grad_norm_, result.total_sq_norm);
   return result;
+}
+
+absl::Status GradientExchange::PostGlobalNorm(int64_t step, bool await_now) {
+  if (max_grad_norm_ > 0 || max_consecutive_skips_ > 0) {
+    return absl::InternalError(
+        "GLOBAL_NORM_ASYNC in a job whose decision may change the update (gradient clipping "
+        "or skipped steps): its program needs GLOBAL_NORM");
+  }
+  // One AllGather at a time on the job collective (collective.h), in step order on every rank.
+  DAPPLE_RETURN_IF_ERROR(AwaitGlobalNorm());
+  DAPPLE_ASSIGN_OR_RETURN(const NormRecord mine, MeasureRecord());
+  deferred_pending_ = true;
+  deferred_step_ = step;
+  if (collectives_.job == nullptr) {
+    deferred_records_.assign(1, mine);
+  } else {
+    deferred_records_.resize(static_cast<size_t>(collectives_.job->size()));
+    Collective* job = collectives_.job;
+    NormRecord* out = deferred_records_.data();
+    deferred_gather_ = std::async(std::launch::async, [job, mine, out] {
+      return job->AllGather(&mine, sizeof(NormRecord), out);
+    });
+  }
+  // Weights made of a non-finite gradient are never used: wait for the decision, which then
+  // fails the job, before the update makes them.
+  const bool non_finite = mine.kind != static_cast<uint8_t>(NonFiniteKind::kNone) ||
+                          (!(local_sq_norm_ < 0) && !std::isfinite(local_sq_norm_));
+  if (await_now || non_finite) return AwaitGlobalNorm();
+  return absl::OkStatus();
+}
+
+absl::Status GradientExchange::AwaitGlobalNorm() {
+  if (!deferred_pending_) return absl::OkStatus();
+  deferred_pending_ = false;
+  if (deferred_gather_.valid()) DAPPLE_RETURN_IF_ERROR(deferred_gather_.get());
+  const NonFinite first = FirstNonFinite(deferred_records_, Places());
+  if (first.kind == NonFiniteKind::kNone) return absl::OkStatus();
+  ++consecutive_skips_;
+  return absl::FailedPreconditionError(
+      DivergedAtZero(absl::StrCat(" at step ", deferred_step_ + 1), first));
 }
 
 absl::StatusOr<UpdateDecision> GradientExchange::PrepareUpdate() {

@@ -22,6 +22,16 @@
 //                   each parameter counted once), and the clip coefficient (common/grad_clip.h)
 //                   follows from it; each takes the same skip decision from the same records.
 //                   Lowered into every synchronous program (schedule::LowerOptionsFor).
+//   GLOBAL_NORM_ASYNC PostGlobalNorm: the same record and the same decision without the
+//                   barrier, for a job whose decision can only fail it (no clipping, no step to
+//                   skip: schedule::LowerOptions::deferred_check): the AllGather runs on a
+//                   background thread and the update applies at once; the decision is awaited
+//                   at the next GLOBAL_NORM_ASYNC, or at once when this rank is about to apply
+//                   a non-finite gradient (its own record non-finite, or the summed gradient's
+//                   norm not finite), so no rank ever uses or saves weights made of a
+//                   non-finite update, or at the job's last step. A finite rank learns of
+//                   another's non-finite step a step later (the rank that found it fails at
+//                   once, naming the same first place).
 //   OPTIMIZER_STEP  PrepareUpdate: checks that the update's collectives ran, applies the step
 //                   statistics of an unreplicated stage (no ALLREDUCE: its own are the sum) and
 //                   multiplies every gradient by the clip coefficient when it is below 1; or,
@@ -63,6 +73,7 @@
 #define DAPPLE_WORKER_RUNTIME_GRADIENT_EXCHANGE_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -168,6 +179,19 @@ class GradientExchange {
   // "non-finite loss (NaN) at stage 1 replica 0 micro-batch 3; 3 non-finite steps in a row,
   // training.max_consecutive_skipped_steps allows 2".
   absl::StatusOr<GlobalNormResult> GlobalNorm();
+  // GLOBAL_NORM_ASYNC of step `step` (0-based): awaits the pending decision of the step before
+  // (AwaitGlobalNorm), measures this rank's record as GlobalNorm does and hands it to a
+  // background AllGather over collectives.job (one rank: kept), then awaits it at once when
+  // `await_now` or when this rank's record or summed gradient is non-finite. PrepareUpdate then
+  // neither clips nor skips. Errors: AwaitGlobalNorm's; kInternal for the order rules of
+  // GlobalNorm, and when the decision could change the update (training.max_grad_norm > 0 or
+  // training.max_consecutive_skipped_steps > 0: GLOBAL_NORM is needed).
+  absl::Status PostGlobalNorm(int64_t step, bool await_now);
+  // The pending GLOBAL_NORM_ASYNC decision, if any (OK at once when none): waits for its
+  // AllGather. kFailedPrecondition, on every rank alike, when a record of that step is
+  // non-finite: "training diverged at step 3: non-finite gradient (NaN) at stage 1 replica 0
+  // (...); training.max_consecutive_skipped_steps is 0: ..."; the collective's errors.
+  absl::Status AwaitGlobalNorm();
   // OPTIMIZER_STEP, before the backend's update: checks that the update's ALLREDUCE (D > 1),
   // TIED_ALLREDUCE (a tied stage) and GLOBAL_NORM (when lowered) ran, applies the step
   // statistics when no ALLREDUCE did, scales the gradients by the clip coefficient when below
@@ -193,6 +217,11 @@ class GradientExchange {
   absl::Status ApplyStepStatistics();
   // Notes a non-finite gradient among buffer_'s first `floats` (this rank's own, before a sum).
   void ScanGradients(int64_t floats);
+  // GLOBAL_NORM's and GLOBAL_NORM_ASYNC's common part: the order checks, the local norm
+  // (local_sq_norm_) and this rank's record.
+  absl::StatusOr<NormRecord> MeasureRecord();
+  // The places of records_ / deferred_records_ (one rank: this one).
+  const std::vector<std::pair<int, int>>& Places() const;
 
   StageBackend* backend_ = nullptr;
   StageCollectives collectives_;
@@ -226,6 +255,13 @@ class GradientExchange {
   std::vector<NormRecord> records_;
   std::vector<double> statistics_;  // StepStatisticsSize() doubles
   std::vector<double> gathered_;    // every replica's, for SumOverReplicas
+  // GLOBAL_NORM_ASYNC's decision in flight: its step, its AllGather (on its own thread; the
+  // job collective is used by no one else meanwhile) and where it writes the records.
+  bool deferred_pending_ = false;
+  int64_t deferred_step_ = -1;
+  std::future<absl::Status> deferred_gather_;
+  std::vector<NormRecord> deferred_records_;
+  std::vector<std::pair<int, int>> one_place_;  // {{stage_, replica_}}
 };
 
 }  // namespace dapple::worker

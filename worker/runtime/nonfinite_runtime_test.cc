@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "common/schedule/ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -230,6 +231,67 @@ TEST(NonFiniteLimitTest, ZeroFailsTheFirstNonFiniteStep) {
                                "to skip such steps)"))
         << s;
     EXPECT_EQ(r.runs[rank].steps.size(), 1u) << "rank " << rank;
+  }
+}
+
+// zb-h2 without clipping and at the default 0 defers the decision (GLOBAL_NORM_ASYNC: no
+// barrier between steps). The ranks that would apply the non-finite gradient (here both
+// replicas of stage 0: replica 1's NaN reaches replica 0 through their AllReduce) wait for it at
+// once and fail before updating, naming the same first place and the step; the others have
+// gone on to the next step and fail when their neighbour is gone (a real job: the coordinator
+// fails it on the first report). No rank keeps weights made of the non-finite update.
+TEST(NonFiniteDeferredTest, TheRanksThatWouldApplyItFailAtOnceNamingTheFirstPlace) {
+  v1::JobSpec spec = SkipSpec("zb-h2", "sgd", /*k=*/0);
+  const v1::ParallelPlanSummary plan =
+      parity::WithReplicas(parity::UniformPlan(spec.model().layers_size(), 2), {2, 2});
+  auto job = parity::LocalJob::Create(spec, plan, &parity::TrainSet(), &parity::TestSet(),
+                                      /*recv_timeout=*/absl::Seconds(2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (int rank = 0; rank < (*job)->num_ranks(); ++rank) {
+    (*job)->runtime(rank).InjectNonFinite(At(0, 1, 2, 1));
+  }
+  const std::vector<parity::LocalJob::RankRun> runs = (*job)->Run(0, kSteps, false);
+  for (int r = 0; r < 2; ++r) {
+    const int rank = schedule::RankIndex(plan, 0, r);
+    const absl::Status& s = runs[rank].status;
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "replica " << r << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(" step 2, the step's job-wide non-finite check"));
+    EXPECT_TRUE(absl::EndsWith(
+        s.message(),
+        "): training diverged at step 2: non-finite gradient (NaN) at stage 0 replica 1 "
+        "(micro-batch not tracked: the step's accumulated gradient); "
+        "training.max_consecutive_skipped_steps is 0: a non-finite step fails the job (try a "
+        "lower training.optimizer.lr, or set max_consecutive_skipped_steps > 0 to skip such "
+        "steps)"))
+        << s;
+    EXPECT_EQ(runs[rank].steps.size(), 1u) << "replica " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int rank = schedule::RankIndex(plan, 1, r);
+    EXPECT_FALSE(runs[rank].status.ok()) << "stage 1 replica " << r;
+    for (const auto& params : runs[rank].params_after_step) {
+      for (const kernels::Param& p : params) {
+        for (float v : p.value.data) ASSERT_TRUE(std::isfinite(v)) << p.name;
+      }
+    }
+  }
+}
+
+// The job's last step waits for its own decision on every rank: a rank whose own values were
+// finite fails too, with the same message (nothing after it would learn of the failure).
+TEST(NonFiniteDeferredTest, TheLastStepWaitsForItsDecisionOnEveryRank) {
+  v1::JobSpec spec = SkipSpec("zb-h2", "sgd", /*k=*/0);
+  spec.mutable_training()->set_max_steps(3);
+  const v1::ParallelPlanSummary plan = parity::UniformPlan(spec.model().layers_size(), 2);
+  const JobRun r = RunWithInjection(spec, plan, At(0, 0, 3, 2), 3);
+  ASSERT_NE(r.job, nullptr);
+  for (int rank = 0; rank < r.job->num_ranks(); ++rank) {
+    const absl::Status& s = r.runs[rank].status;
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(" step 3, the step's job-wide non-finite check"));
+    EXPECT_THAT(s.message(), HasSubstr("): training diverged at step 3: non-finite gradient "
+                                       "(NaN) at stage 0 replica 0 (micro-batch not tracked"));
+    EXPECT_EQ(r.runs[rank].steps.size(), 2u) << "rank " << rank;
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/model_info.h"
+#include "common/schedule/action.h"
 #include "common/schedule/lowering.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/loss.h"
@@ -471,7 +472,7 @@ TEST(StageRuntimeStatsTest, TraceHasOneEventPerActionInProgramOrder) {
         EXPECT_GE(e.start_us(), last) << "event " << i;
         EXPECT_GE(e.end_us(), e.start_us()) << "event " << i;
         last = e.end_us();
-        if (e.kind() == v1::RECV_ACT || e.kind() == v1::RECV_GRAD) {
+        if (schedule::KindIsWait(e.kind())) {
           recv_us += e.end_us() - e.start_us();
         } else {
           busy_us += e.end_us() - e.start_us();

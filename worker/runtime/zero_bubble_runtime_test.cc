@@ -2,8 +2,11 @@
 // one process (one thread per stage, the in-memory transport): per-step loss and final weights
 // match the single-device reference within 1e-5 relative for P in {2, 4}, M in {P, 2P + 1, 8},
 // and each stage stashes what the schedule says (a micro-batch until its BACKWARD_WEIGHT).
-// Replicas and clipping under these schedules: replica_runtime_test, clipping_runtime_test.
+// Replicas and clipping under these schedules: replica_runtime_test, clipping_runtime_test; the
+// coordinator's zb-h2 programs with their deferred non-finite check: below.
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,9 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/schedule/generators.h"
+#include "common/schedule/job_lowering.h"
+#include "common/schedule/job_programs.h"
 #include "common/schedule/lowering.h"
+#include "common/schedule/ranks.h"
 #include "gtest/gtest.h"
+#include "worker/runtime/reference_trainer.h"
 #include "worker/runtime/stage_runtime.h"
+#include "worker/runtime/testing/local_job.h"
 #include "worker/runtime/testing/local_transport.h"
 #include "worker/runtime/testing/parity_testing.h"
 
@@ -102,6 +110,59 @@ TEST(ZeroBubbleRuntimeTest, PeakInFlightFollowsTheSchedule) {
       for (int s = 0; s < P; ++s) {
         EXPECT_EQ(peak[s], expected)
             << schedule::ScheduleKindName(kind) << " M=" << M << " stage " << s;
+      }
+    }
+  }
+}
+
+// The coordinator's zb-h2 programs (schedule::JobPrograms) of a job without clipping: the
+// deferred check (GLOBAL_NORM_ASYNC, plan.proto) in place of the barrier, so a stage updates
+// before the others finish the step. Training is unchanged: per-step loss and every stage's
+// weights after every step within 1e-5 relative of the single device, with replicas too, and
+// the job group met once per step.
+TEST(ZeroBubbleRuntimeTest, ZbH2WithTheDeferredCheckMatchesSingleDevice) {
+  struct Layout {
+    std::vector<int> replicas;
+    int micro_batches;
+  };
+  for (const Layout& l : {Layout{{2, 2}, 4}, Layout{{1, 1, 1, 1}, 9}}) {
+    const int stages = static_cast<int>(l.replicas.size());
+    SCOPED_TRACE(absl::StrCat("P=", stages, " M=", l.micro_batches));
+    parity::SpecOptions o;
+    o.micro_batch = 4;
+    o.global_batch = 4 * l.micro_batches * l.replicas[0];
+    v1::JobSpec spec = parity::ParitySpec(o);
+    spec.mutable_parallel()->set_schedule("zb-h2");
+    // The job's last step waits for its own decision, so every AllGather has completed at the end.
+    spec.mutable_training()->set_max_steps(4);
+    const v1::ParallelPlanSummary plan =
+        parity::WithReplicas(parity::UniformPlan(spec.model().layers_size(), stages), l.replicas);
+    const std::vector<v1::RankProgram> programs = schedule::JobPrograms(spec, plan, 0).value();
+    for (const v1::RankProgram& program : programs) {
+      ASSERT_EQ(schedule::CountActions(program, v1::GLOBAL_NORM), 0);
+      ASSERT_EQ(schedule::CountActions(program, v1::GLOBAL_NORM_ASYNC), 1);
+    }
+    auto job = parity::LocalJob::Create(spec, plan, &parity::TrainSet(), &parity::TestSet());
+    ASSERT_TRUE(job.ok()) << job.status();
+    constexpr int kSteps = 4;  // training.max_steps
+    const std::vector<parity::LocalJob::RankRun> runs = (*job)->Run(0, kSteps, false);
+    for (int rank = 0; rank < (*job)->num_ranks(); ++rank) {
+      ASSERT_TRUE(runs[rank].status.ok()) << "rank " << rank << ": " << runs[rank].status;
+    }
+    EXPECT_EQ((*job)->groups().back()->calls(), kSteps);
+    auto ref = ReferenceTrainer::Create(spec, &parity::TrainSet()).value();
+    const int last = schedule::RankIndex(plan, stages - 1, 0);
+    for (int step = 0; step < kSteps; ++step) {
+      const double want = ref->Step(step);
+      EXPECT_NEAR(runs[last].steps[step].loss, want, 1e-5 * std::fabs(want)) << "step " << step + 1;
+      std::map<std::string, std::vector<float>> weights;
+      for (const kernels::Param* p : ref->Params()) weights[p->name] = p->value.data;
+      for (int rank = 0; rank < (*job)->num_ranks(); ++rank) {
+        for (const kernels::Param& p : runs[rank].params_after_step[step]) {
+          ASSERT_TRUE(weights.count(p.name)) << p.name;
+          EXPECT_LE(parity::RelativeL2(p.value.data, weights[p.name]), 1e-5)
+              << p.name << " rank " << rank << " step " << step + 1;
+        }
       }
     }
   }

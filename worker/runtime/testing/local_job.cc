@@ -24,10 +24,12 @@ v1::ParallelPlanSummary WithReplicas(v1::ParallelPlanSummary plan,
 absl::StatusOr<std::unique_ptr<LocalJob>> LocalJob::Create(const v1::JobSpec& spec,
                                                            const v1::ParallelPlanSummary& plan,
                                                            const Dataset* train,
-                                                           const Dataset* test) {
+                                                           const Dataset* test,
+                                                           absl::Duration recv_timeout) {
   auto job = std::unique_ptr<LocalJob>(new LocalJob());
   job->spec_ = spec;
   job->plan_ = plan;
+  job->box_ = std::make_unique<Mailbox>(recv_timeout);
   const int stages = plan.stages_size();
   const int ranks = schedule::NumRanks(plan);
   DAPPLE_ASSIGN_OR_RETURN(const schedule::LowerOptions lower,
@@ -65,7 +67,7 @@ absl::StatusOr<std::unique_ptr<LocalJob>> LocalJob::Create(const v1::JobSpec& sp
   for (int s = 0; s < stages; ++s) {
     for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
       const int rank = schedule::RankIndex(plan, s, r);
-      job->transports_.push_back(std::make_unique<LocalTransport>(&job->box_, rank));
+      job->transports_.push_back(std::make_unique<LocalTransport>(job->box_.get(), rank));
       v1::StageAssignment a = Assignment(spec, plan, s, programs[rank]);
       a.set_replica(r);
       absl::StatusOr<std::unique_ptr<StageRuntime>> rt = StageRuntime::Create(

@@ -32,12 +32,12 @@ v1::ParallelPlanSummary WithReplicas(v1::ParallelPlanSummary plan,
 class LocalJob {
  public:
   // Builds every rank of `spec` on `plan` (its stages' layer ranges and replicas) over `train`
-  // / `test` (must outlive the job). Errors: BuildPrograms', StageRuntime::Create's (prefixed
-  // with the rank).
-  static absl::StatusOr<std::unique_ptr<LocalJob>> Create(const v1::JobSpec& spec,
-                                                          const v1::ParallelPlanSummary& plan,
-                                                          const Dataset* train,
-                                                          const Dataset* test);
+  // / `test` (must outlive the job). A receive whose message never comes fails after
+  // `recv_timeout` (kDeadlineExceeded "no message": what a real rank sees of a dead peer).
+  // Errors: BuildPrograms', StageRuntime::Create's (prefixed with the rank).
+  static absl::StatusOr<std::unique_ptr<LocalJob>> Create(
+      const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan, const Dataset* train,
+      const Dataset* test, absl::Duration recv_timeout = absl::Seconds(30));
 
   // What one rank saw in Run.
   struct RankRun {
@@ -68,7 +68,7 @@ class LocalJob {
 
   v1::JobSpec spec_;
   v1::ParallelPlanSummary plan_;
-  Mailbox box_;
+  std::unique_ptr<Mailbox> box_;
   std::vector<std::unique_ptr<testing::LocalCollectiveGroup>> groups_;
   std::vector<std::unique_ptr<testing::LocalCollective>> collectives_;  // owned members
   std::vector<std::unique_ptr<LocalTransport>> transports_;             // per rank

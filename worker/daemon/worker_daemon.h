@@ -112,10 +112,11 @@ class WorkerDaemon {
  private:
   // A job's datasets, kept for the next job on the same data.
   struct DataCache {
-    std::string key;  // DataKey (worker_daemon.cc) of what was loaded
+    std::string key;  // DataKey (worker_job.cc) of what was loaded
     Datasets data;
   };
-  struct JobResources;  // transport, links and runtime of the running job (worker_daemon.cc)
+  struct JobResources;  // transport, links and runtime of the running job
+                        // (worker_daemon_internal.h)
 
   absl::Status Register();
   // Register, logging the first failure of a streak (and the recovery) only. kUnauthenticated

@@ -1,0 +1,54 @@
+// What the two halves of the worker daemon share (worker_daemon.cc: registration, heartbeats and
+// the job's lifecycle; worker_job.cc: one job's data, links, collectives and training loop).
+// Internal to worker/daemon: nothing outside includes it.
+#ifndef DAPPLE_WORKER_DAEMON_WORKER_DAEMON_INTERNAL_H_
+#define DAPPLE_WORKER_DAEMON_WORKER_DAEMON_INTERNAL_H_
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "worker/comm/delay_transport.h"
+#include "worker/comm/gloo_collective.h"
+#include "worker/comm/ucx_transport.h"
+#include "worker/daemon/stage_links.h"
+#include "worker/daemon/worker_daemon.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace dapple::worker::daemon_internal {
+
+// Deadline of each control RPC: they are small and the coordinator answers without waiting.
+inline constexpr absl::Duration kRpcDeadline = absl::Seconds(2);
+
+inline std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+inline std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace dapple::worker::daemon_internal
+
+namespace dapple::worker {
+
+// What a job holds while it runs. Members are destroyed in reverse order: the runtime, then the
+// links (whose GPU transports send through the UCX transport), then the UCX transport.
+struct WorkerDaemon::JobResources {
+  std::unique_ptr<UcxTransport> transport;
+  std::unique_ptr<StageLinks> links;
+  std::unique_ptr<GlooCollective> replicas;  // the stage's replicas (when it has several)
+  std::unique_ptr<GlooCollective> tied;      // the tied weights' group (a tied stage only)
+  std::unique_ptr<GlooCollective> job;       // every rank (the job-wide check, clipping)
+  std::unique_ptr<DelayTransport> delay;     // --comm-delay-max-ms: wraps links->transport()
+  std::unique_ptr<StageRuntime> runtime;
+};
+
+}  // namespace dapple::worker
+
+#endif  // DAPPLE_WORKER_DAEMON_WORKER_DAEMON_INTERNAL_H_

@@ -74,8 +74,8 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "examples/bad/key_does_not_apply.yaml:9:20: model.layers[2].out applies only to linear "
        "layers, not relu"},
       {"too_deep.yaml",
-       "examples/bad/too_deep.yaml:2:70: the job spec is nested more than 64 levels deep here (it "
-       "needs 4); refused before parsing"},
+       "examples/bad/too_deep.yaml:2:70: the job spec is nested more than 64 levels deep here (a "
+       "valid job spec needs at most 4); refused before parsing"},
       // Real models: shapes that do not chain, sizes that do not fit the data or each other.
       {"block_after_flatten.yaml",
        "examples/bad/block_after_flatten.yaml:8:7: model.layers[2] (transformer_block) needs a "

@@ -253,19 +253,21 @@ std::optional<OpenQuote> MultiLineQuote(const YAML::Node& node, absl::string_vie
 
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
   if (std::optional<TooDeep> deep = FindTooDeep(yaml)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4); refused "
-        "before parsing",
-        name, deep->line, deep->column, kMaxYamlDepth));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d:%d: the job spec is nested more than %d levels deep here (a valid "
+                        "job spec needs at most 4); refused "
+                        "before parsing",
+                        name, deep->line, deep->column, kMaxYamlDepth));
   }
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(std::string(yaml));
   } catch (const YAML::DeepRecursion& e) {
     // Backstop for nesting FindTooDeep underestimates.
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s:%d:%d: the job spec is nested more than %d levels deep here (it needs 4)", name,
-        e.mark.line + 1, e.mark.column + 1, e.depth()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d:%d: the job spec is nested more than %d levels deep here (a valid "
+                        "job spec needs at most 4)",
+                        name, e.mark.line + 1, e.mark.column + 1, e.depth()));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) {
       return absl::InvalidArgumentError(absl::StrFormat("%s: YAML syntax error: %s", name, e.msg));

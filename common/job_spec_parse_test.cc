@@ -729,27 +729,27 @@ TEST(InapplicableKeysTest, OptimizerKeysOfTheOtherType) {
 
 TEST(NestingTest, DeepNestingIsRefusedBeforeYamlCpp) {
   ExpectParseError(std::string(100000, '['),
-                   "job.yaml:1:64: the job spec is nested more than 64 levels deep here (it "
-                   "needs 4); refused before parsing");
+                   "job.yaml:1:64: the job spec is nested more than 64 levels deep here (a "
+                   "valid job spec needs at most 4); refused before parsing");
   ExpectParseError("name: x\nmodel: " + std::string(100000, '{'),
-                   "job.yaml:2:71: the job spec is nested more than 64 levels deep here (it "
-                   "needs 4); refused before parsing");
+                   "job.yaml:2:71: the job spec is nested more than 64 levels deep here (a "
+                   "valid job spec needs at most 4); refused before parsing");
   std::string dashes;
   for (int i = 0; i < 100000; ++i) dashes += "- ";
   ExpectParseError(dashes + "x\n",
-                   "job.yaml:1:129: the job spec is nested more than 64 levels deep here (it "
-                   "needs 4); refused before parsing");
+                   "job.yaml:1:129: the job spec is nested more than 64 levels deep here (a "
+                   "valid job spec needs at most 4); refused before parsing");
   std::string maps;  // k: / k: / ... one more space of indentation each
   for (int i = 0; i < 100; ++i) maps += std::string(i, ' ') + "k:\n";
   ExpectParseError(maps,
-                   "job.yaml:65:65: the job spec is nested more than 64 levels deep here (it "
-                   "needs 4); refused before parsing");
+                   "job.yaml:65:65: the job spec is nested more than 64 levels deep here (a "
+                   "valid job spec needs at most 4); refused before parsing");
   // Flow brackets spread over lines count the same.
   std::string lines;
   for (int i = 0; i < 100; ++i) lines += "[\n";
   ExpectParseError("model: " + lines,
-                   "job.yaml:64:1: the job spec is nested more than 64 levels deep here (it needs "
-                   "4); refused before parsing");
+                   "job.yaml:64:1: the job spec is nested more than 64 levels deep here (a valid "
+                   "job spec needs at most 4); refused before parsing");
 }
 
 TEST(NestingTest, BracketsInScalarsAndCommentsAreNotNesting) {

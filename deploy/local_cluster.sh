@@ -23,7 +23,9 @@
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# The comment block above, up to its first line of code. help: stdout, exit 0; misuse: stderr, 2.
+help_text() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+usage() { help_text >&2; exit 2; }
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 cmd="${1:-}"
@@ -83,6 +85,11 @@ stop_all() {
     if alive "$name"; then
       read -r pid exe <"$f"
       kill -TERM "$pid" 2>/dev/null || true
+    else
+      # Not ours any more: stop never kills a process it did not start (one restarted by hand
+      # on the same port keeps running: say so).
+      read -r pid exe <"$f"
+      echo "local_cluster: $name (pid $pid) was not running any more" >&2
     fi
   done
   deadline=$((SECONDS + 15))
@@ -300,6 +307,6 @@ case "$cmd" in
   stop) stop_all ;;
   status) status_all ;;
   rotate-join-token) rotate_join_token ;;
-  -h|--help|help) usage ;;
+  -h|--help|help) help_text; exit 0 ;;
   *) echo "local_cluster: unknown command '$cmd' (start, status, stop, rotate-join-token)" >&2; usage ;;
 esac

@@ -99,8 +99,9 @@ absl::Status CheckResumeFrom(const CheckpointManager::ResumeSource& source,
 
 // PlanJob's --planner and --schedule in place of the spec's (both first, then one validation:
 // each alone may not fit the spec's other field). kInvalidArgument "with --planner X and ...:
-// <the validation's message>".
-absl::Status ApplyPlanOverrides(const v1::PlanJobRequest& request, v1::JobSpec* spec) {
+// <the validation's message>". `*overrides` gets what was changed, for the plan's NOTE.
+absl::Status ApplyPlanOverrides(const v1::PlanJobRequest& request, v1::JobSpec* spec,
+                                std::vector<std::string>* overrides_out) {
   // (--planner pipedream-code needs schedule pipedream, which --schedule may be giving.)
   std::vector<std::string> overrides;
   v1::ParallelSpec* parallel = spec->mutable_parallel();
@@ -122,7 +123,10 @@ absl::Status ApplyPlanOverrides(const v1::PlanJobRequest& request, v1::JobSpec* 
     if (request.schedule() == "interleaved" && parallel->interleave() == 0) {
       parallel->set_interleave(2);
       overrides.push_back("parallel.interleave 2 (unset in the spec)");
-    } else if (request.schedule() != "interleaved") {
+    } else if (request.schedule() != "interleaved" && parallel->interleave() != 0) {
+      overrides.push_back(absl::StrCat("without the spec's parallel.interleave ",
+                                       parallel->interleave(),
+                                       " (it applies to schedule interleaved only)"));
       parallel->set_interleave(0);
     }
   }
@@ -132,6 +136,7 @@ absl::Status ApplyPlanOverrides(const v1::PlanJobRequest& request, v1::JobSpec* 
           absl::StrCat("with ", absl::StrJoin(overrides, " and "), ": ", s.message()));
     }
   }
+  *overrides_out = std::move(overrides);
   return absl::OkStatus();
 }
 
@@ -295,7 +300,8 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
   } else {
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(request.spec_yaml(), source);
     if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
-    DAPPLE_RETURN_IF_ERROR(ApplyPlanOverrides(request, &*spec));
+    std::vector<std::string> overrides;
+    DAPPLE_RETURN_IF_ERROR(ApplyPlanOverrides(request, &*spec, &overrides));
     // As submit does: the plan of a spec whose data submit would refuse is refused too.
     const SpecText text{request.spec_yaml(), source};
     DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, data_roots_, &text));
@@ -313,6 +319,11 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(*spec, inputs, &text);
     if (!plan.ok()) return AsInputError(plan.status());
     summary = std::move(*plan->mutable_summary());
+    // What the plan's spec is not (a submit of the file runs the spec as written).
+    if (!overrides.empty()) {
+      summary.add_notes(absl::StrCat("planned with ", absl::StrJoin(overrides, " and "),
+                                     "; a submit of the file runs its own"));
+    }
     // A plan does not depend on the kernels; a job that submit would refuse for want of one
     // says so.
     if (absl::Status s = CheckJobKernels(*spec, text); !s.ok()) {

@@ -367,7 +367,8 @@ TEST_F(PlanJobTest, AScheduleAutoJobRunsTheChosenSchedule) {
 }
 
 // --schedule interleaved on a spec without parallel.interleave plans 2 model chunks per stage;
-// back to dapple, the spec's interleave is dropped.
+// back to dapple, the spec's interleave is dropped. Each time a NOTE says what the plan's spec
+// is, since a submit of the file would run (or refuse) the spec as written.
 TEST_F(PlanJobTest, ScheduleInterleavedPlansChunksPerStage) {
   v1::PlanJobRequest req;
   req.set_spec_yaml(Spec("balanced", "2", 2));
@@ -377,6 +378,11 @@ TEST_F(PlanJobTest, ScheduleInterleavedPlansChunksPerStage) {
   EXPECT_EQ(r->plan().schedule(), "interleaved");
   ASSERT_EQ(r->plan().stages_size(), 2);
   for (const v1::PlanStageSummary& s : r->plan().stages()) EXPECT_EQ(s.chunks_size(), 2);
+  EXPECT_THAT(r->plan().notes(),
+              ::testing::Contains(
+                  "planned with --schedule interleaved in place of the spec's parallel.schedule "
+                  "and parallel.interleave 2 (unset in the spec); a submit of the file runs its "
+                  "own"));
   req.set_spec_yaml(absl::StrReplaceAll(Spec("balanced", "2", 2), {{"schedule: dapple",
                                                                     "schedule: interleaved\n  "
                                                                     "interleave: 3"}}));
@@ -385,6 +391,11 @@ TEST_F(PlanJobTest, ScheduleInterleavedPlansChunksPerStage) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->plan().schedule(), "dapple");
   EXPECT_EQ(r->plan().stages(0).chunks_size(), 0);
+  EXPECT_THAT(r->plan().notes(),
+              ::testing::Contains(
+                  "planned with --schedule dapple in place of the spec's parallel.schedule and "
+                  "without the spec's parallel.interleave 3 (it applies to schedule interleaved "
+                  "only); a submit of the file runs its own"));
 }
 
 TEST_F(PlanJobTest, WithoutWorkersOrAClusterAProfileSaysToPassACluster) {

@@ -82,6 +82,17 @@ class LocalClusterTest(unittest.TestCase):
         self.pids += list(out.values())
         return out
 
+    def test_help_is_the_header_comment_only(self):
+        r = subprocess.run([SCRIPT, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("deploy/local_cluster.sh stop   [--run-dir DIR]", r.stdout)
+        self.assertTrue(r.stdout.rstrip().endswith("2 usage."), r.stdout)
+        self.assertNotIn("set -euo pipefail", r.stdout)
+        # Misuse prints the same text to stderr and exits 2.
+        bad = subprocess.run([SCRIPT], capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 2)
+        self.assertNotIn("SRC=", bad.stderr)
+
     def test_start_workers_stop(self):
         r = self.script("start", "-n", "2", "--port", "0", "--metrics-port", "0")
         with open(os.path.join(self.run_dir, "address")) as f:

@@ -285,14 +285,16 @@ class EndToEndTest(unittest.TestCase):
         # The surviving rank sees the connection close at once and says so, naming the lost
         # worker: its UCX link ("peer rank 1 (stage 1, worker w) failed: connection lost ...";
         # UCX calls it "Endpoint timeout", which is kept only in parentheses), or, when it was
-        # waiting in the step's job-wide check (GLOBAL_NORM, over Gloo), that collective
-        # ("... (lost a peer of the step's job-wide check: connection lost ...: stage 1 (worker
-        # w))"): whichever the rank was blocked in when the peer died.
+        # waiting in the step's job-wide check (GLOBAL_NORM, over Gloo), that collective, named
+        # first ("lost a peer of the step's job-wide check (a collective of every rank):
+        # connection lost ...: stage 1 (worker w); this rank was in: ..."): whichever the rank
+        # was blocked in when the peer died.
         self.assertIn("connection lost (the process exited or the network failed)", j["message"])
         self.assertTrue(
             "peer rank 1 (stage 1, worker %s) failed: connection lost" % victim in j["message"]
-            or "(lost a peer of the step's job-wide check: connection lost (the process exited "
-               "or the network failed): stage 1 (worker %s))" % victim in j["message"],
+            or "lost a peer of the step's job-wide check (a collective of every rank): "
+               "connection lost (the process exited or the network failed): stage 1 (worker "
+               "%s); this rank was in: " % victim in j["message"],
             j["message"])
         # Bounded: the heartbeat timeout (3 s here) plus scheduling slack.
         self.assertLess(time.time() - t0, 20)

@@ -237,12 +237,16 @@ absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& sta
                            : ""));
     }
   }
+  // The lost peer first: the collective's own words (the action, Gloo's socket error) come
+  // after it, since "the job-wide check of the gradients" alone reads like a non-finite value.
   return absl::Status(
       status.code(),
-      absl::StrCat(status.message(), " (lost a peer of the ",
-                   job_wide ? "step's job-wide check" : "AllReduce",
-                   ": connection lost (the process exited or the network failed): ",
-                   others.size() == 1 ? "" : "one of ", absl::StrJoin(others, ", "), ")"));
+      absl::StrCat(
+          "lost a peer of ",
+          job_wide ? "the step's job-wide check (a collective of every rank)" : "the AllReduce",
+          ": connection lost (the process exited or the network failed): ",
+          others.size() == 1 ? "" : "one of ", absl::StrJoin(others, ", "),
+          "; this rank was in: ", status.message()));
 }
 
 absl::Status WorkerDaemon::JoinCollectives(const v1::StageAssignment& a,

@@ -101,6 +101,10 @@ class PipeSgdUpdater {
 
   // AllReduces completed so far (for tests and metrics). Thread-safe.
   int64_t allreduces_done() const;
+  // Bytes of its two flat gradient buffers (allocated at Create, constant): what the memory
+  // model counts as gradient_buffers (common/memory_model.h) and the runtime's measured peak
+  // adds to the backend's. Thread-safe.
+  int64_t buffer_bytes() const { return static_cast<int64_t>(2 * floats_ * sizeof(float)); }
 
  private:
   PipeSgdUpdater(Collective* collective, StageBackend* backend, const PipeSgdOptions& options,

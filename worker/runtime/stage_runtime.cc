@@ -103,7 +103,9 @@ void StageRuntime::ReleaseSlot(int chunk, int micro_batch) {
 void StageRuntime::MeasureMemory() {
   const StageBackend::HeldBytes held = backend_->Held();
   if (held.parameters < 0 || held.activations < 0) return;
-  const int64_t weights = held.parameters + stash_->held_bytes();
+  // Pipe-SGD's two flat gradient buffers live in its updater, not in the backend.
+  const int64_t weights = held.parameters + stash_->held_bytes() +
+                          (async_allreduce_ != nullptr ? async_allreduce_->buffer_bytes() : 0);
   held_weight_bytes_ = std::max(held_weight_bytes_, weights);
   held_activation_bytes_ = std::max(held_activation_bytes_, held.activations);
   held_peak_bytes_ = std::max(held_peak_bytes_, weights + held.activations);

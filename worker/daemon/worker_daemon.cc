@@ -484,8 +484,13 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     // shutdown; should the deregistration not have reached the coordinator, this says why.
     final.set_message(stopping_.load() ? absl::StrCat("worker ", worker_id, " is shutting down")
                                        : std::string(s.message()));
-    DAPPLE_LOG_INFO("{}: stage {} aborted: {}", assignment.job_id(), assignment.stage(),
-                    s.message());
+    // The coordinator's abort (a cancel, or a failure elsewhere) first: what the rank was doing
+    // comes after it, since a neighbour's closed connection alone reads like a crash.
+    const bool between_steps = s.message() == "aborted by the coordinator";
+    DAPPLE_LOG_INFO(
+        "{}: stage {} aborted{}{}{}", assignment.job_id(), assignment.stage(),
+        abort_.load() ? " by the coordinator (the job was cancelled or failed elsewhere)" : "",
+        between_steps ? "" : "; it was in: ", between_steps ? "" : s.message());
   } else {
     final.set_kind(v1::PROGRESS_FAILED);
     final.set_message(std::string(s.message()));

@@ -72,11 +72,16 @@ std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSumma
   return "dapple";
 }
 
+bool NonFiniteCheckOnlyFails(double max_grad_norm, int64_t max_consecutive_skipped_steps) {
+  return !(max_grad_norm > 0) && max_consecutive_skipped_steps == 0;
+}
+
 bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
                           int64_t max_consecutive_skipped_steps) {
-  // Without clipping and with no step to skip, the decision can only fail the job: it need not
-  // hold the update (3 T M per zb-h2 step instead of 3 T M + (P - 1) T).
-  return schedule == "zb-h2" && !(max_grad_norm > 0) && max_consecutive_skipped_steps == 0;
+  // A decision that can only fail the job need not hold the update (3 T M per zb-h2 step
+  // instead of 3 T M + (P - 1) T).
+  return schedule == "zb-h2" &&
+         NonFiniteCheckOnlyFails(max_grad_norm, max_consecutive_skipped_steps);
 }
 
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
@@ -129,6 +134,11 @@ int CountActions(const v1::RankProgram& program, v1::ActionKind kind) {
   return n;
 }
 
+bool HoldsNonFiniteCheck(const v1::RankProgram& program) {
+  return CountActions(program, v1::GLOBAL_NORM) > 0 ||
+         CountActions(program, v1::GLOBAL_NORM_ASYNC) > 0;
+}
+
 absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
                                      const LowerOptions& lower) {
   const bool tied =
@@ -149,9 +159,7 @@ absl::Status CheckProgramCollectives(const v1::RankProgram& program, int stage,
         "nothing",
         " (lower it with schedule::LowerOptionsFor)"));
   }
-  const bool has_norm = CountActions(program, v1::GLOBAL_NORM) > 0 ||
-                        CountActions(program, v1::GLOBAL_NORM_ASYNC) > 0;
-  if (has_norm ? !lower.global_norm : lower.clipping) {
+  if (HoldsNonFiniteCheck(program) ? !lower.global_norm : lower.clipping) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", stage,
         lower.clipping

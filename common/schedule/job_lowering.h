@@ -63,6 +63,12 @@ std::vector<int> TiedGroupRanks(const std::vector<bool>& tied_stages,
 // built by hand may leave both empty). Every decision that depends on the schedule reads it here.
 std::string RunningSchedule(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan);
 
+// Whether the job-wide non-finite decision can only fail the job, never change an update: no
+// gradient clipping (max_grad_norm not > 0) and no step to skip (max_consecutive_skipped_steps
+// 0). The condition of GLOBAL_NORM_ASYNC (DefersNonFiniteCheck, and the runtime's own check of
+// it: worker/runtime/gradient_exchange.h).
+bool NonFiniteCheckOnlyFails(double max_grad_norm, int64_t max_consecutive_skipped_steps);
+
 // Whether a job under `schedule` (a RunningSchedule name) takes its job-wide non-finite check
 // without a barrier (GLOBAL_NORM_ASYNC, plan.proto): zb-h2, whose stages end a step (P - 1) T_F
 // apart and, not held, start the next one at once, when the decision cannot change the update
@@ -97,6 +103,8 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
 
 // The actions of `kind` in `program`: its actions and every step of its phases' cycles.
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind);
+// Whether `program` takes the job-wide decision: a GLOBAL_NORM or a GLOBAL_NORM_ASYNC.
+bool HoldsNonFiniteCheck(const v1::RankProgram& program);
 
 // Whether stage `stage`'s `program` holds the collectives `lower` gives it: a TIED_ALLREDUCE
 // exactly when lower.tied_stages[stage] (without it tied copies would drift apart; with it the

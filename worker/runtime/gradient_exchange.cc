@@ -351,7 +351,7 @@ absl::StatusOr<GlobalNormResult> GradientExchange::GlobalNorm() {
 }
 
 absl::Status GradientExchange::PostGlobalNorm(int64_t step, bool await_now) {
-  if (max_grad_norm_ > 0 || max_consecutive_skips_ > 0) {
+  if (!schedule::NonFiniteCheckOnlyFails(max_grad_norm_, max_consecutive_skips_)) {
     return absl::InternalError(
         "GLOBAL_NORM_ASYNC in a job whose decision may change the update (gradient clipping "
         "or skipped steps): its program needs GLOBAL_NORM");

@@ -133,8 +133,7 @@ absl::Status CheckAssignment(const v1::StageAssignment& assignment, const Transp
   DAPPLE_ASSIGN_OR_RETURN(*lower, schedule::LowerOptionsFor(spec, plan));
   DAPPLE_RETURN_IF_ERROR(schedule::CheckProgramCollectives(assignment.program(), stage, *lower));
   // What this program runs: a hand-built synchronous one may lack the job-wide decision.
-  lower->global_norm = schedule::CountActions(assignment.program(), v1::GLOBAL_NORM) > 0 ||
-                       schedule::CountActions(assignment.program(), v1::GLOBAL_NORM_ASYNC) > 0;
+  lower->global_norm = schedule::HoldsNonFiniteCheck(assignment.program());
   return absl::OkStatus();
 }
 

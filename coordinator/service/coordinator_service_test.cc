@@ -1,6 +1,8 @@
 #include "coordinator/service/coordinator_service.h"
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -627,6 +629,34 @@ std::vector<std::string> WorkerIds(CoordinatorService& svc) {
   std::vector<std::string> ids;
   for (const v1::WorkerInfo& w : resp.workers()) ids.push_back(w.id());
   return ids;
+}
+
+// A cpu worker refines its host's capacity after registering (host_capacity.h) and sends the
+// estimate in its heartbeats: the coordinator plans with the newest valid one.
+TEST_F(CoordinatorServiceTest, HeartbeatsUpdateTheHostComputeCapacity) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_hostname("localhost");
+  reg.set_pid(next_pid_++);
+  reg.add_devices("cpu");
+  reg.set_host_compute_capacity(1.05);  // measured while other processes started
+  v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(svc_->RegisterWorker(auth::TestJoin(), reg, &registered).ok());
+  const std::string w = registered.worker_id();
+  EXPECT_DOUBLE_EQ(Worker(w).host_compute_capacity(), 1.05);
+  auto beat = [&](double capacity) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(w);
+    req.set_host_compute_capacity(capacity);
+    v1::HeartbeatResponse resp;
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker(w), req, &resp).ok());
+  };
+  beat(1.9);
+  EXPECT_DOUBLE_EQ(Worker(w).host_compute_capacity(), 1.9);
+  // No estimate, or none a capacity can be (below one core, not finite): the last one stays.
+  for (double bad : {0.0, 0.5, -2.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    beat(bad);
+    EXPECT_DOUBLE_EQ(Worker(w).host_compute_capacity(), 1.9) << bad;
+  }
 }
 
 TEST_F(CoordinatorServiceTest, DeadWorkersAreForgottenAfterTheRetentionPeriod) {

@@ -32,6 +32,12 @@ void MarkStraggler(const StragglerDetector& stragglers, int stage, int replica, 
   }
 }
 
+// A reported host compute capacity: finite and >= 1, or unknown (0) for anything else, which a
+// peer may send: a capacity below one core would slow even a lone stage.
+double ValidCapacity(double capacity) {
+  return std::isfinite(capacity) && capacity >= 1 ? capacity : 0;
+}
+
 }  // namespace
 
 absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
@@ -80,9 +86,7 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
   // What the planner needs to know of the worker's device (worker_topology.h).
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());
-  // Finite and >= 1 or unknown (0): a capacity below one core would slow a lone stage.
-  const double capacity = request.host_compute_capacity();
-  worker.info.set_host_compute_capacity(std::isfinite(capacity) && capacity >= 1 ? capacity : 0);
+  worker.info.set_host_compute_capacity(ValidCapacity(request.host_compute_capacity()));
   response->set_worker_id(worker.info.id());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();
@@ -100,6 +104,11 @@ absl::Status CoordinatorService::Heartbeat(const auth::Identity& caller,
     return absl::OkStatus();
   }
   worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
+  // The worker's refined estimate (host_capacity.h HostCapacityEstimate): plans made from now on
+  // use it (worker_topology.cc).
+  if (const double capacity = ValidCapacity(request.host_compute_capacity()); capacity > 0) {
+    worker->info.set_host_compute_capacity(capacity);
+  }
   const std::string& reported = request.running_job_id();
   const bool was_reporting = !worker->reported_job_id.empty();
   worker->reported_job_id = reported;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -97,6 +98,18 @@ double MeasureHostComputeCapacity(int threads, int trials, const std::function<v
   }
   std::sort(capacities.begin(), capacities.end());
   return capacities[capacities.size() / 2];
+}
+
+void HostCapacityEstimate::Add(double capacity) {
+  if (std::isfinite(capacity) && capacity >= 1) measured_.push_back(capacity);
+}
+
+double HostCapacityEstimate::Median() const {
+  if (measured_.empty()) return 0;
+  std::vector<double> sorted = measured_;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  return n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
 }  // namespace dapple::worker

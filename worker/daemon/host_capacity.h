@@ -1,6 +1,7 @@
 // The host's parallel compute capacity a cpu worker reports at registration
-// (RegisterWorkerRequest.host_compute_capacity): how many single-thread computations the host
-// runs at full speed at once. The coordinator puts it on the host's topology node
+// (RegisterWorkerRequest.host_compute_capacity) and refines in its heartbeats
+// (HostCapacityEstimate): how many single-thread computations the host runs at full speed at
+// once. The coordinator puts it on the host's topology node
 // (ClusterNode.compute_capacity), and the plan simulator slows stages that compute at once on
 // the host by min(1, capacity / k) (coordinator/planner/host_contention.h). A host's vCPU count
 // says nothing about it: two vCPUs may be two hyperthreads of one core, or share a core with
@@ -10,6 +11,7 @@
 #define DAPPLE_WORKER_DAEMON_HOST_CAPACITY_H_
 
 #include <functional>
+#include <vector>
 
 namespace dapple::worker {
 
@@ -31,6 +33,27 @@ double CapacityFromTimes(int threads, double single_ms, double parallel_ms);
 // so it comes out higher, which is what two stages then see).
 double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
                                   const std::function<void()>& work = nullptr);
+
+// A worker's estimate of its host's capacity: the median of its measurements so far. One
+// measurement can read far too low when other processes start at the same moment (the
+// coordinator and the workers of `scripts/demo`, started together, on a 2-vCPU host: 1.00 and
+// 1.11 at registration, against 1.89-1.97 for the same host measured alone); so a cpu worker
+// measures again a few times in its first seconds while idle (WorkerDaemon, kCapacityRefinements)
+// and reports the median in its heartbeats.
+// Thread safety: none (the owner locks).
+class HostCapacityEstimate {
+ public:
+  // Records one measurement (MeasureHostComputeCapacity's result; values < 1 or not finite are
+  // ignored).
+  void Add(double capacity);
+  // The median of the measurements (the mean of the middle two for an even count); 0 when there
+  // are none.
+  double Median() const;
+  int count() const { return static_cast<int>(measured_.size()); }
+
+ private:
+  std::vector<double> measured_;
+};
 
 }  // namespace dapple::worker
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -25,6 +26,24 @@ TEST(HostCapacityTest, FromTimesClampsNoiseAndBadInput) {
   EXPECT_DOUBLE_EQ(CapacityFromTimes(1, 10.0, 10.0), 1.0);
   EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 0.0, 10.0), 1.0);
   EXPECT_DOUBLE_EQ(CapacityFromTimes(2, 10.0, 0.0), 1.0);
+}
+
+TEST(HostCapacityTest, TheEstimateIsTheMedianOfTheMeasurements) {
+  HostCapacityEstimate estimate;
+  EXPECT_EQ(estimate.Median(), 0);  // nothing measured
+  estimate.Add(1.0);                // measured while other processes started
+  EXPECT_DOUBLE_EQ(estimate.Median(), 1.0);
+  estimate.Add(1.9);
+  EXPECT_DOUBLE_EQ(estimate.Median(), 1.45);
+  estimate.Add(2.0);
+  EXPECT_DOUBLE_EQ(estimate.Median(), 1.9);  // the low one is outvoted
+  estimate.Add(1.95);
+  EXPECT_DOUBLE_EQ(estimate.Median(), 1.925);
+  // Not a capacity: ignored.
+  estimate.Add(0.5);
+  estimate.Add(std::nan(""));
+  EXPECT_EQ(estimate.count(), 4);
+  EXPECT_DOUBLE_EQ(estimate.Median(), 1.925);
 }
 
 TEST(HostCapacityTest, MeasureRunsTheWorkOnEveryThreadAndStaysInRange) {

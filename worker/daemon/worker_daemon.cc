@@ -35,6 +35,15 @@ using daemon_internal::kRpcDeadline;
 // gRPC's default reconnect backoff grows to 120 s, so after a few coordinator restarts a worker
 // could stay away for minutes while the coordinator listens. Bounding it by the default heartbeat
 // interval keeps the promise of worker.md: the worker retries every interval.
+// When a cpu worker measures its host's capacity again after the first registration
+// (RefineHostCapacity): within its first seconds, when workers started together with it and
+// the coordinator have settled (their start is what spoils a measurement at registration), and
+// a few times, so that the median outvotes one spoiled by a job starting elsewhere on the host.
+// Not later: a measurement takes both cores for about 0.2 s, which a running job of another
+// worker on the host would feel.
+// Four, so that with the first there are five and the median is one of them.
+constexpr absl::Duration kCapacityRefinements[] = {absl::Seconds(3), absl::Seconds(5),
+                                                   absl::Seconds(7), absl::Seconds(10)};
 constexpr int kInitialReconnectBackoffMs = 100;  // gRPC's floor
 constexpr int kMaxReconnectBackoffMs = 500;      // the default heartbeat interval
 // Shortest time one connection attempt may take (gRPC names it MIN_RECONNECT_BACKOFF): a
@@ -105,6 +114,33 @@ WorkerDaemon::~WorkerDaemon() {
   abort_.store(true);
   ReapJob(/*wait=*/true);
   JoinProfile();
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  if (capacity_thread_.joinable()) capacity_thread_.join();
+}
+
+bool WorkerDaemon::IsCpuWorker() const {
+  return !options_.devices.empty() && options_.devices.front() == "cpu";
+}
+
+void WorkerDaemon::RefineHostCapacity() {
+  const absl::Time start = absl::Now();
+  for (const absl::Duration after : kCapacityRefinements) {
+    {
+      absl::MutexLock l(&mu_);
+      auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+      if (mu_.AwaitWithDeadline(absl::Condition(&stopped), start + after)) return;
+      // A measurement during a job would compete with its stages (and see them): skipped.
+      if (!job_id_.empty() || profiling_.load()) continue;
+    }
+    const double measured = MeasureHostComputeCapacity();
+    absl::MutexLock l(&mu_);
+    capacity_estimate_.Add(measured);
+    DAPPLE_LOG_DEBUG("host compute capacity measured {:.2f}; estimate {:.2f} of {} measurements",
+                     measured, capacity_estimate_.Median(), capacity_estimate_.count());
+  }
 }
 
 void WorkerDaemon::Stop() {
@@ -131,9 +167,22 @@ absl::Status WorkerDaemon::Register() {
         ProbeDeviceMemory(options_.devices.front(), options_.device_memory_bytes);
     req.set_device_memory_bytes(memory.bytes);
     req.set_device_memory_shared(memory.shared);
-    if (options_.devices.front() == "cpu") {
-      if (host_compute_capacity_ < 0) host_compute_capacity_ = MeasureHostComputeCapacity();
-      req.set_host_compute_capacity(host_compute_capacity_);
+    if (IsCpuWorker()) {
+      bool first = false;
+      {
+        absl::MutexLock l(&mu_);
+        first = capacity_estimate_.count() == 0;
+      }
+      if (first) {
+        const double measured = MeasureHostComputeCapacity();  // not under mu_: it takes a while
+        absl::MutexLock l(&mu_);
+        capacity_estimate_.Add(measured);
+      }
+      absl::MutexLock l(&mu_);
+      req.set_host_compute_capacity(capacity_estimate_.Median());
+      if (first && !capacity_thread_.joinable()) {
+        capacity_thread_ = std::thread([this] { RefineHostCapacity(); });
+      }
     }
   }
   {
@@ -307,6 +356,7 @@ bool WorkerDaemon::HeartbeatOnce() {
     absl::MutexLock l(&mu_);
     req.set_worker_id(worker_id_);
     req.set_running_job_id(job_id_);
+    req.set_host_compute_capacity(capacity_estimate_.Median());
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));

@@ -37,6 +37,7 @@
 #include "grpcpp/security/credentials.h"
 #include "worker/daemon/call_auth.h"
 #include "worker/daemon/daemon_observer.h"
+#include "worker/daemon/host_capacity.h"
 #include "worker/data/dataset.h"
 
 namespace dapple::worker {
@@ -165,6 +166,12 @@ class WorkerDaemon {
   // ReportProfile (2 s deadline; a failure is logged).
   void SendProfileReport(const v1::ReportProfileRequest& report);
   void JoinProfile();
+  // A cpu worker's capacity thread: measures the host's capacity again at kCapacityRefinements'
+  // times after the first registration, each time the worker is idle (no job, no profile; a
+  // busy time is skipped), and adds it to capacity_estimate_. Returns at Stop or after the
+  // last one.
+  void RefineHostCapacity();
+  bool IsCpuWorker() const;
 
   WorkerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -174,10 +181,10 @@ class WorkerDaemon {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
-  // A cpu worker's host_compute_capacity (host_capacity.h), measured at the first registration
-  // (a fraction of a second) and reported again by every later one; < 0: not measured yet.
-  // Used by Register only (the daemon's loop thread).
-  double host_compute_capacity_ = -1;
+  // A cpu worker's host_compute_capacity (host_capacity.h): measured at the first registration
+  // (a fraction of a second), then refined by RefineHostCapacity; registrations and heartbeats
+  // send capacity_estimate_.Median().
+  HostCapacityEstimate capacity_estimate_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // running job, empty when idle
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   // The id the coordinator knew this worker by before it answered "unknown worker" (for the
@@ -194,6 +201,7 @@ class WorkerDaemon {
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   std::thread job_thread_;
   std::thread profile_thread_;
+  std::thread capacity_thread_;  // RefineHostCapacity, started by the first registration
   std::atomic<bool> profiling_{false};
   std::string profile_request_id_;  // the last request measured; heartbeat thread only
   std::atomic<bool> abort_{false};

@@ -51,12 +51,13 @@ absl::StatusOr<double> TimeMs(StageBackend& backend, const std::function<absl::S
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-struct LayerTimes {
-  double forward_ms = 0;
-  double backward_ms = 0;
-  double optimizer_ms = 0;
-  double load_input_ms = 0;  // LoadInput of the batch
-  double loss_ms = 0;        // Loss of the batch (with `time_loss`), else 0
+// One layer's timed runs, of every pass so far (ms each).
+struct LayerSamples {
+  std::vector<double> forward;
+  std::vector<double> backward;
+  std::vector<double> optimizer;
+  std::vector<double> load_input;  // LoadInput of the batch
+  std::vector<double> loss;        // Loss of the batch (with `time_loss`), else 0
 };
 
 // Labels for a loss over the layer's output: one per position of its last dimension's rows
@@ -70,8 +71,10 @@ std::vector<int32_t> RandomLabels(int64_t rows, const LayerInfo& info, std::mt19
   return labels;
 }
 
-absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_loss,
-                                     const ProfileOptions& options, std::mt19937_64& rng) {
+// Runs one pass of `info`'s layer on `backend`: options.warmup_runs untimed runs, then
+// options.timed_runs timed ones, appended to `samples`.
+absl::Status TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_loss,
+                       const ProfileOptions& options, std::mt19937_64& rng, LayerSamples& samples) {
   const int64_t rows = options.batch_size;
   const int64_t input_elements = rows * NumElements(info.input_shape);
   const std::vector<float> input = info.token_input ? RandomTokens(input_elements, info, rng)
@@ -87,11 +90,6 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
   }
   const std::vector<int32_t> labels =
       time_loss ? RandomLabels(rows, info, rng) : std::vector<int32_t>();
-  std::vector<double> forward;
-  std::vector<double> backward;
-  std::vector<double> optimizer;
-  std::vector<double> load_input;
-  std::vector<double> loss;
   // A training forward, as in a step: dropout's masks and batch norm's batch statistics cost
   // what they cost there, and a backward needs the forward's training state (a batch norm's
   // backward of an evaluation forward is a bug).
@@ -129,15 +127,14 @@ absl::StatusOr<LayerTimes> TimeLayer(StageBackend& backend, const LayerInfo& inf
                               return backend.OptimizerStep();
                             }));
     if (run >= options.warmup_runs) {
-      forward.push_back(f);
-      backward.push_back(b);
-      optimizer.push_back(u);
-      load_input.push_back(in);
-      loss.push_back(l);
+      samples.forward.push_back(f);
+      samples.backward.push_back(b);
+      samples.optimizer.push_back(u);
+      samples.load_input.push_back(in);
+      samples.loss.push_back(l);
     }
   }
-  return LayerTimes{Median(forward), Median(backward), Median(optimizer), Median(load_input),
-                    Median(loss)};
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -146,10 +143,12 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const BackendFactory& make_backend,
                                                 const std::string& device_kind,
                                                 const ProfileOptions& options) {
-  if (options.batch_size <= 0 || options.warmup_runs < 0 || options.timed_runs < 1) {
+  if (options.batch_size <= 0 || options.warmup_runs < 0 || options.timed_runs < 1 ||
+      options.passes < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "profile options: batch_size %d must be > 0, warmup_runs %d >= 0, timed_runs %d >= 1",
-        options.batch_size, options.warmup_runs, options.timed_runs));
+        "profile options: batch_size %d must be > 0, warmup_runs %d >= 0, timed_runs %d >= 1, "
+        "passes %d >= 1",
+        options.batch_size, options.warmup_runs, options.timed_runs, options.passes));
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
   v1::ModelProfile profile;
@@ -158,29 +157,40 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
   profile.set_device_kind(device_kind);
   profile.set_model_fingerprint(profile::ModelFingerprint(spec.model()));
   std::mt19937_64 rng(options.seed);
+  // Pass after pass over the whole model, rather than all of one layer's runs at once: a slow
+  // moment of the host (another process, the hypervisor taking a vCPU away for tens of ms)
+  // then slows one pass of a layer, which the median over every pass's runs drops, instead of
+  // every run of that layer (the demo's P = 1 prediction moved by 25% between two quiet runs
+  // with one pass of 5 runs).
+  std::vector<LayerSamples> samples(layers.size());
+  for (int pass = 0; pass < options.passes; ++pass) {
+    for (const LayerInfo& info : layers) {
+      const std::string where = absl::StrFormat("model.layers[%d] (%s)", info.index, info.type);
+      absl::StatusOr<std::unique_ptr<StageBackend>> backend =
+          make_backend(spec, info.index, info.index);
+      if (!backend.ok()) {
+        return absl::Status(backend.status().code(),
+                            absl::StrCat(where, ": ", backend.status().message()));
+      }
+      const bool last = info.index + 1 == static_cast<int>(layers.size());
+      if (absl::Status timed = TimeLayer(**backend, info, last, options, rng, samples[info.index]);
+          !timed.ok()) {
+        return absl::Status(timed.code(), absl::StrCat(where, ": ", timed.message()));
+      }
+    }
+  }
+  const double per_sample = 1.0 / static_cast<double>(options.batch_size);
   for (const LayerInfo& info : layers) {
-    const std::string where = absl::StrFormat("model.layers[%d] (%s)", info.index, info.type);
-    absl::StatusOr<std::unique_ptr<StageBackend>> backend =
-        make_backend(spec, info.index, info.index);
-    if (!backend.ok()) {
-      return absl::Status(backend.status().code(),
-                          absl::StrCat(where, ": ", backend.status().message()));
-    }
+    const LayerSamples& times = samples[info.index];
     const bool last = info.index + 1 == static_cast<int>(layers.size());
-    absl::StatusOr<LayerTimes> times = TimeLayer(**backend, info, last, options, rng);
-    if (!times.ok()) {
-      return absl::Status(times.status().code(),
-                          absl::StrCat(where, ": ", times.status().message()));
-    }
     v1::LayerProfile* layer = profile.add_layers();
     layer->set_id(absl::StrCat("layers[", info.index, "]"));
     layer->set_name(info.type);
-    layer->set_forward_ms(times->forward_ms);
-    layer->set_backward_ms(times->backward_ms);
-    layer->set_optimizer_ms(times->optimizer_ms);
-    const double per_sample = 1.0 / static_cast<double>(options.batch_size);
-    if (info.index == 0) profile.set_input_ms_per_sample(times->load_input_ms * per_sample);
-    if (last) profile.set_loss_ms_per_sample(times->loss_ms * per_sample);
+    layer->set_forward_ms(Median(times.forward));
+    layer->set_backward_ms(Median(times.backward));
+    layer->set_optimizer_ms(Median(times.optimizer));
+    if (info.index == 0) profile.set_input_ms_per_sample(Median(times.load_input) * per_sample);
+    if (last) profile.set_loss_ms_per_sample(Median(times.loss) * per_sample);
     profile::SetLayerSizes(info, options.batch_size, layer);
   }
   return profile;

@@ -23,26 +23,31 @@ using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<StageBackend
 
 struct ProfileOptions {
   int64_t batch_size = 32;  // samples per timed run, > 0
-  int warmup_runs = 2;      // untimed runs per layer first (caches, allocator, cuBLAS heuristics)
-  int timed_runs = 5;       // the median of these is reported, >= 1
+  int warmup_runs = 2;      // untimed runs per layer and pass first (caches, allocator, cuBLAS)
+  int timed_runs = 3;       // timed runs per layer and pass, >= 1
+  // Passes over the model, >= 1: each pass makes every layer's backend anew and runs it
+  // warmup_runs + timed_runs times; a time reported is the median over every pass's timed runs.
+  int passes = 3;
   // Input and gradient values: uniform in [-1, 1), token ids uniform in [0, vocab) for a layer
   // that reads tokens (an embedding).
   uint64_t seed = 1;
 };
 
-// Profiles every layer of spec.model(): forward_ms / backward_ms are medians of
-// options.timed_runs wall-clock measurements (each bracketed by Synchronize, so device work is
-// included); backward includes the gradient with respect to the layer's input, except for a
-// layer that reads token ids (an embedding: its weight gradient only, as on a job's stage 0);
-// optimizer_ms is the median time of one update of the layer's parameters as a step runs it
-// (GradientSquaredNorm, for the step's reported gradient norm, then OptimizerStep with the job's
-// optimizer). Sizes are profile::SetLayerSizes' at batch_size samples (activation_bytes the
-// output, saved_bytes what the layer keeps for its backward, parameter_bytes its parameters:
-// the model's declaration, not a measurement). Beyond the layers: input_ms_per_sample is the
-// median LoadInput of a batch into layer 0's backend / batch_size (what stage 0 does with each
-// micro-batch's samples), loss_ms_per_sample the median Loss (softmax cross-entropy and its
-// gradient against random labels, one per row of the last dimension) of the last layer's
-// output / batch_size; action_ms stays 0 (the transport is not measured here).
+// Profiles every layer of spec.model(), in options.passes passes over the layers (one layer's
+// backend at a time, so a model larger than the device can be profiled): forward_ms /
+// backward_ms are medians of the passes' options.timed_runs wall-clock measurements each (each
+// bracketed by Synchronize, so device work is included); backward includes the gradient with
+// respect to the layer's input, except for a layer that reads token ids (an embedding: its
+// weight gradient only, as on a job's stage 0); optimizer_ms is the median time of one update of
+// the layer's parameters as a step runs it (GradientSquaredNorm, for the step's reported
+// gradient norm, then OptimizerStep with the job's optimizer). Sizes are
+// profile::SetLayerSizes' at batch_size samples (activation_bytes the output, saved_bytes what
+// the layer keeps for its backward, parameter_bytes its parameters: the model's declaration, not
+// a measurement). Beyond the layers: input_ms_per_sample is the median LoadInput of a batch into
+// layer 0's backend / batch_size (what stage 0 does with each micro-batch's samples),
+// loss_ms_per_sample the median Loss (softmax cross-entropy and its gradient against random
+// labels, one per row of the last dimension) of the last layer's output / batch_size; action_ms
+// stays 0 (the transport is not measured here).
 // Layer i gets id "layers[i]" and the layer type as its name (what
 // profile::CheckProfileMatchesModel expects); the profile is a chain (no edges); source is
 // "measured on <device>", device_kind is `device_kind`, model_fingerprint
@@ -50,7 +55,7 @@ struct ProfileOptions {
 // Errors: kInvalidArgument for bad options or an invalid model (InferLayers' message); the
 // factory's and the backend's errors, prefixed with the layer ("model.layers[2] (linear): ...").
 // Thread safety: uses the backends from one thread; blocks for the measurement (about
-// layers * (warmup + timed) * (forward + backward) time).
+// passes * layers * (warmup + timed) * (forward + backward + update) time).
 absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const BackendFactory& make_backend,
                                                 const std::string& device_kind,

@@ -1,6 +1,8 @@
 #include "worker/runtime/layer_profiler.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "common/model_info.h"
@@ -130,6 +132,10 @@ v1::JobSpec GptSpec() {
 struct Fed {
   std::vector<float> input;
   std::vector<bool> need_dx;
+  int forwards = 0;
+  // The first `slow_forwards` forwards wait `slow_ms` (a slow moment of the host).
+  int slow_forwards = 0;
+  double slow_ms = 0;
 };
 
 // A backend of host buffers that computes nothing and records what it is given: the profiler's
@@ -149,6 +155,9 @@ class RecordingBackend : public StageBackend {
     return absl::OkStatus();
   }
   absl::Status Forward(int, int64_t, const kernels::ForwardContext&) override {
+    if (fed_->forwards++ < fed_->slow_forwards) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(fed_->slow_ms));
+    }
     return absl::OkStatus();
   }
   absl::StatusOr<double> Loss(int, const int32_t*, int64_t, float, bool, int64_t*) override {
@@ -208,6 +217,7 @@ TEST(LayerProfilerTest, FeedsAnEmbeddingTokenIdsAndCountsWhatGptLayersSave) {
   options.batch_size = 3;
   options.warmup_runs = 0;
   options.timed_runs = 2;
+  options.passes = 1;
   absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->layers_size(), 4);
@@ -268,6 +278,47 @@ TEST(LayerProfilerTest, MeasuresAGptOnTheCpu) {
   EXPECT_GT(p->loss_ms_per_sample(), 0);
 }
 
+// Passes over the whole model: a slow moment during one layer's runs of one pass (here every
+// run of layer 1's first pass) is outvoted by the other passes' runs; with one pass it is the
+// layer's time.
+TEST(LayerProfilerTest, TimesEveryLayerInEachPassAndTakesTheMedianOverThePasses) {
+  const v1::JobSpec spec = GptSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  for (int passes : {1, 3}) {
+    SCOPED_TRACE(passes);
+    std::vector<Fed> fed(infos.size());
+    fed[1].slow_forwards = 3;  // the warm-up and the 2 timed runs of the first pass
+    fed[1].slow_ms = 40;
+    std::vector<int> made;  // the layers whose backend was made, in order
+    BackendFactory recording = [&](const v1::JobSpec&, int first,
+                                   int) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
+      made.push_back(first);
+      return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
+                                                NumElements(infos[first].output_shape),
+                                                &fed[first]);
+    };
+    ProfileOptions options;
+    options.batch_size = 2;
+    options.warmup_runs = 1;
+    options.timed_runs = 2;
+    options.passes = passes;
+    absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::vector<int> expected;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (int i = 0; i < static_cast<int>(infos.size()); ++i) expected.push_back(i);
+    }
+    EXPECT_EQ(made, expected);  // one backend per layer and pass, pass after pass
+    EXPECT_EQ(fed[1].forwards, passes * 3);
+    if (passes == 1) {
+      EXPECT_GE(p->layers(1).forward_ms(), 40);
+    } else {
+      // The median of 6 runs, 4 of them fast (a sleep-free forward takes microseconds).
+      EXPECT_LT(p->layers(1).forward_ms(), 40);
+    }
+  }
+}
+
 TEST(LayerProfilerTest, RejectsBadOptions) {
   ProfileOptions options;
   options.timed_runs = 0;
@@ -275,6 +326,11 @@ TEST(LayerProfilerTest, RejectsBadOptions) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("timed_runs 0"), std::string::npos) << p.status();
+  options.timed_runs = 1;
+  options.passes = 0;
+  p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("passes 0 >= 1"), std::string::npos) << p.status();
 }
 
 TEST(LayerProfilerTest, NamesTheLayerWhoseBackendFails) {

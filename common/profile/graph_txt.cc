@@ -241,6 +241,13 @@ absl::StatusOr<double> GraphTxtParser::Number(absl::string_view text, int line_n
     return Error(line_number, Column(text), field,
                  absl::StrCat("must be a finite number >= 0, got ", Quote(text)));
   }
+  const bool time = field == kForward || field == kBackward;
+  const double most = time ? kMaxLayerMs : kMaxLayerBytes;
+  if (*value > most) {
+    return Error(
+        line_number, Column(text), field,
+        absl::StrCat("must be at most ", most, time ? " (ms)" : " (bytes)", ", got ", Quote(text)));
+  }
   return *value;
 }
 

@@ -21,6 +21,11 @@ namespace dapple::profile {
 // that would make the planner (O(L^2) and more in the layers) run for minutes.
 inline constexpr int64_t kMaxProfileFileBytes = int64_t{16} << 20;  // 16 MiB
 inline constexpr int kMaxProfileLayers = 100000;
+// The largest time (ms: 11.6 days) and size (bytes: 2^53, 8 PiB, exact in a double) of one
+// layer a profile may give: finite is not enough, the simulator sums them over layers and
+// micro-batches (a user's 1e308 ms planned "STEP inf ms").
+inline constexpr double kMaxLayerMs = 1e9;
+inline constexpr double kMaxLayerBytes = 9007199254740992.0;
 
 // Parses graph.txt text: node lines "<id> -- <description> -- forward_compute_time=<ms>,
 // backward_compute_time=<ms>, activation_size=<bytes or [a; b; ...]>, parameter_size=<bytes>"

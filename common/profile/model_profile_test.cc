@@ -678,6 +678,13 @@ TEST(MalformedProfileTest, InlineCases) {
       {"n1 -- Linear -- forward_compute_time=nan, backward_compute_time=2, activation_size=3, "
        "parameter_size=4",
        "t:1:38: forward_compute_time: must be a finite number >= 0, got 'nan'"},
+      // Finite yet summing to infinity over layers (a user's 1e308 planned "STEP inf ms").
+      {"n1 -- Linear -- forward_compute_time=1e308, backward_compute_time=2, activation_size=3, "
+       "parameter_size=4",
+       "t:1:38: forward_compute_time: must be at most 1e+09 (ms), got '1e308'"},
+      {"n1 -- Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=3, "
+       "parameter_size=1e17",
+       "t:1:100: parameter_size: must be at most 9.0072e+15 (bytes), got '1e17'"},
       {"n1 -- Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=[3; x], "
        "parameter_size=4",
        "t:1:86: activation_size: must be a finite number >= 0, got 'x'"},

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/profile/cluster_topology.h"
+#include "common/profile/model_profile.h"
+#include "common/status.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -23,6 +25,15 @@ absl::Status CheckPositive(const std::string& field, double value) {
 absl::Status CheckNonNegative(const std::string& field, double value) {
   if (!std::isfinite(value) || value < 0)
     return Invalid(field, value, "must be a finite number >= 0");
+  return absl::OkStatus();
+}
+
+// A layer's time: >= 0 and at most profile::kMaxLayerMs.
+absl::Status CheckLayerMs(const std::string& field, double value) {
+  DAPPLE_RETURN_IF_ERROR(CheckNonNegative(field, value));
+  if (value > profile::kMaxLayerMs) {
+    return Invalid(field, value, absl::StrCat("must be at most ", profile::kMaxLayerMs).c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -95,10 +106,8 @@ absl::Status CheckProfile(const v1::ModelProfile& profile) {
   for (int i = 0; i < profile.layers_size(); ++i) {
     const v1::LayerProfile& l = profile.layers(i);
     const std::string field = absl::StrCat("profile.layers[", i, "]");
-    if (absl::Status s = CheckNonNegative(field + ".forward_ms", l.forward_ms()); !s.ok()) return s;
-    if (absl::Status s = CheckNonNegative(field + ".backward_ms", l.backward_ms()); !s.ok()) {
-      return s;
-    }
+    DAPPLE_RETURN_IF_ERROR(CheckLayerMs(field + ".forward_ms", l.forward_ms()));
+    DAPPLE_RETURN_IF_ERROR(CheckLayerMs(field + ".backward_ms", l.backward_ms()));
     if (l.activation_bytes() < 0) {
       return Invalid(field + ".activation_bytes", static_cast<double>(l.activation_bytes()),
                      "must be >= 0");

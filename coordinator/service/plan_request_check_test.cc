@@ -71,6 +71,10 @@ TEST(PlanRequestCheckTest, Profile) {
   EXPECT_EQ(CheckProfile(p).message(),
             "profile.layers[1].forward_ms -1 must be a finite number >= 0");
   p = GoodProfile();
+  p.mutable_layers(1)->set_backward_ms(1e308);  // finite, yet sums to infinity
+  EXPECT_EQ(CheckProfile(p).message(),
+            "profile.layers[1].backward_ms 1e+308 must be at most 1e+09");
+  p = GoodProfile();
   p.mutable_layers(2)->set_parameter_bytes(-5);
   EXPECT_EQ(CheckProfile(p).message(), "profile.layers[2].parameter_bytes -5 must be >= 0");
   p = GoodProfile();

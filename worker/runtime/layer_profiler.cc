@@ -72,8 +72,9 @@ std::vector<int32_t> RandomLabels(int64_t rows, const LayerInfo& info, std::mt19
 }
 
 // Runs one pass of `info`'s layer on `backend`: options.warmup_runs untimed runs, then
-// options.timed_runs timed ones, appended to `samples`.
-absl::Status TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_loss,
+// options.timed_runs timed ones, appended to `samples`. The backward computes the layer's input
+// gradient when `need_dx`.
+absl::Status TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_loss, bool need_dx,
                        const ProfileOptions& options, std::mt19937_64& rng, LayerSamples& samples) {
   const int64_t rows = options.batch_size;
   const int64_t input_elements = rows * NumElements(info.input_shape);
@@ -112,12 +113,9 @@ absl::Status TimeLayer(StageBackend& backend, const LayerInfo& info, bool time_l
                                     .status();
                               }));
     }
-    // Token ids have no gradient: an embedding's backward is its weight gradient only, as on
-    // stage 0 of a job.
     DAPPLE_ASSIGN_OR_RETURN(const double b, TimeMs(backend, [&] {
                               return backend.Backward(0, /*micro_batch=*/0, rows,
-                                                      /*last_stage=*/false,
-                                                      /*need_dx=*/!info.token_input);
+                                                      /*last_stage=*/false, need_dx);
                             }));
     // The real step runs the update once per M micro-batches; timed here once per run.
     // The update as a step runs it (gradient_exchange.h PrepareUpdate): the gradients' squared
@@ -163,6 +161,18 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
   // every run of that layer (the demo's P = 1 prediction moved by 25% between two quiet runs
   // with one pass of 5 runs).
   std::vector<LayerSamples> samples(layers.size());
+  // The layers up to the model's first with parameters always run on stage 0, whose backward
+  // computes no input gradient (stage_runtime.cc: need_dx is false on the first stage): its
+  // first parameter layer computes only its weight gradients (an embedding's token ids have no
+  // gradient either) and the layers below it no backward at all. Timed so, or stage 0's
+  // backward read twice its forward where the run measured about one forward.
+  int first_param_layer = static_cast<int>(layers.size());
+  for (const LayerInfo& info : layers) {
+    if (!info.params.empty()) {
+      first_param_layer = info.index;
+      break;
+    }
+  }
   for (int pass = 0; pass < options.passes; ++pass) {
     for (const LayerInfo& info : layers) {
       const std::string where = absl::StrFormat("model.layers[%d] (%s)", info.index, info.type);
@@ -173,7 +183,9 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                             absl::StrCat(where, ": ", backend.status().message()));
       }
       const bool last = info.index + 1 == static_cast<int>(layers.size());
-      if (absl::Status timed = TimeLayer(**backend, info, last, options, rng, samples[info.index]);
+      const bool need_dx = info.index > first_param_layer;
+      if (absl::Status timed =
+              TimeLayer(**backend, info, last, need_dx, options, rng, samples[info.index]);
           !timed.ok()) {
         return absl::Status(timed.code(), absl::StrCat(where, ": ", timed.message()));
       }

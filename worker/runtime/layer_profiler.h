@@ -37,8 +37,10 @@ struct ProfileOptions {
 // backend at a time, so a model larger than the device can be profiled): forward_ms /
 // backward_ms are medians of the passes' options.timed_runs wall-clock measurements each (each
 // bracketed by Synchronize, so device work is included); backward includes the gradient with
-// respect to the layer's input, except for a layer that reads token ids (an embedding: its
-// weight gradient only, as on a job's stage 0); optimizer_ms is the median time of one update of
+// respect to the layer's input, except for the layers up to the model's first with parameters,
+// timed as they run on a job's stage 0, which needs no input gradient: the first parameter
+// layer (an embedding, the first linear) computes its weight gradients only, the layers below
+// it (a flatten) no backward at all; optimizer_ms is the median time of one update of
 // the layer's parameters as a step runs it (GradientSquaredNorm, for the step's reported
 // gradient norm, then OptimizerStep with the job's optimizer). Sizes are
 // profile::SetLayerSizes' at batch_size samples (activation_bytes the output, saved_bytes what

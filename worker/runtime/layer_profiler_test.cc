@@ -278,6 +278,34 @@ TEST(LayerProfilerTest, MeasuresAGptOnTheCpu) {
   EXPECT_GT(p->loss_ms_per_sample(), 0);
 }
 
+// Stage 0 never computes its input gradient (stage_runtime.cc), and the layers up to the
+// model's first with parameters always sit on stage 0: they are timed without it. The MLP's
+// flatten and first linear: the linear's backward is its weight gradient only (the flatten's
+// none at all, CpuStageBackend); every later layer sends dL/dx back.
+TEST(LayerProfilerTest, TimesTheLayersUpToTheFirstWithParametersWithoutTheInputGradient) {
+  const v1::JobSpec spec = MlpSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  ASSERT_EQ(infos.size(), 4u);
+  ASSERT_TRUE(infos[0].params.empty());   // flatten
+  ASSERT_FALSE(infos[1].params.empty());  // linear
+  std::vector<Fed> fed(infos.size());
+  BackendFactory recording = [&](const v1::JobSpec&, int first,
+                                 int) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
+    return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
+                                              NumElements(infos[first].output_shape), &fed[first]);
+  };
+  ProfileOptions options;
+  options.batch_size = 2;
+  options.warmup_runs = 0;
+  options.timed_runs = 1;
+  options.passes = 1;
+  ASSERT_TRUE(MeasureProfile(spec, recording, "cpu", options).ok());
+  EXPECT_EQ(fed[0].need_dx, (std::vector<bool>{false}));
+  EXPECT_EQ(fed[1].need_dx, (std::vector<bool>{false}));
+  EXPECT_EQ(fed[2].need_dx, (std::vector<bool>{true}));
+  EXPECT_EQ(fed[3].need_dx, (std::vector<bool>{true}));
+}
+
 // Passes over the whole model: a slow moment during one layer's runs of one pass (here every
 // run of layer 1's first pass) is outvoted by the other passes' runs; with one pass it is the
 // layer's time.

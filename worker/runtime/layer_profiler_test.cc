@@ -203,22 +203,36 @@ class RecordingBackend : public StageBackend {
   std::vector<float> input_, output_, dy_;
 };
 
+// A factory of one-layer RecordingBackends of `infos` (one Fed per layer), appending each
+// layer whose backend it makes to `made` when given.
+BackendFactory Recording(const std::vector<LayerInfo>& infos, std::vector<Fed>* fed,
+                         std::vector<int>* made = nullptr) {
+  return [&infos, fed, made](const v1::JobSpec&, int first,
+                             int last) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
+    EXPECT_EQ(first, last);
+    if (made != nullptr) made->push_back(first);
+    return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
+                                              NumElements(infos[first].output_shape),
+                                              &(*fed)[first]);
+  };
+}
+
+// Options of one pass without warm-up: each backend sees exactly `timed_runs` runs.
+ProfileOptions OnePass(int64_t batch_size, int timed_runs) {
+  ProfileOptions options;
+  options.batch_size = batch_size;
+  options.warmup_runs = 0;
+  options.timed_runs = timed_runs;
+  options.passes = 1;
+  return options;
+}
+
 TEST(LayerProfilerTest, FeedsAnEmbeddingTokenIdsAndCountsWhatGptLayersSave) {
   const v1::JobSpec spec = GptSpec();
   const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
   std::vector<Fed> fed(infos.size());
-  BackendFactory recording = [&](const v1::JobSpec&, int first,
-                                 int last) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
-    EXPECT_EQ(first, last);
-    return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
-                                              NumElements(infos[first].output_shape), &fed[first]);
-  };
-  ProfileOptions options;
-  options.batch_size = 3;
-  options.warmup_runs = 0;
-  options.timed_runs = 2;
-  options.passes = 1;
-  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
+  const BackendFactory recording = Recording(infos, &fed);
+  absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", OnePass(3, 2));
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->layers_size(), 4);
   // The embedding reads 3 x 16 token ids, exact integers in [0, vocab), and its backward
@@ -289,17 +303,8 @@ TEST(LayerProfilerTest, TimesTheLayersUpToTheFirstWithParametersWithoutTheInputG
   ASSERT_TRUE(infos[0].params.empty());   // flatten
   ASSERT_FALSE(infos[1].params.empty());  // linear
   std::vector<Fed> fed(infos.size());
-  BackendFactory recording = [&](const v1::JobSpec&, int first,
-                                 int) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
-    return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
-                                              NumElements(infos[first].output_shape), &fed[first]);
-  };
-  ProfileOptions options;
-  options.batch_size = 2;
-  options.warmup_runs = 0;
-  options.timed_runs = 1;
-  options.passes = 1;
-  ASSERT_TRUE(MeasureProfile(spec, recording, "cpu", options).ok());
+  const BackendFactory recording = Recording(infos, &fed);
+  ASSERT_TRUE(MeasureProfile(spec, recording, "cpu", OnePass(2, 1)).ok());
   EXPECT_EQ(fed[0].need_dx, (std::vector<bool>{false}));
   EXPECT_EQ(fed[1].need_dx, (std::vector<bool>{false}));
   EXPECT_EQ(fed[2].need_dx, (std::vector<bool>{true}));
@@ -318,13 +323,7 @@ TEST(LayerProfilerTest, TimesEveryLayerInEachPassAndTakesTheMedianOverThePasses)
     fed[1].slow_forwards = 3;  // the warm-up and the 2 timed runs of the first pass
     fed[1].slow_ms = 40;
     std::vector<int> made;  // the layers whose backend was made, in order
-    BackendFactory recording = [&](const v1::JobSpec&, int first,
-                                   int) -> absl::StatusOr<std::unique_ptr<StageBackend>> {
-      made.push_back(first);
-      return std::make_unique<RecordingBackend>(NumElements(infos[first].input_shape),
-                                                NumElements(infos[first].output_shape),
-                                                &fed[first]);
-    };
+    const BackendFactory recording = Recording(infos, &fed, &made);
     ProfileOptions options;
     options.batch_size = 2;
     options.warmup_runs = 1;

@@ -1,18 +1,11 @@
 #include "coordinator/jobs/straggler_detector.h"
 
-#include <algorithm>
-#include <vector>
+#include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 
 namespace dapple::coordinator {
-
-double StragglerDetector::Median(std::deque<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 std::optional<StragglerDetector::Change> StragglerDetector::OnStep(
     int stage, int replica, const v1::StageStepStats& stats) {

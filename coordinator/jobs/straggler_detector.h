@@ -60,7 +60,6 @@ class StragglerDetector {
     bool straggler = false;
     double ratio = 0;
   };
-  static double Median(std::deque<double> values);
 
   std::map<std::pair<int, int>, Rank> ranks_;  // by (stage, replica)
 };

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/median.h"
 #include "kernels/cpu/dense.h"
 
 namespace dapple::worker {
@@ -96,20 +97,13 @@ double MeasureHostComputeCapacity(int threads, int trials, const std::function<v
     const double single = timed(1);
     capacities.push_back(CapacityFromTimes(threads, single, timed(threads)));
   }
-  std::sort(capacities.begin(), capacities.end());
-  return capacities[capacities.size() / 2];
+  return dapple::Median(std::move(capacities));
 }
 
 void HostCapacityEstimate::Add(double capacity) {
   if (std::isfinite(capacity) && capacity >= 1) measured_.push_back(capacity);
 }
 
-double HostCapacityEstimate::Median() const {
-  if (measured_.empty()) return 0;
-  std::vector<double> sorted = measured_;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  return n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-}
+double HostCapacityEstimate::Median() const { return dapple::Median(measured_); }
 
 }  // namespace dapple::worker

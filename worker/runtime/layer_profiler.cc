@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 #include "common/model_info.h"
 #include "common/profile/model_profile.h"
 #include "common/status.h"
@@ -16,12 +17,6 @@ namespace dapple::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::vector<float> RandomValues(int64_t n, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

@@ -1,7 +1,11 @@
-# dapple_cc_library(NAME SRCS ... DEPS ...): one static library per folder.
+# dapple_cc_library(NAME SRCS ... DEPS ...): one static library per folder, compiled as unity
+# sources of up to 8 files when DAPPLE_UNITY_BUILD (CMakeLists.txt).
 function(dapple_cc_library name)
   cmake_parse_arguments(A "" "" "SRCS;DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SRCS})
+  if(DAPPLE_UNITY_BUILD)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PUBLIC ${A_DEPS})
 endfunction()

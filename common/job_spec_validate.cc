@@ -239,7 +239,7 @@ Check CheckRestart(const v1::JobSpec& spec) {
       {"backoff_seconds", r.backoff_seconds(), 0},
       {"max_backoff_seconds", r.max_backoff_seconds(), r.backoff_seconds()},
       // Stored before restarts existed (every field 0): no restarts, nothing to wait for.
-      {"wait_for_workers_seconds", r.wait_for_workers_seconds(), r.max_restarts() > 0 ? 1 : 0},
+      {"wait_for_workers_seconds", r.wait_for_workers_seconds(), r.max_restarts() > 0 ? 1.0 : 0.0},
   };
   for (const auto& f : seconds) {
     if (!std::isfinite(f.value) || f.value < f.min || f.value > kMaxRestartSeconds) {

@@ -16,7 +16,7 @@
 namespace dapple::ctl {
 namespace {
 
-std::string Ms(double seconds) { return absl::StrFormat("%.1f", seconds * 1e3); }
+std::string MsOfSeconds(double seconds) { return absl::StrFormat("%.1f", seconds * 1e3); }
 
 double Fraction(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
 
@@ -66,8 +66,9 @@ std::string RenderTop(const std::vector<v1::Job>& jobs) {
       for (const v1::StageMetrics& m : job.stage_metrics()) {
         const v1::StageStepStats& s = m.last();
         table.AddRow({absl::StrCat(m.stage()), absl::StrCat(m.replica()), m.worker_id(),
-                      absl::StrCat(s.step()), Ms(s.step_seconds()), Ms(s.forward_seconds()),
-                      Ms(s.backward_seconds()), Ms(s.comm_seconds()), Ms(s.idle_seconds()),
+                      absl::StrCat(s.step()), MsOfSeconds(s.step_seconds()),
+                      MsOfSeconds(s.forward_seconds()), MsOfSeconds(s.backward_seconds()),
+                      MsOfSeconds(s.comm_seconds()), MsOfSeconds(s.idle_seconds()),
                       Percent(Bubble(s)), Percent(Utilization(s)), Tflops(s), FormatMfu(s),
                       FormatBytes(s.peak_memory_bytes())});
       }

@@ -433,7 +433,7 @@ v1::ModelSpec Mlp() {
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* layer = model.add_layers();
     layer->set_type(type);
-    if (type == "linear") layer->mutable_linear()->set_out(out);
+    if (std::string_view(type) == "linear") layer->mutable_linear()->set_out(out);
   }
   model.set_loss("softmax_cross_entropy");
   return model;
@@ -502,7 +502,7 @@ v1::ModelSpec SmallMlp(const char* activation) {
   for (const auto& [type, out] : layers) {
     v1::LayerSpec* layer = model.add_layers();
     layer->set_type(type);
-    if (type == "linear") layer->mutable_linear()->set_out(out);
+    if (std::string_view(type) == "linear") layer->mutable_linear()->set_out(out);
   }
   return model;
 }

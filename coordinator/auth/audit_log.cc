@@ -11,7 +11,7 @@
 namespace dapple::coordinator::auth {
 namespace {
 
-constexpr char kSchema[] =
+constexpr char kAuditSchema[] =
     "CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  unix_ms INTEGER NOT NULL, user TEXT NOT NULL, tenant TEXT NOT NULL, role TEXT NOT NULL,"
     "  action TEXT NOT NULL, target TEXT NOT NULL, result TEXT NOT NULL, detail TEXT NOT NULL)";
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& db_p
         absl::StrCat("cannot open the audit log in '", db_path, "': ", db.status().message()));
   }
   std::unique_ptr<AuditLog> log(new AuditLog(*db, std::move(now_unix_ms)));
-  if (absl::Status s = ExecSql(log->db_, kSchema); !s.ok()) {
+  if (absl::Status s = ExecSql(log->db_, kAuditSchema); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open the audit log in '", db_path, "': ", s.message()));
   }

@@ -16,7 +16,7 @@
 namespace dapple::coordinator::auth {
 namespace {
 
-constexpr char kSchema[] =
+constexpr char kCredentialSchema[] =
     "CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, created_unix_ms INTEGER);"
     "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
     "  role TEXT NOT NULL, created_unix_ms INTEGER);"
@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<CredentialStore>> CredentialStore::Open(
         absl::StrCat("cannot open credential tables in '", db_path, "': ", db.status().message()));
   }
   std::unique_ptr<CredentialStore> store(new CredentialStore(*db, db_path, std::move(now_unix_ms)));
-  if (absl::Status s = ExecSql(store->db_, kSchema); !s.ok()) {
+  if (absl::Status s = ExecSql(store->db_, kCredentialSchema); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open credential tables in '", db_path, "': ", s.message()));
   }

@@ -11,7 +11,7 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr char kCreateTable[] =
+constexpr char kEventCreateTable[] =
     "CREATE TABLE IF NOT EXISTS job_events ("
     "  id INTEGER PRIMARY KEY,"
     "  job_id TEXT NOT NULL,"
@@ -27,11 +27,11 @@ constexpr char kFindSql[] =
     "SELECT id FROM job_events WHERE job_id = ?1 AND reason = ?2 AND message = ?3";
 constexpr char kBumpSql[] =
     "UPDATE job_events SET count = count + 1, last_unix_ms = MAX(last_unix_ms, ?2) WHERE id = ?1";
-constexpr char kInsertSql[] =
+constexpr char kEventInsertSql[] =
     "INSERT INTO job_events (job_id, type, reason, message, count, first_unix_ms, last_unix_ms) "
     "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)";
 // Keeps the job's first entry and its newest ?2 - 1 others.
-constexpr char kPruneSql[] =
+constexpr char kEventPruneSql[] =
     "DELETE FROM job_events WHERE job_id = ?1 "
     "AND id <> (SELECT MIN(id) FROM job_events WHERE job_id = ?1) "
     "AND id NOT IN (SELECT id FROM job_events WHERE job_id = ?1 "
@@ -204,7 +204,7 @@ absl::StatusOr<std::unique_ptr<EventRecorder>> EventRecorder::Open(const std::st
         absl::StrCat("cannot open event table in '", db_path, "': ", db.status().message()));
   }
   std::unique_ptr<EventRecorder> recorder(new EventRecorder(*db, db_path));
-  if (absl::Status s = ExecSql(recorder->db_, kCreateTable); !s.ok()) {
+  if (absl::Status s = ExecSql(recorder->db_, kEventCreateTable); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open event table in '", db_path, "': ", s.message()));
   }
@@ -255,7 +255,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
   } else {
     {
       SqliteStatement insert;
-      if (sqlite3_prepare_v2(db_, kInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
+      if (sqlite3_prepare_v2(db_, kEventInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
         return failed("prepare");
       }
       BindText(insert.stmt, 1, job_id);
@@ -266,7 +266,7 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
       if (sqlite3_step(insert.stmt) != SQLITE_DONE) return failed("insert");
     }
     SqliteStatement prune;
-    if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, kEventPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
     BindText(prune.stmt, 1, job_id);

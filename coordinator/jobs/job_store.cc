@@ -30,7 +30,7 @@ constexpr char kCreateSchema[] =
     "  updated_unix_ms INTEGER NOT NULL,"
     "  job BLOB NOT NULL)";
 
-constexpr char kPutSql[] =
+constexpr char kJobPutSql[] =
     "INSERT OR REPLACE INTO jobs (seq, id, name, state, message, created_unix_ms, "
     "updated_unix_ms, job) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
@@ -72,7 +72,7 @@ absl::Status JobStore::Init() {
   }
   DAPPLE_RETURN_IF_ERROR(Exec(kCreateSchema));
   DAPPLE_RETURN_IF_ERROR(Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str()));
-  if (sqlite3_prepare_v2(db_, kPutSql, -1, &put_stmt_, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, kJobPutSql, -1, &put_stmt_, nullptr) != SQLITE_OK) {
     return absl::InternalError(sqlite3_errmsg(db_));
   }
   return absl::OkStatus();

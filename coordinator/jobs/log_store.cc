@@ -11,7 +11,7 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr char kCreateTable[] =
+constexpr char kLogCreateTable[] =
     "CREATE TABLE IF NOT EXISTS job_logs ("
     "  seq INTEGER PRIMARY KEY,"
     "  job_id TEXT NOT NULL,"
@@ -23,11 +23,11 @@ constexpr char kCreateTable[] =
     "  text TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS job_logs_by_rank ON job_logs (job_id, stage, replica, seq)";
 
-constexpr char kInsertSql[] =
+constexpr char kLogInsertSql[] =
     "INSERT INTO job_logs (job_id, stage, replica, worker_id, unix_ms, level, text) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 // Everything of the rank at or below its (kLinesPerRank + 1)-th newest line.
-constexpr char kPruneSql[] =
+constexpr char kLogPruneSql[] =
     "DELETE FROM job_logs WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 AND seq <= "
     "(SELECT seq FROM job_logs WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 "
     "ORDER BY seq DESC LIMIT 1 OFFSET ?4)";
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(const std::string& db_p
         absl::StrCat("cannot open log table in '", db_path, "': ", db.status().message()));
   }
   std::unique_ptr<LogStore> store(new LogStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kCreateTable); !s.ok()) {
+  if (absl::Status s = ExecSql(store->db_, kLogCreateTable); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open log table in '", db_path, "': ", s.message()));
   }
@@ -73,7 +73,7 @@ absl::Status LogStore::Append(const std::string& job_id, int stage, int replica,
   }
   {
     SqliteStatement insert;
-    if (sqlite3_prepare_v2(db_, kInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, kLogInsertSql, -1, &insert.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
     for (const v1::JobLogLine& line : lines) {
@@ -90,7 +90,7 @@ absl::Status LogStore::Append(const std::string& job_id, int stage, int replica,
   }
   {
     SqliteStatement prune;
-    if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, kLogPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
     BindText(prune.stmt, 1, job_id);

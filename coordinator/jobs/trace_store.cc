@@ -12,7 +12,7 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr char kCreateTable[] =
+constexpr char kTraceCreateTable[] =
     "CREATE TABLE IF NOT EXISTS traces ("
     "  job_id TEXT NOT NULL,"
     "  stage INTEGER NOT NULL,"
@@ -22,11 +22,11 @@ constexpr char kCreateTable[] =
     "  trace BLOB NOT NULL,"
     "  PRIMARY KEY (job_id, stage, replica, step))";
 
-constexpr char kPutSql[] =
+constexpr char kTracePutSql[] =
     "INSERT OR REPLACE INTO traces (job_id, stage, replica, step, recorded_unix_ms, trace) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-constexpr char kPruneSql[] =
+constexpr char kTracePruneSql[] =
     "DELETE FROM traces WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 AND step NOT IN "
     "(SELECT step FROM traces WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 "
     "ORDER BY step DESC LIMIT ?4)";
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& 
   }
   std::unique_ptr<TraceStore> store(new TraceStore(*db, db_path));
   absl::MutexLock lock(&store->mu_);
-  if (absl::Status s = store->ExecLocked(kCreateTable); !s.ok()) {
+  if (absl::Status s = store->ExecLocked(kTraceCreateTable); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open trace table in '", db_path, "': ", s.message()));
   }
@@ -78,7 +78,7 @@ absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
   const std::string& job = trace.job_id();
   {
     SqliteStatement put;
-    if (sqlite3_prepare_v2(db_, kPutSql, -1, &put.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, kTracePutSql, -1, &put.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
     sqlite3_bind_text(put.stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
@@ -91,7 +91,7 @@ absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
   }
   {
     SqliteStatement prune;
-    if (sqlite3_prepare_v2(db_, kPruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, kTracePruneSql, -1, &prune.stmt, nullptr) != SQLITE_OK) {
       return failed("prepare");
     }
     sqlite3_bind_text(prune.stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);

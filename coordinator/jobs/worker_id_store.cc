@@ -8,7 +8,7 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr char kCreateTable[] =
+constexpr char kWorkerIdCreateTable[] =
     "CREATE TABLE IF NOT EXISTS worker_id_sequence ("
     "  name TEXT PRIMARY KEY,"
     "  next INTEGER NOT NULL)";
@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<WorkerIdStore>> WorkerIdStore::Open(const std::st
         absl::StrCat("cannot open worker id table in '", db_path, "': ", db.status().message()));
   }
   std::unique_ptr<WorkerIdStore> store(new WorkerIdStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kCreateTable); !s.ok()) {
+  if (absl::Status s = ExecSql(store->db_, kWorkerIdCreateTable); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open worker id table in '", db_path, "': ", s.message()));
   }

@@ -21,7 +21,6 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 // Relative comparison used for every tie in plan selection.
 bool Less(double a, double b) { return a < b * (1 - 1e-9); }
 

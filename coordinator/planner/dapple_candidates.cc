@@ -15,8 +15,6 @@
 namespace dapple::coordinator::dapple_search {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // The dynamic program of family 2 for one budget rule, with per (devices used u, replica count
 // index) tables of the device range [D - u - r, D - u) it would place a stage on.
 class ReverseDp {

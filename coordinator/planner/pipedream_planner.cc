@@ -17,8 +17,6 @@
 namespace dapple::coordinator {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // One level of PipeDream's hierarchy: `units` machines joined by a link of `bytes_per_ms`, each
 // computing a layer range in compute(l, j) ms (the sum of layer times at level 1, the level-1
 // optimum for one node at level 2). allowed[m] says whether a stage may have m replicas.

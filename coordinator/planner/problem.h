@@ -10,6 +10,7 @@
 #define DAPPLE_COORDINATOR_PLANNER_PROBLEM_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@
 #include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
+
+// The planners' cost of what cannot run (no feasible plan or partition): +infinity, so that
+// any real cost compares smaller.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct PlanningProblem {
   profile::ChainProfile profile;  // layer costs at profile.batch_size samples

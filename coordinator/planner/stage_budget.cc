@@ -13,11 +13,7 @@
 #include "coordinator/planner/placement.h"
 
 namespace dapple::coordinator::dapple_search {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-}  // namespace
+namespace {}  // namespace
 
 StageBudget::StageBudget(const PlanningProblem& problem)
     : problem_(problem), activation_(problem.profile) {

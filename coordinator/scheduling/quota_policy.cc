@@ -13,11 +13,6 @@
 namespace dapple::coordinator::scheduling {
 namespace {
 
-int64_t Get(const DeviceCounts& counts, const std::string& type) {
-  auto it = counts.find(type);
-  return it == counts.end() ? 0 : it->second;
-}
-
 // "3 cpu devices"; for the quota of jobs without a device type "3 devices (any type)".
 std::string Devices(int64_t n, const std::string& type) {
   if (type == "any") return absl::StrCat(n, n == 1 ? " device" : " devices", " (any type)");
@@ -119,10 +114,10 @@ absl::StatusOr<QuotaPolicy> QuotaPolicy::Create(SchedulingConfig config) {
         return s;
       }
       for (const auto& [type, n] : *t.lending_limit) {
-        if (n > Get(t.nominal, type)) {
+        if (n > CountOf(t.nominal, type)) {
           return absl::InvalidArgumentError(absl::StrCat(
               field, " lending_limit.", type, " must be at most its nominal quota (",
-              Get(t.nominal, type), "), got ", n, ": a tenant lends only what it owns"));
+              CountOf(t.nominal, type), "), got ", n, ": a tenant lends only what it owns"));
         }
       }
     }
@@ -161,28 +156,28 @@ const std::vector<int>& QuotaPolicy::Members(const std::string& cohort) const {
 
 int64_t QuotaPolicy::LendCap(int tenant, const std::string& type) const {
   const TenantConfig& t = config_.tenants[tenant];
-  const int64_t nominal = Get(t.nominal, type);
-  return t.lending_limit ? std::min(nominal, Get(*t.lending_limit, type)) : nominal;
+  const int64_t nominal = CountOf(t.nominal, type);
+  return t.lending_limit ? std::min(nominal, CountOf(*t.lending_limit, type)) : nominal;
 }
 
 int64_t QuotaPolicy::CohortCapacity(const std::string& cohort, const std::string& type) const {
   const CohortConfig* c = Cohort(cohort);
-  int64_t capacity = c == nullptr ? 0 : Get(c->shared, type);
-  for (int m : Members(cohort)) capacity += Get(config_.tenants[m].nominal, type);
+  int64_t capacity = c == nullptr ? 0 : CountOf(c->shared, type);
+  for (int m : Members(cohort)) capacity += CountOf(config_.tenants[m].nominal, type);
   return capacity;
 }
 
 int64_t QuotaPolicy::MaxDevices(const std::string& tenant, const std::string& type) const {
   const TenantConfig* t = Tenant(tenant);
   if (t == nullptr) return 0;
-  const int64_t nominal = Get(t->nominal, type);
+  const int64_t nominal = CountOf(t->nominal, type);
   if (t->cohort.empty()) return nominal;
   const CohortConfig* c = Cohort(t->cohort);
-  int64_t lendable = c == nullptr ? 0 : Get(c->shared, type);
+  int64_t lendable = c == nullptr ? 0 : CountOf(c->shared, type);
   for (int m : Members(t->cohort)) {
     if (config_.tenants[m].name != tenant) lendable += LendCap(m, type);
   }
-  if (t->borrowing_limit) lendable = std::min(lendable, Get(*t->borrowing_limit, type));
+  if (t->borrowing_limit) lendable = std::min(lendable, CountOf(*t->borrowing_limit, type));
   return nominal + lendable;
 }
 
@@ -203,8 +198,8 @@ absl::Status QuotaPolicy::CheckSubmit(const Workload& w, int queued_jobs_of_tena
     if (n > most) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the job needs ", Devices(n, type), ", more than tenant ", w.tenant,
-          " can ever use (its maximum: ", most, ", nominal quota ", Get(t->nominal, type),
-          " + what it may borrow ", most - Get(t->nominal, type),
+          " can ever use (its maximum: ", most, ", nominal quota ", CountOf(t->nominal, type),
+          " + what it may borrow ", most - CountOf(t->nominal, type),
           "): exceeds the tenant's maximum; use fewer parallel.devices"));
     }
   }
@@ -281,17 +276,17 @@ class QuotaPolicy::Round {
   int64_t PoolFree(const Ledger& l, const std::string& cohort, const std::string& type,
                    int borrower = -1) const {
     const CohortConfig* c = p_.Cohort(cohort);
-    int64_t pool = c == nullptr ? 0 : Get(c->shared, type);
+    int64_t pool = c == nullptr ? 0 : CountOf(c->shared, type);
     for (int m : p_.Members(cohort)) {
-      const int64_t nominal = Get(Config(m).nominal, type);
-      const int64_t used = Get(l.usage[m], type);
+      const int64_t nominal = CountOf(Config(m).nominal, type);
+      const int64_t used = CountOf(l.usage[m], type);
       if (m != borrower) {
         pool += std::min(p_.LendCap(m, type), std::max<int64_t>(0, nominal - used));
       }
       pool -= std::max<int64_t>(0, used - nominal);
     }
     auto claimed = l.pool_claimed.find(cohort);
-    if (claimed != l.pool_claimed.end()) pool -= Get(claimed->second, type);
+    if (claimed != l.pool_claimed.end()) pool -= CountOf(claimed->second, type);
     return std::max<int64_t>(0, pool);
   }
 
@@ -302,18 +297,18 @@ class QuotaPolicy::Round {
     bool devices_short = false;
     for (const auto& [type, need] : w.devices) {
       if (need <= 0) continue;
-      const int64_t nominal = Get(tc.nominal, type);
-      const int64_t used = Get(l.usage[t], type);
+      const int64_t nominal = CountOf(tc.nominal, type);
+      const int64_t used = CountOf(l.usage[t], type);
       if (used + need > nominal) {
         if (tc.cohort.empty()) return Fit::kQuota;
         const int64_t borrow_after = used + need - nominal;
         const int64_t extra = borrow_after - std::max<int64_t>(0, used - nominal);
-        if (tc.borrowing_limit && borrow_after > Get(*tc.borrowing_limit, type)) {
+        if (tc.borrowing_limit && borrow_after > CountOf(*tc.borrowing_limit, type)) {
           return Fit::kQuota;
         }
         if (extra > PoolFree(l, tc.cohort, type, t)) return Fit::kQuota;
       }
-      if (need > Get(l.free, type)) devices_short = true;
+      if (need > CountOf(l.free, type)) devices_short = true;
     }
     return devices_short ? Fit::kDevices : Fit::kFits;
   }
@@ -327,7 +322,7 @@ class QuotaPolicy::Round {
     for (const auto& [type, n] : w.devices) after[type] += n;
     double most = 0;
     for (const auto& [type, used] : after) {
-      const int64_t above = used - Get(tc.nominal, type);
+      const int64_t above = used - CountOf(tc.nominal, type);
       const int64_t capacity = p_.CohortCapacity(tc.cohort, type);
       if (above > 0 && capacity > 0) {
         most = std::max(most, static_cast<double>(above) / static_cast<double>(capacity));
@@ -436,7 +431,8 @@ class QuotaPolicy::Round {
     const TenantConfig& tc = Config(t);
     bool within_nominal = true;
     for (const auto& [type, need] : w.devices) {
-      if (Get(ledger_.usage[t], type) + need > Get(tc.nominal, type)) within_nominal = false;
+      if (CountOf(ledger_.usage[t], type) + need > CountOf(tc.nominal, type))
+        within_nominal = false;
     }
     std::vector<const Workload*> victims;
     std::string why;
@@ -497,8 +493,8 @@ class QuotaPolicy::Round {
   bool Borrows(const Ledger& l, const Workload& o, const Workload& w) const {
     const int ot = TenantOf(o);
     for (const auto& [type, need] : w.devices) {
-      if (need > 0 && Get(o.devices, type) > 0 &&
-          Get(l.usage[ot], type) > Get(Config(ot).nominal, type)) {
+      if (need > 0 && CountOf(o.devices, type) > 0 &&
+          CountOf(l.usage[ot], type) > CountOf(Config(ot).nominal, type)) {
         return true;
       }
     }
@@ -510,7 +506,7 @@ class QuotaPolicy::Round {
     const std::string& cohort = Config(t).cohort;
     if (cohort.empty()) return false;
     for (int o : p_.Members(cohort)) {
-      if (o != t && Get(ledger_.usage[o], type) > Get(Config(o).nominal, type)) return true;
+      if (o != t && CountOf(ledger_.usage[o], type) > CountOf(Config(o).nominal, type)) return true;
     }
     return false;
   }
@@ -523,12 +519,12 @@ class QuotaPolicy::Round {
     for (const auto& [type, need] : w.devices) {
       if (need <= 0) continue;
       if (fit == Fit::kDevices) {
-        parts.push_back(absl::StrCat("the cluster has ", Devices(Get(ledger_.free, type), type),
+        parts.push_back(absl::StrCat("the cluster has ", Devices(CountOf(ledger_.free, type), type),
                                      " free; this job needs ", need));
         continue;
       }
-      const int64_t used = Get(ledger_.usage[t], type);
-      const int64_t nominal = Get(tc.nominal, type);
+      const int64_t used = CountOf(ledger_.usage[t], type);
+      const int64_t nominal = CountOf(tc.nominal, type);
       const int jobs = ledger_.admitted_jobs[t];
       std::string part =
           absl::StrCat("tenant ", tc.name, " uses ", Devices(used, type), " in ", jobs,
@@ -561,9 +557,9 @@ class QuotaPolicy::Round {
     const int t = TenantOf(w);
     const TenantConfig& tc = Config(t);
     for (const auto& [type, need] : w.devices) {
-      ledger_.free[type] -= std::min(need, std::max<int64_t>(0, Get(ledger_.free, type)));
+      ledger_.free[type] -= std::min(need, std::max<int64_t>(0, CountOf(ledger_.free, type)));
       const int64_t headroom =
-          std::max<int64_t>(0, Get(tc.nominal, type) - Get(ledger_.usage[t], type));
+          std::max<int64_t>(0, CountOf(tc.nominal, type) - CountOf(ledger_.usage[t], type));
       const int64_t own = std::min(need, headroom);
       ledger_.usage[t][type] += own;
       if (!tc.cohort.empty() && need > own) {

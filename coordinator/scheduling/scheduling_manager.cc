@@ -13,11 +13,6 @@ namespace {
 // that sums of a few of them never overflow.
 constexpr int64_t kUnlimited = int64_t{1} << 40;
 
-int64_t Get(const DeviceCounts& counts, const std::string& type) {
-  auto it = counts.find(type);
-  return it == counts.end() ? 0 : it->second;
-}
-
 }  // namespace
 
 std::string DeviceTypeKey(const std::string& parallel_device_type) {
@@ -136,14 +131,14 @@ std::map<std::string, std::map<std::string, TenantUsage>> SchedulingManager::Usa
       }
       shared_unused = 0;
       for (const CohortConfig& c : config.cohorts) {
-        if (c.name == cohort) shared_unused = Get(c.shared, type);
+        if (c.name == cohort) shared_unused = CountOf(c.shared, type);
       }
       borrowed -= std::min(borrowed, shared_unused);
       for (const TenantConfig& t : config.tenants) {
         if (t.cohort != cohort || borrowed <= 0) continue;
         TenantUsage& u = out[t.name][type];
         int64_t cap = std::max<int64_t>(0, u.nominal - u.in_use);
-        if (t.lending_limit) cap = std::min(cap, Get(*t.lending_limit, type));
+        if (t.lending_limit) cap = std::min(cap, CountOf(*t.lending_limit, type));
         u.lent = std::min(cap, borrowed);
         borrowed -= u.lent;
       }

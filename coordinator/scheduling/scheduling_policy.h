@@ -90,6 +90,12 @@ enum class PendingReason {
   kBeingMeasured,         // its profile is being measured
 };
 
+// counts[type], 0 when `counts` has no entry for the type.
+inline int64_t CountOf(const DeviceCounts& counts, const std::string& type) {
+  auto it = counts.find(type);
+  return it == counts.end() ? 0 : it->second;
+}
+
 // "Misconfigured", "ExceedsMaximum", ... (stable names for events, metrics and the API).
 const char* PendingReasonName(PendingReason reason);
 

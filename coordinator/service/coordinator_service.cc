@@ -36,7 +36,6 @@ namespace dapple::coordinator {
 namespace {
 
 constexpr char kCancelledByUser[] = "cancelled by user";
-constexpr char kDefaultSource[] = "<spec>";
 // How often a blocked WatchJob looks at its client's cancellation flag.
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
 

@@ -369,6 +369,10 @@ class CoordinatorService {
   absl::Status DescribeTenants(const auth::Identity& caller, v1::ListTenantsResponse* response);
 
  private:
+  // A rank whose heartbeat is this many intervals old is taken for gone (its worker died and will
+  // be judged DEAD later): neither a restart nor a preemption waits for it to stop.
+  static constexpr int kStoppingHeartbeats = 3;
+
   // What the coordinator keeps in memory about a RUNNING job.
   struct RunState {
     int num_stages = 0;

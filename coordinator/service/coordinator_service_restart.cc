@@ -24,10 +24,6 @@
 namespace dapple::coordinator {
 namespace {
 
-// A rank of the failed run whose heartbeat is this many intervals old is taken for gone (its
-// worker died and will be judged DEAD later): it is not waited for.
-constexpr int kStoppingHeartbeats = 3;
-
 // The spec a restart plans with: the job's own (same global batch, micro-batch, schedule) on
 // `devices` workers; a fixed stage count above them becomes what they can hold.
 v1::JobSpec SpecOn(const v1::JobSpec& spec, int devices) {

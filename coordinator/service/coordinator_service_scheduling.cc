@@ -30,10 +30,6 @@ namespace {
 using scheduling::PendingReason;
 using scheduling::PendingReasonName;
 
-// A rank whose heartbeat is this many intervals old is taken for gone (its worker died and will
-// be judged DEAD later): a preempted job does not wait for it (as a restart does not).
-constexpr int kStoppingHeartbeats = 3;
-
 absl::Status CheckAdmin(const auth::Identity& caller) {
   if (caller.role != auth::Role::kAdmin) return absl::PermissionDeniedError("admin only");
   return absl::OkStatus();

@@ -17,8 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kProfileField[] = "parallel.emulation.profile";
-
 // "/a/b/../c/" -> "/a/c": no trailing separator, so that prefix tests compare whole components.
 std::string Normal(const std::string& path) {
   std::string normal = fs::path(path).lexically_normal().string();
@@ -138,7 +136,7 @@ absl::Status CheckJobFiles(const v1::JobSpec& spec, const DataRoots& roots, cons
     return JobSpecFieldError(text->yaml, text->source, field, s.message());
   };
   if (absl::Status s = check("data.path", spec.data().path()); !s.ok()) return s;
-  if (IsEmulated(spec)) return check(kProfileField, spec.parallel().emulation().profile());
+  if (IsEmulated(spec)) return check(kEmulationProfileField, spec.parallel().emulation().profile());
   return absl::OkStatus();
 }
 

@@ -18,8 +18,6 @@ bool IsEmulated(const v1::JobSpec& spec) { return spec.parallel().device_type() 
 
 namespace {
 
-constexpr char kProfileField[] = "parallel.emulation.profile";
-
 std::string Source(const v1::JobSpec& spec) {
   return absl::StrCat("emulated: ", spec.parallel().emulation().profile(), " x ",
                       absl::StrFormat("%g", spec.parallel().emulation().scale()));
@@ -65,17 +63,18 @@ absl::StatusOr<std::optional<v1::ModelProfile>> EmulatedProfileOf(const v1::JobS
   // from the submitted text: the user fixes the file or the line that names it.
   auto refuse = [&](absl::string_view message) {
     if (text == nullptr) return absl::InvalidArgumentError(message);
-    return JobSpecFieldError(text->yaml, text->source, kProfileField, message);
+    return JobSpecFieldError(text->yaml, text->source, kEmulationProfileField, message);
   };
   const std::string& path = spec.parallel().emulation().profile();
   absl::StatusOr<v1::ModelProfile> file = profile::ReadProfileFile(path);
   if (!file.ok()) {
-    return refuse(absl::StrCat(kProfileField, ": ", file.status().message()));
+    return refuse(absl::StrCat(kEmulationProfileField, ": ", file.status().message()));
   }
   absl::StatusOr<v1::ModelProfile> profile = EmulatedProfileFromFile(spec, *file);
   if (!profile.ok()) {
     // InferLayers' errors are the model's (a validated spec has none), not the profile's.
-    if (!absl::StartsWith(profile.status().message(), kProfileField)) return profile.status();
+    if (!absl::StartsWith(profile.status().message(), kEmulationProfileField))
+      return profile.status();
     return refuse(profile.status().message());
   }
   return std::optional<v1::ModelProfile>(*std::move(profile));

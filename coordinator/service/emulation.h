@@ -29,6 +29,9 @@
 
 namespace dapple::coordinator {
 
+// The spec field that names an emulated job's profile, as errors about it name it.
+inline constexpr char kEmulationProfileField[] = "parallel.emulation.profile";
+
 // The text a job spec was submitted as (SubmitJobRequest.spec_yaml, source_name), so that a
 // refusal of its emulation profile points at the parallel.emulation.profile line like the
 // spec's other refusals (JobSpecFieldError). Views: the text must outlive the call.

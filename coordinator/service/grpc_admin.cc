@@ -24,7 +24,7 @@ absl::StatusOr<auth::Role> ParseRole(const std::string& role) {
 #define DAPPLE_ADMIN_CALLER(caller, context, action, target)                         \
   absl::StatusOr<auth::Identity> caller##_or = Admin((context), (action), (target)); \
   if (!caller##_or.ok()) return ToGrpcStatus(caller##_or.status());                  \
-  const auth::Identity& caller = *caller##_or
+  [[maybe_unused]] const auth::Identity& caller = *caller##_or
 
 absl::StatusOr<auth::Identity> GrpcAdmin::Admin(grpc::ServerContext* context, const char* action,
                                                 const std::string& target) {

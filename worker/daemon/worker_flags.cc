@@ -17,7 +17,7 @@
 namespace dapple::worker {
 namespace {
 
-absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+absl::Status InvalidFlag(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 // CLI11's ArgumentMismatch reads "--flag: 1 required TEXT missing" or "--flag: At Most 1
 // required but received 2"; everything else about the flags is checked here, with our wording.
@@ -28,18 +28,18 @@ absl::Status FromParseError(const CLI::ParseError& e) {
       absl::StartsWith(what, "--")) {
     const std::string flag = what.substr(0, colon);
     if (absl::StrContains(what, "missing")) {
-      return Invalid(absl::StrCat(flag, " needs a value (see --help)"));
+      return InvalidFlag(absl::StrCat(flag, " needs a value (see --help)"));
     }
-    return Invalid(absl::StrCat(flag, " is given more than once"));
+    return InvalidFlag(absl::StrCat(flag, " is given more than once"));
   }
-  return Invalid(what);
+  return InvalidFlag(what);
 }
 
 // A flag that takes one value swallows the next argument even when it is another flag
 // ("--name --devices cpu"); no valid value of ours starts with "--", so say what happened.
 absl::Status CheckNotAFlag(const char* flag, const std::string& value) {
   if (absl::StartsWith(value, "--")) {
-    return Invalid(absl::StrFormat("%s needs a value, got the flag '%s'", flag, value));
+    return InvalidFlag(absl::StrFormat("%s needs a value, got the flag '%s'", flag, value));
   }
   return absl::OkStatus();
 }
@@ -47,7 +47,7 @@ absl::Status CheckNotAFlag(const char* flag, const std::string& value) {
 absl::StatusOr<absl::Duration> ParseSeconds(const char* flag, const std::string& text) {
   int64_t seconds = 0;
   if (!absl::SimpleAtoi(text, &seconds)) {
-    return Invalid(
+    return InvalidFlag(
         absl::StrFormat("%s '%s' must be a whole number of seconds (1..86400)", flag, text));
   }
   return absl::Seconds(seconds);
@@ -60,7 +60,7 @@ absl::Status SplitDevices(const std::vector<std::string>& values, std::vector<st
   for (const std::string& value : values) {
     for (absl::string_view entry : absl::StrSplit(value, ',')) {
       if (entry.empty()) {
-        return Invalid(absl::StrFormat(
+        return InvalidFlag(absl::StrFormat(
             "--devices '%s' has an empty entry: list devices separated by commas, e.g. "
             "cpu or cuda:0,cuda:1",
             value));
@@ -185,21 +185,21 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   for (const std::string& extra : app.remaining()) {
     if (extra == "--") continue;  // end of options: harmless on its own
     if (absl::StartsWith(extra, "-")) {
-      return Invalid(absl::StrFormat("unknown flag '%s' (see --help)", extra));
+      return InvalidFlag(absl::StrFormat("unknown flag '%s' (see --help)", extra));
     }
-    return Invalid(absl::StrFormat(
+    return InvalidFlag(absl::StrFormat(
         "unexpected argument '%s': dapple-worker takes flags only (see --help)", extra));
   }
 
   // Empty means "not given" in WorkerOptions; an explicit empty value is a mistake (an unset
   // shell variable, say), not a request for the default.
   if (app.count("--name") > 0 && o.name.empty()) {
-    return Invalid(
+    return InvalidFlag(
         "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get an id "
         "assigned by the coordinator)");
   }
   if (app.count("--dump-dir") > 0 && o.dump_dir.empty()) {
-    return Invalid(
+    return InvalidFlag(
         "--dump-dir '' must name an existing directory (leave --dump-dir out to "
         "write no parameters)");
   }
@@ -221,7 +221,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   if (metrics_port.empty() || metrics_port.size() > 5 ||
       metrics_port.find_first_not_of("0123456789") != std::string::npos ||
       !absl::SimpleAtoi(metrics_port, &f.metrics_port) || f.metrics_port > 65535) {
-    return Invalid(absl::StrFormat(
+    return InvalidFlag(absl::StrFormat(
         "--metrics-port '%s' must be a port number in 0..65535 (0: no metrics endpoint)",
         metrics_port));
   }
@@ -230,7 +230,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   if (comm_delay_max_ms.empty() || comm_delay_max_ms.size() > 5 ||
       comm_delay_max_ms.find_first_not_of("0123456789") != std::string::npos ||
       !absl::SimpleAtoi(comm_delay_max_ms, &delay_ms) || delay_ms > 10000) {
-    return Invalid(absl::StrFormat(
+    return InvalidFlag(absl::StrFormat(
         "--comm-delay-max-ms '%s' must be a whole number of milliseconds in 0..10000 (0: no "
         "delay)",
         comm_delay_max_ms));
@@ -241,12 +241,12 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   if (absl::Status s = ValidateWorkerOptions(o); !s.ok()) {
     if (env_given && app.count("--coordinator") == 0 &&
         absl::StartsWith(s.message(), "--coordinator")) {
-      return Invalid(absl::StrCat(s.message(), " (from $DAPPLE_COORDINATOR)"));
+      return InvalidFlag(absl::StrCat(s.message(), " (from $DAPPLE_COORDINATOR)"));
     }
     return s;
   }
   if (plaintext && !tls.ca_file.empty()) {
-    return Invalid(
+    return InvalidFlag(
         "--plaintext and --ca contradict each other: choose one (DAPPLE_CA counts "
         "as --ca)");
   }
@@ -263,13 +263,14 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.coordinator_credentials = *std::move(credentials);
   if (app.count("--join-token-file") > 0) {
     absl::StatusOr<std::string> token = common::ReadTokenFile(join_token_file);
-    if (!token.ok()) return Invalid(absl::StrCat("--join-token-file: ", token.status().message()));
+    if (!token.ok())
+      return InvalidFlag(absl::StrCat("--join-token-file: ", token.status().message()));
     o.join_token = *std::move(token);
   } else if (join_token_env != nullptr) {
     o.join_token = std::string(absl::StripAsciiWhitespace(join_token_env));
     o.join_token_source = "DAPPLE_JOIN_TOKEN";
     if (absl::Status s = common::CheckTokenText(o.join_token); !s.ok()) {
-      return Invalid(absl::StrCat("DAPPLE_JOIN_TOKEN ", s.message()));
+      return InvalidFlag(absl::StrCat("DAPPLE_JOIN_TOKEN ", s.message()));
     }
   }
   return f;

@@ -659,6 +659,44 @@ TEST_F(CoordinatorServiceTest, HeartbeatsUpdateTheHostComputeCapacity) {
   }
 }
 
+TEST_F(CoordinatorServiceTest, RegistrationAndHeartbeatsCarryTheHostsLoopbackLink) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_hostname("localhost");
+  reg.set_pid(next_pid_++);
+  reg.add_devices("cpu");
+  reg.mutable_loopback_link()->set_latency_ms(0.05);
+  reg.mutable_loopback_link()->set_bandwidth_bytes_per_s(4e8);
+  v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(svc_->RegisterWorker(auth::TestJoin(), reg, &registered).ok());
+  const std::string w = registered.worker_id();
+  EXPECT_DOUBLE_EQ(Worker(w).loopback_link().bandwidth_bytes_per_s(), 4e8);
+  auto beat = [&](double latency_ms, double bandwidth) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(w);
+    req.mutable_loopback_link()->set_latency_ms(latency_ms);
+    req.mutable_loopback_link()->set_bandwidth_bytes_per_s(bandwidth);
+    v1::HeartbeatResponse resp;
+    EXPECT_TRUE(svc_->Heartbeat(auth::TestWorker(w), req, &resp).ok());
+  };
+  beat(0.04, 6e8);
+  EXPECT_DOUBLE_EQ(Worker(w).loopback_link().latency_ms(), 0.04);
+  EXPECT_DOUBLE_EQ(Worker(w).loopback_link().bandwidth_bytes_per_s(), 6e8);
+  // A link no host has (what any peer may send): the last one stays.
+  for (const auto& [latency, bandwidth] :
+       {std::pair{-1.0, 6e8}, std::pair{0.04, 0.0}, std::pair{std::nan(""), 6e8},
+        std::pair{0.04, std::numeric_limits<double>::infinity()}, std::pair{1e9, 6e8}}) {
+    beat(latency, bandwidth);
+    EXPECT_DOUBLE_EQ(Worker(w).loopback_link().latency_ms(), 0.04) << latency;
+    EXPECT_DOUBLE_EQ(Worker(w).loopback_link().bandwidth_bytes_per_s(), 6e8) << bandwidth;
+  }
+  // A heartbeat without one keeps it too.
+  v1::HeartbeatRequest plain;
+  plain.set_worker_id(w);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(svc_->Heartbeat(auth::TestWorker(w), plain, &resp).ok());
+  EXPECT_DOUBLE_EQ(Worker(w).loopback_link().bandwidth_bytes_per_s(), 6e8);
+}
+
 TEST_F(CoordinatorServiceTest, DeadWorkersAreForgottenAfterTheRetentionPeriod) {
   const std::string w1 = Register();
   const std::string w2 = Register();

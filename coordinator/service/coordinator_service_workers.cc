@@ -19,6 +19,7 @@
 #include "coordinator/auth/access.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/service/coordinator_service.h"
+#include "coordinator/service/worker_topology.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -87,6 +88,9 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());
   worker.info.set_host_compute_capacity(ValidCapacity(request.host_compute_capacity()));
+  if (request.has_loopback_link() && ValidLink(request.loopback_link())) {
+    *worker.info.mutable_loopback_link() = request.loopback_link();
+  }
   response->set_worker_id(worker.info.id());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();
@@ -108,6 +112,9 @@ absl::Status CoordinatorService::Heartbeat(const auth::Identity& caller,
   // use it (worker_topology.cc).
   if (const double capacity = ValidCapacity(request.host_compute_capacity()); capacity > 0) {
     worker->info.set_host_compute_capacity(capacity);
+  }
+  if (request.has_loopback_link() && ValidLink(request.loopback_link())) {
+    *worker->info.mutable_loopback_link() = request.loopback_link();
   }
   const std::string& reported = request.running_job_id();
   const bool was_reporting = !worker->reported_job_id.empty();

@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/profile/cluster_topology.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -49,6 +51,12 @@ std::string JobDeviceKind(absl::string_view device_type,
     if (absl::StartsWith(ComputeDevice(w), "cuda:")) ++cuda;
   }
   return live > 0 && cuda == live ? "cuda" : "cpu";
+}
+
+bool ValidLink(const v1::LinkMeasurement& link) {
+  return link.latency_ms() >= 0 && link.latency_ms() <= profile::kMaxLatencyMs &&
+         link.bandwidth_bytes_per_s() >= profile::kMinBandwidthBytesPerS &&
+         link.bandwidth_bytes_per_s() <= profile::kMaxBandwidthBytesPerS;
 }
 
 std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>& workers,
@@ -114,6 +122,26 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
                    " on ", topology.nodes_size(), topology.nodes_size() == 1 ? " host" : " hosts"));
   topology.set_intra_node_bandwidth_bytes_per_s(defaults.intra_node_bandwidth_bytes_per_s);
   topology.set_intra_node_latency_ms(defaults.intra_node_latency_ms);
+  // Processes of one host without GPUs between them talk over loopback TCP (Gloo's AllReduce,
+  // UCX's tcp transport), far slower than the defaults' GPU links: the host's own measurement
+  // replaces them when every worker planned on has one.
+  const bool measured = device_type != "emulated" &&
+                        std::all_of(fitting.begin(), fitting.end(), [](const v1::WorkerInfo& w) {
+                          return w.has_loopback_link() && ValidLink(w.loopback_link());
+                        });
+  if (measured) {
+    double bandwidth = profile::kMaxBandwidthBytesPerS;
+    double latency = 0;
+    for (const v1::WorkerInfo& w : fitting) {
+      bandwidth = std::min(bandwidth, w.loopback_link().bandwidth_bytes_per_s());
+      latency = std::max(latency, w.loopback_link().latency_ms());
+    }
+    topology.set_intra_node_bandwidth_bytes_per_s(bandwidth);
+    topology.set_intra_node_latency_ms(latency);
+    absl::StrAppend(topology.mutable_source(),
+                    absl::StrFormat("; intra-node link measured: %.0f MB/s, %.3g ms",
+                                    bandwidth / 1e6, latency));
+  }
   topology.set_inter_node_bandwidth_bytes_per_s(defaults.inter_node_bandwidth_bytes_per_s);
   topology.set_inter_node_latency_ms(defaults.inter_node_latency_ms);
   return topology;

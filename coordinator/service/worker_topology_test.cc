@@ -1,5 +1,9 @@
 #include "coordinator/service/worker_topology.h"
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -99,6 +103,66 @@ TEST(WorkerTopologyTest, AnEmulatedJobsHostsHaveNoComputeCapacity) {
   t = TopologyFromWorkers(workers, "cpu", PlanDefaults());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_DOUBLE_EQ(t->nodes(0).compute_capacity(), 1.2);
+}
+
+void SetLink(v1::WorkerInfo* w, double latency_ms, double bandwidth) {
+  w->mutable_loopback_link()->set_latency_ms(latency_ms);
+  w->mutable_loopback_link()->set_bandwidth_bytes_per_s(bandwidth);
+}
+
+// cpu workers' AllReduces and transfers go over loopback TCP, not the defaults' GPU links: the
+// link the hosts measured is planned with, the slowest of them.
+TEST(WorkerTopologyTest, TheIntraNodeLinkIsTheSlowestMeasuredWhenEveryWorkerMeasuredOne) {
+  PlanDefaults defaults;
+  std::vector<v1::WorkerInfo> workers = {Worker("w-1", "h", "cpu"), Worker("w-2", "h", "cpu"),
+                                         Worker("w-3", "g", "cpu")};
+  SetLink(&workers[0], 0.05, 9e8);
+  SetLink(&workers[1], 0.08, 4e8);
+  SetLink(&workers[2], 0.02, 2e9);
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cpu", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->intra_node_bandwidth_bytes_per_s(), 4e8);
+  EXPECT_DOUBLE_EQ(t->intra_node_latency_ms(), 0.08);
+  EXPECT_EQ(t->source(),
+            "3 registered workers (cpu) on 2 hosts; intra-node link measured: 400 MB/s, 0.08 ms");
+  // Between hosts nothing was measured: the defaults.
+  EXPECT_DOUBLE_EQ(t->inter_node_bandwidth_bytes_per_s(),
+                   defaults.inter_node_bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(t->inter_node_latency_ms(), defaults.inter_node_latency_ms);
+
+  // A worker without a measurement (a cuda worker, an older worker) or with one no link has:
+  // the defaults, as before.
+  for (int variant = 0; variant < 2; ++variant) {
+    std::vector<v1::WorkerInfo> mixed = workers;
+    if (variant == 0) mixed.push_back(Worker("w-4", "g", "cpu"));
+    if (variant == 1) SetLink(&mixed[2], 0.02, 0);
+    t = TopologyFromWorkers(mixed, "any", defaults);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_DOUBLE_EQ(t->intra_node_bandwidth_bytes_per_s(),
+                     defaults.intra_node_bandwidth_bytes_per_s)
+        << variant;
+    EXPECT_DOUBLE_EQ(t->intra_node_latency_ms(), defaults.intra_node_latency_ms) << variant;
+    EXPECT_EQ(t->source().find("measured"), std::string::npos) << t->source();
+  }
+  // Emulated jobs measure schedules on the defaults' links.
+  t = TopologyFromWorkers(workers, "emulated", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->intra_node_bandwidth_bytes_per_s(),
+                   defaults.intra_node_bandwidth_bytes_per_s);
+}
+
+TEST(WorkerTopologyTest, AReportedLinkIsValidOnlyWithinAClusterFilesBounds) {
+  v1::LinkMeasurement link;
+  EXPECT_FALSE(ValidLink(link));  // no bandwidth
+  link.set_bandwidth_bytes_per_s(1e9);
+  EXPECT_TRUE(ValidLink(link));  // latency 0 is a link's
+  for (const auto& [latency, bandwidth] :
+       {std::pair{-0.1, 1e9}, std::pair{1e4 + 1, 1e9}, std::pair{std::nan(""), 1e9},
+        std::pair{0.1, 999.0}, std::pair{0.1, 1e13 * 2}, std::pair{0.1, std::nan("")}}) {
+    link.set_latency_ms(latency);
+    link.set_bandwidth_bytes_per_s(bandwidth);
+    EXPECT_FALSE(ValidLink(link)) << latency << " " << bandwidth;
+  }
 }
 
 TEST(WorkerTopologyTest, NoFittingWorkerTellsToPassACluster) {

@@ -36,34 +36,22 @@ void DefaultWork() {
   kernels::DenseForward(x.data(), kN, kN, kN, w.data(), nullptr, y.data());
 }
 
-// Workers started together on one host (scripts/demo, a node's daemons after a reboot) would
-// otherwise measure at the same moment, each one's "every thread at once" run competing with
-// the others': a host of capacity 1.4 measured 1.00 and 1.44 from two workers. An exclusive
-// flock on a host-wide file makes them measure one after the other; without the file (no
-// writable /tmp) they measure unserialised.
-class HostMeasurementLock {
- public:
-  HostMeasurementLock() {
-    const char* dir = std::getenv("TMPDIR");
-    const std::string path =
-        std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/dapple-host-capacity.lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~HostMeasurementLock() {
-    if (fd_ >= 0) ::close(fd_);  // closing releases the flock
-  }
-  HostMeasurementLock(const HostMeasurementLock&) = delete;
-  HostMeasurementLock& operator=(const HostMeasurementLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
 }  // namespace
+
+HostMeasurementLock::HostMeasurementLock() {
+  const char* dir = std::getenv("TMPDIR");
+  const std::string path =
+      std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/dapple-host-capacity.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+HostMeasurementLock::~HostMeasurementLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
 
 double CapacityFromTimes(int threads, double single_ms, double parallel_ms) {
   if (threads <= 1 || !(single_ms > 0) || !(parallel_ms > 0)) return 1.0;

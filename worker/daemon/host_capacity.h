@@ -34,6 +34,24 @@ double CapacityFromTimes(int threads, double single_ms, double parallel_ms);
 double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
                                   const std::function<void()>& work = nullptr);
 
+// Held while measuring the host (its capacity, its loopback link:
+// worker/comm/loopback_allreduce.h). Workers started together on one host (scripts/demo, a node's
+// daemons after a reboot) would otherwise measure at the same moment, each one's "every thread at
+// once" run competing with the others': a host of capacity 1.4 measured 1.00 and 1.44 from two
+// workers. An exclusive flock on a host-wide file ($TMPDIR/dapple-host-capacity.lock, /tmp by
+// default) makes them measure one after the other; without the file (no writable /tmp) they measure
+// unserialised. The constructor blocks until the lock is held.
+class HostMeasurementLock {
+ public:
+  HostMeasurementLock();
+  ~HostMeasurementLock();
+  HostMeasurementLock(const HostMeasurementLock&) = delete;
+  HostMeasurementLock& operator=(const HostMeasurementLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // A worker's estimate of its host's capacity: the median of its measurements so far. One
 // measurement can read far too low when other processes start at the same moment (the
 // coordinator and the workers of `scripts/demo`, started together, on a 2-vCPU host: 1.00 and

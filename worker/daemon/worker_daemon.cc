@@ -135,11 +135,40 @@ void WorkerDaemon::RefineHostCapacity() {
       // A measurement during a job would compete with its stages (and see them): skipped.
       if (!job_id_.empty() || profiling_.load()) continue;
     }
-    const double measured = MeasureHostComputeCapacity();
-    absl::MutexLock l(&mu_);
-    capacity_estimate_.Add(measured);
-    DAPPLE_LOG_DEBUG("host compute capacity measured {:.2f}; estimate {:.2f} of {} measurements",
-                     measured, capacity_estimate_.Median(), capacity_estimate_.count());
+    MeasureHost();
+  }
+}
+
+void WorkerDaemon::MeasureHost() {
+  const double capacity = MeasureHostComputeCapacity();
+  absl::StatusOr<LinkEstimate> link;
+  {
+    const HostMeasurementLock lock;  // another worker's measurement would halve this one
+    link = MeasureLoopbackAllReduce();
+  }
+  absl::MutexLock l(&mu_);
+  capacity_estimate_.Add(capacity);
+  if (link.ok()) {
+    link_estimate_.Add(*link);
+  } else {
+    DAPPLE_LOG_WARN("measuring the host's loopback link: {}", link.status().message());
+  }
+  const LinkEstimate median = link_estimate_.Median();
+  DAPPLE_LOG_DEBUG(
+      "host measured: compute capacity {:.2f}, loopback link {:.0f} MB/s {:.3f} ms; estimates "
+      "{:.2f}, {:.0f} MB/s {:.3f} ms of {} measurements",
+      capacity, link.ok() ? link->bandwidth_bytes_per_s / 1e6 : 0.0,
+      link.ok() ? link->latency_ms : 0.0, capacity_estimate_.Median(),
+      median.bandwidth_bytes_per_s / 1e6, median.latency_ms, capacity_estimate_.count());
+}
+
+template <typename Request>
+void WorkerDaemon::SetHostEstimates(Request* request) {
+  request->set_host_compute_capacity(capacity_estimate_.Median());
+  if (link_estimate_.count() > 0) {
+    const LinkEstimate link = link_estimate_.Median();
+    request->mutable_loopback_link()->set_latency_ms(link.latency_ms);
+    request->mutable_loopback_link()->set_bandwidth_bytes_per_s(link.bandwidth_bytes_per_s);
   }
 }
 
@@ -173,13 +202,9 @@ absl::Status WorkerDaemon::Register() {
         absl::MutexLock l(&mu_);
         first = capacity_estimate_.count() == 0;
       }
-      if (first) {
-        const double measured = MeasureHostComputeCapacity();  // not under mu_: it takes a while
-        absl::MutexLock l(&mu_);
-        capacity_estimate_.Add(measured);
-      }
+      if (first) MeasureHost();
       absl::MutexLock l(&mu_);
-      req.set_host_compute_capacity(capacity_estimate_.Median());
+      SetHostEstimates(&req);
       if (first && !capacity_thread_.joinable()) {
         capacity_thread_ = std::thread([this] { RefineHostCapacity(); });
       }
@@ -356,7 +381,7 @@ bool WorkerDaemon::HeartbeatOnce() {
     absl::MutexLock l(&mu_);
     req.set_worker_id(worker_id_);
     req.set_running_job_id(job_id_);
-    req.set_host_compute_capacity(capacity_estimate_.Median());
+    SetHostEstimates(&req);
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));

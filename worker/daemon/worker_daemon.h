@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "dapple/v1/worker.grpc.pb.h"
 #include "grpcpp/security/credentials.h"
+#include "worker/comm/loopback_allreduce.h"
 #include "worker/daemon/call_auth.h"
 #include "worker/daemon/daemon_observer.h"
 #include "worker/daemon/host_capacity.h"
@@ -171,6 +172,14 @@ class WorkerDaemon {
   // busy time is skipped), and adds it to capacity_estimate_. Returns at Stop or after the
   // last one.
   void RefineHostCapacity();
+  // One measurement of the host (not under mu_: it takes both cores for a fraction of a second):
+  // its compute capacity and its loopback link (worker/comm/loopback_allreduce.h), added to
+  // capacity_estimate_ and link_estimate_. A link measurement that fails is logged and skipped.
+  void MeasureHost();
+  // A request's host fields from the estimates: host_compute_capacity and loopback_link (when
+  // one was measured).
+  template <typename Request>
+  void SetHostEstimates(Request* request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsCpuWorker() const;
 
   WorkerOptions options_;
@@ -185,6 +194,8 @@ class WorkerDaemon {
   // (a fraction of a second), then refined by RefineHostCapacity; registrations and heartbeats
   // send capacity_estimate_.Median().
   HostCapacityEstimate capacity_estimate_ ABSL_GUARDED_BY(mu_);
+  // Likewise its loopback link (RegisterWorkerRequest.loopback_link).
+  LinkEstimateMedian link_estimate_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);  // running job, empty when idle
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   // The id the coordinator knew this worker by before it answered "unknown worker" (for the

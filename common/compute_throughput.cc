@@ -23,8 +23,26 @@ constexpr PeakRow kPeaks[] = {
 }  // namespace
 
 double StageTrainFlopsPerSample(const std::vector<LayerInfo>& infos, int first, int last) {
+  // Where the first stage's backward stops; no stage but the first has layers before it.
+  int first_trained = -1;
+  if (first == 0) {
+    first_trained = static_cast<int>(infos.size());
+    for (int l = 0; l < static_cast<int>(infos.size()); ++l) {
+      if (!infos[l].params.empty()) {
+        first_trained = l;
+        break;
+      }
+    }
+  }
   double flops = 0;
-  for (int l = first; l <= last; ++l) flops += infos[l].forward_flops + infos[l].backward_flops;
+  for (int l = first; l <= last; ++l) {
+    flops += infos[l].forward_flops;
+    if (l > first_trained) {
+      flops += infos[l].backward_flops;
+    } else if (l == first_trained) {
+      flops += infos[l].backward_weight_flops;
+    }
+  }
   return flops;
 }
 

@@ -22,7 +22,10 @@
 namespace dapple {
 
 // FLOPs of one sample's forward and backward through layers [first, last] of `infos` (valid
-// indices, first <= last), backward counting both the input and the weight gradients.
+// indices, first <= last) as a stage runs them: backward counting both the input and the weight
+// gradients, except on the first stage (first == 0), whose backward stops at the model's first
+// layer with parameters (kernels::FirstLayerWithParams): the layers before it run no backward
+// and it computes its weight gradients only (backward_weight_flops).
 double StageTrainFlopsPerSample(const std::vector<LayerInfo>& infos, int first, int last);
 
 // The stated dense peak of the device named `device_name` (CUDA's device name, e.g. "NVIDIA

@@ -32,13 +32,40 @@ TEST(StageTrainFlopsTest, SumsForwardAndBackwardOfTheStagesLayers) {
   }
   const std::vector<LayerInfo> infos = InferLayers(model).value();
   // A linear layer: 2 in out forward, twice that backward (input and weight gradients), plus
-  // the bias terms its type declares; the sum is the registry's, layer by layer.
-  const double first = infos[0].forward_flops + infos[0].backward_flops;
+  // the bias terms its type declares; the sum is the registry's, layer by layer. The model's
+  // first layer with parameters computes no input gradient (nothing below it trains): 4 in out,
+  // not 6.
+  const double first = infos[0].forward_flops + infos[0].backward_weight_flops;
   const double second = infos[1].forward_flops + infos[1].backward_flops;
-  EXPECT_GE(first, 3.0 * 2 * 784 * 1024);
+  EXPECT_GE(first, 2.0 * 2 * 784 * 1024);
+  EXPECT_LT(first, 2.1 * 2 * 784 * 1024);
+  EXPECT_GE(second, 3.0 * 2 * 1024 * 10);
   EXPECT_EQ(StageTrainFlopsPerSample(infos, 0, 0), first);
   EXPECT_EQ(StageTrainFlopsPerSample(infos, 1, 1), second);
   EXPECT_EQ(StageTrainFlopsPerSample(infos, 0, 1), first + second);
+}
+
+TEST(StageTrainFlopsTest, TheFirstStagesBackwardStopsAtTheFirstLayerWithParameters) {
+  v1::ModelSpec model;
+  model.add_input_shape(1);
+  model.add_input_shape(28);
+  model.add_input_shape(28);
+  model.add_layers()->set_type("flatten");
+  for (int out : {64, 10}) {
+    v1::LayerSpec* l = model.add_layers();
+    l->set_type("linear");
+    l->mutable_linear()->set_out(out);
+  }
+  const std::vector<LayerInfo> infos = InferLayers(model).value();
+  const double flatten = infos[0].forward_flops;  // and no backward
+  const double first_linear = infos[1].forward_flops + infos[1].backward_weight_flops;
+  const double second_linear = infos[2].forward_flops + infos[2].backward_flops;
+  EXPECT_EQ(StageTrainFlopsPerSample(infos, 0, 0), flatten);
+  EXPECT_EQ(StageTrainFlopsPerSample(infos, 0, 1), flatten + first_linear);
+  EXPECT_EQ(StageTrainFlopsPerSample(infos, 0, 2), flatten + first_linear + second_linear);
+  // A later stage that starts at the first linear computes its input gradient.
+  EXPECT_EQ(StageTrainFlopsPerSample(infos, 1, 1),
+            infos[1].forward_flops + infos[1].backward_flops);
 }
 
 TEST(SetComputeThroughputTest, AchievedAndMfu) {

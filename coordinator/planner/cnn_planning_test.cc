@@ -40,9 +40,20 @@ int64_t SgdMomentumWeightBytes(const std::vector<LayerInfo>& layers, int first, 
   return params * 4 * 3;
 }
 
+// As stage [first, last] runs them: stage 0's backward stops at the first layer with parameters
+// (a convolution here), which computes its weight gradient only.
 double Flops(const std::vector<LayerInfo>& layers, int first, int last) {
   double flops = 0;
-  for (int l = first; l <= last; ++l) flops += layers[l].forward_flops + layers[l].backward_flops;
+  bool below_first_trained = first == 0;
+  for (int l = first; l <= last; ++l) {
+    flops += layers[l].forward_flops;
+    if (below_first_trained && !layers[l].params.empty()) {
+      flops += layers[l].backward_weight_flops;
+      below_first_trained = false;
+    } else if (!below_first_trained) {
+      flops += layers[l].backward_flops;
+    }
+  }
   return flops;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/compute_throughput.h"
 #include "common/memory_model.h"
 #include "common/profile/cluster_topology.h"
 #include "common/profile/format_bytes.h"
@@ -572,9 +573,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   for (int s = 0; s < p && s < summary->stages_size(); ++s) {
     double flops = 0;
     for (const v1::StageRange& range : schedule::StageChunks(*summary, s)) {
-      for (int i = range.first_layer(); i <= range.last_layer(); ++i) {
-        flops += layers[i].forward_flops + layers[i].backward_flops;
-      }
+      flops += StageTrainFlopsPerSample(layers, range.first_layer(), range.last_layer());
     }
     summary->mutable_stages(s)->set_compute_flops(flops);
   }

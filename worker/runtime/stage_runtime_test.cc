@@ -314,9 +314,13 @@ TEST(StageRuntimeStatsTest, AchievedTflopsFromTheLayersFlops) {
     SCOPED_TRACE(testing::Message() << "stage " << s);
     ASSERT_EQ(results[s].size(), 2);
     const v1::StageStepStats& st = results[s][1].stats;
+    // What the stage runs: stage 0's backward stops at its first linear (layer 1), which
+    // computes the weight gradients only; its flatten (layer 0) runs no backward.
     double per_sample = 0;
     for (int l = first[s]; l < first[s] + 3; ++l) {
-      per_sample += infos[l].forward_flops + infos[l].backward_flops;
+      per_sample += infos[l].forward_flops;
+      if (s > 0 || l > 1) per_sample += infos[l].backward_flops;
+      if (s == 0 && l == 1) per_sample += infos[l].backward_weight_flops;
     }
     EXPECT_GT(per_sample, 0);
     EXPECT_DOUBLE_EQ(st.flops(), per_sample * 64);

@@ -24,25 +24,28 @@ ORDER = ["forward", "backward", "optimizer", "allreduce", "send", "idle"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
     ap.add_argument("png")
     ap.add_argument("--step", type=int, default=0)
     ap.add_argument("--title", default="")
     args = ap.parse_args()
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
-    except ImportError:
-        sys.exit("plot_trace.py: needs python3-matplotlib (apt-get install python3-matplotlib)")
-    with open(args.trace) as f:
-        trace = json.load(f)
-    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        with open(args.trace) as f:
+            trace = json.load(f)
+    except OSError as e:
+        sys.exit(f"plot_trace.py: cannot read {args.trace}: {e.strerror}")
+    except ValueError as e:
+        sys.exit(f"plot_trace.py: {args.trace} is not a trace (JSON from `dapplectl trace JOB -o "
+                 f"FILE`): {e}")
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        sys.exit(f"plot_trace.py: {args.trace} has no traceEvents list: not a trace from "
+                 "`dapplectl trace JOB -o FILE`")
+    events = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
     names = {}
     for e in trace["traceEvents"]:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
             names[e["pid"]] = e["args"]["name"]
     ranks = sorted({(e["pid"], e["tid"]) for e in events})
     steps_by_rank = {r: set() for r in ranks}
@@ -57,6 +60,13 @@ def main():
     if step not in common:
         sys.exit(f"plot_trace.py: step {step} was not traced by every rank; traced: "
                  f"{sorted(common)}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError:
+        sys.exit("plot_trace.py: needs python3-matplotlib (apt-get install python3-matplotlib)")
     chosen = [e for e in events if e.get("args", {}).get("step") == step
               and e.get("cat") in COLOURS]
     t0 = min(e["ts"] for e in chosen)

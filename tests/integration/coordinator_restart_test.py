@@ -5,8 +5,13 @@ on 127.0.0.1.
   coordinator is SIGKILLed in the middle of it and restarted on the same database and port a few
   seconds later. The workers train on meanwhile, register again, claim their ranks back, and
   deliver what the killed coordinator had not saved: the job SUCCEEDS with every step counted
-  once, and its per-step losses and final weights equal dapple-reference's (one process, the
-  whole global batch) within 1e-5 relative, as an uninterrupted run's do.
+  once, and its per-step losses and final weights equal those of the same job run without the
+  restart, bitwise (a lost or repeated step would change every later one). Not
+  dapple-reference's (one process, the whole global batch) within 1e-5: the replicas sum their
+  halves' gradients in another order, and over 400 steps that rounding drifts by an amount that
+  differs between machines (1.1e-5 at step 352 on an AMD EPYC machine, 2026-12-03; within 1e-5
+  on the earlier CI machines); the replicas' parity with dapple-reference is
+  integration_replica_parity's, over shorter runs.
 - Workers lost during the outage: a worker SIGKILLed while the coordinator is down does not come
   back; the job FAILS within the stated bound (the worker timeout after the restart) with a
   message naming the missing rank and worker, and the surviving workers stop it and are IDLE.
@@ -24,7 +29,6 @@ import cluster  # noqa: E402
 STEPS = 400
 GLOBAL_BATCH = 64
 MICRO_BATCHES = 4
-RTOL = 1e-5
 OUTAGE_S = 3.0
 WORKER_TIMEOUT_MS = 3000
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -64,8 +68,10 @@ class CoordinatorRestartTest(unittest.TestCase):
         self.c.coordinator.wait(timeout=20)
 
     def test_sigkill_mid_job_the_job_succeeds_like_an_uninterrupted_run(self):
-        ref_losses, ref_params = cluster.reference_run(self.c.dir, "restart-ref", GLOBAL_BATCH,
-                                                       STEPS)
+        uninterrupted = self.submit("restart-parity", STEPS)
+        u = self.c.wait_state(uninterrupted, TERMINAL, timeout=180)
+        self.assertEqual(u["state"], "SUCCEEDED", u.get("message"))
+        self.c.wait_workers(4, "IDLE", timeout=20)
         job = self.submit("restart-parity", STEPS)
         before = self.wait_step(job, 40)
         self.kill_coordinator()
@@ -99,11 +105,12 @@ class CoordinatorRestartTest(unittest.TestCase):
         self.assertIn("Reattached", reasons)
         self.assertLess(reasons.index("CoordinatorRestarted"), reasons.index("Reattached"))
         self.assertNotIn("WorkerLost", reasons)
-        # No step lost or counted twice: every loss equals the single-process run's.
+        # No step lost or counted twice: every loss and weight equals the uninterrupted run's.
         for r in range(2):
             params = cluster.load_job_params(self.c.dump_dir, job, 2, replica=r)
+            want = cluster.load_job_params(self.c.dump_dir, uninterrupted, 2, replica=r)
             cluster.check_matches_reference(self, "restart replica %d" % r, j["step_losses"],
-                                            params, ref_losses, ref_params, RTOL)
+                                            params, u["step_losses"], want, 0.0)
         self.c.wait_workers(4, "IDLE", timeout=20)
 
     def test_workers_lost_during_the_outage_fail_the_job_in_bounded_time(self):

@@ -393,17 +393,30 @@ std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
 std::string RenderWorkerList(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& workers,
                              int64_t now_unix_ms) {
   if (workers.empty()) return "no workers\n";
-  TextTable table({"ID", "HOSTNAME", "PID", "DEVICES", "STATE", "JOB", "STAGE", "HEARTBEAT"});
+  TextTable table({"ID", "HOSTNAME", "PID", "DEVICES", "STATE", "JOB", "STAGE", "HEARTBEAT",
+                   "MEMORY", "CAPACITY", "LINK"});
   for (const v1::WorkerInfo& w : workers) {
     const bool busy = w.state() == v1::WORKER_STATE_BUSY;
     // Another tenant's work comes without job id and stage (the coordinator clears both): its
     // stage is unknown, not stage 0.
     const bool known_job = busy && !w.job_id().empty();
     const std::string heartbeat = AgeSince(w.last_heartbeat_unix_ms(), now_unix_ms);
-    table.AddRow({w.id(), OrDash(w.hostname()), absl::StrCat(w.pid()),
-                  OrDash(absl::StrJoin(w.devices(), ",")), WorkerStateName(w.state()),
-                  known_job ? w.job_id() : "-", known_job ? absl::StrCat(w.stage()) : "-",
-                  heartbeat == "-" ? heartbeat : absl::StrCat(heartbeat, " ago")});
+    table.AddRow(
+        {w.id(), OrDash(w.hostname()), absl::StrCat(w.pid()),
+         OrDash(absl::StrJoin(w.devices(), ",")), WorkerStateName(w.state()),
+         known_job ? w.job_id() : "-", known_job ? absl::StrCat(w.stage()) : "-",
+         heartbeat == "-" ? heartbeat : absl::StrCat(heartbeat, " ago"),
+         // What the planner knows of the worker's host (docs/planner.md): its device's
+         // memory (a cpu worker's host RAM, which its host's cpu workers share), the
+         // host's compute capacity and loopback link as the worker measured them.
+         w.device_memory_bytes() > 0 ? absl::StrCat(FormatBytes(w.device_memory_bytes()),
+                                                    w.device_memory_shared() ? " shared" : "")
+                                     : "-",
+         w.host_compute_capacity() > 0 ? absl::StrFormat("%.2f", w.host_compute_capacity()) : "-",
+         w.has_loopback_link()
+             ? absl::StrFormat("%.0f MB/s %.2f ms", w.loopback_link().bandwidth_bytes_per_s() / 1e6,
+                               w.loopback_link().latency_ms())
+             : "-"});
   }
   return table.Render();
 }

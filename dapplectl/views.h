@@ -89,8 +89,11 @@ std::string RenderJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                           int64_t now_unix_ms);
 
 // One row per worker: ID, HOSTNAME, PID, DEVICES, STATE, JOB, STAGE, HEARTBEAT (age of the
-// last heartbeat). JOB and STAGE are "-" unless the worker is BUSY with a job the caller may see
-// (a worker running another tenant's job is BUSY with "-" "-"). No workers: "no workers\n".
+// last heartbeat), MEMORY (its device's, "16.0 GiB shared" for a host's RAM its cpu workers
+// share), CAPACITY (its host's compute capacity, "1.87"), LINK (its host's loopback link,
+// "850 MB/s 0.12 ms"); "-" where the worker reported none. JOB and STAGE are "-" unless the
+// worker is BUSY with a job the caller may see (a worker running another tenant's job is BUSY
+// with "-" "-"). No workers: "no workers\n".
 std::string RenderWorkerList(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& workers,
                              int64_t now_unix_ms);
 

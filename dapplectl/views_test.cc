@@ -528,10 +528,20 @@ TEST(ViewsTest, WorkerList) {
   idle->set_state(v1::WORKER_STATE_IDLE);
   idle->set_job_id("stale");
   idle->set_last_heartbeat_unix_ms(kNowMs - 61'000);
-  EXPECT_EQ(RenderWorkerList(workers, kNowMs),
-            "ID    HOSTNAME   PID    DEVICES         STATE   JOB     STAGE   HEARTBEAT\n"
-            "w-1   node-a     4242   cpu             BUSY    job-3   1       1s ago\n"
-            "w-2   node-b     7      cuda:0,cuda:1   IDLE    -       -       1m ago\n");
+  idle->set_device_memory_bytes(int64_t{80} << 30);
+  busy->set_device_memory_bytes(int64_t{16} << 30);
+  busy->set_device_memory_shared(true);
+  busy->set_host_compute_capacity(1.874);
+  busy->mutable_loopback_link()->set_bandwidth_bytes_per_s(8.5e8);
+  busy->mutable_loopback_link()->set_latency_ms(0.123);
+  EXPECT_EQ(
+      RenderWorkerList(workers, kNowMs),
+      "ID    HOSTNAME   PID    DEVICES         STATE   JOB     STAGE   HEARTBEAT   MEMORY          "
+      "  CAPACITY   LINK\n"
+      "w-1   node-a     4242   cpu             BUSY    job-3   1       1s ago      16.0 GiB shared"
+      "   1.87       850 MB/s 0.12 ms\n"
+      "w-2   node-b     7      cuda:0,cuda:1   IDLE    -       -       1m ago      80.0 GiB        "
+      "  -          -\n");
 }
 
 TEST(RenderWorkerListTest, AnotherTenantsWorkShowsNeitherJobNorStage) {
@@ -544,9 +554,12 @@ TEST(RenderWorkerListTest, AnotherTenantsWorkShowsNeitherJobNorStage) {
   busy->add_devices("cpu");
   busy->set_state(v1::WORKER_STATE_BUSY);
   busy->set_last_heartbeat_unix_ms(kNowMs - 1'500);
-  EXPECT_EQ(RenderWorkerList(workers, kNowMs),
-            "ID    HOSTNAME   PID    DEVICES   STATE   JOB   STAGE   HEARTBEAT\n"
-            "w-1   node-a     4242   cpu       BUSY    -     -       1s ago\n");
+  EXPECT_EQ(
+      RenderWorkerList(workers, kNowMs),
+      "ID    HOSTNAME   PID    DEVICES   STATE   JOB   STAGE   HEARTBEAT   MEMORY   CAPACITY   "
+      "LINK\n"
+      "w-1   node-a     4242   cpu       BUSY    -     -       1s ago      -        -          "
+      "-\n");
 }
 
 }  // namespace

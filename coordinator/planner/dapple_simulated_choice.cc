@@ -14,7 +14,6 @@
 #include "coordinator/planner/plan_simulator.h"
 
 namespace dapple::coordinator::dapple_search {
-namespace {}  // namespace
 
 int64_t SimulationWork(const PlanningProblem& problem, const HybridPlan& plan) {
   const int64_t P = static_cast<int64_t>(plan.stages.size());

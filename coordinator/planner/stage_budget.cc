@@ -13,7 +13,6 @@
 #include "coordinator/planner/placement.h"
 
 namespace dapple::coordinator::dapple_search {
-namespace {}  // namespace
 
 StageBudget::StageBudget(const PlanningProblem& problem)
     : problem_(problem), activation_(problem.profile) {

@@ -23,23 +23,16 @@ constexpr PeakRow kPeaks[] = {
 }  // namespace
 
 double StageTrainFlopsPerSample(const std::vector<LayerInfo>& infos, int first, int last) {
-  // Where the first stage's backward stops; no stage but the first has layers before it.
-  int first_trained = -1;
-  if (first == 0) {
-    first_trained = static_cast<int>(infos.size());
-    for (int l = 0; l < static_cast<int>(infos.size()); ++l) {
-      if (!infos[l].params.empty()) {
-        first_trained = l;
-        break;
-      }
-    }
-  }
+  // The first stage's backward stops at its first layer with parameters (no input gradient), as
+  // the runtime's (stage_runtime_create.cc) and the emulated backend's accounting find it.
+  int from = first;
+  while (first == 0 && from <= last && infos[from].param_count == 0) ++from;
   double flops = 0;
   for (int l = first; l <= last; ++l) {
     flops += infos[l].forward_flops;
-    if (l > first_trained) {
+    if (first != 0 || l > from) {
       flops += infos[l].backward_flops;
-    } else if (l == first_trained) {
+    } else if (l == from) {
       flops += infos[l].backward_weight_flops;
     }
   }

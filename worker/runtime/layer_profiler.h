@@ -28,13 +28,21 @@ struct ProfileOptions {
   // Passes over the model, >= 1: each pass makes every layer's backend anew and runs it
   // warmup_runs + timed_runs times; a time reported is the median over every pass's timed runs.
   int passes = 3;
+  // Layers whose backends exist at once, run in a step's order (every forward, every backward
+  // in reverse, every update): consecutive layers while their rough footprint (4 x parameters,
+  // saved activations, output and its gradient at batch_size) stays within this many bytes; a
+  // layer past it on its own starts a window of its own. > 0.
+  int64_t window_bytes = int64_t{256} << 20;
   // Input and gradient values: uniform in [-1, 1), token ids uniform in [0, vocab) for a layer
   // that reads tokens (an embedding).
   uint64_t seed = 1;
 };
 
-// Profiles every layer of spec.model(), in options.passes passes over the layers (one layer's
-// backend at a time, so a model larger than the device can be profiled): forward_ms /
+// Profiles every layer of spec.model(), in options.passes passes over the layers, a window of
+// consecutive layers at a time (options.window_bytes, so a model larger than the device can be
+// profiled), each run of a window as a step runs a stage: forward of every layer in order,
+// backward in reverse, then every update, so that a layer finds the caches as the layers
+// around it leave them in a step. forward_ms /
 // backward_ms are medians of the passes' options.timed_runs wall-clock measurements each (each
 // bracketed by Synchronize, so device work is included); backward includes the gradient with
 // respect to the layer's input, except for the layers up to the model's first with parameters,

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -136,6 +137,10 @@ struct Fed {
   // The first `slow_forwards` forwards wait `slow_ms` (a slow moment of the host).
   int slow_forwards = 0;
   double slow_ms = 0;
+  // When set: "+<layer>" when its backend is made, "F", "B", "U" and the layer for each
+  // forward, backward and update, "-<layer>" when the backend is destroyed.
+  std::vector<std::string>* log = nullptr;
+  int layer = -1;
 };
 
 // A backend of host buffers that computes nothing and records what it is given: the profiler's
@@ -143,7 +148,10 @@ struct Fed {
 class RecordingBackend : public StageBackend {
  public:
   RecordingBackend(int64_t in_floats, int64_t out_floats, Fed* fed)
-      : in_floats_(in_floats), out_floats_(out_floats), fed_(fed) {}
+      : in_floats_(in_floats), out_floats_(out_floats), fed_(fed) {
+    Log("+");
+  }
+  ~RecordingBackend() override { Log("-"); }
   std::string device() const override { return "cpu"; }
   bool device_memory() const override { return false; }
   absl::StatusOr<void*> Input(int, int64_t rows) override {
@@ -155,6 +163,7 @@ class RecordingBackend : public StageBackend {
     return absl::OkStatus();
   }
   absl::Status Forward(int, int64_t, const kernels::ForwardContext&) override {
+    Log("F");
     if (fed_->forwards++ < fed_->slow_forwards) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(fed_->slow_ms));
     }
@@ -173,10 +182,14 @@ class RecordingBackend : public StageBackend {
   }
   absl::Status Backward(int, int, int64_t, bool, bool need_dx) override {
     fed_->need_dx.push_back(need_dx);
+    Log("B");
     return absl::OkStatus();
   }
   const void* GradForSend(int) const override { return input_.data(); }
-  absl::Status OptimizerStep() override { return absl::OkStatus(); }
+  absl::Status OptimizerStep() override {
+    Log("U");
+    return absl::OkStatus();
+  }
   // The profiler never reads outputs or exchanges messages.
   absl::Status ReadOutput(int, int64_t, int64_t, float*) override {
     return absl::UnimplementedError("not used by the profiler");
@@ -198,6 +211,10 @@ class RecordingBackend : public StageBackend {
   absl::Status ImportState(const StageState&) override { return absl::OkStatus(); }
 
  private:
+  void Log(const char* what) {
+    if (fed_->log != nullptr) fed_->log->push_back(what + std::to_string(fed_->layer));
+  }
+
   int64_t in_floats_, out_floats_;
   Fed* fed_;
   std::vector<float> input_, output_, dy_;
@@ -346,6 +363,37 @@ TEST(LayerProfilerTest, TimesEveryLayerInEachPassAndTakesTheMedianOverThePasses)
   }
 }
 
+// Each run goes through a window of layers as a step goes through a stage (every forward in
+// order, every backward in reverse, every update), so that a layer finds the caches as its
+// neighbours leave them; a window holds the layers whose footprints fit options.window_bytes,
+// and a layer too large for it is a window of its own.
+TEST(LayerProfilerTest, RunsAWindowOfLayersAsAStepRunsAStage) {
+  const v1::JobSpec spec = MlpSpec();  // flatten, linear 256, relu, linear 10
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  for (int64_t window_bytes : {int64_t{256} << 20, int64_t{1}}) {
+    SCOPED_TRACE(window_bytes);
+    std::vector<std::string> log;
+    std::vector<Fed> fed(infos.size());
+    for (size_t i = 0; i < fed.size(); ++i) {
+      fed[i].log = &log;
+      fed[i].layer = static_cast<int>(i);
+    }
+    ProfileOptions options = OnePass(2, 2);
+    options.window_bytes = window_bytes;
+    ASSERT_TRUE(MeasureProfile(spec, Recording(infos, &fed), "cpu", options).ok());
+    const std::vector<std::string> whole = {"+0", "+1", "+2", "+3", "F0", "F1", "F2", "F3",
+                                            "B3", "B2", "B1", "B0", "U0", "U1", "U2", "U3",
+                                            "F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0",
+                                            "U0", "U1", "U2", "U3", "-0", "-1", "-2", "-3"};
+    std::vector<std::string> alone;
+    for (int i = 0; i < 4; ++i) {
+      const std::string l = std::to_string(i);
+      for (const char* e : {"+", "F", "B", "U", "F", "B", "U", "-"}) alone.push_back(e + l);
+    }
+    EXPECT_EQ(log, window_bytes == 1 ? alone : whole);
+  }
+}
+
 TEST(LayerProfilerTest, RejectsBadOptions) {
   ProfileOptions options;
   options.timed_runs = 0;
@@ -358,6 +406,11 @@ TEST(LayerProfilerTest, RejectsBadOptions) {
   p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("passes 0 >= 1"), std::string::npos) << p.status();
+  options.passes = 1;
+  options.window_bytes = 0;
+  p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("window_bytes 0 > 0"), std::string::npos) << p.status();
 }
 
 TEST(LayerProfilerTest, NamesTheLayerWhoseBackendFails) {

@@ -84,6 +84,14 @@ bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
          NonFiniteCheckOnlyFails(max_grad_norm, max_consecutive_skipped_steps);
 }
 
+bool TakesGlobalNorm(absl::string_view schedule, double max_grad_norm) {
+  // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
+  // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
+  const bool synchronous = schedule == "dapple" || schedule == "gpipe" || schedule == "zb-h1" ||
+                           schedule == "zb-h2" || schedule == "interleaved";
+  return synchronous || (max_grad_norm > 0 && schedule != "pipesgd");
+}
+
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan) {
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
@@ -101,13 +109,8 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
     options.allreduce_stages.push_back(StageReplicas(plan, s) > 1);
   }
   options.tied_stages = TiedStages(SplitTiedWeights(TiedWeights(layers), plan), plan);
-  // Every synchronous program takes the step's job-wide decision (the norm for clipping and the
-  // non-finite check: worker/runtime/gradient_exchange.h); PipeDream only when it clips.
   const std::string schedule = RunningSchedule(spec, plan);
-  const bool synchronous = schedule == "dapple" || schedule == "gpipe" || schedule == "zb-h1" ||
-                           schedule == "zb-h2" || schedule == "interleaved";
-  options.global_norm =
-      synchronous || (spec.training().max_grad_norm() > 0 && schedule != "pipesgd");
+  options.global_norm = TakesGlobalNorm(schedule, spec.training().max_grad_norm());
   options.clipping = options.global_norm && spec.training().max_grad_norm() > 0;
   options.deferred_check =
       options.global_norm && DefersNonFiniteCheck(schedule, spec.training().max_grad_norm(),

@@ -79,16 +79,20 @@ bool NonFiniteCheckOnlyFails(double max_grad_norm, int64_t max_consecutive_skipp
 bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
                           int64_t max_consecutive_skipped_steps);
 
+// Whether a job under `schedule` (a RunningSchedule name) takes the job-wide GLOBAL_NORM (or
+// its asynchronous form): every synchronous schedule (gpipe, dapple, zb-h1, zb-h2,
+// interleaved), whose GLOBAL_NORM carries the step's non-finite check and clipping norm;
+// pipedream only with max_grad_norm > 0; never pipesgd. The one rule LowerOptionsFor and the
+// planner's step model (coordinator/planner/plan_simulator.h) follow.
+bool TakesGlobalNorm(absl::string_view schedule, double max_grad_norm);
+
 // The LowerOptions of every rank of `spec` on `plan` (its schedule: RunningSchedule):
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);
-//   global_norm          every synchronous schedule (gpipe, dapple, zb-h1, zb-h2,
-//                        interleaved): GLOBAL_NORM carries the step's job-wide decision, the
-//                        non-finite check and, with training.max_grad_norm > 0, the clipping
-//                        norm (worker/runtime/gradient_exchange.h); under pipedream
-//                        only with training.max_grad_norm > 0;
-//                        never under pipesgd, whose updater clips
-//                        the reduced gradient it applies locally
+//   global_norm          TakesGlobalNorm: GLOBAL_NORM carries the step's job-wide decision,
+//                        the non-finite check and, with training.max_grad_norm > 0, the
+//                        clipping norm (worker/runtime/gradient_exchange.h); never under
+//                        pipesgd, whose updater clips the reduced gradient it applies locally
 //                        (worker/runtime/pipesgd_updater.h);
 //   clipping             global_norm and training.max_grad_norm > 0;
 //   deferred_check       global_norm and DefersNonFiniteCheck: GLOBAL_NORM_ASYNC, the check

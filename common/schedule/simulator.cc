@@ -102,6 +102,8 @@ absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
       CheckPerBoundary("act_transfer_per_boundary", costs.act_transfer_per_boundary, num_stages));
   DAPPLE_RETURN_IF_ERROR(
       CheckPerBoundary("grad_transfer_per_boundary", costs.grad_transfer_per_boundary, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerBoundary("host_copy_per_boundary", costs.host_copy_per_boundary, num_stages));
   return absl::OkStatus();
 }
 
@@ -235,6 +237,7 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
   result.busy_time.assign(p, 0.0);
   result.allreduce_time.assign(p, 0.0);
   result.comm_time.assign(p, 0.0);
+  result.message_time.assign(p, 0.0);
   result.peak_in_flight.assign(p, 0);
   result.optimizer_step_end.assign(p, {});
   result.compute_intervals.assign(keep_intervals ? p : 0, {});
@@ -329,8 +332,9 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
         }
         case v1::SEND_ACT:
         case v1::SEND_GRAD: {
-          cost = costs.send;
           const bool act = a.kind == v1::SEND_ACT;
+          cost = costs.send + TransferCost(costs.host_copy_per_boundary, act ? vs : vs - 1);
+          result.message_time[s] += cost;
           const int peer_vs = act ? vs + 1 : vs - 1;
           const int peer = peer_vs % p;
           const double transfer =
@@ -355,7 +359,9 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
             break;
           }
           start = std::max(start, arrival);
-          cost = costs.recv;
+          cost = costs.recv +
+                 TransferCost(costs.host_copy_per_boundary, a.kind == v1::RECV_ACT ? vs - 1 : vs);
+          result.message_time[s] += cost;
           break;
         }
         case v1::ACTION_KIND_UNSPECIFIED:

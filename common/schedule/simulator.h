@@ -7,7 +7,8 @@
 // directed link has one sender, so that is the sender's program order): the transfer starts at
 // max(send end, the link's previous transfer end). A RECV blocks until the matching SEND
 // (same micro-batch, same kind, from the neighbouring stage) has been issued, and ends `recv`
-// cost after max(its start, the transfer's end). FORWARD / BACKWARD / BACKWARD_INPUT /
+// cost after max(its start, the transfer's end); across a link through host memory each send and
+// receive also costs its rank host_copy_per_boundary. FORWARD / BACKWARD / BACKWARD_INPUT /
 // BACKWARD_WEIGHT / OPTIMIZER_STEP take their cost (busy time), STALE_OPTIMIZER_STEP too;
 // ALLREDUCE and ALLREDUCE_ASYNC take `allreduce` (0 by default) on their rank: the AllReduce among
 // that stage's replicas, which are not simulated themselves (they run the same program in
@@ -105,6 +106,12 @@ struct ActionCosts {
   // between stages s and s + 1.
   std::vector<double> act_transfer_per_boundary;
   std::vector<double> grad_transfer_per_boundary;
+  // Empty (none) or P - 1 entries. Entry s: the rank time that each SEND and each RECV of one
+  // micro-batch's activation or gradient across the boundary between stages s and s + 1 costs
+  // on its own rank, beyond `send` / `recv`: the copies of a link through host memory (two
+  // processes of one host over loopback TCP copy every message into and out of the kernel on
+  // their own cores), which then occupy the ranks rather than the link.
+  std::vector<double> host_copy_per_boundary;
 };
 
 struct SimulateOptions {
@@ -131,6 +138,9 @@ struct SimulationResult {
   // Per stage: transfer time of the activations and gradients it sends and receives (each
   // transfer counts on both of its stages; send/recv rank costs are not included).
   std::vector<double> comm_time;
+  // Per stage: the rank time of its sends and receives (send / recv and host_copy_per_boundary
+  // costs; inside idle_time, as it is neither compute nor collective).
+  std::vector<double> message_time;
   std::vector<double> idle_time;  // per stage: step_time - busy - allreduce (the bubble)
   double bubble_fraction = 0;     // sum(idle) / (P * step_time)
   // Per stage: max forwards whose backward is not done (for a split backward: whose

@@ -1,5 +1,6 @@
 #include "common/schedule/simulator.h"
 
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -400,6 +401,31 @@ TEST(SimulatorTransferTest, SendAndReceiveCostsAddToTheTransfer) {
   EXPECT_EQ(sim->comm_time, (std::vector<double>{3.0, 3.0}));
 }
 
+// A link through host memory: each send and receive across it also occupies its own rank for
+// the boundary's copy, and message_time says how much of each rank's idle time they took.
+TEST(SimulatorTransferTest, HostCopiesOccupyTheSendingAndReceivingRanks) {
+  ActionCosts costs;  // forward 1, backward 2
+  costs.send = 0.5;
+  costs.recv = 0.25;
+  costs.act_transfer_per_boundary = {0.1};
+  costs.grad_transfer_per_boundary = {0.1};
+  costs.host_copy_per_boundary = {1};
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kGPipe, 2, 1), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Stage 0: F0 [0,1), send [1,2.5), link [2.5,2.6). Stage 1: recv [2.6,3.85), F0 to 4.85, B0
+  // to 6.85, send to 8.35, link to 8.45. Stage 0: recv [8.45,9.7), B0 to 11.7.
+  EXPECT_DOUBLE_EQ(sim->step_time, 11.7);
+  EXPECT_DOUBLE_EQ(sim->message_time[0], 1.5 + 1.25);
+  EXPECT_DOUBLE_EQ(sim->message_time[1], 1.25 + 1.5);
+  EXPECT_EQ(sim->busy_time, (std::vector<double>{3.0, 3.0}));
+  // Without copies, only send / recv occupy the ranks.
+  costs.host_copy_per_boundary.clear();
+  sim = Simulate(Build(ScheduleKind::kGPipe, 2, 1), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_DOUBLE_EQ(sim->step_time, 7.7);
+  EXPECT_EQ(sim->message_time, (std::vector<double>{0.75, 0.75}));
+}
+
 TEST(SimulatorTransferTest, ALinkCarriesOneTransferAtATimeInSendOrder) {
   ActionCosts costs;  // forward 1, backward 2
   costs.act_transfer_per_boundary = {4};
@@ -543,6 +569,13 @@ TEST(SimulatorTest, RejectsBadTransferAndAllReduceCosts) {
   EXPECT_EQ(Simulate(programs, costs).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
               HasSubstr("costs.grad_transfer_per_boundary[1] -1 must be finite and >= 0"));
+  costs = ActionCosts{};
+  costs.host_copy_per_boundary = {1};
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.host_copy_per_boundary has 1 entries for 2 stage boundaries"));
+  costs.host_copy_per_boundary = {1, std::nan("")};
+  EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),
+              HasSubstr("costs.host_copy_per_boundary[1] nan must be finite and >= 0"));
   costs = ActionCosts{};
   costs.allreduce_per_stage = {1, 1};
   EXPECT_THAT(std::string(Simulate(programs, costs).status().message()),

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/schedule/job_lowering.h"
+
 namespace dapple::coordinator {
 namespace {
 
@@ -18,22 +20,31 @@ double Scale(const profile::ChainProfile& profile, double samples) {
   return profile.batch_size > 0 ? samples / static_cast<double>(profile.batch_size) : 0.0;
 }
 
-// Whether every device of `from` and `to` sits on one node. One pass over the nodes to find the
-// first device's node range, then one comparison per device: O(nodes + devices), so the planner
-// can price AllReduces over a thousand devices in its inner loops.
-bool AllOnOneNode(const v1::ClusterTopology& topology, const std::vector<int>& from,
-                  const std::vector<int>& to) {
+// The node every device of `from` and `to` sits on, or -1 when they span nodes (or name no node).
+// One pass over the nodes to find the first device's node range, then one comparison per
+// device: O(nodes + devices), so the planner can price AllReduces over a thousand devices in its
+// inner loops. Both empty: node 0 (nothing to move).
+int CommonNode(const v1::ClusterTopology& topology, const std::vector<int>& from,
+               const std::vector<int>& to) {
   const int first = !from.empty() ? from.front() : (!to.empty() ? to.front() : -1);
-  if (first < 0) return true;
+  if (first < 0) return 0;
   int begin = 0;
   int end = 0;
-  for (const v1::ClusterNode& node : topology.nodes()) {
-    end = begin + node.devices();
+  int node = 0;
+  for (; node < topology.nodes_size(); ++node) {
+    end = begin + topology.nodes(node).devices();
     if (first < end) break;
     begin = end;
   }
   auto inside = [&](int d) { return d >= begin && d < end; };
-  return std::all_of(from.begin(), from.end(), inside) && std::all_of(to.begin(), to.end(), inside);
+  const bool one =
+      std::all_of(from.begin(), from.end(), inside) && std::all_of(to.begin(), to.end(), inside);
+  return one && node < topology.nodes_size() ? node : (one ? 0 : -1);
+}
+
+bool AllOnOneNode(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                  const std::vector<int>& to) {
+  return CommonNode(topology, from, to) >= 0;
 }
 
 }  // namespace
@@ -89,6 +100,33 @@ double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
   // Ring: a reduce-scatter and an all-gather of n - 1 rounds each, every round moving bytes / n
   // per device over the slowest link of the ring.
   return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * kMsPerSecond;
+}
+
+double AllGatherMs(const v1::ClusterTopology& topology, double bytes,
+                   const std::vector<int>& devices) {
+  const double n = static_cast<double>(devices.size());
+  if (devices.size() <= 1) return 0.0;
+  return (n - 1) * (LinkLatencyMs(topology, devices, {}) +
+                    bytes / LinkBandwidth(topology, devices, {}) * kMsPerSecond);
+}
+
+double GlobalNormMs(const PlanningProblem& problem, const HybridPlan& plan,
+                    schedule::ScheduleKind kind) {
+  if (!schedule::TakesGlobalNorm(schedule::ScheduleKindName(kind), problem.max_grad_norm)) {
+    return 0.0;
+  }
+  std::vector<int> ranks;
+  for (const StagePlan& stage : plan.stages) {
+    ranks.insert(ranks.end(), stage.devices.begin(), stage.devices.end());
+  }
+  constexpr double kNormRecordBytes = 16;
+  return AllGatherMs(problem.topology, kNormRecordBytes, ranks);
+}
+
+bool HostMemoryLink(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                    const std::vector<int>& to) {
+  const int node = CommonNode(topology, from, to);
+  return node >= 0 && node < topology.nodes_size() && topology.nodes(node).compute_capacity() > 0;
 }
 
 double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/profile/chain_profile.h"
+#include "common/schedule/generators.h"
 #include "coordinator/planner/problem.h"
 #include "dapple/v1/profile.pb.h"
 
@@ -39,6 +40,33 @@ double TransferMs(const v1::ClusterTopology& topology, double bytes, const std::
 // the slowest link among the devices. 0 for one device.
 double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
                    const std::vector<int>& devices);
+
+// Ring AllGather of `bytes` from each of `devices` (Gloo's: n - 1 rounds, each moving one
+// member's bytes over the slowest link among the devices): (n - 1) (latency + bytes /
+// bandwidth). 0 for one device.
+double AllGatherMs(const v1::ClusterTopology& topology, double bytes,
+                   const std::vector<int>& devices);
+
+// The job-wide GLOBAL_NORM of a plan under `kind` (the programs hold one when
+// schedule::TakesGlobalNorm says so, job_lowering.h): a barrier of every rank of the plan, then
+// an AllGather of each rank's 16-byte record (worker/runtime/gradient_exchange.h NormRecord):
+// AllGatherMs over every device of the plan. 0 when the programs hold none or for one rank.
+double GlobalNormMs(const PlanningProblem& problem, const HybridPlan& plan,
+                    schedule::ScheduleKind kind);
+
+// The rank time each of the sender and the receiver spends on one message of `transfer_ms`
+// (TransferMs) over a host-memory link (HostMemoryLink) whose latency is `latency_ms`: the
+// copies, half on each side; the link itself then takes only the latency.
+inline double HostCopyMsPerSide(double transfer_ms, double latency_ms) {
+  return transfer_ms > latency_ms ? (transfer_ms - latency_ms) / 2 : 0.0;
+}
+
+// Whether `from` and `to` are processes computing on the CPUs of one host (one node with
+// ClusterNode.compute_capacity > 0, which only cpu workers report): their messages go through
+// host memory (loopback TCP), copied into and out of the kernel by the sending and receiving
+// processes on their own cores, so a transfer's time is theirs rather than a link's.
+bool HostMemoryLink(const v1::ClusterTopology& topology, const std::vector<int>& from,
+                    const std::vector<int>& to);
 
 // The sum of a tied weight's gradient over the two stages holding copies of it
 // (ChainProfile::Tie: the embedding's stage and the lm_head's), once per step before their

@@ -123,5 +123,50 @@ TEST(CostModelTest, RingAllReduceFormula) {
   EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {}), 0.0);
 }
 
+TEST(CostModelTest, RingAllGatherFormula) {
+  const v1::ClusterTopology t = TwoNodes();
+  // n - 1 rounds, each one member's bytes over the slowest link.
+  EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {0, 1, 2}), 2 * (0.005 + 16 / 100e9 * 1000));
+  EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {0, 4}), 1 * (0.01 + 16 / 1e9 * 1000));
+  EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {5}), 0.0);
+}
+
+// The job-wide GLOBAL_NORM: over every rank of the plan, under the schedules whose programs hold
+// it (job_lowering.h TakesGlobalNorm).
+TEST(CostModelTest, GlobalNormIsAnAllGatherOfEveryRankWhenTheScheduleHoldsIt) {
+  PlanningProblem problem;
+  problem.profile = FourLayers();
+  problem.topology = TwoNodes();
+  HybridPlan plan;
+  plan.stages = {{0, 1, {0, 1}}, {2, 3, {4}}};
+  const double three_ranks = AllGatherMs(problem.topology, 16, {0, 1, 4});
+  for (auto kind : {schedule::ScheduleKind::kDapple, schedule::ScheduleKind::kGPipe,
+                    schedule::ScheduleKind::kZbH1, schedule::ScheduleKind::kInterleaved}) {
+    EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, kind), three_ranks)
+        << schedule::ScheduleKindName(kind);
+  }
+  EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, schedule::ScheduleKind::kPipeDream), 0.0);
+  EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, schedule::ScheduleKind::kPipeSgd), 0.0);
+  problem.max_grad_norm = 1.0;  // PipeDream clips through it
+  EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, schedule::ScheduleKind::kPipeDream), three_ranks);
+  EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, schedule::ScheduleKind::kPipeSgd), 0.0);
+  plan.stages = {{0, 3, {2}}};  // one rank: nothing to gather
+  EXPECT_DOUBLE_EQ(GlobalNormMs(problem, plan, schedule::ScheduleKind::kDapple), 0.0);
+}
+
+// Only the cpu processes of one host (a node with a compute capacity) talk through host memory.
+TEST(CostModelTest, HostMemoryLinksJoinCpuProcessesOfOneHost) {
+  v1::ClusterTopology t = TwoNodes();
+  EXPECT_FALSE(HostMemoryLink(t, {0}, {1}));  // GPUs (no compute capacity)
+  t.mutable_nodes(0)->set_compute_capacity(1.9);
+  EXPECT_TRUE(HostMemoryLink(t, {0}, {1}));
+  EXPECT_TRUE(HostMemoryLink(t, {0, 1}, {2, 3}));
+  EXPECT_FALSE(HostMemoryLink(t, {0}, {4}));  // another node
+  EXPECT_FALSE(HostMemoryLink(t, {4}, {5}));  // node b has none
+  // The copies of a transfer, half on each side; the link keeps its latency.
+  EXPECT_DOUBLE_EQ(HostCopyMsPerSide(0.3, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(HostCopyMsPerSide(0.05, 0.1), 0.0);
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

@@ -5,6 +5,7 @@
 
 #include "common/schedule/generators.h"
 #include "common/schedule/lowering.h"
+#include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_simulator.h"
 #include "gtest/gtest.h"
 
@@ -140,8 +141,10 @@ TEST(HostContentionTest, PlansOnASharedHostCannotBeatItsCapacity) {
     absl::StatusOr<Prediction> enough =
         SimulatePlan(Problem(2, 1, 2, Topology(1, 2, 2.0), 64), plan, kind);
     ASSERT_TRUE(own.ok() && one_core.ok() && enough.ok());
-    // Each stage on its own device: the pipeline's (M + P - 1) x 3 ms.
-    EXPECT_DOUBLE_EQ(own->step_ms, (8 + 1) * 3.0);
+    // Each stage on its own device: the pipeline's (M + P - 1) x 3 ms, then the job-wide
+    // GLOBAL_NORM's AllGather between the two ranks.
+    const double norm = GlobalNormMs(Problem(2, 1, 2, Topology(1, 2, 0), 64), plan, kind);
+    EXPECT_DOUBLE_EQ(own->step_ms, (8 + 1) * 3.0 + norm);
     EXPECT_DOUBLE_EQ(enough->step_ms, own->step_ms);
     EXPECT_EQ(own->stages[0].contention_ms, 0.0);
     // One core does at most 1 ms of work per ms; the fill and drain run one stage alone.

@@ -44,6 +44,10 @@ bool PlanEstimator::OneNode(const std::vector<int>& a, const std::vector<int>& b
   return true;
 }
 
+bool PlanEstimator::HostMemoryLink(const std::vector<int>& a, const std::vector<int>& b) const {
+  return OneNode(a, b) && problem_.topology.nodes(node_of_[a.front()]).compute_capacity() > 0;
+}
+
 double PlanEstimator::TransferMs(double bytes, const std::vector<int>& from,
                                  const std::vector<int>& to) const {
   if (bytes == 0 || from == to) return 0;
@@ -98,6 +102,7 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
   // f, g: one micro-batch's forward / backward compute on one replica; x: the transfer across
   // the cut after the stage (activations forward, gradients back: the same bytes).
   std::vector<double> f(P), g(P), x(P, 0.0), AR = TiedGradientMsPerStage(problem_, plan);
+  std::vector<double> copy_after(P, 0.0);
   for (int s = 0; s < P; ++s) {
     const StagePlan& st = plan.stages[s];
     const double share = b / static_cast<double>(st.devices.size());
@@ -108,8 +113,27 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
     AR[s] +=
         AllReduceMs(static_cast<double>(ParameterBytes(st.first_layer, st.last_layer)), st.devices);
     if (s + 1 < P) {
-      x[s] = TransferMs(CutBytes(st.last_layer, b), st.devices, plan.stages[s + 1].devices);
+      const std::vector<int>& next = plan.stages[s + 1].devices;
+      x[s] = TransferMs(CutBytes(st.last_layer, b), st.devices, next);
+      if (x[s] > 0 && HostMemoryLink(st.devices, next)) {
+        // The copies run on the two ranks (cost_model.h HostCopyMsPerSide, as the simulator
+        // charges them): both of this cut's messages on each side, in its forward and backward.
+        const v1::ClusterTopology& t = problem_.topology;
+        const double latency =
+            OneNode(st.devices, next) ? t.intra_node_latency_ms() : t.inter_node_latency_ms();
+        const double copy = HostCopyMsPerSide(x[s], latency);
+        x[s] = std::min(x[s], latency);
+        f[s] += copy;
+        g[s] += copy;
+        copy_after[s] = copy;
+      }
     }
+  }
+  // The receiving side of each host copy: stage s + 1 takes its activation in (forward) and
+  // sends its gradient out (backward).
+  for (int s = 0; s + 1 < P; ++s) {
+    f[s + 1] += copy_after[s];
+    g[s + 1] += copy_after[s];
   }
   // The last gradient reaches stage s after the backward path from the pivot; AR_s then ends
   // sum_{s' < s} (g + x) before stage 0's last backward does, so only the excess is exposed.
@@ -130,7 +154,7 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
     }
     e.warmup_ms = sum_f + (M - 1) * max_f;
     e.steady_ms = sum_g + (M - 1) * max_g;
-    e.ending_ms = tail;
+    e.ending_ms = tail + GlobalNormMs(problem_, plan, problem_.schedule);
     e.step_ms = e.warmup_ms + e.steady_ms + e.ending_ms;
     return e;
   }
@@ -177,15 +201,17 @@ LatencyEstimate PlanEstimator::Latency(const HybridPlan& plan) const {
     e.ending_ms = e.step_ms - e.steady_ms;
     return e;
   }
+  // The job-wide GLOBAL_NORM's barrier and AllGather end every step (cost_model.h).
+  const double norm = GlobalNormMs(problem_, plan, problem_.schedule);
   if (problem_.schedule == schedule::ScheduleKind::kPipeDream) {
     // No flush: M micro-batches per update at the pivot's cycle, plus the exposed AllReduce.
     e.steady_ms = M * cycle[Q];
-    e.ending_ms = tail;
+    e.ending_ms = tail + norm;
   } else {
     for (int s = 0; s <= Q; ++s) e.warmup_ms += f[s] + (s > 0 ? x[s - 1] : 0.0);
     e.steady_ms = (M - 1) * cycle[Q];
     // The rest of one micro-batch's round trip: through the stages after the pivot and back.
-    e.ending_ms = round_trip - e.warmup_ms + tail;
+    e.ending_ms = round_trip - e.warmup_ms + tail + norm;
   }
   e.step_ms = e.warmup_ms + e.steady_ms + e.ending_ms;
   return e;

@@ -37,6 +37,11 @@ namespace dapple::coordinator {
 // cycle_s = F_s + B_s and assumes the stages after Q hidden; measured against the simulator
 // that is off by up to 2x when transfers or later stages matter, hence the loops above (on
 // equal stages without transfers both give (M + P - 1)(f + g), the closed form).
+// Two refinements the simulator also charges: every schedule that holds the job-wide
+// GLOBAL_NORM (cost_model.h GlobalNormMs; all synchronous ones, pipedream when it clips) adds
+// its barrier's AllGather to T_e; and across a host-memory link (cost_model.h HostMemoryLink:
+// cpu processes of one host) x_s is the link's latency only, while the copies of both messages
+// (HostCopyMsPerSide each) are added to f and g of the two stages on either side.
 // Under gpipe (all forwards, then all backwards):
 //   L = sum_s (f_s + x_s) + (M - 1) max_s max(f_s, x_s)
 //       + sum_s (g_s + x_s) + (M - 1) max_s max(g_s, x_s) + the AllReduce tails.
@@ -97,6 +102,8 @@ class PlanEstimator {
  private:
   // cost_model.h's TransferMs / AllReduceMs with the device-to-node map precomputed.
   bool OneNode(const std::vector<int>& a, const std::vector<int>& b) const;
+  // cost_model.h's HostMemoryLink.
+  bool HostMemoryLink(const std::vector<int>& a, const std::vector<int>& b) const;
   double TransferMs(double bytes, const std::vector<int>& from, const std::vector<int>& to) const;
   double AllReduceMs(double bytes, const std::vector<int>& devices) const;
 

@@ -281,6 +281,7 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
   costs.recompute_per_stage.assign(vp, 0.0);
   costs.allreduce_per_stage.assign(vp, 0.0);
   costs.act_transfer_per_boundary.resize(vp - 1);
+  costs.host_copy_per_boundary.assign(vp - 1, 0.0);
   schedule::LowerOptions lower;
   lower.allreduce_stages.resize(p);
   lower.chunks = v;
@@ -325,6 +326,15 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
       const double cut = static_cast<double>(profile.cut_bytes[range.last_layer]) * b /
                          static_cast<double>(profile.batch_size);
       costs.act_transfer_per_boundary[k] = TransferMs(problem.topology, cut, stage.devices, next);
+      if (HostMemoryLink(problem.topology, stage.devices, next)) {
+        // Processes of one host: the copies into and out of the kernel are the transfer, done
+        // by the sender in its SEND and the receiver in its RECV (a 128 KiB activation on the
+        // demo host: about 0.1 ms in each), leaving the link its latency.
+        const double latency = LinkLatencyMs(problem.topology, stage.devices, next);
+        costs.host_copy_per_boundary[k] =
+            HostCopyMsPerSide(costs.act_transfer_per_boundary[k], latency);
+        costs.act_transfer_per_boundary[k] = std::min(costs.act_transfer_per_boundary[k], latency);
+      }
     }
   }
   for (int s = 0; s < p; ++s) {
@@ -340,6 +350,13 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     costs.allreduce_per_stage[s] += tied_ms[s];
   }
   costs.grad_transfer_per_boundary = costs.act_transfer_per_boundary;
+  // The job-wide GLOBAL_NORM the workers' programs hold (job_lowering.h LowerOptionsFor, the
+  // same rule): a barrier of every rank, then its AllGather.
+  lower.global_norm =
+      schedule::TakesGlobalNorm(schedule::ScheduleKindName(kind), problem.max_grad_norm);
+  lower.clipping = lower.global_norm && problem.max_grad_norm > 0;
+  lower.deferred_check = lower.global_norm && DefersNonFiniteCheck(problem, kind);
+  costs.global_norm = GlobalNormMs(problem, plan, kind);
 
   // PipeDream runs `updates` updates of M micro-batches without a flush; the synchronous
   // schedules one step. Under 1F1B-RR stage s as a whole (one simulated rank) runs 1F1B with
@@ -387,7 +404,6 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
         absl::StrCat("simulating the plan failed: ", contended.status().message()));
   }
   const std::vector<double> slowdown = *std::move(contended);
-  const schedule::ActionCosts uncontended = costs;
   costs = StretchCompute(costs, slowdown);
   schedule::SimulateOptions options;
   options.render_grid = false;
@@ -435,14 +451,9 @@ absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const Hy
     // Busy time scales with the slowdown as a whole: what it adds is (f - 1) of the
     // uncontended busy time.
     out.contention_ms = out.compute_ms * (1.0 - 1.0 / slowdown[s]);
-    int actions = 0;  // sends and receives of one step
-    for (const schedule::Op& op : programs[s]) {
-      actions += op.kind == v1::SEND_ACT || op.kind == v1::SEND_GRAD || op.kind == v1::RECV_ACT ||
-                 op.kind == v1::RECV_GRAD;
-    }
     // Sends and receives occupy the rank (the simulator counts them as neither compute nor
     // collective, so as idle): here they are the per-action overhead, inside compute_ms.
-    const double action_ms = uncontended.send * static_cast<double>(actions) / updates;
+    const double action_ms = sim->message_time[s] / updates;
     out.compute_ms += action_ms;
     out.overhead_ms = per_micro_batch_overhead[s] * m * slowdown[s] + action_ms;
     out.allreduce_ms = sim->allreduce_time[s] / updates;

@@ -83,11 +83,17 @@ TEST(PlanSimulatorTest, EqualStagesMatchTheClosedFormsUnderGPipeAndDapple) {
         SCOPED_TRACE(::testing::Message()
                      << schedule::ScheduleKindName(kind) << " P=" << p << " M=" << m);
         const PlanningProblem problem = Problem(Equal(p, 4, f, b), Topology(1, 8), 4 * m);
-        absl::StatusOr<Prediction> pred = SimulatePlan(problem, OneLayerPerStage(p, m, 4), kind);
+        const HybridPlan plan = OneLayerPerStage(p, m, 4);
+        absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, kind);
         ASSERT_TRUE(pred.ok()) << pred.status();
-        EXPECT_NEAR(pred->step_ms, (m + p - 1) * (f + b), 1e-9);
-        EXPECT_NEAR(pred->bubble_fraction, static_cast<double>(p - 1) / (m + p - 1), 1e-12);
-        EXPECT_NEAR(pred->samples_per_second, 4.0 * m / ((m + p - 1) * (f + b)) * 1000, 1e-6);
+        // The closed form, then the job-wide GLOBAL_NORM's AllGather over the P ranks ((P - 1)
+        // latencies of 1 us) once the last backward is done.
+        const double norm = GlobalNormMs(problem, plan, kind);
+        EXPECT_NEAR(norm, (p - 1) * (0.001 + 16 / 100e9 * 1000), 1e-12);
+        const double step = (m + p - 1) * (f + b) + norm;
+        EXPECT_NEAR(pred->step_ms, step, 1e-9);
+        EXPECT_NEAR(pred->bubble_fraction, (p - 1) * (f + b) / step, 1e-12);
+        EXPECT_NEAR(pred->samples_per_second, 4.0 * m / step * 1000, 1e-6);
         ASSERT_EQ(pred->stages.size(), static_cast<size_t>(p));
         for (int s = 0; s < p; ++s) {
           const StagePrediction& st = pred->stages[s];
@@ -96,7 +102,7 @@ TEST(PlanSimulatorTest, EqualStagesMatchTheClosedFormsUnderGPipeAndDapple) {
           EXPECT_NEAR(st.compute_ms, m * (f + b), 1e-9);
           EXPECT_NEAR(st.idle_ms, (p - 1) * (f + b), 1e-9);
           EXPECT_EQ(st.comm_ms, 0.0);
-          EXPECT_EQ(st.allreduce_ms, 0.0);
+          EXPECT_NEAR(st.allreduce_ms, norm, 1e-12);
           EXPECT_EQ(st.peak_in_flight, kind == ScheduleKind::kDapple ? std::min(p - s, m) : m)
               << "stage " << s;
         }
@@ -107,8 +113,9 @@ TEST(PlanSimulatorTest, EqualStagesMatchTheClosedFormsUnderGPipeAndDapple) {
 
 TEST(PlanSimulatorTest, MeasuredOptimizerTimeEndsEachStagesStep) {
   // P = 2 equal stages (F = 1, B = 2 at the micro-batch size), M = 2: the last backward of stage
-  // 1 ends at 7, stage 0's at 9 (the closed form (M + P - 1)(F + B)). Updates of 0.5 ms (stage
-  // 0) and 1.5 ms (stage 1) follow them: the step ends at max(9 + 0.5, 7 + 1.5) = 9.5.
+  // 1 ends at 7, stage 0's at 9 (the closed form (M + P - 1)(F + B)). The job-wide GLOBAL_NORM
+  // holds both until 9, plus its AllGather (norm); updates of 0.5 ms (stage 0) and 1.5 ms
+  // (stage 1) follow it: the step ends at 9 + norm + 1.5, as the workers run it.
   profile::ChainProfile profile = Equal(2, 4, 1, 2);
   profile.optimizer_ms = {0.5, 1.5};
   PlanningProblem problem = Problem(profile, Topology(1, 2), 8);
@@ -118,14 +125,16 @@ TEST(PlanSimulatorTest, MeasuredOptimizerTimeEndsEachStagesStep) {
   plan.micro_batches = 2;
   absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
-  EXPECT_DOUBLE_EQ(pred->step_ms, 9.5);
+  const double norm = GlobalNormMs(problem, plan, ScheduleKind::kDapple);
+  EXPECT_GT(norm, 0.0);
+  EXPECT_DOUBLE_EQ(pred->step_ms, 9 + norm + 1.5);
   EXPECT_DOUBLE_EQ(pred->stages[0].compute_ms, 2 * 3 + 0.5);
   EXPECT_DOUBLE_EQ(pred->stages[1].compute_ms, 2 * 3 + 1.5);
   // Without optimizer times (files) the closed form holds.
   problem.profile.optimizer_ms.clear();
   pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
-  EXPECT_DOUBLE_EQ(pred->step_ms, 9.0);
+  EXPECT_DOUBLE_EQ(pred->step_ms, 9.0 + norm);
 }
 
 TEST(PlanSimulatorTest, MemoryByHand) {
@@ -275,8 +284,10 @@ TEST(PlanSimulatorTest, ReplicasHalveComputeAndAddTheAllReduce) {
   EXPECT_DOUBLE_EQ(AllReduceMs(problem.topology, 2e8, {0, 1}), allreduce);
   EXPECT_DOUBLE_EQ(two->stages[0].forward_ms, 1.0);
   EXPECT_DOUBLE_EQ(two->stages[0].compute_ms, 4 * 3.0);
-  EXPECT_DOUBLE_EQ(two->stages[0].allreduce_ms, allreduce);
-  EXPECT_DOUBLE_EQ(two->step_ms, 4 * 3.0 + allreduce);
+  // The replicas' ALLREDUCE, then the job-wide GLOBAL_NORM among the two ranks.
+  const double norm = GlobalNormMs(problem, plan, ScheduleKind::kDapple);
+  EXPECT_DOUBLE_EQ(two->stages[0].allreduce_ms, allreduce + norm);
+  EXPECT_DOUBLE_EQ(two->step_ms, 4 * 3.0 + allreduce + norm);
   EXPECT_NEAR(two->stages[0].idle_ms, 0.0, 1e-12);
 
   // A replicated middle of a pipeline: only that stage pays the AllReduce, at the end.
@@ -288,12 +299,13 @@ TEST(PlanSimulatorTest, ReplicasHalveComputeAndAddTheAllReduce) {
   absl::StatusOr<Prediction> pred = SimulatePlan(pipe, split, ScheduleKind::kDapple);
   ASSERT_TRUE(pred.ok()) << pred.status();
   const double ar1 = AllReduceMs(pipe.topology, 1e8, {1, 2});
-  EXPECT_EQ(pred->stages[0].allreduce_ms, 0.0);
-  EXPECT_DOUBLE_EQ(pred->stages[1].allreduce_ms, ar1);
+  const double norm3 = GlobalNormMs(pipe, split, ScheduleKind::kDapple);
+  EXPECT_DOUBLE_EQ(pred->stages[0].allreduce_ms, norm3);
+  EXPECT_DOUBLE_EQ(pred->stages[1].allreduce_ms, ar1 + norm3);
   EXPECT_DOUBLE_EQ(pred->stages[1].forward_ms, 0.5);
   // Stage 0: F [0,1); stage 1: F [1,1.5), B [1.5,2.5), AllReduce [2.5, 2.5 + ar1); stage 0:
-  // B [2.5,4.5). The step ends with whichever finishes last.
-  EXPECT_DOUBLE_EQ(pred->step_ms, std::max(4.5, 2.5 + ar1));
+  // B [2.5,4.5). The GLOBAL_NORM of all three ranks starts when the last of them gets there.
+  EXPECT_DOUBLE_EQ(pred->step_ms, std::max(4.5, 2.5 + ar1) + norm3);
 }
 
 TEST(PlanSimulatorTest, SlowLinkLengthensTwoStagesByBothTransfers) {
@@ -306,14 +318,55 @@ TEST(PlanSimulatorTest, SlowLinkLengthensTwoStagesByBothTransfers) {
     SCOPED_TRACE(::testing::Message() << "second stage on device " << second_device);
     plan.stages[1].devices = {second_device};
     for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
-      absl::StatusOr<Prediction> pred =
-          SimulatePlan(Problem(profile, Topology(2, 4), 8), plan, kind);
+      const PlanningProblem problem = Problem(profile, Topology(2, 4), 8);
+      absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, kind);
       ASSERT_TRUE(pred.ok()) << pred.status();
-      EXPECT_DOUBLE_EQ(pred->step_ms, 2 * (f + b) + 2 * transfer);
+      const double norm = GlobalNormMs(problem, plan, kind);
+      EXPECT_DOUBLE_EQ(pred->step_ms, 2 * (f + b) + 2 * transfer + norm);
       EXPECT_DOUBLE_EQ(pred->stages[0].comm_ms, 2 * transfer);
       EXPECT_DOUBLE_EQ(pred->stages[1].comm_ms, 2 * transfer);
-      EXPECT_DOUBLE_EQ(pred->stages[0].idle_ms, pred->step_ms - (f + b));
+      EXPECT_DOUBLE_EQ(pred->stages[0].idle_ms, pred->step_ms - (f + b) - norm);
     }
+  }
+}
+
+// CPU processes of one host (a node with a compute capacity) move activations through host
+// memory: the copies are the transfer, run by the sender in its SEND and the receiver in its
+// RECV (HostCopyMsPerSide each), and the link keeps only its latency. The work is the same, so
+// with one micro-batch (every action on the critical path) the step is too; what moves is where
+// the time is spent: the ranks' overhead instead of the link. The analytical estimate follows.
+TEST(PlanSimulatorTest, HostMemoryLinksPutTheCopiesOnTheRanks) {
+  const profile::ChainProfile profile = Equal(2, 4, 1, 2, 0, 0, 1000000);
+  const double f = 2, b = 4, latency = 0.001, transfer = latency + 2e6 / 100e9 * 1000;
+  const double copy = (transfer - latency) / 2;
+  for (int m : {1, 4}) {
+    SCOPED_TRACE(m);
+    const HybridPlan plan = OneLayerPerStage(2, m, 8);
+    PlanningProblem gpus = Problem(profile, Topology(1, 2), 8 * m);
+    PlanningProblem cpus = gpus;
+    cpus.topology.mutable_nodes(0)->set_compute_capacity(8);  // cores enough: no contention
+    absl::StatusOr<Prediction> on_gpus = SimulatePlan(gpus, plan, ScheduleKind::kDapple);
+    absl::StatusOr<Prediction> on_cpus = SimulatePlan(cpus, plan, ScheduleKind::kDapple);
+    ASSERT_TRUE(on_gpus.ok() && on_cpus.ok());
+    const double norm = GlobalNormMs(cpus, plan, ScheduleKind::kDapple);
+    if (m == 1) {
+      EXPECT_DOUBLE_EQ(on_gpus->step_ms, 2 * (f + b) + 2 * transfer + norm);
+      EXPECT_NEAR(on_cpus->step_ms, on_gpus->step_ms, 1e-12);
+    }
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_DOUBLE_EQ(on_gpus->stages[s].comm_ms, 2 * m * transfer);
+      EXPECT_DOUBLE_EQ(on_cpus->stages[s].comm_ms, 2 * m * latency);
+      EXPECT_DOUBLE_EQ(on_gpus->stages[s].overhead_ms, 0.0);
+      // Each stage sends and receives 2 messages per micro-batch.
+      EXPECT_NEAR(on_cpus->stages[s].overhead_ms, 2 * m * copy, 1e-12);
+      EXPECT_NEAR(on_cpus->stages[s].compute_ms, m * (f + b) + 2 * m * copy, 1e-12);
+    }
+    // The analytical estimate (plan_estimator.h) is a closed form of the same costs: within a
+    // transfer of the simulation on either topology (here within 0.1%).
+    EXPECT_NEAR(PlanEstimator(gpus).Latency(plan).step_ms, on_gpus->step_ms,
+                1e-3 * on_gpus->step_ms);
+    EXPECT_NEAR(PlanEstimator(cpus).Latency(plan).step_ms, on_cpus->step_ms,
+                1e-3 * on_cpus->step_ms);
   }
 }
 
@@ -558,7 +611,10 @@ TEST(PlanSimulatorTest, ManyStagesAndReplicasOnAThousandDevices) {
   ASSERT_TRUE(pred.ok()) << pred.status();
   const double f = 8 * 0.08 / d, b = 8 * 0.16 / d;
   const double allreduce = AllReduceMs(problem.topology, 8 * 4000, plan.stages[0].devices);
-  EXPECT_NEAR(pred->step_ms, (m + p - 1) * (f + b) + allreduce, 1e-6);
+  // Then the job-wide GLOBAL_NORM: a ring AllGather over all 1000 ranks, 999 inter-node hops.
+  const double norm = GlobalNormMs(problem, plan, ScheduleKind::kDapple);
+  EXPECT_NEAR(norm, 999 * (0.01 + 16 / 1e9 * 1000), 1e-9);
+  EXPECT_NEAR(pred->step_ms, (m + p - 1) * (f + b) + allreduce + norm, 1e-6);
   EXPECT_EQ(pred->stages[0].peak_in_flight, std::min(p, m));
   EXPECT_TRUE(pred->fits_memory);
 }

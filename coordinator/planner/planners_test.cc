@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/baseline_planners.h"
+#include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/dapple_planner.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/pipedream_planner.h"
@@ -570,7 +571,10 @@ TEST(PlanEstimatorTest, EqualStagesMatchTheClosedFormAndTheSimulator) {
   const PlanEstimator estimator(problem);
   const LatencyEstimate e = estimator.Latency(plan);
   const double cycle = 2 * (1.0 + 2.0);  // two layers of forward 1 + backward 2 at batch 8
-  EXPECT_NEAR(e.step_ms, (8 + 4 - 1) * cycle, 1e-9);
+  // Then the job-wide GLOBAL_NORM's AllGather among the 4 ranks.
+  const double norm = GlobalNormMs(problem, plan, schedule::ScheduleKind::kDapple);
+  EXPECT_GT(norm, 0.0);
+  EXPECT_NEAR(e.step_ms, (8 + 4 - 1) * cycle + norm, 1e-9);
   EXPECT_EQ(e.pivot_stage, 3);
   absl::StatusOr<Prediction> sim = SimulatePlan(problem, plan, schedule::ScheduleKind::kDapple);
   ASSERT_TRUE(sim.ok());

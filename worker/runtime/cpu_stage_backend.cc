@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
+#include "common/squared_norm.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "kernels/cpu/loss.h"
@@ -216,7 +217,7 @@ class CpuStageBackend : public StageBackend {
     double sum = 0;
     for (const kernels::Param* p : params_) {
       if (!p->tied_to.empty()) continue;  // its owner's stage counts it
-      for (float g : p->grad.data) sum += static_cast<double>(g) * g;
+      sum += SquaredNorm(p->grad.data.data(), static_cast<int64_t>(p->grad.data.size()));
     }
     return sum;
   }
@@ -336,8 +337,8 @@ class CpuStageBackend : public StageBackend {
         if (!p->tied_to.empty()) continue;
         NamedTensor t{absl::StrCat(p->name, ".", names[k]), p->value.shape, {}};
         // No state before the first update: zeros are what the optimizer starts from.
-        t.data = state.empty() ? std::vector<float>(p->value.data.size(), 0.0f)
-                               : std::move(state[k][i]);
+        t.data =
+            state.empty() ? std::vector<float>(p->value.data.size(), 0.0f) : std::move(state[k][i]);
         out.optimizer_state.push_back(std::move(t));
       }
     }

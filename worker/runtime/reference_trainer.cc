@@ -7,6 +7,7 @@
 #include "common/grad_clip.h"
 #include "common/lr_schedule.h"
 #include "common/model_info.h"
+#include "common/squared_norm.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "kernels/cpu/loss.h"
@@ -178,7 +179,7 @@ double ReferenceTrainer::Step(int64_t step, StepTrace* trace) {
   const double max_norm = spec_.training().max_grad_norm();
   if (max_norm > 0) {
     for (const kernels::Param* p : params_) {
-      for (float g : p->grad.data) last_sq_norm_ += static_cast<double>(g) * g;
+      last_sq_norm_ += SquaredNorm(p->grad.data.data(), static_cast<int64_t>(p->grad.data.size()));
     }
     const double clip = ClipCoefficient(max_norm, last_sq_norm_);
     if (clip < 1) {

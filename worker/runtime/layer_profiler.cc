@@ -186,12 +186,13 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const std::string& device_kind,
                                                 const ProfileOptions& options) {
   if (options.batch_size <= 0 || options.warmup_runs < 0 || options.timed_runs < 1 ||
-      options.passes < 1 || options.window_bytes <= 0) {
+      options.passes < 1 || options.max_passes < options.passes || !(options.min_seconds >= 0) ||
+      options.window_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "profile options: batch_size %d must be > 0, warmup_runs %d >= 0, timed_runs %d >= 1, "
-        "passes %d >= 1, window_bytes %d > 0",
+        "passes %d >= 1, max_passes %d >= passes, min_seconds %g >= 0, window_bytes %d > 0",
         options.batch_size, options.warmup_runs, options.timed_runs, options.passes,
-        options.window_bytes));
+        options.max_passes, options.min_seconds, options.window_bytes));
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));
   v1::ModelProfile profile;
@@ -235,7 +236,13 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     window_bytes += bytes;
   }
   const int num_layers = static_cast<int>(layers.size());
-  for (int pass = 0; pass < options.passes; ++pass) {
+  const Clock::time_point start = Clock::now();
+  auto more = [&](int pass) {
+    if (pass < options.passes) return true;
+    return pass < options.max_passes &&
+           std::chrono::duration<double>(Clock::now() - start).count() < options.min_seconds;
+  };
+  for (int pass = 0; more(pass); ++pass) {
     for (const auto& [first, last] : windows) {
       std::vector<LayerUnderTest> window(static_cast<size_t>(last - first + 1));
       for (int i = first; i <= last; ++i) {

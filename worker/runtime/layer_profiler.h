@@ -28,6 +28,13 @@ struct ProfileOptions {
   // Passes over the model, >= 1: each pass makes every layer's backend anew and runs it
   // warmup_runs + timed_runs times; a time reported is the median over every pass's timed runs.
   int passes = 3;
+  // More passes, up to max_passes (>= passes), while the passes so far took less than
+  // min_seconds (>= 0) in all: a small model's passes take tens of ms, a moment in which a
+  // shared host's speed swings by 10-20% (the demo's P = 1 prediction moved by +-12% between
+  // profiles of 3 passes, +-9% with a second of passes); a large model's first passes already
+  // take longer and stop at `passes`.
+  int max_passes = 12;
+  double min_seconds = 1.0;
   // Layers whose backends exist at once, run in a step's order (every forward, every backward
   // in reverse, every update): consecutive layers while their rough footprint (4 x parameters,
   // saved activations, output and its gradient at batch_size) stays within this many bytes; a
@@ -65,7 +72,8 @@ struct ProfileOptions {
 // Errors: kInvalidArgument for bad options or an invalid model (InferLayers' message); the
 // factory's and the backend's errors, prefixed with the layer ("model.layers[2] (linear): ...").
 // Thread safety: uses the backends from one thread; blocks for the measurement (about
-// passes * layers * (warmup + timed) * (forward + backward + update) time).
+// passes * layers * (warmup + timed) * (forward + backward + update) time, and at least
+// min_seconds unless max_passes come first).
 absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
                                                 const BackendFactory& make_backend,
                                                 const std::string& device_kind,

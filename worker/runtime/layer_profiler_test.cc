@@ -241,6 +241,7 @@ ProfileOptions OnePass(int64_t batch_size, int timed_runs) {
   options.warmup_runs = 0;
   options.timed_runs = timed_runs;
   options.passes = 1;
+  options.max_passes = 1;
   return options;
 }
 
@@ -346,6 +347,7 @@ TEST(LayerProfilerTest, TimesEveryLayerInEachPassAndTakesTheMedianOverThePasses)
     options.warmup_runs = 1;
     options.timed_runs = 2;
     options.passes = passes;
+    options.max_passes = passes;
     absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
     ASSERT_TRUE(p.ok()) << p.status();
     std::vector<int> expected;
@@ -394,6 +396,25 @@ TEST(LayerProfilerTest, RunsAWindowOfLayersAsAStepRunsAStage) {
   }
 }
 
+// Beyond options.passes, passes go on while they took less than min_seconds in all, up to
+// max_passes: a small model's profile spans a moment long enough for a shared host's swings.
+TEST(LayerProfilerTest, PassesGoOnForMinSecondsUpToMaxPasses) {
+  const v1::JobSpec spec = MlpSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  for (double min_seconds : {0.0, 60.0}) {
+    SCOPED_TRACE(min_seconds);
+    std::vector<Fed> fed(infos.size());
+    std::vector<int> made;
+    ProfileOptions options = OnePass(2, 1);
+    options.passes = 2;
+    options.max_passes = 5;
+    options.min_seconds = min_seconds;
+    ASSERT_TRUE(MeasureProfile(spec, Recording(infos, &fed, &made), "cpu", options).ok());
+    // One backend per layer and pass.
+    EXPECT_EQ(made.size(), infos.size() * (min_seconds > 0 ? 5 : 2));
+  }
+}
+
 TEST(LayerProfilerTest, RejectsBadOptions) {
   ProfileOptions options;
   options.timed_runs = 0;
@@ -406,6 +427,11 @@ TEST(LayerProfilerTest, RejectsBadOptions) {
   p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("passes 0 >= 1"), std::string::npos) << p.status();
+  options.passes = 4;
+  options.max_passes = 3;
+  p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("max_passes 3 >= passes"), std::string::npos) << p.status();
   options.passes = 1;
   options.window_bytes = 0;
   p = MeasureProfile(MlpSpec(), Cpu(), "cpu", options);

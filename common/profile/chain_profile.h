@@ -28,6 +28,13 @@ struct ChainProfile {
   // >= 0: one optimizer update of the layer's weights, once per step whatever the batch (0 when
   // the profile does not say: graph.txt files).
   std::vector<double> optimizer_ms;
+  // Empty (every layer's time scales linearly with the samples: files) or one entry per layer,
+  // each in [0, forward_ms / backward_ms of the layer]: the part of the layer's time at
+  // batch_size that does not shrink with fewer samples. A layer then takes
+  // fixed + (time - fixed) * samples / batch_size (cost_model.h ForwardMs). From a measured
+  // profile's two batch sizes (LayerProfile.half_batch_forward_ms: ToChain).
+  std::vector<double> forward_fixed_ms;
+  std::vector<double> backward_fixed_ms;
   // cut_bytes[k]: bytes sent forward (and, as gradients, backward) when a stage ends after
   // layer k: the outputs of layers <= k consumed by some layer > k. A chain: activation_bytes[k].
   std::vector<int64_t> cut_bytes;

@@ -191,6 +191,30 @@ absl::StatusOr<ChainProfile> ToChain(const v1::ModelProfile& profile) {
     chain.saved_bytes.push_back(layer.saved_bytes());
     chain.optimizer_ms.push_back(layer.optimizer_ms());
   }
+  const int64_t half = profile.batch_size() / 2;
+  const bool two_sizes =
+      half >= 1 &&
+      std::any_of(profile.layers().begin(), profile.layers().end(), [](const v1::LayerProfile& l) {
+        return l.half_batch_forward_ms() > 0 || l.half_batch_backward_ms() > 0;
+      });
+  if (two_sizes) {
+    // t(s) = a + c s through (half, t_half) and (batch, t): a = t - c batch, c = (t - t_half) /
+    // (batch - half); clamped to [0, t] (a half batch measured slower than the whole, or
+    // faster than its share, is noise).
+    const double batch = static_cast<double>(profile.batch_size());
+    auto fixed = [&](double t, double t_half) {
+      if (!(t_half > 0)) return 0.0;
+      const double per_sample = (t - t_half) / (batch - static_cast<double>(half));
+      return std::clamp(t - per_sample * batch, 0.0, t);
+    };
+    for (int k = 0; k < profile.layers_size(); ++k) {
+      const v1::LayerProfile& layer = profile.layers(k);
+      chain.forward_fixed_ms.push_back(
+          fixed(chain.forward_ms[k], layer.input() ? 0.0 : layer.half_batch_forward_ms()));
+      chain.backward_fixed_ms.push_back(
+          fixed(chain.backward_ms[k], layer.input() ? 0.0 : layer.half_batch_backward_ms()));
+    }
+  }
   DAPPLE_ASSIGN_OR_RETURN(chain.cut_bytes, CutBytes(profile));
   double compute_ms = 0;
   for (int k = 0; k < chain.num_layers(); ++k) {

@@ -312,6 +312,38 @@ TEST(ToChainTest, ChainWithoutEdgesCutsAtEachActivation) {
   EXPECT_THAT(chain->cut_bytes, ElementsAre(10, 20));
 }
 
+// Times at the batch and at half of it give each layer a fixed part: t(s) = a + c s through
+// both points, a clamped to [0, t] (noise can put the half batch above the whole, or below its
+// share); a profile without half-batch times scales linearly (no fixed parts).
+TEST(ToChainTest, HalfBatchTimesGiveEachLayerAFixedPart) {
+  v1::ModelProfile profile;
+  profile.set_source("measured");
+  profile.set_batch_size(32);
+  for (const auto& [t, t_half] :
+       {std::pair{4.0, 3.0}, std::pair{4.0, 5.0}, std::pair{4.0, 1.0}, std::pair{4.0, 0.0}}) {
+    v1::LayerProfile* layer = profile.add_layers();
+    layer->set_activation_bytes(10);
+    layer->set_forward_ms(t);
+    layer->set_backward_ms(2 * t);
+    layer->set_half_batch_forward_ms(t_half);
+    layer->set_half_batch_backward_ms(2 * t_half);
+  }
+  absl::StatusOr<ChainProfile> chain = ToChain(profile);
+  ASSERT_OK(chain.status());
+  // 4 at 32 and 3 at 16: c = 1/16 ms per sample, a = 4 - 2 = 2. Then all fixed, none fixed,
+  // and a layer without a half-batch time is linear.
+  EXPECT_THAT(chain->forward_fixed_ms, ElementsAre(2.0, 4.0, 0.0, 0.0));
+  EXPECT_THAT(chain->backward_fixed_ms, ElementsAre(4.0, 8.0, 0.0, 0.0));
+  for (v1::LayerProfile& layer : *profile.mutable_layers()) {
+    layer.clear_half_batch_forward_ms();
+    layer.clear_half_batch_backward_ms();
+  }
+  chain = ToChain(profile);
+  ASSERT_OK(chain.status());
+  EXPECT_TRUE(chain->forward_fixed_ms.empty());
+  EXPECT_TRUE(chain->backward_fixed_ms.empty());
+}
+
 TEST(ToChainTest, RejectsEmptyZeroBatchAndBackwardEdges) {
   v1::ModelProfile profile;
   profile.set_source("p");

@@ -50,11 +50,19 @@ bool AllOnOneNode(const v1::ClusterTopology& topology, const std::vector<int>& f
 }  // namespace
 
 double ForwardMs(const profile::ChainProfile& profile, int first, int last, double samples) {
-  return SumRange(profile.forward_ms, first, last) * Scale(profile, samples);
+  return ScaledMs(SumRange(profile.forward_ms, first, last),
+                  profile.forward_fixed_ms.size() == profile.forward_ms.size()
+                      ? SumRange(profile.forward_fixed_ms, first, last)
+                      : 0.0,
+                  Scale(profile, samples));
 }
 
 double BackwardMs(const profile::ChainProfile& profile, int first, int last, double samples) {
-  return SumRange(profile.backward_ms, first, last) * Scale(profile, samples);
+  return ScaledMs(SumRange(profile.backward_ms, first, last),
+                  profile.backward_fixed_ms.size() == profile.backward_ms.size()
+                      ? SumRange(profile.backward_fixed_ms, first, last)
+                      : 0.0,
+                  Scale(profile, samples));
 }
 
 int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last) {

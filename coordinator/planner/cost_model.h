@@ -15,9 +15,15 @@
 namespace dapple::coordinator {
 
 // Forward / backward ms of layers [first, last] for `samples` samples on one device: the
-// profile's times scaled linearly by samples / profile.batch_size.
+// profile's times scaled by samples / profile.batch_size, all but their fixed part
+// (ChainProfile::forward_fixed_ms / backward_fixed_ms, when the profile has them): ScaledMs.
 double ForwardMs(const profile::ChainProfile& profile, int first, int last, double samples);
 double BackwardMs(const profile::ChainProfile& profile, int first, int last, double samples);
+// A time of `ms` at the profile's batch of which `fixed_ms` does not shrink with the samples, at
+// `scale` = samples / batch_size: fixed_ms + (ms - fixed_ms) * scale.
+inline double ScaledMs(double ms, double fixed_ms, double scale) {
+  return fixed_ms + (ms - fixed_ms) * scale;
+}
 // Sum of parameter_bytes of layers [first, last].
 int64_t ParameterBytes(const profile::ChainProfile& profile, int first, int last);
 // (A stage's activation memory per micro-batch: activation_memory.h.)

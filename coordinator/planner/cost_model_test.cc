@@ -50,6 +50,19 @@ TEST(CostModelTest, ComputeScalesLinearlyWithSamples) {
   EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 0, 32.0 / 3), 1.0 / 3);
 }
 
+// With fixed parts (a measured profile's two batch sizes) only the rest scales with samples.
+TEST(CostModelTest, FixedPartsDoNotScaleWithSamples) {
+  profile::ChainProfile p = FourLayers();  // batch 32
+  p.forward_fixed_ms = {0.5, 1, 0, 0};
+  p.backward_fixed_ms = {1, 2, 0, 0};
+  // Layers 0-1 at 16 samples: fixed 1.5 + (3 - 1.5) / 2 forward, 3 + (6 - 3) / 2 backward.
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 1, 16), 1.5 + 0.75);
+  EXPECT_DOUBLE_EQ(BackwardMs(p, 0, 1, 16), 3 + 1.5);
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 0, 1, 32), 3.0);  // the profile's batch: its own time
+  EXPECT_DOUBLE_EQ(ForwardMs(p, 2, 3, 16), 3.5);  // no fixed part: linear
+  EXPECT_DOUBLE_EQ(ScaledMs(4, 1, 0.25), 1 + 3 * 0.25);
+}
+
 TEST(CostModelTest, ParametersAreSummed) {
   const profile::ChainProfile p = FourLayers();
   EXPECT_EQ(ParameterBytes(p, 0, 3), 1000);

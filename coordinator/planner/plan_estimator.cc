@@ -25,10 +25,18 @@ PlanEstimator::PlanEstimator(const PlanningProblem& problem)
   const int L = p.num_layers();
   forward_prefix_.assign(L + 1, 0.0);
   backward_prefix_.assign(L + 1, 0.0);
+  forward_fixed_prefix_.assign(L + 1, 0.0);
+  backward_fixed_prefix_.assign(L + 1, 0.0);
   parameter_prefix_.assign(L + 1, 0);
   for (int i = 0; i < L; ++i) {
     forward_prefix_[i + 1] = forward_prefix_[i] + p.forward_ms[i];
     backward_prefix_[i + 1] = backward_prefix_[i] + p.backward_ms[i];
+    forward_fixed_prefix_[i + 1] =
+        forward_fixed_prefix_[i] +
+        (p.forward_fixed_ms.size() == size_t(L) ? p.forward_fixed_ms[i] : 0.0);
+    backward_fixed_prefix_[i + 1] =
+        backward_fixed_prefix_[i] +
+        (p.backward_fixed_ms.size() == size_t(L) ? p.backward_fixed_ms[i] : 0.0);
     parameter_prefix_[i + 1] = parameter_prefix_[i] + p.parameter_bytes[i];
   }
 }
@@ -72,13 +80,15 @@ double PlanEstimator::AllReduceMs(double bytes, const std::vector<int>& devices)
 }
 
 double PlanEstimator::ForwardMs(int first, int last, double samples) const {
-  return (forward_prefix_[last + 1] - forward_prefix_[first]) * samples /
-         static_cast<double>(problem_.profile.batch_size);
+  return ScaledMs(forward_prefix_[last + 1] - forward_prefix_[first],
+                  forward_fixed_prefix_[last + 1] - forward_fixed_prefix_[first],
+                  samples / static_cast<double>(problem_.profile.batch_size));
 }
 
 double PlanEstimator::BackwardMs(int first, int last, double samples) const {
-  return (backward_prefix_[last + 1] - backward_prefix_[first]) * samples /
-         static_cast<double>(problem_.profile.batch_size);
+  return ScaledMs(backward_prefix_[last + 1] - backward_prefix_[first],
+                  backward_fixed_prefix_[last + 1] - backward_fixed_prefix_[first],
+                  samples / static_cast<double>(problem_.profile.batch_size));
 }
 
 int64_t PlanEstimator::ParameterBytes(int first, int last) const {

@@ -112,6 +112,8 @@ class PlanEstimator {
   std::vector<int64_t> device_memory_;  // per device of the topology
   std::vector<double> forward_prefix_;  // L + 1 entries
   std::vector<double> backward_prefix_;
+  std::vector<double> forward_fixed_prefix_;  // of ChainProfile::forward_fixed_ms (0s if none)
+  std::vector<double> backward_fixed_prefix_;
   std::vector<int64_t> parameter_prefix_;
   ActivationMemory activation_;
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,10 @@ absl::Status CheckProfile(const profile::ChainProfile& profile) {
   DAPPLE_RETURN_IF_ERROR(check_size("activation_bytes", profile.activation_bytes.size(), layers));
   DAPPLE_RETURN_IF_ERROR(check_size("saved_bytes", profile.saved_bytes.size(), layers));
   DAPPLE_RETURN_IF_ERROR(check_size("cut_bytes", profile.cut_bytes.size(), layers - 1));
+  for (const auto& [field, fixed] : {std::pair{"forward_fixed_ms", &profile.forward_fixed_ms},
+                                     std::pair{"backward_fixed_ms", &profile.backward_fixed_ms}}) {
+    if (!fixed->empty()) DAPPLE_RETURN_IF_ERROR(check_size(field, fixed->size(), layers));
+  }
   auto layer = [&](size_t i) {
     return absl::StrCat("profile layer ", i,
                         i < profile.names.size() ? absl::StrCat(" (", profile.names[i], ")") : "");
@@ -103,6 +108,14 @@ absl::Status CheckProfile(const profile::ChainProfile& profile) {
                                        std::pair{"backward_ms", profile.backward_ms[i]}}) {
       if (!(value >= 0) || !std::isfinite(value)) {
         return Invalid(absl::StrCat(layer(i), " ", field, " ", value, " must be finite and >= 0"));
+      }
+    }
+    for (const auto& [field, fixed, whole] :
+         {std::tuple{"forward_fixed_ms", &profile.forward_fixed_ms, profile.forward_ms[i]},
+          std::tuple{"backward_fixed_ms", &profile.backward_fixed_ms, profile.backward_ms[i]}}) {
+      if (!fixed->empty() && !((*fixed)[i] >= 0 && (*fixed)[i] <= whole)) {
+        return Invalid(
+            absl::StrCat(layer(i), " ", field, " ", (*fixed)[i], " must be in [0, ", whole, "]"));
       }
     }
     for (const auto& [field, value] :

@@ -308,6 +308,29 @@ TEST(PlanSimulatorTest, ReplicasHalveComputeAndAddTheAllReduce) {
   EXPECT_DOUBLE_EQ(pred->step_ms, std::max(4.5, 2.5 + ar1) + norm3);
 }
 
+// A replica runs its share of each micro-batch: the per-sample part of the layers' time
+// halves, their fixed part does not (a measured profile's two batch sizes).
+TEST(PlanSimulatorTest, ReplicasPayTheFixedPartOfTheirShare) {
+  PlanningProblem problem = Problem(Equal(2, 8, 1, 2), Topology(1, 4), 32);
+  problem.profile.forward_fixed_ms = {0.5, 0.5};
+  problem.profile.backward_fixed_ms = {1, 1};
+  HybridPlan plan;
+  plan.stages = {{0, 1, {0, 1}}};
+  plan.micro_batch_size = 8;
+  plan.micro_batches = 4;
+  absl::StatusOr<Prediction> pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  // 4 samples of 8 per replica: 2 x (0.5 + 0.5 / 2) forward, 2 x (1 + 1 / 2) backward.
+  EXPECT_DOUBLE_EQ(pred->stages[0].forward_ms, 1.5);
+  EXPECT_DOUBLE_EQ(pred->stages[0].backward_ms, 3.0);
+  EXPECT_NEAR(PlanEstimator(problem).Latency(plan).step_ms, pred->step_ms, 1e-9);
+  problem.profile.forward_fixed_ms = {0.5, 5};
+  pred = SimulatePlan(problem, plan, ScheduleKind::kDapple);
+  ASSERT_FALSE(pred.ok());
+  EXPECT_THAT(std::string(pred.status().message()),
+              HasSubstr("profile layer 1 (layer1) forward_fixed_ms 5 must be in [0, 1]"));
+}
+
 TEST(PlanSimulatorTest, SlowLinkLengthensTwoStagesByBothTransfers) {
   // Cut of 1e6 bytes at the profile batch of 4; micro-batches of 8 move 2e6 bytes.
   const profile::ChainProfile profile = Equal(2, 4, 1, 2, 0, 0, 1000000);

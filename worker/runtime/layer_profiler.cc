@@ -77,9 +77,8 @@ struct LayerUnderTest {
 };
 
 // Feeds `t`'s backend its input and output gradient (random values, as TimeWindow's runs use).
-absl::Status Feed(LayerUnderTest& t, const ProfileOptions& options, std::mt19937_64& rng) {
+absl::Status Feed(LayerUnderTest& t, int64_t rows, std::mt19937_64& rng) {
   const LayerInfo& info = *t.info;
-  const int64_t rows = options.batch_size;
   const int64_t input_elements = rows * NumElements(info.input_shape);
   t.input = info.token_input ? RandomTokens(input_elements, info, rng)
                              : RandomValues(input_elements, rng);
@@ -105,11 +104,10 @@ absl::Status AtLayer(const LayerInfo& info, const absl::Status& status) {
 
 // Runs the layers of one window as a step runs a stage's: every layer's forward in order (the
 // first model layer's LoadInput before it, the last's loss after it), then every backward in
-// reverse order, then every layer's update; options.warmup_runs untimed runs, then
-// options.timed_runs timed ones, appended to `samples` (indexed by model layer).
-absl::Status TimeWindow(std::vector<LayerUnderTest>& window, int num_layers,
+// reverse order, then every layer's update, at `rows` samples; options.warmup_runs untimed runs,
+// then options.timed_runs timed ones, appended to `samples` (indexed by model layer).
+absl::Status TimeWindow(std::vector<LayerUnderTest>& window, int num_layers, int64_t rows,
                         const ProfileOptions& options, std::vector<LayerSamples>& samples) {
-  const int64_t rows = options.batch_size;
   // A training forward, as in a step: dropout's masks and batch norm's batch statistics cost
   // what they cost there, and a backward needs the forward's training state (a batch norm's
   // backward of an evaluation forward is a bug).
@@ -242,21 +240,29 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     return pass < options.max_passes &&
            std::chrono::duration<double>(Clock::now() - start).count() < options.min_seconds;
   };
+  // Each pass also times the layers at half the batch (its two points give each layer a fixed
+  // and a per-sample part: LayerProfile.half_batch_forward_ms).
+  std::vector<LayerSamples> half(layers.size());
+  const int64_t half_rows = options.half_batch ? options.batch_size / 2 : 0;
   for (int pass = 0; more(pass); ++pass) {
-    for (const auto& [first, last] : windows) {
-      std::vector<LayerUnderTest> window(static_cast<size_t>(last - first + 1));
-      for (int i = first; i <= last; ++i) {
-        const LayerInfo& info = layers[static_cast<size_t>(i)];
-        LayerUnderTest& t = window[static_cast<size_t>(i - first)];
-        t.info = &info;
-        t.need_dx = info.index > first_param_layer;
-        absl::StatusOr<std::unique_ptr<StageBackend>> backend = make_backend(spec, i, i);
-        DAPPLE_RETURN_IF_ERROR(AtLayer(info, backend.status()));
-        t.backend = *std::move(backend);
-        DAPPLE_RETURN_IF_ERROR(AtLayer(info, Feed(t, options, rng)));
-        if (i + 1 == num_layers) t.labels = RandomLabels(options.batch_size, info, rng);
+    for (const auto& [rows, into] :
+         {std::pair{options.batch_size, &samples}, std::pair{half_rows, &half}}) {
+      if (rows < 1) continue;
+      for (const auto& [first, last] : windows) {
+        std::vector<LayerUnderTest> window(static_cast<size_t>(last - first + 1));
+        for (int i = first; i <= last; ++i) {
+          const LayerInfo& info = layers[static_cast<size_t>(i)];
+          LayerUnderTest& t = window[static_cast<size_t>(i - first)];
+          t.info = &info;
+          t.need_dx = info.index > first_param_layer;
+          absl::StatusOr<std::unique_ptr<StageBackend>> backend = make_backend(spec, i, i);
+          DAPPLE_RETURN_IF_ERROR(AtLayer(info, backend.status()));
+          t.backend = *std::move(backend);
+          DAPPLE_RETURN_IF_ERROR(AtLayer(info, Feed(t, rows, rng)));
+          if (i + 1 == num_layers) t.labels = RandomLabels(rows, info, rng);
+        }
+        DAPPLE_RETURN_IF_ERROR(TimeWindow(window, num_layers, rows, options, *into));
       }
-      DAPPLE_RETURN_IF_ERROR(TimeWindow(window, num_layers, options, samples));
     }
   }
   const double per_sample = 1.0 / static_cast<double>(options.batch_size);
@@ -269,6 +275,10 @@ absl::StatusOr<v1::ModelProfile> MeasureProfile(const v1::JobSpec& spec,
     layer->set_forward_ms(Median(times.forward));
     layer->set_backward_ms(Median(times.backward));
     layer->set_optimizer_ms(Median(times.optimizer));
+    if (half_rows >= 1) {
+      layer->set_half_batch_forward_ms(Median(half[info.index].forward));
+      layer->set_half_batch_backward_ms(Median(half[info.index].backward));
+    }
     if (info.index == 0) profile.set_input_ms_per_sample(Median(times.load_input) * per_sample);
     if (last) profile.set_loss_ms_per_sample(Median(times.loss) * per_sample);
     profile::SetLayerSizes(info, options.batch_size, layer);

@@ -40,6 +40,9 @@ struct ProfileOptions {
   // saved activations, output and its gradient at batch_size) stays within this many bytes; a
   // layer past it on its own starts a window of its own. > 0.
   int64_t window_bytes = int64_t{256} << 20;
+  // Each pass also times every layer at batch_size / 2 samples (when >= 1): the profile's
+  // half_batch_forward_ms / half_batch_backward_ms.
+  bool half_batch = true;
   // Input and gradient values: uniform in [-1, 1), token ids uniform in [0, vocab) for a layer
   // that reads tokens (an embedding).
   uint64_t seed = 1;
@@ -55,9 +58,11 @@ struct ProfileOptions {
 // respect to the layer's input, except for the layers up to the model's first with parameters,
 // timed as they run on a job's stage 0, which needs no input gradient: the first parameter
 // layer (an embedding, the first linear) computes its weight gradients only, the layers below
-// it (a flatten) no backward at all; optimizer_ms is the median time of one update of
-// the layer's parameters as a step runs it (GradientSquaredNorm, for the step's reported
-// gradient norm, then OptimizerStep with the job's optimizer). Sizes are
+// it (a flatten) no backward at all; half_batch_forward_ms / half_batch_backward_ms the same at
+// batch_size / 2 samples (with options.half_batch each pass times both sizes; none when
+// batch_size is 1); optimizer_ms is
+// the median time of one update of the layer's parameters as a step runs it (GradientSquaredNorm,
+// for the step's reported gradient norm, then OptimizerStep with the job's optimizer). Sizes are
 // profile::SetLayerSizes' at batch_size samples (activation_bytes the output, saved_bytes what
 // the layer keeps for its backward, parameter_bytes its parameters: the model's declaration, not
 // a measurement). Beyond the layers: input_ms_per_sample is the median LoadInput of a batch into

@@ -141,6 +141,7 @@ struct Fed {
   // forward, backward and update, "-<layer>" when the backend is destroyed.
   std::vector<std::string>* log = nullptr;
   int layer = -1;
+  std::vector<int64_t> rows;  // of each LoadInput
 };
 
 // A backend of host buffers that computes nothing and records what it is given: the profiler's
@@ -160,6 +161,7 @@ class RecordingBackend : public StageBackend {
   }
   absl::Status LoadInput(int, const float* host, int64_t rows) override {
     fed_->input.assign(host, host + rows * in_floats_);
+    fed_->rows.push_back(rows);
     return absl::OkStatus();
   }
   absl::Status Forward(int, int64_t, const kernels::ForwardContext&) override {
@@ -242,6 +244,7 @@ ProfileOptions OnePass(int64_t batch_size, int timed_runs) {
   options.timed_runs = timed_runs;
   options.passes = 1;
   options.max_passes = 1;
+  options.half_batch = false;
   return options;
 }
 
@@ -348,6 +351,7 @@ TEST(LayerProfilerTest, TimesEveryLayerInEachPassAndTakesTheMedianOverThePasses)
     options.timed_runs = 2;
     options.passes = passes;
     options.max_passes = passes;
+    options.half_batch = false;
     absl::StatusOr<v1::ModelProfile> p = MeasureProfile(spec, recording, "cpu", options);
     ASSERT_TRUE(p.ok()) << p.status();
     std::vector<int> expected;
@@ -412,6 +416,30 @@ TEST(LayerProfilerTest, PassesGoOnForMinSecondsUpToMaxPasses) {
     ASSERT_TRUE(MeasureProfile(spec, Recording(infos, &fed, &made), "cpu", options).ok());
     // One backend per layer and pass.
     EXPECT_EQ(made.size(), infos.size() * (min_seconds > 0 ? 5 : 2));
+  }
+}
+
+// Each pass times the layers at the batch and at half of it (rounded down), a whole window at a
+// time each; the profile carries both (the planner's fixed and per-sample parts of each layer).
+TEST(LayerProfilerTest, TimesEveryLayerAtTheBatchAndAtHalfOfIt) {
+  const v1::JobSpec spec = MlpSpec();
+  const std::vector<LayerInfo> infos = InferLayers(spec.model()).value();
+  for (int64_t batch : {int64_t{5}, int64_t{1}}) {
+    SCOPED_TRACE(batch);
+    std::vector<Fed> fed(infos.size());
+    ProfileOptions options = OnePass(batch, 1);
+    options.half_batch = true;
+    absl::StatusOr<v1::ModelProfile> p =
+        MeasureProfile(spec, Recording(infos, &fed), "cpu", options);
+    ASSERT_TRUE(p.ok()) << p.status();
+    // Layer 0 loads its input before each forward: once when fed, once per run.
+    EXPECT_EQ(fed[0].rows,
+              batch == 5 ? (std::vector<int64_t>{5, 5, 2, 2}) : (std::vector<int64_t>{1, 1}));
+    for (const v1::LayerProfile& layer : p->layers()) {
+      // Recording backends take microseconds, not 0.
+      EXPECT_EQ(layer.half_batch_forward_ms() > 0, batch == 5) << layer.id();
+      EXPECT_EQ(layer.half_batch_backward_ms() > 0, batch == 5) << layer.id();
+    }
   }
 }
 

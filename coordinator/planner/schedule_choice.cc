@@ -202,8 +202,8 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
     if (next == nullptr) return absl::StrCat(name, ": the only alternative that fits");
     const double slower = next->planned.prediction.step_ms / chosen.planned.prediction.step_ms - 1;
     if (!Faster(chosen.planned.prediction.step_ms, next->planned.prediction.step_ms)) {
-      return absl::StrCat(name, ": as fast as ", OptionName(next->option),
-                          " and listed first (the simpler schedule, or less peak memory)");
+      return absl::StrCat(name, ": within 1% of ", OptionName(next->option),
+                          "'s step and listed first (the simpler schedule, or less peak memory)");
     }
     return absl::StrCat(name, ": no alternative is faster (next: ", OptionName(next->option), ", ",
                         Percent(slower), " slower)");
@@ -214,7 +214,7 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
   }
   const double faster = 1 - chosen.planned.prediction.step_ms / base.planned.prediction.step_ms;
   if (!Faster(chosen.planned.prediction.step_ms, base.planned.prediction.step_ms)) {
-    return absl::StrCat(name, ": as fast as ", base_name, " with less peak memory (",
+    return absl::StrCat(name, ": within 1% of ", base_name, "'s step with less peak memory (",
                         MemoryWords(chosen.planned, base.planned), ")");
   }
   return absl::StrCat(name, ": ", Percent(faster), " faster than ", base_name, " ",

@@ -189,8 +189,8 @@ TEST(ChooseScheduleTest, GPipeOnlyWhenItIsFaster) {
   ScheduleChoice choice = ChooseOrDie(fake, AutoOptions());
   EXPECT_EQ(choice.chosen, 0);
   EXPECT_EQ(ChoiceReason(choice),
-            "dapple: as fast as gpipe and listed first (the simpler schedule, or less peak "
-            "memory)");
+            "dapple: within 1% of gpipe's step and listed first (the simpler schedule, or less "
+            "peak memory)");
   fake.plans[{ScheduleKind::kGPipe, kNone}] = {100 * (1 - 1e-12), 1000};  // within rounding
   EXPECT_EQ(ChooseOrDie(fake, AutoOptions()).chosen, 0);
   fake.plans[{ScheduleKind::kGPipe, kNone}] = {95, 3000};
@@ -201,7 +201,7 @@ TEST(ChooseScheduleTest, GPipeOnlyWhenItIsFaster) {
   fake.plans[{ScheduleKind::kGPipe, kNone}] = {100, 900};
   choice = ChooseOrDie(fake, AutoOptions());
   ASSERT_EQ(choice.chosen, 4);
-  EXPECT_THAT(ChoiceReason(choice), HasSubstr("as fast as dapple with less peak memory"));
+  EXPECT_THAT(ChoiceReason(choice), HasSubstr("within 1% of dapple's step with less peak memory"));
   // Dapple winning names the runner-up.
   fake.plans[{ScheduleKind::kGPipe, kNone}] = {110, 1000};
   choice = ChooseOrDie(fake, AutoOptions());

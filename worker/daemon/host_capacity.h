@@ -35,7 +35,8 @@ double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
                                   const std::function<void()>& work = nullptr);
 
 // Held while measuring the host (its capacity, its loopback link:
-// worker/comm/loopback_allreduce.h). Workers started together on one host (scripts/demo, a node's
+// worker/comm/loopback_allreduce.h) and while a cpu worker profiles a model's layers
+// (profile_runner.h), which times the same cores. Workers started together on one host (scripts/demo, a node's
 // daemons after a reboot) would otherwise measure at the same moment, each one's "every thread at
 // once" run competing with the others': a host of capacity 1.4 measured 1.00 and 1.44 from two
 // workers. An exclusive flock on a host-wide file ($TMPDIR/dapple-host-capacity.lock, /tmp by

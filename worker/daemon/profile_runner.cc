@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "worker/daemon/host_capacity.h"
 #include "worker/device/device.h"
 #include "worker/runtime/layer_profiler.h"
 #if DAPPLE_HAVE_CUDA
@@ -24,6 +25,11 @@ absl::StatusOr<v1::ModelProfile> Measure(const v1::ProfileRequest& request) {
   ProfileOptions options;
   options.batch_size = request.batch_size();
   if (!id->is_cuda()) {
+    // The host's cores are what a cpu profile times: another worker of the host measuring its
+    // capacity and loopback link (both cores for about half a second, at its refinement times)
+    // made two of this VM's profiles of the demo MLP 1.4-1.5x slow, and every plan of the model
+    // with them. Measured one at a time, as those measurements already are among themselves.
+    const HostMeasurementLock lock;
     return MeasureProfile(
         request.spec(),
         [](const v1::JobSpec& spec, int first, int last) {

@@ -14,12 +14,19 @@ ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::str
   return Key{profile::ModelFingerprint(model), DeviceKindOf(device)};
 }
 
+void ProfileCache::ReadyLocked(Entry& e, const v1::ModelProfile& profile) {
+  e.state = State::kReady;
+  e.profile = profile;
+  e.refinement = ProfileRefinement(profile.layers_size());
+  e.generations.clear();
+  e.generations[next_generation_++] = e.refinement.Factors();
+}
+
 void ProfileCache::Insert(const v1::ModelProfile& profile) {
   absl::MutexLock l(&mu_);
   Entry& e = entries_[Key{profile.model_fingerprint(), DeviceKindOf(profile.device_kind())}];
   e = Entry{};
-  e.state = State::kReady;
-  e.profile = profile;
+  ReadyLocked(e, profile);
 }
 
 ProfileCache::State ProfileCache::StateOf(const Key& key) const {
@@ -28,11 +35,37 @@ ProfileCache::State ProfileCache::StateOf(const Key& key) const {
   return it == entries_.end() ? State::kMissing : it->second.state;
 }
 
-std::optional<v1::ModelProfile> ProfileCache::Lookup(const Key& key) const {
+std::optional<v1::ModelProfile> ProfileCache::Lookup(const Key& key, int64_t* generation) const {
   absl::MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.state != State::kReady) return std::nullopt;
-  return it->second.profile;
+  if (generation != nullptr) *generation = it->second.generations.rbegin()->first;
+  return it->second.refinement.Apply(it->second.profile);
+}
+
+absl::StatusOr<int> ProfileCache::Refine(const Key& key, int64_t generation,
+                                         const std::vector<StageMeasurement>& stages) {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != State::kReady) {
+    return absl::NotFoundError(absl::StrCat("no measured profile of model ", key.fingerprint,
+                                            " on ", key.device_kind, " to refine"));
+  }
+  Entry& e = it->second;
+  auto planned = e.generations.find(generation);
+  if (planned == e.generations.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("refinement ", generation, " of the profile of model ", key.fingerprint,
+                     " on ", key.device_kind, " is gone (measured again, or refined ",
+                     kGenerationsKept, " times since)"));
+  }
+  absl::StatusOr<int> taken = e.refinement.Observe(planned->second, stages);
+  if (!taken.ok() || *taken == 0) return taken;
+  e.generations[next_generation_++] = e.refinement.Factors();
+  while (static_cast<int>(e.generations.size()) > kGenerationsKept) {
+    e.generations.erase(e.generations.begin());
+  }
+  return taken;
 }
 
 std::string ProfileCache::Error(const Key& key) const {
@@ -105,8 +138,7 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
                              ", batch ", e.request.batch_size(), ")");
       return absl::InvalidArgumentError(e.error);
     }
-    e.state = State::kReady;
-    e.profile = p;
+    ReadyLocked(e, p);
     return absl::OkStatus();
   }
   return absl::NotFoundError(

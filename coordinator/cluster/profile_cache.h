@@ -8,6 +8,8 @@
 // The service hands a pending request to its worker in the next heartbeat reply (TakeFor), the
 // worker measures (worker/runtime/layer_profiler.h) and calls ReportProfile. A request whose
 // worker dies or does not answer by its deadline fails (Expire), so a job never waits forever.
+// A ready profile is refined by the measured steps of the jobs planned on it (Refine,
+// profile_refinement.h); Lookup returns it refined.
 // Thread-safe (one internal mutex); no I/O.
 #ifndef DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
 #define DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
@@ -17,10 +19,13 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/cluster/profile_refinement.h"
 #include "dapple/v1/profile.pb.h"
 #include "dapple/v1/worker.pb.h"
 
@@ -49,8 +54,23 @@ class ProfileCache {
   void Insert(const v1::ModelProfile& profile);
 
   State StateOf(const Key& key) const;
-  // The cached profile for `key`, if measured.
-  std::optional<v1::ModelProfile> Lookup(const Key& key) const;
+  // Refinements of one key kept for Refine: a job planned more refinements ago than this (or
+  // before the model was measured again) is not taken.
+  static constexpr int kGenerationsKept = 16;
+
+  // The cached profile for `key`, if measured, refined by the jobs planned on it
+  // (ProfileRefinement::Apply). `generation`, when not null, gets the refinement's generation
+  // (with the profile, atomically): a number unique to this profile and refinement, which a
+  // job planned on it passes to Refine when it ends.
+  std::optional<v1::ModelProfile> Lookup(const Key& key, int64_t* generation = nullptr) const;
+
+  // A job planned on generation `generation` of key's profile measured `stages` per step
+  // (ProfileRefinement::Observe). Returns the stages taken (0: nothing changed); a change makes a
+  // new generation. kNotFound when key has no ready profile; kFailedPrecondition when
+  // `generation` is not one of its last kGenerationsKept (the model was measured again since,
+  // or many jobs refined it meanwhile); Observe's kInvalidArgument.
+  absl::StatusOr<int> Refine(const Key& key, int64_t generation,
+                             const std::vector<StageMeasurement>& stages);
   // Why the last request for `key` failed ("" unless StateOf is kFailed).
   std::string Error(const Key& key) const;
 
@@ -91,11 +111,17 @@ class ProfileCache {
     v1::ProfileRequest request;
     v1::ModelProfile profile;
     std::string error;
+    // kReady: the refinement, and the factors of its generations, newest last.
+    ProfileRefinement refinement;
+    std::map<int64_t, std::vector<double>> generations;
   };
+  // Sets e ready with `profile`, its refinement reset under a new generation.
+  void ReadyLocked(Entry& e, const v1::ModelProfile& profile) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace dapple::coordinator

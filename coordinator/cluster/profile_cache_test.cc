@@ -125,5 +125,63 @@ TEST(ProfileCacheTest, AWorkerHasAnOutstandingRequestUntilItAnswersOrFails) {
   EXPECT_EQ(cache.FailWorker("w-1", "shut down"), 0);
 }
 
+TEST(ProfileCacheTest, JobsRefineTheProfileTheyWerePlannedOnByItsGeneration) {
+  ProfileCache cache;
+  v1::ModelProfile measured;
+  measured.set_model_fingerprint(profile::ModelFingerprint(Spec(4).model()));
+  measured.set_device_kind("cpu");
+  measured.set_source("measured on cpu by worker w-1");
+  measured.add_layers()->set_forward_ms(2.0);
+  const ProfileCache::Key key = ProfileCache::KeyOf(Spec(4).model(), "cpu");
+  StageMeasurement stage;
+  stage.layers.push_back(v1::StageRange());  // layer 0
+  stage.predicted_ms = 10;
+  stage.measured_ms = 12;
+  EXPECT_EQ(cache.Refine(key, 1, {stage}).status().code(), absl::StatusCode::kNotFound);
+
+  cache.Insert(measured);
+  int64_t planned = 0;
+  ASSERT_TRUE(cache.Lookup(key, &planned).has_value());
+  EXPECT_EQ(cache.Lookup(key)->layers(0).forward_ms(), 2.0);
+  // Two jobs planned on the same generation: each is relative to the factors they planned on.
+  absl::StatusOr<int> taken = cache.Refine(key, planned, {stage});
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 1);
+  int64_t refined = 0;
+  std::optional<v1::ModelProfile> p = cache.Lookup(key, &refined);
+  EXPECT_NE(refined, planned);
+  EXPECT_NEAR(p->layers(0).forward_ms(), 2.4, 1e-12);
+  EXPECT_EQ(p->source(),
+            "measured on cpu by worker w-1; layer times refined by the measured steps of 1 job "
+            "(x1.20 to x1.20)");
+  ASSERT_TRUE(cache.Refine(key, planned, {stage}).ok());
+  EXPECT_NEAR(cache.Lookup(key)->layers(0).forward_ms(), 2.4, 1e-12);
+  // A job whose stage was not taken makes no new generation.
+  StageMeasurement straggler = stage;
+  straggler.measured_ms = 40;
+  int64_t before = 0;
+  cache.Lookup(key, &before);
+  EXPECT_EQ(*cache.Refine(key, before, {straggler}), 0);
+  int64_t after = 0;
+  cache.Lookup(key, &after);
+  EXPECT_EQ(before, after);
+
+  // Old generations are forgotten after kGenerationsKept refinements; a new measurement starts
+  // afresh and forgets them all.
+  for (int i = 0; i < ProfileCache::kGenerationsKept; ++i) {
+    int64_t g = 0;
+    cache.Lookup(key, &g);
+    ASSERT_TRUE(cache.Refine(key, g, {stage}).ok());
+  }
+  EXPECT_EQ(cache.Refine(key, planned, {stage}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  int64_t latest = 0;
+  cache.Lookup(key, &latest);
+  cache.Insert(measured);
+  EXPECT_EQ(cache.Refine(key, latest, {stage}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cache.Lookup(key)->SerializeAsString(), measured.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

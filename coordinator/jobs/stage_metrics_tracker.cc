@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/median.h"
+
 namespace dapple::coordinator {
 
 bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_unix_ms,
@@ -22,6 +24,11 @@ bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_u
   double seconds = 0;
   for (const auto& [samples, secs] : rank.window) seconds += secs;
   rank.seconds_sum = seconds;
+  if (++rank.reports > kWarmupSteps && !stats.skipped()) {
+    rank.compute_ms.push_back(
+        (stats.forward_seconds() + stats.backward_seconds() + stats.optimizer_seconds()) * 1e3);
+    if (static_cast<int>(rank.compute_ms.size()) > kComputeHistory) rank.compute_ms.pop_front();
+  }
 
   auto* all = job->mutable_stage_metrics();
   auto it = std::find_if(all->begin(), all->end(), [&](const v1::StageMetrics& m) {
@@ -48,6 +55,16 @@ bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_u
   m->set_samples_per_second(
       rank.seconds_sum > 0 ? static_cast<double>(rank.samples_sum) / rank.seconds_sum : 0.0);
   return true;
+}
+
+std::optional<double> StageMetricsTracker::MedianComputeMs(int stage, int replica,
+                                                           int min_steps) const {
+  auto it = ranks_.find({stage, replica});
+  if (it == ranks_.end() || static_cast<int>(it->second.compute_ms.size()) < min_steps ||
+      it->second.compute_ms.empty()) {
+    return std::nullopt;
+  }
+  return Median(it->second.compute_ms);
 }
 
 }  // namespace dapple::coordinator

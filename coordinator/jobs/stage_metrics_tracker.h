@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "dapple/v1/job.pb.h"
@@ -30,12 +31,23 @@ class StageMetricsTracker {
   // (a report delivered twice).
   bool OnStep(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
 
+  // A rank's first steps of a run allocate their buffers and fill the caches: its compute
+  // median leaves them out. It keeps the newest kComputeHistory steps after them.
+  static constexpr int kWarmupSteps = 3;
+  static constexpr int kComputeHistory = 256;
+  // The median forward + backward + optimizer milliseconds per step (StageStepStats) of rank
+  // (stage, replica) over its steps after its first kWarmupSteps reports, skipped steps left
+  // out; nullopt with fewer than `min_steps` such steps (or an unknown rank).
+  std::optional<double> MedianComputeMs(int stage, int replica, int min_steps) const;
+
  private:
   struct Rank {
     int64_t newest_step = 0;
     std::deque<std::pair<int64_t, double>> window;  // (samples, step seconds), oldest first
     int64_t samples_sum = 0;
     double seconds_sum = 0;
+    int reports = 0;
+    std::deque<double> compute_ms;  // after the warm-up, oldest first
   };
   std::map<std::pair<int, int>, Rank> ranks_;  // by (stage, replica)
 };

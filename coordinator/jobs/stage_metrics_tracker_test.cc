@@ -99,5 +99,30 @@ TEST(StageMetricsTrackerTest, ReplicasOfAStageAreSeparateEntries) {
   EXPECT_EQ(job.stage_metrics(1).replica(), 1);
 }
 
+TEST(StageMetricsTrackerTest, ComputeMedianLeavesOutTheWarmUpAndSkippedSteps) {
+  StageMetricsTracker t;
+  v1::Job job;
+  auto step = [&](int64_t n, double forward, bool skipped = false) {
+    v1::ProgressReport r = Report(1, 0, n, 1.0, 64, skipped);
+    r.mutable_stats()->set_forward_seconds(forward);
+    r.mutable_stats()->set_backward_seconds(2 * forward);
+    r.mutable_stats()->set_optimizer_seconds(0.001);
+    EXPECT_TRUE(t.OnStep(r, 1000 + n, &job));
+  };
+  // The warm-up's slow steps, then 4 steps of 31 ms, one of 61 ms and a skipped one.
+  for (int n = 1; n <= StageMetricsTracker::kWarmupSteps; ++n) step(n, 0.5);
+  EXPECT_EQ(t.MedianComputeMs(1, 0, 1), std::nullopt);
+  step(4, 0.010);
+  step(5, 0.010);
+  step(6, 0.020);
+  step(7, 0.010, /*skipped=*/true);
+  step(8, 0.010);
+  step(9, 0.010);
+  EXPECT_EQ(t.MedianComputeMs(1, 0, 6), std::nullopt);
+  ASSERT_TRUE(t.MedianComputeMs(1, 0, 5).has_value());
+  EXPECT_NEAR(*t.MedianComputeMs(1, 0, 5), 31.0, 1e-9);
+  EXPECT_EQ(t.MedianComputeMs(0, 0, 1), std::nullopt);  // never reported
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

@@ -14,6 +14,7 @@
 #include "common/checkpoint_files.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/median.h"
 #include "common/model_info.h"
 #include "common/profile/model_profile.h"
 #include "common/schedule/generators.h"
@@ -241,6 +242,11 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
 absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, v1::JobState to,
                                                          const std::string& message, int64_t now) {
   auto run = running_.find(id);
+  if (to == v1::JOB_STATE_SUCCEEDED && run != running_.end()) {
+    if (absl::StatusOr<v1::Job> ending = jobs_->Get(id); ending.ok()) {
+      RefineProfileLocked(run->second, *ending);
+    }
+  }
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Transition(id, to, message, [&](v1::Job* j) {
     if (run != running_.end()) {
       j->mutable_metrics()->set_elapsed_seconds(run->second.tracker.ElapsedSeconds(now));
@@ -249,8 +255,46 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
   }));
   restarting_.erase(id);
   prepared_.erase(id);
+  submitted_profiles_.erase(id);
   StopRunLocked(id);
   return job;
+}
+
+void CoordinatorService::RefineProfileLocked(const RunState& run, const v1::Job& job) {
+  if (!run.profile.has_value()) return;
+  const v1::ParallelPlanSummary& plan = job.plan();
+  std::vector<StageMeasurement> stages;
+  std::vector<std::string> described;
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const v1::PlanStageSummary& stage = plan.stages(s);
+    std::vector<double> ranks;
+    for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
+      if (std::optional<double> ms = run.stage_metrics.MedianComputeMs(s, r, kRefineMinSteps)) {
+        ranks.push_back(*ms);
+      }
+    }
+    if (ranks.empty()) continue;
+    StageMeasurement m{schedule::StageChunks(plan, s), stage.compute_ms(), stage.overhead_ms(),
+                       Median(ranks)};
+    described.push_back(
+        absl::StrFormat("stage %d %.1f ms (predicted %.1f)", s, m.measured_ms, m.predicted_ms));
+    stages.push_back(std::move(m));
+  }
+  if (stages.empty()) return;
+  absl::StatusOr<int> taken =
+      options_.profile_cache->Refine(run.profile->key, run.profile->generation, stages);
+  if (!taken.ok()) {
+    DAPPLE_LOG_INFO("job {}: its measured steps do not refine the model's profile: {}", job.id(),
+                    taken.status().message());
+    return;
+  }
+  (void)jobs_->RecordEvent(
+      job.id(), JobEventReason::kMeasured,
+      absl::StrCat("compute per step, median after the warm-up: ", absl::StrJoin(described, ", "),
+                   *taken > 0 ? absl::StrCat("; refined the layer times of the model's profile on ",
+                                             run.profile->key.device_kind, " (", *taken, " of ",
+                                             stages.size(), " stages taken)")
+                              : "; too far from the prediction to refine the model's profile"));
 }
 
 void CoordinatorService::StopRunLocked(const std::string& id) {

@@ -373,6 +373,12 @@ class CoordinatorService {
   // be judged DEAD later): neither a restart nor a preemption waits for it to stop.
   static constexpr int kStoppingHeartbeats = 3;
 
+  // The cached profile a plan was made on, and its refinement's generation (ProfileCache::Lookup):
+  // the job's measured steps refine it when it succeeds (RefineProfileLocked).
+  struct ProfileUse {
+    ProfileCache::Key key;
+    int64_t generation = 0;
+  };
   // What the coordinator keeps in memory about a RUNNING job.
   struct RunState {
     int num_stages = 0;
@@ -397,6 +403,9 @@ class CoordinatorService {
     // on while the coordinator was away, so the job row's step is behind it.
     int64_t reattached_step = 0;
     int64_t reattach_deadline_ms = 0;
+    // The measured profile the run's plan was made on (none for a stored, restarted or
+    // recovered plan, or an estimated or file profile).
+    std::optional<ProfileUse> profile;
     int RankOf(int stage, int replica) const {
       int index = replica;
       for (int s = 0; s < stage; ++s) index += replicas[s];
@@ -426,9 +435,11 @@ class CoordinatorService {
   // ranks and workers.
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // The inputs SubmitJob plans `spec` with (see there), given the registered workers.
+  // The inputs SubmitJob plans `spec` with (see there), given the registered workers. `use`, when
+  // not null, is set to the cached measured profile of the inputs (nullopt when there is none).
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
-                                  const std::vector<v1::WorkerInfo>& workers) const;
+                                  const std::vector<v1::WorkerInfo>& workers,
+                                  std::optional<ProfileUse>* use = nullptr) const;
   std::vector<v1::WorkerInfo> WorkerSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The workers of `workers` whose devices fit the job's parallel.device_type, in order.
@@ -486,9 +497,11 @@ class CoordinatorService {
   // StartJobLocked's plan: `replanned`'s, else the stored one (made into rank programs), or a
   // new one when there is none or the model was measured since (recording the Measured and
   // Planned events). Errors: the planner's.
+  // `profile` is set to what a plan made before the lock was made on (nullopt otherwise).
   absl::StatusOr<v1::ParallelPlan> PlanToStartLocked(const v1::Job& job,
                                                      const std::vector<WorkerRecord*>& free,
-                                                     const Replanned* replanned)
+                                                     const Replanned* replanned,
+                                                     std::optional<ProfileUse>* profile)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where a starting job resumes: after `first_step` from `resume_manifest` ("" and 0: from
   // scratch). A restart's checkpoint, a preempted job's newest one, or its --resume-from (whose
@@ -514,9 +527,17 @@ class CoordinatorService {
   bool ProfileReadyLocked(const v1::Job& job, const std::vector<WorkerRecord*>& free, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, then
-  // StopRunLocked. A RESTARTING job stops waiting to restart.
+  // StopRunLocked. A RESTARTING job stops waiting to restart. A SUCCEEDED job refines the
+  // profile its plan was made on (RefineProfileLocked).
   absl::StatusOr<v1::Job> EndJobLocked(const std::string& id, v1::JobState to,
                                        const std::string& message, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The measured steps of `run` (its ranks' median compute per step, StageMetricsTracker) refine
+  // the cached profile `job`'s plan was made on (ProfileCache::Refine), with a Measured event
+  // naming each stage's measured and predicted layer time; nothing when the plan was not made
+  // on a cached measured profile or no stage has kRefineMinSteps steps after the warm-up.
+  static constexpr int kRefineMinSteps = 10;
+  void RefineProfileLocked(const RunState& run, const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the run of job `id` (if any): drops undelivered assignments (those workers go
   // IDLE), its RunState, rendezvous and checkpoint requests. Workers that already run the job
@@ -531,6 +552,7 @@ class CoordinatorService {
     std::optional<absl::Status> files;  // CheckJobFiles on the data roots (every job)
     std::optional<absl::StatusOr<std::optional<v1::ModelProfile>>> emulated;
     std::optional<absl::StatusOr<v1::ParallelPlan>> plan;
+    std::optional<ProfileUse> profile;  // what `plan` was made on
   };
   // Tick's first part, without the lock: prepares every waiting job not prepared yet (the
   // lock is taken only to look and to store).
@@ -641,6 +663,10 @@ class CoordinatorService {
   absl::flat_hash_map<std::string, Preempting> preempting_ ABSL_GUARDED_BY(mu_);
   // Jobs prepared by PrepareStarts (forgotten when they start or end).
   absl::flat_hash_map<std::string, Prepared> prepared_ ABSL_GUARDED_BY(mu_);
+  // The cached measured profile each waiting job's plan from SubmitJob was made on (jobs planned
+  // on an estimated or file profile have none): the run takes it when it starts on that plan.
+  // Memory only: a job submitted before a coordinator restart refines nothing.
+  absl::flat_hash_map<std::string, ProfileUse> submitted_profiles_ ABSL_GUARDED_BY(mu_);
   // When preempted jobs entered the queue again (their place in it; others: created_unix_ms).
   absl::flat_hash_map<std::string, int64_t> requeued_at_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by the owner's thread only

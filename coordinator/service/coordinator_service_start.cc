@@ -142,13 +142,18 @@ void CoordinatorService::PrepareStarts() {
     Prepared prepared;
     prepared.files = CheckJobFiles(job.spec(), data_roots_);
     if (want_emulated) prepared.emulated = EmulatedProfileOf(job.spec());
-    if (want_plan)
-      prepared.plan = MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers));
+    if (want_plan) {
+      prepared.plan =
+          MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers, &prepared.profile));
+    }
     absl::MutexLock lock(&mu_);
     Prepared& kept = prepared_[job.id()];
     kept.files = std::move(prepared.files);
     if (prepared.emulated.has_value()) kept.emulated = std::move(prepared.emulated);
-    if (prepared.plan.has_value()) kept.plan = std::move(prepared.plan);
+    if (prepared.plan.has_value()) {
+      kept.plan = std::move(prepared.plan);
+      kept.profile = prepared.profile;
+    }
   }
 }
 
@@ -195,8 +200,10 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
 }
 
 absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
-    const v1::Job& job, const std::vector<WorkerRecord*>& free, const Replanned* replanned) {
+    const v1::Job& job, const std::vector<WorkerRecord*>& free, const Replanned* replanned,
+    std::optional<ProfileUse>* profile) {
   const std::string& id = job.id();
+  *profile = std::nullopt;
   // A restart planned the job already (outside the lock), on the workers it found.
   if (replanned != nullptr) return replanned->plan;
   // A job planned on an estimated profile is planned again once its model was measured.
@@ -205,10 +212,16 @@ absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
   const bool measured = WantsMeasuredProfile(job) && options_.profile_cache->Lookup(key);
   const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
   // A new plan was made before the lock (PrepareStarts; StartJobLocked checked it is there).
-  absl::StatusOr<v1::ParallelPlan> plan = job.plan().stages().empty() || measured
-                                              ? *prepared_.at(id).plan
-                                              : PlanFromSummary(job.spec(), job.plan());
+  const bool prepared = job.plan().stages().empty() || measured;
+  absl::StatusOr<v1::ParallelPlan> plan =
+      prepared ? *prepared_.at(id).plan : PlanFromSummary(job.spec(), job.plan());
   if (!plan.ok()) return plan.status();
+  if (prepared) {
+    *profile = prepared_.at(id).profile;
+  } else if (auto submitted = submitted_profiles_.find(id);
+             submitted != submitted_profiles_.end()) {
+    *profile = submitted->second;
+  }
   if (measured && !job.plan().stages().empty() &&
       schedule::NumRanks(plan->summary()) > static_cast<int>(free.size())) {
     // The measured plan wants more workers than are free now: run the stored plan rather
@@ -216,6 +229,7 @@ absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
     const int wanted = schedule::NumRanks(plan->summary());
     plan = PlanFromSummary(job.spec(), job.plan());
     if (!plan.ok()) return plan.status();
+    *profile = std::nullopt;
     plan->mutable_summary()->add_notes(
         absl::StrCat("the plan on the measured profile wants ", wanted, " workers but ",
                      free.size(), " are free: running the plan made at submission"));
@@ -335,7 +349,8 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());
     return true;
   };
-  absl::StatusOr<v1::ParallelPlan> plan = PlanToStartLocked(job, free, replanned);
+  std::optional<ProfileUse> profile;
+  absl::StatusOr<v1::ParallelPlan> plan = PlanToStartLocked(job, free, replanned, &profile);
   // Emulated jobs: the profile file was read again (it was checked at submit) for the ranks,
   // before the lock (PrepareStarts). What was prepared is used once: a preempted job is
   // prepared again.
@@ -346,6 +361,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
     if (it->second.files.has_value()) files = *it->second.files;
   }
   prepared_.erase(id);
+  submitted_profiles_.erase(id);
   if (!plan.ok()) return fail(std::string(plan.status().message()));
   const int num_stages = plan->programs_size();
   const int num_ranks = schedule::NumRanks(plan->summary());
@@ -418,6 +434,7 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
                .worker_ids = worker_ids,
                .tracker = ProgressTracker(job.spec().training().global_batch(), started)};
   run.admitted_unix_ms = now;
+  run.profile = profile;
   running_.insert_or_assign(id, std::move(run));
   return true;
 }

@@ -196,8 +196,9 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
     resumed_from = checkpoint->dir;
   }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
+  std::optional<ProfileUse> profile;
   absl::StatusOr<v1::ParallelPlan> plan =
-      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot()), &text);
+      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot(), &profile), &text);
   if (!plan.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
@@ -218,6 +219,7 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
         j->set_owner(caller.user);
         j->set_tenant(caller.tenant);
       }));
+  if (profile.has_value()) submitted_profiles_[response->job().id()] = *profile;
   WakeLocked();
   return absl::OkStatus();
 }
@@ -227,8 +229,9 @@ std::vector<v1::WorkerInfo> CoordinatorService::WorkerSnapshot() {
   return workers_.List();
 }
 
-PlanInputs CoordinatorService::SubmissionPlanInputs(
-    const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) const {
+PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
+                                                    const std::vector<v1::WorkerInfo>& workers,
+                                                    std::optional<ProfileUse>* use) const {
   PlanInputs inputs;
   inputs.defaults = options_.plan_defaults;
   // dapple, pipedream and dp replicate stages up to the job's devices; the others make
@@ -247,8 +250,13 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(
   }
   const std::string& type = spec.parallel().device_type();
   inputs.device_kind = JobDeviceKind(type, workers);
-  inputs.profile = options_.profile_cache->Lookup(
-      ProfileCache::Key{profile::ModelFingerprint(spec.model()), inputs.device_kind});
+  const ProfileCache::Key key{profile::ModelFingerprint(spec.model()), inputs.device_kind};
+  int64_t generation = 0;
+  inputs.profile = options_.profile_cache->Lookup(key, &generation);
+  if (use != nullptr) {
+    *use = inputs.profile.has_value() ? std::optional<ProfileUse>(ProfileUse{key, generation})
+                                      : std::nullopt;
+  }
   if (static_cast<int>(LiveFittingWorkers(workers, type).size()) >= spec.parallel().devices()) {
     absl::StatusOr<v1::ClusterTopology> topology =
         TopologyFromWorkers(workers, type, options_.plan_defaults);

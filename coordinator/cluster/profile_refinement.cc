@@ -1,0 +1,78 @@
+#include "coordinator/cluster/profile_refinement.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/median.h"
+
+namespace dapple::coordinator {
+
+ProfileRefinement::ProfileRefinement(int num_layers) : history_(std::max(0, num_layers)) {}
+
+std::vector<double> ProfileRefinement::Factors() const {
+  std::vector<double> factors(history_.size(), 1.0);
+  for (size_t l = 0; l < history_.size(); ++l) {
+    if (!history_[l].empty()) factors[l] = Median(history_[l]);
+  }
+  return factors;
+}
+
+absl::StatusOr<int> ProfileRefinement::Observe(const std::vector<double>& planned,
+                                               const std::vector<StageMeasurement>& stages) {
+  const int layers = static_cast<int>(history_.size());
+  if (static_cast<int>(planned.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job was planned on factors of ", planned.size(), " layers, the profile has ", layers));
+  }
+  for (const StageMeasurement& stage : stages) {
+    for (const v1::StageRange& r : stage.layers) {
+      if (r.first_layer() < 0 || r.first_layer() > r.last_layer() || r.last_layer() >= layers) {
+        return absl::InvalidArgumentError(absl::StrCat("layers [", r.first_layer(), ", ",
+                                                       r.last_layer(), "] are not within the ",
+                                                       layers, " layers of the profile"));
+      }
+    }
+  }
+  int taken = 0;
+  for (const StageMeasurement& stage : stages) {
+    const double predicted = stage.predicted_ms - stage.overhead_ms;
+    if (!(predicted > 0) || !(stage.measured_ms > 0)) continue;
+    const double ratio = (stage.measured_ms - stage.overhead_ms) / predicted;
+    if (!(ratio >= kMinRatio && ratio <= kMaxRatio)) continue;
+    ++taken;
+    for (const v1::StageRange& r : stage.layers) {
+      for (int l = r.first_layer(); l <= r.last_layer(); ++l) {
+        std::deque<double>& h = history_[l];
+        h.push_back(planned[l] * ratio);
+        if (static_cast<int>(h.size()) > kHistory) h.pop_front();
+      }
+    }
+  }
+  if (taken > 0) ++jobs_;
+  return taken;
+}
+
+v1::ModelProfile ProfileRefinement::Apply(const v1::ModelProfile& raw) const {
+  if (jobs_ == 0 || raw.layers_size() != static_cast<int>(history_.size())) return raw;
+  const std::vector<double> factors = Factors();
+  v1::ModelProfile refined = raw;
+  for (int l = 0; l < refined.layers_size(); ++l) {
+    v1::LayerProfile& layer = *refined.mutable_layers(l);
+    const double f = factors[l];
+    layer.set_forward_ms(layer.forward_ms() * f);
+    layer.set_backward_ms(layer.backward_ms() * f);
+    layer.set_optimizer_ms(layer.optimizer_ms() * f);
+    layer.set_half_batch_forward_ms(layer.half_batch_forward_ms() * f);
+    layer.set_half_batch_backward_ms(layer.half_batch_backward_ms() * f);
+  }
+  const auto [lo, hi] = std::minmax_element(factors.begin(), factors.end());
+  refined.set_source(
+      absl::StrFormat("%s; layer times refined by the measured steps of %d job%s "
+                      "(x%.2f to x%.2f)",
+                      raw.source(), jobs_, jobs_ == 1 ? "" : "s", *lo, *hi));
+  return refined;
+}
+
+}  // namespace dapple::coordinator

@@ -1,0 +1,382 @@
+// The coordinator measures a job's model on a worker before planning it (ProfileCache), and
+// refines that profile by the measured steps of the jobs planned on it (ProfileRefinement).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/profile/model_profile.h"
+#include "coordinator/service/coordinator_service_test_fixture.h"
+
+namespace dapple::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// What a worker's layer profiler reports for `request` (fixed times; the real measurement is
+// tested in worker/runtime/layer_profiler_test.cc and end to end in tests/integration).
+v1::ReportProfileRequest MeasuredAnswer(const std::string& worker,
+                                        const v1::ProfileRequest& request) {
+  v1::ReportProfileRequest r;
+  r.set_worker_id(worker);
+  r.set_request_id(request.request_id());
+  v1::ModelProfile* p = r.mutable_profile();
+  p->set_source("measured on cpu");
+  p->set_device_kind(request.device());
+  p->set_batch_size(request.batch_size());
+  p->set_model_fingerprint(profile::ModelFingerprint(request.spec().model()));
+  for (const v1::LayerSpec& l : request.spec().model().layers()) {
+    v1::LayerProfile* layer = p->add_layers();
+    layer->set_name(l.type());
+    layer->set_forward_ms(1);
+    layer->set_backward_ms(2);
+    layer->set_activation_bytes(1024);
+  }
+  return r;
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsForItsModelToBeMeasuredThenIsReplanned) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_THAT(submitted->plan().profile_source(), HasSubstr("estimated"));
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(job.message(), HasSubstr("measuring the model's layers on cpu"));
+  // The first free worker is asked, once, in its heartbeat reply; a busy one never is.
+  EXPECT_FALSE(Heartbeat(w2).has_profile_request());
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().batch_size(), 32);
+  EXPECT_EQ(hb.profile_request().device(), "cpu");
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  svc_->Tick();
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_PENDING);
+
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w1, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  job = Get(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+  EXPECT_GT(job.plan().predicted_step_ms(), 0);
+
+  // The next job of the same model uses the cached measurement at once.
+  auto second = Submit(Spec(2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->plan().profile_source(), "measured on cpu by worker w-1");
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileFailureOrDeathRunsTheEstimatedPlanSayingWhy) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  // A report from another worker is refused and changes nothing.
+  v1::ReportProfileResponse resp;
+  EXPECT_EQ(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w2, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w2, hb.profile_request()), &resp)
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+  v1::ReportProfileRequest failed;
+  failed.set_worker_id(w1);
+  failed.set_request_id(hb.profile_request().request_id());
+  failed.set_error("model.layers[1] (linear): out of memory");
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker((failed).worker_id()), failed, &resp).ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(job.plan().notes(),
+              Contains(HasSubstr("planned on the estimated profile: worker w-1 could not profile "
+                                 "the model: model.layers[1] (linear): out of memory")));
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileWorkerThatNeverAnswersTimesOut) {
+  OpenMeasuring();
+  Register();
+  Register();
+  auto submitted = Submit(Spec(2));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat("w-1").has_profile_request());
+  // Both workers stay alive (heartbeats every 2 s); the measurement never comes.
+  for (int t = 2'000; t < 60'000; t += 2'000) {
+    now_ += 2'000;
+    Heartbeat("w-1");
+    Heartbeat("w-2");
+    svc_->Tick();
+    ASSERT_EQ(Get(submitted->id()).state(), v1::JOB_STATE_PENDING) << t;
+  }
+  now_ += 2'000;  // past the 60 s profile timeout
+  Heartbeat("w-1");
+  Heartbeat("w-2");
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().notes(), Contains(HasSubstr("did not report the profile before its "
+                                                     "deadline")));
+}
+
+// The demo model with narrower hidden layers: another model (another fingerprint), 1 stage.
+std::string OtherModelSpec() { return absl::StrReplaceAll(Spec(1), {{"out: 1024", "out: 512"}}); }
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerStillMeasuringIsNotAskedAgain) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto big = Submit(Spec(1));
+  ASSERT_TRUE(big.ok()) << big.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat(w1).has_profile_request());
+  // Cancelled while w-1 measures its model: w-1 goes on measuring (and answers later).
+  ASSERT_TRUE(Cancel(big->id()).ok());
+  auto small = Submit(OtherModelSpec());
+  ASSERT_TRUE(small.ok()) << small.status();
+  svc_->Tick();
+  EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  v1::HeartbeatResponse hb = Heartbeat(w2);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().spec().name(), "demo");
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker((MeasuredAnswer(w2, hb.profile_request())).worker_id()),
+                          MeasuredAnswer(w2, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  v1::Job job = Get(small->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-2");
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasuresAnother) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  auto big = Submit(Spec(1));
+  ASSERT_TRUE(big.ok()) << big.status();
+  svc_->Tick();
+  v1::HeartbeatResponse big_request = Heartbeat(w1);
+  ASSERT_TRUE(big_request.has_profile_request());
+  ASSERT_TRUE(Cancel(big->id()).ok());
+  auto small = Submit(OtherModelSpec());
+  ASSERT_TRUE(small.ok()) << small.status();
+  svc_->Tick();
+  v1::Job job = Get(small->id());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.message(),
+            "waiting to measure the model's layers on cpu: every free worker is measuring another "
+            "model");
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());
+  // The first measurement ends (and is cached); then w-1 is asked for the second model.
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(
+              auth::TestWorker((MeasuredAnswer(w1, big_request.profile_request())).worker_id()),
+              MeasuredAnswer(w1, big_request.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  EXPECT_THAT(Get(small->id()).message(), HasSubstr("measuring the model's layers on cpu"));
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
+
+  // A worker that is measuring when asked (it cannot tell the coordinator otherwise, e.g. after
+  // a coordinator restart) answers with an error at once: the job runs its estimated plan now.
+  v1::ReportProfileRequest busy;
+  busy.set_worker_id(w1);
+  busy.set_request_id(hb.profile_request().request_id());
+  busy.set_error(absl::StrCat("worker ", w1, " is measuring another model (request profile-1)"));
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker((busy).worker_id()), busy, &resp).ok());
+  svc_->Tick();
+  job = Get(small->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_THAT(job.plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(job.plan().notes(),
+              Contains("planned on the estimated profile: worker w-1 could not profile the "
+                       "model: worker w-1 is measuring another model (request profile-1)"));
+}
+
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerThatDeregistersFailsItsRequestAtOnce) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat(w1).has_profile_request());
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(w1);
+  v1::DeregisterWorkerResponse resp;
+  ASSERT_TRUE(svc_->DeregisterWorker(auth::TestWorker((req).worker_id()), req, &resp).ok());
+  svc_->Tick();  // no time passed: not the 60 s deadline
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.worker_ids(0), w2);
+  EXPECT_THAT(job.plan().notes(),
+              Contains("planned on the estimated profile: worker w-1 shut down before reporting "
+                       "the profile"));
+}
+
+// Reports 20 steps of every rank of running `job` (one replica per stage) and DONE: stage 0
+// computes `stage0_ratio` x its predicted layer time per step, the other stages their
+// prediction, except in their 3 warm-up steps (4x: left out of the medians).
+class RefinementTest : public CoordinatorServiceTest {
+ protected:
+  void RunToSuccess(const v1::Job& job, double stage0_ratio) {
+    for (int step = 1; step <= 20; ++step) {
+      for (int stage = 0; stage < job.plan().stages_size(); ++stage) {
+        const v1::PlanStageSummary& s = job.plan().stages(stage);
+        const double layers_ms = s.compute_ms() - s.overhead_ms();
+        const double ms =
+            s.overhead_ms() + layers_ms * (stage == 0 ? stage0_ratio : (step <= 3 ? 4 : 1));
+        ASSERT_TRUE(
+            Report(s.worker_ids(0), job.id(), stage, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
+              r->set_step(step);
+              r->set_loss(2.0);
+              r->set_step_seconds(0.1);
+              v1::StageStepStats* st = r->mutable_stats();
+              st->set_step(step);
+              st->set_step_seconds(0.1);
+              st->set_forward_seconds(ms / 3 / 1e3);
+              st->set_backward_seconds(ms * 2 / 3 / 1e3);
+              st->set_samples(256);
+            }).ok());
+      }
+    }
+    for (int stage = 0; stage < job.plan().stages_size(); ++stage) {
+      ASSERT_TRUE(
+          Report(job.plan().stages(stage).worker_ids(0), job.id(), stage, v1::PROGRESS_DONE).ok());
+    }
+  }
+};
+
+// A job planned on the measured profile reports each rank's compute per step; when it succeeds,
+// those medians refine the cached profile (coordinator/cluster/profile_refinement.h) and the
+// next plan of the model reads the refined layer times.
+TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  const std::string spec = absl::StrReplaceAll(Spec(2), {{"max_steps: 3", "max_steps: 20"}});
+  auto submitted = Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  v1::ReportProfileResponse resp;
+  const v1::ReportProfileRequest answer = MeasuredAnswer(w1, hb.profile_request());
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker(w1), answer, &resp).ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+  ASSERT_EQ(job.plan().stages_size(), 2);
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+
+  // Stage 0 computes 1.5x its predicted layer time; stage 1 as predicted, but in its 3 warm-up
+  // steps 4x (left out of its median).
+  const v1::PlanStageSummary s0 = job.plan().stages(0);
+  ASSERT_GT(s0.compute_ms(), s0.overhead_ms());
+  RunToSuccess(job, /*stage0_ratio=*/1.5);
+  job = Get(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  std::vector<std::string> measured_events;
+  for (const v1::JobEventRecord& e : job.events()) {
+    if (e.reason() == "Measured") measured_events.push_back(e.message());
+  }
+  EXPECT_THAT(measured_events,
+              Contains(AllOf(HasSubstr("compute per step, median after the warm-up: stage 0"),
+                             HasSubstr("refined the layer times of the model's profile on cpu "
+                                       "(2 of 2 stages taken)"))));
+
+  // The cache's profile: stage 0's layers 1.5x as long, stage 1's as measured.
+  std::optional<v1::ModelProfile> refined =
+      cache_->Lookup(ProfileCache::KeyOf(job.spec().model(), "cpu"));
+  ASSERT_TRUE(refined.has_value());
+  EXPECT_EQ(refined->source(),
+            "measured on cpu by worker w-1; layer times refined by the measured steps of 1 job "
+            "(x1.00 to x1.50)");
+  for (int l = 0; l < refined->layers_size(); ++l) {
+    const double f = l <= s0.last_layer() ? 1.5 : 1.0;
+    EXPECT_NEAR(refined->layers(l).forward_ms(), answer.profile().layers(l).forward_ms() * f, 1e-9)
+        << l;
+    EXPECT_NEAR(refined->layers(l).backward_ms(), answer.profile().layers(l).backward_ms() * f,
+                1e-9)
+        << l;
+  }
+  // The next job of the model is planned on it.
+  auto second = Submit(spec);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->plan().profile_source(), refined->source());
+  EXPECT_GT(second->plan().predicted_step_ms(), job.plan().predicted_step_ms());
+  // Planned at submission on the refined profile, it refines it again when it succeeds (its
+  // stage 0 measured as predicted: that layer's observations are 1.5 and 1.5).
+  svc_->Tick();
+  job = Get(second->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  RunToSuccess(job, /*stage0_ratio=*/1.0);
+  refined = cache_->Lookup(ProfileCache::KeyOf(job.spec().model(), "cpu"));
+  EXPECT_THAT(refined->source(), HasSubstr("refined by the measured steps of 2 jobs"));
+  EXPECT_NEAR(refined->layers(0).forward_ms(), answer.profile().layers(0).forward_ms() * 1.5, 1e-9);
+}
+
+TEST_F(RefinementTest, AJobOfOnlyWarmUpStepsRefinesNothing) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  auto submitted = Submit(Spec(2));  // 3 steps: all warm-up
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  Heartbeat(w1);
+  Heartbeat(w2);
+  for (int step = 1; step <= 3; ++step) {
+    for (int stage = 0; stage < 2; ++stage) {
+      ASSERT_TRUE(Report(job.plan().stages(stage).worker_ids(0), job.id(), stage, v1::PROGRESS_STEP,
+                         [&](v1::ProgressReport* r) {
+                           r->set_step(step);
+                           r->set_loss(2.0);
+                           r->mutable_stats()->set_step(step);
+                           r->mutable_stats()->set_forward_seconds(1.0);
+                         })
+                      .ok());
+    }
+  }
+  for (int stage = 0; stage < 2; ++stage) {
+    ASSERT_TRUE(
+        Report(job.plan().stages(stage).worker_ids(0), job.id(), stage, v1::PROGRESS_DONE).ok());
+  }
+  ASSERT_EQ(Get(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cache_->Lookup(ProfileCache::KeyOf(job.spec().model(), "cpu"))->source(),
+            "measured on cpu by worker w-1");
+}
+
+}  // namespace
+}  // namespace dapple::coordinator

@@ -9,8 +9,12 @@ compute capacity at registration (worker/daemon/host_capacity.h) and the simulat
 computing at once on it (coordinator/planner/host_contention.h). After the table, each job's
 prediction term by term, per stage: the layers' forward + backward + optimizer time, the work
 outside the layers (data loading, loss, per-action cost), what sharing the host's cores adds,
-and the idle time (bubble) and transfers; layers + overhead + contention + idle + allreduce is
-the step.
+the idle time (bubble), the collectives (GLOBAL_NORM, AllReduce) and the transfers; layers +
+overhead + contention + idle + collectives is the step (transfers overlap it).
+Every job that succeeds refines what the next ones are planned on (docs/coordinator.md,
+"Refined by the jobs' steps"): the layer times of the model's cached profile and the cost of a
+collective across processes; the profile column says how many jobs refined it. So the first
+run of each job is planned on the raw measurement, the later ones on the refined one.
 Each job runs REPEATS times (interleaved); the table shows every run and the medians. The
 script polls the coordinator once a second: each poll runs dapplectl (about 18 ms of CPU), and
 at 10 polls a second the poller took CPU from the 2-stage jobs it timed.
@@ -48,9 +52,10 @@ def breakdown(name, plan):
         compute = st.get("compute_ms", 0.0)
         overhead = st.get("overhead_ms", 0.0)
         contention = st.get("contention_ms", 0.0)
-        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
             name, s, compute - overhead - contention, overhead, contention, st.get("idle_ms", 0.0),
-            st.get("comm_ms", 0.0), compute + st.get("idle_ms", 0.0) + st.get("allreduce_ms", 0.0)))
+            st.get("allreduce_ms", 0.0), st.get("comm_ms", 0.0),
+            compute + st.get("idle_ms", 0.0) + st.get("allreduce_ms", 0.0)))
     return lines
 
 
@@ -73,12 +78,13 @@ def main():
                                            ("acc-gpipe", 2, "gpipe")):
                 plan, measured = run(c, name, stages, schedule)
                 rows.append((repeat + 1, name, stages, schedule, plan["micro_batches"],
-                             plan["predicted_step_ms"], measured, plan["profile_source"]))
+                             plan["predicted_step_ms"], measured,
+                             plan["profile_source"] + "; " + plan.get("cluster_source", "")))
                 plans[name] = plan
     finally:
         c.close()
     print("| run | job | P | schedule | M | predicted step ms | measured step ms | "
-          "measured / predicted | profile |")
+          "measured / predicted | profile; cluster |")
     print("|---|---|---|---|---|---|---|---|---|")
     for run_no, name, p, sched, m, pred, meas, src in rows:
         print("| %d | %s | %d | %s | %d | %.2f | %.2f | %.2f | %s |" % (
@@ -100,8 +106,9 @@ def main():
               ", ".join("%.2f" % c for c in at_registration),
               ", ".join("%.2f" % c for c in capacities)))
     print()
-    print("| job | stage | layers ms | overhead ms | contention ms | idle ms | transfers ms | sum ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| job | stage | layers ms | overhead ms | contention ms | idle ms | collectives ms | "
+          "transfers ms | sum ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, plan in plans.items():
         for line in breakdown(name, plan):
             print(line)

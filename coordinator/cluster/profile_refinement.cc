@@ -37,9 +37,10 @@ absl::StatusOr<int> ProfileRefinement::Observe(const std::vector<double>& planne
   }
   int taken = 0;
   for (const StageMeasurement& stage : stages) {
-    const double predicted = stage.predicted_ms - stage.overhead_ms;
-    if (!(predicted > 0) || !(stage.measured_ms > 0)) continue;
-    const double ratio = (stage.measured_ms - stage.overhead_ms) / predicted;
+    const double layers = stage.predicted_ms - stage.overhead_ms - stage.contention_ms;
+    if (!(layers > 0) || !(stage.measured_ms > 0)) continue;
+    if (!(stage.contention_ms <= kMaxContentionShare * layers)) continue;
+    const double ratio = (stage.measured_ms - stage.overhead_ms - stage.contention_ms) / layers;
     if (!(ratio >= kMinRatio && ratio <= kMaxRatio)) continue;
     ++taken;
     for (const v1::StageRange& r : stage.layers) {

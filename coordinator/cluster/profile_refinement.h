@@ -12,20 +12,22 @@
 // The rule. For pipeline rank s of a job planned on factors f (f[l] = 1 for a layer never
 // observed):
 //
-//   ratio_s = (measured_s - overhead_s) / (predicted_s - overhead_s)
+//   ratio_s = (measured_s - overhead_s - contention_s) / (predicted_s - overhead_s - contention_s)
 //
 // predicted_s is the plan's PlanStageSummary.compute_ms (the layers' forward, backward and
 // optimizer time per step and replica, plus overhead and contention), overhead_s its overhead_ms
 // (data loading, the loss, the interpreter's per-action cost: ModelProfile's own fields, not
-// layer time), measured_s the median over the stage's replicas of each rank's median forward +
-// backward + optimizer milliseconds per step (StageMetricsTracker::MedianComputeMs). Contention
-// (host_contention.h) is charged in proportion to the time the stages compute at once, so it
-// scales with the layers. Every layer l of the rank (all its chunks) gets the observation
-// f[l] * ratio_s: the factor that would have predicted the stage. A layer's factor is the median
-// of its last kHistory observations, so one job on a slow moment moves no prediction far. A
-// stage whose ratio lies outside [kMinRatio, kMaxRatio] is not taken: a straggling or
-// oversubscribed host says nothing about the layers.
-//
+// layer time), contention_s its contention_ms (what the stage loses to other stages computing on
+// its host's cores, host_contention.h: a model of the host, not of the layers), measured_s the
+// median over the stage's replicas of each rank's median forward + backward + optimizer
+// milliseconds per step (StageMetricsTracker::MedianComputeMs). Every layer l of the rank (all
+// its chunks) gets the observation f[l] * ratio_s: the factor that would have predicted the
+// stage. A layer's factor is the median of its last kHistory observations, so one job on a slow
+// moment moves no prediction far. A stage is not taken when its ratio lies outside [kMinRatio,
+// kMaxRatio] (a straggling or oversubscribed host says nothing about the layers) or when its
+// predicted contention exceeds kMaxContentionShare of its layer time (its measurement then says
+// as much about the host's sharing as about the layers, and an error of the contention model
+// would be learned as layer time, then applied to plans that share nothing).
 // Thread safety: thread-compatible (ProfileCache holds it under its mutex).
 #ifndef DAPPLE_COORDINATOR_CLUSTER_PROFILE_REFINEMENT_H_
 #define DAPPLE_COORDINATOR_CLUSTER_PROFILE_REFINEMENT_H_
@@ -44,6 +46,7 @@ struct StageMeasurement {
   std::vector<v1::StageRange> layers;  // the rank's layer ranges (schedule::StageChunks)
   double predicted_ms = 0;             // PlanStageSummary.compute_ms
   double overhead_ms = 0;              // PlanStageSummary.overhead_ms
+  double contention_ms = 0;            // PlanStageSummary.contention_ms
   double measured_ms = 0;              // median forward + backward + optimizer ms per step
 };
 
@@ -52,6 +55,7 @@ class ProfileRefinement {
   static constexpr int kHistory = 5;
   static constexpr double kMinRatio = 0.5;
   static constexpr double kMaxRatio = 2.0;
+  static constexpr double kMaxContentionShare = 0.25;
 
   // The refinement of a profile of `num_layers` layers: every factor 1, no job observed.
   ProfileRefinement() = default;
@@ -63,9 +67,10 @@ class ProfileRefinement {
   int jobs() const { return jobs_; }
 
   // One job planned on `planned` (Factors() when the job was planned) measured `stages`.
-  // Returns the number of stages taken (those with a ratio within [kMinRatio, kMaxRatio] and a
-  // positive predicted layer time). kInvalidArgument, changing nothing, when planned.size() is
-  // not the number of layers or a stage names a range outside [0, layers) or with first > last.
+  // Returns the number of stages taken (those with a positive predicted layer time, a ratio
+  // within [kMinRatio, kMaxRatio] and contention within kMaxContentionShare of the layer time).
+  // kInvalidArgument, changing nothing, when planned.size() is not the number of layers or a stage
+  // names a range outside [0, layers) or with first > last.
   absl::StatusOr<int> Observe(const std::vector<double>& planned,
                               const std::vector<StageMeasurement>& stages);
 

@@ -15,8 +15,8 @@ v1::StageRange Range(int first, int last) {
 }
 
 StageMeasurement Stage(std::vector<v1::StageRange> layers, double predicted, double overhead,
-                       double measured) {
-  return StageMeasurement{std::move(layers), predicted, overhead, measured};
+                       double measured, double contention = 0) {
+  return StageMeasurement{std::move(layers), predicted, overhead, contention, measured};
 }
 
 v1::ModelProfile Profile(int layers) {
@@ -71,6 +71,18 @@ TEST(ProfileRefinementTest, AStagesRatioOfLayerTimeScalesItsLayersAndNotTheOverh
   EXPECT_EQ(refined.source(),
             "measured on cpu by worker w-1; layer times refined by the measured steps of 1 job "
             "(x0.80 to x1.20)");
+}
+
+TEST(ProfileRefinementTest, PredictedContentionIsNotLayerTimeAndTooMuchOfItIsNotTaken) {
+  ProfileRefinement r(2);
+  // Layers 8 ms, overhead 1, contention 1 (12.5 % of the layers): measured 12 = 1 + 1 + 10,
+  // so the layers took 10 / 8 = 1.25x.
+  ASSERT_EQ(*r.Observe({1.0, 1.0}, {Stage({Range(0, 0)}, 10, 1, 12, /*contention=*/1)}), 1);
+  EXPECT_NEAR(r.Factors()[0], 1.25, 1e-12);
+  // Contention of 3 ms on 6 ms of layers (50 %): the measurement is the host's sharing as much
+  // as the layers'.
+  ASSERT_EQ(*r.Observe({1.25, 1.0}, {Stage({Range(1, 1)}, 10, 1, 12, /*contention=*/3)}), 0);
+  EXPECT_EQ(r.Factors()[1], 1.0);
 }
 
 TEST(ProfileRefinementTest, AnObservationIsRelativeToTheFactorsTheJobWasPlannedOn) {

@@ -25,9 +25,14 @@ bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_u
   for (const auto& [samples, secs] : rank.window) seconds += secs;
   rank.seconds_sum = seconds;
   if (++rank.reports > kWarmupSteps && !stats.skipped()) {
-    rank.compute_ms.push_back(
-        (stats.forward_seconds() + stats.backward_seconds() + stats.optimizer_seconds()) * 1e3);
-    if (static_cast<int>(rank.compute_ms.size()) > kComputeHistory) rank.compute_ms.pop_front();
+    const double compute =
+        stats.forward_seconds() + stats.backward_seconds() + stats.optimizer_seconds();
+    rank.compute_ms.push_back(compute * 1e3);
+    rank.non_compute_ms.push_back((stats.step_seconds() - compute) * 1e3);
+    if (static_cast<int>(rank.compute_ms.size()) > kComputeHistory) {
+      rank.compute_ms.pop_front();
+      rank.non_compute_ms.pop_front();
+    }
   }
 
   auto* all = job->mutable_stage_metrics();
@@ -60,11 +65,21 @@ bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_u
 std::optional<double> StageMetricsTracker::MedianComputeMs(int stage, int replica,
                                                            int min_steps) const {
   auto it = ranks_.find({stage, replica});
-  if (it == ranks_.end() || static_cast<int>(it->second.compute_ms.size()) < min_steps ||
-      it->second.compute_ms.empty()) {
+  if (it == ranks_.end() || it->second.compute_ms.empty() ||
+      static_cast<int>(it->second.compute_ms.size()) < min_steps) {
     return std::nullopt;
   }
   return Median(it->second.compute_ms);
+}
+
+std::optional<double> StageMetricsTracker::MedianNonComputeMs(int stage, int replica,
+                                                              int min_steps) const {
+  auto it = ranks_.find({stage, replica});
+  if (it == ranks_.end() || it->second.non_compute_ms.empty() ||
+      static_cast<int>(it->second.non_compute_ms.size()) < min_steps) {
+    return std::nullopt;
+  }
+  return Median(it->second.non_compute_ms);
 }
 
 }  // namespace dapple::coordinator

@@ -39,6 +39,9 @@ class StageMetricsTracker {
   // (stage, replica) over its steps after its first kWarmupSteps reports, skipped steps left
   // out; nullopt with fewer than `min_steps` such steps (or an unknown rank).
   std::optional<double> MedianComputeMs(int stage, int replica, int min_steps) const;
+  // The same steps' median milliseconds outside forward, backward and optimizer (step_seconds
+  // less them: waits, transfers, collectives); nullopt as MedianComputeMs.
+  std::optional<double> MedianNonComputeMs(int stage, int replica, int min_steps) const;
 
  private:
   struct Rank {
@@ -47,7 +50,9 @@ class StageMetricsTracker {
     int64_t samples_sum = 0;
     double seconds_sum = 0;
     int reports = 0;
-    std::deque<double> compute_ms;  // after the warm-up, oldest first
+    // After the warm-up, oldest first: compute and the rest of the step, ms.
+    std::deque<double> compute_ms;
+    std::deque<double> non_compute_ms;
   };
   std::map<std::pair<int, int>, Rank> ranks_;  // by (stage, replica)
 };

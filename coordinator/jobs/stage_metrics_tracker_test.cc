@@ -121,6 +121,9 @@ TEST(StageMetricsTrackerTest, ComputeMedianLeavesOutTheWarmUpAndSkippedSteps) {
   EXPECT_EQ(t.MedianComputeMs(1, 0, 6), std::nullopt);
   ASSERT_TRUE(t.MedianComputeMs(1, 0, 5).has_value());
   EXPECT_NEAR(*t.MedianComputeMs(1, 0, 5), 31.0, 1e-9);
+  // Each step lasted 1 s (Report's step_seconds): the rest of the median step is 969 ms.
+  EXPECT_NEAR(*t.MedianNonComputeMs(1, 0, 5), 969.0, 1e-9);
+  EXPECT_EQ(t.MedianNonComputeMs(1, 0, 6), std::nullopt);
   EXPECT_EQ(t.MedianComputeMs(0, 0, 1), std::nullopt);  // never reported
 }
 

@@ -107,7 +107,8 @@ double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
       intra ? topology.intra_node_latency_ms() : topology.inter_node_latency_ms();
   // Ring: a reduce-scatter and an all-gather of n - 1 rounds each, every round moving bytes / n
   // per device over the slowest link of the ring.
-  return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * kMsPerSecond;
+  return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * kMsPerSecond +
+         topology.collective_overhead_ms();
 }
 
 double AllGatherMs(const v1::ClusterTopology& topology, double bytes,
@@ -115,7 +116,8 @@ double AllGatherMs(const v1::ClusterTopology& topology, double bytes,
   const double n = static_cast<double>(devices.size());
   if (devices.size() <= 1) return 0.0;
   return (n - 1) * (LinkLatencyMs(topology, devices, {}) +
-                    bytes / LinkBandwidth(topology, devices, {}) * kMsPerSecond);
+                    bytes / LinkBandwidth(topology, devices, {}) * kMsPerSecond) +
+         topology.collective_overhead_ms();
 }
 
 double GlobalNormMs(const PlanningProblem& problem, const HybridPlan& plan,
@@ -142,7 +144,8 @@ double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,
   if (bytes == 0 || a == b) return 0.0;
   // A ring of two: one round of the reduce-scatter and one of the all-gather, each moving half
   // the bytes per direction; the replica pairs run side by side.
-  return 2 * LinkLatencyMs(topology, a, b) + bytes / LinkBandwidth(topology, a, b) * kMsPerSecond;
+  return 2 * LinkLatencyMs(topology, a, b) + bytes / LinkBandwidth(topology, a, b) * kMsPerSecond +
+         topology.collective_overhead_ms();
 }
 
 std::vector<double> TiedGradientMsPerStage(const PlanningProblem& problem, const HybridPlan& plan) {

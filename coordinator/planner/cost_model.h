@@ -43,13 +43,14 @@ double TransferMs(const v1::ClusterTopology& topology, double bytes, const std::
 
 // Ring AllReduce of `bytes` over `devices` (Patarasuk and Yuan 2009; the Pipe-SGD timing model,
 // Li et al. NeurIPS 2018 section 3): 2 (n - 1) latency + 2 (n - 1) / n * bytes / bandwidth with
-// the slowest link among the devices. 0 for one device.
+// the slowest link among the devices, plus the topology's collective_overhead_ms (measured by
+// jobs: the hand-offs the link model misses). 0 for one device.
 double AllReduceMs(const v1::ClusterTopology& topology, double bytes,
                    const std::vector<int>& devices);
 
 // Ring AllGather of `bytes` from each of `devices` (Gloo's: n - 1 rounds, each moving one
 // member's bytes over the slowest link among the devices): (n - 1) (latency + bytes /
-// bandwidth). 0 for one device.
+// bandwidth), plus the topology's collective_overhead_ms. 0 for one device.
 double AllGatherMs(const v1::ClusterTopology& topology, double bytes,
                    const std::vector<int>& devices);
 
@@ -78,7 +79,7 @@ bool HostMemoryLink(const v1::ClusterTopology& topology, const std::vector<int>&
 // (ChainProfile::Tie: the embedding's stage and the lm_head's), once per step before their
 // optimizer steps: each replica pair exchanges its `bytes` of gradient both ways at once, a ring
 // AllReduce of two, `2 latency + bytes / bandwidth` over the slowest link between the devices
-// of `a` and `b`. 0 when bytes == 0 or a == b.
+// of `a` and `b`, plus the topology's collective_overhead_ms. 0 when bytes == 0 or a == b.
 double TiedGradientSumMs(const v1::ClusterTopology& topology, double bytes,
                          const std::vector<int>& a, const std::vector<int>& b);
 

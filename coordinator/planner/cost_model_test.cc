@@ -144,6 +144,22 @@ TEST(CostModelTest, RingAllGatherFormula) {
   EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {5}), 0.0);
 }
 
+// The jobs' measured overhead of a collective across processes joins each one once, never a
+// single device's (nothing crosses a process).
+TEST(CostModelTest, EveryCollectiveOfTwoOrMoreDevicesPaysTheMeasuredOverheadOnce) {
+  v1::ClusterTopology t = TwoNodes();
+  const double all_reduce = AllReduceMs(t, 4e8, {0, 1, 2, 3});
+  const double all_gather = AllGatherMs(t, 16, {0, 1, 2});
+  const double tied = TiedGradientSumMs(t, 1e6, {0}, {3});
+  t.set_collective_overhead_ms(4.5);
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {0, 1, 2, 3}), all_reduce + 4.5);
+  EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {0, 1, 2}), all_gather + 4.5);
+  EXPECT_DOUBLE_EQ(TiedGradientSumMs(t, 1e6, {0}, {3}), tied + 4.5);
+  EXPECT_DOUBLE_EQ(AllReduceMs(t, 4e8, {3}), 0.0);
+  EXPECT_DOUBLE_EQ(AllGatherMs(t, 16, {5}), 0.0);
+  EXPECT_DOUBLE_EQ(TiedGradientSumMs(t, 1e6, {2}, {2}), 0.0);
+}
+
 // The job-wide GLOBAL_NORM: over every rank of the plan, under the schedules whose programs hold
 // it (job_lowering.h TakesGlobalNorm).
 TEST(CostModelTest, GlobalNormIsAnAllGatherOfEveryRankWhenTheScheduleHoldsIt) {

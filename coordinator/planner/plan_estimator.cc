@@ -69,14 +69,7 @@ double PlanEstimator::TransferMs(double bytes, const std::vector<int>& from,
 }
 
 double PlanEstimator::AllReduceMs(double bytes, const std::vector<int>& devices) const {
-  if (devices.size() <= 1) return 0;
-  const v1::ClusterTopology& t = problem_.topology;
-  const bool one = OneNode(devices, {});
-  const double bandwidth =
-      one ? t.intra_node_bandwidth_bytes_per_s() : t.inter_node_bandwidth_bytes_per_s();
-  const double latency = one ? t.intra_node_latency_ms() : t.inter_node_latency_ms();
-  const double n = static_cast<double>(devices.size());
-  return 2 * (n - 1) * latency + 2 * (n - 1) / n * bytes / bandwidth * 1000.0;
+  return coordinator::AllReduceMs(problem_.topology, bytes, devices);
 }
 
 double PlanEstimator::ForwardMs(int first, int last, double samples) const {

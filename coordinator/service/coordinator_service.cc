@@ -244,7 +244,7 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
   auto run = running_.find(id);
   if (to == v1::JOB_STATE_SUCCEEDED && run != running_.end()) {
     if (absl::StatusOr<v1::Job> ending = jobs_->Get(id); ending.ok()) {
-      RefineProfileLocked(run->second, *ending);
+      RefineFromStepsLocked(run->second, *ending);
     }
   }
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Transition(id, to, message, [&](v1::Job* j) {
@@ -260,41 +260,82 @@ absl::StatusOr<v1::Job> CoordinatorService::EndJobLocked(const std::string& id, 
   return job;
 }
 
-void CoordinatorService::RefineProfileLocked(const RunState& run, const v1::Job& job) {
+namespace {
+
+// The median over the replicas of `stage` of `median(run's tracker, stage, replica)`; nullopt when
+// none has enough steps.
+template <typename PerRank>
+std::optional<double> OverReplicas(const v1::ParallelPlanSummary& plan, int stage,
+                                   const PerRank& per_rank) {
+  std::vector<double> ranks;
+  for (int r = 0; r < schedule::StageReplicas(plan, stage); ++r) {
+    if (std::optional<double> ms = per_rank(r)) ranks.push_back(*ms);
+  }
+  if (ranks.empty()) return std::nullopt;
+  return Median(ranks);
+}
+
+}  // namespace
+
+void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Job& job) {
   if (!run.profile.has_value()) return;
   const v1::ParallelPlanSummary& plan = job.plan();
+  std::vector<std::string> said;
+  // The layers: each stage's compute against its prediction.
   std::vector<StageMeasurement> stages;
   std::vector<std::string> described;
   for (int s = 0; s < plan.stages_size(); ++s) {
     const v1::PlanStageSummary& stage = plan.stages(s);
-    std::vector<double> ranks;
-    for (int r = 0; r < schedule::StageReplicas(plan, s); ++r) {
-      if (std::optional<double> ms = run.stage_metrics.MedianComputeMs(s, r, kRefineMinSteps)) {
-        ranks.push_back(*ms);
-      }
-    }
-    if (ranks.empty()) continue;
+    const std::optional<double> measured = OverReplicas(
+        plan, s, [&](int r) { return run.stage_metrics.MedianComputeMs(s, r, kRefineMinSteps); });
+    if (!measured.has_value()) continue;
     StageMeasurement m{schedule::StageChunks(plan, s), stage.compute_ms(), stage.overhead_ms(),
-                       Median(ranks)};
+                       stage.contention_ms(), *measured};
     described.push_back(
         absl::StrFormat("stage %d %.1f ms (predicted %.1f)", s, m.measured_ms, m.predicted_ms));
     stages.push_back(std::move(m));
   }
   if (stages.empty()) return;
+  said.push_back(
+      absl::StrCat("compute per step, median after the warm-up: ", absl::StrJoin(described, ", ")));
   absl::StatusOr<int> taken =
       options_.profile_cache->Refine(run.profile->key, run.profile->generation, stages);
   if (!taken.ok()) {
     DAPPLE_LOG_INFO("job {}: its measured steps do not refine the model's profile: {}", job.id(),
                     taken.status().message());
-    return;
-  }
-  (void)jobs_->RecordEvent(
-      job.id(), JobEventReason::kMeasured,
-      absl::StrCat("compute per step, median after the warm-up: ", absl::StrJoin(described, ", "),
-                   *taken > 0 ? absl::StrCat("; refined the layer times of the model's profile on ",
+  } else {
+    said.push_back(*taken > 0 ? absl::StrCat("refined the layer times of the model's profile on ",
                                              run.profile->key.device_kind, " (", *taken, " of ",
                                              stages.size(), " stages taken)")
-                              : "; too far from the prediction to refine the model's profile"));
+                              : "too far from the prediction to refine the model's profile");
+  }
+  // The collectives: the bottleneck stage's time outside its layers against its prediction, in
+  // a synchronous job whose steps end in a collective of every rank.
+  const std::string schedule = schedule::RunningSchedule(job.spec(), plan);
+  if (schedule::NumRanks(plan) >= 2 && schedule != "pipedream" &&
+      schedule::TakesGlobalNorm(schedule, job.spec().training().max_grad_norm())) {
+    int b = 0;
+    for (int s = 1; s < plan.stages_size(); ++s) {
+      if (plan.stages(s).compute_ms() > plan.stages(b).compute_ms()) b = s;
+    }
+    const std::optional<double> outside = OverReplicas(plan, b, [&](int r) {
+      return run.stage_metrics.MedianNonComputeMs(b, r, kRefineMinSteps);
+    });
+    if (outside.has_value()) {
+      const double predicted = plan.predicted_step_ms() - plan.stages(b).compute_ms();
+      const int collectives = 1 + (schedule::StageReplicas(plan, b) > 1 ? 1 : 0);
+      const double observed = collectives_.Observe(run.profile->collective_overhead_ms,
+                                                   *outside - predicted, collectives);
+      if (observed >= 0) {
+        said.push_back(absl::StrFormat(
+            "stage %d spent %.1f ms per step outside its layers (predicted %.1f, %d "
+            "collective%s): each collective +%.2f ms (the cluster's overhead now %.2f ms)",
+            b, *outside, predicted, collectives, collectives == 1 ? "" : "s", observed,
+            collectives_.OverheadMs()));
+      }
+    }
+  }
+  (void)jobs_->RecordEvent(job.id(), JobEventReason::kMeasured, absl::StrJoin(said, "; "));
 }
 
 void CoordinatorService::StopRunLocked(const std::string& id) {

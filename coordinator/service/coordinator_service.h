@@ -96,6 +96,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/auth/identity.h"
 #include "coordinator/checkpoints/checkpoint_manager.h"
+#include "coordinator/cluster/collective_refinement.h"
 #include "coordinator/cluster/profile_cache.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
@@ -373,11 +374,13 @@ class CoordinatorService {
   // be judged DEAD later): neither a restart nor a preemption waits for it to stop.
   static constexpr int kStoppingHeartbeats = 3;
 
-  // The cached profile a plan was made on, and its refinement's generation (ProfileCache::Lookup):
-  // the job's measured steps refine it when it succeeds (RefineProfileLocked).
+  // The cached profile a plan was made on, and its refinement's generation (ProfileCache::Lookup),
+  // and the collective overhead its topology had (0 without a topology of the workers): the job's
+  // measured steps refine both when it succeeds (RefineFromStepsLocked).
   struct ProfileUse {
     ProfileCache::Key key;
     int64_t generation = 0;
+    double collective_overhead_ms = 0;
   };
   // What the coordinator keeps in memory about a RUNNING job.
   struct RunState {
@@ -435,6 +438,10 @@ class CoordinatorService {
   // ranks and workers.
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // TopologyFromWorkers (worker_topology.h) with the collective overhead the jobs measured
+  // (CollectiveRefinement), its source saying so once any job did.
+  absl::StatusOr<v1::ClusterTopology> TopologyOfWorkers(const std::vector<v1::WorkerInfo>& workers,
+                                                        const std::string& device_type) const;
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers. `use`, when
   // not null, is set to the cached measured profile of the inputs (nullopt when there is none).
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
@@ -528,16 +535,18 @@ class CoordinatorService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves job `id` to a terminal state (JobManager::Transition), finalises its metrics, then
   // StopRunLocked. A RESTARTING job stops waiting to restart. A SUCCEEDED job refines the
-  // profile its plan was made on (RefineProfileLocked).
+  // profile its plan was made on and the collective overhead (RefineFromStepsLocked).
   absl::StatusOr<v1::Job> EndJobLocked(const std::string& id, v1::JobState to,
                                        const std::string& message, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The measured steps of `run` (its ranks' median compute per step, StageMetricsTracker) refine
-  // the cached profile `job`'s plan was made on (ProfileCache::Refine), with a Measured event
-  // naming each stage's measured and predicted layer time; nothing when the plan was not made
-  // on a cached measured profile or no stage has kRefineMinSteps steps after the warm-up.
+  // The measured steps of `run` (its ranks' medians per step, StageMetricsTracker) refine the
+  // cached profile `job`'s plan was made on (ProfileCache::Refine: each stage's compute) and the
+  // cluster's collective overhead (CollectiveRefinement: the bottleneck stage's time outside its
+  // layers), with a Measured event naming each stage's measured and predicted compute; nothing
+  // when the plan was not made on a cached measured profile or no stage has kRefineMinSteps
+  // steps after the warm-up.
   static constexpr int kRefineMinSteps = 10;
-  void RefineProfileLocked(const RunState& run, const v1::Job& job)
+  void RefineFromStepsLocked(const RunState& run, const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the run of job `id` (if any): drops undelivered assignments (those workers go
   // IDLE), its RunState, rendezvous and checkpoint requests. Workers that already run the job
@@ -636,6 +645,8 @@ class CoordinatorService {
                                      : options_.checkpoint_dir,
                                  options_.keep_checkpoints};
   Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  // What each collective costs beyond the link model, learned from the jobs (thread-safe).
+  CollectiveRefinement collectives_;
   absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
   // RESTARTING jobs: when they failed and when their backoff ends.
   absl::flat_hash_map<std::string, RestartWait> restarting_ ABSL_GUARDED_BY(mu_);

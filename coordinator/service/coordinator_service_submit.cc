@@ -229,6 +229,20 @@ std::vector<v1::WorkerInfo> CoordinatorService::WorkerSnapshot() {
   return workers_.List();
 }
 
+absl::StatusOr<v1::ClusterTopology> CoordinatorService::TopologyOfWorkers(
+    const std::vector<v1::WorkerInfo>& workers, const std::string& device_type) const {
+  absl::StatusOr<v1::ClusterTopology> topology =
+      TopologyFromWorkers(workers, device_type, options_.plan_defaults);
+  if (!topology.ok()) return topology;
+  if (const int jobs = collectives_.jobs(); jobs > 0) {
+    topology->set_collective_overhead_ms(collectives_.OverheadMs());
+    topology->set_source(absl::StrFormat(
+        "%s; collectives +%.2f ms each (measured by the steps of %d job%s)", topology->source(),
+        topology->collective_overhead_ms(), jobs, jobs == 1 ? "" : "s"));
+  }
+  return topology;
+}
+
 PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
                                                     const std::vector<v1::WorkerInfo>& workers,
                                                     std::optional<ProfileUse>* use) const {
@@ -253,14 +267,16 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
   const ProfileCache::Key key{profile::ModelFingerprint(spec.model()), inputs.device_kind};
   int64_t generation = 0;
   inputs.profile = options_.profile_cache->Lookup(key, &generation);
-  if (use != nullptr) {
-    *use = inputs.profile.has_value() ? std::optional<ProfileUse>(ProfileUse{key, generation})
-                                      : std::nullopt;
-  }
   if (static_cast<int>(LiveFittingWorkers(workers, type).size()) >= spec.parallel().devices()) {
-    absl::StatusOr<v1::ClusterTopology> topology =
-        TopologyFromWorkers(workers, type, options_.plan_defaults);
+    absl::StatusOr<v1::ClusterTopology> topology = TopologyOfWorkers(workers, type);
     if (topology.ok()) inputs.topology = *std::move(topology);
+  }
+  if (use != nullptr) {
+    *use = std::nullopt;
+    if (inputs.profile.has_value()) {
+      *use = ProfileUse{key, generation,
+                        inputs.topology ? inputs.topology->collective_overhead_ms() : 0.0};
+    }
   }
   return inputs;
 }
@@ -298,8 +314,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     if (request.has_cluster()) {
       topology = request.cluster();
     } else {
-      DAPPLE_ASSIGN_OR_RETURN(topology,
-                              TopologyFromWorkers(workers, "any", options_.plan_defaults));
+      DAPPLE_ASSIGN_OR_RETURN(topology, TopologyOfWorkers(workers, "any"));
     }
     absl::StatusOr<v1::ParallelPlanSummary> planned = PlanProfile(
         request.profile(), topology, request.planner(), request.global_batch(), request.schedule());

@@ -235,24 +235,27 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerThatDeregistersFailsItsRequ
 
 // Reports 20 steps of every rank of running `job` (one replica per stage) and DONE: stage 0
 // computes `stage0_ratio` x its predicted layer time per step, the other stages their
-// prediction, except in their 3 warm-up steps (4x: left out of the medians).
+// prediction, except in their 3 warm-up steps (4x: left out of the medians); every rank spends
+// `outside_extra_ms` per step more outside its layers than the plan predicts for it.
 class RefinementTest : public CoordinatorServiceTest {
  protected:
-  void RunToSuccess(const v1::Job& job, double stage0_ratio) {
+  void RunToSuccess(const v1::Job& job, double stage0_ratio, double outside_extra_ms = 0) {
     for (int step = 1; step <= 20; ++step) {
       for (int stage = 0; stage < job.plan().stages_size(); ++stage) {
         const v1::PlanStageSummary& s = job.plan().stages(stage);
-        const double layers_ms = s.compute_ms() - s.overhead_ms();
-        const double ms =
-            s.overhead_ms() + layers_ms * (stage == 0 ? stage0_ratio : (step <= 3 ? 4 : 1));
+        const double fixed_ms = s.overhead_ms() + s.contention_ms();
+        const double ms = fixed_ms + (s.compute_ms() - fixed_ms) *
+                                         (stage == 0 ? stage0_ratio : (step <= 3 ? 4 : 1));
+        const double step_ms =
+            ms + job.plan().predicted_step_ms() - s.compute_ms() + outside_extra_ms;
         ASSERT_TRUE(
             Report(s.worker_ids(0), job.id(), stage, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
               r->set_step(step);
               r->set_loss(2.0);
-              r->set_step_seconds(0.1);
+              r->set_step_seconds(step_ms / 1e3);
               v1::StageStepStats* st = r->mutable_stats();
               st->set_step(step);
-              st->set_step_seconds(0.1);
+              st->set_step_seconds(step_ms / 1e3);
               st->set_forward_seconds(ms / 3 / 1e3);
               st->set_backward_seconds(ms * 2 / 3 / 1e3);
               st->set_samples(256);
@@ -293,8 +296,8 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
   // Stage 0 computes 1.5x its predicted layer time; stage 1 as predicted, but in its 3 warm-up
   // steps 4x (left out of its median).
   const v1::PlanStageSummary s0 = job.plan().stages(0);
-  ASSERT_GT(s0.compute_ms(), s0.overhead_ms());
-  RunToSuccess(job, /*stage0_ratio=*/1.5);
+  ASSERT_GT(s0.compute_ms(), s0.overhead_ms() + s0.contention_ms());
+  RunToSuccess(job, /*stage0_ratio=*/1.5, /*outside_extra_ms=*/4);
   job = Get(job.id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
   std::vector<std::string> measured_events;
@@ -304,7 +307,8 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
   EXPECT_THAT(measured_events,
               Contains(AllOf(HasSubstr("compute per step, median after the warm-up: stage 0"),
                              HasSubstr("refined the layer times of the model's profile on cpu "
-                                       "(2 of 2 stages taken)"))));
+                                       "(2 of 2 stages taken)"),
+                             HasSubstr(", 1 collective): each collective +4.00 ms"))));
 
   // The cache's profile: stage 0's layers 1.5x as long, stage 1's as measured.
   std::optional<v1::ModelProfile> refined =
@@ -326,6 +330,9 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->plan().profile_source(), refined->source());
   EXPECT_GT(second->plan().predicted_step_ms(), job.plan().predicted_step_ms());
+  // ... and on the workers' topology with each collective (its GLOBAL_NORM) 4 ms dearer.
+  EXPECT_THAT(second->plan().cluster_source(),
+              HasSubstr("; collectives +4.00 ms each (measured by the steps of 1 job)"));
   // Planned at submission on the refined profile, it refines it again when it succeeds (its
   // stage 0 measured as predicted: that layer's observations are 1.5 and 1.5).
   svc_->Tick();

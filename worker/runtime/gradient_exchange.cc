@@ -1,9 +1,11 @@
 #include "worker/runtime/gradient_exchange.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -281,7 +283,11 @@ absl::StatusOr<NormRecord> GradientExchange::MeasureRecord() {
     return absl::InternalError("GLOBAL_NORM before this step's ALLREDUCE or TIED_ALLREDUCE");
   }
   norm_done_ = true;
+  const auto started = std::chrono::steady_clock::now();
   DAPPLE_ASSIGN_OR_RETURN(local_sq_norm_, backend_->GradientSquaredNorm());
+  norm_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                  started)
+                 .count();
   NormRecord mine;
   // Negative: not measured (counted as 0). A NaN stays NaN, as in PyTorch's total norm.
   mine.sq_norm = counts_norm_ && !(local_sq_norm_ < 0) ? local_sq_norm_ : 0.0;
@@ -298,6 +304,8 @@ absl::StatusOr<NormRecord> GradientExchange::MeasureRecord() {
   mine.nan = found_.nan;
   return mine;
 }
+
+int64_t GradientExchange::TakeNormNanos() { return std::exchange(norm_ns_, 0); }
 
 const std::vector<std::pair<int, int>>& GradientExchange::Places() const {
   return collectives_.job == nullptr ? one_place_ : places_;

@@ -179,6 +179,10 @@ class GradientExchange {
   // "non-finite loss (NaN) at stage 1 replica 0 micro-batch 3; 3 non-finite steps in a row,
   // training.max_consecutive_skipped_steps allows 2".
   absl::StatusOr<GlobalNormResult> GlobalNorm();
+  // Nanoseconds the last GlobalNorm or PostGlobalNorm spent measuring this rank's squared norm
+  // (compute, before the exchange; the profile's optimizer_ms holds the same work,
+  // worker/runtime/layer_profiler.h), then 0 until the next one.
+  int64_t TakeNormNanos();
   // GLOBAL_NORM_ASYNC of step `step` (0-based): awaits the pending decision of the step before
   // (AwaitGlobalNorm), measures this rank's record as GlobalNorm does and hands it to a
   // background AllGather over collectives.job (one rank: kept), then awaits it at once when
@@ -241,6 +245,7 @@ class GradientExchange {
   bool norm_done_ = false;
   bool statistics_done_ = false;
   double local_sq_norm_ = -1;
+  int64_t norm_ns_ = 0;  // TakeNormNanos
   double clip_ = 1;
   bool skip_ = false;
   NormRecord found_;  // this rank's non-finite finding (kind, value, micro-batch)

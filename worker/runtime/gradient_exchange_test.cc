@@ -249,7 +249,11 @@ TEST(GradientExchangeTest, ClipsAtTheUpdateAndKeepsTheOrder) {
   auto ex = GradientExchange::Create(a, lower, {}, &b, StageCollectives{}).value();
   EXPECT_THAT(ex->PrepareUpdate().status().message(),
               HasSubstr("OPTIMIZER_STEP before its GLOBAL_NORM"));
+  EXPECT_EQ(ex->TakeNormNanos(), 0);
   ASSERT_EQ(ex->GlobalNorm()->total_sq_norm, 25.0);
+  // The squared norm's compute is timed (the step's optimizer time holds it), once.
+  EXPECT_GT(ex->TakeNormNanos(), 0);
+  EXPECT_EQ(ex->TakeNormNanos(), 0);
   EXPECT_THAT(ex->GlobalNorm().status().message(), HasSubstr("a second GLOBAL_NORM"));
   EXPECT_THAT(ex->AllReduceReplicas(nullptr).message(), HasSubstr("one after GLOBAL_NORM"));
   ASSERT_EQ(ex->PrepareUpdate().value().sq_norm, 25.0);

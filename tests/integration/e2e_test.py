@@ -94,6 +94,20 @@ class EndToEndTest(unittest.TestCase):
             self.assertIn(reason, reasons)
         self.assertLess(reasons.index("Scheduled"), reasons.index("Started"))
         self.assertEqual(j["events"][-1]["message"].split(" ")[0], "60/60")
+        # Its steps refined what the next plan of the model reads: the layer times of its cached
+        # profile and, on 2 ranks, the cost of a collective across processes (docs/coordinator.md,
+        # "Refined by the jobs' steps").
+        self.assertIn("Measured", reasons)
+        measured = [e["message"] for e in j["events"] if e["reason"] == "Measured"][-1]
+        self.assertRegex(measured, r"^compute per step, median after the warm-up: stage 0 [\d.]+ ms "
+                                   r"\(predicted [\d.]+\), stage 1 ")
+        self.assertRegex(measured, r"stage \d spent [\d.]+ ms per step outside its layers")
+        dry = json.loads(self.c.ctl("plan", path, "-o", "json")[1])
+        self.assertRegex(dry["profile_source"],
+                         r"^measured on cpu by worker .*; layer times refined by the measured steps "
+                         r"of 1 job \(x")
+        self.assertRegex(dry["cluster_source"],
+                         r"; collectives \+\d+\.\d\d ms each \(measured by the steps of 1 job\)$")
         described = self.c.ctl("describe", j["id"])[1]
         self.assertIn("STATE         SUCCEEDED\n", described)
         events = described[described.index("\nEVENTS\n"):]
@@ -120,7 +134,7 @@ class EndToEndTest(unittest.TestCase):
         """stages: auto with the DAPPLE planner: planned at submission on the registered
         workers, the plan and its prediction stored with the job, run to SUCCEEDED on as many
         workers as the plan has ranks (stage replicas); `dapplectl plan` shows the same plan as a dry run."""
-        text = short_job("e2e-auto", steps=10, planner="dapple").replace(
+        text = short_job("e2e-auto", steps=16, planner="dapple").replace(
             "  stages: 2\n", "  stages: auto\n")
         self.assertIn("stages: auto", text)
         path = os.path.join(self.c.dir, "auto.yaml")
@@ -144,10 +158,22 @@ class EndToEndTest(unittest.TestCase):
         # was measured already), measured on a worker before it started and planned again.
         self.assertRegex(submitted["plan"]["profile_source"], r"^(estimated|measured on cpu)")
         self.assertRegex(plan["profile_source"], r"^measured on cpu by worker ")
-        # A dry run of the same model now uses the cached measurement.
+        # A dry run of the same model now uses the cached measurement, refined by the job's
+        # steps (16: 3 of warm-up and at least 10 more), and when the job ran on 2 ranks each
+        # collective across processes costs what its steps measured (docs/coordinator.md,
+        # "Refined by the jobs' steps").
         rc, out, err = self.c.ctl("plan", path, "-o", "json")
         self.assertEqual(rc, 0, err)
-        self.assertRegex(json.loads(out)["profile_source"], r"^measured on cpu by worker ")
+        dry = json.loads(out)
+        self.assertRegex(dry["profile_source"], r"^measured on cpu by worker ")
+        self.assertRegex(dry["profile_source"],
+                         r"; layer times refined by the measured steps of \d+ jobs? \(x")
+        if len(j["worker_ids"]) >= 2:
+            self.assertRegex(dry["cluster_source"],
+                             r"; collectives \+\d+\.\d\d ms each \(measured by the steps of \d+ jobs?\)")
+        events = [e["message"] for e in self.c.get(job).get("events", []) if e["reason"] == "Measured"]
+        self.assertTrue(any(m.startswith("compute per step, median after the warm-up: stage 0 ")
+                            for m in events), events)
         stages = plan["stages"]
         self.assertGreaterEqual(len(stages), 1)
         self.assertLessEqual(len(stages), 2)
@@ -160,7 +186,7 @@ class EndToEndTest(unittest.TestCase):
             self.assertGreaterEqual(s["replicas"], 1)
             self.assertEqual(len(s["worker_ids"]), s["replicas"])
             self.assertGreater(int(s["peak_memory_bytes"]), 0)
-        self.assertEqual(int(j["metrics"]["step"]), 10)
+        self.assertEqual(int(j["metrics"]["step"]), 16)
         # The table of `get` shows the prediction too.
         _, details, _ = self.c.ctl("get", job)
         self.assertIn("PREDICTED", details)

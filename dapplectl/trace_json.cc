@@ -209,9 +209,13 @@ std::string TraceToChromeJson(const v1::JobTrace& trace) {
     std::vector<std::pair<int64_t, int64_t>> idle;
     int64_t idle_from = s->start_us();
     for (const v1::TraceEvent& e : s->events()) {
-      if (schedule::KindIsWait(e.kind())) continue;
+      // A waiting action that computed first (GLOBAL_NORM's squared norm) is busy that long.
+      const int64_t busy_end = schedule::KindIsWait(e.kind())
+                                   ? std::min(e.end_us(), e.start_us() + e.busy_us())
+                                   : e.end_us();
+      if (busy_end <= e.start_us()) continue;
       if (e.start_us() > idle_from) idle.emplace_back(idle_from, e.start_us());
-      idle_from = std::max(idle_from, e.end_us());
+      idle_from = std::max(idle_from, busy_end);
     }
     if (s->end_us() > idle_from) idle.emplace_back(idle_from, s->end_us());
     // Each idle event goes before the actions it contains or precedes (nesting order).

@@ -218,5 +218,30 @@ TEST(TraceJsonTest, StepsOfARankComeInStepOrder) {
   EXPECT_EQ(CountTrace(jt).ranks, 1);
 }
 
+// GLOBAL_NORM computes its squared norm before it waits (TraceEvent.busy_us): only the wait is
+// idle, as the step's idle_seconds counts it.
+TEST(TraceJsonTest, AWaitingActionsComputedStartIsNotIdle) {
+  v1::JobTrace jt;
+  jt.set_job_id("job-2");
+  v1::StepTrace* s = jt.add_steps();
+  s->set_step(1);
+  s->set_start_us(kT0);
+  s->set_end_us(kT0 + 500);
+  AddEvent(s, v1::BACKWARD, 0, 0, 100);
+  AddEvent(s, v1::GLOBAL_NORM, -1, 100, 400);  // 30 us of norm, then 270 us of waiting
+  s->mutable_events(1)->set_busy_us(30);
+  AddEvent(s, v1::OPTIMIZER_STEP, -1, 400, 500);
+  s->mutable_stats()->set_idle_seconds(270e-6);
+  Struct doc = Parse(TraceToChromeJson(jt));
+  double idle_us = 0;
+  for (const Value& v : Field(doc, "traceEvents").list_value().values()) {
+    const Struct& e = v.struct_value();
+    if (Field(e, "cat").string_value() != "idle") continue;
+    EXPECT_EQ(Field(e, "ts").number_value(), 130);
+    idle_us += Field(e, "dur").number_value();
+  }
+  EXPECT_EQ(idle_us, 270);
+}
+
 }  // namespace
 }  // namespace dapple::ctl

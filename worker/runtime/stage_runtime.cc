@@ -165,6 +165,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
     last_end = end;
     MeasureMemory();
     const int64_t ns = NanosBetween(start, end);
+    int64_t computed_ns = 0;  // of a waiting action: what it computed (TraceEvent.busy_us)
     switch (action.kind()) {
       case v1::FORWARD:
         forward_ns += ns;
@@ -205,12 +206,11 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       // The rank's squared norm, then waiting for the last rank to end its step (16 bytes per
       // rank move meanwhile): the norm is compute, counted with the update as the profile's
       // optimizer_ms counts it; the wait is the bubble, as the simulator counts a barrier's.
-      case v1::GLOBAL_NORM: {
-        const int64_t norm_ns = std::min(ns, exchange_->TakeNormNanos());
-        optimizer_ns += norm_ns;
-        busy_ns += norm_ns;
+      case v1::GLOBAL_NORM:
+        computed_ns = std::min(ns, exchange_->TakeNormNanos());
+        optimizer_ns += computed_ns;
+        busy_ns += computed_ns;
         break;
-      }
       case v1::RECV_ACT:  // waiting for a neighbour: part of the bubble
       case v1::RECV_GRAD:
       case v1::ACTION_KIND_UNSPECIFIED:
@@ -225,6 +225,7 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       e->set_micro_batch(schedule::KindHasMicroBatch(action.kind()) ? action.micro_batch() : -1);
       e->set_start_us(anchor_us + NanosBetween(anchor, start) / 1000);
       e->set_end_us(anchor_us + NanosBetween(anchor, end) / 1000);
+      if (computed_ns > 0) e->set_busy_us(computed_ns / 1000);
     }
   }
   // A program without a flush keeps forwards of later steps in flight, except after the last.

@@ -278,8 +278,13 @@ std::optional<double> OverReplicas(const v1::ParallelPlanSummary& plan, int stag
 }  // namespace
 
 void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Job& job) {
-  if (!run.profile.has_value()) return;
   const v1::ParallelPlanSummary& plan = job.plan();
+  // Only steps that ran on real devices, on a plan made on the cached measurement, say
+  // something about it: an emulated rank waits out its profile's times.
+  if (!run.profile.has_value() || IsEmulated(job.spec()) ||
+      !absl::StartsWith(plan.profile_source(), "measured on ")) {
+    return;
+  }
   std::vector<std::string> said;
   // The layers: each stage's compute against its prediction.
   std::vector<StageMeasurement> stages;

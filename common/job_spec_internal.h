@@ -35,9 +35,35 @@ inline constexpr double kDefaultRestartBackoffSeconds = 1;
 inline constexpr double kDefaultRestartMaxBackoffSeconds = 30;
 inline constexpr double kDefaultRestartWaitForWorkersSeconds = 60;
 inline constexpr int32_t kMaxRestarts = 100;
+// Bounds of integer fields, which the parser names for a value beyond its type (Int32Within)
+// and the rules check (job_spec_validate*.cc).
+inline constexpr int64_t kMaxStages = 4096;
+inline constexpr int64_t kMaxDevices = 4096;
+inline constexpr int32_t kMinPriority = -1000;  // JobSpec.priority's range (docs/scheduling.md)
+inline constexpr int32_t kMaxPriority = 1000;
+// parallel.interleave: v = 1 is 1F1B (schedule dapple); past 8 chunks a stage's chunks get too
+// thin to pay for the v-fold point-to-point traffic (Megatron reports v = 2..4 in practice).
+inline constexpr int kMinInterleave = 2;
+inline constexpr int kMaxInterleave = 8;
+inline constexpr int kMaxPipeSgdWarmup = 1000;
 inline constexpr double kMaxRestartSeconds = 86400;
 inline constexpr char kDefaultDeviceType[] = "any";
 inline constexpr absl::string_view kKnownOptimizers[] = {"sgd", "adamw"};
+// The values of the fields that take one of a list: the rules refuse others, and the parser
+// names them for an empty string (JobSpecParser::Choice).
+inline constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
+// auto: the planner chooses among the synchronous schedules (and recomputation) for the fastest
+// plan that fits (coordinator/planner/schedule_choice.h); the plan names what the workers run.
+inline constexpr absl::string_view kAvailableSchedules[] = {
+    "gpipe", "dapple", "pipedream", "pipesgd", "zb-h1", "zb-h2", "interleaved", "auto"};
+inline constexpr absl::string_view kAvailablePlanners[] = {
+    "balanced", "uniform", "manual", "dapple", "pipedream", "pipedream-code", "dp"};
+inline constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
+inline constexpr absl::string_view kPrecisions[] = {"fp32", "bf16"};
+inline constexpr absl::string_view kRecomputeModes[] = {"none", "all", "auto"};
+inline constexpr absl::string_view kPipeSgdCompressions[] = {"none", "fp16", "int8"};
+inline constexpr absl::string_view kInputTypes[] = {"float", "tokens"};
+inline constexpr absl::string_view kKnownDatasets[] = {kFashionMnist, kTextDataset};
 // schedule pipesgd (Pipe-SGD, docs/job_spec.md): CheckPipeSgd in job_spec_validate.cc.
 inline constexpr char kPipeSgdSchedule[] = "pipesgd";
 

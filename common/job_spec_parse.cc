@@ -93,7 +93,8 @@ absl::Status Parser::Parse(const YAML::Node& root, v1::JobSpec& spec) {
   if (name == nullptr) return Missing(YAML::Mark::null_mark(), "name");
   DAPPLE_ASSIGN_OR_RETURN(*spec.mutable_name(), String(*name, "name"));
   if (const Field* f = Find(fields, "priority")) {
-    DAPPLE_ASSIGN_OR_RETURN(int32_t priority, Int32(*f, "priority"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t priority,
+                            Int32Within(*f, "priority", kMinPriority, kMaxPriority));
     spec.set_priority(priority);
   }
 
@@ -163,10 +164,12 @@ absl::Status Parser::ParseTraining(const Field& section, v1::TrainingSpec& train
     training.set_eval_every_steps(v);
   }
   if (const Field* f = Find(fields, "precision")) {
-    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(), Choice(*f, "training.precision"));
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_precision(),
+                            Choice(*f, "training.precision", kPrecisions));
   }
   if (const Field* f = Find(fields, "recompute")) {
-    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_recompute(), Choice(*f, "training.recompute"));
+    DAPPLE_ASSIGN_OR_RETURN(*training.mutable_recompute(),
+                            Choice(*f, "training.recompute", kRecomputeModes));
   }
   if (const Field* f = Find(fields, "lr_schedule")) {
     DAPPLE_RETURN_IF_ERROR(ParseLrSchedule(*f, *training.mutable_lr_schedule()));
@@ -185,7 +188,8 @@ absl::Status Parser::ParseOptimizer(const Field& section, v1::OptimizerSpec& opt
                              " like {type: sgd, lr: 0.05, momentum: 0.9}"));
   opt.set_type("sgd");
   if (const Field* f = Find(fields, "type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(), Choice(*f, "training.optimizer.type"));
+    DAPPLE_ASSIGN_OR_RETURN(*opt.mutable_type(),
+                            Choice(*f, "training.optimizer.type", kKnownOptimizers));
   }
   // Keys another optimizer type takes are refused, not ignored: the user meant them to matter.
   const struct {
@@ -236,7 +240,8 @@ absl::Status Parser::ParseLrSchedule(const Field& section, v1::LrSchedule& sched
   }
   schedule.set_decay("none");
   if (const Field* f = Find(fields, "decay")) {
-    DAPPLE_ASSIGN_OR_RETURN(*schedule.mutable_decay(), Choice(*f, "training.lr_schedule.decay"));
+    DAPPLE_ASSIGN_OR_RETURN(*schedule.mutable_decay(),
+                            Choice(*f, "training.lr_schedule.decay", kLrDecays));
   }
   if (const Field* f = Find(fields, "min_lr")) {
     DAPPLE_ASSIGN_OR_RETURN(double v, Double(*f, "training.lr_schedule.min_lr"));
@@ -259,7 +264,8 @@ absl::Status Parser::ParseRestart(const Field& section, v1::RestartSpec& restart
                           ReadMap(section.value, MarkOf(section), "training.restart", kRestartKeys,
                                   " like {max_restarts: 3, backoff_seconds: 1}"));
   if (const Field* f = Find(fields, "max_restarts")) {
-    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "training.restart.max_restarts"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v,
+                            Int32Within(*f, "training.restart.max_restarts", 0, kMaxRestarts));
     restart.set_max_restarts(v);
   }
   if (const Field* f = Find(fields, "backoff_seconds")) {
@@ -313,7 +319,7 @@ absl::Status Parser::ParseStages(const Field& f, v1::ParallelSpec& parallel) {
                                    "[first_layer, last_layer] ranges, got %s",
                                    Describe(f.value)));
     }
-    DAPPLE_ASSIGN_OR_RETURN(int32_t value, Int32(f, "parallel.stages"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t value, Int32Within(f, "parallel.stages", 0, kMaxStages));
     parallel.set_stages(value);
     return absl::OkStatus();
   }
@@ -356,30 +362,34 @@ absl::Status Parser::ParseParallel(const Field* section, v1::ParallelSpec& paral
   }
   parallel.set_schedule(kDefaultSchedule);
   if (const Field* f = Find(fields, "schedule")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_schedule(), Choice(*f, "parallel.schedule"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_schedule(),
+                            Choice(*f, "parallel.schedule", kAvailableSchedules));
   }
   parallel.set_stages(0);
   if (const Field* f = Find(fields, "stages")) DAPPLE_RETURN_IF_ERROR(ParseStages(*f, parallel));
   parallel.set_planner(parallel.stage_ranges_size() > 0 ? kManualPlanner : kDefaultPlanner);
   if (const Field* f = Find(fields, "planner")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_planner(), Choice(*f, "parallel.planner"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_planner(),
+                            Choice(*f, "parallel.planner", kAvailablePlanners));
   }
   // An explicit stage count fixes the devices (one per stage); auto takes them from devices.
   parallel.set_devices(parallel.stages() > 0 ? parallel.stages() : 1);
   if (const Field* f = Find(fields, "devices")) {
-    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.devices"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32Within(*f, "parallel.devices", 1, kMaxDevices));
     parallel.set_devices(v);
   }
   parallel.set_device_type(kDefaultDeviceType);
   if (const Field* f = Find(fields, "device_type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(), Choice(*f, "parallel.device_type"));
+    DAPPLE_ASSIGN_OR_RETURN(*parallel.mutable_device_type(),
+                            Choice(*f, "parallel.device_type", kDeviceTypes));
   }
   if (const Field* f = Find(fields, "emulation")) {
     DAPPLE_RETURN_IF_ERROR(ParseEmulation(*f, *parallel.mutable_emulation()));
   }
   // Kept under any schedule, so that validation names it where it does not apply.
   if (const Field* f = Find(fields, "interleave")) {
-    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "parallel.interleave"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v,
+                            Int32Within(*f, "parallel.interleave", kMinInterleave, kMaxInterleave));
     parallel.set_interleave(v);
   }
   // schedule pipesgd gets its defaults without a section; a section under another schedule is
@@ -414,13 +424,14 @@ absl::Status Parser::ParsePipeSgd(const Field& section, v1::PipeSgdSpec& pipesgd
                                   " like {warmup_steps: 2, compression: none}"));
   pipesgd.set_warmup_steps(kDefaultPipeSgdWarmup);
   if (const Field* f = Find(fields, "warmup_steps")) {
-    DAPPLE_ASSIGN_OR_RETURN(const int32_t v, Int32(*f, "parallel.pipesgd.warmup_steps"));
+    DAPPLE_ASSIGN_OR_RETURN(const int32_t v,
+                            Int32Within(*f, "parallel.pipesgd.warmup_steps", 0, kMaxPipeSgdWarmup));
     pipesgd.set_warmup_steps(v);
   }
   pipesgd.set_compression("none");
   if (const Field* f = Find(fields, "compression")) {
     DAPPLE_ASSIGN_OR_RETURN(*pipesgd.mutable_compression(),
-                            Choice(*f, "parallel.pipesgd.compression"));
+                            Choice(*f, "parallel.pipesgd.compression", kPipeSgdCompressions));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/eval_metrics.h"
 #include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/job_spec_parser.h"
@@ -60,7 +61,8 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
     }
   }
   if (const Field* f = Find(fields, "input_type")) {
-    DAPPLE_ASSIGN_OR_RETURN(*model.mutable_input_type(), Choice(*f, "model.input_type"));
+    DAPPLE_ASSIGN_OR_RETURN(*model.mutable_input_type(),
+                            Choice(*f, "model.input_type", kInputTypes));
   }
 
   const Field* layers = Find(fields, "layers");
@@ -188,7 +190,7 @@ absl::Status Parser::ParseData(const Field* section, v1::DataSpec& data) {
   }
   data.set_dataset(std::string(kFashionMnist));
   if (const Field* f = Find(fields, "dataset")) {
-    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_dataset(), Choice(*f, "data.dataset"));
+    DAPPLE_ASSIGN_OR_RETURN(*data.mutable_dataset(), Choice(*f, "data.dataset", kKnownDatasets));
   }
   // Fashion-MNIST has a Debian package and so a place to default to; a text file does not.
   if (data.dataset() == kFashionMnist) data.set_path(kDefaultDataPath);
@@ -236,7 +238,7 @@ absl::Status Parser::ParseSample(const Field& section, v1::SampleSpec& sample) {
   }
   sample.set_tokens(kDefaultSampleTokens);
   if (const Field* f = Find(fields, "tokens")) {
-    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32(*f, "sample.tokens"));
+    DAPPLE_ASSIGN_OR_RETURN(int32_t v, Int32Within(*f, "sample.tokens", 0, kMaxSampleTokens));
     sample.set_tokens(v);
   }
   sample.set_temperature(kDefaultSampleTemperature);

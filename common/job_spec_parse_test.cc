@@ -328,24 +328,27 @@ TEST(ParseJobSpecTest, DuplicateField) {
 
 // A field naming one of its values refuses an explicit "" (it would read as unset and silently
 // take the default), at the value's line and column.
-TEST(ParseJobSpecTest, AnEmptyStringIsNotAValue) {
+TEST(ParseJobSpecTest, AnEmptyStringIsNotAValueAndTheValuesAreNamed) {
   struct Case {
-    std::string from, to, where;  // where: "line:column: field"
+    std::string from, to, where, values;  // where: "line:column: field"
   };
   const Case cases[] = {
-      {"schedule: dapple", "schedule: \"\"", "19:13: parallel.schedule"},
-      {"planner: balanced", "planner: ''", "20:12: parallel.planner"},
-      {"  seed: 42\n", "  seed: 42\n  recompute: \"\"\n", "17:14: training.recompute"},
-      {"  seed: 42\n", "  seed: 42\n  precision: ''\n", "17:14: training.precision"},
-      {"  devices: 2\n", "  devices: 2\n  device_type: ''\n", "23:16: parallel.device_type"},
-      {"{type: sgd,", "{type: '',", "15:21: training.optimizer.type"},
-      {"dataset: fashion-mnist", "dataset: ''", "10:17: data.dataset"},
+      {"schedule: dapple", "schedule: \"\"", "19:13: parallel.schedule",
+       "gpipe, dapple, pipedream, pipesgd, zb-h1, zb-h2, interleaved, auto"},
+      {"planner: balanced", "planner: ''", "20:12: parallel.planner",
+       "balanced, uniform, manual, dapple, pipedream, pipedream-code, dp"},
+      {"  seed: 42\n", "  seed: 42\n  recompute: \"\"\n", "17:14: training.recompute",
+       "none, all, auto"},
+      {"  seed: 42\n", "  seed: 42\n  precision: ''\n", "17:14: training.precision", "fp32, bf16"},
+      {"  devices: 2\n", "  devices: 2\n  device_type: ''\n", "23:16: parallel.device_type",
+       "any, cpu, cuda, emulated"},
+      {"{type: sgd,", "{type: '',", "15:21: training.optimizer.type", "sgd, adamw"},
+      {"dataset: fashion-mnist", "dataset: ''", "10:17: data.dataset", "fashion-mnist, text"},
   };
   for (const Case& c : cases) {
     ExpectParseError(Edit(kExample, c.from, c.to),
-                     "job.yaml:" + c.where +
-                         " is an empty string: give one of its values, or leave the key out for "
-                         "its default");
+                     "job.yaml:" + c.where + " is an empty string: give one of " + c.values +
+                         ", or leave the key out for its default");
   }
 }
 
@@ -388,8 +391,7 @@ TEST(ParseJobSpecTest, WrongTypesNameFieldValueAndExpectedType) {
   ExpectParseError(Edit(kExample, "devices: 2", "devices: 2.5"),
                    "job.yaml:22:12: parallel.devices must be an integer, got '2.5'");
   ExpectParseError(Edit(kExample, "devices: 2", "devices: 9999999999"),
-                   "job.yaml:22:12: parallel.devices must be an integer in [-2147483648, "
-                   "2147483647], got 9999999999");
+                   "job.yaml:22:12: parallel.devices 9999999999 is more than the maximum 4096");
   ExpectParseError(
       Edit(kExample, "data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}",
            "data: fashion-mnist"),
@@ -652,13 +654,16 @@ TEST(ParseJobSpecTest, DeviceTypeDefaultsToAny) {
 // ------------------------------------------------------------------------------ integer bounds
 
 TEST(BoundsTest, IntegersBeyondTheFieldTypeAreErrorsNotWraps) {
-  // int32 fields.
+  // int32 fields with a rule: the rule's bound, not the type's range.
   ExpectParseError(Edit(kExample, "stages: 2 ", "stages: 1099511627776 "),
-                   "job.yaml:21:11: parallel.stages must be an integer in [-2147483648, "
-                   "2147483647], got 1099511627776");
+                   "job.yaml:21:11: parallel.stages 1099511627776 is more than the maximum 4096");
   ExpectParseError(Edit(kExample, "devices: 2", "devices: 1099511627776"),
-                   "job.yaml:22:12: parallel.devices must be an integer in [-2147483648, "
-                   "2147483647], got 1099511627776");
+                   "job.yaml:22:12: parallel.devices 1099511627776 is more than the maximum 4096");
+  ExpectParseError(Edit(kExample, "devices: 2", "devices: -4294967296"),
+                   "job.yaml:22:12: parallel.devices -4294967296 is less than the minimum 1");
+  ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: fmnist-mlp\npriority: 4294967296"),
+                   "job.yaml:2:11: priority 4294967296 is more than the maximum 1000");
+  // Layer indices (their bound is the model's length, checked by the rules): the type's range.
   ExpectParseError(Edit(Edit(kExample, "planner: balanced", "planner: manual"), "stages: 2 ",
                         "stages: [[0, 1], [2, 1099511627776]] "),
                    "job.yaml:21:24: parallel.stages[1][1] must be an integer in [-2147483648, "

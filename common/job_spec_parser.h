@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/spec_text.h"
 #include "common/status.h"
 #include "dapple/v1/job.pb.h"
@@ -177,12 +178,15 @@ class Parser {
   // A string naming one of a field's values (a schedule, a precision, ...): as String, and an
   // explicit empty string ("") is refused, since an unset field and "" would otherwise read the
   // same and "" would silently take the default.
-  absl::StatusOr<std::string> Choice(const Field& f, const std::string& path) const {
+  // A string that must be one of `values` (the rules check which; an empty one is refused here,
+  // naming them, as it would read as the field left out).
+  absl::StatusOr<std::string> Choice(const Field& f, const std::string& path,
+                                     absl::Span<const absl::string_view> values) const {
     absl::StatusOr<std::string> s = String(f, path);
     if (s.ok() && s->empty()) {
-      return Error(MarkOf(f), absl::StrFormat("%s is an empty string: give one of its values, or "
-                                              "leave the key out for its default",
-                                              path));
+      return Error(MarkOf(f), absl::StrFormat("%s is an empty string: give one of %s, or leave "
+                                              "the key out for its default",
+                                              path, absl::StrJoin(values, ", ")));
     }
     return s;
   }
@@ -208,6 +212,22 @@ class Parser {
   }
   absl::StatusOr<int64_t> Int64(const Field& f, const std::string& path) const {
     return Int(f, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  }
+  // An int32 field whose rule allows [min, max] (the rules check it with their own message): a
+  // value beyond int32 is refused naming that rule ("parallel.devices 9999999999 is more than
+  // the maximum 4096") rather than the type's range, which says nothing about the field.
+  absl::StatusOr<int32_t> Int32Within(const Field& f, const std::string& path, int64_t min,
+                                      int64_t max) const {
+    DAPPLE_ASSIGN_OR_RETURN(const int64_t value, Int64(f, path));
+    if (value > std::numeric_limits<int32_t>::max()) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("%s %d is more than the maximum %d", path, value, max));
+    }
+    if (value < std::numeric_limits<int32_t>::min()) {
+      return Error(MarkOf(f),
+                   absl::StrFormat("%s %d is less than the minimum %d", path, value, min));
+    }
+    return static_cast<int32_t>(value);
   }
   absl::StatusOr<int32_t> Int32(const Field& f, const std::string& path) const {
     DAPPLE_ASSIGN_OR_RETURN(int64_t value, Int(f, path, std::numeric_limits<int32_t>::min(),

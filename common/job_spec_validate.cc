@@ -33,33 +33,21 @@ constexpr int64_t kMaxEpochs = 100000;
 constexpr int64_t kMaxSteps = 1000000000;
 constexpr double kMaxCheckpointEveryMinutes = 7 * 24 * 60;  // a week
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;
-constexpr int64_t kMaxStages = 4096;
-constexpr int64_t kMaxDevices = 4096;
 // Activations one step may hold: global_batch * (sum over layers of per-sample output floats).
 // 2^30 floats = 4 GiB of fp32, what a worker may need when a schedule keeps a whole step's
 // micro-batches in flight (GPipe).
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
-constexpr absl::string_view kLrDecays[] = {"none", "cosine"};
-// auto: the planner chooses among the synchronous schedules (and recomputation) for the fastest
-// plan that fits (coordinator/planner/schedule_choice.h); the plan names what the workers run.
-constexpr absl::string_view kAvailableSchedules[] = {"gpipe", "dapple", "pipedream",   "pipesgd",
-                                                     "zb-h1", "zb-h2",  "interleaved", "auto"};
 // The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
 // not split yet (worker/runtime/stage_backend.h).
 constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
-constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
 constexpr char kEmulatedDeviceType[] = "emulated";
 constexpr char kCudaDeviceType[] = "cuda";
-constexpr absl::string_view kPrecisions[] = {"fp32", "bf16"};
-constexpr absl::string_view kRecomputeModes[] = {"none", "all", "auto"};
 // parallel.emulation.scale stretches profiled times so a schedule's timing shows above the
 // host's noise; x1000 already turns a 1 ms layer into 1 s. More is a mistake (1e12 would keep
 // the workers busy for ever), so it is refused at submit.
 constexpr double kMaxEmulationScale = 1000;
 
-constexpr absl::string_view kAvailablePlanners[] = {
-    "balanced", "uniform", "manual", "dapple", "pipedream", "pipedream-code", "dp"};
 // Planners that choose the pipeline depth themselves with stages auto (at most
 // parallel.devices stages); balanced and uniform make one stage per device.
 constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "pipedream-code",
@@ -67,9 +55,6 @@ constexpr absl::string_view kDepthChoosingPlanners[] = {"dapple", "pipedream", "
 // PipeDream's planner as its published code plans (coordinator/planner/pipedream_code_planner.h).
 constexpr char kPipeDreamCodePlanner[] = "pipedream-code";
 constexpr char kDataParallelPlanner[] = "dp";
-// JobSpec.priority's range (docs/scheduling.md).
-constexpr int32_t kMinPriority = -1000;
-constexpr int32_t kMaxPriority = 1000;
 
 // Positions and lengths count characters, not bytes: a name with 'ü' in it reports the 'ü' and
 // where it is as a reader counts. A byte that is not UTF-8 counts as one character.
@@ -451,8 +436,6 @@ Check CheckEmulation(const v1::ParallelSpec& p) {
 
 // schedule pipesgd (Pipe-SGD, docs/job_spec.md): data parallelism, one stage replicated on
 // every device. `stages` is the resolved stage count (0 = auto).
-constexpr int kMaxPipeSgdWarmup = 1000;
-constexpr absl::string_view kPipeSgdCompressions[] = {"none", "fp16", "int8"};
 
 Check CheckPipeSgd(const v1::ParallelSpec& p, int stages) {
   if (p.schedule() != kPipeSgdSchedule) {

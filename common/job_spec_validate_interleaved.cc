@@ -16,11 +16,6 @@ namespace dapple::job_spec_internal {
 namespace {
 
 constexpr char kInterleavedSchedule[] = "interleaved";
-// v = 1 is 1F1B (schedule dapple); past 8 chunks a stage's chunks get too thin to pay for the
-// v-fold point-to-point traffic (Megatron reports v = 2..4 in practice).
-constexpr int kMinInterleave = 2;
-constexpr int kMaxInterleave = 8;
-
 // The micro_batch values that divide global_batch into M >= min_m micro-batches, nearest first
 // (the largest such micro-batch is the smallest such M): "16 (M = 4) or 8 (M = 8)".
 std::string MicroBatchesWithAtLeast(int64_t global_batch, int64_t min_m) {

@@ -18,7 +18,6 @@ namespace dapple::job_spec_internal {
 namespace {
 
 constexpr int64_t kFashionMnistClasses = 10;
-constexpr absl::string_view kKnownDatasets[] = {kFashionMnist, kTextDataset};
 // A text sample's length: long enough for any model here, short enough that a per-sample
 // token tensor stays small.
 constexpr int64_t kMaxSeqLen = int64_t{1} << 16;

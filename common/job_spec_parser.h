@@ -175,11 +175,9 @@ class Parser {
     return f.value.Scalar();
   }
 
-  // A string naming one of a field's values (a schedule, a precision, ...): as String, and an
-  // explicit empty string ("") is refused, since an unset field and "" would otherwise read the
-  // same and "" would silently take the default.
-  // A string that must be one of `values` (the rules check which; an empty one is refused here,
-  // naming them, as it would read as the field left out).
+  // A string naming one of a field's `values` (a schedule, a precision, ...; the rules refuse
+  // others): as String, and an explicit empty string ("") is refused naming `values`, since an
+  // unset field and "" would otherwise read the same and "" would silently take the default.
   absl::StatusOr<std::string> Choice(const Field& f, const std::string& path,
                                      absl::Span<const absl::string_view> values) const {
     absl::StatusOr<std::string> s = String(f, path);

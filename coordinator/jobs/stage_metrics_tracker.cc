@@ -62,24 +62,23 @@ bool StageMetricsTracker::OnStep(const v1::ProgressReport& report, int64_t now_u
   return true;
 }
 
+std::optional<double> StageMetricsTracker::MedianOf(int stage, int replica, int min_steps,
+                                                    std::deque<double> Rank::*series) const {
+  auto it = ranks_.find({stage, replica});
+  if (it == ranks_.end()) return std::nullopt;
+  const std::deque<double>& values = it->second.*series;
+  if (values.empty() || static_cast<int>(values.size()) < min_steps) return std::nullopt;
+  return Median(values);
+}
+
 std::optional<double> StageMetricsTracker::MedianComputeMs(int stage, int replica,
                                                            int min_steps) const {
-  auto it = ranks_.find({stage, replica});
-  if (it == ranks_.end() || it->second.compute_ms.empty() ||
-      static_cast<int>(it->second.compute_ms.size()) < min_steps) {
-    return std::nullopt;
-  }
-  return Median(it->second.compute_ms);
+  return MedianOf(stage, replica, min_steps, &Rank::compute_ms);
 }
 
 std::optional<double> StageMetricsTracker::MedianNonComputeMs(int stage, int replica,
                                                               int min_steps) const {
-  auto it = ranks_.find({stage, replica});
-  if (it == ranks_.end() || it->second.non_compute_ms.empty() ||
-      static_cast<int>(it->second.non_compute_ms.size()) < min_steps) {
-    return std::nullopt;
-  }
-  return Median(it->second.non_compute_ms);
+  return MedianOf(stage, replica, min_steps, &Rank::non_compute_ms);
 }
 
 }  // namespace dapple::coordinator

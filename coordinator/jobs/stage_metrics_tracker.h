@@ -54,6 +54,10 @@ class StageMetricsTracker {
     std::deque<double> compute_ms;
     std::deque<double> non_compute_ms;
   };
+  // The median of one of rank (stage, replica)'s series (MedianComputeMs' rule).
+  std::optional<double> MedianOf(int stage, int replica, int min_steps,
+                                 std::deque<double> Rank::*series) const;
+
   std::map<std::pair<int, int>, Rank> ranks_;  // by (stage, replica)
 };
 

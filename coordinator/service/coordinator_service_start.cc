@@ -122,10 +122,9 @@ void CoordinatorService::PrepareStarts() {
     if (!pending && job.state() != v1::JOB_STATE_RESTARTING) continue;
     bool measured = false;
     for (const std::string& device : devices) {
-      measured = measured ||
-                 (WantsMeasuredProfile(job) &&
-                  options_.profile_cache->Lookup(ProfileCache::KeyOf(job.spec().model(), device))
-                      .has_value());
+      measured = measured || (WantsMeasuredProfile(job) &&
+                              options_.profile_cache->StateOf(ProfileCache::KeyOf(
+                                  job.spec().model(), device)) == ProfileCache::State::kReady);
     }
     const bool want_plan = pending && (job.plan().stages().empty() || measured);
     const bool want_emulated = IsEmulated(job.spec());
@@ -209,7 +208,8 @@ absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
   // A job planned on an estimated profile is planned again once its model was measured.
   const ProfileCache::Key key =
       ProfileCache::KeyOf(job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]));
-  const bool measured = WantsMeasuredProfile(job) && options_.profile_cache->Lookup(key);
+  const bool measured = WantsMeasuredProfile(job) &&
+                        options_.profile_cache->StateOf(key) == ProfileCache::State::kReady;
   const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
   // A new plan was made before the lock (PrepareStarts; StartJobLocked checked it is there).
   const bool prepared = job.plan().stages().empty() || measured;
@@ -321,10 +321,9 @@ bool CoordinatorService::PreparedLocked(const v1::Job& job, const std::vector<Wo
   if (IsEmulated(job.spec()) && !it->second.emulated.has_value()) return false;
   if (replanned != nullptr) return true;
   const bool measured = WantsMeasuredProfile(job) &&
-                        options_.profile_cache
-                            ->Lookup(ProfileCache::KeyOf(
-                                job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0])))
-                            .has_value();
+                        options_.profile_cache->StateOf(ProfileCache::KeyOf(
+                            job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]))) ==
+                            ProfileCache::State::kReady;
   if (job.plan().stages().empty() || measured) {
     return it != prepared_.end() && it->second.plan.has_value();
   }

@@ -216,6 +216,10 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
       ParseCount("--trace-every-steps", raw.trace_every_steps, 0, kMaxTraceEverySteps, "steps");
   if (!trace_every.ok()) return trace_every.status();
   flags.trace_every_steps = static_cast<int32_t>(*trace_every);
+  absl::StatusOr<int64_t> profile_age =
+      ParseCount("--profile-max-age-h", raw.profile_max_age_h, 0, kMaxProfileMaxAgeH, "hours");
+  if (!profile_age.ok()) return profile_age.status();
+  flags.profile_max_age_h = *profile_age;
   struct PlanFlag {
     const char* name;
     const std::string* text;

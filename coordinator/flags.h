@@ -40,6 +40,7 @@ inline constexpr int64_t kMaxDeviceMemoryMib = int64_t{1} << 30;  // 1 PiB
 inline constexpr int64_t kMaxBandwidthMbS = 1'000'000'000;        // 1 PB/s
 inline constexpr int64_t kMaxLatencyUs = 10'000'000;              // 10 s
 inline constexpr int64_t kMaxGflops = 1'000'000'000;              // 1 EFLOP/s
+inline constexpr int64_t kMaxProfileMaxAgeH = 87'600;             // 10 years
 
 // The flags as typed (defaults as in docs/coordinator.md).
 struct RawFlags {
@@ -56,6 +57,7 @@ struct RawFlags {
   std::string checkpoint_dir;      // empty: "checkpoints" next to --db
   std::string keep_checkpoints = "3";
   std::string trace_every_steps = "50";
+  std::string profile_max_age_h = "168";
   std::string default_device_memory_mib = "16384";
   std::string intra_node_bandwidth_mb_s = "10000";
   std::string inter_node_bandwidth_mb_s = "3125";
@@ -102,6 +104,9 @@ struct Flags {
   // Workers record a timeline of step 1 and every this many steps, 0..kMaxTraceEverySteps
   // (0: never).
   int32_t trace_every_steps = 50;
+  // A restarted coordinator reuses the model profiles it measured (and refined) at most this
+  // long ago, 0..kMaxProfileMaxAgeH hours; older ones are measured again (0: always).
+  int64_t profile_max_age_h = 168;
   // Planner defaults: memory of a device no worker reported (and of the one-node topology a
   // job is planned on without enough workers), links between devices, nominal FLOP rates of
   // estimated profiles.

@@ -213,6 +213,19 @@ TEST(FlagsTest, NumbersHaveRangesWithClearMessages) {
   EXPECT_EQ(Error(raw), "");  // both at their minimum, 100 > 2 x 10
 }
 
+TEST(FlagsTest, ProfileMaxAgeIsWholeHoursInRange) {
+  RawFlags raw;
+  auto flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->profile_max_age_h, 168);
+  raw.profile_max_age_h = "0";
+  EXPECT_EQ(Error(raw), "");
+  raw.profile_max_age_h = "87601";
+  EXPECT_EQ(Error(raw), "--profile-max-age-h must be at most 87600 (hours), got 87601");
+  raw.profile_max_age_h = "1.5";
+  EXPECT_EQ(Error(raw), "--profile-max-age-h must be an integer number of hours, got '1.5'");
+}
+
 TEST(FlagsTest, WorkerTimeoutMustExceedTwiceTheHeartbeatInterval) {
   RawFlags raw;
   raw.heartbeat_interval_ms = "500";

@@ -266,6 +266,10 @@ int main(int argc, char** argv) {
                  "workers record a timeline of step 1 and every N-th step for dapplectl trace "
                  "(0: never)")
       ->capture_default_str();
+  app.add_option("--profile-max-age-h", raw.profile_max_age_h,
+                 "after a restart, reuse the model profiles measured (and refined by the jobs) "
+                 "at most this many hours ago; older ones are measured again (0: always)")
+      ->capture_default_str();
   app.add_option("--tls-cert", raw.tls_cert,
                  "PEM certificate chain of the gRPC port (TLS; re-read when it changes)")
       ->type_name("FILE");
@@ -379,6 +383,7 @@ int main(int argc, char** argv) {
   options.starvation_after_ms = flags->starvation_after_s * 1000;
   options.preemption_checkpoint_timeout_ms = flags->preemption_checkpoint_timeout_s * 1000;
   options.trace_every_steps = flags->trace_every_steps;
+  options.profile_max_age_ms = flags->profile_max_age_h * 3'600'000;
   dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
   plan.device_memory_bytes = flags->default_device_memory_mib << 20;
   plan.intra_node_bandwidth_bytes_per_s =

@@ -32,7 +32,9 @@
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "dapple/v1/profile.pb.h"
 
 namespace dapple::coordinator {
 
@@ -51,6 +53,14 @@ class CollectiveRefinement {
   // Returns the observation taken; takes nothing (and returns -1) when collectives < 1 or the
   // numbers are not finite.
   double Observe(double planned_overhead_ms, double excess_ms, int collectives);
+
+  // The observations (oldest first) and jobs(): what the coordinator's database keeps
+  // (profile_store.h).
+  v1::CollectiveRefinementState State() const;
+  // Replaces the observations by `state`'s. kInvalidArgument naming the value, changing nothing,
+  // when it has more than kHistory observations, one outside [0, kMaxOverheadMs] or not finite,
+  // or a negative job count.
+  absl::Status Restore(const v1::CollectiveRefinementState& state);
 
  private:
   mutable absl::Mutex mu_;

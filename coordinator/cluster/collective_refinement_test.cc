@@ -42,5 +42,41 @@ TEST(CollectiveRefinementTest, NothingIsTakenWithoutCollectivesOrFromNonFiniteNu
   EXPECT_EQ(r.OverheadMs(), 0);
 }
 
+TEST(CollectiveRefinementTest, ItsStateRestoresTheOverheadAndHistory) {
+  CollectiveRefinement r;
+  r.Observe(0, 4, 1);
+  r.Observe(0, 6, 2);
+  const v1::CollectiveRefinementState state = r.State();
+  EXPECT_EQ(state.observations_ms_size(), 2);
+  EXPECT_EQ(state.jobs(), 2);
+  CollectiveRefinement restored;
+  ASSERT_TRUE(restored.Restore(state).ok());
+  EXPECT_DOUBLE_EQ(restored.OverheadMs(), r.OverheadMs());
+  EXPECT_EQ(restored.jobs(), 2);
+  r.Observe(0, 10, 1);
+  restored.Observe(0, 10, 1);
+  EXPECT_EQ(restored.State().SerializeAsString(), r.State().SerializeAsString());
+}
+
+TEST(CollectiveRefinementTest, AStateItCouldNotHaveWrittenIsRefusedChangingNothing) {
+  CollectiveRefinement r;
+  r.Observe(0, 2, 1);
+  v1::CollectiveRefinementState bad;
+  bad.add_observations_ms(CollectiveRefinement::kMaxOverheadMs + 1);
+  EXPECT_EQ(r.Restore(bad).message(),
+            "a collective overhead observation of 101 ms is outside [0, 100]");
+  bad.Clear();
+  bad.add_observations_ms(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(r.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.Clear();
+  for (int i = 0; i <= CollectiveRefinement::kHistory; ++i) bad.add_observations_ms(1);
+  EXPECT_EQ(r.Restore(bad).message(), "the collective overhead has 6 observations, at most 5");
+  bad.Clear();
+  bad.set_jobs(-3);
+  EXPECT_EQ(r.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_DOUBLE_EQ(r.OverheadMs(), 2);
+  EXPECT_EQ(r.jobs(), 1);
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

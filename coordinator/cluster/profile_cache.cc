@@ -1,8 +1,11 @@
 #include "coordinator/cluster/profile_cache.h"
 
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/profile/model_profile.h"
+#include "common/status.h"
 
 namespace dapple::coordinator {
 
@@ -14,10 +17,11 @@ ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::str
   return Key{profile::ModelFingerprint(model), DeviceKindOf(device)};
 }
 
-void ProfileCache::ReadyLocked(Entry& e, const v1::ModelProfile& profile) {
+void ProfileCache::ReadyLocked(Entry& e, const v1::ModelProfile& profile,
+                               ProfileRefinement refinement) {
   e.state = State::kReady;
   e.profile = profile;
-  e.refinement = ProfileRefinement(profile.layers_size());
+  e.refinement = std::move(refinement);
   e.generations.clear();
   e.generations[next_generation_++] = e.refinement.Factors();
 }
@@ -26,7 +30,30 @@ void ProfileCache::Insert(const v1::ModelProfile& profile) {
   absl::MutexLock l(&mu_);
   Entry& e = entries_[Key{profile.model_fingerprint(), DeviceKindOf(profile.device_kind())}];
   e = Entry{};
-  ReadyLocked(e, profile);
+  ReadyLocked(e, profile, ProfileRefinement(profile.layers_size()));
+}
+
+std::optional<ProfileCache::SavedProfile> ProfileCache::Saved(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != State::kReady) return std::nullopt;
+  return SavedProfile{it->second.profile, it->second.refinement.State()};
+}
+
+absl::Status ProfileCache::Restore(const SavedProfile& saved) {
+  if (saved.profile.layers_size() == 0 || saved.profile.model_fingerprint().empty()) {
+    return absl::InvalidArgumentError(
+        "a saved profile needs its model fingerprint and at least one layer");
+  }
+  DAPPLE_ASSIGN_OR_RETURN(
+      ProfileRefinement refinement,
+      ProfileRefinement::FromState(saved.profile.layers_size(), saved.refinement));
+  absl::MutexLock l(&mu_);
+  Entry& e =
+      entries_[Key{saved.profile.model_fingerprint(), DeviceKindOf(saved.profile.device_kind())}];
+  e = Entry{};
+  ReadyLocked(e, saved.profile, std::move(refinement));
+  return absl::OkStatus();
 }
 
 ProfileCache::State ProfileCache::StateOf(const Key& key) const {
@@ -138,7 +165,7 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
                              ", batch ", e.request.batch_size(), ")");
       return absl::InvalidArgumentError(e.error);
     }
-    ReadyLocked(e, p);
+    ReadyLocked(e, p, ProfileRefinement(p.layers_size()));
     return absl::OkStatus();
   }
   return absl::NotFoundError(

@@ -9,7 +9,8 @@
 // worker measures (worker/runtime/layer_profiler.h) and calls ReportProfile. A request whose
 // worker dies or does not answer by its deadline fails (Expire), so a job never waits forever.
 // A ready profile is refined by the measured steps of the jobs planned on it (Refine,
-// profile_refinement.h); Lookup returns it refined.
+// profile_refinement.h); Lookup returns it refined. Saved / Restore carry a ready profile and its
+// refinement to and from the coordinator's database (profile_store.h).
 // Thread-safe (one internal mutex); no I/O.
 #ifndef DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
 #define DAPPLE_COORDINATOR_CLUSTER_PROFILE_CACHE_H_
@@ -71,6 +72,18 @@ class ProfileCache {
   // or many jobs refined it meanwhile); Observe's kInvalidArgument.
   absl::StatusOr<int> Refine(const Key& key, int64_t generation,
                              const std::vector<StageMeasurement>& stages);
+  // A ready profile as measured (not refined) and its refinement: what the database keeps.
+  struct SavedProfile {
+    v1::ModelProfile profile;
+    v1::ProfileRefinementState refinement;
+  };
+  // key's ready profile and refinement; nullopt unless StateOf(key) is kReady.
+  std::optional<SavedProfile> Saved(const Key& key) const;
+  // Caches `saved.profile` (ready) under its key as Insert does, with its refinement under a new
+  // generation. kInvalidArgument (ProfileRefinement::FromState's, or a profile without layers
+  // or model_fingerprint), changing nothing.
+  absl::Status Restore(const SavedProfile& saved);
+
   // Why the last request for `key` failed ("" unless StateOf is kFailed).
   std::string Error(const Key& key) const;
 
@@ -115,8 +128,10 @@ class ProfileCache {
     ProfileRefinement refinement;
     std::map<int64_t, std::vector<double>> generations;
   };
-  // Sets e ready with `profile`, its refinement reset under a new generation.
-  void ReadyLocked(Entry& e, const v1::ModelProfile& profile) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets e ready with `profile` and `refinement` (a profile's first: every factor 1) under a new
+  // generation.
+  void ReadyLocked(Entry& e, const v1::ModelProfile& profile, ProfileRefinement refinement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);

@@ -183,5 +183,46 @@ TEST(ProfileCacheTest, JobsRefineTheProfileTheyWerePlannedOnByItsGeneration) {
   EXPECT_EQ(cache.Lookup(key)->SerializeAsString(), measured.SerializeAsString());
 }
 
+TEST(ProfileCacheTest, ASavedProfileRestoresWithItsRefinement) {
+  ProfileCache cache;
+  v1::ModelProfile measured;
+  measured.set_model_fingerprint(profile::ModelFingerprint(Spec(4).model()));
+  measured.set_device_kind("cpu");
+  measured.add_layers()->set_forward_ms(2.0);
+  const ProfileCache::Key key = ProfileCache::KeyOf(Spec(4).model(), "cpu");
+  EXPECT_FALSE(cache.Saved(key).has_value());
+  cache.Insert(measured);
+  StageMeasurement stage;
+  stage.layers.push_back(v1::StageRange());
+  stage.predicted_ms = 10;
+  stage.measured_ms = 15;
+  int64_t planned = 0;
+  cache.Lookup(key, &planned);
+  ASSERT_TRUE(cache.Refine(key, planned, {stage}).ok());
+  std::optional<ProfileCache::SavedProfile> saved = cache.Saved(key);
+  ASSERT_TRUE(saved.has_value());
+  // The profile as measured, and the refinement beside it.
+  EXPECT_EQ(saved->profile.SerializeAsString(), measured.SerializeAsString());
+  EXPECT_EQ(saved->refinement.jobs(), 1);
+
+  ProfileCache restarted;
+  ASSERT_TRUE(restarted.Restore(*saved).ok());
+  EXPECT_EQ(restarted.StateOf(key), ProfileCache::State::kReady);
+  int64_t generation = 0;
+  std::optional<v1::ModelProfile> p = restarted.Lookup(key, &generation);
+  EXPECT_NEAR(p->layers(0).forward_ms(), 3.0, 1e-12);
+  EXPECT_EQ(p->SerializeAsString(), cache.Lookup(key)->SerializeAsString());
+  // Jobs planned on it go on refining it.
+  EXPECT_EQ(*restarted.Refine(key, generation, {stage}), 1);
+
+  ProfileCache::SavedProfile bad = *saved;
+  bad.refinement.add_layers();  // two layers for a profile of one
+  EXPECT_EQ(restarted.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = *saved;
+  bad.profile.clear_layers();
+  EXPECT_EQ(restarted.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(restarted.StateOf(key), ProfileCache::State::kReady);
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

@@ -1,6 +1,7 @@
 #include "coordinator/cluster/profile_refinement.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,46 @@ absl::StatusOr<int> ProfileRefinement::Observe(const std::vector<double>& planne
   }
   if (taken > 0) ++jobs_;
   return taken;
+}
+
+v1::ProfileRefinementState ProfileRefinement::State() const {
+  v1::ProfileRefinementState state;
+  for (const std::deque<double>& h : history_) {
+    state.add_layers()->mutable_observations()->Add(h.begin(), h.end());
+  }
+  state.set_jobs(jobs_);
+  return state;
+}
+
+absl::StatusOr<ProfileRefinement> ProfileRefinement::FromState(
+    int num_layers, const v1::ProfileRefinementState& state) {
+  if (state.layers_size() != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("the refinement has ", state.layers_size(),
+                                                   " layers, the profile ", num_layers));
+  }
+  if (state.jobs() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the refinement's job count must be at least 0, got ", state.jobs()));
+  }
+  ProfileRefinement refinement(num_layers);
+  for (int l = 0; l < num_layers; ++l) {
+    const auto& observations = state.layers(l).observations();
+    if (observations.size() > kHistory) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " of the refinement has ",
+                                                     observations.size(), " observations, at most ",
+                                                     kHistory));
+    }
+    for (double f : observations) {
+      if (!(std::isfinite(f) && f > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", l, " of the refinement has factor ", f,
+                         ": a factor must be a positive finite number"));
+      }
+    }
+    refinement.history_[l].assign(observations.begin(), observations.end());
+  }
+  refinement.jobs_ = state.jobs();
+  return refinement;
 }
 
 v1::ModelProfile ProfileRefinement::Apply(const v1::ModelProfile& raw) const {

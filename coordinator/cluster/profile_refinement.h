@@ -66,6 +66,15 @@ class ProfileRefinement {
   // Jobs whose measurements were taken (at least one stage each).
   int jobs() const { return jobs_; }
 
+  // Every layer's observations (oldest first) and jobs(): what the coordinator's database keeps
+  // (profile_store.h).
+  v1::ProfileRefinementState State() const;
+  // The refinement of a profile of `num_layers` layers that State() returned. kInvalidArgument
+  // naming the value when `state` has another number of layers, more than kHistory observations
+  // of a layer, an observation that is not a positive finite number, or a negative job count.
+  static absl::StatusOr<ProfileRefinement> FromState(int num_layers,
+                                                     const v1::ProfileRefinementState& state);
+
   // One job planned on `planned` (Factors() when the job was planned) measured `stages`.
   // Returns the number of stages taken (those with a positive predicted layer time, a ratio
   // within [kMinRatio, kMaxRatio] and contention within kMaxContentionShare of the layer time).

@@ -1,5 +1,6 @@
 #include "coordinator/cluster/profile_refinement.h"
 
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -145,6 +146,52 @@ TEST(ProfileRefinementTest, LayersOutsideTheProfileOrAnotherSizeAreRefusedChangi
   ASSERT_TRUE(r.Observe({1.0, 1.0, 1.0}, {Stage({Range(0, 2)}, 10, 0, 12)}).ok());
   const v1::ModelProfile four = Profile(4);
   EXPECT_EQ(r.Apply(four).SerializeAsString(), four.SerializeAsString());
+}
+
+TEST(ProfileRefinementTest, ItsStateRestoresTheSameFactorsAndHistory) {
+  ProfileRefinement r(3);
+  for (double measured : {12.0, 11.0, 13.0}) {
+    ASSERT_TRUE(r.Observe(r.Factors(), {Stage({Range(0, 1)}, 10, 0, measured)}).ok());
+  }
+  const v1::ProfileRefinementState state = r.State();
+  ASSERT_EQ(state.layers_size(), 3);
+  EXPECT_EQ(state.layers(0).observations_size(), 3);
+  EXPECT_EQ(state.layers(2).observations_size(), 0);
+  EXPECT_EQ(state.jobs(), 3);
+  absl::StatusOr<ProfileRefinement> restored = ProfileRefinement::FromState(3, state);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->Factors(), r.Factors());
+  EXPECT_EQ(restored->jobs(), 3);
+  const v1::ModelProfile raw = Profile(3);
+  EXPECT_EQ(restored->Apply(raw).SerializeAsString(), r.Apply(raw).SerializeAsString());
+  // The history goes on where it stopped: the next observations push out the oldest alike.
+  for (int i = 0; i < ProfileRefinement::kHistory; ++i) {
+    ASSERT_TRUE(r.Observe(r.Factors(), {Stage({Range(0, 0)}, 10, 0, 15)}).ok());
+    ASSERT_TRUE(restored->Observe(restored->Factors(), {Stage({Range(0, 0)}, 10, 0, 15)}).ok());
+  }
+  EXPECT_EQ(restored->State().SerializeAsString(), r.State().SerializeAsString());
+}
+
+TEST(ProfileRefinementTest, AStateItCouldNotHaveWrittenIsRefusedNamingTheValue) {
+  v1::ProfileRefinementState state = ProfileRefinement(2).State();
+  EXPECT_EQ(ProfileRefinement::FromState(3, state).status().message(),
+            "the refinement has 2 layers, the profile 3");
+  v1::ProfileRefinementState bad = state;
+  bad.mutable_layers(1)->add_observations(0);
+  EXPECT_EQ(ProfileRefinement::FromState(2, bad).status().message(),
+            "layer 1 of the refinement has factor 0: a factor must be a positive finite number");
+  bad = state;
+  bad.mutable_layers(0)->add_observations(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(ProfileRefinement::FromState(2, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = state;
+  for (int i = 0; i <= ProfileRefinement::kHistory; ++i) bad.mutable_layers(0)->add_observations(1);
+  EXPECT_EQ(ProfileRefinement::FromState(2, bad).status().message(),
+            "layer 0 of the refinement has 6 observations, at most 5");
+  bad = state;
+  bad.set_jobs(-1);
+  EXPECT_EQ(ProfileRefinement::FromState(2, bad).status().message(),
+            "the refinement's job count must be at least 0, got -1");
 }
 
 }  // namespace

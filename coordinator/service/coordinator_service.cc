@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   DAPPLE_ASSIGN_OR_RETURN(int64_t next_worker_id, worker_ids->LoadNext());
   DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<scheduling::QuotaStore> quotas,
                           scheduling::QuotaStore::Open(options.db_path));
+  DAPPLE_ASSIGN_OR_RETURN(std::unique_ptr<ProfileStore> profile_store,
+                          ProfileStore::Open(options.db_path));
   // A database written before the sequence was saved has none: the ids its jobs name still
   // must not come back for other processes.
   const int64_t saved_next_worker_id = next_worker_id;
@@ -109,6 +111,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->logs_ = std::move(logs);
   service->worker_ids_ = std::move(worker_ids);
   service->quotas_ = std::move(quotas);
+  service->profile_store_ = std::move(profile_store);
+  DAPPLE_RETURN_IF_ERROR(service->RestoreMeasurements());
   service->data_roots_ = std::move(data_roots);
   {
     absl::MutexLock lock(&service->mu_);
@@ -124,6 +128,55 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     }
   }
   return service;
+}
+
+absl::Status CoordinatorService::RestoreMeasurements() {
+  const int64_t now = options_.now_unix_ms();
+  DAPPLE_ASSIGN_OR_RETURN(ProfileStore::Loaded loaded,
+                          profile_store_->LoadProfiles(now - options_.profile_max_age_ms, now));
+  for (const std::string& dropped : loaded.dropped) {
+    DAPPLE_LOG_INFO("profile of {} not reused (--profile-max-age-h {}): measured at its next job",
+                    dropped, options_.profile_max_age_ms / 3'600'000);
+  }
+  int restored = 0;
+  for (const ProfileCache::SavedProfile& saved : loaded.profiles) {
+    if (absl::Status s = options_.profile_cache->Restore(saved); !s.ok()) {
+      const ProfileCache::Key key{saved.profile.model_fingerprint(),
+                                  DeviceKindOf(saved.profile.device_kind())};
+      DAPPLE_LOG_WARN("profile of model {} on {} not reused, measured at its next job: {}",
+                      key.fingerprint, key.device_kind, s.message());
+      (void)profile_store_->Forget(key);
+      continue;
+    }
+    ++restored;
+  }
+  absl::StatusOr<std::optional<v1::CollectiveRefinementState>> collectives =
+      profile_store_->LoadCollectives();
+  absl::Status restored_collectives = collectives.status();
+  if (collectives.ok() && collectives->has_value()) {
+    restored_collectives = collectives_.Restore(**collectives);
+  }
+  if (!restored_collectives.ok()) {
+    DAPPLE_LOG_WARN("saved collective overhead not reused (learned again from the next jobs): {}",
+                    restored_collectives.message());
+  }
+  if (restored > 0 || collectives_.jobs() > 0) {
+    DAPPLE_LOG_INFO(
+        "reusing {} measured model profile{} and the collective overhead of {} job{} "
+        "({:.2f} ms) from {}",
+        restored, restored == 1 ? "" : "s", collectives_.jobs(),
+        collectives_.jobs() == 1 ? "" : "s", collectives_.OverheadMs(), options_.db_path);
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorService::SaveMeasuredProfile(const ProfileCache::Key& key, bool refinement_only) {
+  std::optional<ProfileCache::SavedProfile> saved = options_.profile_cache->Saved(key);
+  if (!saved.has_value()) return;
+  absl::Status s = refinement_only ? profile_store_->SaveRefinement(key, saved->refinement)
+                                   : profile_store_->SaveProfile(*saved, options_.now_unix_ms());
+  // The cache still has it: only a restart would measure the model again.
+  if (!s.ok()) DAPPLE_LOG_WARN("{}", s.message());
 }
 
 CoordinatorService::~CoordinatorService() {
@@ -313,6 +366,7 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
                                              run.profile->key.device_kind, " (", *taken, " of ",
                                              stages.size(), " stages taken)")
                               : "too far from the prediction to refine the model's profile");
+    if (*taken > 0) SaveMeasuredProfile(run.profile->key, /*refinement_only=*/true);
   }
   // The collectives: the bottleneck stage's time outside its layers against its prediction, in
   // a synchronous job whose steps end in a collective of every rank.
@@ -332,6 +386,10 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
       const double observed = collectives_.Observe(run.profile->collective_overhead_ms,
                                                    *outside - predicted, collectives);
       if (observed >= 0) {
+        if (absl::Status saved = profile_store_->SaveCollectives(collectives_.State());
+            !saved.ok()) {
+          DAPPLE_LOG_WARN("{}", saved.message());
+        }
         said.push_back(absl::StrFormat(
             "stage %d spent %.1f ms per step outside its layers (predicted %.1f, %d "
             "collective%s): each collective +%.2f ms (the cluster's overhead now %.2f ms)",

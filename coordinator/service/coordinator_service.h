@@ -98,6 +98,7 @@
 #include "coordinator/checkpoints/checkpoint_manager.h"
 #include "coordinator/cluster/collective_refinement.h"
 #include "coordinator/cluster/profile_cache.h"
+#include "coordinator/cluster/profile_store.h"
 #include "coordinator/cluster/rendezvous.h"
 #include "coordinator/cluster/worker_registry.h"
 #include "coordinator/jobs/job_manager.h"
@@ -142,6 +143,10 @@ struct CoordinatorOptions {
   // How long a worker may take to measure a job's profile before the job is planned with the
   // estimated one instead.
   int64_t profile_timeout_ms = 60000;
+  // Measured profiles, their refinements and the collective overhead are kept in the database
+  // (coordinator/cluster/profile_store.h); at start the service reuses the profiles measured at
+  // most this long ago and measures older ones again (--profile-max-age-h; 0: always).
+  int64_t profile_max_age_ms = int64_t{168} * 3'600'000;
   // Measure jobs' models before planning them (see "Measured profiles"); false: plan on the
   // profile known at submission (unit tests of the scheduler that do not play the worker).
   bool measure_profiles = true;
@@ -539,12 +544,19 @@ class CoordinatorService {
   absl::StatusOr<v1::Job> EndJobLocked(const std::string& id, v1::JobState to,
                                        const std::string& message, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Create: puts the profiles saved in profile_store_ (measured within
+  // options_.profile_max_age_ms) into the cache and restores collectives_; a saved entry that
+  // cannot be reused is logged and measured again. Errors: profile_store_'s read errors.
+  absl::Status RestoreMeasurements();
+  // Saves key's ready profile and refinement (refinement_only: the refinement alone) to
+  // profile_store_; a write error is logged (the cache keeps it until a restart).
+  void SaveMeasuredProfile(const ProfileCache::Key& key, bool refinement_only);
   // The measured steps of `run` (its ranks' medians per step, StageMetricsTracker) refine the
   // cached profile `job`'s plan was made on (ProfileCache::Refine: each stage's compute) and the
   // cluster's collective overhead (CollectiveRefinement: the bottleneck stage's time outside its
   // layers), with a Measured event naming each stage's measured and predicted compute; nothing
   // when the plan was not made on a cached measured profile or no stage has kRefineMinSteps
-  // steps after the warm-up.
+  // steps after the warm-up. What changed is saved (profile_store_).
   static constexpr int kRefineMinSteps = 10;
   void RefineFromStepsLocked(const RunState& run, const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -647,6 +659,9 @@ class CoordinatorService {
   Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   // What each collective costs beyond the link model, learned from the jobs (thread-safe).
   CollectiveRefinement collectives_;
+  // Where the measured profiles, their refinements and collectives_ are kept; set by Create;
+  // thread-safe on its own.
+  std::unique_ptr<ProfileStore> profile_store_;
   absl::flat_hash_map<std::string, RunState> running_ ABSL_GUARDED_BY(mu_);
   // RESTARTING jobs: when they failed and when their backoff ends.
   absl::flat_hash_map<std::string, RestartWait> restarting_ ABSL_GUARDED_BY(mu_);

@@ -62,6 +62,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.stall_grace_ms = stall_grace_ms;
     options.measure_profiles = measure_;  // the MeasuredProfile tests play the measuring worker
     options.db_path = path_;
+    options.profile_max_age_ms = profile_max_age_ms_;
     options.heartbeat_interval_ms = 500;
     options.worker_timeout_ms = 5000;
     options.dead_worker_retention_ms = dead_worker_retention_ms;
@@ -225,6 +226,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   bool measure_ = false;
+  int64_t profile_max_age_ms_ = int64_t{168} * 3'600'000;
   std::string path_ = FreshDbPath();
   std::atomic<int64_t> now_{kStart};
   std::shared_ptr<ProfileCache> cache_;  // the service's measured profiles

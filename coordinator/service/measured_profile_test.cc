@@ -346,6 +346,66 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
   EXPECT_NEAR(refined->layers(0).forward_ms(), answer.profile().layers(0).forward_ms() * 1.5, 1e-9);
 }
 
+// What the coordinator measured and learned is kept in its database (profile_store.h): a
+// restarted coordinator plans the model on the refined profile and the learned collective
+// overhead at once, without measuring it again, unless the profile is older than
+// --profile-max-age-h.
+TEST_F(RefinementTest, ARestartedCoordinatorPlansOnWhatItMeasuredAndLearned) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  const std::string w2 = Register();
+  const std::string spec = absl::StrReplaceAll(Spec(2), {{"max_steps: 3", "max_steps: 20"}});
+  auto submitted = Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  RunToSuccess(job, /*stage0_ratio=*/1.5, /*outside_extra_ms=*/4);
+  ASSERT_EQ(Get(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), "cpu");
+  const std::optional<v1::ModelProfile> refined = cache_->Lookup(key);
+  ASSERT_TRUE(refined.has_value());
+  ASSERT_THAT(refined->source(), HasSubstr("refined by the measured steps of 1 job"));
+
+  svc_.reset();
+  now_ += 3'600'000;
+  svc_ = Open();  // a new, empty cache
+  const std::string w3 = Register();
+  Register();
+  auto after_restart = Submit(spec);
+  ASSERT_TRUE(after_restart.ok()) << after_restart.status();
+  EXPECT_EQ(after_restart->plan().profile_source(), refined->source());
+  EXPECT_THAT(after_restart->plan().cluster_source(),
+              HasSubstr("; collectives +4.00 ms each (measured by the steps of 1 job)"));
+  EXPECT_EQ(cache_->Lookup(key)->SerializeAsString(), refined->SerializeAsString());
+  svc_->Tick();
+  EXPECT_EQ(Get(after_restart->id()).state(), v1::JOB_STATE_RUNNING)
+      << Get(after_restart->id()).message();
+  EXPECT_FALSE(Heartbeat(w3).has_profile_request());  // nothing measured again
+
+  // A profile measured longer ago than --profile-max-age-h is measured again; the cluster's
+  // collective overhead is the cluster's, not the model's, and stays.
+  svc_.reset();
+  profile_max_age_ms_ = 3'600'000 - 1;
+  svc_ = Open();
+  Register();
+  Register();
+  auto stale = Submit(spec);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_THAT(stale->plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_THAT(stale->plan().cluster_source(), HasSubstr("; collectives +4.00 ms each"));
+  EXPECT_EQ(cache_->StateOf(key), ProfileCache::State::kMissing);
+}
+
 TEST_F(RefinementTest, AJobOfOnlyWarmUpStepsRefinesNothing) {
   OpenMeasuring();
   const std::string w1 = Register();

@@ -11,11 +11,13 @@ on 127.0.0.1.
   halves' gradients in another order, and over 400 steps that rounding drifts by an amount that
   differs between machines (1.1e-5 at step 352 on an AMD EPYC machine, 2026-12-03; within 1e-5
   on the earlier CI machines); the replicas' parity with dapple-reference is
-  integration_replica_parity's, over shorter runs.
+  integration_replica_parity's, over shorter runs. After the restart the coordinator plans the
+  model on the profile it measured before (kept in its database), without measuring it again.
 - Workers lost during the outage: a worker SIGKILLed while the coordinator is down does not come
   back; the job FAILS within the stated bound (the worker timeout after the restart) with a
   message naming the missing rank and worker, and the surviving workers stop it and are IDLE.
 """
+import json
 import os
 import re
 import signal
@@ -95,6 +97,16 @@ class CoordinatorRestartTest(unittest.TestCase):
         # The restart lands in the middle of the job: the ranks train on after it.
         self.assertTrue(any(not done and step < STEPS for step, done in claimed.values()),
                         claimed)
+        # What the coordinator measured before (the model's profile) is planned on at once, not
+        # measured again (docs/coordinator.md, "Refined by the jobs' steps").
+        self.c.wait_log("coordinator", "reusing 1 measured model profile")
+        spec = os.path.join(self.c.dir, "restart-plan.yaml")
+        with open(spec, "w") as f:
+            f.write(cluster.spec_yaml("restart-plan", cluster.SMALL_MLP, GLOBAL_BATCH,
+                                      GLOBAL_BATCH // MICRO_BATCHES, 2, max_steps=STEPS,
+                                      devices=4))
+        dry = json.loads(self.c.ctl("plan", spec, "-o", "json")[1])
+        self.assertRegex(dry["profile_source"], r"^measured on cpu by worker it-w\d")
         j = self.c.wait_state(job, TERMINAL, timeout=180)
         self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j.get("message"), self.c.all_logs()))
         self.assertEqual(int(j["metrics"]["step"]), STEPS)

@@ -126,6 +126,13 @@ absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
   return options;
 }
 
+int CollectivesPerStep(const LowerOptions& lower, int stage) {
+  auto holds = [stage](const std::vector<bool>& stages) {
+    return stage >= 0 && stage < static_cast<int>(stages.size()) && stages[stage];
+  };
+  return holds(lower.tied_stages) + holds(lower.allreduce_stages) + lower.global_norm;
+}
+
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind) {
   int n = 0;
   for (const v1::Action& a : program.actions()) n += a.kind() == kind;

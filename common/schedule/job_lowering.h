@@ -105,6 +105,12 @@ bool TakesGlobalNorm(absl::string_view schedule, double max_grad_norm);
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan);
 
+// The collectives across processes each step of stage `stage` runs under `lower`: its tied
+// weights' TIED_ALLREDUCE (tied_stages), its replicas' ALLREDUCE (allreduce_stages) and the
+// job-wide GLOBAL_NORM (global_norm; GLOBAL_NORM_ASYNC counts too). 0 to 3; a stage beyond the
+// per-stage vectors has neither of the first two.
+int CollectivesPerStep(const LowerOptions& lower, int stage);
+
 // The actions of `kind` in `program`: its actions and every step of its phases' cycles.
 int CountActions(const v1::RankProgram& program, v1::ActionKind kind);
 // Whether `program` takes the job-wide decision: a GLOBAL_NORM or a GLOBAL_NORM_ASYNC.

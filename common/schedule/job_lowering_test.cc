@@ -129,7 +129,19 @@ TEST(LowerOptionsForTest, DecidesEveryCollectiveOfTheJob) {
   EXPECT_FALSE(LowerOptionsFor(spec, Plan({{0, 3}}, {2}))->global_norm);
   EXPECT_FALSE(LowerOptionsFor(spec, Plan({{0, 3}}, {2}))->clipping);
 
+  // Per stage and step: the tied sum, the replicas' AllReduce, the norm.
+  spec.mutable_training()->set_max_grad_norm(0);
+  spec.mutable_parallel()->set_schedule("dapple");
+  o = LowerOptionsFor(spec, plan).value();
+  EXPECT_EQ(CollectivesPerStep(o, 0), 2);
+  EXPECT_EQ(CollectivesPerStep(o, 1), 2);
+  EXPECT_EQ(CollectivesPerStep(o, 2), 2);
+  spec.mutable_parallel()->set_schedule("pipedream");
+  EXPECT_EQ(CollectivesPerStep(LowerOptionsFor(spec, plan).value(), 0), 1);  // no norm
+  EXPECT_EQ(CollectivesPerStep(o, 3), 1);  // beyond the stages: the norm alone
+
   const LowerOptions mlp = LowerOptionsFor(MlpSpec(), Plan({{0, 0}, {1, 1}}, {1, 1})).value();
+  EXPECT_EQ(CollectivesPerStep(mlp, 1), 1);
   EXPECT_THAT(mlp.tied_stages, ElementsAre(false, false));
   EXPECT_THAT(mlp.allreduce_stages, ElementsAre(false, false));
   EXPECT_EQ(mlp.chunks, 1);

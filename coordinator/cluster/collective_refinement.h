@@ -13,8 +13,9 @@
 //
 // The rule. A synchronous job (a schedule whose steps end in GLOBAL_NORM: not pipedream nor
 // pipesgd) of at least two ranks, planned with overhead c (the topology's then), observes for its
-// bottleneck stage b (the largest predicted compute_ms) with n collectives per step (GLOBAL_NORM,
-// and ALLREDUCE when b has replicas):
+// bottleneck stage b (the largest predicted compute_ms) with n collectives per step
+// (schedule::CollectivesPerStep: GLOBAL_NORM, ALLREDUCE when b has replicas, TIED_ALLREDUCE when b
+// holds one side of a tied weight whose other side is on another stage):
 //
 //   observation = c + (measured_b - predicted_b) / n, clamped to [0, kMaxOverheadMs]
 //
@@ -22,8 +23,7 @@
 // its forward, backward and optimizer (StageMetricsTracker::MedianNonComputeMs): its waits,
 // transfers and collectives; predicted_b is predicted_step_ms - b's compute_ms. The overhead is
 // the median of the last kHistory observations. One value for the cluster: a collective spans
-// its members' hosts, and this measures them together (a tied weights' sum is not counted in n:
-// its cost falls to the others).
+// its members' hosts, and this measures them together.
 //
 // Thread safety: thread-safe (one internal mutex).
 #ifndef DAPPLE_COORDINATOR_CLUSTER_COLLECTIVE_REFINEMENT_H_

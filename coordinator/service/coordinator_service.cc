@@ -370,9 +370,10 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
   }
   // The collectives: the bottleneck stage's time outside its layers against its prediction, in
   // a synchronous job whose steps end in a collective of every rank.
-  const std::string schedule = schedule::RunningSchedule(job.spec(), plan);
-  if (schedule::NumRanks(plan) >= 2 && schedule != "pipedream" &&
-      schedule::TakesGlobalNorm(schedule, job.spec().training().max_grad_norm())) {
+  const absl::StatusOr<schedule::LowerOptions> lowered =
+      schedule::LowerOptionsFor(job.spec(), plan);
+  if (schedule::NumRanks(plan) >= 2 && lowered.ok() && lowered->global_norm &&
+      schedule::RunningSchedule(job.spec(), plan) != "pipedream") {
     int b = 0;
     for (int s = 1; s < plan.stages_size(); ++s) {
       if (plan.stages(s).compute_ms() > plan.stages(b).compute_ms()) b = s;
@@ -382,7 +383,7 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
     });
     if (outside.has_value()) {
       const double predicted = plan.predicted_step_ms() - plan.stages(b).compute_ms();
-      const int collectives = 1 + (schedule::StageReplicas(plan, b) > 1 ? 1 : 0);
+      const int collectives = schedule::CollectivesPerStep(*lowered, b);
       const double observed = collectives_.Observe(run.profile->collective_overhead_ms,
                                                    *outside - predicted, collectives);
       if (observed >= 0) {

@@ -117,7 +117,7 @@ TEST(TokenFileTest, ReadsTheTokenAndSaysWhyNot) {
 
 TEST(TokenFileTest, OnlyPrintableWordsCanBeTokens) {
   EXPECT_TRUE(common::CheckTokenText("dpl_0123456789abcdef_" + std::string(64, 'a')).ok());
-  for (const std::string bad : {std::string("a b"), std::string("a\tb"), std::string("a\x7f"),
+  for (const std::string& bad : {std::string("a b"), std::string("a\tb"), std::string("a\x7f"),
                                 std::string("a\0b", 3), std::string("\xc3\xa9")}) {
     EXPECT_EQ(common::CheckTokenText(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
   }

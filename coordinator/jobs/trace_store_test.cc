@@ -64,7 +64,9 @@ TEST(TraceStoreTest, KeepsTheNewestStepsOfEachRank) {
   const int n = TraceStore::kStepsPerRank + 5;
   for (int step = 1; step <= n; ++step) {
     ASSERT_TRUE(store->Put(Trace("job-1", 0, 0, step * 10), step).ok());
-    if (step <= 2) ASSERT_TRUE(store->Put(Trace("job-1", 1, 0, step * 10), step).ok());
+    if (step <= 2) {
+      ASSERT_TRUE(store->Put(Trace("job-1", 1, 0, step * 10), step).ok());
+    }
   }
   v1::JobTrace got = store->Get("job-1").value();
   ASSERT_EQ(got.steps_size(), TraceStore::kStepsPerRank + 2);

@@ -353,7 +353,8 @@ TEST_F(CheckpointHandlerTest, EmulatedCheckpointsResumeOnlyIntoEmulatedJobs) {
   }
 
   // A real job (device_type any, the default, or cpu) is refused, naming the rule.
-  for (const std::string& type : {"any", "cpu"}) {
+  for (const char* name : {"any", "cpu"}) {
+    const std::string type = name;
     absl::StatusOr<v1::Job> refused =
         Submit(type == "any" ? Spec() : SpecOn(type, dir_), fake + "/");
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << type;

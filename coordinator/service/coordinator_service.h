@@ -389,6 +389,7 @@ class CoordinatorService {
   };
   // What the coordinator keeps in memory about a RUNNING job.
   struct RunState {
+    explicit RunState(ProgressTracker progress) : tracker(std::move(progress)) {}
     int num_stages = 0;
     std::vector<int> replicas;            // by stage, each >= 1
     std::vector<std::string> worker_ids;  // by rank (schedule::RankIndex)

@@ -23,8 +23,8 @@ void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::str
   // Elapsed time continues from the stored value rather than restarting at zero.
   const int64_t running_since =
       now - static_cast<int64_t>(job.metrics().elapsed_seconds() * 1000.0);
-  RunState run{.num_stages = plan.stages_size(),
-               .tracker = ProgressTracker(job.spec().training().global_batch(), running_since)};
+  RunState run(ProgressTracker(job.spec().training().global_batch(), running_since));
+  run.num_stages = plan.stages_size();
   for (int s = 0; s < plan.stages_size(); ++s) {
     const int replicas = schedule::StageReplicas(plan, s);
     run.replicas.push_back(replicas);

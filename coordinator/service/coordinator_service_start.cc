@@ -428,10 +428,10 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
       replanned != nullptr || preempted
           ? now - static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1000.0))
           : now;
-  RunState run{.num_stages = num_stages,
-               .replicas = replicas,
-               .worker_ids = worker_ids,
-               .tracker = ProgressTracker(job.spec().training().global_batch(), started)};
+  RunState run(ProgressTracker(job.spec().training().global_batch(), started));
+  run.num_stages = num_stages;
+  run.replicas = replicas;
+  run.worker_ids = worker_ids;
   run.admitted_unix_ms = now;
   run.profile = profile;
   running_.insert_or_assign(id, std::move(run));

@@ -71,7 +71,8 @@ std::optional<v1::ModelProfile> ProfileCache::Lookup(const Key& key, int64_t* ge
 }
 
 absl::StatusOr<int> ProfileCache::Refine(const Key& key, int64_t generation,
-                                         const std::vector<StageMeasurement>& stages) {
+                                         const std::vector<StageMeasurement>& stages,
+                                         std::vector<std::string>* not_taken) {
   absl::MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.state != State::kReady) {
@@ -86,7 +87,7 @@ absl::StatusOr<int> ProfileCache::Refine(const Key& key, int64_t generation,
                      " on ", key.device_kind, " is gone (measured again, or refined ",
                      kGenerationsKept, " times since)"));
   }
-  absl::StatusOr<int> taken = e.refinement.Observe(planned->second, stages);
+  absl::StatusOr<int> taken = e.refinement.Observe(planned->second, stages, not_taken);
   if (!taken.ok() || *taken == 0) return taken;
   e.generations[next_generation_++] = e.refinement.Factors();
   while (static_cast<int>(e.generations.size()) > kGenerationsKept) {

@@ -66,12 +66,13 @@ class ProfileCache {
   std::optional<v1::ModelProfile> Lookup(const Key& key, int64_t* generation = nullptr) const;
 
   // A job planned on generation `generation` of key's profile measured `stages` per step
-  // (ProfileRefinement::Observe). Returns the stages taken (0: nothing changed); a change makes a
-  // new generation. kNotFound when key has no ready profile; kFailedPrecondition when
-  // `generation` is not one of its last kGenerationsKept (the model was measured again since,
-  // or many jobs refined it meanwhile); Observe's kInvalidArgument.
+  // (ProfileRefinement::Observe, which fills `not_taken`). Returns the stages taken (0: nothing
+  // changed); a change makes a new generation. kNotFound when key has no ready profile;
+  // kFailedPrecondition when `generation` is not one of its last kGenerationsKept (the model was
+  // measured again since, or many jobs refined it meanwhile); Observe's kInvalidArgument.
   absl::StatusOr<int> Refine(const Key& key, int64_t generation,
-                             const std::vector<StageMeasurement>& stages);
+                             const std::vector<StageMeasurement>& stages,
+                             std::vector<std::string>* not_taken = nullptr);
   // A ready profile as measured (not refined) and its refinement: what the database keeps.
   struct SavedProfile {
     v1::ModelProfile profile;

@@ -21,7 +21,8 @@ std::vector<double> ProfileRefinement::Factors() const {
 }
 
 absl::StatusOr<int> ProfileRefinement::Observe(const std::vector<double>& planned,
-                                               const std::vector<StageMeasurement>& stages) {
+                                               const std::vector<StageMeasurement>& stages,
+                                               std::vector<std::string>* not_taken) {
   const int layers = static_cast<int>(history_.size());
   if (static_cast<int>(planned.size()) != layers) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -37,12 +38,31 @@ absl::StatusOr<int> ProfileRefinement::Observe(const std::vector<double>& planne
     }
   }
   int taken = 0;
+  auto refuse = [&](const StageMeasurement& stage, const std::string& why) {
+    if (not_taken != nullptr) {
+      not_taken->push_back(absl::StrCat("stage ", stage.stage, " not taken: ", why));
+    }
+  };
   for (const StageMeasurement& stage : stages) {
     const double layers = stage.predicted_ms - stage.overhead_ms - stage.contention_ms;
-    if (!(layers > 0) || !(stage.measured_ms > 0)) continue;
-    if (!(stage.contention_ms <= kMaxContentionShare * layers)) continue;
+    if (!(layers > 0) || !(stage.measured_ms > 0)) {
+      refuse(stage, absl::StrFormat("no layer time to compare (predicted %.1f ms, measured %.1f)",
+                                    layers, stage.measured_ms));
+      continue;
+    }
+    if (!(stage.contention_ms <= kMaxContentionShare * layers)) {
+      refuse(stage, absl::StrFormat("its predicted contention %.1f ms is %.0f%% of its layer time "
+                                    "%.1f ms, over %.0f%%",
+                                    stage.contention_ms, 100 * stage.contention_ms / layers, layers,
+                                    100 * kMaxContentionShare));
+      continue;
+    }
     const double ratio = (stage.measured_ms - stage.overhead_ms - stage.contention_ms) / layers;
-    if (!(ratio >= kMinRatio && ratio <= kMaxRatio)) continue;
+    if (!(ratio >= kMinRatio && ratio <= kMaxRatio)) {
+      refuse(stage, absl::StrFormat("measured %.2fx its predicted layer time, outside [%.1f, %.1f]",
+                                    ratio, kMinRatio, kMaxRatio));
+      continue;
+    }
     ++taken;
     for (const v1::StageRange& r : stage.layers) {
       for (int l = r.first_layer(); l <= r.last_layer(); ++l) {

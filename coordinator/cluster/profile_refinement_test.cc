@@ -1,8 +1,10 @@
 #include "coordinator/cluster/profile_refinement.h"
 
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -17,7 +19,7 @@ v1::StageRange Range(int first, int last) {
 
 StageMeasurement Stage(std::vector<v1::StageRange> layers, double predicted, double overhead,
                        double measured, double contention = 0) {
-  return StageMeasurement{std::move(layers), predicted, overhead, contention, measured};
+  return StageMeasurement{std::move(layers), predicted, overhead, contention, measured, 0};
 }
 
 v1::ModelProfile Profile(int layers) {
@@ -116,6 +118,24 @@ TEST(ProfileRefinementTest, InterleavedChunksOfARankShareItsRatio) {
   ASSERT_TRUE(
       r.Observe(std::vector<double>(6, 1.0), {Stage({Range(0, 1), Range(4, 5)}, 10, 0, 15)}).ok());
   EXPECT_EQ(r.Factors(), (std::vector<double>{1.5, 1.5, 1.0, 1.0, 1.5, 1.5}));
+}
+
+TEST(ProfileRefinementTest, EachStageNotTakenSaysWhy) {
+  ProfileRefinement r(3);
+  std::vector<std::string> why;
+  StageMeasurement contended = Stage({Range(0, 0)}, 10, 0, 12, /*contention=*/4);
+  StageMeasurement slow = Stage({Range(1, 1)}, 10, 0, 25);
+  slow.stage = 1;
+  StageMeasurement unpredicted = Stage({Range(2, 2)}, 1, 1, 5);
+  unpredicted.stage = 2;
+  ASSERT_EQ(*r.Observe({1.0, 1.0, 1.0}, {contended, slow, unpredicted}, &why), 0);
+  EXPECT_THAT(why, ::testing::ElementsAre(
+                       "stage 0 not taken: its predicted contention 4.0 ms is 67% of its layer "
+                       "time 6.0 ms, over 25%",
+                       "stage 1 not taken: measured 2.50x its predicted layer time, outside "
+                       "[0.5, 2.0]",
+                       "stage 2 not taken: no layer time to compare (predicted 0.0 ms, measured "
+                       "5.0)"));
 }
 
 TEST(ProfileRefinementTest, ImplausibleOrUnpredictedStagesAreNotTaken) {

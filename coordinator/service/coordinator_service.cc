@@ -348,7 +348,7 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
         plan, s, [&](int r) { return run.stage_metrics.MedianComputeMs(s, r, kRefineMinSteps); });
     if (!measured.has_value()) continue;
     StageMeasurement m{schedule::StageChunks(plan, s), stage.compute_ms(), stage.overhead_ms(),
-                       stage.contention_ms(), *measured};
+                       stage.contention_ms(),          *measured,          s};
     described.push_back(
         absl::StrFormat("stage %d %.1f ms (predicted %.1f)", s, m.measured_ms, m.predicted_ms));
     stages.push_back(std::move(m));
@@ -356,16 +356,19 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
   if (stages.empty()) return;
   said.push_back(
       absl::StrCat("compute per step, median after the warm-up: ", absl::StrJoin(described, ", ")));
+  std::vector<std::string> not_taken;
   absl::StatusOr<int> taken =
-      options_.profile_cache->Refine(run.profile->key, run.profile->generation, stages);
+      options_.profile_cache->Refine(run.profile->key, run.profile->generation, stages, &not_taken);
   if (!taken.ok()) {
     DAPPLE_LOG_INFO("job {}: its measured steps do not refine the model's profile: {}", job.id(),
                     taken.status().message());
   } else {
-    said.push_back(*taken > 0 ? absl::StrCat("refined the layer times of the model's profile on ",
-                                             run.profile->key.device_kind, " (", *taken, " of ",
-                                             stages.size(), " stages taken)")
-                              : "too far from the prediction to refine the model's profile");
+    if (*taken > 0) {
+      said.push_back(absl::StrCat("refined the layer times of the model's profile on ",
+                                  run.profile->key.device_kind, " (", *taken, " of ", stages.size(),
+                                  " stages taken)"));
+    }
+    said.insert(said.end(), not_taken.begin(), not_taken.end());
     if (*taken > 0) SaveMeasuredProfile(run.profile->key, /*refinement_only=*/true);
   }
   // The collectives: the bottleneck stage's time outside its layers against its prediction, in

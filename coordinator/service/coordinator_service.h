@@ -445,9 +445,12 @@ class CoordinatorService {
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // TopologyFromWorkers (worker_topology.h) with the collective overhead the jobs measured
-  // (CollectiveRefinement), its source saying so once any job did.
+  // (CollectiveRefinement), its source saying so once any job did; without it for an emulated
+  // job (`emulated`), whose ranks wait instead of computing: the overhead is learned from ranks
+  // that keep the host's cores busy, and an emulated job's hand-offs find them idle.
   absl::StatusOr<v1::ClusterTopology> TopologyOfWorkers(const std::vector<v1::WorkerInfo>& workers,
-                                                        const std::string& device_type) const;
+                                                        const std::string& device_type,
+                                                        bool emulated = false) const;
   // The inputs SubmitJob plans `spec` with (see there), given the registered workers. `use`, when
   // not null, is set to the cached measured profile of the inputs (nullopt when there is none).
   PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,

@@ -4,6 +4,7 @@
 // do not all come back within worker_timeout_ms of the first health check FAILS as a job that
 // lost a worker. Same class, same lock rules (coordinator_service.h).
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,9 +21,11 @@ namespace dapple::coordinator {
 void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::string& checkpoint_dir,
                                               int64_t now) {
   const v1::ParallelPlanSummary& plan = job.plan();
-  // Elapsed time continues from the stored value rather than restarting at zero.
+  // The job ran on while the coordinator was away: its stored elapsed time was measured when the
+  // row was last updated, and the outage counts too.
   const int64_t running_since =
-      now - static_cast<int64_t>(job.metrics().elapsed_seconds() * 1000.0);
+      std::min(now, job.updated_unix_ms() -
+                        static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1e3)));
   RunState run(ProgressTracker(job.spec().training().global_batch(), running_since));
   run.num_stages = plan.stages_size();
   for (int s = 0; s < plan.stages_size(); ++s) {

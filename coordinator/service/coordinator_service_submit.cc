@@ -230,11 +230,12 @@ std::vector<v1::WorkerInfo> CoordinatorService::WorkerSnapshot() {
 }
 
 absl::StatusOr<v1::ClusterTopology> CoordinatorService::TopologyOfWorkers(
-    const std::vector<v1::WorkerInfo>& workers, const std::string& device_type) const {
+    const std::vector<v1::WorkerInfo>& workers, const std::string& device_type,
+    bool emulated) const {
   absl::StatusOr<v1::ClusterTopology> topology =
       TopologyFromWorkers(workers, device_type, options_.plan_defaults);
   if (!topology.ok()) return topology;
-  if (const int jobs = collectives_.jobs(); jobs > 0) {
+  if (const int jobs = collectives_.jobs(); jobs > 0 && !emulated) {
     topology->set_collective_overhead_ms(collectives_.OverheadMs());
     topology->set_source(absl::StrFormat(
         "%s; collectives +%.2f ms each (measured by the steps of %d job%s)", topology->source(),
@@ -268,7 +269,8 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
   int64_t generation = 0;
   inputs.profile = options_.profile_cache->Lookup(key, &generation);
   if (static_cast<int>(LiveFittingWorkers(workers, type).size()) >= spec.parallel().devices()) {
-    absl::StatusOr<v1::ClusterTopology> topology = TopologyOfWorkers(workers, type);
+    absl::StatusOr<v1::ClusterTopology> topology =
+        TopologyOfWorkers(workers, type, IsEmulated(spec));
     if (topology.ok()) inputs.topology = *std::move(topology);
   }
   if (use != nullptr) {

@@ -54,6 +54,11 @@ absl::Status Parser::ParseModel(const Field& section, v1::ModelSpec& model) {
                                    "[1, 28, 28], got %s",
                                    Describe(shape->value)));
     }
+    if (shape->value.size() == 0) {
+      return Error(MarkOf(*shape),
+                   "model.input_shape is empty: a model's input needs at least one dimension, "
+                   "like [1, 28, 28]");
+    }
     for (size_t i = 0; i < shape->value.size(); ++i) {
       const Field dim{shape->key, shape->value[i]};
       DAPPLE_ASSIGN_OR_RETURN(int64_t d, Int64(dim, absl::StrFormat("model.input_shape[%d]", i)));

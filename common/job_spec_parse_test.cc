@@ -404,6 +404,15 @@ TEST(ParseJobSpecTest, MissingRequiredFields) {
                    "job.yaml: missing required field 'name'");
   ExpectParseError(Edit(kExample, "  input_shape: [1, 28, 28]\n", ""),
                    "job.yaml:3:3: missing required field 'model.input_shape'");
+  // Present but empty is not missing.
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: []"),
+                   "job.yaml:3:16: model.input_shape is empty: a model's input needs at least "
+                   "one dimension, like [1, 28, 28]");
+  ExpectParseError(Edit(kExample,
+                        "  layers:\n    - {type: flatten}\n    - {type: linear, out: 1024}\n"
+                        "    - {type: relu}\n    - {type: linear, out: 10}\n",
+                        "  layers: []\n"),
+                   "job.yaml:4:11: model.layers is empty: a model needs at least one layer");
   ExpectParseError(Edit(kExample,
                         "  layers:\n    - {type: flatten}\n    - {type: linear, out: 1024}\n"
                         "    - {type: relu}\n    - {type: linear, out: 10}\n",

@@ -457,6 +457,9 @@ TEST_F(AdminCommandTest, UsageErrorsNameTheFlagTheValueAndTheRuleAndSendNothing)
        "--tenant \"x y\" must be 1-63 characters of a-z, 0-9 and -, starting with a letter"},
       {{"admin", "tenant", "list", "-o", "xml"},
        "--output: xml not in {table,json,yaml} (see dapplectl admin tenant list --help)"},
+      {{},
+       "no command given; commands: config, submit, get, describe, logs, list, cancel, watch, "
+       "workers, checkpoint, trace, top, plan, admin, auth (see dapplectl --help)"},
       {{"admin"},
        "admin needs a subcommand: tenant, quota, cohort, user, token, join-token, audit (see "
        "dapplectl admin --help)"},

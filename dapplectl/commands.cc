@@ -227,7 +227,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       "plan a job spec, or a --profile, without running it: stages, devices, predicted step "
       "time and memory");
   CLI::Option* plan_job =
-      plan->add_option("JOB", plan_file,
+      plan->add_option("SPEC", plan_file,
                        "job spec file (default: plan the --profile's model, global batch "
                        "--global-batch)");
   plan->add_option("--profile", profile_file,
@@ -296,7 +296,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     // A command group (admin, admin tenant, auth ...) without its subcommand, or with a word
     // that is none of them.
     const CLI::App& deepest = DeepestParsedCommand(app);
-    if (kind == std::string("RequiredError") && !command.empty() &&
+    if (kind == std::string("RequiredError") &&
         !deepest.get_subcommands(std::function<bool(const CLI::App*)>()).empty() &&
         deepest.get_subcommands().empty()) {
       std::vector<std::string> stray = deepest.remaining();
@@ -306,6 +306,11 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
         names.push_back(sub->get_name());
       }
       const std::string closest = stray.empty() ? "" : SuggestFlag(stray.front(), names);
+      if (command.empty() && stray.empty()) {
+        return Fail(env, kExitUsage,
+                    absl::StrCat("no command given; commands: ", SubcommandNames(deepest),
+                                 " (see dapplectl --help)"));
+      }
       return Fail(
           env, kExitUsage,
           absl::StrCat(stray.empty()

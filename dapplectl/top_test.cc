@@ -302,6 +302,16 @@ TEST(TraceCommandTest, ClearErrors) {
   EXPECT_EQ(r.err,
             "dapplectl: job job-3 has no traced steps yet (workers trace step 1 and every "
             "--trace-every-steps-th step; 0 turns tracing off)\n");
+  // A job cancelled before its first step never will have one.
+  v1::Job cancelled = job;
+  cancelled.set_id("job-4");
+  cancelled.set_state(v1::JOB_STATE_CANCELLED);
+  fake.Put(cancelled);
+  r = RunCtl(fake, {"trace", "job-4", "-o", ::testing::TempDir() + "/never.json"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err,
+            "dapplectl: job job-4 has no traced steps: it ended (CANCELLED) before its ranks "
+            "traced a step\n");
   r = RunCtl(fake, {"trace", "job-9", "-o", "x.json"});
   EXPECT_EQ(r.code, kExitRefused);
   EXPECT_EQ(r.err, "dapplectl: no job job-9\n");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "dapplectl/format.h"
 #include "dapplectl/trace_json.h"
 
 namespace dapple::ctl {
@@ -15,6 +16,13 @@ absl::StatusOr<std::string> WriteJobTrace(CoordinatorClient& client, const std::
                                           const std::string& path, std::ostream* out) {
   DAPPLE_ASSIGN_OR_RETURN(v1::JobTrace trace, client.Trace(job_id));
   if (trace.steps().empty()) {
+    // A job that ended without one never will have one: say so rather than "yet".
+    absl::StatusOr<v1::Job> job = client.Get(job_id);
+    if (job.ok() && IsTerminal(job->state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has no traced steps: it ended (",
+                       JobStateName(job->state()), ") before its ranks traced a step"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id,
         " has no traced steps yet (workers trace step 1 and every --trace-every-steps-th step; "

@@ -385,7 +385,10 @@ void CoordinatorService::RefineFromStepsLocked(const RunState& run, const v1::Jo
       return run.stage_metrics.MedianNonComputeMs(b, r, kRefineMinSteps);
     });
     if (outside.has_value()) {
-      const double predicted = plan.predicted_step_ms() - plan.stages(b).compute_ms();
+      // Rounding, and a step whose norm's barrier the schedule overlaps (zb-h2's deferred
+      // check), can put the prediction a hair below the stage's compute: nothing outside it.
+      const double predicted =
+          std::max(0.0, plan.predicted_step_ms() - plan.stages(b).compute_ms());
       const int collectives = schedule::CollectivesPerStep(*lowered, b);
       const double observed = collectives_.Observe(run.profile->collective_overhead_ms,
                                                    *outside - predicted, collectives);

@@ -55,11 +55,12 @@ void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::str
     return;
   }
   const std::vector<std::string>& ids = running_.at(job.id()).worker_ids;
+  const std::string workers =
+      ids.size() == 1 ? absl::StrCat("worker (", ids[0], ")")
+                      : absl::StrCat(ids.size(), " workers (", absl::StrJoin(ids, ", "), ")");
   const std::string message = absl::StrFormat(
-      "coordinator restarted at step %d: waiting up to %.1f s for the job's %d workers (%s) to "
-      "register again",
-      job.metrics().step(), options_.worker_timeout_ms / 1000.0, ids.size(),
-      absl::StrJoin(ids, ", "));
+      "coordinator restarted at step %d: waiting up to %.1f s for the job's %s to register again",
+      job.metrics().step(), options_.worker_timeout_ms / 1000.0, workers);
   (void)jobs_->RecordEvent(job.id(), JobEventReason::kCoordinatorRestarted, message);
   DAPPLE_LOG_INFO("job {}: {}", job.id(), message);
 }
@@ -129,9 +130,11 @@ std::string CoordinatorService::ReattachLocked(const v1::RegisterWorkerRequest& 
   const int64_t stored_step = job.ok() ? job->metrics().step() : 0;
   (void)jobs_->RecordEvent(
       id, JobEventReason::kReattached,
-      absl::StrFormat("all %d ranks re-attached after the coordinator restart; running on from "
-                      "step %d",
-                      run.worker_ids.size(), std::max(stored_step, run.reattached_step)));
+      absl::StrFormat("%s re-attached after the coordinator restart; running on from step %d",
+                      run.worker_ids.size() == 1
+                          ? std::string("its rank")
+                          : absl::StrCat("all ", run.worker_ids.size(), " ranks"),
+                      std::max(stored_step, run.reattached_step)));
   if (run.done_ranks.size() == run.worker_ids.size()) {
     absl::Status s = EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status();
     if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());

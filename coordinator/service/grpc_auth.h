@@ -21,7 +21,12 @@ struct GrpcAuth {
 };
 
 // THE absl::Status -> grpc::Status conversion: same code (the enums agree numerically), same
-// message.
+// message, cut to kMaxStatusMessageBytes: the message travels in the response's metadata, which a
+// client refuses beyond 8 KiB (RESOURCE_EXHAUSTED "received initial metadata size exceeds
+// limit"), and an error that echoes a huge input (a 100000-character job id) would reach its
+// caller as that instead of itself. The cut ends at a whole UTF-8 character, followed by
+// " ... (N more bytes)".
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace dapple::coordinator

@@ -64,7 +64,15 @@ std::string BindFailureReason(const std::string& address) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  const absl::string_view message = status.message();
+  if (message.size() <= kMaxStatusMessageBytes) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
+  }
+  size_t cut = kMaxStatusMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return grpc::Status(
+      static_cast<grpc::StatusCode>(status.code()),
+      absl::StrCat(message.substr(0, cut), " ... (", message.size() - cut, " more bytes)"));
 }
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(

@@ -44,6 +44,23 @@ TEST(ToGrpcStatusTest, KeepsCodeAndMessage) {
   EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+// A new user's 100000-character job id came back as RESOURCE_EXHAUSTED "received initial
+// metadata size exceeds limit" instead of "no job ...": a message is cut to fit, at a whole
+// UTF-8 character.
+TEST(ToGrpcStatusTest, AHugeMessageIsCutToFitTheMetadata) {
+  const std::string id = "job-" + std::string(100000, 'x');
+  grpc::Status s = ToGrpcStatus(absl::NotFoundError("no job " + id));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "no job job-" + std::string(kMaxStatusMessageBytes - 11, 'x') +
+                                   " ... (" + std::to_string(100011 - kMaxStatusMessageBytes) +
+                                   " more bytes)");
+  // "é" is 2 bytes: a cut between them moves before the character.
+  std::string accents;
+  while (accents.size() < kMaxStatusMessageBytes + 10) accents += "\xC3\xA9";
+  const std::string cut = ToGrpcStatus(absl::InvalidArgumentError("x" + accents)).error_message();
+  EXPECT_EQ(cut.substr(0, cut.find(" ... ")).size(), kMaxStatusMessageBytes - 1);
+}
+
 class GrpcServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {

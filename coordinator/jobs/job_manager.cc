@@ -46,16 +46,6 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
                                     kRequeuedMessage, now);
         ++requeued;
       }
-      if (entry.job.state() == v1::JOB_STATE_RESTARTING) {
-        // The restart's backoff and stopped ranks lived in the old coordinator's memory alone:
-        // rather than wait for a re-plan nothing would start, the job fails with what to do.
-        entry.job.set_state(v1::JOB_STATE_FAILED);
-        entry.job.set_message(kRestartingInterruptedMessage);
-        entry.job.set_updated_unix_ms(now);
-        DAPPLE_RETURN_IF_ERROR(manager->WriteLocked(entry, now));
-        (void)manager->RecordLocked(entry.job.id(), JobEventReason::kFailed,
-                                    kRestartingInterruptedMessage, now);
-      }
       if (entry.job.state() == v1::JOB_STATE_RUNNING) ++running;
       if (manager->options_.observer) {
         manager->options_.observer->OnJobState(entry.job, v1::JOB_STATE_UNSPECIFIED);

@@ -29,11 +29,10 @@
 // ids and metrics as last written (their workers keep training and re-register with the
 // restarted coordinator, which re-attaches or fails them: CoordinatorService, "Coordinator
 // restarts"); PLANNING jobs go back to PENDING with the message kRequeuedMessage and a
-// CoordinatorRestarted event (no worker received anything of them yet); RESTARTING jobs (whose
-// restart lived in the old coordinator's memory) become FAILED with
-// kRestartingInterruptedMessage; PENDING jobs stay
-// PENDING; terminal jobs keep their state, message and metrics. Ids continue the stored
-// sequence.
+// CoordinatorRestarted event (no worker received anything of them yet); RESTARTING jobs stay
+// RESTARTING (the service waits out their backoff again: restart_policy.h ResumedRestartWait);
+// PENDING jobs stay PENDING; terminal jobs keep their state, message and metrics. Ids continue
+// the stored sequence.
 //
 // Thread safety: thread-safe. Internally one mutex; no callbacks run under it except the
 // Mutators passed in and the options' JobObserver (job_observer.h), which must not call back
@@ -65,9 +64,6 @@ namespace dapple::coordinator {
 
 inline constexpr char kRequeuedMessage[] =
     "coordinator restarted while the job was being planned: queued again";
-inline constexpr char kRestartingInterruptedMessage[] =
-    "coordinator restarted while the job was RESTARTING: resubmit it with --resume-from its "
-    "newest checkpoint (dapplectl get lists them)";
 
 // Unix time in milliseconds from the wall clock.
 int64_t WallClockUnixMs();

@@ -169,7 +169,12 @@ TEST_F(JobManagerTest, ReopeningRecoversJobs) {
   {
     auto jobs = Open();
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(jobs->Create(Spec(absl::StrCat("j", i)), "").ok());
-    // job-1 SUCCEEDED with metrics, job-2 RUNNING, job-3 PLANNING, job-4 PENDING, job-5 FAILED.
+    // job-1 SUCCEEDED with metrics, job-2 RUNNING, job-3 PLANNING, job-4 PENDING, job-5 FAILED,
+    // job-6 RESTARTING.
+    ASSERT_TRUE(jobs->Create(Spec("j5"), "").ok());
+    ASSERT_TRUE(jobs->Transition("job-6", v1::JOB_STATE_PLANNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-6", v1::JOB_STATE_RUNNING, "").ok());
+    ASSERT_TRUE(jobs->Transition("job-6", v1::JOB_STATE_RESTARTING, "restart 1 of 2").ok());
     ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_PLANNING, "").ok());
     ASSERT_TRUE(jobs->Transition("job-1", v1::JOB_STATE_RUNNING, "").ok());
     ASSERT_TRUE(jobs->Update("job-1",
@@ -201,9 +206,12 @@ TEST_F(JobManagerTest, ReopeningRecoversJobs) {
               ElementsAre("Submitted", "Scheduled", "CoordinatorRestarted"));
   EXPECT_EQ(jobs->Get("job-4")->state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(jobs->Get("job-5")->message(), "spec was bad");
+  // RESTARTING stays RESTARTING: the service waits out its backoff again.
+  EXPECT_EQ(jobs->Get("job-6")->state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(jobs->Get("job-6")->message(), "restart 1 of 2");
   EXPECT_EQ(jobs->OldestPending(), "job-3");
   auto next = jobs->Create(Spec("new"), "");
-  EXPECT_EQ(next->id(), "job-6");
+  EXPECT_EQ(next->id(), "job-7");
 }
 
 TEST_F(JobManagerTest, LifecycleChangesRecordEventsThatOutliveARestart) {

@@ -34,6 +34,18 @@ FailureCause ClassifyRankFailure(absl::string_view message) {
   return FailureCause::kRankError;
 }
 
+namespace {
+
+// The wait before restart restarts_done + 1: backoff * 2^restarts_done, at most max_backoff.
+int64_t BackoffMs(const v1::RestartSpec& policy, int restarts_done) {
+  // The exponent is bounded so the double stays finite.
+  const double doubled = policy.backoff_seconds() * std::ldexp(1.0, std::min(restarts_done, 60));
+  const double seconds = std::min(doubled, policy.max_backoff_seconds());
+  return static_cast<int64_t>(std::llround(std::max(0.0, seconds) * 1000.0));
+}
+
+}  // namespace
+
 RestartDecision DecideRestart(const v1::RestartSpec& policy, FailureCause cause,
                               int restarts_done) {
   RestartDecision d;
@@ -52,12 +64,19 @@ RestartDecision DecideRestart(const v1::RestartSpec& policy, FailureCause cause,
                      " restarts used (training.restart.max_restarts)");
     return d;
   }
-  // The k-th restart waits backoff * 2^(k-1); the exponent is bounded so the double stays finite.
-  const double doubled = policy.backoff_seconds() * std::ldexp(1.0, std::min(restarts_done, 60));
-  const double seconds = std::min(doubled, policy.max_backoff_seconds());
   d.restart = true;
-  d.backoff_ms = static_cast<int64_t>(std::llround(std::max(0.0, seconds) * 1000.0));
+  d.backoff_ms = BackoffMs(policy, restarts_done);
   return d;
+}
+
+RestartWait ResumedRestartWait(const v1::Job& job) {
+  RestartWait wait;
+  wait.since_ms = job.restart_history().empty()
+                      ? job.updated_unix_ms()
+                      : job.restart_history(job.restart_history_size() - 1).unix_ms();
+  wait.not_before_ms =
+      wait.since_ms + BackoffMs(job.spec().training().restart(), std::max(0, job.restarts() - 1));
+  return wait;
 }
 
 ReplanDecision DecideReplan(const v1::RestartSpec& policy, const RestartWait& wait,

@@ -61,6 +61,12 @@ struct RestartWait {
   int64_t not_before_ms = 0;
 };
 
+// The wait of a RESTARTING job read back by a restarted coordinator: since its newest
+// restart_history entry (when it failed; the job's updated_unix_ms without one), for the backoff
+// of its job.restarts()-th restart. A job is RESTARTING only between its failure and its next
+// run, so what the old coordinator waited for is stored with the job.
+RestartWait ResumedRestartWait(const v1::Job& job);
+
 // What the cluster looks like to a RESTARTING job now.
 struct RestartCluster {
   int idle_workers = 0;      // live, idle, fitting the job's device_type

@@ -30,6 +30,26 @@ TEST(RestartPolicyTest, BackoffDoublesAndIsCapped) {
   EXPECT_EQ(DecideRestart(p, FailureCause::kWorkerLost, 9).backoff_ms, 5000);
 }
 
+// A restarted coordinator reads a RESTARTING job back: its wait runs from the failure the job
+// stored, for the backoff of the restart it is in.
+TEST(RestartPolicyTest, AResumedWaitRunsFromTheStoredFailure) {
+  v1::Job job;
+  *job.mutable_spec()->mutable_training()->mutable_restart() = Policy(10);
+  job.set_updated_unix_ms(50'000);
+  job.set_restarts(1);
+  job.add_restart_history()->set_unix_ms(10'000);
+  RestartWait wait = ResumedRestartWait(job);
+  EXPECT_EQ(wait.since_ms, 10'000);
+  EXPECT_EQ(wait.not_before_ms, 11'000);  // the first restart's 1 s
+  job.set_restarts(2);
+  job.add_restart_history()->set_unix_ms(20'000);
+  wait = ResumedRestartWait(job);
+  EXPECT_EQ(wait.since_ms, 20'000);
+  EXPECT_EQ(wait.not_before_ms, 22'000);  // the second's 2 s
+  job.clear_restart_history();            // written without a history: since its last update
+  EXPECT_EQ(ResumedRestartWait(job).since_ms, 50'000);
+}
+
 TEST(RestartPolicyTest, ExhaustedSaysSo) {
   const RestartDecision d = DecideRestart(Policy(3), FailureCause::kWorkerLost, 3);
   EXPECT_FALSE(d.restart);

@@ -119,11 +119,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     service->workers_.ContinueGeneratedIdsFrom(next_worker_id);
     // A sequence raised by the jobs is saved by the next registration (RegisterWorker).
     service->saved_next_worker_id_ = saved_next_worker_id;
-    // The jobs that were running wait for their workers (coordinator_service_reattach.cc).
+    // The jobs that were running wait for their workers (coordinator_service_reattach.cc);
+    // the ones that were restarting go on restarting.
     const int64_t now = service->options_.now_unix_ms();
     for (const v1::Job& job : service->jobs_->List()) {
       if (job.state() == v1::JOB_STATE_RUNNING) {
         service->RecoverRunningLocked(job, recovered_dirs[job.id()], now);
+      } else if (job.state() == v1::JOB_STATE_RESTARTING) {
+        service->RecoverRestartingLocked(job, now);
       }
     }
   }

@@ -434,6 +434,11 @@ class CoordinatorService {
   // stored plan names no worker for some rank FAILS at once.
   void RecoverRunningLocked(const v1::Job& job, const std::string& checkpoint_dir, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Create: a job that was RESTARTING waits out the rest of its backoff (ResumedRestartWait) and
+  // restarts as it would have (RestartPass), with a CoordinatorRestarted event. The failed run's
+  // ranks that still run claim their ranks when they register again and are refused (the job is
+  // not RUNNING): they abort.
+  void RecoverRestartingLocked(const v1::Job& job, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RegisterWorker with a RankClaim: "" when the claim is accepted (the worker is then
   // registered under the claimed id as that rank, BUSY, or IDLE and counted done when the claim
   // says done), else why not (the caller registers it as a new worker).

@@ -87,6 +87,20 @@ absl::Status CoordinatorService::FailOrRestartLocked(const std::string& id, Fail
   return absl::OkStatus();
 }
 
+void CoordinatorService::RecoverRestartingLocked(const v1::Job& job, int64_t now) {
+  const RestartWait wait = ResumedRestartWait(job);
+  restarting_[job.id()] = wait;
+  const std::string message = absl::StrFormat(
+      "coordinator restarted while the job was RESTARTING: restart %d of %d goes on, %s",
+      job.restarts(), job.spec().training().restart().max_restarts(),
+      wait.not_before_ms > now
+          ? absl::StrFormat("planned again after the rest of its backoff (%.1f s)",
+                            (wait.not_before_ms - now) / 1000.0)
+          : std::string("planned again now (its backoff ended)"));
+  (void)jobs_->RecordEvent(job.id(), JobEventReason::kCoordinatorRestarted, message);
+  DAPPLE_LOG_INFO("job {}: {}", job.id(), message);
+}
+
 void CoordinatorService::RecordResume(const Replanned& replanned,
                                       const v1::ParallelPlanSummary& summary, int64_t now,
                                       v1::Job* job) {

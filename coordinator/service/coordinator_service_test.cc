@@ -1424,6 +1424,50 @@ TEST_F(CoordinatorServiceTest, ALostWorkerRestartsTheJobOnTheLiveWorkers) {
             "exhausted: 1 of 1 restarts used (training.restart.max_restarts))");
 }
 
+// A coordinator restart during a restart's backoff does not fail the job (a new user's job
+// failed "coordinator restarted while the job was RESTARTING" with 1 of 2 restarts used): the
+// restarted coordinator waits out the rest of the backoff and restarts it as the old one would
+// have.
+TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarting) {
+  const std::string w1 = Register(), w2 = Register();
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n",
+                 "  max_steps: 3\n  restart: {max_restarts: 2, backoff_seconds: 15}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  svc_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
+                r->set_message("receiving activations: connection lost");
+              }).ok());
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
+
+  now_ += 5000;
+  svc_.reset();
+  now_ += 2000;
+  svc_ = Open();
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.message();
+  EXPECT_EQ(j.events(j.events_size() - 1).reason(), "CoordinatorRestarted");
+  EXPECT_EQ(j.events(j.events_size() - 1).message(),
+            "coordinator restarted while the job was RESTARTING: restart 1 of 2 goes on, planned "
+            "again after the rest of its backoff (8.0 s)");
+  const std::string w3 = Register(), w4 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);  // 8 s of backoff left
+  now_ += 8000;
+  Heartbeat(w3);
+  Heartbeat(w4);
+  svc_->Tick();
+  j = Get(id);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.message();
+  EXPECT_THAT(j.worker_ids(), ElementsAre(w3, w4));
+  EXPECT_EQ(j.restarts(), 1);
+}
+
 // A divergence is never restarted: it would come back from the same checkpoint.
 TEST_F(CoordinatorServiceTest, ADivergenceIsNotRestarted) {
   const std::string w1 = Register(), w2 = Register();

@@ -70,6 +70,13 @@ std::optional<v1::ModelProfile> ProfileCache::Lookup(const Key& key, int64_t* ge
   return it->second.refinement.Apply(it->second.profile);
 }
 
+int64_t ProfileCache::Generation(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != State::kReady) return 0;
+  return it->second.generations.rbegin()->first;
+}
+
 absl::StatusOr<int> ProfileCache::Refine(const Key& key, int64_t generation,
                                          const std::vector<StageMeasurement>& stages,
                                          std::vector<std::string>* not_taken) {
@@ -102,6 +109,13 @@ std::string ProfileCache::Error(const Key& key) const {
   return it == entries_.end() || it->second.state != State::kFailed ? "" : it->second.error;
 }
 
+bool ProfileCache::WorthAskingAgain(const Key& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.state == State::kFailed && it->second.worker_lost &&
+         it->second.attempts < kMeasureAttempts;
+}
+
 ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::JobSpec& spec,
                                         const std::string& device, int64_t batch_size,
                                         int64_t deadline_unix_ms) {
@@ -109,7 +123,9 @@ ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::
   absl::MutexLock l(&mu_);
   Entry& e = entries_[key];
   if (e.state == State::kPending || e.state == State::kReady) return key;
+  const int attempts = e.state == State::kFailed ? e.attempts + 1 : 1;
   e = Entry{};
+  e.attempts = attempts;
   e.state = State::kPending;
   e.request_id = absl::StrCat("profile-", next_request_++);
   e.worker_id = worker_id;
@@ -180,6 +196,7 @@ int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms)
     if (e.state != State::kPending) continue;
     if (!dead_worker_id.empty() && e.worker_id == dead_worker_id) {
       e.error = absl::StrCat("worker ", e.worker_id, " died before reporting the profile");
+      e.worker_lost = true;
     } else if (now_unix_ms >= e.deadline_unix_ms) {
       e.error =
           absl::StrCat("worker ", e.worker_id, " did not report the profile before its deadline");
@@ -199,6 +216,7 @@ int ProfileCache::FailWorker(const std::string& worker_id, const std::string& wh
     if (e.state != State::kPending || e.worker_id != worker_id) continue;
     e.state = State::kFailed;
     e.error = absl::StrCat("worker ", e.worker_id, " ", why, " before reporting the profile");
+    e.worker_lost = true;
     ++failed;
   }
   return failed;

@@ -64,6 +64,9 @@ class ProfileCache {
   // (with the profile, atomically): a number unique to this profile and refinement, which a
   // job planned on it passes to Refine when it ends.
   std::optional<v1::ModelProfile> Lookup(const Key& key, int64_t* generation = nullptr) const;
+  // The generation Lookup would return for `key` now, without the profile; 0 unless ready. A
+  // plan made on an older one was made on layer times the jobs have refined since.
+  int64_t Generation(const Key& key) const;
 
   // A job planned on generation `generation` of key's profile measured `stages` per step
   // (ProfileRefinement::Observe, which fills `not_taken`). Returns the stages taken (0: nothing
@@ -87,6 +90,11 @@ class ProfileCache {
 
   // Why the last request for `key` failed ("" unless StateOf is kFailed).
   std::string Error(const Key& key) const;
+  // Whether `key` failed because its worker died or shut down before answering (Expire with a
+  // dead worker, FailWorker), not because measuring failed or timed out, on fewer than
+  // kMeasureAttempts requests in a row: another worker is worth asking (Request asks again).
+  static constexpr int kMeasureAttempts = 2;
+  bool WorthAskingAgain(const Key& key) const;
 
   // Asks `worker_id` to measure spec.model() on `device` at `batch_size` samples, answering by
   // `deadline_unix_ms`, unless the key is pending or ready already (then a no-op). A failed key
@@ -125,6 +133,8 @@ class ProfileCache {
     v1::ProfileRequest request;
     v1::ModelProfile profile;
     std::string error;
+    bool worker_lost = false;  // kFailed: the worker died or shut down before answering
+    int attempts = 0;          // requests in a row, this one included
     // kReady: the refinement, and the factors of its generations, newest last.
     ProfileRefinement refinement;
     std::map<int64_t, std::vector<double>> generations;

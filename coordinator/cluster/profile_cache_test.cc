@@ -91,6 +91,14 @@ TEST(ProfileCacheTest, WorkerErrorsDeathsAndDeadlinesFailTheRequestWhichCanBeAsk
   EXPECT_EQ(cache.StateOf(c), ProfileCache::State::kPending);
   EXPECT_EQ(cache.Expire("", 5000), 1);
   EXPECT_EQ(cache.Error(c), "worker w-3 did not report the profile before its deadline");
+  // Only a measurement lost with its worker is worth asking of another one, once.
+  EXPECT_FALSE(cache.WorthAskingAgain(a));
+  EXPECT_TRUE(cache.WorthAskingAgain(b));
+  EXPECT_FALSE(cache.WorthAskingAgain(c));
+  cache.Request("w-5", Spec(2), "cpu", 8, 9000);
+  EXPECT_EQ(cache.FailWorker("w-5", "shut down"), 1);
+  EXPECT_EQ(cache.Error(b), "worker w-5 shut down before reporting the profile");
+  EXPECT_FALSE(cache.WorthAskingAgain(b));  // the second attempt in a row
 
   // A failed key is asked again, with a new request id.
   cache.Request("w-4", Spec(1), "cpu", 8, 9000);
@@ -139,9 +147,11 @@ TEST(ProfileCacheTest, JobsRefineTheProfileTheyWerePlannedOnByItsGeneration) {
   stage.measured_ms = 12;
   EXPECT_EQ(cache.Refine(key, 1, {stage}).status().code(), absl::StatusCode::kNotFound);
 
+  EXPECT_EQ(cache.Generation(key), 0);
   cache.Insert(measured);
   int64_t planned = 0;
   ASSERT_TRUE(cache.Lookup(key, &planned).has_value());
+  EXPECT_EQ(cache.Generation(key), planned);
   EXPECT_EQ(cache.Lookup(key)->layers(0).forward_ms(), 2.0);
   // Two jobs planned on the same generation: each is relative to the factors they planned on.
   absl::StatusOr<int> taken = cache.Refine(key, planned, {stage});
@@ -150,6 +160,7 @@ TEST(ProfileCacheTest, JobsRefineTheProfileTheyWerePlannedOnByItsGeneration) {
   int64_t refined = 0;
   std::optional<v1::ModelProfile> p = cache.Lookup(key, &refined);
   EXPECT_NE(refined, planned);
+  EXPECT_EQ(cache.Generation(key), refined);
   EXPECT_NEAR(p->layers(0).forward_ms(), 2.4, 1e-12);
   EXPECT_EQ(p->source(),
             "measured on cpu by worker w-1; layer times refined by the measured steps of 1 job "

@@ -131,8 +131,14 @@ void CoordinatorService::PrepareStarts() {
     {
       absl::MutexLock lock(&mu_);
       auto it = prepared_.find(job.id());
+      // A plan made on a measured profile that jobs refined since is made again: a job queued
+      // behind others starts on what they measured.
+      const std::optional<ProfileUse>& made_on =
+          it == prepared_.end() ? std::nullopt : it->second.profile;
+      const bool stale = made_on.has_value() &&
+                         options_.profile_cache->Generation(made_on->key) != made_on->generation;
       if (it != prepared_.end() && it->second.files.has_value() &&
-          (!want_plan || it->second.plan.has_value()) &&
+          (!want_plan || (it->second.plan.has_value() && !stale)) &&
           (!want_emulated || it->second.emulated.has_value())) {
         continue;
       }
@@ -163,7 +169,15 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
   ProfileCache& cache = *options_.profile_cache;
   const std::string device = FirstDevice(*free[0]);
   const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), device);
-  switch (cache.StateOf(key)) {
+  ProfileCache::State state = cache.StateOf(key);
+  // A measurement lost with its worker is asked of another one (once), not given up for the
+  // FLOP estimate.
+  std::string lost;
+  if (state == ProfileCache::State::kFailed && cache.WorthAskingAgain(key)) {
+    lost = cache.Error(key);
+    state = ProfileCache::State::kMissing;
+  }
+  switch (state) {
     case ProfileCache::State::kReady:
     case ProfileCache::State::kFailed:
       return true;
@@ -186,6 +200,10 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
       }
       cache.Request(asked->info.id(), job.spec(), FirstDevice(*asked),
                     job.spec().training().micro_batch(), now + options_.profile_timeout_ms);
+      if (!lost.empty()) {
+        (void)jobs_->RecordEvent(job.id(), JobEventReason::kMeasured,
+                                 absl::StrCat(lost, ": asking worker ", asked->info.id()));
+      }
       DAPPLE_LOG_INFO("job {}: measuring the model on worker {} ({})", job.id(), asked->info.id(),
                       FirstDevice(*asked));
       break;

@@ -550,6 +550,23 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
                             micro_batches == 1 ? "replica" : "replicas"));
 }
 
+// Every other schedule splits each micro-batch among a stage's D replicas (split-concat), so
+// each gets a sample only when D <= training.micro_batch: the planner's own rule
+// (coordinator/planner/plan_simulator.cc), checked here where D is fixed at submit so that the
+// refusal names the fields.
+Check CheckSplitReplicas(const v1::JobSpec& spec, int stages, int replicas) {
+  const v1::ParallelSpec& p = spec.parallel();
+  const int64_t micro_batch = spec.training().micro_batch();
+  if (p.schedule() == kPipeDreamSchedule || replicas <= micro_batch) return std::nullopt;
+  return At("parallel.devices",
+            absl::StrFormat("parallel.devices %d with %s gives %d replicas per stage, but a "
+                            "stage's replicas split each micro-batch of training.micro_batch %d "
+                            "samples among them: each replica needs at least one: set devices to "
+                            "at most %d (%d replicas per stage) or use a larger micro_batch",
+                            p.devices(), StagesText(p, stages), replicas, micro_batch,
+                            static_cast<int64_t>(stages) * micro_batch, micro_batch));
+}
+
 // parallel.devices for the resolved stage count `stages` (0 = auto) and the planner; the
 // checks before it in CheckParallel have passed.
 Check CheckDevices(const v1::JobSpec& spec, int stages) {
@@ -602,7 +619,10 @@ Check CheckDevices(const v1::JobSpec& spec, int stages) {
                               p.devices(), StagesText(p, stages), lower, lower + stages));
   }
   if (!Contains(kDepthChoosingPlanners, p.planner())) {
-    return CheckPipeDreamReplicas(spec, stages, p.devices() / stages);
+    if (Check pipedream = CheckPipeDreamReplicas(spec, stages, p.devices() / stages)) {
+      return pipedream;
+    }
+    return CheckSplitReplicas(spec, stages, p.devices() / stages);
   }
   return std::nullopt;
 }

@@ -398,6 +398,25 @@ TEST(ValidateJobSpecTest, Interleaved) {
 // most M = global_batch / micro_batch per stage where the spec fixes them (devices / stages of
 // balanced, uniform and manual); not with planner dp; an optional parallel.pipedream section
 // {vertical_sync}; the section under another schedule is refused.
+// A new user's parallel.devices 4096 on 2 stages met the planner's "micro_batch_size 32 is
+// smaller than stage 0's 2048 replicas" without the spec's fields: split-concat replicas
+// (every schedule but pipedream) need a sample of each micro-batch each, checked at submit where
+// the spec fixes D.
+TEST(ValidateJobSpecTest, SplitReplicasGetAtLeastOneSampleEach) {
+  v1::JobSpec spec = Example();  // 2 stages on 2 devices, global_batch 256, micro_batch 32
+  spec.mutable_parallel()->set_devices(64);  // 32 replicas per stage: one sample each
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_parallel()->set_devices(4096);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"parallel.devices 4096 with parallel.stages 2 gives 2048 replicas per stage, but "
+                 "a stage's replicas split each micro-batch of training.micro_batch 32 samples "
+                 "among them: each replica needs at least one: set devices to at most 64 (32 "
+                 "replicas per stage) or use a larger micro_batch"});
+  // Planners that choose the replicas themselves are capped by the coordinator, not here.
+  spec.mutable_parallel()->set_planner("dapple");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 TEST(ValidateJobSpecTest, PipeDreamReplicasGetAtLeastOneMicroBatchEach) {
   v1::JobSpec spec = Example();  // 2 stages on 2 devices, global_batch 256, micro_batch 32
   spec.mutable_parallel()->set_schedule("pipedream");

@@ -106,8 +106,17 @@ absl::Status DataRoots::Check(absl::string_view field, const std::string& path) 
     return absl::InvalidArgumentError(outside);
   }
   // A symbolic link inside a root may point anywhere: its target must be inside a root too.
+  // The message does not name the target (another tenant's folder, say).
   const std::string real = RealPath(normal);
-  if (!real.empty() && !InsideAny(real, real_roots)) return absl::InvalidArgumentError(outside);
+  if (!real.empty() && !InsideAny(real, real_roots)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", shown,
+        " is inside the coordinator's data roots, but it is (or lies under) a symbolic link to a "
+        "file or folder outside them (",
+        absl::StrJoin(roots_, ", "),
+        "): a job may read files under them only; copy the file there, or ask an admin to add "
+        "its real folder with --data-root"));
+  }
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // <tmp>/data_roots_test-<test>/{data/, secret/token}: "data" is the root, "secret" is not.
 class DataRootsTest : public ::testing::Test {
@@ -76,7 +77,16 @@ TEST_F(DataRootsTest, ALinkInsideARootCannotLeadOut) {
   fs::create_directory_symlink(dir_ + "/secret", dir_ + "/data/linked");
   absl::Status s = roots_.Check("data.path", dir_ + "/data/link.txt");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("is outside the coordinator's data roots"));
+  // It says why a path inside a root is refused (a new user read "is outside" of a path inside
+  // one), without naming where the link leads.
+  EXPECT_EQ(s.message(),
+            absl::StrCat("data.path ", dir_,
+                         "/data/link.txt is inside the coordinator's data roots, but it is (or "
+                         "lies under) a symbolic link to a file or folder outside them (",
+                         dir_,
+                         "/data): a job may read files under them only; copy the file there, or "
+                         "ask an admin to add its real folder with --data-root"));
+  EXPECT_THAT(s.message(), Not(HasSubstr("secret")));
   EXPECT_FALSE(roots_.Check("data.path", dir_ + "/data/linked/admin.token").ok());
   // A link that stays inside is fine.
   fs::create_symlink(dir_ + "/data/kjv.txt", dir_ + "/data/bible.txt");

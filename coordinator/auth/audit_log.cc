@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator::auth {
@@ -30,16 +31,8 @@ std::string OneLine(absl::string_view text, size_t max) {
 
 absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& db_path,
                                                          std::function<int64_t()> now_unix_ms) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open the audit log in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<AuditLog> log(new AuditLog(*db, std::move(now_unix_ms)));
-  if (absl::Status s = ExecSql(log->db_, kAuditSchema); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open the audit log in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqliteTables(db_path, kAuditSchema, "the audit log"));
+  std::unique_ptr<AuditLog> log(new AuditLog(db, std::move(now_unix_ms)));
   return log;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator::auth {
@@ -88,16 +89,9 @@ absl::StatusOr<absl::string_view> BearerToken(absl::string_view authorization) {
 
 absl::StatusOr<std::unique_ptr<CredentialStore>> CredentialStore::Open(
     const std::string& db_path, std::function<int64_t()> now_unix_ms) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open credential tables in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<CredentialStore> store(new CredentialStore(*db, db_path, std::move(now_unix_ms)));
-  if (absl::Status s = ExecSql(store->db_, kCredentialSchema); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open credential tables in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db,
+                          OpenSqliteTables(db_path, kCredentialSchema, "credential tables"));
+  std::unique_ptr<CredentialStore> store(new CredentialStore(db, db_path, std::move(now_unix_ms)));
   return store;
 }
 

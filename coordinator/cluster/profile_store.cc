@@ -54,16 +54,8 @@ std::string Describe(const std::string& fingerprint, const std::string& device_k
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& db_path) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open profile tables in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<ProfileStore> store(new ProfileStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kCreateTables); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open profile tables in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqliteTables(db_path, kCreateTables, "profile tables"));
+  std::unique_ptr<ProfileStore> store(new ProfileStore(db, db_path));
   return store;
 }
 

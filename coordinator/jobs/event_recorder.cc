@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/schedule/ranks.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
@@ -198,16 +199,9 @@ std::string StartedMessage(const v1::ParallelPlanSummary& plan) {
 }
 
 absl::StatusOr<std::unique_ptr<EventRecorder>> EventRecorder::Open(const std::string& db_path) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open event table in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<EventRecorder> recorder(new EventRecorder(*db, db_path));
-  if (absl::Status s = ExecSql(recorder->db_, kEventCreateTable); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open event table in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db,
+                          OpenSqliteTables(db_path, kEventCreateTable, "event table"));
+  std::unique_ptr<EventRecorder> recorder(new EventRecorder(db, db_path));
   return recorder;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
@@ -40,16 +41,8 @@ constexpr char kGetSql[] =
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LogStore>> LogStore::Open(const std::string& db_path) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open log table in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<LogStore> store(new LogStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kLogCreateTable); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open log table in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqliteTables(db_path, kLogCreateTable, "log table"));
+  std::unique_ptr<LogStore> store(new LogStore(db, db_path));
   return store;
 }
 

@@ -1,5 +1,7 @@
 #include "coordinator/jobs/sqlite_db.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace dapple::coordinator {
 
 absl::StatusOr<sqlite3*> OpenSqliteDatabase(const std::string& path) {
@@ -29,6 +31,18 @@ absl::Status ExecSql(sqlite3* db, const char* sql) {
     return absl::InternalError(why);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<sqlite3*> OpenSqliteTables(const std::string& path, const char* schema,
+                                          absl::string_view what) {
+  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(path);
+  absl::Status s = db.ok() ? ExecSql(*db, schema) : db.status();
+  if (!s.ok()) {
+    if (db.ok()) sqlite3_close(*db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", what, " in '", path, "': ", s.message()));
+  }
+  return db;
 }
 
 }  // namespace dapple::coordinator

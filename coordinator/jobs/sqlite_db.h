@@ -27,6 +27,12 @@ absl::StatusOr<sqlite3*> OpenSqliteDatabase(const std::string& path);
 // Runs `sql` (one or more statements without results). kInternal with SQLite's message.
 absl::Status ExecSql(sqlite3* db, const char* sql);
 
+// OpenSqliteDatabase, then `schema` (its CREATE TABLE IF NOT EXISTS statements): a store's
+// connection with its tables. kFailedPrecondition "cannot open <what> in '<path>': <SQLite's
+// reason>" (e.g. what = "worker id table"), the connection closed.
+absl::StatusOr<sqlite3*> OpenSqliteTables(const std::string& path, const char* schema,
+                                          absl::string_view what);
+
 // A prepared statement finalized when it goes out of scope (prepare into `stmt`; sqlite3_finalize
 // of a null statement is a no-op).
 struct SqliteStatement {

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator {
@@ -24,16 +25,9 @@ constexpr char kLoadSql[] = "SELECT next FROM worker_id_sequence WHERE name = 'w
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerIdStore>> WorkerIdStore::Open(const std::string& db_path) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open worker id table in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<WorkerIdStore> store(new WorkerIdStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kWorkerIdCreateTable); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open worker id table in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db,
+                          OpenSqliteTables(db_path, kWorkerIdCreateTable, "worker id table"));
+  std::unique_ptr<WorkerIdStore> store(new WorkerIdStore(db, db_path));
   return store;
 }
 

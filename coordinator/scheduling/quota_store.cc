@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
 namespace dapple::coordinator::scheduling {
@@ -105,16 +106,8 @@ absl::StatusOr<CohortConfig> ToCohortConfig(const v1::Cohort& cohort) {
 }
 
 absl::StatusOr<std::unique_ptr<QuotaStore>> QuotaStore::Open(const std::string& db_path) {
-  absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(db_path);
-  if (!db.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open quota tables in '", db_path, "': ", db.status().message()));
-  }
-  std::unique_ptr<QuotaStore> store(new QuotaStore(*db, db_path));
-  if (absl::Status s = ExecSql(store->db_, kCreateTables); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open quota tables in '", db_path, "': ", s.message()));
-  }
+  DAPPLE_ASSIGN_OR_RETURN(sqlite3 * db, OpenSqliteTables(db_path, kCreateTables, "quota tables"));
+  std::unique_ptr<QuotaStore> store(new QuotaStore(db, db_path));
   absl::MutexLock lock(&store->mu_);
   if (absl::Status s = store->LoadLocked(); !s.ok()) return s;
   return store;

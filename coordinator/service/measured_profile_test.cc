@@ -253,6 +253,41 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerLostWhileMeasuringIsReplace
 // `outside_extra_ms` per step more outside its layers than the plan predicts for it.
 class RefinementTest : public CoordinatorServiceTest {
  protected:
+  // The demo MLP on 2 stages for `steps` steps.
+  static std::string TwoStageSpec(int steps = 20) {
+    return absl::StrReplaceAll(Spec(2), {{"max_steps: 3", absl::StrCat("max_steps: ", steps)}});
+  }
+
+  // On a measuring service: registers w-1 and w-2, submits `spec` `copies` times, answers the
+  // measurement w-1 is asked for (MeasuredAnswer, kept in answer_) and starts the first job,
+  // which it returns RUNNING with both assignments delivered (the other copies wait).
+  v1::Job StartFirstMeasured(const std::string& spec, int copies = 1) {
+    OpenMeasuring();
+    w1_ = Register();
+    w2_ = Register();
+    std::string first;
+    for (int i = 0; i < copies; ++i) {
+      auto submitted = Submit(spec);
+      EXPECT_TRUE(submitted.ok()) << submitted.status();
+      if (submitted.ok() && first.empty()) first = submitted->id();
+    }
+    svc_->Tick();
+    v1::HeartbeatResponse hb = Heartbeat(w1_);
+    EXPECT_TRUE(hb.has_profile_request());
+    answer_ = MeasuredAnswer(w1_, hb.profile_request());
+    v1::ReportProfileResponse resp;
+    EXPECT_TRUE(svc_->ReportProfile(auth::TestWorker(w1_), answer_, &resp).ok());
+    svc_->Tick();
+    v1::Job job = Get(first);
+    EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+    EXPECT_TRUE(Heartbeat(w1_).has_assignment());
+    EXPECT_TRUE(Heartbeat(w2_).has_assignment());
+    return job;
+  }
+
+  std::string w1_, w2_;
+  v1::ReportProfileRequest answer_;
+
   void RunToSuccess(const v1::Job& job, double stage0_ratio, double outside_extra_ms = 0) {
     for (int step = 1; step <= 20; ++step) {
       for (int stage = 0; stage < job.plan().stages_size(); ++stage) {
@@ -287,25 +322,12 @@ class RefinementTest : public CoordinatorServiceTest {
 // those medians refine the cached profile (coordinator/cluster/profile_refinement.h) and the
 // next plan of the model reads the refined layer times.
 TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
-  OpenMeasuring();
-  const std::string w1 = Register();
-  const std::string w2 = Register();
-  const std::string spec = absl::StrReplaceAll(Spec(2), {{"max_steps: 3", "max_steps: 20"}});
-  auto submitted = Submit(spec);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  svc_->Tick();
-  v1::HeartbeatResponse hb = Heartbeat(w1);
-  ASSERT_TRUE(hb.has_profile_request());
-  v1::ReportProfileResponse resp;
-  const v1::ReportProfileRequest answer = MeasuredAnswer(w1, hb.profile_request());
-  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker(w1), answer, &resp).ok());
-  svc_->Tick();
-  v1::Job job = Get(submitted->id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  const std::string spec = TwoStageSpec();
+  v1::Job job = StartFirstMeasured(spec);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
   ASSERT_EQ(job.plan().stages_size(), 2);
-  EXPECT_TRUE(Heartbeat(w1).has_assignment());
-  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  const v1::ReportProfileRequest answer = answer_;
 
   // Stage 0 computes 1.5x its predicted layer time; stage 1 as predicted, but in its 3 warm-up
   // steps 4x (left out of its median).
@@ -352,8 +374,8 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
   svc_->Tick();
   job = Get(second->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  EXPECT_TRUE(Heartbeat(w1).has_assignment());
-  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  EXPECT_TRUE(Heartbeat(w1_).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2_).has_assignment());
   RunToSuccess(job, /*stage0_ratio=*/1.0);
   refined = cache_->Lookup(ProfileCache::KeyOf(job.spec().model(), "cpu"));
   EXPECT_THAT(refined->source(), HasSubstr("refined by the measured steps of 2 jobs"));
@@ -365,24 +387,9 @@ TEST_F(RefinementTest, ASucceededJobsStepsRefineTheProfileForTheNextPlan) {
 // overhead at once, without measuring it again, unless the profile is older than
 // --profile-max-age-h.
 TEST_F(RefinementTest, ARestartedCoordinatorPlansOnWhatItMeasuredAndLearned) {
-  OpenMeasuring();
-  const std::string w1 = Register();
-  const std::string w2 = Register();
-  const std::string spec = absl::StrReplaceAll(Spec(2), {{"max_steps: 3", "max_steps: 20"}});
-  auto submitted = Submit(spec);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  svc_->Tick();
-  v1::HeartbeatResponse hb = Heartbeat(w1);
-  ASSERT_TRUE(hb.has_profile_request());
-  v1::ReportProfileResponse resp;
-  ASSERT_TRUE(
-      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
-          .ok());
-  svc_->Tick();
-  v1::Job job = Get(submitted->id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  EXPECT_TRUE(Heartbeat(w1).has_assignment());
-  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  const std::string spec = TwoStageSpec();
+  v1::Job job = StartFirstMeasured(spec);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   RunToSuccess(job, /*stage0_ratio=*/1.5, /*outside_extra_ms=*/4);
   ASSERT_EQ(Get(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
   const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), "cpu");
@@ -424,34 +431,17 @@ TEST_F(RefinementTest, ARestartedCoordinatorPlansOnWhatItMeasuredAndLearned) {
 // made while it waited, is made again once the profile was refined (a new user's 12 queued jobs
 // all ran the plan made on the first measurement).
 TEST_F(RefinementTest, AQueuedJobIsPlannedAgainOnTheProfileTheJobsBeforeItRefined) {
-  OpenMeasuring();
-  const std::string w1 = Register();
-  const std::string w2 = Register();
-  const std::string spec = absl::StrReplaceAll(Spec(2), {{"max_steps: 3", "max_steps: 20"}});
-  auto first = Submit(spec);
-  ASSERT_TRUE(first.ok()) << first.status();
-  auto queued = Submit(spec);
-  ASSERT_TRUE(queued.ok()) << queued.status();
-  svc_->Tick();
-  v1::HeartbeatResponse hb = Heartbeat(w1);
-  ASSERT_TRUE(hb.has_profile_request());
-  v1::ReportProfileResponse resp;
-  ASSERT_TRUE(
-      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
-          .ok());
-  svc_->Tick();
-  v1::Job job = Get(first->id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  v1::Job job = StartFirstMeasured(TwoStageSpec(), /*copies=*/2);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  const std::string queued = "job-2";
   svc_->Tick();  // the queued job's plan is prepared on the profile as measured
-  EXPECT_EQ(Get(queued->id()).state(), v1::JOB_STATE_PENDING);
-  EXPECT_TRUE(Heartbeat(w1).has_assignment());
-  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  EXPECT_EQ(Get(queued).state(), v1::JOB_STATE_PENDING);
   RunToSuccess(job, /*stage0_ratio=*/1.5);
-  ASSERT_EQ(Get(first->id()).state(), v1::JOB_STATE_SUCCEEDED);
-  Heartbeat(w1);
-  Heartbeat(w2);
+  ASSERT_EQ(Get(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  Heartbeat(w1_);
+  Heartbeat(w2_);
   svc_->Tick();
-  const v1::Job started = Get(queued->id());
+  const v1::Job started = Get(queued);
   ASSERT_EQ(started.state(), v1::JOB_STATE_RUNNING) << started.message();
   EXPECT_THAT(started.plan().profile_source(),
               HasSubstr("; layer times refined by the measured steps of 1 job"));
@@ -459,23 +449,8 @@ TEST_F(RefinementTest, AQueuedJobIsPlannedAgainOnTheProfileTheJobsBeforeItRefine
 }
 
 TEST_F(RefinementTest, AJobOfOnlyWarmUpStepsRefinesNothing) {
-  OpenMeasuring();
-  const std::string w1 = Register();
-  const std::string w2 = Register();
-  auto submitted = Submit(Spec(2));  // 3 steps: all warm-up
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  svc_->Tick();
-  v1::HeartbeatResponse hb = Heartbeat(w1);
-  ASSERT_TRUE(hb.has_profile_request());
-  v1::ReportProfileResponse resp;
-  ASSERT_TRUE(
-      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
-          .ok());
-  svc_->Tick();
-  v1::Job job = Get(submitted->id());
-  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  Heartbeat(w1);
-  Heartbeat(w2);
+  v1::Job job = StartFirstMeasured(TwoStageSpec(/*steps=*/3));  // 3 steps: all warm-up
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   for (int step = 1; step <= 3; ++step) {
     for (int stage = 0; stage < 2; ++stage) {
       ASSERT_TRUE(Report(job.plan().stages(stage).worker_ids(0), job.id(), stage, v1::PROGRESS_STEP,

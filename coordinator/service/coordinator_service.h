@@ -507,6 +507,9 @@ class CoordinatorService {
     v1::ParallelPlan plan;
     int64_t first_step = 0;  // the checkpoint's step (0: from scratch)
     std::string checkpoint;  // its directory ("" from scratch)
+    // The cached measured profile `plan` was made on (none: an estimated one): the restarted
+    // run's steps refine it as any run's do.
+    std::optional<ProfileUse> profile;
   };
   // Starts job `id` with its stored plan (or the one PrepareStarts made: a job stored by an
   // older version, or whose model was measured) on the first workers of `free`; false when it

@@ -183,8 +183,9 @@ void CoordinatorService::RestartPass() {
     // Outside the lock: the manifest read and the planner's search.
     const CheckpointManager::ResumePoint resume = CheckpointManager::NewestCheckpoint(d.job);
     const v1::JobSpec spec = SpecOn(d.job.spec(), d.devices);
+    std::optional<ProfileUse> profile;
     absl::StatusOr<v1::ParallelPlan> plan =
-        MakeJobPlan(spec, SubmissionPlanInputs(spec, d.workers));
+        MakeJobPlan(spec, SubmissionPlanInputs(spec, d.workers, &profile));
     absl::MutexLock lock(&mu_);
     const int64_t now = options_.now_unix_ms();
     const std::string& id = d.job.id();
@@ -202,7 +203,7 @@ void CoordinatorService::RestartPass() {
     // The workers it was planned on may have been taken meanwhile: the next pass decides again.
     const std::vector<WorkerRecord*> free = Fitting(*current, workers_.Schedulable());
     if (schedule::NumRanks(plan->summary()) > static_cast<int>(free.size())) continue;
-    const Replanned replanned{*plan, resume.step, resume.dir};
+    const Replanned replanned{*plan, resume.step, resume.dir, profile};
     (void)jobs_->RecordEvent(id, JobEventReason::kReplanned,
                              absl::StrCat("planned again on ", d.devices,
                                           d.devices == 1 ? " live worker: " : " live workers: ",

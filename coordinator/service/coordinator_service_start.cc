@@ -222,7 +222,10 @@ absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
   const std::string& id = job.id();
   *profile = std::nullopt;
   // A restart planned the job already (outside the lock), on the workers it found.
-  if (replanned != nullptr) return replanned->plan;
+  if (replanned != nullptr) {
+    *profile = replanned->profile;
+    return replanned->plan;
+  }
   // A job planned on an estimated profile is planned again once its model was measured.
   const ProfileCache::Key key =
       ProfileCache::KeyOf(job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]));

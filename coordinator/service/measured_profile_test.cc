@@ -448,6 +448,36 @@ TEST_F(RefinementTest, AQueuedJobIsPlannedAgainOnTheProfileTheJobsBeforeItRefine
   EXPECT_GT(started.plan().predicted_step_ms(), job.plan().predicted_step_ms());
 }
 
+// A run started by the job's restart policy is planned on the cached profile too, and its steps
+// refine it when it succeeds (a new user's restarted job refined nothing).
+TEST_F(RefinementTest, ARestartedRunRefinesTheProfileItWasPlannedOn) {
+  v1::Job job = StartFirstMeasured(absl::StrReplaceAll(
+      TwoStageSpec(), {{"  max_steps: 20\n", "  max_steps: 20\n  restart: {max_restarts: 1}\n"}}));
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  const std::string w3 = Register();
+  now_ += 4000;
+  Heartbeat(w1_, job.id());
+  Heartbeat(w3);
+  now_ += 1000;  // w-2 silent for the worker timeout
+  svc_->Tick();
+  ASSERT_EQ(Get(job.id()).state(), v1::JOB_STATE_RESTARTING);
+  Heartbeat(w1_, "");
+  Heartbeat(w3);
+  now_ += 1000;  // the backoff
+  svc_->Tick();
+  job = Get(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+  EXPECT_TRUE(Heartbeat(w1_).has_assignment());
+  EXPECT_TRUE(Heartbeat(w3).has_assignment());
+  RunToSuccess(job, /*stage0_ratio=*/1.5);
+  job = Get(job.id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  EXPECT_EQ(job.events(job.events_size() - 2).reason(), "Measured");
+  EXPECT_THAT(cache_->Lookup(ProfileCache::KeyOf(job.spec().model(), "cpu"))->source(),
+              HasSubstr("refined by the measured steps of 1 job"));
+}
+
 TEST_F(RefinementTest, AJobOfOnlyWarmUpStepsRefinesNothing) {
   v1::Job job = StartFirstMeasured(TwoStageSpec(/*steps=*/3));  // 3 steps: all warm-up
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);

@@ -1,5 +1,6 @@
 #include "coordinator/cluster/profile_cache.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -11,6 +12,11 @@ namespace dapple::coordinator {
 
 std::string DeviceKindOf(const std::string& device) {
   return absl::StartsWith(device, "cuda") ? "cuda" : device;
+}
+
+std::string ProfileCache::NewSession() {
+  std::random_device random;
+  return absl::StrCat(absl::Hex(random() & 0xffffff, absl::kZeroPad6));
 }
 
 ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::string& device) {
@@ -127,7 +133,7 @@ ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::
   e = Entry{};
   e.attempts = attempts;
   e.state = State::kPending;
-  e.request_id = absl::StrCat("profile-", next_request_++);
+  e.request_id = absl::StrCat("profile-", session_, "-", next_request_++);
   e.worker_id = worker_id;
   e.deadline_unix_ms = deadline_unix_ms;
   e.request.set_request_id(e.request_id);

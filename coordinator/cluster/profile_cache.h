@@ -147,6 +147,10 @@ class ProfileCache {
   mutable absl::Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+  // Request ids are "profile-<session>-<n>": an answer to a request of a coordinator that
+  // restarted since (same n, another model) is unknown here, not taken for another request.
+  const std::string session_ = NewSession();
+  static std::string NewSession();
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

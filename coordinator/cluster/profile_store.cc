@@ -75,7 +75,7 @@ absl::StatusOr<ProfileStore::Loaded> ProfileStore::LoadProfiles(int64_t measured
                                                                 int64_t now_unix_ms) {
   absl::MutexLock lock(&mu_);
   Loaded loaded;
-  std::vector<ProfileCache::Key> stale;
+  std::vector<ProfileCache::Key> unreadable;
   {
     SqliteStatement select;
     if (sqlite3_prepare_v2(db_, kSelectProfiles, -1, &select.stmt, nullptr) != SQLITE_OK) {
@@ -88,15 +88,19 @@ absl::StatusOr<ProfileStore::Loaded> ProfileStore::LoadProfiles(int64_t measured
       const int64_t measured = sqlite3_column_int64(select.stmt, 4);
       ProfileCache::SavedProfile saved;
       if (!saved.profile.ParseFromString(ColumnBlob(select.stmt, 2)) ||
-          !saved.refinement.ParseFromString(ColumnBlob(select.stmt, 3))) {
-        loaded.dropped.push_back(
-            absl::StrCat(Describe(key.fingerprint, key.device_kind), ": does not parse"));
-        stale.push_back(std::move(key));
+          !saved.refinement.ParseFromString(ColumnBlob(select.stmt, 3)) ||
+          saved.profile.model_fingerprint() != key.fingerprint ||
+          DeviceKindOf(saved.profile.device_kind()) != key.device_kind) {
+        loaded.dropped.push_back(absl::StrCat("the stored profile of ",
+                                              Describe(key.fingerprint, key.device_kind),
+                                              " does not parse (deleted)"));
+        unreadable.push_back(std::move(key));
       } else if (measured < measured_since_unix_ms) {
-        loaded.dropped.push_back(absl::StrFormat("%s: measured %.1f h ago",
+        // Kept: a later start with a longer --profile-max-age-h may reuse it, and the next
+        // measurement of the model replaces it.
+        loaded.dropped.push_back(absl::StrFormat("the profile of %s was measured %.1f h ago",
                                                  Describe(key.fingerprint, key.device_kind),
                                                  (now_unix_ms - measured) / 3.6e6));
-        stale.push_back(std::move(key));
       } else {
         loaded.profiles.push_back(std::move(saved));
       }
@@ -106,7 +110,7 @@ absl::StatusOr<ProfileStore::Loaded> ProfileStore::LoadProfiles(int64_t measured
           absl::StrCat("reading measured profiles from '", path_, "': ", sqlite3_errmsg(db_)));
     }
   }
-  for (const ProfileCache::Key& key : stale) {
+  for (const ProfileCache::Key& key : unreadable) {
     DAPPLE_RETURN_IF_ERROR(WriteLocked(
         kForget,
         absl::StrCat("deleting the profile of ", Describe(key.fingerprint, key.device_kind)),

@@ -50,14 +50,15 @@ class ProfileStore {
 
   struct Loaded {
     std::vector<ProfileCache::SavedProfile> profiles;  // measured at or after the cut-off
-    // One line per row not returned and deleted: "model 3f2a... on cpu: measured 200.0 h ago"
-    // or "model 3f2a... on cpu: does not parse".
+    // One line per row not returned: "the profile of model 3f2a... on cpu was measured 200.0 h
+    // ago" (kept in the table) or "the stored profile of model 3f2a... on cpu does not parse
+    // (deleted)" (its blobs do not parse, or name another key than the row's).
     std::vector<std::string> dropped;
   };
-  // Every saved profile measured at or after `measured_since_unix_ms`. Older rows and rows whose
-  // blobs do not parse are deleted (the model is measured again at its next job) and named in
-  // `dropped`; a row whose refinement ProfileCache::Restore refuses is the caller's to Forget.
-  // kInternal naming the file and SQLite's message for a read or delete error.
+  // Every saved profile measured at or after `measured_since_unix_ms`; older ones stay stored
+  // (the next measurement of the model replaces them), unreadable ones are deleted. A row whose
+  // refinement ProfileCache::Restore refuses is the caller's to Forget (its key is the
+  // profile's). kInternal naming the file and SQLite's message for a read or delete error.
   absl::StatusOr<Loaded> LoadProfiles(int64_t measured_since_unix_ms, int64_t now_unix_ms);
 
   // Stores (replaces) `saved` under its key, measured at `measured_unix_ms`. kInternal naming

@@ -65,22 +65,29 @@ TEST(ProfileStoreTest, ProfilesAndRefinementsOutliveTheStore) {
   EXPECT_EQ((*store)->LoadProfiles(0, 1000)->profiles.size(), 1u);
 }
 
-TEST(ProfileStoreTest, OldAndUnreadableProfilesAreDroppedNamedAndDeleted) {
+TEST(ProfileStoreTest, OldProfilesAreSkippedUnreadableOnesDeletedEachNamed) {
   const std::string path = FreshDbPath();
   auto store = ProfileStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->SaveProfile(Saved("old", "cpu", 1.0), 0).ok());
   ASSERT_TRUE((*store)->SaveProfile(Saved("new", "cpu", 1.0), 7'200'000).ok());
   ASSERT_TRUE((*store)->SaveProfile(Saved("bad", "cpu", 1.0), 7'200'000).ok());
+  ASSERT_TRUE((*store)->SaveProfile(Saved("empty", "cpu", 1.0), 7'200'000).ok());
   Exec(path, "UPDATE measured_profiles SET profile = x'ffff' WHERE fingerprint = 'bad'");
+  // An empty blob parses (as a profile of no model): it does not match its row's key.
+  Exec(path, "UPDATE measured_profiles SET profile = x'' WHERE fingerprint = 'empty'");
   absl::StatusOr<ProfileStore::Loaded> loaded = (*store)->LoadProfiles(3'600'000, 7'200'000);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->profiles.size(), 1u);
   EXPECT_EQ(loaded->profiles[0].profile.model_fingerprint(), "new");
-  EXPECT_EQ(loaded->dropped, (std::vector<std::string>{"model bad on cpu: does not parse",
-                                                       "model old on cpu: measured 2.0 h ago"}));
+  EXPECT_EQ(
+      loaded->dropped,
+      (std::vector<std::string>{"the stored profile of model bad on cpu does not parse (deleted)",
+                                "the stored profile of model empty on cpu does not parse (deleted)",
+                                "the profile of model old on cpu was measured 2.0 h ago"}));
+  // The old one stays for a start with a longer age; the unreadable ones are gone.
   loaded = (*store)->LoadProfiles(0, 7'200'000);
-  EXPECT_EQ(loaded->profiles.size(), 1u);
+  EXPECT_EQ(loaded->profiles.size(), 2u);
   EXPECT_TRUE(loaded->dropped.empty());
 }
 

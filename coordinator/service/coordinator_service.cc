@@ -112,7 +112,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->worker_ids_ = std::move(worker_ids);
   service->quotas_ = std::move(quotas);
   service->profile_store_ = std::move(profile_store);
-  DAPPLE_RETURN_IF_ERROR(service->RestoreMeasurements());
+  service->RestoreMeasurements();
   service->data_roots_ = std::move(data_roots);
   {
     absl::MutexLock lock(&service->mu_);
@@ -133,12 +133,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   return service;
 }
 
-absl::Status CoordinatorService::RestoreMeasurements() {
+void CoordinatorService::RestoreMeasurements() {
   const int64_t now = options_.now_unix_ms();
-  DAPPLE_ASSIGN_OR_RETURN(ProfileStore::Loaded loaded,
-                          profile_store_->LoadProfiles(now - options_.profile_max_age_ms, now));
+  // A cache: a table it cannot read costs measurements, never the coordinator's start.
+  absl::StatusOr<ProfileStore::Loaded> read =
+      profile_store_->LoadProfiles(now - options_.profile_max_age_ms, now);
+  if (!read.ok()) {
+    DAPPLE_LOG_WARN("saved model profiles not reused, measured again at their next job: {}",
+                    read.status().message());
+    read = ProfileStore::Loaded{};
+  }
+  const ProfileStore::Loaded& loaded = *read;
   for (const std::string& dropped : loaded.dropped) {
-    DAPPLE_LOG_INFO("profile of {} not reused (--profile-max-age-h {}): measured at its next job",
+    DAPPLE_LOG_INFO("{}: not reused (--profile-max-age-h {}), measured again at its next job",
                     dropped, options_.profile_max_age_ms / 3'600'000);
   }
   int restored = 0;
@@ -170,7 +177,6 @@ absl::Status CoordinatorService::RestoreMeasurements() {
         restored, restored == 1 ? "" : "s", collectives_.jobs(),
         collectives_.jobs() == 1 ? "" : "s", collectives_.OverheadMs(), options_.db_path);
   }
-  return absl::OkStatus();
 }
 
 void CoordinatorService::SaveMeasuredProfile(const ProfileCache::Key& key, bool refinement_only) {
@@ -262,6 +268,7 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
   }
   last_health_check_ms_ = now;
   ExpireReattachLocked(now);
+  EndFinishedAwayLocked(now);
   const bool judge = now >= judge_workers_after_ms_;
   for (WorkerRecord* worker :
        judge ? workers_.TimedOut(now, options_.worker_timeout_ms) : std::vector<WorkerRecord*>{}) {

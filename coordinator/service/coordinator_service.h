@@ -411,6 +411,15 @@ class CoordinatorService {
     // The newest step the re-attached ranks' claims name (RankClaim.last_step): the ranks trained
     // on while the coordinator was away, so the job row's step is behind it.
     int64_t reattached_step = 0;
+    // Every rank finished while the coordinator was away (claimed done at re-attach): since
+    // when, the newest report that arrived since, and the ranks that sent their DONE again. The
+    // ranks deliver what the old coordinator never saved (their steps, evaluation, checkpoints)
+    // right after re-attaching; the job ends once every rank sent DONE again, or once no report
+    // came for kFinishGraceHeartbeats heartbeats (a rank whose DONE the old coordinator had
+    // acknowledged sends none).
+    int64_t finished_away_since_ms = 0;
+    int64_t last_report_ms = 0;
+    std::set<int> done_again;
     int64_t reattach_deadline_ms = 0;
     // The measured profile the run's plan was made on (none for a stored, restarted or
     // recovered plan, or an estimated or file profile).
@@ -448,6 +457,10 @@ class CoordinatorService {
   // does (the WorkerLost event, then EndJobLocked, as CheckHealthLocked), naming the missing
   // ranks and workers.
   void ExpireReattachLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the jobs whose ranks all finished while the coordinator was away once their reports
+  // are in (RunState.finished_away_since_ms).
+  static constexpr int kFinishGraceHeartbeats = 4;
+  void EndFinishedAwayLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // TopologyFromWorkers (worker_topology.h) with the collective overhead the jobs measured
   // (CollectiveRefinement), its source saying so once any job did; without it for an emulated
@@ -557,9 +570,9 @@ class CoordinatorService {
                                        const std::string& message, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Create: puts the profiles saved in profile_store_ (measured within
-  // options_.profile_max_age_ms) into the cache and restores collectives_; a saved entry that
-  // cannot be reused is logged and measured again. Errors: profile_store_'s read errors.
-  absl::Status RestoreMeasurements();
+  // options_.profile_max_age_ms) into the cache and restores collectives_; what cannot be read or
+  // reused is logged and measured (learned) again: a cache never stops the start.
+  void RestoreMeasurements();
   // Saves key's ready profile and refinement (refinement_only: the refinement alone) to
   // profile_store_; a write error is logged (the cache keeps it until a restart).
   void SaveMeasuredProfile(const ProfileCache::Key& key, bool refinement_only);

@@ -136,10 +136,30 @@ std::string CoordinatorService::ReattachLocked(const v1::RegisterWorkerRequest& 
                           : absl::StrCat("all ", run.worker_ids.size(), " ranks"),
                       std::max(stored_step, run.reattached_step)));
   if (run.done_ranks.size() == run.worker_ids.size()) {
+    // Not ended yet: the ranks' reports the old coordinator never saved are on their way.
+    run.finished_away_since_ms = now;
+    DAPPLE_LOG_INFO(
+        "job {}: every rank finished while the coordinator was away: ending it once "
+        "their reports are in",
+        id);
+  }
+  return "";
+}
+
+void CoordinatorService::EndFinishedAwayLocked(int64_t now) {
+  const int64_t grace = kFinishGraceHeartbeats * options_.heartbeat_interval_ms;
+  std::vector<std::string> ended;
+  for (const auto& [id, run] : running_) {
+    if (run.finished_away_since_ms == 0) continue;
+    const int64_t quiet_since = std::max(run.finished_away_since_ms, run.last_report_ms);
+    if (run.done_again.size() == run.worker_ids.size() || now - quiet_since >= grace) {
+      ended.push_back(id);
+    }
+  }
+  for (const std::string& id : ended) {
     absl::Status s = EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status();
     if (!s.ok()) DAPPLE_LOG_ERROR("job {}: {}", id, s.message());
   }
-  return "";
 }
 
 void CoordinatorService::ExpireReattachLocked(int64_t now) {

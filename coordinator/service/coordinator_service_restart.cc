@@ -88,15 +88,20 @@ absl::Status CoordinatorService::FailOrRestartLocked(const std::string& id, Fail
 }
 
 void CoordinatorService::RecoverRestartingLocked(const v1::Job& job, int64_t now) {
-  const RestartWait wait = ResumedRestartWait(job);
+  RestartWait wait = ResumedRestartWait(job);
+  // The live workers register again within a heartbeat or so of the restart: planned on the
+  // first one alone, the job would run on fewer workers than it could until its next restart.
+  const int64_t workers_back = now + options_.worker_timeout_ms;
+  const bool backoff_longer = wait.not_before_ms >= workers_back;
+  wait.not_before_ms = std::max(wait.not_before_ms, workers_back);
   restarting_[job.id()] = wait;
   const std::string message = absl::StrFormat(
-      "coordinator restarted while the job was RESTARTING: restart %d of %d goes on, %s",
+      "coordinator restarted while the job was RESTARTING: restart %d of %d goes on, planned "
+      "again in %.1f s (%s)",
       job.restarts(), job.spec().training().restart().max_restarts(),
-      wait.not_before_ms > now
-          ? absl::StrFormat("planned again after the rest of its backoff (%.1f s)",
-                            (wait.not_before_ms - now) / 1000.0)
-          : std::string("planned again now (its backoff ended)"));
+      (wait.not_before_ms - now) / 1000.0,
+      backoff_longer ? "the rest of its backoff"
+                     : "time for the workers to register again (--worker-timeout-ms)");
   (void)jobs_->RecordEvent(job.id(), JobEventReason::kCoordinatorRestarted, message);
   DAPPLE_LOG_INFO("job {}: {}", job.id(), message);
 }

@@ -764,6 +764,42 @@ TEST_F(CoordinatorServiceTest, RestartCountsARankClaimedAsDone) {
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+// Every rank finished while the coordinator was away (a new user's job then SUCCEEDED at the
+// re-attach with 46 of its 150 steps, no test accuracy and no checkpoint: the ranks' reports
+// came a millisecond later and were refused). The job ends once their reports are in: every
+// rank's DONE again, or no report for kFinishGraceHeartbeats heartbeats (a rank whose DONE the
+// old coordinator had acknowledged sends none).
+TEST_F(CoordinatorServiceTest, RanksThatFinishedWhileItWasAwayDeliverTheirReportsFirst) {
+  std::string w1, w2;
+  const std::string job = StartTwoStageJob(&w1, &w2);
+  svc_.reset();
+  svc_ = Open();
+  EXPECT_TRUE(Claim(svc_.get(), w1, job, 0, 920, /*done=*/true, 3).reattached());
+  EXPECT_TRUE(Claim(svc_.get(), w2, job, 1, 921, /*done=*/true, 3).reattached());
+  svc_->Tick();
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  for (int64_t step : {1, 2, 3}) {
+    ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
+                  r->set_step(step);
+                  r->set_loss(1.0 / static_cast<double>(step));
+                }).ok());
+  }
+  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_EVAL, [](v1::ProgressReport* r) {
+                r->set_step(3);
+                r->set_test_accuracy(0.85);
+              }).ok());
+  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_DONE).ok());
+  svc_->Tick();
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);  // stage 0 may still deliver
+  now_ += 4 * 500;
+  svc_->Tick();
+  const v1::Job j = Get(job);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.message();
+  EXPECT_EQ(j.metrics().step(), 3);
+  EXPECT_EQ(j.step_losses_size(), 3);
+  EXPECT_DOUBLE_EQ(j.metrics().test_accuracy(), 0.85);
+}
+
 TEST_F(CoordinatorServiceTest, PlannerFailureFailsTheJobWithItsMessage) {
   // Submit validates everything the planner checks, so plant a stored PENDING job whose spec
   // the planner rejects (as an older coordinator version might have accepted).
@@ -1454,7 +1490,7 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
   EXPECT_EQ(j.events(j.events_size() - 1).reason(), "CoordinatorRestarted");
   EXPECT_EQ(j.events(j.events_size() - 1).message(),
             "coordinator restarted while the job was RESTARTING: restart 1 of 2 goes on, planned "
-            "again after the rest of its backoff (8.0 s)");
+            "again in 8.0 s (the rest of its backoff)");
   const std::string w3 = Register(), w4 = Register();
   svc_->Tick();
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);  // 8 s of backoff left
@@ -1466,6 +1502,31 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.message();
   EXPECT_THAT(j.worker_ids(), ElementsAre(w3, w4));
   EXPECT_EQ(j.restarts(), 1);
+
+  // Its backoff over while the coordinator was away: planned again once the workers had time
+  // to register again, not on the first one that did.
+  ASSERT_TRUE(Report(w4, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
+                r->set_message("receiving activations: connection lost");
+              }).ok());
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  svc_.reset();
+  now_ += 60'000;
+  svc_ = Open();
+  j = Get(id);
+  EXPECT_EQ(j.events(j.events_size() - 1).message(),
+            "coordinator restarted while the job was RESTARTING: restart 2 of 2 goes on, planned "
+            "again in 5.0 s (time for the workers to register again (--worker-timeout-ms))");
+  const std::string w5 = Register();
+  svc_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);  // one worker back: not yet
+  const std::string w6 = Register();
+  now_ += 5000;
+  Heartbeat(w5);
+  Heartbeat(w6);
+  svc_->Tick();
+  j = Get(id);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.message();
+  EXPECT_THAT(j.worker_ids(), ElementsAre(w5, w6));
 }
 
 // A divergence is never restarted: it would come back from the same checkpoint.

@@ -225,6 +225,7 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
   DAPPLE_RETURN_IF_ERROR(
       CheckRankLocked(id, worker->info.id(), request.stage(), request.replica()));
   RunState& run = running_.at(id);
+  run.last_report_ms = now;
   // Replicas of a stage hold identical weights and the last stage's replicas all get the
   // global loss: replica 0 alone reports loss, evaluation and sample, so no step counts twice.
   const bool last_stage = request.stage() == run.num_stages - 1 && request.replica() == 0;
@@ -259,7 +260,11 @@ absl::Status CoordinatorService::ReportProgress(const auth::Identity& caller,
       run.done_ranks.insert(rank_index);
       FreeWorkerLocked(*worker, id,
                        absl::StrCat("finished stage ", request.stage(), " of job ", id));
-      if (run.done_ranks.size() == run.worker_ids.size()) {
+      if (run.finished_away_since_ms > 0) {
+        // Finished while the coordinator was away: the other ranks' reports may still come.
+        run.done_again.insert(rank_index);
+        EndFinishedAwayLocked(now);
+      } else if (run.done_ranks.size() == run.worker_ids.size()) {
         DAPPLE_RETURN_IF_ERROR(EndJobLocked(id, v1::JOB_STATE_SUCCEEDED, "", now).status());
       }
       break;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/profile/model_profile.h"
+#include "coordinator/jobs/sqlite_db.h"
 #include "coordinator/service/coordinator_service_test_fixture.h"
 
 namespace dapple::coordinator {
@@ -424,6 +425,19 @@ TEST_F(RefinementTest, ARestartedCoordinatorPlansOnWhatItMeasuredAndLearned) {
   ASSERT_TRUE(stale.ok()) << stale.status();
   EXPECT_THAT(stale->plan().profile_source(), HasSubstr("estimated"));
   EXPECT_THAT(stale->plan().cluster_source(), HasSubstr("; collectives +4.00 ms each"));
+  EXPECT_EQ(cache_->StateOf(key), ProfileCache::State::kMissing);
+
+  // A table it cannot read (an edited database) costs the measurements, not the start.
+  svc_.reset();
+  {
+    absl::StatusOr<sqlite3*> db = OpenSqliteDatabase(path_);
+    ASSERT_TRUE(db.ok()) << db.status();
+    EXPECT_TRUE(
+        ExecSql(*db, "DROP TABLE measured_profiles; CREATE TABLE measured_profiles (x TEXT)").ok());
+    sqlite3_close(*db);
+  }
+  svc_ = Open();
+  ASSERT_NE(svc_, nullptr);
   EXPECT_EQ(cache_->StateOf(key), ProfileCache::State::kMissing);
 }
 

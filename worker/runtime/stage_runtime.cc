@@ -184,7 +184,8 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       case v1::ALLREDUCE:
       case v1::TIED_ALLREDUCE:
       case v1::ALLREDUCE_ASYNC:
-        allreduce_ns += ns;
+        comm_ns += send_wait_ns_;  // the sends flushed before it
+        allreduce_ns += ns - send_wait_ns_;
         break;
       case v1::GLOBAL_NORM_ASYNC: {  // measures the norm and hands the record over
         const int64_t norm_ns = std::min(ns, exchange_->TakeNormNanos());
@@ -207,8 +208,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, bool trace) {
       // rank move meanwhile): the norm is compute, counted with the update as the profile's
       // optimizer_ms counts it; the wait is the bubble, as the simulator counts a barrier's.
       case v1::GLOBAL_NORM:
-        computed_ns = std::min(ns, exchange_->TakeNormNanos());
+        computed_ns = std::min(ns - send_wait_ns_, exchange_->TakeNormNanos());
         optimizer_ns += computed_ns;
+        comm_ns += send_wait_ns_;  // the sends flushed before it: communication, not the bubble
+        computed_ns += send_wait_ns_;
         busy_ns += computed_ns;
         break;
       case v1::RECV_ACT:  // waiting for a neighbour: part of the bubble
@@ -432,6 +435,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return absl::OkStatus();
     }
     case v1::ALLREDUCE: {
+      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
       // The rank's: the last stage (the loss's rank) lets its replicas' loss sums ride along.
       const bool loss_rank = stage_ == num_stages_ - 1;
       if (loss_rank) loss_rows_ = global_batch_;
@@ -443,8 +447,10 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       DAPPLE_RETURN_IF_ERROR(exchange_->ReplicasReducedElsewhere());
       return async_allreduce_->OnGradients(step);
     case v1::TIED_ALLREDUCE:
+      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
       return exchange_->AllReduceTied();
     case v1::GLOBAL_NORM: {
+      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
       DAPPLE_ASSIGN_OR_RETURN(const GlobalNormResult norm, exchange_->GlobalNorm());
       if (norm.skip) skip_reason_ = DescribeNonFinite(norm.first);
       return absl::OkStatus();
@@ -510,6 +516,17 @@ absl::Status StageRuntime::MaybeInjectIntoGradient(int64_t step, int mb) {
   DAPPLE_RETURN_IF_ERROR(backend_->ReadGradients(grads.data()));
   grads[0] = std::numeric_limits<float>::quiet_NaN();
   return backend_->WriteGradients(grads.data());
+}
+
+absl::Status StageRuntime::FlushSendsBeforeCollective(int64_t step) {
+  if (transport_ == nullptr ||
+      (carries_across_steps_ && EvaluatesAfterStep(assignment_.spec(), step))) {
+    return absl::OkStatus();
+  }
+  const SteadyClock::time_point wait_start = SteadyClock::now();
+  absl::Status s = transport_->WaitSends();
+  send_wait_ns_ += NanosBetween(wait_start, SteadyClock::now());
+  return s;
 }
 
 absl::StatusOr<bool> StageRuntime::PrepareUpdate(int64_t step) {

@@ -23,6 +23,10 @@ ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::str
   return Key{profile::ModelFingerprint(model), DeviceKindOf(device)};
 }
 
+ProfileCache::Key ProfileCache::KeyOf(const v1::ModelProfile& profile) {
+  return Key{profile.model_fingerprint(), DeviceKindOf(profile.device_kind())};
+}
+
 void ProfileCache::ReadyLocked(Entry& e, const v1::ModelProfile& profile,
                                ProfileRefinement refinement) {
   e.state = State::kReady;
@@ -34,7 +38,7 @@ void ProfileCache::ReadyLocked(Entry& e, const v1::ModelProfile& profile,
 
 void ProfileCache::Insert(const v1::ModelProfile& profile) {
   absl::MutexLock l(&mu_);
-  Entry& e = entries_[Key{profile.model_fingerprint(), DeviceKindOf(profile.device_kind())}];
+  Entry& e = entries_[KeyOf(profile)];
   e = Entry{};
   ReadyLocked(e, profile, ProfileRefinement(profile.layers_size()));
 }
@@ -55,8 +59,7 @@ absl::Status ProfileCache::Restore(const SavedProfile& saved) {
       ProfileRefinement refinement,
       ProfileRefinement::FromState(saved.profile.layers_size(), saved.refinement));
   absl::MutexLock l(&mu_);
-  Entry& e =
-      entries_[Key{saved.profile.model_fingerprint(), DeviceKindOf(saved.profile.device_kind())}];
+  Entry& e = entries_[KeyOf(saved.profile)];
   e = Entry{};
   ReadyLocked(e, saved.profile, std::move(refinement));
   return absl::OkStatus();

@@ -49,6 +49,9 @@ class ProfileCache {
   enum class State { kMissing, kPending, kReady, kFailed };
 
   static Key KeyOf(const v1::ModelSpec& model, const std::string& device);
+  // The key a measured profile is cached under: its model_fingerprint and
+  // DeviceKindOf(device_kind).
+  static Key KeyOf(const v1::ModelProfile& profile);
 
   // Caches `profile` (ready) under its model_fingerprint and DeviceKindOf(device_kind),
   // replacing what was there.

@@ -89,8 +89,7 @@ absl::StatusOr<ProfileStore::Loaded> ProfileStore::LoadProfiles(int64_t measured
       ProfileCache::SavedProfile saved;
       if (!saved.profile.ParseFromString(ColumnBlob(select.stmt, 2)) ||
           !saved.refinement.ParseFromString(ColumnBlob(select.stmt, 3)) ||
-          saved.profile.model_fingerprint() != key.fingerprint ||
-          DeviceKindOf(saved.profile.device_kind()) != key.device_kind) {
+          ProfileCache::KeyOf(saved.profile).Tie() != key.Tie()) {
         loaded.dropped.push_back(absl::StrCat("the stored profile of ",
                                               Describe(key.fingerprint, key.device_kind),
                                               " does not parse (deleted)"));
@@ -110,34 +109,26 @@ absl::StatusOr<ProfileStore::Loaded> ProfileStore::LoadProfiles(int64_t measured
           absl::StrCat("reading measured profiles from '", path_, "': ", sqlite3_errmsg(db_)));
     }
   }
-  for (const ProfileCache::Key& key : unreadable) {
-    DAPPLE_RETURN_IF_ERROR(WriteLocked(
-        kForget,
-        absl::StrCat("deleting the profile of ", Describe(key.fingerprint, key.device_kind)),
-        [&](sqlite3_stmt* stmt) {
-          BindText(stmt, 1, key.fingerprint);
-          BindText(stmt, 2, key.device_kind);
-        }));
-  }
+  for (const ProfileCache::Key& key : unreadable) DAPPLE_RETURN_IF_ERROR(ForgetLocked(key));
   return loaded;
 }
 
 absl::Status ProfileStore::SaveProfile(const ProfileCache::SavedProfile& saved,
                                        int64_t measured_unix_ms) {
-  const std::string fingerprint = saved.profile.model_fingerprint();
-  const std::string device_kind = DeviceKindOf(saved.profile.device_kind());
+  const ProfileCache::Key key = ProfileCache::KeyOf(saved.profile);
   const std::string profile = saved.profile.SerializeAsString();
   const std::string refinement = saved.refinement.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  return WriteLocked(kSaveProfile,
-                     absl::StrCat("saving the profile of ", Describe(fingerprint, device_kind)),
-                     [&](sqlite3_stmt* stmt) {
-                       BindText(stmt, 1, fingerprint);
-                       BindText(stmt, 2, device_kind);
-                       BindBlob(stmt, 3, profile);
-                       BindBlob(stmt, 4, refinement);
-                       sqlite3_bind_int64(stmt, 5, measured_unix_ms);
-                     });
+  return WriteLocked(
+      kSaveProfile,
+      absl::StrCat("saving the profile of ", Describe(key.fingerprint, key.device_kind)),
+      [&](sqlite3_stmt* stmt) {
+        BindText(stmt, 1, key.fingerprint);
+        BindText(stmt, 2, key.device_kind);
+        BindBlob(stmt, 3, profile);
+        BindBlob(stmt, 4, refinement);
+        sqlite3_bind_int64(stmt, 5, measured_unix_ms);
+      });
 }
 
 absl::Status ProfileStore::SaveRefinement(const ProfileCache::Key& key,
@@ -156,6 +147,10 @@ absl::Status ProfileStore::SaveRefinement(const ProfileCache::Key& key,
 
 absl::Status ProfileStore::Forget(const ProfileCache::Key& key) {
   absl::MutexLock lock(&mu_);
+  return ForgetLocked(key);
+}
+
+absl::Status ProfileStore::ForgetLocked(const ProfileCache::Key& key) {
   return WriteLocked(
       kForget, absl::StrCat("deleting the profile of ", Describe(key.fingerprint, key.device_kind)),
       [&](sqlite3_stmt* stmt) {

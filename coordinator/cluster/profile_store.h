@@ -79,6 +79,7 @@ class ProfileStore {
 
  private:
   ProfileStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status ForgetLocked(const ProfileCache::Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `sql` with `bind` binding its parameters; `what` names the change in the error.
   template <typename Bind>
   absl::Status WriteLocked(const char* sql, const std::string& what, const Bind& bind)

@@ -151,8 +151,7 @@ void CoordinatorService::RestoreMeasurements() {
   int restored = 0;
   for (const ProfileCache::SavedProfile& saved : loaded.profiles) {
     if (absl::Status s = options_.profile_cache->Restore(saved); !s.ok()) {
-      const ProfileCache::Key key{saved.profile.model_fingerprint(),
-                                  DeviceKindOf(saved.profile.device_kind())};
+      const ProfileCache::Key key = ProfileCache::KeyOf(saved.profile);
       DAPPLE_LOG_WARN("profile of model {} on {} not reused, measured at its next job: {}",
                       key.fingerprint, key.device_kind, s.message());
       (void)profile_store_->Forget(key);

@@ -1475,10 +1475,14 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_TRUE(Heartbeat(w1).has_assignment());
   EXPECT_TRUE(Heartbeat(w2).has_assignment());
-  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
-                r->set_message("receiving activations: connection lost");
-              }).ok());
-  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  // Stage 1's rank fails: the job goes RESTARTING.
+  auto fail_stage1 = [&](const std::string& worker) {
+    ASSERT_TRUE(Report(worker, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
+                  r->set_message("receiving activations: connection lost");
+                }).ok());
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  };
+  fail_stage1(w2);
   EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
 
   now_ += 5000;
@@ -1505,10 +1509,7 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
 
   // Its backoff over while the coordinator was away: planned again once the workers had time
   // to register again, not on the first one that did.
-  ASSERT_TRUE(Report(w4, id, 1, v1::PROGRESS_FAILED, [](v1::ProgressReport* r) {
-                r->set_message("receiving activations: connection lost");
-              }).ok());
-  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  fail_stage1(w4);
   svc_.reset();
   now_ += 60'000;
   svc_ = Open();

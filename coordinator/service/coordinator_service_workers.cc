@@ -495,9 +495,7 @@ absl::Status CoordinatorService::ReportProfile(const auth::Identity& caller,
   if (s.ok() && report.error().empty()) {
     DAPPLE_LOG_INFO("worker {}: profile of {} layers measured", request.worker_id(),
                     report.profile().layers_size());
-    SaveMeasuredProfile(
-        {report.profile().model_fingerprint(), DeviceKindOf(report.profile().device_kind())},
-        /*refinement_only=*/false);
+    SaveMeasuredProfile(ProfileCache::KeyOf(report.profile()), /*refinement_only=*/false);
   } else {
     DAPPLE_LOG_WARN("worker {}: profile: {}", request.worker_id(),
                     s.ok() ? report.error() : std::string(s.message()));

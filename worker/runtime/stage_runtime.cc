@@ -435,7 +435,7 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       return absl::OkStatus();
     }
     case v1::ALLREDUCE: {
-      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
+      DAPPLE_RETURN_IF_ERROR(FlushSends(step));
       // The rank's: the last stage (the loss's rank) lets its replicas' loss sums ride along.
       const bool loss_rank = stage_ == num_stages_ - 1;
       if (loss_rank) loss_rows_ = global_batch_;
@@ -447,10 +447,10 @@ absl::Status StageRuntime::RunAction(const v1::Action& action, int64_t step) {
       DAPPLE_RETURN_IF_ERROR(exchange_->ReplicasReducedElsewhere());
       return async_allreduce_->OnGradients(step);
     case v1::TIED_ALLREDUCE:
-      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
+      DAPPLE_RETURN_IF_ERROR(FlushSends(step));
       return exchange_->AllReduceTied();
     case v1::GLOBAL_NORM: {
-      DAPPLE_RETURN_IF_ERROR(FlushSendsBeforeCollective(step));
+      DAPPLE_RETURN_IF_ERROR(FlushSends(step));
       DAPPLE_ASSIGN_OR_RETURN(const GlobalNormResult norm, exchange_->GlobalNorm());
       if (norm.skip) skip_reason_ = DescribeNonFinite(norm.first);
       return absl::OkStatus();
@@ -518,7 +518,13 @@ absl::Status StageRuntime::MaybeInjectIntoGradient(int64_t step, int mb) {
   return backend_->WriteGradients(grads.data());
 }
 
-absl::Status StageRuntime::FlushSendsBeforeCollective(int64_t step) {
+absl::Status StageRuntime::FlushSends(int64_t step) {
+  // Its wait is communication, not optimizer time (RunStep splits the action). A program
+  // without a flush skips it before an evaluation (the end of an epoch): its sends of later
+  // steps' micro-batches are received by the next stage only after that stage evaluated, which
+  // needs this stage's evaluation first; Evaluate's own wait covers them. Their buffers are safe
+  // meanwhile: an id is reused only micro_batch_ids micro-batches later, after the neighbour
+  // received it.
   if (transport_ == nullptr ||
       (carries_across_steps_ && EvaluatesAfterStep(assignment_.spec(), step))) {
     return absl::OkStatus();
@@ -530,20 +536,8 @@ absl::Status StageRuntime::FlushSendsBeforeCollective(int64_t step) {
 }
 
 absl::StatusOr<bool> StageRuntime::PrepareUpdate(int64_t step) {
-  // The flush: every send of this step must be done before its buffers are reused. Its wait is
-  // communication, not optimizer time (RunStep splits the action). A program without a flush
-  // skips it before an evaluation (the end of an epoch): its sends of later steps'
-  // micro-batches are received by the next stage only after that stage evaluated, which needs
-  // this stage's evaluation first; Evaluate's own wait covers them. Their buffers are safe
-  // meanwhile: an id is reused only micro_batch_ids micro-batches later, after the neighbour
-  // received it.
-  const bool before_eval = carries_across_steps_ && EvaluatesAfterStep(assignment_.spec(), step);
-  if (transport_ != nullptr && !before_eval) {
-    const SteadyClock::time_point wait_start = SteadyClock::now();
-    absl::Status s = transport_->WaitSends();
-    send_wait_ns_ = NanosBetween(wait_start, SteadyClock::now());
-    DAPPLE_RETURN_IF_ERROR(s);
-  }
+  // The flush: every send of this step must be done before its buffers are reused.
+  DAPPLE_RETURN_IF_ERROR(FlushSends(step));
   // The collectives' checks, the stage's norm and clipping (gradient_exchange.h).
   DAPPLE_ASSIGN_OR_RETURN(const UpdateDecision decision, exchange_->PrepareUpdate());
   gradient_sq_norm_ = decision.sq_norm;

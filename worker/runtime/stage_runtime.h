@@ -307,13 +307,14 @@ class StageRuntime {
   // (measured into send_wait_ns_), the collectives' checks and clipping, the learning rate.
   // Returns whether GLOBAL_NORM decided to skip the update (a non-finite value somewhere).
   absl::StatusOr<bool> PrepareUpdate(int64_t step);
-  // Waits for this rank's sends (Transport::WaitSends; the wait added to send_wait_ns_) before a
-  // blocking collective of step `step`: a send still in flight needs this rank's transport to
-  // progress, which it does not while the rank waits in a Gloo collective, so the receiver would
-  // wait for it while this rank waits for the receiver at the collective (a 4 MiB gradient over
-  // UCX's tcp, more than the socket takes at once: both ranks stuck until Gloo's 120 s timeout).
-  // Skipped where PrepareUpdate skips its flush (before an evaluation of a program without one).
-  absl::Status FlushSendsBeforeCollective(int64_t step);
+  // Waits for this rank's sends of step `step` (Transport::WaitSends; the wait added to
+  // send_wait_ns_): before the update reuses their buffers (PrepareUpdate), and before a blocking
+  // collective (ALLREDUCE, TIED_ALLREDUCE, GLOBAL_NORM): a send still in flight needs this rank's
+  // transport to progress, which it does not while the rank waits in a Gloo collective, so the
+  // receiver would wait for it while this rank waits for the receiver at the collective (a 4 MiB
+  // gradient over UCX's tcp, more than the socket takes at once: both ranks stuck until Gloo's
+  // 120 s timeout). Skipped before an evaluation of a program without a flush (see the .cc).
+  absl::Status FlushSends(int64_t step);
   // The test hook's NaN into the accumulated gradient (a stage before the last), after the
   // backward of micro-batch `mb` of step `step`.
   absl::Status MaybeInjectIntoGradient(int64_t step, int mb);

@@ -17,8 +17,11 @@ std::string FashionMnistFile(const std::string& dir, bool train, bool images);
 // OK when `dir` holds the four files as regular files (or links to them). kInvalidArgument, one
 // line, for the first missing one: "data.path /usr/share/datasets is not a Fashion-MNIST folder:
 // it has no train-images-idx3-ubyte.gz (data.dataset fashion-mnist reads the four gzip IDX files
-// of Debian's dataset-fashion-mnist, installed in /usr/share/datasets/fashion-mnist)". Looks at
-// the file system (stat) only; the files' contents are the workers' to check. Thread-safe.
+// of Debian's dataset-fashion-mnist, installed in /usr/share/datasets/fashion-mnist)"; likewise
+// "data.path P does not exist", "is not a folder", "is a link to T, which does not exist", "is a
+// link that loops ...", and for a file "its F is a link to T, which does not exist" or "its F is
+// not a regular file". Looks at the file system (stat, lstat, readlink) only; the files'
+// contents are the workers' to check. Thread-safe.
 absl::Status CheckFashionMnistFolder(const std::string& dir);
 
 }  // namespace dapple

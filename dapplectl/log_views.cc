@@ -4,7 +4,9 @@
 #include <map>
 #include <tuple>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,9 +41,13 @@ absl::StatusOr<std::pair<int, int>> ParseRank(const std::string& text) {
   std::vector<std::string> parts = absl::StrSplit(text, '/');
   int stage = -1;
   int replica = 0;
-  const bool ok = (parts.size() == 1 || parts.size() == 2) && absl::SimpleAtoi(parts[0], &stage) &&
-                  stage >= 0 &&
-                  (parts.size() == 1 || (absl::SimpleAtoi(parts[1], &replica) && replica >= 0));
+  // Digits only: SimpleAtoi alone would take " 1" or "+1".
+  const auto number = [](const std::string& part, int* value) {
+    return !part.empty() && absl::c_all_of(part, absl::ascii_isdigit) &&
+           absl::SimpleAtoi(part, value);
+  };
+  const bool ok = (parts.size() == 1 || parts.size() == 2) && number(parts[0], &stage) &&
+                  (parts.size() == 1 || number(parts[1], &replica));
   if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank must be STAGE/REPLICA, e.g. 1/0: got '", text, "'"));

@@ -21,7 +21,8 @@ TEST(LogViewsTest, ParseRank) {
   EXPECT_EQ(*ParseRank("1/0"), std::make_pair(1, 0));
   EXPECT_EQ(*ParseRank("0/3"), std::make_pair(0, 3));
   EXPECT_EQ(*ParseRank("2"), std::make_pair(2, 0));
-  for (const char* bad : {"", "x", "1/", "/1", "-1/0", "1/-1", "1/0/0", "a/b"}) {
+  for (const char* bad :
+       {"", "x", "1/", "/1", "-1/0", "1/-1", "1/0/0", "a/b", " 1/0", "1/0 ", "+1"}) {
     absl::StatusOr<std::pair<int, int>> r = ParseRank(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().message(),

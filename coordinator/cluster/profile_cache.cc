@@ -174,6 +174,12 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
                                                       " was sent to worker ", e.worker_id, ", not ",
                                                       report.worker_id()));
     }
+    if (!report.busy_with_request_id().empty()) {
+      // Not measured, and nothing failed: the key is asked again (attempts unchanged).
+      e.state = State::kMissing;
+      e.sent = false;
+      return absl::OkStatus();
+    }
     if (!report.error().empty()) {
       e.state = State::kFailed;
       e.error =
@@ -196,6 +202,24 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
   }
   return absl::NotFoundError(
       absl::StrCat("profile request '", report.request_id(), "' is unknown or answered"));
+}
+
+absl::Status ProfileCache::Adopt(const v1::ReportProfileRequest& report) {
+  const v1::ModelProfile& p = report.profile();
+  if (!report.error().empty() || p.layers_size() == 0 || p.model_fingerprint().empty() ||
+      p.device_kind().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("profile request '", report.request_id(),
+                                                   "' is unknown and its answer holds no profile"));
+  }
+  absl::MutexLock l(&mu_);
+  Entry& e = entries_[KeyOf(p)];
+  if (e.state == State::kReady) {
+    return absl::AlreadyExistsError(absl::StrCat("the model of profile request '",
+                                                 report.request_id(), "' is measured already"));
+  }
+  e = Entry{};
+  ReadyLocked(e, p, ProfileRefinement(p.layers_size()));
+  return absl::OkStatus();
 }
 
 int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms) {

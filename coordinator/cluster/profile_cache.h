@@ -115,8 +115,16 @@ class ProfileCache {
   // A worker's answer. kNotFound for an unknown or already answered request id;
   // kPermissionDenied when `report.worker_id` is not the worker asked; kInvalidArgument when the
   // profile is for another model, device kind or batch size than asked, or has no layers (the
-  // key turns kFailed).
+  // key turns kFailed). An answer with busy_with_request_id (the worker measures another
+  // request) turns the key kMissing: it is asked again, and counts as no attempt.
   absl::Status Report(const v1::ReportProfileRequest& report);
+
+  // The answer to a request this cache never made: one a previous coordinator sent, which the
+  // worker said it was measuring when it registered here. Its profile is cached as Insert does
+  // (a request pending for the key is dropped: its answer will be kNotFound). kInvalidArgument
+  // when the report has an error or no profile with layers, a model fingerprint and a device
+  // kind; kAlreadyExists when the key is ready.
+  absl::Status Adopt(const v1::ReportProfileRequest& report);
 
   // Fails every request of `worker_id` (it died: "worker w-1 died before reporting the profile")
   // and every request past its deadline at `now_unix_ms`. Returns how many failed.

@@ -72,6 +72,51 @@ TEST(ProfileCacheTest, ReportsFromTheWrongWorkerOrForAnotherModelAreRefused) {
   EXPECT_NE(cache.Error(key).find("batch 9"), std::string::npos) << cache.Error(key);
 }
 
+// A busy answer (the worker measures another request) is no failure: the key is asked again,
+// and the attempt does not count.
+TEST(ProfileCacheTest, ABusyAnswerAsksAgain) {
+  ProfileCache cache;
+  const ProfileCache::Key key = cache.Request("w-1", Spec(4), "cpu", 8, 1000);
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  v1::ReportProfileRequest busy;
+  busy.set_worker_id("w-1");
+  busy.set_request_id(req->request_id());
+  busy.set_busy_with_request_id("profile-x-1");
+  busy.set_error("worker w-1 is measuring another model (request profile-x-1)");
+  ASSERT_TRUE(cache.Report(busy).ok());
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kMissing);
+  EXPECT_FALSE(cache.HasOutstanding("w-1"));
+  EXPECT_EQ(cache.Error(key), "");
+  cache.Request("w-2", Spec(4), "cpu", 8, 1000);
+  req = cache.TakeFor("w-2");
+  ASSERT_TRUE(req.has_value());
+  ASSERT_TRUE(cache.Report(Answer(*req, "w-2")).ok());
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kReady);
+}
+
+// The answer to a request the cache never made (a previous coordinator's) is adopted when it
+// holds a profile and the key is not ready; a pending request of the key is dropped.
+TEST(ProfileCacheTest, AnAnswerToAnotherCoordinatorsRequestIsAdopted) {
+  ProfileCache cache;
+  const ProfileCache::Key key = cache.Request("w-2", Spec(4), "cpu", 8, 1000);
+  std::optional<v1::ProfileRequest> pending = cache.TakeFor("w-2");
+  ASSERT_TRUE(pending.has_value());
+  v1::ProfileRequest old = *pending;
+  old.set_request_id("profile-old-1");
+  v1::ReportProfileRequest answer = Answer(old, "w-1");
+  EXPECT_EQ(cache.Report(answer).code(), absl::StatusCode::kNotFound);
+  v1::ReportProfileRequest failed = answer;
+  failed.clear_profile();
+  failed.set_error("out of memory");
+  EXPECT_EQ(cache.Adopt(failed).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cache.Adopt(answer).ok());
+  EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kReady);
+  EXPECT_FALSE(cache.HasOutstanding("w-2"));
+  EXPECT_EQ(cache.Report(Answer(*pending, "w-2")).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache.Adopt(answer).code(), absl::StatusCode::kAlreadyExists);
+}
+
 TEST(ProfileCacheTest, WorkerErrorsDeathsAndDeadlinesFailTheRequestWhichCanBeAskedAgain) {
   ProfileCache cache;
   const ProfileCache::Key a = cache.Request("w-1", Spec(1), "cpu", 8, 1000);

@@ -47,6 +47,17 @@ struct WorkerRecord {
   // When the worker became DEAD (ms since the Unix epoch; set by whoever moves it there, 0
   // while it is not DEAD). DEAD workers are forgotten some time after it (ForgettableDead).
   int64_t dead_since_unix_ms = 0;
+  // The profile request the worker said it is measuring (registration, heartbeat, or a busy
+  // answer to ReportProfile), "" when none, and since when (ms since the Unix epoch; 0 when
+  // none). After a coordinator restart it may be a request of the previous coordinator.
+  std::string measuring_request_id;
+  int64_t measuring_since_unix_ms = 0;
+  // Records what the worker says it measures now (a new request id restarts the clock).
+  void NoteMeasuring(const std::string& request_id, int64_t now_unix_ms) {
+    if (request_id != measuring_request_id) measuring_since_unix_ms = now_unix_ms;
+    measuring_request_id = request_id;
+    if (request_id.empty()) measuring_since_unix_ms = 0;
+  }
 };
 
 // "IDLE", "BUSY", "DEAD" ("UNSPECIFIED" / "STATE_<n>" otherwise).

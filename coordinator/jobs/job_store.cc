@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -81,7 +83,8 @@ absl::Status JobStore::Init() {
 int64_t JobStore::SequenceOf(const std::string& id) {
   absl::string_view rest(id);
   if (!absl::ConsumePrefix(&rest, kIdPrefix)) return -1;
-  if (rest.empty() || rest[0] == '0' || rest[0] == '+' || rest[0] == '-') return -1;
+  // Digits only: SimpleAtoi would also take "+1", "01" or " 1 " (so "job-1 " found job-1).
+  if (rest.empty() || rest[0] == '0' || !absl::c_all_of(rest, absl::ascii_isdigit)) return -1;
   int64_t seq = 0;
   if (!absl::SimpleAtoi(rest, &seq) || seq < 1) return -1;
   return seq;

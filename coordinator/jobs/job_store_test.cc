@@ -137,6 +137,11 @@ TEST(JobStoreTest, SequenceOf) {
   EXPECT_EQ(JobStore::SequenceOf("job-"), -1);
   EXPECT_EQ(JobStore::SequenceOf("w-1"), -1);
   EXPECT_EQ(JobStore::SequenceOf("job-1x"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-1 "), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job- 1"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-+1"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-1\n"), -1);
+  EXPECT_EQ(JobStore::SequenceOf("job-99999999999999999999"), -1);
 }
 
 TEST(JobStoreTest, MissingDirectoryIsAClearError) {

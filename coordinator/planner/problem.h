@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -63,6 +64,11 @@ struct PlanningProblem {
 };
 
 struct StagePlan {
+  StagePlan() = default;
+  // A stage of layers [first, last] replicated on `replica_devices` (recompute off, no chunks).
+  StagePlan(int first, int last, std::vector<int> replica_devices)
+      : first_layer(first), last_layer(last), devices(std::move(replica_devices)) {}
+
   int first_layer = 0;       // inclusive, into the profile's layers
   int last_layer = 0;        // inclusive
   std::vector<int> devices;  // one per replica: global device indices, distinct across stages

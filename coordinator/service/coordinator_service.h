@@ -39,11 +39,17 @@
 // worker measures one model at a time; ProfileRequest at the job's micro-batch size, waiting at
 // most profile_timeout_ms; the job's message says "measuring ..."), then re-planned with the
 // measured profile. While every free worker is still measuring another model (e.g. that of a
-// job cancelled meanwhile) the job waits: "waiting to measure the model's layers on cpu: every
-// free worker is measuring another model". Measurements are cached by model and device kind
-// (coordinator/cluster/profile_cache.h), in memory. When measuring fails (the worker's error,
-// e.g. "worker w-1 is measuring another model (request profile-1)"), times out, or its worker
-// dies or deregisters, the job runs on its estimated plan and the plan's notes say why.
+// job cancelled meanwhile, or one a previous coordinator asked for: workers say what they
+// measure in their registrations and heartbeats) the job waits: "waiting to measure the model's
+// layers on cpu: every free worker is measuring another model"; a worker that answers a request
+// with "busy" (ReportProfileRequest.busy_with_request_id) is asked again when done; the answer
+// to a request the worker said it measures but this coordinator did not wait for (a previous
+// coordinator's, or one past its deadline) is cached all the same (ProfileCache::Adopt). A worker
+// measuring one model for more than profile_timeout_ms no longer holds the job back. Measurements
+// are cached by model and device kind (coordinator/cluster/profile_cache.h) and kept in the
+// database (profile_store.h). When measuring fails (the worker's error), times out, or its
+// worker dies or deregisters (then another worker is asked, once), the job runs on its
+// estimated plan and the plan's notes say why.
 //
 // A job needs one worker per device of its stored plan (the sum of its stages' replicas: P
 // today), which may be fewer than parallel.devices when the planner chose fewer stages.

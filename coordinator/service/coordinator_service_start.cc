@@ -183,11 +183,15 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
       return true;
     case ProfileCache::State::kMissing: {
       // A worker measures one model at a time and refuses a second request, so a worker still
-      // measuring (e.g. the model of a job cancelled meanwhile) is not asked.
+      // measuring (e.g. the model of a job cancelled meanwhile, or one a previous coordinator
+      // asked for) is not asked; one measuring longer than a measurement may take is asked (a
+      // busy answer then fails the request: ReportProfile).
       WorkerRecord* asked = nullptr;
       for (WorkerRecord* w : free) {
+        const bool measuring = !w->measuring_request_id.empty() &&
+                               now - w->measuring_since_unix_ms < options_.profile_timeout_ms;
         if (DeviceKindOf(FirstDevice(*w)) == key.device_kind &&
-            !cache.HasOutstanding(w->info.id())) {
+            !cache.HasOutstanding(w->info.id()) && !measuring) {
           asked = w;
           break;
         }
@@ -444,11 +448,17 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
 
   AssignRanksLocked(job, summary, free, *programs, *start, *emulated);
   rendezvous_.Open(id, replicas);
-  // A restarted or preempted job's elapsed time counts its earlier runs too.
-  const int64_t started =
-      replanned != nullptr || preempted
-          ? now - static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1000.0))
-          : now;
+  // A restarted or preempted job's elapsed time counts its earlier runs too, and a restart's
+  // time since the failure (its backoff, the wait for workers, a coordinator outage in
+  // between): the job was RESTARTING, not queued as a preempted one is.
+  const int64_t elapsed_ms =
+      static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1000.0));
+  int64_t started = now;
+  if (replanned != nullptr && !job.restart_history().empty()) {
+    started = std::min(now, job.restart_history().rbegin()->unix_ms() - elapsed_ms);
+  } else if (replanned != nullptr || preempted) {
+    started = now - elapsed_ms;
+  }
   RunState run(ProgressTracker(job.spec().training().global_batch(), started));
   run.num_stages = num_stages;
   run.replicas = replicas;

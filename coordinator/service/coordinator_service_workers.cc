@@ -84,6 +84,7 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
     }
     saved_next_worker_id_ = next_id;
   }
+  worker.NoteMeasuring(request.measuring_request_id(), now);
   // What the planner needs to know of the worker's device (worker_topology.h).
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());
@@ -108,6 +109,7 @@ absl::Status CoordinatorService::Heartbeat(const auth::Identity& caller,
     return absl::OkStatus();
   }
   worker->info.set_last_heartbeat_unix_ms(options_.now_unix_ms());
+  worker->NoteMeasuring(request.measuring_request_id(), options_.now_unix_ms());
   // The worker's refined estimate (host_capacity.h HostCapacityEstimate): plans made from now on
   // use it (worker_topology.cc).
   if (const double capacity = ValidCapacity(request.host_compute_capacity()); capacity > 0) {
@@ -485,14 +487,44 @@ absl::Status CoordinatorService::ReportProfile(const auth::Identity& caller,
                                                v1::ReportProfileResponse* response) {
   DAPPLE_RETURN_IF_ERROR(auth::CheckWorker(caller, request.worker_id()));
   absl::MutexLock lock(&mu_);
-  DAPPLE_RETURN_IF_ERROR(LiveWorkerLocked(request.worker_id()).status());
+  DAPPLE_ASSIGN_OR_RETURN(WorkerRecord * worker, LiveWorkerLocked(request.worker_id()));
   v1::ReportProfileRequest report = request;
+  const int64_t now = options_.now_unix_ms();
+  // A measurement this cache did not ask for (or no longer waits for) but the worker said it
+  // was making: one a previous coordinator asked for before it restarted, or one past its
+  // deadline. Kept rather than measured again.
+  const bool said_measuring =
+      !worker->measuring_request_id.empty() && worker->measuring_request_id == report.request_id();
+  worker->NoteMeasuring(report.busy_with_request_id(), now);
+  if (!report.busy_with_request_id().empty() &&
+      now - worker->measuring_since_unix_ms >= options_.profile_timeout_ms) {
+    // Measuring one model for longer than a measurement may take: the request fails (the job
+    // plans on its estimate) rather than wait on this worker again.
+    report.clear_busy_with_request_id();
+    report.set_error(
+        absl::StrCat(report.error(), " for more than ", options_.profile_timeout_ms / 1000, " s"));
+  }
   if (report.has_profile()) {
     report.mutable_profile()->set_source(
         absl::StrCat(report.profile().source(), " by worker ", request.worker_id()));
   }
   absl::Status s = options_.profile_cache->Report(report);
-  if (s.ok() && report.error().empty()) {
+  if (absl::IsNotFound(s) && said_measuring) {
+    s = options_.profile_cache->Adopt(report);
+    if (s.ok()) {
+      DAPPLE_LOG_INFO(
+          "worker {}: profile of {} layers measured (request {}, which this "
+          "coordinator did not wait for: kept)",
+          request.worker_id(), report.profile().layers_size(), report.request_id());
+      SaveMeasuredProfile(ProfileCache::KeyOf(report.profile()), /*refinement_only=*/false);
+      WakeLocked();
+      return s;
+    }
+  }
+  if (s.ok() && !report.busy_with_request_id().empty()) {
+    DAPPLE_LOG_INFO("worker {}: {}: asking again when it is done", request.worker_id(),
+                    report.error());
+  } else if (s.ok() && report.error().empty()) {
     DAPPLE_LOG_INFO("worker {}: profile of {} layers measured", request.worker_id(),
                     report.profile().layers_size());
     SaveMeasuredProfile(ProfileCache::KeyOf(report.profile()), /*refinement_only=*/false);

@@ -134,6 +134,46 @@ TEST(ResolveJobDataTest, AFashionMnistFolderNeedsItsFourFiles) {
   EXPECT_EQ(spec.data().file_bytes(), 0);
 }
 
+// A folder (or file) that is a link pointing nowhere, or looping, is named as such: a user
+// looks at the link, not for files in a folder that is not there.
+TEST(ResolveJobDataTest, AFashionMnistPathThatIsABrokenLinkIsNamedAsOne) {
+  TestDir dir;
+  const auto refusal = [](const std::string& path) {
+    v1::JobSpec spec;
+    spec.mutable_data()->set_dataset("fashion-mnist");
+    spec.mutable_data()->set_path(path);
+    absl::Status s = ResolveJobData(&spec, TestRoots());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    const std::string message(s.message());
+    return message.substr(0, message.find(" (data.dataset fashion-mnist reads"));
+  };
+  const std::string dangling = dir.path() + "/dangling";
+  fs::create_symlink(dir.path() + "/nowhere", dangling);
+  EXPECT_EQ(refusal(dangling), absl::StrCat("data.path ", dangling, " is a link to ", dir.path(),
+                                            "/nowhere, which does not exist"));
+  const std::string loop = dir.path() + "/loop";
+  fs::create_symlink(loop, loop);
+  EXPECT_EQ(refusal(loop), absl::StrCat("data.path ", loop,
+                                        " is a link that loops (too many levels of symbolic "
+                                        "links)"));
+  EXPECT_EQ(refusal(dir.path() + "/missing"),
+            absl::StrCat("data.path ", dir.path(), "/missing does not exist"));
+  const std::string file = dir.Write("a-file", "x");
+  EXPECT_EQ(refusal(file), absl::StrCat("data.path ", file, " is not a folder"));
+  const std::string folder = dir.path() + "/fm";
+  fs::create_directories(folder);
+  fs::create_symlink(folder + "/gone.gz", folder + "/train-images-idx3-ubyte.gz");
+  EXPECT_EQ(refusal(folder), absl::StrCat("data.path ", folder,
+                                          " is not a Fashion-MNIST folder: its "
+                                          "train-images-idx3-ubyte.gz is a link to ",
+                                          folder, "/gone.gz, which does not exist"));
+  fs::remove(folder + "/train-images-idx3-ubyte.gz");
+  fs::create_directories(folder + "/train-images-idx3-ubyte.gz");
+  EXPECT_EQ(refusal(folder), absl::StrCat("data.path ", folder,
+                                          " is not a Fashion-MNIST folder: its "
+                                          "train-images-idx3-ubyte.gz is not a regular file"));
+}
+
 // Every refusal of the file, with the submitted text, points at the data.path value, as the
 // parser's refusals point at their field; the code is kInvalidArgument (the user's input to
 // fix) also for a missing file.

@@ -1,7 +1,9 @@
 // The coordinator measures a job's model on a worker before planning it (ProfileCache), and
 // refines that profile by the measured steps of the jobs planned on it (ProfileRefinement).
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,9 @@ v1::ReportProfileRequest MeasuredAnswer(const std::string& worker,
   }
   return r;
 }
+
+constexpr char kWaitingForABusyWorker[] =
+    "waiting to measure the model's layers on cpu: every free worker is measuring another model";
 
 TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsForItsModelToBeMeasuredThenIsReplanned) {
   OpenMeasuring();
@@ -180,9 +185,7 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasu
   svc_->Tick();
   v1::Job job = Get(small->id());
   EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
-  EXPECT_EQ(job.message(),
-            "waiting to measure the model's layers on cpu: every free worker is measuring another "
-            "model");
+  EXPECT_EQ(job.message(), kWaitingForABusyWorker);
   EXPECT_FALSE(Heartbeat(w1).has_profile_request());
   // The first measurement ends (and is cached); then w-1 is asked for the second model.
   v1::ReportProfileResponse resp;
@@ -197,20 +200,157 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAJobWaitsWhileEveryFreeWorkerMeasu
   ASSERT_TRUE(hb.has_profile_request());
   EXPECT_EQ(hb.profile_request().spec().model().layers(1).linear().out(), 512);
 
-  // A worker that is measuring when asked (it cannot tell the coordinator otherwise, e.g. after
-  // a coordinator restart) answers with an error at once: the job runs its estimated plan now.
+  // A worker that is measuring when asked (its heartbeat had not said so yet) answers "busy" at
+  // once: the request is asked again when it is done, not given up for the estimate.
   v1::ReportProfileRequest busy;
   busy.set_worker_id(w1);
   busy.set_request_id(hb.profile_request().request_id());
-  busy.set_error(absl::StrCat("worker ", w1, " is measuring another model (request profile-1)"));
+  busy.set_busy_with_request_id("profile-x-9");
+  busy.set_error(absl::StrCat("worker ", w1, " is measuring another model (request profile-x-9)"));
   ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker((busy).worker_id()), busy, &resp).ok());
   svc_->Tick();
   job = Get(small->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_PENDING) << job.message();
+  EXPECT_EQ(job.message(), kWaitingForABusyWorker);
+  EXPECT_FALSE(Heartbeat(w1).has_profile_request());  // its heartbeat says it is done now
+  svc_->Tick();
+  hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  job = Get(small->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
-  EXPECT_THAT(job.plan().profile_source(), HasSubstr("estimated"));
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+}
+
+// Registers a cpu worker that says it is measuring `measuring` (a request of a previous
+// coordinator), and returns a function that sends its heartbeat saying what it measures then.
+std::pair<std::string, std::function<v1::HeartbeatResponse(const std::string&)>> RegisterMeasuring(
+    CoordinatorService* svc, const std::string& measuring) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_hostname("host-a");
+  reg.set_pid(4242);
+  reg.add_devices("cpu");
+  reg.set_measuring_request_id(measuring);
+  v1::RegisterWorkerResponse reg_resp;
+  EXPECT_TRUE(svc->RegisterWorker(auth::TestJoin(), reg, &reg_resp).ok());
+  const std::string id = reg_resp.worker_id();
+  return {id, [svc, id](const std::string& now_measuring) {
+            v1::HeartbeatRequest req;
+            req.set_worker_id(id);
+            req.set_measuring_request_id(now_measuring);
+            v1::HeartbeatResponse resp;
+            EXPECT_TRUE(svc->Heartbeat(auth::TestWorker(id), req, &resp).ok());
+            return resp;
+          }};
+}
+
+// A worker that measures a model a previous coordinator asked for says so when it registers
+// and in its heartbeats: the restarted coordinator waits for it (or asks another worker)
+// instead of asking it (a new user's job ran the FLOP estimate after a coordinator restart
+// because the only worker answered "is measuring another model"), and keeps its answer.
+TEST_F(CoordinatorServiceTest,
+       MeasuredProfileAWorkerStillMeasuringForAPreviousCoordinatorIsNotAsked) {
+  OpenMeasuring();
+  auto [w1, heartbeat] = RegisterMeasuring(svc_.get(), "profile-old-1");
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_PENDING) << job.message();
+  EXPECT_EQ(job.message(), kWaitingForABusyWorker);
+  EXPECT_FALSE(heartbeat("profile-old-1").has_profile_request());
+
+  // Answers for requests it did not say it measures, or without a profile, are refused.
+  v1::ProfileRequest old_request;
+  old_request.set_request_id("profile-old-1");
+  *old_request.mutable_spec() = submitted->spec();
+  old_request.set_device("cpu");
+  old_request.set_batch_size(32);
+  v1::ReportProfileRequest other = MeasuredAnswer(w1, old_request);
+  other.set_request_id("profile-old-7");
+  v1::ReportProfileResponse resp;
+  EXPECT_EQ(svc_->ReportProfile(auth::TestWorker(w1), other, &resp).code(),
+            absl::StatusCode::kNotFound);
+  heartbeat("profile-old-1");  // any answer says the worker is done measuring
+  v1::ReportProfileRequest failed;
+  failed.set_worker_id(w1);
+  failed.set_request_id("profile-old-1");
+  failed.set_error("out of memory");
+  EXPECT_EQ(svc_->ReportProfile(auth::TestWorker(w1), failed, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Get(submitted->id()).state(), v1::JOB_STATE_PENDING);
+
+  // Its measurement for the previous coordinator is kept: the job is planned on it, and the
+  // worker is asked nothing more.
+  heartbeat("profile-old-1");
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, old_request), &resp).ok());
+  svc_->Tick();
+  job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+  EXPECT_FALSE(heartbeat("").has_profile_request());
+}
+
+// When the previous coordinator's measurement fails, the worker is asked once it is done.
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerDoneMeasuringForAPreviousCoordinatorIsAsked) {
+  OpenMeasuring();
+  auto [w1, heartbeat] = RegisterMeasuring(svc_.get(), "profile-old-1");
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  EXPECT_EQ(Get(submitted->id()).message(), kWaitingForABusyWorker);
+  v1::ReportProfileRequest failed;
+  failed.set_worker_id(w1);
+  failed.set_request_id("profile-old-1");
+  failed.set_error("out of memory");
+  v1::ReportProfileResponse resp;
+  EXPECT_EQ(svc_->ReportProfile(auth::TestWorker(w1), failed, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+  svc_->Tick();
+  v1::HeartbeatResponse hb = heartbeat("");
+  ASSERT_TRUE(hb.has_profile_request());
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
+  EXPECT_EQ(job.plan().profile_source(), "measured on cpu by worker w-1");
+}
+
+// A worker measuring one model for longer than the profile deadline holds no job back: it is
+// asked, and its busy answer fails the request (the job runs its estimate, saying why).
+TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerMeasuringPastTheDeadlineHoldsNoJobBack) {
+  OpenMeasuring();
+  auto [w1, heartbeat] = RegisterMeasuring(svc_.get(), "profile-old-2");
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  EXPECT_EQ(Get(submitted->id()).message(), kWaitingForABusyWorker);
+  now_ += 60'000;
+  EXPECT_FALSE(heartbeat("profile-old-2").has_profile_request());
+  svc_->Tick();
+  v1::HeartbeatResponse hb = heartbeat("profile-old-2");
+  ASSERT_TRUE(hb.has_profile_request());
+  v1::ReportProfileRequest busy;
+  busy.set_worker_id(w1);
+  busy.set_request_id(hb.profile_request().request_id());
+  busy.set_busy_with_request_id("profile-old-2");
+  busy.set_error(
+      absl::StrCat("worker ", w1, " is measuring another model (request profile-old-2)"));
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(svc_->ReportProfile(auth::TestWorker(w1), busy, &resp).ok());
+  svc_->Tick();
+  v1::Job job = Get(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.message();
   EXPECT_THAT(job.plan().notes(),
               Contains("planned on the estimated profile: worker w-1 could not profile the "
-                       "model: worker w-1 is measuring another model (request profile-1)"));
+                       "model: worker w-1 is measuring another model (request profile-old-2) for "
+                       "more than 60 s"));
 }
 
 // A worker that deregisters (or dies) while measuring fails its request at once, and another

@@ -190,6 +190,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_hostname(Hostname());
   req.set_pid(getpid());
   req.set_name(options_.name);
+  req.set_measuring_request_id(MeasuringRequestId());
   for (const auto& d : options_.devices) req.add_devices(d);
   if (!options_.devices.empty()) {
     const DeviceMemory memory =
@@ -383,6 +384,7 @@ bool WorkerDaemon::HeartbeatOnce() {
     req.set_running_job_id(job_id_);
     SetHostEstimates(&req);
   }
+  req.set_measuring_request_id(MeasuringRequestId());
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(kRpcDeadline));
   auth_.Attach(&ctx);
@@ -439,6 +441,7 @@ void WorkerDaemon::StartProfile(const v1::ProfileRequest& request) {
     v1::ReportProfileRequest busy;
     busy.set_worker_id(worker_id);
     busy.set_request_id(request.request_id());
+    busy.set_busy_with_request_id(profile_request_id_);
     busy.set_error(absl::StrCat("worker ", worker_id, " is measuring another model (request ",
                                 profile_request_id_, ")"));
     DAPPLE_LOG_WARN("profile request {}: {}", request.request_id(), busy.error());
@@ -455,6 +458,10 @@ void WorkerDaemon::StartProfile(const v1::ProfileRequest& request) {
     SendProfileReport(report);
     profiling_.store(false);
   });
+}
+
+std::string WorkerDaemon::MeasuringRequestId() const {
+  return profiling_.load() ? profile_request_id_ : std::string();
 }
 
 void WorkerDaemon::SendProfileReport(const v1::ReportProfileRequest& report) {

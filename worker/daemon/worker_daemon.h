@@ -161,9 +161,13 @@ class WorkerDaemon {
   void ReapJob(bool wait);
   // Measures a model for the coordinator (ProfileRequest in a heartbeat reply) on its own
   // thread, so heartbeats go on; one at a time: a request while one runs is answered at once
-  // with the error "worker W is measuring another model (request R)" (the coordinator then
-  // plans that job on its estimate rather than wait for its deadline). Heartbeat thread only.
+  // with busy_with_request_id R and the error "worker W is measuring another model (request R)"
+  // (the coordinator asks again when this worker is done, or asks another one, rather than wait
+  // for its deadline). Heartbeat thread only.
   void StartProfile(const v1::ProfileRequest& request);
+  // The request being measured now, "" when none (registrations and heartbeats send it, so that
+  // a restarted coordinator does not ask this worker while it measures). Heartbeat thread only.
+  std::string MeasuringRequestId() const;
   // ReportProfile (2 s deadline; a failure is logged).
   void SendProfileReport(const v1::ReportProfileRequest& report);
   void JoinProfile();

@@ -364,7 +364,9 @@ TEST(PipeDreamRoundRobinTest, StashingRoundRobinAndIdenticalReplicas) {
         if (run.stage != 0) continue;
         for (const StepResult& r : run.steps) most = std::max(most, r.stats.weight_versions());
       }
-      if (replicas.size() > 1 || replicas[0] > 1) EXPECT_GT(most, 1);
+      if (replicas.size() > 1 || replicas[0] > 1) {
+        EXPECT_GT(most, 1);
+      }
     }
   }
 }

@@ -59,6 +59,9 @@ inline constexpr absl::string_view kAvailableSchedules[] = {
 inline constexpr absl::string_view kAvailablePlanners[] = {
     "balanced", "uniform", "manual", "dapple", "pipedream", "pipedream-code", "dp"};
 inline constexpr absl::string_view kDeviceTypes[] = {"any", "cpu", "cuda", "emulated"};
+// The device types a tenant's quota counts (admin.proto DeviceQuota): a job's
+// parallel.device_type other than "any" (charged to cuda or cpu: scheduling_manager.h).
+inline constexpr absl::string_view kQuotaDeviceTypes[] = {"cpu", "cuda", "emulated"};
 inline constexpr absl::string_view kPrecisions[] = {"fp32", "bf16"};
 inline constexpr absl::string_view kRecomputeModes[] = {"none", "all", "auto"};
 inline constexpr absl::string_view kPipeSgdCompressions[] = {"none", "fp16", "int8"};

@@ -405,15 +405,7 @@ int main(int argc, char** argv) {
   dapple::coordinator::auth::CredentialStore* tenants = nullptr;
   options.tenant_exists = [&tenants](const std::string& name) -> absl::Status {
     if (tenants == nullptr) return absl::UnavailableError("the credential store is not open yet");
-    absl::StatusOr<std::vector<dapple::v1::Tenant>> all = tenants->ListTenants();
-    if (!all.ok()) return all.status();
-    for (const dapple::v1::Tenant& t : *all) {
-      if (t.name() == name) return absl::OkStatus();
-    }
-    return absl::NotFoundError(absl::StrCat("no tenant ", name,
-                                            ": create it first with dapplectl admin tenant "
-                                            "create ",
-                                            name));
+    return tenants->CheckTenant(name);
   };
   auto service = dapple::coordinator::CoordinatorService::Create(options);
   if (!service.ok()) return Fail(service.status());

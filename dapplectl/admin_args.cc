@@ -14,7 +14,7 @@ namespace dapple::ctl {
 namespace {
 
 bool IsQuotaDeviceType(absl::string_view type) {
-  for (const char* t : kQuotaDeviceTypes) {
+  for (const absl::string_view t : kQuotaDeviceTypes) {
     if (type == t) return true;
   }
   return false;
@@ -46,7 +46,13 @@ absl::Status CheckAccountName(absl::string_view what, absl::string_view name) {
                    " must be 1-63 characters of a-z, 0-9 and -, starting with a letter"));
 }
 
-absl::Status CheckTokenId(absl::string_view id) {
+absl::Status CheckTokenId(std::string* id_in_out) {
+  // "dpl_<id>", as messages and whoami print it, names the same token.
+  absl::string_view id = *id_in_out;
+  if (absl::StartsWith(id, "dpl_") && id.size() == 4 + 16) {
+    *id_in_out = std::string(id.substr(4));
+    id = *id_in_out;
+  }
   if (absl::StartsWith(id, "dpl_")) {
     return absl::InvalidArgumentError(
         "give the token's id (16 hex digits, see dapplectl admin token list), not the token "
@@ -151,7 +157,7 @@ bool AnyQuotaFlag(const QuotaFlags& flags) {
          flags.max_queued_jobs.has_value();
 }
 
-absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags) {
+absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags, bool cohort_kept) {
   v1::TenantQuota quota;
   const bool in_cohort = flags.cohort.has_value() && *flags.cohort != kNoCohort;
   if (in_cohort) {
@@ -169,7 +175,7 @@ absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags) {
   if (!lending.ok()) return lending.status();
   for (const char* flag : {"--borrowing-limit", "--lending-limit"}) {
     const bool given = flag[2] == 'b' ? !borrowing->empty() : !lending->empty();
-    if (given && !in_cohort) {
+    if (given && !in_cohort && !(cohort_kept && !flags.cohort.has_value())) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, " needs --cohort: a tenant outside a cohort neither borrows nor lends"));
     }
@@ -186,7 +192,8 @@ absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags) {
                        ": a tenant lends only its own nominal quota"));
     }
   }
-  for (const char* type : kQuotaDeviceTypes) {
+  for (const absl::string_view view : kQuotaDeviceTypes) {
+    const std::string type(view);
     const bool named =
         nominal_of.count(type) + borrowing_of.count(type) + lending_of.count(type) > 0;
     if (!named) continue;

@@ -13,13 +13,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_spec_internal.h"
 #include "dapple/v1/admin.pb.h"
 
 namespace dapple::ctl {
 
-// The device types a quota counts (admin.proto DeviceQuota; a job's parallel.device_type
-// other than "any").
-inline constexpr const char* kQuotaDeviceTypes[] = {"cpu", "cuda", "emulated"};
+// The device types a quota counts (common/job_spec_internal.h, as the coordinator checks them).
+using job_spec_internal::kQuotaDeviceTypes;
 
 // The most devices of one type in a TYPE=N value.
 inline constexpr int64_t kMaxQuotaDevices = 1'000'000;
@@ -33,8 +33,9 @@ inline constexpr int64_t kMaxTtlSeconds = int64_t{3650} * 86400;
 absl::Status CheckAccountName(absl::string_view what, absl::string_view name);
 
 // Checks a token id (TokenInfo.id): 16 hex digits, e.g. 0123456789abcdef (`admin token list`
-// shows them). A whole token ("dpl_...") is refused without echoing it: it is a secret.
-absl::Status CheckTokenId(absl::string_view id);
+// shows them), or "dpl_" and those digits as messages print it (*id_in_out then becomes the
+// digits). A whole token ("dpl_<id>_<secret>") is refused without echoing it: it is a secret.
+absl::Status CheckTokenId(std::string* id_in_out);
 
 // Parses the values of `flag` ("--nominal"), each TYPE=N or several joined by ',' (CLI11 splits
 // them): TYPE one of kQuotaDeviceTypes, N a whole number from 0 to kMaxQuotaDevices, each TYPE
@@ -77,7 +78,9 @@ bool AnyQuotaFlag(const QuotaFlags& flags);
 // --cohort ("--borrowing-limit needs --cohort: a tenant outside a cohort neither borrows nor
 // lends") are refused; --cohort must be a name (CheckAccountName) or "none" (no cohort: the
 // quota's cohort stays "", and limits are refused as without --cohort).
-absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags);
+// `cohort_kept` (quota set): without --cohort the tenant keeps the cohort it is in, which the
+// caller checks the limits against once it has read it.
+absl::StatusOr<v1::TenantQuota> BuildTenantQuota(const QuotaFlags& flags, bool cohort_kept = false);
 
 }  // namespace dapple::ctl
 

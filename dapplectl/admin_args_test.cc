@@ -26,12 +26,18 @@ TEST(AdminArgsTest, AccountNames) {
 }
 
 TEST(AdminArgsTest, TokenIds) {
-  EXPECT_TRUE(CheckTokenId("0123456789abcdef").ok());
-  EXPECT_TRUE(CheckTokenId("0123456789ABCDEF").ok());
-  EXPECT_FALSE(CheckTokenId("0123456789abcde").ok());
-  EXPECT_FALSE(CheckTokenId("0123456789abcdefg").ok());
-  EXPECT_FALSE(CheckTokenId("0123456789abcdeg").ok());
-  const absl::Status whole = CheckTokenId("dpl_0123456789abcdef_secretsecret");
+  auto check = [](std::string id) { return CheckTokenId(&id); };
+  EXPECT_TRUE(check("0123456789abcdef").ok());
+  EXPECT_TRUE(check("0123456789ABCDEF").ok());
+  EXPECT_FALSE(check("0123456789abcde").ok());
+  EXPECT_FALSE(check("0123456789abcdefg").ok());
+  EXPECT_FALSE(check("0123456789abcdeg").ok());
+  // The id as messages and whoami print it.
+  std::string printed = "dpl_0123456789abcdef";
+  EXPECT_TRUE(CheckTokenId(&printed).ok());
+  EXPECT_EQ(printed, "0123456789abcdef");
+  EXPECT_FALSE(check("dpl_0123456789abcdeg").ok());
+  const absl::Status whole = check("dpl_0123456789abcdef_secretsecret");
   EXPECT_THAT(whole.message(), ::testing::Not(HasSubstr("secretsecret")));
 }
 

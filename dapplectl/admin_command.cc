@@ -176,7 +176,9 @@ absl::Status AdminCommands::CheckArguments() {
           "quota set needs --nominal TYPE=N (e.g. --nominal cpu=4): the quota replaces the "
           "tenant's whole quota");
     }
-    absl::StatusOr<v1::TenantQuota> quota = BuildTenantQuota(Given(set_quota_));
+    // Without --cohort the tenant keeps its cohort, known only once it is read (RunAdmin).
+    absl::StatusOr<v1::TenantQuota> quota =
+        BuildTenantQuota(Given(set_quota_), /*cohort_kept=*/true);
     if (!quota.ok()) return quota.status();
     quota_ = *std::move(quota);
   }
@@ -226,7 +228,7 @@ absl::Status AdminCommands::CheckArguments() {
       return s;
   }
   if (token_revoke_->parsed()) {
-    if (absl::Status s = CheckTokenId(name_); !s.ok()) return s;
+    if (absl::Status s = CheckTokenId(&name_); !s.ok()) return s;
   }
   if (audit_->parsed()) {
     if (absl::Status s = CheckOptionalName(audit_, "--tenant", "--tenant", tenant_); !s.ok())
@@ -289,6 +291,17 @@ int AdminCommands::RunAdmin(const ClientOptions& options, const std::string& out
       }
     }
     const std::string kept = request.quota().cohort();
+    if (keep_cohort && kept.empty()) {
+      for (const v1::DeviceQuota& d : request.quota().devices()) {
+        if (!d.has_borrowing_limit() && !d.has_lending_limit()) continue;
+        return FailStatus(
+            env, absl::InvalidArgumentError(absl::StrCat(
+                     d.has_borrowing_limit() ? "--borrowing-limit" : "--lending-limit",
+                     " needs a cohort: tenant ", name_,
+                     " is in none (give --cohort C), and a tenant outside a cohort neither "
+                     "borrows nor lends")));
+      }
+    }
     absl::StatusOr<v1::Tenant> tenant = client.SetTenantQuota(std::move(request));
     if (!tenant.ok()) return FailStatus(env, tenant.status());
     if (keep_cohort) *env.err << KeptCohortNote(kept) << "\n" << std::flush;

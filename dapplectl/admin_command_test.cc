@@ -245,6 +245,28 @@ TEST_F(AdminCommandTest, QuotaSetKeepsTheCohortUnlessToldAndSaysSo) {
   r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=4", "--cohort", "none",
            "--lending-limit", "cpu=1"});
   EXPECT_EQ(r.code, kExitUsage);
+  // Without --cohort the limits are checked against the kept cohort (a user was refused
+  // "--borrowing-limit needs --cohort" for a tenant in one): allowed in one, refused in none.
+  fake_.AddTenant(a);  // back in research
+  r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=2", "--borrowing-limit", "cpu=1",
+           "--lending-limit", "cpu=1"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const v1::TenantQuota set = fake_.last<v1::SetTenantQuotaRequest>("SetTenantQuota").quota();
+  EXPECT_EQ(set.cohort(), "research");
+  ASSERT_EQ(set.devices_size(), 1);
+  EXPECT_EQ(set.devices(0).borrowing_limit(), 1);
+  EXPECT_EQ(set.devices(0).lending_limit(), 1);
+  r = Run({"admin", "quota", "set", "team-a", "--nominal", "cpu=2", "--lending-limit", "cpu=3"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--lending-limit cpu=3 is above --nominal cpu=2"));
+  v1::Tenant b;
+  b.set_name("team-b");
+  fake_.AddTenant(b);
+  r = Run({"admin", "quota", "set", "team-b", "--nominal", "cpu=2", "--borrowing-limit", "cpu=1"});
+  EXPECT_NE(r.code, kExitOk);
+  EXPECT_THAT(r.err, HasSubstr("--borrowing-limit needs a cohort: tenant team-b is in none (give "
+                               "--cohort C), and a tenant outside a cohort neither borrows nor "
+                               "lends"));
   // "none" is no cohort's name.
   r = Run({"admin", "cohort", "set", "none", "--shared", "cpu=1"});
   EXPECT_EQ(r.code, kExitUsage);

@@ -418,6 +418,15 @@ absl::StatusOr<bool> CredentialStore::HasAdmin() const {
   return sqlite3_step(find.stmt) == SQLITE_ROW;
 }
 
+absl::Status CredentialStore::CheckTenant(const std::string& name) const {
+  DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::Tenant> all, ListTenants());
+  for (const v1::Tenant& t : all) {
+    if (t.name() == name) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no tenant ", name, ": create it first with dapplectl admin tenant create ", name));
+}
+
 absl::StatusOr<std::vector<v1::Tenant>> CredentialStore::ListTenants() const {
   absl::MutexLock lock(&mu_);
   SqliteStatement list;

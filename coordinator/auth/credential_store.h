@@ -96,6 +96,10 @@ class CredentialStore {
   absl::StatusOr<std::optional<std::string>> RecoverableAdmin() const;
   // Tenants by name (created_unix_ms filled; quota and usage are the scheduler's).
   absl::StatusOr<std::vector<v1::Tenant>> ListTenants() const;
+  // OK when tenant `name` exists; kNotFound "no tenant NAME: create it first with dapplectl admin
+  // tenant create NAME" otherwise (a filter or a quota naming a misspelt tenant is refused, not
+  // answered with nothing).
+  absl::Status CheckTenant(const std::string& name) const;
   // Users and admins (not workers, not the join token) by name; `tenant` "" lists all.
   absl::StatusOr<std::vector<v1::User>> ListUsers(const std::string& tenant) const;
   // Tokens of users and admins (not of workers or the join token) by creation time; `user` ""

@@ -4,8 +4,11 @@
 
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec_internal.h"
 #include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
@@ -30,9 +33,14 @@ absl::Status Collect(const google::protobuf::RepeatedPtrField<v1::DeviceQuota>& 
   for (const v1::DeviceQuota& d : entries) {
     if (d.device_type().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field,
-                       ".device_type must not be empty: name the devices (cpu, cuda, "
-                       "emulated, any)"));
+          absl::StrCat(field, ".device_type must not be empty: name the devices (",
+                       absl::StrJoin(job_spec_internal::kQuotaDeviceTypes, ", "), ")"));
+    }
+    if (!absl::c_linear_search(job_spec_internal::kQuotaDeviceTypes, d.device_type())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".device_type must be one of ",
+                       absl::StrJoin(job_spec_internal::kQuotaDeviceTypes, ", "), ", got '",
+                       d.device_type(), "'"));
     }
     if (!seen.insert(d.device_type()).second) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".device_type '", d.device_type(),
@@ -82,15 +90,22 @@ absl::StatusOr<TenantConfig> ToTenantConfig(const std::string& name, const v1::T
     return absl::InvalidArgumentError(
         absl::StrFormat("tenant %s quota.weight must be > 0 (0: 1), got %g", name, quota.weight()));
   }
-  t.weight = quota.weight() == 0 ? 1.0 : quota.weight();
+  t.weight = quota.weight() == 0 ? kDefaultWeight : quota.weight();
   if (quota.max_queued_jobs() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("tenant ", name,
                                                    " quota.max_queued_jobs must be >= 1 (0: "
                                                    "1000), got ",
                                                    quota.max_queued_jobs()));
   }
-  t.max_queued_jobs = quota.max_queued_jobs() == 0 ? 1000 : quota.max_queued_jobs();
+  t.max_queued_jobs =
+      quota.max_queued_jobs() == 0 ? kDefaultMaxQueuedJobs : quota.max_queued_jobs();
   return t;
+}
+
+v1::TenantQuota WithDefaults(v1::TenantQuota quota) {
+  if (quota.weight() == 0) quota.set_weight(kDefaultWeight);
+  if (quota.max_queued_jobs() == 0) quota.set_max_queued_jobs(kDefaultMaxQueuedJobs);
+  return quota;
 }
 
 absl::StatusOr<CohortConfig> ToCohortConfig(const v1::Cohort& cohort) {

@@ -36,6 +36,12 @@ namespace dapple::coordinator::scheduling {
 // kInvalidArgument naming the field, value and rule: an empty or repeated device_type, a negative
 // count or weight, a negative max_queued_jobs.
 absl::StatusOr<TenantConfig> ToTenantConfig(const std::string& name, const v1::TenantQuota& quota);
+// What an unset (0) weight and max_queued_jobs read as.
+inline constexpr double kDefaultWeight = 1.0;
+inline constexpr int32_t kDefaultMaxQueuedJobs = 1000;
+// `quota` with an unset weight and max_queued_jobs replaced by what they read as: what a tenant
+// listing shows. Pure.
+v1::TenantQuota WithDefaults(v1::TenantQuota quota);
 // The policy's view of a cohort (its shared devices: each entry's nominal). Same errors.
 absl::StatusOr<CohortConfig> ToCohortConfig(const v1::Cohort& cohort);
 

@@ -81,6 +81,8 @@ TEST(QuotaStoreTest, RefusesWhatThePolicyWouldRefuseNamingFieldValueAndRule) {
                            devices { device_type: "cpu" nominal: 2 })pb"),
               HasSubstr("device_type 'cpu' is given twice"));
   EXPECT_THAT(refused(R"pb(devices { nominal: 1 })pb"), HasSubstr("device_type must not be empty"));
+  EXPECT_THAT(refused(R"pb(devices { device_type: "gpu" nominal: 1 })pb"),
+              HasSubstr("device_type must be one of cpu, cuda, emulated, got 'gpu'"));
   EXPECT_THAT(refused(R"pb(devices { device_type: "cpu" nominal: 2 lending_limit: 3 })pb"),
               HasSubstr("lending_limit.cpu must be at most its nominal quota (2), got 3"));
   EXPECT_THAT(refused(R"pb(weight: -1)pb"), HasSubstr("quota.weight must be > 0 (0: 1), got -1"));

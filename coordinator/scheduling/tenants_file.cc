@@ -7,12 +7,14 @@
 #include <set>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec_internal.h"
 #include "coordinator/scheduling/quota_policy.h"
 #include "coordinator/scheduling/quota_store.h"
 
@@ -88,14 +90,21 @@ class Reader {
       const std::function<absl::Status(const std::string& type, const YAML::Node& value,
                                        const std::string& at)>& entry) const {
     if (!node.IsMap()) {
-      return Error(node, absl::StrCat(path, " must be a map of device type (cpu, cuda, emulated, ",
-                                      "any) to its devices, got ", Describe(node)));
+      return Error(node, absl::StrCat(path, " must be a map of device type (",
+                                      absl::StrJoin(job_spec_internal::kQuotaDeviceTypes, ", "),
+                                      ") to its devices, got ", Describe(node)));
     }
     std::set<std::string> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string type = it->first.IsScalar() ? it->first.Scalar() : "";
       if (type.empty()) {
         return Error(it->first, absl::StrCat("the keys of ", path, " must be device types"));
+      }
+      if (!absl::c_linear_search(job_spec_internal::kQuotaDeviceTypes, type)) {
+        return Error(it->first,
+                     absl::StrCat("the keys of ", path, " must be device types (",
+                                  absl::StrJoin(job_spec_internal::kQuotaDeviceTypes, ", "),
+                                  "), got '", type, "'"));
       }
       if (!seen.insert(type).second) {
         return Error(it->first, absl::StrCat(path, ".", type, " is given twice"));

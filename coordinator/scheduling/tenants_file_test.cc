@@ -73,6 +73,13 @@ TEST(TenantsFileTest, ErrorsNameFieldValueRuleAndPosition) {
   EXPECT_EQ(Error("tenants:\n  - {name: a, quota: {cpu: {nominal: 1}}}\n"
                   "  - {name: a, quota: {cpu: {nominal: 2}}}\n"),
             "tenants.yaml:3:12: tenants[1].name 'a' is given twice");
+  // A misspelt device type would leave the tenant unable to run anything.
+  EXPECT_EQ(Error("tenants:\n  - {name: a, quota: {gpu: {nominal: 1}}}\n"),
+            "tenants.yaml:2:23: the keys of tenants[0].quota must be device types (cpu, cuda, "
+            "emulated), got 'gpu'");
+  EXPECT_EQ(Error("cohorts:\n  - {name: c, shared: {any: 2}}\n"),
+            "tenants.yaml:2:24: the keys of cohorts[0].shared must be device types (cpu, cuda, "
+            "emulated), got 'any'");
   EXPECT_EQ(Error("tenants:\n  - {name: a, quota: {cpu: {nominal: 1, lending_limit: 3}}}\n"),
             "tenants.yaml:2:56: tenants[0].quota.cpu.lending_limit must be at most "
             "tenants[0].quota.cpu.nominal (1), got 3");

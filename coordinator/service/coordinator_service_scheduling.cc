@@ -376,7 +376,7 @@ absl::Status CoordinatorService::DescribeTenants(const auth::Identity& caller,
   const auto usage = ManagerLocked().Usage(state);
   for (v1::Tenant& tenant : *response->mutable_tenants()) {
     if (auto q = quotas.find(tenant.name()); q != quotas.end()) {
-      *tenant.mutable_quota() = q->second;
+      *tenant.mutable_quota() = scheduling::WithDefaults(q->second);
     }
     tenant.clear_usage();
     if (auto u = usage.find(tenant.name()); u != usage.end()) {

@@ -120,6 +120,11 @@ grpc::Status GrpcAdmin::CreateUser(grpc::ServerContext* context,
 grpc::Status GrpcAdmin::ListUsers(grpc::ServerContext* context, const v1::ListUsersRequest* request,
                                   v1::ListUsersResponse* response) {
   DAPPLE_ADMIN_CALLER(caller, context, "ListUsers", "");
+  if (!request->tenant().empty()) {
+    if (absl::Status s = auth_.credentials->CheckTenant(request->tenant()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   absl::StatusOr<std::vector<v1::User>> users = auth_.credentials->ListUsers(request->tenant());
   if (!users.ok()) return ToGrpcStatus(users.status());
   for (v1::User& u : *users) *response->add_users() = std::move(u);
@@ -193,6 +198,11 @@ grpc::Status GrpcAdmin::RotateJoinToken(grpc::ServerContext* context,
 grpc::Status GrpcAdmin::ListAudit(grpc::ServerContext* context, const v1::ListAuditRequest* request,
                                   v1::ListAuditResponse* response) {
   DAPPLE_ADMIN_CALLER(caller, context, "ListAudit", "");
+  if (!request->tenant().empty()) {
+    if (absl::Status s = auth_.credentials->CheckTenant(request->tenant()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   absl::StatusOr<std::vector<v1::AuditEntry>> entries =
       auth_.audit->List(request->after_seq(), request->limit(), request->tenant());
   if (!entries.ok()) return ToGrpcStatus(entries.status());

@@ -544,6 +544,27 @@ TEST_F(IsolationTest, UsersAndWorkersAreDeniedTheServicesNotTheirs) {
     if (e.user() == "alice" && e.result() == "PERMISSION_DENIED") ++refused;
   }
   EXPECT_GE(refused, 10);
+  // A filter naming no tenant is refused, not answered with nothing (a misspelt tenant read as
+  // "no audit entries").
+  for (const bool users : {false, true}) {
+    grpc::ClientContext missing;
+    Prepare(&missing, auth_->admin_token);
+    grpc::Status s;
+    if (users) {
+      v1::ListUsersRequest list;
+      list.set_tenant("team-zzz");
+      v1::ListUsersResponse found;
+      s = admin_->ListUsers(&missing, list, &found);
+    } else {
+      v1::ListAuditRequest list;
+      list.set_tenant("team-zzz");
+      v1::ListAuditResponse found;
+      s = admin_->ListAudit(&missing, list, &found);
+    }
+    EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND) << users;
+    EXPECT_EQ(s.error_message(),
+              "no tenant team-zzz: create it first with dapplectl admin tenant create team-zzz");
+  }
 }
 
 TEST_F(IsolationTest, WorkerCredentialsActForTheirOwnWorkerAndRanks) {

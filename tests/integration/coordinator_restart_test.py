@@ -13,6 +13,8 @@ on 127.0.0.1.
   on the earlier CI machines); the replicas' parity with dapple-reference is
   integration_replica_parity's, over shorter runs. After the restart the coordinator plans the
   model on the profile it measured before (kept in its database), without measuring it again.
+- Ranks that finish during a 40 s outage keep their reports until the coordinator is back: the
+  job ends with every step and its test accuracy.
 - Workers lost during the outage: a worker SIGKILLed while the coordinator is down does not come
   back; the job FAILS within the stated bound (the worker timeout after the restart) with a
   message naming the missing rank and worker, and the surviving workers stop it and are IDLE.
@@ -124,6 +126,33 @@ class CoordinatorRestartTest(unittest.TestCase):
             cluster.check_matches_reference(self, "restart replica %d" % r, j["step_losses"],
                                             params, u["step_losses"], want, 0.0)
         self.c.wait_workers(4, "IDLE", timeout=20)
+
+    def test_ranks_that_finish_during_a_long_outage_deliver_everything(self):
+        """A rank that finished while the coordinator was down keeps its reports until it is
+        back: after an outage longer than the 30 s a rank once waited, the job still ends with
+        every step's loss and its test accuracy (a user's job read SUCCEEDED at step 5 of 150,
+        without them)."""
+        steps = 60
+        job = self.submit("restart-long", steps)
+        self.wait_step(job, 3)
+        self.kill_coordinator()
+        killed_at = time.time()
+        done = re.compile(r"%s: stage \d+ done" % job)
+        deadline = time.time() + 60
+        while not all(done.search(self.c.log("worker-%s" % name)) for name, _ in self.c.workers):
+            self.assertLess(time.time(), deadline, self.c.all_logs())
+            time.sleep(0.1)
+        # The old bound (30 s from the last rank's end) passes well before the restart.
+        time.sleep(max(0.0, 40.0 - (time.time() - killed_at)))
+        self.c.start_coordinator()
+        j = self.c.wait_state(job, TERMINAL, timeout=60)
+        self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j.get("message"), self.c.all_logs()))
+        self.assertEqual(int(j["metrics"]["step"]), steps)
+        self.assertEqual(len(j["step_losses"]), steps)
+        self.assertTrue(all(isinstance(x, float) for x in j["step_losses"]), j["step_losses"])
+        self.assertGreater(float(j["metrics"].get("test_accuracy", 0)), 0.1, j["metrics"])
+        for name, _ in self.c.workers:
+            self.assertNotIn("could not deliver the final report", self.c.log("worker-%s" % name))
 
     def test_workers_lost_during_the_outage_fail_the_job_in_bounded_time(self):
         job = self.submit("restart-lost", 100000)

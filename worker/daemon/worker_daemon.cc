@@ -55,7 +55,11 @@ constexpr int kMinDnsResolutionIntervalMs = 1000;
 // How long the final report of a job (and the reports queued before it) may wait for delivery:
 // long enough for a coordinator restart to complete; shorter while shutting down, so a SIGTERM
 // with an unreachable coordinator still exits within seconds.
-constexpr absl::Duration kFinalReportTimeout = absl::Seconds(30);
+// A rank that finished while the coordinator is away keeps its reports (its steps' losses, the
+// evaluation, the DONE) until the coordinator is back and takes the rank back (Replay), for up
+// to this long: dropped after 30 s, a coordinator down for longer ended the job SUCCEEDED with
+// the steps it had seen before the outage (5 of 150) and no test accuracy.
+constexpr absl::Duration kFinalReportTimeout = absl::Minutes(10);
 constexpr absl::Duration kFinalReportTimeoutStopping = absl::Seconds(2);
 
 }  // namespace
@@ -581,8 +585,18 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   }
   if (options_.observer) options_.observer->OnReport(final);
   reporter.Report(final);
-  if (!reporter.Flush(stopping_.load() ? kFinalReportTimeoutStopping : kFinalReportTimeout)) {
-    DAPPLE_LOG_WARN("{}: could not deliver the final report", assignment.job_id());
+  // Waited for in short slices, so that a worker told to stop meanwhile stops within
+  // kFinalReportTimeoutStopping.
+  const absl::Time waited_since = absl::Now();
+  bool delivered = false;
+  while (!delivered && !stopping_.load() && absl::Now() - waited_since < kFinalReportTimeout) {
+    delivered = reporter.Flush(absl::Milliseconds(500));
+  }
+  if (!delivered && stopping_.load()) delivered = reporter.Flush(kFinalReportTimeoutStopping);
+  if (!delivered) {
+    DAPPLE_LOG_WARN(
+        "{}: could not deliver the final report (waited {})", assignment.job_id(),
+        absl::FormatDuration(absl::Trunc(absl::Now() - waited_since, absl::Seconds(1))));
   }
   logs.End();
   resources = JobResources();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -217,6 +218,33 @@ absl::Status RequirePlaintextAllowed(const std::string& what, const std::string&
   return absl::InvalidArgumentError(
       absl::StrCat(what, " ", address, " is not a loopback address: give ", tls_hint, ", or ",
                    plaintext_flag, " to send tokens and jobs unencrypted"));
+}
+
+std::string TlsFailureReason(const std::string& grpc_message) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  if (absl::StrContains(m, "certificate verify failed")) {
+    return "TLS: the coordinator's certificate is not signed by the --ca file (certificate "
+           "verify failed)";
+  }
+  if (absl::StrContains(m, "not in peer certificate")) {
+    return absl::StrCat(
+        "TLS: the coordinator's certificate does not hold the name dialled: ", grpc_message,
+        " (dial a name of its subjectAltName, or issue it one for this name)");
+  }
+  if (absl::StrContains(m, "handshake failed")) {
+    return absl::StrCat("TLS handshake failed: ", grpc_message);
+  }
+  return "";
+}
+
+std::string PlaintextClosedHint(const std::string& grpc_message, const std::string& ca_hint) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  for (const char* closed : {"socket closed", "connection reset", "end of file"}) {
+    if (absl::StrContains(m, closed)) {
+      return absl::StrCat("connection closed; if the coordinator serves TLS, give ", ca_hint);
+    }
+  }
+  return "";
 }
 
 }  // namespace dapple

@@ -68,6 +68,18 @@ absl::Status RequirePlaintextAllowed(const std::string& what, const std::string&
                                      bool plaintext, const std::string& tls_hint,
                                      const std::string& plaintext_flag);
 
+// Why a call over TLS failed, from gRPC's message, when TLS explains it; "" otherwise:
+// "TLS: the coordinator's certificate is not signed by the --ca file (certificate verify
+// failed)",
+// "TLS: the coordinator's certificate does not hold the name dialled: <gRPC's message> (dial a
+// name of its subjectAltName, or issue it one for this name)", "TLS handshake failed: <message>".
+std::string TlsFailureReason(const std::string& grpc_message);
+
+// For a plain-text client whose connection the peer closed (gRPC's "Socket closed",
+// "Connection reset", "end of file"): a coordinator serving TLS does that to plain text, so
+// "connection closed; if the coordinator serves TLS, give <ca_hint>". "" for other messages.
+std::string PlaintextClosedHint(const std::string& grpc_message, const std::string& ca_hint);
+
 }  // namespace dapple
 
 #endif  // DAPPLE_COMMON_GRPC_TLS_H_

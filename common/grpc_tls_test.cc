@@ -65,4 +65,21 @@ TEST(GrpcTlsTest, FilesAreCheckedUpFrontNamingTheFlag) {
 }
 
 }  // namespace
+// Failures TLS explains are named; a plain-text client's closed connection hints at TLS.
+TEST(GrpcTlsTest, TlsFailuresAreNamed) {
+  EXPECT_EQ(TlsFailureReason("failed to connect: ... certificate verify failed ..."),
+            "TLS: the coordinator's certificate is not signed by the --ca file (certificate "
+            "verify failed)");
+  EXPECT_EQ(TlsFailureReason("Peer name 127.0.0.2 is not in peer certificate"),
+            "TLS: the coordinator's certificate does not hold the name dialled: Peer name "
+            "127.0.0.2 is not in peer certificate (dial a name of its subjectAltName, or issue it "
+            "one for this name)");
+  EXPECT_EQ(TlsFailureReason("Ssl handshake failed: SSL_ERROR_SSL"),
+            "TLS handshake failed: Ssl handshake failed: SSL_ERROR_SSL");
+  EXPECT_EQ(TlsFailureReason("Connection refused"), "");
+  EXPECT_EQ(PlaintextClosedHint("Socket closed", "--ca FILE"),
+            "connection closed; if the coordinator serves TLS, give --ca FILE");
+  EXPECT_EQ(PlaintextClosedHint("Connection refused", "--ca FILE"), "");
+}
+
 }  // namespace dapple

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/grpc_tls.h"
 #include "common/status.h"
 #include "dapplectl/exit_codes.h"
 #include "dapplectl/format.h"
@@ -96,13 +97,8 @@ bool IsTransportMessage(const std::string& grpc_message) {
 
 std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& grpc_message,
                                      absl::Duration timeout, bool tls, bool client_certificate) {
-  const std::string m = absl::AsciiStrToLower(grpc_message);
-  if (absl::StrContains(m, "certificate verify failed")) {
-    return "TLS: the coordinator's certificate is not signed by the --ca file (certificate "
-           "verify failed)";
-  }
-  if (absl::StrContains(m, "handshake failed")) {
-    return absl::StrCat("TLS handshake failed: ", grpc_message);
+  if (std::string tls_reason = TlsFailureReason(grpc_message); !tls_reason.empty()) {
+    return tls_reason;
   }
   const std::string reason = UnreachableReason(code, grpc_message, timeout);
   if (reason != "connection lost") return reason;
@@ -115,6 +111,10 @@ std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& g
 }
 
 std::string UnreachableMessage(const std::string& address, const std::string& reason) {
+  // A TLS failure means something answered: the coordinator may well be running.
+  if (absl::StartsWith(reason, "TLS")) {
+    return absl::StrCat("cannot reach the coordinator at ", address, " (", reason, ")");
+  }
   return absl::StrCat("cannot reach the coordinator at ", address, " (", reason,
                       "); start dapple-coordinator or set --coordinator / DAPPLE_COORDINATOR");
 }

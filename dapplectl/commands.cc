@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -375,7 +376,20 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
     }
   }
 
-  // Flag values are checked before anything is read or sent: a bad one is a usage error.
+  // Flag values are checked before anything is read or sent: a bad one is a usage error. An
+  // empty file name (a flag or DAPPLE_CA set to "") would silently mean "none".
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--ca", &flags.ca},
+                                    {"--tls-cert", &flags.tls_cert},
+                                    {"--tls-key", &flags.tls_key},
+                                    {"--token-file", &flags.token_file}}) {
+    if (app.count(flag) > 0 && value->empty()) {
+      return Fail(env, kExitUsage, absl::StrCat(flag, " needs a file, got an empty value"));
+    }
+  }
+  if (const char* ca = std::getenv(kCaEnv); ca != nullptr && *ca == '\0') {
+    return Fail(env, kExitUsage,
+                absl::StrCat(kCaEnv, " is set but empty: give a CA file, or unset it"));
+  }
   const char* env_address = std::getenv(kCoordinatorEnv);
   const bool from_env = coordinator->count() == 0 && env_address != nullptr;
   if (from_env) flags.coordinator = env_address;

@@ -508,6 +508,18 @@ TEST_F(CommandsTest, PlainTextOnlyToLoopbackOrWhenAskedFor) {
   r = RunCtl({"--coordinator", addr_, "--tls-cert", "c.pem", "list"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("--tls-cert and --tls-key go together"));
+  // An empty file name is no file (it once silently meant "no CA").
+  r = RunCtl({"--coordinator", addr_, "--ca", "", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: --ca needs a file, got an empty value\n");
+  r = RunCtl({"--coordinator", addr_, "--token-file", "", "list"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: --token-file needs a file, got an empty value\n");
+  setenv("DAPPLE_CA", "", 1);
+  r = RunCtl({"--coordinator", addr_, "list"});
+  unsetenv("DAPPLE_CA");
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: DAPPLE_CA is set but empty: give a CA file, or unset it\n");
 }
 
 TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {

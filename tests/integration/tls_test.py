@@ -90,6 +90,9 @@ class TlsTest(unittest.TestCase):
             c.add_worker(name="plain", log_name="plain")
             os.environ["DAPPLE_CA"] = self.ca
             c.wait_log("worker-plain", "cannot register with the coordinator", timeout=30)
+            # ... and says why (it once logged only "Socket closed", retrying forever).
+            c.wait_log("worker-plain", "if the coordinator serves TLS, give --ca FILE (or "
+                       "DAPPLE_CA)", timeout=10)
             ws = [w["id"] for w in c.workers_json()]
             self.assertNotIn("plain", ws)
             self.assertEqual(len(ws), 2, ws)

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
@@ -255,8 +256,14 @@ absl::Status WorkerDaemon::Register() {
                      options_.join_token_source));
   }
   if (!s.ok()) {
+    // What TLS explains is said plainly: these retries never succeed until the operator acts.
+    std::string reason = TlsFailureReason(s.error_message());
+    if (reason.empty() && !options_.coordinator_tls) {
+      reason = PlaintextClosedHint(s.error_message(), "--ca FILE (or DAPPLE_CA)");
+    }
     return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
-                                               options_.coordinator, ": ", s.error_message()));
+                                               options_.coordinator, ": ",
+                                               reason.empty() ? s.error_message() : reason));
   }
   if (resp.worker_id().empty()) {
     return absl::UnavailableError(absl::StrCat("the coordinator at ", options_.coordinator,

@@ -261,6 +261,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
       MakeChannelCredentials(tls);
   if (!credentials.ok()) return credentials.status();
   o.coordinator_credentials = *std::move(credentials);
+  o.coordinator_tls = !tls.ca_file.empty();
   if (app.count("--join-token-file") > 0) {
     absl::StatusOr<std::string> token = common::ReadTokenFile(join_token_file);
     if (!token.ok())

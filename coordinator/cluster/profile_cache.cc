@@ -19,8 +19,14 @@ std::string ProfileCache::NewSession() {
   return absl::StrCat(absl::Hex(random() & 0xffffff, absl::kZeroPad6));
 }
 
-ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::string& device) {
-  return Key{profile::ModelFingerprint(model), DeviceKindOf(device)};
+std::string ProfileCache::ScopedFingerprint(const std::string& model_fingerprint,
+                                            const std::string& tenant) {
+  return tenant.empty() ? model_fingerprint : absl::StrCat(model_fingerprint, "@", tenant);
+}
+
+ProfileCache::Key ProfileCache::KeyOf(const v1::ModelSpec& model, const std::string& device,
+                                      const std::string& tenant) {
+  return Key{ScopedFingerprint(profile::ModelFingerprint(model), tenant), DeviceKindOf(device)};
 }
 
 ProfileCache::Key ProfileCache::KeyOf(const v1::ModelProfile& profile) {
@@ -127,8 +133,8 @@ bool ProfileCache::WorthAskingAgain(const Key& key) const {
 
 ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::JobSpec& spec,
                                         const std::string& device, int64_t batch_size,
-                                        int64_t deadline_unix_ms) {
-  const Key key = KeyOf(spec.model(), device);
+                                        int64_t deadline_unix_ms, const std::string& tenant) {
+  const Key key = KeyOf(spec.model(), device, tenant);
   absl::MutexLock l(&mu_);
   Entry& e = entries_[key];
   if (e.state == State::kPending || e.state == State::kReady) return key;
@@ -138,6 +144,7 @@ ProfileCache::Key ProfileCache::Request(const std::string& worker_id, const v1::
   e.state = State::kPending;
   e.request_id = absl::StrCat("profile-", session_, "-", next_request_++);
   e.worker_id = worker_id;
+  e.tenant = tenant;
   e.deadline_unix_ms = deadline_unix_ms;
   e.request.set_request_id(e.request_id);
   *e.request.mutable_spec() = spec;
@@ -165,7 +172,7 @@ bool ProfileCache::HasOutstanding(const std::string& worker_id) const {
   return false;
 }
 
-absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
+absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report, Key* key_out) {
   absl::MutexLock l(&mu_);
   for (auto& [key, e] : entries_) {
     if (e.state != State::kPending || e.request_id != report.request_id()) continue;
@@ -174,6 +181,7 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
                                                       " was sent to worker ", e.worker_id, ", not ",
                                                       report.worker_id()));
     }
+    if (key_out != nullptr) *key_out = key;
     if (!report.busy_with_request_id().empty()) {
       // Not measured, and nothing failed: the key is asked again (attempts unchanged).
       e.state = State::kMissing;
@@ -187,7 +195,7 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
       return absl::OkStatus();
     }
     const v1::ModelProfile& p = report.profile();
-    if (p.model_fingerprint() != key.fingerprint ||
+    if (ScopedFingerprint(p.model_fingerprint(), e.tenant) != key.fingerprint ||
         DeviceKindOf(p.device_kind()) != key.device_kind ||
         p.batch_size() != e.request.batch_size() || p.layers_size() == 0) {
       e.state = State::kFailed;
@@ -197,14 +205,17 @@ absl::Status ProfileCache::Report(const v1::ReportProfileRequest& report) {
                              ", batch ", e.request.batch_size(), ")");
       return absl::InvalidArgumentError(e.error);
     }
-    ReadyLocked(e, p, ProfileRefinement(p.layers_size()));
+    v1::ModelProfile scoped = p;
+    scoped.set_model_fingerprint(key.fingerprint);
+    ReadyLocked(e, scoped, ProfileRefinement(p.layers_size()));
     return absl::OkStatus();
   }
   return absl::NotFoundError(
       absl::StrCat("profile request '", report.request_id(), "' is unknown or answered"));
 }
 
-absl::Status ProfileCache::Adopt(const v1::ReportProfileRequest& report) {
+absl::StatusOr<std::vector<ProfileCache::Key>> ProfileCache::Adopt(
+    const v1::ReportProfileRequest& report, const std::vector<Key>& waiting) {
   const v1::ModelProfile& p = report.profile();
   if (!report.error().empty() || p.layers_size() == 0 || p.model_fingerprint().empty() ||
       p.device_kind().empty()) {
@@ -212,14 +223,27 @@ absl::Status ProfileCache::Adopt(const v1::ReportProfileRequest& report) {
                                                    "' is unknown and its answer holds no profile"));
   }
   absl::MutexLock l(&mu_);
-  Entry& e = entries_[KeyOf(p)];
-  if (e.state == State::kReady) {
-    return absl::AlreadyExistsError(absl::StrCat("the model of profile request '",
-                                                 report.request_id(), "' is measured already"));
+  std::vector<Key> filled;
+  for (const Key& key : waiting) {
+    const std::string& scoped = key.fingerprint;
+    const bool same_model =
+        scoped == p.model_fingerprint() || (absl::StartsWith(scoped, p.model_fingerprint()) &&
+                                            scoped.size() > p.model_fingerprint().size() &&
+                                            scoped[p.model_fingerprint().size()] == '@');
+    if (!same_model || key.device_kind != DeviceKindOf(p.device_kind())) continue;
+    Entry& e = entries_[key];
+    if (e.state == State::kReady) continue;
+    e = Entry{};
+    v1::ModelProfile profile = p;
+    profile.set_model_fingerprint(key.fingerprint);
+    ReadyLocked(e, profile, ProfileRefinement(p.layers_size()));
+    filled.push_back(key);
   }
-  e = Entry{};
-  ReadyLocked(e, p, ProfileRefinement(p.layers_size()));
-  return absl::OkStatus();
+  if (filled.empty()) {
+    return absl::NotFoundError(absl::StrCat("profile request '", report.request_id(),
+                                            "' is unknown and no job waits for its model"));
+  }
+  return filled;
 }
 
 int ProfileCache::Expire(const std::string& dead_worker_id, int64_t now_unix_ms) {

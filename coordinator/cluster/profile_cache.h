@@ -48,8 +48,14 @@ class ProfileCache {
   // Lookup's caller), kPending (asked, no answer yet), kReady, kFailed (see error()).
   enum class State { kMissing, kPending, kReady, kFailed };
 
-  static Key KeyOf(const v1::ModelSpec& model, const std::string& device);
-  // The key a measured profile is cached under: its model_fingerprint and
+  // Measurements are kept per tenant: the operator's jobs (tenant "") key on the model's
+  // fingerprint, a tenant's on "<fingerprint>@<tenant>" (ScopedFingerprint), so that a tenant's
+  // plans never show that another tenant measured or refined a model (docs/security.md).
+  static std::string ScopedFingerprint(const std::string& model_fingerprint,
+                                       const std::string& tenant);
+  static Key KeyOf(const v1::ModelSpec& model, const std::string& device,
+                   const std::string& tenant = "");
+  // The key a measured profile is cached under: its model_fingerprint (scoped already) and
   // DeviceKindOf(device_kind).
   static Key KeyOf(const v1::ModelProfile& profile);
 
@@ -99,11 +105,11 @@ class ProfileCache {
   static constexpr int kMeasureAttempts = 2;
   bool WorthAskingAgain(const Key& key) const;
 
-  // Asks `worker_id` to measure spec.model() on `device` at `batch_size` samples, answering by
-  // `deadline_unix_ms`, unless the key is pending or ready already (then a no-op). A failed key
-  // is asked again. Returns the key.
+  // Asks `worker_id` to measure spec.model() on `device` at `batch_size` samples for a job of
+  // `tenant`, answering by `deadline_unix_ms`, unless the key is pending or ready already (then
+  // a no-op). A failed key is asked again. Returns the key.
   Key Request(const std::string& worker_id, const v1::JobSpec& spec, const std::string& device,
-              int64_t batch_size, int64_t deadline_unix_ms);
+              int64_t batch_size, int64_t deadline_unix_ms, const std::string& tenant = "");
 
   // The request to send `worker_id` in its heartbeat reply, once; nullopt when none.
   std::optional<v1::ProfileRequest> TakeFor(const std::string& worker_id);
@@ -116,15 +122,20 @@ class ProfileCache {
   // kPermissionDenied when `report.worker_id` is not the worker asked; kInvalidArgument when the
   // profile is for another model, device kind or batch size than asked, or has no layers (the
   // key turns kFailed). An answer with busy_with_request_id (the worker measures another
-  // request) turns the key kMissing: it is asked again, and counts as no attempt.
-  absl::Status Report(const v1::ReportProfileRequest& report);
+  // request) turns the key kMissing: it is asked again, and counts as no attempt. The worker's
+  // profile names the model's own fingerprint; the cached one its key's (scoped). `key`, when
+  // not null, gets the request's key (also on errors past kNotFound/kPermissionDenied).
+  absl::Status Report(const v1::ReportProfileRequest& report, Key* key = nullptr);
 
   // The answer to a request this cache never made: one a previous coordinator sent, which the
-  // worker said it was measuring when it registered here. Its profile is cached as Insert does
-  // (a request pending for the key is dropped: its answer will be kNotFound). kInvalidArgument
-  // when the report has an error or no profile with layers, a model fingerprint and a device
-  // kind; kAlreadyExists when the key is ready.
-  absl::Status Adopt(const v1::ReportProfileRequest& report);
+  // worker said it was measuring when it registered here. Its profile is cached, as Insert does,
+  // under every key in `waiting` (the keys jobs wait for; their model fingerprint, unscoped,
+  // must be the profile's and their device kind its) that is not ready; a request pending for
+  // such a key is dropped (its answer will be kNotFound). Returns the keys it filled.
+  // kInvalidArgument when the report has an error or no profile with layers, a model
+  // fingerprint and a device kind; kNotFound when no waiting key is the profile's.
+  absl::StatusOr<std::vector<Key>> Adopt(const v1::ReportProfileRequest& report,
+                                         const std::vector<Key>& waiting);
 
   // Fails every request of `worker_id` (it died: "worker w-1 died before reporting the profile")
   // and every request past its deadline at `now_unix_ms`. Returns how many failed.
@@ -139,6 +150,7 @@ class ProfileCache {
     State state = State::kMissing;
     std::string request_id;
     std::string worker_id;
+    std::string tenant;  // whose jobs the measurement serves (ScopedFingerprint)
     bool sent = false;
     int64_t deadline_unix_ms = 0;
     v1::ProfileRequest request;

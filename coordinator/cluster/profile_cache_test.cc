@@ -95,11 +95,14 @@ TEST(ProfileCacheTest, ABusyAnswerAsksAgain) {
   EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kReady);
 }
 
-// The answer to a request the cache never made (a previous coordinator's) is adopted when it
-// holds a profile and the key is not ready; a pending request of the key is dropped.
+// The answer to a request the cache never made (a previous coordinator's) is adopted for the
+// keys jobs wait for, of any tenant, when it holds a profile of their model; a pending request
+// of such a key is dropped.
 TEST(ProfileCacheTest, AnAnswerToAnotherCoordinatorsRequestIsAdopted) {
   ProfileCache cache;
   const ProfileCache::Key key = cache.Request("w-2", Spec(4), "cpu", 8, 1000);
+  const ProfileCache::Key team_a = ProfileCache::KeyOf(Spec(4).model(), "cpu", "team-a");
+  const ProfileCache::Key other = ProfileCache::KeyOf(Spec(5).model(), "cpu", "team-a");
   std::optional<v1::ProfileRequest> pending = cache.TakeFor("w-2");
   ASSERT_TRUE(pending.has_value());
   v1::ProfileRequest old = *pending;
@@ -109,12 +112,35 @@ TEST(ProfileCacheTest, AnAnswerToAnotherCoordinatorsRequestIsAdopted) {
   v1::ReportProfileRequest failed = answer;
   failed.clear_profile();
   failed.set_error("out of memory");
-  EXPECT_EQ(cache.Adopt(failed).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(cache.Adopt(answer).ok());
+  EXPECT_EQ(cache.Adopt(failed, {key}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.Adopt(answer, {other}).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<ProfileCache::Key>> filled = cache.Adopt(answer, {key, team_a, other});
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  ASSERT_EQ(filled->size(), 2u);
   EXPECT_EQ(cache.StateOf(key), ProfileCache::State::kReady);
+  EXPECT_EQ(cache.Lookup(team_a)->model_fingerprint(), team_a.fingerprint);
+  EXPECT_EQ(cache.StateOf(other), ProfileCache::State::kMissing);
   EXPECT_FALSE(cache.HasOutstanding("w-2"));
   EXPECT_EQ(cache.Report(Answer(*pending, "w-2")).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache.Adopt(answer).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(cache.Adopt(answer, {key}).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A tenant's measurement serves only its own jobs: the same model of another tenant (or of the
+// operator) is measured for them on its own (a tenant's plan once showed that another tenant
+// had trained the same model).
+TEST(ProfileCacheTest, MeasurementsAreKeptPerTenant) {
+  ProfileCache cache;
+  const ProfileCache::Key a = cache.Request("w-1", Spec(4), "cpu", 8, 1000, "team-a");
+  EXPECT_EQ(a.fingerprint, profile::ModelFingerprint(Spec(4).model()) + "@team-a");
+  std::optional<v1::ProfileRequest> req = cache.TakeFor("w-1");
+  ASSERT_TRUE(req.has_value());
+  ASSERT_TRUE(cache.Report(Answer(*req, "w-1")).ok());  // the worker names the model's own
+  EXPECT_EQ(cache.StateOf(a), ProfileCache::State::kReady);
+  EXPECT_EQ(ProfileCache::KeyOf(*cache.Lookup(a)).Tie(), a.Tie());
+  EXPECT_EQ(cache.StateOf(ProfileCache::KeyOf(Spec(4).model(), "cpu", "team-b")),
+            ProfileCache::State::kMissing);
+  EXPECT_EQ(cache.StateOf(ProfileCache::KeyOf(Spec(4).model(), "cpu")),
+            ProfileCache::State::kMissing);
 }
 
 TEST(ProfileCacheTest, WorkerErrorsDeathsAndDeadlinesFailTheRequestWhichCanBeAskedAgain) {

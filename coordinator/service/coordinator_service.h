@@ -475,9 +475,11 @@ class CoordinatorService {
   absl::StatusOr<v1::ClusterTopology> TopologyOfWorkers(const std::vector<v1::WorkerInfo>& workers,
                                                         const std::string& device_type,
                                                         bool emulated = false) const;
-  // The inputs SubmitJob plans `spec` with (see there), given the registered workers. `use`, when
-  // not null, is set to the cached measured profile of the inputs (nullopt when there is none).
-  PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec,
+  // The inputs SubmitJob plans `spec` of `tenant` ("": the operator's) with (see there), given
+  // the registered workers: the tenant's own measured profile of the model, if any
+  // (ProfileCache::ScopedFingerprint). `use`, when not null, is set to the cached measured
+  // profile of the inputs (nullopt when there is none).
+  PlanInputs SubmissionPlanInputs(const v1::JobSpec& spec, const std::string& tenant,
                                   const std::vector<v1::WorkerInfo>& workers,
                                   std::optional<ProfileUse>* use = nullptr) const;
   std::vector<v1::WorkerInfo> WorkerSnapshot() ABSL_LOCKS_EXCLUDED(mu_);

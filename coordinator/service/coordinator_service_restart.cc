@@ -190,7 +190,7 @@ void CoordinatorService::RestartPass() {
     const v1::JobSpec spec = SpecOn(d.job.spec(), d.devices);
     std::optional<ProfileUse> profile;
     absl::StatusOr<v1::ParallelPlan> plan =
-        MakeJobPlan(spec, SubmissionPlanInputs(spec, d.workers, &profile));
+        MakeJobPlan(spec, SubmissionPlanInputs(spec, d.job.tenant(), d.workers, &profile));
     absl::MutexLock lock(&mu_);
     const int64_t now = options_.now_unix_ms();
     const std::string& id = d.job.id();

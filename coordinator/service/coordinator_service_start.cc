@@ -122,9 +122,10 @@ void CoordinatorService::PrepareStarts() {
     if (!pending && job.state() != v1::JOB_STATE_RESTARTING) continue;
     bool measured = false;
     for (const std::string& device : devices) {
-      measured = measured || (WantsMeasuredProfile(job) &&
-                              options_.profile_cache->StateOf(ProfileCache::KeyOf(
-                                  job.spec().model(), device)) == ProfileCache::State::kReady);
+      measured = measured ||
+                 (WantsMeasuredProfile(job) &&
+                  options_.profile_cache->StateOf(ProfileCache::KeyOf(
+                      job.spec().model(), device, job.tenant())) == ProfileCache::State::kReady);
     }
     const bool want_plan = pending && (job.plan().stages().empty() || measured);
     const bool want_emulated = IsEmulated(job.spec());
@@ -148,8 +149,8 @@ void CoordinatorService::PrepareStarts() {
     prepared.files = CheckJobFiles(job.spec(), data_roots_);
     if (want_emulated) prepared.emulated = EmulatedProfileOf(job.spec());
     if (want_plan) {
-      prepared.plan =
-          MakeJobPlan(job.spec(), SubmissionPlanInputs(job.spec(), workers, &prepared.profile));
+      prepared.plan = MakeJobPlan(
+          job.spec(), SubmissionPlanInputs(job.spec(), job.tenant(), workers, &prepared.profile));
     }
     absl::MutexLock lock(&mu_);
     Prepared& kept = prepared_[job.id()];
@@ -168,7 +169,7 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
   if (!options_.measure_profiles || !WantsMeasuredProfile(job) || free.empty()) return true;
   ProfileCache& cache = *options_.profile_cache;
   const std::string device = FirstDevice(*free[0]);
-  const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), device);
+  const ProfileCache::Key key = ProfileCache::KeyOf(job.spec().model(), device, job.tenant());
   ProfileCache::State state = cache.StateOf(key);
   // A measurement lost with its worker is asked of another one (once), not given up for the
   // FLOP estimate.
@@ -203,7 +204,8 @@ bool CoordinatorService::ProfileReadyLocked(const v1::Job& job,
         return false;
       }
       cache.Request(asked->info.id(), job.spec(), FirstDevice(*asked),
-                    job.spec().training().micro_batch(), now + options_.profile_timeout_ms);
+                    job.spec().training().micro_batch(), now + options_.profile_timeout_ms,
+                    job.tenant());
       if (!lost.empty()) {
         (void)jobs_->RecordEvent(job.id(), JobEventReason::kMeasured,
                                  absl::StrCat(lost, ": asking worker ", asked->info.id()));
@@ -231,8 +233,8 @@ absl::StatusOr<v1::ParallelPlan> CoordinatorService::PlanToStartLocked(
     return replanned->plan;
   }
   // A job planned on an estimated profile is planned again once its model was measured.
-  const ProfileCache::Key key =
-      ProfileCache::KeyOf(job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]));
+  const ProfileCache::Key key = ProfileCache::KeyOf(
+      job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]), job.tenant());
   const bool measured = WantsMeasuredProfile(job) &&
                         options_.profile_cache->StateOf(key) == ProfileCache::State::kReady;
   const bool asked = options_.measure_profiles && WantsMeasuredProfile(job);
@@ -347,8 +349,8 @@ bool CoordinatorService::PreparedLocked(const v1::Job& job, const std::vector<Wo
   if (replanned != nullptr) return true;
   const bool measured = WantsMeasuredProfile(job) &&
                         options_.profile_cache->StateOf(ProfileCache::KeyOf(
-                            job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]))) ==
-                            ProfileCache::State::kReady;
+                            job.spec().model(), free.empty() ? "cpu" : FirstDevice(*free[0]),
+                            job.tenant())) == ProfileCache::State::kReady;
   if (job.plan().stages().empty() || measured) {
     return it != prepared_.end() && it->second.plan.has_value();
   }

@@ -197,8 +197,8 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
   }
   // Planned outside the lock: a big model's search should not hold up heartbeats.
   std::optional<ProfileUse> profile;
-  absl::StatusOr<v1::ParallelPlan> plan =
-      MakeJobPlan(*spec, SubmissionPlanInputs(*spec, WorkerSnapshot(), &profile), &text);
+  absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(
+      *spec, SubmissionPlanInputs(*spec, caller.tenant, WorkerSnapshot(), &profile), &text);
   if (!plan.ok()) {
     DAPPLE_LOG_INFO("rejected job spec {}: {}", source, plan.status().message());
     return AsInputError(plan.status());
@@ -245,6 +245,7 @@ absl::StatusOr<v1::ClusterTopology> CoordinatorService::TopologyOfWorkers(
 }
 
 PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
+                                                    const std::string& tenant,
                                                     const std::vector<v1::WorkerInfo>& workers,
                                                     std::optional<ProfileUse>* use) const {
   PlanInputs inputs;
@@ -265,7 +266,9 @@ PlanInputs CoordinatorService::SubmissionPlanInputs(const v1::JobSpec& spec,
   }
   const std::string& type = spec.parallel().device_type();
   inputs.device_kind = JobDeviceKind(type, workers);
-  const ProfileCache::Key key{profile::ModelFingerprint(spec.model()), inputs.device_kind};
+  const ProfileCache::Key key{
+      ProfileCache::ScopedFingerprint(profile::ModelFingerprint(spec.model()), tenant),
+      inputs.device_kind};
   int64_t generation = 0;
   inputs.profile = options_.profile_cache->Lookup(key, &generation);
   if (static_cast<int>(LiveFittingWorkers(workers, type).size()) >= spec.parallel().devices()) {
@@ -330,7 +333,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     // As submit does: the plan of a spec whose data submit would refuse is refused too.
     const SpecText text{request.spec_yaml(), source};
     DAPPLE_RETURN_IF_ERROR(ResolveJobData(&*spec, data_roots_, &text));
-    PlanInputs inputs = SubmissionPlanInputs(*spec, workers);
+    PlanInputs inputs = SubmissionPlanInputs(*spec, caller.tenant, workers);
     if (request.has_profile()) inputs.profile = request.profile();
     // Without a cluster file the topology is submit's: the registered workers when there are
     // parallel.devices of them, else the hypothetical node MakePlan assumes then.

@@ -508,15 +508,23 @@ absl::Status CoordinatorService::ReportProfile(const auth::Identity& caller,
     report.mutable_profile()->set_source(
         absl::StrCat(report.profile().source(), " by worker ", request.worker_id()));
   }
-  absl::Status s = options_.profile_cache->Report(report);
+  ProfileCache::Key key;
+  absl::Status s = options_.profile_cache->Report(report, &key);
   if (absl::IsNotFound(s) && said_measuring) {
-    s = options_.profile_cache->Adopt(report);
+    // Kept for the jobs waiting for that model (the request's tenant is not known here).
+    std::vector<ProfileCache::Key> waiting;
+    for (const auto& [job, measuring] : measuring_) waiting.push_back(measuring.key);
+    absl::StatusOr<std::vector<ProfileCache::Key>> adopted =
+        options_.profile_cache->Adopt(report, waiting);
+    s = adopted.status();
     if (s.ok()) {
       DAPPLE_LOG_INFO(
           "worker {}: profile of {} layers measured (request {}, which this "
           "coordinator did not wait for: kept)",
           request.worker_id(), report.profile().layers_size(), report.request_id());
-      SaveMeasuredProfile(ProfileCache::KeyOf(report.profile()), /*refinement_only=*/false);
+      for (const ProfileCache::Key& filled : *adopted) {
+        SaveMeasuredProfile(filled, /*refinement_only=*/false);
+      }
       WakeLocked();
       return s;
     }
@@ -527,7 +535,7 @@ absl::Status CoordinatorService::ReportProfile(const auth::Identity& caller,
   } else if (s.ok() && report.error().empty()) {
     DAPPLE_LOG_INFO("worker {}: profile of {} layers measured", request.worker_id(),
                     report.profile().layers_size());
-    SaveMeasuredProfile(ProfileCache::KeyOf(report.profile()), /*refinement_only=*/false);
+    SaveMeasuredProfile(key, /*refinement_only=*/false);
   } else {
     DAPPLE_LOG_WARN("worker {}: profile: {}", request.worker_id(),
                     s.ok() ? report.error() : std::string(s.message()));

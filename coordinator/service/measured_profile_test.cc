@@ -353,6 +353,33 @@ TEST_F(CoordinatorServiceTest, MeasuredProfileAWorkerMeasuringPastTheDeadlineHol
                        "more than 60 s"));
 }
 
+// Measurements are kept per tenant: after the operator's job had its model measured, a tenant's
+// plan of the same model is on the FLOP estimate (it once read "measured on cpu by worker w2;
+// layer times refined by the measured steps of 1 job": another team had trained that model).
+TEST_F(CoordinatorServiceTest, MeasuredProfileATenantsPlanDoesNotShowAnotherTenantsMeasurement) {
+  OpenMeasuring();
+  const std::string w1 = Register();
+  auto submitted = Submit(Spec(1));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  svc_->Tick();
+  v1::HeartbeatResponse hb = Heartbeat(w1);
+  ASSERT_TRUE(hb.has_profile_request());
+  v1::ReportProfileResponse resp;
+  ASSERT_TRUE(
+      svc_->ReportProfile(auth::TestWorker(w1), MeasuredAnswer(w1, hb.profile_request()), &resp)
+          .ok());
+  auto source_for = [&](const auth::Identity& caller) {
+    v1::PlanJobRequest req;
+    req.set_spec_yaml(Spec(1));
+    v1::PlanJobResponse plan;
+    absl::Status s = svc_->PlanJob(caller, req, &plan);
+    EXPECT_TRUE(s.ok()) << s;
+    return plan.plan().profile_source();
+  };
+  EXPECT_EQ(source_for(auth::TestAdmin()), "measured on cpu by worker w-1");
+  EXPECT_THAT(source_for(auth::TestUser("team-b", "bob")), HasSubstr("estimated"));
+}
+
 // A worker that deregisters (or dies) while measuring fails its request at once, and another
 // worker is asked, once (a new user's job ran 30% slower than planned on the FLOP estimate after
 // the measuring worker was killed); a second loss runs the estimated plan, saying why.

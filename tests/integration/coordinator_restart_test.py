@@ -180,6 +180,11 @@ class CoordinatorRestartTest(unittest.TestCase):
         if "did not register again" in j["message"]:
             self.assertIn("worker %s (stage 1 replica 1)" % lost_id, j["message"])
             self.assertIn("WorkerLost", [e["reason"] for e in j["events"]])
+            # Only the lost worker: a surviving rank that failed during the outage claims its
+            # rank back and says why (a user's job blamed the survivor too).
+            for name, _ in self.c.workers:
+                if name != lost_id:
+                    self.assertNotIn("worker %s " % name, j["message"])
         else:
             self.assertRegex(j["message"], r"lost a peer|connection lost")
         # The surviving ranks stop (their peer is gone, and the coordinator tells them) and

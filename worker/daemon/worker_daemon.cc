@@ -558,20 +558,24 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   final.set_job_id(assignment.job_id());
   final.set_stage(assignment.stage());
   final.set_replica(assignment.replica());
+  const bool aborted = !s.ok() && (abort_.load() || s.code() == absl::StatusCode::kAborted);
   {
     // A rank that finished is claimed as done should the coordinator restart before its DONE
-    // report arrives; one that failed or stopped is not claimed (its job fails).
+    // report arrives. One that failed stays claimed while its FAILED report waits to be
+    // delivered (below): a coordinator restarted meanwhile takes the rank back and hears why it
+    // failed, instead of failing the job for a worker that "did not register again". One told
+    // to stop is not claimed.
     absl::MutexLock l(&mu_);
     if (s.ok()) {
       rank_.set_done(true);
-    } else {
+    } else if (aborted) {
       rank_.clear_job_id();
     }
   }
   if (s.ok()) {
     final.set_kind(v1::PROGRESS_DONE);
     DAPPLE_LOG_INFO("{}: stage {} done", assignment.job_id(), assignment.stage());
-  } else if (abort_.load() || s.code() == absl::StatusCode::kAborted) {
+  } else if (aborted) {
     final.set_kind(v1::PROGRESS_ABORTED);
     // Where the abort landed (an action, a receive) is noise when the cause is this worker's
     // shutdown; should the deregistration not have reached the coordinator, this says why.
@@ -600,6 +604,10 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     delivered = reporter.Flush(absl::Milliseconds(500));
   }
   if (!delivered && stopping_.load()) delivered = reporter.Flush(kFinalReportTimeoutStopping);
+  if (!s.ok()) {
+    absl::MutexLock l(&mu_);
+    if (rank_.job_id() == assignment.job_id()) rank_.clear_job_id();
+  }
   if (!delivered) {
     DAPPLE_LOG_WARN(
         "{}: could not deliver the final report (waited {})", assignment.job_id(),

@@ -88,4 +88,26 @@ std::string RenderLogLines(const google::protobuf::RepeatedPtrField<v1::JobLogLi
   return out;
 }
 
+std::string LastLines(const std::string& text, int64_t n) {
+  if (n <= 0) return "";
+  size_t start = text.size();
+  int64_t found = 0;
+  // The newline that ends the last line does not start one.
+  size_t pos = text.empty() || text.back() != '\n' ? text.size() : text.size() - 1;
+  while (pos > 0) {
+    const size_t nl = text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      start = 0;
+      ++found;
+      break;
+    }
+    ++found;
+    start = nl + 1;
+    if (found == n) break;
+    pos = nl;
+  }
+  if (found < n) start = 0;
+  return text.substr(start);
+}
+
 }  // namespace dapple::ctl

@@ -27,6 +27,11 @@ absl::StatusOr<std::pair<int, int>> ParseRank(const std::string& text);
 std::string RenderLogLines(const google::protobuf::RepeatedPtrField<v1::JobLogLine>& lines,
                            bool collapse);
 
+// The last `n` lines of `text` (lines end with '\n'); all of it when it has at most n. `logs
+// --tail N` prints N printed lines: a logged line whose text has several lines (a generated
+// sample) prints as several. Pure.
+std::string LastLines(const std::string& text, int64_t n);
+
 }  // namespace dapple::ctl
 
 #endif  // DAPPLE_DAPPLECTL_LOG_VIEWS_H_

@@ -30,6 +30,18 @@ TEST(LogViewsTest, ParseRank) {
   }
 }
 
+// --tail N prints N printed lines, also when a logged line has several (a generated sample).
+TEST(LogViewsTest, LastLines) {
+  EXPECT_EQ(LastLines("a\nb\nc\n", 2), "b\nc\n");
+  EXPECT_EQ(LastLines("a\nb\nc\n", 3), "a\nb\nc\n");
+  EXPECT_EQ(LastLines("a\nb\nc\n", 9), "a\nb\nc\n");
+  EXPECT_EQ(LastLines("a\nb\nc\n", 1), "c\n");
+  EXPECT_EQ(LastLines("a\nb\nc\n", 0), "");
+  EXPECT_EQ(LastLines("", 2), "");
+  EXPECT_EQ(LastLines("a\n\nc\n", 2), "\nc\n");
+  EXPECT_EQ(LastLines("a\nb", 1), "b");
+}
+
 TEST(LogViewsTest, EveryLineNamesItsRankAndWorker) {
   google::protobuf::RepeatedPtrField<v1::JobLogLine> lines;
   *lines.Add() = Line(0, 0, "w-1", "info", "job-1: starting stage 0", 1000);

@@ -18,7 +18,9 @@ absl::Status RunLogs(CoordinatorClient& client, const LogsOptions& options, std:
   while (true) {
     absl::StatusOr<v1::GetJobLogsResponse> response = client.Logs(request);
     if (!response.ok()) return response.status();
-    *out << RenderLogLines(response->lines(), options.collapse) << std::flush;
+    std::string rendered = RenderLogLines(response->lines(), options.collapse);
+    if (request.tail() > 0) rendered = LastLines(rendered, request.tail());
+    *out << rendered << std::flush;
     if (!response->lines().empty()) {
       request.set_after_seq(response->lines(response->lines_size() - 1).seq());
     }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/profile/format_bytes.h"
 #include "common/schedule/job_lowering.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -557,6 +558,16 @@ TEST(PlannerTest, RecomputationIsChosenForTheStagesThatDoNotFitWithoutIt) {
       EXPECT_THAT(std::string(refused.status().message()),
                   HasSubstr(": to fit, set training.recompute: auto (a plan fits with it), or "
                             "spread the model over more parallel.stages (now 2"));
+      // Below what even recomputation needs, recompute: auto's refusal quotes the need with
+      // recomputation (it once quoted the one without: 75 MiB where 44 MiB would do).
+      PlanInputs tighter;
+      tighter.defaults.device_memory_bytes = all_max - 1;
+      spec.mutable_training()->set_recompute("auto");
+      auto too_small = MakePlan(spec, tighter);
+      EXPECT_EQ(too_small.status().code(), absl::StatusCode::kResourceExhausted);
+      const auto [needs, has] = profile::FormatBytesApart(all_max, all_max - 1);
+      EXPECT_THAT(std::string(too_small.status().message()),
+                  HasSubstr(absl::StrCat("the best needs ", needs, " on a device")));
     }
   }
 }

@@ -334,7 +334,10 @@ absl::StatusOr<TenantsApplied> ApplyTenantsFile(const TenantsFile& file,
   for (const std::string& name : file.tenants) {
     const v1::TenantQuota& quota = file.quotas.at(name);
     auto stored = quotas->find(name);
-    if (stored != quotas->end() && Same(stored->second, quota)) continue;
+    // As read: a listing shows an unset weight and queue limit as their defaults.
+    if (stored != quotas->end() && Same(WithDefaults(stored->second), WithDefaults(quota))) {
+      continue;
+    }
     if (absl::Status s = target.set_quota(name, quota); !s.ok()) return fail("tenant " + name, s);
     ++applied.quotas_set;
   }

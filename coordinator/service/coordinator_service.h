@@ -120,6 +120,7 @@
 #include "coordinator/scheduling/scheduling_manager.h"
 #include "coordinator/scheduling/scheduling_observer.h"
 #include "coordinator/service/data_roots.h"
+#include "coordinator/service/planning_slots.h"
 #include "dapple/v1/admin.pb.h"
 #include "dapple/v1/coordinator.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -708,6 +709,8 @@ class CoordinatorService {
     std::string message;
   };
   absl::flat_hash_map<std::string, Measuring> measuring_ ABSL_GUARDED_BY(mu_);
+  // The plans each caller has SubmitJob and PlanJob compute now (thread-safe on its own).
+  PlanningSlots planning_slots_;
   // Tenants' quotas and cohorts (set by Create; thread-safe on its own) and the manager built
   // on them (null: rebuilt by ManagerLocked).
   std::unique_ptr<scheduling::QuotaStore> quotas_;

@@ -195,7 +195,9 @@ absl::Status CoordinatorService::SubmitJob(const auth::Identity& caller,
     }
     resumed_from = checkpoint->dir;
   }
-  // Planned outside the lock: a big model's search should not hold up heartbeats.
+  // Planned outside the lock: a big model's search should not hold up heartbeats; a caller
+  // computes at most PlanningSlots::kPerCaller plans at once.
+  DAPPLE_ASSIGN_OR_RETURN(PlanningSlots::Slot slot, planning_slots_.Acquire(caller.user));
   std::optional<ProfileUse> profile;
   absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(
       *spec, SubmissionPlanInputs(*spec, caller.tenant, WorkerSnapshot(), &profile), &text);
@@ -308,6 +310,7 @@ absl::Status CoordinatorService::PlanJob(const auth::Identity& caller,
     return absl::InvalidArgumentError(
         absl::StrCat("--global-batch ", request.global_batch(), " must be >= 0 (0: the default)"));
   }
+  DAPPLE_ASSIGN_OR_RETURN(PlanningSlots::Slot slot, planning_slots_.Acquire(caller.user));
   const std::vector<v1::WorkerInfo> workers = WorkerSnapshot();
   v1::ParallelPlanSummary summary;
   v1::ClusterTopology topology;

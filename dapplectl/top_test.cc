@@ -115,8 +115,9 @@ TEST(TopTest, JobsWithoutStepsAndNoJobs) {
 TEST(TopTest, JsonHasTheStagesAndDerivedFractions) {
   auto json = TopToJson({RunningJob()});
   ASSERT_TRUE(json.ok()) << json.status();
-  EXPECT_THAT(*json, HasSubstr("{\"jobs\":[{\"id\":\"job-3\",\"name\":\"demo\",\"state\":"
-                               "\"RUNNING\",\"step\":12,\"total_steps\":100,\"stages\":[{"));
+  EXPECT_THAT(*json,
+              HasSubstr("{\"jobs\":[{\"id\":\"job-3\",\"name\":\"demo\",\"state\":"
+                        "\"RUNNING\",\"step\":\"12\",\"total_steps\":\"100\",\"stages\":[{"));
   EXPECT_THAT(*json, HasSubstr("\"worker_id\":\"w-2\""));
   EXPECT_THAT(*json, HasSubstr("\"bubble_fraction\":0.45,\"utilization\":0.54}"));
   EXPECT_EQ(json->find('\n'), std::string::npos);

@@ -90,6 +90,16 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
                 }).ok());
     ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
   };
+  // Stage 1's rank (which reports the loss, and so the elapsed time) takes its assignment and
+  // reports its first step.
+  auto first_step = [&](const std::string& worker) {
+    EXPECT_TRUE(Heartbeat(worker).has_assignment());
+    ASSERT_TRUE(Report(worker, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                  r->set_step(1);
+                  r->set_epoch(1);
+                  r->set_loss(2.3);
+                }).ok());
+  };
   fail_stage1(w2);
   EXPECT_THAT(Heartbeat(w1, id).abort_job_ids(), ElementsAre(id));
 
@@ -116,12 +126,7 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
   EXPECT_EQ(j.restarts(), 1);
   // Its elapsed time counts the backoff and the coordinator's outage within it: 15 s since it
   // started RUNNING (it failed at once) at its first step's report.
-  EXPECT_TRUE(Heartbeat(w4).has_assignment());
-  ASSERT_TRUE(Report(w4, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
-                r->set_step(1);
-                r->set_epoch(1);
-                r->set_loss(2.3);
-              }).ok());
+  first_step(w4);
   EXPECT_DOUBLE_EQ(Get(id).metrics().elapsed_seconds(), 15.0);
 
   // Its backoff over while the coordinator was away: planned again once the workers had time
@@ -145,12 +150,7 @@ TEST_F(CoordinatorServiceTest, ACoordinatorRestartDuringTheBackoffGoesOnRestarti
   j = Get(id);
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.message();
   EXPECT_THAT(j.worker_ids(), ElementsAre(w5, w6));
-  EXPECT_TRUE(Heartbeat(w6).has_assignment());
-  ASSERT_TRUE(Report(w6, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
-                r->set_step(1);
-                r->set_epoch(1);
-                r->set_loss(2.3);
-              }).ok());
+  first_step(w6);
   EXPECT_DOUBLE_EQ(Get(id).metrics().elapsed_seconds(), 15.0 + 65.0);
 }
 

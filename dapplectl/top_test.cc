@@ -100,7 +100,7 @@ TEST(TopTest, TextJobHeaderShowsItsValidationLoss) {
                         "1.5000 (2.1640 bits/byte)\n"));
   auto json = TopToJson({job});
   ASSERT_TRUE(json.ok()) << json.status();
-  EXPECT_THAT(*json, HasSubstr("\"total_steps\":100,\"validation_loss\":1.5,"
+  EXPECT_THAT(*json, HasSubstr("\"total_steps\":\"100\",\"validation_loss\":1.5,"
                                "\"validation_bits_per_byte\":2.164,\"stages\":["));
 }
 

@@ -55,19 +55,17 @@ TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
   ClusterState s;
   s.now_unix_ms = 1000;
   s.free_devices = {{"cpu", 1}};
-  Workload measured = Job("measured", "a", "cpu", 1);
-  measured.measuring = true;
   Workload stopping = Job("stopping", "c", "cpu", 4, /*admitted=*/true);
   stopping.stopping = true;
   Workload high = Job("after-preemption", "c", "cpu", 2);
-  s.workloads = {measured,
-                 Job("no-queue", "z", "cpu", 1),
-                 Job("no-quota", "a", "cuda", 1),
-                 Job("too-big", "a", "cpu", 9),
-                 Job("running", "a", "cpu", 4, /*admitted=*/true),
-                 Job("quota", "a", "cpu", 2),
-                 Job("devices", "b", "cpu", 2)};
+  s.workloads = {Job("no-queue", "z", "cpu", 1), Job("no-quota", "a", "cuda", 1),
+                 Job("too-big", "a", "cpu", 9),  Job("running", "a", "cpu", 4, /*admitted=*/true),
+                 Job("quota", "a", "cpu", 2),    Job("devices", "b", "cpu", 2)};
   SchedulingDecision d = policy->Decide(s);
+  // The service's own: an admitted job waiting for its model's measurement.
+  d.pending.push_back({"measured", PendingReason::kBeingMeasured,
+                       "measuring the model's layers on cpu before planning (a worker times "
+                       "each layer)"});
   // Apart: while a preempted job stops, every job it would make room for waits for it.
   s.workloads = {stopping, high};
   for (Pending& p : policy->Decide(s).pending) d.pending.push_back(std::move(p));
@@ -86,7 +84,9 @@ TEST(PendingReasonViewTest, EveryReasonReadsAsDocumented) {
       {"after-preemption",
        "WaitingForPreemption: 1 preempted job is stopping to make room (saving a checkpoint "
        "first); it starts then"},
-      {"measured", "BeingMeasured: its layers are profiled on a worker before it can be planned"},
+      {"measured",
+       "BeingMeasured: measuring the model's layers on cpu before planning (a worker times each "
+       "layer)"},
   };
   // A job without a device type of a tenant that holds neither cuda nor cpu devices.
   s.workloads = {Job("untyped", "z", "any", 2)};

@@ -332,7 +332,7 @@ class QuotaPolicy::Round {
   }
 
   // Per tenant its admissible queued jobs, the next one at the back; the others get their
-  // pending reason here (no queue, no quota for a type, more than the maximum, measuring).
+  // pending reason here (no queue, no quota for a type, more than the maximum).
   std::vector<std::vector<const Workload*>> Queues() {
     std::vector<std::vector<const Workload*>> queues(p_.config_.tenants.size());
     for (const Workload& w : state_.workloads) {
@@ -340,10 +340,10 @@ class QuotaPolicy::Round {
       const int t = TenantOf(w);
       if (t < 0) {
         Wait(w, PendingReason::kMisconfigured, NoQuotaMessage(w.tenant, FirstType(w)));
-      } else if (w.measuring) {
-        Wait(w, PendingReason::kBeingMeasured,
-             "its layers are profiled on a worker before it can be planned");
       } else if (Admissible(w)) {
+        // A job being measured is admitted like any other (the service keeps it waiting as
+        // BeingMeasured until its measurement is in): set aside, its devices went to others
+        // meanwhile, and a borrower preempted for it was admitted again and preempted twice.
         queues[t].push_back(&w);
       }
     }

@@ -311,13 +311,11 @@ TEST(QuotaPolicyTest, EveryPendingReason) {
   ClusterState s;
   s.now_unix_ms = 1000;
   s.free_devices = {{"cpu", 1}};
-  Workload measured = Job("m", "a", 1);
-  measured.measuring = true;
   Workload gpu = Job("g", "a", 0);
   gpu.devices = {{"cuda", 1}};
-  s.workloads = {measured, gpu, Job("x", "a", 9), Job("z", "nobody", 1), Job("d", "b", 2)};
+  s.workloads = {gpu, Job("x", "a", 9), Job("z", "nobody", 1), Job("d", "b", 2)};
   SchedulingDecision d = policy.Decide(s);
-  EXPECT_EQ(Find(d, "m")->reason, PendingReason::kBeingMeasured);
+  // (BeingMeasured is the service's: it keeps an admitted job waiting for its measurement.)
   EXPECT_EQ(Find(d, "g")->reason, PendingReason::kMisconfigured);
   EXPECT_EQ(Find(d, "x")->reason, PendingReason::kExceedsMaximum);
   EXPECT_EQ(Find(d, "z")->reason, PendingReason::kMisconfigured);
@@ -325,6 +323,22 @@ TEST(QuotaPolicyTest, EveryPendingReason) {
   EXPECT_EQ(Find(d, "d")->reason, PendingReason::kWaitingForDevices);
   EXPECT_EQ(Find(d, "d")->message, "the cluster has 1 cpu device free; this job needs 2");
   EXPECT_STREQ(PendingReasonName(PendingReason::kWaitingForPreemption), "WaitingForPreemption");
+}
+
+// A job being measured is admitted like any other and so keeps its devices: set aside, its
+// devices went to a job queued after it (a borrower preempted for it was admitted again, and
+// preempted a second time once the measurement was in).
+TEST(QuotaPolicyTest, AJobBeingMeasuredKeepsItsPlaceAndItsDevices) {
+  const QuotaPolicy policy = Make({Tenant("a", 2)});
+  ClusterState s;
+  s.now_unix_ms = 1000;
+  s.free_devices = {{"cpu", 2}};
+  Workload measured = Job("m", "a", 2, /*queued=*/100);
+  measured.measuring = true;
+  s.workloads = {measured, Job("later", "a", 2, /*queued=*/200)};
+  SchedulingDecision d = policy.Decide(s);
+  EXPECT_EQ(d.admit, std::vector<std::string>{"m"});
+  ASSERT_NE(Find(d, "later"), nullptr);
 }
 
 // A waiting job's message counts its own tenant's use, never names another tenant's jobs.

@@ -68,7 +68,9 @@ struct Workload {
   int64_t admitted_unix_ms = 0;
   // Admitted and told to stop (preempted: checkpoint, then stop); still holds its devices.
   bool stopping = false;
-  // Queued but still being measured (its layer profile): not admissible yet.
+  // Queued and being measured (its layer profile): admitted like any other job, so that its
+  // devices stay its own; the service keeps it waiting (BeingMeasured) until it is measured.
+  // Not counted as waiting within its quota (SchedulingManager::OldestWithinQuota).
   bool measuring = false;
 };
 

@@ -245,6 +245,13 @@ void CoordinatorService::BeginPreemptionLocked(const std::string& id, const std:
   absl::StatusOr<v1::Job> job = jobs_->Get(id);
   // A RESTARTING job is the restart pass's: it is not preempted.
   if (!job.ok() || job->state() != v1::JOB_STATE_RUNNING || !running_.contains(id)) return;
+  // Right after a coordinator restart the job's row lags its ranks (they trained on, and their
+  // reports, a checkpoint among them, are still replaying): a checkpoint step chosen from it is
+  // one the ranks are past, and the checkpoints they took meanwhile are not known yet. A
+  // preemption then asked for step 24 of a job at step 54 and resumed it from scratch. The
+  // next scheduling pass preempts it once it caught up.
+  const RunState& run = running_.at(id);
+  if (run.reattaching || job->metrics().step() < run.reattached_step) return;
   if (options_.scheduling_observer != nullptr) {
     options_.scheduling_observer->OnPreempted(
         job->tenant().empty() ? std::string(scheduling::kAdminTenantLabel) : job->tenant(),
@@ -296,13 +303,15 @@ void CoordinatorService::AdvancePreemptionsLocked(int64_t now) {
           job->checkpoints().empty()
               ? std::string("from scratch")
               : absl::StrCat("after step ", job->checkpoints().rbegin()->step());
-      StopPreemptedLocked(
-          id,
-          absl::StrFormat("%s: its checkpoint after step %d was not saved within %.0f s: stopped "
-                          "anyway; it resumes %s",
-                          p.reason, p.checkpoint_step,
-                          options_.preemption_checkpoint_timeout_ms / 1000.0, from),
-          now);
+      const std::string why_not =
+          now >= p.deadline_ms ? absl::StrFormat("was not saved within %.0f s",
+                                                 options_.preemption_checkpoint_timeout_ms / 1000.0)
+                               : std::string("was abandoned (a rank could not save its part)");
+      StopPreemptedLocked(id,
+                          absl::StrFormat("%s: its checkpoint after step %d %s: stopped anyway; "
+                                          "it resumes %s",
+                                          p.reason, p.checkpoint_step, why_not, from),
+                          now);
     }
   }
 }

@@ -53,13 +53,12 @@ constexpr int kMinConnectTimeoutMs = 1000;
 // A coordinator restarted elsewhere (a new pod IP behind the same name) is found within a second
 // instead of gRPC's default 30 s between DNS resolutions.
 constexpr int kMinDnsResolutionIntervalMs = 1000;
-// How long the final report of a job (and the reports queued before it) may wait for delivery:
-// long enough for a coordinator restart to complete; shorter while shutting down, so a SIGTERM
+// How long the final report of a job (and the reports queued before it) may wait for delivery.
+// A rank that finished while the coordinator is away keeps them (its steps' losses, the
+// evaluation, the DONE) until the coordinator is back and takes the rank back (Replay): dropped
+// after 30 s, a coordinator down for longer ended the job SUCCEEDED with the steps it had seen
+// before the outage (5 of 150) and no test accuracy. Shorter while shutting down, so a SIGTERM
 // with an unreachable coordinator still exits within seconds.
-// A rank that finished while the coordinator is away keeps its reports (its steps' losses, the
-// evaluation, the DONE) until the coordinator is back and takes the rank back (Replay), for up
-// to this long: dropped after 30 s, a coordinator down for longer ended the job SUCCEEDED with
-// the steps it had seen before the outage (5 of 150) and no test accuracy.
 constexpr absl::Duration kFinalReportTimeout = absl::Minutes(10);
 constexpr absl::Duration kFinalReportTimeoutStopping = absl::Seconds(2);
 

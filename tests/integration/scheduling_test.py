@@ -8,6 +8,8 @@ jobs submitted with the users' own tokens.
   uninterrupted single-process run's (dapple-reference) within 1e-5 relative.
 - Priority: within one tenant a higher-priority job preempts a lower one through the same
   checkpoint-and-requeue path; the lower one resumes and trains exactly.
+- A coordinator SIGKILLed while a reclaim is under way: the borrower is preempted once, from a
+  checkpoint, and resumes exactly.
 - No head-of-line blocking, no partial start: a job that does not fit the free devices waits
   (WaitingForDevices, shown by `dapplectl get`) holding no worker, and a smaller one submitted
   after it starts.
@@ -17,6 +19,7 @@ jobs submitted with the users' own tokens.
 """
 import json
 import os
+import signal
 import sys
 import time
 import unittest
@@ -150,6 +153,41 @@ class SchedulingTest(unittest.TestCase):
         # Isolation on the way: alice cannot read bob's job.
         code, _, err = self.c.ctl("get", borrower, token=self.tokens["alice"], check=False)
         self.assertEqual(code, 7, err)
+
+    def test_a_coordinator_restart_during_a_reclaim_loses_no_work(self):
+        """The coordinator is SIGKILLed as soon as a reclaim began (the borrower asked for a
+        checkpoint) and restarted: the borrower is preempted once, from a checkpoint (not from
+        scratch, not from a step its ranks were past), and resumes exactly. A user's borrower
+        was preempted again after the restart from its row's stale step and resumed from
+        scratch."""
+        self.tenant("team-a", "--cohort", "research", "--nominal", "cpu=2")
+        self.tenant("team-b", "--cohort", "research", "--nominal", "cpu=2")
+        self.user("alice", "team-a")
+        self.user("bob", "team-b")
+        borrower = self.submit_as("bob", job_spec("borrower", LONG_STEPS, devices=4,
+                                                  epochs=LONG_EPOCHS), "borrower")
+        self.wait_running_at(borrower, 2 * CKPT + 2)
+        lender = self.submit_as("alice", job_spec("lender", 24, devices=2), "lender")
+        deadline = time.time() + RECLAIM_BOUND_S
+        while not any(e["reason"] == "Preempted" for e in self.c.get(borrower)["events"]):
+            self.assertLess(time.time(), deadline, self.c.all_logs())
+            time.sleep(0.02)
+        self.c.coordinator.send_signal(signal.SIGKILL)
+        self.c.coordinator.wait(timeout=20)
+        time.sleep(2.0)
+        self.c.start_coordinator()
+        a = self.c.wait_state(lender, TERMINAL, timeout=180)
+        self.assertEqual(a["state"], "SUCCEEDED", "%s\n%s" % (a.get("message"), self.c.all_logs()))
+        j = self.c.get(borrower)
+        stops = [e["message"] for e in j["events"] if e["reason"] == "Preempted"
+                 and ("stopped" in e["message"] or "resumes" in e["message"])]
+        self.assertTrue(stops, j["events"])
+        for m in stops:
+            self.assertNotIn("from scratch", m, j["events"])
+        checked = int(j["metrics"].get("step", 0)) + 2 * CKPT
+        b = self.cancel_after(borrower, checked, "bob")
+        self.assertEqual(int(b.get("preemptions", 0)), 1, b.get("events"))
+        self.expect_uninterrupted_losses(b, "borrower", checked, epochs=LONG_EPOCHS)
 
     def test_priority_preempts_within_a_tenant(self):
         self.tenant("solo", "--nominal", "cpu=2")

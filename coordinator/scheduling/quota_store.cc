@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec_internal.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/jobs/sqlite_db.h"
 
@@ -24,6 +25,23 @@ constexpr char kSaveQuotaSql[] =
 constexpr char kSaveCohortSql[] =
     "INSERT INTO cohorts (name, cohort) VALUES (?1, ?2) "
     "ON CONFLICT (name) DO UPDATE SET cohort = excluded.cohort";
+
+// Removes the entries of `entries` whose device type is not a quota's (kQuotaDeviceTypes; a
+// database written by a version that took any type), logging each as ignored.
+void KnownTypesOnly(google::protobuf::RepeatedPtrField<v1::DeviceQuota>* entries,
+                    const std::string& what) {
+  for (int i = entries->size() - 1; i >= 0; --i) {
+    const std::string& type = entries->Get(i).device_type();
+    if (type.empty() || absl::c_linear_search(job_spec_internal::kQuotaDeviceTypes, type)) {
+      continue;
+    }
+    DAPPLE_LOG_WARN(
+        "{} entry '{}' ignored: quotas count {} devices (set it again with dapplectl "
+        "admin quota set / cohort set)",
+        what, type, absl::StrJoin(job_spec_internal::kQuotaDeviceTypes, ", "));
+    entries->DeleteSubrange(i, 1);
+  }
+}
 
 // The quota entries as DeviceCounts, each type once, counts >= 0.
 absl::Status Collect(const google::protobuf::RepeatedPtrField<v1::DeviceQuota>& entries,
@@ -181,13 +199,18 @@ SchedulingConfig QuotaStore::ConfigLocked(const std::map<std::string, v1::Tenant
   SchedulingConfig config;
   config.starvation_after_ms = starvation_after_ms;
   for (const auto& [name, cohort] : cohorts) {
-    // Stored rows were validated when written.
-    if (absl::StatusOr<CohortConfig> c = ToCohortConfig(cohort); c.ok()) {
+    // Stored rows were validated when written, but earlier versions took any device type: an
+    // entry of another type is left out (logged), not the whole cohort or tenant.
+    v1::Cohort known = cohort;
+    KnownTypesOnly(known.mutable_shared(), absl::StrCat("cohort ", name, " shared"));
+    if (absl::StatusOr<CohortConfig> c = ToCohortConfig(known); c.ok()) {
       config.cohorts.push_back(*std::move(c));
     }
   }
   for (const auto& [name, quota] : quotas) {
-    if (absl::StatusOr<TenantConfig> t = ToTenantConfig(name, quota); t.ok()) {
+    v1::TenantQuota known = quota;
+    KnownTypesOnly(known.mutable_devices(), absl::StrCat("tenant ", name, " quota"));
+    if (absl::StatusOr<TenantConfig> t = ToTenantConfig(name, known); t.ok()) {
       config.tenants.push_back(*std::move(t));
     }
   }

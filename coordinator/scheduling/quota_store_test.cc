@@ -1,5 +1,7 @@
 #include "coordinator/scheduling/quota_store.h"
 
+#include <sqlite3.h>
+
 #include "coordinator/jobs/test_db.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -65,6 +67,35 @@ TEST(QuotaStoreTest, QuotasAndCohortsSurviveReopeningAndBuildTheConfig) {
   EXPECT_TRUE(QuotaPolicy::Create(config).ok());
   EXPECT_EQ((*store)->Quota("team-b")->devices(0).nominal(), 2);
   EXPECT_FALSE((*store)->Quota("team-c").has_value());
+}
+
+// A quota an earlier version stored with another device type ("gpu", "any") keeps its other
+// entries: the entry is left out (logged), not the tenant (which would then run nothing).
+TEST(QuotaStoreTest, AStoredEntryOfAnotherDeviceTypeIsLeftOutNotTheTenant) {
+  const std::string path = FreshDbPath();
+  {
+    auto store = QuotaStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string blob = Quota(R"pb(devices { device_type: "cpu" nominal: 2 }
+                                      devices { device_type: "gpu" nominal: 1 })pb")
+                               .SerializeAsString();
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO tenant_quotas (tenant, quota) VALUES ('old', ?1)",
+                               -1, &stmt, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_blob(stmt, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  auto store = QuotaStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const SchedulingConfig config = (*store)->Config(0);
+  ASSERT_EQ(config.tenants.size(), 1u);
+  EXPECT_EQ(config.tenants[0].name, "old");
+  EXPECT_EQ(config.tenants[0].nominal, (DeviceCounts{{"cpu", 2}}));
 }
 
 TEST(QuotaStoreTest, RefusesWhatThePolicyWouldRefuseNamingFieldValueAndRule) {

@@ -127,15 +127,21 @@ class SchedulingTest(unittest.TestCase):
             time.sleep(0.05)
         raise AssertionError("job %s not preempted %d s after:\n%s" % (job, bound, self.c.all_logs()))
 
-    # -- scenarios ---------------------------------------------------------------------------
-    def test_reclaim_resumes_exactly(self):
+    def start_borrower(self):
+        """Tenants team-a (alice) and team-b (bob) of cohort research, 2 cpus each; bob's long
+        4-device job borrows team-a's idle 2 and is running past two checkpoints. Its id."""
         self.tenant("team-a", "--cohort", "research", "--nominal", "cpu=2")
         self.tenant("team-b", "--cohort", "research", "--nominal", "cpu=2")
         self.user("alice", "team-a")
         self.user("bob", "team-b")
         borrower = self.submit_as("bob", job_spec("borrower", LONG_STEPS, devices=4,
                                                   epochs=LONG_EPOCHS), "borrower")
-        self.wait_running_at(borrower, 2 * CKPT + 2)  # 4 devices: 2 of them team-a's, borrowed
+        self.wait_running_at(borrower, 2 * CKPT + 2)
+        return borrower
+
+    # -- scenarios ---------------------------------------------------------------------------
+    def test_reclaim_resumes_exactly(self):
+        borrower = self.start_borrower()
         submitted = time.time()
         lender = self.submit_as("alice", job_spec("lender", 24, devices=2), "lender")
         j, took = self.wait_preempted(borrower, submitted, RECLAIM_BOUND_S)
@@ -160,13 +166,7 @@ class SchedulingTest(unittest.TestCase):
         scratch, not from a step its ranks were past), and resumes exactly. A user's borrower
         was preempted again after the restart from its row's stale step and resumed from
         scratch."""
-        self.tenant("team-a", "--cohort", "research", "--nominal", "cpu=2")
-        self.tenant("team-b", "--cohort", "research", "--nominal", "cpu=2")
-        self.user("alice", "team-a")
-        self.user("bob", "team-b")
-        borrower = self.submit_as("bob", job_spec("borrower", LONG_STEPS, devices=4,
-                                                  epochs=LONG_EPOCHS), "borrower")
-        self.wait_running_at(borrower, 2 * CKPT + 2)
+        borrower = self.start_borrower()
         lender = self.submit_as("alice", job_spec("lender", 24, devices=2), "lender")
         deadline = time.time() + RECLAIM_BOUND_S
         while not any(e["reason"] == "Preempted" for e in self.c.get(borrower)["events"]):

@@ -1,5 +1,6 @@
 #include "worker/daemon/host_capacity.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -36,21 +37,46 @@ void DefaultWork() {
   kernels::DenseForward(x.data(), kN, kN, kN, w.data(), nullptr, y.data());
 }
 
+// A host-wide file in $TMPDIR (/tmp by default) locked with `operation`; -1 when it cannot be
+// opened or locked, and then `*busy` (when given) says whether another holder's lock was the
+// reason.
+int OpenLocked(const char* name, int operation, bool* busy = nullptr) {
+  if (busy != nullptr) *busy = false;
+  const char* dir = std::getenv("TMPDIR");
+  const std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0 && ::flock(fd, operation) != 0) {
+    if (busy != nullptr) *busy = errno == EWOULDBLOCK;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+constexpr char kMeasurementLockFile[] = "dapple-host-capacity.lock";
+constexpr char kJobLockFile[] = "dapple-host-jobs.lock";
+
 }  // namespace
 
-HostMeasurementLock::HostMeasurementLock() {
-  const char* dir = std::getenv("TMPDIR");
-  const std::string path =
-      std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/dapple-host-capacity.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
+HostMeasurementLock::HostMeasurementLock() : fd_(OpenLocked(kMeasurementLockFile, LOCK_EX)) {}
 
 HostMeasurementLock::~HostMeasurementLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+HostJobLock::HostJobLock() : fd_(OpenLocked(kJobLockFile, LOCK_SH | LOCK_NB)) {}
+
+HostJobLock::~HostJobLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool HostRunsJob() {
+  // flock locks belong to open file descriptions, so this process's own HostJobLock conflicts
+  // with the exclusive probe like another process's.
+  bool busy = false;
+  const int fd = OpenLocked(kJobLockFile, LOCK_EX | LOCK_NB, &busy);
+  if (fd >= 0) ::close(fd);
+  return busy;
 }
 
 double CapacityFromTimes(int threads, double single_ms, double parallel_ms) {

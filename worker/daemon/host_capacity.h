@@ -36,12 +36,13 @@ double MeasureHostComputeCapacity(int threads = 0, int trials = 5,
 
 // Held while measuring the host (its capacity, its loopback link:
 // worker/comm/loopback_allreduce.h) and while a cpu worker profiles a model's layers
-// (profile_runner.h), which times the same cores. Workers started together on one host (scripts/demo, a node's
-// daemons after a reboot) would otherwise measure at the same moment, each one's "every thread at
-// once" run competing with the others': a host of capacity 1.4 measured 1.00 and 1.44 from two
-// workers. An exclusive flock on a host-wide file ($TMPDIR/dapple-host-capacity.lock, /tmp by
-// default) makes them measure one after the other; without the file (no writable /tmp) they measure
-// unserialised. The constructor blocks until the lock is held.
+// (profile_runner.h), which times the same cores. Workers started together on one host
+// (scripts/demo, a node's daemons after a reboot) would otherwise measure at the same moment, each
+// one's "every thread at once" run competing with the others': a host of capacity 1.4 measured 1.00
+// and 1.44 from two workers. An exclusive flock on a host-wide file
+// ($TMPDIR/dapple-host-capacity.lock, /tmp by default) makes them measure one after the other;
+// without the file (no writable /tmp) they measure unserialised. The constructor blocks until the
+// lock is held.
 class HostMeasurementLock {
  public:
   HostMeasurementLock();
@@ -52,6 +53,29 @@ class HostMeasurementLock {
  private:
   int fd_ = -1;
 };
+
+// Held while a cpu worker runs a rank of a job (WorkerDaemon::RunJob): a shared flock on a
+// host-wide file ($TMPDIR/dapple-host-jobs.lock, /tmp by default), so that the other workers of
+// the host can tell that a job computes here (HostRunsJob) and leave their idle measurements for
+// later. A refinement measured during another worker's job saw its stages (capacity 1.0-1.4 for
+// a host of 1.9) and took about 1.5 s of CPU from the job over the measurement's 0.2 s of wall
+// time per trial (perf, the bench/throughput.py 1-stage job with a second, idle worker).
+// Without the file (no writable /tmp) it holds nothing and HostRunsJob says false. Never blocks.
+class HostJobLock {
+ public:
+  HostJobLock();
+  ~HostJobLock();
+  HostJobLock(const HostJobLock&) = delete;
+  HostJobLock& operator=(const HostJobLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Whether a HostJobLock is held on this host now, by any process (this one included). A
+// snapshot: a job may start right after it returns. False when the file cannot be opened.
+// Never blocks.
+bool HostRunsJob();
 
 // A worker's estimate of its host's capacity: the median of its measurements so far. One
 // measurement can read far too low when other processes start at the same moment (the

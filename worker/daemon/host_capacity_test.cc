@@ -1,10 +1,16 @@
 #include "worker/daemon/host_capacity.h"
 
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -81,6 +87,61 @@ TEST(HostCapacityTest, MeasurementsOnOneHostDoNotOverlap) {
   a.join();
   b.join();
   EXPECT_TRUE(spans[0].last <= spans[1].first || spans[1].last <= spans[0].first);
+}
+
+// The lock files live in $TMPDIR: a private one keeps the workers of tests running at the same
+// time on this host out of these.
+class HostJobLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/host_job_lock_test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    setenv("TMPDIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("TMPDIR");
+    std::remove((dir_ + "/dapple-host-jobs.lock").c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string dir_;
+};
+
+TEST_F(HostJobLockTest, TheHostRunsAJobWhileAnyWorkerHoldsTheLock) {
+  EXPECT_FALSE(HostRunsJob());
+  {
+    const HostJobLock first;
+    EXPECT_TRUE(HostRunsJob());
+    {
+      const HostJobLock second;  // two workers' jobs at once: shared
+      EXPECT_TRUE(HostRunsJob());
+    }
+    EXPECT_TRUE(HostRunsJob());
+  }
+  EXPECT_FALSE(HostRunsJob());
+}
+
+TEST_F(HostJobLockTest, AnotherProcesssJobIsSeen) {
+  int held[2], release[2];
+  ASSERT_EQ(pipe(held), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const HostJobLock lock;
+    char c = 1;
+    if (write(held[1], &c, 1) != 1 || read(release[0], &c, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(held[0], &c, 1), 1);
+  EXPECT_TRUE(HostRunsJob());
+  ASSERT_EQ(write(release[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(HostRunsJob());  // the process ended, its lock with it
+  for (int fd : {held[0], held[1], release[0], release[1]}) close(fd);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ using daemon_internal::kRpcDeadline;
 // the coordinator have settled (their start is what spoils a measurement at registration), and
 // a few times, so that the median outvotes one spoiled by a job starting elsewhere on the host.
 // Not later: a measurement takes both cores for about 0.2 s, which a running job of another
-// worker on the host would feel.
+// worker on the host would feel (within the first seconds, one is skipped while such a job runs:
+// HostRunsJob).
 // Four, so that with the first there are five and the median is one of them.
 constexpr absl::Duration kCapacityRefinements[] = {absl::Seconds(3), absl::Seconds(5),
                                                    absl::Seconds(7), absl::Seconds(10)};
@@ -136,9 +138,11 @@ void WorkerDaemon::RefineHostCapacity() {
       absl::MutexLock l(&mu_);
       auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
       if (mu_.AwaitWithDeadline(absl::Condition(&stopped), start + after)) return;
-      // A measurement during a job would compete with its stages (and see them): skipped.
+      // A measurement during a job would compete with its stages (and see them): skipped, also
+      // for another worker's job on this host.
       if (!job_id_.empty() || profiling_.load()) continue;
     }
+    if (HostRunsJob()) continue;
     MeasureHost();
   }
 }
@@ -530,6 +534,9 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
   }
   // Every line this process logs while it runs the rank goes to the coordinator with the
   // rank's reports (`dapplectl logs`).
+  // Tells the host's other cpu workers that stages compute here (their idle measurements wait).
+  std::optional<HostJobLock> host_job;
+  if (IsCpuWorker()) host_job.emplace();
   JobLogCapture& logs = *ProcessJobLogCapture();
   logs.Begin();
   DAPPLE_LOG_INFO("{}: starting stage {} replica {} of {} stages", assignment.job_id(),

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/grpc_tls.h"
+#include "common/metrics/metrics_server.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -207,6 +208,16 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
         "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '",
         raw.metrics_port, "'"));
   }
+  flags.metrics_host = raw.metrics_host.empty()
+                           ? metrics::DefaultMetricsHost(IsLoopbackAddress(flags.listen))
+                           : raw.metrics_host;
+  if (absl::Status s = metrics::CheckMetricsHost(flags.metrics_host); !s.ok()) return s;
+  if (!raw.metrics_token_file.empty()) {
+    if (absl::Status s = CheckInputFile("--metrics-token-file", raw.metrics_token_file); !s.ok()) {
+      return s;
+    }
+  }
+  flags.metrics_token_file = raw.metrics_token_file;
   flags.checkpoint_dir = raw.checkpoint_dir;
   absl::StatusOr<int64_t> keep =
       ParseCount("--keep-checkpoints", raw.keep_checkpoints, 0, 1'000'000, "checkpoints");

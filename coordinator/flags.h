@@ -54,7 +54,11 @@ struct RawFlags {
   std::string log_level = "info";
   std::string port_file;           // empty: none
   std::string metrics_port = "0";  // kDefaultMetricsPort
-  std::string checkpoint_dir;      // empty: "checkpoints" next to --db
+  // Where /metrics listens (empty: loopback for a loopback --listen, else every interface:
+  // metrics::DefaultMetricsHost) and the file of the bearer token it requires (empty: none).
+  std::string metrics_host;
+  std::string metrics_token_file;
+  std::string checkpoint_dir;  // empty: "checkpoints" next to --db
   std::string keep_checkpoints = "3";
   std::string trace_every_steps = "50";
   std::string profile_max_age_h = "168";
@@ -97,6 +101,10 @@ struct Flags {
   std::string log_level;  // trace | debug | info | warn | error | off
   std::string port_file;  // "" or a file the coordinator can create (CheckPortFile)
   int metrics_port = 0;   // 0..65535; 0: no metrics endpoint
+  // An IPv4 address: --metrics-host, or its default from --listen (DefaultMetricsHost).
+  std::string metrics_host;
+  // "" or a readable regular file (CheckInputFile); read at start (common/token_file.h).
+  std::string metrics_token_file;
   // Root of the jobs' checkpoint folders; "" as typed: the service's default (a folder
   // "checkpoints" next to --db). Published checkpoints kept per job, 0..1000000 (0: all).
   std::string checkpoint_dir;
@@ -144,7 +152,8 @@ struct Flags {
 // --tls-cert contradict each other: choose one", "--tls-cert and --tls-key go together",
 // "--log-level must be one of trace, debug, info, warn, error, off; got 'loud'",
 // "--dead-worker-retention-s must be at most 604800 (s), got 999999", and CheckPortFile's messages,
-// "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '70000'", and for
+// "--metrics-port must be a port number in 0..65535 (0: no metrics endpoint), got '70000'",
+// "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0", and for
 // the planner defaults "--cpu-gflops must be at least 1 (GFLOP/s), got 0". Looks at the file system
 // for --port-file only (nothing is created).
 absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw);

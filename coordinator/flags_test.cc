@@ -82,6 +82,33 @@ TEST(FlagsTest, MetricsPortIsAPortOrZeroForNone) {
   }
 }
 
+// /metrics names every tenant's jobs: it listens where --listen does by default (loopback
+// for loopback, every interface otherwise), or where --metrics-host says.
+TEST(FlagsTest, MetricsHostFollowsListen) {
+  RawFlags raw;
+  auto flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_host, "127.0.0.1");
+  EXPECT_EQ(flags->metrics_token_file, "");
+  raw.listen = "0.0.0.0:7600";
+  raw.plaintext = true;
+  flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_host, "0.0.0.0");
+  raw.metrics_host = "127.0.0.1";
+  flags = ValidateFlags(raw);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->metrics_host, "127.0.0.1");
+  raw.metrics_host = "localhost";
+  EXPECT_EQ(Error(raw),
+            "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+  raw.metrics_host = "";
+  raw.metrics_token_file = "/no/such/metrics.token";
+  EXPECT_EQ(Error(raw),
+            "--metrics-token-file '/no/such/metrics.token' cannot be read: No such file or "
+            "directory");
+}
+
 TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {
   RawFlags raw;
   raw.dead_worker_retention_s = "0";

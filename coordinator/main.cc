@@ -30,7 +30,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
-#include "common/metrics/metrics_server.h"
+#include "common/metrics/metrics_endpoint.h"
 #include "coordinator/auth/audit_log.h"
 #include "coordinator/auth/authenticator.h"
 #include "coordinator/auth/bootstrap.h"
@@ -254,8 +254,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", raw.log_level, "trace | debug | info | warn | error | off")
       ->capture_default_str();
   app.add_option("--metrics-port", raw.metrics_port,
-                 "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
+                 "serve Prometheus metrics at http://HOST:PORT/metrics, HOST from --metrics-host "
+                 "(0: off)")
       ->capture_default_str();
+  app.add_option("--metrics-host", raw.metrics_host,
+                 "IPv4 address the metrics endpoint binds (default: 127.0.0.1 for a loopback "
+                 "--listen, else 0.0.0.0); its text names every tenant's jobs");
+  app.add_option("--metrics-token-file", raw.metrics_token_file,
+                 "file holding a bearer token that /metrics requires (Prometheus: "
+                 "authorization.credentials_file); default: none");
   app.add_option("--checkpoint-dir", raw.checkpoint_dir,
                  "root of the jobs' checkpoint folders, <dir>/<tenant>/<job id>/step-<N> "
                  "(_admin for admins' jobs; default: \"checkpoints\" next to --db)");
@@ -486,11 +493,10 @@ int main(int argc, char** argv) {
   // refused for that reason first.
   std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;
   if (flags->metrics_port != dapple::metrics::kMetricsPortOff) {
-    auto started = dapple::metrics::MetricsServer::Start("0.0.0.0", flags->metrics_port,
-                                                         metrics->metric_set());
+    auto started = dapple::metrics::StartMetricsServer(
+        flags->metrics_host, flags->metrics_port, flags->metrics_token_file, metrics->metric_set());
     if (!started.ok()) return Fail(started.status());
     metrics_server = *std::move(started);
-    DAPPLE_LOG_INFO("metrics on http://0.0.0.0:{}/metrics", metrics_server->port());
   }
   if (!flags->port_file.empty()) {
     if (absl::Status s = WritePortFile(flags->port_file, port); !s.ok()) return Fail(s);

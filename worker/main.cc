@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "common/metrics/metrics_server.h"
+#include "common/metrics/metrics_endpoint.h"
 #include "kernels/cpu/blas.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_flags.h"
@@ -110,15 +110,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;
   if (flags->metrics_port != dapple::metrics::kMetricsPortOff) {
     auto metrics = std::make_shared<dapple::worker::WorkerMetrics>();
-    auto started = dapple::metrics::MetricsServer::Start("0.0.0.0", flags->metrics_port,
-                                                         metrics->metric_set());
+    auto started = dapple::metrics::StartMetricsServer(
+        flags->metrics_host, flags->metrics_port, flags->metrics_token_file, metrics->metric_set());
     if (!started.ok()) {
       std::cerr << "dapple-worker: " << started.status().message() << "\n";
       return 1;
     }
     metrics_server = *std::move(started);
     opts.observer = metrics;
-    DAPPLE_LOG_INFO("metrics on http://0.0.0.0:{}/metrics", metrics_server->port());
   }
   dapple::worker::WorkerDaemon daemon(opts);
   std::thread signals([&] {

@@ -11,8 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "prometheus/text_serializer.h"
 
 namespace dapple::metrics {
@@ -31,16 +34,53 @@ void WriteAll(int fd, const std::string& data) {
   }
 }
 
-std::string Response(const std::string& status, const std::string& type, const std::string& body) {
-  return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+// `extra_headers`: "" or header lines, each ending in \r\n.
+std::string Response(const std::string& status, const std::string& type, const std::string& body,
+                     const std::string& extra_headers = "") {
+  return absl::StrCat("HTTP/1.1 ", status, "\r\n", extra_headers, "Content-Type: ", type,
                       "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
+// The value of header `name` (case-insensitive, as HTTP says) in `request`'s header lines, its
+// surrounding blanks removed; "" when absent.
+std::string HeaderValue(const std::string& request, absl::string_view name) {
+  const size_t end = request.find("\r\n\r\n");
+  const std::vector<absl::string_view> lines =
+      absl::StrSplit(absl::string_view(request).substr(0, end), "\r\n");
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const size_t colon = lines[i].find(':');
+    if (colon == absl::string_view::npos) continue;
+    if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(lines[i].substr(0, colon)), name)) {
+      return std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+    }
+  }
+  return "";
+}
+
+// Compares every byte whatever the first difference, so that the answer's timing does not tell
+// a caller how much of a guessed token was right.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
 }
 
 }  // namespace
 
+std::string DefaultMetricsHost(bool loopback) { return loopback ? "127.0.0.1" : "0.0.0.0"; }
+
+absl::Status CheckMetricsHost(const std::string& host) {
+  in_addr addr{};
+  if (inet_pton(AF_INET, host.c_str(), &addr) == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--metrics-host '", host, "' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0"));
+}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& host, int port, std::shared_ptr<prometheus::Collectable> collectable,
-    const std::string& flag) {
+    const std::string& flag, const std::string& bearer_token) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " must be a port in 0..65535, got ", port));
@@ -67,12 +107,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   socklen_t len = sizeof(addr);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return fail(fd, errno);
   return std::unique_ptr<MetricsServer>(
-      new MetricsServer(fd, ntohs(addr.sin_port), std::move(collectable)));
+      new MetricsServer(fd, ntohs(addr.sin_port), std::move(collectable), bearer_token));
 }
 
 MetricsServer::MetricsServer(int listen_fd, int port,
-                             std::shared_ptr<prometheus::Collectable> collectable)
-    : listen_fd_(listen_fd), port_(port), collectable_(std::move(collectable)) {
+                             std::shared_ptr<prometheus::Collectable> collectable,
+                             std::string bearer_token)
+    : listen_fd_(listen_fd),
+      port_(port),
+      collectable_(std::move(collectable)),
+      bearer_token_(std::move(bearer_token)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -91,6 +135,18 @@ void MetricsServer::Loop() {
     Serve(fd);
     close(fd);
   }
+}
+
+bool MetricsServer::Authorized(const std::string& request) const {
+  if (bearer_token_.empty()) return true;
+  const std::string value = HeaderValue(request, "authorization");
+  constexpr absl::string_view kScheme = "bearer ";
+  if (value.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(absl::string_view(value).substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  return ConstantTimeEquals(
+      absl::StripAsciiWhitespace(absl::string_view(value).substr(kScheme.size())), bearer_token_);
 }
 
 void MetricsServer::Serve(int fd) {
@@ -120,6 +176,10 @@ void MetricsServer::Serve(int fd) {
   path = path.substr(0, path.find('?'));
   if (method != "GET") {
     WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "only GET\n"));
+  } else if (path == "/metrics" && !Authorized(request)) {
+    WriteAll(fd, Response("401 Unauthorized", "text/plain",
+                          "/metrics needs the bearer token of the server's --metrics-token-file\n",
+                          "WWW-Authenticate: Bearer realm=\"dapple metrics\"\r\n"));
   } else if (path == "/metrics") {
     const std::string body = prometheus::TextSerializer().Serialize(collectable_->Collect());
     WriteAll(fd, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body));

@@ -7,9 +7,11 @@
 // A scrape is one short GET; a plain blocking server on a normal std::thread serves it.
 //
 // Requests: GET /metrics (a query string is ignored) -> 200 with the collected text;
-// GET / -> 200 with a link; another path -> 404; another method -> 405. One connection at a
-// time, HTTP/1.0 style (the response closes the connection); a client that sends nothing
-// for 5 s is dropped.
+// GET / -> 200 with a link; another path -> 404; another method -> 405. With a bearer token
+// (--metrics-token-file), GET /metrics without the header `Authorization: Bearer <token>` ->
+// 401 (with `WWW-Authenticate: Bearer`), compared in constant time: the text names every
+// tenant's jobs (docs/security.md, "Metrics endpoints"). One connection at a time, HTTP/1.0
+// style (the response closes the connection); a client that sends nothing for 5 s is dropped.
 //
 // Thread safety: thread-safe; the destructor stops the thread (a scrape in flight finishes
 // first) and closes the socket.
@@ -21,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "prometheus/collectable.h"
 
@@ -29,6 +32,16 @@ namespace dapple::metrics {
 // What a binary's --metrics-port means.
 inline constexpr int kMetricsPortOff = 0;
 
+// The address a binary serves metrics on without --metrics-host: "127.0.0.1" when the cluster
+// it belongs to is reached on loopback (`loopback`: the coordinator's --listen, a worker's
+// --coordinator is a loopback address: one host, whose Prometheus scrapes it there), else
+// "0.0.0.0" (every interface: Prometheus scrapes from another host).
+std::string DefaultMetricsHost(bool loopback);
+
+// OK when `host` is an IPv4 address (what MetricsServer binds); kInvalidArgument otherwise:
+// "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0".
+absl::Status CheckMetricsHost(const std::string& host);
+
 class MetricsServer {
  public:
   // Binds HOST:PORT (HOST an IPv4 address such as "0.0.0.0" or "127.0.0.1"; `port` 0: a free
@@ -36,10 +49,12 @@ class MetricsServer {
   // and serves `collectable` at /metrics. `flag` names the option the port came from.
   // Errors, one line: kUnavailable when the port cannot be bound, e.g. "cannot serve metrics
   // on 0.0.0.0:9400 (--metrics-port 9400): Address already in use"; kInvalidArgument for a
-  // port outside 0..65535 or a host that is not an IPv4 address.
+  // port outside 0..65535 or a host that is not an IPv4 address. `bearer_token` non-empty:
+  // /metrics answers only requests that carry it (above); the caller checked it
+  // (common/token_file.h ReadTokenFile).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Collectable> collectable,
-      const std::string& flag = "--metrics-port");
+      const std::string& flag = "--metrics-port", const std::string& bearer_token = "");
 
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
@@ -49,13 +64,16 @@ class MetricsServer {
   int port() const { return port_; }
 
  private:
-  MetricsServer(int listen_fd, int port, std::shared_ptr<prometheus::Collectable> collectable);
+  MetricsServer(int listen_fd, int port, std::shared_ptr<prometheus::Collectable> collectable,
+                std::string bearer_token);
+  bool Authorized(const std::string& request) const;
   void Loop();
   void Serve(int fd);
 
   const int listen_fd_;
   const int port_;
   const std::shared_ptr<prometheus::Collectable> collectable_;
+  const std::string bearer_token_;  // "": no check
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -22,7 +22,7 @@ constexpr char kPromtool[] = "/usr/bin/promtool";
 
 // GET http://127.0.0.1:port/path; the whole response (status line, headers, body), or "" when
 // the connection failed. 5 s receive timeout, so a hung server fails the test.
-std::string HttpGet(int port, const std::string& path) {
+std::string HttpGet(int port, const std::string& path, const std::string& headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   timeval timeout{5, 0};
@@ -35,8 +35,8 @@ std::string HttpGet(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
+                                           headers, "Connection: close\r\n\r\n");
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return "";
@@ -120,6 +120,47 @@ TEST(MetricsServerTest, OtherPathsAndMethods) {
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   close(fd);
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/metrics"), "HTTP/1.1 200"));
+}
+
+// With a token (--metrics-token-file), /metrics is served only to a request that carries it:
+// the text names every tenant's jobs.
+TEST(MetricsServerTest, ATokenGuardsTheMetrics) {
+  auto set = std::make_shared<MetricSet>(Binary::kCoordinator);
+  set->Gauge(kJobQueueLength).Set(4);
+  const std::string token = "dpl_metrics_0123456789";
+  auto server = MetricsServer::Start("127.0.0.1", 0, set, "--metrics-port", token);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  for (const std::string& headers :
+       {std::string(""), std::string("Authorization: Bearer dpl_metrics_012345678\r\n"),
+        std::string("Authorization: Bearer dpl_metrics_01234567890\r\n"),
+        std::string("Authorization: Basic ZHBsOng=\r\n"), std::string("Authorization: Bearer\r\n"),
+        std::string("X-Token: dpl_metrics_0123456789\r\n")}) {
+    const std::string response = HttpGet(port, "/metrics", headers);
+    EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 401")) << headers << response;
+    EXPECT_TRUE(absl::StrContains(response, "WWW-Authenticate: Bearer")) << response;
+    EXPECT_FALSE(absl::StrContains(response, "dapple_job_queue_length")) << response;
+  }
+  // The header's name and scheme in any case, as HTTP allows.
+  for (const std::string& headers :
+       {std::string("Authorization: Bearer dpl_metrics_0123456789\r\n"),
+        std::string("authorization:bearer  dpl_metrics_0123456789 \r\n")}) {
+    const std::string response = HttpGet(port, "/metrics", headers);
+    EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 200")) << headers << response;
+    EXPECT_TRUE(absl::StrContains(Body(response), "\ndapple_job_queue_length 4\n")) << response;
+  }
+  EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/"), "HTTP/1.1 200"))
+      << "the link page holds no data";
+}
+
+TEST(MetricsServerTest, MetricsHostDefaultsAndChecks) {
+  EXPECT_EQ(DefaultMetricsHost(true), "127.0.0.1");
+  EXPECT_EQ(DefaultMetricsHost(false), "0.0.0.0");
+  EXPECT_TRUE(CheckMetricsHost("10.1.2.3").ok());
+  EXPECT_EQ(CheckMetricsHost("localhost").message(),
+            "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+  EXPECT_FALSE(CheckMetricsHost("").ok());
+  EXPECT_FALSE(CheckMetricsHost("127.0.0.1:9400").ok());
 }
 
 TEST(MetricsServerTest, BusyPortIsAnErrorNamingThePort) {

@@ -1,6 +1,8 @@
-"""Prometheus end to end: a real coordinator and 2 real workers (each with --metrics-port)
-training a 2-stage job, scraped by a real Prometheus server (Debian's /usr/bin/prometheus)
-with deploy/prometheus's scrape config shape and alert rules.
+"""Prometheus end to end: a real coordinator and 2 real workers (each with --metrics-port and
+--metrics-token-file) training a 2-stage job, scraped by a real Prometheus server (Debian's
+/usr/bin/prometheus) with deploy/prometheus's scrape config shape and alert rules, sending the
+bearer token from its authorization.credentials_file. Every endpoint listens on loopback only
+(the cluster's addresses are loopback) and answers 401 to a scrape without the token.
 
 Checks (issue 6, "Done when"): every target is up; `promtool check metrics` passes on every
 /metrics endpoint; every query of every panel of deploy/grafana/dashboards/*.json and the signal
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -54,31 +57,57 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http_get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+def http_get(url, timeout=5, token=None):
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(request, timeout=timeout) as r:
         return r.read().decode()
 
 
-class MetricsCluster(cluster.Cluster):
-    """cluster.Cluster with --metrics-port on the coordinator and on every worker."""
+def http_status(url, token=None):
+    """The HTTP status of GET `url` (401 and the like too)."""
+    try:
+        http_get(url, token=token)
+        return 200
+    except urllib.error.HTTPError as e:
+        return e.code
 
-    def __init__(self, **kw):
+
+def listening_addresses(port):
+    """The IPv4 addresses a socket of this machine listens on at `port` (/proc/net/tcp)."""
+    found = []
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            host, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                found.append(socket.inet_ntoa(bytes.fromhex(host)[::-1]))
+    return found
+
+
+class MetricsCluster(cluster.Cluster):
+    """cluster.Cluster with --metrics-port on the coordinator and on every worker, each guarded
+    by the bearer token in `token_file` when one is given (--metrics-token-file)."""
+
+    def __init__(self, token_file=None, **kw):
         self.coordinator_metrics_port = free_port()
         self.worker_metrics_ports = []
+        self.token_args = ["--metrics-token-file", token_file] if token_file else []
         super().__init__(**kw)
 
     def start_coordinator(self):
         # cluster.Cluster.start_coordinator with --metrics-port.
         if "--metrics-port" not in self.coordinator_args:
             self.coordinator_args = self.coordinator_args + [
-                "--metrics-port", str(self.coordinator_metrics_port)]
+                "--metrics-port", str(self.coordinator_metrics_port)] + self.token_args
         super().start_coordinator()
 
     def add_worker(self, name=None, log_name=None):
         port = free_port()
         self.worker_metrics_ports.append(port)
         base = list(self.worker_args)
-        self.worker_args = base + ["--metrics-port", str(port)]
+        self.worker_args = base + ["--metrics-port", str(port)] + self.token_args
         try:
             return super().add_worker(name, log_name)
         finally:
@@ -92,7 +121,7 @@ class MetricsCluster(cluster.Cluster):
 class Prometheus:
     """A Prometheus server in a temporary folder, scraping every second."""
 
-    def __init__(self, coordinator_targets, worker_targets, directory):
+    def __init__(self, coordinator_targets, worker_targets, directory, token_file=None):
         with open(SCRAPE_CONFIG) as f:
             config = yaml.safe_load(f)
         # deploy/prometheus/prometheus.yml's shape (job names, relabelling) with this test's
@@ -103,6 +132,9 @@ class Prometheus:
         assert set(jobs) == {"dapple-coordinator", "dapple-worker"}, jobs
         jobs["dapple-coordinator"]["static_configs"] = [{"targets": coordinator_targets}]
         jobs["dapple-worker"]["static_configs"] = [{"targets": worker_targets}]
+        if token_file:  # the endpoints' --metrics-token-file, as the config's comment shows
+            for job in jobs.values():
+                job["authorization"] = {"type": "Bearer", "credentials_file": token_file}
         self.targets = len(coordinator_targets) + len(worker_targets)
         path = os.path.join(directory, "prometheus.yml")
         with open(path, "w") as f:
@@ -188,7 +220,13 @@ class MetricsTest(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="dapple-metrics-")
-        self.c = MetricsCluster(workers=2, worker_timeout_ms=2000)
+        # Every endpoint requires a bearer token, which Prometheus sends from its
+        # authorization.credentials_file (docs/security.md, "Metrics endpoints").
+        self.token = "dpl_metrics-test-0123456789abcdef"
+        self.token_file = os.path.join(self.dir, "metrics.token")
+        with open(self.token_file, "w") as f:
+            f.write(self.token + "\n")
+        self.c = MetricsCluster(workers=2, worker_timeout_ms=2000, token_file=self.token_file)
         self.prom = None
 
     def tearDown(self):
@@ -215,7 +253,7 @@ class MetricsTest(unittest.TestCase):
                                          epochs=1000))
         c.wait_state(job, ("RUNNING",), timeout=30)
         coordinator_targets, worker_targets = c.metrics_targets()
-        self.prom = Prometheus(coordinator_targets, worker_targets, self.dir)
+        self.prom = Prometheus(coordinator_targets, worker_targets, self.dir, self.token_file)
         prom = self.prom
         prom.wait_ready()
 
@@ -235,7 +273,11 @@ class MetricsTest(unittest.TestCase):
 
         # promtool check metrics on every endpoint while the job trains.
         for target in coordinator_targets + worker_targets:
-            text = http_get("http://%s/metrics" % target)
+            # The cluster's --listen and --coordinator are loopback: so are the endpoints.
+            self.assertEqual(listening_addresses(int(target.split(":")[1])), ["127.0.0.1"], target)
+            self.assertEqual(http_status("http://%s/metrics" % target), 401, target)
+            self.assertEqual(http_status("http://%s/metrics" % target, token=self.token[:-1]), 401)
+            text = http_get("http://%s/metrics" % target, token=self.token)
             self.assertIn("dapple_", text)
             rc, out = self.promtool("check", "metrics", stdin=text)
             self.assertEqual(rc, 0, "promtool check metrics %s:\n%s" % (target, out))

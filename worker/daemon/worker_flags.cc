@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_tls.h"
+#include "common/metrics/metrics_server.h"
 #include "common/token_file.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
@@ -118,8 +119,16 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
       ->capture_default_str();
   std::string metrics_port = "0";
   app.add_option("--metrics-port", metrics_port,
-                 "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0: off)")
+                 "serve Prometheus metrics at http://HOST:PORT/metrics, HOST from --metrics-host "
+                 "(0: off)")
       ->capture_default_str();
+  std::string metrics_host;
+  app.add_option("--metrics-host", metrics_host,
+                 "IPv4 address the metrics endpoint binds (default: 127.0.0.1 when --coordinator "
+                 "is a loopback address, else 0.0.0.0); its text names the jobs this worker runs");
+  app.add_option("--metrics-token-file", f.metrics_token_file,
+                 "file holding a bearer token that /metrics requires (Prometheus: "
+                 "authorization.credentials_file); default: none");
   std::string comm_delay_max_ms = "0";
   app.add_option("--comm-delay-max-ms", comm_delay_max_ms,
                  "fault injection: wait a random 0..N ms before every send and receive between "
@@ -169,6 +178,8 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
         {"--rendezvous-timeout-s", &rendezvous_timeout},
         {"--device-memory", &device_memory},
         {"--metrics-port", &metrics_port},
+        {"--metrics-host", &metrics_host},
+        {"--metrics-token-file", &f.metrics_token_file},
         {"--comm-delay-max-ms", &comm_delay_max_ms},
         {"--ca", &tls.ca_file},
         {"--tls-cert", &tls.cert_file},
@@ -262,6 +273,15 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   if (!credentials.ok()) return credentials.status();
   o.coordinator_credentials = *std::move(credentials);
   o.coordinator_tls = !tls.ca_file.empty();
+  if (app.count("--metrics-token-file") > 0 && f.metrics_token_file.empty()) {
+    return InvalidFlag(
+        "--metrics-token-file '' must name a file (leave the flag out to serve /metrics without "
+        "a token)");
+  }
+  f.metrics_host = app.count("--metrics-host") > 0
+                       ? metrics_host
+                       : metrics::DefaultMetricsHost(IsLoopbackAddress(o.coordinator));
+  if (absl::Status s = metrics::CheckMetricsHost(f.metrics_host); !s.ok()) return s;
   if (app.count("--join-token-file") > 0) {
     absl::StatusOr<std::string> token = common::ReadTokenFile(join_token_file);
     if (!token.ok())

@@ -16,9 +16,14 @@ struct WorkerFlags {
   std::string log_level = "info";
   bool devices_given = false;  // --devices appeared; otherwise main offers DefaultDevices()
   bool cpu_fallback = false;
-  // --metrics-port: serve Prometheus metrics at http://0.0.0.0:PORT/metrics; 0 (the default,
-  // since several workers often share a host): no endpoint.
+  // --metrics-port: serve Prometheus metrics at http://HOST:PORT/metrics; 0 (the default,
+  // since several workers often share a host): no endpoint. HOST: --metrics-host, by default
+  // 127.0.0.1 for a loopback --coordinator (a one-host cluster), else 0.0.0.0
+  // (metrics::DefaultMetricsHost). --metrics-token-file: "" or the file of the bearer token
+  // /metrics requires (read when the endpoint starts: metrics_endpoint.h).
   int metrics_port = 0;
+  std::string metrics_host;
+  std::string metrics_token_file;
   bool help = false;      // --help / -h: print help_text to stdout and exit 0, nothing else set
   std::string help_text;  // CLI11's usage text (always filled)
 };
@@ -39,7 +44,8 @@ struct WorkerFlags {
 //  - a --devices value with an empty entry ("--devices 'cpu,' has an empty entry ...");
 //  - --transport-timeout-s / --rendezvous-timeout-s that are not whole numbers;
 //  - --metrics-port that is not a port number 0..65535 ("--metrics-port '70000' must be a
-//    port number in 0..65535 (0: no metrics endpoint)");
+//    port number in 0..65535 (0: no metrics endpoint)"); --metrics-host that is not an IPv4
+//    address; --metrics-token-file '';
 //  - whatever ValidateWorkerOptions / ValidateLogLevel reject (a bad $DAPPLE_COORDINATOR says
 //    "(from $DAPPLE_COORDINATOR)").
 // Does not look at the machine's GPUs: ResolveDevices (device.h) does that afterwards.

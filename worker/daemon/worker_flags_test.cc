@@ -181,6 +181,35 @@ TEST(WorkerFlagsTest, MetricsPortIsOffByDefault) {
               "--metrics-port needs a value, got the flag '--name'");
 }
 
+// /metrics names the jobs the worker runs: on loopback for a one-host cluster (a loopback
+// --coordinator), every interface otherwise, or where --metrics-host says.
+TEST(WorkerFlagsTest, MetricsHostFollowsTheCoordinatorsAddress) {
+  absl::StatusOr<WorkerFlags> f = Parse({"--coordinator", "127.0.0.1:7600"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_host, "127.0.0.1");
+  EXPECT_EQ(f->metrics_token_file, "");
+  f = Parse({"--coordinator", "localhost:7600"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_host, "127.0.0.1");
+  f = Parse({"--coordinator", "10.0.0.1:7600", "--plaintext"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_host, "0.0.0.0");
+  f = Parse({"--coordinator", "10.0.0.1:7600", "--plaintext", "--metrics-host", "10.0.0.2",
+             "--metrics-token-file", "/etc/dapple/metrics.token"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_host, "10.0.0.2");
+  EXPECT_EQ(f->metrics_token_file, "/etc/dapple/metrics.token");
+  ExpectError({"--metrics-host", "localhost"},
+              "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+  ExpectError({"--metrics-host", ""},
+              "--metrics-host '' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+  ExpectError({"--metrics-token-file", ""},
+              "--metrics-token-file '' must name a file (leave the flag out to serve /metrics "
+              "without a token)");
+  ExpectError({"--metrics-host", "--name", "x"},
+              "--metrics-host needs a value, got the flag '--name'");
+}
+
 TEST(WorkerFlagsTest, DeviceMemory) {
   absl::StatusOr<WorkerFlags> f = Parse({});
   ASSERT_TRUE(f.ok()) << f.status();

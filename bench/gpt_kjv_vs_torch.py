@@ -46,11 +46,20 @@ TOLERANCE = 0.02  # dapple's validation loss within 2 % of PyTorch's
 
 
 def spec_with_steps(path, steps, directory):
-    """The spec at `path`, with training.max_steps = steps when given, written into `directory`."""
+    """The spec at `path`, with training.max_steps = steps when given, written into `directory`.
+    A shortened run keeps its learning-rate schedule within its steps (the spec refuses a warm-up
+    or decay longer than the job): the warm-up becomes at most a quarter of the steps, the decay
+    ends at the last one."""
     with open(path) as f:
         spec = yaml.safe_load(f)
     if steps:
         spec["training"]["max_steps"] = steps
+        schedule = spec["training"].get("lr_schedule") or {}
+        if schedule.get("warmup_steps", 0) >= steps:
+            schedule["warmup_steps"] = steps // 4
+            print("lr_schedule.warmup_steps %d for the %d steps" % (steps // 4, steps))
+        if schedule.get("decay_steps", 0) > steps:
+            schedule["decay_steps"] = 0
     out = os.path.join(directory, "job.yaml")
     with open(out, "w") as f:
         yaml.dump(spec, f, Dumper=_SpecDumper, sort_keys=False)

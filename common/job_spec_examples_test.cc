@@ -133,6 +133,15 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "the padded input height 3 (H 3 + 2 x padding 0) of [16, 3, 3] from model.layers[4] "
        "(maxpool2d): the conv2d window fits nowhere and its output would be empty: use a kernel "
        "of at most 3, more padding, or fewer downsampling layers before it"},
+      // A learning-rate schedule that would not do what it says.
+      {"warmup_longer_than_job.yaml",
+       "examples/bad/warmup_longer_than_job.yaml:16:31: training.lr_schedule.warmup_steps 40 is "
+       "not less than the job's 12 steps (training.max_steps): the learning rate would never "
+       "reach training.optimizer.lr 0.05; set warmup_steps to at most 11"},
+      {"min_lr_without_decay.yaml",
+       "examples/bad/min_lr_without_decay.yaml:14:43: training.lr_schedule.min_lr 0.005 has no "
+       "effect with training.lr_schedule.decay none: only the cosine decay ends at min_lr; add "
+       "decay: cosine, or remove min_lr"},
   };
   for (const BadExample& c : cases) {
     SCOPED_TRACE(c.file);

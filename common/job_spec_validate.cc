@@ -18,6 +18,7 @@
 #include "common/job_spec_internal.h"
 #include "common/model_info.h"
 #include "common/spec_text.h"
+#include "common/steps.h"
 
 namespace dapple {
 namespace job_spec_internal {
@@ -127,7 +128,8 @@ Check CheckOptimizer(const v1::OptimizerSpec& opt) {
   return std::nullopt;
 }
 
-Check CheckLrSchedule(const v1::TrainingSpec& t) {
+Check CheckLrSchedule(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
   if (!t.has_lr_schedule()) return std::nullopt;
   const v1::LrSchedule& l = t.lr_schedule();
   if (l.warmup_steps() < 0) {
@@ -159,6 +161,51 @@ Check CheckLrSchedule(const v1::TrainingSpec& t) {
   }
   if (Check c = CheckAtMost("training.lr_schedule.decay_steps", l.decay_steps(), kMaxSteps)) {
     return c;
+  }
+  // What only the cosine decay reads: set with decay none, it would change nothing.
+  if (l.decay() != "cosine") {
+    const std::string decay = l.decay().empty() ? "none" : l.decay();
+    if (l.min_lr() != 0) {
+      return At("training.lr_schedule.min_lr",
+                absl::StrFormat("training.lr_schedule.min_lr %s has no effect with "
+                                "training.lr_schedule.decay %s: only the cosine decay ends at "
+                                "min_lr; add decay: cosine, or remove min_lr",
+                                FormatDouble(l.min_lr()), decay));
+    }
+    if (l.decay_steps() != 0) {
+      return At("training.lr_schedule.decay_steps",
+                absl::StrFormat("training.lr_schedule.decay_steps %d has no effect with "
+                                "training.lr_schedule.decay %s: it is where the cosine decay "
+                                "ends; add decay: cosine, or remove decay_steps",
+                                l.decay_steps(), decay));
+    }
+  }
+  // Against the job's length (when it is known here: a text file's sample count is resolved
+  // at submit): a warm-up or a decay that the job ends before finishing never gives the rate
+  // the spec names (a shortened run of examples/gpt_kjv.yaml ended at 0.3 x optimizer.lr).
+  // Unresolved text (no steps per epoch yet): training.max_steps still bounds the job.
+  const bool bounded_only = StepsPerEpoch(spec) == 0 && t.max_steps() > 0;
+  const int64_t total = bounded_only ? t.max_steps() : TotalSteps(spec);
+  const std::string length =
+      bounded_only ? absl::StrFormat("training.max_steps %d", total)
+      : t.max_steps() > 0 && t.max_steps() == total
+          ? absl::StrFormat("the job's %d steps (training.max_steps)", total)
+          : absl::StrFormat("the job's %d steps (training.epochs %d x %d steps per epoch)", total,
+                            t.epochs(), StepsPerEpoch(spec));
+  if (total > 0 && l.warmup_steps() >= total) {
+    return At(
+        "training.lr_schedule.warmup_steps",
+        absl::StrFormat("training.lr_schedule.warmup_steps %d is not less than %s: the "
+                        "learning rate would never reach training.optimizer.lr %s; set "
+                        "warmup_steps to at most %d",
+                        l.warmup_steps(), length, FormatDouble(t.optimizer().lr()), total - 1));
+  }
+  if (total > 0 && l.decay_steps() > total) {
+    return At("training.lr_schedule.decay_steps",
+              absl::StrFormat("training.lr_schedule.decay_steps %d is more than %s: the decay "
+                              "would stop short of training.lr_schedule.min_lr %s; set "
+                              "decay_steps to at most %d (or 0 for the job's total steps)",
+                              l.decay_steps(), length, FormatDouble(l.min_lr()), total));
   }
   if (l.decay_steps() > 0 && l.decay_steps() <= l.warmup_steps()) {
     return At("training.lr_schedule.decay_steps",
@@ -324,7 +371,7 @@ Check CheckTraining(const v1::JobSpec& spec) {
     return c;
   }
   if (Check c = CheckOptimizer(t.optimizer())) return c;
-  return CheckLrSchedule(t);
+  return CheckLrSchedule(spec);
 }
 
 // "1 layer", "6 layers".

@@ -43,6 +43,40 @@ TEST(ValidateJobSpecTest, ExampleAndVariantsAreValid) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+// A learning-rate schedule that would not do what it says is refused: what only the cosine
+// decay reads, set without it; a warm-up or decay longer than the job.
+TEST(ValidateJobSpecTest, LrScheduleSettingsMustTakeEffect) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_max_steps(0);
+  spec.mutable_training()->set_epochs(2);  // 2 x 234 steps of 256 Fashion-MNIST samples
+  v1::LrSchedule* l = spec.mutable_training()->mutable_lr_schedule();
+  l->set_warmup_steps(10);
+  l->set_decay("none");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  l->set_decay_steps(100);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.lr_schedule.decay_steps 100 has no effect with "
+                                        "training.lr_schedule.decay none",
+                                        "add decay: cosine, or remove decay_steps"});
+  l->set_decay("cosine");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  l->set_decay_steps(469);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.lr_schedule.decay_steps 469 is more than the job's 468 steps "
+                 "(training.epochs 2 x 234 steps per epoch)",
+                 "set decay_steps to at most 468 (or 0 for the job's total steps)"});
+  l->set_decay_steps(468);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  l->set_decay_steps(0);
+  l->set_warmup_steps(468);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.lr_schedule.warmup_steps 468 is not less than the job's 468 steps",
+                 "set warmup_steps to at most 467"});
+  spec.mutable_training()->set_max_steps(1000);  // more than the epochs give: they decide
+  ExpectInvalid(ValidateJobSpec(spec), {"the job's 468 steps (training.epochs 2 x 234"});
+  l->set_warmup_steps(467);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 TEST(ValidateJobSpecTest, Name) {
   v1::JobSpec spec = Example();
   spec.set_name("");

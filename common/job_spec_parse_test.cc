@@ -222,6 +222,25 @@ TEST(ParseJobSpecTest, LargeSeedAndNegativeSeed) {
                    "job.yaml:16:9: training.seed must be a non-negative integer, got '-1'");
 }
 
+// A number beyond a double's range is quoted as written, not as the inf or 0 it converts to.
+TEST(ParseJobSpecTest, ANumberOutsideADoublesRangeIsQuotedAsWritten) {
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: 1e400"),
+                   "job.yaml:15:30: training.optimizer.lr 1e400 is beyond the largest number "
+                   "(about 1.8e308): it would be infinite");
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: -2.5E+999"),
+                   "job.yaml:15:30: training.optimizer.lr -2.5E+999 is beyond the largest number "
+                   "(about 1.8e308): it would be infinite");
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: 1e-400"),
+                   "job.yaml:15:30: training.optimizer.lr 1e-400 is below the smallest number "
+                   "(about 4.9e-324): it would be 0");
+  // An explicit zero is zero (and the rule about it speaks).
+  ExpectParseError(Edit(kExample, "lr: 0.05", "lr: 0.0e-400"),
+                   "job.yaml:15:30: training.optimizer.lr 0 must be > 0 and finite");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(Edit(kExample, "lr: 0.05", "lr: 1e-310"), "j");
+  ASSERT_TRUE(spec.ok()) << spec.status();  // subnormal, but not 0
+  EXPECT_GT(spec->training().optimizer().lr(), 0);
+}
+
 // --------------------------------------------------------------------- syntax and structure
 
 TEST(ParseJobSpecTest, SyntaxErrorPointsAtTheUnclosedBracket) {

@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -263,7 +264,21 @@ class Parser {
       return Error(MarkOf(f),
                    absl::StrFormat("%s must be a number, got %s", path, Describe(f.value)));
     }
+    // The conversion saturates: quote what was written, not the inf or 0 it became.
+    if (std::isinf(value)) {
+      return Error(MarkOf(f), absl::StrFormat("%s %s is beyond the largest number (about "
+                                              "1.8e308): it would be infinite",
+                                              path, text));
+    }
+    if (value == 0 && HasNonZeroDigit(text.substr(0, text.find_first_of("eE")))) {
+      return Error(MarkOf(f), absl::StrFormat("%s %s is below the smallest number (about "
+                                              "4.9e-324): it would be 0",
+                                              path, text));
+    }
     return value;
+  }
+  static bool HasNonZeroDigit(absl::string_view mantissa) {
+    return mantissa.find_first_of("123456789") != absl::string_view::npos;
   }
 
   // YAML's booleans are the plain scalars true and false; a quoted "true" is a string (and

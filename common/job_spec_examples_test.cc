@@ -133,6 +133,11 @@ TEST(BadExamplesTest, EachFailsWithItsOneLineError) {
        "the padded input height 3 (H 3 + 2 x padding 0) of [16, 3, 3] from model.layers[4] "
        "(maxpool2d): the conv2d window fits nowhere and its output would be empty: use a kernel "
        "of at most 3, more padding, or fewer downsampling layers before it"},
+      {"attention_too_long.yaml",
+       "examples/bad/attention_too_long.yaml:7:7: model.layers[1] (transformer_block): its input "
+       "[65536, 32] is a sequence of T = 65536: 2 heads x T^2 = 8589934592 attention "
+       "probabilities per sample exceed 2^28 = 268435456: use sequences of at most 11585 "
+       "(data.seq_len, or the model's input shape) with 2 heads"},
       // A learning-rate schedule that would not do what it says.
       {"warmup_longer_than_job.yaml",
        "examples/bad/warmup_longer_than_job.yaml:16:31: training.lr_schedule.warmup_steps 40 is "

@@ -123,6 +123,13 @@ Check CheckFashionMnistModel(const v1::JobSpec& spec, const std::vector<LayerInf
   if (!image_shape) {
     int64_t elements = 1;
     for (int64_t d : shape) elements *= d;
+    if (elements == 784) {
+      return At("model.input_shape",
+                absl::StrFormat("model.input_shape %s holds fashion-mnist's 784 pixels in a "
+                                "layout the dataset does not give: use [1, 28, 28] (for image "
+                                "layers), [28, 28] or [784]",
+                                FormatShape(shape)));
+    }
     return At("model.input_shape",
               absl::StrFormat("model.input_shape %s (%d elements) does not fit fashion-mnist's "
                               "28x28 images (784 elements): use [1, 28, 28], [28, 28] or [784]",

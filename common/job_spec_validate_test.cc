@@ -77,6 +77,22 @@ TEST(ValidateJobSpecTest, LrScheduleSettingsMustTakeEffect) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+// Fashion-MNIST's 784 pixels come as [1, 28, 28], [28, 28] or [784]; another shape of as many
+// elements is named as a layout, not as a size that "does not fit".
+TEST(ValidateJobSpecTest, FashionMnistInputShapes) {
+  for (const char* shape : {"[784, 1]", "[28, 28, 1]", "[2, 392]"}) {
+    ExpectParseError(
+        Edit(kExample, "input_shape: [1, 28, 28]", std::string("input_shape: ") + shape),
+        std::string("job.yaml:3:16: model.input_shape ") + shape +
+            " holds fashion-mnist's 784 pixels in a layout the dataset does not give: "
+            "use [1, 28, 28] (for image layers), [28, 28] or [784]");
+  }
+  ExpectParseError(Edit(kExample, "input_shape: [1, 28, 28]", "input_shape: [1, 28, 27]"),
+                   "job.yaml:3:16: model.input_shape [1, 28, 27] (756 elements) does not fit "
+                   "fashion-mnist's 28x28 images (784 elements): use [1, 28, 28], [28, 28] or "
+                   "[784]");
+}
+
 TEST(ValidateJobSpecTest, Name) {
   v1::JobSpec spec = Example();
   spec.set_name("");

@@ -13,7 +13,10 @@
 // recomputed from their seed): ln1 output, qkv, the attention probabilities [h, T, T], the merged
 // attention output, a, ln2 output, fc output and gelu output, plus the mean and (biased)
 // variance of both LayerNorms per position: 7TC + 2TH + hT^2 + 4T floats.
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/model/layer_types.h"
 #include "common/model/limits.h"
 #include "common/spec_text.h"
@@ -75,8 +78,20 @@ class TransformerBlockType : public LayerType {
                                           "tensor"));
     }
     if (t > kMaxSavedElements / t || h * t * t > kMaxSavedElements) {
-      return LayerError(ctx, absl::StrCat(" (transformer_block): ", h, " heads x T^2 = ", t,
-                                          "^2 attention probabilities per sample exceed 2^28"));
+      // The longest sequence whose h x T^2 probabilities fit: floor(sqrt(2^28 / h)).
+      int64_t fits = static_cast<int64_t>(std::sqrt(static_cast<double>(kMaxSavedElements / h)));
+      while (fits > 0 && h * fits * fits > kMaxSavedElements) --fits;
+      while (h * (fits + 1) * (fits + 1) <= kMaxSavedElements) ++fits;
+      return LayerError(
+          ctx,
+          absl::StrCat(" (transformer_block): its input ", ShapeText(ctx.input_shape),
+                       " is a sequence of T = ", t, ": ", h, " heads x T^2 = ",
+                       absl::StrFormat("%.0f", static_cast<double>(h) * static_cast<double>(t) *
+                                                   static_cast<double>(t)),
+                       " attention probabilities per sample exceed 2^28 = ", kMaxSavedElements,
+                       ": use sequences of at most ", fits,
+                       " (data.seq_len, or the model's input shape) with ", h,
+                       h == 1 ? " head" : " heads"));
     }
     if (static_cast<double>(c) * (4 * c + 2 * hidden) > static_cast<double>(kMaxParams)) {
       return LayerError(ctx, absl::StrCat(" (transformer_block) of width ", c, " and mlp_hidden ",

@@ -97,8 +97,8 @@ std::vector<MetricDef> Build() {
       {kJobState,
        kGauge,
        kCoord,
-       "1 for the state a job is in, 0 for the others (pending, planning, running, succeeded, "
-       "failed, cancelled).",
+       "1 for the state a job is in, 0 for the others (pending, planning, running, restarting, "
+       "succeeded, failed, cancelled).",
        {kLabelJobId, kLabelJobName, kLabelState}},
       {kJobStep, kGauge, kCoord, "Training steps the job completed.", job},
       {kJobTotalSteps, kGauge, kCoord, "Training steps the job will run in all.", job},

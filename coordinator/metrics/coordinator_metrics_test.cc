@@ -1,6 +1,7 @@
 #include "coordinator/metrics/coordinator_metrics.h"
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -138,6 +139,41 @@ TEST_F(CoordinatorMetricsTest, ClusterSeriesExistFromTheStart) {
   EXPECT_EQ(Value(text, "dapple_job_queue_length"), 0);
   for (const char* s : {"idle", "busy", "dead"})
     EXPECT_EQ(Value(text, "dapple_workers", State(s)), 0);
+}
+
+// A help text that lists a label's values (states, reasons, causes) lists every value the
+// series take: dapple_job_state's said "(pending, planning, running, succeeded, failed,
+// cancelled)" while its series also took state="restarting".
+TEST_F(CoordinatorMetricsTest, HelpTextsNameEveryLabelValueTheSeriesTake) {
+  auto metrics = NewMetrics();
+  auto jobs = OpenJobs(FreshDbPath(), metrics);
+  ASSERT_NE(jobs, nullptr);
+  ASSERT_TRUE(jobs->Create(Spec("a"), "").ok());  // its dapple_job_state series, every state
+  const std::string text = metrics->metric_set()->Serialize();
+  std::map<std::string, std::string> help;  // family -> help text
+  int checked = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "# HELP ")) {
+      const std::string rest = line.substr(7);
+      help[rest.substr(0, rest.find(' '))] = rest.substr(rest.find(' ') + 1);
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const std::string family = line.substr(0, line.find_first_of("{ "));
+    for (const char* label : {"state", "reason", "cause"}) {
+      const std::string key = absl::StrCat(label, "=\"");
+      const size_t at = line.find(key);
+      if (at == std::string::npos) continue;
+      const size_t from = at + key.size();
+      const std::string value = line.substr(from, line.find('"', from) - from);
+      ASSERT_TRUE(help.count(family)) << family;
+      EXPECT_TRUE(absl::StrContains(help[family], value))
+          << family << "'s help does not name " << label << " " << value << ": " << help[family];
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 // Refused authentications by reason (coordinator/auth/authenticator.h), each series from the

@@ -236,11 +236,12 @@ Check CheckSkippedSteps(const v1::JobSpec& spec) {
   if (Check c = CheckAtMost("training.max_consecutive_skipped_steps", k, kMaxSteps)) return c;
   if (k > 0 && (schedule == "pipedream" || schedule == "pipesgd")) {
     return At("training.max_consecutive_skipped_steps",
-              absl::StrFormat("training.max_consecutive_skipped_steps %d needs a synchronous "
-                              "schedule (gpipe, dapple, zb-h1, zb-h2), got parallel.schedule %s: "
-                              "its asynchronous updates cannot skip a step on every rank "
-                              "together; use 0 (a non-finite step fails the job)",
-                              k, schedule));
+              absl::StrFormat(
+                  "training.max_consecutive_skipped_steps %d needs a synchronous "
+                  "schedule (gpipe, dapple, interleaved, zb-h1, zb-h2), got parallel.schedule %s: "
+                  "its asynchronous updates cannot skip a step on every rank "
+                  "together; use 0 (a non-finite step fails the job)",
+                  k, schedule));
   }
   return Check();
 }

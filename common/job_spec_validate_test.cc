@@ -326,7 +326,8 @@ TEST(ValidateJobSpecTest, MaxConsecutiveSkippedSteps) {
   spec.mutable_parallel()->set_schedule("pipedream");
   ExpectInvalid(ValidateJobSpec(spec),
                 {"training.max_consecutive_skipped_steps 5 needs a synchronous schedule (gpipe, "
-                 "dapple, zb-h1, zb-h2), got parallel.schedule pipedream: its asynchronous "
+                 "dapple, interleaved, zb-h1, zb-h2), got parallel.schedule pipedream: its "
+                 "asynchronous "
                  "updates cannot skip a step on every rank together; use 0 (a non-finite step "
                  "fails the job)"});
   spec.mutable_training()->set_max_consecutive_skipped_steps(0);

@@ -30,24 +30,8 @@ struct Case {
   bool clipping = false;  // AdamW, training.max_grad_norm 0.5 and a learning-rate schedule
 };
 
-// The P * v virtual stages cut the model's layers evenly; rank r holds virtual stages c * P + r.
 v1::ParallelPlanSummary InterleavedPlan(int layers, const Case& c) {
-  const int virtual_stages = c.stages * c.chunks;
-  v1::ParallelPlanSummary plan;
-  plan.set_schedule("interleaved");
-  for (int r = 0; r < c.stages; ++r) {
-    v1::PlanStageSummary* st = plan.add_stages();
-    st->set_replicas(c.replicas);
-    for (int ch = 0; ch < c.chunks; ++ch) {
-      const int k = ch * c.stages + r;
-      v1::StageRange* range = st->add_chunks();
-      range->set_first_layer(k * layers / virtual_stages);
-      range->set_last_layer((k + 1) * layers / virtual_stages - 1);
-    }
-    st->set_first_layer(st->chunks(0).first_layer());
-    st->set_last_layer(st->chunks(0).last_layer());
-  }
-  return plan;
+  return parity::InterleavedPlan(layers, c.stages, c.chunks, c.replicas);
 }
 
 v1::JobSpec InterleavedSpec(const Case& c) {

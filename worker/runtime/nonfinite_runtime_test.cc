@@ -53,13 +53,14 @@ struct Case {
   NonFiniteInjection inject;  // one step
   std::string optimizer = "sgd";
   double max_grad_norm = 0;
+  int chunks = 1;  // > 1: interleaved 1F1B with this many virtual stages per rank
 };
 
 std::string CaseName(const Case& c) {
   return absl::StrCat(absl::StrReplaceAll(c.schedule, {{"-", "_"}}), "_P", c.stages, "_D",
                       c.replicas, "_at_stage", c.inject.stage, "_replica", c.inject.replica, "_mb",
-                      c.inject.micro_batch, "_", c.optimizer,
-                      c.max_grad_norm > 0 ? "_clipped" : "");
+                      c.inject.micro_batch, "_", c.optimizer, c.max_grad_norm > 0 ? "_clipped" : "",
+                      c.chunks > 1 ? absl::StrCat("_v", c.chunks) : "");
 }
 
 struct JobRun {
@@ -87,9 +88,12 @@ TEST_P(NonFiniteSkipTest, EqualsTheReferenceWithTheStepsUpdateLeftOut) {
   const Case c = GetParam();
   v1::JobSpec spec = SkipSpec(c.schedule, c.optimizer, /*k=*/1);
   spec.mutable_training()->set_max_grad_norm(c.max_grad_norm);
+  if (c.chunks > 1) spec.mutable_parallel()->set_interleave(c.chunks);
   const v1::ParallelPlanSummary plan =
-      parity::WithReplicas(parity::UniformPlan(spec.model().layers_size(), c.stages),
-                           std::vector<int>(static_cast<size_t>(c.stages), c.replicas));
+      c.chunks > 1
+          ? parity::InterleavedPlan(spec.model().layers_size(), c.stages, c.chunks, c.replicas)
+          : parity::WithReplicas(parity::UniformPlan(spec.model().layers_size(), c.stages),
+                                 std::vector<int>(static_cast<size_t>(c.stages), c.replicas));
   const JobRun r = RunWithInjection(spec, plan, c.inject, kSteps);
   ASSERT_NE(r.job, nullptr);
   const int skipped = static_cast<int>(c.inject.first_step) - 1;  // 0-based
@@ -163,7 +167,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"dapple", 3, 2, At(1, 1, 3, 0), "adamw"},
         Case{"dapple", 3, 2, At(1, 1, 3, 0), "sgd", 0.5},
         // One rank: no job collective, the same decision.
-        Case{"dapple", 1, 1, At(0, 0, 2, 1)}),
+        Case{"dapple", 1, 1, At(0, 0, 2, 1)},
+        // Interleaved 1F1B (2 virtual stages per rank, replicated): a gradient of the first
+        // rank and the loss of the rank holding the last virtual stage.
+        Case{"interleaved", 2, 2, At(0, 1, 3, 1), "sgd", 0, 2},
+        Case{"interleaved", 2, 1, At(1, 0, 3, 2), "adamw", 0.5, 2}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 // More non-finite steps in a row than allowed: every rank fails at the same step with the same

@@ -77,6 +77,25 @@ v1::ParallelPlanSummary UniformPlan(int layers, int stages) {
   return plan;
 }
 
+v1::ParallelPlanSummary InterleavedPlan(int layers, int stages, int chunks, int replicas) {
+  const int virtual_stages = stages * chunks;
+  v1::ParallelPlanSummary plan;
+  plan.set_schedule("interleaved");
+  for (int r = 0; r < stages; ++r) {
+    v1::PlanStageSummary* st = plan.add_stages();
+    st->set_replicas(replicas);
+    for (int ch = 0; ch < chunks; ++ch) {
+      const int k = ch * stages + r;
+      v1::StageRange* range = st->add_chunks();
+      range->set_first_layer(k * layers / virtual_stages);
+      range->set_last_layer((k + 1) * layers / virtual_stages - 1);
+    }
+    st->set_first_layer(st->chunks(0).first_layer());
+    st->set_last_layer(st->chunks(0).last_layer());
+  }
+  return plan;
+}
+
 v1::StageAssignment Assignment(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan,
                                int stage, const v1::RankProgram& program) {
   v1::StageAssignment a;

@@ -43,6 +43,10 @@ v1::JobSpec ParitySpec(const SpecOptions& options);
 // Stage s covers layers [s * L / P, (s + 1) * L / P - 1].
 v1::ParallelPlanSummary UniformPlan(int layers, int stages);
 
+// Interleaved 1F1B: the P * v virtual stages cut the layers evenly; rank r (of `stages`, each
+// with `replicas` replicas) holds virtual stages c * P + r for c in [0, chunks).
+v1::ParallelPlanSummary InterleavedPlan(int layers, int stages, int chunks, int replicas);
+
 // The assignment of `stage` for `spec` on `plan` with `program`.
 v1::StageAssignment Assignment(const v1::JobSpec& spec, const v1::ParallelPlanSummary& plan,
                                int stage, const v1::RankProgram& program);

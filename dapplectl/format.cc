@@ -110,19 +110,9 @@ std::string FormatBytes(int64_t bytes) {
 
 std::string FormatByteList(const std::vector<int64_t>& bytes) {
   if (bytes.empty()) return "-";
-  const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
   std::vector<std::string> values;
-  if (largest < 1024) {
-    for (int64_t b : bytes) values.push_back(b < 0 ? "-" : absl::StrCat(b));
-    return absl::StrCat(absl::StrJoin(values, " "), " bytes");
-  }
-  // The largest entry's unit, as FormatBytes chooses it, so the two agree.
-  double divisor = 1;
-  const char* unit = BinaryUnit(largest, &divisor);
-  for (int64_t b : bytes) {
-    values.push_back(b < 0 ? "-" : absl::StrFormat("%.1f", static_cast<double>(b) / divisor));
-  }
-  return absl::StrCat(absl::StrJoin(values, " "), " ", unit);
+  for (int64_t b : bytes) values.push_back(FormatBytes(b));
+  return absl::StrJoin(values, ", ");
 }
 
 }  // namespace dapple::ctl

@@ -52,9 +52,9 @@ std::string FormatSteps(int64_t step, int64_t total_steps);
 // "70.0 MiB", "2.0 GiB". Negative -> "-".
 std::string FormatBytes(int64_t bytes);
 
-// Several sizes in the unit of the largest, one decimal, the unit once at the end:
-// {2.3 GiB, 1.9 GiB, 900 MiB} -> "2.3 2.0 0.9 GiB"; all below 1 KiB -> "512 100 bytes".
-// Empty -> "-". Negative entries print "-".
+// Several sizes (one per stage), each with its own unit (FormatBytes), comma-separated:
+// {2.3 GiB, 900 MiB, 1536} -> "2.3 GiB, 900.0 MiB, 1.5 KiB" (one unit at the end read as the
+// unit of every value, also of those far smaller). Empty -> "-". Negative entries print "-".
 std::string FormatByteList(const std::vector<int64_t>& bytes);
 
 }  // namespace dapple::ctl

@@ -108,13 +108,12 @@ TEST(FormatTest, Bytes) {
   EXPECT_EQ(FormatBytes(-1), "-");
 }
 
-TEST(FormatTest, ByteListSharesTheLargestsUnit) {
+TEST(FormatTest, ByteListGivesEachValueItsUnit) {
   EXPECT_EQ(FormatByteList({}), "-");
-  EXPECT_EQ(FormatByteList({512, 100}), "512 100 bytes");
-  EXPECT_EQ(FormatByteList({int64_t{5} << 29, int64_t{1} << 30, int64_t{900} << 20}),
-            "2.5 1.0 0.9 GiB");
-  EXPECT_EQ(FormatByteList({int64_t{52} << 20, 1536, -1}), "52.0 0.0 - MiB");
-  EXPECT_EQ(FormatByteList({(1 << 20) - 1}), "1.0 MiB");  // FormatBytes' unit
+  EXPECT_EQ(FormatByteList({512, 100}), "512 bytes, 100 bytes");
+  EXPECT_EQ(FormatByteList({int64_t{5} << 29, int64_t{900} << 20}), "2.5 GiB, 900.0 MiB");
+  // A plan's stages of different sizes: each value names its own unit.
+  EXPECT_EQ(FormatByteList({643584, 35123, -1}), "628.5 KiB, 34.3 KiB, -");
 }
 
 }  // namespace

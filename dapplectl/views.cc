@@ -201,6 +201,22 @@ std::string RenderPlan(const v1::ParallelPlanSummary& plan, const v1::ClusterTop
   return out;
 }
 
+namespace {
+
+// An alternative's recomputation: its setting, and for auto what the planner made of it (the
+// layout marks a recomputing stage with "r": "4x2r"), so that an auto row equal to the none row
+// says why.
+std::string RecomputeText(const v1::PlanAlternative& a) {
+  if (a.recompute() != "auto" || !a.fits() || a.layout().empty()) return a.recompute();
+  const std::vector<std::string> stages = absl::StrSplit(a.layout(), ' ', absl::SkipEmpty());
+  const auto recomputing = std::count_if(
+      stages.begin(), stages.end(), [](const std::string& s) { return absl::EndsWith(s, "r"); });
+  if (recomputing == 0) return "auto: none";
+  return absl::StrCat("auto: ", recomputing, " of ", stages.size());
+}
+
+}  // namespace
+
 std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
   if (plan.alternatives().empty()) return "";
   std::string out = "\nALTERNATIVES (each planned and simulated on its own)\n";
@@ -218,7 +234,7 @@ std::string RenderPlanAlternatives(const v1::ParallelPlanSummary& plan) {
       continue;
     }
     const std::vector<int64_t> memory(a.peak_memory_bytes().begin(), a.peak_memory_bytes().end());
-    table.AddRow({a.chosen() ? "*" : "", schedule, a.recompute(),
+    table.AddRow({a.chosen() ? "*" : "", schedule, RecomputeText(a),
                   absl::StrCat(a.peak_memory_bytes_size()), OrDash(a.layout()),
                   absl::StrCat(a.micro_batches()), Ms(a.predicted_step_ms()),
                   FormatPercent(a.bubble_fraction()), FormatByteList(memory)});

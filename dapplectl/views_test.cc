@@ -383,6 +383,9 @@ TEST(ViewsTest, PlanShowsTheAlternativesItChoseAmong) {
     a->set_chosen(chosen);
   };
   add("dapple", "none", 14.1, false);
+  add("dapple", "auto", 14.1, false);  // auto that recomputes nothing says so
+  add("gpipe", "auto", 15.5, false);
+  plan.mutable_alternatives(2)->set_layout("3x8r 3x2");
   add("zb-h1", "none", 12.35, true);
   v1::PlanAlternative* refused = plan.add_alternatives();
   refused->set_schedule("zb-h2");
@@ -395,13 +398,17 @@ TEST(ViewsTest, PlanShowsTheAlternativesItChoseAmong) {
                         "stage replication yet\n"
                         "\n"
                         "ALTERNATIVES (each planned and simulated on its own)\n"
-                        "    SCHEDULE   RECOMPUTE   P   LAYOUT    M   STEP MS   BUBBLE   "
+                        "    SCHEDULE   RECOMPUTE      P   LAYOUT     M   STEP MS   BUBBLE   "
                         "PEAK MEMORY\n"
-                        "    dapple     none        2   3x8 3x2   8   14.10     12.50%   "
-                        "1.5 1.0 GiB\n"
-                        "*   zb-h1      none        2   3x8 3x2   8   12.35     12.50%   "
-                        "1.5 1.0 GiB\n"
-                        "    zb-h2      none        -   -         -   -         -        "
+                        "    dapple     none           2   3x8 3x2    8   14.10     12.50%   "
+                        "1.5 GiB, 1.0 GiB\n"
+                        "    dapple     auto: none     2   3x8 3x2    8   14.10     12.50%   "
+                        "1.5 GiB, 1.0 GiB\n"
+                        "    gpipe      auto: 1 of 2   2   3x8r 3x2   8   15.50     12.50%   "
+                        "1.5 GiB, 1.0 GiB\n"
+                        "*   zb-h1      none           2   3x8 3x2    8   12.35     12.50%   "
+                        "1.5 GiB, 1.0 GiB\n"
+                        "    zb-h2      none           -   -          -   -         -        "
                         "no plan fits\n"
                         "CHOSEN        zb-h1: 12.4% faster than dapple at the same peak memory\n"
                         "REFUSED       zb-h2 (recompute none): planner dapple: no plan fits "

@@ -290,8 +290,17 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::strin
           "spaces only (yaml-cpp stopped at %d:%d: %s)",
           name, *tab + 1, e.mark.line + 1, e.mark.column + 1, e.msg));
     }
-    return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: YAML syntax error: %s", name,
-                                                      e.mark.line + 1, e.mark.column + 1, e.msg));
+    // yaml-cpp's "illegal map value" is a 'key: value' where a plain value goes on: most often a
+    // line indented deeper than the key above it (read as that key's value continuing), or a
+    // value holding ': '.
+    const std::string hint =
+        e.msg == "illegal map value"
+            ? " (a 'key: value' where a value goes on: is this line indented deeper than the "
+              "key above it, or does a value hold ': ' and need quotes?)"
+            : "";
+    return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: YAML syntax error: %s%s", name,
+                                                      e.mark.line + 1, e.mark.column + 1, e.msg,
+                                                      hint));
   }
   if (documents.size() > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -266,7 +266,15 @@ TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
   ExpectParseError("name: x\n\tmodel: y\n",
                    "job.yaml:2:1: YAML syntax error: illegal tab when looking for indentation");
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec("name: x\nmodel:\n  a: 1\n   b: 2\n", "j.yaml");
-  ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value"});
+  ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value (a 'key: "
+                                "value' where a value goes on: is this line indented deeper "
+                                "than the key above it, or does a value hold ': ' and need "
+                                "quotes?)"});
+  // Found by a fresh user: a key indented under a scalar.
+  ExpectParseError("name: x\n  model: y\n",
+                   "job.yaml:2:8: YAML syntax error: illegal map value (a 'key: value' where a "
+                   "value goes on: is this line indented deeper than the key above it, or does a "
+                   "value hold ': ' and need quotes?)");
 }
 
 // Found by a fresh user: a tab indenting a nested field read "illegal map value" at the line's

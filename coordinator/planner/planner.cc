@@ -328,9 +328,9 @@ void AddModelNotes(const std::vector<LayerInfo>& layers,
                    const Prediction& prediction, v1::ParallelPlanSummary* summary) {
   if (layers.front().token_input && prediction.samples_per_second > 0) {
     const int64_t tokens = NumElements(layers.front().input_shape);
-    summary->add_notes(
-        absl::StrFormat("a sample is a sequence of %d tokens: %.0f tokens/s", tokens,
-                        prediction.samples_per_second * static_cast<double>(tokens)));
+    summary->add_notes(absl::StrFormat(
+        "a sample is a sequence of %d token%s: %.0f tokens/s", tokens, tokens == 1 ? "" : "s",
+        prediction.samples_per_second * static_cast<double>(tokens)));
   }
   for (const profile::ChainProfile::Tie& tie : ties) {
     const int owner = StageOfLayer(plan, tie.owner_layer);

@@ -260,9 +260,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-host", raw.metrics_host,
                  "IPv4 address the metrics endpoint binds (default: 127.0.0.1 for a loopback "
                  "--listen, else 0.0.0.0); its text names every tenant's jobs");
-  app.add_option("--metrics-token-file", raw.metrics_token_file,
-                 "file holding a bearer token that /metrics requires (Prometheus: "
-                 "authorization.credentials_file); default: none");
+  app.add_option("--metrics-token-file", raw.metrics_token_file, dapple::metrics::kMetricsTokenFileHelp);
   app.add_option("--checkpoint-dir", raw.checkpoint_dir,
                  "root of the jobs' checkpoint folders, <dir>/<tenant>/<job id>/step-<N> "
                  "(_admin for admins' jobs; default: \"checkpoints\" next to --db)");

@@ -4,7 +4,7 @@
 # background; pids and logs live in the run folder, and `stop` ends exactly those processes.
 #
 #   deploy/local_cluster.sh start [-n WORKERS] [--port PORT] [--metrics-port PORT] [--prometheus]
-#                                 [--build-dir DIR] [--run-dir DIR] [--devices DEV]
+#                                 [--prometheus-port PORT] [--build-dir DIR] [--run-dir DIR] [--devices DEV]
 #                                 [--join-token-file F] [--admin-token-file F] [-- WORKER_FLAGS...]
 #   deploy/local_cluster.sh status [--run-dir DIR]
 #   deploy/local_cluster.sh stop   [--run-dir DIR]
@@ -21,12 +21,16 @@
 # write the new token there, or pass --join-token-file). A revoked admin token: pass a valid one.
 # Exit codes: 0 ok, 1 a process failed to start (its log is printed), 2 usage.
 set -euo pipefail
+# Logs name tenants, jobs and checkpoint paths, and the folder holds tokens and the database:
+# everything this script creates is its user's alone (docs/security.md).
+umask 077
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 
 # The comment block above, up to its first line of code. help: stdout, exit 0; misuse: stderr, 2.
 help_text() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 usage() { help_text >&2; exit 2; }
 die() { echo "local_cluster: $*" >&2; exit 1; }
+usage_error() { echo "local_cluster: $*" >&2; exit 2; }
 
 cmd="${1:-}"
 [[ -z "$cmd" ]] && usage
@@ -55,13 +59,16 @@ while (($#)); do
     --join-token-file) join_token_file="${2:?}"; shift 2 ;;
     --admin-token-file) admin_token_file="${2:?}"; shift 2 ;;
     --) shift; worker_flags=("$@"); break ;;
-    -h|--help) usage ;;
+    -h|--help) help_text; exit 0 ;;
     *) echo "local_cluster: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[[ "$workers" =~ ^[0-9]+$ ]] || die "-n needs a number of workers, got '$workers'"
-[[ "$port" =~ ^[0-9]+$ ]] || die "--port needs a port number, got '$port'"
-[[ "$metrics_port" =~ ^[0-9]+$ ]] || die "--metrics-port needs a port number, got '$metrics_port'"
+[[ "$workers" =~ ^[0-9]+$ ]] || usage_error "-n needs a number of workers, got '$workers'"
+[[ "$port" =~ ^[0-9]+$ ]] || usage_error "--port needs a port number, got '$port'"
+[[ "$metrics_port" =~ ^[0-9]+$ ]] ||
+  usage_error "--metrics-port needs a port number, got '$metrics_port'"
+[[ "$prometheus_port" =~ ^[0-9]+$ ]] ||
+  usage_error "--prometheus-port needs a port number, got '$prometheus_port'"
 pids="$run_dir/pids"
 join_token_file="${join_token_file:-$run_dir/join.token}"
 admin_token_file="${admin_token_file:-$run_dir/admin.token}"
@@ -72,8 +79,12 @@ alive() {  # alive NAME -> 0 if NAME's recorded process still runs
   local f="$pids/$1.pid" pid exe
   [[ -f "$f" ]] || return 1
   read -r pid exe <"$f"
-  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 | grep -qxF "$exe"
+  [[ -n "$pid" ]] || return 1
+  # argv[0] up to its NUL, read without a pipe (under pipefail a `| head | grep -q` can fail
+  # on SIGPIPE) and quietly when the process has just ended.
+  local first
+  { IFS= read -r -d '' first <"/proc/$pid/cmdline"; } 2>/dev/null || return 1
+  [[ "$first" == "$exe" ]]
 }
 
 stop_all() {
@@ -176,12 +187,25 @@ admin_ctl() {
 rotate_join_token() {
   [[ -f "$run_dir/address" ]] && alive coordinator || die "no coordinator runs in $run_dir: start the cluster first"
   local tmp="$join_token_file.new.$$"
-  (umask 077 && admin_ctl admin join-token rotate >"$tmp") || { rm -f "$tmp"; die "join-token rotate failed"; }
+  # dapplectl's note ("shown only this once: keep it secret") is about a token on the terminal;
+  # here it goes to the file, so its stderr is shown only when the rotation fails.
+  if ! admin_ctl admin join-token rotate >"$tmp" 2>"$tmp.err"; then
+    cat "$tmp.err" >&2
+    rm -f "$tmp" "$tmp.err"
+    die "join-token rotate failed"
+  fi
+  rm -f "$tmp.err"
   mv -f "$tmp" "$join_token_file"
   echo "local_cluster: rotated the join token; the new one is in $join_token_file (running workers keep their credentials; new workers and the next start use it)"
 }
 
-has_flag() { "$1" --help 2>&1 | grep -q -- "$2"; }
+# Read the whole help first: `--help | grep -q` under pipefail failed whenever grep's early exit
+# made --help die of SIGPIPE (141), which dropped flags in about one start of three.
+has_flag() {
+  local help
+  help=$("$1" --help 2>&1) || true
+  [[ "$help" == *"$2"* ]]
+}
 
 start_all() {
   local coordinator="$build_dir/coordinator/dapple-coordinator"
@@ -198,7 +222,13 @@ start_all() {
     fi
     rm -f "$f"
   done
-  rm -f "$run_dir/port" "$run_dir/address" "$run_dir"/*.log
+  rm -f "$run_dir/port" "$run_dir/address"
+  # The previous run's logs stay one start longer (NAME.log.1), for a start that follows a
+  # failed one.
+  local log
+  for log in "$run_dir"/*.log; do
+    [[ -e "$log" ]] && mv -f "$log" "$log.1"
+  done
 
   # Metrics flags only where the binaries have them (older builds do not).
   local cargs=(--listen "127.0.0.1:$port" --port-file "$run_dir/port" --db "$run_dir/dapple.db")
@@ -250,8 +280,13 @@ start_all() {
 
   if ((prometheus)); then start_prometheus "$worker_metrics"; fi
 
+  local worker_text="no workers"
+  if ((workers == 1)); then worker_text="1 worker (local-w1, devices $devices)"; fi
+  if ((workers > 1)); then
+    worker_text="$workers workers (local-w1..local-w$workers, devices $devices)"
+  fi
   cat <<EOF
-local_cluster: coordinator $address, $workers worker(s) (local-w1..local-w$workers, devices $devices)
+local_cluster: coordinator $address, $worker_text
   run folder: $run_dir (logs: coordinator.log, worker-<i>.log; database dapple.db)
   export DAPPLE_COORDINATOR=$address
   export DAPPLE_TOKEN_FILE=$admin_token_file   # the admin's token (docs/security.md)

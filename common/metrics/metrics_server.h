@@ -32,6 +32,11 @@ namespace dapple::metrics {
 // What a binary's --metrics-port means.
 inline constexpr int kMetricsPortOff = 0;
 
+// The --metrics-token-file help of both binaries.
+inline constexpr char kMetricsTokenFileHelp[] =
+    "file holding a bearer token that /metrics requires (Prometheus: "
+    "authorization.credentials_file); default: none";
+
 // The address a binary serves metrics on without --metrics-host: "127.0.0.1" when the cluster
 // it belongs to is reached on loopback (`loopback`: the coordinator's --listen, a worker's
 // --coordinator is a loopback address: one host, whose Prometheus scrapes it there), else

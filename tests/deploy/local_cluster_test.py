@@ -232,9 +232,13 @@ class LocalClusterTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=20)
         self.assertEqual(r.returncode, 1)
         self.assertIn("is missing: build it first", r.stderr)
+        # Usage errors exit 2, as the script's header says; `start --help` is help, exit 0.
         r = subprocess.run([SCRIPT, "start", "-n", "two"], capture_output=True, text=True, timeout=20)
-        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.returncode, 2)
         self.assertIn("-n needs a number", r.stderr)
+        r = subprocess.run([SCRIPT, "start", "--help"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--prometheus-port PORT", r.stdout)
         r = subprocess.run([SCRIPT, "restart"], capture_output=True, text=True, timeout=20)
         self.assertEqual(r.returncode, 2)
 

@@ -116,7 +116,11 @@ TEST_F(CoordinatorBinaryTest, FlagErrorsExit2WithOneLine) {
        "--worker-timeout-ms must exceed 2x --heartbeat-interval-ms"},
       {{"--listen", "127.0.0.1:99999"},
        "--listen must be HOST:PORT with PORT in 0..65535, got '127.0.0.1:99999'"},
-      {{"--db", ""}, "--db must name a file"},
+      {{"--db", ""}, "--db '' is empty: leave the flag out for its default"},
+      // Any option's explicit empty value (an unset variable in a template): not the default.
+      {{"--metrics-token-file", ""},
+       "--metrics-token-file '' is empty: leave the flag out for its default"},
+      {{"--tenants-file", ""}, "--tenants-file '' is empty"},
       {{"--log-level", "loud"}, "--log-level must be one of"},
       {{"--no-such-flag"}, "no-such-flag"},
       {{"--worker-timeout-ms"}, "--worker-timeout-ms"},

@@ -335,6 +335,17 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     return UsageError(e.what());
   }
+  // An empty value given explicitly (an unset shell variable in a template, say) is a mistake,
+  // not a request for the default: `--metrics-token-file ""` served /metrics without a token.
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0) continue;  // absent, or a switch
+    for (const std::string& value : option->results()) {
+      if (value.empty()) {
+        return UsageError(absl::StrCat(option->get_name(),
+                                       " '' is empty: leave the flag out for its default"));
+      }
+    }
+  }
   absl::StatusOr<dapple::coordinator::Flags> flags = dapple::coordinator::ValidateFlags(raw);
   if (!flags.ok()) return UsageError(flags.status().message());
 

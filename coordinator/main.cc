@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-host", raw.metrics_host,
                  "IPv4 address the metrics endpoint binds (default: 127.0.0.1 for a loopback "
                  "--listen, else 0.0.0.0); its text names every tenant's jobs");
-  app.add_option("--metrics-token-file", raw.metrics_token_file, dapple::metrics::kMetricsTokenFileHelp);
+  app.add_option("--metrics-token-file", raw.metrics_token_file,
+                 dapple::metrics::kMetricsTokenFileHelp);
   app.add_option("--checkpoint-dir", raw.checkpoint_dir,
                  "root of the jobs' checkpoint folders, <dir>/<tenant>/<job id>/step-<N> "
                  "(_admin for admins' jobs; default: \"checkpoints\" next to --db)");
@@ -341,8 +342,8 @@ int main(int argc, char** argv) {
     if (option->count() == 0 || option->get_type_size() == 0) continue;  // absent, or a switch
     for (const std::string& value : option->results()) {
       if (value.empty()) {
-        return UsageError(absl::StrCat(option->get_name(),
-                                       " '' is empty: leave the flag out for its default"));
+        return UsageError(
+            absl::StrCat(option->get_name(), " '' is empty: leave the flag out for its default"));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -23,6 +24,13 @@ namespace {
 
 constexpr size_t kMaxRequestBytes = 16 * 1024;
 constexpr int kPollMs = 100;  // how often the accept loop looks at the stop flag
+// A request's whole header must arrive within this, however it trickles in: a client sending a
+// byte every few seconds held the one-at-a-time server, and every scrape behind it, for as long
+// as it liked.
+constexpr int kRequestDeadlineMs = 2000;
+// Connections served at once; more are closed at once. A scrape takes milliseconds, so this
+// many slow clients at a time (each bounded by the deadline) are what it takes to delay one.
+constexpr int kMaxConnections = 8;
 
 void WriteAll(int fd, const std::string& data) {
   size_t done = 0;
@@ -124,6 +132,10 @@ MetricsServer::~MetricsServer() {
   stop_.store(true);
   thread_.join();
   close(listen_fd_);
+  // Connections in flight end within the request deadline and the send timeout.
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* active) { return *active == 0; }, &active_));
 }
 
 void MetricsServer::Loop() {
@@ -132,8 +144,21 @@ void MetricsServer::Loop() {
     if (poll(&p, 1, kPollMs) <= 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    Serve(fd);
-    close(fd);
+    {
+      absl::MutexLock lock(&mu_);
+      if (active_ >= kMaxConnections) {
+        close(fd);
+        continue;
+      }
+      ++active_;
+    }
+    // Each connection on its own thread, so that a slow one delays no other.
+    std::thread([this, fd] {
+      Serve(fd);
+      close(fd);
+      absl::MutexLock lock(&mu_);
+      --active_;
+    }).detach();
   }
 }
 
@@ -150,13 +175,21 @@ bool MetricsServer::Authorized(const std::string& request) const {
 }
 
 void MetricsServer::Serve(int fd) {
-  // A scraper that connects and says nothing must not hold the server forever.
   timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestDeadlineMs);
   std::string request;
   char buf[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+    if (left <= 0) return;  // too slow: closed unanswered
+    pollfd ready{fd, POLLIN, 0};
+    const int polled = poll(&ready, 1, static_cast<int>(left));
+    if (polled < 0 && errno == EINTR) continue;
+    if (polled <= 0) return;
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;

@@ -10,11 +10,13 @@
 // GET / -> 200 with a link; another path -> 404; another method -> 405. With a bearer token
 // (--metrics-token-file), GET /metrics without the header `Authorization: Bearer <token>` ->
 // 401 (with `WWW-Authenticate: Bearer`), compared in constant time: the text names every
-// tenant's jobs (docs/security.md, "Metrics endpoints"). One connection at a time, HTTP/1.0
-// style (the response closes the connection); a client that sends nothing for 5 s is dropped.
+// tenant's jobs (docs/security.md, "Metrics endpoints"). HTTP/1.0 style (the response closes
+// the connection); each connection on a thread of its own, at most 8 at once (more are closed
+// at once); a request whose header has not arrived 2 s after the connection is closed
+// unanswered, however slowly it trickles in.
 //
-// Thread safety: thread-safe; the destructor stops the thread (a scrape in flight finishes
-// first) and closes the socket.
+// Thread safety: thread-safe; the destructor stops accepting, closes the socket and waits for
+// the connections in flight (each ends within the deadline and a 5 s send timeout).
 #ifndef DAPPLE_COMMON_METRICS_METRICS_SERVER_H_
 #define DAPPLE_COMMON_METRICS_METRICS_SERVER_H_
 
@@ -25,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
 
 namespace dapple::metrics {
@@ -80,6 +83,8 @@ class MetricsServer {
   const std::shared_ptr<prometheus::Collectable> collectable_;
   const std::string bearer_token_;  // "": no check
   std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;  // connections being served
   std::thread thread_;
 };
 

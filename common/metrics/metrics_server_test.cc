@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -151,6 +152,34 @@ TEST(MetricsServerTest, ATokenGuardsTheMetrics) {
   }
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/"), "HTTP/1.1 200"))
       << "the link page holds no data";
+}
+
+// A client that trickles its request in (a byte every few seconds) neither delays another
+// scrape nor holds its connection past the request deadline (2 s).
+TEST(MetricsServerTest, ASlowClientDelaysNoScrape) {
+  auto set = std::make_shared<MetricSet>(Binary::kCoordinator);
+  set->Gauge(kJobQueueLength).Set(4);
+  auto server = MetricsServer::Start("127.0.0.1", 0, set);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const int slow = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(slow, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(write(slow, "G", 1), 1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/metrics"), "HTTP/1.1 200"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // The slow one is closed unanswered once its 2 s are up, though it keeps sending.
+  ASSERT_EQ(write(slow, "E", 1), 1);
+  timeval timeout{10, 0};
+  setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char c;
+  EXPECT_EQ(read(slow, &c, 1), 0) << "closed without an answer";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  close(slow);
 }
 
 TEST(MetricsServerTest, MetricsHostDefaultsAndChecks) {

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec_internal.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/steps.h"
@@ -125,6 +126,9 @@ scheduling::ClusterState CoordinatorService::ClusterStateLocked(int64_t now) {
     w.admitted = true;
     w.admitted_unix_ms = now;
   }
+  // Every type a quota can name, also with no job of it: what an idle cluster has (the
+  // tenants' listing compares the nominal quotas against it).
+  for (absl::string_view type : job_spec_internal::kQuotaDeviceTypes) types.emplace(type);
   const std::vector<WorkerRecord*> idle = workers_.Schedulable();
   for (const std::string& type : types) {
     int64_t n = 0;

@@ -384,6 +384,26 @@ TEST_F(SchedulingScenariosTest, PriorityPreemptsLowerPriorityAndTheCheckpointWai
   EXPECT_EQ(Get("job-1").pending_reason(), "WaitingForQuota");
 }
 
+// With no job queued or running, the live workers still count (the note said "more than the
+// 0 the live workers have" on a cluster of 2 idle workers).
+TEST_F(SchedulingScenariosTest, AnIdleClustersDevicesCountWithoutJobs) {
+  Open(2);
+  ASSERT_TRUE(SetQuota("a", 1).ok());
+  ASSERT_TRUE(SetQuota("b", 1).ok());
+  v1::ListTenantsResponse tenants;
+  tenants.add_tenants()->set_name("a");
+  tenants.add_tenants()->set_name("b");
+  ASSERT_TRUE(svc_->DescribeTenants(auth::TestAdmin(), &tenants).ok());
+  EXPECT_THAT(tenants.notes(), IsEmpty());
+  ASSERT_TRUE(SetQuota("b", 2).ok());
+  tenants.clear_notes();
+  ASSERT_TRUE(svc_->DescribeTenants(auth::TestAdmin(), &tenants).ok());
+  EXPECT_THAT(tenants.notes(),
+              ElementsAre("the nominal quotas total 3 cpu devices, more than the 2 the live "
+                          "workers have: a nominal quota is guaranteed only as far as those "
+                          "devices exist"));
+}
+
 TEST_F(SchedulingScenariosTest, NeverAPartialStartAndNoHeadOfLineBlocking) {
   Open(3);
   ASSERT_TRUE(SetQuota("a", 8, /*cohort=*/"").ok());

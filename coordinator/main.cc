@@ -438,18 +438,6 @@ int main(int argc, char** argv) {
       [metrics](absl::string_view reason) { metrics->OnAuthFailure(reason); });
   (*service)->Start();
 
-  if (flags->tls_cert.empty()) {
-    DAPPLE_LOG_WARN(
-        "serving plain text on {} ({}): tokens and jobs travel unencrypted; give "
-        "--tls-cert and --tls-key for TLS",
-        flags->listen, flags->plaintext ? "--plaintext" : "loopback only");
-  } else {
-    DAPPLE_LOG_INFO(
-        "TLS with {} (re-read every {} s){}", flags->tls_cert, dapple::kTlsReloadIntervalS,
-        flags->tls_client_ca.empty()
-            ? ""
-            : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
-  }
   DAPPLE_LOG_INFO("jobs may read files under: {} (--data-root)",
                   absl::StrJoin(options.data_roots, ", "));
   for (const std::string& root : options.data_roots) {
@@ -499,6 +487,20 @@ int main(int argc, char** argv) {
     }
   }
   const int port = (*server)->port();
+  // After the bind: with --listen HOST:0 the port it names is the one chosen.
+  if (flags->tls_cert.empty()) {
+    DAPPLE_LOG_WARN(
+        "serving plain text on {} ({}): tokens and jobs travel unencrypted; give "
+        "--tls-cert and --tls-key for TLS",
+        absl::StrCat(HostOf(flags->listen), ":", port),
+        flags->plaintext ? "--plaintext" : "loopback only");
+  } else {
+    DAPPLE_LOG_INFO(
+        "TLS with {} (re-read every {} s){}", flags->tls_cert, dapple::kTlsReloadIntervalS,
+        flags->tls_client_ca.empty()
+            ? ""
+            : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
+  }
   // After the gRPC bind, so that a second coordinator on the same address or database is
   // refused for that reason first.
   std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;

@@ -86,13 +86,22 @@ absl::Status CheckResumeFrom(const CheckpointManager::ResumeSource& source,
   const int64_t total = TotalSteps(spec);
   if (manifest->step() >= total) {
     const int64_t max_steps = spec.training().max_steps();
+    const int64_t step = manifest->step();
+    const int64_t per_epoch = StepsPerEpoch(spec);
+    // Only the limits that end the job by that step need raising.
+    std::vector<std::string> raise;
+    if (spec.training().epochs() * per_epoch <= step && per_epoch > 0) {
+      raise.push_back(absl::StrCat("training.epochs to at least ", step / per_epoch + 1));
+    }
+    if (max_steps > 0 && max_steps <= step) {
+      raise.push_back(absl::StrCat("training.max_steps to more than ", step));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot resume from '", dir, "': it was taken after step ", manifest->step(),
-        " and the job runs ", total, " steps (training.epochs ", spec.training().epochs(), " x ",
-        StepsPerEpoch(spec), " steps per epoch",
+        "cannot resume from '", dir, "': it was taken after step ", step, " and the job runs ",
+        total, " steps (training.epochs ", spec.training().epochs(), " x ", per_epoch,
+        " steps per epoch",
         max_steps > 0 ? absl::StrCat(", at most training.max_steps ", max_steps) : "",
-        "): nothing left to run: raise training.epochs",
-        max_steps > 0 ? " and training.max_steps" : "", " to train past step ", manifest->step()));
+        "): nothing left to run", raise.empty() ? "" : ": raise ", absl::StrJoin(raise, " and ")));
   }
   return absl::OkStatus();
 }

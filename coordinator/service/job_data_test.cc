@@ -430,7 +430,14 @@ TEST_F(TextJobTest, ResumeCountsTheStepsOfTheResolvedData) {
   EXPECT_THAT(Submit(yaml, done).status().message(),
               HasSubstr("it was taken after step 10 and the job runs 10 steps "
                         "(training.epochs 2 x 5 steps per epoch): nothing left to run: raise "
-                        "training.epochs to train past step 10"));
+                        "training.epochs to at least 3"));
+  // Only the limit that ends the job names itself: here max_steps, not the epochs.
+  const std::string capped =
+      absl::StrReplaceAll(yaml, {{"  epochs: 2\n", "  epochs: 9\n  max_steps: 10\n"}});
+  ASSERT_NE(capped, yaml);
+  EXPECT_THAT(Submit(capped, done).status().message(),
+              HasSubstr("(training.epochs 9 x 5 steps per epoch, at most training.max_steps 10): "
+                        "nothing left to run: raise training.max_steps to more than 10"));
   EXPECT_THAT(Submit(TextSpec("/nonexistent/kjv.txt"), done).status().message(),
               HasSubstr("job.yaml:6:29: data.path /nonexistent/kjv.txt does not exist"));
 }

@@ -276,6 +276,9 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
   get.set_job_id(EscapeInvalidUtf8(job_id));
   v1::Job job;
   DAPPLE_RETURN_IF_ERROR(Unary("GetJob", get, &job, &v1::Coordinator::Stub::GetJob));
+  // A watch follows the job, not its event log (docs/dapplectl.md: `list` and `watch` leave
+  // the events out); GetJob answers with them.
+  job.clear_events();
   on_snapshot(job);
 
   int empty_streams = 0;  // in a row
@@ -307,6 +310,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Watch(
     empty_streams = got_any ? 0 : empty_streams + 1;
     if (empty_streams > 0) absl::SleepFor(WatchReconnectDelay(empty_streams));
     DAPPLE_ASSIGN_OR_RETURN(job, Reconnect(get));
+    job.clear_events();
     on_snapshot(job);
   }
   return job;

@@ -215,7 +215,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   bool top_once = false;
   CLI::App* top = app.add_subcommand(
       "top", "live per-stage view of running jobs: step time, forward, backward, idle, bubble");
-  top->add_option("JOB", job_id, "job id (default: every running job)");
+  CLI::Option* top_job = top->add_option("JOB", job_id, "job id (default: every running job)");
   top->add_option("--interval", top_interval, "seconds between refreshes")
       ->type_name("SECONDS")
       ->capture_default_str();
@@ -412,7 +412,7 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   }
   if (get->parsed() || describe->parsed() || logs->parsed() || cancel->parsed() ||
       watch->parsed() || trace->parsed() || checkpoint->parsed() ||
-      (top->parsed() && !job_id.empty())) {
+      (top->parsed() && top_job->count() > 0)) {  // `top ""` is not `top`
     if (absl::Status s = CheckJobId(job_id); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }

@@ -147,7 +147,9 @@ TEST_F(CommandsTest, WatchOnATerminal) {
 }
 
 TEST_F(CommandsTest, WatchJsonLines) {
-  fake_.AddJob(Snapshot("job-7", v1::JOB_STATE_RUNNING, 1, 4));
+  v1::Job first = Snapshot("job-7", v1::JOB_STATE_RUNNING, 1, 4);
+  first.add_events()->set_reason("Submitted");  // GetJob's answer carries the events
+  fake_.AddJob(first);
   fake_.ScriptWatch("job-7", {{.events = {Snapshot("job-7", v1::JOB_STATE_FAILED, 2, 4)}}});
   Result r = RunCtl({"--coordinator", addr_, "-o", "json", "watch", "job-7"});
   EXPECT_EQ(r.code, kExitJobFailed) << r.err;
@@ -158,6 +160,8 @@ TEST_F(CommandsTest, WatchJsonLines) {
     google::protobuf::Struct job;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &job).ok()) << line;
     states.push_back(job.fields().at("state").string_value());
+    EXPECT_EQ(job.fields().at("events").list_value().values_size(), 0)
+        << "watch leaves the events out: " << line;
   }
   EXPECT_EQ(states, (std::vector<std::string>{"RUNNING", "FAILED"}));
 }
@@ -523,7 +527,7 @@ TEST_F(CommandsTest, PlainTextOnlyToLoopbackOrWhenAskedFor) {
 }
 
 TEST_F(CommandsTest, EmptyArgumentsAreUsageErrorsAndNothingIsSent) {
-  for (const char* command : {"get", "cancel", "watch"}) {
+  for (const char* command : {"get", "cancel", "watch", "top"}) {
     Result r = RunCtl({"--coordinator", addr_, command, ""});
     EXPECT_EQ(r.code, kExitUsage) << command;
     EXPECT_EQ(r.err, "dapplectl: a job id must not be empty (e.g. job-3; see dapplectl list)\n")

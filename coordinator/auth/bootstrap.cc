@@ -40,6 +40,19 @@ absl::Status WriteSecret(const char* what, const std::string& path, const Fd& fd
   return absl::OkStatus();
 }
 
+// A first start never overwrites a token: a file that holds one belongs to another database
+// (two in one folder share the default names), whose admin would lose the only copy of its
+// secret.
+absl::Status RefuseExistingToken(const char* what, const char* flag, const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || st.st_size == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this database has no admin yet, but the ", what, " file '", path,
+      "' already holds a token (another database's in the same folder?); a first start never "
+      "overwrites one: give this database its own ",
+      flag, " (or --db in another folder), or move the file away if its database is gone"));
+}
+
 }  // namespace
 
 std::string DefaultTokenFile(const std::string& db_path, const std::string& name) {
@@ -53,6 +66,14 @@ absl::StatusOr<bool> Bootstrap(CredentialStore& store, const std::string& admin_
   absl::StatusOr<bool> has_admin = store.HasAdmin();
   if (!has_admin.ok()) return has_admin.status();
   if (*has_admin) return false;
+  if (absl::Status s = RefuseExistingToken("admin token", "--admin-token-file", admin_token_file);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = RefuseExistingToken("join token", "--join-token-file", join_token_file);
+      !s.ok()) {
+    return s;
+  }
   Fd admin_fd;
   Fd join_fd;
   if (absl::Status s = OpenSecret("admin token", admin_token_file, &admin_fd); !s.ok()) return s;

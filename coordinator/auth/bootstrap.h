@@ -22,6 +22,10 @@ std::string DefaultTokenFile(const std::string& db_path, const std::string& name
 // already has an admin. Both files are opened (created or truncated, 0600) before anything is
 // stored, so a file that cannot be written leaves the database as it was:
 // kFailedPrecondition "cannot write the admin token file '/x/admin.token': Permission denied".
+// A file that already holds something is never overwritten (another database's token: two
+// databases in one folder share the default names): kFailedPrecondition "this database has no
+// admin yet, but the admin token file '/x/admin.token' already holds a token ...", the database
+// left as it was.
 absl::StatusOr<bool> Bootstrap(CredentialStore& store, const std::string& admin_token_file,
                                const std::string& join_token_file);
 

@@ -85,6 +85,34 @@ TEST(BootstrapTest, AnUnwritableFileLeavesTheDatabaseAsItWas) {
   EXPECT_FALSE(*store->HasAdmin());
 }
 
+// A second database in the folder of a first one: its first start does not overwrite the
+// first database's tokens (their admin would lose the only copy of theirs).
+TEST(BootstrapTest, AFirstStartNeverOverwritesAToken) {
+  const std::string first_db = FreshDbPath();
+  const std::string admin_file = first_db + ".admin.token";
+  const std::string join_file = first_db + ".join.token";
+  std::unique_ptr<CredentialStore> first = *CredentialStore::Open(first_db, [] { return 1000; });
+  ASSERT_TRUE(*Bootstrap(*first, admin_file, join_file));
+  const std::string first_admin = *common::ReadTokenFile(admin_file);
+  std::unique_ptr<CredentialStore> second =
+      *CredentialStore::Open(FreshDbPath(), [] { return 1000; });
+  absl::StatusOr<bool> r = Bootstrap(*second, admin_file, join_file);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "this database has no admin yet, but the admin token file '" + admin_file +
+                "' already holds a token (another database's in the same folder?); a first "
+                "start never overwrites one: give this database its own --admin-token-file (or "
+                "--db in another folder), or move the file away if its database is gone");
+  EXPECT_FALSE(*second->HasAdmin());
+  EXPECT_EQ(*common::ReadTokenFile(admin_file), first_admin);
+  EXPECT_TRUE(first->Authenticate(first_admin).ok());
+  // Its own files: it starts.
+  EXPECT_TRUE(*Bootstrap(*second, admin_file + ".2", join_file + ".2"));
+  for (const std::string& f : {admin_file, join_file, admin_file + ".2", join_file + ".2"}) {
+    std::filesystem::remove(f);
+  }
+}
+
 TEST(TokenFileTest, ReadsTheTokenAndSaysWhyNot) {
   const std::string base = FreshDbPath();
   EXPECT_EQ(common::ReadTokenFile(base + ".none").status().message(),
@@ -118,7 +146,7 @@ TEST(TokenFileTest, ReadsTheTokenAndSaysWhyNot) {
 TEST(TokenFileTest, OnlyPrintableWordsCanBeTokens) {
   EXPECT_TRUE(common::CheckTokenText("dpl_0123456789abcdef_" + std::string(64, 'a')).ok());
   for (const std::string& bad : {std::string("a b"), std::string("a\tb"), std::string("a\x7f"),
-                                std::string("a\0b", 3), std::string("\xc3\xa9")}) {
+                                 std::string("a\0b", 3), std::string("\xc3\xa9")}) {
     EXPECT_EQ(common::CheckTokenText(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

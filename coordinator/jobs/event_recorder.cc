@@ -28,6 +28,11 @@ constexpr char kFindSql[] =
     "SELECT id FROM job_events WHERE job_id = ?1 AND reason = ?2 AND message = ?3";
 constexpr char kBumpSql[] =
     "UPDATE job_events SET count = count + 1, last_unix_ms = MAX(last_unix_ms, ?2) WHERE id = ?1";
+// Reasons whose repeats say the same thing with a new number (ReplacesByReason).
+constexpr char kFindReasonSql[] = "SELECT id FROM job_events WHERE job_id = ?1 AND reason = ?2";
+constexpr char kReplaceSql[] =
+    "UPDATE job_events SET count = count + 1, last_unix_ms = MAX(last_unix_ms, ?2), message = ?3 "
+    "WHERE id = ?1";
 constexpr char kEventInsertSql[] =
     "INSERT INTO job_events (job_id, type, reason, message, count, first_unix_ms, last_unix_ms) "
     "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)";
@@ -207,6 +212,12 @@ absl::StatusOr<std::unique_ptr<EventRecorder>> EventRecorder::Open(const std::st
 
 EventRecorder::~EventRecorder() { sqlite3_close(db_); }
 
+bool ReplacesByReason(JobEventReason reason) {
+  // A periodic checkpoint's message names its step and folder: as separate rows they filled
+  // the job's 100 within minutes and pushed out its lifecycle (Planned, Started, Restarting).
+  return reason == JobEventReason::kCheckpointSaved;
+}
+
 absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason reason,
                                    const std::string& message, int64_t now_unix_ms) {
   if (job_id.empty()) return absl::InvalidArgumentError("event has no job id");
@@ -223,14 +234,16 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
                                             path_, "': ", s.message()));
   }
   int64_t existing = 0;
+  const bool replaces = ReplacesByReason(reason);
   {
     SqliteStatement find;
-    if (sqlite3_prepare_v2(db_, kFindSql, -1, &find.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, replaces ? kFindReasonSql : kFindSql, -1, &find.stmt, nullptr) !=
+        SQLITE_OK) {
       return failed("prepare");
     }
     BindText(find.stmt, 1, job_id);
     BindText(find.stmt, 2, name);
-    BindText(find.stmt, 3, message);
+    if (!replaces) BindText(find.stmt, 3, message);
     const int rc = sqlite3_step(find.stmt);
     if (rc == SQLITE_ROW) {
       existing = sqlite3_column_int64(find.stmt, 0);
@@ -240,11 +253,13 @@ absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason rea
   }
   if (existing > 0) {
     SqliteStatement bump;
-    if (sqlite3_prepare_v2(db_, kBumpSql, -1, &bump.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, replaces ? kReplaceSql : kBumpSql, -1, &bump.stmt, nullptr) !=
+        SQLITE_OK) {
       return failed("prepare");
     }
     sqlite3_bind_int64(bump.stmt, 1, existing);
     sqlite3_bind_int64(bump.stmt, 2, now_unix_ms);
+    if (replaces) BindText(bump.stmt, 3, message);
     if (sqlite3_step(bump.stmt) != SQLITE_DONE) return failed("update");
   } else {
     {

@@ -2,7 +2,9 @@
 // the coordinator's SQLite database so that it outlives the workers and a coordinator restart.
 // Kubernetes events are the model: each entry has a type (Normal / Warning), a CamelCase
 // reason and a message; a repeat of an event with the same reason and message as a kept entry
-// of the job is coalesced into it (count + 1, last time updated) instead of adding a row.
+// of the job is coalesced into it (count + 1, last time updated) instead of adding a row. A
+// reason whose repeats differ only in their numbers (ReplacesByReason: CheckpointSaved, "after
+// step N ...") is one row per job: a repeat counts into it and replaces its message, the newest.
 //
 // Who records: JobManager, where the lifecycle changes happen (Create: Submitted; Transition:
 // Scheduled, Started, Succeeded / Failed / Cancelled), and the coordinator service through
@@ -87,6 +89,9 @@ bool TransitionEvent(const v1::Job& job, const std::string& message, JobEventRea
 std::string PlannedMessage(const v1::ParallelPlanSummary& plan);
 // "stage 0 on w-1 (cpu), stage 1 on w-2 (cpu)"; a stage with replicas "stage 0 replica 1 ...".
 std::string StartedMessage(const v1::ParallelPlanSummary& plan);
+
+// Whether repeats of `reason` go into one row per job whatever their message (above).
+bool ReplacesByReason(JobEventReason reason);
 
 class EventRecorder {
  public:

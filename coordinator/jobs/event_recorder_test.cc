@@ -63,6 +63,27 @@ TEST(EventRecorderTest, CoalescesRepeatsOfTheSameReasonAndMessage) {
   EXPECT_EQ(events[3].count(), 1);
 }
 
+// A job checkpointing every few steps: its CheckpointSaved events are one row (the newest
+// message, the count of them), so its lifecycle stays in the 100 rows.
+TEST(EventRecorderTest, PeriodicCheckpointsAreOneRowThatKeepsTheLifecycle) {
+  EXPECT_TRUE(ReplacesByReason(JobEventReason::kCheckpointSaved));
+  EXPECT_FALSE(ReplacesByReason(JobEventReason::kSkippedStep));
+  auto recorder = OpenRecorder(FreshDbPath());
+  ASSERT_TRUE(recorder->Record("job-1", JobEventReason::kSubmitted, "submitted", 1000).ok());
+  ASSERT_TRUE(recorder->Record("job-1", JobEventReason::kStarted, "started", 1500).ok());
+  for (int i = 1; i <= 2 * EventRecorder::kMaxEventsPerJob; ++i) {
+    ASSERT_TRUE(recorder
+                    ->Record("job-1", JobEventReason::kCheckpointSaved,
+                             absl::StrCat("checkpoint after step ", 50 * i, " published"), 2000 + i)
+                    .ok());
+  }
+  std::vector<v1::JobEventRecord> events = *recorder->List("job-1");
+  EXPECT_EQ(Reasons(events), (std::vector<std::string>{"Submitted", "Started", "CheckpointSaved"}));
+  EXPECT_EQ(events[2].message(), "checkpoint after step 10000 published");
+  EXPECT_EQ(events[2].count(), 2 * EventRecorder::kMaxEventsPerJob);
+  EXPECT_EQ(events[2].first_unix_ms(), 2001);
+}
+
 TEST(EventRecorderTest, KeepsAtMostTheBoundPerJobAndAlwaysTheFirst) {
   auto recorder = OpenRecorder(FreshDbPath());
   ASSERT_TRUE(recorder->Record("job-1", JobEventReason::kSubmitted, "submitted", 1).ok());
@@ -70,17 +91,17 @@ TEST(EventRecorderTest, KeepsAtMostTheBoundPerJobAndAlwaysTheFirst) {
   const int extra = EventRecorder::kMaxEventsPerJob + 20;
   for (int i = 1; i <= extra; ++i) {
     ASSERT_TRUE(recorder
-                    ->Record("job-1", JobEventReason::kCheckpointSaved,
-                             absl::StrCat("checkpoint at step ", i), 10 + i)
+                    ->Record("job-1", JobEventReason::kSkippedStep,
+                             absl::StrCat("non-finite loss at step ", i), 10 + i)
                     .ok());
   }
   std::vector<v1::JobEventRecord> events = *recorder->List("job-1");
   ASSERT_EQ(static_cast<int>(events.size()), EventRecorder::kMaxEventsPerJob);
   EXPECT_EQ(events.front().reason(), "Submitted");
-  // The newest kMaxEventsPerJob - 1 checkpoints, oldest of them first.
+  // The newest kMaxEventsPerJob - 1 of them, oldest first.
   EXPECT_EQ(events[1].message(),
-            absl::StrCat("checkpoint at step ", extra - EventRecorder::kMaxEventsPerJob + 2));
-  EXPECT_EQ(events.back().message(), absl::StrCat("checkpoint at step ", extra));
+            absl::StrCat("non-finite loss at step ", extra - EventRecorder::kMaxEventsPerJob + 2));
+  EXPECT_EQ(events.back().message(), absl::StrCat("non-finite loss at step ", extra));
   // Another job's events are not pruned by this one's.
   EXPECT_EQ(recorder->List("job-2")->size(), 1u);
 }

@@ -541,6 +541,8 @@ absl::Status CoordinatorService::GetJobLogs(const auth::Identity& caller,
   LogStore::Query query;
   query.after_seq = request.after_seq();
   query.tail = request.tail();
+  bool in_plan = true;
+  std::string not_in_plan;
   if (request.one_rank()) {
     const int stages = job.plan().stages_size();
     if (request.stage() < 0 || request.stage() >= stages || request.replica() < 0 ||
@@ -555,12 +557,18 @@ absl::Status CoordinatorService::GetJobLogs(const auth::Identity& caller,
         why = absl::StrCat("stage ", request.stage(), " has replicas 0..",
                            job.plan().stages(request.stage()).replicas() - 1);
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", job.id(), " has no rank ", request.stage(), "/", request.replica(), ": ", why));
+      in_plan = false;
+      not_in_plan = absl::StrCat("job ", job.id(), " has no rank ", request.stage(), "/",
+                                 request.replica(), ": ", why);
     }
     query.rank = std::make_pair(request.stage(), request.replica());
   }
   DAPPLE_ASSIGN_OR_RETURN(std::vector<v1::JobLogLine> lines, logs_->Get(job.id(), query));
+  // A rank of an earlier layout (before a restart re-planned the job) is still a rank whose
+  // lines are kept; only a rank that never logged is refused.
+  if (!in_plan && lines.empty() && request.after_seq() == 0) {
+    return absl::InvalidArgumentError(not_in_plan);
+  }
   for (v1::JobLogLine& line : lines) *response->add_lines() = std::move(line);
   response->set_state(job.state());
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/auth/test_identities.h"
+#include "coordinator/jobs/log_store.h"
 #include "coordinator/jobs/straggler_detector.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/coordinator_service.h"
@@ -302,6 +303,22 @@ TEST_F(HistoryHandlerTest, LogLinesOfEveryRankAreKeptAndServedByRankAndSeq) {
   });
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(), "job job-1 has no rank 0/2: stage 0 has replicas 0..1");
+  // A rank of an earlier layout (a restart re-planned the job onto fewer stages) that logged:
+  // its lines are served, though the current plan has no such rank.
+  {
+    std::unique_ptr<LogStore> store = *LogStore::Open(path_);
+    v1::JobLogLine line;
+    line.set_unix_ms(5000);
+    line.set_level("info");
+    line.set_text("before the restart");
+    ASSERT_TRUE(store->Append(job, 2, 0, "w-4", {line}).ok());
+  }
+  absl::StatusOr<v1::GetJobLogsResponse> earlier = Logs(job, [](v1::GetJobLogsRequest* r) {
+    r->set_one_rank(true);
+    r->set_stage(2);
+  });
+  ASSERT_TRUE(earlier.ok()) << earlier.status();
+  EXPECT_THAT(Texts(*earlier), ElementsAre("2/0 w-4 before the restart"));
   EXPECT_EQ(Logs("job-9").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Logs("").status().code(), absl::StatusCode::kInvalidArgument);
 }

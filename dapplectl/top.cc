@@ -118,13 +118,15 @@ absl::StatusOr<std::string> TopToJson(const std::vector<v1::Job>& jobs) {
           ",\"validation_loss\":", absl::StrFormat("%.6g", m.validation_loss()),
           ",\"validation_bits_per_byte\":", absl::StrFormat("%.6g", m.validation_bits_per_byte()));
     }
-    items.push_back(
-        absl::StrCat("{\"id\":", JsonString(job.id()), ",\"name\":", JsonString(job.name()),
-                     ",\"state\":", JsonString(JobStateName(job.state())),
-                     // int64 as strings, as the protobuf JSON of get -o json
-                     // and of the stages here.
-                     ",\"step\":\"", m.step(), "\",\"total_steps\":\"", m.total_steps(), "\"",
-                     validation, ",\"stages\":[", absl::StrJoin(stages, ","), "]}"));
+    items.push_back(absl::StrCat(
+        "{\"id\":", JsonString(job.id()), ",\"name\":", JsonString(job.name()),
+        ",\"state\":", JsonString(JobStateName(job.state())),
+        // int64 as strings, as the protobuf JSON of get -o json
+        // and of the stages here.
+        ",\"step\":\"", m.step(), "\",\"total_steps\":\"", m.total_steps(), "\"", validation,
+        // The header's job-level rate (0 before the first steps).
+        ",\"samples_per_second\":", absl::StrFormat("%.6g", m.samples_per_second()),
+        ",\"stages\":[", absl::StrJoin(stages, ","), "]}"));
   }
   return absl::StrCat("{\"jobs\":[", absl::StrJoin(items, ","), "]}");
 }

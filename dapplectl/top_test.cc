@@ -101,7 +101,7 @@ TEST(TopTest, TextJobHeaderShowsItsValidationLoss) {
   auto json = TopToJson({job});
   ASSERT_TRUE(json.ok()) << json.status();
   EXPECT_THAT(*json, HasSubstr("\"total_steps\":\"100\",\"validation_loss\":1.5,"
-                               "\"validation_bits_per_byte\":2.164,\"stages\":["));
+                               "\"validation_bits_per_byte\":2.164,\"samples_per_second\":"));
 }
 
 TEST(TopTest, JobsWithoutStepsAndNoJobs) {
@@ -115,9 +115,9 @@ TEST(TopTest, JobsWithoutStepsAndNoJobs) {
 TEST(TopTest, JsonHasTheStagesAndDerivedFractions) {
   auto json = TopToJson({RunningJob()});
   ASSERT_TRUE(json.ok()) << json.status();
-  EXPECT_THAT(*json,
-              HasSubstr("{\"jobs\":[{\"id\":\"job-3\",\"name\":\"demo\",\"state\":"
-                        "\"RUNNING\",\"step\":\"12\",\"total_steps\":\"100\",\"stages\":[{"));
+  EXPECT_THAT(*json, HasSubstr("{\"jobs\":[{\"id\":\"job-3\",\"name\":\"demo\",\"state\":"
+                               "\"RUNNING\",\"step\":\"12\",\"total_steps\":\"100\","
+                               "\"samples_per_second\":1234.4,\"stages\":[{"));
   EXPECT_THAT(*json, HasSubstr("\"worker_id\":\"w-2\""));
   EXPECT_THAT(*json, HasSubstr("\"bubble_fraction\":0.45,\"utilization\":0.54}"));
   EXPECT_EQ(json->find('\n'), std::string::npos);

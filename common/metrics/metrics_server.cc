@@ -133,9 +133,10 @@ MetricsServer::~MetricsServer() {
   thread_.join();
   close(listen_fd_);
   // Connections in flight end within the request deadline and the send timeout.
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* active) { return *active == 0; }, &active_));
+  Connections& c = *connections_;
+  absl::MutexLock lock(&c.mu);
+  c.mu.Await(absl::Condition(
+      +[](int* active) { return *active == 0; }, &c.active));
 }
 
 void MetricsServer::Loop() {
@@ -145,19 +146,19 @@ void MetricsServer::Loop() {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     {
-      absl::MutexLock lock(&mu_);
-      if (active_ >= kMaxConnections) {
+      absl::MutexLock lock(&connections_->mu);
+      if (connections_->active >= kMaxConnections) {
         close(fd);
         continue;
       }
-      ++active_;
+      ++connections_->active;
     }
     // Each connection on its own thread, so that a slow one delays no other.
-    std::thread([this, fd] {
+    std::thread([this, fd, connections = connections_] {
       Serve(fd);
       close(fd);
-      absl::MutexLock lock(&mu_);
-      --active_;
+      absl::MutexLock lock(&connections->mu);
+      --connections->active;
     }).detach();
   }
 }

@@ -83,8 +83,14 @@ class MetricsServer {
   const std::shared_ptr<prometheus::Collectable> collectable_;
   const std::string bearer_token_;  // "": no check
   std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
-  int active_ ABSL_GUARDED_BY(mu_) = 0;  // connections being served
+  // The connections being served. Shared with their threads, which touch it after Serve
+  // returned: the destructor, which waits for none to be left, must not destroy the mutex a
+  // thread is still unlocking.
+  struct Connections {
+    absl::Mutex mu;
+    int active ABSL_GUARDED_BY(mu) = 0;
+  };
+  const std::shared_ptr<Connections> connections_ = std::make_shared<Connections>();
   std::thread thread_;
 };
 

@@ -23,9 +23,10 @@ constexpr char kPromtool[] = "/usr/bin/promtool";
 
 // GET http://127.0.0.1:port/path; the whole response (status line, headers, body), or "" when
 // the connection failed. 5 s receive timeout, so a hung server fails the test.
-std::string HttpGet(int port, const std::string& path, const std::string& headers = "") {
+// A TCP connection to 127.0.0.1:port with a 5 s receive timeout, or -1.
+int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return -1;
   timeval timeout{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
@@ -34,8 +35,14 @@ std::string HttpGet(int port, const std::string& path, const std::string& header
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+std::string HttpGet(int port, const std::string& path, const std::string& headers = "") {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
                                            headers, "Connection: close\r\n\r\n");
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
@@ -113,12 +120,8 @@ TEST(MetricsServerTest, OtherPathsAndMethods) {
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/"), "HTTP/1.1 200"));
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/nope"), "HTTP/1.1 404"));
   // A client that connects and leaves at once does not stop the server.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
   close(fd);
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/metrics"), "HTTP/1.1 200"));
 }
@@ -162,12 +165,8 @@ TEST(MetricsServerTest, ASlowClientDelaysNoScrape) {
   auto server = MetricsServer::Start("127.0.0.1", 0, set);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
-  const int slow = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(slow, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int slow = ConnectLoopback(port);
+  ASSERT_GE(slow, 0);
   ASSERT_EQ(write(slow, "G", 1), 1);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(absl::StartsWith(HttpGet(port, "/metrics"), "HTTP/1.1 200"));

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +45,12 @@ int OpenLocked(const char* name, int operation, bool* busy = nullptr) {
   if (busy != nullptr) *busy = false;
   const char* dir = std::getenv("TMPDIR");
   const std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + name;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // Read-only: flock needs no write access, so a file another user created (0644 under their
+  // umask) still serves every worker of the host.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+  // It holds nothing: readable by every user of the host whatever the creator's umask (a
+  // process started with umask 077 made it 0600). Only its owner can, and need, do this.
+  if (fd >= 0) (void)::fchmod(fd, 0666);
   if (fd >= 0 && ::flock(fd, operation) != 0) {
     if (busy != nullptr) *busy = errno == EWOULDBLOCK;
     ::close(fd);

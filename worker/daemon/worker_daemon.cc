@@ -532,11 +532,11 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     absl::MutexLock l(&mu_);
     worker_id = worker_id_;
   }
-  // Every line this process logs while it runs the rank goes to the coordinator with the
-  // rank's reports (`dapplectl logs`).
   // Tells the host's other cpu workers that stages compute here (their idle measurements wait).
   std::optional<HostJobLock> host_job;
   if (IsCpuWorker()) host_job.emplace();
+  // Every line this process logs while it runs the rank goes to the coordinator with the
+  // rank's reports (`dapplectl logs`).
   JobLogCapture& logs = *ProcessJobLogCapture();
   logs.Begin();
   DAPPLE_LOG_INFO("{}: starting stage {} replica {} of {} stages", assignment.job_id(),

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/token_file.h"
 
@@ -25,7 +26,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServer(
   if (!token.empty()) {
     DAPPLE_LOG_INFO("metrics on http://{}:{}/metrics (bearer token of {})", host, (*server)->port(),
                     token_file);
-  } else if (host.rfind("127.", 0) == 0) {
+  } else if (IsLoopbackAddress(host)) {  // the rule --listen and --coordinator follow
     DAPPLE_LOG_INFO("metrics on http://{}:{}/metrics (this host only)", host, (*server)->port());
   } else {
     DAPPLE_LOG_WARN(

@@ -59,6 +59,11 @@ absl::Status CheckPerStage(absl::string_view field, const std::vector<double>& p
   return absl::OkStatus();
 }
 
+// Boundary b lies between stages b and b + 1.
+double TransferCost(const std::vector<double>& per_boundary, int b) {
+  return per_boundary.empty() ? 0.0 : per_boundary[b];
+}
+
 absl::Status CheckPerBoundary(absl::string_view field, const std::vector<double>& per_boundary,
                               int num_stages) {
   if (per_boundary.empty()) return absl::OkStatus();
@@ -104,6 +109,19 @@ absl::Status CheckCosts(const ActionCosts& costs, int num_stages) {
       CheckPerBoundary("grad_transfer_per_boundary", costs.grad_transfer_per_boundary, num_stages));
   DAPPLE_RETURN_IF_ERROR(
       CheckPerBoundary("host_copy_per_boundary", costs.host_copy_per_boundary, num_stages));
+  DAPPLE_RETURN_IF_ERROR(
+      CheckPerBoundary("link_latency_per_boundary", costs.link_latency_per_boundary, num_stages));
+  for (size_t b = 0; b < costs.link_latency_per_boundary.size(); ++b) {
+    const double latency = costs.link_latency_per_boundary[b];
+    const double act = TransferCost(costs.act_transfer_per_boundary, static_cast<int>(b));
+    const double grad = TransferCost(costs.grad_transfer_per_boundary, static_cast<int>(b));
+    if (latency > act || latency > grad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("costs.link_latency_per_boundary[", b, "] = ", latency,
+                       " exceeds the boundary's transfer (activation ", act, ", gradient ", grad,
+                       "): the latency is a part of each transfer"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -130,11 +148,6 @@ double OptimizerStepCost(const ActionCosts& c, int s) {
 double AllReduceCost(const ActionCosts& c, int s) {
   return PerStage(c.allreduce_per_stage, c.allreduce, s);
 }
-// Boundary b lies between stages b and b + 1.
-double TransferCost(const std::vector<double>& per_boundary, int b) {
-  return per_boundary.empty() ? 0.0 : per_boundary[b];
-}
-
 // The column width of the grid (simulator_grid.h GridQuantum) from the costs the programs use.
 double GridQuantum(const ActionCosts& c, int num_stages, bool split_backward) {
   std::vector<double> compute;
@@ -340,10 +353,11 @@ SimulationResult Run(const std::vector<OpProgram>& programs, const ActionCosts& 
           const double transfer =
               TransferCost(act ? costs.act_transfer_per_boundary : costs.grad_transfer_per_boundary,
                            act ? vs : vs - 1);
+          const double latency = TransferCost(costs.link_latency_per_boundary, act ? vs : vs - 1);
           double& link_free = act ? act_link_free[vs] : grad_link_free[vs];
-          const double transfer_end = std::max(start + cost, link_free) + transfer;
-          link_free = transfer_end;
-          (act ? act_arrival : grad_arrival)[static_cast<size_t>(vs) * m + mb] = transfer_end;
+          link_free = std::max(start + cost, link_free) + (transfer - latency);
+          (act ? act_arrival : grad_arrival)[static_cast<size_t>(vs) * m + mb] =
+              link_free + latency;
           result.comm_time[s] += transfer;
           result.comm_time[peer] += transfer;
           wake(peer, act ? v1::RECV_ACT : v1::RECV_GRAD, mb, peer_vs);

@@ -5,7 +5,11 @@
 // toward the peer stage for that boundary's transfer time (act_/grad_transfer_per_boundary; 0
 // by default), one transfer at a time per direction, first come first served in send order (a
 // directed link has one sender, so that is the sender's program order): the transfer starts at
-// max(send end, the link's previous transfer end). A RECV blocks until the matching SEND
+// max(send end, the link's previous transfer end). The transfer's latency part
+// (link_latency_per_boundary) does not hold the link: the next message may start as soon as this
+// one's bytes are out, and they arrive that latency later (messages in flight overlap, as in
+// LogP's L, Culler et al. 1993; on loopback TCP a burst of eight tiny activations arrives about
+// one latency after the last is sent, not eight). A RECV blocks until the matching SEND
 // (same micro-batch, same kind, from the neighbouring stage) has been issued, and ends `recv`
 // cost after max(its start, the transfer's end); across a link through host memory each send and
 // receive also costs its rank host_copy_per_boundary. FORWARD / BACKWARD / BACKWARD_INPUT /
@@ -106,6 +110,11 @@ struct ActionCosts {
   // between stages s and s + 1.
   std::vector<double> act_transfer_per_boundary;
   std::vector<double> grad_transfer_per_boundary;
+  // Empty (none) or P - 1 entries, each at most both transfers of its boundary. Entry s: the
+  // part of each transfer across the boundary between stages s and s + 1 that is the link's
+  // latency: the message arrives that long after the rest of its transfer ends, and the link
+  // does not wait for it before carrying the next message.
+  std::vector<double> link_latency_per_boundary;
   // Empty (none) or P - 1 entries. Entry s: the rank time that each SEND and each RECV of one
   // micro-batch's activation or gradient across the boundary between stages s and s + 1 costs
   // on its own rank, beyond `send` / `recv`: the copies of a link through host memory (two

@@ -443,6 +443,36 @@ TEST(SimulatorTransferTest, ALinkCarriesOneTransferAtATimeInSendOrder) {
   EXPECT_DOUBLE_EQ(sim->step_time, 22.5);
 }
 
+// A link's latency delays each message but does not hold the link: messages in flight overlap
+// (LogP's L). Before, three activations of a latency-only link arrived 4, 8 and 12 after their
+// sends; a gpipe job of a tiny model on loopback TCP ran at half its prediction.
+TEST(SimulatorTransferTest, MessagesInFlightOverlapTheirLatency) {
+  ActionCosts costs;  // forward 1, backward 2
+  costs.act_transfer_per_boundary = {4};
+  costs.grad_transfer_per_boundary = {4};
+  costs.link_latency_per_boundary = {4};
+  absl::StatusOr<SimulationResult> sim = Simulate(Build(ScheduleKind::kGPipe, 2, 3), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  // Activations sent at 1, 2, 3 arrive at 5, 6, 7. Stage 1: F0 F1 F2 [5,8), B2 B1 B0 [8,14),
+  // their gradients arriving at 14, 16, 18; stage 0: B2 B1 B0 [14,20). (One message at a time
+  // on the link: 30.)
+  EXPECT_DOUBLE_EQ(sim->step_time, 20.0);
+  EXPECT_EQ(sim->comm_time, (std::vector<double>{24.0, 24.0}));
+  // Transfers of 4 of which 1 is latency: the bytes take 3 each, one message at a time, and
+  // each arrives 1 after its bytes are out. Activations at 5, 8, 11; stage 1: F2 [11,12), B2 B1
+  // B0 [12,18), gradients on the link [14,17), [17,20), [20,23), arriving at 18, 21, 24;
+  // stage 0: B2 [18,20), B1 [21,23), B0 [24,26).
+  costs.link_latency_per_boundary = {1};
+  sim = Simulate(Build(ScheduleKind::kGPipe, 2, 3), costs);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_DOUBLE_EQ(sim->step_time, 26.0);
+  // The latency is a part of each transfer across its boundary, never more.
+  costs.grad_transfer_per_boundary = {0.5};
+  EXPECT_THAT(Simulate(Build(ScheduleKind::kGPipe, 2, 3), costs).status().message(),
+              HasSubstr("costs.link_latency_per_boundary[0] = 1 exceeds the boundary's transfer "
+                        "(activation 4, gradient 0.5)"));
+}
+
 TEST(SimulatorTransferTest, EachBoundaryHasItsOwnLink) {
   ActionCosts costs;
   costs.forward = 1;

@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
                  "published checkpoints kept per job; older ones are deleted (0: all)")
       ->capture_default_str();
   app.add_option("--trace-every-steps", raw.trace_every_steps,
-                 "workers record a timeline of step 1 and every N-th step for dapplectl trace "
+                 "workers record a timeline of step 1, a resumed run's first step and every N-th "
+                 "step for dapplectl trace "
                  "(0: never)")
       ->capture_default_str();
   app.add_option("--profile-max-age-h", raw.profile_max_age_h,

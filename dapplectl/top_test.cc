@@ -301,8 +301,18 @@ TEST(TraceCommandTest, ClearErrors) {
   Result r = RunCtl(fake, {"trace", "job-3", "-o", ::testing::TempDir() + "/never.json"});
   EXPECT_EQ(r.code, kExitRefused);
   EXPECT_EQ(r.err,
-            "dapplectl: job job-3 has no traced steps yet (workers trace step 1 and every "
-            "--trace-every-steps-th step; 0 turns tracing off)\n");
+            "dapplectl: job job-3 has no traced steps yet (workers trace a run's first step and "
+            "every --trace-every-steps-th step; 0 turns tracing off)\n");
+  // A job resumed after a restart: the coordinator serves the resumed run's steps.
+  v1::Job resumed = job;
+  resumed.set_id("job-5");
+  resumed.add_restart_history()->set_resumed_unix_ms(1000);
+  fake.Put(resumed);
+  r = RunCtl(fake, {"trace", "job-5", "-o", ::testing::TempDir() + "/never.json"});
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.err,
+            "dapplectl: job job-5 has no traced steps since its restart (workers trace a run's "
+            "first step and every --trace-every-steps-th step; 0 turns tracing off)\n");
   // A job cancelled before its first step never will have one.
   v1::Job cancelled = job;
   cancelled.set_id("job-4");

@@ -23,10 +23,13 @@ absl::StatusOr<std::string> WriteJobTrace(CoordinatorClient& client, const std::
           absl::StrCat("job ", job_id, " has no traced steps: it ended (",
                        JobStateName(job->state()), ") before its ranks traced a step"));
     }
+    // After a restart the coordinator serves the resumed run's steps only.
+    const bool resumed = job.ok() && !job->restart_history().empty() &&
+                         job->restart_history().rbegin()->resumed_unix_ms() > 0;
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id,
-        " has no traced steps yet (workers trace step 1 and every --trace-every-steps-th step; "
-        "0 turns tracing off)"));
+        "job ", job_id, " has no traced steps ", resumed ? "since its restart" : "yet",
+        " (workers trace a run's first step and every --trace-every-steps-th step; 0 turns "
+        "tracing off)"));
   }
   const std::string json = TraceToChromeJson(trace);
   const TraceCounts counts = CountTrace(trace);

@@ -29,10 +29,10 @@ constexpr char kTracePutSql[] =
 constexpr char kTracePruneSql[] =
     "DELETE FROM traces WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 AND step NOT IN "
     "(SELECT step FROM traces WHERE job_id = ?1 AND stage = ?2 AND replica = ?3 "
-    "ORDER BY step DESC LIMIT ?4)";
+    "ORDER BY recorded_unix_ms DESC, step DESC LIMIT ?4)";
 
 constexpr char kGetSql[] =
-    "SELECT stage, replica, step, trace FROM traces WHERE job_id = ?1 "
+    "SELECT stage, replica, step, trace FROM traces WHERE job_id = ?1 AND recorded_unix_ms >= ?2 "
     "ORDER BY step, stage, replica";
 
 }  // namespace
@@ -104,7 +104,8 @@ absl::Status TraceStore::Put(const v1::StepTrace& trace, int64_t now_unix_ms) {
   return failed("commit");
 }
 
-absl::StatusOr<v1::JobTrace> TraceStore::Get(const std::string& job_id) const {
+absl::StatusOr<v1::JobTrace> TraceStore::Get(const std::string& job_id,
+                                             int64_t recorded_since_unix_ms) const {
   absl::MutexLock lock(&mu_);
   v1::JobTrace out;
   out.set_job_id(job_id);
@@ -114,6 +115,7 @@ absl::StatusOr<v1::JobTrace> TraceStore::Get(const std::string& job_id) const {
         absl::StrCat("reading traces from '", path_, "': ", sqlite3_errmsg(db_)));
   }
   sqlite3_bind_text(get.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_STATIC);
+  sqlite3_bind_int64(get.stmt, 2, recorded_since_unix_ms);
   int rc;
   int num_stages = 0;
   while ((rc = sqlite3_step(get.stmt)) == SQLITE_ROW) {

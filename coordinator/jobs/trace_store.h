@@ -1,6 +1,7 @@
 // The traced steps of jobs (trace.proto StepTrace), kept in the coordinator's SQLite job
 // database so that `dapplectl trace` works after a job ended and after a coordinator restart.
-// Only the newest kStepsPerRank traced steps of each rank (job, stage, replica) are kept.
+// Only the newest kStepsPerRank traced steps of each rank (job, stage, replica) are kept: the
+// last recorded (a job resumed after a restart runs earlier steps again).
 //
 // Schema: the store owns one table, created when missing (the jobs table and its
 // user_version belong to JobStore, which does not know this one):
@@ -44,15 +45,18 @@ class TraceStore {
   TraceStore& operator=(const TraceStore&) = delete;
 
   // Stores `trace` (replacing a stored trace of the same job, rank and step), then drops that
-  // rank's traced steps older than its newest kStepsPerRank, in one transaction.
+  // rank's traced steps but the kStepsPerRank last recorded (by now_unix_ms, then step), in one
+  // transaction.
   // kInvalidArgument when job_id is empty or step < 1; kInternal with SQLite's message when
   // the write fails (nothing changes then).
   absl::Status Put(const v1::StepTrace& trace, int64_t now_unix_ms);
 
-  // Every kept step of `job_id`, ordered by step, then stage, then replica; job_id set and
-  // num_stages = 1 + the largest stage kept (0 and no steps when none is kept: not an error).
-  // kDataLoss naming the row when a blob does not parse; kInternal for a read error.
-  absl::StatusOr<v1::JobTrace> Get(const std::string& job_id) const;
+  // Every kept step of `job_id` recorded at or after `recorded_since_unix_ms` (Put's now_unix_ms;
+  // 0: all), ordered by step, then stage, then replica; job_id set and num_stages = 1 + the
+  // largest stage returned (0 and no steps when none is: not an error). kDataLoss naming the row
+  // when a blob does not parse; kInternal for a read error.
+  absl::StatusOr<v1::JobTrace> Get(const std::string& job_id,
+                                   int64_t recorded_since_unix_ms = 0) const;
 
  private:
   TraceStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

@@ -79,6 +79,35 @@ TEST(TraceStoreTest, KeepsTheNewestStepsOfEachRank) {
   EXPECT_EQ(stage0.back(), n * 10);
 }
 
+// A job restarted onto another layout: its traces since the restart are the new layout's only,
+// and a rank keeps its last recorded steps, not the highest-numbered (the resumed job runs steps
+// again).
+TEST(TraceStoreTest, ReadsTheStepsRecordedSinceATimeAndKeepsTheLastRecorded) {
+  auto store = TraceStore::Open(FreshDbPath()).value();
+  // The first run: 2 stages, steps 1..12 at times 1..12.
+  for (int step = 1; step <= 12; ++step) {
+    ASSERT_TRUE(store->Put(Trace("job-1", 0, 0, step), step).ok());
+    ASSERT_TRUE(store->Put(Trace("job-1", 1, 0, step), step).ok());
+  }
+  // Resumed at time 100 on 1 stage from step 3.
+  for (int step = 4; step <= 6; ++step) {
+    ASSERT_TRUE(store->Put(Trace("job-1", 0, 0, step), 100 + step).ok());
+  }
+  v1::JobTrace since = store->Get("job-1", 100).value();
+  EXPECT_EQ(since.num_stages(), 1);
+  ASSERT_EQ(since.steps_size(), 3);
+  EXPECT_EQ(since.steps(0).step(), 4);
+  EXPECT_EQ(since.steps(2).step(), 6);
+  // Stage 0 kept its kStepsPerRank last recorded: 4, 5, 6 of the resumed run and 8..12 of the
+  // first (step 7 was dropped, not step 4).
+  std::vector<int64_t> stage0;
+  const v1::JobTrace all = store->Get("job-1").value();
+  for (const v1::StepTrace& t : all.steps()) {
+    if (t.stage() == 0) stage0.push_back(t.step());
+  }
+  EXPECT_EQ(stage0, (std::vector<int64_t>{4, 5, 6, 8, 9, 10, 11, 12}));
+}
+
 TEST(TraceStoreTest, ReplacesTheSameStepAndSurvivesReopening) {
   const std::string path = FreshDbPath();
   {

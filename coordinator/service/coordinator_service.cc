@@ -523,7 +523,12 @@ absl::Status CoordinatorService::GetJobTrace(const auth::Identity& caller,
   DAPPLE_RETURN_IF_ERROR(CheckJobId(request.job_id()));
   DAPPLE_ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(request.job_id()));
   DAPPLE_RETURN_IF_ERROR(auth::CheckJobAccess(caller, job));
-  DAPPLE_ASSIGN_OR_RETURN(*response, traces_->Get(request.job_id()));
+  // A job resumed after a restart may run on another layout: its earlier run's traces (other
+  // stages, steps it ran again) would mix with the new ones, so only the run's own are served.
+  const int64_t since = job.restart_history_size() > 0
+                            ? job.restart_history(job.restart_history_size() - 1).resumed_unix_ms()
+                            : 0;
+  DAPPLE_ASSIGN_OR_RETURN(*response, traces_->Get(request.job_id(), since));
   if (job.plan().stages_size() > 0) response->set_num_stages(job.plan().stages_size());
   return absl::OkStatus();
 }

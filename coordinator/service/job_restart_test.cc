@@ -68,6 +68,60 @@ TEST_F(CoordinatorServiceTest, ALostWorkerRestartsTheJobOnTheLiveWorkers) {
             "exhausted: 1 of 1 restarts used (training.restart.max_restarts))");
 }
 
+// After a restart the job's trace is the resumed run's: the failed run's traced steps (perhaps
+// of another layout, and of steps the resumed run does again) no longer mix in.
+TEST_F(CoordinatorServiceTest, ARestartedJobsTraceIsTheResumedRunsOwn) {
+  const std::string w1 = Register(), w2 = Register(), w3 = Register();
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  svc_->Tick();
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w2).has_assignment());
+  auto traced_step = [&](const std::string& worker, int stage, const std::string& device) {
+    return Report(worker, id, stage, v1::PROGRESS_STEP, [&](v1::ProgressReport* r) {
+      r->set_step(1);
+      r->set_epoch(1);
+      r->mutable_stats()->set_step(1);
+      v1::StepTrace* t = r->mutable_trace();
+      t->set_step(1);
+      t->set_device(device);
+      t->add_events()->set_kind(v1::FORWARD);
+    });
+  };
+  ASSERT_TRUE(traced_step(w1, 0, "first-run").ok());
+  ASSERT_TRUE(traced_step(w2, 1, "first-run").ok());
+  v1::GetJobTraceRequest req;
+  req.set_job_id(id);
+  v1::JobTrace trace;
+  ASSERT_TRUE(svc_->GetJobTrace(auth::TestAdmin(), req, &trace).ok());
+  EXPECT_EQ(trace.steps_size(), 2);
+  // w2 dies; the job restarts on w1 and w3.
+  now_ += 4000;
+  Heartbeat(w1, id);
+  Heartbeat(w3);
+  now_ += 1000;
+  svc_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  Heartbeat(w1, id);
+  Heartbeat(w1, "");
+  now_ += 1000;
+  svc_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << Get(id).message();
+  ASSERT_TRUE(svc_->GetJobTrace(auth::TestAdmin(), req, &trace).ok());
+  EXPECT_EQ(trace.steps_size(), 0);
+  EXPECT_EQ(trace.num_stages(), 2);
+  EXPECT_TRUE(Heartbeat(w1).has_assignment());
+  EXPECT_TRUE(Heartbeat(w3).has_assignment());
+  now_ += 100;
+  ASSERT_TRUE(traced_step(w3, 1, "resumed").ok());
+  ASSERT_TRUE(svc_->GetJobTrace(auth::TestAdmin(), req, &trace).ok());
+  ASSERT_EQ(trace.steps_size(), 1);
+  EXPECT_EQ(trace.steps(0).device(), "resumed");
+  EXPECT_EQ(trace.steps(0).worker_id(), w3);
+}
+
 // A coordinator restart during a restart's backoff does not fail the job (a new user's job
 // failed "coordinator restarted while the job was RESTARTING" with 1 of 2 restarts used): the
 // restarted coordinator waits out the rest of the backoff and restarts it as the old one would

@@ -412,7 +412,7 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
   int64_t peak_memory = 0;  // the most any step's stats measured
   for (int64_t step = a.first_step(); step < total; ++step) {
     if (abort_.load()) return absl::AbortedError("aborted by the coordinator");
-    const bool traced = IsTracedStep(step, a.trace_every_steps());
+    const bool traced = IsTracedStep(step, a.trace_every_steps(), a.first_step());
     absl::StatusOr<StepResult> step_result = rt->RunStep(step, traced);
     if (!step_result.ok()) return NameLostPeers(a, step_result.status());
     StepResult r = *std::move(step_result);

@@ -39,8 +39,8 @@ int64_t SystemNowMicros() {
 
 }  // namespace
 
-bool IsTracedStep(int64_t step, int every) {
-  return every > 0 && (step == 0 || (step + 1) % every == 0);
+bool IsTracedStep(int64_t step, int every, int64_t first_step) {
+  return every > 0 && (step == 0 || step == first_step || (step + 1) % every == 0);
 }
 
 uint64_t MessageTag(MessageKind kind, int64_t index, int micro_batch, int link) {

@@ -450,9 +450,10 @@ class StageRuntime {
 };
 
 // Whether global step `step` (0-based) records a timeline under StageAssignment.trace_every_steps
-// `every`: the first step and every `every`-th (steps 1, N, 2N, ... counted 1-based); never
-// when `every` <= 0.
-bool IsTracedStep(int64_t step, int every);
+// `every`: the job's first step, the run's first (`first_step`, StageAssignment.first_step: a
+// job resumed after a restart traces its new layout at once) and every `every`-th (steps 1, N,
+// 2N, ... counted 1-based); never when `every` <= 0.
+bool IsTracedStep(int64_t step, int every, int64_t first_step = 0);
 
 // Tags of the messages between stages (the transport adds the sender's rank).
 enum class MessageKind : uint64_t {

@@ -503,6 +503,11 @@ TEST(StageRuntimeStatsTest, TracedStepsAreTheFirstAndEveryNth) {
   EXPECT_TRUE(IsTracedStep(2, 3));
   EXPECT_FALSE(IsTracedStep(0, 0));
   EXPECT_FALSE(IsTracedStep(49, 0));
+  // A run resumed at step 120 (0-based) traces its first step, then every 50th as before.
+  EXPECT_TRUE(IsTracedStep(120, 50, 120));
+  EXPECT_FALSE(IsTracedStep(121, 50, 120));
+  EXPECT_TRUE(IsTracedStep(149, 50, 120));
+  EXPECT_FALSE(IsTracedStep(120, 0, 120));
   EXPECT_FALSE(IsTracedStep(0, -1));
 }
 

@@ -1,5 +1,5 @@
 // Declarations shared by the files that implement common/job_spec.h: job_spec_load.cc (YAML
-// text -> document), job_spec_parse.cc (document -> JobSpec), job_spec_validate.cc (the rules)
+// text -> document), job_spec_parse.cc (document -> JobSpec), job_spec_validate*.cc (the rules)
 // and job_spec_yaml.cc (JobSpec -> YAML). An internal header of common/: nothing outside those
 // files includes it.
 #ifndef DAPPLE_COMMON_JOB_SPEC_INTERNAL_H_
@@ -79,6 +79,12 @@ using Check = std::optional<Violation>;
 
 // A violation of `field`.
 Violation At(std::string field, std::string message);
+
+// `field` `value` when it exceeds `max`: "FIELD VALUE is more than the maximum MAX".
+Check CheckAtMost(const std::string& field, int64_t value, int64_t max);
+
+// job_spec_validate_training.cc: the training section.
+Check CheckTraining(const v1::JobSpec& spec);
 
 // job_spec_validate_model.cc: the data, model and sample sections.
 Check CheckData(const v1::JobSpec& spec);

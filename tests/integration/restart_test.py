@@ -15,6 +15,7 @@ a real coordinator and real workers on 127.0.0.1, workers SIGKILLed with os.kill
 Recovery time alone: `python3 tests/integration/restart_test.py -v RestartTest.test_elastic`
 prints "recovery: ...".
 """
+import json
 import os
 import random
 import signal
@@ -155,6 +156,15 @@ class RestartTest(unittest.TestCase):
         self.expect_reference_losses(j, "elastic")
         out = self.c.ctl("get", job)[1]
         self.assertIn("RESTARTS", out)
+        # The trace is the resumed run's: its ranks (the new layout's), its steps, the first one
+        # included; none of the failed run's 4 ranks.
+        path = os.path.join(self.c.dir, "elastic-trace.json")
+        self.c.ctl("trace", job, "-o", path)
+        with open(path) as f:
+            meta = json.load(f)["metadata"]
+        resumed = int(j["restart_history"][0].get("resumed_after_step", 0))
+        self.assertEqual(meta["ranks"], len(j["worker_ids"]), meta)
+        self.assertEqual(min(meta["traced_steps"]), resumed + 1, meta)
 
     def test_policy_exhausted(self):
         job = self.c.submit(restart_spec("exhausted", 900, max_restarts=1, devices=2))

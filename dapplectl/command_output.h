@@ -48,6 +48,13 @@ std::vector<std::string> FlagNames(const CLI::App& app);
 // The names of `app`'s subcommands, in the order added: "create, list".
 std::string SubcommandNames(const CLI::App& app);
 
+// A command line CLI11 refused (`e`), or --help: prints the help (exit code 0) or one line
+// saying what is wrong in the user's terms (usage_errors.h), naming the command or flag closest
+// to an unknown one, and returns the exit code (kExitUsage but for --help). `config_app` is the
+// `config` command, whose verbs get a message of their own.
+int ReportParseError(const Environment& env, CLI::App& app, const CLI::App& config_app,
+                     const CLI::ParseError& e);
+
 }  // namespace dapple::ctl
 
 #endif  // DAPPLE_DAPPLECTL_COMMAND_OUTPUT_H_

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -10,11 +9,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
 #include "common/grpc_tls.h"
 #include "common/job_spec.h"
 #include "dapplectl/admin_command.h"
@@ -34,7 +29,6 @@
 #include "dapplectl/token_source.h"
 #include "dapplectl/top.h"
 #include "dapplectl/trace_command.h"
-#include "dapplectl/usage_errors.h"
 #include "dapplectl/utf8_text.h"
 #include "dapplectl/views.h"
 #include "dapplectl/watch_printer.h"
@@ -101,15 +95,47 @@ std::string Footer() {
       "See docs/dapplectl.md for output formats and an example session.");
 }
 
-}  // namespace
+// What the command line gives each command: CLI11 binds these while it parses.
+struct Args {
+  std::string job_id;
+  std::string file;  // submit
+  bool submit_watch = false;
+  std::string resume_from;
+  std::string logs_rank, logs_tail;
+  bool logs_follow = false;
+  bool logs_collapse = false;
+  std::string trace_file;
+  std::string top_interval = "1";
+  bool top_once = false;
+  std::string plan_file, profile_file, cluster_file, planner, plan_schedule, global_batch,
+      profile_batch;
+  int64_t global_batch_value = 0;  // --global-batch and --profile-batch once checked
+  int64_t profile_batch_value = 0;
+  ConfigAction config_action;
+};
 
-int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
-  Flags flags;
-  CLI::App app("dapplectl: submit, follow and cancel dapple training jobs.", "dapplectl");
-  app.require_subcommand(1);
-  // Global flags are accepted after the command too: `dapplectl get job-1 -o json`.
-  app.fallthrough();
-  app.footer(Footer());
+// The commands and the options whose presence matters after parsing.
+struct Commands {
+  CLI::Option* coordinator = nullptr;
+  CLI::App* config = nullptr;
+  CLI::App* submit = nullptr;
+  CLI::App* get = nullptr;
+  CLI::App* describe = nullptr;
+  CLI::App* logs = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* cancel = nullptr;
+  CLI::App* watch = nullptr;
+  CLI::App* workers = nullptr;
+  CLI::App* checkpoint = nullptr;
+  CLI::App* trace = nullptr;
+  CLI::App* top = nullptr;
+  CLI::Option* top_job = nullptr;
+  CLI::App* plan = nullptr;
+  CLI::Option* plan_job = nullptr;
+};
+
+// The flags every command takes; returns --coordinator's option.
+CLI::Option* AddGlobalFlags(CLI::App& app, Flags& flags) {
   // DAPPLE_COORDINATOR is read below rather than with envname(), so that a bad value names
   // the variable instead of the flag.
   CLI::Option* coordinator =
@@ -145,239 +171,167 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                  "none)")
       ->type_name("SECONDS")
       ->capture_default_str();
+  return coordinator;
+}
 
+CLI::App* AddConfigCommand(CLI::App& app, ConfigAction& action) {
   CLI::App* config_app = app.add_subcommand(
       "config", "show and edit the contexts of the configuration file (coordinator, CA)");
   config_app->require_subcommand(1);
-  ConfigAction config_action;
   config_app->add_subcommand("view", "list the contexts, the current one marked");
   config_app->add_subcommand("get-contexts", "the same as view");
   CLI::App* use_context = config_app->add_subcommand("use-context", "make NAME the current one");
-  use_context->add_option("NAME", config_action.name, "context name")->required();
+  use_context->add_option("NAME", action.name, "context name")->required();
   CLI::App* set_context = config_app->add_subcommand(
       "set-context",
       "create or update NAME from --coordinator, --ca, --tls-cert, --tls-key and --token-file "
       "as given");
-  set_context->add_option("NAME", config_action.name, "context name")->required();
+  set_context->add_option("NAME", action.name, "context name")->required();
   CLI::App* delete_context = config_app->add_subcommand("delete-context", "delete NAME");
-  delete_context->add_option("NAME", config_action.name, "context name")->required();
+  delete_context->add_option("NAME", action.name, "context name")->required();
+  return config_app;
+}
 
-  std::string file;
-  bool submit_watch = false;
-  CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML); prints the job id");
-  submit->add_option("FILE", file, "job spec file")->required();
-  submit->add_flag("-w,--watch", submit_watch, "then follow the job like `watch`");
-  std::string resume_from;
-  submit
-      ->add_option("--resume-from", resume_from,
+// submit, get, describe, logs, list, cancel, watch, workers, checkpoint, trace and top.
+void AddJobCommands(CLI::App& app, Args& a, Commands& c) {
+  c.submit = app.add_subcommand("submit", "submit a job spec (YAML); prints the job id");
+  c.submit->add_option("FILE", a.file, "job spec file")->required();
+  c.submit->add_flag("-w,--watch", a.submit_watch, "then follow the job like `watch`");
+  c.submit
+      ->add_option("--resume-from", a.resume_from,
                    "resume from this published checkpoint directory (weights, optimizer, step; "
                    "the pipeline layout may differ)")
       ->type_name("DIR");
-
-  std::string job_id;
-  CLI::App* get = app.add_subcommand("get", "show one job: state, plan, metrics");
-  get->add_option("JOB", job_id, "job id, e.g. job-3")->required();
-  CLI::App* describe = app.add_subcommand(
+  c.get = app.add_subcommand("get", "show one job: state, plan, metrics");
+  c.get->add_option("JOB", a.job_id, "job id, e.g. job-3")->required();
+  c.describe = app.add_subcommand(
       "describe", "show one job in detail, then its events (submitted ... finished), newest last");
-  describe->add_option("JOB", job_id, "job id, e.g. job-3")->required();
-  std::string logs_rank, logs_tail;
-  bool logs_follow = false;
-  bool logs_collapse = false;
-  CLI::App* logs = app.add_subcommand(
+  c.describe->add_option("JOB", a.job_id, "job id, e.g. job-3")->required();
+  c.logs = app.add_subcommand(
       "logs", "print the lines a job's ranks logged, each prefixed [stage/replica worker]");
-  logs->add_option("JOB", job_id, "job id")->required();
-  logs->add_option("--rank", logs_rank, "only this rank's lines")->type_name("STAGE/REPLICA");
-  logs->add_option("--tail", logs_tail, "only the newest N lines (then new ones with --follow)")
+  c.logs->add_option("JOB", a.job_id, "job id")->required();
+  c.logs->add_option("--rank", a.logs_rank, "only this rank's lines")->type_name("STAGE/REPLICA");
+  c.logs->add_option("--tail", a.logs_tail, "only the newest N lines (then new ones with --follow)")
       ->type_name("N");
-  logs->add_flag("-f,--follow", logs_follow, "print new lines as they arrive until the job ends");
-  logs->add_flag("--collapse", logs_collapse,
-                 "print a line that several ranks logged alike once, naming them all");
-  CLI::App* list = app.add_subcommand("list", "list all jobs");
-  CLI::App* cancel = app.add_subcommand("cancel", "cancel a pending or running job");
-  cancel->add_option("JOB", job_id, "job id")->required();
-  CLI::App* watch = app.add_subcommand(
+  c.logs->add_flag("-f,--follow", a.logs_follow,
+                   "print new lines as they arrive until the job ends");
+  c.logs->add_flag("--collapse", a.logs_collapse,
+                   "print a line that several ranks logged alike once, naming them all");
+  c.list = app.add_subcommand("list", "list all jobs");
+  c.cancel = app.add_subcommand("cancel", "cancel a pending or running job");
+  c.cancel->add_option("JOB", a.job_id, "job id")->required();
+  c.watch = app.add_subcommand(
       "watch", "follow a job until it ends; exit code from its outcome (0, 4 FAILED, 5 CANCELLED)");
-  watch->add_option("JOB", job_id, "job id")->required();
-  CLI::App* workers = app.add_subcommand("workers", "list the registered workers");
-  CLI::App* checkpoint = app.add_subcommand(
+  c.watch->add_option("JOB", a.job_id, "job id")->required();
+  c.workers = app.add_subcommand("workers", "list the registered workers");
+  c.checkpoint = app.add_subcommand(
       "checkpoint", "save a checkpoint of a running job a few steps from now; prints the step");
-  checkpoint->add_option("JOB", job_id, "job id")->required();
-  std::string trace_file;
-  CLI::App* trace = app.add_subcommand(
+  c.checkpoint->add_option("JOB", a.job_id, "job id")->required();
+  c.trace = app.add_subcommand(
       "trace",
       "write a job's pipeline timeline (its traced steps) as Chrome trace-event JSON for "
       "Perfetto or chrome://tracing");
-  trace->add_option("JOB", job_id, "job id")->required();
-  trace->add_option("-o,--output", trace_file, "file to write; - for stdout")
+  c.trace->add_option("JOB", a.job_id, "job id")->required();
+  c.trace->add_option("-o,--output", a.trace_file, "file to write; - for stdout")
       ->type_name("FILE")
       ->required();
-  std::string top_interval = "1";
-  bool top_once = false;
-  CLI::App* top = app.add_subcommand(
+  c.top = app.add_subcommand(
       "top", "live per-stage view of running jobs: step time, forward, backward, idle, bubble");
-  CLI::Option* top_job = top->add_option("JOB", job_id, "job id (default: every running job)");
-  top->add_option("--interval", top_interval, "seconds between refreshes")
+  c.top_job = c.top->add_option("JOB", a.job_id, "job id (default: every running job)");
+  c.top->add_option("--interval", a.top_interval, "seconds between refreshes")
       ->type_name("SECONDS")
       ->capture_default_str();
-  top->add_flag("--once", top_once, "print one snapshot and exit (the default off a terminal)");
+  c.top->add_flag("--once", a.top_once, "print one snapshot and exit (the default off a terminal)");
+}
 
-  std::string plan_file, profile_file, cluster_file, planner, plan_schedule, global_batch,
-      profile_batch;
-  CLI::App* plan = app.add_subcommand(
+void AddPlanCommand(CLI::App& app, Args& a, Commands& c) {
+  c.plan = app.add_subcommand(
       "plan",
       "plan a job spec, or a --profile, without running it: stages, devices, predicted step "
       "time and memory");
-  CLI::Option* plan_job =
-      plan->add_option("SPEC", plan_file,
-                       "job spec file (default: plan the --profile's model, global batch "
-                       "--global-batch)");
-  plan->add_option("--profile", profile_file,
+  c.plan_job = c.plan->add_option("SPEC", a.plan_file,
+                                  "job spec file (default: plan the --profile's model, global "
+                                  "batch --global-batch)");
+  c.plan
+      ->add_option("--profile", a.profile_file,
                    "layer costs: a profile in PipeDream's graph.txt format (default: the "
                    "coordinator's measured or FLOP-estimated profile of the job's model)")
       ->type_name("FILE");
-  plan->add_option("--profile-batch", profile_batch,
+  c.plan
+      ->add_option("--profile-batch", a.profile_batch,
                    "samples the --profile's times are for (default: pbs-N in its file name, "
                    "or its Input node)")
       ->type_name("N");
-  plan->add_option("--cluster", cluster_file,
+  c.plan
+      ->add_option("--cluster", a.cluster_file,
                    "devices and links: a cluster file (default: the registered workers)")
       ->type_name("FILE");
-  plan->add_option("--planner", planner,
+  c.plan
+      ->add_option("--planner", a.planner,
                    "dapple, pipedream, pipedream-code, dp, uniform, balanced (default: the job's "
                    "parallel.planner, or dapple without a job)")
       ->type_name("NAME");
-  plan->add_option("--schedule", plan_schedule,
+  c.plan
+      ->add_option("--schedule", a.plan_schedule,
                    "dapple, gpipe, zb-h1, zb-h2, interleaved (with JOB: its parallel.interleave, "
                    "else 2 chunks per stage), or auto: the planner chooses the schedule and "
                    "recomputation and lists the alternatives (default: the job's "
                    "parallel.schedule, or dapple without a job)")
       ->type_name("NAME");
-  plan->add_option("--global-batch", global_batch,
+  c.plan
+      ->add_option("--global-batch", a.global_batch,
                    "without JOB: samples per step (default 16 x the profile's batch)")
       ->type_name("N");
+}
 
-  AdminCommands admin_commands(app);
+// `dapplectl config VERB`: edits the configuration file's contexts with the flags given.
+int RunConfig(const Environment& env, const CLI::App& app, const Flags& flags,
+              const CLI::App& config_app, const std::string& config_path, ConfigAction action) {
+  for (const CLI::App* verb : config_app.get_subcommands()) action.verb = verb->get_name();
+  auto given = [&](const char* flag, const std::string& value) -> std::optional<std::string> {
+    if (app.count(flag) == 0) return std::nullopt;
+    return value;
+  };
+  action.coordinator = given("--coordinator", flags.coordinator);
+  action.ca = given("--ca", flags.ca);
+  action.tls_cert = given("--tls-cert", flags.tls_cert);
+  action.tls_key = given("--tls-key", flags.tls_key);
+  action.token_file = given("--token-file", flags.token_file);
+  absl::StatusOr<std::string> out = RunConfigAction(config_path, action);
+  if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
+  *env.out << *out << std::flush;
+  return kExitOk;
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --help-all are "errors" with exit code 0; every other parse error is a usage
-    // error (CLI11's own exit codes, 100-127, are not dapplectl's).
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
-      return app.exit(e, *env.out, *env.err);
-    }
-    // CLI11 reports `dapplectl frobnicate` as "A subcommand is required"; name the word.
-    const std::vector<std::string> rest = app.remaining();
-    if (app.get_subcommands().empty() && !rest.empty() && !rest.front().empty() &&
-        rest.front()[0] != '-') {
-      return Fail(
-          env, kExitUsage,
-          absl::StrCat(
-              "unknown command \"", rest.front(),
-              "\"; commands: submit, get, describe, logs, list, cancel, watch, workers, plan, "
-              "trace, top, checkpoint, config, admin, auth (see dapplectl --help)"));
-    }
-    // The command being parsed, for the message and the help it points to.
-    const std::string command = ParsedCommandPath(app);
-    // By type: CLI11 names some errors after the subcommand that raised them.
-    const char* kind = dynamic_cast<const CLI::ExtrasError*>(&e)        ? "ExtrasError"
-                       : dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "ArgumentMismatch"
-                       : dynamic_cast<const CLI::RequiredError*>(&e)    ? "RequiredError"
-                                                                        : "";
-    if (command == "config" && config_app->get_subcommands().empty()) {
-      std::vector<std::string> stray = config_app->remaining();
-      if (stray.empty()) stray = app.remaining();
-      return Fail(env, kExitUsage,
-                  absl::StrCat(stray.empty()
-                                   ? "config needs a subcommand"
-                                   : absl::StrCat("config has no subcommand '", stray.front(), "'"),
-                               ": view, get-contexts, use-context NAME, set-context NAME, "
-                               "delete-context NAME (see dapplectl config --help)"));
-    }
-    // A command group (admin, admin tenant, auth ...) without its subcommand, or with a word
-    // that is none of them.
-    const CLI::App& deepest = DeepestParsedCommand(app);
-    if (kind == std::string("RequiredError") &&
-        !deepest.get_subcommands(std::function<bool(const CLI::App*)>()).empty() &&
-        deepest.get_subcommands().empty()) {
-      std::vector<std::string> stray = deepest.remaining();
-      if (stray.empty()) stray = app.remaining();
-      std::vector<std::string> names;
-      for (const CLI::App* sub : deepest.get_subcommands(std::function<bool(const CLI::App*)>())) {
-        names.push_back(sub->get_name());
-      }
-      const std::string closest = stray.empty() ? "" : SuggestFlag(stray.front(), names);
-      if (command.empty() && stray.empty()) {
-        return Fail(env, kExitUsage,
-                    absl::StrCat("no command given; commands: ", SubcommandNames(deepest),
-                                 " (see dapplectl --help)"));
-      }
-      return Fail(
-          env, kExitUsage,
-          absl::StrCat(stray.empty()
-                           ? absl::StrCat(command, " needs a subcommand")
-                           : absl::StrCat(command, " has no subcommand '", stray.front(), "'"),
-                       closest.empty() ? "" : absl::StrCat(" (did you mean ", closest, "?)"), ": ",
-                       SubcommandNames(deepest), " (see dapplectl ", command, " --help)"));
-    }
-    // One unknown flag: the closest flag of the command (or a global one), if any is close.
-    std::string suggestion;
-    if (kind == std::string("ExtrasError")) {
-      std::vector<std::string> unknown_flags;
-      for (const std::string& word : app.remaining()) {
-        if (absl::StartsWith(word, "-")) unknown_flags.push_back(word);
-      }
-      if (unknown_flags.size() == 1) {
-        std::vector<std::string> known = FlagNames(deepest);
-        if (&deepest != &app) {
-          for (std::string& name : FlagNames(app)) known.push_back(std::move(name));
-        }
-        suggestion = SuggestFlag(unknown_flags.front(), known);
-      }
-    }
-    return Fail(env, kExitUsage, UsageErrorText(kind, e.what(), command, suggestion));
-  }
-
-  // The configuration file's contexts: `config` edits them; every other command may take its
-  // coordinator and TLS files from one (below the flags and environment variables).
-  const std::string config_path = ConfigPath();
-  if (config_app->parsed()) {
-    for (const CLI::App* verb : config_app->get_subcommands())
-      config_action.verb = verb->get_name();
-    auto given = [&](const char* flag, const std::string& value) -> std::optional<std::string> {
-      if (app.count(flag) == 0) return std::nullopt;
-      return value;
-    };
-    config_action.coordinator = given("--coordinator", flags.coordinator);
-    config_action.ca = given("--ca", flags.ca);
-    config_action.tls_cert = given("--tls-cert", flags.tls_cert);
-    config_action.tls_key = given("--tls-key", flags.tls_key);
-    config_action.token_file = given("--token-file", flags.token_file);
-    absl::StatusOr<std::string> out = RunConfigAction(config_path, config_action);
-    if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
-    *env.out << *out << std::flush;
-    return kExitOk;
-  }
-  const Context* context = nullptr;
-  CtlConfig config;
+// The configuration file at `config_path` ("" : none) into *config, and the context in use
+// (--context, else its current-context; none: nullptr) into *context, which points into
+// *config. kExitOk, or the exit code after saying what is wrong.
+int LoadContext(const Environment& env, const std::string& config_path,
+                const std::string& context_flag, CtlConfig* config, const Context** context) {
   if (!config_path.empty()) {
     absl::StatusOr<CtlConfig> loaded = LoadConfig(config_path);
     if (!loaded.ok()) return Fail(env, kExitUsage, std::string(loaded.status().message()));
-    config = *std::move(loaded);
+    *config = *std::move(loaded);
   }
-  const std::string context_name = flags.context.empty() ? config.current_context : flags.context;
-  if (!context_name.empty()) {
-    context = FindContext(config, context_name);
-    if (context == nullptr) {
-      return Fail(env, kExitUsage,
-                  absl::StrCat("--context ", context_name, ": no such context in ",
-                               config_path.empty() ? "(no configuration file)" : config_path,
-                               " (contexts: ", ContextNames(config), ")"));
-    }
+  const std::string name = context_flag.empty() ? config->current_context : context_flag;
+  if (name.empty()) return kExitOk;
+  *context = FindContext(*config, name);
+  if (*context == nullptr) {
+    return Fail(env, kExitUsage,
+                absl::StrCat("--context ", name, ": no such context in ",
+                             config_path.empty() ? "(no configuration file)" : config_path,
+                             " (contexts: ", ContextNames(*config), ")"));
   }
+  return kExitOk;
+}
 
-  // Flag values are checked before anything is read or sent: a bad one is a usage error. An
-  // empty file name (a flag or DAPPLE_CA set to "") would silently mean "none".
+// The global flags' values, checked before anything is read or sent (a bad one is a usage
+// error), and the coordinator's address: --coordinator, else DAPPLE_COORDINATOR, else the
+// context's (*from_context then). kExitOk, or the exit code after saying what is wrong.
+int CheckGlobalFlags(const Environment& env, const CLI::App& app, const CLI::Option& coordinator,
+                     const Context* context, Flags& flags, bool* from_context,
+                     absl::Duration* timeout) {
+  // An empty file name (a flag or DAPPLE_CA set to "") would silently mean "none".
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--ca", &flags.ca},
                                     {"--tls-cert", &flags.tls_cert},
                                     {"--tls-key", &flags.tls_key},
@@ -391,91 +345,102 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
                 absl::StrCat(kCaEnv, " is set but empty: give a CA file, or unset it"));
   }
   const char* env_address = std::getenv(kCoordinatorEnv);
-  const bool from_env = coordinator->count() == 0 && env_address != nullptr;
+  const bool from_env = coordinator.count() == 0 && env_address != nullptr;
   if (from_env) flags.coordinator = env_address;
   // A context is a unit: its TLS files go with its coordinator, not with one given otherwise.
-  const bool from_context =
-      coordinator->count() == 0 && env_address == nullptr && context != nullptr;
-  if (from_context) flags.coordinator = context->coordinator;
+  *from_context = coordinator.count() == 0 && env_address == nullptr && context != nullptr;
+  if (*from_context) flags.coordinator = context->coordinator;
   if (absl::Status s =
           CheckCoordinatorAddress(from_env ? kCoordinatorEnv : "--coordinator", flags.coordinator);
       !s.ok()) {
     return Fail(env, kExitUsage, std::string(s.message()));
   }
-  absl::StatusOr<absl::Duration> timeout = ParsePositiveSeconds("--timeout", flags.timeout);
-  if (!timeout.ok()) return Fail(env, kExitUsage, std::string(timeout.status().message()));
-  // Arguments, like flags, are checked before anything is read or sent.
-  if (submit->parsed()) {
-    if (absl::Status s = CheckSpecFileName(file); !s.ok()) {
+  absl::StatusOr<absl::Duration> parsed = ParsePositiveSeconds("--timeout", flags.timeout);
+  if (!parsed.ok()) return Fail(env, kExitUsage, std::string(parsed.status().message()));
+  *timeout = *parsed;
+  return kExitOk;
+}
+
+// plan's arguments; sets a.global_batch_value and a.profile_batch_value.
+int CheckPlanArguments(const Environment& env, const Commands& c, Args& a) {
+  const CLI::App& plan = *c.plan;
+  // An empty value would otherwise mean "not given" (the default) without saying so.
+  for (const auto& [flag, value, what] :
+       {std::tuple<const char*, const std::string*, const char*>{"--profile", &a.profile_file,
+                                                                 "a profile file name"},
+        {"--cluster", &a.cluster_file, "a cluster file name"},
+        {"--planner", &a.planner,
+         "dapple, pipedream, pipedream-code, dp, uniform, balanced or manual"},
+        {"--schedule", &a.plan_schedule, "a schedule name or auto"}}) {
+    if (plan.count(flag) > 0 && value->empty()) {
+      return Fail(env, kExitUsage,
+                  absl::StrCat(flag, " must not be empty: give ", what, ", or leave ", flag,
+                               " out for the default"));
+    }
+  }
+  if (c.plan_job->count() > 0 && a.plan_file.empty()) {
+    return Fail(env, kExitUsage, "a job spec file name must not be empty");
+  }
+  if (a.plan_file.empty() && a.profile_file.empty()) {
+    return Fail(env, kExitUsage,
+                "plan needs a job spec file, or --profile FILE to plan a profile's model "
+                "(see dapplectl plan --help)");
+  }
+  if (!a.plan_file.empty() && plan.count("--global-batch") > 0) {
+    return Fail(env, kExitUsage,
+                "--global-batch is for plans without a job spec; the job's "
+                "training.global_batch applies");
+  }
+  if (a.profile_file.empty() && plan.count("--profile-batch") > 0) {
+    return Fail(env, kExitUsage,
+                "--profile-batch is the batch size of the --profile file's times; it needs "
+                "--profile FILE");
+  }
+  if (plan.count("--global-batch") > 0) {
+    absl::StatusOr<int64_t> v =
+        ParsePositiveCount("--global-batch", a.global_batch, kMaxGlobalBatch);
+    if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
+    a.global_batch_value = *v;
+  }
+  if (plan.count("--profile-batch") > 0) {
+    absl::StatusOr<int64_t> v =
+        ParsePositiveCount("--profile-batch", a.profile_batch, kMaxGlobalBatch);
+    if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
+    a.profile_batch_value = *v;
+  }
+  return kExitOk;
+}
+
+// The commands' arguments, like the flags checked before anything is read or sent.
+int CheckCommandArguments(const Environment& env, const Commands& c, AdminCommands& admin,
+                          Args& a) {
+  if (c.submit->parsed()) {
+    if (absl::Status s = CheckSpecFileName(a.file); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
-  if (get->parsed() || describe->parsed() || logs->parsed() || cancel->parsed() ||
-      watch->parsed() || trace->parsed() || checkpoint->parsed() ||
-      (top->parsed() && top_job->count() > 0)) {  // `top ""` is not `top`
-    if (absl::Status s = CheckJobId(job_id); !s.ok()) {
+  if (c.get->parsed() || c.describe->parsed() || c.logs->parsed() || c.cancel->parsed() ||
+      c.watch->parsed() || c.trace->parsed() || c.checkpoint->parsed() ||
+      (c.top->parsed() && c.top_job->count() > 0)) {  // `top ""` is not `top`
+    if (absl::Status s = CheckJobId(a.job_id); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
-
-  if (admin_commands.parsed()) {
-    if (absl::Status s = admin_commands.CheckArguments(); !s.ok()) {
+  if (admin.parsed()) {
+    if (absl::Status s = admin.CheckArguments(); !s.ok()) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
+  return c.plan->parsed() ? CheckPlanArguments(env, c, a) : kExitOk;
+}
 
-  int64_t global_batch_value = 0;
-  int64_t profile_batch_value = 0;
-  if (plan->parsed()) {
-    // An empty value would otherwise mean "not given" (the default) without saying so.
-    for (const auto& [flag, value, what] :
-         {std::tuple<const char*, const std::string*, const char*>{"--profile", &profile_file,
-                                                                   "a profile file name"},
-          {"--cluster", &cluster_file, "a cluster file name"},
-          {"--planner", &planner,
-           "dapple, pipedream, pipedream-code, dp, uniform, balanced or manual"},
-          {"--schedule", &plan_schedule, "a schedule name or auto"}}) {
-      if (plan->count(flag) > 0 && value->empty()) {
-        return Fail(env, kExitUsage,
-                    absl::StrCat(flag, " must not be empty: give ", what, ", or leave ", flag,
-                                 " out for the default"));
-      }
-    }
-    if (plan_job->count() > 0 && plan_file.empty()) {
-      return Fail(env, kExitUsage, "a job spec file name must not be empty");
-    }
-    if (plan_file.empty() && profile_file.empty()) {
-      return Fail(env, kExitUsage,
-                  "plan needs a job spec file, or --profile FILE to plan a profile's model "
-                  "(see dapplectl plan --help)");
-    }
-    if (!plan_file.empty() && plan->count("--global-batch") > 0) {
-      return Fail(env, kExitUsage,
-                  "--global-batch is for plans without a job spec; the job's "
-                  "training.global_batch applies");
-    }
-    if (profile_file.empty() && plan->count("--profile-batch") > 0) {
-      return Fail(env, kExitUsage,
-                  "--profile-batch is the batch size of the --profile file's times; it needs "
-                  "--profile FILE");
-    }
-    if (plan->count("--global-batch") > 0) {
-      absl::StatusOr<int64_t> v =
-          ParsePositiveCount("--global-batch", global_batch, kMaxGlobalBatch);
-      if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
-      global_batch_value = *v;
-    }
-    if (plan->count("--profile-batch") > 0) {
-      absl::StatusOr<int64_t> v =
-          ParsePositiveCount("--profile-batch", profile_batch, kMaxGlobalBatch);
-      if (!v.ok()) return Fail(env, kExitUsage, std::string(v.status().message()));
-      profile_batch_value = *v;
-    }
-  }
-
-  ClientOptions options;
-  options.address = flags.coordinator;
-  options.timeout = *timeout;
+// How to reach the coordinator: address, deadline, TLS (--ca, DAPPLE_CA or the context's; plain
+// text only on loopback or with --plaintext) and the bearer token (token_source.h). kExitOk, or
+// the exit code after saying what is wrong.
+int ResolveClientOptions(const Environment& env, Flags flags, const Context* context,
+                         bool from_context, absl::Duration timeout, ClientOptions* options) {
+  options->address = flags.coordinator;
+  options->timeout = timeout;
   if (flags.ca.empty()) {
     if (const char* ca = std::getenv(kCaEnv); ca != nullptr) flags.ca = ca;
   }
@@ -505,218 +470,274 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
       return Fail(env, kExitUsage, std::string(s.message()));
     }
   }
-  {
-    tls.ca_file = flags.ca;
-    tls.cert_file = flags.tls_cert;
-    tls.key_file = flags.tls_key;
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        MakeChannelCredentials(tls);
-    if (!credentials.ok())
-      return Fail(env, kExitUsage, std::string(credentials.status().message()));
-    options.credentials = *std::move(credentials);
-    options.tls = !flags.ca.empty();
-    options.client_certificate = !flags.tls_cert.empty();
-  }
-  {
-    TokenSources sources;
-    sources.flag_file = flags.token_file;
-    sources.env_token = std::getenv("DAPPLE_TOKEN");
-    sources.env_token_file = std::getenv("DAPPLE_TOKEN_FILE");
-    // The context's token goes with the context in use, whatever gives the address
-    // (token_source.h).
-    if (context != nullptr) {
-      sources.context_file = context->token_file;
-      sources.context_name = context->name;
-    }
-    absl::StatusOr<std::string> token = ResolveToken(sources);
-    if (!token.ok()) return FailStatus(env, token.status());
-    options.token = *std::move(token);
-    if (options.token.empty()) options.token_search = DescribeTokenSearch(sources);
-  }
+  tls.ca_file = flags.ca;
+  tls.cert_file = flags.tls_cert;
+  tls.key_file = flags.tls_key;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(tls);
+  if (!credentials.ok()) return Fail(env, kExitUsage, std::string(credentials.status().message()));
+  options->credentials = *std::move(credentials);
+  options->tls = !flags.ca.empty();
+  options->client_certificate = !flags.tls_cert.empty();
 
-  if (admin_commands.parsed()) return admin_commands.Run(options, flags.output, env);
-  if (submit->parsed()) {
-    std::optional<Format> format =
-        OutputFormat(env, "submit", flags.output, /*yaml_allowed=*/!submit_watch);
-    if (!format) return kExitUsage;
-    absl::StatusOr<std::string> spec = ReadSpecFile(file);
+  TokenSources sources;
+  sources.flag_file = flags.token_file;
+  sources.env_token = std::getenv("DAPPLE_TOKEN");
+  sources.env_token_file = std::getenv("DAPPLE_TOKEN_FILE");
+  // The context's token goes with the context in use, whatever gives the address
+  // (token_source.h).
+  if (context != nullptr) {
+    sources.context_file = context->token_file;
+    sources.context_name = context->name;
+  }
+  absl::StatusOr<std::string> token = ResolveToken(sources);
+  if (!token.ok()) return FailStatus(env, token.status());
+  options->token = *std::move(token);
+  if (options->token.empty()) options->token_search = DescribeTokenSearch(sources);
+  return kExitOk;
+}
+
+int RunSubmit(const Environment& env, const Commands& c, const Args& a, const std::string& output,
+              const ClientOptions& options) {
+  std::optional<Format> format =
+      OutputFormat(env, "submit", output, /*yaml_allowed=*/!a.submit_watch);
+  if (!format) return kExitUsage;
+  absl::StatusOr<std::string> spec = ReadSpecFile(a.file);
+  if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
+  if (c.submit->count("--resume-from") > 0 && a.resume_from.empty()) {
+    return Fail(env, kExitUsage, "--resume-from must name a checkpoint directory");
+  }
+  CoordinatorClient client(options);
+  absl::StatusOr<v1::Job> job = client.Submit(*spec, a.file, AbsoluteCheckpointPath(a.resume_from));
+  if (!job.ok()) return FailStatus(env, job.status());
+  if (a.submit_watch && *format == Format::kJson) {
+    // One JSON object per line, like the snapshots that follow.
+    absl::StatusOr<std::string> line = MessageToJson(*job, /*pretty=*/false);
+    if (!line.ok()) return FailStatus(env, line.status());
+    *env.out << *line << "\n";
+  } else {
+    const int rc = PrintMessage(env, *format, *job, [&] { return RenderSubmitted(*job); });
+    if (rc != kExitOk) return rc;
+  }
+  if (!a.submit_watch) return kExitOk;
+  return Watch(env, client, job->id(), *format);
+}
+
+int RunLogsCommand(const Environment& env, const Commands& c, const Args& a,
+                   const std::string& output, const ClientOptions& options) {
+  // The lines are text: only the table format (the default) prints them.
+  if (output != "table") {
+    return Fail(
+        env, kExitUsage,
+        absl::StrCat("logs: -o ", output, " is not supported: the lines are text; leave -o out"));
+  }
+  LogsOptions logs_options;
+  logs_options.job_id = a.job_id;
+  logs_options.follow = a.logs_follow;
+  logs_options.collapse = a.logs_collapse;
+  if (c.logs->count("--rank") > 0) {
+    absl::StatusOr<std::pair<int, int>> rank = ParseRank(a.logs_rank);
+    if (!rank.ok()) return Fail(env, kExitUsage, std::string(rank.status().message()));
+    logs_options.rank = *rank;
+  }
+  if (c.logs->count("--tail") > 0) {
+    absl::StatusOr<int64_t> tail = ParsePositiveCount("--tail", a.logs_tail, 1'000'000);
+    if (!tail.ok()) return Fail(env, kExitUsage, std::string(tail.status().message()));
+    logs_options.tail = static_cast<int>(*tail);
+  }
+  CoordinatorClient client(options);
+  if (absl::Status s = RunLogs(client, logs_options, env.out); !s.ok()) {
+    return FailStatus(env, s);
+  }
+  return kExitOk;
+}
+
+int RunPlanCommand(const Environment& env, const Args& a, const std::string& output,
+                   const ClientOptions& options) {
+  std::optional<Format> format = OutputFormat(env, "plan", output, true);
+  if (!format) return kExitUsage;
+  // Every file is read and checked before anything is sent.
+  v1::PlanJobRequest request;
+  if (!a.plan_file.empty()) {
+    absl::StatusOr<std::string> spec = ReadSpecFile(a.plan_file);
     if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
-    if (submit->count("--resume-from") > 0 && resume_from.empty()) {
-      return Fail(env, kExitUsage, "--resume-from must name a checkpoint directory");
+    // An empty spec_yaml means "no spec" (a plan of --profile alone), so an empty file is
+    // judged here, by the coordinator's parser, as submit's coordinator judges it.
+    const std::string source = EscapeInvalidUtf8(a.plan_file);
+    if (spec->empty()) {
+      absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(*spec, source);
+      if (!parsed.ok())
+        return FailStatus(env, absl::InvalidArgumentError(parsed.status().message()));
     }
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::Job> job = client.Submit(*spec, file, AbsoluteCheckpointPath(resume_from));
+    request.set_spec_yaml(*std::move(spec));
+    request.set_source_name(source);
+  }
+  if (!a.profile_file.empty()) {
+    absl::StatusOr<v1::ModelProfile> profile =
+        ReadPlanProfile(a.profile_file, a.profile_batch_value);
+    if (!profile.ok()) return Fail(env, kExitRefused, std::string(profile.status().message()));
+    *request.mutable_profile() = *std::move(profile);
+  }
+  if (!a.cluster_file.empty()) {
+    absl::StatusOr<v1::ClusterTopology> cluster = ReadPlanCluster(a.cluster_file);
+    if (!cluster.ok()) return Fail(env, kExitRefused, std::string(cluster.status().message()));
+    *request.mutable_cluster() = *std::move(cluster);
+  }
+  request.set_planner(EscapeInvalidUtf8(a.planner));
+  request.set_schedule(EscapeInvalidUtf8(a.plan_schedule));
+  request.set_global_batch(a.global_batch_value);
+  CoordinatorClient client(options);
+  absl::StatusOr<v1::PlanJobResponse> response = client.Plan(std::move(request));
+  if (!response.ok()) return FailStatus(env, response.status());
+  return PrintMessage(env, *format, response->plan(),
+                      [&] { return RenderPlan(response->plan(), response->cluster()); });
+}
+
+int RunTraceCommand(const Environment& env, const Args& a, const ClientOptions& options) {
+  if (a.trace_file.empty()) {
+    return Fail(env, kExitUsage, "trace: -o must name a file, or - for stdout");
+  }
+  // trace's -o is a file while every other command's is a format: `trace job-3 -o json`
+  // would silently write a file called json.
+  if (a.trace_file == "table" || a.trace_file == "json" || a.trace_file == "yaml") {
+    return Fail(env, kExitUsage,
+                absl::StrCat("trace: -o names the file to write (the trace is always Chrome "
+                             "trace-event JSON), got '",
+                             a.trace_file,
+                             "', an output format: use -o trace.json, -o - for "
+                             "stdout, or -o ./",
+                             a.trace_file, " for a file of that name"));
+  }
+  CoordinatorClient client(options);
+  absl::StatusOr<std::string> summary = WriteJobTrace(client, a.job_id, a.trace_file, env.out);
+  if (!summary.ok()) return FailStatus(env, summary.status());
+  // With the JSON on stdout, the summary goes to stderr.
+  *(a.trace_file == "-" ? env.err : env.out) << *summary << "\n" << std::flush;
+  return kExitOk;
+}
+
+int RunTopCommand(const Environment& env, const Args& a, const std::string& output,
+                  const ClientOptions& options) {
+  std::optional<Format> format = OutputFormat(env, "top", output, false);
+  if (!format) return kExitUsage;
+  absl::StatusOr<absl::Duration> interval = ParsePositiveSeconds("--interval", a.top_interval);
+  if (!interval.ok()) return Fail(env, kExitUsage, std::string(interval.status().message()));
+  TopOptions top_options;
+  top_options.job_id = a.job_id;
+  top_options.interval = *interval;
+  top_options.once = a.top_once || !env.stdout_is_terminal;
+  top_options.json = *format == Format::kJson;
+  top_options.terminal = env.stdout_is_terminal;
+  CoordinatorClient client(options);
+  if (absl::Status s = RunTop(client, top_options, env.out); !s.ok()) return FailStatus(env, s);
+  return kExitOk;
+}
+
+// get, describe, list, cancel, checkpoint, watch and workers: one call, its answer printed.
+int RunQuery(const Environment& env, const Commands& c, const Args& a, const std::string& output,
+             const ClientOptions& options) {
+  const CLI::App& command = *(c.get->parsed()          ? c.get
+                              : c.describe->parsed()   ? c.describe
+                              : c.list->parsed()       ? c.list
+                              : c.cancel->parsed()     ? c.cancel
+                              : c.checkpoint->parsed() ? c.checkpoint
+                              : c.watch->parsed()      ? c.watch
+                                                       : c.workers);
+  const bool streams = &command == c.watch;
+  std::optional<Format> format = OutputFormat(env, command.get_name(), output, !streams);
+  if (!format) return kExitUsage;
+  CoordinatorClient client(options);
+  if (streams) return Watch(env, client, a.job_id, *format);
+  if (&command == c.get || &command == c.describe) {
+    absl::StatusOr<v1::Job> job = client.Get(a.job_id);
     if (!job.ok()) return FailStatus(env, job.status());
-    if (submit_watch && *format == Format::kJson) {
-      // One JSON object per line, like the snapshots that follow.
-      absl::StatusOr<std::string> line = MessageToJson(*job, /*pretty=*/false);
-      if (!line.ok()) return FailStatus(env, line.status());
-      *env.out << *line << "\n";
-    } else {
-      const int rc = PrintMessage(env, *format, *job, [&] { return RenderSubmitted(*job); });
-      if (rc != kExitOk) return rc;
-    }
-    if (!submit_watch) return kExitOk;
-    return Watch(env, client, job->id(), *format);
+    return PrintMessage(env, *format, *job, [&] {
+      return &command == c.get ? RenderJobDetails(*job, NowUnixMs(env))
+                               : RenderDescribe(*job, NowUnixMs(env));
+    });
   }
-  if (get->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "get", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::Job> job = client.Get(job_id);
-    if (!job.ok()) return FailStatus(env, job.status());
-    return PrintMessage(env, *format, *job, [&] { return RenderJobDetails(*job, NowUnixMs(env)); });
-  }
-  if (describe->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "describe", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::Job> job = client.Get(job_id);
-    if (!job.ok()) return FailStatus(env, job.status());
-    return PrintMessage(env, *format, *job, [&] { return RenderDescribe(*job, NowUnixMs(env)); });
-  }
-  if (logs->parsed()) {
-    // The lines are text: only the table format (the default) prints them.
-    if (flags.output != "table") {
-      return Fail(env, kExitUsage,
-                  absl::StrCat("logs: -o ", flags.output,
-                               " is not supported: the lines are text; leave -o out"));
-    }
-    LogsOptions logs_options;
-    logs_options.job_id = job_id;
-    logs_options.follow = logs_follow;
-    logs_options.collapse = logs_collapse;
-    if (logs->count("--rank") > 0) {
-      absl::StatusOr<std::pair<int, int>> rank = ParseRank(logs_rank);
-      if (!rank.ok()) return Fail(env, kExitUsage, std::string(rank.status().message()));
-      logs_options.rank = *rank;
-    }
-    if (logs->count("--tail") > 0) {
-      absl::StatusOr<int64_t> tail = ParsePositiveCount("--tail", logs_tail, 1'000'000);
-      if (!tail.ok()) return Fail(env, kExitUsage, std::string(tail.status().message()));
-      logs_options.tail = static_cast<int>(*tail);
-    }
-    CoordinatorClient client(options);
-    if (absl::Status s = RunLogs(client, logs_options, env.out); !s.ok()) {
-      return FailStatus(env, s);
-    }
-    return kExitOk;
-  }
-  if (list->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "list", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
+  if (&command == c.list) {
     absl::StatusOr<v1::ListJobsResponse> jobs = client.List();
     if (!jobs.ok()) return FailStatus(env, jobs.status());
     return PrintMessage(env, *format, *jobs,
                         [&] { return RenderJobList(jobs->jobs(), NowUnixMs(env)); });
   }
-  if (cancel->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "cancel", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::Job> job = client.Cancel(job_id);
+  if (&command == c.cancel) {
+    absl::StatusOr<v1::Job> job = client.Cancel(a.job_id);
     if (!job.ok()) return FailStatus(env, job.status());
     return PrintMessage(env, *format, *job, [&] { return RenderCancelled(*job); });
   }
-  if (checkpoint->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "checkpoint", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::CheckpointJobResponse> response = client.Checkpoint(job_id);
+  if (&command == c.checkpoint) {
+    absl::StatusOr<v1::CheckpointJobResponse> response = client.Checkpoint(a.job_id);
     if (!response.ok()) return FailStatus(env, response.status());
     return PrintMessage(env, *format, *response,
                         [&] { return RenderCheckpointRequested(*response); });
   }
-  if (watch->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "watch", flags.output, false);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    return Watch(env, client, job_id, *format);
+  absl::StatusOr<v1::ListWorkersResponse> response = client.ListWorkers();
+  if (!response.ok()) return FailStatus(env, response.status());
+  return PrintMessage(env, *format, *response,
+                      [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
+}
+
+}  // namespace
+
+int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
+  Flags flags;
+  Args args;
+  Commands commands;
+  CLI::App app("dapplectl: submit, follow and cancel dapple training jobs.", "dapplectl");
+  app.require_subcommand(1);
+  // Global flags are accepted after the command too: `dapplectl get job-1 -o json`.
+  app.fallthrough();
+  app.footer(Footer());
+  commands.coordinator = AddGlobalFlags(app, flags);
+  commands.config = AddConfigCommand(app, args.config_action);
+  AddJobCommands(app, args, commands);
+  AddPlanCommand(app, args, commands);
+  AdminCommands admin_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ReportParseError(env, app, *commands.config, e);
   }
-  if (workers->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "workers", flags.output, true);
-    if (!format) return kExitUsage;
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::ListWorkersResponse> response = client.ListWorkers();
-    if (!response.ok()) return FailStatus(env, response.status());
-    return PrintMessage(env, *format, *response,
-                        [&] { return RenderWorkerList(response->workers(), NowUnixMs(env)); });
+
+  // The configuration file's contexts: `config` edits them; every other command may take its
+  // coordinator and TLS files from one (below the flags and environment variables).
+  const std::string config_path = ConfigPath();
+  if (commands.config->parsed()) {
+    return RunConfig(env, app, flags, *commands.config, config_path, args.config_action);
   }
-  if (plan->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "plan", flags.output, true);
-    if (!format) return kExitUsage;
-    // Every file is read and checked before anything is sent.
-    v1::PlanJobRequest request;
-    if (!plan_file.empty()) {
-      absl::StatusOr<std::string> spec = ReadSpecFile(plan_file);
-      if (!spec.ok()) return Fail(env, kExitRefused, std::string(spec.status().message()));
-      // An empty spec_yaml means "no spec" (a plan of --profile alone), so an empty file is
-      // judged here, by the coordinator's parser, as submit's coordinator judges it.
-      const std::string source = EscapeInvalidUtf8(plan_file);
-      if (spec->empty()) {
-        absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(*spec, source);
-        if (!parsed.ok())
-          return FailStatus(env, absl::InvalidArgumentError(parsed.status().message()));
-      }
-      request.set_spec_yaml(*std::move(spec));
-      request.set_source_name(source);
-    }
-    if (!profile_file.empty()) {
-      absl::StatusOr<v1::ModelProfile> profile = ReadPlanProfile(profile_file, profile_batch_value);
-      if (!profile.ok()) return Fail(env, kExitRefused, std::string(profile.status().message()));
-      *request.mutable_profile() = *std::move(profile);
-    }
-    if (!cluster_file.empty()) {
-      absl::StatusOr<v1::ClusterTopology> cluster = ReadPlanCluster(cluster_file);
-      if (!cluster.ok()) return Fail(env, kExitRefused, std::string(cluster.status().message()));
-      *request.mutable_cluster() = *std::move(cluster);
-    }
-    request.set_planner(EscapeInvalidUtf8(planner));
-    request.set_schedule(EscapeInvalidUtf8(plan_schedule));
-    request.set_global_batch(global_batch_value);
-    CoordinatorClient client(options);
-    absl::StatusOr<v1::PlanJobResponse> response = client.Plan(std::move(request));
-    if (!response.ok()) return FailStatus(env, response.status());
-    return PrintMessage(env, *format, response->plan(),
-                        [&] { return RenderPlan(response->plan(), response->cluster()); });
+  CtlConfig config;
+  const Context* context = nullptr;
+  bool from_context = false;
+  absl::Duration timeout;
+  ClientOptions options;
+  if (const int rc = LoadContext(env, config_path, flags.context, &config, &context);
+      rc != kExitOk) {
+    return rc;
   }
-  if (trace->parsed()) {
-    if (trace_file.empty()) {
-      return Fail(env, kExitUsage, "trace: -o must name a file, or - for stdout");
-    }
-    // trace's -o is a file while every other command's is a format: `trace job-3 -o json`
-    // would silently write a file called json.
-    if (trace_file == "table" || trace_file == "json" || trace_file == "yaml") {
-      return Fail(env, kExitUsage,
-                  absl::StrCat("trace: -o names the file to write (the trace is always Chrome "
-                               "trace-event JSON), got '",
-                               trace_file,
-                               "', an output format: use -o trace.json, -o - for "
-                               "stdout, or -o ./",
-                               trace_file, " for a file of that name"));
-    }
-    CoordinatorClient client(options);
-    absl::StatusOr<std::string> summary = WriteJobTrace(client, job_id, trace_file, env.out);
-    if (!summary.ok()) return FailStatus(env, summary.status());
-    // With the JSON on stdout, the summary goes to stderr.
-    *(trace_file == "-" ? env.err : env.out) << *summary << "\n" << std::flush;
-    return kExitOk;
+  if (const int rc = CheckGlobalFlags(env, app, *commands.coordinator, context, flags,
+                                      &from_context, &timeout);
+      rc != kExitOk) {
+    return rc;
   }
-  if (top->parsed()) {
-    std::optional<Format> format = OutputFormat(env, "top", flags.output, false);
-    if (!format) return kExitUsage;
-    absl::StatusOr<absl::Duration> interval = ParsePositiveSeconds("--interval", top_interval);
-    if (!interval.ok()) return Fail(env, kExitUsage, std::string(interval.status().message()));
-    TopOptions top_options;
-    top_options.job_id = job_id;
-    top_options.interval = *interval;
-    top_options.once = top_once || !env.stdout_is_terminal;
-    top_options.json = *format == Format::kJson;
-    top_options.terminal = env.stdout_is_terminal;
-    CoordinatorClient client(options);
-    if (absl::Status s = RunTop(client, top_options, env.out); !s.ok()) return FailStatus(env, s);
-    return kExitOk;
+  if (const int rc = CheckCommandArguments(env, commands, admin_commands, args); rc != kExitOk) {
+    return rc;
+  }
+  if (const int rc = ResolveClientOptions(env, flags, context, from_context, timeout, &options);
+      rc != kExitOk) {
+    return rc;
+  }
+
+  if (admin_commands.parsed()) return admin_commands.Run(options, flags.output, env);
+  if (commands.submit->parsed()) return RunSubmit(env, commands, args, flags.output, options);
+  if (commands.logs->parsed()) return RunLogsCommand(env, commands, args, flags.output, options);
+  if (commands.plan->parsed()) return RunPlanCommand(env, args, flags.output, options);
+  if (commands.trace->parsed()) return RunTraceCommand(env, args, options);
+  if (commands.top->parsed()) return RunTopCommand(env, args, flags.output, options);
+  for (const CLI::App* query : {commands.get, commands.describe, commands.list, commands.cancel,
+                                commands.checkpoint, commands.watch, commands.workers}) {
+    if (query->parsed()) return RunQuery(env, commands, args, flags.output, options);
   }
   return Fail(env, kExitUsage, "no command given (see dapplectl --help)");
 }

@@ -219,17 +219,10 @@ int UsageError(absl::string_view message) {
   return kUsageExit;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Everything the coordinator writes (the database with token hashes and every tenant's specs
-  // and logs, checkpoint folders, token files) is its owner's alone: tenant isolation must not
-  // end at the API for another local user (docs/security.md).
-  ::umask(077);
-  CLI::App app{"dapple-coordinator: job queue, planner, worker registry and rendezvous"};
-  dapple::coordinator::RawFlags raw;
-  // Numbers are taken as text: ValidateFlags checks them, with messages naming the rule
-  // (CLI11's range checks print "Value 0 not in range 0.000000 to 1.79769e+308").
+// Numbers are taken as text: ValidateFlags checks them, with messages naming the rule
+// (CLI11's range checks print "Value 0 not in range 0.000000 to 1.79769e+308").
+// The service: address, database, liveness, scheduling, logs, metrics, checkpoints, traces.
+void AddServiceFlags(CLI::App& app, dapple::coordinator::RawFlags& raw) {
   app.add_option("--listen", raw.listen, "gRPC address HOST:PORT (port 0 picks a free port)")
       ->capture_default_str();
   app.add_option("--db", raw.db, "SQLite job database (created if missing)")->capture_default_str();
@@ -277,6 +270,10 @@ int main(int argc, char** argv) {
                  "after a restart, reuse the model profiles measured (and refined by the jobs) "
                  "at most this many hours ago; older ones are measured again (0: always)")
       ->capture_default_str();
+}
+
+// TLS, tokens, tenants, the folders jobs may read, the port file.
+void AddSecurityAndFileFlags(CLI::App& app, dapple::coordinator::RawFlags& raw) {
   app.add_option("--tls-cert", raw.tls_cert,
                  "PEM certificate chain of the gRPC port (TLS; re-read when it changes)")
       ->type_name("FILE");
@@ -308,7 +305,10 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", raw.port_file,
                  "write the bound port here (atomically) once listening; its folder must "
                  "exist and be writable");
-  // Planner defaults (docs/coordinator.md, "Planning").
+}
+
+// Planner defaults (docs/coordinator.md, "Planning").
+void AddPlannerFlags(CLI::App& app, dapple::coordinator::RawFlags& raw) {
   app.add_option("--default-device-memory-mib", raw.default_device_memory_mib,
                  "device memory assumed for a worker that reports none, and for the one-node "
                  "topology a job is planned on without enough workers (MiB)")
@@ -331,14 +331,12 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-gflops", raw.cuda_gflops,
                  "planner: nominal FLOP rate of a cuda device for estimated profiles (GFLOP/s)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    return UsageError(e.what());
-  }
-  // An empty value given explicitly (an unset shell variable in a template, say) is a mistake,
-  // not a request for the default: `--metrics-token-file ""` served /metrics without a token.
+}
+
+// An empty value given explicitly (an unset shell variable in a template, say) is a mistake,
+// not a request for the default: `--metrics-token-file ""` served /metrics without a token.
+// 0, or the usage error's exit code.
+int CheckNoEmptyValues(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
     if (option->count() == 0 || option->get_type_size() == 0) continue;  // absent, or a switch
     for (const std::string& value : option->results()) {
@@ -348,6 +346,132 @@ int main(int argc, char** argv) {
       }
     }
   }
+  return 0;
+}
+
+// The service's options from the validated flags. An error (a usage error) when a data root is
+// unusable or holds one of the coordinator's own files.
+absl::StatusOr<dapple::coordinator::CoordinatorOptions> OptionsFromFlags(
+    const dapple::coordinator::Flags& flags, const std::string& admin_token_file,
+    const std::string& join_token_file) {
+  dapple::coordinator::CoordinatorOptions options;
+  if (!flags.data_roots.empty()) options.data_roots = flags.data_roots;
+  {
+    absl::StatusOr<dapple::coordinator::DataRoots> roots =
+        dapple::coordinator::DataRoots::Create(options.data_roots);
+    if (!roots.ok()) return roots.status();
+    const std::string checkpoint_root = flags.checkpoint_dir.empty()
+                                            ? dapple::coordinator::DefaultCheckpointRoot(flags.db)
+                                            : flags.checkpoint_dir;
+    if (absl::Status s = dapple::coordinator::CheckOwnFilesOutside(
+            *roots, {{"--db", flags.db},
+                     {"--admin-token-file", admin_token_file},
+                     {"--join-token-file", join_token_file},
+                     {"--checkpoint-dir", checkpoint_root}});
+        !s.ok()) {
+      return s;
+    }
+  }
+  options.db_path = flags.db;
+  options.checkpoint_dir = flags.checkpoint_dir;
+  options.keep_checkpoints = static_cast<int>(flags.keep_checkpoints);
+  options.heartbeat_interval_ms = flags.heartbeat_interval_ms;
+  options.worker_timeout_ms = flags.worker_timeout_ms;
+  options.dead_worker_retention_ms = flags.dead_worker_retention_s * 1000;
+  options.starvation_after_ms = flags.starvation_after_s * 1000;
+  options.preemption_checkpoint_timeout_ms = flags.preemption_checkpoint_timeout_s * 1000;
+  options.trace_every_steps = flags.trace_every_steps;
+  options.profile_max_age_ms = flags.profile_max_age_h * 3'600'000;
+  dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
+  plan.device_memory_bytes = flags.default_device_memory_mib << 20;
+  plan.intra_node_bandwidth_bytes_per_s =
+      static_cast<double>(flags.intra_node_bandwidth_mb_s) * 1e6;
+  plan.inter_node_bandwidth_bytes_per_s =
+      static_cast<double>(flags.inter_node_bandwidth_mb_s) * 1e6;
+  plan.intra_node_latency_ms = static_cast<double>(flags.intra_node_latency_us) / 1000.0;
+  plan.inter_node_latency_ms = static_cast<double>(flags.inter_node_latency_us) / 1000.0;
+  plan.cpu_flops_per_second = static_cast<double>(flags.cpu_gflops) * 1e9;
+  plan.cuda_flops_per_second = static_cast<double>(flags.cuda_gflops) * 1e9;
+  return options;
+}
+
+// First start: the admin 'admin' and the workers' join token, written to their files; a later
+// start that finds no valid admin token issues the admin a new one. Logs which happened.
+absl::Status BootstrapAdmin(dapple::coordinator::auth::CredentialStore& store,
+                            const std::string& admin_token_file,
+                            const std::string& join_token_file) {
+  namespace auth = dapple::coordinator::auth;
+  absl::StatusOr<bool> bootstrapped = auth::Bootstrap(store, admin_token_file, join_token_file);
+  if (!bootstrapped.ok()) return bootstrapped.status();
+  if (*bootstrapped) {
+    DAPPLE_LOG_INFO(
+        "first start: created admin 'admin'; its token is in {}, the workers' join token in {} "
+        "(docs/security.md)",
+        admin_token_file, join_token_file);
+  } else {
+    absl::StatusOr<std::optional<std::string>> recovered =
+        auth::RecoverAdminToken(store, admin_token_file);
+    if (!recovered.ok()) return recovered.status();
+    if (recovered->has_value()) {
+      DAPPLE_LOG_WARN(
+          "no admin token was valid (all revoked or expired): issued a new token for admin "
+          "'{}' in {} (docs/security.md, \"Recovering the admin token\")",
+          **recovered, admin_token_file);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Says how the gRPC port serves: plain text (and why that is allowed) or TLS.
+void LogTransport(const dapple::coordinator::Flags& flags, int port) {
+  if (flags.tls_cert.empty()) {
+    DAPPLE_LOG_WARN(
+        "serving plain text on {} ({}): tokens and jobs travel unencrypted; give "
+        "--tls-cert and --tls-key for TLS",
+        absl::StrCat(HostOf(flags.listen), ":", port),
+        flags.plaintext ? "--plaintext" : "loopback only");
+  } else {
+    DAPPLE_LOG_INFO(
+        "TLS with {} (re-read every {} s){}", flags.tls_cert, dapple::kTlsReloadIntervalS,
+        flags.tls_client_ca.empty()
+            ? ""
+            : absl::StrCat("; client certificates required, signed by ", flags.tls_client_ca));
+  }
+}
+
+// Names the folders jobs may read, warning of those that are not folders (yet).
+void LogDataRoots(const std::vector<std::string>& roots) {
+  DAPPLE_LOG_INFO("jobs may read files under: {} (--data-root)", absl::StrJoin(roots, ", "));
+  for (const std::string& root : roots) {
+    struct stat st {};
+    if (stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      DAPPLE_LOG_WARN(
+          "--data-root {} is not a folder here (yet): files jobs name under it do not "
+          "exist until it does",
+          root);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Everything the coordinator writes (the database with token hashes and every tenant's specs
+  // and logs, checkpoint folders, token files) is its owner's alone: tenant isolation must not
+  // end at the API for another local user (docs/security.md).
+  ::umask(077);
+  CLI::App app{"dapple-coordinator: job queue, planner, worker registry and rendezvous"};
+  dapple::coordinator::RawFlags raw;
+  AddServiceFlags(app, raw);
+  AddSecurityAndFileFlags(app, raw);
+  AddPlannerFlags(app, raw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    return UsageError(e.what());
+  }
+  if (const int rc = CheckNoEmptyValues(app); rc != 0) return rc;
   absl::StatusOr<dapple::coordinator::Flags> flags = dapple::coordinator::ValidateFlags(raw);
   if (!flags.ok()) return UsageError(flags.status().message());
 
@@ -374,44 +498,10 @@ int main(int argc, char** argv) {
   const std::string join_token_file = flags->join_token_file.empty()
                                           ? auth::DefaultTokenFile(flags->db, "join.token")
                                           : flags->join_token_file;
-  dapple::coordinator::CoordinatorOptions options;
-  if (!flags->data_roots.empty()) options.data_roots = flags->data_roots;
-  {
-    absl::StatusOr<dapple::coordinator::DataRoots> roots =
-        dapple::coordinator::DataRoots::Create(options.data_roots);
-    if (!roots.ok()) return UsageError(roots.status().message());
-    const std::string checkpoint_root = flags->checkpoint_dir.empty()
-                                            ? dapple::coordinator::DefaultCheckpointRoot(flags->db)
-                                            : flags->checkpoint_dir;
-    if (absl::Status s = dapple::coordinator::CheckOwnFilesOutside(
-            *roots, {{"--db", flags->db},
-                     {"--admin-token-file", admin_token_file},
-                     {"--join-token-file", join_token_file},
-                     {"--checkpoint-dir", checkpoint_root}});
-        !s.ok()) {
-      return UsageError(s.message());
-    }
-  }
-  options.db_path = flags->db;
-  options.checkpoint_dir = flags->checkpoint_dir;
-  options.keep_checkpoints = static_cast<int>(flags->keep_checkpoints);
-  options.heartbeat_interval_ms = flags->heartbeat_interval_ms;
-  options.worker_timeout_ms = flags->worker_timeout_ms;
-  options.dead_worker_retention_ms = flags->dead_worker_retention_s * 1000;
-  options.starvation_after_ms = flags->starvation_after_s * 1000;
-  options.preemption_checkpoint_timeout_ms = flags->preemption_checkpoint_timeout_s * 1000;
-  options.trace_every_steps = flags->trace_every_steps;
-  options.profile_max_age_ms = flags->profile_max_age_h * 3'600'000;
-  dapple::coordinator::PlanDefaults& plan = options.plan_defaults;
-  plan.device_memory_bytes = flags->default_device_memory_mib << 20;
-  plan.intra_node_bandwidth_bytes_per_s =
-      static_cast<double>(flags->intra_node_bandwidth_mb_s) * 1e6;
-  plan.inter_node_bandwidth_bytes_per_s =
-      static_cast<double>(flags->inter_node_bandwidth_mb_s) * 1e6;
-  plan.intra_node_latency_ms = static_cast<double>(flags->intra_node_latency_us) / 1000.0;
-  plan.inter_node_latency_ms = static_cast<double>(flags->inter_node_latency_us) / 1000.0;
-  plan.cpu_flops_per_second = static_cast<double>(flags->cpu_gflops) * 1e9;
-  plan.cuda_flops_per_second = static_cast<double>(flags->cuda_gflops) * 1e9;
+  absl::StatusOr<dapple::coordinator::CoordinatorOptions> from_flags =
+      OptionsFromFlags(*flags, admin_token_file, join_token_file);
+  if (!from_flags.ok()) return UsageError(from_flags.status().message());
+  dapple::coordinator::CoordinatorOptions options = *std::move(from_flags);
   // Observes the jobs from the database's recovery on, so restarted coordinators count them.
   auto metrics = std::make_shared<dapple::coordinator::CoordinatorMetrics>();
   options.job_observer = metrics;
@@ -439,17 +529,7 @@ int main(int argc, char** argv) {
       [metrics](absl::string_view reason) { metrics->OnAuthFailure(reason); });
   (*service)->Start();
 
-  DAPPLE_LOG_INFO("jobs may read files under: {} (--data-root)",
-                  absl::StrJoin(options.data_roots, ", "));
-  for (const std::string& root : options.data_roots) {
-    struct stat st {};
-    if (stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      DAPPLE_LOG_WARN(
-          "--data-root {} is not a folder here (yet): files jobs name under it do not "
-          "exist until it does",
-          root);
-    }
-  }
+  LogDataRoots(options.data_roots);
   HoldGrpcLog(true);
   auto server = dapple::coordinator::GrpcServer::Start(
       flags->listen, service->get(),
@@ -459,24 +539,9 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status());
   // After the bind: a coordinator refused its port (another one serves there) writes nothing.
   // Calls arriving meanwhile find no admin yet and are refused as unauthenticated.
-  absl::StatusOr<bool> bootstrapped =
-      auth::Bootstrap(**credential_store, admin_token_file, join_token_file);
-  if (!bootstrapped.ok()) return Fail(bootstrapped.status());
-  if (*bootstrapped) {
-    DAPPLE_LOG_INFO(
-        "first start: created admin 'admin'; its token is in {}, the workers' join token in {} "
-        "(docs/security.md)",
-        admin_token_file, join_token_file);
-  } else {
-    absl::StatusOr<std::optional<std::string>> recovered =
-        auth::RecoverAdminToken(**credential_store, admin_token_file);
-    if (!recovered.ok()) return Fail(recovered.status());
-    if (recovered->has_value()) {
-      DAPPLE_LOG_WARN(
-          "no admin token was valid (all revoked or expired): issued a new token for admin "
-          "'{}' in {} (docs/security.md, \"Recovering the admin token\")",
-          **recovered, admin_token_file);
-    }
+  if (absl::Status s = BootstrapAdmin(**credential_store, admin_token_file, join_token_file);
+      !s.ok()) {
+    return Fail(s);
   }
   if (!flags->tenants_file.empty()) {
     if (absl::Status s =
@@ -489,19 +554,7 @@ int main(int argc, char** argv) {
   }
   const int port = (*server)->port();
   // After the bind: with --listen HOST:0 the port it names is the one chosen.
-  if (flags->tls_cert.empty()) {
-    DAPPLE_LOG_WARN(
-        "serving plain text on {} ({}): tokens and jobs travel unencrypted; give "
-        "--tls-cert and --tls-key for TLS",
-        absl::StrCat(HostOf(flags->listen), ":", port),
-        flags->plaintext ? "--plaintext" : "loopback only");
-  } else {
-    DAPPLE_LOG_INFO(
-        "TLS with {} (re-read every {} s){}", flags->tls_cert, dapple::kTlsReloadIntervalS,
-        flags->tls_client_ca.empty()
-            ? ""
-            : absl::StrCat("; client certificates required, signed by ", flags->tls_client_ca));
-  }
+  LogTransport(*flags, port);
   // After the gRPC bind, so that a second coordinator on the same address or database is
   // refused for that reason first.
   std::unique_ptr<dapple::metrics::MetricsServer> metrics_server;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/edit_distance.h"  // EditDistance, for the parsers' suggestions
 #include "dapple/v1/job.pb.h"
 #include "google/protobuf/repeated_field.h"
 
@@ -47,10 +48,6 @@ Utf8Char DecodeUtf8(absl::string_view text, size_t pos);
 // DEL, C1) and Unicode line separators become \xNN / \uNNNN, bytes that are not UTF-8 \xNN.
 // Everything else is copied unchanged.
 std::string OneLine(absl::string_view message);
-
-// The Levenshtein distance between `a` and `b` (insertions, deletions and substitutions of
-// bytes), for "did you mean" suggestions.
-size_t EditDistance(absl::string_view a, absl::string_view b);
 
 // A stage's layer range as written in YAML and in messages: "[first_layer, last_layer]".
 std::string RangeText(const v1::StageRange& r);

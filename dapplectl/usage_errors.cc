@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/edit_distance.h"
 
 namespace dapple::ctl {
 namespace {
@@ -74,22 +75,6 @@ bool RewriteExtras(absl::string_view what, absl::string_view command, std::strin
   *out =
       absl::StrCat(command.empty() ? "" : absl::StrCat(command, ": "), absl::StrJoin(parts, "; "));
   return true;
-}
-
-// Levenshtein distance, for the few dozen short flag names of one command.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 }  // namespace

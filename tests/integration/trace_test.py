@@ -188,9 +188,9 @@ class TraceTest(unittest.TestCase):
         code, out, err = self.c.ctl("trace", waiting, "-o", os.path.join(self.c.dir, "w.json"),
                                     check=False)
         self.assertEqual(code, 1, err)
-        self.assertEqual(err, "dapplectl: job %s has no traced steps yet (workers trace step 1 "
-                              "and every --trace-every-steps-th step; 0 turns tracing off)\n"
-                         % waiting)
+        self.assertEqual(err, "dapplectl: job %s has no traced steps yet (workers trace a run's "
+                              "first step and every --trace-every-steps-th step; 0 turns tracing "
+                              "off)\n" % waiting)
         self.assertFalse(os.path.exists(os.path.join(self.c.dir, "w.json")))
 
 

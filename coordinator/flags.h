@@ -109,8 +109,8 @@ struct Flags {
   // "checkpoints" next to --db). Published checkpoints kept per job, 0..1000000 (0: all).
   std::string checkpoint_dir;
   int64_t keep_checkpoints = 3;
-  // Workers record a timeline of step 1 and every this many steps, 0..kMaxTraceEverySteps
-  // (0: never).
+  // Workers record a timeline of step 1, of a resumed run's first step and of every this many
+  // steps, 0..kMaxTraceEverySteps (0: never).
   int32_t trace_every_steps = 50;
   // A restarted coordinator reuses the model profiles it measured (and refined) at most this
   // long ago, 0..kMaxProfileMaxAgeH hours; older ones are measured again (0: always).

@@ -16,7 +16,8 @@ namespace dapple::ctl {
 // the user: "wrote trace.json: 3 traced steps x 2 ranks of job-1 (open it in
 // https://ui.perfetto.dev or chrome://tracing)". Errors: the client's (kNotFound "no job
 // job-9", unreachable coordinator); kFailedPrecondition "job job-3 has no traced steps yet
-// (workers trace step 1 and every --trace-every-steps-th step; 0 turns tracing off)";
+// (workers trace a run's first step and every --trace-every-steps-th step; 0 turns tracing
+// off)" ("since its restart" for a resumed job: the coordinator serves the resumed run's steps);
 // kFailedPrecondition "cannot write trace.json: <reason>".
 absl::StatusOr<std::string> WriteJobTrace(CoordinatorClient& client, const std::string& job_id,
                                           const std::string& path, std::ostream* out);

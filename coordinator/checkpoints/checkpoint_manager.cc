@@ -210,7 +210,8 @@ void CheckpointManager::PrepareResume(const std::string& dir) {
                                                     : absl::StatusOr<int64_t>(manifest.status()));
 }
 
-CheckpointManager::ResumePoint CheckpointManager::NewestCheckpoint(const v1::Job& job) {
+absl::StatusOr<CheckpointManager::ResumePoint> CheckpointManager::NewestCheckpoint(
+    const v1::Job& job) {
   for (int i = job.checkpoints_size() - 1; i >= 0; --i) {
     const std::string& dir = job.checkpoints(i).path();
     absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(dir);
@@ -218,7 +219,15 @@ CheckpointManager::ResumePoint CheckpointManager::NewestCheckpoint(const v1::Job
     DAPPLE_LOG_WARN("job {}: checkpoint {} cannot be resumed from: {}", job.id(), dir,
                     manifest.status().message());
   }
-  return ResumePoint{};
+  if (job.resumed_from().empty()) return ResumePoint{};
+  absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(job.resumed_from());
+  if (!manifest.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint the job was resumed from, ", job.resumed_from(),
+                     ", cannot be read (", manifest.status().message(), ")",
+                     job.checkpoints().empty() ? "" : ", nor can any it published since"));
+  }
+  return ResumePoint{manifest->step(), job.resumed_from()};
 }
 
 }  // namespace dapple::coordinator

@@ -113,13 +113,17 @@ class CheckpointManager {
   // coordinator restart found PENDING). Reads files: call without the service's mutex.
   void PrepareResume(const std::string& dir);
 
-  // The newest published checkpoint of `job` whose manifest reads (older ones when the newest
-  // is unreadable; logged), or {0, ""}: where a restart resumes. Reads files.
+  // Where a restart of `job` resumes: its newest published checkpoint whose manifest reads
+  // (older ones when the newest is unreadable; logged), else the checkpoint it was submitted to
+  // resume from (Job.resumed_from), else {0, ""}: from scratch. kFailedPrecondition naming the
+  // checkpoint and why when the job was resumed from a checkpoint and neither it nor a newer one
+  // reads (starting again from scratch would silently drop the steps it was resumed with).
+  // Reads files.
   struct ResumePoint {
     int64_t step = 0;
     std::string dir;
   };
-  static ResumePoint NewestCheckpoint(const v1::Job& job);
+  static absl::StatusOr<ResumePoint> NewestCheckpoint(const v1::Job& job);
 
  private:
   // Ownership of `dir` by its path alone, for a user: the id of the job whose folder holds it

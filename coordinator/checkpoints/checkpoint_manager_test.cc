@@ -199,13 +199,39 @@ TEST_F(CheckpointManagerTest, ResumeStepIsReadOnceOutsideTheLock) {
 
 TEST_F(CheckpointManagerTest, NewestReadableCheckpoint) {
   v1::Job job = jobs_["job-1"];
-  EXPECT_EQ(CheckpointManager::NewestCheckpoint(job).step, 0);
+  EXPECT_EQ(CheckpointManager::NewestCheckpoint(job)->step, 0);
   Publish(root_ + "/a/job-1/step-2", "job-1", 2);
   job.add_checkpoints()->set_path(root_ + "/a/job-1/step-2");
   job.add_checkpoints()->set_path(root_ + "/a/job-1/step-4");  // deleted meanwhile
-  const CheckpointManager::ResumePoint p = CheckpointManager::NewestCheckpoint(job);
-  EXPECT_EQ(p.step, 2);
-  EXPECT_EQ(p.dir, root_ + "/a/job-1/step-2");
+  absl::StatusOr<CheckpointManager::ResumePoint> p = CheckpointManager::NewestCheckpoint(job);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->step, 2);
+  EXPECT_EQ(p->dir, root_ + "/a/job-1/step-2");
+}
+
+// A job submitted with --resume-from that has published nothing since restarts from that
+// checkpoint, not from scratch (a new user's restart threw 600 resumed steps away); when it
+// cannot be read any more the restart fails saying so.
+TEST_F(CheckpointManagerTest, AResumedJobRestartsFromItsResumeCheckpoint) {
+  v1::Job job = jobs_["job-1"];
+  const std::string from = root_ + "/a/job-0/step-6";
+  Publish(from, "job-0", 6);
+  job.set_resumed_from(from);
+  absl::StatusOr<CheckpointManager::ResumePoint> p = CheckpointManager::NewestCheckpoint(job);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->step, 6);
+  EXPECT_EQ(p->dir, from);
+  // A newer checkpoint of its own wins.
+  Publish(root_ + "/a/job-1/step-8", "job-1", 8);
+  job.add_checkpoints()->set_path(root_ + "/a/job-1/step-8");
+  EXPECT_EQ(CheckpointManager::NewestCheckpoint(job)->step, 8);
+  // Neither readable: an error naming the resume checkpoint.
+  job.clear_checkpoints();
+  job.set_resumed_from(root_ + "/a/job-0/step-9");
+  p = CheckpointManager::NewestCheckpoint(job);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(), HasSubstr("the checkpoint the job was resumed from, " + root_ +
+                                              "/a/job-0/step-9, cannot be read ("));
 }
 
 }  // namespace

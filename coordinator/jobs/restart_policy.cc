@@ -19,6 +19,8 @@ absl::string_view FailureCauseName(FailureCause cause) {
       return "rank_error";
     case FailureCause::kDiverged:
       return "diverged";
+    case FailureCause::kCheckpointUnreadable:
+      return "checkpoint_unreadable";
   }
   return "rank_error";
 }
@@ -31,6 +33,9 @@ FailureCause ClassifyRankFailure(absl::string_view message) {
   if (absl::StrContains(absl::AsciiStrToLower(message), "training diverged")) {
     return FailureCause::kDiverged;
   }
+  // worker/checkpoint/stage_checkpointer.h Resume prefixes every failure to load the run's
+  // checkpoint so.
+  if (absl::StrContains(message, "resume from '")) return FailureCause::kCheckpointUnreadable;
   return FailureCause::kRankError;
 }
 
@@ -52,6 +57,12 @@ RestartDecision DecideRestart(const v1::RestartSpec& policy, FailureCause cause,
   if (policy.max_restarts() <= 0) return d;
   if (cause == FailureCause::kDiverged) {
     d.why_not = "not restarted: a divergence would come back from the same checkpoint";
+    return d;
+  }
+  if (cause == FailureCause::kCheckpointUnreadable) {
+    d.why_not =
+        "not restarted: the checkpoint its run resumes from cannot be loaded, and a restart "
+        "would load it again";
     return d;
   }
   if (cause == FailureCause::kRankError && !policy.on_rank_error()) {

@@ -35,14 +35,19 @@ enum class FailureCause {
   kWorkerLost,  // a worker of the job died, stopped heartbeating or shut down
   kRankError,   // a rank reported an error (FAILED) or aborted on its own
   kDiverged,    // a rank reported non-finite values: never restarted
+  // A rank could not load the checkpoint its run resumes from (a corrupt or truncated shard):
+  // never restarted, a restart would read the same checkpoint.
+  kCheckpointUnreadable,
 };
 
-// "worker_lost", "rank_error", "diverged": the metric label and JobRestart.cause.
+// "worker_lost", "rank_error", "diverged", "checkpoint_unreadable": JobRestart.cause.
 absl::string_view FailureCauseName(FailureCause cause);
 
 // The cause of a rank's PROGRESS_FAILED / PROGRESS_ABORTED report with `message`: kDiverged
-// for the non-finite failures the worker reports ("training diverged ..."), else kRankError
-// (also a lost peer of the step's non-finite check, which names "non-finite values").
+// for the non-finite failures the worker reports ("training diverged ..."),
+// kCheckpointUnreadable for its failures to load the run's checkpoint (StageCheckpointer::Resume:
+// "resume from '<manifest>': ..."), else kRankError (also a lost peer of the step's non-finite
+// check, which names "non-finite values").
 FailureCause ClassifyRankFailure(absl::string_view message);
 
 // What to do with a RUNNING job whose run failed with `cause` after `restarts_done` restarts.

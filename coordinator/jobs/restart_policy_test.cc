@@ -69,6 +69,17 @@ TEST(RestartPolicyTest, DivergenceAndUncountedRankErrorsAreNotRestarted) {
 TEST(RestartPolicyTest, ClassifiesRankFailures) {
   EXPECT_EQ(ClassifyRankFailure("training diverged: non-finite loss (NaN) at stage 1"),
             FailureCause::kDiverged);
+  // A corrupt shard of the checkpoint the run resumes from would fail every restart alike.
+  EXPECT_EQ(ClassifyRankFailure("resume from '/c/job-3/step-500/manifest.pb': checkpoint shard "
+                                "'/c/job-3/step-500/stage0.replica0.shard' is corrupt: it does "
+                                "not parse"),
+            FailureCause::kCheckpointUnreadable);
+  const RestartDecision unreadable =
+      DecideRestart(Policy(3), FailureCause::kCheckpointUnreadable, 0);
+  EXPECT_FALSE(unreadable.restart);
+  EXPECT_EQ(unreadable.why_not,
+            "not restarted: the checkpoint its run resumes from cannot be loaded, and a restart "
+            "would load it again");
   EXPECT_EQ(ClassifyRankFailure("receiving activations from stage 0: connection reset"),
             FailureCause::kRankError);
   EXPECT_EQ(ClassifyRankFailure("the step's job-wide check of the gradients (non-finite values; "

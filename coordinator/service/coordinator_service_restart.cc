@@ -186,7 +186,10 @@ void CoordinatorService::RestartPass() {
   }
   for (Due& d : due) {
     // Outside the lock: the manifest read and the planner's search.
-    const CheckpointManager::ResumePoint resume = CheckpointManager::NewestCheckpoint(d.job);
+    const absl::StatusOr<CheckpointManager::ResumePoint> resume_point =
+        CheckpointManager::NewestCheckpoint(d.job);
+    const CheckpointManager::ResumePoint resume =
+        resume_point.value_or(CheckpointManager::ResumePoint{});
     const v1::JobSpec spec = SpecOn(d.job.spec(), d.devices);
     std::optional<ProfileUse> profile;
     absl::StatusOr<v1::ParallelPlan> plan =
@@ -196,6 +199,13 @@ void CoordinatorService::RestartPass() {
     const std::string& id = d.job.id();
     absl::StatusOr<v1::Job> current = jobs_->Get(id);
     if (!current.ok() || current->state() != v1::JOB_STATE_RESTARTING) continue;
+    if (!resume_point.ok()) {
+      const std::string why = absl::StrCat("cannot restart: ", resume_point.status().message());
+      if (absl::Status s = EndJobLocked(id, v1::JOB_STATE_FAILED, why, now).status(); !s.ok()) {
+        DAPPLE_LOG_ERROR("failing job {}: {}", id, s.message());
+      }
+      continue;
+    }
     if (!plan.ok()) {
       const std::string why = absl::StrCat(
           "planning the restart on ", d.devices,

@@ -166,6 +166,31 @@ class RestartTest(unittest.TestCase):
         self.assertEqual(meta["ranks"], len(j["worker_ids"]), meta)
         self.assertEqual(min(meta["traced_steps"]), resumed + 1, meta)
 
+    def test_resumed_job_restarts_from_its_checkpoint(self):
+        """A job submitted with --resume-from that published nothing since restarts from that
+        checkpoint (a new user's restart threw the 600 resumed steps away, starting from 0)."""
+        first = self.c.submit(cluster.spec_yaml(
+            "first", LAYERS, GLOBAL_BATCH, MICRO_BATCH, 2, max_steps=2 * CKPT, epochs=EPOCHS,
+            lr=LR, training_extra=("checkpoint_every_steps: %d" % CKPT,)))
+        j = self.c.wait_state(first, TERMINAL, timeout=120)
+        self.assertEqual(j["state"], "SUCCEEDED", j.get("message"))
+        newest = j["checkpoints"][-1]["path"]
+        path = os.path.join(self.c.dir, "resumed.yaml")
+        with open(path, "w") as f:
+            f.write(cluster.spec_yaml(
+                "resumed", LAYERS, GLOBAL_BATCH, MICRO_BATCH, 2, max_steps=STEPS, devices=4,
+                epochs=EPOCHS, lr=LR,
+                training_extra=("restart: {max_restarts: 1, backoff_seconds: 0.5}",)))
+        job = json.loads(self.c.ctl("submit", path, "--resume-from", newest, "-o", "json")[1])["id"]
+        j = self.wait_running_at(job, 2 * CKPT + 10)
+        _, killed_at = self.kill_rank(j, random.Random(SEED))
+        self.recovery_seconds(job, 1, killed_at)
+        j = self.c.wait_state(job, TERMINAL, timeout=240)
+        self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j.get("message"), self.c.all_logs()))
+        restart = j["restart_history"][0]
+        self.assertEqual(int(restart.get("resumed_after_step", 0)), 2 * CKPT, restart)
+        self.assertEqual(restart.get("checkpoint"), newest, restart)
+
     def test_policy_exhausted(self):
         job = self.c.submit(restart_spec("exhausted", 900, max_restarts=1, devices=2))
         j = self.wait_running_at(job, 5)

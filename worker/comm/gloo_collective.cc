@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -99,8 +100,14 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
   try {
     gloo::rendezvous::PrefixStore prefixed(prefix, store);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(ToChrono(timeout));
+    // Gloo's initial connect of a pair waits five times the context's timeout (its tcp/pair.h
+    // waitUntil), and a rank can do nothing else meanwhile, not even notice an abort: with
+    // `timeout` itself, a member whose peer failed after publishing its address waited 10
+    // minutes (a new user's worker stayed BUSY on a FAILED job). A fifth while the mesh
+    // connects, then `timeout` for the collectives (their options' default).
+    context->setTimeout(ToChrono(std::max(timeout / 5, absl::Milliseconds(1))));
     context->connectFullMesh(prefixed, device);
+    context->setTimeout(ToChrono(timeout));
     c->context_ = std::move(context);
   } catch (const std::exception& e) {
     const std::string what = WithoutLocation(e.what());

@@ -49,8 +49,10 @@ class GlooCollective : public Collective {
  public:
   // Joins the collective as member `rank` of `size` (0 <= rank < size). `hostname` is the
   // address this member binds to and publishes to the others (e.g. "127.0.0.1" or the node's
-  // address); `timeout` (> 0) bounds the rendezvous and every later wait; `label` names the
-  // group in messages ("stage 1"). `store` need only outlive Create. With size 1 nothing is
+  // address); `timeout` (> 0) bounds the rendezvous and every later wait (Gloo's connect of each
+  // pair included, which cannot be aborted otherwise; Gloo passes the store's waits a fifth of
+  // it: `store` should bound them by its own timeout, as CoordinatorStore does); `label` names
+  // the group in messages ("stage 1"). `store` need only outlive Create. With size 1 nothing is
   // connected (the store is not used) and the calls are local copies.
   // Errors: kInvalidArgument for a bad rank / size / timeout / empty hostname;
   // kFailedPrecondition when Gloo cannot use `hostname`; kDeadlineExceeded when the other

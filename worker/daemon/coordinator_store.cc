@@ -68,9 +68,11 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys) { Await(keys, 
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys,
                             const std::chrono::milliseconds& timeout) {
-  // Gloo passes its own default (30 s) or the context's timeout; the shorter one wins, so that
-  // the worker's transport timeout bounds every wait.
-  Await(keys, std::min(options_.timeout, absl::FromChrono(timeout)));
+  // Gloo passes its own default (30 s) or its context's timeout, which GlooCollective lowers to a
+  // fifth of the worker's transport timeout while it connects (Gloo's initial connect waits five
+  // times it); the rendezvous keeps the store's own timeout, the worker's transport timeout.
+  (void)timeout;
+  Await(keys, options_.timeout);
 }
 
 std::vector<std::string> CoordinatorStore::Await(const std::vector<std::string>& keys,

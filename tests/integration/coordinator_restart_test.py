@@ -126,6 +126,23 @@ class CoordinatorRestartTest(unittest.TestCase):
             cluster.check_matches_reference(self, "restart replica %d" % r, j["step_losses"],
                                             params, u["step_losses"], want, 0.0)
         self.c.wait_workers(4, "IDLE", timeout=20)
+        # A second restart: every rank is claimed back again (running or done), and the job
+        # succeeds (a rank taken back was no longer claimed, so the second restart failed the
+        # job for workers that "did not register again").
+        job = self.submit("restart-twice", 4 * STEPS)  # still running at the second outage
+        self.wait_step(job, 40)
+        for outage in range(2):
+            self.kill_coordinator()
+            time.sleep(OUTAGE_S)
+            self.c.start_coordinator()
+            for name, _ in self.c.workers:
+                deadline = time.time() + 10
+                while self.c.log("worker-%s" % name).count("re-attached to %s as " % job) <= outage:
+                    self.assertLess(time.time(), deadline, "%s: restart %d\n%s" % (
+                        name, outage + 1, self.c.log("worker-%s" % name)))
+                    time.sleep(0.05)
+        j = self.c.wait_state(job, TERMINAL, timeout=180)
+        self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j.get("message"), self.c.all_logs()))
 
     def test_ranks_that_finish_during_a_long_outage_deliver_everything(self):
         """A rank that finished while the coordinator was down keeps its reports until it is

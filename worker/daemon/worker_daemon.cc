@@ -298,7 +298,10 @@ absl::Status WorkerDaemon::Register() {
         abort_.store(true);
       }
     }
-    rank_.clear_job_id();
+    // A rank taken back stays claimed: should the coordinator restart again, it is claimed
+    // again (cleared, a second restart found no claim and failed the job for a worker that
+    // "did not register again").
+    if (!resp.reattached()) rank_.clear_job_id();
   }
   if (resp.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());

@@ -373,9 +373,12 @@ void CoordinatorService::KeepLogLinesLocked(const v1::Job& job, const v1::Progre
 
 void CoordinatorService::OnCheckpointReport(const v1::Job& job, const v1::ProgressReport& report,
                                             int64_t now) {
+  // Replayed by a rank after a coordinator restart (progress_reporter.h): a step at or before the
+  // newest published checkpoint was published then, perhaps since deleted by
+  // --keep-checkpoints (matched by step alone, older ones read "abandoned: ... .partial: No such
+  // file" after a restart).
   for (const v1::CheckpointInfo& info : job.checkpoints()) {
-    // Replayed by a rank after a coordinator restart (progress_reporter.h): published already.
-    if (info.step() == report.step()) return;
+    if (report.step() <= info.step()) return;
   }
   auto published = [&] {
     absl::StatusOr<v1::Job> current = jobs_->Get(job.id());

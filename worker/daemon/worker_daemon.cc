@@ -593,10 +593,13 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     // The coordinator's abort (a cancel, or a failure elsewhere) first: what the rank was doing
     // comes after it, since a neighbour's closed connection alone reads like a crash.
     const bool between_steps = s.message() == "aborted by the coordinator";
-    DAPPLE_LOG_INFO(
-        "{}: stage {} aborted{}{}{}", assignment.job_id(), assignment.stage(),
-        abort_.load() ? " by the coordinator (the job was cancelled or failed elsewhere)" : "",
-        between_steps ? "" : "; it was in: ", between_steps ? "" : s.message());
+    // A SIGTERM aborts the rank too (Run, after deregistering): say so, not "the coordinator".
+    const char* by = stopping_.load() ? ": this worker is shutting down"
+                     : abort_.load()
+                         ? " by the coordinator (the job was cancelled or failed elsewhere)"
+                         : "";
+    DAPPLE_LOG_INFO("{}: stage {} aborted{}{}{}", assignment.job_id(), assignment.stage(), by,
+                    between_steps ? "" : "; it was in: ", between_steps ? "" : s.message());
   } else {
     final.set_kind(v1::PROGRESS_FAILED);
     final.set_message(std::string(s.message()));

@@ -352,6 +352,10 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
                                    "--timeout", "10", "watch", job});
     const std::string first = AwaitLine(watch.out);  // the watch has its first snapshot
     ASSERT_THAT(first, StartsWith(job + " PENDING"));
+    // `logs --follow` rides out the restart too, ending when the job does.
+    RunningProcess logs =
+        children.Start(dapplectl, {"--coordinator", address, "--token-file", dir + "/admin.token",
+                                   "--timeout", "10", "logs", job, "--follow"});
 
     ASSERT_EQ(kill(current.pid, signal_number), 0);
     children.Finish(current);
@@ -367,6 +371,9 @@ TEST(DapplectlBinaryTest, WatchCarriesOnAcrossACoordinatorRestart) {
     EXPECT_EQ(watched.exit_code, kExitJobCancelled) << watched.err;
     EXPECT_EQ(watched.err, "");
     EXPECT_THAT(first + watched.out, HasSubstr(job + " CANCELLED"));
+    const ProcessResult followed = children.Finish(logs);
+    EXPECT_EQ(followed.exit_code, kExitOk) << followed.err;
+    EXPECT_EQ(followed.err, "");
   }
   kill(current.pid, SIGTERM);
   EXPECT_EQ(children.Finish(current).exit_code, 0);

@@ -242,6 +242,12 @@ absl::StatusOr<v1::WhoAmIResponse> CoordinatorClient::WhoAmI() {
   return response;
 }
 
+absl::StatusOr<v1::Job> CoordinatorClient::AwaitCoordinator(const std::string& job_id) {
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  return Reconnect(get);
+}
+
 absl::StatusOr<v1::Job> CoordinatorClient::Reconnect(const v1::GetJobRequest& get) {
   // Wait (up to the timeout) for the coordinator to come back, then re-read the job;
   // snapshots are complete, so nothing is lost between streams.

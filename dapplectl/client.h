@@ -119,6 +119,12 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> Watch(const std::string& job_id,
                                 const std::function<void(const v1::Job&)>& on_snapshot);
 
+  // Watch's reconnect for other followers (`logs --follow`): after a call failed with a code
+  // that IsLostConnection, waits up to `timeout` for the coordinator to answer GetJob for
+  // `job_id` again and returns that snapshot; its errors as Watch's ("lost the watch on job-3:
+  // cannot reach the coordinator at ...").
+  absl::StatusOr<v1::Job> AwaitCoordinator(const std::string& job_id);
+
   const ClientOptions& options() const { return options_; }
 
  private:

@@ -17,7 +17,17 @@ absl::Status RunLogs(CoordinatorClient& client, const LogsOptions& options, std:
   request.set_tail(options.tail);
   while (true) {
     absl::StatusOr<v1::GetJobLogsResponse> response = client.Logs(request);
-    if (!response.ok()) return response.status();
+    if (!response.ok()) {
+      // A follow rides out a coordinator restart as `watch` does: once the coordinator answers
+      // again, it asks for the lines after the last one printed (the coordinator keeps them).
+      const absl::StatusCode code = response.status().code();
+      if (!options.follow || code == absl::StatusCode::kOk || !IsLostConnection(code)) {
+        return response.status();
+      }
+      absl::StatusOr<v1::Job> back = client.AwaitCoordinator(options.job_id);
+      if (!back.ok()) return back.status();
+      continue;
+    }
     std::string rendered = RenderLogLines(response->lines(), options.collapse);
     if (request.tail() > 0) rendered = LastLines(rendered, request.tail());
     *out << rendered << std::flush;

@@ -25,8 +25,10 @@ struct LogsOptions {
 
 // Prints the lines to `out`. With follow, polls for lines after the last one printed every
 // options.poll, and returns after the first answer that finds the job in a terminal state (the
-// lines in it printed). Errors: the client's (kNotFound "no job job-9", kInvalidArgument for a
-// rank the job does not have, an unreachable coordinator).
+// lines in it printed); a follow rides out a coordinator restart (CoordinatorClient::
+// AwaitCoordinator: up to the client's timeout for it to answer again). Errors: the client's
+// (kNotFound "no job job-9", kInvalidArgument for a rank the job does not have, an unreachable
+// coordinator).
 absl::Status RunLogs(CoordinatorClient& client, const LogsOptions& options, std::ostream* out);
 
 }  // namespace dapple::ctl

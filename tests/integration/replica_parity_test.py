@@ -228,5 +228,29 @@ class ReplicaParityTest(unittest.TestCase):
         print("%s failed %.1f s after its stage 1 replica 1 was killed: %s" % (job, took, message))
 
 
+    def test_5_dead_pipesgd_replica_is_named(self):
+        """Pipe-SGD's AllReduce runs beside the rank: a dead replica's peer reports the failure
+        in the action that starts the next one; the message names the lost replica, as dapple's
+        AllReduce does (it gave only Gloo's socket error)."""
+        c = self.cluster
+        c.wait_workers(2)
+        job = c.submit(cluster.spec_yaml("pipesgd-kill", cluster.SMALL_MLP, GLOBAL_BATCH, 16, 1,
+                                         schedule="pipesgd", max_steps=100000, devices=2))
+        deadline = time.time() + 60
+        j = c.get(job)
+        while time.time() < deadline and not (j["state"] == "RUNNING" and
+                                              int(j.get("metrics", {}).get("step", 0)) >= 3):
+            self.assertNotIn(j["state"], ("SUCCEEDED", "FAILED", "CANCELLED"), j)
+            time.sleep(0.1)
+            j = c.get(job)
+        self.assertEqual(j["state"], "RUNNING", j)
+        victim = j["plan"]["stages"][0]["worker_ids"][1]  # stage 0 replica 1
+        dict(c.workers)[victim].kill()
+        j = c.wait_state(job, ("FAILED", "SUCCEEDED", "CANCELLED"), timeout=FAIL_WITHIN_S)
+        self.assertEqual(j["state"], "FAILED", j)
+        message = j.get("message", "")
+        self.assertIn(victim, message, "%s\n%s" % (message, c.all_logs()))
+        print("%s: %s" % (job, message))
+
 if __name__ == "__main__":
     unittest.main()

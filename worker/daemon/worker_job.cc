@@ -210,9 +210,10 @@ absl::Status WorkerDaemon::CloseWithNeighbours(Transport* transport, const v1::S
 
 // Gloo names a lost peer by its socket address only; the runtime's message says which action
 // failed (schedule::DescribeAction), which tells the group: the stage's other replicas for its
-// ALLREDUCE, every other rank of the job for the step's GLOBAL_NORM (the non-finite check and
-// clipping norm, which a rank may be waiting in when a peer dies). The message then names them,
-// so that a user sees which worker was lost, not an address.
+// ALLREDUCE (and Pipe-SGD's ALLREDUCE_ASYNC and STALE_OPTIMIZER_STEP), every other rank of the job
+// for the step's GLOBAL_NORM (the non-finite check and clipping norm, which a rank may be waiting
+// in when a peer dies). The message then names them, so that a user sees which worker was lost, not
+// an address.
 absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kUnavailable) return status;
   const v1::ParallelPlanSummary& plan = a.plan();
@@ -221,9 +222,11 @@ absl::Status NameLostPeers(const v1::StageAssignment& a, const absl::Status& sta
                              schedule::DescribeAction(schedule::MakeAction(a.stage(), kind)));
   };
   const bool job_wide = in_message(v1::GLOBAL_NORM) || in_message(v1::GLOBAL_NORM_ASYNC);
-  if (!job_wide && !(in_message(v1::ALLREDUCE) && schedule::StageReplicas(plan, a.stage()) > 1)) {
-    return status;
-  }
+  // Pipe-SGD's AllReduce runs beside the rank: its failure surfaces in the action that starts the
+  // next one or in the stale update that awaits it.
+  const bool replicas = in_message(v1::ALLREDUCE) || in_message(v1::ALLREDUCE_ASYNC) ||
+                        in_message(v1::STALE_OPTIMIZER_STEP);
+  if (!job_wide && !(replicas && schedule::StageReplicas(plan, a.stage()) > 1)) return status;
   std::vector<std::string> others;
   for (int s = 0; s < plan.stages_size(); ++s) {
     if (!job_wide && s != a.stage()) continue;

@@ -107,7 +107,10 @@ std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& g
     return "connection lost; if the coordinator requires client certificates (mutual TLS), give "
            "--tls-cert and --tls-key";
   }
-  return reason;
+  // The coordinator closes the handshake on a client certificate its --tls-client-ca did not
+  // sign; gRPC then reports a closed socket, nothing about the certificate.
+  return "connection lost; if the coordinator requires client certificates (mutual TLS), check "
+         "that --tls-cert is signed by the CA of its --tls-client-ca";
 }
 
 std::string UnreachableMessage(const std::string& address, const std::string& reason) {

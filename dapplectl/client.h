@@ -156,7 +156,8 @@ std::string UnreachableReason(absl::StatusCode code, const std::string& grpc_mes
 // ("TLS: the coordinator's certificate is not signed by the --ca file (certificate verify
 // failed)"), a failed handshake, and for a connection closed at once the likely cause: a
 // plain-text client of a TLS port ("connection lost; if the coordinator serves TLS, give --ca
-// FILE or DAPPLE_CA"), or a TLS client without the certificate a mutual-TLS port requires.
+// FILE or DAPPLE_CA"), a TLS client without the certificate a mutual-TLS port requires, or with
+// one that port's CA did not sign.
 std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& grpc_message,
                                      absl::Duration timeout, bool tls, bool client_certificate);
 

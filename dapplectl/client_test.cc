@@ -60,9 +60,11 @@ TEST(UnreachableReasonTest, FromGrpcMessages) {
       UnreachableReasonWithTls(absl::StatusCode::kUnavailable, "Socket closed", t, true, false),
       "connection lost; if the coordinator requires client certificates (mutual TLS), give "
       "--tls-cert and --tls-key");
+  // A client certificate from another CA: the handshake's end reads as a closed socket.
   EXPECT_EQ(
       UnreachableReasonWithTls(absl::StatusCode::kUnavailable, "Socket closed", t, true, true),
-      "connection lost");
+      "connection lost; if the coordinator requires client certificates (mutual TLS), check "
+      "that --tls-cert is signed by the CA of its --tls-client-ca");
 }
 
 TEST(UnreachableReasonTest, TransportMessages) {

@@ -893,6 +893,17 @@ TEST(Utf8Test, NamesReportWholeCharactersAndCharacterPositions) {
       "c");
   ExpectInvalid(ValidateJobSpec(spec), {"name 'ab\\xff\\xfec' has the character '\\xff' at "
                                         "position 2"});
+  // Invisible characters are named, not echoed: a zero-width space showed as '' and a
+  // right-to-left override reversed the rest of the line.
+  spec.set_name(
+      "zw\xe2\x80\x8b"
+      "sp");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'zw\\u200bsp' has the character '\\u200b' at "
+                                        "position 2"});
+  spec.set_name(
+      "a\xe2\x80\xae"
+      "b");
+  ExpectInvalid(ValidateJobSpec(spec), {"name 'a\\u202eb' has the character '\\u202e'"});
   spec.set_name("a\xc3");  // truncated 2-byte sequence
   ExpectInvalid(ValidateJobSpec(spec), {"'\\xc3' at position 1"});
   spec.set_name("a\xc0\xaf");  // overlong '/'

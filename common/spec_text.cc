@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/utf8.h"
 
 namespace dapple::job_spec_internal {
 
@@ -68,23 +69,7 @@ Utf8Char DecodeUtf8(absl::string_view text, size_t pos) {
   return {cp, length};
 }
 
-std::string OneLine(absl::string_view message) {
-  std::string out;
-  out.reserve(message.size());
-  for (size_t i = 0; i < message.size();) {
-    const Utf8Char c = DecodeUtf8(message, i);
-    if (c.code_point < 0 || c.code_point < 0x20 || c.code_point == 0x7f) {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", static_cast<unsigned char>(message[i])));
-    } else if ((c.code_point >= 0x80 && c.code_point <= 0x9f) || c.code_point == 0x2028 ||
-               c.code_point == 0x2029) {
-      absl::StrAppend(&out, absl::StrFormat("\\u%04x", c.code_point));
-    } else {
-      out.append(message.data() + i, c.length);
-    }
-    i += c.length;
-  }
-  return out;
-}
+std::string OneLine(absl::string_view message) { return QuotableText(message); }
 
 std::string RangeText(const v1::StageRange& r) {
   return absl::StrFormat("[%d, %d]", r.first_layer(), r.last_layer());

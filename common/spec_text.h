@@ -44,9 +44,9 @@ struct Utf8Char {
 };
 Utf8Char DecodeUtf8(absl::string_view text, size_t pos);
 
-// Messages are one line of valid UTF-8 even when they quote user text: control characters (C0,
-// DEL, C1) and Unicode line separators become \xNN / \uNNNN, bytes that are not UTF-8 \xNN.
-// Everything else is copied unchanged.
+// Messages are one line of valid UTF-8 even when they quote user text, and show what they quote:
+// common/utf8.h QuotableText (control characters, line separators and invisible format
+// characters escaped as \xNN / \uNNNN, bytes that are not UTF-8 as \xNN).
 std::string OneLine(absl::string_view message);
 
 // A stage's layer range as written in YAML and in messages: "[first_layer, last_layer]".

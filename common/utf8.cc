@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace dapple {
 
 size_t Utf8SequenceLength(absl::string_view text, size_t i) {
@@ -56,6 +59,46 @@ std::string DisplayText(absl::string_view bytes, size_t max_bytes) {
     if (out.size() + piece.size() > max_bytes) break;
     out.append(piece.data(), piece.size());
     i += keep ? n : (n > 0 ? n : 1);
+  }
+  return out;
+}
+
+namespace {
+
+// The code point of the well-formed sequence of `length` bytes at text[i].
+int32_t CodePoint(absl::string_view text, size_t i, size_t length) {
+  const auto at = [&](size_t k) { return static_cast<uint8_t>(text[i + k]); };
+  if (length == 1) return at(0);
+  int32_t cp = at(0) & (0x7f >> length);
+  for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (at(k) & 0x3f);
+  return cp;
+}
+
+bool Invisible(int32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0xad || (cp >= 0x200b && cp <= 0x200f) ||
+         cp == 0x2028 || cp == 0x2029 || (cp >= 0x202a && cp <= 0x202e) ||
+         (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+}  // namespace
+
+std::string QuotableText(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = Utf8SequenceLength(text, i);
+    const int32_t cp = length == 0 ? -1 : CodePoint(text, i, length);
+    if (cp < 0x20 || cp == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", static_cast<unsigned char>(text[i])));
+      i += 1;
+      continue;
+    }
+    if (Invisible(cp)) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", cp));
+    } else {
+      out.append(text.data() + i, length);
+    }
+    i += length;
   }
   return out;
 }

@@ -29,6 +29,15 @@ inline constexpr char kReplacementCharacter[] = "\xEF\xBF\xBD";
 // Valid text without those controls is returned unchanged when it fits.
 std::string DisplayText(absl::string_view bytes, size_t max_bytes);
 
+// `text` to quote in a one-line message: valid UTF-8 in which what a terminal would not show as
+// written is escaped: control characters (C0, DEL) and bytes that do not start a well-formed
+// sequence as \xNN; C1 controls, the line and paragraph separators U+2028 / U+2029 and the
+// invisible format characters (soft hyphen U+00AD, zero-width and direction marks U+200B..U+200F,
+// bidirectional embeddings and overrides U+202A..U+202E, U+2060..U+2064, isolates
+// U+2066..U+2069, the byte order mark U+FEFF: a U+202E in a quoted name reversed the rest of the
+// line) as \uNNNN. Everything else is copied unchanged.
+std::string QuotableText(absl::string_view text);
+
 }  // namespace dapple
 
 #endif  // DAPPLE_COMMON_UTF8_H_

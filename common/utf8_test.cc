@@ -26,6 +26,20 @@ TEST(Utf8SequenceLengthTest, IllFormedSequences) {
   EXPECT_EQ(Utf8SequenceLength("\xFF", 0), 0u);
 }
 
+// Quoted in a message, text shows what it holds: "\u202e" reversed the rest of an error line, a
+// zero-width space showed as nothing between the quotes.
+TEST(QuotableTextTest, EscapesWhatATerminalWouldNotShowAsWritten) {
+  EXPECT_EQ(QuotableText("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");  // é 😀
+  EXPECT_EQ(QuotableText("a\nb\tc\x7f"), "a\\x0ab\\x09c\\x7f");
+  EXPECT_EQ(QuotableText("zw\xe2\x80\x8bsp"), "zw\\u200bsp");  // U+200B
+  EXPECT_EQ(QuotableText("lin\xe2\x80\xae"
+                         "ear"),
+            "lin\\u202eear");                                           // U+202E
+  EXPECT_EQ(QuotableText("\xef\xbb\xbfx\xc2\x85"), "\\ufeffx\\u0085");  // BOM, C1 NEL
+  EXPECT_EQ(QuotableText("\xe2\x80\xa8"), "\\u2028");
+  EXPECT_EQ(QuotableText("bad \xff\xc3"), "bad \\xff\\xc3");  // not UTF-8
+}
+
 TEST(DisplayTextTest, KeepsTextWithNewlinesAndTabs) {
   const std::string text =
       "In the beginning\n\tGod cr\xC3\xA9"

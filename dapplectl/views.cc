@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/eval_metrics.h"
+#include "common/utf8.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/format.h"
 #include "dapplectl/progress.h"
@@ -352,13 +354,20 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   return out;
 }
 
+// The prompt between double quotes as C would write it ("\n", "\"") but in UTF-8: a prompt of
+// "é😀" read "\303\251\360\237\230\200" through absl::CEscape.
+std::string QuotedPrompt(const std::string& prompt) {
+  return QuotableText(absl::StrReplaceAll(
+      prompt, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}, {"\t", "\\t"}, {"\r", "\\r"}}));
+}
+
 std::string RenderSample(const v1::Job& job) {
   if (job.sample_text().empty()) return "";
   const v1::SampleSpec& sample = job.spec().sample();
   std::string out;
   AddField(&out, "SAMPLE",
            absl::StrFormat("%d bytes generated after sample.prompt \"%s\", temperature %s",
-                           sample.tokens(), absl::CEscape(sample.prompt()),
+                           sample.tokens(), QuotedPrompt(sample.prompt()),
                            absl::StrCat(sample.temperature())));
   for (absl::string_view line : absl::StrSplit(job.sample_text(), '\n')) {
     absl::StrAppend(&out, "  ", line, "\n");

@@ -191,6 +191,11 @@ TEST(ViewsTest, JobDetailsOfATextJobShowValidationMetricsAndTheSample) {
                              "  Let there be light.\n"));
   // The sample comes last.
   EXPECT_TRUE(absl::EndsWith(out, "\n  Let there be light.\n")) << out;
+  // A prompt in UTF-8 reads as written (it read "\303\251..."), what would not show escaped.
+  v1::Job job = TextJob();
+  job.mutable_spec()->mutable_sample()->set_prompt("\xc3\xa9\xf0\x9f\x98\x80 \"q\"\xe2\x80\x8b");
+  EXPECT_THAT(RenderJobDetails(job, kNowMs),
+              HasSubstr("after sample.prompt \"\xc3\xa9\xf0\x9f\x98\x80 \\\"q\\\"\\u200b\""));
 }
 
 TEST(ViewsTest, TextJobBeforeItsFirstEvaluation) {

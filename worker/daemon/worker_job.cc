@@ -429,9 +429,11 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     } else if (last && !std::isfinite(r.loss)) {
       // Without a job-wide decision (pipedream, pipesgd) a non-finite loss fails the job: the
       // update has been applied, and reporting success would hide it.
+      // "NaN" / "Inf", as the synchronous schedules' messages say, not printf's "-nan".
+      const char* value = std::isnan(r.loss) ? "NaN" : (r.loss > 0 ? "Inf" : "-Inf");
       return absl::FailedPreconditionError(absl::StrFormat(
-          "training diverged at step %d: loss %f (try a lower training.optimizer.lr)", step + 1,
-          r.loss));
+          "training diverged at step %d: loss %s (try a lower training.optimizer.lr)", step + 1,
+          value));
     }
     {
       // Every rank reports every step (its stats; the last stage also the loss). The reporter

@@ -249,6 +249,26 @@ std::optional<OpenQuote> MultiLineQuote(const YAML::Node& node, absl::string_vie
   return std::nullopt;
 }
 
+// The first merge key (`<<: *anchor`, YAML 1.1's merge) in `node`: yaml-cpp keeps it as a plain
+// key and merges nothing, so `{<<: *block, heads: 4}` read as a layer without a type. `seen` as
+// MultiLineQuote's.
+std::optional<YAML::Mark> MergeKey(const YAML::Node& node, std::set<int>* seen) {
+  if (!(node.IsSequence() || node.IsMap()) || !seen->insert(node.Mark().pos).second) {
+    return std::nullopt;
+  }
+  for (YAML::const_iterator it = node.begin(); it != node.end(); ++it) {
+    if (node.IsMap()) {
+      if (it->first.IsScalar() && it->first.Tag() != "!" && it->first.Scalar() == "<<") {
+        return it->first.Mark();
+      }
+      if (auto m = MergeKey(it->second, seen)) return m;
+    } else if (auto m = MergeKey(*it, seen)) {
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::string& name) {
@@ -315,6 +335,13 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::strin
         "quote; every value of a job spec fits on one line)",
         name, open->line, open->column, open->quote,
         open->end_line > 0 ? absl::StrFormat("line %d", open->end_line) : "the end of the text"));
+  }
+  std::set<int> walked;
+  if (std::optional<YAML::Mark> merge = MergeKey(documents[0], &walked)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s:%d:%d: YAML merge keys ('<<') are not supported: write the fields out (an anchor "
+        "and alias, '&name' and '*name', may stand for a whole value)",
+        name, merge->line + 1, merge->column + 1));
   }
   return documents[0];
 }

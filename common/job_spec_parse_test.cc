@@ -277,6 +277,23 @@ TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
                    "value hold ': ' and need quotes?)");
 }
 
+// Found by a fresh user: `{<<: *blk, heads: 4}` read "missing required field
+// 'model.layers[2].type'" (yaml-cpp merges nothing); the merge key is named where it stands.
+// Anchors and aliases of whole values still work.
+TEST(ParseJobSpecTest, AYamlMergeKeyIsRefusedWhereItStands) {
+  ExpectParseError("name: x\nmodel:\n  layers:\n    - &blk {type: relu}\n    - {<<: *blk}\n",
+                   "job.yaml:5:8: YAML merge keys ('<<') are not supported: write the fields out "
+                   "(an anchor and alias, '&name' and '*name', may stand for a whole value)");
+  absl::StatusOr<v1::JobSpec> aliased =
+      ParseJobSpec(Edit(kExample, "    - {type: linear, out: 1024}\n    - {type: relu}\n",
+                        "    - &wide {type: linear, out: 1024}\n    - {type: relu}\n    - *wide\n"
+                        "    - {type: relu}\n"),
+                   "job.yaml");
+  ASSERT_TRUE(aliased.ok()) << aliased.status();
+  EXPECT_EQ(aliased->model().layers_size(), 6);
+  EXPECT_EQ(aliased->model().layers(3).linear().out(), 1024);
+}
+
 // Found by a fresh user: a tab indenting a nested field read "illegal map value" at the line's
 // end, and an unclosed quote "missing required field 'model'".
 TEST(ParseJobSpecTest, ATabIndentAndAnUnclosedQuoteAreNamed) {

@@ -496,6 +496,29 @@ Check CheckRecompute(const v1::JobSpec& spec) {
   return std::nullopt;
 }
 
+// Needs a valid model and batch sizes. Batch normalisation in training normalises each channel
+// over a micro-batch's N x H x W values (docs/layers.md); over one value its output is the bias
+// whatever the input: the layer passes nothing on and the model cannot learn (a user's
+// 28x28-kernel conv then batchnorm2d at micro_batch 1 trained to 10.9%). PyTorch refuses the same
+// ("Expected more than 1 value per channel when training").
+Check CheckBatchNormValues(const v1::JobSpec& spec) {
+  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
+  if (!layers.ok()) return At("model", std::string(layers.status().message()));
+  const int64_t micro = spec.training().micro_batch();
+  for (const LayerInfo& layer : *layers) {
+    if (layer.type != "batchnorm2d" && layer.type != "residual_block") continue;
+    const std::vector<int64_t>& out = layer.output_shape;  // [C, H, W], what the norms see
+    if (out.size() != 3 || micro * out[1] * out[2] > 1) continue;
+    return At("training.micro_batch",
+              absl::StrFormat("model.layers[%d] (%s) normalises each channel over training."
+                              "micro_batch %d x %d x %d = 1 value, so its output is its bias "
+                              "whatever the input: use a micro_batch of at least 2 (or a larger "
+                              "image at that layer)",
+                              layer.index, layer.type, micro, out[1], out[2]));
+  }
+  return std::nullopt;
+}
+
 // Needs a valid model and batch sizes.
 Check CheckStepActivations(const v1::JobSpec& spec) {
   absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
@@ -540,6 +563,7 @@ Check Validate(const v1::JobSpec& spec) {
   if (Check c = CheckTraining(spec)) return c;
   if (Check c = CheckSample(spec)) return c;
   if (Check c = CheckStepActivations(spec)) return c;
+  if (Check c = CheckBatchNormValues(spec)) return c;
   if (Check c = CheckParallel(spec)) return c;
   if (Check c = CheckPrecision(spec)) return c;
   return CheckRecompute(spec);

@@ -876,6 +876,23 @@ TEST(ModelSizeTest, ParametersAndActivationsAreBounded) {
                    "a smaller global_batch or narrower layers");
 }
 
+// Found by a fresh user: batchnorm2d over one value per channel (a 28x28 kernel, micro_batch 1)
+// passes only its bias on, and the job "trained" to 10.9%.
+TEST(ModelSizeTest, BatchNormNeedsMoreThanOneValuePerChannel) {
+  const std::string cnn =
+      Edit(Edit(kExample, "    - {type: flatten}\n",
+                "    - {type: conv2d, out_channels: 4, kernel: 28}\n    - {type: batchnorm2d}\n"
+                "    - {type: flatten}\n"),
+           "micro_batch: 32", "micro_batch: 1");
+  ExpectParseError(Edit(cnn, "global_batch: 256", "global_batch: 2"),
+                   "job.yaml:15:16: model.layers[1] (batchnorm2d) normalises each channel over "
+                   "training.micro_batch 1 x 1 x 1 = 1 value, so its output is its bias whatever "
+                   "the input: use a micro_batch of at least 2 (or a larger image at that layer)");
+  const std::string two =
+      Edit(Edit(cnn, "global_batch: 256", "global_batch: 4"), "micro_batch: 1", "micro_batch: 2");
+  EXPECT_TRUE(ParseJobSpec(two, "job.yaml").ok()) << ParseJobSpec(two, "job.yaml").status();
+}
+
 // ------------------------------------------------------------------------------- UTF-8 names
 
 TEST(Utf8Test, NamesReportWholeCharactersAndCharacterPositions) {

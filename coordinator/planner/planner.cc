@@ -318,7 +318,8 @@ absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
   }
   const absl::Status refused =
       AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
-  return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
+  return absl::Status(refused.code(),
+                      absl::StrCat(refused.message(), NoneFitsNote(choice, *reported)));
 }
 
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's
@@ -656,8 +657,9 @@ absl::StatusOr<v1::ParallelPlanSummary> PlanProfile(const v1::ModelProfile& prof
       ChooseSchedule(problem, ScheduleOptions(limits),
                      [&](const PlanningProblem& with) { return RunPlanner(name, with); }));
   if (choice.chosen < 0) {
-    const absl::Status& refused = choice.alternatives.front().status;
-    return absl::Status(refused.code(), absl::StrCat(refused.message(), NoneFitsNote(choice)));
+    const Alternative& first = choice.alternatives.front();
+    return absl::Status(first.status.code(),
+                        absl::StrCat(first.status.message(), NoneFitsNote(choice, first)));
   }
   const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
   problem.schedule = chosen.option.schedule;

@@ -246,14 +246,20 @@ std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits) {
   return notes;
 }
 
-std::string NoneFitsNote(const ScheduleChoice& choice) {
+std::string NoneFitsNote(const ScheduleChoice& choice, const Alternative& reported) {
   if (choice.chosen >= 0 || choice.alternatives.size() < 2) return "";
   std::vector<std::string> names;
-  for (const Alternative& a : choice.alternatives) names.push_back(OptionName(a.option));
+  bool one_schedule = true;  // only recompute auto made the alternatives
+  for (const Alternative& a : choice.alternatives) {
+    names.push_back(OptionName(a.option));
+    one_schedule = one_schedule && a.option.schedule == reported.option.schedule &&
+                   a.option.interleave == reported.option.interleave;
+  }
   const std::string last = names.back();
   names.pop_back();
-  return absl::StrCat(" (parallel.schedule auto planned ", absl::StrJoin(names, ", "), " and ",
-                      last, ": none fits; the need above is ", names.front(), "'s)");
+  return absl::StrCat(" (", one_schedule ? "training.recompute" : "parallel.schedule",
+                      " auto planned ", absl::StrJoin(names, ", "), " and ", last,
+                      ": none fits; the need above is ", OptionName(reported.option), "'s)");
 }
 
 void AddAlternatives(const ScheduleChoice& choice, v1::ParallelPlanSummary* summary) {

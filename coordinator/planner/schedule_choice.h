@@ -119,11 +119,12 @@ std::string ChoiceReason(const ScheduleChoice& choice);
 std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits);
 
 // When nothing was chosen among several alternatives, the sentence a refusal ends with, so that
-// a user of parallel.schedule auto knows every option was tried, not only the one whose need the
-// refusal states (the first's): " (parallel.schedule auto planned dapple, zb-h1, zb-h2 and gpipe
-// with recompute auto: none fits; the need above is dapple's)". Empty with one alternative or a
-// chosen one.
-std::string NoneFitsNote(const ScheduleChoice& choice);
+// a user knows every option was tried, not only `reported`, whose need the refusal states:
+// " (parallel.schedule auto planned dapple, zb-h1, zb-h2 and gpipe with recompute auto: none
+// fits; the need above is dapple with recompute auto's)"; "training.recompute auto planned" when
+// the alternatives are one schedule with and without recomputation. Empty with one alternative
+// or a chosen one.
+std::string NoneFitsNote(const ScheduleChoice& choice, const Alternative& reported);
 
 // Writes choice's alternatives (PlanAlternative, the chosen one marked) and ChoiceReason into
 // `summary`; nothing when there is only one alternative.

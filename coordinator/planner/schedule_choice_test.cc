@@ -247,9 +247,19 @@ TEST(ChooseScheduleTest, NothingFits) {
   EXPECT_EQ(choice.chosen, -1);
   EXPECT_EQ(choice.alternatives.size(), 6u);
   EXPECT_EQ(ChoiceReason(choice), "");
-  EXPECT_EQ(NoneFitsNote(choice),
+  EXPECT_EQ(NoneFitsNote(choice, choice.alternatives.front()),
             " (parallel.schedule auto planned dapple, dapple with recompute auto, zb-h1, zb-h2, "
             "gpipe and gpipe with recompute auto: none fits; the need above is dapple's)");
+  // The need quoted is the reported alternative's; a fixed schedule's alternatives came from
+  // training.recompute auto (a user read "parallel.schedule auto" on a spec of schedule dapple,
+  // and dapple's name on the recomputing plan's figure).
+  EXPECT_THAT(NoneFitsNote(choice, choice.alternatives[1]),
+              HasSubstr("the need above is dapple with recompute auto's)"));
+  ScheduleChoice fixed = choice;
+  fixed.alternatives.resize(2);
+  EXPECT_EQ(NoneFitsNote(fixed, fixed.alternatives[1]),
+            " (training.recompute auto planned dapple and dapple with recompute auto: none fits; "
+            "the need above is dapple with recompute auto's)");
   PlanningProblem problem;
   EXPECT_EQ(ChooseSchedule(problem, {}, Fake()).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -451,17 +461,19 @@ TEST(ScheduleAutoTest, CudaGetsNoZeroBubbleAndNoRecomputation) {
   }
 }
 
-// Nothing fits, whatever the schedule: the first alternative's refusal (dapple's), as before.
+// Nothing fits, whatever the schedule: the first schedule's refusal (dapple's, with recomputation
+// where it was tried: the least memory dapple needs), naming whose need it states.
 TEST(ScheduleAutoTest, NothingFitsIsRefusedAsForDapple) {
   PlanInputs inputs;
   inputs.defaults.device_memory_bytes = 1 << 20;
   auto plan = MakePlan(DemoSpec(), inputs);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(plan.status().message(), HasSubstr("parallel.planner balanced: no plan fits"));
-  // Every option was tried, and the refusal says so (its stated need is the first's).
+  // Every option was tried, and the refusal says so, and whose need it states.
   EXPECT_THAT(plan.status().message(),
               HasSubstr("(parallel.schedule auto planned dapple, dapple with recompute auto, "));
-  EXPECT_THAT(plan.status().message(), HasSubstr("none fits; the need above is dapple's)"));
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("none fits; the need above is dapple with recompute auto's)"));
 }
 
 TEST(ScheduleAutoTest, PlanProfileChoosesToo) {

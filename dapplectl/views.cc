@@ -317,15 +317,9 @@ std::string RenderJobDetails(const v1::Job& job, int64_t now_unix_ms) {
   AddField(&out, "STEP", FormatSteps(m.step(), m.total_steps()));
   AddField(&out, "EPOCH",
            m.epochs() > 0 ? absl::StrCat(m.epoch(), "/", m.epochs()) : absl::StrCat(m.epoch()));
-  // Pipe-SGD reduces gradients only: each replica's loss is over its own share of the batch
-  // (docs/schedules.md), so say whose it is rather than let it pass for the batch's.
-  const bool share = plan.schedule() == "pipesgd" && plan.stages_size() > 0 &&
-                     plan.stages(plan.stages_size() - 1).replicas() > 1;
   AddField(&out, "LOSS",
            m.step() > 0
-               ? absl::StrCat(FormatLoss(m.loss()), plan.emulated() ? " (emulated, not real)"
-                                                    : share ? " (one replica's share of the batch)"
-                                                            : "")
+               ? absl::StrCat(FormatLoss(m.loss()), plan.emulated() ? " (emulated, not real)" : "")
                : "-");
   AddField(&out, "SAMPLES/S",
            m.samples_per_second() > 0 ? FormatRate(m.samples_per_second()) : "-");

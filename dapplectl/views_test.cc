@@ -257,12 +257,6 @@ TEST(ViewsTest, JobDetailsShowPlanAndMetricsButNotSpecOrLosses) {
   EXPECT_THAT(out, Not(HasSubstr("secret_marker")));  // spec_yaml
   EXPECT_THAT(out, Not(HasSubstr("2.3026")));         // step_losses
   EXPECT_THAT(out, Not(HasSubstr("1.9876")));
-  // Pipe-SGD reduces gradients only: a replicated job's loss is one replica's share, and says so
-  // (a user compared it with a synchronous run's batch loss).
-  v1::Job pipesgd = SampleJob();
-  pipesgd.mutable_plan()->set_schedule("pipesgd");
-  EXPECT_THAT(RenderJobDetails(pipesgd, kNowMs),
-              HasSubstr("LOSS          0.4213 (one replica's share of the batch)\n"));
 }
 
 TEST(ViewsTest, JobDetailsOfAFailedUnplannedJob) {

@@ -8,6 +8,11 @@
 
 namespace dapple::coordinator {
 
+int LossShares(const v1::ParallelPlanSummary& plan) {
+  if (plan.schedule() != "pipesgd" || plan.stages().empty()) return 1;
+  return std::max(1, plan.stages(plan.stages_size() - 1).replicas());
+}
+
 double ProgressTracker::ElapsedSeconds(int64_t now_unix_ms) const {
   return std::max<int64_t>(now_unix_ms - running_since_unix_ms_, 0) / 1000.0;
 }
@@ -25,14 +30,31 @@ void ProgressTracker::OnStep(const v1::ProgressReport& report, int64_t now_unix_
   if (mean > 0) m->set_samples_per_second(static_cast<double>(global_batch_) / mean);
 
   if (report.step() <= m->step()) return;  // a duplicate or late report: nothing new to show
+  double loss = report.loss();
+  if (loss_shares_ > 1) {
+    Shares& s = pending_[report.step()];
+    if (!s.replicas.insert(report.replica()).second) return;
+    // A replica's share of the batch; without stats, an equal one.
+    const double samples = report.stats().samples() > 0
+                               ? static_cast<double>(report.stats().samples())
+                               : static_cast<double>(global_batch_) / loss_shares_;
+    s.weighted_loss += loss * samples;
+    s.samples += samples;
+    if (static_cast<int>(s.replicas.size()) < loss_shares_) {
+      if (pending_.size() > kMaxPendingSteps) pending_.erase(pending_.begin());
+      return;
+    }
+    loss = s.weighted_loss / s.samples;
+    pending_.erase(pending_.begin(), pending_.upper_bound(report.step()));
+  }
   m->set_step(report.step());
   m->set_epoch(report.epoch());
-  m->set_loss(report.loss());
+  m->set_loss(loss);
   // step_losses[i] is step i + 1; a step whose report never came stays visible as NaN.
   while (job->step_losses_size() < report.step() - 1) {
     job->add_step_losses(std::numeric_limits<double>::quiet_NaN());
   }
-  job->add_step_losses(report.loss());
+  job->add_step_losses(loss);
   const int64_t remaining = std::max<int64_t>(m->total_steps() - m->step(), 0);
   m->set_eta_seconds(static_cast<double>(remaining) * mean);
 }

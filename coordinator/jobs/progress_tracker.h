@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <set>
 
 #include "common/steps.h"  // TotalSteps: the same step count the workers run
 #include "dapple/v1/job.pb.h"
@@ -18,15 +20,27 @@ class ProgressTracker {
   // Step reports averaged for throughput and ETA.
   static constexpr int kWindow = 20;
 
+  // Steps whose loss shares wait for the other replicas' (loss_shares > 1) at most: a replica's
+  // report that never comes leaves its step out rather than growing without bound.
+  static constexpr size_t kMaxPendingSteps = 64;
+
   // `running_since_unix_ms`: when the job entered RUNNING (elapsed time counts from there).
-  ProgressTracker(int64_t global_batch, int64_t running_since_unix_ms)
-      : global_batch_(global_batch), running_since_unix_ms_(running_since_unix_ms) {}
+  // `loss_shares`: how many of the last stage's replicas report a loss over their own share of
+  // each step's batch (LossShares: Pipe-SGD's replicas, which reduce gradients only), to be
+  // combined; 1: one report's loss is the batch's (the synchronous schedules' replicas add
+  // their loss sums in their AllReduce).
+  ProgressTracker(int64_t global_batch, int64_t running_since_unix_ms, int loss_shares = 1)
+      : global_batch_(global_batch),
+        running_since_unix_ms_(running_since_unix_ms),
+        loss_shares_(loss_shares) {}
 
   // A PROGRESS_STEP report of the last stage that carries a loss. Sets metrics.step, epoch,
   // loss, elapsed_seconds; samples_per_second = global_batch / mean step_seconds of the last
   // kWindow reports; eta_seconds = (total_steps - step) * that mean; and appends the loss to
   // job->step_losses so that step_losses[i] is step i + 1 (a skipped step is recorded as NaN,
   // a repeated or older step only updates the window). Leaves metrics.total_steps as it is.
+  // With loss_shares > 1 a step's loss is the mean of its replicas' losses weighted by their
+  // samples (stats.samples), recorded once every replica reported it.
   void OnStep(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
 
   // A PROGRESS_EVAL report of the last stage: a text dataset's validation_loss,
@@ -39,14 +53,27 @@ class ProgressTracker {
   // worker sent.
   void OnSample(const v1::ProgressReport& report, int64_t now_unix_ms, v1::Job* job);
 
+  int loss_shares() const { return loss_shares_; }
+
   // Seconds since the job entered RUNNING (never negative).
   double ElapsedSeconds(int64_t now_unix_ms) const;
 
  private:
+  struct Shares {
+    double weighted_loss = 0;  // sum of loss x samples
+    double samples = 0;
+    std::set<int> replicas;  // those that reported (a replayed report counts once)
+  };
+
   int64_t global_batch_;
   int64_t running_since_unix_ms_;
+  int loss_shares_;
   std::deque<double> recent_step_seconds_;
+  std::map<int64_t, Shares> pending_;  // step -> the shares reported so far
 };
+
+// The loss_shares of a job planned as `plan`: the last stage's replicas under Pipe-SGD, else 1.
+int LossShares(const v1::ParallelPlanSummary& plan);
 
 }  // namespace dapple::coordinator
 

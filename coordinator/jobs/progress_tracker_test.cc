@@ -63,6 +63,41 @@ TEST(ProgressTrackerTest, StepsUpdateMetricsThroughputAndEta) {
   EXPECT_EQ(job.metrics().epoch(), 2);
 }
 
+// Pipe-SGD's replicas reduce gradients only, each reporting the loss over its own share of the
+// batch: the step's loss is their samples-weighted mean, once all reported (a user's D = 2 and
+// D = 4 runs read 0.92 and 1.02 where the same weights gave 0.76 synchronously).
+TEST(ProgressTrackerTest, PipeSgdReplicasLossesAreCombined) {
+  v1::ParallelPlanSummary plan;
+  plan.set_schedule("pipesgd");
+  plan.add_stages()->set_replicas(2);
+  EXPECT_EQ(LossShares(plan), 2);
+  plan.set_schedule("dapple");
+  EXPECT_EQ(LossShares(plan), 1);  // the AllReduce adds the replicas' loss sums already
+
+  v1::Job job;
+  job.mutable_metrics()->set_total_steps(10);
+  ProgressTracker tracker(/*global_batch=*/64, /*running_since_unix_ms=*/1000, /*loss_shares=*/2);
+  auto share = [](int64_t step, int replica, double loss, int64_t samples) {
+    v1::ProgressReport r = Step(step, 1, loss, 0.5);
+    r.set_replica(replica);
+    r.mutable_stats()->set_samples(samples);
+    return r;
+  };
+  tracker.OnStep(share(1, 0, 2.0, 32), 2000, &job);
+  EXPECT_EQ(job.metrics().step(), 0);  // waits for the other replica
+  EXPECT_EQ(job.step_losses_size(), 0);
+  tracker.OnStep(share(1, 0, 2.0, 32), 2000, &job);  // replayed: counts once
+  EXPECT_EQ(job.metrics().step(), 0);
+  tracker.OnStep(share(1, 1, 1.0, 32), 2100, &job);
+  EXPECT_EQ(job.metrics().step(), 1);
+  EXPECT_DOUBLE_EQ(job.metrics().loss(), 1.5);
+  // Unequal shares weigh by their samples.
+  tracker.OnStep(share(2, 1, 3.0, 48), 2200, &job);
+  tracker.OnStep(share(2, 0, 1.0, 16), 2300, &job);
+  ASSERT_EQ(job.step_losses_size(), 2);
+  EXPECT_DOUBLE_EQ(job.step_losses(1), (3.0 * 48 + 1.0 * 16) / 64);
+}
+
 TEST(ProgressTrackerTest, ThroughputUsesTheLastTwentySteps) {
   v1::Job job;
   job.mutable_metrics()->set_total_steps(100);

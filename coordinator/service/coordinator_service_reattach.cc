@@ -26,7 +26,8 @@ void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::str
   const int64_t running_since =
       std::min(now, job.updated_unix_ms() -
                         static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1e3)));
-  RunState run(ProgressTracker(job.spec().training().global_batch(), running_since));
+  RunState run(
+      ProgressTracker(job.spec().training().global_batch(), running_since, LossShares(plan)));
   run.num_stages = plan.stages_size();
   for (int s = 0; s < plan.stages_size(); ++s) {
     const int replicas = schedule::StageReplicas(plan, s);

@@ -316,14 +316,18 @@ absl::Status CoordinatorService::OnStepReportLocked(RunState& run,
         id, JobEventReason::kSkippedStep,
         absl::StrCat(rank, " skipped a step's update (non-finite loss or gradient)"));
   }
-  if (request.has_stats() || (last_stage && request.has_loss())) {
+  // The loss of a step: replica 0 of the last stage's (its AllReduce added the replicas'), or
+  // every last-stage replica's share under Pipe-SGD, which the tracker combines.
+  const bool loss_rank =
+      last_stage || (request.stage() == run.num_stages - 1 && run.tracker.loss_shares() > 1);
+  if (request.has_stats() || (loss_rank && request.has_loss())) {
     std::optional<StragglerDetector::Change> straggler;
     DAPPLE_RETURN_IF_ERROR(jobs_->Update(id, [&](v1::Job* j) {
       if (run.stage_metrics.OnStep(request, now, j)) {
         straggler = run.stragglers.OnStep(request.stage(), request.replica(), request.stats());
         MarkStraggler(run.stragglers, request.stage(), request.replica(), j);
       }
-      if (last_stage && request.has_loss()) run.tracker.OnStep(request, now, j);
+      if (loss_rank && request.has_loss()) run.tracker.OnStep(request, now, j);
     }));
     if (straggler.has_value()) {
       (void)jobs_->RecordEvent(

@@ -199,19 +199,34 @@ class ReplicaParityTest(unittest.TestCase):
             forwards = [e for e in events if e["name"].startswith("F")]
             self.assertEqual(len(forwards), 2 * replicas * STEPS * micro_batches * 2, name)
 
+    def test_3d_pipesgd_loss_is_the_batchs(self):
+        """Pipe-SGD's replicas reduce gradients only and each report the loss of their own share;
+        the coordinator combines them, so step 1 (the initial weights on the first batch) reads
+        the single process's loss (a user's D = 2 run read one replica's share instead)."""
+        job, j = self.run_job("pipesgd-loss", 1, 2, 1, "dp", schedule="pipesgd")
+        self.assertEqual(j["plan"]["stages"][0]["replicas"], 2, j["plan"])
+        got, want = float(j["step_losses"][0]), self.ref_losses[0]
+        self.assertLessEqual(abs(got - want), RTOL * abs(want), "%s: %r vs %r" % (job, got, want))
+
+    def running_past(self, job, step, timeout=60):
+        """Waits until `job` RUNS past `step`; returns it."""
+        c = self.cluster
+        deadline = time.time() + timeout
+        j = c.get(job)
+        while time.time() < deadline and not (j["state"] == "RUNNING" and
+                                              int(j.get("metrics", {}).get("step", 0)) >= step):
+            self.assertNotIn(j["state"], ("SUCCEEDED", "FAILED", "CANCELLED"), j)
+            time.sleep(0.1)
+            j = c.get(job)
+        self.assertEqual(j["state"], "RUNNING", j)
+        return j
+
     def test_4_dead_replica_fails_the_job_naming_it(self):
         c = self.cluster
         c.wait_workers(4)
         job = c.submit(cluster.spec_yaml("replicas-kill", cluster.SMALL_MLP, GLOBAL_BATCH, 16, 2,
                                          max_steps=100000, devices=4))
-        deadline = time.time() + 60
-        j = c.get(job)
-        while time.time() < deadline and not (j["state"] == "RUNNING" and
-                                              int(j.get("metrics", {}).get("step", 0)) >= 3):
-            self.assertNotIn(j["state"], ("SUCCEEDED", "FAILED", "CANCELLED"), j)
-            time.sleep(0.1)
-            j = c.get(job)
-        self.assertEqual(j["state"], "RUNNING", j)
+        j = self.running_past(job, 3)
         victim = j["plan"]["stages"][1]["worker_ids"][1]  # stage 1 replica 1
         procs = dict(c.workers)
         self.assertIn(victim, procs)
@@ -227,7 +242,6 @@ class ReplicaParityTest(unittest.TestCase):
         self.assertLess(took, FAIL_WITHIN_S)
         print("%s failed %.1f s after its stage 1 replica 1 was killed: %s" % (job, took, message))
 
-
     def test_5_dead_pipesgd_replica_is_named(self):
         """Pipe-SGD's AllReduce runs beside the rank: a dead replica's peer reports the failure
         in the action that starts the next one; the message names the lost replica, as dapple's
@@ -236,14 +250,7 @@ class ReplicaParityTest(unittest.TestCase):
         c.wait_workers(2)
         job = c.submit(cluster.spec_yaml("pipesgd-kill", cluster.SMALL_MLP, GLOBAL_BATCH, 16, 1,
                                          schedule="pipesgd", max_steps=100000, devices=2))
-        deadline = time.time() + 60
-        j = c.get(job)
-        while time.time() < deadline and not (j["state"] == "RUNNING" and
-                                              int(j.get("metrics", {}).get("step", 0)) >= 3):
-            self.assertNotIn(j["state"], ("SUCCEEDED", "FAILED", "CANCELLED"), j)
-            time.sleep(0.1)
-            j = c.get(job)
-        self.assertEqual(j["state"], "RUNNING", j)
+        j = self.running_past(job, 3)
         victim = j["plan"]["stages"][0]["worker_ids"][1]  # stage 0 replica 1
         dict(c.workers)[victim].kill()
         j = c.wait_state(job, ("FAILED", "SUCCEEDED", "CANCELLED"), timeout=FAIL_WITHIN_S)

@@ -578,7 +578,10 @@ class EndToEndTest(unittest.TestCase):
         time.sleep(0.7)
         self.c.start_coordinator()
         t0 = time.time()
-        self.c.wait_workers(2, "IDLE", timeout=5)
+        try:
+            self.c.wait_workers(2, "IDLE", timeout=5)
+        except AssertionError as e:  # say why a worker is not back (one CI run in 9)
+            raise AssertionError("%s\n%s" % (e, self.c.all_logs())) from None
         self.assertLess(time.time() - t0, 5)
         # They take jobs again, and a SIGTERM reaches the restarted coordinator.
         job = self.c.submit(short_job("e2e-after-restarts", steps=5))

@@ -626,7 +626,7 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
         absl::FormatDuration(absl::Trunc(absl::Now() - waited_since, absl::Seconds(1))));
   }
   logs.End();
-  resources = JobResources();
+  resources.Release();
   absl::MutexLock l(&mu_);
   reporter_ = nullptr;
   job_finished_ = true;

@@ -37,9 +37,28 @@ inline std::string Hostname() {
 
 namespace dapple::worker {
 
-// What a job holds while it runs. Members are destroyed in reverse order: the runtime, then the
-// links (whose GPU transports send through the UCX transport), then the UCX transport.
+// What a job holds while it runs. Members are destroyed in reverse order: the runtime (whose
+// backend's device buffers go back to the GPU's allocator), then the links (whose GPU transports
+// send through the UCX transport, and which own the CUDA device and its allocator), then the UCX
+// transport. Release() frees them in that same order; never assign over a JobResources (`r =
+// JobResources()` resets the members in declaration order: the device before the buffers of the
+// runtime's backend, a use after free that crashed both GPU workers after every job).
 struct WorkerDaemon::JobResources {
+  JobResources() = default;
+  JobResources(const JobResources&) = delete;
+  JobResources& operator=(const JobResources&) = delete;
+  JobResources& operator=(JobResources&&) = delete;
+
+  void Release() {
+    runtime.reset();
+    delay.reset();
+    job.reset();
+    tied.reset();
+    replicas.reset();
+    links.reset();
+    transport.reset();
+  }
+
   std::unique_ptr<UcxTransport> transport;
   std::unique_ptr<StageLinks> links;
   std::unique_ptr<GlooCollective> replicas;  // the stage's replicas (when it has several)

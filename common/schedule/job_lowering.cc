@@ -92,6 +92,15 @@ bool TakesGlobalNorm(absl::string_view schedule, double max_grad_norm) {
   return synchronous || (max_grad_norm > 0 && schedule != "pipesgd");
 }
 
+int LossReplicas(const v1::ParallelPlanSummary& plan) {
+  if (plan.schedule() != "pipesgd" || plan.stages().empty()) return 1;
+  return std::max(1, plan.stages(plan.stages_size() - 1).replicas());
+}
+
+bool ReportsLoss(const v1::ParallelPlanSummary& plan, int stage, int replica) {
+  return stage == plan.stages_size() - 1 && replica < LossReplicas(plan);
+}
+
 absl::StatusOr<LowerOptions> LowerOptionsFor(const v1::JobSpec& spec,
                                              const v1::ParallelPlanSummary& plan) {
   DAPPLE_ASSIGN_OR_RETURN(const std::vector<LayerInfo> layers, InferLayers(spec.model()));

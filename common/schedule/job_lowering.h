@@ -86,6 +86,15 @@ bool DefersNonFiniteCheck(absl::string_view schedule, double max_grad_norm,
 // planner's step model (coordinator/planner/plan_simulator.h) follow.
 bool TakesGlobalNorm(absl::string_view schedule, double max_grad_norm);
 
+// Who reports each step's loss, the one rule the worker (which ranks send it) and the
+// coordinator (how many reports make a step: coordinator/jobs/progress_tracker.h) follow.
+// LossReplicas: how many replicas of the last stage report, each the loss over its own share of
+// the batch: under pipesgd all of them (its replicas reduce gradients only, so each knows only
+// its share), else 1 (replica 0: the replicas' AllReduce already added their loss sums into
+// it). ReportsLoss: whether replica `replica` of stage `stage` is one of them.
+int LossReplicas(const v1::ParallelPlanSummary& plan);
+bool ReportsLoss(const v1::ParallelPlanSummary& plan, int stage, int replica);
+
 // The LowerOptions of every rank of `spec` on `plan` (its schedule: RunningSchedule):
 //   allreduce_stages[s]  stage s has replicas (its gradient AllReduce);
 //   tied_stages          TiedStages(SplitTiedWeights(TiedWeights(the model), plan), plan);

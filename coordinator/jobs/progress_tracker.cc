@@ -8,11 +8,6 @@
 
 namespace dapple::coordinator {
 
-int LossShares(const v1::ParallelPlanSummary& plan) {
-  if (plan.schedule() != "pipesgd" || plan.stages().empty()) return 1;
-  return std::max(1, plan.stages(plan.stages_size() - 1).replicas());
-}
-
 double ProgressTracker::ElapsedSeconds(int64_t now_unix_ms) const {
   return std::max<int64_t>(now_unix_ms - running_since_unix_ms_, 0) / 1000.0;
 }

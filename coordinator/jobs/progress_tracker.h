@@ -26,8 +26,8 @@ class ProgressTracker {
 
   // `running_since_unix_ms`: when the job entered RUNNING (elapsed time counts from there).
   // `loss_shares`: how many of the last stage's replicas report a loss over their own share of
-  // each step's batch (LossShares: Pipe-SGD's replicas, which reduce gradients only), to be
-  // combined; 1: one report's loss is the batch's (the synchronous schedules' replicas add
+  // each step's batch (schedule::LossReplicas: Pipe-SGD's replicas, which reduce gradients only),
+  // to be combined; 1: one report's loss is the batch's (the synchronous schedules' replicas add
   // their loss sums in their AllReduce).
   ProgressTracker(int64_t global_batch, int64_t running_since_unix_ms, int loss_shares = 1)
       : global_batch_(global_batch),
@@ -71,9 +71,6 @@ class ProgressTracker {
   std::deque<double> recent_step_seconds_;
   std::map<int64_t, Shares> pending_;  // step -> the shares reported so far
 };
-
-// The loss_shares of a job planned as `plan`: the last stage's replicas under Pipe-SGD, else 1.
-int LossShares(const v1::ParallelPlanSummary& plan);
 
 }  // namespace dapple::coordinator
 

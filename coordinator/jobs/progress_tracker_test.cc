@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/eval_metrics.h"
+#include "common/schedule/job_lowering.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -70,9 +71,14 @@ TEST(ProgressTrackerTest, PipeSgdReplicasLossesAreCombined) {
   v1::ParallelPlanSummary plan;
   plan.set_schedule("pipesgd");
   plan.add_stages()->set_replicas(2);
-  EXPECT_EQ(LossShares(plan), 2);
+  EXPECT_EQ(schedule::LossReplicas(plan), 2);
+  EXPECT_TRUE(schedule::ReportsLoss(plan, 0, 1));
   plan.set_schedule("dapple");
-  EXPECT_EQ(LossShares(plan), 1);  // the AllReduce adds the replicas' loss sums already
+  EXPECT_EQ(schedule::LossReplicas(plan), 1);  // the AllReduce adds the replicas' loss sums already
+  EXPECT_TRUE(schedule::ReportsLoss(plan, 0, 0));
+  EXPECT_FALSE(schedule::ReportsLoss(plan, 0, 1));
+  plan.add_stages()->set_replicas(2);
+  EXPECT_FALSE(schedule::ReportsLoss(plan, 0, 0));  // not the last stage
 
   v1::Job job;
   job.mutable_metrics()->set_total_steps(10);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/schedule/job_lowering.h"
 #include "common/schedule/ranks.h"
 #include "coordinator/service/coordinator_service.h"
 
@@ -26,8 +27,8 @@ void CoordinatorService::RecoverRunningLocked(const v1::Job& job, const std::str
   const int64_t running_since =
       std::min(now, job.updated_unix_ms() -
                         static_cast<int64_t>(std::llround(job.metrics().elapsed_seconds() * 1e3)));
-  RunState run(
-      ProgressTracker(job.spec().training().global_batch(), running_since, LossShares(plan)));
+  RunState run(ProgressTracker(job.spec().training().global_batch(), running_since,
+                               schedule::LossReplicas(plan)));
   run.num_stages = plan.stages_size();
   for (int s = 0; s < plan.stages_size(); ++s) {
     const int replicas = schedule::StageReplicas(plan, s);

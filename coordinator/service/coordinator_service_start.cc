@@ -461,7 +461,8 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
   } else if (replanned != nullptr || preempted) {
     started = now - elapsed_ms;
   }
-  RunState run(ProgressTracker(job.spec().training().global_batch(), started, LossShares(summary)));
+  RunState run(ProgressTracker(job.spec().training().global_batch(), started,
+                               schedule::LossReplicas(summary)));
   run.num_stages = num_stages;
   run.replicas = replicas;
   run.worker_ids = worker_ids;

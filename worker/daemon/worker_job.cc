@@ -378,12 +378,10 @@ absl::Status WorkerDaemon::TrainJob(const v1::StageAssignment& a, ProgressReport
     rt->InjectNonFinite(injection);
   }
   const int64_t total = TotalSteps(a.spec());
-  // Replica 0 of the last stage reports the loss (every replica computes the same global
-  // loss; the coordinator counts each step once); replica 0 of each stage writes checkpoints.
-  // Pipe-SGD's replicas reduce gradients only, each knowing the loss of its own share: every
-  // one reports it and the coordinator combines them (coordinator/jobs/progress_tracker.h).
+  // The last stage's loss reporters (schedule::ReportsLoss); replica 0 of each stage writes
+  // checkpoints.
   const bool last = stage == num_stages - 1;
-  const bool reports_loss = last && (a.replica() == 0 || a.plan().schedule() == "pipesgd");
+  const bool reports_loss = schedule::ReportsLoss(a.plan(), stage, a.replica());
   auto base_report = [&](v1::ProgressKind kind) {
     v1::ProgressReport r;
     r.set_worker_id(worker_id);

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -61,22 +62,48 @@ void RunShape(const KernelContext& ctx, const Shape& s, int warmup, int iters) {
   T* w = Alloc<T>(out * in, 2, 1.0f / 64, ctx.stream);
   T* dy = Alloc<T>(n * out, 3, 1e-3f, ctx.stream);
   float* b = Alloc<float>(out, 4, 0.1f, ctx.stream);
+  // The layer's bf16 copy of the bias (DeviceParam::value_bf16), which a bf16 layer passes.
+  T* b16 = Alloc<T>(out, 4, 0.1f, ctx.stream);
   T* y = Alloc<T>(n * out, 5, 0.0f, ctx.stream);
   T* dx = Alloc<T>(n * in, 6, 0.0f, ctx.stream);
   float* dw = Alloc<float>(out * in, 7, 0.0f, ctx.stream);
   float* db = Alloc<float>(out, 8, 0.0f, ctx.stream);
 
-  const internal::GemmPathCounts before = internal::GetGemmPathCounts();
-  const double linear_ms = MedianMs(ctx.stream, warmup, iters, [&] {
+  auto forward = [&] {
     if constexpr (kBf16) {
-      Check(LinearForwardBf16(ctx, x, w, b, y, n, in, out), "LinearForwardBf16");
-      Check(LinearBackwardBf16(ctx, x, w, dy, dw, db, dx, n, in, out), "LinearBackwardBf16");
+      Check(LinearForwardBf16(ctx, x, w, b, y, n, in, out, b16), "LinearForwardBf16");
     } else {
       Check(LinearForward(ctx, x, w, b, y, n, in, out), "LinearForward");
+    }
+  };
+  auto backward = [&] {
+    if constexpr (kBf16) {
+      Check(LinearBackwardBf16(ctx, x, w, dy, dw, db, dx, n, in, out), "LinearBackwardBf16");
+    } else {
       Check(LinearBackward(ctx, x, w, dy, dw, db, dx, n, in, out), "LinearBackward");
     }
+  };
+  const internal::GemmPathCounts before = internal::GetGemmPathCounts();
+  const double linear_ms = MedianMs(ctx.stream, warmup, iters, [&] {
+    forward();
+    backward();
   });
   const internal::GemmPathCounts after = internal::GetGemmPathCounts();
+  // Where the time goes: each half alone, and the host's time to enqueue both (when it nears the
+  // device time, the GPU waits on the host: launch and cuBLASLt call overhead).
+  const double forward_ms = MedianMs(ctx.stream, warmup, iters, forward);
+  const double backward_ms = MedianMs(ctx.stream, warmup, iters, backward);
+  Check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize");
+  const auto host_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    forward();
+    backward();
+  }
+  const double host_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start)
+          .count() /
+      iters;
+  Check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize");
 
   // The same products with cuBLAS directly (column-major view: see kernels/cuda/linear.cu).
   const float one = 1.0f, zero = 0.0f;
@@ -93,6 +120,12 @@ void RunShape(const KernelContext& ctx, const Shape& s, int warmup, int iters) {
           "cublasGemmEx dx = dy W");
   });
 
+  const double gemm_forward_ms = MedianMs(ctx.stream, warmup, iters, [&] {
+    Check(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, kType, in, x,
+                       kType, in, &zero, y, kType, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx y = x W^T");
+  });
+
   const double tflop = 3.0 * 2.0 * static_cast<double>(n) * in * out / 1e12;
   const char* bias = after.fused_bias > before.fused_bias         ? "fused"
                      : after.separate_bias > before.separate_bias ? "separate"
@@ -104,10 +137,14 @@ void RunShape(const KernelContext& ctx, const Shape& s, int warmup, int iters) {
               kBf16 ? "bf16" : "fp32", static_cast<long long>(n), static_cast<long long>(in),
               static_cast<long long>(out), linear_ms, tflop / (linear_ms * 1e-3), gemm_ms,
               tflop / (gemm_ms * 1e-3), gemm_ms / linear_ms, bias, bias_grad);
+  std::printf(
+      "      parts (ms): forward %.3f (cuBLAS %.3f), backward %.3f (cuBLAS %.3f); host "
+      "enqueue of forward + backward %.3f\n",
+      forward_ms, gemm_forward_ms, backward_ms, gemm_ms - gemm_forward_ms, host_ms);
   std::fflush(stdout);
 
   Check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize");
-  for (void* p : std::initializer_list<void*>{x, w, dy, b, y, dx, dw, db}) cudaFree(p);
+  for (void* p : std::initializer_list<void*>{x, w, dy, b, b16, y, dx, dw, db}) cudaFree(p);
 }
 
 int Main(int argc, char** argv) {

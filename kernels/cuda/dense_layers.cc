@@ -33,7 +33,7 @@ class DenseLayer : public DeviceLayer {
                        DeviceCache* cache, const ForwardContext& fctx, Scratch) override {
     cache->ctx = fctx;
     return typed::LinearForward(ctx, static_cast<const T*>(x), typed::GemmWeight<T>(param(0)),
-                                bias_ ? param(1).value : nullptr, static_cast<T*>(y),
+                                bias_ ? &param(1) : nullptr, static_cast<T*>(y),
                                 rows * rows_per_sample_, in_, out_);
   }
 

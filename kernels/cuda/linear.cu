@@ -443,12 +443,15 @@ __global__ void BiasToBf16Kernel(const float* __restrict__ b, bf16* __restrict__
 // GEMM. Returns false, having enqueued nothing, where cuBLASLt cannot fuse it.
 template <typename T>
 absl::StatusOr<bool> TryFusedForward(const char* op, const KernelContext& ctx, Gemm g,
-                                     const float* b) {
+                                     const float* b, const bf16* b16) {
   Workspace ws = LtWorkspace(ctx.workspace, ctx.workspace_bytes);
   bf16* staged_bias = nullptr;
   if constexpr (std::is_same_v<T, float>) {
     g.bias = b;
     g.bias_type = CUDA_R_32F;
+  } else if (b16 != nullptr) {  // the owner's rounded copy: nothing to stage
+    g.bias = b16;
+    g.bias_type = CUDA_R_16BF;
   } else {
     const uint64_t staged_bytes = (g.m * sizeof(bf16) + 255) / 256 * 256;
     if (ws.base == nullptr || ws.bytes < staged_bytes) return false;
@@ -471,13 +474,14 @@ absl::StatusOr<bool> TryFusedForward(const char* op, const KernelContext& ctx, G
 
 template <typename T>
 absl::Status Forward(const char* op, const KernelContext& ctx, const T* x, const T* w,
-                     const float* b, T* y, int64_t n, int64_t in, int64_t out) {
+                     const float* b, T* y, int64_t n, int64_t in, int64_t out,
+                     const bf16* b16 = nullptr) {
   DAPPLE_RETURN_IF_ERROR(CheckArgs(op, ctx, n, in, out, {x, w, y}));
   Gemm g{"y = x W^T", CUBLAS_OP_T, CUBLAS_OP_N, out, n, in,  kDataType<T>, kDataType<T>,
          w,           in,          x,           in,  y, out, 0.0f};
   if (b == nullptr) return RunGemm(ctx, g);  // no bias: the LM head
   if (g_paths.lt && g_paths.fused_bias) {
-    DAPPLE_ASSIGN_OR_RETURN(const bool fused, TryFusedForward<T>(op, ctx, g, b));
+    DAPPLE_ASSIGN_OR_RETURN(const bool fused, TryFusedForward<T>(op, ctx, g, b, b16));
     if (fused) {
       ++g_counts.fused_bias;
       return absl::OkStatus();
@@ -564,8 +568,9 @@ absl::Status LinearBackward(const KernelContext& ctx, const float* x, const floa
 }
 
 absl::Status LinearForwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
-                               const float* b, bf16* y, int64_t n, int64_t in, int64_t out) {
-  return Forward("LinearForwardBf16", ctx, x, w, b, y, n, in, out);
+                               const float* b, bf16* y, int64_t n, int64_t in, int64_t out,
+                               const bf16* b16) {
+  return Forward("LinearForwardBf16", ctx, x, w, b, y, n, in, out, b16);
 }
 
 absl::Status LinearBackwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,

@@ -43,9 +43,13 @@ absl::Status LinearBackwardInput(const KernelContext& ctx, const float* w, const
 absl::Status LinearBackwardWeight(const KernelContext& ctx, const float* x, const float* dy,
                                   float* dw, float* db, int64_t n, int64_t in, int64_t out);
 
-// bf16 twins: x, w, y, dy, dx in bf16; b, dw, db in fp32.
+// bf16 twins: x, w, y, dy, dx in bf16; b, dw, db in fp32. `b16` (optional): b rounded to bf16
+// (the owner's DeviceParam::value_bf16, refreshed with the weights), which cuBLASLt's bias
+// epilogue reads on a bf16 output; null: b is rounded into the workspace at each call (one more
+// kernel, which the small GEMMs of a layer feel: bench/linear_cuda_bench).
 absl::Status LinearForwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
-                               const float* b, bf16* y, int64_t n, int64_t in, int64_t out);
+                               const float* b, bf16* y, int64_t n, int64_t in, int64_t out,
+                               const bf16* b16 = nullptr);
 absl::Status LinearBackwardBf16(const KernelContext& ctx, const bf16* x, const bf16* w,
                                 const bf16* dy, float* dw, float* db, bf16* dx, int64_t n,
                                 int64_t in, int64_t out);

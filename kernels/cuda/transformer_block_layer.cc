@@ -84,11 +84,11 @@ class TransformerBlockLayer : public DeviceLayer {
                                             c, eps_, s(Cpu::kLn1Out), stat(Cpu::kMean1),
                                             stat(Cpu::kVar1)));
     DAPPLE_RETURN_IF_ERROR(typed::LinearForward(ctx, s(Cpu::kLn1Out), Weight(Cpu::kQkvWeight),
-                                                Value(Cpu::kQkvBias), qkv, r, c, 3 * c));
+                                                &param(Cpu::kQkvBias), qkv, r, c, 3 * c));
     DAPPLE_RETURN_IF_ERROR(CausalAttentionForward(
         ctx, Shape(rows), qkv, s(Cpu::kQkv), s(Cpu::kProbs), attention_scratch, s(Cpu::kAttn)));
     DAPPLE_RETURN_IF_ERROR(typed::LinearForward(ctx, s(Cpu::kAttn), Weight(Cpu::kProjWeight),
-                                                Value(Cpu::kProjBias), s(Cpu::kA), r, c, c));
+                                                &param(Cpu::kProjBias), s(Cpu::kA), r, c, c));
     DAPPLE_RETURN_IF_ERROR(Dropout(ctx, mask0, rows, seq_ * c, s(Cpu::kA), x, s(Cpu::kA)));
 
     // MLP branch: y = a + dropout_1(fc2(gelu(fc(ln2(a))))).
@@ -96,10 +96,10 @@ class TransformerBlockLayer : public DeviceLayer {
                                             Value(Cpu::kLn2Bias), r, c, eps_, s(Cpu::kLn2Out),
                                             stat(Cpu::kMean2), stat(Cpu::kVar2)));
     DAPPLE_RETURN_IF_ERROR(typed::LinearForward(ctx, s(Cpu::kLn2Out), Weight(Cpu::kFcWeight),
-                                                Value(Cpu::kFcBias), s(Cpu::kFc), r, c, hidden_));
+                                                &param(Cpu::kFcBias), s(Cpu::kFc), r, c, hidden_));
     DAPPLE_RETURN_IF_ERROR(typed::GeluForward(ctx, s(Cpu::kFc), s(Cpu::kGelu), r * hidden_));
     DAPPLE_RETURN_IF_ERROR(typed::LinearForward(ctx, s(Cpu::kGelu), Weight(Cpu::kFc2Weight),
-                                                Value(Cpu::kFc2Bias), y, r, hidden_, c));
+                                                &param(Cpu::kFc2Bias), y, r, hidden_, c));
     return Dropout(ctx, mask1, rows, seq_ * c, y, s(Cpu::kA), y);
   }
 

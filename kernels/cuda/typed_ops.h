@@ -40,13 +40,17 @@ inline const DropoutMask* MaskFor(const ForwardContext& ctx, int layer, uint32_t
   return storage;
 }
 
+// `bias` (may be null: none): in bf16 its value_bf16 goes to the GEMM's epilogue as it is.
 inline absl::Status LinearForward(const KernelContext& ctx, const bf16* x, const bf16* w,
-                                  const float* b, bf16* y, int64_t n, int64_t in, int64_t out) {
-  return LinearForwardBf16(ctx, x, w, b, y, n, in, out);
+                                  const DeviceParam* bias, bf16* y, int64_t n, int64_t in,
+                                  int64_t out) {
+  return LinearForwardBf16(ctx, x, w, bias ? bias->value : nullptr, y, n, in, out,
+                           bias ? bias->value_bf16 : nullptr);
 }
 inline absl::Status LinearForward(const KernelContext& ctx, const float* x, const float* w,
-                                  const float* b, float* y, int64_t n, int64_t in, int64_t out) {
-  return cuda::LinearForward(ctx, x, w, b, y, n, in, out);
+                                  const DeviceParam* bias, float* y, int64_t n, int64_t in,
+                                  int64_t out) {
+  return cuda::LinearForward(ctx, x, w, bias ? bias->value : nullptr, y, n, in, out);
 }
 inline absl::Status LinearBackwardInput(const KernelContext& ctx, const float* w, const float* dy,
                                         float* dx, int64_t n, int64_t in, int64_t out) {

@@ -31,8 +31,8 @@ constexpr size_t kMaxNameLength = 63;
 // micro-batches in flight (GPipe).
 constexpr int64_t kMaxStepActivations = int64_t{1} << 30;
 
-// The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT, which the CUDA backend does
-// not split yet (worker/runtime/stage_backend.h).
+// The zero-bubble schedules run BACKWARD_INPUT / BACKWARD_WEIGHT (worker/runtime/
+// stage_backend.h), which a recomputing stage cannot (layer_recompute.h).
 constexpr absl::string_view kSplitBackwardSchedules[] = {"zb-h1", "zb-h2"};
 constexpr char kEmulatedDeviceType[] = "emulated";
 constexpr char kCudaDeviceType[] = "cuda";
@@ -391,14 +391,6 @@ Check CheckParallel(const v1::JobSpec& spec) {
                               absl::StrJoin(kDeviceTypes, ", ")));
   }
   if (Check c = CheckEmulation(p)) return c;
-  if (Contains(kSplitBackwardSchedules, p.schedule()) && p.device_type() == kCudaDeviceType) {
-    return At("parallel.schedule",
-              absl::StrFormat("parallel.schedule %s with parallel.device_type cuda is not "
-                              "implemented: the CUDA backend does not split its backward into "
-                              "BACKWARD_INPUT / BACKWARD_WEIGHT yet; use schedule dapple on cuda, "
-                              "or device_type cpu or emulated",
-                              p.schedule()));
-  }
   if (!Contains(kAvailablePlanners, p.planner())) {
     return At("parallel.planner",
               absl::StrFormat("parallel.planner '%s' is unknown; available: %s", p.planner(),
@@ -467,22 +459,13 @@ Check CheckPrecision(const v1::JobSpec& spec) {
   return std::nullopt;
 }
 
-// training.recompute: known, not on CUDA stages (the CUDA backend does not recompute yet) and not
-// with a zero-bubble schedule (layer_recompute.h). Needs a valid parallel.device_type.
+// training.recompute: known, and not with a zero-bubble schedule (layer_recompute.h).
 Check CheckRecompute(const v1::JobSpec& spec) {
   const std::string& recompute = spec.training().recompute();
   if (!recompute.empty() && !Contains(kRecomputeModes, recompute)) {
     return At("training.recompute",
               absl::StrFormat("training.recompute '%s' is unknown; known: %s", recompute,
                               absl::StrJoin(kRecomputeModes, ", ")));
-  }
-  if (Recompute(spec.training()) != RecomputeMode::kNone &&
-      spec.parallel().device_type() == kCudaDeviceType) {
-    return At("training.recompute",
-              absl::StrFormat("training.recompute %s runs on CPU and emulated stages only, but "
-                              "parallel.device_type is cuda: set recompute: none (or "
-                              "device_type: cpu or emulated)",
-                              recompute));
   }
   if (Recompute(spec.training()) != RecomputeMode::kNone &&
       Contains(kSplitBackwardSchedules, spec.parallel().schedule())) {

@@ -300,13 +300,10 @@ TEST(ValidateJobSpecTest, Schedule) {
     v1::JobSpec clipped = spec;
     clipped.mutable_training()->set_max_grad_norm(1.0);
     EXPECT_TRUE(ValidateJobSpec(clipped).ok()) << zb << ": " << ValidateJobSpec(clipped);
-    // The CUDA backend does not split its backward yet.
+    // The CUDA backend splits its backward too (worker/runtime/cuda/cuda_stage_backend.h).
     v1::JobSpec cuda = spec;
     cuda.mutable_parallel()->set_device_type("cuda");
-    ExpectInvalid(ValidateJobSpec(cuda), {absl::StrCat("parallel.schedule ", zb,
-                                                       " with parallel.device_type cuda is not "
-                                                       "implemented"),
-                                          "use schedule dapple on cuda"});
+    EXPECT_TRUE(ValidateJobSpec(cuda).ok()) << zb << ": " << ValidateJobSpec(cuda);
   }
 }
 
@@ -627,8 +624,7 @@ TEST(ValidateJobSpecTest, Precision) {
   ExpectInvalid(ValidateJobSpec(spec), {"training.precision 'fp16' is unknown; known: fp32, bf16"});
 }
 
-// training.recompute: none, all or auto on CPU and emulated stages; not on CUDA ones (the CUDA
-// backend does not recompute yet).
+// training.recompute: none, all or auto on every device type; not with a zero-bubble schedule.
 TEST(ValidateJobSpecTest, Recompute) {
   v1::JobSpec spec = Example();
   EXPECT_EQ(Recompute(spec.training()), RecomputeMode::kNone);
@@ -644,12 +640,10 @@ TEST(ValidateJobSpecTest, Recompute) {
   spec.mutable_training()->set_recompute("auto");
   EXPECT_EQ(Recompute(spec.training()), RecomputeMode::kAuto);
   spec.mutable_parallel()->set_device_type("cuda");
-  ExpectInvalid(ValidateJobSpec(spec),
-                {"training.recompute auto runs on CPU and emulated stages only, but "
-                 "parallel.device_type is cuda: set recompute: none (or device_type: cpu or "
-                 "emulated)"});
-  spec.mutable_training()->set_recompute("none");
-  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (const char* ok : {"none", "all", "auto"}) {
+    spec.mutable_training()->set_recompute(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << "cuda " << ok << ": " << ValidateJobSpec(spec);
+  }
   spec.mutable_parallel()->set_device_type("cpu");
   spec.mutable_training()->set_recompute("selective");
   ExpectInvalid(ValidateJobSpec(spec),

@@ -535,7 +535,6 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   limits.choose_schedule = choose_schedule;
   limits.schedule = spec_kind;
   limits.recompute = spec.training().recompute();
-  limits.cuda = cuda;
   InterleavedJob interleaved_job;
   interleaved_job.num_layers = num_layers;
   interleaved_job.num_stages = num_stages;

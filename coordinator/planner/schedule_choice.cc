@@ -86,7 +86,7 @@ std::string OptionName(const ScheduleOption& option) {
 
 std::vector<ScheduleOption> ScheduleOptions(const ChoiceLimits& limits) {
   std::vector<RecomputeMode> modes;
-  if (limits.cuda || limits.recompute == "none") {
+  if (limits.recompute == "none") {
     modes = {RecomputeMode::kNone};
   } else if (limits.recompute == "all") {
     modes = {RecomputeMode::kAll};
@@ -107,8 +107,6 @@ std::vector<ScheduleOption> ScheduleOptions(const ChoiceLimits& limits) {
   }
   std::vector<ScheduleOption> options;
   for (const CandidateSchedule& c : schedules) {
-    // A chosen schedule must run where the job runs; a fixed one was validated at submit.
-    if (limits.choose_schedule && c.splits_backward && limits.cuda) continue;
     if (c.kind == ScheduleKind::kInterleaved) {
       // Only where the job allows it (limits.interleave: checked by the caller), one option per
       // v; a fixed interleaved schedule is planned with its spec's v (problem.interleave).
@@ -233,11 +231,7 @@ std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits) {
     if (c.splits_backward) split.emplace_back(schedule::ScheduleKindName(c.kind));
   }
   const std::string names = absl::StrJoin(split, " and ");
-  if (limits.cuda) {
-    notes.push_back(absl::StrCat("parallel.schedule auto on CUDA: ", absl::StrJoin(split, ", "),
-                                 " and activation recomputation were not considered (not "
-                                 "implemented on CUDA yet)"));
-  } else if (limits.recompute == "all") {
+  if (limits.recompute == "all") {
     notes.push_back(absl::StrCat("parallel.schedule auto with training.recompute all: ", names,
                                  " were not considered (a recomputed forward does not outlive "
                                  "their split backward; set recompute auto or none to include "

@@ -31,7 +31,7 @@ struct CandidateSchedule {
   schedule::ScheduleKind kind = schedule::ScheduleKind::kDapple;
   // It splits the backward into BACKWARD_INPUT / BACKWARD_WEIGHT (the zero-bubble schedules):
   // never with recomputation (a recomputing stage replays one micro-batch's forward right before
-  // its backward) and not on CUDA stages (their backend does not split yet).
+  // its backward).
   bool splits_backward = false;
 };
 
@@ -48,8 +48,6 @@ struct ChoiceLimits {
   // training.recompute as written: "" (unset), "none", "all" or "auto". An explicit none or all
   // is kept; auto, or unset with the schedule chosen, tries none and auto.
   std::string recompute;
-  // The job runs on CUDA stages: no splitting schedule, no recomputation.
-  bool cuda = false;
   // With choose_schedule: the v's of interleaved 1F1B to try (ascending, each >= 2), never with
   // recomputation; empty: interleaved is not considered, and interleave_left_out says why (one
   // clause, "the model has 3 layers, fewer than 2 per stage"; empty: no note).

@@ -37,8 +37,8 @@ class BatchNorm2dLayer : public DeviceLayer {
                        DeviceCache* cache, const ForwardContext& fctx, Scratch) override {
     cache->ctx = fctx;
     DAPPLE_RETURN_IF_ERROR(BindNorm());
-    return norm_.Forward(ctx, static_cast<const float*>(x), rows, hw_, fctx.training,
-                         static_cast<float*>(y), Saved(cache, 0), Saved(cache, 1));
+    return norm_.Forward(ctx, static_cast<const float*>(x), rows, hw_, fctx, static_cast<float*>(y),
+                         Saved(cache, 0), Saved(cache, 1));
   }
 
   absl::Status BackwardInput(const KernelContext& ctx, const void* x, const void*, const void* dy,

@@ -25,15 +25,16 @@ void DeviceBatchNorm::Bind(const DeviceParam& gamma, const DeviceParam& beta, fl
 }
 
 absl::Status DeviceBatchNorm::Forward(const KernelContext& ctx, const float* x, int64_t n,
-                                      int64_t hw, bool training, float* y, float* mean,
+                                      int64_t hw, const ForwardContext& fctx, float* y, float* mean,
                                       float* rstd) {
   if (n == 0) return absl::OkStatus();
-  if (!training) {
+  if (!fctx.training) {
     return op_.ForwardInference(ctx, n, channels_, hw, eps_, x, gamma_.value, beta_.value,
                                 running_mean_, running_var_, y);
   }
   DAPPLE_RETURN_IF_ERROR(op_.ForwardTraining(ctx, n, channels_, hw, eps_, x, gamma_.value,
                                              beta_.value, y, mean, rstd));
+  if (fctx.recompute) return absl::OkStatus();
   if (sums_ == nullptr) {
     const size_t bytes = static_cast<size_t>(2 * channels_) * sizeof(double);
     DAPPLE_CUDA_RETURN_IF_ERROR(cudaMalloc(&sums_, bytes));

@@ -32,10 +32,12 @@ class DeviceBatchNorm {
   void Bind(const DeviceParam& gamma, const DeviceParam& beta, float* running_mean,
             float* running_var);
 
-  // y from x. Training: writes the batch mean and rstd ([C] each: the backward's) and adds x's
-  // sums to the step statistics. Evaluation: the running statistics; mean and rstd unused.
+  // y from x. Training (fctx.training): writes the batch mean and rstd ([C] each: the
+  // backward's) and adds x's sums to the step statistics, except in a recomputing Forward
+  // (fctx.recompute: the first Forward counted them). Evaluation: the running statistics; mean
+  // and rstd unused.
   absl::Status Forward(const KernelContext& ctx, const float* x, int64_t n, int64_t hw,
-                       bool training, float* y, float* mean, float* rstd);
+                       const ForwardContext& fctx, float* y, float* mean, float* rstd);
   // From a training Forward's x, mean and rstd and dy: dx (overwrites; `dx` must not be null:
   // cuDNN computes it with the parameter gradients) and dgamma, dbeta ([C] each, overwritten).
   absl::Status BackwardInput(const KernelContext& ctx, const float* x, const float* dy, int64_t n,

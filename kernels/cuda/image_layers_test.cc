@@ -12,8 +12,11 @@
 // - 0 (bitwise): maxpool2d (a selection and a routing);
 // - 1e-4: batchnorm2d's dx and dgamma (two reductions subtracted, cudnn_ops_test.cc) and the
 //   whole residual_block (two convolutions and two or three batch norms in series);
-// - step statistics 1e-12 (double sums in another order), running statistics 1e-6 (the same
-//   double formula, rounded to float once).
+// - step statistics (double sums of each batch norm's input): 1e-12 where that input is the
+//   layer's own x (batchnorm2d: the same floats summed in another order), 1e-5 in the residual
+//   block, whose batch norms sum its convolutions' outputs (which agree with oneDNN's to the
+//   convolution's 1e-5, cudnn_ops_test.cc); running statistics 1e-6 (the same double formula,
+//   rounded to float once).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,6 +45,7 @@ struct ImageCase {
   v1::ModelSpec model;
   int64_t rows;
   double rtol;
+  double stats_rtol = 1e-12;  // the step statistics' (see above)
 };
 
 void PrintTo(const ImageCase& c, std::ostream* os) { *os << c.name; }
@@ -62,8 +66,8 @@ std::vector<ImageCase> Cases() {
       {"AvgPool2dPadded", ImageModel({2, 7, 7}, {Pool("avgpool2d", 3, 2, 1)}), 2, 1e-5},
       {"GlobalAvgPool", ImageModel({4, 5, 6}, {Plain("global_avgpool")}), 3, 1e-5},
       {"BatchNorm2d", ImageModel({4, 5, 5}, {Plain("batchnorm2d")}), 3, 1e-4},
-      {"ResidualBlockIdentity", ImageModel({4, 6, 6}, {Block(4)}), 2, 1e-4},
-      {"ResidualBlockProjection", ImageModel({3, 8, 8}, {Block(6, 2)}), 2, 1e-4},
+      {"ResidualBlockIdentity", ImageModel({4, 6, 6}, {Block(4)}), 2, 1e-4, 1e-5},
+      {"ResidualBlockProjection", ImageModel({3, 8, 8}, {Block(6, 2)}), 2, 1e-4, 1e-5},
   };
 }
 
@@ -218,7 +222,7 @@ TEST_P(CudaImageLayerTest, MatchesCpuLayerWithStatistics) {
 
   std::vector<double> scale(stats);
   for (int64_t i = 0; i < stats; ++i) scale[i] = std::fabs(want_stats[i]) + 1;
-  testing::ExpectClose("step statistics", got_stats, want_stats, scale, 1e-12);
+  testing::ExpectClose("step statistics", got_stats, want_stats, scale, c.stats_rtol);
   // Apply the CPU's statistics on both (the sum over one replica), then evaluate with them.
   cpu.ApplyStepStatistics(want_stats.data());
   ExpectOk(gpu.ApplyStepStatistics(ctx, want_stats.data()));

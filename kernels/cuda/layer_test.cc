@@ -1,7 +1,8 @@
 // Every CUDA layer (layer_factory.h) against its CPU twin (kernels/cpu, built by MakeCpuLayer
 // from the same declaration), in fp32 and bf16: the forward, dL/dx and every parameter gradient,
 // through Zero Bubble's split (BackwardInput of micro-batches A then B, then BackwardWeight of
-// B then A, against the CPU's plain Backward of A then B), with live dropout masks whose
+// B then A, against the CPU's plain Backward of B then A: the order the gradients add in, so an
+// exact layer's gradient sums are the same bits), with live dropout masks whose
 // ForwardContexts differ per micro-batch. Then the whole GPU sequence again: bitwise the same.
 //
 // Tolerances (per tensor, |got - want| <= rtol * max |want| for every element, NaN failing):
@@ -271,8 +272,10 @@ Results RunCpu(Layer* layer, const LayerInfo& info, const Case& c, const Inputs&
   Tensor ya, yb, dxa, dxb;
   layer->Forward(xa, &ya, &ca, in.ctx_a);
   layer->Forward(xb, &yb, &cb, in.ctx_b);
-  layer->Backward(xa, ya, dya, &dxa, &ca);
+  // B first, as the GPU's BackwardWeights add: a gradient element several rows add into (the
+  // embedding's tables) is a float sum whose bits depend on the order of its terms.
   layer->Backward(xb, yb, dyb, &dxb, &cb);
+  layer->Backward(xa, ya, dya, &dxa, &ca);
   Results r{ya.data, yb.data, dxa.data, dxb.data, {}};
   for (Param* p : layer->Params()) r.grads.push_back(p->grad.data);
   return r;

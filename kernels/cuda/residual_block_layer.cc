@@ -75,22 +75,21 @@ class ResidualBlockLayer : public DeviceLayer {
     const auto* x = static_cast<const float*>(xv);
     auto* y = static_cast<float*>(yv);
     const int64_t n = rows, count = rows * out_channels_ * out_hw_;
-    const bool t = fctx.training;
     DAPPLE_RETURN_IF_ERROR(
         conv1_.Forward(ctx, Conv1(n), x, param(0).value, nullptr, S(cache, kZ1)));
-    DAPPLE_RETURN_IF_ERROR(bn1_.Forward(ctx, S(cache, kZ1), n, out_hw_, t, S(cache, kA1),
+    DAPPLE_RETURN_IF_ERROR(bn1_.Forward(ctx, S(cache, kZ1), n, out_hw_, fctx, S(cache, kA1),
                                         S(cache, kMean1), S(cache, kRstd1)));
     DAPPLE_RETURN_IF_ERROR(ReluForward(ctx, S(cache, kA1), S(cache, kA1), count));
     DAPPLE_RETURN_IF_ERROR(
         conv2_.Forward(ctx, Conv2(n), S(cache, kA1), param(3).value, nullptr, S(cache, kZ2)));
     DAPPLE_RETURN_IF_ERROR(
-        bn2_.Forward(ctx, S(cache, kZ2), n, out_hw_, t, y, S(cache, kMean2), S(cache, kRstd2)));
+        bn2_.Forward(ctx, S(cache, kZ2), n, out_hw_, fctx, y, S(cache, kMean2), S(cache, kRstd2)));
     const float* sc = x;
     if (projection_) {
       float* shortcut_out = Part(scratch, rows, 0);
       DAPPLE_RETURN_IF_ERROR(
           convs_.Forward(ctx, Shortcut(n), x, param(6).value, nullptr, S(cache, kZs)));
-      DAPPLE_RETURN_IF_ERROR(bns_.Forward(ctx, S(cache, kZs), n, out_hw_, t, shortcut_out,
+      DAPPLE_RETURN_IF_ERROR(bns_.Forward(ctx, S(cache, kZs), n, out_hw_, fctx, shortcut_out,
                                           S(cache, kMeanS), S(cache, kRstdS)));
       sc = shortcut_out;
     }

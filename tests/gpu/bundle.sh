@@ -12,7 +12,8 @@ BINARIES=(
   coordinator/dapple-coordinator worker/dapple-worker dapplectl/dapplectl tests/dapple-reference
   kernels/cuda/kernels_cuda_test worker/device/cuda_device_test worker/device/device_test
   worker/comm/cuda/comm_cuda_test worker/comm/cuda/comm_cuda_test_peer
-  worker/runtime/cuda/cuda_stage_backend_test worker/daemon/stage_links_test
+  worker/runtime/cuda/cuda_stage_backend_test worker/runtime/cuda/cuda_schedule_test
+  worker/runtime/cuda/cuda_stage_state_test worker/daemon/stage_links_test
   bench/linear_cuda_bench bench/gpt_cuda_bench
 )
 

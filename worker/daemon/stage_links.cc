@@ -134,14 +134,6 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
                      ": interleaved 1F1B (layer ranges per stage) runs on CPU and emulated "
                      "stages only, not on CUDA stages yet"));
   }
-  if (range.recompute()) {
-    // The submit check refuses training.recompute with device_type cuda; a stage of an "any"
-    // job that lands on a GPU is refused here.
-    return absl::InvalidArgumentError(
-        absl::StrCat(links->device_,
-                     ": activation recomputation (training.recompute) runs on CPU and emulated "
-                     "stages only, not on CUDA stages yet"));
-  }
 #if DAPPLE_HAVE_CUDA
   links->gpu_ = std::make_unique<Gpu>();
   absl::StatusOr<std::unique_ptr<CudaDevice>> dev = CudaDevice::Open(id->index);
@@ -155,7 +147,7 @@ absl::StatusOr<std::unique_ptr<StageLinks>> StageLinks::Open(const v1::StageAssi
   links->gpu_->device = std::move(*dev);
   DAPPLE_ASSIGN_OR_RETURN(links->backend_,
                           MakeCudaStageBackend(a.spec(), range.first_layer(), range.last_layer(),
-                                               links->gpu_->device.get()));
+                                               links->gpu_->device.get(), range.recompute()));
   return links;
 #else
   return absl::FailedPreconditionError(absl::StrCat(

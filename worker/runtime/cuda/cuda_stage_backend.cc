@@ -22,6 +22,7 @@
 #include "kernels/cuda/layer_factory.h"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/optimizer.h"
+#include "worker/runtime/layer_recompute.h"
 #include "worker/runtime/step_statistics.h"
 
 namespace dapple::worker {
@@ -49,7 +50,8 @@ struct LayerMemory {
 
 class CudaStageBackend : public StageBackend {
  public:
-  CudaStageBackend(CudaDevice* device, kc::Dtype dtype) : dev_(device), dtype_(dtype) {}
+  CudaStageBackend(CudaDevice* device, kc::Dtype dtype, bool recompute)
+      : dev_(device), dtype_(dtype), recompute_(recompute) {}
   ~CudaStageBackend() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
@@ -86,16 +88,11 @@ class CudaStageBackend : public StageBackend {
   absl::Status Forward(int slot, int64_t rows, const kernels::ForwardContext& context) override {
     Slot& s = SlotAt(slot);
     s.rows = rows;
+    s.context = context;
     if (context.training) DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
     DAPPLE_ASSIGN_OR_RETURN(const void* x, LayerInput(s, rows));
-    for (size_t k = 0; k < layers_.size(); ++k) {
-      StageLayer& l = layers_[k];
-      DAPPLE_RETURN_IF_ERROR(Ensure(&s.acts[k + 1], ActBytes(rows, l.out)));
-      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
-      DAPPLE_RETURN_IF_ERROR(l.kernel->Forward(ctx(), x, s.acts[k + 1].data(), rows,
-                                               &s.caches[k].cache, context, scratch));
-      x = s.acts[k + 1].data();
-    }
+    // A recomputing stage runs its layers through the replay set; only the output is the slot's.
+    DAPPLE_RETURN_IF_ERROR(RunLayers(x, rows, context, recompute_ ? &replay_ : &s, &s.acts.back()));
     if (context.training) DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
     return absl::OkStatus();
   }
@@ -166,15 +163,10 @@ class CudaStageBackend : public StageBackend {
   absl::Status Backward(int slot, int micro_batch, int64_t rows, bool last_stage,
                         bool need_dx) override {
     Slot& s = SlotAt(slot);
-    const void* dy = last_stage ? s.dlogits.data() : At(&grad_recv_, micro_batch).data();
-    if (dy == nullptr) return absl::InternalError("BACKWARD without its gradient");
     DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
-    if (bf16()) {  // dL/dlogits and received gradients are fp32: the layers take bf16
-      DAPPLE_RETURN_IF_ERROR(Ensure(&dy16_, ActBytes(rows, out_features_)));
-      DAPPLE_RETURN_IF_ERROR(kc::CastToBf16(ctx(), static_cast<const float*>(dy),
-                                            dy16_.as<kc::bf16>(), rows * out_features_));
-      dy = dy16_.data();
-    }
+    DAPPLE_ASSIGN_OR_RETURN(const void* dy,
+                            IncomingGradient(s, micro_batch, rows, last_stage, &dy16_));
+    if (recompute_) DAPPLE_RETURN_IF_ERROR(Replay(s));
     int next_scratch = 0;
     for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
       StageLayer& l = layers_[k];
@@ -187,23 +179,72 @@ class CudaStageBackend : public StageBackend {
         DAPPLE_RETURN_IF_ERROR(Ensure(&buf, ActBytes(rows, l.in)));
         dx = buf.data();
       } else if (need_dx) {
-        DeviceBuffer& buf = At(&grad_send_, micro_batch);
-        DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, l.in)));
-        dx = buf.data();
+        DAPPLE_ASSIGN_OR_RETURN(dx, GradSendBuffer(micro_batch, rows));
       }
-      const void* x = k == 0 ? LayerInputOf(s) : s.acts[k].data();
-      const void* y = s.acts[k + 1].data();
-      kc::DeviceCache* cache = &s.caches[k].cache;
-      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &s.caches[k], rows));
-      DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardInput(ctx(), x, y, dy, dx, rows, cache, scratch));
-      DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardWeight(ctx(), x, y, dy, rows, cache, scratch));
+      const LayerView v = ViewOf(s, k);
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, v.memory, rows));
+      kc::DeviceCache* cache = &v.memory->cache;
+      DAPPLE_RETURN_IF_ERROR(
+          l.kernel->BackwardInput(ctx(), v.x, v.y, dy, dx, rows, cache, scratch));
+      DAPPLE_RETURN_IF_ERROR(l.kernel->BackwardWeight(ctx(), v.x, v.y, dy, rows, cache, scratch));
       dy = dx;
     }
-    if (need_dx && bf16()) {
-      DeviceBuffer& buf = At(&grad_send_, micro_batch);
-      DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, in_features_)));
-      DAPPLE_RETURN_IF_ERROR(kc::CastToFloat(ctx(), static_cast<const kc::bf16*>(dy),
-                                             buf.as<float>(), rows * in_features_));
+    if (need_dx && bf16()) DAPPLE_RETURN_IF_ERROR(SendInputGradient(dy, micro_batch, rows));
+    return RecordComputeEvent();
+  }
+
+  // The zero-bubble split (stage_backend.h): the slot keeps every layer's input gradient
+  // (Slot::dxs) and, in bf16, its rounded incoming gradient from BackwardInput until its
+  // BackwardWeight; the layers' caches hold the rest (kernels/cuda/layer.h).
+  absl::Status BackwardInput(int slot, int micro_batch, int64_t rows, bool last_stage,
+                             bool need_dx) override {
+    // The replay set would be overwritten by other micro-batches before this one's W.
+    if (recompute_) return SplitBackwardWithRecomputeError();
+    Slot& s = SlotAt(slot);
+    DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
+    DAPPLE_ASSIGN_OR_RETURN(const void* dy,
+                            IncomingGradient(s, micro_batch, rows, last_stage, &s.dy16));
+    s.dxs.resize(layers_.size());
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+      StageLayer& l = layers_[k];
+      void* dx = nullptr;
+      if (k > 0 || (need_dx && bf16())) {
+        DAPPLE_RETURN_IF_ERROR(Ensure(&s.dxs[k], ActBytes(rows, l.in)));
+        dx = s.dxs[k].data();
+      } else if (need_dx) {
+        DAPPLE_ASSIGN_OR_RETURN(dx, GradSendBuffer(micro_batch, rows));
+      }
+      const LayerView v = ViewOf(s, k);
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, v.memory, rows));
+      DAPPLE_RETURN_IF_ERROR(
+          l.kernel->BackwardInput(ctx(), v.x, v.y, dy, dx, rows, &v.memory->cache, scratch));
+      dy = dx;
+    }
+    if (need_dx && bf16()) DAPPLE_RETURN_IF_ERROR(SendInputGradient(dy, micro_batch, rows));
+    return RecordComputeEvent();
+  }
+
+  absl::Status BackwardWeight(int slot, int micro_batch, int64_t rows, bool last_stage) override {
+    if (recompute_) return SplitBackwardWithRecomputeError();
+    Slot& s = SlotAt(slot);
+    if (s.dxs.size() != layers_.size()) {
+      return absl::InternalError("BACKWARD_WEIGHT without its BACKWARD_INPUT");
+    }
+    // The gradient BackwardInput started from, kept in the slot (or GradInput) until now.
+    const void* dy = bf16()       ? s.dy16.data()
+                     : last_stage ? s.dlogits.data()
+                                  : (micro_batch < static_cast<int>(grad_recv_.size())
+                                         ? grad_recv_[micro_batch].data()
+                                         : nullptr);
+    if (dy == nullptr) return absl::InternalError("BACKWARD_WEIGHT without its gradient");
+    DAPPLE_RETURN_IF_ERROR(RecordComputeEvent());
+    for (int k = static_cast<int>(layers_.size()) - 1; k >= 0; --k) {
+      StageLayer& l = layers_[k];
+      const LayerView v = ViewOf(s, k);
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, v.memory, rows));
+      DAPPLE_RETURN_IF_ERROR(
+          l.kernel->BackwardWeight(ctx(), v.x, v.y, dy, rows, &v.memory->cache, scratch));
+      dy = s.dxs[k].data();
     }
     return RecordComputeEvent();
   }
@@ -539,6 +580,8 @@ class CudaStageBackend : public StageBackend {
     for (int i = first; i <= last; ++i) {
       DAPPLE_RETURN_IF_ERROR(AddLayer(infos[i], spec.model().layers(i), *host_layers_[i - first]));
     }
+    replay_.acts.resize(layers_.size() + 1);
+    replay_.caches.resize(layers_.size());
     // The runtime sums the statistics of CPU and GPU replicas alike: the layouts must agree.
     for (const StageLayer& l : layers_) statistics_size_ += l.kernel->StepStatisticsSize();
     if (statistics_size_ != worker::StepStatisticsSize(host_layers_)) {
@@ -555,8 +598,83 @@ class CudaStageBackend : public StageBackend {
     DeviceBuffer input16;             // bf16 with cast_input_: acts[0] rounded, layer 0's x
     std::vector<LayerMemory> caches;  // per layer: what its backward needs
     DeviceBuffer dlogits;
-    int64_t rows = 0;  // of the last Forward
+    // The zero-bubble split, BackwardInput -> BackwardWeight: dxs[k] = dL/d(layer k's input)
+    // for k > 0 (layer k - 1's dy); in bf16 dxs[0] too, and dy16 the incoming gradient rounded.
+    std::vector<DeviceBuffer> dxs;
+    DeviceBuffer dy16;
+    kernels::ForwardContext context;  // of the last Forward: a recomputing backward replays it
+    int64_t rows = 0;                 // of the last Forward
   };
+
+  // What layer k's backward reads for slot `s`: its x, y and cache (the slot's, or the replay
+  // set's on a recomputing stage, refilled by Replay).
+  struct LayerView {
+    const void* x;
+    const void* y;
+    LayerMemory* memory;
+  };
+  LayerView ViewOf(Slot& s, int k) {
+    Slot& a = recompute_ ? replay_ : s;
+    return {k == 0 ? LayerInputOf(s) : a.acts[k].data(), a.acts[k + 1].data(), &a.caches[k]};
+  }
+
+  // Every layer's Forward from `x` (rows samples), with outputs and caches in `into`, except
+  // the last layer's output, written into *out.
+  absl::Status RunLayers(const void* x, int64_t rows, const kernels::ForwardContext& context,
+                         Slot* into, DeviceBuffer* out) {
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      StageLayer& l = layers_[k];
+      DeviceBuffer& y = k + 1 == layers_.size() ? *out : into->acts[k + 1];
+      DAPPLE_RETURN_IF_ERROR(Ensure(&y, ActBytes(rows, l.out)));
+      DAPPLE_ASSIGN_OR_RETURN(const kc::Scratch scratch, Prepare(&l, &into->caches[k], rows));
+      DAPPLE_RETURN_IF_ERROR(
+          l.kernel->Forward(ctx(), x, y.data(), rows, &into->caches[k].cache, context, scratch));
+      x = y.data();
+    }
+    return absl::OkStatus();
+  }
+
+  // Activation recomputation (layer_recompute.h, the CPU's twin): slot s's forward again from
+  // its kept input with its own ForwardContext (recompute set: batch norm does not count the
+  // micro-batch twice), refilling the replay set for the backward that follows. Exact: the
+  // kernels are deterministic and the weights are those of the first forward.
+  absl::Status Replay(Slot& s) {
+    if (!s.context.training) return absl::InternalError("BACKWARD of an evaluation forward");
+    kernels::ForwardContext again = s.context;
+    again.recompute = true;
+    return RunLayers(LayerInputOf(s), s.rows, again, &replay_, &replay_.acts.back());
+  }
+
+  // The gradient a backward of slot s starts from: the slot's dL/dlogits on the last stage,
+  // else the one received for `micro_batch` (GradInput); in bf16 rounded into *dy16.
+  absl::StatusOr<const void*> IncomingGradient(Slot& s, int micro_batch, int64_t rows,
+                                               bool last_stage, DeviceBuffer* dy16) {
+    const void* dy = last_stage ? s.dlogits.data()
+                     : micro_batch < static_cast<int>(grad_recv_.size())
+                         ? grad_recv_[micro_batch].data()
+                         : nullptr;
+    if (dy == nullptr) return absl::InternalError("BACKWARD without its gradient");
+    if (!bf16()) return dy;
+    DAPPLE_RETURN_IF_ERROR(Ensure(dy16, ActBytes(rows, out_features_)));
+    DAPPLE_RETURN_IF_ERROR(kc::CastToBf16(ctx(), static_cast<const float*>(dy),
+                                          dy16->as<kc::bf16>(), rows * out_features_));
+    return static_cast<const void*>(dy16->data());
+  }
+
+  // The fp32 send buffer of `micro_batch`'s input gradient (GradForSend).
+  absl::StatusOr<void*> GradSendBuffer(int micro_batch, int64_t rows) {
+    DeviceBuffer& buf = At(&grad_send_, micro_batch);
+    DAPPLE_RETURN_IF_ERROR(Ensure(&buf, Bytes(rows, in_features_)));
+    return buf.data();
+  }
+
+  // bf16: the stage's own input gradient `dx16` cast to fp32 into the send buffer (the stage
+  // boundary carries fp32).
+  absl::Status SendInputGradient(const void* dx16, int micro_batch, int64_t rows) {
+    DAPPLE_ASSIGN_OR_RETURN(void* dst, GradSendBuffer(micro_batch, rows));
+    return kc::CastToFloat(ctx(), static_cast<const kc::bf16*>(dx16), static_cast<float*>(dst),
+                           rows * in_features_);
+  }
 
   // cuBLAS level-1 calls take an int count: larger gradients go in chunks of this many.
   static constexpr int64_t kBlasChunk = int64_t{1} << 30;
@@ -775,7 +893,11 @@ class CudaStageBackend : public StageBackend {
   }
 
   CudaDevice* dev_;
-  kc::Dtype dtype_;          // the layers' activations (training.precision)
+  kc::Dtype dtype_;  // the layers' activations (training.precision)
+  // Activation recomputation (PlanStageSummary.recompute): every slot keeps only its input and
+  // output; the layers' outputs and caches live in replay_, one micro-batch's worth.
+  bool recompute_;
+  Slot replay_;
   bool cast_input_ = false;  // bf16 and the stage input is not token ids
   std::vector<StageLayer> layers_;
   int64_t in_features_ = 0;
@@ -819,7 +941,8 @@ class CudaStageBackend : public StageBackend {
 
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::JobSpec& spec,
                                                                    int first_layer, int last_layer,
-                                                                   CudaDevice* device) {
+                                                                   CudaDevice* device,
+                                                                   bool recompute) {
   if (device == nullptr) return absl::InvalidArgumentError("no CUDA device");
   DAPPLE_ASSIGN_OR_RETURN(std::vector<LayerInfo> infos, InferLayers(spec.model()));
   if (first_layer < 0 || last_layer < first_layer || last_layer >= static_cast<int>(infos.size())) {
@@ -832,7 +955,7 @@ absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::Job
       std::vector<std::unique_ptr<kernels::Layer>> host_layers,
       kernels::BuildLayers(spec.model(), first_layer, last_layer, spec.training().seed()));
   auto b = std::make_unique<CudaStageBackend>(
-      device, UsesBf16(spec.training()) ? kc::Dtype::kBf16 : kc::Dtype::kFp32);
+      device, UsesBf16(spec.training()) ? kc::Dtype::kBf16 : kc::Dtype::kFp32, recompute);
   DAPPLE_RETURN_IF_ERROR(b->Init(infos, first_layer, last_layer, std::move(host_layers), spec));
   return std::unique_ptr<StageBackend>(std::move(b));
 }

@@ -20,11 +20,14 @@
 // fp32 in both (inputs are rounded to bf16 here, outputs and input gradients cast back), so
 // transports and the runtime see one format. A layer type without a bf16 kernel (the image
 // layers) fails the build with kInvalidArgument; the coordinator refuses such jobs at submit.
-// Compute time: CUDA events around each training Forward and Backward (TakeComputeSeconds).
-// Memory: every buffer comes from the device's caching allocator and only grows, so after the
-// first step nothing is allocated. Stream: all work on the device's compute stream (Loss
-// synchronises it to read the losses; HostParams and Synchronize too).
-// Thread safety: one thread (stage_backend.h).
+// Backward: whole (Backward), or split into its input- and weight-gradient parts
+// (BackwardInput / BackwardWeight: Zero Bubble's B and W for schedules zb-h1 / zb-h2), with the
+// layers' own split kernels; the split keeps each layer's input gradient per slot until W.
+// Compute time: CUDA events around each training Forward and Backward, B and W
+// (TakeComputeSeconds). Memory: every buffer comes from the device's caching allocator and only
+// grows, so after the first step nothing is allocated. Stream: all work on the device's compute
+// stream (Loss synchronises it to read the losses; HostParams and Synchronize too). Thread safety:
+// one thread (stage_backend.h).
 #ifndef DAPPLE_WORKER_RUNTIME_CUDA_CUDA_STAGE_BACKEND_H_
 #define DAPPLE_WORKER_RUNTIME_CUDA_CUDA_STAGE_BACKEND_H_
 
@@ -38,11 +41,17 @@
 namespace dapple::worker {
 
 // Layers [first_layer, last_layer] of `spec.model()` on `device` (not owned; must outlive the
-// backend). kInvalidArgument for a bad spec or range (as the CPU backend), kResourceExhausted
-// when the weights do not fit.
+// backend). `recompute` (the plan's PlanStageSummary.recompute): activation recomputation as on
+// the CPU (layer_recompute.h): a slot keeps only its input and output, and Backward runs the
+// slot's forward again (same ForwardContext, so dropout drops the same elements and batch norm
+// does not count the micro-batch twice) into one replay set of layer outputs and caches; a
+// recomputing backend answers BackwardInput / BackwardWeight with
+// SplitBackwardWithRecomputeError() (submission refuses the pair). kInvalidArgument for a bad
+// spec or range (as the CPU backend), kResourceExhausted when the weights do not fit.
 absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(const v1::JobSpec& spec,
                                                                    int first_layer, int last_layer,
-                                                                   CudaDevice* device);
+                                                                   CudaDevice* device,
+                                                                   bool recompute = false);
 
 }  // namespace dapple::worker
 

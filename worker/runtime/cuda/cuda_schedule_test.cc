@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "worker/device/device.h"
 #include "worker/runtime/cuda/cuda_stage_backend.h"
-#include "worker/runtime/cuda/device_test_transport.h"
+#include "worker/runtime/cuda/cuda_testing.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/runtime/testing/gpt_parity_testing.h"
 #include "worker/runtime/testing/parity_testing.h"
@@ -43,12 +43,7 @@ std::string CaseName(const Case& c) {
                       c.optimizer);
 }
 
-class CudaScheduleParityTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
-  }
-};
+class CudaScheduleParityTest : public GpuParamTest<Case> {};
 
 // The runtimes of `spec` on P CUDA stages of cuda:0 under `kind`'s programs, each stage
 // recomputing when `recompute`. Empty (with a gtest failure) when one cannot be made.
@@ -222,21 +217,15 @@ TEST(CudaScheduleBf16Test, SplitAndRecomputeRoundLikeFp32AndTrain) {
     ASSERT_GE(want.size(), 5u) << CaseName(c);
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_TRUE(std::isfinite(got[i])) << CaseName(c) << " step " << i + 1;
-      if (i < 5) EXPECT_NEAR(got[i] / want[i], 1.0, 0.01) << CaseName(c) << " step " << i + 1;
+      if (i < 5) {
+        EXPECT_NEAR(got[i] / want[i], 1.0, 0.01) << CaseName(c) << " step " << i + 1;
+      }
     }
     std::cout << "  " << CaseName(c) << ": test loss bf16 " << runs[1].eval_loss << " fp32 "
               << runs[0].eval_loss << "\n";
     EXPECT_GT(runs[1].eval_loss, 0) << CaseName(c);
     EXPECT_LT(runs[1].eval_loss, 0.5 * got.front()) << CaseName(c) << ": bf16 did not train";
   }
-}
-
-absl::Status AnyCopy(void* dst, const void* src, size_t bytes) {
-  if (cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {
-    return absl::InternalError("cudaMemcpy between stages");
-  }
-  return absl::OkStatus();
 }
 
 struct GptCase {
@@ -246,12 +235,7 @@ struct GptCase {
   bool split;  // BackwardInput of every micro-batch, then every BackwardWeight
 };
 
-class CudaGptScheduleTest : public ::testing::TestWithParam<GptCase> {
- protected:
-  void SetUp() override {
-    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
-  }
-};
+class CudaGptScheduleTest : public GpuParamTest<GptCase> {};
 
 // The GPT (embedding, transformer blocks with live dropout, layernorm, the head tied to the
 // embedding on another stage) on two CUDA stages: per-step and evaluation loss and every weight

@@ -26,7 +26,7 @@
 #include "common/schedule/lowering.h"
 #include "gtest/gtest.h"
 #include "worker/device/device.h"
-#include "worker/runtime/cuda/device_test_transport.h"
+#include "worker/runtime/cuda/cuda_testing.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/runtime/testing/gpt_parity_testing.h"
 #include "worker/runtime/testing/parity_testing.h"
@@ -40,12 +40,7 @@ struct Case {
   std::string optimizer;
 };
 
-class CudaParityTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
-  }
-};
+class CudaParityTest : public GpuParamTest<Case> {};
 
 TEST_P(CudaParityTest, MatchesCpuReference) {
   const Case c = GetParam();
@@ -180,14 +175,6 @@ TEST(CudaStageBackendTest, ReadOutputAndMessagesMatchCpu) {
 // ---- GPT stages (kernels/cuda's layer table through the backend) ----
 
 // Between any two backends' buffers (host or device: cudaMemcpyDefault), complete on return.
-absl::Status AnyCopy(void* dst, const void* src, size_t bytes) {
-  if (cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {
-    return absl::InternalError("cudaMemcpy between stages");
-  }
-  return absl::OkStatus();
-}
-
 struct GptCase {
   std::string name;
   std::vector<bool> gpu;  // per stage
@@ -196,12 +183,7 @@ struct GptCase {
 
 void PrintTo(const GptCase& c, std::ostream* os) { *os << c.name; }
 
-class CudaGptParityTest : public ::testing::TestWithParam<GptCase> {
- protected:
-  void SetUp() override {
-    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
-  }
-};
+class CudaGptParityTest : public GpuParamTest<GptCase> {};
 
 // Per-step loss, evaluation loss and final weights of the small GPT of gpt_parity_testing.h
 // (live dropout, tied LM head) against the single-device CPU reference, within 1e-5 relative:
@@ -589,12 +571,7 @@ void ExpectBf16RoundsLikeFp32AndTrains(const parity::PipelineRun& bf16,
   EXPECT_LT(bf16.eval_loss, 0.5 * bf16.losses.front()) << "the bf16 run did not train";
 }
 
-class CudaBf16MlpTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
-  }
-};
+class CudaBf16MlpTest : public GpuParamTest<Case> {};
 
 // The demo-like MLP (sgd and adamw, one and two stages): bf16 against the fp32 GPU run.
 TEST_P(CudaBf16MlpTest, RoundsLikeFp32AndTrains) {

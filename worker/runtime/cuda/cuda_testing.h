@@ -1,10 +1,11 @@
-// Test-only: an in-process transport between CUDA stages on one device, for the parity tests of
-// worker/runtime/cuda (several stages on threads of one process, each with its own CudaDevice).
-// Send copies the device buffer to a host mailbox once the sender's compute stream is idle;
-// Recv waits (at most 60 s: kDeadlineExceeded) for it and copies it into the receiver's device
-// buffer. Thread safety: the mailbox is shared by every stage's thread; one transport per stage.
-#ifndef DAPPLE_WORKER_RUNTIME_CUDA_DEVICE_TEST_TRANSPORT_H_
-#define DAPPLE_WORKER_RUNTIME_CUDA_DEVICE_TEST_TRANSPORT_H_
+// Test-only helpers of worker/runtime/cuda's tests (several stages on threads of one process, each
+// with its own CudaDevice): a fixture that skips without a GPU, a copy between any two buffers,
+// and an in-process transport between CUDA stages on one device. The transport's Send copies the
+// device buffer to a host mailbox once the sender's compute stream is idle; Recv waits (at most 60
+// s: kDeadlineExceeded) for it and copies it into the receiver's device buffer. Thread safety: the
+// mailbox is shared by every stage's thread; one transport per stage.
+#ifndef DAPPLE_WORKER_RUNTIME_CUDA_CUDA_TESTING_H_
+#define DAPPLE_WORKER_RUNTIME_CUDA_CUDA_TESTING_H_
 
 #include <cuda_runtime.h>
 
@@ -18,10 +19,31 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "worker/comm/transport.h"
 #include "worker/device/cuda_device.h"
+#include "worker/device/device.h"
 
 namespace dapple::worker {
+
+// A parameterized fixture whose tests report skipped where no GPU is usable.
+template <typename Param>
+class GpuParamTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (ProbeCuda().count == 0) GTEST_SKIP() << "no GPU: " << ProbeCuda().reason;
+  }
+};
+
+// cudaMemcpy between any two buffers (host or device: cudaMemcpyDefault), then waits for the
+// device: the CopyFn of gpt_parity_testing.h's pipelines between stages.
+inline absl::Status AnyCopy(void* dst, const void* src, size_t bytes) {
+  if (cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {
+    return absl::InternalError("cudaMemcpy between stages");
+  }
+  return absl::OkStatus();
+}
 
 class DeviceMailbox {
  public:
@@ -81,4 +103,4 @@ class DeviceTestTransport : public Transport {
 
 }  // namespace dapple::worker
 
-#endif  // DAPPLE_WORKER_RUNTIME_CUDA_DEVICE_TEST_TRANSPORT_H_
+#endif  // DAPPLE_WORKER_RUNTIME_CUDA_CUDA_TESTING_H_

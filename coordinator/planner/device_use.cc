@@ -188,11 +188,13 @@ std::string ReplicaRule(const PlanningProblem& problem, int devices) {
 }  // namespace
 
 absl::StatusOr<std::string> DeviceUseNote(const PlanningProblem& problem, const PlannedJob& planned,
-                                          const std::string& planner, int devices) {
+                                          const std::string& planner, int devices,
+                                          absl::string_view devices_noun) {
   const HybridPlan& plan = planned.plan;
   const int used = DevicesOf(plan);
   if (used >= devices) return std::string();
-  const std::string head = absl::StrCat("uses ", used, " of the ", devices, " parallel.devices: ");
+  const std::string head =
+      absl::StrCat("uses ", used, " of the ", devices, " ", devices_noun, ": ");
   const auto [max_stages, stages_why] = StageLimit(problem, planner);
   const auto [max_replicas, replicas_why] = ReplicaLimit(problem, devices);
   if (static_cast<int64_t>(max_stages) * max_replicas <= used) {

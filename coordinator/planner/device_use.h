@@ -35,9 +35,12 @@ namespace dapple::coordinator {
 //     replica counts the rules allow ("no plan within them splits a stage of this one or gives
 //     a stage more replicas (a stage's replicas split each micro-batch evenly, so
 //     training.micro_batch 8 allows 1, 2, 4 or 8 replicas per stage)").
+// `devices_noun` names the `devices` in the note's head ("uses 2 of the 3 parallel.devices: ");
+// a restart onto the workers left passes "live workers (parallel.devices 4)".
 // Errors: SimulatePlan's (kInvalidArgument for a malformed plan).
 absl::StatusOr<std::string> DeviceUseNote(const PlanningProblem& problem, const PlannedJob& planned,
-                                          const std::string& planner, int devices);
+                                          const std::string& planner, int devices,
+                                          absl::string_view devices_noun = "parallel.devices");
 
 }  // namespace dapple::coordinator
 

@@ -105,6 +105,10 @@ TEST(DeviceUseNoteTest, SaysThatMoreDevicesWouldBeSlower) {
                 "%.1f ms for this plan",
                 replica_best ? "stage 0 on 2 replicas" : "stage 0 split into layers 0-0 and 1-1",
                 replica_best ? replicated_ms : split_ms, planned.prediction.step_ms));
+  // A restart onto the workers left names them, not the spec's parallel.devices.
+  note = DeviceUseNote(problem, planned, "dapple", 2, "live workers (parallel.devices 4)");
+  ASSERT_TRUE(note.ok()) << note.status();
+  EXPECT_THAT(*note, StartsWith("uses 1 of the 2 live workers (parallel.devices 4): "));
 }
 
 // Heavy layers and fast links: the note says which plan on more devices is faster.

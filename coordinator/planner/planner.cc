@@ -590,7 +590,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
     summary->mutable_stages(s)->set_compute_flops(flops);
   }
   DAPPLE_ASSIGN_OR_RETURN(const std::string device_use,
-                          DeviceUseNote(problem, planned, planner, devices));
+                          DeviceUseNote(problem, planned, planner, devices, inputs.devices_noun));
   if (!device_use.empty()) summary->add_notes(device_use);
   AddModelNotes(layers, problem.profile.ties, plan, planned.prediction, summary);
   AddStalenessNote(kind, spec.training().optimizer(), summary);

@@ -82,6 +82,9 @@ struct PlanInputs {
   std::string device_kind = "cpu";              // "cpu" | "cuda": the estimate's FLOP rate
   int max_replicas = 1;                         // 0: unlimited; 1: no replicas
   PlanDefaults defaults;
+  // What the plan's notes call parallel.devices: a restart onto fewer workers plans with
+  // parallel.devices set to them and says so ("live workers (parallel.devices 4)").
+  std::string devices_noun = "parallel.devices";
 };
 
 // Per-layer fixed cost (FLOP-equivalents per sample) added to every layer's estimate: a stand-in

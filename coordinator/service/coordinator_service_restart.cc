@@ -192,8 +192,14 @@ void CoordinatorService::RestartPass() {
         resume_point.value_or(CheckpointManager::ResumePoint{});
     const v1::JobSpec spec = SpecOn(d.job.spec(), d.devices);
     std::optional<ProfileUse> profile;
-    absl::StatusOr<v1::ParallelPlan> plan =
-        MakeJobPlan(spec, SubmissionPlanInputs(spec, d.job.tenant(), d.workers, &profile));
+    PlanInputs inputs = SubmissionPlanInputs(spec, d.job.tenant(), d.workers, &profile);
+    if (d.devices < d.job.spec().parallel().devices()) {
+      // The notes count the workers left, not the spec's devices.
+      inputs.devices_noun =
+          absl::StrCat(d.devices == 1 ? "live worker" : "live workers", " (parallel.devices ",
+                       d.job.spec().parallel().devices(), ")");
+    }
+    absl::StatusOr<v1::ParallelPlan> plan = MakeJobPlan(spec, inputs);
     absl::MutexLock lock(&mu_);
     const int64_t now = options_.now_unix_ms();
     const std::string& id = d.job.id();

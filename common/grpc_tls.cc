@@ -237,14 +237,24 @@ std::string TlsFailureReason(const std::string& grpc_message) {
   return "";
 }
 
-std::string PlaintextClosedHint(const std::string& grpc_message, const std::string& ca_hint) {
+bool IsClosedByPeer(const std::string& grpc_message) {
   const std::string m = absl::AsciiStrToLower(grpc_message);
   for (const char* closed : {"socket closed", "connection reset", "end of file"}) {
-    if (absl::StrContains(m, closed)) {
-      return absl::StrCat("connection closed; if the coordinator serves TLS, give ", ca_hint);
-    }
+    if (absl::StrContains(m, closed)) return true;
   }
-  return "";
+  return false;
+}
+
+std::string ClosedByCoordinatorHint(bool tls, bool client_certificate, const std::string& ca_hint) {
+  if (!tls) return absl::StrCat("if the coordinator serves TLS, give ", ca_hint);
+  if (!client_certificate) {
+    return "if the coordinator requires client certificates (mutual TLS), give --tls-cert and "
+           "--tls-key";
+  }
+  // The coordinator closes the handshake on a client certificate its --tls-client-ca did not
+  // sign; gRPC then reports a closed socket, nothing about the certificate.
+  return "if the coordinator requires client certificates (mutual TLS), check that --tls-cert is "
+         "signed by the CA of its --tls-client-ca";
 }
 
 }  // namespace dapple

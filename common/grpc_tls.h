@@ -75,10 +75,18 @@ absl::Status RequirePlaintextAllowed(const std::string& what, const std::string&
 // name of its subjectAltName, or issue it one for this name)", "TLS handshake failed: <message>".
 std::string TlsFailureReason(const std::string& grpc_message);
 
-// For a plain-text client whose connection the peer closed (gRPC's "Socket closed",
-// "Connection reset", "end of file"): a coordinator serving TLS does that to plain text, so
-// "connection closed; if the coordinator serves TLS, give <ca_hint>". "" for other messages.
-std::string PlaintextClosedHint(const std::string& grpc_message, const std::string& ca_hint);
+// Whether gRPC's message says the peer closed the connection ("Socket closed", "Connection
+// reset", "end of file"): what a coordinator does, without a word, to a plain-text client when it
+// serves TLS, and to a TLS client without the client certificate mutual TLS wants.
+bool IsClosedByPeer(const std::string& grpc_message);
+
+// What to check when the coordinator closed the connection (IsClosedByPeer), by how the client
+// connected: plain text: "if the coordinator serves TLS, give <ca_hint>"; TLS without a client
+// certificate: "if the coordinator requires client certificates (mutual TLS), give --tls-cert
+// and --tls-key"; with one: "if the coordinator requires client certificates (mutual TLS), check
+// that --tls-cert is signed by the CA of its --tls-client-ca". The one wording of the worker's
+// and dapplectl's messages.
+std::string ClosedByCoordinatorHint(bool tls, bool client_certificate, const std::string& ca_hint);
 
 }  // namespace dapple
 

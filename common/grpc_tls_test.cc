@@ -77,9 +77,17 @@ TEST(GrpcTlsTest, TlsFailuresAreNamed) {
   EXPECT_EQ(TlsFailureReason("Ssl handshake failed: SSL_ERROR_SSL"),
             "TLS handshake failed: Ssl handshake failed: SSL_ERROR_SSL");
   EXPECT_EQ(TlsFailureReason("Connection refused"), "");
-  EXPECT_EQ(PlaintextClosedHint("Socket closed", "--ca FILE"),
-            "connection closed; if the coordinator serves TLS, give --ca FILE");
-  EXPECT_EQ(PlaintextClosedHint("Connection refused", "--ca FILE"), "");
+  EXPECT_TRUE(IsClosedByPeer("Socket closed"));
+  EXPECT_TRUE(IsClosedByPeer("Connection reset by peer"));
+  EXPECT_FALSE(IsClosedByPeer("Connection refused"));
+  EXPECT_EQ(ClosedByCoordinatorHint(false, false, "--ca FILE"),
+            "if the coordinator serves TLS, give --ca FILE");
+  EXPECT_EQ(ClosedByCoordinatorHint(true, false, "--ca FILE"),
+            "if the coordinator requires client certificates (mutual TLS), give --tls-cert and "
+            "--tls-key");
+  EXPECT_EQ(ClosedByCoordinatorHint(true, true, "--ca FILE"),
+            "if the coordinator requires client certificates (mutual TLS), check that --tls-cert "
+            "is signed by the CA of its --tls-client-ca");
 }
 
 }  // namespace dapple

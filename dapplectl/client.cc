@@ -102,15 +102,8 @@ std::string UnreachableReasonWithTls(absl::StatusCode code, const std::string& g
   }
   const std::string reason = UnreachableReason(code, grpc_message, timeout);
   if (reason != "connection lost") return reason;
-  if (!tls) return "connection lost; if the coordinator serves TLS, give --ca FILE or DAPPLE_CA";
-  if (!client_certificate) {
-    return "connection lost; if the coordinator requires client certificates (mutual TLS), give "
-           "--tls-cert and --tls-key";
-  }
-  // The coordinator closes the handshake on a client certificate its --tls-client-ca did not
-  // sign; gRPC then reports a closed socket, nothing about the certificate.
-  return "connection lost; if the coordinator requires client certificates (mutual TLS), check "
-         "that --tls-cert is signed by the CA of its --tls-client-ca";
+  return absl::StrCat("connection lost; ",
+                      ClosedByCoordinatorHint(tls, client_certificate, "--ca FILE or DAPPLE_CA"));
 }
 
 std::string UnreachableMessage(const std::string& address, const std::string& reason) {

@@ -135,6 +135,9 @@ class TlsTest(unittest.TestCase):
                 time.sleep(0.2)
             self.assertIn("withcert", names)
             self.assertNotIn("nocert", names)
+            # The worker without one says what to give (it used to log only "Socket closed").
+            c.wait_log("worker-nocert", "if the coordinator requires client certificates "
+                       "(mutual TLS), give --tls-cert and --tls-key", timeout=30)
         finally:
             os.environ.pop("DAPPLE_CA", None)
             os.environ.pop("DAPPLE_TOKEN", None)

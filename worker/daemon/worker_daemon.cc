@@ -261,8 +261,11 @@ absl::Status WorkerDaemon::Register() {
   if (!s.ok()) {
     // What TLS explains is said plainly: these retries never succeed until the operator acts.
     std::string reason = TlsFailureReason(s.error_message());
-    if (reason.empty() && !options_.coordinator_tls) {
-      reason = PlaintextClosedHint(s.error_message(), "--ca FILE (or DAPPLE_CA)");
+    if (reason.empty() && IsClosedByPeer(s.error_message())) {
+      reason = absl::StrCat(
+          "connection closed; ",
+          ClosedByCoordinatorHint(options_.coordinator_tls, options_.coordinator_client_certificate,
+                                  "--ca FILE (or DAPPLE_CA)"));
     }
     return absl::UnavailableError(absl::StrCat("cannot register with the coordinator at ",
                                                options_.coordinator, ": ",

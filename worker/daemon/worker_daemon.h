@@ -67,9 +67,11 @@ struct WorkerOptions {
   // How to reach the coordinator: TLS or plain text (common/grpc_tls.h; ParseWorkerFlags makes
   // them from --ca, --tls-cert, --tls-key); null: plain text.
   std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
-  // Whether those credentials are TLS (--ca given): a plain-text worker whose connection the
-  // coordinator closes is told that it may serve TLS.
+  // Whether those credentials are TLS (--ca given), and whether they carry a client certificate
+  // (--tls-cert): a worker whose connection the coordinator closes is told what to check
+  // (ClosedByCoordinatorHint).
   bool coordinator_tls = false;
+  bool coordinator_client_certificate = false;
   // The cluster's join token (--join-token-file or $DAPPLE_JOIN_TOKEN): RegisterWorker carries
   // it; every later call carries the worker credential the coordinator answered (call_auth.h).
   std::string join_token;

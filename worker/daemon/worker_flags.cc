@@ -126,7 +126,8 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--metrics-host", metrics_host,
                  "IPv4 address the metrics endpoint binds (default: 127.0.0.1 when --coordinator "
                  "is a loopback address, else 0.0.0.0); its text names the jobs this worker runs");
-  app.add_option("--metrics-token-file", f.metrics_token_file, dapple::metrics::kMetricsTokenFileHelp);
+  app.add_option("--metrics-token-file", f.metrics_token_file,
+                 dapple::metrics::kMetricsTokenFileHelp);
   std::string comm_delay_max_ms = "0";
   app.add_option("--comm-delay-max-ms", comm_delay_max_ms,
                  "fault injection: wait a random 0..N ms before every send and receive between "
@@ -271,6 +272,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   if (!credentials.ok()) return credentials.status();
   o.coordinator_credentials = *std::move(credentials);
   o.coordinator_tls = !tls.ca_file.empty();
+  o.coordinator_client_certificate = !tls.cert_file.empty();
   if (app.count("--metrics-token-file") > 0 && f.metrics_token_file.empty()) {
     return InvalidFlag(
         "--metrics-token-file '' must name a file (leave the flag out to serve /metrics without "

@@ -18,21 +18,6 @@
 namespace dapple::coordinator {
 namespace {
 
-std::string SourceRoot() {
-  const char* env = std::getenv("DAPPLE_SOURCE_DIR");
-  return env != nullptr && *env != '\0' ? env : DAPPLE_SOURCE_ROOT;
-}
-
-v1::JobSpec ExampleSpec(const std::string& name) {
-  const std::string path = absl::StrCat(SourceRoot(), "/examples/", name);
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, name);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : v1::JobSpec();
-}
-
 // Weights + gradients + SGD's momentum of layers [first, last].
 int64_t SgdMomentumWeightBytes(const std::vector<LayerInfo>& layers, int first, int last) {
   int64_t params = 0;

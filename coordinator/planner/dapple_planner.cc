@@ -95,40 +95,66 @@ absl::StatusOr<PlannedJob> PlanDapple(const PlanningProblem& problem,
   // over e - s + 1 micro-batches (see PlanEstimator::Latency). Charging both neighbours' links
   // to a stage is safe but pessimistic for short loops, charging none optimistic for long ones:
   // search with each and let the model rank the results.
-  for (double weight : {1.0, 0.5, 0.0}) {
-    budget.set_link_weight(weight);
-    for (Layout& layout : dapple_search::UniformReplicaLayouts(budget)) {
-      pool.Add(std::move(layout));
+  auto generate = [&] {
+    for (double weight : {1.0, 0.5, 0.0}) {
+      budget.set_link_weight(weight);
+      for (Layout& layout : dapple_search::UniformReplicaLayouts(budget)) {
+        pool.Add(std::move(layout));
+      }
+      for (Layout& layout : dapple_search::ReverseDpLayouts(budget)) pool.Add(std::move(layout));
     }
-    for (Layout& layout : dapple_search::ReverseDpLayouts(budget)) pool.Add(std::move(layout));
-  }
-  // And with the two-stage loops as constraints, which leaves light stages next to heavy
-  // stages and slow links (for models of up to kPairDpLayers layers: it costs O(P L^2)).
-  if (budget.num_layers() <= kPairDpLayers) {
-    budget.set_link_weight(0);
-    budget.set_pair_mode(true);
-    for (Layout& layout : dapple_search::UniformReplicaLayouts(budget)) {
-      pool.Add(std::move(layout));
+    // And with the two-stage loops as constraints, which leaves light stages next to heavy
+    // stages and slow links (for models of up to kPairDpLayers layers: it costs O(P L^2)).
+    if (budget.num_layers() <= kPairDpLayers) {
+      budget.set_link_weight(0);
+      budget.set_pair_mode(true);
+      for (Layout& layout : dapple_search::UniformReplicaLayouts(budget)) {
+        pool.Add(std::move(layout));
+      }
+      budget.set_pair_mode(false);
     }
-    budget.set_pair_mode(false);
-  }
-
+  };
   // Refine the best few that fit, then re-score the best by simulation.
-  pool.Sort();
-  const std::vector<Scored>& scored = pool.scored();
-  std::vector<Scored> finalists;
-  for (size_t i = 0; i < scored.size(); ++i) {
-    if (!scored[i].fits) break;
-    if (static_cast<int>(i) < options.refined_candidates) {
-      finalists.push_back(
-          dapple_search::Refine(scorer, budget, options.refine_iterations, scored[i]));
+  auto choose = [&]() -> absl::StatusOr<std::optional<PlannedJob>> {
+    pool.Sort();
+    const std::vector<Scored>& scored = pool.scored();
+    std::vector<Scored> finalists;
+    for (size_t i = 0; i < scored.size(); ++i) {
+      if (!scored[i].fits) break;
+      if (static_cast<int>(i) < options.refined_candidates) {
+        finalists.push_back(
+            dapple_search::Refine(scorer, budget, options.refine_iterations, scored[i]));
+      }
+      finalists.push_back(scored[i]);
     }
-    finalists.push_back(scored[i]);
+    std::sort(finalists.begin(), finalists.end(),
+              [](const Scored& a, const Scored& b) { return a.estimate_ms < b.estimate_ms; });
+    return dapple_search::ChooseBySimulation(scorer, finalists, options);
+  };
+  generate();
+  DAPPLE_ASSIGN_OR_RETURN(std::optional<PlannedJob> best, choose());
+  if (!best.has_value()) {
+    // The search's per-stage filter (StageBudget::StageFits) counts weights, optimizer state and
+    // activations, not the communication buffers and the backward's workspace that the exact
+    // model adds, so the fastest layout it admits can need more than the device while a slower
+    // one that leaves room for them was never generated (a user's GPT planned at 63-69 MiB and
+    // was refused at 70-74). Nothing fitted: search again holding back the most any scored
+    // plan's stage needs for them; the new layouts join the pool, the old ones stay.
+    double margin = 0;
+    for (const Scored& s : pool.scored()) {
+      if (s.micro_batch_size <= 0) continue;
+      const HybridPlan plan =
+          dapple_search::ToPlan(s.layout, s.micro_batch_size, problem.global_batch);
+      for (const StageMemory& m : estimator.Memory(plan).stages) {
+        margin = std::max(margin, static_cast<double>(m.buffer_bytes));
+      }
+    }
+    if (margin > 0) {
+      budget.set_memory_margin(margin);
+      generate();
+      DAPPLE_ASSIGN_OR_RETURN(best, choose());
+    }
   }
-  std::sort(finalists.begin(), finalists.end(),
-            [](const Scored& a, const Scored& b) { return a.estimate_ms < b.estimate_ms; });
-  DAPPLE_ASSIGN_OR_RETURN(std::optional<PlannedJob> best,
-                          dapple_search::ChooseBySimulation(scorer, finalists, options));
 
   if (options.include_natural_candidates) {
     // Points of DAPPLE's own search space that the baselines find: pure data parallelism,
@@ -148,7 +174,7 @@ absl::StatusOr<PlannedJob> PlanDapple(const PlanningProblem& problem,
     DAPPLE_RETURN_IF_ERROR(dapple_search::PolishBySimulation(scorer, options, *best));
     return std::move(*best);
   }
-  return SmallestPlanMemoryError(scorer, scored);
+  return SmallestPlanMemoryError(scorer, pool.scored());
 }
 
 }  // namespace dapple::coordinator

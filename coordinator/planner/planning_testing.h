@@ -6,14 +6,37 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/model_info.h"
 #include "coordinator/planner/planner.h"
 #include "dapple/v1/job.pb.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
+
+// The source tree: $DAPPLE_SOURCE_DIR, else the one this test was built from.
+inline std::string SourceRoot() {
+  const char* env = std::getenv("DAPPLE_SOURCE_DIR");
+  return env != nullptr && *env != '\0' ? env : DAPPLE_SOURCE_ROOT;
+}
+
+// examples/<name> parsed as dapplectl submits it.
+inline v1::JobSpec ExampleSpec(const std::string& name) {
+  const std::string path = absl::StrCat(SourceRoot(), "/examples/", name);
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, name);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
 
 // As the coordinator plans a job: replicas up to parallel.devices.
 inline v1::ParallelPlan PlanOrDie(const v1::JobSpec& spec) {

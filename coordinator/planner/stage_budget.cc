@@ -38,6 +38,7 @@ StageBudget::StageBudget(const PlanningProblem& problem)
     node_of_[d] = profile::NodeOfDevice(problem.topology, d);
     memory_of_[d] = static_cast<double>(profile::DeviceMemoryBytes(problem.topology, d));
   }
+  device_memory_ = memory_of_;
   const int limit = problem.max_replicas > 0 ? std::min(problem.max_replicas, D_) : D_;
   for (int r = 1; r <= limit; r *= 2) {
     const std::vector<int64_t> sizes = MicroBatchSizes(problem, {r});
@@ -87,6 +88,10 @@ void StageBudget::FillSlot(Slot& slot, int r, bool one_node, double memory,
   slot.activation_scale =
       in_flight * static_cast<double>(MinMicroBatch(r)) / static_cast<double>(r) / batch_;
   slot.in_flight = in_flight;
+}
+
+void StageBudget::set_memory_margin(double bytes) {
+  for (size_t d = 0; d < memory_of_.size(); ++d) memory_of_[d] = device_memory_[d] - bytes;
 }
 
 double StageBudget::LinkMsPerByte(int par, bool one_node) const {

@@ -58,6 +58,10 @@ class StageBudget {
   const std::vector<double>& work_prefix() const { return work_prefix_; }
   int node_of(int device) const { return node_of_[device]; }
   double memory_of(int device) const { return memory_of_[device]; }
+  // Holds `bytes` of every device back from StageFits (device memory - bytes): room for what
+  // StageFits does not count (the communication buffers and the backward's workspace of
+  // common/memory_model.h), which the exact model adds. 0 at construction.
+  void set_memory_margin(double bytes);
 
   double link_weight() const { return link_weight_; }
   void set_link_weight(double weight) { link_weight_ = weight; }
@@ -144,6 +148,7 @@ class StageBudget {
   bool pair_mode_ = false;
   std::vector<int> node_of_;
   std::vector<double> memory_of_;
+  std::vector<double> device_memory_;  // the topology's, before set_memory_margin
   std::vector<int> replica_counts_;
   std::map<int, int64_t> min_micro_batch_;
 };

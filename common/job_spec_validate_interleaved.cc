@@ -92,12 +92,12 @@ Check CheckInterleaved(const v1::JobSpec& spec, int stages) {
     const std::string valid = MicroBatchesWithAtLeast(spec.training().global_batch(), stages);
     return At("training.micro_batch",
               absl::StrFormat(
-                  "training.micro_batch %d makes M = %d micro-batches (global_batch %d / "
+                  "training.micro_batch %d makes M = %d %s (global_batch %d / "
                   "micro_batch %d), fewer than parallel.stages %d: parallel.schedule interleaved "
                   "needs M >= stages (any M from %d on, a multiple of stages or not: from there "
                   "on its bubble is 1F1B's divided by interleave): %s",
-                  spec.training().micro_batch(), m, spec.training().global_batch(),
-                  spec.training().micro_batch(), stages, stages,
+                  spec.training().micro_batch(), m, m == 1 ? "micro-batch" : "micro-batches",
+                  spec.training().global_batch(), spec.training().micro_batch(), stages, stages,
                   valid.empty() ? absl::StrFormat("use a global_batch of at least %d", stages)
                                 : absl::StrCat("set micro_batch to ", valid)));
   }

@@ -162,7 +162,7 @@ TEST(ValidateJobSpecTest, Interleaved) {
   // M = 1 < P = 2: the message names the micro_batch values that give the nearest valid M.
   v1::JobSpec few = spec;
   few.mutable_training()->set_micro_batch(256);
-  ExpectInvalid(ValidateJobSpec(few), {"training.micro_batch 256 makes M = 1 micro-batches",
+  ExpectInvalid(ValidateJobSpec(few), {"training.micro_batch 256 makes M = 1 micro-batch",
                                        "fewer than "
                                        "parallel.stages 2",
                                        "needs M >= stages (any M from 2 on",

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_text.h"
 #include "dapplectl/format.h"
 #include "dapplectl/text_table.h"
 
@@ -23,7 +24,9 @@ std::string Field(const std::string& key, const std::string& value) {
 std::string RenderRestarts(const v1::Job& job) {
   if (job.restart_history().empty()) return "";
   std::string out =
-      Field("RESTARTS", absl::StrCat(job.restarts(), " (", job.steps_redone(), " steps redone)"));
+      Field("RESTARTS", absl::StrCat(job.restarts(), " (",
+                                     job_spec_internal::Count(job.steps_redone(), "step", "steps"),
+                                     " redone)"));
   TextTable table({"CAUSE", "FAILED AFTER", "RESUMED AFTER", "REDONE", "PLAN"});
   for (const v1::JobRestart& r : job.restart_history()) {
     const bool resumed = r.resumed_unix_ms() > 0;

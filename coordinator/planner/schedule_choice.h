@@ -111,9 +111,9 @@ std::string ChoiceReason(const ScheduleChoice& choice);
 
 // Notes for the plan on what parallel.schedule auto left out and why, so that a missing row of
 // the alternatives is explained: the zero-bubble schedules under training.recompute all (a
-// replayed forward does not outlive a split backward) and on CUDA (not implemented there), and
-// recomputation on CUDA, and interleaved 1F1B with limits.interleave_left_out. Empty when the
-// schedule is fixed or nothing was left out.
+// replayed forward does not outlive a split backward), and interleaved 1F1B with
+// limits.interleave_left_out (on CUDA: not implemented there). Empty when the schedule is fixed
+// or nothing was left out.
 std::vector<std::string> LeftOutNotes(const ChoiceLimits& limits);
 
 // When nothing was chosen among several alternatives, the sentence a refusal ends with, so that

@@ -13,6 +13,7 @@
 #include "common/checkpoint_files.h"
 #include "common/logging.h"
 #include "common/schedule/ranks.h"
+#include "common/spec_text.h"
 #include "common/status.h"
 #include "common/steps.h"
 #include "coordinator/jobs/event_recorder.h"
@@ -168,12 +169,19 @@ void CoordinatorService::RestartPass() {
             DAPPLE_LOG_WARN("job {}: {}", id, s.message());
           }
           break;
-        case ReplanDecision::Action::kFail:
-          if (absl::Status s = EndJobLocked(id, v1::JOB_STATE_FAILED, d.message, now).status();
-              !s.ok()) {
+        case ReplanDecision::Action::kFail: {
+          // What the job was restarting from leads the message: the wait alone reads as if the
+          // job failed for want of workers.
+          const std::string why =
+              job->restart_history().empty()
+                  ? d.message
+                  : absl::StrCat("restarting after: ", job->restart_history().rbegin()->message(),
+                                 "; ", d.message);
+          if (absl::Status s = EndJobLocked(id, v1::JOB_STATE_FAILED, why, now).status(); !s.ok()) {
             DAPPLE_LOG_ERROR("failing job {}: {}", id, s.message());
           }
           break;
+        }
         case ReplanDecision::Action::kReplan: {
           Due& next = due.emplace_back();
           next.job = *std::move(job);
@@ -238,10 +246,11 @@ void CoordinatorService::RestartPass() {
       (void)jobs_->RecordEvent(
           id, JobEventReason::kResumed,
           resume.dir.empty()
-              ? absl::StrCat("resumed from scratch (no published checkpoint): ", r.steps_redone(),
-                             " steps redone")
+              ? absl::StrCat("resumed from scratch (no published checkpoint): ",
+                             job_spec_internal::Count(r.steps_redone(), "step", "steps"), " redone")
               : absl::StrCat("resumed after step ", resume.step, " from ", resume.dir, ": ",
-                             r.steps_redone(), " steps redone"));
+                             job_spec_internal::Count(r.steps_redone(), "step", "steps"),
+                             " redone"));
       DAPPLE_LOG_INFO("job {}: restarted after step {} ({} steps redone)", id, resume.step,
                       r.steps_redone());
     }

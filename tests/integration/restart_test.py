@@ -213,6 +213,8 @@ class RestartTest(unittest.TestCase):
         j = self.c.wait_state(job, TERMINAL, timeout=30)
         self.assertEqual(j["state"], "FAILED")
         self.assertIn("no usable worker for 3 s", j["message"])
+        # ... after what it was restarting from (a lost worker), not the wait alone.
+        self.assertTrue(j["message"].startswith("restarting after: "), j["message"])
         self.assertLess(time.time() - killed_at, 15)
         # Nothing left running: every worker process is gone.
         self.assertTrue(all(p.poll() is not None for _, p in self.c.workers))

@@ -294,10 +294,14 @@ absl::Status WorkerDaemon::Register() {
       DAPPLE_LOG_INFO("the coordinator did not take back finished {} stage {} replica {}: {}",
                       claim.job_id(), claim.stage(), claim.replica(), resp.reattach_refused());
     } else {
-      DAPPLE_LOG_WARN("the restarted coordinator refused {} stage {} replica {}: {}",
-                      claim.job_id(), claim.stage(), claim.replica(), resp.reattach_refused());
+      // The coordinator forgot this worker because it restarted, or because it declared the
+      // worker dead (a stalled process, a network partition) and moved the rank elsewhere.
+      DAPPLE_LOG_WARN(
+          "the coordinator (restarted, or having declared this worker dead) did not give back "
+          "{} stage {} replica {}: {}",
+          claim.job_id(), claim.stage(), claim.replica(), resp.reattach_refused());
       if (claim.job_id() == job_id_ && !job_finished_) {
-        DAPPLE_LOG_INFO("aborting {}: the coordinator no longer runs it", job_id_);
+        DAPPLE_LOG_INFO("aborting {}: the coordinator no longer runs this rank here", job_id_);
         abort_.store(true);
       }
     }
@@ -599,7 +603,8 @@ void WorkerDaemon::RunJob(v1::StageAssignment assignment) {
     // A SIGTERM aborts the rank too (Run, after deregistering): say so, not "the coordinator".
     const char* by = stopping_.load() ? ": this worker is shutting down"
                      : abort_.load()
-                         ? " by the coordinator (the job was cancelled or failed elsewhere)"
+                         ? " by the coordinator (the job was cancelled, failed elsewhere, or "
+                           "moved this rank to another worker)"
                          : "";
     DAPPLE_LOG_INFO("{}: stage {} aborted{}{}{}", assignment.job_id(), assignment.stage(), by,
                     between_steps ? "" : "; it was in: ", between_steps ? "" : s.message());

@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "common/metrics/metrics_endpoint.h"
 #include "kernels/cpu/blas.h"
+#include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_flags.h"
 #include "worker/daemon/worker_metrics.h"
@@ -103,6 +104,11 @@ int main(int argc, char** argv) {
   if (absl::Status s = ResolveDevices(flags->devices_given, cpu_fallback, &opts); !s.ok()) {
     std::cerr << "dapple-worker: " << s.message() << "\n";
     return 1;
+  }
+  if (!opts.devices.empty()) {
+    const std::string memory_warning =
+        dapple::worker::DeviceMemoryWarning(opts.devices.front(), opts.device_memory_bytes);
+    if (!memory_warning.empty()) DAPPLE_LOG_WARN("{}", memory_warning);
   }
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);

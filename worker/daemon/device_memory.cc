@@ -6,8 +6,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/profile/format_bytes.h"
 #include "worker/device/device.h"
 
 #ifdef DAPPLE_HAVE_CUDA
@@ -46,6 +48,16 @@ DeviceMemory ProbeDeviceMemory(const std::string& device, int64_t configured_byt
   absl::StatusOr<DeviceId> id = ParseDevice(device);
   if (id.ok() && id->is_cuda()) return {CudaTotalMemory(id->index), false};
   return {PhysicalRam(), true};
+}
+
+std::string DeviceMemoryWarning(const std::string& device, int64_t configured_bytes) {
+  if (configured_bytes <= 0) return "";
+  const DeviceMemory actual = ProbeDeviceMemory(device, 0);
+  if (actual.bytes <= 0 || configured_bytes <= actual.bytes) return "";
+  return absl::StrCat("--device-memory ", profile::FormatBytes(configured_bytes), " is more than ",
+                      actual.shared ? "this host's " : absl::StrCat(device, "'s "),
+                      profile::FormatBytes(actual.bytes), actual.shared ? " of RAM" : "",
+                      ": the planner plans on the flag's figure, so a plan it makes may not fit");
 }
 
 absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {

@@ -24,6 +24,12 @@ struct DeviceMemory {
 // (sysconf(_SC_PHYS_PAGES) * page size), shared.
 DeviceMemory ProbeDeviceMemory(const std::string& device, int64_t configured_bytes);
 
+// A warning when `configured_bytes` (--device-memory, > 0) is more than `device` has (the GPU's
+// total memory, or for cpu the host's RAM): "--device-memory 1.00 TiB is more than this host's
+// 23.5 GiB of RAM: the planner plans on the flag's figure, so a plan it makes may not fit". ""
+// when it is not more, or what the device has is unknown.
+std::string DeviceMemoryWarning(const std::string& device, int64_t configured_bytes);
+
 // Parses --device-memory: a whole number of bytes, or of KiB, MiB, GiB or TiB with that suffix
 // ("16GiB", "512 MiB"). kInvalidArgument naming the flag and value for anything else, zero, or
 // more than 2^60 bytes.

@@ -33,5 +33,17 @@ TEST(ProbeDeviceMemoryTest, ConfiguredWinsAndCpuIsTheSharedHostRam) {
   EXPECT_TRUE(cpu.shared);
 }
 
+// --device-memory above what the device has is accepted (a test may want a smaller or larger
+// figure) but said at start: a fresh user's 1 TiB on a 23.5 GiB host was planned on silently.
+TEST(DeviceMemoryWarningTest, MoreThanTheHostHasIsSaid) {
+  const int64_t ram = ProbeDeviceMemory("cpu", 0).bytes;
+  ASSERT_GT(ram, 0);
+  EXPECT_EQ(DeviceMemoryWarning("cpu", 0), "");
+  EXPECT_EQ(DeviceMemoryWarning("cpu", ram / 2), "");
+  const std::string warning = DeviceMemoryWarning("cpu", int64_t{1} << 50);
+  EXPECT_THAT(warning, ::testing::StartsWith("--device-memory 1.00 PiB is more than this host's "));
+  EXPECT_THAT(warning, ::testing::HasSubstr(" of RAM: the planner plans on the flag's figure"));
+}
+
 }  // namespace
 }  // namespace dapple::worker

@@ -428,8 +428,13 @@ std::string RenderWorkerList(const google::protobuf::RepeatedPtrField<v1::Worker
     const std::string heartbeat = AgeSince(w.last_heartbeat_unix_ms(), now_unix_ms);
     table.AddRow(
         {w.id(), OrDash(w.hostname()), absl::StrCat(w.pid()),
-         OrDash(absl::StrJoin(w.devices(), ",")), WorkerStateName(w.state()),
-         known_job ? w.job_id() : "-", known_job ? absl::StrCat(w.stage()) : "-",
+         // The GPU's UUID prefix tells workers that share one GPU (docs/planner.md).
+         OrDash(absl::StrCat(absl::StrJoin(w.devices(), ","),
+                             w.physical_device().empty()
+                                 ? ""
+                                 : absl::StrCat(" (", w.physical_device().substr(0, 12), ")"))),
+         WorkerStateName(w.state()), known_job ? w.job_id() : "-",
+         known_job ? absl::StrCat(w.stage()) : "-",
          heartbeat == "-" ? heartbeat : absl::StrCat(heartbeat, " ago"),
          // What the planner knows of the worker's host (docs/planner.md): its device's
          // memory (a cpu worker's host RAM, which its host's cpu workers share), the

@@ -541,6 +541,8 @@ TEST(ViewsTest, WorkerList) {
   idle->set_job_id("stale");
   idle->set_last_heartbeat_unix_ms(kNowMs - 61'000);
   idle->set_device_memory_bytes(int64_t{80} << 30);
+  idle->set_device_memory_shared(true);  // with the other workers on its GPU
+  idle->set_physical_device("GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");
   busy->set_device_memory_bytes(int64_t{16} << 30);
   busy->set_device_memory_shared(true);
   busy->set_host_compute_capacity(1.874);
@@ -548,12 +550,12 @@ TEST(ViewsTest, WorkerList) {
   busy->mutable_loopback_link()->set_latency_ms(0.123);
   EXPECT_EQ(
       RenderWorkerList(workers, kNowMs),
-      "ID    HOSTNAME   PID    DEVICES         STATE   JOB     STAGE   HEARTBEAT   MEMORY          "
-      "  CAPACITY   LINK\n"
-      "w-1   node-a     4242   cpu             BUSY    job-3   1       1s ago      16.0 GiB shared"
-      "   1.87       850 MB/s 0.12 ms\n"
-      "w-2   node-b     7      cuda:0,cuda:1   IDLE    -       -       1m ago      80.0 GiB        "
-      "  -          -\n");
+      "ID    HOSTNAME   PID    DEVICES                        STATE   JOB     STAGE   HEARTBEAT   "
+      "MEMORY            CAPACITY   LINK\n"
+      "w-1   node-a     4242   cpu                            BUSY    job-3   1       1s ago      "
+      "16.0 GiB shared   1.87       850 MB/s 0.12 ms\n"
+      "w-2   node-b     7      cuda:0,cuda:1 (GPU-8c1a3f2e)   IDLE    -       -       1m ago      "
+      "80.0 GiB shared   -          -\n");
 }
 
 TEST(RenderWorkerListTest, AnotherTenantsWorkShowsNeitherJobNorStage) {

@@ -455,6 +455,18 @@ absl::Status ValidateTopology(const v1::ClusterTopology& topology) {
     DAPPLE_RETURN_IF_ERROR(CheckLimit(field + ".device_memory_bytes",
                                       static_cast<double>(node.device_memory_bytes()),
                                       kMemoryLimit));
+    if (node.device_group_size() != 0 && node.device_group_size() != node.devices()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".device_group has ", node.device_group_size(),
+                       " entries: it has one per device (", node.devices(), ") or none"));
+    }
+    for (int d = 0; d < node.device_group_size(); ++d) {
+      if (node.device_group(d) < 0 || node.device_group(d) >= node.devices()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".device_group[", d, "] ",
+                                                       node.device_group(d), " must be in [0, ",
+                                                       node.devices(), ")"));
+      }
+    }
   }
   DAPPLE_RETURN_IF_ERROR(CheckLimit("intra_node_bandwidth_bytes_per_s",
                                     topology.intra_node_bandwidth_bytes_per_s(), kBandwidthLimit));

@@ -56,8 +56,9 @@ absl::StatusOr<v1::ClusterTopology> ReadClusterFile(const std::string& path);
 
 // Checks a topology from anywhere (a file, an RPC, the coordinator's workers) against the limits
 // above: 1 to kMaxClusterNodes nodes, each with a non-empty name without '/' that no other node
-// has and 1 or more devices, at most kMaxClusterDevices devices in all, finite bandwidths and
-// latencies in range. kInvalidArgument naming the proto field path, the value and the rule, e.g.
+// has and 1 or more devices, at most kMaxClusterDevices devices in all, a device_group that is
+// empty or has one entry in [0, devices) per device, finite bandwidths and latencies in range.
+// kInvalidArgument naming the proto field path, the value and the rule, e.g.
 // "nodes[2].device_memory_bytes 0 is less than 1 MiB" or "inter_node_latency_ms 1e+300 is more
 // than 10 s".
 absl::Status ValidateTopology(const v1::ClusterTopology& topology);

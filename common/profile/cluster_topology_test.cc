@@ -329,6 +329,12 @@ v1::ClusterTopology ValidTopology() {
 
 TEST(ValidateTopologyTest, NamesTheFieldValueAndRule) {
   ASSERT_OK(ValidateTopology(ValidTopology()));
+  {
+    v1::ClusterTopology shared = ValidTopology();  // node 0's two devices on one GPU
+    shared.mutable_nodes(0)->add_device_group(0);
+    shared.mutable_nodes(0)->add_device_group(0);
+    ASSERT_OK(ValidateTopology(shared));
+  }
   struct Case {
     std::function<void(v1::ClusterTopology&)> change;
     const char* message;
@@ -355,6 +361,18 @@ TEST(ValidateTopologyTest, NamesTheFieldValueAndRule) {
          t.mutable_nodes(0)->set_device_memory_bytes(int64_t{1} << 51);
        },
        "nodes[0].device_memory_bytes 2251799813685248 is more than 1 PiB"},
+      {[](v1::ClusterTopology& t) { t.mutable_nodes(1)->add_device_group(0); },
+       "nodes[1].device_group has 1 entries: it has one per device (2) or none"},
+      {[](v1::ClusterTopology& t) {
+         t.mutable_nodes(0)->add_device_group(0);
+         t.mutable_nodes(0)->add_device_group(2);
+       },
+       "nodes[0].device_group[1] 2 must be in [0, 2)"},
+      {[](v1::ClusterTopology& t) {
+         t.mutable_nodes(0)->add_device_group(-1);
+         t.mutable_nodes(0)->add_device_group(0);
+       },
+       "nodes[0].device_group[0] -1 must be in [0, 2)"},
       {[](v1::ClusterTopology& t) { t.set_intra_node_bandwidth_bytes_per_s(999); },
        "intra_node_bandwidth_bytes_per_s 999 is less than 1 KB/s"},
       {[](v1::ClusterTopology& t) { t.set_inter_node_bandwidth_bytes_per_s(2e13); },

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "common/profile/cluster_topology.h"
@@ -31,6 +32,32 @@ std::vector<SharedHost> OversubscribedHosts(const v1::ClusterTopology& topology,
     if (capacity > 0 && total > capacity) {
       host.capacity = capacity;
       shared.push_back(std::move(host));
+    }
+  }
+  // GPUs that several of the plan's processes compute on: a GPU runs one context's kernels at
+  // a time (time-slicing between processes, without MPS), a capacity of one.
+  std::map<std::pair<int, int>, SharedHost> by_gpu;  // (node, device_group)
+  int first = 0;                                     // the node's first global device
+  for (int n = 0; n < topology.nodes_size(); ++n) {
+    const v1::ClusterNode& node = topology.nodes(n);
+    if (node.device_group_size() == node.devices()) {
+      for (int s = 0; s < stages; ++s) {
+        for (int d : plan.stages[s].devices) {
+          if (d < first || d >= first + node.devices()) continue;
+          SharedHost& gpu = by_gpu[{n, node.device_group(d - first)}];
+          gpu.processes.resize(stages, 0);
+          ++gpu.processes[s];
+        }
+      }
+    }
+    first += node.devices();
+  }
+  for (auto& [key, gpu] : by_gpu) {
+    int total = 0;
+    for (int k : gpu.processes) total += k;
+    if (total > 1) {
+      gpu.capacity = 1;
+      shared.push_back(std::move(gpu));
     }
   }
   return shared;

@@ -1,9 +1,12 @@
-// Stages that share one host's cores: a host whose devices compute on its CPUs (cpu workers)
-// gives its processes ClusterNode.compute_capacity cores' worth of compute together, so when k
-// of them compute at once each runs at min(1, capacity / k) of its own speed (processor
-// sharing). The plan simulator (plan_simulator.h) stretches each such stage's compute by its
-// mean slowdown, found as a fixed point of simulating the schedule; topologies without
-// compute_capacity (GPUs, cluster files, every published-profile cluster) are left alone.
+// Stages that share one host's cores, or one GPU: a host whose devices compute on its CPUs (cpu
+// workers) gives its processes ClusterNode.compute_capacity cores' worth of compute together,
+// so when k of them compute at once each runs at min(1, capacity / k) of its own speed
+// (processor sharing); a GPU that several processes compute on (ClusterNode.device_group: cuda
+// workers reporting one physical device) runs one process's kernels at a time, a capacity of 1.
+// The plan simulator (plan_simulator.h) stretches each such stage's compute by its mean
+// slowdown, found as a fixed point of simulating the schedule; topologies without
+// compute_capacity or device groups (cluster files, every published-profile cluster) are left
+// alone.
 // Pure functions; thread-safe.
 #ifndef DAPPLE_COORDINATOR_PLANNER_HOST_CONTENTION_H_
 #define DAPPLE_COORDINATOR_PLANNER_HOST_CONTENTION_H_
@@ -18,16 +21,18 @@
 
 namespace dapple::coordinator {
 
-// One host whose cores the plan oversubscribes.
+// One host whose cores the plan oversubscribes, or one GPU it puts several processes on.
 struct SharedHost {
-  double capacity = 0;         // ClusterNode.compute_capacity, > 0
+  double capacity = 0;         // ClusterNode.compute_capacity (a host), 1 (a GPU); > 0
   std::vector<int> processes;  // per stage of the plan: its replicas on this host (0: none)
 };
 
 // The nodes of `topology` with compute_capacity > 0 on which `plan` puts more replicas (each a
-// process computing when its stage computes) than compute_capacity. Empty when no node has a
-// compute_capacity, or the plan fits every node's: nothing is slowed down. Devices outside the
-// topology are ignored (SimulatePlan refuses such plans first).
+// process computing when its stage computes) than compute_capacity, in node order, then the
+// GPUs (a node's devices of one device_group) on which it puts more than one, in (node, group)
+// order. Empty when no node has a compute_capacity or device groups, or the plan fits every
+// one: nothing is slowed down. Devices outside the topology are ignored (SimulatePlan refuses
+// such plans first).
 std::vector<SharedHost> OversubscribedHosts(const v1::ClusterTopology& topology,
                                             const HybridPlan& plan);
 

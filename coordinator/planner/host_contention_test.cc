@@ -74,6 +74,47 @@ TEST(HostContentionTest, OversubscribedHostsAreThoseWithMoreStagesThanCapacity) 
   EXPECT_TRUE(OversubscribedHosts(Topology(2, 1, 1.0), plan).empty());
 }
 
+TEST(HostContentionTest, StagesOnOneGpuShareItWithACapacityOfOne) {
+  // Node 0: devices 0 and 1 on one GPU, device 2 on another; node 1: devices 3 and 4 on one.
+  v1::ClusterTopology topology = Topology(2, 3, 0);
+  for (int g : {0, 0, 1}) topology.mutable_nodes(0)->add_device_group(g);
+  topology.mutable_nodes(1)->set_devices(2);
+  for (int g : {0, 0}) topology.mutable_nodes(1)->add_device_group(g);
+  HybridPlan plan;
+  plan.stages = {{0, 0, {0, 3}}, {1, 1, {1, 4}}, {2, 2, {2}}};
+  plan.micro_batch_size = 8;
+  plan.micro_batches = 4;
+  const std::vector<SharedHost> shared = OversubscribedHosts(topology, plan);
+  ASSERT_EQ(shared.size(), 2u);
+  for (const SharedHost& gpu : shared) {
+    EXPECT_DOUBLE_EQ(gpu.capacity, 1.0);
+    EXPECT_EQ(gpu.processes, (std::vector<int>{1, 1, 0}));
+  }
+  // One process per GPU, or no device groups (each device its own GPU): none.
+  plan.stages = {{0, 0, {0}}, {1, 1, {2}}, {2, 2, {3}}};
+  EXPECT_TRUE(OversubscribedHosts(topology, plan).empty());
+  plan.stages = {{0, 0, {0, 3}}, {1, 1, {1, 4}}, {2, 2, {2}}};
+  EXPECT_TRUE(OversubscribedHosts(Topology(2, 3, 0), plan).empty());
+}
+
+TEST(HostContentionTest, TwoStagesOnOneGpuArePlannedAsOnOneCore) {
+  // A GPU shared by two stages' processes is planned as a host of one core's capacity: the step
+  // cannot beat both stages' work one after the other (PlansOnASharedHostCannotBeatItsCapacity).
+  v1::ClusterTopology gpu = Topology(1, 2, 0);
+  for (int g : {0, 0}) gpu.mutable_nodes(0)->add_device_group(g);
+  const HybridPlan plan = Plan(2, 8, 8);
+  const double work = 8 * 2 * 3.0;
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kDapple}) {
+    absl::StatusOr<Prediction> shared = SimulatePlan(Problem(2, 1, 2, gpu, 64), plan, kind);
+    absl::StatusOr<Prediction> one_core =
+        SimulatePlan(Problem(2, 1, 2, Topology(1, 2, 1.0), 64), plan, kind);
+    ASSERT_TRUE(shared.ok() && one_core.ok());
+    EXPECT_GE(shared->step_ms, work * (1 - 1e-3));
+    EXPECT_NEAR(shared->step_ms, one_core->step_ms, 1e-9);
+    for (const StagePrediction& stage : shared->stages) EXPECT_GT(stage.contention_ms, 0.0);
+  }
+}
+
 TEST(HostContentionTest, ReplicasOnOneHostCountAsProcesses) {
   HybridPlan plan;
   plan.stages = {{0, 0, {0, 1}}, {1, 1, {2}}};

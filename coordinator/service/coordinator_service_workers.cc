@@ -89,6 +89,7 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
   worker.info.set_device_memory_bytes(std::max<int64_t>(0, request.device_memory_bytes()));
   worker.info.set_device_memory_shared(request.device_memory_shared());
   worker.info.set_host_compute_capacity(ValidCapacity(request.host_compute_capacity()));
+  worker.info.set_physical_device(ValidPhysicalDevice(request.physical_device()));
   if (request.has_loopback_link() && ValidLink(request.loopback_link())) {
     *worker.info.mutable_loopback_link() = request.loopback_link();
   }

@@ -681,6 +681,57 @@ TEST_F(PlanJobTest, AMeasuredProfileFromTheCacheIsPreferred) {
   EXPECT_EQ(job->plan().profile_source(), "measured on cpu by worker w-9");
 }
 
+// Two cuda workers on one GPU (as tests/gpu/gpu_jobs.py runs them): planned as sharing its
+// compute (one process's kernels at a time) and its memory; a physical device that is not a
+// GPU's name is ignored. (Two GPUs of their own: PlanJobTest.AJobWithEnoughWorkersIsPlannedOnThem
+// and the other tests of workers that report no physical device.)
+TEST_F(PlanJobTest, WorkersOnOneGpuArePlannedAsSharingIt) {
+  const auto register_cuda = [&](const std::string& gpu) {
+    v1::RegisterWorkerRequest req;
+    req.set_hostname("g");
+    req.set_pid(next_pid_++);
+    req.add_devices("cuda:0");
+    req.set_device_memory_bytes(140 * kGiB);
+    req.set_device_memory_shared(true);
+    req.set_physical_device(gpu);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_TRUE(svc_->RegisterWorker(auth::TestJoin(), req, &resp).ok());
+    return resp.worker_id();
+  };
+  register_cuda("GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");
+  register_cuda("GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");
+  // Six equal layers: a 2-stage pipeline computes on both stages at once in its steady state,
+  // which one GPU runs one after the other; dapple then plans on one of the two workers.
+  v1::PlanJobRequest req;
+  *req.mutable_profile() = ChainProfile(6, "Linear");
+  req.set_planner("balanced");
+  auto r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().cluster_source(),
+            "2 registered workers on 1 host; 2 of them share GPUs (one process's kernels at a "
+            "time, the memory split)");
+  EXPECT_THAT(r->cluster().nodes(0).device_group(), ::testing::ElementsAre(0, 0));
+  EXPECT_EQ(r->cluster().nodes(0).device_memory_bytes(), 70 * kGiB);
+  ASSERT_EQ(r->plan().stages_size(), 2);
+  for (const v1::PlanStageSummary& s : r->plan().stages()) {
+    EXPECT_GT(s.contention_ms(), 0.4 * s.compute_ms());
+  }
+  const double pipeline_ms = r->plan().predicted_step_ms();
+  req.set_planner("dapple");
+  r = Plan(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan().num_devices(), 1);
+  EXPECT_LT(r->plan().predicted_step_ms(), pipeline_ms);
+
+  const std::string odd = register_cuda("GPU 1; rm -rf /");
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(svc_->ListWorkers(auth::TestAdmin(), {}, &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 3);
+  EXPECT_EQ(workers.workers(0).physical_device(), "GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");
+  EXPECT_EQ(workers.workers(2).id(), odd);
+  EXPECT_EQ(workers.workers(2).physical_device(), "");
+}
+
 TEST_F(PlanJobTest, RegisteredWorkersKeepTheirReportedMemory) {
   const std::string id = Register("h", 12 * kGiB, /*shared=*/true);
   v1::ListWorkersResponse workers;

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -53,6 +56,15 @@ std::string JobDeviceKind(absl::string_view device_type,
   return live > 0 && cuda == live ? "cuda" : "cpu";
 }
 
+std::string ValidPhysicalDevice(absl::string_view physical_device) {
+  constexpr size_t kMaxLength = 64;
+  const bool valid = !physical_device.empty() && physical_device.size() <= kMaxLength &&
+                     std::all_of(physical_device.begin(), physical_device.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
+                     });
+  return valid ? std::string(physical_device) : std::string();
+}
+
 bool ValidLink(const v1::LinkMeasurement& link) {
   return link.latency_ms() >= 0 && link.latency_ms() <= profile::kMaxLatencyMs &&
          link.bandwidth_bytes_per_s() >= profile::kMinBandwidthBytesPerS &&
@@ -81,11 +93,15 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
                      " to plan on: start workers, or give a cluster file (dapplectl plan "
                      "--cluster CLUSTER.yaml)"));
   }
-  // Workers of one host that report its RAM share it.
-  std::map<std::string, int> sharing;
+  // Workers of one host that report shared memory share it: cpu workers the host's RAM
+  // (physical_device ""), cuda workers their GPU's.
+  std::map<std::pair<std::string, std::string>, int> sharing;  // (host, physical device)
   for (const v1::WorkerInfo& w : workers) {
-    if (IsLive(w) && w.device_memory_shared()) ++sharing[w.hostname()];
+    if (IsLive(w) && w.device_memory_shared()) ++sharing[{w.hostname(), w.physical_device()}];
   }
+  // Per node: the device group of each of its devices, numbered by first appearance of the GPU.
+  std::vector<std::vector<std::string>> gpus_of_node;
+  bool any_shared_gpu = false;
   v1::ClusterTopology topology;
   std::map<std::string, int> node_of;
   for (const v1::WorkerInfo& w : fitting) {
@@ -93,16 +109,25 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
     if (memory <= 0) {
       memory = defaults.device_memory_bytes;
     } else if (w.device_memory_shared()) {
-      memory /= std::max(1, sharing[w.hostname()]);
+      memory /= std::max(1, sharing[{w.hostname(), w.physical_device()}]);
     }
     auto [it, added] = node_of.emplace(w.hostname(), topology.nodes_size());
     if (added) {
       v1::ClusterNode* node = topology.add_nodes();
       node->set_name(w.hostname().empty() ? absl::StrCat("host", it->second) : w.hostname());
       node->set_device_memory_bytes(memory);
+      gpus_of_node.emplace_back();
     }
     v1::ClusterNode* node = topology.mutable_nodes(it->second);
     node->set_devices(node->devices() + 1);
+    // A worker that reports no GPU (cpu, an older worker) is a group of its own, and so is
+    // every stage of an emulated job (it waits instead of computing).
+    std::vector<std::string>& gpus = gpus_of_node[it->second];
+    const std::string gpu = device_type == "emulated" ? "" : w.physical_device();
+    auto found = gpu.empty() ? gpus.end() : std::find(gpus.begin(), gpus.end(), gpu);
+    any_shared_gpu |= found != gpus.end();
+    node->add_device_group(static_cast<int>(found - gpus.begin()));
+    if (found == gpus.end()) gpus.push_back(gpu);
     node->set_device_memory_bytes(std::min(node->device_memory_bytes(), memory));
     // The host's compute capacity as its workers measured it (the smallest: measured under the
     // most load), for stages that share its cores; a host with a worker that reports none (a
@@ -115,11 +140,26 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
       node->set_compute_capacity(capacity > 0 ? std::min(node->compute_capacity(), capacity) : 0);
     }
   }
+  int sharing_gpu = 0;  // workers on a GPU with another worker of the topology
+  for (int n = 0; n < topology.nodes_size(); ++n) {
+    v1::ClusterNode* node = topology.mutable_nodes(n);
+    if (!any_shared_gpu) {
+      node->clear_device_group();  // every device its own: the field stays empty
+      continue;
+    }
+    for (int g : node->device_group()) {
+      sharing_gpu += std::count(node->device_group().begin(), node->device_group().end(), g) > 1;
+    }
+  }
   const std::string type =
       device_type.empty() || device_type == "any" ? "" : absl::StrCat(" (", device_type, ")");
   topology.set_source(
       absl::StrCat(fitting.size(), " registered worker", fitting.size() == 1 ? "" : "s", type,
                    " on ", topology.nodes_size(), topology.nodes_size() == 1 ? " host" : " hosts"));
+  if (sharing_gpu > 0) {
+    absl::StrAppend(topology.mutable_source(), "; ", sharing_gpu,
+                    " of them share GPUs (one process's kernels at a time, the memory split)");
+  }
   topology.set_intra_node_bandwidth_bytes_per_s(defaults.intra_node_bandwidth_bytes_per_s);
   topology.set_intra_node_latency_ms(defaults.intra_node_latency_ms);
   // Processes of one host without GPUs between them talk over loopback TCP (Gloo's AllReduce,

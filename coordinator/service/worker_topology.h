@@ -34,6 +34,11 @@ bool WorkerFitsDeviceType(absl::string_view device_type, const v1::WorkerInfo& w
 std::string JobDeviceKind(absl::string_view device_type,
                           const std::vector<v1::WorkerInfo>& workers);
 
+// RegisterWorkerRequest.physical_device, which any peer may set: kept when it is 1 to 64
+// characters of letters, digits and '-' (a GPU's UUID as nvidia-smi prints it), else "" (as if
+// not reported).
+std::string ValidPhysicalDevice(absl::string_view physical_device);
+
 // A link a worker reported (RegisterWorkerRequest / HeartbeatRequest.loopback_link), which any peer
 // may set: present with a latency in [0, 10 s] and a bandwidth in [1 KB/s, 10 TB/s]
 // (cluster_topology.h's bounds on a cluster file's links), else not usable.
@@ -47,8 +52,12 @@ std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>
 // hostname (in order of first appearance), one device per worker (a worker runs one rank, on
 // its first device). A node's device memory is the smallest of its workers': the reported
 // device_memory_bytes, divided by the number of live workers on that host that report
-// device_memory_shared (they share its RAM) when the worker reports it shared, or
-// defaults.device_memory_bytes when it reported 0. A node's compute_capacity is the smallest
+// device_memory_shared and the worker's physical_device (cpu workers: "", they share its RAM;
+// cuda workers: their GPU's memory) when the worker reports it shared, or
+// defaults.device_memory_bytes when it reported 0. A node's device_group is set when two of its
+// fitting workers report one physical_device (not for "emulated"): devices of one GPU get one
+// group, numbered in order of first appearance, every other device a group of its own; it stays
+// empty when no GPU is shared. A node's compute_capacity is the smallest
 // host_compute_capacity its workers reported, 0 when any of them reported none (cuda workers)
 // and 0 for every node when device_type is "emulated" (emulated stages wait, using no cores).
 // Links and latencies come from `defaults`, except the intra-node link when every fitting worker
@@ -57,8 +66,9 @@ std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>
 // messages, but the jobs measure schedules, not links, and expect the defaults' links): then the
 // smallest bandwidth and the largest latency reported. A link outside ValidLink's bounds counts
 // as not reported.
-// source: "3 registered workers (cpu) on 2 hosts", with "; intra-node link measured: 850 MB/s,
-// 0.05 ms" when the measured link is used.
+// source: "3 registered workers (cpu) on 2 hosts", with "; 2 of them share GPUs (one process's
+// kernels at a time, the memory split)" when device groups are set and "; intra-node link
+// measured: 850 MB/s, 0.05 ms" when the measured link is used.
 // kFailedPrecondition when no worker fits: "no registered workers with cpu devices to plan on:
 // start workers, or give a cluster file (dapplectl plan --cluster CLUSTER.yaml)".
 absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::WorkerInfo>& workers,

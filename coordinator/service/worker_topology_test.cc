@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "common/profile/cluster_topology.h"
+#include "common/testing/assert_ok.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,6 +73,56 @@ TEST(WorkerTopologyTest, CpuWorkersShareTheirHostsRamAndUnknownMemoryTakesTheDef
   EXPECT_EQ(t->nodes(1).device_memory_bytes(), 3 * kGiB);
   EXPECT_EQ(t->nodes(2).device_memory_bytes(), 5 * kGiB);
   EXPECT_EQ(t->source(), "6 registered workers on 3 hosts");
+}
+
+TEST(WorkerTopologyTest, WorkersOnOneGpuShareItsComputeAndMemory) {
+  PlanDefaults defaults;
+  const auto gpu_worker = [](const std::string& id, const std::string& host,
+                             const std::string& gpu) {
+    v1::WorkerInfo w = Worker(id, host, "cuda:0", 140 * kGiB, /*shared=*/true);
+    w.set_physical_device(gpu);
+    return w;
+  };
+  std::vector<v1::WorkerInfo> workers = {
+      gpu_worker("w-1", "a", "GPU-1111"),      gpu_worker("w-2", "a", "GPU-2222"),
+      gpu_worker("w-3", "a", "GPU-1111"),       // CUDA_VISIBLE_DEVICES says cuda:0 to every one
+      gpu_worker("w-4", "b", "GPU-1111"),       // another host: another GPU whatever its name
+      Worker("w-5", "a", "cuda:1", 80 * kGiB),  // reported none (an older worker): its own
+  };
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cuda", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nodes_size(), 2);
+  EXPECT_THAT(t->nodes(0).device_group(), ::testing::ElementsAre(0, 1, 0, 2));
+  EXPECT_EQ(t->nodes(0).device_memory_bytes(), 70 * kGiB);  // GPU-1111's 140 GiB over 2
+  EXPECT_THAT(t->nodes(1).device_group(), ::testing::ElementsAre(0));
+  EXPECT_EQ(t->nodes(1).device_memory_bytes(), 140 * kGiB);
+  EXPECT_EQ(t->source(),
+            "5 registered workers (cuda) on 2 hosts; 2 of them share GPUs (one process's kernels "
+            "at a time, the memory split)");
+  ASSERT_OK(profile::ValidateTopology(*t));
+
+  // No GPU shared: no device groups; an emulated job's stages share nothing either.
+  workers.erase(workers.begin() + 2);
+  t = TopologyFromWorkers(workers, "cuda", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->nodes(0).device_group_size(), 0);
+  EXPECT_EQ(t->nodes(0).device_memory_bytes(), 80 * kGiB);
+  EXPECT_EQ(t->source(), "4 registered workers (cuda) on 2 hosts");
+  workers.push_back(gpu_worker("w-6", "a", "GPU-2222"));
+  t = TopologyFromWorkers(workers, "emulated", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->nodes(0).device_group_size(), 0);
+}
+
+TEST(WorkerTopologyTest, AReportedPhysicalDeviceIsKeptOnlyWhenItLooksLikeOne) {
+  EXPECT_EQ(ValidPhysicalDevice("GPU-8c1a3f2e-0012-abcd-ef01-234567890aff"),
+            "GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");
+  EXPECT_EQ(ValidPhysicalDevice(std::string(64, 'a')), std::string(64, 'a'));
+  for (const std::string& bad :
+       {std::string(), std::string(65, 'a'), std::string("GPU 1"), std::string("gpu/0"),
+        std::string("GPU-1\n"), std::string("\xc3\xa9")}) {
+    EXPECT_EQ(ValidPhysicalDevice(bad), "") << bad;
+  }
 }
 
 TEST(WorkerTopologyTest, ANodesComputeCapacityIsTheSmallestItsWorkersMeasured) {

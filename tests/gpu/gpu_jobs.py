@@ -103,6 +103,28 @@ def step_accuracy(j, name, global_batch):
     result("%s_measured_step_ms" % name, "%.3f" % measured)
     result("%s_measured_over_predicted" % name,
            "%.2f" % (measured / predicted) if predicted else "none")
+    # Term by term, for the next look at a miss: the plan's prediction per stage (ms per step,
+    # bench/plan_accuracy.py's columns) and what each rank measured in its last step.
+    plan = j.get("plan", {})
+    result("%s_cluster" % name, '"%s"' % plan.get("cluster_source", ""))
+    for s, st in enumerate(plan.get("stages", [])):
+        compute = st.get("compute_ms", 0.0)
+        overhead = st.get("overhead_ms", 0.0)
+        contention = st.get("contention_ms", 0.0)
+        result("%s_predicted_stage%d" % (name, s),
+               "layers=%.3f overhead=%.3f contention=%.3f idle=%.3f collectives=%.3f "
+               "transfers=%.3f" % (compute - overhead - contention, overhead, contention,
+                                   st.get("idle_ms", 0.0), st.get("allreduce_ms", 0.0),
+                                   st.get("comm_ms", 0.0)))
+    for m in j.get("stage_metrics", []):
+        last = m.get("last", {})
+        ms = lambda key: 1000.0 * last.get(key, 0.0)  # noqa: E731
+        result("%s_measured_stage%d_replica%d" % (name, m.get("stage", 0), m.get("replica", 0)),
+               "step=%.3f forward=%.3f backward=%.3f optimizer=%.3f comm=%.3f idle=%.3f "
+               "allreduce=%.3f" % (ms("step_seconds"), ms("forward_seconds"),
+                                   ms("backward_seconds"), ms("optimizer_seconds"),
+                                   ms("comm_seconds"), ms("idle_seconds"),
+                                   ms("allreduce_seconds")))
 
 
 def with_bf16(spec):

@@ -46,7 +46,10 @@ int64_t PhysicalRam() {
 DeviceMemory ProbeDeviceMemory(const std::string& device, int64_t configured_bytes) {
   if (configured_bytes > 0) return {configured_bytes, false};
   absl::StatusOr<DeviceId> id = ParseDevice(device);
-  if (id.ok() && id->is_cuda()) return {CudaTotalMemory(id->index), false};
+  if (id.ok() && id->is_cuda()) {
+    const int64_t bytes = CudaTotalMemory(id->index);
+    return {bytes, bytes > 0};
+  }
   return {PhysicalRam(), true};
 }
 
@@ -54,9 +57,11 @@ std::string DeviceMemoryWarning(const std::string& device, int64_t configured_by
   if (configured_bytes <= 0) return "";
   const DeviceMemory actual = ProbeDeviceMemory(device, 0);
   if (actual.bytes <= 0 || configured_bytes <= actual.bytes) return "";
+  absl::StatusOr<DeviceId> id = ParseDevice(device);
+  const bool ram = !id.ok() || !id->is_cuda();
   return absl::StrCat("--device-memory ", profile::FormatBytes(configured_bytes), " is more than ",
-                      actual.shared ? "this host's " : absl::StrCat(device, "'s "),
-                      profile::FormatBytes(actual.bytes), actual.shared ? " of RAM" : "",
+                      ram ? "this host's " : absl::StrCat(device, "'s "),
+                      profile::FormatBytes(actual.bytes), ram ? " of RAM" : "",
                       ": the planner plans on the flag's figure, so a plan it makes may not fit");
 }
 

@@ -14,14 +14,16 @@
 namespace dapple::worker {
 
 struct DeviceMemory {
-  int64_t bytes = 0;    // 0: unknown
-  bool shared = false;  // the host's RAM, shared with the host's other cpu workers
+  int64_t bytes = 0;  // 0: unknown
+  // Shared with the other workers on the same memory: the host's RAM with the host's other cpu
+  // workers, a GPU's memory with the other workers on that GPU (physical_device.h).
+  bool shared = false;
 };
 
 // The memory of `device` ("cpu" or "cuda:N"): `configured_bytes` when > 0 (--device-memory,
-// not shared); else for cuda:N the GPU's total memory (cudaGetDeviceProperties; 0 when it
-// cannot be read or the build has no CUDA); for cpu the host's physical RAM
-// (sysconf(_SC_PHYS_PAGES) * page size), shared.
+// the worker's own, not shared); else for cuda:N the GPU's total memory
+// (cudaGetDeviceProperties; 0 when it cannot be read or the build has no CUDA), shared when
+// known; for cpu the host's physical RAM (sysconf(_SC_PHYS_PAGES) * page size), shared.
 DeviceMemory ProbeDeviceMemory(const std::string& device, int64_t configured_bytes);
 
 // A warning when `configured_bytes` (--device-memory, > 0) is more than `device` has (the GPU's

@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/host_capacity.h"
+#include "worker/daemon/physical_device.h"
 #include "worker/daemon/profile_runner.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/stage_links.h"
@@ -205,6 +206,7 @@ absl::Status WorkerDaemon::Register() {
         ProbeDeviceMemory(options_.devices.front(), options_.device_memory_bytes);
     req.set_device_memory_bytes(memory.bytes);
     req.set_device_memory_shared(memory.shared);
+    req.set_physical_device(PhysicalDevice(options_.devices.front()));
     if (IsCpuWorker()) {
       bool first = false;
       {

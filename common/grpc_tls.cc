@@ -98,9 +98,6 @@ absl::Status PairComplete(const std::string& cert, const std::string& key,
 
 }  // namespace
 
-namespace {
-
-// The server files' shape: both of cert and key or neither, a client CA only with them.
 absl::Status CheckServerTlsShape(const ServerTlsFiles& files) {
   if (absl::Status s = PairComplete(files.cert_file, files.key_file, "--tls-cert", "--tls-key");
       !s.ok()) {
@@ -112,8 +109,6 @@ absl::Status CheckServerTlsShape(const ServerTlsFiles& files) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status CheckServerTlsFlags(const ServerTlsFiles& files, bool plaintext,
                                  const std::string& listen) {
@@ -129,10 +124,8 @@ absl::Status CheckServerTlsFlags(const ServerTlsFiles& files, bool plaintext,
                                  "--plaintext");
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerTlsFiles& files) {
-  if (absl::Status s = CheckServerTlsShape(files); !s.ok()) return s;
-  if (files.cert_file.empty()) return grpc::InsecureServerCredentials();
+absl::StatusOr<ServerTlsPem> ReadServerTlsFiles(const ServerTlsFiles& files) {
+  ServerTlsPem pem;
   absl::StatusOr<std::string> cert = ReadPem("--tls-cert", files.cert_file);
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadPem("--tls-key", files.key_file);
@@ -142,13 +135,24 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
       !s.ok()) {
     return s;
   }
+  pem.cert = *std::move(cert);
+  pem.key = *std::move(key);
   if (!files.client_ca_file.empty()) {
     absl::StatusOr<std::string> ca = ReadPem("--tls-client-ca", files.client_ca_file);
     if (!ca.ok()) return ca.status();
     if (absl::Status s = CheckCertificate("--tls-client-ca", files.client_ca_file, *ca); !s.ok()) {
       return s;
     }
+    pem.client_ca = *std::move(ca);
   }
+  return pem;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTlsFiles& files) {
+  if (absl::Status s = CheckServerTlsShape(files); !s.ok()) return s;
+  if (files.cert_file.empty()) return grpc::InsecureServerCredentials();
+  if (absl::Status s = ReadServerTlsFiles(files).status(); !s.ok()) return s;
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       files.key_file, files.cert_file, files.client_ca_file, kTlsReloadIntervalS);
   grpc::experimental::TlsServerCredentialsOptions options(provider);

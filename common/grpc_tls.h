@@ -26,12 +26,31 @@ struct ServerTlsFiles {
   std::string client_ca_file;  // non-empty: clients must present a certificate it signed
 };
 
+// The server files' shape, without reading them: both of cert and key or neither, a client CA
+// only with them. kInvalidArgument naming the flags ("--tls-cert and --tls-key go together:
+// give both or neither", "--tls-client-ca needs --tls-cert and --tls-key: ...").
+absl::Status CheckServerTlsShape(const ServerTlsFiles& files);
+
+// The server files' texts, each checked (ReadServerTlsFiles).
+struct ServerTlsPem {
+  std::string cert;
+  std::string key;
+  std::string client_ca;  // empty without a client CA file
+};
+
+// Reads and checks the files of `files` (cert_file set): each readable and PEM, the certificate
+// a certificate whose private key key_file holds, the client CA (if any) a certificate.
+// kInvalidArgument naming the flag and the rule: "--tls-cert /x.pem: No such file or
+// directory", "--tls-key k.pem: not PEM (no -----BEGIN line)", "--tls-key k.pem is not the
+// private key of --tls-cert c.pem".
+absl::StatusOr<ServerTlsPem> ReadServerTlsFiles(const ServerTlsFiles& files);
+
 // Plain text when cert_file and key_file are both empty (and client_ca_file too), else TLS
-// whose certificate and key gRPC re-reads every kTlsReloadIntervalS (a renewed certificate is
-// served without a restart). kInvalidArgument naming the flag (--tls-cert, --tls-key,
-// --tls-client-ca) for one of cert/key without the other, a client CA without a certificate, or
-// a file that cannot be read or holds no PEM block ("--tls-cert /x.pem: No such file or
-// directory", "--tls-key k.pem: not PEM (no -----BEGIN line)").
+// whose certificate and key gRPC re-reads from these paths every kTlsReloadIntervalS, taking
+// whatever they hold then: the coordinator serves through MakeGuardedServerCredentials
+// (tls_file_guard.h), which gives it copies that change only to a working set.
+// kInvalidArgument naming the flag (--tls-cert, --tls-key, --tls-client-ca) for one of
+// cert/key without the other, a client CA without a certificate, or ReadServerTlsFiles' errors.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& files);
 

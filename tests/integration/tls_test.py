@@ -143,6 +143,44 @@ class TlsTest(unittest.TestCase):
             os.environ.pop("DAPPLE_TOKEN", None)
             c.close()
 
+    def test_a_broken_certificate_renewal_keeps_the_previous_pair_served(self):
+        """An operator's renewal that leaves the files unusable (a truncated certificate) must
+        not cut the cluster off: gRPC re-reads the files every 10 s and took anything; the
+        coordinator now keeps serving the last working pair, says which file is wrong, and takes
+        the next working pair (tls_file_guard.h)."""
+        live = tempfile.mkdtemp(prefix="dapple-tls-live-")
+        cert, key = os.path.join(live, "cert.pem"), os.path.join(live, "key.pem")
+        for src, dst in ((self.server_cert, cert), (self.server_key, key)):
+            with open(src) as f, open(dst, "w") as out:
+                out.write(f.read())
+        c = Cluster(workers=0, coordinator_args=["--tls-cert", cert, "--tls-key", key])
+        os.environ["DAPPLE_TOKEN"] = c.admin_token
+        try:
+            r = self.ctl(c, "workers", ca=self.ca)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(cert, "w") as f:
+                f.write("-----BEGIN CERTIFICATE-----\nMIIB\n")  # cut short
+            c.wait_log("coordinator", "not usable, still serving the previous ones", timeout=15)
+            self.assertIn("--tls-cert %s: not a PEM certificate" % cert, c.log("coordinator"))
+            time.sleep(12)  # past gRPC's own re-read of what it serves
+            r = self.ctl(c, "workers", ca=self.ca)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            # A renewed pair from the same CA is taken, and works.
+            new_cert, new_key = make_cert(self.certs, "ca", "coordinator-renewed",
+                                          "IP:127.0.0.1,DNS:localhost")
+            with open(new_key) as f, open(key, "w") as out:
+                out.write(f.read())
+            with open(new_cert) as f, open(cert, "w") as out:
+                out.write(f.read())
+            c.wait_log("coordinator", "serving --tls-cert %s and its key as they are now" % cert,
+                       timeout=15)
+            time.sleep(12)
+            r = self.ctl(c, "workers", ca=self.ca)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        finally:
+            os.environ.pop("DAPPLE_TOKEN", None)
+            c.close()
+
     def test_bad_tls_flags_are_refused_at_start(self):
         d = tempfile.mkdtemp(prefix="dapple-tls-flags-")
         r = subprocess.run([cluster.COORDINATOR, "--listen", "127.0.0.1:0", "--db",

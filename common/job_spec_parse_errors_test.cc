@@ -407,6 +407,23 @@ TEST(ParseJobSpecTest, QuotedNumbersAreStrings) {
                    "'42'");
   ExpectParseError(Edit(kExample, "  devices: 2", "  devices: '2'"),
                    "job.yaml:22:12: parallel.devices must be an integer, got the string '2'");
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: !!str 256"),
+                   "job.yaml:12:17: training.global_batch must be an integer, got the string "
+                   "'256'");
+}
+
+// A scalar tagged with its YAML core type is that type (a fresh user's `global_batch: !!int 256`
+// was refused as a string).
+TEST(ParseJobSpecTest, ExplicitlyTypedNumbersAreNumbers) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(Edit(Edit(kExample, "global_batch: 256", "global_batch: !!int 256"), "lr: 0.05",
+                        "lr: !!float 0.05"),
+                   "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().global_batch(), 256);
+  EXPECT_DOUBLE_EQ(spec->training().optimizer().lr(), 0.05);
+  ExpectParseError(Edit(kExample, "global_batch: 256", "global_batch: !!int abc"),
+                   "job.yaml:12:17: training.global_batch must be an integer, got 'abc'");
 }
 
 // Refusals found after parsing (the coordinator's emulation profile check) point into the text

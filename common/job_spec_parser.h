@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "common/spec_text.h"
 #include "common/status.h"
+#include "common/yaml_tags.h"
 #include "dapple/v1/job.pb.h"
 #include "google/protobuf/message.h"
 
@@ -35,8 +36,9 @@ struct Field {
   YAML::Node value;
 };
 
-// Plain (unquoted, untagged) scalars are the only ones read as numbers.
-inline bool IsPlain(const YAML::Node& node) { return node.Tag() == "?"; }
+// Plain (unquoted, untagged) scalars, and those tagged !!int, !!float or !!bool, are the only
+// ones read as numbers and booleans (yaml_tags.h).
+inline bool IsPlain(const YAML::Node& node) { return ReadsAsValue(node); }
 
 // Decimal integer syntax (what SimpleAtoi reads), whatever its size.
 inline bool IsIntegerText(absl::string_view text) {

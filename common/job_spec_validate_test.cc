@@ -73,10 +73,49 @@ TEST(ValidateJobSpecTest, LrScheduleSettingsMustTakeEffect) {
   ExpectInvalid(ValidateJobSpec(spec),
                 {"training.lr_schedule.warmup_steps 468 is not less than the job's 468 steps",
                  "set warmup_steps to at most 467"});
-  spec.mutable_training()->set_max_steps(1000);  // more than the epochs give: they decide
-  ExpectInvalid(ValidateJobSpec(spec), {"the job's 468 steps (training.epochs 2 x 234"});
-  l->set_warmup_steps(467);
+  spec.mutable_training()->set_max_steps(400);  // ends the job first: it is the length
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.lr_schedule.warmup_steps 468 is not less than the job's 400 steps "
+                 "(training.max_steps)"});
+  l->set_warmup_steps(399);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+// A setting counting steps that the job ends before reaching does nothing: refused, naming the
+// job's length (a fresh user's max_steps 1000, eval_every_steps 1000 and checkpoint_every_steps
+// 100000 on a 234-step job were all accepted; the last one left a restart policy nothing to
+// resume from).
+TEST(ValidateJobSpecTest, StepCountsMustFallWithinTheJob) {
+  v1::JobSpec spec = Example();
+  spec.mutable_training()->set_max_steps(0);
+  spec.mutable_training()->set_epochs(1);  // 234 steps of 256 Fashion-MNIST samples
+  spec.mutable_training()->set_max_steps(234);
+  spec.mutable_training()->set_checkpoint_every_steps(234);
+  spec.mutable_training()->set_eval_every_steps(234);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_training()->set_max_steps(1000);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.max_steps 1000 is more than the job's 234 steps (training.epochs 1 x "
+                 "234 steps per epoch): training stops when its epochs end; raise "
+                 "training.epochs to 5, or set max_steps to at most 234"});
+  spec.mutable_training()->set_epochs(5);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_training()->set_max_steps(100);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.checkpoint_every_steps 234 is more than the job's 100 steps "
+                 "(training.max_steps): no checkpoint would be taken (a restart would resume "
+                 "from step 0); set checkpoint_every_steps to at most 100 (0: only on demand)"});
+  spec.mutable_training()->set_checkpoint_every_steps(50);
+  ExpectInvalid(ValidateJobSpec(spec),
+                {"training.eval_every_steps 234 is more than the job's 100 steps "
+                 "(training.max_steps): the job evaluates after its last step anyway, and never "
+                 "before; set eval_every_steps to at most 100 (0: after every epoch)"});
+  spec.mutable_training()->set_eval_every_steps(0);
+  spec.mutable_training()->set_max_steps(0);
+  spec.mutable_training()->set_checkpoint_every_steps(100000);
+  ExpectInvalid(ValidateJobSpec(spec), {"training.checkpoint_every_steps 100000 is more than the "
+                                        "job's 1170 steps (training.epochs 5 x 234 steps per "
+                                        "epoch)"});
 }
 
 // Fashion-MNIST's 784 pixels come as [1, 28, 28], [28, 28] or [784]; another shape of as many

@@ -62,6 +62,54 @@ Check CheckOptimizer(const v1::OptimizerSpec& opt) {
   return std::nullopt;
 }
 
+// "the job's 468 steps (training.epochs 2 x 234 steps per epoch)", or "(training.max_steps)"
+// when max_steps ends it first: what a setting counting steps is measured against.
+std::string JobLength(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
+  const int64_t total = TotalSteps(spec);
+  return t.max_steps() > 0 && t.max_steps() == total
+             ? absl::StrFormat("the job's %d steps (training.max_steps)", total)
+             : absl::StrFormat("the job's %d steps (training.epochs %d x %d steps per epoch)",
+                               total, t.epochs(), StepsPerEpoch(spec));
+}
+
+// The settings that count steps, against the job's length when it is known (fashion-mnist at
+// parse, a text file once the coordinator read it): one the job ends before reaching does
+// nothing, which docs/job_spec.md counts as a mistake. A max_steps beyond the epochs was the
+// trap of examples/gpt_kjv.yaml's first draft (1600 steps asked, 996 run); a checkpoint
+// interval beyond the job takes no checkpoint, so a restart would resume from step 0.
+Check CheckStepCounts(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
+  const int64_t per_epoch = StepsPerEpoch(spec);
+  if (per_epoch <= 0) return Check();
+  const int64_t by_epochs = int64_t{t.epochs()} * per_epoch;
+  if (t.max_steps() > by_epochs) {
+    return At("training.max_steps",
+              absl::StrFormat("training.max_steps %d is more than the job's %d steps "
+                              "(training.epochs %d x %d steps per epoch): training stops when "
+                              "its epochs end; raise training.epochs to %d, or set max_steps to "
+                              "at most %d",
+                              t.max_steps(), by_epochs, t.epochs(), per_epoch,
+                              (t.max_steps() + per_epoch - 1) / per_epoch, by_epochs));
+  }
+  const int64_t total = TotalSteps(spec);
+  if (t.checkpoint_every_steps() > total) {
+    return At("training.checkpoint_every_steps",
+              absl::StrFormat("training.checkpoint_every_steps %d is more than %s: no checkpoint "
+                              "would be taken (a restart would resume from step 0); set "
+                              "checkpoint_every_steps to at most %d (0: only on demand)",
+                              t.checkpoint_every_steps(), JobLength(spec), total));
+  }
+  if (t.eval_every_steps() > total) {
+    return At("training.eval_every_steps",
+              absl::StrFormat("training.eval_every_steps %d is more than %s: the job evaluates "
+                              "after its last step anyway, and never before; set "
+                              "eval_every_steps to at most %d (0: after every epoch)",
+                              t.eval_every_steps(), JobLength(spec), total));
+  }
+  return Check();
+}
+
 Check CheckLrSchedule(const v1::JobSpec& spec) {
   const v1::TrainingSpec& t = spec.training();
   if (!t.has_lr_schedule()) return std::nullopt;
@@ -121,11 +169,7 @@ Check CheckLrSchedule(const v1::JobSpec& spec) {
   const bool bounded_only = StepsPerEpoch(spec) == 0 && t.max_steps() > 0;
   const int64_t total = bounded_only ? t.max_steps() : TotalSteps(spec);
   const std::string length =
-      bounded_only ? absl::StrFormat("training.max_steps %d", total)
-      : t.max_steps() > 0 && t.max_steps() == total
-          ? absl::StrFormat("the job's %d steps (training.max_steps)", total)
-          : absl::StrFormat("the job's %d steps (training.epochs %d x %d steps per epoch)", total,
-                            t.epochs(), StepsPerEpoch(spec));
+      bounded_only ? absl::StrFormat("training.max_steps %d", total) : JobLength(spec);
   if (total > 0 && l.warmup_steps() >= total) {
     return At(
         "training.lr_schedule.warmup_steps",
@@ -307,6 +351,7 @@ Check CheckTraining(const v1::JobSpec& spec) {
   if (Check c = CheckAtMost("training.eval_every_steps", t.eval_every_steps(), kMaxSteps)) {
     return c;
   }
+  if (Check c = CheckStepCounts(spec)) return c;
   if (Check c = CheckOptimizer(t.optimizer())) return c;
   return CheckLrSchedule(spec);
 }

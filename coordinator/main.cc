@@ -31,6 +31,8 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/metrics/metrics_endpoint.h"
+#include "common/tls_file_guard.h"
+#include "common/version.h"
 #include "coordinator/auth/audit_log.h"
 #include "coordinator/auth/authenticator.h"
 #include "coordinator/auth/bootstrap.h"
@@ -422,6 +424,9 @@ absl::Status BootstrapAdmin(dapple::coordinator::auth::CredentialStore& store,
   return absl::OkStatus();
 }
 
+// How often the coordinator looks at its certificate files for a change (tls_file_guard.h).
+constexpr int kTlsPollS = 2;
+
 // Says how the gRPC port serves: plain text (and why that is allowed) or TLS.
 void LogTransport(const dapple::coordinator::Flags& flags, int port) {
   if (flags.tls_cert.empty()) {
@@ -432,7 +437,9 @@ void LogTransport(const dapple::coordinator::Flags& flags, int port) {
         flags.plaintext ? "--plaintext" : "loopback only");
   } else {
     DAPPLE_LOG_INFO(
-        "TLS with {} (re-read every {} s){}", flags.tls_cert, dapple::kTlsReloadIntervalS,
+        "TLS with {} (a renewed certificate and key are served within {} s once they form a "
+        "pair){}",
+        flags.tls_cert, kTlsPollS + static_cast<int>(dapple::kTlsReloadIntervalS),
         flags.tls_client_ca.empty()
             ? ""
             : absl::StrCat("; client certificates required, signed by ", flags.tls_client_ca));
@@ -465,6 +472,7 @@ int main(int argc, char** argv) {
   AddServiceFlags(app, raw);
   AddSecurityAndFileFlags(app, raw);
   AddPlannerFlags(app, raw);
+  app.set_version_flag("--version", dapple::VersionString(), "print the version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -487,9 +495,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // The certificate files are read before anything is opened: a wrong path costs nothing.
   // After the signal mask: making credentials starts gRPC, whose threads must not take SIGTERM.
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      dapple::MakeServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
-  if (!credentials.ok()) return UsageError(credentials.status().message());
+  absl::StatusOr<dapple::ServerTls> tls =
+      dapple::MakeGuardedServerCredentials({flags->tls_cert, flags->tls_key, flags->tls_client_ca});
+  if (!tls.ok()) return UsageError(tls.status().message());
 
   namespace auth = dapple::coordinator::auth;
   const std::string admin_token_file = flags->admin_token_file.empty()
@@ -534,9 +542,20 @@ int main(int argc, char** argv) {
   auto server = dapple::coordinator::GrpcServer::Start(
       flags->listen, service->get(),
       dapple::coordinator::GrpcAuth{&authenticator, credential_store->get(), audit->get()},
-      *credentials);
+      tls->credentials);
   HoldGrpcLog(false, /*drop=*/!server.ok());
   if (!server.ok()) return Fail(server.status());
+  if (tls->guard != nullptr) {
+    // Renewed certificate files are taken when they work, and said either way
+    // (tls_file_guard.h); gRPC re-reads the guard's copies every kTlsReloadIntervalS.
+    tls->guard->Start(absl::Seconds(kTlsPollS), [](const dapple::TlsReloadEvent& event) {
+      if (event.loaded) {
+        DAPPLE_LOG_INFO("{} (within {} s)", event.message, dapple::kTlsReloadIntervalS);
+      } else {
+        DAPPLE_LOG_WARN("{}", event.message);
+      }
+    });
+  }
   // After the bind: a coordinator refused its port (another one serves there) writes nothing.
   // Calls arriving meanwhile find no admin yet and are refused as unauthenticated.
   if (absl::Status s = BootstrapAdmin(**credential_store, admin_token_file, join_token_file);

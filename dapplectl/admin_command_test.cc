@@ -141,7 +141,7 @@ TEST_F(AdminCommandTest, TenantListShowsQuotaUsageAndCohorts) {
   EXPECT_EQ(r.out,
             "TENANT   COHORT     WEIGHT   DEVICE   NOMINAL   BORROW LIMIT   LEND LIMIT   IN USE   "
             "BORROWED   LENT   QUEUED   ADMITTED\n"
-            "team-a   research   1        cpu      4         none           all          6        "
+            "team-a   research   1        cpu      4         no limit       all          6        "
             "2          0      3        2\n"
             "team-b   -          1        -        -         -              -            -        "
             "-          -      0        0\n"

@@ -78,7 +78,7 @@ void AddTenantRows(const v1::Tenant& tenant, TextTable* table) {
         {tenant.name(), OrDash(quota.cohort()), weight, type,
          d == nullptr ? "0" : absl::StrCat(d->nominal()),
          LimitCell(d != nullptr && d->has_borrowing_limit(),
-                   d == nullptr ? 0 : d->borrowing_limit(), any_borrowing, in_cohort, "none"),
+                   d == nullptr ? 0 : d->borrowing_limit(), any_borrowing, in_cohort, "no limit"),
          LimitCell(d != nullptr && d->has_lending_limit(), d == nullptr ? 0 : d->lending_limit(),
                    any_lending, in_cohort, "all"),
          absl::StrCat(use == nullptr ? 0 : use->in_use()),

@@ -170,6 +170,12 @@ TEST(CoordinatorClientTest, InternalAndUnknownErrorsNameTheCall) {
   fake.FailGetJob(grpc::Status(grpc::StatusCode::UNKNOWN, ""));
   job = client.Get("job-1");
   EXPECT_EQ(job.status().message(), "GetJob failed with UNKNOWN");
+  // The coordinator's own RESOURCE_EXHAUSTED (a tenant's max_queued_jobs) is its answer.
+  fake.FailGetJob(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               "tenant team-q has 1 queued job (its max_queued_jobs)"));
+  job = client.Get("job-1");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(job.status().message(), "tenant team-q has 1 queued job (its max_queued_jobs)");
 }
 
 TEST(QuietProtobufLoggingTest, ProtobufLogsNothing) {

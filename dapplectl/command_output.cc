@@ -84,6 +84,11 @@ std::string SubcommandNames(const CLI::App& app) {
   return absl::StrJoin(names, ", ");
 }
 
+// The commands in the order a user meets them (the parser's order puts config first).
+constexpr char kCommands[] =
+    "submit, get, describe, logs, list, cancel, watch, workers, plan, trace, top, checkpoint, "
+    "config, admin, auth";
+
 int ReportParseError(const Environment& env, CLI::App& app, const CLI::App& config_app,
                      const CLI::ParseError& e) {
   // --help and --help-all are "errors" with exit code 0; every other parse error is a usage
@@ -95,12 +100,9 @@ int ReportParseError(const Environment& env, CLI::App& app, const CLI::App& conf
   const std::vector<std::string> rest = app.remaining();
   if (app.get_subcommands().empty() && !rest.empty() && !rest.front().empty() &&
       rest.front()[0] != '-') {
-    return Fail(
-        env, kExitUsage,
-        absl::StrCat(
-            "unknown command \"", rest.front(),
-            "\"; commands: submit, get, describe, logs, list, cancel, watch, workers, plan, "
-            "trace, top, checkpoint, config, admin, auth (see dapplectl --help)"));
+    return Fail(env, kExitUsage,
+                absl::StrCat("unknown command \"", rest.front(), "\"; commands: ", kCommands,
+                             " (see dapplectl --help)"));
   }
   // The command being parsed, for the message and the help it points to.
   const std::string command = ParsedCommandPath(app);
@@ -136,6 +138,15 @@ int ReportParseError(const Environment& env, CLI::App& app, const CLI::App& conf
       return Fail(env, kExitUsage,
                   absl::StrCat("no command given; commands: ", SubcommandNames(deepest),
                                " (see dapplectl --help)"));
+    }
+    if (command.empty()) {
+      // `dapplectl --bogus`: a flag no command has (the global ones parsed already).
+      const std::string flag_hint = SuggestFlag(stray.front(), FlagNames(app));
+      return Fail(
+          env, kExitUsage,
+          absl::StrCat("unknown flag ", stray.front(),
+                       flag_hint.empty() ? "" : absl::StrCat(" (did you mean ", flag_hint, "?)"),
+                       " and no command; commands: ", kCommands, " (see dapplectl --help)"));
     }
     return Fail(
         env, kExitUsage,

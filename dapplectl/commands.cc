@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_tls.h"
 #include "common/job_spec.h"
+#include "common/version.h"
 #include "dapplectl/admin_command.h"
 #include "dapplectl/checkpoint_views.h"
 #include "dapplectl/client.h"
@@ -297,6 +298,23 @@ int RunConfig(const Environment& env, const CLI::App& app, const Flags& flags,
   action.tls_cert = given("--tls-cert", flags.tls_cert);
   action.tls_key = given("--tls-key", flags.tls_key);
   action.token_file = given("--token-file", flags.token_file);
+  const std::string command = absl::StrCat("config ", action.verb);
+  const std::optional<Format> format =
+      OutputFormat(env, command, flags.output, /*yaml_allowed=*/true);
+  if (!format.has_value()) return kExitUsage;
+  if (*format != Format::kTable) {
+    // The contexts are data; what the editing verbs print is one line saying what was done.
+    if (action.verb != "view" && action.verb != "get-contexts") {
+      return Fail(env, kExitUsage,
+                  absl::StrCat(command, ": -o ", flags.output,
+                               " is not supported: it prints one line saying what it did; "
+                               "leave -o out (config view -o ",
+                               flags.output, " shows the contexts)"));
+    }
+    absl::StatusOr<google::protobuf::Struct> data = ConfigAsData(config_path);
+    if (!data.ok()) return Fail(env, kExitUsage, std::string(data.status().message()));
+    return PrintMessage(env, *format, *data, [] { return std::string(); });
+  }
   absl::StatusOr<std::string> out = RunConfigAction(config_path, action);
   if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
   *env.out << *out << std::flush;
@@ -695,8 +713,15 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   AddJobCommands(app, args, commands);
   AddPlanCommand(app, args, commands);
   AdminCommands admin_commands(app);
+  app.set_version_flag("--version", VersionString(), "print dapplectl's version and exit");
+  // `dapplectl help [COMMAND...]`, as git and kubectl take it: the command's --help.
+  std::vector<const char*> words(argv, argv + argc);
+  if (words.size() >= 2 && std::string(words[1]) == "help") {
+    words.erase(words.begin() + 1);
+    words.push_back("--help");
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(words.size()), words.data());
   } catch (const CLI::ParseError& e) {
     return ReportParseError(env, app, *commands.config, e);
   }

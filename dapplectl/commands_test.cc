@@ -447,6 +447,26 @@ TEST_F(CommandsTest, UsageErrorsExitWithTwo) {
   }
 }
 
+// --version, `help COMMAND` and a flag without a command (a fresh user's `dapplectl --version`
+// read "dapplectl:  has no subcommand '--version'"; `help submit` said "submit needs FILE").
+TEST_F(CommandsTest, VersionHelpAndAFlagWithoutACommand) {
+  Result r = RunCtl({"--version"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("dapple [0-9]+\\.[0-9]+\\.[0-9]+( \\(git [0-9a-f]+(, "
+                                  "modified)?\\))?\n"));
+  r = RunCtl({"help", "submit"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("dapplectl submit"));
+  EXPECT_THAT(r.out, HasSubstr("--watch"));
+  r = RunCtl({"help"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Subcommands:"));
+  r = RunCtl({"--verison"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, StartsWith("dapplectl: unknown flag --verison (did you mean --version?) and "
+                                "no command; commands: submit, "));
+}
+
 // The parser's errors in dapplectl's words, naming the command and its help.
 TEST_F(CommandsTest, ParseErrorsNameTheCommand) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -486,6 +506,18 @@ TEST_F(CommandsTest, ContextsGiveTheCoordinator) {
   EXPECT_THAT(r.err, HasSubstr("coordinator 10.9.9.9:7600 is not a loopback address"));
   r = RunCtl({"--coordinator", addr_, "list"});  // the flag wins
   EXPECT_EQ(r.code, kExitOk) << r.err;
+  // The contexts as data (a fresh user's `-o json config view` printed the table).
+  r = RunCtl({"-o", "json", "config", "view"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"current_context\": \"far\""));
+  EXPECT_THAT(r.out, HasSubstr("\"coordinator\": \"10.9.9.9:7600\""));
+  EXPECT_THAT(r.out, HasSubstr("\"file\": \"" + path + "\""));
+  r = RunCtl({"config", "get-contexts", "-o", "yaml"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("current_context: far"));
+  r = RunCtl({"config", "use-context", "here", "-o", "json"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("config use-context: -o json is not supported: it prints one line"));
   r = RunCtl({"config"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("config needs a subcommand: view, get-contexts, use-context NAME"));

@@ -28,6 +28,30 @@ std::string ContextTable(const CtlConfig& config, const std::string& path) {
 
 }  // namespace
 
+absl::StatusOr<google::protobuf::Struct> ConfigAsData(const std::string& path) {
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        "no configuration file: set DAPPLE_CONFIG (a file) or HOME");
+  }
+  absl::StatusOr<CtlConfig> config = LoadConfig(path);
+  if (!config.ok()) return config.status();
+  google::protobuf::Struct data;
+  auto& fields = *data.mutable_fields();
+  fields["file"].set_string_value(path);
+  fields["current_context"].set_string_value(config->current_context);
+  google::protobuf::ListValue* list = fields["contexts"].mutable_list_value();
+  for (const Context& c : config->contexts) {
+    auto& context = *list->add_values()->mutable_struct_value()->mutable_fields();
+    context["name"].set_string_value(c.name);
+    context["coordinator"].set_string_value(c.coordinator);
+    context["ca"].set_string_value(c.ca);
+    context["tls_cert"].set_string_value(c.tls_cert);
+    context["tls_key"].set_string_value(c.tls_key);
+    context["token_file"].set_string_value(c.token_file);
+  }
+  return data;
+}
+
 absl::StatusOr<std::string> RunConfigAction(const std::string& path, const ConfigAction& a) {
   if (path.empty()) {
     return absl::FailedPreconditionError(

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/struct.pb.h"
 
 namespace dapple::ctl {
 
@@ -28,6 +29,11 @@ struct ConfigAction {
 // --coordinator, a bad name or address; LoadConfig / SaveConfig's errors as they are;
 // kFailedPrecondition "no configuration file: set DAPPLE_CONFIG or HOME" for an empty path.
 absl::StatusOr<std::string> RunConfigAction(const std::string& path, const ConfigAction& action);
+
+// The file at `path` as data, for `config view -o json|yaml`: {"file": path, "current_context":
+// name or "", "contexts": [{"name", "coordinator", "ca", "tls_cert", "tls_key", "token_file"}]}
+// (every field, "" when unset). Errors as RunConfigAction's.
+absl::StatusOr<google::protobuf::Struct> ConfigAsData(const std::string& path);
 
 }  // namespace dapple::ctl
 

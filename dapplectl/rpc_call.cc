@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -59,9 +61,14 @@ absl::Status ConvertCallStatus(const ClientOptions& options, grpc::Channel& chan
         absl::StrCat(method, " failed with ", absl::StatusCodeToString(code));
     if (message.empty()) return absl::Status(code, failed);
     // These codes come from gRPC or the server's machinery (a message that did not parse, a
-    // limit, an exception) rather than from the coordinator's answer: name the call.
-    if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown ||
-        code == absl::StatusCode::kResourceExhausted) {
+    // limit, an exception) rather than from the coordinator's answer: name the call. The
+    // coordinator answers RESOURCE_EXHAUSTED itself for a policy's limit (a tenant's
+    // max_queued_jobs, the planning slots), which reads as any other refusal; gRPC's own
+    // (message sizes, its memory quota) say "larger than max" or "quota".
+    const bool grpc_limit = code == absl::StatusCode::kResourceExhausted &&
+                            (absl::StrContains(message, "larger than max") ||
+                             absl::StrContains(absl::AsciiStrToLower(message), "memory quota"));
+    if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown || grpc_limit) {
       return absl::Status(code, absl::StrCat(failed, ": ", message));
     }
     return absl::Status(code, message);

@@ -293,6 +293,11 @@ local_cluster: coordinator $address, $worker_text
   $ctl workers
   $ctl submit $SRC/examples/fashion_mnist_mlp.yaml --watch
 EOF
+  if ((workers < 2)); then
+    # The example's parallel.devices is 2: with fewer workers it would wait forever.
+    echo "  (the example runs 2 stages on 2 workers: start with -n 2, or submit a copy with" \
+      "parallel.stages: 1 and parallel.devices: 1)"
+  fi
   if ((metrics_port > 0)) && has_flag "$coordinator" --metrics-port; then
     echo "  metrics: http://127.0.0.1:$metrics_port/metrics (workers: ports $((metrics_port + 1))..$((metrics_port + workers)))"
   fi

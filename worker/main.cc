@@ -110,6 +110,11 @@ int main(int argc, char** argv) {
         dapple::worker::DeviceMemoryWarning(opts.devices.front(), opts.device_memory_bytes);
     if (!memory_warning.empty()) DAPPLE_LOG_WARN("{}", memory_warning);
   }
+  if (!opts.collective_host.empty()) {
+    if (absl::Status s = dapple::worker::CheckCollectiveHost(opts.collective_host); !s.ok()) {
+      return UsageError(std::string(s.message()));
+    }
+  }
   // This machine class gives about one core per process: one compute thread, no spinning pool.
   dapple::kernels::SetComputeThreads(1);
 

@@ -102,6 +102,12 @@ absl::StatusOr<TenantConfig> ToTenantConfig(const std::string& name, const v1::T
     any_borrowing |= d.has_borrowing_limit();
     any_lending |= d.has_lending_limit();
   }
+  if ((any_borrowing || any_lending) && t.cohort.empty()) {
+    // dapplectl's rule for --borrowing-limit / --lending-limit, for every other way in.
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant ", name, " has a ", any_borrowing ? "borrowing" : "lending",
+                     " limit but no cohort: a tenant outside a cohort neither borrows nor lends"));
+  }
   if (any_borrowing) t.borrowing_limit = borrowing;
   if (any_lending) t.lending_limit = lending;
   if (quota.weight() < 0) {
@@ -210,6 +216,14 @@ SchedulingConfig QuotaStore::ConfigLocked(const std::map<std::string, v1::Tenant
   for (const auto& [name, quota] : quotas) {
     v1::TenantQuota known = quota;
     KnownTypesOnly(known.mutable_devices(), absl::StrCat("tenant ", name, " quota"));
+    // Earlier versions stored limits on a tenant without a cohort, where they never did
+    // anything: dropped (ToTenantConfig now refuses them), not the tenant's quota.
+    if (known.cohort().empty()) {
+      for (v1::DeviceQuota& d : *known.mutable_devices()) {
+        d.clear_borrowing_limit();
+        d.clear_lending_limit();
+      }
+    }
     if (absl::StatusOr<TenantConfig> t = ToTenantConfig(name, known); t.ok()) {
       config.tenants.push_back(*std::move(t));
     }

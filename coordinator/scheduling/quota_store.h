@@ -34,7 +34,7 @@ namespace dapple::coordinator::scheduling {
 // some device types makes a limit map of those types (the others may not be borrowed / are not
 // lent); set on none: no limit. weight 0 reads 1, max_queued_jobs 0 reads 1000.
 // kInvalidArgument naming the field, value and rule: an empty or repeated device_type, a negative
-// count or weight, a negative max_queued_jobs.
+// count or weight, a negative max_queued_jobs, a borrowing or lending limit without a cohort.
 absl::StatusOr<TenantConfig> ToTenantConfig(const std::string& name, const v1::TenantQuota& quota);
 // What an unset (0) weight and max_queued_jobs read as.
 inline constexpr double kDefaultWeight = 1.0;

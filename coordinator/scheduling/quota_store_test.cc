@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include "coordinator/jobs/test_db.h"
+#include "coordinator/scheduling/quota_policy.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -79,7 +80,8 @@ TEST(QuotaStoreTest, AStoredEntryOfAnotherDeviceTypeIsLeftOutNotTheTenant) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const std::string blob = Quota(R"pb(devices { device_type: "cpu" nominal: 2 }
+  // Also a borrowing limit without a cohort, which earlier versions stored (it did nothing).
+  const std::string blob = Quota(R"pb(devices { device_type: "cpu" nominal: 2 borrowing_limit: 1 }
                                       devices { device_type: "gpu" nominal: 1 })pb")
                                .SerializeAsString();
   sqlite3_stmt* stmt = nullptr;
@@ -96,6 +98,8 @@ TEST(QuotaStoreTest, AStoredEntryOfAnotherDeviceTypeIsLeftOutNotTheTenant) {
   ASSERT_EQ(config.tenants.size(), 1u);
   EXPECT_EQ(config.tenants[0].name, "old");
   EXPECT_EQ(config.tenants[0].nominal, (DeviceCounts{{"cpu", 2}}));
+  EXPECT_FALSE(config.tenants[0].borrowing_limit.has_value());
+  EXPECT_TRUE(QuotaPolicy::Create(config).ok());
 }
 
 TEST(QuotaStoreTest, RefusesWhatThePolicyWouldRefuseNamingFieldValueAndRule) {
@@ -114,8 +118,11 @@ TEST(QuotaStoreTest, RefusesWhatThePolicyWouldRefuseNamingFieldValueAndRule) {
   EXPECT_THAT(refused(R"pb(devices { nominal: 1 })pb"), HasSubstr("device_type must not be empty"));
   EXPECT_THAT(refused(R"pb(devices { device_type: "gpu" nominal: 1 })pb"),
               HasSubstr("device_type must be one of cpu, cuda, emulated, got 'gpu'"));
-  EXPECT_THAT(refused(R"pb(devices { device_type: "cpu" nominal: 2 lending_limit: 3 })pb"),
+  EXPECT_THAT(refused(R"pb(cohort: "c"
+                           devices { device_type: "cpu" nominal: 2 lending_limit: 3 })pb"),
               HasSubstr("lending_limit.cpu must be at most its nominal quota (2), got 3"));
+  EXPECT_THAT(refused(R"pb(devices { device_type: "cpu" nominal: 2 borrowing_limit: 1 })pb"),
+              HasSubstr("tenant team-a has a borrowing limit but no cohort"));
   EXPECT_THAT(refused(R"pb(weight: -1)pb"), HasSubstr("quota.weight must be > 0 (0: 1), got -1"));
   EXPECT_THAT(refused(R"pb(max_queued_jobs: -5)pb"),
               HasSubstr("quota.max_queued_jobs must be >= 1 (0: 1000), got -5"));

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec_internal.h"
+#include "common/yaml_tags.h"
 #include "coordinator/scheduling/quota_policy.h"
 #include "coordinator/scheduling/quota_store.h"
 
@@ -63,7 +64,7 @@ class Reader {
 
   absl::StatusOr<int64_t> Int(const YAML::Node& node, const std::string& path, int64_t min) const {
     int64_t value = 0;
-    if (!node.IsScalar() || node.Tag() != "?" || !absl::SimpleAtoi(node.Scalar(), &value) ||
+    if (!node.IsScalar() || !ReadsAsValue(node) || !absl::SimpleAtoi(node.Scalar(), &value) ||
         value < min) {
       return Error(node,
                    absl::StrCat(path, " must be an integer >= ", min, ", got ", Describe(node)));
@@ -160,7 +161,7 @@ absl::Status ReadTenant(const Reader& r, const YAML::Node& node, const std::stri
   }
   if (const YAML::Node w = node["weight"]) {
     double weight = 0;
-    if (!w.IsScalar() || w.Tag() != "?" || !absl::SimpleAtod(w.Scalar(), &weight) ||
+    if (!w.IsScalar() || !ReadsAsValue(w) || !absl::SimpleAtod(w.Scalar(), &weight) ||
         !(weight > 0) || weight > 1e6) {
       return r.Error(w, absl::StrCat(path, ".weight must be a number > 0 (and at most 1e6), got ",
                                      Reader::Describe(w)));
@@ -196,6 +197,15 @@ absl::Status ReadTenant(const Reader& r, const YAML::Node& node, const std::stri
         absl::StatusOr<int64_t> nominal = r.Int(value["nominal"], at + ".nominal", 0);
         if (!nominal.ok()) return nominal.status();
         d->set_nominal(*nominal);
+        // dapplectl's --borrowing-limit / --lending-limit rule (admin_args.cc), at the key.
+        for (const char* limit : {"borrowing_limit", "lending_limit"}) {
+          if (value[limit] && quota->cohort().empty()) {
+            return r.Error(value[limit],
+                           absl::StrCat(at, ".", limit, " needs ", path,
+                                        ".cohort: a tenant outside a cohort neither borrows nor "
+                                        "lends"));
+          }
+        }
         if (value["borrowing_limit"]) {
           absl::StatusOr<int64_t> b = r.Int(value["borrowing_limit"], at + ".borrowing_limit", 0);
           if (!b.ok()) return b.status();

@@ -80,9 +80,14 @@ TEST(TenantsFileTest, ErrorsNameFieldValueRuleAndPosition) {
   EXPECT_EQ(Error("cohorts:\n  - {name: c, shared: {any: 2}}\n"),
             "tenants.yaml:2:24: the keys of cohorts[0].shared must be device types (cpu, cuda, "
             "emulated), got 'any'");
-  EXPECT_EQ(Error("tenants:\n  - {name: a, quota: {cpu: {nominal: 1, lending_limit: 3}}}\n"),
-            "tenants.yaml:2:56: tenants[0].quota.cpu.lending_limit must be at most "
-            "tenants[0].quota.cpu.nominal (1), got 3");
+  EXPECT_EQ(
+      Error("tenants:\n  - {name: a, cohort: c, quota: {cpu: {nominal: 1, lending_limit: 3}}}\n"),
+      "tenants.yaml:2:67: tenants[0].quota.cpu.lending_limit must be at most "
+      "tenants[0].quota.cpu.nominal (1), got 3");
+  // As `dapplectl admin quota set --borrowing-limit` without --cohort.
+  EXPECT_EQ(Error("tenants:\n  - {name: a, quota: {cpu: {nominal: 1, borrowing_limit: 2}}}\n"),
+            "tenants.yaml:2:58: tenants[0].quota.cpu.borrowing_limit needs tenants[0].cohort: a "
+            "tenant outside a cohort neither borrows nor lends");
   EXPECT_EQ(Error("tenants:\n  - {name: a, weight: 0, quota: {cpu: {nominal: 1}}}\n"),
             "tenants.yaml:2:23: tenants[0].weight must be a number > 0 (and at most 1e6), got '0'");
   EXPECT_EQ(Error("tenants:\n  - {name: a, max_queued_jobs: 0, quota: {cpu: {nominal: 1}}}\n"),

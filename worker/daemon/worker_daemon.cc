@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -93,6 +95,29 @@ std::string CollectiveHost(const std::string& coordinator) {
   if (fd >= 0) close(fd);
   freeaddrinfo(found);
   return address;
+}
+
+absl::Status CheckCollectiveHost(const std::string& host) {
+  const auto refused = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--collective-host %s: cannot bind to it (%s): give an address of this "
+                        "host, or leave the flag out",
+                        host, why));
+  };
+  addrinfo hints = {};
+  hints.ai_family = AF_INET;  // as CollectiveHost: Gloo's TCP transport binds IPv4
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0 || found == nullptr) {
+    return refused(rc != 0 ? gai_strerror(rc) : "no IPv4 address");
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const bool bound = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int error = errno;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (!bound) return refused(std::strerror(error));
+  return absl::OkStatus();
 }
 
 std::string NameTakenWarning(const std::string& requested_name, const std::string& worker_id) {

@@ -98,6 +98,13 @@ std::string NameTakenWarning(const std::string& requested_name, const std::strin
 // "127.0.0.1" for a loopback coordinator or when it cannot be determined.
 std::string CollectiveHost(const std::string& coordinator);
 
+// OK when this host can bind a TCP socket to `host` (an IPv4 address or name, as Gloo binds
+// --collective-host), checked at start so that a worker given another machine's address is
+// refused then, not left IDLE to fail every replicated job sent to it. kInvalidArgument:
+// "--collective-host 8.8.8.8: cannot bind to it (Cannot assign requested address): give an
+// address of this host, or leave the flag out". Binds port 0 and closes at once.
+absl::Status CheckCollectiveHost(const std::string& host);
+
 // `status` of a failed step of rank (assignment.stage, assignment.replica), with the stage's
 // other replicas named when it is the AllReduce among them that lost a peer (kUnavailable):
 // "... (lost a peer of the AllReduce: stage 1 replica 1 (worker w-4))"; else `status` as is.

@@ -12,6 +12,7 @@
 #include "common/grpc_tls.h"
 #include "common/metrics/metrics_server.h"
 #include "common/token_file.h"
+#include "common/version.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
 
@@ -154,6 +155,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
                  "the cluster's join token (the coordinator writes join.token next to its "
                  "database at its first start; env DAPPLE_JOIN_TOKEN holds the token itself)");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error")->capture_default_str();
+  app.set_version_flag("--version", VersionString(), "print the version and exit");
   f.help_text = app.help();
 
   std::vector<const char*> argv = {"dapple-worker"};
@@ -162,6 +164,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::CallForHelp&) {
     f.help = true;
+    return f;
+  } catch (const CLI::CallForVersion&) {
+    f.help = true;  // prints help_text, which is the version then
+    f.help_text = absl::StrCat(VersionString(), "\n");
     return f;
   } catch (const CLI::ParseError& e) {
     return FromParseError(e);

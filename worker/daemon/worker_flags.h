@@ -24,8 +24,9 @@ struct WorkerFlags {
   int metrics_port = 0;
   std::string metrics_host;
   std::string metrics_token_file;
-  bool help = false;      // --help / -h: print help_text to stdout and exit 0, nothing else set
-  std::string help_text;  // CLI11's usage text (always filled)
+  // --help / -h, or --version: print help_text to stdout and exit 0, nothing else set.
+  bool help = false;
+  std::string help_text;  // CLI11's usage text (always filled); the version line for --version
 };
 
 // Parses dapple-worker's arguments `args` (argv[1..]) and checks them with ValidateLogLevel and

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/daemon/worker_daemon.h"
 
 namespace dapple::worker {
 namespace {
@@ -94,6 +96,11 @@ TEST(WorkerFlagsTest, Help) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->help);
   EXPECT_THAT(f->help_text, HasSubstr("--devices"));
+  EXPECT_THAT(f->help_text, HasSubstr("--version"));
+  f = Parse({"--version"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->help);
+  EXPECT_THAT(f->help_text, ::testing::StartsWith("dapple 0."));
 }
 
 TEST(WorkerFlagsTest, DevicesWithEmptyEntriesAreRefusedNamingTheValue) {
@@ -243,6 +250,20 @@ TEST(WorkerFlagsTest, CommDelayIsOffByDefaultAndBounded) {
 
 TEST(WorkerFlagsTest, BadNameIsRefused) {
   ExpectError({"--name", "Bad Name"}, "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ .");
+}
+
+// A fresh user's --collective-host 8.8.8.8 registered fine and failed every replicated job sent
+// to the worker; it is refused at start now.
+TEST(CheckCollectiveHostTest, OnlyAnAddressOfThisHostIsTaken) {
+  EXPECT_TRUE(CheckCollectiveHost("127.0.0.1").ok());
+  EXPECT_TRUE(CheckCollectiveHost("localhost").ok());
+  const absl::Status other = CheckCollectiveHost("192.0.2.1");  // TEST-NET-1: nobody's
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.message(),
+            "--collective-host 192.0.2.1: cannot bind to it (Cannot assign requested address): "
+            "give an address of this host, or leave the flag out");
+  EXPECT_THAT(std::string(CheckCollectiveHost("no-such-host.invalid").message()),
+              ::testing::StartsWith("--collective-host no-such-host.invalid: cannot bind to it ("));
 }
 
 TEST(NameTakenWarningTest, WarnsOnlyWhenTheRequestedNameWasNotGiven) {

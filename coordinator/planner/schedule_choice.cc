@@ -183,6 +183,23 @@ std::string LayoutText(const HybridPlan& plan) {
   return out;
 }
 
+// Whether `a` is a recompute option whose plan recomputes no stage while the same schedule
+// without recomputation fits too: the very plan under another name, no runner-up of its own (a
+// reason once read "dapple: within 1% of dapple with recompute auto's step").
+bool RecomputesNothingNew(const Alternative& a, const ScheduleChoice& choice) {
+  if (a.option.recompute == RecomputeMode::kNone || !a.status.ok()) return false;
+  for (const StagePlan& stage : a.planned.plan.stages) {
+    if (stage.recompute) return false;
+  }
+  for (const Alternative& b : choice.alternatives) {
+    if (b.option.recompute == RecomputeMode::kNone && b.option.schedule == a.option.schedule &&
+        b.option.interleave == a.option.interleave && b.status.ok()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string ChoiceReason(const ScheduleChoice& choice) {
   if (choice.chosen < 0) return "";
   const Alternative& chosen = choice.alternatives[static_cast<size_t>(choice.chosen)];
@@ -194,7 +211,7 @@ std::string ChoiceReason(const ScheduleChoice& choice) {
     const Alternative* next = nullptr;
     for (size_t i = 1; i < choice.alternatives.size(); ++i) {
       const Alternative& a = choice.alternatives[i];
-      if (!a.status.ok()) continue;
+      if (!a.status.ok() || RecomputesNothingNew(a, choice)) continue;
       if (next == nullptr || Beats(a.planned, next->planned)) next = &a;
     }
     if (next == nullptr) return absl::StrCat(name, ": the only alternative that fits");

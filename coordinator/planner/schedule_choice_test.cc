@@ -189,6 +189,12 @@ TEST(ChooseScheduleTest, GPipeOnlyWhenItIsFaster) {
   choice = ChooseOrDie(fake, AutoOptions());
   EXPECT_EQ(choice.chosen, 0);
   EXPECT_EQ(ChoiceReason(choice), "dapple: no alternative is faster (next: gpipe, 10.0% slower)");
+  // ... never the same plan under recompute auto that recomputes nothing (it was named the
+  // runner-up "within 1%" of itself).
+  fake.plans[{ScheduleKind::kDapple, kAuto}] = {100, 1000};
+  choice = ChooseOrDie(fake, AutoOptions());
+  EXPECT_EQ(choice.chosen, 0);
+  EXPECT_EQ(ChoiceReason(choice), "dapple: no alternative is faster (next: gpipe, 10.0% slower)");
 }
 
 TEST(ChooseScheduleTest, RecomputationWhenOnlyItFits) {

@@ -93,19 +93,24 @@ Check CheckStepCounts(const v1::JobSpec& spec) {
                               (t.max_steps() + per_epoch - 1) / per_epoch, by_epochs));
   }
   const int64_t total = TotalSteps(spec);
-  if (t.checkpoint_every_steps() > total) {
-    return At("training.checkpoint_every_steps",
-              absl::StrFormat("training.checkpoint_every_steps %d is more than %s: no checkpoint "
-                              "would be taken (a restart would resume from step 0); set "
-                              "checkpoint_every_steps to at most %d (0: only on demand)",
-                              t.checkpoint_every_steps(), JobLength(spec), total));
-  }
-  if (t.eval_every_steps() > total) {
-    return At("training.eval_every_steps",
-              absl::StrFormat("training.eval_every_steps %d is more than %s: the job evaluates "
-                              "after its last step anyway, and never before; set "
-                              "eval_every_steps to at most %d (0: after every epoch)",
-                              t.eval_every_steps(), JobLength(spec), total));
+  const struct {
+    const char* key;
+    int64_t value;
+    const char* beyond;  // what a value past the job's end does
+    const char* zero;    // what 0 means
+  } intervals[] = {
+      {"checkpoint_every_steps", t.checkpoint_every_steps(),
+       "no checkpoint would be taken (a restart would resume from step 0)", "only on demand"},
+      {"eval_every_steps", t.eval_every_steps(),
+       "the job evaluates after its last step anyway, and never before", "after every epoch"},
+  };
+  for (const auto& every : intervals) {
+    if (every.value > total) {
+      return At(absl::StrCat("training.", every.key),
+                absl::StrFormat("training.%s %d is more than %s: %s; set %s to at most %d (0: %s)",
+                                every.key, every.value, JobLength(spec), every.beyond, every.key,
+                                total, every.zero));
+    }
   }
   return Check();
 }

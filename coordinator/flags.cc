@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/grpc_tls.h"
+#include "common/input_file.h"
 #include "common/metrics/metrics_server.h"
 
 namespace dapple::coordinator {
@@ -80,19 +81,6 @@ bool ValidListen(const std::string& listen) {
 
 absl::Status CheckPortFile(const std::string& path) {
   return CheckOutputFile("--port-file", path, "port");
-}
-
-absl::Status CheckInputFile(absl::string_view flag, const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", path, "' cannot be read: ", std::strerror(errno)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", path, "' is a directory; name the file"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,

@@ -170,10 +170,6 @@ absl::Status CheckPortFile(const std::string& path);
 // '<path>/<example>' for a folder (--admin-token-file, --join-token-file).
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& path,
                              absl::string_view example);
-// Whether the coordinator can read `path`, a regular file (--tenants-file). kInvalidArgument:
-//   "--tenants-file '/no/such.yaml' cannot be read: No such file or directory"
-//   "--tenants-file '/etc' is a directory; name the file"
-absl::Status CheckInputFile(absl::string_view flag, const std::string& path);
 
 }  // namespace dapple::coordinator
 

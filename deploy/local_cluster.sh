@@ -87,8 +87,8 @@ alive() {  # alive NAME -> 0 if NAME's recorded process still runs
   [[ "$first" == "$exe" ]]
 }
 
-stop_all() {
-  local f name pid exe deadline
+stop_all() {  # stop_all [quiet]: quiet after a failed start, whose failed process is gone
+  local f name pid exe deadline quiet="${1:-}"
   [[ -d "$pids" ]] || { echo "local_cluster: nothing running in $run_dir"; return 0; }
   for f in "$pids"/*.pid; do
     [[ -e "$f" ]] || continue
@@ -100,7 +100,7 @@ stop_all() {
       # Not ours any more: stop never kills a process it did not start (one restarted by hand
       # on the same port keeps running: say so).
       read -r pid exe <"$f"
-      echo "local_cluster: $name (pid $pid) was not running any more" >&2
+      [[ -n "$quiet" ]] || echo "local_cluster: $name (pid $pid) was not running any more" >&2
     fi
   done
   deadline=$((SECONDS + 15))
@@ -169,7 +169,7 @@ fail_start() {  # fail_start NAME MESSAGE: prints NAME's log, stops what started
   if grep -q "refused the join token" "$run_dir/$1.log" 2>/dev/null; then
     echo "local_cluster: the join token in $join_token_file was refused: it was rotated (dapplectl admin join-token rotate) since the coordinator's first start wrote that file. Put the current token there or pass --join-token-file FILE; if it is lost, make a new one: $0 start -n 0 --run-dir $run_dir, then $0 rotate-join-token --run-dir $run_dir, stop and start again" >&2
   fi
-  stop_all >/dev/null
+  stop_all quiet >/dev/null
   exit 1
 }
 

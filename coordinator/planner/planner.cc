@@ -318,8 +318,14 @@ absl::Status NoOptionFits(const ScheduleChoice& choice, const v1::JobSpec& spec,
   }
   const absl::Status refused =
       AsJobPlanError(status, spec, planner, num_stages, fits_with_recompute);
-  return absl::Status(refused.code(),
-                      absl::StrCat(refused.message(), NoneFitsNote(choice, *reported)));
+  // "devices have 13.0 MiB" reads wrong beside a worker of 23.5 GiB unless it says why.
+  const std::string& memory_note = problem.topology.memory_note();
+  return absl::Status(
+      refused.code(),
+      absl::StrCat(refused.message(), NoneFitsNote(choice, *reported),
+                   refused.code() == absl::StatusCode::kResourceExhausted && !memory_note.empty()
+                       ? absl::StrCat(" (", memory_note, ")")
+                       : ""));
 }
 
 // Notes on what a token model's plan means: its throughput in tokens, and where a tied weight's

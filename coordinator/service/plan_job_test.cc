@@ -614,6 +614,20 @@ TEST_F(PlanJobTest, ASubmissionThatFitsNoDeviceFailsWithThePlannersMessage) {
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
+// The fresh user's case: a worker given a small --device-memory beside a large one on the same
+// host; the refusal says why "devices have" so little.
+TEST_F(PlanJobTest, AMemoryRefusalNamesTheSmallWorkerItWasPlannedOn) {
+  Register("host-a", 24 * kGiB, /*shared=*/true);
+  const std::string small = Register("host-a", 13 << 20, /*shared=*/false);
+  absl::StatusOr<v1::Job> job = Submit(Spec("balanced", "2", 2));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("but devices have 13.0 MiB")) << job.status();
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("(host host-a: every device is planned with the smallest memory its "
+                        "workers report, 13.0 MiB (" +
+                        small + "); the others report up to 24.0 GiB)"));
+}
+
 TEST_F(PlanJobTest, DataParallelIsOneStageOnEveryDevice) {
   absl::StatusOr<v1::Job> job = Submit(Spec("dp", "auto", 1));
   ASSERT_TRUE(job.ok()) << job.status();

@@ -9,7 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/profile/cluster_topology.h"
+#include "common/profile/format_bytes.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -99,6 +101,9 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
   for (const v1::WorkerInfo& w : workers) {
     if (IsLive(w) && w.device_memory_shared()) ++sharing[{w.hostname(), w.physical_device()}];
   }
+  // Per node: the worker with the smallest memory and the largest memory seen, for memory_note.
+  std::vector<std::pair<int64_t, std::string>> smallest_of_node;
+  std::vector<int64_t> largest_of_node;
   // Per node: the device group of each of its devices, numbered by first appearance of the GPU.
   std::vector<std::vector<std::string>> gpus_of_node;
   bool any_shared_gpu = false;
@@ -117,7 +122,12 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
       node->set_name(w.hostname().empty() ? absl::StrCat("host", it->second) : w.hostname());
       node->set_device_memory_bytes(memory);
       gpus_of_node.emplace_back();
+      smallest_of_node.emplace_back(memory, w.id());
+      largest_of_node.push_back(memory);
     }
+    if (memory < smallest_of_node[it->second].first)
+      smallest_of_node[it->second] = {memory, w.id()};
+    largest_of_node[it->second] = std::max(largest_of_node[it->second], memory);
     v1::ClusterNode* node = topology.mutable_nodes(it->second);
     node->set_devices(node->devices() + 1);
     // A worker that reports no GPU (cpu, an older worker) is a group of its own, and so is
@@ -140,6 +150,16 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
       node->set_compute_capacity(capacity > 0 ? std::min(node->compute_capacity(), capacity) : 0);
     }
   }
+  std::vector<std::string> notes;
+  for (int n = 0; n < topology.nodes_size(); ++n) {
+    if (largest_of_node[n] <= smallest_of_node[n].first) continue;
+    notes.push_back(absl::StrCat(
+        "host ", topology.nodes(n).name(),
+        ": every device is planned with the smallest memory its workers report, ",
+        profile::FormatBytes(smallest_of_node[n].first), " (", smallest_of_node[n].second,
+        "); the others report up to ", profile::FormatBytes(largest_of_node[n])));
+  }
+  topology.set_memory_note(absl::StrJoin(notes, "; "));
   int sharing_gpu = 0;  // workers on a GPU with another worker of the topology
   for (int n = 0; n < topology.nodes_size(); ++n) {
     v1::ClusterNode* node = topology.mutable_nodes(n);

@@ -54,7 +54,8 @@ std::vector<v1::WorkerInfo> LiveFittingWorkers(const std::vector<v1::WorkerInfo>
 // device_memory_bytes, divided by the number of live workers on that host that report
 // device_memory_shared and the worker's physical_device (cpu workers: "", they share its RAM;
 // cuda workers: their GPU's memory) when the worker reports it shared, or
-// defaults.device_memory_bytes when it reported 0. A node's device_group is set when two of its
+// defaults.device_memory_bytes when it reported 0; memory_note says so for each host whose
+// workers differ. A node's device_group is set when two of its
 // fitting workers report one physical_device (not for "emulated"): devices of one GPU get one
 // group, numbered in order of first appearance, every other device a group of its own; it stays
 // empty when no GPU is shared. A node's compute_capacity is the smallest

@@ -114,6 +114,28 @@ TEST(WorkerTopologyTest, WorkersOnOneGpuShareItsComputeAndMemory) {
   EXPECT_EQ(t->nodes(0).device_group_size(), 0);
 }
 
+// A host's devices are planned with its smallest worker's memory; the note says so, for the
+// refusal that follows (a fresh user's --device-memory 13MiB worker beside a 23.5 GiB one read
+// "devices have 13.0 MiB").
+TEST(WorkerTopologyTest, AHostWhoseWorkersDifferInMemoryIsNoted) {
+  PlanDefaults defaults;
+  const std::vector<v1::WorkerInfo> workers = {
+      Worker("w-1", "h", "cpu", 24 * kGiB, /*shared=*/true),
+      Worker("w-2", "h", "cpu", 13 << 20),  // --device-memory 13MiB
+      Worker("w-3", "g", "cpu", 2 * kGiB),
+      Worker("w-4", "g", "cpu", 2 * kGiB),
+  };
+  absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cpu", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->nodes(0).device_memory_bytes(), 13 << 20);
+  EXPECT_EQ(t->memory_note(),
+            "host h: every device is planned with the smallest memory its workers report, 13.0 "
+            "MiB (w-2); the others report up to 24.0 GiB");
+  t = TopologyFromWorkers({workers[2], workers[3]}, "cpu", defaults);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->memory_note(), "");
+}
+
 TEST(WorkerTopologyTest, AReportedPhysicalDeviceIsKeptOnlyWhenItLooksLikeOne) {
   EXPECT_EQ(ValidPhysicalDevice("GPU-8c1a3f2e-0012-abcd-ef01-234567890aff"),
             "GPU-8c1a3f2e-0012-abcd-ef01-234567890aff");

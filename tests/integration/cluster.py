@@ -221,7 +221,12 @@ def spec_yaml(name, layers, global_batch, micro_batch, stages, schedule="dapple"
               data_path="/usr/share/datasets/fashion-mnist", devices=None, training_extra=()):
     """A job spec; `devices` defaults to `stages` (one replica per stage); a multiple of it gives
     every stage devices / stages replicas; stages 0 writes `stages: auto`. `training_extra`:
-    more lines of the training section ("max_grad_norm: 0.5")."""
+    more lines of the training section ("max_grad_norm: 0.5"). `epochs` is raised to cover
+    `max_steps` (Fashion-MNIST's 60000 samples / global_batch steps an epoch): the coordinator
+    refuses a max_steps the epochs end before."""
+    if max_steps > 0:
+        per_epoch = 60000 // global_batch
+        epochs = max(epochs, -(-max_steps // per_epoch))
     lines = ["name: %s" % name, "model:", "  input_shape: [1, 28, 28]", "  layers:"]
     for t, out in layers:
         lines.append("    - {type: %s%s}" % (t, ", out: %d" % out if out else ""))

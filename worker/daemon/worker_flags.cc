@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_tls.h"
+#include "common/input_file.h"
 #include "common/metrics/metrics_server.h"
 #include "common/token_file.h"
 #include "common/version.h"
@@ -283,6 +284,12 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     return InvalidFlag(
         "--metrics-token-file '' must name a file (leave the flag out to serve /metrics without "
         "a token)");
+  }
+  if (!f.metrics_token_file.empty()) {
+    // As the coordinator's flags: a wrong path is a usage error at start.
+    if (absl::Status s = CheckInputFile("--metrics-token-file", f.metrics_token_file); !s.ok()) {
+      return s;
+    }
   }
   f.metrics_host = app.count("--metrics-host") > 0
                        ? metrics_host

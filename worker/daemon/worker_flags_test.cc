@@ -1,5 +1,6 @@
 #include "worker/daemon/worker_flags.h"
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -201,11 +202,16 @@ TEST(WorkerFlagsTest, MetricsHostFollowsTheCoordinatorsAddress) {
   f = Parse({"--coordinator", "10.0.0.1:7600", "--plaintext"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->metrics_host, "0.0.0.0");
+  const std::string token = ::testing::TempDir() + "/worker-flags-metrics.token";
+  std::ofstream(token) << "s3cret\n";
   f = Parse({"--coordinator", "10.0.0.1:7600", "--plaintext", "--metrics-host", "10.0.0.2",
-             "--metrics-token-file", "/etc/dapple/metrics.token"});
+             "--metrics-token-file", token});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->metrics_host, "10.0.0.2");
-  EXPECT_EQ(f->metrics_token_file, "/etc/dapple/metrics.token");
+  EXPECT_EQ(f->metrics_token_file, token);
+  // A path that cannot be read is a usage error, worded as the coordinator's.
+  ExpectError({"--metrics-token-file", "/no/such.token"},
+              "--metrics-token-file '/no/such.token' cannot be read: No such file or directory");
   ExpectError({"--metrics-host", "localhost"},
               "--metrics-host 'localhost' must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
   ExpectError({"--metrics-host", ""},

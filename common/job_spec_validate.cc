@@ -299,6 +299,23 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
                             micro_batches == 1 ? "replica" : "replicas"));
 }
 
+// The first batch-norm layer (batchnorm2d, residual_block) of the model that normalises each
+// channel over at most one value when a replica computes `rows` rows: its index and output
+// [C, H, W]; nullopt when none does (or the model does not infer: its own check says why).
+std::optional<std::pair<int, std::vector<int64_t>>> BatchNormOverOneValue(const v1::JobSpec& spec,
+                                                                          int64_t rows) {
+  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
+  if (!layers.ok()) return std::nullopt;
+  for (const LayerInfo& layer : *layers) {
+    if (layer.type != "batchnorm2d" && layer.type != "residual_block") continue;
+    const std::vector<int64_t>& out = layer.output_shape;  // [C, H, W], what the norms see
+    if (out.size() == 3 && rows * out[1] * out[2] <= 1) {
+      return std::make_pair(layer.index, out);
+    }
+  }
+  return std::nullopt;
+}
+
 // Every other schedule splits each micro-batch among a stage's D replicas (split-concat), so
 // each gets a sample only when D <= training.micro_batch: the planner's own rule
 // (coordinator/planner/plan_simulator.cc), checked here where D is fixed at submit so that the
@@ -306,14 +323,35 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
 Check CheckSplitReplicas(const v1::JobSpec& spec, int stages, int replicas) {
   const v1::ParallelSpec& p = spec.parallel();
   const int64_t micro_batch = spec.training().micro_batch();
-  if (p.schedule() == kPipeDreamSchedule || replicas <= micro_batch) return std::nullopt;
+  if (p.schedule() == kPipeDreamSchedule) return std::nullopt;
+  if (replicas <= micro_batch) {
+    // Each replica normalises its own micro_batch / D rows (CheckBatchNormValues: the whole
+    // micro-batch).
+    const int64_t rows = micro_batch / replicas;
+    const auto one = replicas > 1 ? BatchNormOverOneValue(spec, rows) : std::nullopt;
+    if (!one.has_value()) return std::nullopt;
+    const auto& [index, out] = *one;
+    return At(
+        "parallel.devices",
+        absl::StrFormat("parallel.devices %d with %s gives %d replicas per stage, each "
+                        "computing %d row%s of every micro-batch (training.micro_batch %d), "
+                        "so model.layers[%d] (%s) normalises each channel over %d x %d x %d "
+                        "= 1 value on a replica and its output is its bias whatever the "
+                        "input: set devices to at most %d (%d replica%s per stage) or use a "
+                        "larger micro_batch",
+                        p.devices(), StagesText(p, stages), replicas, rows, rows == 1 ? "" : "s",
+                        micro_batch, index, spec.model().layers(index).type(), rows, out[1], out[2],
+                        static_cast<int64_t>(stages) * (micro_batch / 2), micro_batch / 2,
+                        micro_batch / 2 == 1 ? "" : "s"));
+  }
   return At("parallel.devices",
             absl::StrFormat("parallel.devices %d with %s gives %d replicas per stage, but a "
                             "stage's replicas split each micro-batch of training.micro_batch %d "
                             "samples among them: each replica needs at least one: set devices to "
-                            "at most %d (%d replicas per stage) or use a larger micro_batch",
+                            "at most %d (%d replica%s per stage) or use a larger micro_batch",
                             p.devices(), StagesText(p, stages), replicas, micro_batch,
-                            static_cast<int64_t>(stages) * micro_batch, micro_batch));
+                            static_cast<int64_t>(stages) * micro_batch, micro_batch,
+                            micro_batch == 1 ? "" : "s"));
 }
 
 // parallel.devices for the resolved stage count `stages` (0 = auto) and the planner; the
@@ -483,23 +521,22 @@ Check CheckRecompute(const v1::JobSpec& spec) {
 // over a micro-batch's N x H x W values (docs/layers.md); over one value its output is the bias
 // whatever the input: the layer passes nothing on and the model cannot learn (a user's
 // 28x28-kernel conv then batchnorm2d at micro_batch 1 trained to 10.9%). PyTorch refuses the same
-// ("Expected more than 1 value per channel when training").
+// ("Expected more than 1 value per channel when training"). A stage's replicas each normalise
+// their own share of the micro-batch: CheckSplitReplicas checks that.
 Check CheckBatchNormValues(const v1::JobSpec& spec) {
-  absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
-  if (!layers.ok()) return At("model", std::string(layers.status().message()));
-  const int64_t micro = spec.training().micro_batch();
-  for (const LayerInfo& layer : *layers) {
-    if (layer.type != "batchnorm2d" && layer.type != "residual_block") continue;
-    const std::vector<int64_t>& out = layer.output_shape;  // [C, H, W], what the norms see
-    if (out.size() != 3 || micro * out[1] * out[2] > 1) continue;
-    return At("training.micro_batch",
-              absl::StrFormat("model.layers[%d] (%s) normalises each channel over training."
-                              "micro_batch %d x %d x %d = 1 value, so its output is its bias "
-                              "whatever the input: use a micro_batch of at least 2 (or a larger "
-                              "image at that layer)",
-                              layer.index, layer.type, micro, out[1], out[2]));
+  if (absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model()); !layers.ok()) {
+    return At("model", std::string(layers.status().message()));
   }
-  return std::nullopt;
+  const int64_t micro = spec.training().micro_batch();
+  const auto one = BatchNormOverOneValue(spec, micro);
+  if (!one.has_value()) return std::nullopt;
+  const auto& [index, out] = *one;
+  return At("training.micro_batch",
+            absl::StrFormat("model.layers[%d] (%s) normalises each channel over training."
+                            "micro_batch %d x %d x %d = 1 value, so its output is its bias "
+                            "whatever the input: use a micro_batch of at least 2 (or a larger "
+                            "image at that layer)",
+                            index, spec.model().layers(index).type(), micro, out[1], out[2]));
 }
 
 // Needs a valid model and batch sizes.

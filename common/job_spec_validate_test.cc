@@ -400,6 +400,19 @@ TEST(ModelSizeTest, BatchNormNeedsMoreThanOneValuePerChannel) {
   const std::string two =
       Edit(Edit(cnn, "global_batch: 256", "global_batch: 4"), "micro_batch: 1", "micro_batch: 2");
   EXPECT_TRUE(ParseJobSpec(two, "job.yaml").ok()) << ParseJobSpec(two, "job.yaml").status();
+  // A stage's replicas split each micro-batch: 2 replicas of a micro-batch of 2 normalise one
+  // row each, the same one value per channel.
+  ExpectParseError(Edit(two, "  devices: 2", "  devices: 4"),
+                   "job.yaml:24:12: parallel.devices 4 with parallel.stages 2 gives 2 replicas "
+                   "per stage, each computing 1 row of every micro-batch (training.micro_batch "
+                   "2), so model.layers[1] (batchnorm2d) normalises each channel over 1 x 1 x 1 = "
+                   "1 value on a replica and its output is its bias whatever the input: set "
+                   "devices to at most 2 (1 replica per stage) or use a larger micro_batch");
+  // Each replica with 2 rows: fine.
+  const std::string four =
+      Edit(Edit(Edit(two, "  devices: 2", "  devices: 4"), "micro_batch: 2", "micro_batch: 4"),
+           "global_batch: 4", "global_batch: 8");
+  EXPECT_TRUE(ParseJobSpec(four, "job.yaml").ok()) << ParseJobSpec(four, "job.yaml").status();
 }
 
 // ------------------------------------------------------------------------------- UTF-8 names

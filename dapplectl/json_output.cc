@@ -263,11 +263,14 @@ YAML::Node CanonicalSpecTree(const v1::JobSpec& spec) { return YAML::Load(JobSpe
 
 // `keep_flow`: emit flow collections as flow (the canonical spec's `[1, 28, 28]` and
 // `{type: linear, out: 1024}`); elsewhere every collection is block style (the tree came from
-// JSON, where every collection is flow). `specs` resolves spec marks.
-void EmitYaml(const YAML::Node& node, const Specs& specs, bool keep_flow, YAML::Emitter* out) {
+// JSON, where every collection is flow). `specs` resolves spec marks. `in_flow`: `node` is
+// inside a flow collection, where a literal block cannot stand.
+void EmitYaml(const YAML::Node& node, const Specs& specs, bool keep_flow, YAML::Emitter* out,
+              bool in_flow = false) {
+  const bool flow = keep_flow && node.Style() == YAML::EmitterStyle::Flow;
   switch (node.Type()) {
     case YAML::NodeType::Map:
-      if (keep_flow && node.Style() == YAML::EmitterStyle::Flow) *out << YAML::Flow;
+      if (flow) *out << YAML::Flow;
       *out << YAML::BeginMap;
       for (const auto& kv : node) {
         const std::string& key = kv.first.Scalar();
@@ -280,17 +283,15 @@ void EmitYaml(const YAML::Node& node, const Specs& specs, bool keep_flow, YAML::
           EmitYaml(CanonicalSpecTree(*specs[spec]), specs, /*keep_flow=*/true, out);
         } else {
           *out << YAML::Key << key << YAML::Value;
-          EmitYaml(kv.second, specs, keep_flow, out);
+          EmitYaml(kv.second, specs, keep_flow, out, in_flow || flow);
         }
       }
       *out << YAML::EndMap;
       break;
     case YAML::NodeType::Sequence:
-      if (node.size() == 0 || (keep_flow && node.Style() == YAML::EmitterStyle::Flow)) {
-        *out << YAML::Flow;
-      }
+      if (node.size() == 0 || flow) *out << YAML::Flow;
       *out << YAML::BeginSeq;
-      for (const auto& item : node) EmitYaml(item, specs, keep_flow, out);
+      for (const auto& item : node) EmitYaml(item, specs, keep_flow, out, in_flow || flow);
       *out << YAML::EndSeq;
       break;
     case YAML::NodeType::Scalar: {
@@ -298,10 +299,11 @@ void EmitYaml(const YAML::Node& node, const Specs& specs, bool keep_flow, YAML::
       // yaml-cpp tags a quoted scalar "!" and a plain one "?": in JSON, quoted means string.
       if (node.Tag() != "!") {
         *out << s;  // number, true/false
-      } else if (s.find('\n') != std::string::npos && s[0] != ' ' && s.back() == '\n' &&
-                 !absl::EndsWith(s, "\n\n")) {
+      } else if (!in_flow && s.size() > 1 && s.find('\n') != std::string::npos && s[0] != ' ' &&
+                 s[0] != '\n' && s.back() == '\n' && !absl::EndsWith(s, "\n\n")) {
         // A literal block ("|") reads back with exactly one final newline; yaml-cpp would add
-        // a blank line if that newline were emitted as content.
+        // a blank line if that newline were emitted as content. Not for "\n" alone (an empty
+        // block reads back as "") nor inside a flow map (the sample's {prompt: "\n", ...}).
         *out << YAML::Literal << s.substr(0, s.size() - 1);
       } else if (NeedsQuotes(s) || s.find('\n') != std::string::npos) {
         *out << YAML::DoubleQuoted << s;

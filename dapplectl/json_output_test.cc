@@ -296,6 +296,19 @@ std::vector<std::pair<std::string, std::string>> SpecSources() {
        absl::StrReplaceAll(example, {{"path: /usr/share/datasets/fashion-mnist",
                                       "path: \"/data/fashion mnist #1, 'v2': {x}\""}})},
   };
+  // The GPT example, whose sample prompt is "\n" (a fresh user's `yq .spec` round trip read it
+  // back as "" and was refused), and prompts with newlines in other places.
+  const std::string gpt = ReadFile(SourceDir() + "/examples/gpt_kjv.yaml");
+  EXPECT_FALSE(gpt.empty());
+  out.push_back({"examples/gpt_kjv.yaml", gpt});
+  for (const char* prompt : {"\"And God\\n\"", "\"a\\nb\\n\"", "\"\\n\\nx\"", "\"x\\n\\n\""}) {
+    std::string text = gpt;
+    const size_t at = text.find("prompt: ");
+    EXPECT_NE(at, std::string::npos);
+    const size_t end = text.find_first_of(",}", at);
+    text.replace(at, end - at, absl::StrCat("prompt: ", prompt));
+    out.push_back({absl::StrCat("gpt, prompt ", prompt), text});
+  }
   // Names that a YAML reader would take for a number, a boolean or null.
   for (const char* name : {"2024", "1e5", "true", "null", "0.5"}) {
     out.push_back({absl::StrCat("name ", name),

@@ -138,6 +138,54 @@ double ActivationBytes(const ReplicaPlace& place, const StageSizes& sizes, int i
   return (sizes.input_bytes + sizes.output_bytes + dlogits) * in_flight + scratch;
 }
 
+namespace {
+
+// The backward's two gradient buffers between layers (a layer's input gradient and the next
+// one's, alternating): each the largest of the outputs that land in it.
+double TwoBufferBytes(const std::vector<double>& inner_output_bytes) {
+  double buffers[2] = {0, 0};
+  const int inner = static_cast<int>(inner_output_bytes.size());
+  for (int i = 0; i < inner; ++i) {
+    // Output i is the input gradient of layer i + 1, at distance inner - 1 - i from the last.
+    double& buffer = buffers[(inner - 1 - i) % 2];
+    buffer = std::max(buffer, inner_output_bytes[static_cast<size_t>(i)]);
+  }
+  return buffers[0] + buffers[1];
+}
+
+// Per id: the output sent and its gradient received (not the last virtual stage), the input
+// gradient sent back (not the first).
+double CommunicationPerId(bool first, bool last, double input_bytes, double output_bytes) {
+  return (last ? 0.0 : 2.0 * output_bytes) + (first ? 0.0 : input_bytes);
+}
+
+// Interleaved 1F1B with one ChunkSizes per chunk: every chunk backend keeps its own slots (as
+// many as its micro-batches were ever in flight at once, reused), its own two backward buffers
+// and its own message buffers, one per micro-batch id.
+void PredictChunks(const ReplicaPlace& place, const StageSizes& sizes, ReplicaMemory* m) {
+  const int p = NumStages(place);
+  const int v = static_cast<int>(sizes.chunks.size());
+  const int M = std::max(1, place.micro_batches);
+  const std::vector<int> slots = schedule::InterleavedChunkSlots(p, v, M, place.stage);
+  double activations = 0;
+  double workspace = 0;
+  double communication = 0;
+  for (int c = 0; c < v; ++c) {
+    const ChunkSizes& chunk = sizes.chunks[static_cast<size_t>(c)];
+    const bool first = place.stage == 0 && c == 0;
+    const bool last = place.stage == p - 1 && c == v - 1;
+    const double dlogits = last ? chunk.output_bytes : 0.0;
+    activations += (chunk.activation_bytes + dlogits) * slots[static_cast<size_t>(c)];
+    workspace += TwoBufferBytes(chunk.inner_output_bytes);
+    communication += CommunicationPerId(first, last, chunk.input_bytes, chunk.output_bytes) * M;
+  }
+  m->activations = RoundBytes(activations);
+  m->workspace = RoundBytes(workspace);
+  m->communication = RoundBytes(communication);
+}
+
+}  // namespace
+
 ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& sizes) {
   const double w = sizes.parameter_bytes;
   ReplicaMemory m;
@@ -150,15 +198,13 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
   m.stashed_weights = RoundBytes(w * ExtraWeightCopies(place));
   const bool first = place.stage == 0;
   const bool last = place.stage == NumStages(place) - 1;
-  m.activations = RoundBytes(ActivationBytes(place, sizes, m.in_flight));
-  double buffers[2] = {0, 0};
-  const int inner = static_cast<int>(sizes.inner_output_bytes.size());
-  for (int i = 0; i < inner; ++i) {
-    // Output i is the input gradient of layer i + 1, at distance inner - 1 - i from the last.
-    double& buffer = buffers[(inner - 1 - i) % 2];
-    buffer = std::max(buffer, sizes.inner_output_bytes[static_cast<size_t>(i)]);
+  if (place.schedule == schedule::ScheduleKind::kInterleaved && place.chunks > 1 &&
+      static_cast<int>(sizes.chunks.size()) == place.chunks && !place.recompute) {
+    PredictChunks(place, sizes, &m);
+    return m;
   }
-  m.workspace = RoundBytes(buffers[0] + buffers[1]);
+  m.activations = RoundBytes(ActivationBytes(place, sizes, m.in_flight));
+  m.workspace = RoundBytes(TwoBufferBytes(sizes.inner_output_bytes));
   if (place.schedule == schedule::ScheduleKind::kZbH1 ||
       place.schedule == schedule::ScheduleKind::kZbH2) {
     // The split backward never uses the two shared buffers: each slot keeps its own inner
@@ -168,10 +214,9 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
     m.activations += RoundBytes(inner_sum * m.in_flight);
     m.workspace = 0;
   }
-  // Per id: the output sent and its gradient received (not the last stage), the input gradient
-  // sent back (not the first).
-  const double per_id = (last ? 0.0 : 2.0 * sizes.output_bytes) + (first ? 0.0 : sizes.input_bytes);
-  m.communication = RoundBytes(per_id * CommunicationBufferIds(place));
+  m.communication =
+      RoundBytes(CommunicationPerId(first, last, sizes.input_bytes, sizes.output_bytes) *
+                 CommunicationBufferIds(place));
   return m;
 }
 

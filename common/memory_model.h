@@ -82,8 +82,9 @@ struct ReplicaPlace {
   // The stage recomputes its activations (PlanStageSummary.recompute).
   bool recompute = false;
   // Interleaved 1F1B: v, the layer ranges (chunks) the rank holds; StageSizes then covers all
-  // of them, its per-micro-batch activation sizes the mean over the chunks (what one chunk
-  // activation of the ActivationsInFlight ones holds on average). 1 for every other schedule.
+  // of them, with one ChunkSizes per chunk (StageSizes.chunks), its other per-micro-batch sizes
+  // the means over the chunks (what ActivationBytes multiplies by a count of chunk
+  // activations in flight). 1 for every other schedule.
   int chunks = 1;
 };
 
@@ -124,6 +125,15 @@ int ExtraWeightCopies(const ReplicaPlace& place);
 // runs every D_s-th micro-batch: (M + K_s) / gcd(M + K_s, D_s).
 int CommunicationBufferIds(const ReplicaPlace& place);
 
+// One chunk's sizes under interleaved 1F1B (StageSizes.chunks), for one micro-batch at
+// ReplicaRows samples: as StageSizes' fields, for the chunk's layers alone.
+struct ChunkSizes {
+  double activation_bytes = 0;
+  double input_bytes = 0;
+  double output_bytes = 0;
+  std::vector<double> inner_output_bytes;
+};
+
 // The sizes a replica's memory is made of, for one micro-batch at ReplicaRows samples.
 struct StageSizes {
   double parameter_bytes = 0;         // W: the stage's parameters, fp32
@@ -136,6 +146,11 @@ struct StageSizes {
   // input gradient) from its first layer with parameters (kernels::FirstLayerWithParams: the
   // backward stops there). Empty for a one-layer stage.
   std::vector<double> inner_output_bytes;
+  // Interleaved 1F1B: one entry per chunk, in order (the fields above are then their means and,
+  // for inner_output_bytes, their concatenation). PredictReplicaMemory counts each chunk on its
+  // own when there are ReplicaPlace.chunks of them: its slots (schedule::InterleavedChunkSlots),
+  // its two backward buffers and its messages, as the runtime's chunk backends hold them.
+  std::vector<ChunkSizes> chunks;
 };
 
 struct ReplicaMemory {

@@ -153,6 +153,23 @@ int InterleavedInFlight(int num_stages, int chunks, int num_micro_batches, int s
                   chunks * num_micro_batches);
 }
 
+std::vector<int> InterleavedChunkSlots(int num_stages, int chunks, int num_micro_batches,
+                                       int stage) {
+  std::vector<int> live(static_cast<size_t>(std::max(1, chunks)), 0);
+  std::vector<int> most = live;
+  for (const Op& op : GenerateInterleavedOps(num_stages, chunks, num_micro_batches, stage)) {
+    // Chunk c of rank r is virtual stage c * P + r.
+    const int c = (op.stage >= 0 ? op.stage : stage) / std::max(1, num_stages);
+    if (c < 0 || c >= static_cast<int>(live.size())) continue;
+    if (op.kind == v1::FORWARD) {
+      most[c] = std::max(most[c], ++live[c]);
+    } else if (op.kind == v1::BACKWARD) {
+      --live[c];
+    }
+  }
+  return most;
+}
+
 namespace {
 
 // Every forward (forward true) or backward of rank `stage` in order: group after group, the

@@ -153,6 +153,13 @@ int InterleavedWarmUp(int num_stages, int chunks, int num_micro_batches, int sta
 // steady phase's forward runs before its backward frees one). Each is one chunk's (1/v of the
 // rank's layers' activations, for equal chunks).
 int InterleavedInFlight(int num_stages, int chunks, int num_micro_batches, int stage);
+// Per chunk c of rank `stage` (v entries): the most micro-batches of chunk c whose forward has
+// run and whose backward has not, over the rank's program (GenerateInterleavedOps). A chunk
+// keeps a slot per such micro-batch and reuses, never frees, them, so a rank's activations at
+// its peak are the chunks' slot counts times their sizes; the counts add up to at least
+// InterleavedInFlight (rank 0 with P = 2, v = 2, M = 4: {4, 2} against 5 at once).
+std::vector<int> InterleavedChunkSlots(int num_stages, int chunks, int num_micro_batches,
+                                       int stage);
 
 // Dispatch. kPipeDream here is one update of M micro-batches
 // (GeneratePipeDream(P, M, stage, M)): with a single update and no later one to overlap, its

@@ -153,6 +153,25 @@ TEST(InterleavedSimulatorTest, WarmUpIsMegatrons) {
   EXPECT_EQ(InterleavedWarmUp(4, 2, 11, 3), 6);  // first group of 6
   EXPECT_EQ(InterleavedWarmUp(2, 2, 2, 1), 2);
   EXPECT_EQ(InterleavedInFlight(4, 2, 8, 0), 11);
+  // Per chunk: rank 0 of P = 2, v = 2, M = 4 runs chunk 0's 4 forwards before chunk 1's first
+  // backward frees anything of chunk 0, chunk 1 holds 2: 6 slots for 5 at once.
+  EXPECT_EQ(InterleavedChunkSlots(2, 2, 4, 0), (std::vector<int>{4, 2}));
+  for (int p : {2, 3, 4}) {
+    for (int v : {2, 3}) {
+      for (int m = p; m <= 3 * p; ++m) {
+        for (int r = 0; r < p; ++r) {
+          const std::vector<int> slots = InterleavedChunkSlots(p, v, m, r);
+          int sum = 0;
+          for (int k : slots) {
+            EXPECT_GE(k, 1);
+            EXPECT_LE(k, m);
+            sum += k;
+          }
+          EXPECT_GE(sum, InterleavedInFlight(p, v, m, r)) << p << " " << v << " " << m << " " << r;
+        }
+      }
+    }
+  }
   EXPECT_EQ(InterleavedInFlight(4, 2, 4, 0), 8);
 }
 

@@ -300,19 +300,24 @@ TEST(InterleavedChoiceTest, MemoryRefusesTheVsThatDoNotFit) {
   absl::StatusOr<v1::ParallelPlan> plan = MakePlan(AutoSpec(16, 4, 4), inputs);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const v1::ParallelPlanSummary& s = plan->summary();
-  EXPECT_EQ(s.schedule(), "interleaved");
-  EXPECT_TRUE(Find(s, "interleaved", 2)->chosen());
+  EXPECT_TRUE(Find(s, "interleaved", 2)->fits());
   for (int v : {3, 4}) {
     const v1::PlanAlternative* a = Find(s, "interleaved", v);
     ASSERT_NE(a, nullptr) << v;
     EXPECT_FALSE(a->fits()) << v;
     EXPECT_THAT(a->refused(), HasSubstr("but devices have")) << v;
   }
-  EXPECT_FALSE(Find(s, "zb-h1")->fits());
+  // What is chosen fits (zb-h1, at less memory than interleaved's per-chunk slots, and faster
+  // here; before the chunks were counted on their own interleaved v=2 looked leaner than it is).
   for (const v1::PlanStageSummary& stage : s.stages()) {
     EXPECT_LE(stage.peak_memory_bytes(), (v2 + v3) / 2);
   }
-  EXPECT_THAT(s.choice_reason(), ::testing::StartsWith("interleaved v=2: "));
+  ASSERT_GE(s.alternatives_size(), 1);
+  for (const v1::PlanAlternative& a : s.alternatives()) {
+    if (!a.chosen()) continue;
+    EXPECT_TRUE(a.fits());
+    for (int64_t peak : a.peak_memory_bytes()) EXPECT_LE(peak, (v2 + v3) / 2);
+  }
 }
 
 // With planner dapple and stages auto the depth is searched too: every P dividing the devices

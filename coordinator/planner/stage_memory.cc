@@ -29,9 +29,9 @@ memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan
   const double rows = memory::ReplicaRows(place, static_cast<double>(plan.micro_batch_size));
   const double scale = rows / static_cast<double>(profile.batch_size);
   // The rank's layer ranges: its chunks under interleaved 1F1B (chunk c is virtual stage
-  // c * P + s), else its one range. Per micro-batch the sizes are the mean over the chunks (what
-  // one chunk activation holds on average, memory_model.h ReplicaPlace.chunks), as the worker
-  // runtime computes them (worker/runtime/stage_runtime_create.cc).
+  // c * P + s), else its one range. Under interleaved each chunk's sizes are its own
+  // (memory_model.h StageSizes.chunks), as the worker runtime computes them
+  // (worker/runtime/stage_runtime_create.cc).
   std::vector<std::pair<int, int>> ranges;
   for (const v1::StageRange& c : stage.chunks) ranges.emplace_back(c.first_layer(), c.last_layer());
   if (ranges.empty()) ranges.emplace_back(stage.first_layer, stage.last_layer);
@@ -44,20 +44,28 @@ memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan
     for (int l = first; l <= last; ++l) {
       sizes.parameter_bytes += static_cast<double>(profile.parameter_bytes[l]);
     }
-    sizes.activation_bytes += activations.PerMicroBatch(first, last, rows) / v;
-    sizes.input_bytes += activations.InputBytes(first) * scale / v;
+    memory::ChunkSizes chunk;
+    chunk.activation_bytes = activations.PerMicroBatch(first, last, rows);
+    chunk.input_bytes = activations.InputBytes(first) * scale;
     // What crosses the cut after the range; the model's last layer's output (its logits)
     // otherwise.
-    sizes.output_bytes +=
+    chunk.output_bytes =
         static_cast<double>(last + 1 < profile.num_layers() ? profile.cut_bytes[last]
                                                             : profile.activation_bytes[last]) *
-        scale / v;
+        scale;
     // The first stage's backward stops at its first layer with parameters (no input gradient).
     int from = first;
     while (s == 0 && c == 0 && from <= last && profile.parameter_bytes[from] == 0) ++from;
     for (int l = from; l < last; ++l) {
-      sizes.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
+      chunk.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
     }
+    sizes.activation_bytes += chunk.activation_bytes / v;
+    sizes.input_bytes += chunk.input_bytes / v;
+    sizes.output_bytes += chunk.output_bytes / v;
+    sizes.inner_output_bytes.insert(sizes.inner_output_bytes.end(),
+                                    chunk.inner_output_bytes.begin(),
+                                    chunk.inner_output_bytes.end());
+    if (v > 1) sizes.chunks.push_back(std::move(chunk));
   }
   return memory::PredictReplicaMemory(place, sizes);
 }

@@ -312,7 +312,7 @@ void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
   place.num_steps = TotalSteps(spec);
   place.recompute = range.recompute();
   place.chunks = v;
-  // Per micro-batch: the mean over the chunks (memory_model.h ReplicaPlace.chunks).
+  // Each chunk's own sizes (memory_model.h StageSizes.chunks); the fields of all are the means.
   const int64_t rows = rows_.size();
   memory::StageSizes sizes;
   sizes.parameter_bytes = static_cast<double>(params) * sizeof(float);
@@ -320,16 +320,25 @@ void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
   int64_t activation_bytes = 0;
   for (int c = 0; c < v; ++c) {
     const v1::StageRange& r = ranges[c];
-    activation_bytes +=
+    memory::ChunkSizes chunk;
+    const int64_t chunk_activations =
         StageActivationBytesPerSample(infos, r.first_layer(), r.last_layer()) * rows;
-    sizes.input_bytes += static_cast<double>(dapple::InputBytes(infos[r.first_layer()]) * rows) / v;
-    sizes.output_bytes += static_cast<double>(infos[r.last_layer()].output_bytes * rows) / v;
+    activation_bytes += chunk_activations;
+    chunk.activation_bytes = static_cast<double>(chunk_activations);
+    chunk.input_bytes = static_cast<double>(dapple::InputBytes(infos[r.first_layer()]) * rows);
+    chunk.output_bytes = static_cast<double>(infos[r.last_layer()].output_bytes * rows);
     // The first stage's backward stops at its first layer with parameters (no input gradient).
     int from = r.first_layer();
     while (chunks_[c].first && from <= r.last_layer() && infos[from].param_count == 0) ++from;
     for (int l = from; l < r.last_layer(); ++l) {
-      sizes.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
+      chunk.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
     }
+    sizes.input_bytes += chunk.input_bytes / v;
+    sizes.output_bytes += chunk.output_bytes / v;
+    sizes.inner_output_bytes.insert(sizes.inner_output_bytes.end(),
+                                    chunk.inner_output_bytes.begin(),
+                                    chunk.inner_output_bytes.end());
+    if (v > 1) sizes.chunks.push_back(std::move(chunk));
   }
   activation_bytes_per_micro_batch_ = activation_bytes / v;
   sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);

@@ -35,6 +35,7 @@ namespace {
 
 using daemon_internal::DeadlineIn;
 using daemon_internal::Hostname;
+using daemon_internal::kLastTryDeadline;
 using daemon_internal::kRpcDeadline;
 
 // gRPC's default reconnect backoff grows to 120 s, so after a few coordinator restarts a worker
@@ -414,11 +415,17 @@ void WorkerDaemon::Deregister() {
   req.set_worker_id(id);
   v1::DeregisterWorkerResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(kRpcDeadline));
   auth_.Attach(&ctx);
-  // The last call of this process: wait out a reconnect in progress (the channel may still be
-  // backing off after the coordinator restarted) instead of failing with its last error.
-  ctx.set_wait_for_ready(true);
+  if (heartbeat_failing_.load()) {
+    // The coordinator answered no heartbeat lately (it is down): a last try, not a wait (a
+    // worker stopped after its coordinator died took 3 s to exit); it times the worker out.
+    ctx.set_deadline(DeadlineIn(kLastTryDeadline));
+  } else {
+    ctx.set_deadline(DeadlineIn(kRpcDeadline));
+    // The last call of this process: wait out a reconnect in progress (the channel may still be
+    // backing off after the coordinator restarted) instead of failing with its last error.
+    ctx.set_wait_for_ready(true);
+  }
   grpc::Status s = stub_->DeregisterWorker(&ctx, req, &resp);
   if (s.ok()) {
     DAPPLE_LOG_INFO("deregistered {}", id);
@@ -456,6 +463,9 @@ bool WorkerDaemon::HeartbeatOnce() {
     worker_id_.clear();
     return false;
   }
+  // Deregister's wait depends on it: a coordinator that answers nothing is not waited for.
+  heartbeat_failing_.store(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   if (!s.ok()) {
     DAPPLE_LOG_DEBUG("heartbeat failed: {}", s.error_message());
     return true;

@@ -235,7 +235,9 @@ class WorkerDaemon {
   // The on-demand checkpoint step of the running job's newest progress ack (0: none); written
   // by its ProgressReporter, read by the job thread (worker/checkpoint/stage_checkpointer.h).
   std::atomic<int64_t> checkpoint_step_{0};
-  std::atomic<bool> stopping_{false};            // Stop() was called
+  std::atomic<bool> stopping_{false};  // Stop() was called
+  // The last heartbeat found the coordinator unreachable (UNAVAILABLE, DEADLINE_EXCEEDED).
+  std::atomic<bool> heartbeat_failing_{false};
   std::map<std::string, DataCache> data_cache_;  // by data.path; job thread only
 };
 

@@ -22,6 +22,8 @@ namespace dapple::worker::daemon_internal {
 
 // Deadline of each control RPC: they are small and the coordinator answers without waiting.
 inline constexpr absl::Duration kRpcDeadline = absl::Seconds(2);
+// Deregistering from a coordinator that answers no heartbeat: one quick try.
+inline constexpr absl::Duration kLastTryDeadline = absl::Milliseconds(300);
 
 inline std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "common/schedule/pipedream_steps.h"
 
@@ -185,6 +186,17 @@ void PredictChunks(const ReplicaPlace& place, const StageSizes& sizes, ReplicaMe
 }
 
 }  // namespace
+
+void AddChunkSizes(ChunkSizes chunk, int chunks, StageSizes* sizes) {
+  const double v = std::max(1, chunks);
+  sizes->activation_bytes += chunk.activation_bytes / v;
+  sizes->input_bytes += chunk.input_bytes / v;
+  sizes->output_bytes += chunk.output_bytes / v;
+  sizes->inner_output_bytes.insert(sizes->inner_output_bytes.end(),
+                                   chunk.inner_output_bytes.begin(),
+                                   chunk.inner_output_bytes.end());
+  if (chunks > 1) sizes->chunks.push_back(std::move(chunk));
+}
 
 ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& sizes) {
   const double w = sizes.parameter_bytes;

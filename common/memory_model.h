@@ -153,6 +153,11 @@ struct StageSizes {
   std::vector<ChunkSizes> chunks;
 };
 
+// Adds one of a rank's `chunks` (v) chunks to `sizes`, in order: its sizes / v to the means, its
+// inner outputs to the concatenation, and (when v > 1) the chunk itself to sizes->chunks. The
+// planner and the worker build a rank's StageSizes chunk by chunk with it.
+void AddChunkSizes(ChunkSizes chunk, int chunks, StageSizes* sizes);
+
 struct ReplicaMemory {
   int64_t weights = 0;
   int64_t gradients = 0;

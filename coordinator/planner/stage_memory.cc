@@ -59,13 +59,7 @@ memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan
     for (int l = from; l < last; ++l) {
       chunk.inner_output_bytes.push_back(static_cast<double>(profile.activation_bytes[l]) * scale);
     }
-    sizes.activation_bytes += chunk.activation_bytes / v;
-    sizes.input_bytes += chunk.input_bytes / v;
-    sizes.output_bytes += chunk.output_bytes / v;
-    sizes.inner_output_bytes.insert(sizes.inner_output_bytes.end(),
-                                    chunk.inner_output_bytes.begin(),
-                                    chunk.inner_output_bytes.end());
-    if (v > 1) sizes.chunks.push_back(std::move(chunk));
+    memory::AddChunkSizes(std::move(chunk), v, &sizes);
   }
   return memory::PredictReplicaMemory(place, sizes);
 }

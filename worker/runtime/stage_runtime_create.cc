@@ -333,13 +333,9 @@ void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
     for (int l = from; l < r.last_layer(); ++l) {
       chunk.inner_output_bytes.push_back(static_cast<double>(infos[l].output_bytes * rows));
     }
-    sizes.input_bytes += chunk.input_bytes / v;
-    sizes.output_bytes += chunk.output_bytes / v;
-    sizes.inner_output_bytes.insert(sizes.inner_output_bytes.end(),
-                                    chunk.inner_output_bytes.begin(),
-                                    chunk.inner_output_bytes.end());
-    if (v > 1) sizes.chunks.push_back(std::move(chunk));
+    memory::AddChunkSizes(std::move(chunk), v, &sizes);
   }
+  // The whole bytes of the mean (what ActivationBytes counts per live slot when unmeasured).
   activation_bytes_per_micro_batch_ = activation_bytes / v;
   sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);

@@ -231,8 +231,11 @@ absl::Status WorkerDaemon::Register() {
     const DeviceMemory memory =
         ProbeDeviceMemory(options_.devices.front(), options_.device_memory_bytes);
     req.set_device_memory_bytes(memory.bytes);
-    req.set_device_memory_shared(memory.shared);
-    req.set_physical_device(PhysicalDevice(options_.devices.front()));
+    const std::string physical = PhysicalDevice(options_.devices.front());
+    req.set_physical_device(physical);
+    // A GPU's memory is split only among workers known to be on that GPU (an unknown one would
+    // be counted with the host's cpu workers' RAM).
+    req.set_device_memory_shared(memory.shared && (IsCpuWorker() || !physical.empty()));
     if (IsCpuWorker()) {
       bool first = false;
       {

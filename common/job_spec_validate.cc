@@ -299,21 +299,16 @@ Check CheckPipeDreamReplicas(const v1::JobSpec& spec, int stages, int replicas) 
                             micro_batches == 1 ? "replica" : "replicas"));
 }
 
-// The first batch-norm layer (batchnorm2d, residual_block) of the model that normalises each
-// channel over at most one value when a replica computes `rows` rows: its index and output
-// [C, H, W]; nullopt when none does (or the model does not infer: its own check says why).
+// The first batch-norm layer of the model that normalises each channel over at most one value
+// when `rows` rows are computed together (model_info.h BatchNormOverOneValue): its index and
+// output [C, H, W]; nullopt when none does (or the model does not infer: its own check says why).
 std::optional<std::pair<int, std::vector<int64_t>>> BatchNormOverOneValue(const v1::JobSpec& spec,
                                                                           int64_t rows) {
   absl::StatusOr<std::vector<LayerInfo>> layers = InferLayers(spec.model());
   if (!layers.ok()) return std::nullopt;
-  for (const LayerInfo& layer : *layers) {
-    if (layer.type != "batchnorm2d" && layer.type != "residual_block") continue;
-    const std::vector<int64_t>& out = layer.output_shape;  // [C, H, W], what the norms see
-    if (out.size() == 3 && rows * out[1] * out[2] <= 1) {
-      return std::make_pair(layer.index, out);
-    }
-  }
-  return std::nullopt;
+  const LayerInfo* layer = dapple::BatchNormOverOneValue(*layers, rows);
+  if (layer == nullptr) return std::nullopt;
+  return std::make_pair(layer->index, layer->output_shape);
 }
 
 // Every other schedule splits each micro-batch among a stage's D replicas (split-concat), so

@@ -96,6 +96,18 @@ absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_t
   return absl::OkStatus();
 }
 
+const LayerInfo* BatchNormOverOneValue(const std::vector<LayerInfo>& infos, int64_t rows) {
+  for (const LayerInfo& layer : infos) {
+    const int64_t values = layer.batch_norm_values_per_sample;
+    if (values > 0 && rows * values <= 1) return &layer;
+  }
+  return nullptr;
+}
+
+int64_t MinRowsPerReplica(const std::vector<LayerInfo>& infos) {
+  return BatchNormOverOneValue(infos, 1) != nullptr ? 2 : 1;
+}
+
 std::string LayerDescription(const LayerInfo& info) {
   if (info.type == "linear" && !info.input_shape.empty() && !info.output_shape.empty()) {
     return absl::StrCat("linear ", info.input_shape[0], " -> ", info.output_shape[0]);

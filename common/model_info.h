@@ -55,6 +55,19 @@ int64_t StageActivationBytesPerSample(const std::vector<LayerInfo>& infos, int f
 absl::Status CheckKernels(const v1::ModelSpec& model, absl::string_view device_type, bool bf16,
                           int* layer = nullptr);
 
+// The first layer of `infos` whose batch norms would normalise a channel over at most one value
+// where `rows` rows of a micro-batch are computed together (rows x LayerInfo::
+// batch_norm_values_per_sample <= 1): its output would be its bias whatever the input, so the
+// model could not learn (PyTorch refuses the same: "Expected more than 1 value per channel when
+// training"). nullptr when none would. Submit refuses such a micro_batch or replica count; the
+// planner gives a stage's replicas at least MinRowsPerReplica rows each.
+const LayerInfo* BatchNormOverOneValue(const std::vector<LayerInfo>& infos, int64_t rows);
+
+// The fewest rows of each micro-batch a stage replica may compute under split-concat so that no
+// batch norm of the model normalises over one value (BatchNormOverOneValue): 2 when one sees a
+// single value per channel per sample ([C, 1, 1]), else 1.
+int64_t MinRowsPerReplica(const std::vector<LayerInfo>& infos);
+
 // "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.
 std::string LayerDescription(const LayerInfo& info);
 

@@ -256,6 +256,40 @@ TEST(CheckKernelsTest, Bf16JobsNeedBf16CudaKernels) {
   EXPECT_TRUE(CheckKernels(m, "cuda", false).ok());
 }
 
+// A batch norm over a [C, 1, 1] image sees one value per channel per sample: one row of a
+// micro-batch is too few; over [C, 2, 2] one row gives four values.
+TEST(BatchNormOverOneValueTest, RowsTimesValuesPerSample) {
+  v1::ModelSpec m = MakeModel({1, 4, 4}, {{"conv2d", 0}, {"batchnorm2d", 0}, {"flatten", 0}});
+  m.mutable_layers(0)->mutable_conv2d()->set_out_channels(3);
+  m.mutable_layers(0)->mutable_conv2d()->set_kernel(4);
+  absl::StatusOr<std::vector<LayerInfo>> infos = InferLayers(m);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_EQ((*infos)[0].batch_norm_values_per_sample, 0);
+  EXPECT_EQ((*infos)[1].batch_norm_values_per_sample, 1);
+  ASSERT_NE(BatchNormOverOneValue(*infos, 1), nullptr);
+  EXPECT_EQ(BatchNormOverOneValue(*infos, 1)->index, 1);
+  EXPECT_EQ(BatchNormOverOneValue(*infos, 2), nullptr);
+  EXPECT_EQ(MinRowsPerReplica(*infos), 2);
+
+  m.mutable_layers(0)->mutable_conv2d()->set_kernel(3);  // [3, 2, 2]
+  infos = InferLayers(m);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_EQ((*infos)[1].batch_norm_values_per_sample, 4);
+  EXPECT_EQ(BatchNormOverOneValue(*infos, 1), nullptr);
+  EXPECT_EQ(MinRowsPerReplica(*infos), 1);
+
+  // A residual block of stride 4 on [1, 4, 4]: its batch norms see its [2, 1, 1] output.
+  v1::ModelSpec block = MakeModel({1, 4, 4}, {{"residual_block", 0}, {"flatten", 0}});
+  block.mutable_layers(0)->mutable_residual_block()->set_out_channels(2);
+  block.mutable_layers(0)->mutable_residual_block()->set_stride(4);
+  infos = InferLayers(block);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_THAT((*infos)[0].output_shape, ElementsAre(2, 1, 1));
+  EXPECT_EQ((*infos)[0].batch_norm_values_per_sample, 1);
+  EXPECT_EQ(MinRowsPerReplica(*infos), 2);
+  EXPECT_EQ(MinRowsPerReplica(*InferLayers(SmallMlp())), 1);
+}
+
 TEST(StageActivationBytesTest, InputOutputsAndSavedBytes) {
   v1::ModelSpec model;
   model.add_input_shape(16);

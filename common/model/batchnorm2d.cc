@@ -10,6 +10,8 @@
 // (starts at 0), running_var [C] (starts at 1). The backward needs the input and each channel's
 // mean and variance of the micro-batch: 2C floats per micro-batch, not per sample, so the saved
 // bytes per sample are 0.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/model/image_layers.h"
 #include "common/model/layer_types.h"
@@ -36,7 +38,7 @@ class BatchNorm2dType : public LayerType {
     if (!in.ok()) return in.status();
     LayerInfo info;
     info.output_shape = in->Shape();
-    AddBatchNorm("", in->c, &info);
+    AddBatchNorm("", *in, &info);
     const double n = static_cast<double>(in->Elements());
     info.forward_flops = kBatchNormForwardPerElement * n;
     info.backward_flops = kBatchNormBackwardPerElement * n;
@@ -47,7 +49,12 @@ class BatchNorm2dType : public LayerType {
 
 }  // namespace
 
-void AddBatchNorm(absl::string_view prefix, int64_t channels, LayerInfo* info) {
+void AddBatchNorm(absl::string_view prefix, const Image& normalised, LayerInfo* info) {
+  const int64_t channels = normalised.c;
+  const int64_t values = normalised.h * normalised.w;
+  info->batch_norm_values_per_sample = info->batch_norm_values_per_sample == 0
+                                           ? values
+                                           : std::min(info->batch_norm_values_per_sample, values);
   info->params.push_back({absl::StrCat(prefix, "weight"), {channels}, ""});
   info->params.push_back({absl::StrCat(prefix, "bias"), {channels}, ""});
   info->param_count += 2 * channels;

@@ -75,11 +75,12 @@ double ConvMacs(const Image& in, const Image& out, int64_t kernel);
 // (kernel <= 15), else 4.
 int64_t MaxPoolWorkspaceBytesPerOutput(int64_t kernel);
 
-// Appends a batch normalisation of `channels` channels to info's parameters and buffers, each
-// name prefixed by `prefix` ("" for batchnorm2d, "bn1." in a residual block): parameters
-// <prefix>weight, <prefix>bias [channels]; buffers <prefix>running_mean, <prefix>running_var
-// [channels] (batchnorm2d.cc).
-void AddBatchNorm(absl::string_view prefix, int64_t channels, LayerInfo* info);
+// Appends a batch normalisation of the image `normalised` (its c channels, each over its h x w
+// values per sample) to info's parameters and buffers, each name prefixed by `prefix` ("" for
+// batchnorm2d, "bn1." in a residual block): parameters <prefix>weight, <prefix>bias [c];
+// buffers <prefix>running_mean, <prefix>running_var [c]; and lowers
+// info->batch_norm_values_per_sample to h x w (batchnorm2d.cc).
+void AddBatchNorm(absl::string_view prefix, const Image& normalised, LayerInfo* info);
 
 }  // namespace dapple::model_types
 

@@ -61,6 +61,11 @@ struct LayerInfo {
   int64_t output_bytes = 0;
   int64_t saved_bytes = 0;
   int tied_layer = -1;  // the layer whose parameter a tied copy in `params` copies, or -1
+  // The values per channel of one sample that the layer's batch norms normalise over (H x W of
+  // the image they see; the smallest of its norms), so a replica computing n rows of a
+  // micro-batch normalises over n x this many; 0 when the layer normalises nothing over the
+  // batch (model_info.h BatchNormOverOneValue).
+  int64_t batch_norm_values_per_sample = 0;
 };
 
 // Where a layer sits, for its type's Infer.

@@ -62,14 +62,14 @@ class ResidualBlockType : public LayerType {
     info.output_shape = out->Shape();
     info.params.push_back({"conv1.weight", {o, c, 3, 3}, ""});
     info.param_count += 9 * o * c;
-    AddBatchNorm("bn1.", o, &info);
+    AddBatchNorm("bn1.", *out, &info);
     info.params.push_back({"conv2.weight", {o, o, 3, 3}, ""});
     info.param_count += 9 * o * o;
-    AddBatchNorm("bn2.", o, &info);
+    AddBatchNorm("bn2.", *out, &info);
     if (projection) {
       info.params.push_back({"shortcut.conv.weight", {o, c, 1, 1}, ""});
       info.param_count += o * c;
-      AddBatchNorm("shortcut.bn.", o, &info);
+      AddBatchNorm("shortcut.bn.", *out, &info);
     }
     const Image mid{o, out->h, out->w};  // conv2's input
     const double macs =

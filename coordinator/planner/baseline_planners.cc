@@ -103,7 +103,10 @@ std::vector<int64_t> MicroBatchSizes(const PlanningProblem& problem,
   std::vector<int64_t> out;
   if (problem.global_batch <= 0) return out;
   const int64_t G = problem.global_batch;
-  auto enough = [&](int64_t b) { return !pipedream || G / b >= most; };
+  auto enough = [&](int64_t b) {
+    if (pipedream) return G / b >= most;
+    return most == 1 || b / most >= problem.min_replica_rows;
+  };
   if (problem.micro_batch_size > 0) {
     if (problem.micro_batch_size % lcm == 0 && enough(problem.micro_batch_size)) {
       out.push_back(problem.micro_batch_size);

@@ -30,8 +30,9 @@ absl::Status ValidateProblem(const PlanningProblem& problem);
 // use, ascending: problem.micro_batch_size when > 0, otherwise every divisor b of global_batch
 // with P * M <= kMaxStageMicroBatches (M = global_batch / b, P = replicas.size(); M = 1 is
 // always allowed); only multiples of every replica count (split-concat gives each replica an
-// equal share), except under schedule pipedream, which never splits a micro-batch and instead
-// needs M >= every replica count (1F1B-RR: at least one micro-batch per replica per step).
+// equal share) that give every replica of a replicated stage problem.min_replica_rows rows at
+// least, except under schedule pipedream, which never splits a micro-batch and instead needs
+// M >= every replica count (1F1B-RR: at least one micro-batch per replica per step).
 std::vector<int64_t> MicroBatchSizes(const PlanningProblem& problem,
                                      const std::vector<int>& replicas);
 

@@ -49,9 +49,19 @@ std::pair<int, std::string> ReplicaLimit(const PlanningProblem& problem, int dev
                            Count(m, "micro-batch", "micro-batches"), " per step")};
     }
   } else if (b > 0) {
-    int divisor = 1;
-    for (int r = 1; r <= cap; ++r) {
-      if (b % r == 0) divisor = r;
+    int divisor = 1;  // the most replicas that split a micro-batch evenly
+    int kept = 1;     // of those, the most that leave each replica min_replica_rows rows
+    for (int r = 2; r <= cap; ++r) {
+      if (b % r != 0) continue;
+      divisor = r;
+      if (b / r >= problem.min_replica_rows) kept = r;
+    }
+    if (kept < divisor) {
+      return {kept, absl::StrCat("a stage's replicas each compute an equal share of every "
+                                 "micro-batch (training.micro_batch ",
+                                 b, "), at least ", problem.min_replica_rows,
+                                 " rows so that the model's batch norm normalises more than one "
+                                 "value per channel")};
     }
     if (divisor < cap) {
       return {divisor, absl::StrCat("a stage's replicas split every micro-batch evenly, and ",
@@ -175,14 +185,18 @@ std::string ReplicaRule(const PlanningProblem& problem, int devices) {
   }
   std::vector<int64_t> allowed;
   for (int64_t r = 1; r <= devices; ++r) {
-    if (b % r == 0) allowed.push_back(r);
+    if (b % r == 0 && (r == 1 || b / r >= problem.min_replica_rows)) allowed.push_back(r);
   }
   if (static_cast<int64_t>(allowed.size()) == devices) return "";
   std::string list = absl::StrJoin(allowed.begin(), allowed.end() - 1, ", ");
   if (allowed.size() > 1) absl::StrAppend(&list, " or ");
   absl::StrAppend(&list, allowed.back());
-  return absl::StrCat("a stage's replicas split each micro-batch evenly, so training.micro_batch ",
-                      b, " allows ", list, " replicas per stage");
+  return absl::StrCat("a stage's replicas split each micro-batch evenly",
+                      problem.min_replica_rows > 1
+                          ? absl::StrCat(", at least ", problem.min_replica_rows,
+                                         " rows each for the model's batch norm")
+                          : "",
+                      ", so training.micro_batch ", b, " allows ", list, " replicas per stage");
 }
 
 }  // namespace

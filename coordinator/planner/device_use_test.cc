@@ -202,5 +202,52 @@ TEST(DeviceUseNoteTest, MakePlanAddsTheNote) {
                        "6 up to 4)"));
 }
 
+// A batch norm over one value per channel per sample ([4, 1, 1] after a 28x28 convolution):
+// replicas that planners dp and dapple choose keep 2 rows of every micro-batch each, so of 4
+// devices a micro-batch of 4 uses 2 per stage (found by a fresh user's CNN on planner-chosen
+// replicas, which normalised one row per replica and could not learn).
+TEST(DeviceUseNoteTest, ReplicasKeepTwoRowsForABatchNorm) {
+  v1::JobSpec spec;
+  spec.set_name("bn");
+  v1::ModelSpec* model = spec.mutable_model();
+  for (int64_t d : {1, 28, 28}) model->add_input_shape(d);
+  v1::LayerSpec* conv = model->add_layers();
+  conv->set_type("conv2d");
+  conv->mutable_conv2d()->set_out_channels(4);
+  conv->mutable_conv2d()->set_kernel(28);
+  model->add_layers()->set_type("batchnorm2d");
+  model->add_layers()->set_type("relu");
+  model->add_layers()->set_type("flatten");
+  v1::LayerSpec* linear = model->add_layers();
+  linear->set_type("linear");
+  linear->mutable_linear()->set_out(10);
+  model->set_loss("softmax_cross_entropy");
+  spec.mutable_training()->set_global_batch(8);
+  spec.mutable_training()->set_micro_batch(4);
+  spec.mutable_training()->set_epochs(1);
+  spec.mutable_parallel()->set_schedule("dapple");
+  spec.mutable_parallel()->set_planner("dp");
+  spec.mutable_parallel()->set_devices(4);
+  PlanInputs inputs;
+  inputs.max_replicas = 4;
+  absl::StatusOr<v1::ParallelPlan> plan = MakePlan(spec, inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->summary().num_devices(), 2);
+  EXPECT_THAT(plan->summary().notes(),
+              Contains("uses 2 of the 4 parallel.devices: no plan can use more: one stage "
+                       "(planner dp), on at most 2 replicas (a stage's replicas each compute an "
+                       "equal share of every micro-batch (training.micro_batch 4), at least 2 rows "
+                       "so that the model's batch norm normalises more than one value per "
+                       "channel)"));
+  // DAPPLE's planner, choosing stages and replicas: no stage on more than 2.
+  spec.mutable_parallel()->set_planner("dapple");
+  spec.mutable_parallel()->set_stages(0);  // auto
+  plan = MakePlan(spec, inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const v1::PlanStageSummary& stage : plan->summary().stages()) {
+    EXPECT_LE(stage.replicas(), 2) << plan->summary().DebugString();
+  }
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

@@ -269,7 +269,13 @@ absl::StatusOr<PipeDreamSolution> Solve(const PlanningProblem& problem, bool exh
                                                        : problem.global_batch;
   const double intra = problem.topology.intra_node_bandwidth_bytes_per_s() / 1000.0;
   const double inter = problem.topology.inter_node_bandwidth_bytes_per_s() / 1000.0;
-  const int R = problem.max_replicas;
+  // A stage's replicas each compute batch / replicas rows, at least min_replica_rows of them
+  // (a batch norm over one value per channel cannot learn): a cap on every stage's replicas.
+  int R = problem.max_replicas;
+  if (batch > 0 && problem.min_replica_rows > 1) {
+    const int cap = static_cast<int>(std::max<int64_t>(1, batch / problem.min_replica_rows));
+    R = R > 0 ? std::min(R, cap) : cap;
+  }
 
   if (problem.num_stages > 0) {
     Level flat;

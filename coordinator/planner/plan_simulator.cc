@@ -245,6 +245,13 @@ absl::Status CheckPlan(const PlanningProblem& problem, const HybridPlan& plan,
                                   " is smaller than stage ", s, "'s ", replicas,
                                   " replicas: each replica needs at least one sample"));
     }
+    if (replicas > 1 && plan.micro_batch_size / replicas < problem.min_replica_rows) {
+      return Invalid(absl::StrCat(
+          "micro_batch_size ", plan.micro_batch_size, " gives each of stage ", s, "'s ", replicas,
+          " replicas ", plan.micro_batch_size / replicas, " row of a micro-batch, but the model's ",
+          "batch norm needs at least ", problem.min_replica_rows,
+          " on each: over one value per channel its output is its bias whatever the input"));
+    }
   }
   return absl::OkStatus();
 }

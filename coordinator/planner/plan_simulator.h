@@ -53,7 +53,8 @@ namespace dapple::coordinator {
 // formed: stages not contiguous / not covering every layer, an empty stage, a stage without
 // devices, a device used twice or outside the topology, micro_batch_size * micro_batches !=
 // global_batch, a micro-batch smaller than a stage's replica count (split-concat; under
-// pipedream instead fewer micro-batches than a stage's replicas).
+// pipedream instead fewer micro-batches than a stage's replicas), a replica of fewer rows than
+// problem.min_replica_rows.
 absl::StatusOr<Prediction> SimulatePlan(const PlanningProblem& problem, const HybridPlan& plan,
                                         schedule::ScheduleKind schedule);
 

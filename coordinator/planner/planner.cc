@@ -521,6 +521,7 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.vertical_sync = spec.parallel().pipedream().vertical_sync();
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
+  problem.min_replica_rows = MinRowsPerReplica(layers);
   if (spec_kind == schedule::ScheduleKind::kPipeDream && planner != kPipeDreamCodePlanner) {
     // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
     // PipeDream's code limits replicas not at all and finds M >= every replica count itself.

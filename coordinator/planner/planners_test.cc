@@ -529,6 +529,34 @@ TEST(MicroBatchSizesTest, DivisorsThatSplitOverTheReplicas) {
   EXPECT_TRUE(MicroBatchSizes(problem, {8}).empty());
 }
 
+// A batch norm over one value per channel per sample: a replicated stage's replicas need 2 rows
+// each, a stage of one replica still any.
+TEST(MicroBatchSizesTest, ReplicasKeepTheRowsABatchNormNeeds) {
+  PlanningProblem problem = Problem(EqualChain(4), Cluster(1, 4), 48);
+  problem.min_replica_rows = 2;
+  EXPECT_EQ(MicroBatchSizes(problem, {1}),
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 48}));
+  EXPECT_EQ(MicroBatchSizes(problem, {1, 4}), (std::vector<int64_t>{8, 12, 16, 24, 48}));
+  problem.micro_batch_size = 4;
+  EXPECT_EQ(MicroBatchSizes(problem, {2}), (std::vector<int64_t>{4}));
+  EXPECT_TRUE(MicroBatchSizes(problem, {4}).empty());
+  // 1F1B-RR never splits a micro-batch.
+  problem.schedule = schedule::ScheduleKind::kPipeDream;
+  EXPECT_EQ(MicroBatchSizes(problem, {4}), (std::vector<int64_t>{4}));
+  // The simulator refuses a plan that splits one row to a replica.
+  problem.schedule = schedule::ScheduleKind::kDapple;
+  HybridPlan plan;
+  plan.micro_batch_size = 4;
+  plan.micro_batches = 12;
+  plan.stages = {StagePlan{0, 3, {0, 1, 2, 3}}};
+  absl::StatusOr<Prediction> prediction = SimulatePlan(problem, plan, problem.schedule);
+  ASSERT_FALSE(prediction.ok());
+  EXPECT_EQ(prediction.status().message(),
+            "micro_batch_size 4 gives each of stage 0's 4 replicas 1 row of a micro-batch, but "
+            "the model's batch norm needs at least 2 on each: over one value per channel its "
+            "output is its bias whatever the input");
+}
+
 TEST(BalancedRangesTest, OptimalAndBalanced) {
   absl::StatusOr<std::vector<std::pair<int, int>>> r =
       BalancedRanges(std::vector<double>(30, 1), 4);

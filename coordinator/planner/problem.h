@@ -46,7 +46,13 @@ struct PlanningProblem {
   bool vertical_sync = false;
   int max_devices = 0;   // 0: every device of the topology; otherwise use at most this many
   int max_replicas = 0;  // 0: unlimited; 1: no stage replication (the runtime has none yet)
-  int num_stages = 0;    // 0: the planner chooses P; otherwise P is fixed
+  // The fewest rows of each micro-batch a replica of a split-concat stage (more than one
+  // replica) computes: 2 where a batch norm of the model would otherwise normalise one value per
+  // channel (common/model_info.h MinRowsPerReplica); 1 otherwise. Applies to every stage, not
+  // only to the batch norm's, so that a layout's micro-batch sizes need no layer ranges. Not
+  // under schedule pipedream, whose replicas compute whole micro-batches.
+  int64_t min_replica_rows = 1;
+  int num_stages = 0;  // 0: the planner chooses P; otherwise P is fixed
   // What Pipe-SGD's AllReduce carries (schedule pipesgd; pipesgd_model.h prices it).
   PipeSgdCompression pipesgd_compression = PipeSgdCompression::kNone;
   // training.recompute: which stages recompute their activations (stage_memory.h

@@ -198,6 +198,13 @@ void AddChunkSizes(ChunkSizes chunk, int chunks, StageSizes* sizes) {
   if (chunks > 1) sizes->chunks.push_back(std::move(chunk));
 }
 
+int64_t EvalPieceRows(int64_t micro_batch, int64_t widest_floats) {
+  return std::clamp<int64_t>(
+      std::min<int64_t>(kMaxEvalActivationFloats / std::max<int64_t>(1, widest_floats),
+                        micro_batch),
+      1, kMaxEvalPieceRows);
+}
+
 ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& sizes) {
   const double w = sizes.parameter_bytes;
   ReplicaMemory m;
@@ -226,9 +233,14 @@ ReplicaMemory PredictReplicaMemory(const ReplicaPlace& place, const StageSizes& 
     m.activations += RoundBytes(inner_sum * m.in_flight);
     m.workspace = 0;
   }
-  m.communication =
-      RoundBytes(CommunicationPerId(first, last, sizes.input_bytes, sizes.output_bytes) *
-                 CommunicationBufferIds(place));
+  double communication = CommunicationPerId(first, last, sizes.input_bytes, sizes.output_bytes) *
+                         CommunicationBufferIds(place);
+  // Replica 0 of each stage evaluates for its siblings (the largest, replica -1, counts it).
+  if (place.schedule == schedule::ScheduleKind::kPipeDream && place.evaluates_between_steps &&
+      !last && place.replica <= 0) {
+    communication += kEvalSendsInFlight * sizes.eval_piece_output_bytes;
+  }
+  m.communication = RoundBytes(communication);
   return m;
 }
 

@@ -33,7 +33,12 @@
 //                           the gradient it receives for it (not the last stage), and the input
 //                           gradient it sends back (not the first stage); a sent buffer must stay
 //                           untouched until the step's final wait (worker/comm/transport.h, Send),
-//                           so the runtime keeps one per id rather than per micro-batch in flight
+//                           so the runtime keeps one per id rather than per micro-batch in flight;
+//                           under pipedream, on a stage that sends, when the job evaluates between
+//                           steps (ReplicaPlace.evaluates_between_steps), also kEvalSendsInFlight
+//                           evaluation pieces' outputs (StageSizes.eval_piece_output_bytes): the
+//                           next step's training sends are still out, so the evaluation sends
+//                           from ids of its own (worker/runtime/stage_runtime_eval.cc)
 //   backward workspace      the backward's two buffers for the gradients between the stage's
 //                           layers, used in turn from the last layer down (dx of layer k, the
 //                           size of layer k - 1's output, goes to buffer (last - k) % 2); each
@@ -57,6 +62,20 @@
 #include "dapple/v1/job.pb.h"
 
 namespace dapple::memory {
+
+// The evaluation's pieces (worker/runtime/stage_runtime.h Evaluate): at most kMaxEvalPieceRows
+// samples each, no activation tensor of a piece over kMaxEvalActivationFloats floats, and at most
+// kEvalSendsInFlight pieces' sends out at once on a rank.
+inline constexpr int64_t kMaxEvalPieceRows = 1000;
+inline constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
+inline constexpr int kEvalSendsInFlight = 2;
+
+// Samples per evaluation piece: training.micro_batch `micro_batch` (so that an evaluation's
+// forward holds no more activations than one micro-batch of training does), at most
+// kMaxEvalPieceRows, fewer where the model's widest tensor (its input or a layer's output,
+// `widest_floats` per sample) would exceed kMaxEvalActivationFloats; at least 1. Every stage
+// splits the evaluation split the same way.
+int64_t EvalPieceRows(int64_t micro_batch, int64_t widest_floats);
 
 // Copies of the parameters `optimizer` keeps (kernels/cpu/optimizer.h, kernels/cuda): "adamw" 2,
 // "sgd" with momentum != 0 1, "sgd" without momentum 0.
@@ -86,6 +105,9 @@ struct ReplicaPlace {
   // the means over the chunks (what ActivationBytes multiplies by a count of chunk
   // activations in flight). 1 for every other schedule.
   int chunks = 1;
+  // The job evaluates after a step other than its last (common/steps.h
+  // EvaluatesBetweenSteps): under pipedream its sends then take buffers of their own.
+  bool evaluates_between_steps = false;
 };
 
 // Micro-batches whose activations a replica holds at its peak: M under gpipe (all forwards
@@ -146,6 +168,8 @@ struct StageSizes {
   // input gradient) from its first layer with parameters (kernels::FirstLayerWithParams: the
   // backward stops there). Empty for a one-layer stage.
   std::vector<double> inner_output_bytes;
+  // One evaluation piece's stage output (EvalPieceRows samples): see "communication buffers".
+  double eval_piece_output_bytes = 0;
   // Interleaved 1F1B: one entry per chunk, in order (the fields above are then their means and,
   // for inner_output_bytes, their concatenation). PredictReplicaMemory counts each chunk on its
   // own when there are ReplicaPlace.chunks of them: its slots (schedule::InterleavedChunkSlots),

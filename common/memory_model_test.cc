@@ -145,6 +145,36 @@ TEST(MemoryModelTest, PredictReplicaMemoryAddsEveryTerm) {
   EXPECT_EQ(zb.workspace, 0);
 }
 
+// Under pipedream an evaluation between steps sends from ids of its own (the next step's
+// training sends are still out): kEvalSendsInFlight pieces' outputs on replica 0 of a stage that
+// sends; nothing under a flushed schedule, on the last stage or on another replica.
+TEST(MemoryModelTest, PipeDreamEvaluationBetweenStepsKeepsTwoPiecesOutputs) {
+  StageSizes sizes;
+  sizes.input_bytes = 10;
+  sizes.output_bytes = 20;
+  sizes.eval_piece_output_bytes = 15;
+  ReplicaPlace place = Place(ScheduleKind::kPipeDream, 0, 8, {1, 1});
+  const int64_t training = PredictReplicaMemory(place, sizes).communication;
+  EXPECT_EQ(training, 10 * 2 * 20);
+  place.evaluates_between_steps = true;
+  EXPECT_EQ(PredictReplicaMemory(place, sizes).communication, training + kEvalSendsInFlight * 15);
+  place.replica = 1;
+  EXPECT_EQ(PredictReplicaMemory(place, sizes).communication, training);
+  ReplicaPlace last = Place(ScheduleKind::kPipeDream, 1, 8, {1, 1});
+  last.evaluates_between_steps = true;
+  const int64_t last_training = PredictReplicaMemory(last, sizes).communication;
+  last.evaluates_between_steps = false;
+  EXPECT_EQ(PredictReplicaMemory(last, sizes).communication, last_training);
+  ReplicaPlace dapple = Place(ScheduleKind::kDapple, 0, 8, {1, 1});
+  dapple.evaluates_between_steps = true;
+  EXPECT_EQ(PredictReplicaMemory(dapple, sizes).communication, 8 * 2 * 20);
+  // Pieces of training.micro_batch samples, at most 1000, fewer for a wide model.
+  EXPECT_EQ(EvalPieceRows(64, 784), 64);
+  EXPECT_EQ(EvalPieceRows(4096, 784), kMaxEvalPieceRows);
+  EXPECT_EQ(EvalPieceRows(512, kMaxEvalActivationFloats / 8), 8);
+  EXPECT_EQ(EvalPieceRows(512, 2 * kMaxEvalActivationFloats), 1);
+}
+
 TEST(MemoryModelTest, RecomputationKeepsInputsAndOutputsInFlightAndOneScratchSet) {
   StageSizes sizes;
   sizes.parameter_bytes = 1000;

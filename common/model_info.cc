@@ -1,5 +1,6 @@
 #include "common/model_info.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
@@ -106,6 +107,12 @@ const LayerInfo* BatchNormOverOneValue(const std::vector<LayerInfo>& infos, int6
 
 int64_t MinRowsPerReplica(const std::vector<LayerInfo>& infos) {
   return BatchNormOverOneValue(infos, 1) != nullptr ? 2 : 1;
+}
+
+int64_t WidestFloatsPerSample(const std::vector<LayerInfo>& infos) {
+  int64_t widest = NumElements(infos.front().input_shape);
+  for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
+  return widest;
 }
 
 std::string LayerDescription(const LayerInfo& info) {

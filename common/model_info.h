@@ -68,6 +68,10 @@ const LayerInfo* BatchNormOverOneValue(const std::vector<LayerInfo>& infos, int6
 // single value per channel per sample ([C, 1, 1]), else 1.
 int64_t MinRowsPerReplica(const std::vector<LayerInfo>& infos);
 
+// Floats per sample of the model's widest tensor: its input or a layer's output (what sizes an
+// evaluation piece: memory_model.h EvalPieceRows). Requires valid, non-empty `infos`.
+int64_t WidestFloatsPerSample(const std::vector<LayerInfo>& infos);
+
 // "linear 784 -> 256", "transformer_block [128, 64]": a layer as messages name it.
 std::string LayerDescription(const LayerInfo& info);
 

@@ -60,6 +60,14 @@ inline bool EvaluatesAfterStep(const v1::JobSpec& spec, int64_t step) {
   return every > 0 && done > 0 && done % every == 0;
 }
 
+// Whether the job evaluates after some step other than its last (EvaluatesAfterStep): a
+// program without a flush (pipedream) then evaluates with the next step's forwards in flight.
+inline bool EvaluatesBetweenSteps(const v1::JobSpec& spec) {
+  const int64_t every = spec.training().eval_every_steps() > 0 ? spec.training().eval_every_steps()
+                                                               : StepsPerEpoch(spec);
+  return every > 0 && every < TotalSteps(spec);
+}
+
 }  // namespace dapple
 
 #endif  // DAPPLE_COMMON_STEPS_H_

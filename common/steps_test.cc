@@ -53,6 +53,15 @@ TEST(EvaluatesAfterStepTest, TextDatasetCountsItsOwnSteps) {
   EXPECT_EQ(EvalSteps(spec), (std::vector<int64_t>{2, 3}));
 }
 
+// Whether some evaluation comes before the last step: the same steps as EvalSteps.
+TEST(EvaluatesBetweenStepsTest, AnEvaluationBeforeTheLastStep) {
+  for (const v1::JobSpec& spec : {Spec(3, 0), Spec(3, 4), Spec(2, 100), Spec(1, 0), Spec(1, 6),
+                                  Spec(1, 5), Spec(3, 0, 8), Spec(3, 0, 6), Spec(3, 0, 5)}) {
+    const std::vector<int64_t> steps = EvalSteps(spec);
+    EXPECT_EQ(EvaluatesBetweenSteps(spec), steps.size() > 1) << spec.DebugString();
+  }
+}
+
 TEST(EvaluatesAfterStepTest, NoStepsNoEvaluation) {
   v1::JobSpec spec = Spec(1, 0);
   spec.mutable_training()->set_global_batch(0);

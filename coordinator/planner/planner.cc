@@ -20,6 +20,7 @@
 #include "common/schedule/lowering.h"
 #include "common/schedule/ranks.h"
 #include "common/status.h"
+#include "common/steps.h"
 #include "coordinator/planner/device_use.h"
 #include "coordinator/planner/interleaved_choice.h"
 #include "coordinator/planner/interleaved_partition.h"
@@ -522,6 +523,8 @@ absl::StatusOr<v1::ParallelPlan> MakePlan(const v1::JobSpec& spec, const PlanInp
   problem.max_devices = devices;
   problem.max_replicas = inputs.max_replicas;
   problem.min_replica_rows = MinRowsPerReplica(layers);
+  problem.evaluates_between_steps = EvaluatesBetweenSteps(spec);
+  problem.eval_piece_rows = memory::EvalPieceRows(micro_batch, WidestFloatsPerSample(layers));
   if (spec_kind == schedule::ScheduleKind::kPipeDream && planner != kPipeDreamCodePlanner) {
     // 1F1B-RR: whole micro-batches round-robin, at most M replicas per stage (below).
     // PipeDream's code limits replicas not at all and finds M >= every replica count itself.

@@ -52,6 +52,11 @@ struct PlanningProblem {
   // only to the batch norm's, so that a layout's micro-batch sizes need no layer ranges. Not
   // under schedule pipedream, whose replicas compute whole micro-batches.
   int64_t min_replica_rows = 1;
+  // The job evaluates after a step other than its last (common/steps.h EvaluatesBetweenSteps),
+  // in pieces of eval_piece_rows samples (memory_model.h EvalPieceRows): what a pipedream
+  // stage's evaluation sends hold (memory_model.h, "communication buffers"). false / 0: no job.
+  bool evaluates_between_steps = false;
+  int64_t eval_piece_rows = 0;
   int num_stages = 0;  // 0: the planner chooses P; otherwise P is fixed
   // What Pipe-SGD's AllReduce carries (schedule pipesgd; pipesgd_model.h prices it).
   PipeSgdCompression pipesgd_compression = PipeSgdCompression::kNone;

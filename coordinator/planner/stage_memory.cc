@@ -61,6 +61,13 @@ memory::ReplicaMemory PredictAs(const PlanningProblem& problem, const HybridPlan
     }
     memory::AddChunkSizes(std::move(chunk), v, &sizes);
   }
+  const int last = ranges.back().second;
+  const double output_per_sample =
+      static_cast<double>(last + 1 < profile.num_layers() ? profile.cut_bytes[last]
+                                                          : profile.activation_bytes[last]) /
+      static_cast<double>(profile.batch_size);
+  place.evaluates_between_steps = problem.evaluates_between_steps;
+  sizes.eval_piece_output_bytes = output_per_sample * static_cast<double>(problem.eval_piece_rows);
   return memory::PredictReplicaMemory(place, sizes);
 }
 

@@ -83,4 +83,9 @@ absl::Status DelayTransport::WaitSends() {
   return Track(inner_->WaitSends());
 }
 
+absl::Status DelayTransport::WaitSend(int peer, uint64_t tag) {
+  if (!error_.ok()) return error_;
+  return Track(inner_->WaitSend(peer, tag));
+}
+
 }  // namespace dapple::worker

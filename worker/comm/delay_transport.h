@@ -65,6 +65,9 @@ class DelayTransport : public Transport {
   absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   absl::Status WaitSends() override;
+  // Forwarded at once, as WaitSends.
+  bool WaitsForOneSend() const override { return inner_->WaitsForOneSend(); }
+  absl::Status WaitSend(int peer, uint64_t tag) override;
 
   // Delays drawn so far (one per Send / Recv that reached the draw) and their sum.
   int64_t delays() const { return delays_; }

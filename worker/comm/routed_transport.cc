@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace dapple::worker {
 
@@ -32,6 +33,18 @@ absl::Status RoutedTransport::Recv(int peer, uint64_t tag, void* data, size_t by
   absl::StatusOr<Transport*> t = Route(peer);
   if (!t.ok()) return t.status();
   return (*t)->Recv(peer, tag, data, bytes);
+}
+
+bool RoutedTransport::WaitsForOneSend() const {
+  for (const Transport* t : distinct_) {
+    if (!t->WaitsForOneSend()) return false;
+  }
+  return true;
+}
+
+absl::Status RoutedTransport::WaitSend(int peer, uint64_t tag) {
+  DAPPLE_ASSIGN_OR_RETURN(Transport * t, Route(peer));
+  return t->WaitSend(peer, tag);
 }
 
 absl::Status RoutedTransport::WaitSends() {

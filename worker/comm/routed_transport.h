@@ -3,7 +3,8 @@
 //
 // Blocking rules and errors are those of the underlying transports (transport.h). WaitSends
 // waits on every distinct underlying transport, in the order they were added, and returns the
-// first error. A peer without a route is kFailedPrecondition naming it.
+// first error; WaitSend on the peer's own (WaitsForOneSend: every route's). A peer without a
+// route is kFailedPrecondition naming it.
 // Thread safety: one thread (transport.h). Routes are not owned and must outlive this object.
 #ifndef DAPPLE_WORKER_COMM_ROUTED_TRANSPORT_H_
 #define DAPPLE_WORKER_COMM_ROUTED_TRANSPORT_H_
@@ -24,6 +25,8 @@ class RoutedTransport : public Transport {
   absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   absl::Status WaitSends() override;
+  bool WaitsForOneSend() const override;
+  absl::Status WaitSend(int peer, uint64_t tag) override;
 
  private:
   absl::StatusOr<Transport*> Route(int peer) const;

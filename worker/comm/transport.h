@@ -2,7 +2,8 @@
 //
 // Blocking rules:
 //  - Send posts the message and returns without waiting for the receiver; `data` must stay
-//    valid and unchanged until WaitSends() returns.
+//    valid and unchanged until WaitSends() returns, or until WaitSend() of that message
+//    returns where the transport can wait for one send (WaitsForOneSend).
 //  - Recv blocks until the message with (peer, tag) has arrived in full.
 //  - Every blocking call returns early with kAborted when the abort flag (Options) becomes
 //    true, with kDeadlineExceeded after Options::timeout, and with kUnavailable naming the
@@ -35,6 +36,21 @@ class Transport {
   // `bytes` must equal the size sent; a mismatch is kInternal.
   virtual absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
   virtual absl::Status WaitSends() = 0;
+
+  // Whether WaitSend works: a transport that can wait for one message's send without waiting
+  // for the others. Those that cannot (their sends complete in order: NCCL's stream, CUDA IPC's
+  // acknowledgements) say false; their callers keep every buffer until WaitSends.
+  virtual bool WaitsForOneSend() const { return false; }
+  // Blocks until the send of (peer, tag) posted since the last WaitSends is done, so that its
+  // `data` may change, whatever other sends are still out (a program without a flush keeps sends
+  // out that the peer receives only later: waiting for them all there would deadlock). OK at
+  // once when no such send is pending. kUnimplemented when !WaitsForOneSend(); other errors as
+  // WaitSends'.
+  virtual absl::Status WaitSend(int peer, uint64_t tag) {
+    (void)peer;
+    (void)tag;
+    return absl::UnimplementedError("this transport waits for all sends at once only");
+  }
 };
 
 }  // namespace dapple::worker

@@ -484,4 +484,28 @@ absl::Status UcxTransport::WaitSends() {
   return absl::OkStatus();
 }
 
+absl::Status UcxTransport::WaitSend(int peer, uint64_t tag) {
+  Impl& s = *impl_;
+  if (!s.failed.ok()) return s.failed;
+  const uint64_t user_tag = tag & kUserTagMask;
+  auto pending = [&] {
+    for (const Impl::PendingSend& p : s.pending) {
+      if (p.peer == peer && p.tag == user_tag) return true;
+    }
+    return false;
+  };
+  absl::Status reaped;
+  absl::Status waited = s.Block(
+      [&] {
+        reaped = s.ReapSends();
+        return !reaped.ok() || !pending();
+      },
+      peer,
+      absl::StrFormat("rank %d: waiting for the send of tag %d to peer rank %d", s.my_rank,
+                      user_tag, peer));
+  if (!reaped.ok()) return s.Fail(reaped);
+  if (!waited.ok()) return s.Fail(waited);
+  return absl::OkStatus();
+}
+
 }  // namespace dapple::worker

@@ -65,6 +65,8 @@ class UcxTransport : public Transport {
   absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   absl::Status WaitSends() override;
+  bool WaitsForOneSend() const override { return true; }
+  absl::Status WaitSend(int peer, uint64_t tag) override;
 
  private:
   struct Impl;

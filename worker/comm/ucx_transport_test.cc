@@ -253,6 +253,34 @@ TEST(UcxTransportTest, SimultaneousLargeSendsDoNotDeadlock) {
   EXPECT_EQ(child.Wait(), 0);
 }
 
+// WaitSend waits for one message's send alone: a rendezvous send the peer receives only later
+// stays out (a program without a flush evaluates with the next step's sends out).
+TEST(UcxTransportTest, WaitSendWaitsForThatSendAlone) {
+  Child child;
+  child.Start([](UcxTransport& t, int fd) {
+    std::vector<uint8_t> first(kLarge), second(kLarge);
+    CHILD_CHECK_OK(t.Recv(0, 2, second.data(), second.size()));
+    CHILD_CHECK(second == Pattern(kLarge, 2));
+    // Tag 1 only once the parent's WaitSend of tag 2 returned.
+    const int rc = WaitForParent(fd);
+    if (rc != 0) return rc;
+    CHILD_CHECK_OK(t.Recv(0, 1, first.data(), first.size()));
+    CHILD_CHECK(first == Pattern(kLarge, 1));
+    return 0;
+  });
+  auto t = child.ConnectParent();
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(t->WaitsForOneSend());
+  ASSERT_OK(t->WaitSend(1, 7));  // nothing sent with that tag
+  const std::vector<uint8_t> first = Pattern(kLarge, 1), second = Pattern(kLarge, 2);
+  ASSERT_OK(t->Send(1, 1, first.data(), first.size()));
+  ASSERT_OK(t->Send(1, 2, second.data(), second.size()));
+  ASSERT_OK(t->WaitSend(1, 2));
+  child.TellDone();
+  ASSERT_OK(t->WaitSends());
+  EXPECT_EQ(child.Wait(), 0);
+}
+
 TEST(UcxTransportTest, ReceivesTagsOutOfOrder) {
   Child child;
   child.Start([](UcxTransport& t, int fd) {

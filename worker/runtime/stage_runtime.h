@@ -261,10 +261,10 @@ class StageRuntime {
   // and backend errors prefixed "stage 1 sample byte 7: ".
   absl::StatusOr<GenerateResult> Generate();
 
-  // Samples per evaluation chunk: training.micro_batch (so that an evaluation's forward holds
-  // no more activations than one micro-batch of training does), at most kMaxEvalChunk, fewer
-  // for wide models so that no activation tensor exceeds kMaxEvalActivationFloats. A function
-  // of the spec and the whole model, so every stage splits the evaluation split the same way.
+  // Samples per evaluation chunk (common/memory_model.h EvalPieceRows): training.micro_batch,
+  // at most kMaxEvalChunk, fewer for wide models so that no activation tensor exceeds
+  // kMaxEvalActivationFloats. A function of the spec and the whole model, so every stage splits
+  // the evaluation split the same way.
   int64_t EvalChunk() const { return eval_chunk_; }
 
   // This stage's parameters on the host, in layer order (names "layer<i>.weight" /
@@ -282,10 +282,10 @@ class StageRuntime {
   // rank is its stage and replica (otherwise nothing happens).
   void InjectNonFinite(const NonFiniteInjection& injection);
 
-  static constexpr int64_t kMaxEvalChunk = 1000;
-  static constexpr int64_t kMaxEvalActivationFloats = int64_t{1} << 26;  // 256 MiB
+  static constexpr int64_t kMaxEvalChunk = memory::kMaxEvalPieceRows;
+  static constexpr int64_t kMaxEvalActivationFloats = memory::kMaxEvalActivationFloats;
   // Evaluation pieces whose activations a rank with one chunk keeps in flight (Evaluate).
-  static constexpr int kEvalSendsInFlight = 2;
+  static constexpr int kEvalSendsInFlight = memory::kEvalSendsInFlight;
 
  private:
   StageRuntime() = default;

@@ -263,10 +263,7 @@ absl::StatusOr<std::vector<LayerInfo>> StageRuntime::InitShapes() {
     chunks_.push_back(std::move(ck));
     train_flops_per_sample_ += StageTrainFlopsPerSample(infos, r.first_layer(), r.last_layer());
   }
-  int64_t widest = NumElements(infos[0].input_shape);
-  for (const LayerInfo& info : infos) widest = std::max(widest, NumElements(info.output_shape));
-  eval_chunk_ = std::clamp<int64_t>(
-      std::min<int64_t>(kMaxEvalActivationFloats / widest, micro_batch_size_), 1, kMaxEvalChunk);
+  eval_chunk_ = memory::EvalPieceRows(micro_batch_size_, WidestFloatsPerSample(infos));
   targets_per_sample_ = TargetsPerSample(infos);
   const std::vector<int64_t>& model_output = infos.back().output_shape;
   if (model_output.size() == 2) {
@@ -338,6 +335,10 @@ void StageRuntime::InitMemoryModel(const std::vector<LayerInfo>& infos,
   // The whole bytes of the mean (what ActivationBytes counts per live slot when unmeasured).
   activation_bytes_per_micro_batch_ = activation_bytes / v;
   sizes.activation_bytes = static_cast<double>(activation_bytes_per_micro_batch_);
+  // What an evaluation piece sends (InitShapes set eval_chunk_ first).
+  place.evaluates_between_steps = EvaluatesBetweenSteps(spec);
+  sizes.eval_piece_output_bytes =
+      static_cast<double>(infos[ranges.back().last_layer()].output_bytes * eval_chunk_);
   predicted_memory_ = memory::PredictReplicaMemory(place, sizes);
   memory_place_ = std::move(place);
   memory_sizes_ = std::move(sizes);

@@ -53,12 +53,16 @@ absl::Status StageRuntime::EvaluateChunk(int64_t eval_index, int chunk, int slot
   // the training's first send ids, and with one chunk per rank it keeps at most
   // kEvalSendsInFlight pieces in flight: it waits for the sent ones before reusing their ids, so
   // an evaluation holds no more than a step (one buffer per piece held every piece's activations
-  // at once: gigabytes for a GPT's validation split). Two cases cannot wait mid-evaluation and
-  // keep one buffer per piece: virtual stages (a rank's later chunk receives what its earlier
-  // chunk's neighbour sends), and a program without a flush, whose training sends still out are
-  // received by the neighbour only after its own evaluation; those take ids after the
-  // training's, so that no evaluation piece overwrites a training send in flight.
-  const bool bounded_sends = chunks_.size() == 1 && !carries_across_steps_;
+  // at once: gigabytes for a GPT's validation split). A program without a flush (PipeDream)
+  // has training sends still out that the neighbour receives only after its own evaluation, so
+  // it cannot wait for all sends: it waits for the one of the piece kEvalSendsInFlight earlier
+  // instead (Transport::WaitSend), in two ids after the training's so that no evaluation piece
+  // overwrites a training send in flight (memory_model.h counts them). Virtual stages (a
+  // rank's later chunk receives what its earlier chunk's neighbour sends) and a program without
+  // a flush on a transport that waits for all sends at once keep one buffer per piece.
+  const bool one_send_waits = transport_ != nullptr && transport_->WaitsForOneSend();
+  const bool bounded_sends = chunks_.size() == 1 && (!carries_across_steps_ || one_send_waits);
+  const int first_id = carries_across_steps_ ? id_space_ : 0;
   for (int64_t c = 0; c < pieces; ++c) {
     const int64_t begin = c * eval_chunk_;
     const int64_t n = std::min(eval_chunk_, eval.size() - begin);
@@ -94,13 +98,16 @@ absl::Status StageRuntime::EvaluateChunk(int64_t eval_index, int chunk, int slot
       totals->loss_sum += *sum;
       totals->correct += ok;
     } else {
-      if (bounded_sends && c > 0 && c % kEvalSendsInFlight == 0) {
+      if (bounded_sends && carries_across_steps_ && c >= kEvalSendsInFlight) {
+        const int earlier = piece - kEvalSendsInFlight;
+        s = transport_->WaitSend(
+            eval_next_rank_, MessageTag(MessageKind::kEvalActivation, eval_index, earlier, chunk));
+        if (!s.ok()) return with_chunk(c, s);
+      } else if (bounded_sends && c > 0 && c % kEvalSendsInFlight == 0) {
         s = transport_->WaitSends();
         if (!s.ok()) return with_chunk(c, s);
       }
-      const int send_id = bounded_sends           ? piece % kEvalSendsInFlight
-                          : carries_across_steps_ ? id_space_ + piece
-                                                  : piece;
+      const int send_id = first_id + (bounded_sends ? piece % kEvalSendsInFlight : piece);
       absl::StatusOr<const void*> out = b.OutputForSend(slot, send_id, n);
       if (!out.ok()) return with_chunk(c, out.status());
       s = transport_->Send(eval_next_rank_,

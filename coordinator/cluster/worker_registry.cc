@@ -47,15 +47,28 @@ std::string WorkerStateName(v1::WorkerState state) {
   return absl::StrCat("STATE_", static_cast<int>(state));
 }
 
+bool SameInstanceKey(absl::string_view known, absl::string_view presented) {
+  if (known.empty() || known.size() != presented.size()) return false;
+  // In constant time: the key is a secret.
+  unsigned char diff = 0;
+  for (size_t i = 0; i < known.size(); ++i) {
+    diff |= static_cast<unsigned char>(known[i] ^ presented[i]);
+  }
+  return diff == 0;
+}
+
 WorkerRecord& WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
                                        int64_t now_unix_ms) {
   // A retry of a registration whose reply was lost (the worker's call timed out after this
   // registry recorded it) comes from the same process: give back the same id instead of making
-  // up another and leaving an orphan that only the heartbeat timeout removes.
+  // up another and leaving an orphan that only the heartbeat timeout removes. The process proves
+  // it with its secret instance key: hostname and pid are public (a user who read them from
+  // `dapplectl workers` got a live worker's id and credential with the join token).
   for (auto& [order, record] : by_order_) {
     v1::WorkerInfo& known = record->info;
     if (known.state() == v1::WORKER_STATE_IDLE && known.hostname() == request.hostname() &&
         known.pid() == request.pid() && request.pid() != 0 &&
+        SameInstanceKey(record->instance_key, request.instance_key()) &&
         (request.name().empty() || request.name() == known.id())) {
       *known.mutable_devices() = request.devices();
       known.set_last_heartbeat_unix_ms(now_unix_ms);
@@ -86,6 +99,7 @@ WorkerRecord& WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
   }
 
   auto record = std::make_unique<WorkerRecord>();
+  record->instance_key = request.instance_key();
   v1::WorkerInfo& info = record->info;
   info.set_id(id);
   info.set_hostname(request.hostname());

@@ -31,6 +31,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/cluster/worker_observer.h"
 #include "dapple/v1/plan.pb.h"
 #include "dapple/v1/worker.pb.h"
@@ -52,6 +53,9 @@ struct WorkerRecord {
   // none). After a coordinator restart it may be a request of the previous coordinator.
   std::string measuring_request_id;
   int64_t measuring_since_unix_ms = 0;
+  // RegisterWorkerRequest.instance_key of the registration that made this record ("" for a
+  // worker that sent none): only a registration with the same key is a retry of it.
+  std::string instance_key;
   // Records what the worker says it measures now (a new request id restarts the clock).
   void NoteMeasuring(const std::string& request_id, int64_t now_unix_ms) {
     if (request_id != measuring_request_id) measuring_since_unix_ms = now_unix_ms;
@@ -59,6 +63,10 @@ struct WorkerRecord {
     if (request_id.empty()) measuring_since_unix_ms = 0;
   }
 };
+
+// Whether `presented` is the non-empty instance key `known` (RegisterWorkerRequest.instance_key),
+// compared in time independent of where they differ.
+bool SameInstanceKey(absl::string_view known, absl::string_view presented);
 
 // "IDLE", "BUSY", "DEAD" ("UNSPECIFIED" / "STATE_<n>" otherwise).
 std::string WorkerStateName(v1::WorkerState state);
@@ -73,8 +81,9 @@ class WorkerRegistry {
   // that is non-empty and no IDLE or BUSY worker has it (a DEAD worker of that name comes back
   // to life as a new registration); otherwise the next free "w-N" (N = 1, 2, ...). A
   // registration counts as the newest for registration order. A request from the host and pid
-  // (pid != 0) of an IDLE worker, with that worker's name or none, is a retried registration: it
-  // returns that worker (same id and order, devices and heartbeat refreshed).
+  // (pid != 0) of an IDLE worker, with that worker's name or none and its instance key
+  // (SameInstanceKey), is a retried registration: it returns that worker (same id and order,
+  // devices and heartbeat refreshed).
   WorkerRecord& Register(const v1::RegisterWorkerRequest& request, int64_t now_unix_ms);
 
   // nullptr when no worker ever registered with `id` (DEAD workers are found).

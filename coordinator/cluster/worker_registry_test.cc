@@ -1,5 +1,6 @@
 #include "coordinator/cluster/worker_registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -8,11 +9,12 @@ namespace {
 
 using ::testing::ElementsAre;
 
-// Each request comes from another process (pid), as real workers do.
+// Each request comes from another process (pid, instance key), as real workers do.
 v1::RegisterWorkerRequest Request(const std::string& name = "") {
   static int next_pid = 42;
   v1::RegisterWorkerRequest r;
   r.set_hostname("host");
+  r.set_instance_key(absl::StrCat("0123456789abcdef0123456789ab", next_pid));
   r.set_pid(next_pid++);
   r.add_devices("cpu");
   r.set_name(name);
@@ -66,6 +68,31 @@ TEST(WorkerRegistryTest, ARetriedRegistrationGetsTheSameWorker) {
   EXPECT_EQ(registry.Register(renamed, 0).info.id(), "other");
   ASSERT_TRUE(registry.Transition(a, v1::WORKER_STATE_BUSY, "test", "job-1", 0).ok());
   EXPECT_EQ(registry.Register(named, 0).info.id(), "w-3");
+}
+
+// Hostname and pid are public (`dapplectl workers`): only the process's secret instance key makes
+// a registration a retry. Found by a security review: a tenant holding the join token registered
+// with a live worker's host and pid, got its id and a credential, and forged its reports.
+TEST(WorkerRegistryTest, ARetryMustCarryTheInstanceKey) {
+  WorkerRegistry registry;
+  const v1::RegisterWorkerRequest genuine = Request();
+  WorkerRecord& w = registry.Register(genuine, 0);
+  v1::RegisterWorkerRequest forged = genuine;
+  forged.set_instance_key("ffffffffffffffffffffffffffffffff");
+  EXPECT_NE(&registry.Register(forged, 1), &w);
+  forged.clear_instance_key();
+  EXPECT_NE(&registry.Register(forged, 2), &w);
+  forged.set_instance_key(genuine.instance_key().substr(1));
+  EXPECT_NE(&registry.Register(forged, 3), &w);
+  EXPECT_EQ(&registry.Register(genuine, 4), &w);
+  // A worker that sent no key is never matched by a retry.
+  v1::RegisterWorkerRequest keyless = Request();
+  keyless.clear_instance_key();
+  WorkerRecord& k = registry.Register(keyless, 0);
+  EXPECT_NE(&registry.Register(keyless, 1), &k);
+  EXPECT_FALSE(SameInstanceKey("", ""));
+  EXPECT_TRUE(SameInstanceKey("abc", "abc"));
+  EXPECT_FALSE(SameInstanceKey("abc", "abd"));
 }
 
 TEST(WorkerRegistryTest, TransitionsFollowTheLifecycle) {

@@ -312,10 +312,16 @@ class CoordinatorService {
   // same id once the sequence is saved. A request with a RankClaim (reattach: the worker ran a
   // rank before this coordinator started) is answered reattached = true and the claimed id when
   // the claim is accepted (ReattachLocked), else reattach_refused says why and the worker is
-  // registered as any other.
+  // registered as any other. A request that breaks a rule of cluster/registration_check.h is
+  // kInvalidArgument naming the field, before anything is recorded.
   absl::Status RegisterWorker(const auth::Identity& caller,
                               const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
+  // Forgets the IDLE worker `worker_id` that RegisterWorker just registered but whose
+  // registration the adapter then refused (`why`: its credential could not be issued, e.g. the
+  // id is a user's name), so that it is not listed as a worker. Nothing when it is unknown or
+  // not IDLE.
+  void ForgetRefusedWorker(const std::string& worker_id, const std::string& why);
   // Unknown or DEAD worker: OK with unknown_worker = true.
   absl::Status Heartbeat(const auth::Identity& caller, const v1::HeartbeatRequest& request,
                          v1::HeartbeatResponse* response);

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "common/steps.h"
 #include "coordinator/auth/access.h"
+#include "coordinator/cluster/registration_check.h"
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/worker_topology.h"
@@ -44,6 +45,10 @@ double ValidCapacity(double capacity) {
 absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
                                                 const v1::RegisterWorkerRequest& request,
                                                 v1::RegisterWorkerResponse* response) {
+  if (absl::Status s = CheckRegistration(request); !s.ok()) {
+    DAPPLE_LOG_WARN("refused a worker registration: {}", s.message());
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   WorkerRecord* reattached = nullptr;
@@ -97,6 +102,14 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();
   return absl::OkStatus();
+}
+
+void CoordinatorService::ForgetRefusedWorker(const std::string& worker_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* worker = workers_.Find(worker_id);
+  if (worker == nullptr || worker->info.state() != v1::WORKER_STATE_IDLE) return;
+  (void)workers_.Remove(worker_id, absl::StrCat("registration refused: ", why));
+  WakeLocked();
 }
 
 absl::Status CoordinatorService::Heartbeat(const auth::Identity& caller,

@@ -27,6 +27,8 @@ grpc::Status GrpcWorkerControl::RegisterWorker(grpc::ServerContext* context,
   if (!credential.ok()) {
     DAPPLE_LOG_ERROR("worker {}: issuing its credential: {}", response->worker_id(),
                      credential.status().message());
+    service_->ForgetRefusedWorker(response->worker_id(),
+                                  std::string(credential.status().message()));
     return ToGrpcStatus(credential.status());
   }
   response->set_worker_credential(credential->token);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,9 +39,22 @@ using daemon_internal::Hostname;
 using daemon_internal::kLastTryDeadline;
 using daemon_internal::kRpcDeadline;
 
-// gRPC's default reconnect backoff grows to 120 s, so after a few coordinator restarts a worker
-// could stay away for minutes while the coordinator listens. Bounding it by the default heartbeat
-// interval keeps the promise of worker.md: the worker retries every interval.
+// RegisterWorkerRequest.instance_key: 16 bytes of the kernel's random source as 32 hex digits;
+// "" when it fails (the coordinator then takes no registration of this process for a retry).
+std::string DrawInstanceKey() {
+  unsigned char raw[16];
+  if (getrandom(raw, sizeof(raw), 0) != static_cast<ssize_t>(sizeof(raw))) {
+    DAPPLE_LOG_WARN(
+        "cannot draw an instance key ({}): a lost registration reply leaves an "
+        "orphan worker until its heartbeat timeout",
+        std::strerror(errno));
+    return "";
+  }
+  std::string key;
+  for (unsigned char b : raw) absl::StrAppendFormat(&key, "%02x", b);
+  return key;
+}
+
 // When a cpu worker measures its host's capacity again after the first registration
 // (RefineHostCapacity): within its first seconds, when workers started together with it and
 // the coordinator have settled (their start is what spoils a measurement at registration), and
@@ -51,6 +65,9 @@ using daemon_internal::kRpcDeadline;
 // Four, so that with the first there are five and the median is one of them.
 constexpr absl::Duration kCapacityRefinements[] = {absl::Seconds(3), absl::Seconds(5),
                                                    absl::Seconds(7), absl::Seconds(10)};
+// gRPC's default reconnect backoff grows to 120 s, so after a few coordinator restarts a worker
+// could stay away for minutes while the coordinator listens. Bounding it by the default heartbeat
+// interval keeps the promise of worker.md: the worker retries every interval.
 constexpr int kInitialReconnectBackoffMs = 100;  // gRPC's floor
 constexpr int kMaxReconnectBackoffMs = 500;      // the default heartbeat interval
 // Shortest time one connection attempt may take (gRPC names it MIN_RECONNECT_BACKOFF): a
@@ -127,7 +144,8 @@ std::string NameTakenWarning(const std::string& requested_name, const std::strin
                          worker_id);
 }
 
-WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options)) {
+WorkerDaemon::WorkerDaemon(WorkerOptions options)
+    : options_(std::move(options)), instance_key_(DrawInstanceKey()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
@@ -224,6 +242,7 @@ absl::Status WorkerDaemon::Register() {
   v1::RegisterWorkerRequest req;
   req.set_hostname(Hostname());
   req.set_pid(getpid());
+  req.set_instance_key(instance_key_);
   req.set_name(options_.name);
   req.set_measuring_request_id(MeasuringRequestId());
   for (const auto& d : options_.devices) req.add_devices(d);

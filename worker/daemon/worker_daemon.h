@@ -199,6 +199,8 @@ class WorkerDaemon {
   bool IsCpuWorker() const;
 
   WorkerOptions options_;
+  // RegisterWorkerRequest.instance_key: drawn once, sent at every registration, never logged.
+  const std::string instance_key_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
   CallAuth auth_{options_.join_token};  // after options_: built from it

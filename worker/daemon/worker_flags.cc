@@ -95,7 +95,8 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
       ->capture_default_str();
   app.add_option(
       "--name", o.name,
-      "stable worker name, 1-63 of a-z 0-9 - _ . (default: assigned by the coordinator)");
+      "stable worker name, 1-63 of a-z 0-9 - _ ., starting with a letter or digit (default: "
+      "assigned by the coordinator)");
   app.add_option("--devices", devices,
                  "devices this worker offers: cpu, cuda:N (repeat or separate with commas; "
                  "default: every CUDA device found, else cpu)")

@@ -255,7 +255,12 @@ TEST(WorkerFlagsTest, CommDelayIsOffByDefaultAndBounded) {
 }
 
 TEST(WorkerFlagsTest, BadNameIsRefused) {
-  ExpectError({"--name", "Bad Name"}, "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ .");
+  ExpectError({"--name", "Bad Name"},
+              "--name 'Bad Name' must be 1-63 characters of a-z 0-9 - _ ., starting with a letter "
+              "or digit");
+  ExpectError({"--name", ".."},
+              "--name '..' must be 1-63 characters of a-z 0-9 - _ ., starting with a letter or "
+              "digit");
 }
 
 // A fresh user's --collective-host 8.8.8.8 registered fine and failed every replicated job sent

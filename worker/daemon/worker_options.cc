@@ -7,9 +7,11 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/worker_name.h"
 #include "worker/comm/delay_transport.h"
 #include "worker/device/device.h"
 
@@ -31,15 +33,9 @@ absl::Status CheckAddress(const std::string& address) {
 }
 
 absl::Status CheckName(const std::string& name) {
-  if (name.empty()) return absl::OkStatus();
-  bool ok = name.size() <= 63;
-  for (char c : name) {
-    ok &= (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-  }
-  if (!ok) {
-    return Invalid(absl::StrFormat("--name '%s' must be 1-63 characters of a-z 0-9 - _ .", name));
-  }
-  return absl::OkStatus();
+  if (name.empty() || ValidWorkerName(name)) return absl::OkStatus();
+  return Invalid(
+      absl::StrFormat("--name '%s' must be %s", absl::CHexEscape(name), kWorkerNameRule));
 }
 
 absl::Status CheckDumpDir(const std::string& dir) {

@@ -300,11 +300,10 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, const std::strin
           name, open->line + 1, open->column + 1, open->symbol, e.mark.line + 1, e.mark.column + 1,
           e.msg));
     }
-    // yaml-cpp's words for a tab in the indentation ("illegal map value", at the line's end)
-    // do not name it.
-    std::optional<int> tab;
-    if (e.msg.find("tab") == std::string::npos) tab = TabIndentedLine(yaml, e.mark.line);
-    if (tab) {
+    // yaml-cpp's words for a tab in the indentation ("illegal map value" at the line's end,
+    // "illegal block entry", "illegal tab when looking for indentation") say it differently
+    // each time, or not at all: one message for all.
+    if (std::optional<int> tab = TabIndentedLine(yaml, e.mark.line)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s:%d:1: YAML syntax error: this line is indented with a tab; YAML indents with "
           "spaces only (yaml-cpp stopped at %d:%d: %s)",

@@ -42,9 +42,11 @@ TEST(ParseJobSpecTest, SyntaxErrorPointsAtTheUnclosedBracket) {
 }
 
 TEST(ParseJobSpecTest, SyntaxErrorWithYamlCppPosition) {
-  // A tab in indentation: yaml-cpp's own position (1-based here).
+  // A tab in indentation: yaml-cpp's own position (1-based here), and the rule.
   ExpectParseError("name: x\n\tmodel: y\n",
-                   "job.yaml:2:1: YAML syntax error: illegal tab when looking for indentation");
+                   "job.yaml:2:1: YAML syntax error: this line is indented with a tab; YAML "
+                   "indents with spaces only (yaml-cpp stopped at 2:1: illegal tab when looking "
+                   "for indentation)");
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec("name: x\nmodel:\n  a: 1\n   b: 2\n", "j.yaml");
   ExpectInvalid(spec.status(), {"j.yaml:4:5: YAML syntax error: illegal map value (a 'key: "
                                 "value' where a value goes on: is this line indented deeper "
@@ -80,6 +82,15 @@ TEST(ParseJobSpecTest, ATabIndentAndAnUnclosedQuoteAreNamed) {
   ExpectParseError(Edit(kExample, "  global_batch: 256", "\tglobal_batch: 256"),
                    "job.yaml:12:1: YAML syntax error: this line is indented with a tab; YAML "
                    "indents with spaces only (yaml-cpp stopped at 12:14: illegal map value)");
+  // A tab before a key of a nested map (and after a space): yaml-cpp's own words name the tab,
+  // but not the rule (found by a fresh user).
+  ExpectParseError(Edit(kExample, "  global_batch: 256", "  global_batch: 256\n\tseed: 1"),
+                   "job.yaml:13:1: YAML syntax error: this line is indented with a tab; YAML "
+                   "indents with spaces only (yaml-cpp stopped at 13:1: illegal tab when looking "
+                   "for indentation)");
+  ExpectParseError(Edit(kExample, "  global_batch: 256", " \tglobal_batch: 256"),
+                   "job.yaml:12:1: YAML syntax error: this line is indented with a tab; YAML "
+                   "indents with spaces only (yaml-cpp stopped at 12:15: illegal map value)");
   ExpectParseError(Edit(kExample, "name: fmnist-mlp", "name: \"fmnist-mlp"),
                    "job.yaml:1:7: this \" is not closed on its line: the value runs on to the end "
                    "of the text (close the quote; every value of a job spec fits on one line)");
@@ -248,6 +259,10 @@ TEST(ParseJobSpecTest, MissingRequiredFields) {
                    "job.yaml:15:14: missing required field 'training.optimizer.lr'");
   ExpectParseError(Edit(kExample, "{type: relu}", "{out: 3}"),
                    "job.yaml:7:7: missing required field 'model.layers[2].type'");
+  // Found by a fresh user: a misspelt 'type' was reported only as missing.
+  ExpectParseError(Edit(kExample, "{type: relu}", "{typ: relu}"),
+                   "job.yaml:7:8: unknown field 'typ' in model.layers[2]; did you mean 'type'? "
+                   "(every layer names its type, like {type: linear, out: 10})");
   ExpectParseError("name: x\nmodel: {input_shape: [784], layers: [{type: linear, out: 10}]}\n",
                    "job.yaml: missing required field 'training'");
 }

@@ -104,7 +104,20 @@ absl::Status Parser::ParseLayer(const Field& item, const std::string& path, v1::
                                                path, Describe(item.value)));
   }
   const YAML::Node type_node = item.value["type"];
-  if (!type_node.IsDefined()) return Missing(MarkOf(item), path + ".type");
+  if (!type_node.IsDefined()) {
+    // A misspelt 'type' ("{typ: relu}") is the likely cause: name the key written.
+    for (auto it = item.value.begin(); it != item.value.end(); ++it) {
+      if (!it->first.IsScalar()) continue;
+      const std::string& key = it->first.Scalar();
+      if (key.size() > 2 && EditDistance(key, "type") <= 2) {
+        return Error(it->first.Mark(),
+                     absl::StrFormat("unknown field '%s' in %s; did you mean 'type'? (every layer "
+                                     "names its type, like {type: linear, out: 10})",
+                                     key, path));
+      }
+    }
+    return Missing(MarkOf(item), path + ".type");
+  }
   DAPPLE_ASSIGN_OR_RETURN(*layer.mutable_type(),
                           String(Field{YAML::Node(), type_node}, path + ".type"));
   const LayerType* type = FindLayerType(layer.type());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
 #include "coordinator/planner/baseline_planners.h"
@@ -225,6 +226,21 @@ absl::Status CheckOptions(const profile::ChainProfile& profile,
                        " machines and bandwidth ", level.bandwidth_bytes_per_s,
                        " bytes/s; each level needs machines > 0 and bandwidth > 0"));
     }
+  }
+  // A level's table holds a cell per (i, j, machines) and its range times one per (i, j): L x L
+  // x machines cells at the first level, the largest.
+  const double L = profile.num_layers();
+  double most = 0;
+  for (const PipeDreamCodeOptions::Level& level : options.levels) {
+    most = std::max(most, L * L * (static_cast<double>(level.machines) * sizeof(Cell) + 9.0));
+  }
+  if (most > static_cast<double>(kMaxPlannerTableBytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "planner pipedream-code: %d layers on up to %d machines need a table of %.1f GiB (layers "
+        "x layers x machines), more than the planners' limit of %d MiB: use planner pipedream "
+        "or dapple, or a profile of fewer layers",
+        profile.num_layers(), options.levels.front().machines, most / (1 << 30),
+        kMaxPlannerTableBytes >> 20));
   }
   return absl::OkStatus();
 }

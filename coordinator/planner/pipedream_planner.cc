@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/profile/cluster_topology.h"
 #include "common/status.h"
@@ -241,6 +242,23 @@ absl::StatusOr<PipeDreamSolution> SolveFixedDepth(const Level& level, int L, int
   return solution;
 }
 
+// Refuses before anything is allocated a solve whose tables would exceed kMaxPlannerTableBytes:
+// a level's solver keeps L x (units + 1) results and choices and (units + 1)^2 crossovers, and
+// two levels (several nodes of several devices) a node time per range i..j.
+absl::Status CheckTableBytes(int L, int nodes, int per, int usable, bool flat) {
+  const auto level = [&](double units) {
+    return static_cast<double>(L) * (units + 1) * (sizeof(double) + sizeof(Choice)) +
+           (units + 1) * (units + 1) * sizeof(int);
+  };
+  double bytes = flat ? level(usable) : std::max(level(per), level(nodes));
+  if (!flat && nodes > 1 && per > 1) bytes += static_cast<double>(L) * L * sizeof(double);
+  if (bytes <= static_cast<double>(kMaxPlannerTableBytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "planner pipedream: %d layers on %d devices (%d node%s) need tables of %.1f GiB, more than "
+      "the planners' limit of %d MiB: use planner dapple, or a profile of fewer layers",
+      L, usable, nodes, nodes == 1 ? "" : "s", bytes / (1 << 30), kMaxPlannerTableBytes >> 20));
+}
+
 absl::StatusOr<PipeDreamSolution> Solve(const PlanningProblem& problem, bool exhaustive) {
   DAPPLE_RETURN_IF_ERROR(ValidateProblem(problem));
   const profile::ChainProfile& p = problem.profile;
@@ -264,6 +282,7 @@ absl::StatusOr<PipeDreamSolution> Solve(const PlanningProblem& problem, bool exh
   }
   const int nodes = static_cast<int>(per_node.size());
   const int per = *std::min_element(per_node.begin(), per_node.end());
+  DAPPLE_RETURN_IF_ERROR(CheckTableBytes(L, nodes, per, usable, problem.num_stages > 0));
   const int64_t batch = problem.schedule == schedule::ScheduleKind::kPipeDream ? 0
                         : problem.micro_batch_size > 0 ? problem.micro_batch_size
                                                        : problem.global_batch;

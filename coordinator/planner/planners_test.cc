@@ -557,6 +557,29 @@ TEST(MicroBatchSizesTest, ReplicasKeepTheRowsABatchNormNeeds) {
             "output is its bias whatever the input");
 }
 
+// PipeDream's dynamic programs grow with layers x layers (x devices for its code's): a profile of
+// 15000 layers took a coordinator to 2 GB (a security review). Beyond kMaxPlannerTableBytes the
+// planner refuses before it allocates, naming the sizes; smaller problems still plan.
+TEST(PlannerTableLimitTest, PipeDreamPlannersRefuseTablesBeyondTheLimit) {
+  const PlanningProblem big = Problem(EqualChain(15000), Cluster(2, 8), 256);
+  absl::StatusOr<PlannedJob> job = RunPlanner("pipedream", big);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(),
+            "planner pipedream: 15000 layers on 16 devices (2 nodes) need tables of 1.7 GiB, more "
+            "than the planners' limit of 512 MiB: use planner dapple, or a profile of fewer "
+            "layers");
+  PlanningProblem code = Problem(EqualChain(2000), Cluster(1, 8), 256);
+  code.schedule = schedule::ScheduleKind::kPipeDream;
+  job = RunPlanner("pipedream-code", code);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(std::string(job.status().message()),
+            "planner pipedream-code: 2000 layers on up to 8 machines need a table of 1.0 GiB "
+            "(layers x layers x machines), more than the planners' limit of 512 MiB: use planner "
+            "pipedream or dapple, or a profile of fewer layers");
+  EXPECT_TRUE(RunPlanner("pipedream", Problem(EqualChain(2000), Cluster(2, 8), 256)).ok());
+}
+
 TEST(BalancedRangesTest, OptimalAndBalanced) {
   absl::StatusOr<std::vector<std::pair<int, int>>> r =
       BalancedRanges(std::vector<double>(30, 1), 4);

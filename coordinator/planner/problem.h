@@ -24,6 +24,12 @@
 
 namespace dapple::coordinator {
 
+// The most memory one planner's tables may take for one plan (PipeDream's dynamic programs grow
+// with layers x layers x devices): a request beyond it is refused before anything is allocated,
+// naming the sizes (a security review's 15000-layer profile took the coordinator to 2 GB; one of
+// 40000 layers would have needed 13 GB).
+inline constexpr int64_t kMaxPlannerTableBytes = int64_t{512} << 20;
+
 // The planners' cost of what cannot run (no feasible plan or partition): +infinity, so that
 // any real cost compares smaller.
 inline constexpr double kInf = std::numeric_limits<double>::infinity();

@@ -15,6 +15,7 @@
 #include "coordinator/planner/dapple_layout.h"
 #include "coordinator/planner/dapple_refine.h"
 #include "coordinator/planner/dapple_simulated_choice.h"
+#include "coordinator/planner/least_memory.h"
 #include "coordinator/planner/plan_simulator.h"
 #include "coordinator/planner/stage_budget.h"
 
@@ -28,26 +29,40 @@ using dapple_search::Scored;
 using dapple_search::StageBudget;
 
 constexpr int kPairDpLayers = 256;
+// The depths a memory error tries for the least hungry straight pipeline (1 .. this many).
+constexpr int kLeastMemoryMaxDepths = 16;
 
 // Nothing fits: the error names the plan of the search space that needs the least memory per
-// device, among the pool's layouts and the deepest straight pipeline balanced by bytes.
+// device, among the pool's layouts and the least hungry straight pipeline of every depth
+// (least_memory.h; of the deepest one balanced by bytes on models beyond its layers).
 absl::Status SmallestPlanMemoryError(const LayoutScorer& scorer, const std::vector<Scored>& pool) {
   const PlanningProblem& problem = scorer.problem();
   const int L = problem.profile.num_layers();
   const int D = UsableDeviceCount(problem);
   HybridPlan smallest;
   int64_t smallest_peak = std::numeric_limits<int64_t>::max();
+  auto consider_plan = [&](HybridPlan plan) {
+    const MemoryEstimate memory = scorer.estimator().Memory(plan);
+    if (memory.peak_bytes < smallest_peak) {
+      smallest_peak = memory.peak_bytes;
+      smallest = std::move(plan);
+    }
+  };
   auto consider = [&](const Layout& layout) {
     for (int64_t b : MicroBatchSizes(problem, layout.replicas)) {
-      HybridPlan plan = dapple_search::ToPlan(layout, b, problem.global_batch);
-      const MemoryEstimate memory = scorer.estimator().Memory(plan);
-      if (memory.peak_bytes < smallest_peak) {
-        smallest_peak = memory.peak_bytes;
-        smallest = std::move(plan);
-      }
+      consider_plan(dapple_search::ToPlan(layout, b, problem.global_batch));
     }
   };
   for (const Scored& s : pool) consider(s.layout);
+  if (L <= kLeastMemoryMaxLayers) {
+    const int deepest = std::min({L, D, kLeastMemoryMaxDepths});
+    for (int p = problem.num_stages > 0 ? problem.num_stages : 1;
+         p <= (problem.num_stages > 0 ? problem.num_stages : deepest); ++p) {
+      // The smallest micro-batch holds the least (sent buffers hold M x b = the global batch).
+      const std::vector<int64_t> sizes = MicroBatchSizes(problem, std::vector<int>(p, 1));
+      if (!sizes.empty()) consider_plan(LeastMemoryPipeline(problem, p, sizes.front()));
+    }
+  }
   // The deepest straight pipeline, balanced by weight and activation bytes.
   const int P = problem.num_stages > 0 ? problem.num_stages : std::min(L, D);
   const ActivationMemory activations(problem.profile);

@@ -427,11 +427,14 @@ bool CoordinatorService::StartJobLocked(const v1::Job& job, const std::vector<Wo
         j->mutable_metrics()->set_total_steps(total_steps);
         j->mutable_metrics()->set_epochs(static_cast<int32_t>(j->spec().training().epochs()));
         // step_losses[i] stays step i + 1: the steps before first_step read as NaN.
-        // A resumed job shows where it resumes; its loss is unknown until its first step here.
+        // A resumed job shows where it resumes, with that step's loss when its history has it
+        // (a restart's run reported it; `list` read "nan" until the next step otherwise).
         if (first_step > 0) {
           j->mutable_metrics()->set_step(first_step);
           j->mutable_metrics()->set_epoch(EpochOfStep(j->spec(), first_step));
-          j->mutable_metrics()->set_loss(std::numeric_limits<double>::quiet_NaN());
+          j->mutable_metrics()->set_loss(j->step_losses_size() >= first_step
+                                             ? j->step_losses(static_cast<int>(first_step - 1))
+                                             : std::numeric_limits<double>::quiet_NaN());
         }
         if (replanned != nullptr) RecordResume(*replanned, summary, now, j);
         if (preempted) {

@@ -306,6 +306,9 @@ TEST_F(SchedulingScenariosTest, BorrowingThenReclaimResumesTheBorrowerFromItsChe
   EXPECT_EQ(resumed.metrics().step(), ckpt);
   EXPECT_LE(resumed.step_losses_size(), ckpt);
   EXPECT_EQ(resumed.steps_redone(), 0);
+  // The loss of the step it resumes after, not "nan" until its next report (a fresh SRE's
+  // `dapplectl list` after every restart).
+  EXPECT_DOUBLE_EQ(resumed.metrics().loss(), 1.0 / static_cast<double>(ckpt));
   for (const v1::StageAssignment& a : Deliver("job-1")) {
     EXPECT_EQ(a.first_step(), ckpt);
     EXPECT_EQ(a.resume_manifest(),

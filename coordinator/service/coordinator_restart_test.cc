@@ -178,6 +178,39 @@ TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn
   EXPECT_DOUBLE_EQ(Get(job).metrics().elapsed_seconds(), 11.5);
 }
 
+// A rank that dies while the coordinator is down: the restart counts the steps the surviving
+// ranks' claims say they did, not the job row's older step (a fresh SRE's job restarted "after
+// step 200, 0 steps redone" with its rank at step 232).
+TEST_F(CoordinatorServiceTest, ARestartAfterACoordinatorRestartCountsTheClaimedSteps) {
+  const std::string w1 = Register(), w2 = Register();
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  svc_->Tick();
+  ASSERT_TRUE(Heartbeat(w1).has_assignment());
+  ASSERT_TRUE(Heartbeat(w2).has_assignment());
+  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                r->set_step(1);
+                r->set_loss(2.0);
+              }).ok());
+  svc_.reset();
+  now_ += 3000;
+  svc_ = Open();
+  svc_->Tick();
+  ASSERT_TRUE(Claim(svc_.get(), w1, id, 0, 902, /*done=*/false, /*last_step=*/2).reattached());
+  // w2 never comes back: the job restarts once the wait for its ranks is over.
+  for (int i = 0; i < 4 && Get(id).state() == v1::JOB_STATE_RUNNING; ++i) {
+    now_ += 2500;
+    Heartbeat(w1, id);
+    svc_->Tick();
+  }
+  const v1::Job restarted = Get(id);
+  ASSERT_EQ(restarted.state(), v1::JOB_STATE_RESTARTING) << restarted.message();
+  ASSERT_EQ(restarted.restart_history_size(), 1);
+  EXPECT_EQ(restarted.restart_history(0).failed_after_step(), 2);
+}
+
 TEST_F(CoordinatorServiceTest, RestartCountsARankClaimedAsDone) {
   std::string w1, w2;
   const std::string job = StartTwoStageJob(&w1, &w2);

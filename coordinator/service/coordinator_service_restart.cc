@@ -62,6 +62,10 @@ absl::Status CoordinatorService::FailOrRestartLocked(const std::string& id, Fail
     return EndJobLocked(id, v1::JOB_STATE_FAILED, failed, now).status();
   }
   auto run = running_.find(id);
+  // Right after a coordinator restart the job's row lags its ranks (their reports are still
+  // replaying); the steps their claims said they had done count as done too (a rank that died
+  // at step 232 while the coordinator was down was recorded "failed after step 200, 0 redone").
+  const int64_t reattached_step = run != running_.end() ? run->second.reattached_step : 0;
   const int next = job.restarts() + 1;
   const std::string restarting = absl::StrFormat("restart %d of %d in %.1f s after: %s", next,
                                                  job.spec().training().restart().max_restarts(),
@@ -78,7 +82,8 @@ absl::Status CoordinatorService::FailOrRestartLocked(const std::string& id, Fail
                                             r->set_unix_ms(now);
                                             r->set_cause(std::string(FailureCauseName(cause)));
                                             r->set_message(message);
-                                            r->set_failed_after_step(j->metrics().step());
+                                            r->set_failed_after_step(
+                                                std::max(j->metrics().step(), reattached_step));
                                           })
                              .status());
   DAPPLE_LOG_WARN("job {}: {}", id, restarting);

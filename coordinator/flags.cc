@@ -13,6 +13,7 @@
 #include "common/grpc_tls.h"
 #include "common/input_file.h"
 #include "common/metrics/metrics_server.h"
+#include "common/token_file.h"
 
 namespace dapple::coordinator {
 namespace {
@@ -203,6 +204,13 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
   if (!raw.metrics_token_file.empty()) {
     if (absl::Status s = CheckInputFile("--metrics-token-file", raw.metrics_token_file); !s.ok()) {
       return s;
+    }
+    // Its content too, before the first start writes any token file (an empty one was refused
+    // only after the admin's token had been issued).
+    if (absl::StatusOr<std::string> token = common::ReadTokenFile(raw.metrics_token_file);
+        !token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics-token-file: ", token.status().message()));
     }
   }
   flags.metrics_token_file = raw.metrics_token_file;

@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -107,6 +109,12 @@ TEST(FlagsTest, MetricsHostFollowsListen) {
   EXPECT_EQ(Error(raw),
             "--metrics-token-file '/no/such/metrics.token' cannot be read: No such file or "
             "directory");
+  // An empty file: refused with the flags, before a first start writes the admin's token
+  // (found by a security review).
+  const std::string empty = ::testing::TempDir() + "/empty.token";
+  std::fclose(std::fopen(empty.c_str(), "w"));
+  raw.metrics_token_file = empty;
+  EXPECT_EQ(Error(raw), absl::StrCat("--metrics-token-file: token file '", empty, "' is empty"));
 }
 
 TEST(FlagsTest, DeadWorkerRetentionIsWholeSecondsInRange) {

@@ -291,6 +291,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
     if (absl::Status s = CheckInputFile("--metrics-token-file", f.metrics_token_file); !s.ok()) {
       return s;
     }
+    if (absl::StatusOr<std::string> token = common::ReadTokenFile(f.metrics_token_file);
+        !token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics-token-file: ", token.status().message()));
+    }
   }
   f.metrics_host = app.count("--metrics-host") > 0
                        ? metrics_host

@@ -1,5 +1,7 @@
 #include "common/tls_file_guard.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dapple {
 namespace {
@@ -53,6 +58,35 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+// The copies' folders: <prefix><pid>-<random>, so that a later start can tell whose they are.
+constexpr char kFolderPrefix[] = "dapple-coordinator-tls-";
+
+// A coordinator killed (kill -9, a crash) leaves its folder and the key copy in it: each start
+// removes the folders, under `parent`, of this user's coordinators that no longer run.
+void RemoveFoldersOfDeadProcesses(const std::string& parent) {
+  DIR* dir = ::opendir(parent.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    const absl::string_view name = entry->d_name;
+    if (!absl::StartsWith(name, kFolderPrefix)) continue;
+    const absl::string_view rest = name.substr(sizeof(kFolderPrefix) - 1);
+    int pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    const std::string path = absl::StrCat(parent, "/", name);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) {
+      continue;
+    }
+    for (const char* file : {"/cert.pem", "/key.pem", "/client_ca.pem"}) {
+      std::remove(absl::StrCat(path, file).c_str());
+      std::remove(absl::StrCat(path, file, ".new").c_str());  // a write cut short
+    }
+    ::rmdir(path.c_str());
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerTlsFileGuard>> ServerTlsFileGuard::Create(
@@ -62,8 +96,9 @@ absl::StatusOr<std::unique_ptr<ServerTlsFileGuard>> ServerTlsFileGuard::Create(
   absl::StatusOr<ServerTlsPem> pem = ReadServerTlsFiles(files);
   if (!pem.ok()) return pem.status();
   const char* tmp = std::getenv("TMPDIR");
-  std::string folder =
-      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/dapple-coordinator-tls-XXXXXX");
+  const std::string parent = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  RemoveFoldersOfDeadProcesses(parent);
+  std::string folder = absl::StrCat(parent, "/", kFolderPrefix, ::getpid(), "-XXXXXX");
   std::vector<char> name(folder.begin(), folder.end());
   name.push_back('\0');
   if (::mkdtemp(name.data()) == nullptr) {  // mode 0700

@@ -38,7 +38,9 @@ struct TlsReloadEvent {
 class ServerTlsFileGuard {
  public:
   // Checks `files` (ReadServerTlsFiles: its kInvalidArgument naming the flag), then copies them
-  // into a new folder of this process's own (mode 0700, under $TMPDIR or /tmp; files 0600).
+  // into a new folder of this process's own (dapple-coordinator-tls-<pid>-<random>, mode 0700,
+  // under $TMPDIR or /tmp; files 0600). First removes the folders there of this user's
+  // coordinator processes that no longer run (a kill -9 leaves its folder and key copy).
   // kInternal when the folder or a copy cannot be written. `files.cert_file` must be set.
   static absl::StatusOr<std::unique_ptr<ServerTlsFileGuard>> Create(const ServerTlsFiles& files);
   ~ServerTlsFileGuard();  // stops Start's thread, removes the folder

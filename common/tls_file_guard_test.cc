@@ -1,6 +1,8 @@
 #include "common/tls_file_guard.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -104,6 +106,44 @@ TEST_F(TlsFileGuardTest, ServesCopiesThatChangeOnlyToAWorkingPair) {
   // The copies go with the guard.
   made->reset();
   EXPECT_NE(::stat(copies.cert_file.c_str(), &st), 0);
+}
+
+// A coordinator killed with kill -9 leaves its folder, key copy and all (found by a security
+// review: 22 such folders on one host). The next start removes those of processes that no longer
+// run, and no other.
+TEST_F(TlsFileGuardTest, AStartRemovesTheCopiesOfCoordinatorsThatNoLongerRun) {
+  const std::string tmp = Path("tmp");
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0700), 0);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a pid that no longer runs
+  const std::string dead = tmp + "/dapple-coordinator-tls-" + std::to_string(child) + "-abc123";
+  const std::string alive = tmp + "/dapple-coordinator-tls-1-def456";  // init: runs
+  const std::string other = tmp + "/dapple-coordinator-tls-xyz";       // not one of ours
+  for (const std::string& folder : {dead, alive, other}) {
+    ASSERT_EQ(::mkdir(folder.c_str(), 0700), 0);
+    Write(folder + "/key.pem", "secret");
+  }
+  Write(dead + "/cert.pem.new", "half");
+  const char* saved = std::getenv("TMPDIR");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  absl::StatusOr<std::unique_ptr<ServerTlsFileGuard>> made =
+      ServerTlsFileGuard::Create({Path("a.pem"), Path("a.key"), ""});
+  if (saved != nullptr) {
+    ::setenv("TMPDIR", restore.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  ASSERT_TRUE(made.ok()) << made.status();
+  struct stat st {};
+  EXPECT_NE(::stat(dead.c_str(), &st), 0);
+  EXPECT_EQ(::stat((alive + "/key.pem").c_str(), &st), 0);
+  EXPECT_EQ(::stat((other + "/key.pem").c_str(), &st), 0);
+  // Its own folder names its pid.
+  EXPECT_THAT((*made)->copies().key_file,
+              HasSubstr("/dapple-coordinator-tls-" + std::to_string(::getpid()) + "-"));
 }
 
 TEST_F(TlsFileGuardTest, BadFilesAreRefusedAtStartNamingTheFlag) {

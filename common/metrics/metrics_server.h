@@ -21,6 +21,8 @@
 #define DAPPLE_COMMON_METRICS_METRICS_SERVER_H_
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -89,6 +91,11 @@ class MetricsServer {
   struct Connections {
     absl::Mutex mu;
     int active ABSL_GUARDED_BY(mu) = 0;
+    // The connections still waiting for their request's header, by socket, with the order they
+    // were accepted in: the oldest is evicted for a new one when all slots are taken. A socket
+    // leaves this map before it is closed (under mu), so an eviction never reaches a reused fd.
+    std::map<int, uint64_t> reading ABSL_GUARDED_BY(mu);
+    uint64_t accepted ABSL_GUARDED_BY(mu) = 0;
   };
   const std::shared_ptr<Connections> connections_ = std::make_shared<Connections>();
   std::thread thread_;

@@ -93,6 +93,14 @@ std::vector<MetricDef> Build() {
        "Jobs of a tenant preempted (checkpointed, stopped, queued again), by reason (reclaim, "
        "priority).",
        {kLabelTenant, kLabelReason}},
+      {kCheckpointFailuresTotal,
+       kCounter,
+       kCoord,
+       "Checkpoints of a tenant's jobs abandoned since the coordinator started (a rank could not "
+       "write its shard, or the manifest or the folder's rename failed: a full or failing "
+       "checkpoint disk); each is a CheckpointFailed event of its job (alert "
+       "DappleCheckpointsFailing).",
+       {kLabelTenant}},
       // dapple-coordinator: per job (kept for a while after the job ended).
       {kJobState,
        kGauge,

@@ -79,6 +79,7 @@ inline constexpr char kTenantWaitedDeviceSecondsTotal[] =
     "dapple_tenant_waited_device_seconds_total";
 inline constexpr char kTenantPreemptionsTotal[] = "dapple_tenant_preemptions_total";
 inline constexpr char kTenantWithinQuotaWaitSeconds[] = "dapple_tenant_within_quota_wait_seconds";
+inline constexpr char kCheckpointFailuresTotal[] = "dapple_checkpoint_failures_total";
 // --- dapple-coordinator: per job ---
 inline constexpr char kJobState[] = "dapple_job_state";
 inline constexpr char kJobStep[] = "dapple_job_step";

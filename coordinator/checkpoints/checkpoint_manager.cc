@@ -98,7 +98,8 @@ int64_t CheckpointManager::RequestedStep(const std::string& job_id) const {
 CheckpointPublisher::Outcome CheckpointManager::OnReport(
     const v1::ProgressReport& report,
     const std::function<std::vector<v1::CheckpointInfo>()>& published,
-    const std::function<void(const CheckpointPublisher::Outcome&)>& record, int64_t now_unix_ms) {
+    const std::function<absl::Status(const CheckpointPublisher::Outcome&)>& record,
+    int64_t now_unix_ms) {
   CheckpointPublisher::Collected c;
   {
     absl::MutexLock lock(&mu_);
@@ -114,10 +115,21 @@ CheckpointPublisher::Outcome CheckpointManager::OnReport(
   CheckpointPublisher::Outcome out = CheckpointPublisher::Publish(*c.task, published());
   // Recorded before the request is cleared: a preemption stops its job once RequestedStep is
   // 0, and must then find the checkpoint in Job.checkpoints.
-  record(out);
+  const absl::Status recorded = record(out);
   {
     absl::MutexLock lock(&mu_);
     publisher_.Finish(*c.task, out);
+  }
+  if (out.kind != CheckpointPublisher::Outcome::Kind::kPublished) return out;
+  if (recorded.ok()) {
+    CheckpointPublisher::DeleteSuperseded(c.task->job_id, out, c.task->keep);
+  } else if (!out.superseded.empty() || !out.stale.empty()) {
+    // The database still lists the older checkpoints: deleting them now would leave it naming
+    // folders that are gone. The next publish that is recorded deletes them.
+    DAPPLE_LOG_WARN(
+        "job {}: checkpoint after step {} not recorded: its {} older checkpoint(s) stay until a "
+        "later one is",
+        c.task->job_id, c.task->step, out.superseded.size() + out.stale.size());
   }
   return out;
 }

@@ -74,13 +74,17 @@ class CheckpointManager {
   // checkpoint, the manifest is written and the folder renamed without the manager's state
   // mutex (RequestedStep, OnStep... do not wait for the disk), one publish at a time: under
   // that one, `published` gives the job's Job.checkpoints now and `record` is handed the
-  // outcome (kPublished: record it in the job), so two publishes of one job never record over
-  // each other; RequestedStep stays the step until `record` returned. Reads and writes files: call
-  // without the service's mutex.
+  // outcome (kPublished: record outcome.checkpoints in the job, durably; kAbandoned: nothing to
+  // list), so two publishes of one job never record over each other; RequestedStep stays the
+  // step until `record` returned. Only when `record` returns OK for a published outcome are the
+  // superseded folders deleted (CheckpointPublisher::DeleteSuperseded); otherwise they stay, and
+  // `record` must keep listing them (the database it could not write still does). Reads and
+  // writes files: call without the service's mutex.
   CheckpointPublisher::Outcome OnReport(
       const v1::ProgressReport& report,
       const std::function<std::vector<v1::CheckpointInfo>()>& published,
-      const std::function<void(const CheckpointPublisher::Outcome&)>& record, int64_t now_unix_ms);
+      const std::function<absl::Status(const CheckpointPublisher::Outcome&)>& record,
+      int64_t now_unix_ms);
 
   // --- Resuming ---
   // A checkpoint named by `submit --resume-from path`: its folder (without trailing '/') and

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -91,6 +92,7 @@ TEST_F(CheckpointManagerTest, PublishesIntoTheFolderItWasGiven) {
       [&](const CheckpointPublisher::Outcome& out) {
         ++recorded;
         EXPECT_EQ(out.checkpoints.size(), 1u);
+        return absl::OkStatus();
       },
       1000);
   ASSERT_EQ(o.kind, CheckpointPublisher::Outcome::Kind::kPublished) << o.message;
@@ -101,7 +103,11 @@ TEST_F(CheckpointManagerTest, PublishesIntoTheFolderItWasGiven) {
   EXPECT_EQ(manager_
                 ->OnReport(
                     r, [] { return std::vector<v1::CheckpointInfo>{}; },
-                    [&](const CheckpointPublisher::Outcome&) { ++recorded; }, 2000)
+                    [&](const CheckpointPublisher::Outcome&) {
+                      ++recorded;
+                      return absl::OkStatus();
+                    },
+                    2000)
                 .kind,
             CheckpointPublisher::Outcome::Kind::kIgnored);
   EXPECT_EQ(recorded, 1);
@@ -232,6 +238,190 @@ TEST_F(CheckpointManagerTest, AResumedJobRestartsFromItsResumeCheckpoint) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(p.status().message(), HasSubstr("the checkpoint the job was resumed from, " + root_ +
                                               "/a/job-0/step-9, cannot be read ("));
+}
+
+// The job database as CheckpointManager::OnReport's callbacks see it: the list in memory
+// (JobManager's) and the list written to the file, which fails while the disk is full (the SRE's
+// report: the database's disk filled, the checkpoint disk did not).
+class FlakyJobDatabase {
+ public:
+  std::vector<v1::CheckpointInfo> memory;
+  std::vector<v1::CheckpointInfo> file;
+  bool full = false;
+
+  std::function<std::vector<v1::CheckpointInfo>()> Published() {
+    return [this] { return memory; };
+  }
+  // The service's record: list the new list; written or not, as the file allows.
+  std::function<absl::Status(const CheckpointPublisher::Outcome&)> Record() {
+    return [this](const CheckpointPublisher::Outcome& o) -> absl::Status {
+      if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return absl::OkStatus();
+      memory = o.checkpoints;
+      if (full) {
+        std::vector<v1::CheckpointInfo> all = o.superseded;
+        all.insert(all.end(), o.checkpoints.begin(), o.checkpoints.end());
+        memory = all;
+        return absl::InternalError("database or disk is full");
+      }
+      file = memory;
+      return absl::OkStatus();
+    };
+  }
+  // kill -9 and a restart on the same database: memory is what the file holds.
+  void Restart() { memory = file; }
+
+  static std::vector<int64_t> Steps(const std::vector<v1::CheckpointInfo>& list) {
+    std::vector<int64_t> steps;
+    for (const v1::CheckpointInfo& info : list) steps.push_back(info.step());
+    return steps;
+  }
+};
+
+class CheckpointRetentionTest : public CheckpointManagerTest {
+ protected:
+  void SetUp() override {
+    CheckpointManagerTest::SetUp();
+    job_ = jobs_["job-1"];
+    job_.mutable_spec()->mutable_training()->set_global_batch(8);
+    job_.mutable_spec()->mutable_training()->set_epochs(1000);
+    plan_.add_stages()->set_replicas(1);
+    dir_ = manager_->JobDir(job_);
+    Start(/*keep=*/3, 0);
+  }
+  // A coordinator (re)started with --keep-checkpoints `keep`, running the job from `first_step`.
+  void Start(int keep, int64_t first_step) {
+    manager_ = std::make_unique<CheckpointManager>(root_, keep);
+    manager_->OnJobStarted(job_, dir_, plan_, first_step);
+  }
+  // The single rank's report of its shard after `step`, written into step-<N>.partial unless
+  // `write` is false (a report replayed after the folder was published).
+  CheckpointPublisher::Outcome Report(int64_t step, bool write = true) {
+    if (write) {
+      fs::create_directories(dir_ + "/" + PartialCheckpointDirName(step));
+      std::ofstream(dir_ + "/" + PartialCheckpointDirName(step) + "/" + ShardFileName(0, 0)) << "x";
+    }
+    v1::ProgressReport r;
+    r.set_job_id("job-1");
+    r.set_kind(v1::PROGRESS_CHECKPOINT);
+    r.set_step(step);
+    r.set_checkpoint_file(ShardFileName(0, 0));
+    r.set_checkpoint_bytes(1);
+    return manager_->OnReport(r, db_.Published(), db_.Record(), step);
+  }
+  // The step-<N> folders on disk, ascending.
+  std::vector<int64_t> OnDisk() const {
+    std::vector<int64_t> steps;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) {
+        steps.push_back(std::stoll(name.substr(5)));
+      }
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  }
+  // Nothing the database lists (in memory or in the file) is missing on disk.
+  void ExpectListedOnDisk() const {
+    for (const auto* list : {&db_.memory, &db_.file}) {
+      for (const v1::CheckpointInfo& info : *list) {
+        EXPECT_TRUE(fs::exists(info.path() + "/" + kManifestFile)) << info.path();
+      }
+    }
+  }
+
+  v1::Job job_;
+  v1::ParallelPlanSummary plan_;
+  std::string dir_;
+  FlakyJobDatabase db_;
+};
+
+using Steps = std::vector<int64_t>;
+
+// The SRE's report: --keep-checkpoints 3, the database's disk full from step 400 to 600, kill
+// -9, a restart on the same database. Before: steps 100 and 200 were deleted although the
+// database still listed them (`get` showed a deleted step-100), and 400, 500 and 600 stayed on
+// disk forever.
+TEST_F(CheckpointRetentionTest, AnUnrecordedCheckpointDeletesNothingAndRetentionConverges) {
+  for (int64_t step : {100, 200, 300}) {
+    ASSERT_EQ(Report(step).kind, CheckpointPublisher::Outcome::Kind::kPublished);
+  }
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{100, 200, 300}));
+  db_.full = true;
+  for (int64_t step : {400, 500, 600}) {
+    ASSERT_EQ(Report(step).kind, CheckpointPublisher::Outcome::Kind::kPublished);
+    ExpectListedOnDisk();
+  }
+  // Nothing the file lists was deleted: a restart now resumes from a folder that is there.
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{100, 200, 300}));
+  EXPECT_EQ(OnDisk(), (Steps{100, 200, 300, 400, 500, 600}));
+
+  db_.Restart();
+  db_.full = false;
+  Start(/*keep=*/3, 600);
+  ASSERT_EQ(Report(700).kind, CheckpointPublisher::Outcome::Kind::kPublished);
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{500, 600, 700}));
+  EXPECT_EQ(OnDisk(), (Steps{500, 600, 700}));
+  ExpectListedOnDisk();
+}
+
+// Without a restart the next recorded publish converges as well, and the list kept in memory
+// while the disk was full never names a deleted folder.
+TEST_F(CheckpointRetentionTest, TheNextRecordedPublishDeletesWhatWasKept) {
+  for (int64_t step : {10, 20, 30}) Report(step);
+  db_.full = true;
+  Report(40);
+  Report(50);
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.memory), (Steps{10, 20, 30, 40, 50}));
+  EXPECT_EQ(OnDisk(), (Steps{10, 20, 30, 40, 50}));
+  db_.full = false;
+  Report(60);
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{40, 50, 60}));
+  EXPECT_EQ(OnDisk(), (Steps{40, 50, 60}));
+  ExpectListedOnDisk();
+}
+
+// The ranks replay their last checkpoint report after a coordinator restart; a checkpoint
+// published before it but never recorded is recorded then (not "abandoned: no .partial").
+TEST_F(CheckpointRetentionTest, AReplayedReportRecordsAPublishedUnrecordedCheckpoint) {
+  for (int64_t step : {100, 200}) Report(step);
+  db_.full = true;
+  Report(300);
+  db_.Restart();
+  db_.full = false;
+  Start(/*keep=*/3, 300);
+  CheckpointPublisher::Outcome o = Report(300, /*write=*/false);
+  ASSERT_EQ(o.kind, CheckpointPublisher::Outcome::Kind::kPublished) << o.message;
+  EXPECT_EQ(o.info.path(), dir_ + "/step-300");
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{100, 200, 300}));
+}
+
+// A database that listed folders already gone (written by a version that deleted before
+// recording) stops listing them at the next publish.
+TEST_F(CheckpointRetentionTest, AListedFolderGoneFromDiskIsNoLongerListed) {
+  for (int64_t step : {100, 200}) Report(step);
+  fs::remove_all(dir_ + "/step-100");
+  Report(300);
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{200, 300}));
+  ExpectListedOnDisk();
+}
+
+// A job restarted from an older checkpoint than folders an unrecorded run left: the new run's
+// step-<N> replaces the old folder, and folders of later steps from the abandoned run go once the
+// new list is recorded.
+TEST_F(CheckpointRetentionTest, AnEarlierRunsUnrecordedFoldersAreReplacedOrDeleted) {
+  for (int64_t step : {100, 200, 300}) Report(step);
+  db_.full = true;
+  for (int64_t step : {400, 500, 600}) Report(step);
+  db_.Restart();  // the file lists 100, 200, 300: the job restarts from 300
+  db_.full = false;
+  Start(/*keep=*/3, 300);
+  CheckpointPublisher::Outcome o = Report(400);
+  ASSERT_EQ(o.kind, CheckpointPublisher::Outcome::Kind::kPublished) << o.message;
+  EXPECT_EQ(FlakyJobDatabase::Steps(o.stale), (Steps{500, 600}));
+  EXPECT_EQ(FlakyJobDatabase::Steps(db_.file), (Steps{200, 300, 400}));
+  EXPECT_EQ(OnDisk(), (Steps{200, 300, 400}));
+  EXPECT_FALSE(fs::exists(dir_ + "/step-400.replaced"));
+  EXPECT_EQ(ReadCheckpointManifest(dir_ + "/step-400")->created_unix_ms(), 400);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_files.h"
 #include "common/logging.h"
@@ -23,6 +25,19 @@ void RemoveQuietly(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
   if (ec) DAPPLE_LOG_WARN("cannot remove checkpoint folder {}: {}", path, ec.message());
+}
+
+// The CheckpointInfo of the published checkpoint in folder `path`, from its manifest.
+v1::CheckpointInfo InfoOf(const std::string& path, const v1::CheckpointManifest& manifest) {
+  v1::CheckpointInfo info;
+  info.set_step(manifest.step());
+  info.set_path(path);
+  info.set_created_unix_ms(manifest.created_unix_ms());
+  for (const v1::CheckpointShardEntry& e : manifest.shards()) {
+    info.set_bytes(info.bytes() + e.bytes());
+  }
+  info.set_reason(manifest.reason());
+  return info;
 }
 
 }  // namespace
@@ -223,6 +238,21 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
     RemoveQuietly(partial);
     return Abandoned(task.job_id, step, why);
   };
+  std::error_code partial_ec;
+  if (!fs::exists(partial, partial_ec) && !partial_ec) {
+    // The ranks' reports replayed after a coordinator restart, of a checkpoint published before
+    // it whose record the database could not write: published it is, so it is recorded now.
+    absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(final_dir);
+    if (manifest.ok() && manifest->job_id() == task.job_id && manifest->step() == step) {
+      Outcome out;
+      out.kind = Outcome::Kind::kPublished;
+      out.info = InfoOf(final_dir, *manifest);
+      Retain(task, published, out);
+      DAPPLE_LOG_INFO("job {}: checkpoint after step {} was published at {} before: listed again",
+                      task.job_id, step, final_dir);
+      return out;
+    }
+  }
   int64_t total_bytes = 0;
   for (const v1::CheckpointShardEntry& e : task.manifest.shards()) {
     // The shard must be there with the size the rank reported, or the manifest would lie.
@@ -241,9 +271,29 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
       !s.ok()) {
     return abandon(std::string(s.message()));
   }
+  // A step-<N> folder already there was left by an earlier run of the job (restarted from an
+  // older checkpoint, or whose publish the database never recorded): this one replaces it, so it
+  // is moved aside first (rename does not replace a non-empty folder) and put back on failure.
+  const std::string aside = absl::StrCat(final_dir, ".replaced");
+  std::error_code exists_ec;
+  const bool replacing = fs::exists(final_dir, exists_ec);
+  if (replacing) {
+    RemoveQuietly(aside);
+    if (std::rename(final_dir.c_str(), aside.c_str()) != 0) {
+      return abandon(
+          absl::StrCat("cannot move the earlier '", final_dir, "' aside: ", std::strerror(errno)));
+    }
+  }
   if (std::rename(partial.c_str(), final_dir.c_str()) != 0) {
-    return abandon(
-        absl::StrCat("cannot rename '", partial, "' to '", final_dir, "': ", std::strerror(errno)));
+    const std::string why =
+        absl::StrCat("cannot rename '", partial, "' to '", final_dir, "': ", std::strerror(errno));
+    if (replacing) (void)std::rename(aside.c_str(), final_dir.c_str());
+    return abandon(why);
+  }
+  if (replacing) {
+    DAPPLE_LOG_INFO("job {}: checkpoint {} replaces the folder an earlier run left there",
+                    task.job_id, final_dir);
+    RemoveQuietly(aside);
   }
   if (absl::Status s = SyncDirectory(job_dir); !s.ok()) DAPPLE_LOG_WARN("{}", s.message());
 
@@ -254,20 +304,80 @@ CheckpointPublisher::Outcome CheckpointPublisher::Publish(
   out.info.set_created_unix_ms(task.manifest.created_unix_ms());
   out.info.set_bytes(total_bytes);
   out.info.set_reason(task.manifest.reason());
-  out.checkpoints = published;
-  out.checkpoints.push_back(out.info);
-  std::stable_sort(
-      out.checkpoints.begin(), out.checkpoints.end(),
-      [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) { return a.step() < b.step(); });
-  while (task.keep > 0 && static_cast<int>(out.checkpoints.size()) > task.keep) {
-    DAPPLE_LOG_INFO("job {}: deleting checkpoint {} (keeping the newest {})", task.job_id,
-                    out.checkpoints.front().path(), task.keep);
-    RemoveQuietly(out.checkpoints.front().path());
-    out.checkpoints.erase(out.checkpoints.begin());
-  }
+  Retain(task, published, out);
   DAPPLE_LOG_INFO("job {}: checkpoint after step {} published at {} ({} bytes, {})", task.job_id,
                   step, final_dir, total_bytes, task.manifest.reason());
   return out;
+}
+
+void CheckpointPublisher::Retain(const PublishTask& task,
+                                 const std::vector<v1::CheckpointInfo>& published, Outcome& out) {
+  const int64_t step = out.info.step();
+  std::set<std::string> listed;
+  for (const v1::CheckpointInfo& info : published) {
+    std::error_code ec;
+    if (info.path() == out.info.path()) continue;  // replaced by this one
+    if (!fs::exists(info.path(), ec) && !ec) {
+      // Listed, yet gone (deleted by a version that deleted before the database had recorded
+      // the list): listing it would offer a resume point that is not there.
+      DAPPLE_LOG_WARN("job {}: checkpoint {} is no longer on disk: not listed any more",
+                      task.job_id, info.path());
+      continue;
+    }
+    listed.insert(info.path());
+    out.checkpoints.push_back(info);
+  }
+  out.checkpoints.push_back(out.info);
+  // Published folders the job's list does not name: a publish the database could not record
+  // (its list kept naming the older ones, so nothing was deleted for it). Older than this step:
+  // listed again, so retention counts them; newer: left by an earlier run of the job that this
+  // run restarted before (from an older checkpoint), superseded by this run's.
+  std::error_code ec;
+  for (fs::directory_iterator it(task.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int64_t n = 0;
+    if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &n) || n < 1 ||
+        name != CheckpointDirName(n) || n == step) {
+      continue;
+    }
+    const std::string path = absl::StrCat(task.dir, "/", name);
+    if (listed.contains(path)) continue;
+    absl::StatusOr<v1::CheckpointManifest> manifest = ReadCheckpointManifest(path);
+    // A folder that is not this job's published checkpoint is not ours to list or delete.
+    if (!manifest.ok() || manifest->job_id() != task.job_id || manifest->step() != n) continue;
+    v1::CheckpointInfo info = InfoOf(path, *manifest);
+    if (n < step) {
+      DAPPLE_LOG_INFO("job {}: checkpoint {} was published but never recorded: listed again",
+                      task.job_id, path);
+      out.checkpoints.push_back(std::move(info));
+    } else {
+      out.stale.push_back(std::move(info));
+    }
+  }
+  std::stable_sort(
+      out.checkpoints.begin(), out.checkpoints.end(),
+      [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) { return a.step() < b.step(); });
+  const size_t keep = static_cast<size_t>(std::max(task.keep, 0));
+  if (task.keep > 0 && out.checkpoints.size() > keep) {
+    const auto first_kept = out.checkpoints.end() - static_cast<std::ptrdiff_t>(keep);
+    out.superseded.assign(out.checkpoints.begin(), first_kept);
+    out.checkpoints.erase(out.checkpoints.begin(), first_kept);
+  }
+}
+
+void CheckpointPublisher::DeleteSuperseded(const std::string& job_id, const Outcome& outcome,
+                                           int keep) {
+  for (const v1::CheckpointInfo& info : outcome.superseded) {
+    DAPPLE_LOG_INFO("job {}: deleting checkpoint {} (keeping the newest {})", job_id, info.path(),
+                    keep);
+    RemoveQuietly(info.path());
+  }
+  for (const v1::CheckpointInfo& info : outcome.stale) {
+    DAPPLE_LOG_INFO(
+        "job {}: deleting checkpoint {} (an earlier run's, after step {}: superseded by step {})",
+        job_id, info.path(), info.step(), outcome.info.step());
+    RemoveQuietly(info.path());
+  }
 }
 
 void CheckpointPublisher::Finish(const PublishTask& task, const Outcome& outcome) {
@@ -289,6 +399,7 @@ CheckpointPublisher::Outcome CheckpointPublisher::OnReport(
   if (!c.task.has_value()) return c.outcome;
   Outcome out = Publish(*c.task, published);
   Finish(*c.task, out);
+  if (out.kind == Outcome::Kind::kPublished) DeleteSuperseded(c.task->job_id, out, keep_);
   return out;
 }
 

@@ -4,8 +4,16 @@
 // another replica abandons the checkpoint) into <job dir>/step-<N>.partial/ it writes
 // manifest.pb there (temporary file, fsync, rename) and renames the folder to step-<N>: the atomic
 // publish. A checkpoint that any rank could not write is abandoned: its .partial folder is removed
-// (best effort) and the job keeps running. Published checkpoints beyond the newest `keep` of a job
-// are deleted.
+// (best effort) and the job keeps running.
+//
+// Retention: published checkpoints beyond the newest `keep` of a job are deleted, but only once
+// the job's new list (without them) is recorded in the database (DeleteSuperseded, called by
+// whoever records it): until then the database lists them, and a restarted coordinator resumes
+// from what its database lists. A publish the database could not record leaves a step-<N> folder
+// that no list names; the next publish of the job lists it again (when older than its step) and
+// retention counts it, or deletes it (when newer: an earlier run's, that this run restarted
+// before), so the folders converge on the newest `keep` once a record succeeds. A listed folder
+// that is gone from disk is dropped from the list.
 //
 // On demand (dapplectl checkpoint): RequestOnDemand picks a step far enough ahead that every
 // rank's next progress ack (which carries RequestedStep) reaches it before it gets there.
@@ -54,6 +62,7 @@ class CheckpointPublisher {
 
   // `keep` >= 1: published checkpoints kept per job (older ones are deleted); 0 keeps all.
   explicit CheckpointPublisher(int keep) : keep_(keep) {}
+  int keep() const { return keep_; }
 
   // The folder OnJobStarted was given for the started job `job_id` ("" for another job).
   std::string JobDir(const std::string& job_id) const;
@@ -94,9 +103,16 @@ class CheckpointPublisher {
     };
     Kind kind = Kind::kIgnored;
     v1::CheckpointInfo info;
-    // kPublished: the job's list after publishing and deleting the oldest beyond `keep`
-    // (oldest first), for Job.checkpoints.
+    // kPublished: the job's list to record in Job.checkpoints (oldest first): the listed ones
+    // still on disk, the unrecorded older folders found in the job's folder, and this one; the
+    // newest `keep` of them.
     std::vector<v1::CheckpointInfo> checkpoints;
+    // kPublished: the ones beyond `keep` (oldest first), still on disk; deleted by
+    // DeleteSuperseded once `checkpoints` is recorded, else to stay listed.
+    std::vector<v1::CheckpointInfo> superseded;
+    // kPublished: unrecorded folders of steps after this one, left by an earlier run of the job;
+    // never listed, deleted by DeleteSuperseded too.
+    std::vector<v1::CheckpointInfo> stale;
     std::string message;
   };
 
@@ -105,9 +121,10 @@ class CheckpointPublisher {
   // is the job's Job.checkpoints so far (oldest first). Publishing writes
   // step-<N>.partial/manifest.pb (CheckpointManifest of format 1: the job's spec and plan,
   // step, epoch, seed, samples_seen, every shard's entry, reason "on demand" or "timed" when N
-  // was requested so, else "periodic", learning rate) and renames the folder to step-<N>. A
-  // failure there abandons the checkpoint too (message naming the path and the reason).
-  // Collect, then Publish, then Finish, in one call.
+  // was requested so, else "periodic", learning rate) and renames the folder to step-<N>
+  // (replacing a step-<N> folder an earlier run left). A failure there abandons the checkpoint
+  // too (message naming the path and the reason). Collect, then Publish, then Finish, then
+  // DeleteSuperseded (as if the list were recorded at once), in one call.
   Outcome OnReport(const v1::ProgressReport& report,
                    const std::vector<v1::CheckpointInfo>& published, int64_t now_unix_ms);
 
@@ -131,6 +148,11 @@ class CheckpointPublisher {
   Collected Collect(const v1::ProgressReport& report, int64_t now_unix_ms);
   static Outcome Publish(const PublishTask& task, const std::vector<v1::CheckpointInfo>& published);
   void Finish(const PublishTask& task, const Outcome& outcome);
+  // After `outcome.checkpoints` (kPublished) was recorded durably: deletes the folders of
+  // `outcome.superseded` and `outcome.stale` (best effort, logged; `keep` for the log line).
+  // Never call it when the record failed: the database still lists the superseded ones.
+  // Thread-safe (files only).
+  static void DeleteSuperseded(const std::string& job_id, const Outcome& outcome, int keep);
 
  private:
   struct Shard {
@@ -160,6 +182,10 @@ class CheckpointPublisher {
   // A checkpoint that cannot complete: logged, its state forgotten, its .partial folder named.
   Collected Abandon(const std::string& job_id, JobState& job, int64_t step, const std::string& why);
   static Outcome Abandoned(const std::string& job_id, int64_t step, const std::string& why);
+  // Fills a published `out`'s checkpoints, superseded and stale (Retention, above) from
+  // `published` and the folders in task.dir. Reads the file system.
+  static void Retain(const PublishTask& task, const std::vector<v1::CheckpointInfo>& published,
+                     Outcome& out);
 
   int keep_;
   std::map<std::string, JobState> jobs_;

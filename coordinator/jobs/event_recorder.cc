@@ -63,6 +63,8 @@ absl::string_view JobEventReasonName(JobEventReason reason) {
       return "Started";
     case JobEventReason::kCheckpointSaved:
       return "CheckpointSaved";
+    case JobEventReason::kCheckpointFailed:
+      return "CheckpointFailed";
     case JobEventReason::kWorkerLost:
       return "WorkerLost";
     case JobEventReason::kRestarting:
@@ -95,6 +97,7 @@ absl::string_view JobEventReasonName(JobEventReason reason) {
 
 absl::string_view JobEventType(JobEventReason reason) {
   switch (reason) {
+    case JobEventReason::kCheckpointFailed:
     case JobEventReason::kWorkerLost:
     case JobEventReason::kRestarting:
     case JobEventReason::kSkippedStep:
@@ -215,7 +218,8 @@ EventRecorder::~EventRecorder() { sqlite3_close(db_); }
 bool ReplacesByReason(JobEventReason reason) {
   // A periodic checkpoint's message names its step and folder: as separate rows they filled
   // the job's 100 within minutes and pushed out its lifecycle (Planned, Started, Restarting).
-  return reason == JobEventReason::kCheckpointSaved;
+  // So do the failures of a checkpoint disk that stays full: one row, counted, the newest why.
+  return reason == JobEventReason::kCheckpointSaved || reason == JobEventReason::kCheckpointFailed;
 }
 
 absl::Status EventRecorder::Record(const std::string& job_id, JobEventReason reason,

@@ -4,14 +4,15 @@
 // reason and a message; a repeat of an event with the same reason and message as a kept entry
 // of the job is coalesced into it (count + 1, last time updated) instead of adding a row. A
 // reason whose repeats differ only in their numbers (ReplacesByReason: CheckpointSaved, "after
-// step N ...") is one row per job: a repeat counts into it and replaces its message, the newest.
+// step N ...", and CheckpointFailed) is one row per job: a repeat counts into it and replaces its
+// message, the newest.
 //
 // Who records: JobManager, where the lifecycle changes happen (Create: Submitted; Transition:
 // Scheduled, Started, Succeeded / Failed / Cancelled), and the coordinator service through
 // JobManager::RecordEvent for what is not a state change (Measured, Planned, CheckpointSaved,
-// WorkerLost, SkippedStep, Straggler, Replanned, Resumed; Preempted is reserved for
-// preemption, not built yet). The messages of the structured events come from
-// the functions below, never from string building at the call site.
+// CheckpointFailed, WorkerLost, SkippedStep, Straggler, Replanned, Resumed; Preempted is reserved
+// for preemption, not built yet). The messages of the structured events come from the functions
+// below, never from string building at the call site.
 //
 // Bound: at most kMaxEventsPerJob entries per job (after coalescing). Adding one more drops the
 // entries last seen longest ago, except the job's first entry (Submitted), which is always kept.
@@ -45,12 +46,15 @@ namespace dapple::coordinator {
 
 // What happened to a job. The reason names ("Submitted", ...) are part of the user interface.
 enum class JobEventReason {
-  kSubmitted,           // stored as PENDING
-  kMeasured,            // its model's layers were timed by a worker (or the measurement failed)
-  kPlanned,             // a plan: stages x replicas, predicted step time
-  kScheduled,           // admitted: enough free workers, PENDING -> PLANNING
-  kStarted,             // RUNNING on its workers
-  kCheckpointSaved,     // a checkpoint was published
+  kSubmitted,        // stored as PENDING
+  kMeasured,         // its model's layers were timed by a worker (or the measurement failed)
+  kPlanned,          // a plan: stages x replicas, predicted step time
+  kScheduled,        // admitted: enough free workers, PENDING -> PLANNING
+  kStarted,          // RUNNING on its workers
+  kCheckpointSaved,  // a checkpoint was published
+  // A checkpoint could not be published (a rank could not write its shard, the manifest or the
+  // rename failed: a full or failing checkpoint disk; Warning): the job keeps running without it.
+  kCheckpointFailed,
   kWorkerLost,          // a worker of the job died, stopped heartbeating or shut down (Warning)
   kRestarting,          // RUNNING -> RESTARTING by the restart policy (Warning)
   kReplanned,           // planned again on the live workers after a restart: the new shape
@@ -70,8 +74,8 @@ enum class JobEventReason {
 
 // "Submitted", "Measured", ..., "CheckpointSaved", "WorkerLost", ...
 absl::string_view JobEventReasonName(JobEventReason reason);
-// "Warning" for WorkerLost, Restarting, SkippedStep, Preempted, Straggler, Failed, Cancelled,
-// CoordinatorRestarted; "Normal" otherwise.
+// "Warning" for CheckpointFailed, WorkerLost, Restarting, SkippedStep, Preempted, Straggler,
+// Failed, Cancelled, CoordinatorRestarted; "Normal" otherwise.
 absl::string_view JobEventType(JobEventReason reason);
 
 // The event a job's move to `to` records, with its message: PENDING -> kPreempted,

@@ -84,6 +84,33 @@ TEST(EventRecorderTest, PeriodicCheckpointsAreOneRowThatKeepsTheLifecycle) {
   EXPECT_EQ(events[2].first_unix_ms(), 2001);
 }
 
+// A checkpoint disk that stays full fails every checkpoint of the job: one Warning row, counted,
+// with the newest reason.
+TEST(EventRecorderTest, FailedCheckpointsAreOneWarningRow) {
+  EXPECT_EQ(JobEventReasonName(JobEventReason::kCheckpointFailed), "CheckpointFailed");
+  EXPECT_EQ(JobEventType(JobEventReason::kCheckpointFailed), "Warning");
+  EXPECT_TRUE(ReplacesByReason(JobEventReason::kCheckpointFailed));
+  auto recorder = OpenRecorder(FreshDbPath());
+  for (int step : {200, 400}) {
+    ASSERT_TRUE(recorder
+                    ->Record("job-4", JobEventReason::kCheckpointFailed,
+                             absl::StrCat("checkpoint after step ", step,
+                                          " of job job-4 abandoned: stage 1 replica 0: writing "
+                                          "shard: No space left on device"),
+                             step)
+                    .ok());
+  }
+  std::vector<v1::JobEventRecord> events = *recorder->List("job-4");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type(), "Warning");
+  EXPECT_EQ(events[0].reason(), "CheckpointFailed");
+  EXPECT_EQ(events[0].count(), 2);
+  EXPECT_EQ(
+      events[0].message(),
+      "checkpoint after step 400 of job job-4 abandoned: stage 1 replica 0: writing shard: No "
+      "space left on device");
+}
+
 TEST(EventRecorderTest, KeepsAtMostTheBoundPerJobAndAlwaysTheFirst) {
   auto recorder = OpenRecorder(FreshDbPath());
   ASSERT_TRUE(recorder->Record("job-1", JobEventReason::kSubmitted, "submitted", 1).ok());

@@ -59,6 +59,13 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions o
   return manager;
 }
 
+namespace {
+
+// The key of a job's writes in write_warnings_.
+std::string WriteKey(const std::string& id) { return absl::StrCat(id, " write"); }
+
+}  // namespace
+
 JobManager::Entry* JobManager::FindLocked(const std::string& id) {
   auto it = jobs_.find(JobStore::SequenceOf(id));
   return it == jobs_.end() ? nullptr : &it->second;
@@ -73,7 +80,22 @@ absl::Status JobManager::WriteLocked(Entry& entry, int64_t now) {
   DAPPLE_RETURN_IF_ERROR(store_->Put(entry.job));
   entry.dirty = false;
   entry.last_write_unix_ms = now;
+  if (std::string after = write_warnings_.Succeeded(WriteKey(entry.job.id()), now);
+      !after.empty()) {
+    DAPPLE_LOG_INFO("job {}: changes saved again ({})", entry.job.id(), after);
+  }
   return absl::OkStatus();
+}
+
+absl::Status JobManager::WriteLogged(Entry& entry, int64_t now) {
+  absl::Status written = WriteLocked(entry, now);
+  if (!written.ok()) {
+    const std::string line = write_warnings_.Failed(
+        WriteKey(entry.job.id()),
+        absl::StrCat("job ", entry.job.id(), ": change not saved yet: ", written.message()), now);
+    if (!line.empty()) DAPPLE_LOG_WARN("{}", line);
+  }
+  return written;
 }
 
 absl::StatusOr<v1::Job> JobManager::Create(const v1::JobSpec& spec, const std::string& spec_yaml,
@@ -185,10 +207,7 @@ void JobManager::ChangedLocked(Entry& entry, int64_t now) {
   entry.version = next_version_++;
   entry.dirty = true;
   if (now - entry.last_write_unix_ms >= options_.metrics_persist_interval_ms) {
-    absl::Status written = WriteLocked(entry, now);
-    if (!written.ok()) {
-      DAPPLE_LOG_WARN("job {}: change not saved yet: {}", entry.job.id(), written.message());
-    }
+    (void)WriteLogged(entry, now);
   }
   changed_.SignalAll();
 }
@@ -252,17 +271,28 @@ absl::Status JobManager::Update(const std::string& id, const Mutator& mutate) {
 absl::Status JobManager::RecordLocked(const std::string& id, JobEventReason reason,
                                       const std::string& message, int64_t now) {
   absl::Status s = events_->Record(id, reason, message, now);
-  if (!s.ok())
-    DAPPLE_LOG_WARN("job {}: event {} not recorded: {}", id, JobEventReasonName(reason),
-                    s.message());
+  const std::string key = absl::StrCat(id, " events");
+  if (!s.ok()) {
+    const std::string line =
+        write_warnings_.Failed(key,
+                               absl::StrCat("job ", id, ": event ", JobEventReasonName(reason),
+                                            " not recorded: ", s.message()),
+                               now);
+    if (!line.empty()) DAPPLE_LOG_WARN("{}", line);
+  } else if (std::string after = write_warnings_.Succeeded(key, now); !after.empty()) {
+    DAPPLE_LOG_INFO("job {}: events recorded again ({})", id, after);
+  }
   return s;
 }
 
 absl::Status JobManager::RecordEvent(const std::string& id, JobEventReason reason,
                                      const std::string& message) {
   absl::MutexLock lock(&mu_);
-  if (FindLocked(id) == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
-  return RecordLocked(id, reason, message, options_.now_unix_ms());
+  const Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  absl::Status s = RecordLocked(id, reason, message, options_.now_unix_ms());
+  if (options_.observer) options_.observer->OnJobEvent(entry->job, reason);
+  return s;
 }
 
 absl::StatusOr<std::vector<v1::JobEventRecord>> JobManager::Events(const std::string& id) const {
@@ -280,10 +310,18 @@ absl::Status JobManager::FlushDirty(bool force) {
   for (auto& [seq, entry] : jobs_) {
     if (!entry.dirty) continue;
     if (!force && now - entry.last_write_unix_ms < options_.metrics_persist_interval_ms) continue;
-    absl::Status written = WriteLocked(entry, now);
+    absl::Status written = WriteLogged(entry, now);
     if (!written.ok() && first.ok()) first = written;
   }
   return first;
+}
+
+absl::Status JobManager::FlushJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = FindLocked(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (!entry->dirty) return absl::OkStatus();
+  return WriteLogged(*entry, options_.now_unix_ms());
 }
 
 bool JobManager::AwaitChange(const std::string& id, int64_t version, absl::Time deadline) const {

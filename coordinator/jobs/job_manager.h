@@ -14,7 +14,11 @@
 //
 // Durability: every Create and Transition is written before it returns; Update (progress and
 // metrics) is written at most once per `metrics_persist_interval_ms` per job, and FlushDirty
-// writes what is left (the coordinator calls it from its periodic tick and at shutdown).
+// writes what is left (the coordinator calls it from its periodic tick and at shutdown). A job's
+// write that fails (a full database disk) stays in memory and is tried again; its warning is
+// logged once, then as a count at most once a minute per job (repeated_warnings.h), and the
+// first write that succeeds again logs "job job-5: changes saved again (after N failures ...)".
+// Failed event writes are logged the same way.
 //
 // Exclusivity: Open first takes the database's DatabaseLock (db_lock.h) and holds it until the
 // JobManager is destroyed, so a second coordinator on the same file is refused before it
@@ -58,6 +62,7 @@
 #include "coordinator/jobs/job_lifecycle.h"
 #include "coordinator/jobs/job_observer.h"
 #include "coordinator/jobs/job_store.h"
+#include "coordinator/jobs/repeated_warnings.h"
 #include "dapple/v1/job.pb.h"
 
 namespace dapple::coordinator {
@@ -143,7 +148,8 @@ class JobManager {
   absl::Status Update(const std::string& id, const Mutator& mutate);
 
   // Records an event of job `id` that is not a state change (Measured, Planned, CheckpointSaved,
-  // WorkerLost, SkippedStep, Straggler, ...) at now_unix_ms. kNotFound "no job <id>"; a failed
+  // WorkerLost, SkippedStep, Straggler, ...) at now_unix_ms and tells the observer
+  // (JobObserver::OnJobEvent), even when the write fails. kNotFound "no job <id>"; a failed
   // write is logged (events never fail their caller's work) and returned.
   absl::Status RecordEvent(const std::string& id, JobEventReason reason,
                            const std::string& message);
@@ -155,6 +161,9 @@ class JobManager {
   // Writes dirty jobs whose last write is at least the interval old (all dirty jobs when
   // `force`). Returns the first write error (the rest are still attempted).
   absl::Status FlushDirty(bool force);
+  // Writes job `id` now when it has changes not written yet (Update's throttle or a failed
+  // write): OK means the database holds the job as it is in memory. kNotFound; the write's error.
+  absl::Status FlushJob(const std::string& id);
 
   // Blocks until job `id` has a version other than `version` (true), `deadline` passes or
   // Shutdown was called (false). An unknown id counts as changed.
@@ -181,7 +190,11 @@ class JobManager {
 
   Entry* FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Entry* FindLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the entry; a success after failed writes of the job logs that it is saved again.
   absl::Status WriteLocked(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WriteLocked for writes nobody waits on (Update's, FlushDirty's): a failure is logged
+  // through write_warnings_ (the first, then a count at most once a minute).
+  absl::Status WriteLogged(Entry& entry, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an event (logging a failed write); under mu_ so that a job's events keep the order
   // of its changes.
   absl::Status RecordLocked(const std::string& id, JobEventReason reason,
@@ -196,7 +209,10 @@ class JobManager {
   // Declared before store_ so that it is released only after the database is closed.
   const std::unique_ptr<DatabaseLock> lock_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
-  const std::unique_ptr<EventRecorder> events_;         // thread-safe on its own
+  const std::unique_ptr<EventRecorder> events_;  // thread-safe on its own
+  // Failed writes of jobs and events, per job: a full database disk fails every progress
+  // report's write, and a line each flooded the log.
+  RepeatedWarnings write_warnings_;                     // thread-safe on its own
   std::map<int64_t, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // by sequence number N of "job-N"
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;

@@ -8,6 +8,7 @@
 #ifndef DAPPLE_COORDINATOR_JOBS_JOB_OBSERVER_H_
 #define DAPPLE_COORDINATOR_JOBS_JOB_OBSERVER_H_
 
+#include "coordinator/jobs/event_recorder.h"
 #include "dapple/v1/job.pb.h"
 
 namespace dapple::coordinator {
@@ -23,6 +24,15 @@ class JobObserver {
 
   // JobManager::Update changed a RUNNING job's progress (metrics, stage metrics, plan...).
   virtual void OnJobUpdate(const v1::Job& job) = 0;
+
+  // JobManager::RecordEvent recorded an event of `job` with `reason` (what is not a state
+  // change: CheckpointFailed, WorkerLost...). Told whether or not the event could be written to
+  // the database, so a count kept from these stays right while the database is full. No-op by
+  // default.
+  virtual void OnJobEvent(const v1::Job& job, JobEventReason reason) {
+    (void)job;
+    (void)reason;
+  }
 };
 
 }  // namespace dapple::coordinator

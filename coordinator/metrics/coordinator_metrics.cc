@@ -66,6 +66,11 @@ std::string LowerSuffix(const std::string& enum_name, absl::string_view prefix) 
   return absl::AsciiStrToLower(enum_name.substr(prefix.size()));
 }
 
+// The `tenant` label of a job's series: its tenant, "_admin" for an admin's job.
+std::string TenantLabel(const v1::Job& job) {
+  return job.tenant().empty() ? std::string(scheduling::kAdminTenantLabel) : job.tenant();
+}
+
 }  // namespace
 
 std::string JobStateLabel(v1::JobState state) {
@@ -131,6 +136,8 @@ void CoordinatorMetrics::OnJobState(const v1::Job& job, v1::JobState from) {
   if (!appeared) CountJobLocked(known->second, -1);
   job_states_[job.id()] = to;
   CountJobLocked(to, +1);
+  // From 0 as soon as the tenant has a job, so that its first failure is an increase.
+  if (appeared) set_->Counter(m::kCheckpointFailuresTotal, {{m::kLabelTenant, TenantLabel(job)}});
   const bool ended = IsTerminal(to);
   if (ended && !appeared && !IsTerminal(from)) {
     set_->Counter(m::kJobsFinishedTotal, {{m::kLabelState, JobStateLabel(to)}}).Increment();
@@ -306,6 +313,12 @@ void CoordinatorMetrics::RemoveJobLocked(const std::string& id, Exported& e) {
     with_state[m::kLabelState] = JobStateLabel(s);
     set_->Remove(m::kJobState, with_state);
   }
+}
+
+void CoordinatorMetrics::OnJobEvent(const v1::Job& job, JobEventReason reason) {
+  if (reason != JobEventReason::kCheckpointFailed) return;
+  absl::MutexLock lock(&mu_);
+  set_->Counter(m::kCheckpointFailuresTotal, {{m::kLabelTenant, TenantLabel(job)}}).Increment();
 }
 
 void CoordinatorMetrics::OnAuthFailure(absl::string_view reason) {

@@ -23,7 +23,8 @@
 //    queued jobs per pending reason, device-seconds waited (counter), preemptions per
 //    reason (counter), and per device type the seconds its longest-waiting job within its
 //    nominal quota has waited (0: none; the signal of DappleTenantStarvedWithinQuota). A tenant
-//    that disappears keeps its series at 0.
+//    that disappears keeps its series at 0. Abandoned checkpoints (counter, from the jobs'
+//    CheckpointFailed events: JobObserver::OnJobEvent), from 0 once a job of the tenant is seen.
 //
 // Thread safety: thread-safe; the observer calls come under JobManager's lock or the service
 // mutex and take only this object's own mutex (never calling out), so no lock cycle forms.
@@ -76,6 +77,8 @@ class CoordinatorMetrics : public JobObserver,
 
   void OnJobState(const v1::Job& job, v1::JobState from) override;
   void OnJobUpdate(const v1::Job& job) override;
+  // CheckpointFailed: dapple_checkpoint_failures_total{tenant} + 1.
+  void OnJobEvent(const v1::Job& job, JobEventReason reason) override;
   void OnWorkerState(const v1::WorkerInfo& worker, v1::WorkerState from) override;
   void OnWorkerRemoved(const v1::WorkerInfo& worker) override;
   void OnSchedulingPass(const std::map<std::string, scheduling::TenantSchedulingState>& tenants,

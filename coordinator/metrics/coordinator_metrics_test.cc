@@ -195,6 +195,32 @@ TEST_F(CoordinatorMetricsTest, AuthFailuresAreCountedByReason) {
 
 // The gauges follow JobManager's lifecycle, including a restart's recovery: the restarted
 // coordinator counts every stored job, and the RUNNING job it fails is a failure it reports.
+// Abandoned checkpoints were visible only in the logs: each CheckpointFailed event a job records
+// counts into its tenant's dapple_checkpoint_failures_total, which exists from 0 once the tenant
+// has a job (so the first failure is an increase, and DappleCheckpointsFailing has a signal).
+TEST_F(CoordinatorMetricsTest, CheckpointFailuresAreCountedPerTenantFromTheirEvents) {
+  auto metrics = NewMetrics();
+  auto jobs = OpenJobs(FreshDbPath(), metrics);
+  ASSERT_NE(jobs, nullptr);
+  auto created = jobs->Create(Spec("a"), "", {}, [](v1::Job* j) { j->set_tenant("team-a"); });
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(jobs->Create(Spec("b"), "").ok());  // an admin's job
+  std::string text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_checkpoint_failures_total", {{"tenant", "team-a"}}), 0);
+  EXPECT_EQ(Value(text, "dapple_checkpoint_failures_total", {{"tenant", "_admin"}}), 0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(jobs->RecordEvent(created->id(), JobEventReason::kCheckpointFailed,
+                                  "checkpoint after step 200 of job job-1 abandoned: stage 0 "
+                                  "replica 0: No space left on device")
+                    .ok());
+  }
+  // Other events count nowhere here.
+  ASSERT_TRUE(jobs->RecordEvent("job-2", JobEventReason::kCheckpointSaved, "saved").ok());
+  text = metrics->metric_set()->Serialize();
+  EXPECT_EQ(Value(text, "dapple_checkpoint_failures_total", {{"tenant", "team-a"}}), 2);
+  EXPECT_EQ(Value(text, "dapple_checkpoint_failures_total", {{"tenant", "_admin"}}), 0);
+}
+
 TEST_F(CoordinatorMetricsTest, JobsByStateFollowJobManagerAcrossARestart) {
   const std::string db = FreshDbPath();
   std::string text;

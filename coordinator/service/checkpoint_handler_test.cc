@@ -212,6 +212,17 @@ TEST_F(CheckpointHandlerTest, OnDemandPublishAndResume) {
   EXPECT_FALSE(fs::exists(dir_ + "/checkpoints/_admin/job-1/step-8.partial"));
   EXPECT_EQ(Get("job-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get("job-1").checkpoints_size(), 1);
+  // ... and says so beyond the log: a Warning event `dapplectl describe` shows (its metric
+  // counts these events: coordinator_metrics_test.cc).
+  {
+    const v1::Job job = Get("job-1");
+    ASSERT_FALSE(job.events().empty());
+    const v1::JobEventRecord& failed = *job.events().rbegin();
+    EXPECT_EQ(failed.type(), "Warning");
+    EXPECT_EQ(failed.reason(), "CheckpointFailed");
+    EXPECT_EQ(failed.message(),
+              "checkpoint after step 8 of job job-1 abandoned: stage 1 replica 0: disk full");
+  }
 
   // Refusals of resume_from, naming the rule.
   absl::StatusOr<v1::Job> bad = Submit(Spec(), dir_ + "/checkpoints/_admin/job-1/step-8.partial");

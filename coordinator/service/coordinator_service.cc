@@ -246,9 +246,9 @@ void CoordinatorService::Tick() {
   absl::MutexLock lock(&mu_);
   const int64_t now = options_.now_unix_ms();
   CheckHealthLocked(now);
-  if (absl::Status s = jobs_->FlushDirty(/*force=*/false); !s.ok()) {
-    DAPPLE_LOG_WARN("saving job progress: {}", s.message());
-  }
+  // A failed write is logged by JobManager, per job and rate-limited: logging it again at every
+  // tick would flood the log while the database disk is full.
+  (void)jobs_->FlushDirty(/*force=*/false);
   ScheduleLocked(now);
 }
 

@@ -110,6 +110,7 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/log_store.h"
 #include "coordinator/jobs/progress_tracker.h"
+#include "coordinator/jobs/repeated_warnings.h"
 #include "coordinator/jobs/restart_policy.h"
 #include "coordinator/jobs/stage_metrics_tracker.h"
 #include "coordinator/jobs/straggler_detector.h"
@@ -670,6 +671,10 @@ class CoordinatorService {
   // worker runs rank (stage, replica) of `job` by the job's plan; a failed write is logged.
   void KeepLogLinesLocked(const v1::Job& job, const v1::ProgressReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The outcome of writing job `job_id`'s `what` ("log lines", "traces") to the database: a
+  // failure logged through store_warnings_ (rate-limited), a success after failures logged once.
+  void LogStoreWrite(const std::string& job_id, const std::string& what,
+                     const absl::Status& written, int64_t now);
   // A rank's PROGRESS_CHECKPOINT report of running `job` (checked under the lock by
   // ReportProgress): hands it to checkpoints_, which writes the files, and records a published
   // checkpoint in Job.checkpoints (a failure is logged: the job keeps running). Outside the
@@ -682,6 +687,9 @@ class CoordinatorService {
   const std::unique_ptr<JobManager> jobs_;  // thread-safe on its own
   std::unique_ptr<TraceStore> traces_;      // set by Create; thread-safe on its own
   std::unique_ptr<LogStore> logs_;          // set by Create; thread-safe on its own
+  // Failed writes of the jobs' log lines and traces (a full database disk fails each report's),
+  // logged once, then as a count at most once a minute per job and store.
+  RepeatedWarnings store_warnings_;  // thread-safe on its own
   // The saved sequence of generated worker ids; set by Create; thread-safe on its own.
   std::unique_ptr<WorkerIdStore> worker_ids_;
 

@@ -358,10 +358,8 @@ absl::Status CoordinatorService::OnStepReportLocked(RunState& run,
     trace.set_stage(request.stage());
     trace.set_replica(request.replica());
     trace.set_worker_id(request.worker_id());
-    if (absl::Status s = traces_->Put(trace, now); !s.ok()) {
-      // A lost timeline must not fail the job or make the rank retry its report.
-      DAPPLE_LOG_WARN("job {}: {}", id, s.message());
-    }
+    // A lost timeline must not fail the job or make the rank retry its report.
+    LogStoreWrite(id, "traces", traces_->Put(trace, now), now);
   }
   return absl::OkStatus();
 }
@@ -382,10 +380,21 @@ void CoordinatorService::KeepLogLinesLocked(const v1::Job& job, const v1::Progre
     note.set_text(absl::StrCat(report.log_lines_dropped(), " log lines dropped by worker ",
                                report.worker_id(), " (its buffer of unsent lines was full)"));
   }
-  if (absl::Status s =
-          logs_->Append(job.id(), report.stage(), report.replica(), report.worker_id(), lines);
-      !s.ok()) {
-    DAPPLE_LOG_WARN("job {}: {}", job.id(), s.message());
+  LogStoreWrite(
+      job.id(), "log lines",
+      logs_->Append(job.id(), report.stage(), report.replica(), report.worker_id(), lines),
+      options_.now_unix_ms());
+}
+
+void CoordinatorService::LogStoreWrite(const std::string& job_id, const std::string& what,
+                                       const absl::Status& written, int64_t now) {
+  const std::string key = absl::StrCat(job_id, " ", what);
+  if (!written.ok()) {
+    const std::string line =
+        store_warnings_.Failed(key, absl::StrCat("job ", job_id, ": ", written.message()), now);
+    if (!line.empty()) DAPPLE_LOG_WARN("{}", line);
+  } else if (std::string after = store_warnings_.Succeeded(key, now); !after.empty()) {
+    DAPPLE_LOG_INFO("job {}: {} stored again ({})", job_id, what, after);
   }
 }
 
@@ -403,25 +412,43 @@ void CoordinatorService::OnCheckpointReport(const v1::Job& job, const v1::Progre
     const v1::Job& j = current.ok() ? *current : job;
     return std::vector<v1::CheckpointInfo>(j.checkpoints().begin(), j.checkpoints().end());
   };
-  auto record = [&](const CheckpointPublisher::Outcome& o) {
-    if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return;
-    absl::Status s = jobs_->Update(job.id(), [&](v1::Job* j) {
-      j->clear_checkpoints();
-      for (const v1::CheckpointInfo& info : o.checkpoints) *j->add_checkpoints() = info;
-    });
+  auto record = [&](const CheckpointPublisher::Outcome& o) -> absl::Status {
+    if (o.kind != CheckpointPublisher::Outcome::Kind::kPublished) return absl::OkStatus();
+    auto list = [&](std::vector<v1::CheckpointInfo> infos) {
+      return jobs_->Update(job.id(), [&](v1::Job* j) {
+        j->clear_checkpoints();
+        for (const v1::CheckpointInfo& info : infos) *j->add_checkpoints() = info;
+      });
+    };
+    absl::Status s = list(o.checkpoints);
     // Written now, not at the next throttled write: a coordinator restarted in between would
-    // not list the published folder, and the ranks' replayed reports could not publish it
-    // again (its .partial folder is gone).
-    if (s.ok()) s = jobs_->FlushDirty(/*force=*/true);
+    // not list the published folder; and the superseded folders are deleted only once the list
+    // without them is in the database.
+    if (s.ok()) s = jobs_->FlushJob(job.id());
     if (!s.ok()) {
       DAPPLE_LOG_WARN("job {}: recording checkpoint {}: {}", job.id(), o.info.path(), s.message());
+      // The database still lists the superseded checkpoints and CheckpointManager keeps their
+      // folders: listed in memory too, whichever write of the job succeeds next lists only
+      // folders that are on disk, and the next recorded publish deletes them.
+      if (!o.superseded.empty()) {
+        std::vector<v1::CheckpointInfo> all = o.superseded;
+        all.insert(all.end(), o.checkpoints.begin(), o.checkpoints.end());
+        (void)list(std::move(all));
+      }
     }
     (void)jobs_->RecordEvent(
         job.id(), JobEventReason::kCheckpointSaved,
         absl::StrCat("checkpoint after step ", o.info.step(), " published (", o.info.reason(), ", ",
                      o.info.bytes(), " bytes): ", o.info.path()));
+    return s;
   };
-  (void)checkpoints_.OnReport(report, published, record, now);
+  const CheckpointPublisher::Outcome outcome =
+      checkpoints_.OnReport(report, published, record, now);
+  if (outcome.kind == CheckpointPublisher::Outcome::Kind::kAbandoned) {
+    // Visible beyond the log: `dapplectl describe` (a Warning event) and
+    // dapple_checkpoint_failures_total (the metrics observe the event).
+    (void)jobs_->RecordEvent(job.id(), JobEventReason::kCheckpointFailed, outcome.message);
+  }
 }
 
 absl::StatusOr<CoordinatorService::RunState*> CoordinatorService::StoreUserLocked(

@@ -272,22 +272,9 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
   for (WorkerRecord* worker :
        judge ? workers_.TimedOut(now, options_.worker_timeout_ms) : std::vector<WorkerRecord*>{}) {
     const double silent_s = (now - worker->info.last_heartbeat_unix_ms()) / 1000.0;
-    const bool busy = worker->info.state() == v1::WORKER_STATE_BUSY;
-    const std::string job_id = worker->info.job_id();
-    const std::string rank = RankNameLocked(job_id, worker->info.id(), worker->info.stage());
-    (void)workers_.Transition(*worker, v1::WORKER_STATE_DEAD,
-                              absl::StrFormat("no heartbeat for %.1f s", silent_s));
-    worker->dead_since_unix_ms = now;
-    if (options_.profile_cache->Expire(worker->info.id(), now) > 0) WakeLocked();
-    // A worker of a restarted job's failed run is no rank of the run that replaced it.
-    if (busy && IsRankLocked(job_id, worker->info.id())) {
-      const std::string lost =
-          absl::StrFormat("worker %s (%s of job %s) stopped heartbeating (no heartbeat for %.1f s)",
-                          worker->info.id(), rank, job_id, silent_s);
-      (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
-      absl::Status ended = FailOrRestartLocked(job_id, FailureCause::kWorkerLost, lost, now);
-      if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
-    }
+    DeclareDeadLocked(*worker, absl::StrFormat("no heartbeat for %.1f s", silent_s),
+                      absl::StrFormat("stopped heartbeating (no heartbeat for %.1f s)", silent_s),
+                      now);
   }
   // DEAD workers would otherwise be listed forever; the ones kept for a while tell an
   // operator which worker failed a job.
@@ -298,6 +285,24 @@ void CoordinatorService::CheckHealthLocked(int64_t now) {
                             "forgotten",
                             (now - worker->dead_since_unix_ms) / 1000.0,
                             options_.dead_worker_retention_ms / 1000.0));
+  }
+}
+
+void CoordinatorService::DeclareDeadLocked(WorkerRecord& worker, const std::string& why,
+                                           const std::string& lost_because, int64_t now) {
+  const bool busy = worker.info.state() == v1::WORKER_STATE_BUSY;
+  const std::string job_id = worker.info.job_id();
+  const std::string rank = RankNameLocked(job_id, worker.info.id(), worker.info.stage());
+  (void)workers_.Transition(worker, v1::WORKER_STATE_DEAD, why);
+  worker.dead_since_unix_ms = now;
+  if (options_.profile_cache->Expire(worker.info.id(), now) > 0) WakeLocked();
+  // A worker of a restarted job's failed run is no rank of the run that replaced it.
+  if (busy && IsRankLocked(job_id, worker.info.id())) {
+    const std::string lost = absl::StrFormat("worker %s (%s of job %s) %s", worker.info.id(), rank,
+                                             job_id, lost_because);
+    (void)jobs_->RecordEvent(job_id, JobEventReason::kWorkerLost, lost);
+    absl::Status ended = FailOrRestartLocked(job_id, FailureCause::kWorkerLost, lost, now);
+    if (!ended.ok()) DAPPLE_LOG_ERROR("failing job {}: {}", job_id, ended.message());
   }
 }
 

@@ -314,10 +314,16 @@ class CoordinatorService {
   // rank before this coordinator started) is answered reattached = true and the claimed id when
   // the claim is accepted (ReattachLocked), else reattach_refused says why and the worker is
   // registered as any other. A request that breaks a rule of cluster/registration_check.h is
-  // kInvalidArgument naming the field, before anything is recorded.
+  // kInvalidArgument naming the field, before anything is recorded. A request for the name of a
+  // worker of the same host (another pid) that sent no heartbeat for more than
+  // kNameTakeoverIntervals intervals gets that name: the worker restarted before the heartbeat
+  // timeout declared it DEAD, and is declared DEAD now.
   absl::Status RegisterWorker(const auth::Identity& caller,
                               const v1::RegisterWorkerRequest& request,
                               v1::RegisterWorkerResponse* response);
+  // A registration that asks for the name of a worker on the same host that has been silent for
+  // more than this many heartbeat intervals takes the name over (RegisterWorker).
+  static constexpr int64_t kNameTakeoverIntervals = 3;
   // Forgets the IDLE worker `worker_id` that RegisterWorker just registered but whose
   // registration the adapter then refused (`why`: its credential could not be issued, e.g. the
   // id is a user's name), so that it is not listed as a worker. Nothing when it is unknown or
@@ -498,6 +504,17 @@ class CoordinatorService {
   void Loop();
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHealthLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves `worker` to DEAD (`why`: the registry's reason) and, when it ran a rank of a job's
+  // current run, fails or restarts that job as a lost worker ("worker w-1 (stage 0 of job job-1)
+  // <lost_because>").
+  void DeclareDeadLocked(WorkerRecord& worker, const std::string& why,
+                         const std::string& lost_because, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterWorker's takeover of a name (kNameTakeoverIntervals): the silent holder is a process
+  // since restarted; it is declared DEAD first (its job fails or restarts as a lost worker), so
+  // that the registry gives the name to the new process.
+  void TakeOverNameLocked(const v1::RegisterWorkerRequest& request, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Scheduling (coordinator_service_scheduling.cc; docs/scheduling.md) ---
   // The policy's snapshot: every PENDING, RUNNING and RESTARTING job as a Workload (a PENDING

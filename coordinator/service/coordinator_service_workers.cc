@@ -78,6 +78,7 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
     }
     response->set_reattached(reattached != nullptr);
   }
+  if (reattached == nullptr) TakeOverNameLocked(request, now);
   WorkerRecord& worker = reattached != nullptr ? *reattached : workers_.Register(request, now);
   // Saved before the id is answered, so no process can ever have been told an id that a
   // restarted coordinator hands out again (a crash between the two only skips ids).
@@ -102,6 +103,27 @@ absl::Status CoordinatorService::RegisterWorker(const auth::Identity& caller,
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   WakeLocked();
   return absl::OkStatus();
+}
+
+void CoordinatorService::TakeOverNameLocked(const v1::RegisterWorkerRequest& request, int64_t now) {
+  if (request.name().empty()) return;
+  WorkerRecord* holder = workers_.Find(request.name());
+  if (holder == nullptr || holder->info.state() == v1::WORKER_STATE_DEAD) return;
+  const v1::WorkerInfo& old = holder->info;
+  const int64_t silent_ms = now - old.last_heartbeat_unix_ms();
+  // A live worker heartbeats every interval: one silent for several, on the same host, whose
+  // name a new process asks for, is that worker restarted (kill -9, a crash, systemd) before
+  // --worker-timeout-ms declared it DEAD. A live duplicate keeps its name (the new one gets an
+  // id of its own), and so does a worker on another host.
+  if (old.hostname() != request.hostname() || old.pid() == request.pid() ||
+      silent_ms <= kNameTakeoverIntervals * options_.heartbeat_interval_ms) {
+    return;
+  }
+  const std::string why = absl::StrFormat(
+      "replaced by a new process of its name on host %s (pid %d; this one, pid %d, sent no "
+      "heartbeat for %.1f s)",
+      request.hostname(), request.pid(), old.pid(), silent_ms / 1000.0);
+  DeclareDeadLocked(*holder, why, absl::StrCat("restarted: ", why), now);
 }
 
 void CoordinatorService::ForgetRefusedWorker(const std::string& worker_id, const std::string& why) {

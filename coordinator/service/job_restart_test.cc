@@ -70,6 +70,41 @@ TEST_F(CoordinatorServiceTest, ALostWorkerRestartsTheJobOnTheLiveWorkers) {
 
 // After a restart the job's trace is the resumed run's: the failed run's traced steps (perhaps
 // of another layout, and of steps the resumed run does again) no longer mix in.
+// Found by a fresh SRE: a worker killed and restarted at once with its --name came back as w-N
+// (the silent old process still held the name until the heartbeat timeout), its DEAD alert kept
+// firing and its job waited for that timeout. A new process of the name on the same host takes
+// it once the holder missed kNameTakeoverIntervals heartbeats: the holder is DEAD, its job
+// restarts at once. A holder still heartbeating keeps its name.
+TEST_F(CoordinatorServiceTest, ARestartedWorkerTakesItsNameBack) {
+  const std::string a = Register("cpu-a"), b = Register("cpu-b");
+  auto job = Submit(absl::StrReplaceAll(
+      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  svc_->Tick();
+  ASSERT_THAT(Get(id).worker_ids(), ElementsAre(a, b));
+  EXPECT_TRUE(Heartbeat(a).has_assignment());
+  EXPECT_TRUE(Heartbeat(b).has_assignment());
+  now_ += 400;
+  Heartbeat(a, id);
+  Heartbeat(b, id);
+  const std::string duplicate = Register("cpu-a");  // a live holder keeps its name
+  EXPECT_NE(duplicate, "cpu-a");
+  EXPECT_EQ(Worker("cpu-a").state(), v1::WORKER_STATE_BUSY);
+
+  now_ += 2000;  // cpu-a killed: silent for 2 s, within the 5 s timeout
+  Heartbeat(b, id);
+  Heartbeat(duplicate);
+  EXPECT_EQ(Register("cpu-a"), "cpu-a");
+  EXPECT_EQ(Worker("cpu-a").state(), v1::WORKER_STATE_IDLE);
+  const v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.message(),
+            "restart 1 of 1 in 1.0 s after: worker cpu-a (stage 0 of job job-1) restarted: "
+            "replaced by a new process of its name on host localhost (pid 103; this one, pid 100, "
+            "sent no heartbeat for 2.0 s)");
+}
+
 TEST_F(CoordinatorServiceTest, ARestartedJobsTraceIsTheResumedRunsOwn) {
   const std::string w1 = Register(), w2 = Register(), w3 = Register();
   auto job = Submit(absl::StrReplaceAll(

@@ -295,7 +295,8 @@ class MetricsTest(unittest.TestCase):
         rules = [r for g in groups for r in g["rules"]]
         alerts = {r["name"]: r for r in rules if r["type"] == "alerting"}
         self.assertEqual(set(alerts), {"DappleJobStuck", "DappleWorkerDead", "DappleJobFailed",
-                                       "DappleTenantStarvedWithinQuota"})
+                                       "DappleTenantStarvedWithinQuota",
+                                       "DappleCheckpointsFailing"})
         signals = []
         for r in rules:
             if r["type"] == "recording":

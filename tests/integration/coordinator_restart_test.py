@@ -209,5 +209,26 @@ class CoordinatorRestartTest(unittest.TestCase):
         self.c.wait_workers(3, "IDLE", timeout=30)
 
 
+    def test_a_worker_started_before_the_coordinator_registers_as_soon_as_it_listens(self):
+        # Found by a fresh SRE: a worker that started while the coordinator was down, saying it
+        # retried every 500 ms, registered 3.5-5.5 s after the coordinator listened again
+        # (gRPC's synchronous client progresses a connection attempt only while a call polls
+        # it). Its retries now wait for the connection.
+        self.c.stop_coordinator()
+        self.c.add_worker("it-late")
+        self.c.wait_log("worker-it-late", "retrying every", timeout=10)
+        time.sleep(3)  # the reconnect backoff of several failed attempts
+        start = time.time()
+        self.c.start_coordinator()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if any(w.get("id") == "it-late" for w in self.c.workers_json()):
+                break
+            time.sleep(0.05)
+        took = time.time() - start
+        self.assertTrue(any(w.get("id") == "it-late" for w in self.c.workers_json()))
+        self.assertLess(took, 2.0, "registered %.1f s after the coordinator started" % took)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -69,7 +69,10 @@ constexpr absl::Duration kCapacityRefinements[] = {absl::Seconds(3), absl::Secon
 // could stay away for minutes while the coordinator listens. Bounding it by the default heartbeat
 // interval keeps the promise of worker.md: the worker retries every interval.
 constexpr int kInitialReconnectBackoffMs = 100;  // gRPC's floor
-constexpr int kMaxReconnectBackoffMs = 500;      // the default heartbeat interval
+// How long a retried registration waits for the coordinator (Register): two reconnect backoffs,
+// short enough that a stopping worker is not held up.
+constexpr absl::Duration kRetryRegisterDeadline = absl::Seconds(1);
+constexpr int kMaxReconnectBackoffMs = 500;  // the default heartbeat interval
 // Shortest time one connection attempt may take (gRPC names it MIN_RECONNECT_BACKOFF): a
 // refused connection fails at once anyway, this only bounds an unanswered one.
 constexpr int kMinConnectTimeoutMs = 1000;
@@ -238,7 +241,7 @@ std::string WorkerDaemon::WorkerId() {
   return worker_id_;
 }
 
-absl::Status WorkerDaemon::Register() {
+absl::Status WorkerDaemon::Register(bool wait_for_coordinator) {
   v1::RegisterWorkerRequest req;
   req.set_hostname(Hostname());
   req.set_pid(getpid());
@@ -279,9 +282,15 @@ absl::Status WorkerDaemon::Register() {
     }
   }
   grpc::ClientContext ctx;
-  // Fail fast: Run retries every heartbeat interval, and the bounded reconnect backoff means a
-  // coordinator that is back is reached within one or two retries.
-  ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  // The first attempt fails fast, with the reason (connection refused, a DNS error) to log; the
+  // retries wait for the connection (Register's contract in the header), which the bounded
+  // reconnect backoff makes within an interval of the coordinator's return.
+  if (wait_for_coordinator) {
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(DeadlineIn(kRetryRegisterDeadline));
+  } else {
+    ctx.set_deadline(DeadlineIn(kRpcDeadline));
+  }
   // A rank claim needs this worker's own credential (the coordinator honours it only then);
   // a registration as a new worker uses the join token.
   const bool with_credential = req.has_reattach() && auth_.HasCredential();
@@ -371,7 +380,7 @@ absl::Status WorkerDaemon::Register() {
 }
 
 absl::Status WorkerDaemon::TryRegister(bool* warned) {
-  absl::Status s = Register();
+  absl::Status s = Register(/*wait_for_coordinator=*/*warned);
   // A refused join token does not get better by retrying: the operator must fix it.
   if (absl::IsUnauthenticated(s)) {
     DAPPLE_LOG_ERROR("{}", s.message());

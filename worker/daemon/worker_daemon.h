@@ -132,7 +132,11 @@ class WorkerDaemon {
   struct JobResources;  // transport, links and runtime of the running job
                         // (worker_daemon_internal.h)
 
-  absl::Status Register();
+  // `wait_for_coordinator`: the previous attempt failed (the coordinator is away). The call then
+  // waits, up to kRetryRegisterDeadline, for the channel to connect instead of failing at once:
+  // gRPC's synchronous client makes progress on a connection attempt only while a call polls
+  // it, so fail-fast calls every interval left a coordinator that was back unnoticed for 5 s.
+  absl::Status Register(bool wait_for_coordinator = false);
   // Register, logging the first failure of a streak (and the recovery) only. kUnauthenticated
   // when the coordinator refused the join token (logged: "the coordinator refused the join
   // token: ...; check --join-token-file"): Run then stops and returns it (exit code 1).

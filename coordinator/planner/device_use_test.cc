@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -175,21 +176,29 @@ TEST(DeviceUseNoteTest, SaysWhenNoPlanWithinTheDevicesIsAStageAway) {
 }
 
 // Through MakePlan: the note is in the plan's notes (what `dapplectl plan` and `get` show).
-TEST(DeviceUseNoteTest, MakePlanAddsTheNote) {
+// A planner dp job of `model` on 4 devices, at global batch `global_batch` in micro-batches of
+// `micro_batch`.
+v1::JobSpec DataParallelSpec(v1::ModelSpec model, int64_t global_batch, int64_t micro_batch) {
   v1::JobSpec spec;
   spec.set_name("dp");
-  v1::ModelSpec* model = spec.mutable_model();
-  model->add_input_shape(784);
-  v1::LayerSpec* layer = model->add_layers();
-  layer->set_type("linear");
-  layer->mutable_linear()->set_out(10);
-  model->set_loss("softmax_cross_entropy");
-  spec.mutable_training()->set_global_batch(12);
-  spec.mutable_training()->set_micro_batch(6);
+  model.set_loss("softmax_cross_entropy");
+  *spec.mutable_model() = std::move(model);
+  spec.mutable_training()->set_global_batch(global_batch);
+  spec.mutable_training()->set_micro_batch(micro_batch);
   spec.mutable_training()->set_epochs(1);
   spec.mutable_parallel()->set_schedule("dapple");
   spec.mutable_parallel()->set_planner("dp");
   spec.mutable_parallel()->set_devices(4);
+  return spec;
+}
+
+TEST(DeviceUseNoteTest, MakePlanAddsTheNote) {
+  v1::ModelSpec model;
+  model.add_input_shape(784);
+  v1::LayerSpec* layer = model.add_layers();
+  layer->set_type("linear");
+  layer->mutable_linear()->set_out(10);
+  const v1::JobSpec spec = DataParallelSpec(model, 12, 6);
   PlanInputs inputs;
   inputs.max_replicas = 4;
   absl::StatusOr<v1::ParallelPlan> plan = MakePlan(spec, inputs);
@@ -207,27 +216,17 @@ TEST(DeviceUseNoteTest, MakePlanAddsTheNote) {
 // devices a micro-batch of 4 uses 2 per stage (found by a fresh user's CNN on planner-chosen
 // replicas, which normalised one row per replica and could not learn).
 TEST(DeviceUseNoteTest, ReplicasKeepTwoRowsForABatchNorm) {
-  v1::JobSpec spec;
-  spec.set_name("bn");
-  v1::ModelSpec* model = spec.mutable_model();
-  for (int64_t d : {1, 28, 28}) model->add_input_shape(d);
-  v1::LayerSpec* conv = model->add_layers();
+  v1::ModelSpec model;
+  for (int64_t d : {1, 28, 28}) model.add_input_shape(d);
+  v1::LayerSpec* conv = model.add_layers();
   conv->set_type("conv2d");
   conv->mutable_conv2d()->set_out_channels(4);
   conv->mutable_conv2d()->set_kernel(28);
-  model->add_layers()->set_type("batchnorm2d");
-  model->add_layers()->set_type("relu");
-  model->add_layers()->set_type("flatten");
-  v1::LayerSpec* linear = model->add_layers();
+  for (const char* type : {"batchnorm2d", "relu", "flatten"}) model.add_layers()->set_type(type);
+  v1::LayerSpec* linear = model.add_layers();
   linear->set_type("linear");
   linear->mutable_linear()->set_out(10);
-  model->set_loss("softmax_cross_entropy");
-  spec.mutable_training()->set_global_batch(8);
-  spec.mutable_training()->set_micro_batch(4);
-  spec.mutable_training()->set_epochs(1);
-  spec.mutable_parallel()->set_schedule("dapple");
-  spec.mutable_parallel()->set_planner("dp");
-  spec.mutable_parallel()->set_devices(4);
+  v1::JobSpec spec = DataParallelSpec(model, 8, 4);
   PlanInputs inputs;
   inputs.max_replicas = 4;
   absl::StatusOr<v1::ParallelPlan> plan = MakePlan(spec, inputs);

@@ -424,5 +424,18 @@ TEST_F(CheckpointRetentionTest, AnEarlierRunsUnrecordedFoldersAreReplacedOrDelet
   EXPECT_EQ(ReadCheckpointManifest(dir_ + "/step-400")->created_unix_ms(), 400);
 }
 
+// A rank still writing an abandoned checkpoint made its .partial folder again after the abandon
+// removed it (a fresh SRE found an empty step-200.partial minutes later): the next published
+// checkpoint removes it; a later step's .partial (one being written) stays.
+TEST_F(CheckpointRetentionTest, AnAbandonedCheckpointsFolderMadeAgainIsRemovedLater) {
+  Report(100);
+  fs::create_directories(dir_ + "/" + PartialCheckpointDirName(200));
+  fs::create_directories(dir_ + "/" + PartialCheckpointDirName(400));
+  Report(300);
+  EXPECT_FALSE(fs::exists(dir_ + "/" + PartialCheckpointDirName(200)));
+  EXPECT_TRUE(fs::exists(dir_ + "/" + PartialCheckpointDirName(400)));
+  EXPECT_EQ(OnDisk(), (Steps{100, 300}));
+}
+
 }  // namespace
 }  // namespace dapple::coordinator

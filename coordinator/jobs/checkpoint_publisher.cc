@@ -336,6 +336,18 @@ void CheckpointPublisher::Retain(const PublishTask& task,
   for (fs::directory_iterator it(task.dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     int64_t n = 0;
+    if (absl::StartsWith(name, "step-") && absl::EndsWith(name, kPartialSuffix) &&
+        absl::SimpleAtoi(
+            absl::string_view(name).substr(5, name.size() - 5 - strlen(kPartialSuffix)), &n) &&
+        n >= 1 && n < step && name == PartialCheckpointDirName(n)) {
+      // An abandoned checkpoint's folder that a rank still writing made again after the
+      // abandon removed it (a fresh SRE found an empty step-200.partial minutes later): every
+      // rank reported this later step, so none writes there any more.
+      DAPPLE_LOG_INFO("job {}: removing {}/{}, left by an abandoned checkpoint", task.job_id,
+                      task.dir, name);
+      RemoveQuietly(absl::StrCat(task.dir, "/", name));
+      continue;
+    }
     if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &n) || n < 1 ||
         name != CheckpointDirName(n) || n == step) {
       continue;

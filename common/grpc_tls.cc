@@ -58,8 +58,13 @@ absl::Status CheckCertificate(const std::string& flag, const std::string& path,
                               const std::string& pem) {
   X509* cert = ParseCertificate(pem);
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " ", path, ": not a PEM certificate (a key, or something else, was given)"));
+    // Say which: a renewal's certificate cut short reads differently from a key given for it.
+    const char* what = absl::StrContains(pem, "-----BEGIN CERTIFICATE-----")
+                           ? "its certificate block does not parse: cut short or damaged"
+                       : absl::StrContains(pem, "PRIVATE KEY-----") ? "a private key was given"
+                                                                    : "no certificate block";
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": not a PEM certificate (", what, ")"));
   }
   X509_free(cert);
   return absl::OkStatus();

@@ -22,8 +22,12 @@ struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
 
 namespace dapple {
 
+// The --log-level values every binary takes, as its messages list them.
+inline constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+inline constexpr char kLogLevelList[] = "trace, debug, info, warn, error, off";
+
 // Names this process in every log line (e.g. "coordinator", "worker w-2"). Call once at start.
-// `level` is one of trace, debug, info, warn, error (unknown values mean info).
+// `level` is one of kLogLevels (unknown values mean info).
 // The process's log lines also go to ProcessJobLogCapture().
 void InitLogging(const std::string& role, const std::string& level = "info");
 

@@ -73,7 +73,9 @@ TEST_F(TlsFileGuardTest, ServesCopiesThatChangeOnlyToAWorkingPair) {
   EXPECT_FALSE(event->loaded);
   EXPECT_THAT(event->message, HasSubstr("not usable, still serving the previous ones"));
   EXPECT_THAT(event->message,
-              HasSubstr("--tls-cert " + Path("cert.pem") + ": not a PEM certificate"));
+              HasSubstr("--tls-cert " + Path("cert.pem") +
+                        ": not a PEM certificate (its certificate block does not parse: cut short "
+                        "or damaged)"));
   EXPECT_EQ(Read(copies.cert_file), Read(Path("a.pem")));
   EXPECT_FALSE(guard.Poll().has_value());
 

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "common/grpc_tls.h"
 #include "common/input_file.h"
+#include "common/logging.h"
 #include "common/metrics/metrics_server.h"
 #include "common/token_file.h"
 
@@ -19,7 +20,6 @@ namespace dapple::coordinator {
 namespace {
 
 constexpr int kMaxPort = 65535;
-constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 bool AllDigits(absl::string_view s) {
   if (s.empty()) return false;
@@ -158,8 +158,7 @@ absl::StatusOr<Flags> ValidateFlags(const RawFlags& raw) {
   for (const char* level : kLogLevels) known_level = known_level || raw.log_level == level;
   if (!known_level) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--log-level must be one of trace, debug, info, warn, error, off; got '",
-                     raw.log_level, "'"));
+        absl::StrCat("--log-level must be one of ", kLogLevelList, "; got '", raw.log_level, "'"));
   }
   flags.log_level = raw.log_level;
   if (!raw.port_file.empty()) {

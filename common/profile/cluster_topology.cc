@@ -455,6 +455,17 @@ absl::Status ValidateTopology(const v1::ClusterTopology& topology) {
     DAPPLE_RETURN_IF_ERROR(CheckLimit(field + ".device_memory_bytes",
                                       static_cast<double>(node.device_memory_bytes()),
                                       kMemoryLimit));
+    if (node.device_memory_per_device_size() != 0 &&
+        node.device_memory_per_device_size() != node.devices()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".device_memory_per_device has ", node.device_memory_per_device_size(),
+          " entries: it has one per device (", node.devices(), ") or none"));
+    }
+    for (int d = 0; d < node.device_memory_per_device_size(); ++d) {
+      DAPPLE_RETURN_IF_ERROR(CheckLimit(absl::StrCat(field, ".device_memory_per_device[", d, "]"),
+                                        static_cast<double>(node.device_memory_per_device(d)),
+                                        kMemoryLimit));
+    }
     if (node.device_group_size() != 0 && node.device_group_size() != node.devices()) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".device_group has ", node.device_group_size(),
@@ -503,8 +514,16 @@ std::string DeviceName(const v1::ClusterTopology& topology, int device) {
 }
 
 int64_t DeviceMemoryBytes(const v1::ClusterTopology& topology, int device) {
-  const int node = NodeOfDevice(topology, device);
-  return node < 0 ? 0 : topology.nodes(node).device_memory_bytes();
+  if (device < 0) return 0;
+  for (const v1::ClusterNode& node : topology.nodes()) {
+    if (device < node.devices()) {
+      return node.device_memory_per_device_size() == node.devices()
+                 ? node.device_memory_per_device(device)
+                 : node.device_memory_bytes();
+    }
+    device -= node.devices();
+  }
+  return 0;
 }
 
 }  // namespace dapple::profile

@@ -70,7 +70,8 @@ int NumDevices(const v1::ClusterTopology& topology);
 int NodeOfDevice(const v1::ClusterTopology& topology, int device);
 // "<node name>/<local index>", e.g. "node1/3"; "" outside the range.
 std::string DeviceName(const v1::ClusterTopology& topology, int device);
-// Bytes of memory of global device `device`; 0 outside the range.
+// Bytes of memory of global device `device` (its node's device_memory_per_device entry, else the
+// node's device_memory_bytes); 0 outside the range.
 int64_t DeviceMemoryBytes(const v1::ClusterTopology& topology, int device);
 
 }  // namespace dapple::profile

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/profile/chain_profile.h"
+#include "common/profile/cluster_topology.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/pipesgd_model.h"
 #include "coordinator/planner/stage_memory.h"
@@ -18,7 +19,8 @@ PlanEstimator::PlanEstimator(const PlanningProblem& problem)
   for (int n = 0; n < problem.topology.nodes_size(); ++n) {
     for (int d = 0; d < problem.topology.nodes(n).devices(); ++d) {
       node_of_.push_back(n);
-      device_memory_.push_back(problem.topology.nodes(n).device_memory_bytes());
+      device_memory_.push_back(
+          profile::DeviceMemoryBytes(problem.topology, static_cast<int>(device_memory_.size())));
     }
   }
   const profile::ChainProfile& p = problem.profile;

@@ -615,17 +615,35 @@ TEST_F(PlanJobTest, ASubmissionThatFitsNoDeviceFailsWithThePlannersMessage) {
 }
 
 // The fresh user's case: a worker given a small --device-memory beside a large one on the same
-// host; the refusal says why "devices have" so little.
+// host. Each device is planned with its own memory (before, both with the smallest): the
+// stage on the small worker does not fit, and the refusal says the host's memories differ.
 TEST_F(PlanJobTest, AMemoryRefusalNamesTheSmallWorkerItWasPlannedOn) {
   Register("host-a", 24 * kGiB, /*shared=*/true);
   const std::string small = Register("host-a", 13 << 20, /*shared=*/false);
   absl::StatusOr<v1::Job> job = Submit(Spec("balanced", "2", 2));
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(), HasSubstr("but devices have 13.0 MiB")) << job.status();
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("the best needs 13.8 MiB on a device (stage 1: weights 12.1 MiB"))
+      << job.status();
+  EXPECT_THAT(job.status().message(), HasSubstr("but devices have 13.0 MiB"));
   EXPECT_THAT(std::string(job.status().message()),
-              HasSubstr("(host host-a: every device is planned with the smallest memory its "
-                        "workers report, 13.0 MiB (" +
-                        small + "); the others report up to 24.0 GiB)"));
+              HasSubstr("(host host-a: its workers report from 13.0 MiB (" + small +
+                        ") to 24.0 GiB; each device is planned with its own)"));
+}
+
+// Devices of one host planned each with its own memory: the same job with the 13 MiB worker
+// registered first puts stage 0 (12.8 MB) on it and stage 1 (13.8 MiB) on the large one. Both
+// planned with the smallest, as before, it was refused like the job above.
+TEST_F(PlanJobTest, EachDeviceOfAHostIsPlannedWithItsOwnMemory) {
+  const std::string small = Register("host-a", 13 << 20, /*shared=*/false);
+  const std::string large = Register("host-a", 24 * kGiB, /*shared=*/true);
+  absl::StatusOr<v1::Job> job = Submit(Spec("balanced", "2", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->plan().stages_size(), 2);
+  EXPECT_LE(job->plan().stages(0).peak_memory_bytes(), 13 << 20);
+  EXPECT_GT(job->plan().stages(1).peak_memory_bytes(), 13 << 20);
+  svc_->Tick();
+  EXPECT_THAT(Get(job->id()).worker_ids(), ::testing::ElementsAre(small, large));
 }
 
 TEST_F(PlanJobTest, DataParallelIsOneStageOnEveryDevice) {

@@ -139,6 +139,7 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
     node->add_device_group(static_cast<int>(found - gpus.begin()));
     if (found == gpus.end()) gpus.push_back(gpu);
     node->set_device_memory_bytes(std::min(node->device_memory_bytes(), memory));
+    node->add_device_memory_per_device(memory);
     // The host's compute capacity as its workers measured it (the smallest: measured under the
     // most load), for stages that share its cores; a host with a worker that reports none (a
     // cuda worker, an older worker) has none, and so does every host of an emulated job: its
@@ -152,12 +153,16 @@ absl::StatusOr<v1::ClusterTopology> TopologyFromWorkers(const std::vector<v1::Wo
   }
   std::vector<std::string> notes;
   for (int n = 0; n < topology.nodes_size(); ++n) {
-    if (largest_of_node[n] <= smallest_of_node[n].first) continue;
+    v1::ClusterNode* node = topology.mutable_nodes(n);
+    if (largest_of_node[n] <= smallest_of_node[n].first) {
+      node->clear_device_memory_per_device();  // all alike: device_memory_bytes says it
+      continue;
+    }
+    // Each device is planned with its own memory, in the order the workers are assigned.
     notes.push_back(absl::StrCat(
-        "host ", topology.nodes(n).name(),
-        ": every device is planned with the smallest memory its workers report, ",
-        profile::FormatBytes(smallest_of_node[n].first), " (", smallest_of_node[n].second,
-        "); the others report up to ", profile::FormatBytes(largest_of_node[n])));
+        "host ", node->name(), ": its workers report from ",
+        profile::FormatBytes(smallest_of_node[n].first), " (", smallest_of_node[n].second, ") to ",
+        profile::FormatBytes(largest_of_node[n]), "; each device is planned with its own"));
   }
   topology.set_memory_note(absl::StrJoin(notes, "; "));
   int sharing_gpu = 0;  // workers on a GPU with another worker of the topology

@@ -114,9 +114,9 @@ TEST(WorkerTopologyTest, WorkersOnOneGpuShareItsComputeAndMemory) {
   EXPECT_EQ(t->nodes(0).device_group_size(), 0);
 }
 
-// A host's devices are planned with its smallest worker's memory; the note says so, for the
-// refusal that follows (a fresh user's --device-memory 13MiB worker beside a 23.5 GiB one read
-// "devices have 13.0 MiB").
+// A host's devices are planned each with its own worker's memory (before, all with the smallest:
+// a fresh user's --device-memory 13MiB worker beside a 23.5 GiB one read "devices have 13.0 MiB"
+// for both); the note says they differ, for a refusal that follows.
 TEST(WorkerTopologyTest, AHostWhoseWorkersDifferInMemoryIsNoted) {
   PlanDefaults defaults;
   const std::vector<v1::WorkerInfo> workers = {
@@ -128,9 +128,14 @@ TEST(WorkerTopologyTest, AHostWhoseWorkersDifferInMemoryIsNoted) {
   absl::StatusOr<v1::ClusterTopology> t = TopologyFromWorkers(workers, "cpu", defaults);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->nodes(0).device_memory_bytes(), 13 << 20);
+  EXPECT_THAT(t->nodes(0).device_memory_per_device(), ::testing::ElementsAre(24 * kGiB, 13 << 20));
+  EXPECT_EQ(profile::DeviceMemoryBytes(*t, 0), 24 * kGiB);
+  EXPECT_EQ(profile::DeviceMemoryBytes(*t, 1), 13 << 20);
+  EXPECT_EQ(profile::DeviceMemoryBytes(*t, 2), 2 * kGiB);
+  EXPECT_EQ(t->nodes(1).device_memory_per_device_size(), 0);  // alike: device_memory_bytes
   EXPECT_EQ(t->memory_note(),
-            "host h: every device is planned with the smallest memory its workers report, 13.0 "
-            "MiB (w-2); the others report up to 24.0 GiB");
+            "host h: its workers report from 13.0 MiB (w-2) to 24.0 GiB; each device is planned "
+            "with its own");
   t = TopologyFromWorkers({workers[2], workers[3]}, "cpu", defaults);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->memory_note(), "");

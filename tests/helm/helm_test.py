@@ -547,6 +547,33 @@ class ChartTest(unittest.TestCase):
         self.assertNotEqual(missing.returncode, 0)
         self.assertIn("give tls.cert", missing.stderr)
 
+    def test_mutual_tls_mounts_through_extra_volumes(self):
+        # Found by an operator: the docs said mutual TLS goes through extraArgs and mounts, but
+        # the chart had no way to mount the client CA or the workers' certificates.
+        r = Rendered(extra=[
+            "--set", "tls.enabled=true", "--set", "tls.cert=CERT", "--set", "tls.key=KEY",
+            "--set", "tls.ca=CA",
+            "--set", "coordinator.extraArgs={--tls-client-ca,/etc/dapple/client-ca/ca.crt}",
+            "--set", "coordinator.extraVolumes[0].name=client-ca",
+            "--set", "coordinator.extraVolumes[0].secret.secretName=dapple-client-ca",
+            "--set", "coordinator.extraVolumeMounts[0].name=client-ca",
+            "--set", "coordinator.extraVolumeMounts[0].mountPath=/etc/dapple/client-ca",
+            "--set", "worker.extraArgs={--tls-cert,/etc/dapple/client/tls.crt,--tls-key,/etc/dapple/client/tls.key}",
+            "--set", "worker.extraVolumes[0].name=client",
+            "--set", "worker.extraVolumes[0].secret.secretName=dapple-worker-client",
+            "--set", "worker.extraVolumeMounts[0].name=client",
+            "--set", "worker.extraVolumeMounts[0].mountPath=/etc/dapple/client"])
+        pod = r.pod_spec("Deployment", "coordinator")
+        c = pod["containers"][0]
+        volume, key = self.mounted_file(pod, c, flag_values(c["args"])["--tls-client-ca"])
+        self.assertEqual((volume["secret"]["secretName"], key), ("dapple-client-ca", "ca.crt"))
+        wpod = r.pod_spec("DaemonSet", "worker")
+        for wc in wpod["containers"]:
+            wargs = flag_values(wc["args"])
+            for flag, file in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+                volume, key = self.mounted_file(wpod, wc, wargs[flag])
+                self.assertEqual((volume["secret"]["secretName"], key), ("dapple-worker-client", file))
+
     def test_join_token_secret_from_values_or_existing(self):
         for name, r, want_created in (("default", self.default, False), ("custom", self.custom, True)):
             wpod = r.pod_spec("DaemonSet", "worker")

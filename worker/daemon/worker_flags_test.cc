@@ -154,7 +154,8 @@ TEST(WorkerFlagsTest, ExplicitEmptyValuesAreRefused) {
               "parameters)");
   ExpectError({"--coordinator", ""},
               "--coordinator '' must be HOST:PORT with PORT in 1..65535 (e.g. 127.0.0.1:7600)");
-  ExpectError({"--log-level", ""}, "--log-level '' must be one of trace, debug, info, warn, error");
+  ExpectError({"--log-level", ""},
+              "--log-level '' must be one of trace, debug, info, warn, error, off");
   ExpectError({"--transport-timeout-s", ""},
               "--transport-timeout-s '' must be a whole number of seconds (1..86400)");
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/worker_name.h"
 #include "worker/comm/delay_transport.h"
 #include "worker/device/device.h"
@@ -93,11 +94,10 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
 }
 
 absl::Status ValidateLogLevel(const std::string& level) {
-  for (const char* l : {"trace", "debug", "info", "warn", "error"}) {
+  for (const char* l : kLogLevels) {
     if (level == l) return absl::OkStatus();
   }
-  return Invalid(
-      absl::StrFormat("--log-level '%s' must be one of trace, debug, info, warn, error", level));
+  return Invalid(absl::StrFormat("--log-level '%s' must be one of %s", level, kLogLevelList));
 }
 
 }  // namespace dapple::worker

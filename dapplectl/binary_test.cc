@@ -86,6 +86,35 @@ TEST(DapplectlBinaryTest, UnknownCommandExitsWithTwo) {
   EXPECT_THAT(r.err, HasSubstr("frobnicate"));
 }
 
+// `help COMMAND` of an unknown command is the usage error the command itself gives (it printed
+// the top-level help and exited 0).
+TEST(DapplectlBinaryTest, HelpOfAnUnknownCommandExitsWithTwo) {
+  ProcessResult r = RunProcess({"help", "nosuch"});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("nosuch"));
+  EXPECT_EQ(r.out, "");
+  r = RunProcess({"help", "list"});
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("list"));
+}
+
+// Output that cannot be written is an error (exit 1, said on stderr), not a success: a token
+// saved to a full disk was lost while dapplectl exited 0.
+TEST(DapplectlBinaryTest, OutputThatCannotBeWrittenIsAnError) {
+  struct stat st {};
+  if (::stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode)) GTEST_SKIP() << "no /dev/full";
+  ::dapple::testing::ProcessOptions options;
+  const std::string ctl = ::dapple::testing::BuiltBinaryPath("dapplectl/dapplectl");
+  ProcessResult r =
+      ::dapple::testing::RunProcess("/bin/sh", {"-c", ctl + " --version > /dev/full"}, options);
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dapplectl: cannot write the output to stdout"));
+  EXPECT_THAT(r.err, HasSubstr("it is lost\n"));
+  r = ::dapple::testing::RunProcess("/bin/sh", {"-c", ctl + " --version >&-"}, options);
+  EXPECT_EQ(r.exit_code, kExitRefused) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("dapplectl: cannot write the output to stdout"));
+}
+
 TEST(DapplectlBinaryTest, SubmitOfAMissingFileExitsWithOneNamingIt) {
   RefusingPort refusing;  // the file is read before any connection is made
   const std::string missing = ::testing::TempDir() + "/no-such-job.yaml";

@@ -311,9 +311,10 @@ int RunConfig(const Environment& env, const CLI::App& app, const Flags& flags,
                                "leave -o out (config view -o ",
                                flags.output, " shows the contexts)"));
     }
-    absl::StatusOr<google::protobuf::Struct> data = ConfigAsData(config_path);
-    if (!data.ok()) return Fail(env, kExitUsage, std::string(data.status().message()));
-    return PrintMessage(env, *format, *data, [] { return std::string(); });
+    absl::StatusOr<std::string> text = ConfigAsText(config_path, *format == Format::kJson);
+    if (!text.ok()) return Fail(env, kExitUsage, std::string(text.status().message()));
+    *env.out << *text << std::flush;
+    return kExitOk;
   }
   absl::StatusOr<std::string> out = RunConfigAction(config_path, action);
   if (!out.ok()) return Fail(env, kExitUsage, std::string(out.status().message()));
@@ -714,11 +715,16 @@ int RunDapplectl(int argc, const char* const* argv, const Environment& env) {
   AddPlanCommand(app, args, commands);
   AdminCommands admin_commands(app);
   app.set_version_flag("--version", VersionString(), "print dapplectl's version and exit");
-  // `dapplectl help [COMMAND...]`, as git and kubectl take it: the command's --help.
+  // `dapplectl help [COMMAND...]`, as git and kubectl take it: the command's --help. An unknown
+  // COMMAND is the usage error `dapplectl COMMAND` gives (exit 2), not the top-level help.
   std::vector<const char*> words(argv, argv + argc);
   if (words.size() >= 2 && std::string(words[1]) == "help") {
     words.erase(words.begin() + 1);
-    words.push_back("--help");
+    bool known = words.size() < 2;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->check_name(words[1]);
+    }
+    if (known) words.push_back("--help");
   }
   try {
     app.parse(static_cast<int>(words.size()), words.data());

@@ -5,11 +5,15 @@
 #include <filesystem>
 #include <fstream>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "dapplectl/ctl_config.h"
 #include "dapplectl/flag_values.h"
 #include "dapplectl/text_table.h"
+#include "dapplectl/trace_json.h"
+#include "yaml-cpp/yaml.h"
 
 namespace dapple::ctl {
 namespace {
@@ -28,28 +32,46 @@ std::string ContextTable(const CtlConfig& config, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<google::protobuf::Struct> ConfigAsData(const std::string& path) {
+absl::StatusOr<std::string> ConfigAsText(const std::string& path, bool json) {
   if (path.empty()) {
     return absl::FailedPreconditionError(
         "no configuration file: set DAPPLE_CONFIG (a file) or HOME");
   }
   absl::StatusOr<CtlConfig> config = LoadConfig(path);
   if (!config.ok()) return config.status();
-  google::protobuf::Struct data;
-  auto& fields = *data.mutable_fields();
-  fields["file"].set_string_value(path);
-  fields["current_context"].set_string_value(config->current_context);
-  google::protobuf::ListValue* list = fields["contexts"].mutable_list_value();
-  for (const Context& c : config->contexts) {
-    auto& context = *list->add_values()->mutable_struct_value()->mutable_fields();
-    context["name"].set_string_value(c.name);
-    context["coordinator"].set_string_value(c.coordinator);
-    context["ca"].set_string_value(c.ca);
-    context["tls_cert"].set_string_value(c.tls_cert);
-    context["tls_key"].set_string_value(c.tls_key);
-    context["token_file"].set_string_value(c.token_file);
+  using Fields = std::vector<std::pair<const char*, std::string>>;
+  auto fields_of = [](const Context& c) {
+    return Fields{{"name", c.name},       {"coordinator", c.coordinator},
+                  {"ca", c.ca},           {"tls_cert", c.tls_cert},
+                  {"tls_key", c.tls_key}, {"token_file", c.token_file}};
+  };
+  if (json) {
+    std::string out = absl::StrCat("{\n \"file\": ", JsonString(path),
+                                   ",\n \"current_context\": ", JsonString(config->current_context),
+                                   ",\n \"contexts\": [");
+    for (size_t i = 0; i < config->contexts.size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "\n  {" : ",\n  {");
+      const Fields fields = fields_of(config->contexts[i]);
+      for (size_t f = 0; f < fields.size(); ++f) {
+        absl::StrAppend(&out, f == 0 ? "\n" : ",\n", "   \"", fields[f].first,
+                        "\": ", JsonString(fields[f].second));
+      }
+      absl::StrAppend(&out, "\n  }");
+    }
+    absl::StrAppend(&out, config->contexts.empty() ? "]\n}\n" : "\n ]\n}\n");
+    return out;
   }
-  return data;
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "file" << YAML::Value << path << YAML::Key
+      << "current_context" << YAML::Value << config->current_context << YAML::Key << "contexts"
+      << YAML::Value << YAML::BeginSeq;
+  for (const Context& c : config->contexts) {
+    out << YAML::BeginMap;
+    for (const auto& [key, value] : fields_of(c)) out << YAML::Key << key << YAML::Value << value;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  return absl::StrCat(out.c_str(), "\n");
 }
 
 absl::StatusOr<std::string> RunConfigAction(const std::string& path, const ConfigAction& a) {

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "google/protobuf/struct.pb.h"
 
 namespace dapple::ctl {
 
@@ -30,10 +29,12 @@ struct ConfigAction {
 // kFailedPrecondition "no configuration file: set DAPPLE_CONFIG or HOME" for an empty path.
 absl::StatusOr<std::string> RunConfigAction(const std::string& path, const ConfigAction& action);
 
-// The file at `path` as data, for `config view -o json|yaml`: {"file": path, "current_context":
-// name or "", "contexts": [{"name", "coordinator", "ca", "tls_cert", "tls_key", "token_file"}]}
-// (every field, "" when unset). Errors as RunConfigAction's.
-absl::StatusOr<google::protobuf::Struct> ConfigAsData(const std::string& path);
+// The file at `path` as data, for `config view -o json|yaml` (`json` false: YAML): {"file": path,
+// "current_context": name or "", "contexts": [{"name", "coordinator", "ca", "tls_cert",
+// "tls_key", "token_file"}]}, every field ("" when unset), keys in this order on every run (a
+// protobuf Struct printed them in its hash map's order, which changed from run to run). Errors
+// as RunConfigAction's.
+absl::StatusOr<std::string> ConfigAsText(const std::string& path, bool json);
 
 }  // namespace dapple::ctl
 

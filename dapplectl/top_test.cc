@@ -2,6 +2,8 @@
 // coordinator.
 #include "dapplectl/top.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -292,6 +294,27 @@ TEST(TraceCommandTest, WritesTheFileAndSaysWhat) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.out.rfind("{\"traceEvents\": [", 0), 0u);
   EXPECT_EQ(r.err, "wrote 1 traced step x 2 ranks of job-3\n");
+}
+
+// A path that is not a regular file is written in place: the file beside it renamed over it
+// replaced /dev/full with a regular file when a fresh user ran as root.
+TEST(TraceCommandTest, ADeviceIsWrittenInPlace) {
+  FakeCoordinator fake;
+  fake.Put(RunningJob());
+  fake.PutTrace(OneStepTrace());
+  Result r = RunCtl(fake, {"trace", "job-3", "-o", "/dev/null"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "wrote /dev/null: 1 traced step x 2 ranks of job-3\n");
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  if (::stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)) {
+    r = RunCtl(fake, {"trace", "job-3", "-o", "/dev/full"});
+    EXPECT_EQ(r.code, kExitRefused);
+    EXPECT_EQ(r.err, "dapplectl: cannot write /dev/full: No space left on device\n");
+    ASSERT_EQ(::stat("/dev/full", &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+  }
 }
 
 TEST(TraceCommandTest, ClearErrors) {

@@ -1,5 +1,7 @@
 #include "dapplectl/trace_command.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +40,21 @@ absl::StatusOr<std::string> WriteJobTrace(CoordinatorClient& client, const std::
                    " rank", counts.ranks == 1 ? "" : "s", " of ", trace.job_id());
   if (path == "-") {
     *out << json << std::flush;
+    if (!*out) return absl::FailedPreconditionError("cannot write the trace to stdout");
     return absl::StrCat("wrote ", what);
+  }
+  // Not a regular file (a device, a FIFO): written in place. A file beside it renamed over it
+  // replaced /dev/full with a regular file (found by a fresh user, running as root).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::ofstream f(path, std::ios::binary);
+    if (f) f << json;
+    if (f) f.flush();
+    if (!f) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    }
+    return absl::StrCat("wrote ", path, ": ", what);
   }
   const std::string tmp = path + ".tmp";
   {

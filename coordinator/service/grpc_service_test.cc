@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "coordinator/auth/test_identities.h"
 #include "coordinator/jobs/test_db.h"
 #include "coordinator/service/grpc_auth_test_util.h"
 #include "gmock/gmock.h"
@@ -95,6 +96,49 @@ class GrpcServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<v1::WorkerControl::Stub> workers_;
 };
+
+// Found by a security review: `dapplectl workers` shows every user a worker's host and pid, and
+// a registration from them with the join token was taken for that worker's own retry, answered
+// with its id and a fresh credential (then used to forge its reports). Only the worker
+// process's secret instance key makes a retry. And a worker named after a user is refused
+// without being listed as a worker.
+TEST_F(GrpcServiceTest, ALiveWorkersHostAndPidGetNeitherItsIdNorACredential) {
+  ASSERT_TRUE(auth_->store->CreateTenant("team-b").ok());
+  ASSERT_TRUE(auth_->store->CreateUser("team-b", "bob", auth::Role::kUser).ok());
+  auto reg = [&](const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp) {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, auth_->join_token);
+    return workers_->RegisterWorker(&ctx, req, resp);
+  };
+  v1::RegisterWorkerRequest genuine;
+  genuine.set_hostname("node-9");
+  genuine.set_pid(3219);
+  genuine.add_devices("cpu");
+  genuine.set_instance_key("00112233445566778899aabbccddeeff");
+  v1::RegisterWorkerResponse first;
+  ASSERT_TRUE(reg(genuine, &first).ok());
+  for (const char* key : {"", "ffeeddccbbaa99887766554433221100"}) {
+    v1::RegisterWorkerRequest forged = genuine;
+    forged.set_instance_key(key);
+    v1::RegisterWorkerResponse resp;
+    ASSERT_TRUE(reg(forged, &resp).ok());
+    EXPECT_NE(resp.worker_id(), first.worker_id()) << key;
+  }
+  v1::RegisterWorkerResponse retried;
+  ASSERT_TRUE(reg(genuine, &retried).ok());
+  EXPECT_EQ(retried.worker_id(), first.worker_id());
+
+  v1::RegisterWorkerRequest squatter = genuine;
+  squatter.set_name("bob");
+  squatter.set_instance_key("0123");
+  v1::RegisterWorkerResponse refused;
+  const grpc::Status s = reg(squatter, &refused);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.error_message(), "worker id bob is the name of a user, not of a worker");
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(service_->ListWorkers(auth::TestAdmin(), {}, &listed).ok());
+  for (const v1::WorkerInfo& w : listed.workers()) EXPECT_NE(w.id(), "bob");
+}
 
 TEST_F(GrpcServiceTest, SubmitGetAndWatchThroughARealStub) {
   v1::SubmitJobRequest submit;

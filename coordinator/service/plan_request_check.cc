@@ -60,18 +60,6 @@ absl::Status CheckTopology(const v1::ClusterTopology& topology) {
       return Invalid(field + ".device_memory_bytes",
                      static_cast<double>(node.device_memory_bytes()), "must be > 0");
     }
-    if (node.device_memory_per_device_size() != 0 &&
-        node.device_memory_per_device_size() != node.devices()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".device_memory_per_device has ", node.device_memory_per_device_size(),
-          " entries: it has one per device (", node.devices(), ") or none"));
-    }
-    for (int d = 0; d < node.device_memory_per_device_size(); ++d) {
-      if (node.device_memory_per_device(d) <= 0) {
-        return Invalid(absl::StrCat(field, ".device_memory_per_device[", d, "]"),
-                       static_cast<double>(node.device_memory_per_device(d)), "must be > 0");
-      }
-    }
     devices += node.devices();
   }
   if (devices > kMaxPlanDevices) {

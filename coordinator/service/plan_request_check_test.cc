@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dapple::coordinator {
@@ -59,6 +61,20 @@ TEST(PlanRequestCheckTest, Cluster) {
   t = GoodCluster();
   t.mutable_nodes(0)->set_devices(kMaxPlanDevices + 1);
   EXPECT_EQ(CheckTopology(t).code(), absl::StatusCode::kInvalidArgument);
+  // Per-device memory: one entry per device, each in range (profile::ValidateTopology's rules).
+  t = GoodCluster();
+  t.mutable_nodes(0)->add_device_memory_per_device(int64_t{1} << 30);
+  EXPECT_EQ(CheckTopology(t).message(),
+            absl::StrCat("cluster: nodes[0].device_memory_per_device has 1 entries: it has one per "
+                         "device (",
+                         t.nodes(0).devices(), ") or none"));
+  t = GoodCluster();
+  for (int d = 0; d < t.nodes(0).devices(); ++d) {
+    t.mutable_nodes(0)->add_device_memory_per_device(d == 0 ? 0 : int64_t{1} << 30);
+  }
+  EXPECT_EQ(CheckTopology(t).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(CheckTopology(t).message()),
+              ::testing::HasSubstr("nodes[0].device_memory_per_device[0] 0"));
 }
 
 TEST(PlanRequestCheckTest, Profile) {

@@ -460,10 +460,13 @@ int ResolveClientOptions(const Environment& env, Flags flags, const Context* con
                          bool from_context, absl::Duration timeout, ClientOptions* options) {
   options->address = flags.coordinator;
   options->timeout = timeout;
-  if (flags.ca.empty()) {
-    if (const char* ca = std::getenv(kCaEnv); ca != nullptr) flags.ca = ca;
-  }
   ClientTlsFiles tls;
+  if (flags.ca.empty()) {
+    if (const char* ca = std::getenv(kCaEnv); ca != nullptr) {
+      flags.ca = ca;
+      tls.ca_flag = kCaEnv;  // errors name where the file came from (not --ca, never given)
+    }
+  }
   if (from_context) {
     const std::string of = absl::StrCat("context ", context->name, "'s ");
     if (flags.ca.empty() && !context->ca.empty()) {

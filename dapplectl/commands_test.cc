@@ -511,6 +511,12 @@ TEST_F(CommandsTest, PlainTextOnlyToLoopbackOrWhenAskedFor) {
   r = RunCtl({"--coordinator", "10.1.2.3:7600", "--ca", "/no/ca.pem", "list"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_EQ(r.err, "dapplectl: --ca /no/ca.pem: No such file or directory\n");
+  // From the environment: named as such (a power user's DAPPLE_CA was reported as --ca).
+  setenv("DAPPLE_CA", "/no/ca.pem", 1);
+  r = RunCtl({"--coordinator", "10.1.2.3:7600", "list"});
+  unsetenv("DAPPLE_CA");
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "dapplectl: DAPPLE_CA /no/ca.pem: No such file or directory\n");
   r = RunCtl({"--coordinator", addr_, "--tls-cert", "c.pem", "list"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("--tls-cert and --tls-key go together"));

@@ -67,7 +67,8 @@ TEST(WorkerBinaryTest, DevicesEdgeCases) {
 
 TEST(WorkerBinaryTest, EmptyNameIsRefused) {
   ExpectUsageError({"--name", ""},
-                   "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get "
+                   "--name '' must be 1-63 characters of a-z 0-9 - _ ., starting with a letter or "
+                   "digit (leave --name out to get "
                    "an id assigned by the coordinator)");
 }
 

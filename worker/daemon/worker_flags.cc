@@ -14,6 +14,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/token_file.h"
 #include "common/version.h"
+#include "common/worker_name.h"
 #include "worker/daemon/device_memory.h"
 #include "worker/daemon/worker_options.h"
 
@@ -93,10 +94,9 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   app.add_option("--coordinator", o.coordinator,
                  "coordinator address HOST:PORT (env DAPPLE_COORDINATOR)")
       ->capture_default_str();
-  app.add_option(
-      "--name", o.name,
-      "stable worker name, 1-63 of a-z 0-9 - _ ., starting with a letter or digit (default: "
-      "assigned by the coordinator)");
+  app.add_option("--name", o.name,
+                 absl::StrCat("stable worker name, ", kWorkerNameRule,
+                              " (default: assigned by the coordinator)"));
   app.add_option("--devices", devices,
                  "devices this worker offers: cpu, cuda:N (repeat or separate with commas; "
                  "default: every CUDA device found, else cpu)")
@@ -212,9 +212,9 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   // Empty means "not given" in WorkerOptions; an explicit empty value is a mistake (an unset
   // shell variable, say), not a request for the default.
   if (app.count("--name") > 0 && o.name.empty()) {
-    return InvalidFlag(
-        "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get an id "
-        "assigned by the coordinator)");
+    return InvalidFlag(absl::StrCat("--name '' must be ", kWorkerNameRule,
+                                    " (leave --name out to get an id assigned by the "
+                                    "coordinator)"));
   }
   if (app.count("--dump-dir") > 0 && o.dump_dir.empty()) {
     return InvalidFlag(

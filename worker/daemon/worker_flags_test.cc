@@ -147,7 +147,8 @@ TEST(WorkerFlagsTest, StrayArgumentsAreReportedAsSuch) {
 
 TEST(WorkerFlagsTest, ExplicitEmptyValuesAreRefused) {
   ExpectError({"--name", ""},
-              "--name '' must be 1-63 characters of a-z 0-9 - _ . (leave --name out to get an id "
+              "--name '' must be 1-63 characters of a-z 0-9 - _ ., starting with a letter or digit "
+              "(leave --name out to get an id "
               "assigned by the coordinator)");
   ExpectError({"--dump-dir", ""},
               "--dump-dir '' must name an existing directory (leave --dump-dir out to write no "

@@ -109,14 +109,7 @@ TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn
   std::string w1, w2;
   const std::string job = StartTwoStageJob(&w1, &w2);
   now_ += 1000;
-  ASSERT_TRUE(Report(w2, job, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
-                r->set_step(1);
-                r->set_loss(2.0);
-              }).ok());
-  svc_.reset();
-  now_ += 3000;
-  svc_ = Open();
-  svc_->Tick();
+  ReportStepThenRestart(w2, job);
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(job).events(Get(job).events_size() - 1).reason(), "CoordinatorRestarted");
   EXPECT_TRUE(Heartbeat(w1, job).unknown_worker());
@@ -182,22 +175,12 @@ TEST_F(CoordinatorServiceTest, RestartReattachesTheRunningJobsWorkersAndItRunsOn
 // ranks' claims say they did, not the job row's older step (a fresh SRE's job restarted "after
 // step 200, 0 steps redone" with its rank at step 232).
 TEST_F(CoordinatorServiceTest, ARestartAfterACoordinatorRestartCountsTheClaimedSteps) {
-  const std::string w1 = Register(), w2 = Register();
-  auto job = Submit(absl::StrReplaceAll(
-      Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  svc_->Tick();
-  ASSERT_TRUE(Heartbeat(w1).has_assignment());
-  ASSERT_TRUE(Heartbeat(w2).has_assignment());
-  ASSERT_TRUE(Report(w2, id, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
-                r->set_step(1);
-                r->set_loss(2.0);
-              }).ok());
-  svc_.reset();
-  now_ += 3000;
-  svc_ = Open();
-  svc_->Tick();
+  std::string w1, w2;
+  const std::string id = StartTwoStageJob(
+      &w1, &w2,
+      absl::StrReplaceAll(
+          Spec(2), {{"  max_steps: 3\n", "  max_steps: 3\n  restart: {max_restarts: 1}\n"}}));
+  ReportStepThenRestart(w2, id);
   ASSERT_TRUE(Claim(svc_.get(), w1, id, 0, 902, /*done=*/false, /*last_step=*/2).reattached());
   // w2 never comes back: the job restarts once the wait for its ranks is over.
   for (int i = 0; i < 4 && Get(id).state() == v1::JOB_STATE_RUNNING; ++i) {

@@ -206,16 +206,30 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   // Submits the 2-stage demo with two fresh workers and starts it; both assignments delivered.
-  std::string StartTwoStageJob(std::string* w1, std::string* w2) {
+  std::string StartTwoStageJob(std::string* w1, std::string* w2,
+                               const std::string& spec = Spec(2)) {
     *w1 = Register();
     *w2 = Register();
-    auto job = Submit(Spec(2));
+    auto job = Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
     svc_->Tick();
     EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_RUNNING);
     EXPECT_TRUE(Heartbeat(*w1).has_assignment());
     EXPECT_TRUE(Heartbeat(*w2).has_assignment());
     return job->id();
+  }
+
+  // Stage 1's `worker` reports step 1 of `job` (loss 2.0); then the coordinator goes away and a
+  // new one opens on the same database 3 s later and ticks once (a coordinator restart).
+  void ReportStepThenRestart(const std::string& worker, const std::string& job) {
+    ASSERT_TRUE(Report(worker, job, 1, v1::PROGRESS_STEP, [](v1::ProgressReport* r) {
+                  r->set_step(1);
+                  r->set_loss(2.0);
+                }).ok());
+    svc_.reset();
+    now_ += 3000;
+    svc_ = Open();
+    svc_->Tick();
   }
 
   // Opens a fresh service that measures models before planning.
